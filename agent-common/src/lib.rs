@@ -1,0 +1,122 @@
+//! Types and limits shared by the kernel programs and the agent.
+//!
+//! Everything here is `#[repr(C)]` and `Copy`: the kernel writes these bytes
+//! and userspace reads them back, so both sides must agree on the layout
+//! without any other channel. This crate imports nothing.
+#![no_std]
+
+/// Largest statement text the kernel can copy. The configured limit
+/// (default 4 KiB) must not exceed it.
+pub const MAX_TEXT: usize = 16 * 1024;
+/// Default number of text bytes copied per statement.
+pub const DEFAULT_TEXT_LIMIT: u32 = 4096;
+
+/// Slots of the per-command counter array; `enum_server_command` is a u8
+/// on the wire, larger values land in the last slot.
+pub const COMMAND_SLOTS: u32 = 256;
+/// Threads tracked at once per server; LRU beyond that.
+pub const MAX_INFLIGHT: u32 = 16 * 1024;
+
+/// Flag bits of [`StatementEvent::flags`].
+pub mod flags {
+    /// The text was cut at the configured limit; `text_len` is the original.
+    pub const TRUNCATED: u32 = 1;
+    /// The server had no statement text to offer (for example a prepared
+    /// statement whose text could not be read).
+    pub const NO_TEXT: u32 = 2;
+    /// The statement ended in an error sent to the client.
+    pub const ERROR: u32 = 4;
+}
+
+/// Indices of the per-CPU health counters in the `STATS` map.
+pub mod stat {
+    /// Statement events written to the ring buffer.
+    pub const EVENTS: u32 = 0;
+    /// Statement events lost because the ring buffer was full.
+    pub const DROPPED: u32 = 1;
+    /// Statement ends seen without a matching command start (server
+    /// internal threads, or a command that began before attach).
+    pub const UNMATCHED: u32 = 2;
+    /// Reads of server memory that failed (text or THD fields).
+    pub const READ_FAILED: u32 = 3;
+    /// Statement ends seen (emitted or not): the exact statement total.
+    pub const STATEMENTS: u32 = 4;
+    /// Errors attributed to a statement in flight.
+    pub const ERRORS: u32 = 5;
+    pub const SLOTS: u32 = 8;
+}
+
+/// Where the server keeps what the kernel side reads. Learned per binary
+/// at run time (never hard-coded) and written into the programs before load.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ServerLayout {
+    /// Which argument of `dispatch_command` holds the command (0-based).
+    pub command_arg: u32,
+    /// Which argument of `dispatch_command` holds `THD*`.
+    pub thd_arg: u32,
+    /// Which argument of `dispatch_command` holds the packet pointer, or
+    /// `u32::MAX` when the packet is not a plain byte buffer.
+    pub packet_arg: u32,
+    /// Offset of the statement text `{const char*, size_t}` in THD.
+    pub query_offset: u32,
+    /// Offset of the connection id (`thread_id`) in THD.
+    pub connection_id_offset: u32,
+    /// Bytes of text to copy per statement (at most [`MAX_TEXT`]).
+    pub text_limit: u32,
+}
+
+/// In-flight state of one server thread between the start of a command
+/// and the end of each statement it runs.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Inflight {
+    pub start_ns: u64,
+    pub thd: u64,
+    pub command: u32,
+    /// First four packet bytes of COM_STMT_EXECUTE: the statement id.
+    pub stmt_id: u32,
+    /// First error code raised while this statement ran, 0 when none.
+    pub error_code: u32,
+    pub _pad: u32,
+}
+
+/// Fixed head of every ring-buffer record; `captured_len` text bytes follow.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct StatementEvent {
+    /// CLOCK_MONOTONIC nanoseconds when the command started.
+    pub start_ns: u64,
+    pub duration_ns: u64,
+    pub thd: u64,
+    pub connection_id: u64,
+    pub pid: u32,
+    pub tid: u32,
+    pub command: u32,
+    pub stmt_id: u32,
+    pub error_code: u32,
+    /// Length of the statement text as the server had it.
+    pub text_len: u32,
+    /// Bytes of text that follow this header.
+    pub captured_len: u32,
+    pub flags: u32,
+}
+
+pub const EVENT_HEADER_LEN: usize = core::mem::size_of::<StatementEvent>();
+
+/// Scratch record the kernel builds before copying it to the ring buffer.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct EventBuffer {
+    pub header: StatementEvent,
+    pub text: [u8; MAX_TEXT],
+}
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY: plain `#[repr(C)]` integers without padding holes that could
+    // leak uninitialised bytes.
+    unsafe impl aya::Pod for super::ServerLayout {}
+    unsafe impl aya::Pod for super::Inflight {}
+    unsafe impl aya::Pod for super::StatementEvent {}
+}

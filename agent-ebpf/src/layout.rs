@@ -1,0 +1,19 @@
+//! The server layout the agent learned for this binary, patched into
+//! `.rodata` before load so the verifier sees constants.
+use agent_common::ServerLayout;
+
+#[unsafe(no_mangle)]
+static LAYOUT: ServerLayout = ServerLayout {
+    command_arg: 0,
+    thd_arg: 1,
+    packet_arg: 2,
+    query_offset: 0,
+    connection_id_offset: 0,
+    text_limit: agent_common::DEFAULT_TEXT_LIMIT,
+};
+
+#[inline(always)]
+pub fn layout() -> ServerLayout {
+    // Volatile: otherwise the compiler folds the default values in.
+    unsafe { core::ptr::read_volatile(&LAYOUT) }
+}

@@ -1,0 +1,17 @@
+//! Builds the kernel programs (agent-ebpf) for the BPF target; the object
+//! lands in OUT_DIR, where `probe::attach` embeds it.
+use anyhow::{Context as _, anyhow};
+
+fn main() -> anyhow::Result<()> {
+    let manifest_dir = std::path::PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?);
+    let ebpf_dir = manifest_dir
+        .parent()
+        .ok_or_else(|| anyhow!("agent crate has no parent directory"))?
+        .join("agent-ebpf");
+    let root_dir = ebpf_dir.to_str().ok_or_else(|| anyhow!("non UTF-8 path {}", ebpf_dir.display()))?;
+    aya_build::build_ebpf(
+        [aya_build::Package { name: "agent-ebpf", root_dir, ..Default::default() }],
+        aya_build::Toolchain::Custom("nightly-2026-10-30"),
+    )
+    .context("building the eBPF programs failed (is bpf-linker on PATH? `./x setup` installs it)")
+}

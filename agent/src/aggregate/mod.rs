@@ -1,0 +1,213 @@
+//! Per-window statistics per server instance per digest.
+//!
+//! Owns the windows and their bounds: at most `max_digests` digests per
+//! instance per window, the rest go to an explicit overflow row that is
+//! still counted. Exact command totals come from the kernel counters, not
+//! from the events, so they stay exact when events were dropped.
+mod commands;
+pub mod histogram;
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::Arc,
+    time::SystemTime,
+};
+
+pub use commands::command_name;
+use commands::{COM_QUERY, COM_STMT_EXECUTE};
+use histogram::Histogram;
+
+use crate::{
+    normalize::{Digest, Normalizer},
+    probe::{Counters, ProbeBatch, Statement},
+};
+
+/// Longest sample text kept per digest.
+pub const MAX_SAMPLE: usize = 1024;
+/// Digest id of the overflow row.
+pub const OVERFLOW_DIGEST: u64 = 0;
+
+#[derive(Clone, Debug)]
+pub struct DigestStats {
+    pub digest: u64,
+    pub digest_text: Arc<str>,
+    pub count: u64,
+    pub errors: u64,
+    pub error_codes: BTreeMap<u32, u64>,
+    pub sum_ns: u64,
+    pub min_ns: u64,
+    pub max_ns: u64,
+    pub histogram: Histogram,
+    pub sample: String,
+    pub truncated: u64,
+}
+
+impl DigestStats {
+    fn new(digest: &Digest) -> Self {
+        Self {
+            digest: digest.id,
+            digest_text: digest.text.clone(),
+            count: 0,
+            errors: 0,
+            error_codes: BTreeMap::new(),
+            sum_ns: 0,
+            min_ns: u64::MAX,
+            max_ns: 0,
+            histogram: Histogram::default(),
+            sample: String::new(),
+            truncated: 0,
+        }
+    }
+
+    fn record(&mut self, statement: &Statement) {
+        self.count += 1;
+        let ns = statement.duration_ns;
+        self.sum_ns = self.sum_ns.saturating_add(ns);
+        self.min_ns = self.min_ns.min(ns);
+        self.max_ns = self.max_ns.max(ns);
+        self.histogram.record(ns);
+        if statement.error_code != 0 {
+            self.errors += 1;
+            *self.error_codes.entry(statement.error_code).or_default() += 1;
+        }
+        if statement.truncated {
+            self.truncated += 1;
+        }
+        if self.sample.is_empty() && !statement.text.is_empty() {
+            let end = statement.text.len().min(MAX_SAMPLE);
+            self.sample = String::from_utf8_lossy(&statement.text[..end]).into_owned();
+        }
+    }
+}
+
+/// Health and exact totals of one instance over one window.
+#[derive(Clone, Debug, Default)]
+pub struct Summary {
+    pub pid: u32,
+    pub commands: BTreeMap<String, u64>,
+    /// Statements that finished (exact, from kernel counters).
+    pub statements: u64,
+    /// Statement records delivered to the agent.
+    pub events: u64,
+    /// Statement records lost in the kernel (ring buffer full).
+    pub dropped_events: u64,
+    /// Records lost between the probe reader and this stage.
+    pub dropped_in_agent: u64,
+    pub unmatched: u64,
+    pub read_failures: u64,
+    /// Statements folded into the overflow row.
+    pub overflow_statements: u64,
+}
+
+#[derive(Clone, Debug)]
+pub struct WindowReport {
+    pub instance: String,
+    pub window_start: SystemTime,
+    pub window_end: SystemTime,
+    pub digests: Vec<DigestStats>,
+    pub summary: Summary,
+}
+
+#[derive(Default)]
+struct InstanceWindow {
+    digests: HashMap<u64, DigestStats>,
+    overflow: Option<DigestStats>,
+    summary: Summary,
+    command_counts: BTreeMap<u32, u64>,
+}
+
+pub struct Aggregator {
+    normalizer: Normalizer,
+    max_digests: usize,
+    window_start: SystemTime,
+    windows: BTreeMap<String, InstanceWindow>,
+    /// Last cumulative kernel counters per attached server generation.
+    last_counters: HashMap<(String, u32, u64), Counters>,
+}
+
+impl Aggregator {
+    pub fn new(normalizer: Normalizer, max_digests: usize, now: SystemTime) -> Self {
+        Self {
+            normalizer,
+            max_digests: max_digests.max(1),
+            window_start: now,
+            windows: BTreeMap::new(),
+            last_counters: HashMap::new(),
+        }
+    }
+
+    pub fn ingest(&mut self, batch: ProbeBatch) {
+        let instance = batch.server.instance.clone();
+        let window = self.windows.entry(instance.clone()).or_default();
+        window.summary.pid = batch.server.pid;
+        window.summary.dropped_in_agent += batch.lost_before;
+        for statement in &batch.statements {
+            let digest = digest_of(&mut self.normalizer, statement);
+            let stats = if window.digests.contains_key(&digest.id) || window.digests.len() < self.max_digests {
+                window.digests.entry(digest.id).or_insert_with(|| DigestStats::new(&digest))
+            } else {
+                window.summary.overflow_statements += 1;
+                window.overflow.get_or_insert_with(|| {
+                    DigestStats::new(&Digest { id: OVERFLOW_DIGEST, text: Arc::from("(overflow: digest limit reached)") })
+                })
+            };
+            stats.record(statement);
+        }
+        if let Some(now) = batch.counters {
+            let key = (instance, batch.server.pid, batch.server.start_ticks);
+            let last = self.last_counters.get(&key).cloned().unwrap_or_default();
+            let delta = now.delta(&last);
+            for (command, count) in delta.commands.iter().enumerate() {
+                if *count > 0 {
+                    *window.command_counts.entry(command as u32).or_default() += count;
+                }
+            }
+            window.summary.statements += delta.statements;
+            window.summary.events += delta.events;
+            window.summary.dropped_events += delta.dropped;
+            window.summary.unmatched += delta.unmatched;
+            window.summary.read_failures += delta.read_failed;
+            if batch.detached {
+                self.last_counters.remove(&key);
+            } else {
+                self.last_counters.insert(key, now);
+            }
+        }
+    }
+
+    /// Closes the current window and starts the next one at `now`.
+    pub fn flush(&mut self, now: SystemTime) -> Vec<WindowReport> {
+        let start = std::mem::replace(&mut self.window_start, now);
+        let mut reports = Vec::new();
+        for (instance, mut window) in std::mem::take(&mut self.windows) {
+            let mut digests: Vec<DigestStats> = window.digests.into_values().collect();
+            digests.extend(window.overflow.take());
+            digests.sort_by(|a, b| b.sum_ns.cmp(&a.sum_ns).then(a.digest.cmp(&b.digest)));
+            window.summary.commands = window
+                .command_counts
+                .iter()
+                .map(|(c, n)| (command_name(*c).into_owned(), *n))
+                .collect();
+            reports.push(WindowReport { instance, window_start: start, window_end: now, digests, summary: window.summary });
+        }
+        reports
+    }
+
+    pub fn normalizer(&self) -> &Normalizer {
+        &self.normalizer
+    }
+}
+
+fn digest_of(normalizer: &mut Normalizer, statement: &Statement) -> Digest {
+    if !statement.text.is_empty() {
+        return normalizer.normalize(&statement.text);
+    }
+    // Keep statements without text in the totals under a name that says
+    // what they were.
+    let text = match statement.command {
+        COM_STMT_EXECUTE => format!("prepared statement #{} (text unknown)", statement.stmt_id),
+        COM_QUERY => "query (text unknown)".to_string(),
+        other => format!("{} (text unknown)", command_name(other)),
+    };
+    Digest::from_text(&text)
+}

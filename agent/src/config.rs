@@ -1,0 +1,229 @@
+//! The one typed configuration of a role, merged from (lowest first)
+//! built-in defaults, a TOML file (`--config`), `SQLBEE_*` environment
+//! variables and command-line flags, then validated once at start.
+use std::{path::PathBuf, time::Duration};
+
+use clap::{Args, ValueEnum};
+use serde::Deserialize;
+
+use agent_common::{DEFAULT_TEXT_LIMIT, MAX_TEXT};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("config file {path} is not valid: {source}")]
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: toml::de::Error,
+    },
+    #[error("`{field}` = {value:?} is not a duration; write it like 500ms, 10s or 2m")]
+    Duration { field: &'static str, value: String },
+    #[error("`{field}` = {value} is out of range: {expected}")]
+    Range { field: &'static str, value: u64, expected: String },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OutputFormat {
+    /// One JSON object per digest per window, plus one summary per instance.
+    Jsonl,
+    /// A readable top list per window.
+    Table,
+}
+
+/// Flags of `sqlbee agent`; every one can also come from the environment or
+/// the config file.
+#[derive(Args, Debug, Default, Clone)]
+pub struct AgentArgs {
+    /// TOML file with the same keys as these flags (snake_case).
+    #[arg(long, env = "SQLBEE_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Trace only these server pids (repeatable); default: every
+    /// mariadbd/mysqld on the host. A traced server that restarts is
+    /// followed to its new pid.
+    #[arg(long = "pid", env = "SQLBEE_PID", value_delimiter = ',')]
+    pub pids: Vec<u32>,
+    #[arg(long, value_enum, env = "SQLBEE_OUTPUT")]
+    pub output: Option<OutputFormat>,
+    /// Length of an aggregation window, e.g. 10s.
+    #[arg(long, env = "SQLBEE_WINDOW")]
+    pub window: Option<String>,
+    /// Statement text bytes captured per statement (max 16384).
+    #[arg(long, env = "SQLBEE_TEXT_LIMIT")]
+    pub text_limit: Option<u32>,
+    /// Digests kept per instance per window; the rest are counted in an
+    /// overflow row.
+    #[arg(long, env = "SQLBEE_MAX_DIGESTS")]
+    pub max_digests: Option<usize>,
+    /// Kernel ring buffer per server, bytes (power of two).
+    #[arg(long, env = "SQLBEE_RING_BYTES")]
+    pub ring_bytes: Option<u32>,
+    /// How often the ring buffers are drained, e.g. 100ms.
+    #[arg(long, env = "SQLBEE_DRAIN_INTERVAL")]
+    pub drain_interval: Option<String>,
+    /// Stop after this long (default: run until SIGINT/SIGTERM).
+    #[arg(long, env = "SQLBEE_DURATION")]
+    pub duration: Option<String>,
+    /// Write this file once the initial servers are attached.
+    #[arg(long, env = "SQLBEE_READY_FILE")]
+    pub ready_file: Option<PathBuf>,
+    /// Rows per window in `--output table`.
+    #[arg(long, env = "SQLBEE_TABLE_ROWS")]
+    pub table_rows: Option<usize>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AgentFile {
+    pids: Option<Vec<u32>>,
+    output: Option<OutputFormat>,
+    window: Option<String>,
+    text_limit: Option<u32>,
+    max_digests: Option<usize>,
+    ring_bytes: Option<u32>,
+    drain_interval: Option<String>,
+    duration: Option<String>,
+    ready_file: Option<PathBuf>,
+    table_rows: Option<usize>,
+}
+
+/// Validated agent configuration.
+#[derive(Clone, Debug)]
+pub struct AgentConfig {
+    pub pids: Vec<u32>,
+    pub output: OutputFormat,
+    pub window: Duration,
+    pub text_limit: u32,
+    pub max_digests: usize,
+    pub ring_bytes: u32,
+    pub drain_interval: Duration,
+    pub duration: Option<Duration>,
+    pub ready_file: Option<PathBuf>,
+    pub table_rows: usize,
+    /// How often /proc is rescanned for started, restarted or gone servers.
+    pub rescan_interval: Duration,
+    pub normalize_cache: usize,
+}
+
+impl AgentArgs {
+    pub fn resolve(self) -> Result<AgentConfig, ConfigError> {
+        let file = match &self.config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|source| ConfigError::Read { path: path.clone(), source })?;
+                toml::from_str(&text).map_err(|source| ConfigError::Parse { path: path.clone(), source })?
+            }
+            None => AgentFile::default(),
+        };
+        let pids = if self.pids.is_empty() { file.pids.unwrap_or_default() } else { self.pids };
+        let window = duration("window", self.window.or(file.window).as_deref().unwrap_or("10s"))?;
+        let drain_interval =
+            duration("drain_interval", self.drain_interval.or(file.drain_interval).as_deref().unwrap_or("100ms"))?;
+        let run_for = self.duration.or(file.duration).map(|d| duration("duration", &d)).transpose()?;
+        let text_limit = self.text_limit.or(file.text_limit).unwrap_or(DEFAULT_TEXT_LIMIT);
+        let ring_bytes = self.ring_bytes.or(file.ring_bytes).unwrap_or(8 * 1024 * 1024);
+        let max_digests = self.max_digests.or(file.max_digests).unwrap_or(5000);
+        let config = AgentConfig {
+            pids,
+            output: self.output.or(file.output).unwrap_or(OutputFormat::Jsonl),
+            window,
+            text_limit,
+            max_digests,
+            ring_bytes,
+            drain_interval,
+            duration: run_for,
+            ready_file: self.ready_file.or(file.ready_file),
+            table_rows: self.table_rows.or(file.table_rows).unwrap_or(20),
+            rescan_interval: Duration::from_millis(500),
+            normalize_cache: 20_000,
+        };
+        config.validate()?;
+        Ok(config)
+    }
+}
+
+impl AgentConfig {
+    fn validate(&self) -> Result<(), ConfigError> {
+        let range = |field, value: u64, ok: bool, expected: &str| {
+            if ok { Ok(()) } else { Err(ConfigError::Range { field, value, expected: expected.to_string() }) }
+        };
+        range("text_limit", self.text_limit as u64, self.text_limit as usize <= MAX_TEXT, &format!("0..={MAX_TEXT}"))?;
+        range(
+            "ring_bytes",
+            self.ring_bytes as u64,
+            self.ring_bytes.is_power_of_two() && self.ring_bytes >= 4096 && self.ring_bytes <= 1 << 30,
+            "a power of two between 4096 and 1073741824",
+        )?;
+        range("max_digests", self.max_digests as u64, (1..=1_000_000).contains(&self.max_digests), "1..=1000000")?;
+        let ms = self.window.as_millis() as u64;
+        range("window", ms, (100..=3_600_000).contains(&ms), "100ms..=1h")?;
+        let ms = self.drain_interval.as_millis() as u64;
+        range("drain_interval", ms, (1..=10_000).contains(&ms) && self.drain_interval <= self.window, "1ms..=10s and at most the window")?;
+        Ok(())
+    }
+}
+
+/// Parses `250ms`, `10s`, `2m`, `1h` (a bare number means seconds).
+pub fn duration(field: &'static str, value: &str) -> Result<Duration, ConfigError> {
+    let bad = || ConfigError::Duration { field, value: value.to_string() };
+    let value_trim = value.trim();
+    let split = value_trim.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(value_trim.len());
+    let (number, unit) = value_trim.split_at(split);
+    let number: f64 = number.parse().map_err(|_| bad())?;
+    let seconds = match unit.trim() {
+        "ms" => number / 1000.0,
+        "" | "s" => number,
+        "m" => number * 60.0,
+        "h" => number * 3600.0,
+        _ => return Err(bad()),
+    };
+    if !seconds.is_finite() || seconds < 0.0 {
+        return Err(bad());
+    }
+    Ok(Duration::from_secs_f64(seconds))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(duration("w", "250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(duration("w", "10s").unwrap(), Duration::from_secs(10));
+        assert_eq!(duration("w", "2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(duration("w", "3").unwrap(), Duration::from_secs(3));
+        assert!(duration("w", "soon").unwrap_err().to_string().contains("500ms"));
+    }
+
+    #[test]
+    fn validation_names_the_field() {
+        let args = AgentArgs { text_limit: Some(1 << 20), ..Default::default() };
+        let err = args.resolve().unwrap_err().to_string();
+        assert!(err.contains("text_limit"), "{err}");
+        let args = AgentArgs { ring_bytes: Some(5000), ..Default::default() };
+        assert!(args.resolve().unwrap_err().to_string().contains("power of two"));
+    }
+
+    #[test]
+    fn file_then_flags() {
+        let dir = std::env::temp_dir().join(format!("sqlbee-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("agent.toml");
+        std::fs::write(&path, "window = \"5s\"\ntext_limit = 1024\n").unwrap();
+        let args = AgentArgs { config: Some(path.clone()), text_limit: Some(2048), ..Default::default() };
+        let config = args.resolve().unwrap();
+        assert_eq!(config.window, Duration::from_secs(5));
+        assert_eq!(config.text_limit, 2048);
+        std::fs::write(&path, "windw = \"5s\"\n").unwrap();
+        let args = AgentArgs { config: Some(path), ..Default::default() };
+        assert!(args.resolve().unwrap_err().to_string().contains("windw"));
+        std::fs::remove_dir_all(dir).ok();
+    }
+}

@@ -1,0 +1,224 @@
+//! What a server binary is and where sqlbee reads it.
+//!
+//! Symbols come from `.dynsym` (Debian's mariadbd is stripped of `.symtab`
+//! but exports its C++ functions) or `.symtab`. Field offsets inside `THD`
+//! differ per build, so they are decoded from tiny exported accessor
+//! functions of this very binary instead of being hard-coded:
+//! - `thd_query_string(THD*)` is `lea OFF(%rdi),%rax; ret`: the statement
+//!   text `{char*, size_t}` lives at THD+OFF;
+//! - `thd_get_thread_id(THD*)` is `mov OFF(%rdi),%rax; ret`: the connection
+//!   id lives at THD+OFF.
+//!
+//! A pattern that does not match is refused, never guessed.
+use std::{fs::File, path::Path};
+
+use agent_common::ServerLayout;
+use object::{Object, ObjectSection, ObjectSymbol};
+
+use super::DiscoverError;
+
+const MARIADB_DISPATCH: &str = "_Z16dispatch_command19enum_server_commandP3THDPcjb";
+const MYSQL_DISPATCH: &str = "_Z16dispatch_commandP3THDPK8COM_DATA19enum_server_command";
+const LOG_SLOW_STATEMENT: &str = "_Z18log_slow_statementP3THD";
+const MY_MESSAGE_SQL: &str = "my_message_sql";
+const THD_QUERY_STRING: &str = "thd_query_string";
+const THD_GET_THREAD_ID: &str = "thd_get_thread_id";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flavor {
+    MariaDb,
+}
+
+/// Symbols the kernel programs attach to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProbePoints {
+    pub command_start: &'static str,
+    pub statement_end: &'static str,
+    pub error_raised: &'static str,
+}
+
+#[derive(Clone, Debug)]
+pub struct BinaryInfo {
+    pub flavor: Flavor,
+    pub build_id: Option<String>,
+    /// `layout.text_limit` is left at 0; the probe stage sets it.
+    pub layout: ServerLayout,
+    pub points: ProbePoints,
+    /// Probe points whose first instruction the kernel cannot emulate and
+    /// must single-step (about 15x the cost of a trap on this kind of VM).
+    pub single_stepped: Vec<&'static str>,
+}
+
+pub fn inspect_binary(path: &Path) -> Result<BinaryInfo, DiscoverError> {
+    let file = File::open(path).map_err(|source| DiscoverError::Binary { path: path.into(), source })?;
+    // SAFETY: read-only private mapping; a binary replaced underneath us at
+    // worst yields garbage that the ELF parser rejects.
+    let map = unsafe { memmap2::Mmap::map(&file) }
+        .map_err(|source| DiscoverError::Binary { path: path.into(), source })?;
+    let elf = object::File::parse(&*map)
+        .map_err(|e| DiscoverError::NotElf { path: path.into(), reason: e.to_string() })?;
+    if elf.architecture() != object::Architecture::X86_64 {
+        return Err(DiscoverError::Unsupported {
+            path: path.into(),
+            flavor: "a non-x86-64 build",
+            detail: format!("architecture {:?}; offsets are decoded from x86-64 code", elf.architecture()),
+        });
+    }
+    let lookup = |name: &str| find_symbol(&elf, name);
+
+    if lookup(MARIADB_DISPATCH).is_none() {
+        if lookup(MYSQL_DISPATCH).is_some() {
+            return Err(DiscoverError::Unsupported {
+                path: path.into(),
+                flavor: "MySQL 5.7/8.x",
+                detail: "dispatch_command(THD*, const COM_DATA*, enum_server_command) found \
+                         (command is argument 3, THD argument 1), but MySQL has no \
+                         thd_query_string accessor to learn the statement text offset from"
+                    .into(),
+            });
+        }
+        return Err(missing(path, MARIADB_DISPATCH, "dispatch_command, start of every client command"));
+    }
+    let required = [
+        (LOG_SLOW_STATEMENT, "log_slow_statement, end of every statement"),
+        (MY_MESSAGE_SQL, "my_message_sql, every error sent to a client"),
+        (THD_QUERY_STRING, "thd_query_string, locates the statement text"),
+        (THD_GET_THREAD_ID, "thd_get_thread_id, locates the connection id"),
+    ];
+    for (symbol, what) in required {
+        if lookup(symbol).is_none() {
+            return Err(missing(path, symbol, what));
+        }
+    }
+
+    let code = |symbol: &'static str| function_bytes(&elf, symbol, 16).unwrap_or_default();
+    let query_offset = decode_lea_rdi(&code(THD_QUERY_STRING)).ok_or_else(|| DiscoverError::UnknownLayout {
+        path: path.into(),
+        field: "the statement text offset",
+        symbol: THD_QUERY_STRING,
+        bytes: hex(&code(THD_QUERY_STRING)),
+    })?;
+    let connection_id_offset =
+        decode_mov_rdi(&code(THD_GET_THREAD_ID)).ok_or_else(|| DiscoverError::UnknownLayout {
+            path: path.into(),
+            field: "the connection id offset",
+            symbol: THD_GET_THREAD_ID,
+            bytes: hex(&code(THD_GET_THREAD_ID)),
+        })?;
+
+    let points = ProbePoints {
+        command_start: MARIADB_DISPATCH,
+        statement_end: LOG_SLOW_STATEMENT,
+        error_raised: MY_MESSAGE_SQL,
+    };
+    let single_stepped = [points.command_start, points.statement_end, points.error_raised]
+        .into_iter()
+        .filter(|s| !starts_with_emulated(&code(s)))
+        .collect();
+    let build_id = elf.build_id().ok().flatten().map(hex_plain);
+    Ok(BinaryInfo {
+        flavor: Flavor::MariaDb,
+        build_id,
+        layout: ServerLayout {
+            command_arg: 0,
+            thd_arg: 1,
+            packet_arg: 2,
+            query_offset,
+            connection_id_offset,
+            text_limit: 0,
+        },
+        points,
+        single_stepped,
+    })
+}
+
+fn missing(path: &Path, symbol: &'static str, what: &'static str) -> DiscoverError {
+    DiscoverError::MissingSymbol { path: path.into(), symbol, what }
+}
+
+fn find_symbol<'d, 'f>(elf: &'f object::File<'d>, name: &str) -> Option<object::Symbol<'d, 'f>> {
+    elf.dynamic_symbols()
+        .chain(elf.symbols())
+        .find(|s| s.is_definition() && s.name() == Ok(name))
+}
+
+fn function_bytes(elf: &object::File<'_>, name: &str, len: u64) -> Option<Vec<u8>> {
+    let symbol = find_symbol(elf, name)?;
+    let section = elf.section_by_index(symbol.section_index()?).ok()?;
+    let bytes = section.data_range(symbol.address(), len).ok()??;
+    Some(bytes.to_vec())
+}
+
+fn strip_endbr(code: &[u8]) -> &[u8] {
+    code.strip_prefix(&[0xf3, 0x0f, 0x1e, 0xfa]).unwrap_or(code)
+}
+
+/// `lea disp(%rdi),%rax; ret` -> disp.
+pub(crate) fn decode_lea_rdi(code: &[u8]) -> Option<u32> {
+    decode_rdi_disp(strip_endbr(code), 0x8d)
+}
+
+/// `mov disp(%rdi),%rax; ret` -> disp.
+pub(crate) fn decode_mov_rdi(code: &[u8]) -> Option<u32> {
+    decode_rdi_disp(strip_endbr(code), 0x8b)
+}
+
+fn decode_rdi_disp(code: &[u8], opcode: u8) -> Option<u32> {
+    match code {
+        // REX.W, opcode, ModRM mod=01 reg=rax rm=rdi, disp8, ret
+        [0x48, op, 0x47, disp, 0xc3, ..] if *op == opcode => Some(*disp as u32),
+        // REX.W, opcode, ModRM mod=10 reg=rax rm=rdi, disp32, ret
+        [0x48, op, 0x87, a, b, c, d, 0xc3, ..] if *op == opcode => {
+            let disp = i32::from_le_bytes([*a, *b, *c, *d]);
+            u32::try_from(disp).ok()
+        }
+        _ => None,
+    }
+}
+
+/// Entry instructions the kernel's uprobe emulates instead of
+/// single-stepping: `push %rbp`, `push %r12..15`, or `endbr64` before them.
+fn starts_with_emulated(code: &[u8]) -> bool {
+    matches!(strip_endbr(code), [0x55, ..] | [0x41, 0x54..=0x57, ..])
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(" ")
+}
+
+fn hex_plain(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decodes_accessors() {
+        assert_eq!(decode_lea_rdi(&[0x48, 0x8d, 0x47, 0x68, 0xc3]), Some(0x68));
+        assert_eq!(decode_mov_rdi(&[0x48, 0x8b, 0x87, 0x18, 0x3f, 0, 0, 0xc3]), Some(0x3f18));
+        assert_eq!(decode_mov_rdi(&[0xf3, 0x0f, 0x1e, 0xfa, 0x48, 0x8b, 0x47, 0x10, 0xc3]), Some(0x10));
+        // A function that does more than load a field is refused.
+        assert_eq!(decode_lea_rdi(&[0x55, 0x48, 0x89, 0xe5]), None);
+        assert_eq!(decode_mov_rdi(&[0x48, 0x8d, 0x47, 0x68, 0xc3]), None);
+    }
+
+    #[test]
+    fn non_elf_is_refused() {
+        let exe = std::env::temp_dir().join(format!("sqlbee-not-elf-{}", std::process::id()));
+        std::fs::write(&exe, b"#!/bin/sh\necho hi\n").unwrap();
+        let err = inspect_binary(&exe).unwrap_err();
+        std::fs::remove_file(&exe).ok();
+        assert!(matches!(err, DiscoverError::NotElf { .. }), "{err}");
+    }
+
+    #[test]
+    fn binary_without_symbol_names_it() {
+        // The test binary itself is an ELF without dispatch_command.
+        let me = std::env::current_exe().unwrap();
+        let err = inspect_binary(&me).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("dispatch_command") && text.contains(&me.display().to_string()), "{text}");
+    }
+}

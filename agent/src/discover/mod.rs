@@ -1,0 +1,48 @@
+//! Finds MySQL/MariaDB servers on this host and learns, per binary, where to
+//! probe and how to read the server's own structures.
+//!
+//! Binaries are reached through `/proc/PID/root` so a server in another
+//! container (mount namespace) is read from its own filesystem. Nothing here
+//! touches the server; it only reads procfs and ELF files.
+mod binary;
+mod process;
+
+pub use binary::{BinaryInfo, Flavor, ProbePoints, inspect_binary};
+pub use process::{ServerProcess, find_servers, server_by_pid};
+
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+pub enum DiscoverError {
+    #[error("no process with pid {pid}: check the --pid value (is the server running?)")]
+    NoSuchProcess { pid: u32 },
+    #[error("cannot read {path}: {source}")]
+    Proc {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot read server binary {path}: {source}")]
+    Binary {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path} is not an ELF file sqlbee can read: {reason}")]
+    NotElf { path: PathBuf, reason: String },
+    #[error(
+        "{path} has no symbol `{symbol}` ({what}); sqlbee needs it to trace statements. \
+         Is this a mysqld/mariadbd binary? Stripped builds keep it in .dynsym; \
+         a build without it cannot be traced"
+    )]
+    MissingSymbol { path: PathBuf, symbol: &'static str, what: &'static str },
+    #[error(
+        "{path} looks like {flavor}: {detail}. sqlbee supports MariaDB 10.x/11.x binaries today"
+    )]
+    Unsupported { path: PathBuf, flavor: &'static str, detail: String },
+    #[error(
+        "could not learn {field} from `{symbol}` in {path}: its code does not match a known \
+         pattern (bytes {bytes}); refusing to guess an offset"
+    )]
+    UnknownLayout { path: PathBuf, field: &'static str, symbol: &'static str, bytes: String },
+}

@@ -1,0 +1,144 @@
+//! Server processes from procfs.
+use std::{
+    fs,
+    path::{Path, PathBuf},
+};
+
+use super::DiscoverError;
+
+const SERVER_NAMES: [&str; 2] = ["mariadbd", "mysqld"];
+
+/// One running server, identified across restarts by `instance` and within
+/// one life by (`pid`, `start_ticks`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServerProcess {
+    pub pid: u32,
+    /// Start time in clock ticks since boot (field 22 of /proc/PID/stat):
+    /// tells a restarted server from a reused pid.
+    pub start_ticks: u64,
+    pub comm: String,
+    /// The binary as seen from this agent, through the server's root.
+    pub binary: PathBuf,
+    /// Stable name: `host:port` from the server's command line, or its
+    /// socket path when it listens on no TCP port.
+    pub instance: String,
+}
+
+fn read(path: &Path) -> Result<String, DiscoverError> {
+    fs::read_to_string(path).map_err(|source| DiscoverError::Proc { path: path.to_path_buf(), source })
+}
+
+/// Every mariadbd/mysqld visible in /proc. Processes that vanish while we
+/// look are skipped.
+pub fn find_servers(hostname: &str) -> Vec<ServerProcess> {
+    let Ok(entries) = fs::read_dir("/proc") else { return Vec::new() };
+    let me = std::process::id();
+    let mut found: Vec<ServerProcess> = entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| *pid != me)
+        .filter(|pid| {
+            fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|c| SERVER_NAMES.contains(&c.trim_end()))
+        })
+        .filter_map(|pid| server_by_pid(pid, hostname).ok())
+        .collect();
+    found.sort_by_key(|s| s.pid);
+    found
+}
+
+/// The server with this pid, whatever its name (the binary check comes later).
+pub fn server_by_pid(pid: u32, hostname: &str) -> Result<ServerProcess, DiscoverError> {
+    let proc_dir = PathBuf::from(format!("/proc/{pid}"));
+    if !proc_dir.exists() {
+        return Err(DiscoverError::NoSuchProcess { pid });
+    }
+    let stat = read(&proc_dir.join("stat"))?;
+    let start_ticks = parse_start_ticks(&stat).ok_or_else(|| DiscoverError::Proc {
+        path: proc_dir.join("stat"),
+        source: std::io::Error::new(std::io::ErrorKind::InvalidData, "unexpected format"),
+    })?;
+    let comm = read(&proc_dir.join("comm"))?.trim_end().to_string();
+    let exe_link = proc_dir.join("exe");
+    let exe = fs::read_link(&exe_link).map_err(|source| DiscoverError::Proc { path: exe_link, source })?;
+    // A replaced binary reads as "/usr/sbin/mariadbd (deleted)"; the open
+    // file is still reachable through /proc/PID/exe itself.
+    let exe_str = exe.to_string_lossy();
+    let binary = if exe_str.ends_with(" (deleted)") {
+        proc_dir.join("exe")
+    } else {
+        proc_dir.join("root").join(exe.strip_prefix("/").unwrap_or(&exe))
+    };
+    let cmdline = fs::read(proc_dir.join("cmdline")).unwrap_or_default();
+    let args: Vec<String> = cmdline
+        .split(|b| *b == 0)
+        .filter(|a| !a.is_empty())
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    Ok(ServerProcess { pid, start_ticks, comm, binary, instance: instance_name(&args, hostname) })
+}
+
+fn parse_start_ticks(stat: &str) -> Option<u64> {
+    // comm may contain spaces and parentheses: fields start after the last ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+fn option_value<'a>(args: &'a [String], long: &str, short: Option<&str>) -> Option<&'a str> {
+    let mut value = None;
+    let mut iter = args.iter().peekable();
+    while let Some(arg) = iter.next() {
+        if let Some(v) = arg.strip_prefix(long).and_then(|r| r.strip_prefix('=')) {
+            value = Some(v);
+        } else if arg == long || short.is_some_and(|s| arg == s) {
+            value = iter.peek().map(|v| v.as_str());
+        } else if let Some(v) = short.and_then(|s| arg.strip_prefix(s)).filter(|v| !v.is_empty()) {
+            value = Some(v);
+        }
+    }
+    value
+}
+
+/// `host:port`, or `host:socket-path` with `--skip-networking`, from the
+/// command line; servers configured only by my.cnf get the default port.
+pub fn instance_name(args: &[String], hostname: &str) -> String {
+    let skip_networking = args.iter().any(|a| a == "--skip-networking" || a == "--skip_networking");
+    if skip_networking && let Some(socket) = option_value(args, "--socket", Some("-S")) {
+        return format!("{hostname}:{socket}");
+    }
+    let port = option_value(args, "--port", Some("-P")).unwrap_or("3306");
+    format!("{hostname}:{port}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn instance_from_port_forms() {
+        assert_eq!(instance_name(&args(&["mariadbd", "--port=3310"]), "h"), "h:3310");
+        assert_eq!(instance_name(&args(&["mariadbd", "--port", "3311"]), "h"), "h:3311");
+        assert_eq!(instance_name(&args(&["mariadbd", "-P3312"]), "h"), "h:3312");
+        assert_eq!(instance_name(&args(&["mariadbd"]), "h"), "h:3306");
+        assert_eq!(
+            instance_name(&args(&["mariadbd", "--skip-networking", "--socket=/s.sock"]), "h"),
+            "h:/s.sock"
+        );
+    }
+
+    #[test]
+    fn start_ticks_survive_odd_comm() {
+        let stat = "42 (my (odd) d) S 1 42 42 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 98765 1 2";
+        assert_eq!(parse_start_ticks(stat), Some(98765));
+    }
+
+    #[test]
+    fn wrong_pid_is_a_clear_error() {
+        let err = server_by_pid(u32::MAX - 1, "h").unwrap_err();
+        assert!(err.to_string().contains("no process with pid"), "{err}");
+    }
+}

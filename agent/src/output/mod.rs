@@ -1,0 +1,113 @@
+//! Writes closed windows to stdout until the ship stage takes over:
+//! JSON lines (schema in README) or a readable table.
+mod time;
+
+use std::io::Write;
+
+use serde_json::{Value, json};
+
+pub use time::rfc3339;
+
+use crate::aggregate::{WindowReport, histogram::Histogram};
+
+pub fn window_to_json(report: &WindowReport) -> Vec<Value> {
+    let start = rfc3339(report.window_start);
+    let end = rfc3339(report.window_end);
+    let mut lines: Vec<Value> = report
+        .digests
+        .iter()
+        .map(|d| {
+            json!({
+                "type": "digest",
+                "instance": report.instance,
+                "window_start": start,
+                "window_end": end,
+                "digest": format!("{:016x}", d.digest),
+                "digest_text": &*d.digest_text,
+                "count": d.count,
+                "errors": d.errors,
+                "error_codes": d.error_codes.iter().map(|(c, n)| (c.to_string(), json!(n))).collect::<serde_json::Map<_, _>>(),
+                "sum_ns": d.sum_ns,
+                "min_ns": d.min_ns,
+                "max_ns": d.max_ns,
+                "p50_ns": d.histogram.quantile(0.50).clamp(d.min_ns, d.max_ns),
+                "p95_ns": d.histogram.quantile(0.95).clamp(d.min_ns, d.max_ns),
+                "p99_ns": d.histogram.quantile(0.99).clamp(d.min_ns, d.max_ns),
+                "histogram": buckets(&d.histogram),
+                "truncated": d.truncated,
+                "sample": d.sample,
+            })
+        })
+        .collect();
+    let s = &report.summary;
+    lines.push(json!({
+        "type": "summary",
+        "instance": report.instance,
+        "pid": s.pid,
+        "window_start": start,
+        "window_end": end,
+        "commands": s.commands,
+        "statements": s.statements,
+        "events": s.events,
+        "dropped_events": s.dropped_events,
+        "dropped_in_agent": s.dropped_in_agent,
+        "unmatched": s.unmatched,
+        "read_failures": s.read_failures,
+        "overflow_statements": s.overflow_statements,
+        "digests": report.digests.len(),
+    }));
+    lines
+}
+
+fn buckets(h: &Histogram) -> Vec<[u64; 2]> {
+    h.buckets().map(|(i, c)| [i as u64, c]).collect()
+}
+
+pub fn write_jsonl(out: &mut impl Write, report: &WindowReport) -> std::io::Result<()> {
+    for line in window_to_json(report) {
+        serde_json::to_writer(&mut *out, &line)?;
+        out.write_all(b"\n")?;
+    }
+    out.flush()
+}
+
+fn ms(ns: u64) -> String {
+    format!("{:.3}", ns as f64 / 1e6)
+}
+
+pub fn write_table(out: &mut impl Write, report: &WindowReport, rows: usize) -> std::io::Result<()> {
+    let s = &report.summary;
+    writeln!(
+        out,
+        "== {} {} .. {}: {} statements, {} digests, dropped {} (kernel) + {} (agent)",
+        report.instance,
+        rfc3339(report.window_start),
+        rfc3339(report.window_end),
+        s.statements,
+        report.digests.len(),
+        s.dropped_events,
+        s.dropped_in_agent
+    )?;
+    writeln!(out, "{:>8} {:>6} {:>10} {:>9} {:>9} {:>9}  digest", "count", "errors", "total_ms", "avg_ms", "p95_ms", "max_ms")?;
+    for d in report.digests.iter().take(rows) {
+        let avg = if d.count > 0 { d.sum_ns / d.count } else { 0 };
+        let mut text: String = d.digest_text.chars().take(100).collect();
+        if text.len() < d.digest_text.len() {
+            text.push_str("...");
+        }
+        writeln!(
+            out,
+            "{:>8} {:>6} {:>10} {:>9} {:>9} {:>9}  {}",
+            d.count,
+            d.errors,
+            ms(d.sum_ns),
+            ms(avg),
+            ms(d.histogram.quantile(0.95).clamp(d.min_ns, d.max_ns)),
+            ms(d.max_ns),
+            text
+        )?;
+    }
+    let commands: Vec<String> = s.commands.iter().map(|(c, n)| format!("{c}={n}")).collect();
+    writeln!(out, "   commands: {}", commands.join(" "))?;
+    out.flush()
+}

@@ -1,0 +1,120 @@
+//! Loads the kernel programs, attaches them to each server process and
+//! reads what they report into owned values.
+//!
+//! One program set per server process (its own maps, its own ring buffer),
+//! scoped to that pid so other servers on the host are never trapped.
+//! Reading never blocks the kernel side: records are drained on a timer.
+mod attach;
+mod event;
+mod supervisor;
+
+pub use attach::{AttachedServer, ProbeConfig};
+pub use event::{Statement, decode_statement};
+pub use supervisor::Supervisor;
+
+use agent_common::{COMMAND_SLOTS, stat};
+
+use crate::discover::ServerProcess;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    #[error("loading the eBPF programs for pid {pid} failed: {source} (sqlbee needs root or CAP_BPF+CAP_PERFMON)")]
+    Load {
+        pid: u32,
+        #[source]
+        source: aya::EbpfError,
+    },
+    #[error("eBPF program `{program}` for pid {pid}: {source}")]
+    Program {
+        pid: u32,
+        program: &'static str,
+        #[source]
+        source: aya::programs::ProgramError,
+    },
+    #[error("attaching `{program}` to `{symbol}` in {binary} for pid {pid} failed: {source}")]
+    Attach {
+        pid: u32,
+        program: &'static str,
+        symbol: &'static str,
+        binary: String,
+        #[source]
+        source: aya::programs::ProgramError,
+    },
+    #[error("eBPF map `{map}` is missing or has the wrong type: {detail}")]
+    Map { map: &'static str, detail: String },
+    #[error(transparent)]
+    Discover(#[from] crate::discover::DiscoverError),
+}
+
+/// Cumulative kernel counters of one attached server since attach.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Counters {
+    pub commands: Vec<u64>,
+    pub statements: u64,
+    pub events: u64,
+    pub dropped: u64,
+    pub unmatched: u64,
+    pub read_failed: u64,
+    pub errors: u64,
+}
+
+impl Default for Counters {
+    fn default() -> Self {
+        Self {
+            commands: vec![0; COMMAND_SLOTS as usize],
+            statements: 0,
+            events: 0,
+            dropped: 0,
+            unmatched: 0,
+            read_failed: 0,
+            errors: 0,
+        }
+    }
+}
+
+impl Counters {
+    pub(crate) fn from_stats(commands: Vec<u64>, stats: &[u64]) -> Self {
+        let at = |i: u32| stats.get(i as usize).copied().unwrap_or(0);
+        Self {
+            commands,
+            statements: at(stat::STATEMENTS),
+            events: at(stat::EVENTS),
+            dropped: at(stat::DROPPED),
+            unmatched: at(stat::UNMATCHED),
+            read_failed: at(stat::READ_FAILED),
+            errors: at(stat::ERRORS),
+        }
+    }
+
+    /// What happened between `earlier` and `self`.
+    pub fn delta(&self, earlier: &Counters) -> Counters {
+        let commands = self
+            .commands
+            .iter()
+            .enumerate()
+            .map(|(i, n)| n.saturating_sub(earlier.commands.get(i).copied().unwrap_or(0)))
+            .collect();
+        Counters {
+            commands,
+            statements: self.statements.saturating_sub(earlier.statements),
+            events: self.events.saturating_sub(earlier.events),
+            dropped: self.dropped.saturating_sub(earlier.dropped),
+            unmatched: self.unmatched.saturating_sub(earlier.unmatched),
+            read_failed: self.read_failed.saturating_sub(earlier.read_failed),
+            errors: self.errors.saturating_sub(earlier.errors),
+        }
+    }
+}
+
+/// What the probe stage hands downstream for one server.
+#[derive(Debug)]
+pub struct ProbeBatch {
+    pub server: ServerProcess,
+    pub statements: Vec<Statement>,
+    /// Cumulative counters, read at window ends and at detach.
+    pub counters: Option<Counters>,
+    /// Statements of earlier batches that were lost on the way (full channel).
+    pub lost_before: u64,
+    /// The server went away; this is its last batch.
+    pub detached: bool,
+}
