@@ -1,1 +1,74 @@
-fn main(){}
+//! `cargo xtask <command>`: set-up, demo, tests and benchmarks of sqlbee.
+mod demo;
+mod setup;
+
+use std::process::Command;
+
+use anyhow::{Context as _, bail};
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "xtask")]
+struct Cli {
+    #[command(subcommand)]
+    command: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Install what is missing: pinned nightly, bpf-linker, MariaDB, sysbench.
+    Setup,
+    /// Set up, start a private MariaDB, trace it under a short mixed
+    /// workload and print the top digests.
+    Demo {
+        /// Seconds of sysbench per protocol (prepared, then text).
+        #[arg(long, default_value_t = 10)]
+        seconds: u32,
+    },
+    /// Set up and run every test, the privileged eBPF ones included.
+    Test {
+        /// Extra arguments for `cargo test` (after `--`).
+        #[arg(trailing_var_arg = true)]
+        args: Vec<String>,
+    },
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Task::Setup => setup::run(),
+        Task::Demo { seconds } => {
+            setup::run()?;
+            demo::run(seconds)
+        }
+        Task::Test { args } => {
+            setup::run()?;
+            test(&args)
+        }
+    }
+}
+
+/// `cargo` with the project's tools on PATH.
+pub fn cargo() -> Command {
+    let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    cmd.env("PATH", xtask::paths::path_with_tools()).current_dir(xtask::paths::workspace_root());
+    cmd
+}
+
+fn test(args: &[String]) -> anyhow::Result<()> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        bail!("the test suite attaches eBPF programs and needs root; run it as root (sudo ./x test)");
+    }
+    println!("==> cargo test (privileged tests required)");
+    let status = cargo()
+        .args(["test", "--workspace", "--exclude", "agent-ebpf", "--"])
+        .args(args)
+        .env("SQLBEE_REQUIRE_PRIVILEGED", "1")
+        .status()
+        .context("running cargo test")?;
+    if !status.success() {
+        bail!("tests failed");
+    }
+    Ok(())
+}

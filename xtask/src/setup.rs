@@ -1,0 +1,105 @@
+//! Installs what the project needs and is quick when nothing is missing.
+//! Every step says what it does and fails with a message naming the step.
+use std::{fs, path::Path, process::Command};
+
+use anyhow::{Context as _, bail};
+use xtask::paths::{TOOLCHAIN, llvm_prefix, tools_dir};
+
+const BPF_LINKER_VERSION: &str = "0.13.0";
+const DEBIAN_PACKAGES: [&str; 3] = ["mariadb-server", "mariadb-client", "sysbench"];
+
+pub fn run() -> anyhow::Result<()> {
+    toolchain().context("setup step 1/3 (pinned nightly toolchain)")?;
+    bpf_linker().context("setup step 2/3 (bpf-linker)")?;
+    debian_packages().context("setup step 3/3 (Debian packages)")?;
+    Ok(())
+}
+
+fn run_checked(cmd: &mut Command, what: &str) -> anyhow::Result<()> {
+    let status = cmd.status().with_context(|| format!("could not start: {what}"))?;
+    if !status.success() {
+        bail!("{what} failed ({status})");
+    }
+    Ok(())
+}
+
+fn toolchain() -> anyhow::Result<()> {
+    let installed = Command::new("rustup")
+        .args(["component", "list", "--installed", "--toolchain", TOOLCHAIN])
+        .output()
+        .context("rustup not found: install rustup first")?;
+    let list = String::from_utf8_lossy(&installed.stdout);
+    if installed.status.success() && list.lines().any(|l| l.starts_with("rust-src")) {
+        println!("ok  toolchain {TOOLCHAIN} with rust-src");
+        return Ok(());
+    }
+    println!("==> installing toolchain {TOOLCHAIN} with rust-src");
+    run_checked(
+        Command::new("rustup").args([
+            "toolchain", "install", TOOLCHAIN, "--profile", "minimal", "--component", "rust-src",
+            "--component", "clippy", "--component", "rustfmt", "--no-self-update",
+        ]),
+        "rustup toolchain install",
+    )
+}
+
+fn bpf_linker() -> anyhow::Result<()> {
+    let binary = tools_dir().join("bin/bpf-linker");
+    if let Ok(out) = Command::new(&binary).arg("--version").output()
+        && out.status.success()
+        && String::from_utf8_lossy(&out.stdout).contains(BPF_LINKER_VERSION)
+    {
+        println!("ok  bpf-linker {BPF_LINKER_VERSION} ({})", binary.display());
+        return Ok(());
+    }
+    // bpf-linker must use the very LLVM of the rustc that emits the bitcode;
+    // Debian has no LLVM 23, but rustc ships its own libLLVM.
+    let sysroot = Command::new("rustc").args([&format!("+{TOOLCHAIN}"), "--print", "sysroot"]).output()?;
+    let sysroot = String::from_utf8(sysroot.stdout)?.trim().to_string();
+    let lib = Path::new(&sysroot).join("lib");
+    let libllvm = fs::read_dir(&lib)?
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .find(|n| n.starts_with("libLLVM.so."))
+        .with_context(|| format!("no libLLVM.so.* in {}", lib.display()))?;
+    let prefix_lib = llvm_prefix().join("lib");
+    fs::create_dir_all(&prefix_lib)?;
+    println!("==> copying {libllvm} into {}", prefix_lib.display());
+    fs::copy(lib.join(&libllvm), prefix_lib.join(&libllvm))?;
+    let link = prefix_lib.join("libLLVM.so");
+    let _ = fs::remove_file(&link);
+    std::os::unix::fs::symlink(&libllvm, &link)?;
+    println!("==> building bpf-linker {BPF_LINKER_VERSION} against it (about 90 s)");
+    run_checked(
+        Command::new("cargo")
+            .arg(format!("+{TOOLCHAIN}"))
+            .args(["install", "--locked", &format!("bpf-linker@{BPF_LINKER_VERSION}")])
+            .args(["--no-default-features", "--features", "llvm-23", "--force", "--root"])
+            .arg(tools_dir())
+            .env("LLVM_PREFIX", llvm_prefix()),
+        "cargo install bpf-linker",
+    )
+}
+
+fn debian_packages() -> anyhow::Result<()> {
+    let missing: Vec<&str> = DEBIAN_PACKAGES
+        .into_iter()
+        .filter(|p| {
+            let out = Command::new("dpkg-query").args(["-W", "-f=${Status}", p]).output();
+            !out.is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
+        })
+        .collect();
+    if missing.is_empty() {
+        println!("ok  Debian packages {}", DEBIAN_PACKAGES.join(", "));
+        return Ok(());
+    }
+    println!("==> apt-get install {}", missing.join(" "));
+    run_checked(Command::new("apt-get").args(["update", "-qq"]), "apt-get update")?;
+    run_checked(
+        Command::new("apt-get")
+            .args(["install", "-y", "-qq", "--no-install-recommends"])
+            .args(&missing)
+            .env("DEBIAN_FRONTEND", "noninteractive"),
+        "apt-get install",
+    )
+}
