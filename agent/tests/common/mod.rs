@@ -1,0 +1,167 @@
+//! Harness shared by the integration tests: the real `sqlbee` binary, real
+//! private MariaDB servers (from `xtask::mariadb`) and helpers to read the
+//! agent's JSON lines.
+#![allow(dead_code)]
+
+use std::{
+    collections::HashMap,
+    path::PathBuf,
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+pub use xtask::mariadb::PrivateServer;
+
+/// True when this process can load eBPF programs. Without root the test
+/// says why it skips, unless SQLBEE_REQUIRE_PRIVILEGED is set (as `./x test`
+/// and CI do), in which case not being able to run is a failure.
+pub fn privileged(test: &str) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root {
+        if std::env::var_os("SQLBEE_REQUIRE_PRIVILEGED").is_some() {
+            panic!("{test}: needs root to load eBPF programs, and SQLBEE_REQUIRE_PRIVILEGED is set");
+        }
+        eprintln!("skipping {test}: needs root to load eBPF programs and attach uprobes");
+    }
+    root
+}
+
+pub fn sqlbee() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_sqlbee"))
+}
+
+/// A running `sqlbee agent` whose stdout goes to a file.
+pub struct Agent {
+    child: Option<Child>,
+    stdout: PathBuf,
+    stderr: PathBuf,
+}
+
+pub struct AgentOutput {
+    pub lines: Vec<Value>,
+    pub stderr: String,
+    pub success: bool,
+}
+
+impl Agent {
+    /// Starts `sqlbee agent` with `args` and waits until it has attached.
+    pub fn start(dir: &std::path::Path, args: &[String]) -> Agent {
+        let ready = dir.join(format!("agent-{}.ready", rand_suffix()));
+        let stdout = dir.join(format!("agent-{}.jsonl", rand_suffix()));
+        let stderr = dir.join(format!("agent-{}.log", rand_suffix()));
+        let child = Command::new(sqlbee())
+            .arg("agent")
+            .args(["--output", "jsonl", "--drain-interval", "20ms"])
+            .args(args)
+            .arg("--ready-file")
+            .arg(&ready)
+            .env("SQLBEE_LOG", "info")
+            .stdout(std::fs::File::create(&stdout).unwrap())
+            .stderr(std::fs::File::create(&stderr).unwrap())
+            .spawn()
+            .expect("starting sqlbee");
+        let mut agent = Agent { child: Some(child), stdout, stderr };
+        let started = Instant::now();
+        while !ready.exists() {
+            if let Some(status) = agent.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("sqlbee exited before attaching ({status}): {}", agent.stderr_text());
+            }
+            assert!(started.elapsed() < Duration::from_secs(30), "sqlbee did not attach: {}", agent.stderr_text());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        agent
+    }
+
+    pub fn stderr_text(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+
+    /// SIGTERM, wait for the final window, parse everything it wrote.
+    pub fn stop(mut self) -> AgentOutput {
+        let mut child = self.child.take().unwrap();
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let status = child.wait().unwrap();
+        let text = std::fs::read_to_string(&self.stdout).unwrap();
+        let lines = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad JSON line {l:?}: {e}")))
+            .collect();
+        AgentOutput { lines, stderr: self.stderr_text(), success: status.success() }
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn rand_suffix() -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    format!("{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
+}
+
+impl AgentOutput {
+    pub fn of_type<'a>(&'a self, kind: &'a str) -> impl Iterator<Item = &'a Value> + 'a {
+        self.lines.iter().filter(move |l| l["type"] == kind)
+    }
+
+    /// Count per digest text, summed over windows, for one instance (or all).
+    pub fn digest_counts(&self, instance: Option<&str>) -> HashMap<String, u64> {
+        let mut counts = HashMap::new();
+        for line in self.of_type("digest") {
+            if instance.is_some_and(|i| line["instance"] != i) {
+                continue;
+            }
+            *counts.entry(line["digest_text"].as_str().unwrap().to_string()).or_default() +=
+                line["count"].as_u64().unwrap();
+        }
+        counts
+    }
+
+    /// Digest rows for one digest text, over all windows.
+    pub fn digest_rows<'a>(&'a self, text: &'a str) -> impl Iterator<Item = &'a Value> + 'a {
+        self.of_type("digest").filter(move |l| l["digest_text"] == text)
+    }
+
+    /// A summary field summed over windows for one instance (or all).
+    pub fn summary_total(&self, instance: Option<&str>, field: &str) -> u64 {
+        self.of_type("summary")
+            .filter(|l| instance.is_none_or(|i| l["instance"] == i))
+            .map(|l| l[field].as_u64().unwrap_or(0))
+            .sum()
+    }
+
+    /// Per-command totals over windows for one instance (or all).
+    pub fn commands(&self, instance: Option<&str>) -> HashMap<String, u64> {
+        let mut totals = HashMap::new();
+        for line in self.of_type("summary") {
+            if instance.is_some_and(|i| line["instance"] != i) {
+                continue;
+            }
+            for (command, n) in line["commands"].as_object().unwrap() {
+                *totals.entry(command.clone()).or_default() += n.as_u64().unwrap();
+            }
+        }
+        totals
+    }
+}
+
+/// Commands MariaDB does not count in `Questions` (CF_SKIP_QUESTIONS).
+pub const NOT_QUESTIONS: [&str; 6] =
+    ["COM_STMT_PREPARE", "COM_STMT_CLOSE", "COM_STMT_RESET", "COM_STMT_SEND_LONG_DATA", "COM_PING", "COM_STATISTICS"];
+
+pub fn delta(before: &HashMap<String, u64>, after: &HashMap<String, u64>, key: &str) -> u64 {
+    after.get(key).copied().unwrap_or(0) - before.get(key).copied().unwrap_or(0)
+}
+
+pub fn instance_of(server: &PrivateServer) -> String {
+    format!("{}:{}", sqlbee::pipeline::hostname(), server.port)
+}
