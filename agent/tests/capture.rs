@@ -122,3 +122,215 @@ fn errors_are_counted_and_statements_kept() {
         .sum();
     assert_eq!(syntax, 4, "{:#?}", out.lines);
 }
+
+/// sysbench connects and prepares its statements before the agent starts,
+/// as a connection pool would. SIGSTOP freezes it around the status reads
+/// so the server's counters and the agent's cover the same statements.
+fn sysbench_started_before_agent(ps_mode: &'static str) {
+    let server = PrivateServer::start(&format!("sysbench-{ps_mode}"), &[]).unwrap();
+    let bench = xtask::sysbench::Sysbench {
+        script: "oltp_read_write".into(),
+        tables: 2,
+        table_size: 1000,
+        threads: 4,
+        seconds: 30,
+        ps_mode,
+    };
+    bench.prepare(&server).unwrap();
+    let mut run = bench.spawn(&server).unwrap();
+    let signal = |sig| unsafe { libc::kill(run.id() as i32, sig) };
+    std::thread::sleep(Duration::from_millis(1500));
+    signal(libc::SIGSTOP);
+    std::thread::sleep(Duration::from_millis(300));
+    let before = server.global_status().unwrap();
+    let agent = Agent::start(server.dir(), &agent_args(&server));
+    signal(libc::SIGCONT);
+    std::thread::sleep(Duration::from_secs(3));
+    signal(libc::SIGSTOP);
+    std::thread::sleep(Duration::from_millis(300));
+    let out = agent.stop();
+    let after = server.global_status().unwrap();
+    signal(libc::SIGKILL);
+    let _ = run.wait();
+    assert!(out.success, "{}", out.stderr);
+
+    let counts = out.digest_counts(None);
+    let total: u64 = counts.values().sum();
+    assert!(total > 1000, "too little traffic to judge: {counts:#?}");
+    for text in [
+        "SELECT `c` FROM `sbtest1` WHERE ID = ?",
+        "SELECT DISTINCT `c` FROM `sbtest2` WHERE ID BETWEEN ? AND ? ORDER BY `c`",
+        "UPDATE `sbtest1` SET `k` = `k` + ? WHERE ID = ?",
+        "INSERT INTO `sbtest2` (ID, `k`, `c`, `pad`) VALUES (...)",
+        "DELETE FROM `sbtest1` WHERE ID = ?",
+        "COMMIT",
+    ] {
+        assert!(counts.get(text).is_some_and(|n| *n > 0), "{text} missing in {counts:#?}");
+    }
+    assert!(!counts.keys().any(|k| k.contains("text unknown")), "{counts:#?}");
+
+    let commands = out.commands(None);
+    let get = |c: &str| commands.get(c).copied().unwrap_or(0);
+    assert_eq!(get("COM_STMT_EXECUTE"), delta(&before, &after, "Com_stmt_execute"));
+    if ps_mode == "auto" {
+        assert!(get("COM_STMT_EXECUTE") > 1000);
+        assert_eq!(get("COM_STMT_PREPARE"), 0, "sysbench prepared before the agent attached");
+    } else {
+        assert_eq!(get("COM_STMT_EXECUTE"), 0);
+    }
+    let questions: u64 = commands.iter().filter(|(c, _)| !NOT_QUESTIONS.contains(&c.as_str())).map(|(_, n)| n).sum();
+    assert_eq!(questions + 2, delta(&before, &after, "Questions"), "{commands:?}");
+    assert_eq!(out.summary_total(None, "statements"), total);
+    assert_eq!(out.summary_total(None, "dropped_events"), 0);
+    for (status, digest) in [("Com_commit", "COMMIT"), ("Com_delete", "DELETE FROM `sbtest1` WHERE ID = ?")] {
+        let server_count = delta(&before, &after, status);
+        let agent_count = if status == "Com_commit" {
+            counts[digest]
+        } else {
+            counts[digest] + counts["DELETE FROM `sbtest2` WHERE ID = ?"]
+        };
+        assert_eq!(agent_count, server_count, "{status}");
+    }
+}
+
+#[test]
+fn sysbench_prepared_before_attach() {
+    if privileged("sysbench_prepared_before_attach") {
+        sysbench_started_before_agent("auto");
+    }
+}
+
+#[test]
+fn sysbench_text_protocol_before_attach() {
+    if privileged("sysbench_text_protocol_before_attach") {
+        sysbench_started_before_agent("disable");
+    }
+}
+
+#[test]
+fn server_restart_is_followed() {
+    if !privileged("server_restart_is_followed") {
+        return;
+    }
+    let mut server = PrivateServer::start("restart", &[]).unwrap();
+    let first_pid = server.pid();
+    let agent = Agent::start(server.dir(), &agent_args(&server));
+    for _ in 0..5 {
+        server.sql("SELECT 'before restart'").unwrap();
+    }
+    server.restart().unwrap();
+    let second_pid = server.pid();
+    assert_ne!(first_pid, second_pid);
+    // The agent rescans every 500 ms; it must be attached within 2 s.
+    std::thread::sleep(Duration::from_millis(2000));
+    for _ in 0..7 {
+        server.sql("SELECT 'after restart'").unwrap();
+    }
+    let out = agent.stop();
+    assert!(out.success, "{}", out.stderr);
+    let counts = out.digest_counts(None);
+    assert_eq!(counts.get("SELECT ?"), Some(&12), "{counts:#?}\n{}", out.stderr);
+    let log = strip_ansi(&out.stderr);
+    for pid in [first_pid, second_pid] {
+        assert!(log.lines().any(|l| l.contains("attached") && l.contains(&format!("pid={pid}"))), "{log}");
+    }
+    assert!(log.contains("server went away"), "{log}");
+}
+
+#[test]
+fn two_instances_are_kept_apart() {
+    if !privileged("two_instances_are_kept_apart") {
+        return;
+    }
+    let a = PrivateServer::start("two-a", &[]).unwrap();
+    let b = PrivateServer::start("two-b", &[]).unwrap();
+    let agent = Agent::start(a.dir(), &[format!("--pid={},{}", a.pid(), b.pid())]);
+    for _ in 0..17 {
+        a.sql("SELECT 'instance'").unwrap();
+    }
+    for _ in 0..29 {
+        b.sql("SELECT 'instance'").unwrap();
+    }
+    let out = agent.stop();
+    assert_eq!(out.digest_counts(Some(&instance_of(&a))).get("SELECT ?"), Some(&17));
+    assert_eq!(out.digest_counts(Some(&instance_of(&b))).get("SELECT ?"), Some(&29));
+}
+
+#[test]
+fn bad_input_is_handled() {
+    if !privileged("bad_input_is_handled") {
+        return;
+    }
+    let server = PrivateServer::start("bad-input", &["--max-allowed-packet=64M"]).unwrap();
+    let agent = Agent::start(server.dir(), &agent_args(&server));
+    let mut conn = connect(&server);
+    // 1 MiB statement: truncated at the 4 KiB capture limit, still counted.
+    let huge = format!("SELECT '{}' AS big", "x".repeat(1 << 20));
+    conn.query_drop(&huge).unwrap();
+    // Invalid UTF-8 inside a string literal (binary charset connection).
+    conn.query_drop("SET NAMES binary").unwrap();
+    let mut bytes = b"SELECT '".to_vec();
+    bytes.extend_from_slice(&[0xff, 0xfe, 0x80]);
+    bytes.extend_from_slice(b"' AS junk");
+    let text = unsafe { String::from_utf8_unchecked(bytes) };
+    let _ = conn.query_drop(&text);
+    // MariaDB-only syntax sqlparser does not know.
+    conn.query_drop("CREATE DATABASE app").unwrap();
+    conn.query_drop("CREATE SEQUENCE app.s1 START WITH 10 INCREMENT BY 5").unwrap();
+    conn.query_drop("SELECT NEXTVAL(app.s1)").unwrap();
+    conn.query_drop("SELECT 1 FROM DUAL WHERE 1 = 1 LIMIT ROWS EXAMINED 100").unwrap();
+    drop(conn);
+    let out = agent.stop();
+    assert!(out.success, "{}", out.stderr);
+    // Cut inside the string literal, the text still normalizes (the
+    // unterminated literal becomes `?`).
+    let big: Vec<_> = out.of_type("digest").filter(|d| d["truncated"].as_u64() > Some(0)).collect();
+    assert_eq!(big.len(), 1, "{:#?}", out.lines);
+    assert_eq!((big[0]["digest_text"].as_str(), big[0]["count"].as_u64()), (Some("SELECT ?"), Some(1)));
+    assert!(big[0]["sample"].as_str().unwrap().len() <= 1024);
+    let counts = out.digest_counts(None);
+    assert_eq!(counts.get("SELECT ? AS `junk`"), Some(&1), "{counts:#?}");
+    assert_eq!(counts.get("CREATE SEQUENCE `app`.`s1` START WITH ? INCREMENT BY ?"), Some(&1), "{counts:#?}");
+    assert_eq!(counts.get("SELECT `NEXTVAL` (`app`.`s1`)"), Some(&1), "{counts:#?}");
+    assert_eq!(out.summary_total(None, "statements"), counts.values().sum::<u64>());
+}
+
+#[test]
+fn wrong_pid_and_wrong_binary_are_clear_errors() {
+    if !privileged("wrong_pid_and_wrong_binary_are_clear_errors") {
+        return;
+    }
+    let out = std::process::Command::new(common::sqlbee()).args(["agent", "--pid", "999999999"]).output().unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("no process with pid 999999999"), "{stderr}");
+
+    let mut sleeper = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+    let out = std::process::Command::new(common::sqlbee())
+        .args(["agent", "--pid", &sleeper.id().to_string()])
+        .output()
+        .unwrap();
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("dispatch_command") && stderr.contains("sleep"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+fn strip_ansi(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
