@@ -1,4 +1,5 @@
 //! `cargo xtask <command>`: set-up, demo, tests and benchmarks of sqlbee.
+mod bench;
 mod demo;
 mod setup;
 
@@ -25,6 +26,9 @@ enum Task {
         #[arg(long, default_value_t = 10)]
         seconds: u32,
     },
+    /// Control vs sqlbee on sysbench in alternating pairs, plus criterion
+    /// micro-benchmarks; results in benches/results/.
+    Bench(bench::BenchArgs),
     /// Set up and run every test, the privileged eBPF ones included.
     Test {
         /// Extra arguments for `cargo test` (after `--`).
@@ -40,6 +44,10 @@ fn main() -> anyhow::Result<()> {
         Task::Demo { seconds } => {
             setup::run()?;
             demo::run(seconds)
+        }
+        Task::Bench(args) => {
+            setup::run()?;
+            bench::run(args)
         }
         Task::Test { args } => {
             setup::run()?;

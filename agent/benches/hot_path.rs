@@ -1,0 +1,74 @@
+//! Userspace hot path: event decode, normalize (cache hit and miss),
+//! aggregate. Run by `cargo xtask bench`.
+use std::{hint::black_box, path::PathBuf, time::SystemTime};
+
+use agent_common::{EVENT_HEADER_LEN, StatementEvent};
+use criterion::{Criterion, criterion_group, criterion_main};
+use sqlbee::{
+    aggregate::Aggregator,
+    discover::ServerProcess,
+    normalize::{Normalizer, digest_text},
+    probe::{ProbeBatch, Statement, decode_statement},
+};
+
+const SYSBENCH_POINT: &[u8] = b"SELECT c FROM sbtest1 WHERE id=?";
+const ORM_QUERY: &[u8] = b"SELECT u.id, u.name, o.total FROM users u JOIN orders o ON o.user_id = u.id \
+    WHERE u.status = 'active' AND o.created_at > '2026-01-01' AND o.id IN (1, 2, 3, 4, 5) ORDER BY o.total DESC LIMIT 20";
+
+fn record(text: &[u8]) -> Vec<u8> {
+    let header = StatementEvent { captured_len: text.len() as u32, text_len: text.len() as u32, command: 3, ..Default::default() };
+    let mut bytes = vec![0u8; EVENT_HEADER_LEN];
+    // SAFETY: the vector holds exactly one header.
+    unsafe { std::ptr::write_unaligned(bytes.as_mut_ptr().cast(), header) };
+    bytes.extend_from_slice(text);
+    bytes
+}
+
+fn benches(c: &mut Criterion) {
+    let rec = record(ORM_QUERY);
+    c.bench_function("decode_event", |b| b.iter(|| decode_statement(black_box(&rec))));
+
+    let mut normalizer = Normalizer::new(10_000);
+    normalizer.normalize(ORM_QUERY);
+    c.bench_function("normalize_cache_hit", |b| b.iter(|| normalizer.normalize(black_box(ORM_QUERY))));
+    c.bench_function("normalize_miss_sysbench", |b| b.iter(|| digest_text(black_box(SYSBENCH_POINT))));
+    c.bench_function("normalize_miss_orm", |b| b.iter(|| digest_text(black_box(ORM_QUERY))));
+
+    let server = ServerProcess {
+        pid: 1,
+        start_ticks: 1,
+        comm: "mariadbd".into(),
+        binary: PathBuf::from("/usr/sbin/mariadbd"),
+        instance: "bench:3306".into(),
+    };
+    let statements: Vec<Statement> = (0..1000)
+        .map(|i| Statement {
+            start_ns: 0,
+            duration_ns: 50_000 + i * 37,
+            thd: 1,
+            connection_id: 1,
+            tid: 1,
+            command: 3,
+            stmt_id: 0,
+            error_code: 0,
+            text_len: SYSBENCH_POINT.len() as u32,
+            truncated: false,
+            text: if i % 2 == 0 { SYSBENCH_POINT.to_vec() } else { ORM_QUERY.to_vec() },
+        })
+        .collect();
+    let mut aggregator = Aggregator::new(Normalizer::new(10_000), 5000, SystemTime::now());
+    c.bench_function("aggregate_1000_statements", |b| {
+        b.iter(|| {
+            aggregator.ingest(ProbeBatch {
+                server: server.clone(),
+                statements: statements.clone(),
+                counters: None,
+                lost_before: 0,
+                detached: false,
+            })
+        })
+    });
+}
+
+criterion_group!(hot_path, benches);
+criterion_main!(hot_path);
