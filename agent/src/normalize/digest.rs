@@ -15,6 +15,8 @@ enum Out {
     Punct(String),
     /// `(...)`: a list of two or more values.
     List,
+    /// `?, ...`: two or more values in a row outside parentheses.
+    ValueRun,
     /// ` /* , ... */`: further rows after the first.
     MoreRows,
 }
@@ -26,22 +28,52 @@ pub fn build(tokens: &[Tok]) -> String {
     render(&rows)
 }
 
+/// Keywords that a value may follow directly (`THEN -1`, `BETWEEN -5`).
+/// Any other keyword is taken as an operand: sqlparser's list holds common
+/// column names (`id`, `value`, `status`), and `value - 1` is a subtraction.
+const TAKES_OPERAND: &[&str] = &[
+    "ALL", "AND", "ANY", "BETWEEN", "BY", "CASE", "DEFAULT", "DISTINCT", "DISTINCTROW", "DIV",
+    "ELSE", "ELSEIF", "ESCAPE", "HAVING", "IN", "INTERVAL", "IS", "LIKE", "LIMIT", "MAXVALUE",
+    "MINVALUE", "MOD", "NOT", "OFFSET", "ON", "OR", "REGEXP", "RETURN", "RLIKE", "SELECT", "SOME",
+    "THEN", "UNTIL", "WHEN", "WHERE", "WHILE", "WITH", "XOR",
+];
+
 fn is_operand(out: Option<&Out>) -> bool {
     match out {
         Some(Out::Value | Out::Close | Out::List) => true,
-        Some(Out::Word(w)) => w.starts_with('`') || matches!(w.as_str(), "NULL" | "TRUE" | "FALSE"),
+        Some(Out::Word(w)) => w.starts_with('`') || !TAKES_OPERAND.contains(&w.as_str()),
         _ => false,
     }
 }
 
-/// Literals and placeholders become one value marker; a sign that is not a
-/// binary operator (`= -1`, `(+2`) folds into the value it precedes.
+/// `NULL` is a value (`= NULL`, `VALUES (1, NULL)`) except where it is
+/// syntax: `IS [NOT] NULL` and the column attributes `NOT NULL`, `INT NULL`
+/// (the server's digests draw the same line).
+fn null_is_value(prev: Option<&Out>) -> bool {
+    !is_operand(prev) && !matches!(prev, Some(Out::Word(w)) if w == "IS" || w == "NOT")
+}
+
+/// Where MariaDB's digest folds a sign into the value after it: at the
+/// start, after `(`, `,`, another sign, and after SELECT, AND, OR, XOR and
+/// BETWEEN. After `=`, `<`, WHERE or THEN it keeps `- ?` (checked against
+/// `events_statements_summary_by_digest` of MariaDB 10.11).
+fn sign_folds(prev: Option<&Out>) -> bool {
+    match prev {
+        None | Some(Out::Open | Out::Comma) => true,
+        Some(Out::Punct(p)) => p == "-" || p == "+",
+        Some(Out::Word(w)) => matches!(w.as_str(), "SELECT" | "AND" | "OR" | "XOR" | "BETWEEN"),
+        _ => false,
+    }
+}
+
+/// Literals and placeholders become one value marker; a sign folds into
+/// the value it precedes where `sign_folds` says so.
 fn fold_values(tokens: &[Tok]) -> Vec<Out> {
     let mut out: Vec<Out> = Vec::with_capacity(tokens.len());
     let mut i = 0;
     while i < tokens.len() {
         match &tokens[i] {
-            Tok::Punct(p) if (p == "-" || p == "+") && !is_operand(out.last()) => {
+            Tok::Punct(p) if (p == "-" || p == "+") && sign_folds(out.last()) => {
                 // Skip a run of signs if a value follows it.
                 let mut j = i;
                 while matches!(tokens.get(j), Some(Tok::Punct(s)) if s == "-" || s == "+") {
@@ -54,8 +86,9 @@ fn fold_values(tokens: &[Tok]) -> Vec<Out> {
                 out.push(Out::Punct(p.clone()));
             }
             Tok::Value | Tok::Placeholder => out.push(Out::Value),
+            Tok::Keyword(k) if k == "NULL" && null_is_value(out.last()) => out.push(Out::Value),
             Tok::Keyword(k) => out.push(Out::Word(k.clone())),
-            Tok::Ident(name) => out.push(Out::Word(format!("`{name}`"))),
+            Tok::Ident(name) => out.push(Out::Word(format!("`{}`", name.replace('`', "``")))),
             Tok::Open => out.push(Out::Open),
             Tok::Close => out.push(Out::Close),
             Tok::Comma => out.push(Out::Comma),
@@ -69,11 +102,35 @@ fn fold_values(tokens: &[Tok]) -> Vec<Out> {
     out
 }
 
-/// `( ?, ?, ... )` with two or more values -> `(...)`.
+/// Length of a run `?, ?, ...` starting at `i`, in values.
+fn value_run(input: &[Out], i: usize) -> (usize, usize) {
+    let (mut j, mut values) = (i, 0);
+    while input.get(j) == Some(&Out::Value) {
+        values += 1;
+        j += 1;
+        if input.get(j) == Some(&Out::Comma) && input.get(j + 1) == Some(&Out::Value) {
+            j += 1;
+        } else {
+            break;
+        }
+    }
+    (values, j)
+}
+
+/// `( ?, ?, ... )` with two or more values -> `(...)`; two or more values
+/// elsewhere (`SELECT 1, 2`, `LIMIT 5, 10`) -> `?, ...`, as the server does.
 fn collapse_lists(input: Vec<Out>) -> Vec<Out> {
     let mut out = Vec::with_capacity(input.len());
     let mut i = 0;
     while i < input.len() {
+        if input[i] == Out::Value {
+            let (values, end) = value_run(&input, i);
+            if values >= 2 {
+                out.push(Out::ValueRun);
+                i = end;
+                continue;
+            }
+        }
         if input[i] == Out::Open {
             let mut j = i + 1;
             let mut values = 0;
@@ -142,8 +199,11 @@ fn collapse_rows(input: Vec<Out>) -> Vec<Out> {
 }
 
 fn render(items: &[Out]) -> String {
+    const CUT: &str = " ...";
     let mut text = String::new();
     let mut glue_next = true;
+    // The longest token-boundary prefix that still has room for `CUT`.
+    let mut cut_at = 0;
     for item in items {
         let (piece, glue_before, glue_after) = match item {
             Out::Word(w) => (w.as_str(), false, false),
@@ -152,21 +212,27 @@ fn render(items: &[Out]) -> String {
             Out::Close => (")", true, false),
             Out::Comma => (",", true, false),
             Out::List => ("(...)", false, false),
+            Out::ValueRun => ("?, ...", false, false),
             Out::MoreRows => ("/* , ... */", false, false),
             Out::Punct(p) => {
                 let tight = matches!(p.as_str(), "." | "@");
                 (p.as_str(), p == ".", tight)
             }
         };
-        if text.len() + piece.len() + 1 > MAX_DIGEST_TEXT {
-            text.push_str(" ...");
+        let space = !text.is_empty() && !glue_next && !glue_before;
+        if text.len() + usize::from(space) + piece.len() > MAX_DIGEST_TEXT {
+            text.truncate(cut_at);
+            text.push_str(if text.is_empty() { &CUT[1..] } else { CUT });
             break;
         }
-        if !text.is_empty() && !glue_next && !glue_before {
+        if space {
             text.push(' ');
         }
         text.push_str(piece);
         glue_next = glue_after;
+        if text.len() + CUT.len() <= MAX_DIGEST_TEXT {
+            cut_at = text.len();
+        }
     }
     text
 }

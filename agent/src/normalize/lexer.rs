@@ -39,6 +39,9 @@ fn sqlparser_into(text: &str, out: &mut Vec<Tok>, depth: u32) -> bool {
     let Ok(tokens) = Tokenizer::new(&MySqlDialect {}, text).tokenize() else {
         return false;
     };
+    if misread(&tokens) {
+        return false;
+    }
     for token in tokens {
         match token {
             Token::EOF => {}
@@ -53,9 +56,15 @@ fn sqlparser_into(text: &str, out: &mut Vec<Tok>, depth: u32) -> bool {
                 }
             }
             Token::Whitespace(_) => {}
-            Token::Word(word) => out.push(classify_word(&word.value, word.quote_style.is_some())),
+            // MySQL's dialect reads `@var`, `@@session` and `user@host` as
+            // one word and `0b101` as a word too; the byte lexer's reading of
+            // the word's text (`@` punctuation, bit literal) is the one the
+            // server has, so unquoted words go through it.
+            Token::Word(word) if word.quote_style.is_none() => {
+                bytes_into(word.value.as_bytes(), out, depth)
+            }
+            Token::Word(word) => out.push(Tok::Ident(word.value)),
             Token::Number(..)
-            | Token::Char(_)
             | Token::SingleQuotedString(_)
             | Token::DoubleQuotedString(_)
             | Token::TripleSingleQuotedString(_)
@@ -75,7 +84,14 @@ fn sqlparser_into(text: &str, out: &mut Vec<Tok>, depth: u32) -> bool {
             | Token::EscapedStringLiteral(_)
             | Token::UnicodeStringLiteral(_)
             | Token::HexStringLiteral(_) => out.push(Tok::Value),
-            Token::Placeholder(p) if p == "?" => out.push(Tok::Placeholder),
+            // `?12` (a numbered placeholder elsewhere): the byte lexer sees
+            // `?` followed by a number.
+            Token::Placeholder(p) if p.starts_with('?') => {
+                out.push(Tok::Placeholder);
+                if p.len() > 1 {
+                    out.push(Tok::Value);
+                }
+            }
             Token::Question => out.push(Tok::Placeholder),
             Token::LParen => out.push(Tok::Open),
             Token::RParen => out.push(Tok::Close),
@@ -86,9 +102,58 @@ fn sqlparser_into(text: &str, out: &mut Vec<Tok>, depth: u32) -> bool {
     true
 }
 
+/// Whether sqlparser read the text differently from MySQL; the byte lexer,
+/// which follows MySQL, takes such text instead:
+/// - `2events` ends at the `e` sqlparser tried as an exponent: a number (or
+///   after `.`, a word) and a word where MySQL has one identifier;
+/// - `|/`, `||/` and `@?` are PostgreSQL operators, so `a|/*c*/` has no
+///   comment;
+/// - `@` takes the next character into a word whatever it is (`@!`, `@/*`,
+///   `@1.5`), and `@X'41'` hides the literal prefix; only `@name` is read
+///   alike.
+fn misread(tokens: &[Token]) -> bool {
+    let odd_pair = tokens.windows(2).any(|pair| {
+        let first = unquoted(&pair[0]);
+        match &pair[1] {
+            Token::Word(w) if w.quote_style.is_none() && w.value.starts_with(['e', 'E']) => {
+                first.is_some() || matches!(pair[0], Token::Number(_, false))
+            }
+            Token::SingleQuotedString(_) => first.is_some_and(|w| ends_in_literal_prefix(w, b'\'')),
+            Token::DoubleQuotedString(_) => first.is_some_and(|w| ends_in_literal_prefix(w, b'"')),
+            _ => false,
+        }
+    });
+    let odd_token = tokens.iter().any(|t| match t {
+        Token::PGSquareRoot | Token::PGCubeRoot | Token::AtQuestion => true,
+        _ => unquoted(t).is_some_and(|w| w.contains('@') && !at_names_only(w)),
+    });
+    odd_pair || odd_token
+}
+
+fn unquoted(token: &Token) -> Option<&str> {
+    match token {
+        Token::Word(w) if w.quote_style.is_none() => Some(&w.value),
+        _ => None,
+    }
+}
+
+/// Whether every `@` in a word is followed by a name (`@a`, `@@global`,
+/// `user@host`).
+fn at_names_only(word: &str) -> bool {
+    let name_start = |c: char| c.is_alphabetic() || c == '_' || c == '$' || !c.is_ascii();
+    !word.ends_with('@')
+        && word.split('@').skip(1).all(|name| name.is_empty() || name.starts_with(name_start))
+}
+
+/// `@X` before `'41'`: the byte lexer reads `@` and a hex literal.
+fn ends_in_literal_prefix(word: &str, quote: u8) -> bool {
+    word.rsplit_once('@').is_some_and(|(_, name)| is_literal_prefix(name.as_bytes(), quote))
+}
+
 /// Operators that sqlparser splits or joins differently from the byte
 /// lexer are written out one character at a time by both, so the two
-/// paths agree without sharing an operator table.
+/// paths agree without sharing an operator table. `Token::Char` (a
+/// character sqlparser has no token for) is punctuation too, not a value.
 fn push_punct(out: &mut Vec<Tok>, text: &str) {
     for c in text.chars() {
         out.push(Tok::Punct(c.to_string()));
@@ -102,8 +167,8 @@ fn executable_comment(body: &str) -> Option<&str> {
     Some(rest.trim_start_matches(|c: char| c.is_ascii_digit()))
 }
 
-fn classify_word(value: &str, quoted: bool) -> Tok {
-    if !quoted && is_keyword(value) {
+fn classify_word(value: &str) -> Tok {
+    if is_keyword(value) {
         Tok::Keyword(value.to_ascii_uppercase())
     } else {
         Tok::Ident(value.to_string())
@@ -131,15 +196,17 @@ fn is_word_byte(b: u8) -> bool {
 fn bytes_into(raw: &[u8], out: &mut Vec<Tok>, depth: u32) {
     let mut i = 0;
     let n = raw.len();
+    // Where the last word or identifier ended: a `.` right there qualifies
+    // it (`t.5`), anywhere else it may start a number (`.5`).
+    let mut word_end = None;
     while i < n {
         let b = raw[i];
         let next = raw.get(i + 1).copied();
         match b {
             b' ' | b'\t' | b'\n' | b'\r' | 0x0b | 0x0c => i += 1,
             b'#' => i = skip_line(raw, i),
-            b'-' if next == Some(b'-')
-                && raw.get(i + 2).is_none_or(|c| c.is_ascii_whitespace() || c.is_ascii_control()) =>
-            {
+            // Like sqlparser: `--` starts a comment only before whitespace.
+            b'-' if next == Some(b'-') && starts_with_whitespace(&raw[i + 2..]) => {
                 i = skip_line(raw, i)
             }
             b'/' if next == Some(b'*') => {
@@ -158,19 +225,39 @@ fn bytes_into(raw: &[u8], out: &mut Vec<Tok>, depth: u32) {
                 out.push(Tok::Value);
             }
             b'`' => {
-                let end = find(raw, i + 1, b"`").unwrap_or(n);
-                out.push(Tok::Ident(String::from_utf8_lossy(&raw[i + 1..end]).into_owned()));
-                i = (end + 1).min(n);
+                let (name, end) = quoted_ident(raw, i);
+                out.push(Tok::Ident(name));
+                i = end;
+                word_end = Some(i);
             }
-            b'0'..=b'9' => i = lex_number(raw, i, out),
-            b'.' if next.is_some_and(|c| c.is_ascii_digit())
-                && !matches!(out.last(), Some(Tok::Ident(_)) | Some(Tok::Keyword(_))) =>
+            b'0'..=b'9' | b'.'
+                if b != b'.' || (next.is_some_and(|c| c.is_ascii_digit()) && word_end != Some(i)) =>
             {
-                i = lex_number(raw, i, out)
+                let bits = raw[i..].starts_with(b"0b");
+                i = lex_number(raw, i, out);
+                // `1abc` is a word, and so is `0b101` to sqlparser.
+                if bits || matches!(out.last(), Some(Tok::Ident(_) | Tok::Keyword(_))) {
+                    word_end = Some(i);
+                }
             }
+            // sqlparser reads `!=` as `<>`, and `!!` as one token (so `!!=`
+            // is not `!` `!=`).
+            b'!' if next == Some(b'=') => {
+                out.extend([Tok::Punct("<".into()), Tok::Punct(">".into())]);
+                i += 2;
+            }
+            b'!' if next == Some(b'!') => {
+                out.extend([Tok::Punct("!".into()), Tok::Punct("!".into())]);
+                i += 2;
+            }
+            // sqlparser reads `?12` as one (numbered) placeholder.
             b'?' => {
                 out.push(Tok::Placeholder);
-                i += 1;
+                let digits = raw[i + 1..].iter().take_while(|c| c.is_ascii_digit()).count();
+                if digits > 0 {
+                    out.push(Tok::Value);
+                }
+                i += 1 + digits;
             }
             b'(' => {
                 out.push(Tok::Open);
@@ -190,13 +277,14 @@ fn bytes_into(raw: &[u8], out: &mut Vec<Tok>, depth: u32) {
                     i += 1;
                 }
                 let word = &raw[start..i];
-                // X'..', B'..', N'..', _charset'..' introduce literals.
-                if i < n && raw[i] == b'\'' && is_literal_prefix(word) {
-                    i = skip_quoted(raw, i, b'\'');
+                // X'..', B'..', B"..", N'..' are literals. A `_charset`
+                // introducer stays a word, as sqlparser has it.
+                if let Some(&quote) = raw.get(i).filter(|&&q| is_literal_prefix(word, q)) {
+                    i = skip_quoted(raw, i, quote);
                     out.push(Tok::Value);
                 } else {
-                    let text = String::from_utf8_lossy(word);
-                    out.push(classify_word(&text, false));
+                    out.push(classify_word(&String::from_utf8_lossy(word)));
+                    word_end = Some(i);
                 }
             }
             _ => {
@@ -211,8 +299,41 @@ fn bytes_into(raw: &[u8], out: &mut Vec<Tok>, depth: u32) {
     }
 }
 
-fn is_literal_prefix(word: &[u8]) -> bool {
-    matches!(word, b"x" | b"X" | b"b" | b"B" | b"n" | b"N") || word.first() == Some(&b'_')
+fn is_literal_prefix(word: &[u8], quote: u8) -> bool {
+    match quote {
+        b'\'' => matches!(word, b"x" | b"X" | b"b" | b"B" | b"n" | b"N"),
+        b'"' => matches!(word, b"b" | b"B"),
+        _ => false,
+    }
+}
+
+/// Whether `rest` starts with a whitespace character (sqlparser's
+/// `char::is_whitespace`, so a non-ASCII one such as U+00A0 counts).
+fn starts_with_whitespace(rest: &[u8]) -> bool {
+    let head = &rest[..rest.len().min(4)];
+    let valid = match std::str::from_utf8(head) {
+        Ok(text) => text,
+        Err(e) => std::str::from_utf8(&head[..e.valid_up_to()]).unwrap_or_default(),
+    };
+    valid.chars().next().is_some_and(char::is_whitespace)
+}
+
+/// A backquoted identifier starting at `i` (doubled backquotes stand for
+/// one) and the index after it; an unterminated one runs to the end.
+fn quoted_ident(raw: &[u8], i: usize) -> (String, usize) {
+    let mut name = Vec::new();
+    let mut j = i + 1;
+    while j < raw.len() {
+        if raw[j] == b'`' {
+            if raw.get(j + 1) != Some(&b'`') {
+                return (String::from_utf8_lossy(&name).into_owned(), j + 1);
+            }
+            j += 1;
+        }
+        name.push(raw[j]);
+        j += 1;
+    }
+    (String::from_utf8_lossy(&name).into_owned(), raw.len())
 }
 
 fn skip_line(raw: &[u8], i: usize) -> usize {
@@ -246,37 +367,43 @@ fn skip_quoted(raw: &[u8], i: usize, quote: u8) -> usize {
     raw.len()
 }
 
+/// A number starting at `i` (a digit, or `.` before a digit), split the way
+/// sqlparser splits it: `0x` (lower case only, as in MySQL) takes hex digits,
+/// `0b` binary digits, a decimal takes one `.` and an exponent.
 fn lex_number(raw: &[u8], i: usize, out: &mut Vec<Tok>) -> usize {
-    let mut j = i;
     let n = raw.len();
-    if raw[j] == b'0' && j + 1 < n && matches!(raw[j + 1], b'x' | b'X' | b'b' | b'B') {
-        j += 2;
-        while j < n && raw[j].is_ascii_hexdigit() {
-            j += 1;
-        }
+    let digits_from = |from: usize, accept: fn(&u8) -> bool| {
+        from + raw[from..].iter().take_while(|c| accept(c)).count()
+    };
+    let is_bit = |c: &u8| matches!(c, b'0' | b'1');
+    let mut j;
+    if raw[i..].starts_with(b"0x") {
+        out.push(Tok::Value);
+        return digits_from(i + 2, u8::is_ascii_hexdigit);
+    } else if raw[i..].starts_with(b"0b") && raw.get(i + 2).is_some_and(is_bit) {
+        j = digits_from(i + 2, is_bit);
     } else {
-        while j < n && (raw[j].is_ascii_digit() || raw[j] == b'.') {
-            j += 1;
+        j = digits_from(i, u8::is_ascii_digit);
+        if raw.get(j) == Some(&b'.') {
+            j = digits_from(j + 1, u8::is_ascii_digit);
         }
-        if j < n && matches!(raw[j], b'e' | b'E') {
-            let mut k = j + 1;
-            if k < n && matches!(raw[k], b'+' | b'-') {
-                k += 1;
-            }
-            if k < n && raw[k].is_ascii_digit() {
-                j = k;
-                while j < n && raw[j].is_ascii_digit() {
-                    j += 1;
-                }
+        if matches!(raw.get(j), Some(b'e' | b'E')) {
+            let sign = usize::from(matches!(raw.get(j + 1), Some(b'+' | b'-')));
+            if raw.get(j + 1 + sign).is_some_and(u8::is_ascii_digit) {
+                // sqlparser takes an `L` suffix (a long literal) here.
+                out.push(Tok::Value);
+                let end = digits_from(j + 1 + sign, u8::is_ascii_digit);
+                return end + usize::from(raw.get(end) == Some(&b'L'));
             }
         }
     }
-    // `1abc` is an identifier in MySQL, not a number followed by a word.
+    // `1abc` (and `0b12`) is an identifier in MySQL, not a number followed
+    // by a word.
     if j < n && is_word_byte(raw[j]) {
         while j < n && is_word_byte(raw[j]) {
             j += 1;
         }
-        out.push(classify_word(&String::from_utf8_lossy(&raw[i..j]), false));
+        out.push(classify_word(&String::from_utf8_lossy(&raw[i..j])));
         return j;
     }
     out.push(Tok::Value);

@@ -7,16 +7,25 @@
 //! invalid UTF-8) goes through a byte lexer that yields the same tokens.
 //!
 //! Rules, chosen to group statements the way the server's own
-//! `events_statements_summary_by_digest` does:
-//! - literals (numbers, strings, hex/bit values, NULL, TRUE/FALSE) become `?`,
-//!   a sign in front of a literal folds into it (`-1` -> `?`);
-//! - a parenthesised list of two or more values becomes `(...)`, and two or
-//!   more such rows in a row (`VALUES (..),(..)`) become `(...) /* , ... */`;
+//! `events_statements_summary_by_digest` does (MariaDB 10.11; a test
+//! compares the two):
+//! - literals (numbers, strings, hex/bit values) and `NULL` used as a value
+//!   become `?`; `IS [NOT] NULL`, `NOT NULL`, TRUE and FALSE stay words;
+//! - a sign folds into the literal after it where MariaDB folds it (after
+//!   `(`, `,`, a sign, SELECT, AND, OR, XOR, BETWEEN) and stays `- ?`
+//!   elsewhere (`= -1`);
+//! - a parenthesised list of two or more values becomes `(...)`, two or
+//!   more rows (`VALUES (..),(..)`) become `(...) /* , ... */`, and two or
+//!   more values in a row elsewhere (`SELECT 1, 2`, `LIMIT 5, 10`) `?, ...`;
 //! - comments are dropped, optimizer hints (`/*+ ... */`) too; the body of
 //!   an executable comment (`/*!50100 ... */`) is kept because the server
 //!   runs it;
 //! - keywords are upper-cased, identifiers keep their case and are quoted
 //!   with backticks, whitespace is one space between tokens.
+//!
+//! Known differences from the server: hex strings `X'..'` group with other
+//! literals (MariaDB keeps them apart as `(unknown)`), and function names
+//! that are not sqlparser keywords keep their case (`now()` vs `NOW()`).
 
 mod cache;
 mod digest;
