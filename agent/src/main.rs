@@ -7,7 +7,12 @@ use std::sync::{
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 
-use sqlbee::{config::AgentArgs, pipeline};
+use sqlbee::{
+    collector::{self, CollectorArgs},
+    config::AgentArgs,
+    pipeline,
+    query::{self, InstancesArgs, TopArgs},
+};
 
 #[derive(Parser)]
 #[command(name = "sqlbee", version, about = "eBPF statement observability for MySQL and MariaDB")]
@@ -21,6 +26,12 @@ enum Role {
     /// Trace mariadbd/mysqld processes on this host and report per-digest
     /// statistics per window.
     Agent(AgentArgs),
+    /// Receive batches from agents over gRPC, store them, answer queries.
+    Collector(CollectorArgs),
+    /// The slowest digests across the fleet, from a collector.
+    Top(TopArgs),
+    /// Agents and server instances a collector knows, with lag and gaps.
+    Instances(InstancesArgs),
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -52,6 +63,9 @@ fn main() -> anyhow::Result<()> {
             });
             pipeline::run_agent(config, stop).context("agent failed")?;
         }
+        Role::Collector(args) => collector::main(args).context("collector failed")?,
+        Role::Top(args) => query::top(args).context("top failed")?,
+        Role::Instances(args) => query::instances(args).context("instances failed")?,
     }
     Ok(())
 }

@@ -121,14 +121,25 @@ fn server_digests(server: &PrivateServer) -> Vec<String> {
         .iter()
         .map(|sql| {
             worker.query_drop(sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
-            let digest: Option<String> = observer
-                .exec_first(
-                    "SELECT DIGEST FROM performance_schema.events_statements_history \
-                     WHERE THREAD_ID = ? ORDER BY EVENT_ID DESC LIMIT 1",
-                    (thread,),
-                )
-                .unwrap()
-                .flatten();
+            // The history row may land a moment after the client has its
+            // answer: wait for the row of this very statement.
+            let mut digest = None;
+            for _ in 0..200 {
+                let row: Option<(Option<String>, Option<String>)> = observer
+                    .exec_first(
+                        "SELECT DIGEST, SQL_TEXT FROM performance_schema.events_statements_history \
+                         WHERE THREAD_ID = ? ORDER BY EVENT_ID DESC LIMIT 1",
+                        (thread,),
+                    )
+                    .unwrap();
+                if let Some((found, Some(text))) = row
+                    && text == *sql
+                {
+                    digest = found;
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
             digest.unwrap_or_else(|| panic!("no server digest for {sql}"))
         })
         .collect()

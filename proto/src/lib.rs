@@ -1,0 +1,7 @@
+//! The sqlbee.v1 wire protocol. See the .proto files for the compatibility
+//! rules; domain <-> wire conversions live with the stages that use them.
+#![allow(clippy::all)]
+
+pub mod v1 {
+    tonic::include_proto!("sqlbee.v1");
+}
