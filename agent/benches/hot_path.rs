@@ -37,6 +37,7 @@ fn benches(c: &mut Criterion) {
     let server = ServerProcess {
         pid: 1,
         start_ticks: 1,
+        start_unix_ms: 0,
         comm: "mariadbd".into(),
         binary: PathBuf::from("/usr/sbin/mariadbd"),
         instance: "bench:3306".into(),

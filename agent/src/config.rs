@@ -24,6 +24,8 @@ pub enum ConfigError {
     },
     #[error("`{field}` = {value:?} is not a duration; write it like 500ms, 10s or 2m")]
     Duration { field: &'static str, value: String },
+    #[error("--collector {url:?} must start with http:// or https://")]
+    Collector { url: String },
     #[error("`{field}` = {value} is out of range: {expected}")]
     Range { field: &'static str, value: u64, expected: String },
 }
@@ -49,8 +51,33 @@ pub struct AgentArgs {
     /// followed to its new pid.
     #[arg(long = "pid", env = "SQLBEE_PID", value_delimiter = ',')]
     pub pids: Vec<u32>,
+    /// Stdout format; default jsonl, or none when --collector is given.
     #[arg(long, value_enum, env = "SQLBEE_OUTPUT")]
     pub output: Option<OutputFormat>,
+    /// Ship windows to this collector (http://host:port or https://...).
+    #[arg(long, env = "SQLBEE_COLLECTOR")]
+    pub collector: Option<String>,
+    /// Where the agent keeps its id, batch counter and spool.
+    #[arg(long, env = "SQLBEE_STATE_DIR")]
+    pub state_dir: Option<PathBuf>,
+    /// Spool size limit in bytes (default 512 MiB); when full the oldest
+    /// batches are dropped and reported as a gap.
+    #[arg(long, env = "SQLBEE_SPOOL_LIMIT")]
+    pub spool_limit: Option<u64>,
+    /// File holding the bearer token for the collector.
+    #[arg(long, env = "SQLBEE_TOKEN_FILE")]
+    pub token_file: Option<PathBuf>,
+    /// CA certificate (PEM) to verify the collector.
+    #[arg(long, env = "SQLBEE_CA_CERT")]
+    pub ca_cert: Option<PathBuf>,
+    /// Client certificate and key (PEM) for mutual TLS.
+    #[arg(long, env = "SQLBEE_CLIENT_CERT")]
+    pub client_cert: Option<PathBuf>,
+    #[arg(long, env = "SQLBEE_CLIENT_KEY")]
+    pub client_key: Option<PathBuf>,
+    /// Batches per second when replaying a backlog (default 20).
+    #[arg(long, env = "SQLBEE_REPLAY_RATE")]
+    pub replay_rate: Option<u32>,
     /// Length of an aggregation window, e.g. 10s.
     #[arg(long, env = "SQLBEE_WINDOW")]
     pub window: Option<String>,
@@ -83,6 +110,14 @@ pub struct AgentArgs {
 struct AgentFile {
     pids: Option<Vec<u32>>,
     output: Option<OutputFormat>,
+    collector: Option<String>,
+    state_dir: Option<PathBuf>,
+    spool_limit: Option<u64>,
+    token_file: Option<PathBuf>,
+    ca_cert: Option<PathBuf>,
+    client_cert: Option<PathBuf>,
+    client_key: Option<PathBuf>,
+    replay_rate: Option<u32>,
     window: Option<String>,
     text_limit: Option<u32>,
     max_digests: Option<usize>,
@@ -97,7 +132,9 @@ struct AgentFile {
 #[derive(Clone, Debug)]
 pub struct AgentConfig {
     pub pids: Vec<u32>,
-    pub output: OutputFormat,
+    /// None: nothing on stdout (shipping only).
+    pub output: Option<OutputFormat>,
+    pub ship: Option<crate::ship::ShipConfig>,
     pub window: Duration,
     pub text_limit: u32,
     pub max_digests: usize,
@@ -129,9 +166,40 @@ impl AgentArgs {
         let text_limit = self.text_limit.or(file.text_limit).unwrap_or(DEFAULT_TEXT_LIMIT);
         let ring_bytes = self.ring_bytes.or(file.ring_bytes).unwrap_or(8 * 1024 * 1024);
         let max_digests = self.max_digests.or(file.max_digests).unwrap_or(5000);
+        let collector = self.collector.or(file.collector);
+        let output = match (self.output.or(file.output), &collector) {
+            (Some(format), _) => Some(format),
+            (None, Some(_)) => None,
+            (None, None) => Some(OutputFormat::Jsonl),
+        };
+        let ship = match collector {
+            None => None,
+            Some(url) => {
+                if !(url.starts_with("http://") || url.starts_with("https://")) {
+                    return Err(ConfigError::Collector { url });
+                }
+                let rate = self.replay_rate.or(file.replay_rate).unwrap_or(20).max(1);
+                Some(crate::ship::ShipConfig {
+                    target: crate::ship::ShipTarget {
+                        url,
+                        token_file: self.token_file.or(file.token_file),
+                        ca_cert: self.ca_cert.or(file.ca_cert),
+                        client_cert: self.client_cert.or(file.client_cert),
+                        client_key: self.client_key.or(file.client_key),
+                    },
+                    state_dir: self.state_dir.or(file.state_dir).unwrap_or_else(|| PathBuf::from("/var/lib/sqlbee")),
+                    spool_limit_bytes: self.spool_limit.or(file.spool_limit).unwrap_or(512 << 20),
+                    max_batch_bytes: 4 << 20,
+                    replay_interval: Duration::from_secs(1) / rate,
+                    shutdown_grace: Duration::from_secs(5),
+                    host: crate::pipeline::hostname(),
+                })
+            }
+        };
         let config = AgentConfig {
             pids,
-            output: self.output.or(file.output).unwrap_or(OutputFormat::Jsonl),
+            output,
+            ship,
             window,
             text_limit,
             max_digests,

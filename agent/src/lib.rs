@@ -13,3 +13,4 @@ pub mod output;
 pub mod pipeline;
 pub mod probe;
 pub mod query;
+pub mod ship;

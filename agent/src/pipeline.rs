@@ -1,7 +1,7 @@
 //! The only place that creates channels and wires the stages:
 //!
 //! probe thread --(bounded channel, never blocks on statements)--> aggregate
-//! thread --> output (stdout).
+//! thread --> output (stdout) and/or ship thread (spool, then collector).
 //!
 //! The probe thread owns the attached servers: it rescans /proc, drains
 //! ring buffers on a short timer and, at each window end, reads the exact
@@ -26,6 +26,7 @@ use crate::{
     normalize::Normalizer,
     output,
     probe::{ProbeBatch, ProbeConfig, ProbeError, Supervisor},
+    ship::ShipStage,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -38,6 +39,8 @@ pub enum PipelineError {
     Output(#[from] std::io::Error),
     #[error("the {0} thread panicked")]
     Panicked(&'static str),
+    #[error(transparent)]
+    Ship(#[from] crate::ship::ShipError),
 }
 
 enum Message {
@@ -84,11 +87,12 @@ pub fn run_agent(config: AgentConfig, stop: Arc<AtomicBool>) -> Result<(), Pipel
         std::fs::write(path, pids.join("\n"))?;
     }
 
+    let ship = config.ship.clone().map(ShipStage::start).transpose()?;
     let (tx, rx) = sync_channel(CHANNEL_BATCHES);
     let aggregate_config = config.clone();
     let aggregator = thread::Builder::new()
         .name("aggregate".into())
-        .spawn(move || aggregate_loop(aggregate_config, rx))?;
+        .spawn(move || aggregate_loop(aggregate_config, rx, ship))?;
     for batch in initial {
         let _ = tx.send(Message::Batch(batch));
     }
@@ -159,23 +163,33 @@ fn probe_loop(
     }
 }
 
-fn aggregate_loop(config: AgentConfig, rx: Receiver<Message>) -> Result<(), PipelineError> {
+fn aggregate_loop(config: AgentConfig, rx: Receiver<Message>, ship: Option<ShipStage>) -> Result<(), PipelineError> {
     let mut aggregator = Aggregator::new(Normalizer::new(config.normalize_cache), config.max_digests, SystemTime::now());
     let stdout = std::io::stdout();
     while let Ok(message) = rx.recv() {
         match message {
             Message::Batch(batch) => aggregator.ingest(batch),
             Message::WindowEnd(at) => {
+                let reports = aggregator.flush(at);
                 let mut out = stdout.lock();
-                for report in aggregator.flush(at) {
+                for report in &reports {
                     match config.output {
-                        OutputFormat::Jsonl => output::write_jsonl(&mut out, &report)?,
-                        OutputFormat::Table => output::write_table(&mut out, &report, config.table_rows)?,
+                        Some(OutputFormat::Jsonl) => output::write_jsonl(&mut out, report)?,
+                        Some(OutputFormat::Table) => output::write_table(&mut out, report, config.table_rows)?,
+                        None => {}
                     }
                 }
                 out.flush()?;
+                if let Some(ship) = &ship
+                    && !reports.is_empty()
+                {
+                    ship.send(reports);
+                }
             }
         }
+    }
+    if let Some(ship) = ship {
+        ship.finish()?;
     }
     Ok(())
 }

@@ -84,6 +84,8 @@ impl DigestStats {
 #[derive(Clone, Debug, Default)]
 pub struct Summary {
     pub pid: u32,
+    /// Start of the server process, ms since the Unix epoch.
+    pub server_start_unix_ms: i64,
     pub commands: BTreeMap<String, u64>,
     /// Statements that finished (exact, from kernel counters).
     pub statements: u64,
@@ -140,6 +142,7 @@ impl Aggregator {
         let instance = batch.server.instance.clone();
         let window = self.windows.entry(instance.clone()).or_default();
         window.summary.pid = batch.server.pid;
+        window.summary.server_start_unix_ms = batch.server.start_unix_ms;
         window.summary.dropped_in_agent += batch.lost_before;
         for statement in &batch.statements {
             let digest = digest_of(&mut self.normalizer, statement);

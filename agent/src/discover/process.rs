@@ -16,6 +16,8 @@ pub struct ServerProcess {
     /// Start time in clock ticks since boot (field 22 of /proc/PID/stat):
     /// tells a restarted server from a reused pid.
     pub start_ticks: u64,
+    /// The same instant as milliseconds since the Unix epoch.
+    pub start_unix_ms: i64,
     pub comm: String,
     /// The binary as seen from this agent, through the server's root.
     pub binary: PathBuf,
@@ -75,7 +77,22 @@ pub fn server_by_pid(pid: u32, hostname: &str) -> Result<ServerProcess, Discover
         .filter(|a| !a.is_empty())
         .map(|a| String::from_utf8_lossy(a).into_owned())
         .collect();
-    Ok(ServerProcess { pid, start_ticks, comm, binary, instance: instance_name(&args, hostname) })
+    let start_unix_ms = boot_time_unix_ms() + (start_ticks as i64 * 1000) / clock_ticks_per_second();
+    Ok(ServerProcess { pid, start_ticks, start_unix_ms, comm, binary, instance: instance_name(&args, hostname) })
+}
+
+fn clock_ticks_per_second() -> i64 {
+    // SAFETY: sysconf has no preconditions.
+    (unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as i64).max(1)
+}
+
+/// Boot time from /proc/stat (`btime`, seconds since the epoch).
+fn boot_time_unix_ms() -> i64 {
+    fs::read_to_string("/proc/stat")
+        .ok()
+        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("btime ")?.trim().parse::<i64>().ok()))
+        .unwrap_or(0)
+        * 1000
 }
 
 fn parse_start_ticks(stat: &str) -> Option<u64> {

@@ -1,0 +1,68 @@
+//! Who this agent is across restarts, and which batch number comes next.
+//! Both live in the state directory: the id is created once, the next
+//! sequence is written (fsync + rename) before a batch with that number is
+//! spooled, so a number is never handed out twice, even after a crash.
+use std::{
+    fs,
+    io::Write,
+    path::{Path, PathBuf},
+};
+
+use super::ShipError;
+
+pub struct Identity {
+    pub agent_id: String,
+    next_sequence: u64,
+    sequence_file: PathBuf,
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> ShipError + '_ {
+    move |source| ShipError::State { path: path.to_path_buf(), source }
+}
+
+/// Writes `bytes` to `path` so that a crash leaves either the old or the
+/// new content, never a torn file.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ShipError> {
+    let tmp = path.with_extension("tmp");
+    let mut file = fs::File::create(&tmp).map_err(io(&tmp))?;
+    file.write_all(bytes).map_err(io(&tmp))?;
+    file.sync_all().map_err(io(&tmp))?;
+    fs::rename(&tmp, path).map_err(io(path))?;
+    if let Some(dir) = path.parent() {
+        fs::File::open(dir).and_then(|d| d.sync_all()).map_err(io(dir))?;
+    }
+    Ok(())
+}
+
+impl Identity {
+    /// Loads or creates the identity; `min_next` is one past the highest
+    /// sequence found on disk (the spool may be ahead of the counter file
+    /// only if the counter was lost).
+    pub fn load(state_dir: &Path, min_next: u64) -> Result<Self, ShipError> {
+        fs::create_dir_all(state_dir).map_err(io(state_dir))?;
+        let id_file = state_dir.join("agent-id");
+        let agent_id = match fs::read_to_string(&id_file) {
+            Ok(id) if !id.trim().is_empty() => id.trim().to_string(),
+            _ => {
+                let mut bytes = [0u8; 16];
+                fs::File::open("/dev/urandom")
+                    .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes))
+                    .map_err(io(Path::new("/dev/urandom")))?;
+                let id: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+                write_atomic(&id_file, id.as_bytes())?;
+                id
+            }
+        };
+        let sequence_file = state_dir.join("next-sequence");
+        let stored = fs::read_to_string(&sequence_file).ok().and_then(|s| s.trim().parse::<u64>().ok()).unwrap_or(1);
+        Ok(Self { agent_id, next_sequence: stored.max(min_next).max(1), sequence_file })
+    }
+
+    /// Hands out the next sequence number, persisted before it is used.
+    pub fn take_sequence(&mut self) -> Result<u64, ShipError> {
+        let sequence = self.next_sequence;
+        write_atomic(&self.sequence_file, (sequence + 1).to_string().as_bytes())?;
+        self.next_sequence = sequence + 1;
+        Ok(sequence)
+    }
+}

@@ -1,0 +1,185 @@
+//! Ship stage: closed windows -> batches -> disk spool -> collector.
+//!
+//! Every batch is spooled (fsync'd) before it is sent and deleted only
+//! after the collector acknowledged it; batch sequence numbers are per
+//! agent, persisted, and never reused, so the collector can store each
+//! batch exactly once. This stage never blocks the stages before it for
+//! longer than a local fsync.
+mod connect;
+mod identity;
+mod sender;
+pub mod spool;
+mod wire;
+
+use std::{
+    path::PathBuf,
+    sync::{Arc, Mutex},
+    time::{Duration, SystemTime},
+};
+
+pub use connect::ShipTarget;
+use identity::Identity;
+use prost::Message;
+pub use sender::{Backoff, Verdict, verdict};
+use sqlbee_proto::v1::{AgentIdentity, Batch};
+use spool::Spool;
+use tokio::sync::{Notify, mpsc};
+pub use wire::{instance_window, unix_ms};
+
+use crate::aggregate::WindowReport;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ShipError {
+    #[error("agent state file {path}: {source} (is --state-dir writable?)")]
+    State {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("spool {path}: {source} (disk full or not writable?)")]
+    Spool {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("collector address {url:?} is not usable: {reason}")]
+    Target { url: String, reason: String },
+    #[error("the spool lock was poisoned by a panic")]
+    Poisoned,
+    #[error("starting the ship runtime failed: {0}")]
+    Runtime(std::io::Error),
+}
+
+#[derive(Clone, Debug)]
+pub struct ShipConfig {
+    pub target: ShipTarget,
+    pub state_dir: PathBuf,
+    pub spool_limit_bytes: u64,
+    /// Largest encoded batch; larger window sets are split.
+    pub max_batch_bytes: usize,
+    /// Pause between replayed batches when there is a backlog.
+    pub replay_interval: Duration,
+    /// How long shutdown waits for the collector before leaving batches spooled.
+    pub shutdown_grace: Duration,
+    pub host: String,
+}
+
+/// Builds batches from window reports and spools them.
+struct Batcher {
+    identity: Identity,
+    spool: Arc<Mutex<Spool>>,
+    agent: AgentIdentity,
+    max_batch_bytes: usize,
+}
+
+impl Batcher {
+    fn spool_reports(&mut self, reports: &[WindowReport]) -> Result<(), ShipError> {
+        let windows: Vec<_> = reports.iter().map(instance_window).collect();
+        // Split so no batch grows past the size limit (one window at least).
+        let mut chunks: Vec<Vec<_>> = vec![Vec::new()];
+        let mut size = 0;
+        for window in windows {
+            let len = window.encoded_len();
+            if size + len > self.max_batch_bytes && !chunks.last().unwrap().is_empty() {
+                chunks.push(Vec::new());
+                size = 0;
+            }
+            size += len;
+            chunks.last_mut().unwrap().push(window);
+        }
+        for windows in chunks {
+            let mut spool = self.spool.lock().map_err(|_| ShipError::Poisoned)?;
+            let gaps = spool.pending_gaps();
+            if windows.is_empty() && gaps.is_empty() {
+                continue;
+            }
+            let sequence = self.identity.take_sequence()?;
+            let batch = Batch {
+                agent: Some(self.agent.clone()),
+                sequence,
+                created_unix_ms: unix_ms(SystemTime::now()),
+                windows,
+                gaps,
+            };
+            let had_gaps = !batch.gaps.is_empty();
+            spool.append(sequence, &batch.encode_to_vec())?;
+            if had_gaps {
+                spool.clear_pending_gaps()?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Handle of the running ship stage.
+pub struct ShipStage {
+    tx: Option<mpsc::Sender<Vec<WindowReport>>>,
+    thread: Option<std::thread::JoinHandle<Result<(), ShipError>>>,
+}
+
+impl ShipStage {
+    pub fn start(config: ShipConfig) -> Result<Self, ShipError> {
+        let mut spool = Spool::open(&config.state_dir, config.spool_limit_bytes)?;
+        let identity = Identity::load(&config.state_dir, spool.highest_sequence() + 1)?;
+        let backlog = spool.entries()?.len();
+        tracing::info!(agent_id = %identity.agent_id, collector = %config.target.url, backlog, "shipping to collector");
+        spool.corrupt_records = 0;
+        let spool = Arc::new(Mutex::new(spool));
+        let mut batcher = Batcher {
+            agent: AgentIdentity {
+                host: config.host.clone(),
+                agent_id: identity.agent_id.clone(),
+                version: env!("CARGO_PKG_VERSION").to_string(),
+            },
+            identity,
+            spool: spool.clone(),
+            max_batch_bytes: config.max_batch_bytes,
+        };
+        let (tx, mut rx) = mpsc::channel::<Vec<WindowReport>>(64);
+        let thread = std::thread::Builder::new()
+            .name("ship".into())
+            .spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(ShipError::Runtime)?;
+                runtime.block_on(async move {
+                    let wake = Arc::new(Notify::new());
+                    let stopping = Arc::new(Notify::new());
+                    let sender = sender::Sender {
+                        spool,
+                        wake: wake.clone(),
+                        target: config.target.clone(),
+                        replay_interval: config.replay_interval,
+                    };
+                    let sending = tokio::spawn(sender.run(stopping.clone(), config.shutdown_grace));
+                    while let Some(reports) = rx.recv().await {
+                        if let Err(err) = batcher.spool_reports(&reports) {
+                            tracing::error!(error = %err, "could not spool a batch; its windows are lost");
+                        }
+                        wake.notify_one();
+                    }
+                    stopping.notify_one();
+                    sending.await.unwrap_or(Ok(()))
+                })
+            })
+            .map_err(ShipError::Runtime)?;
+        Ok(Self { tx: Some(tx), thread: Some(thread) })
+    }
+
+    /// Hands closed windows over; waits only if 64 window sets are queued.
+    pub fn send(&self, reports: Vec<WindowReport>) {
+        if let Some(tx) = &self.tx
+            && tx.blocking_send(reports).is_err()
+        {
+            tracing::error!("ship stage stopped; windows not shipped");
+        }
+    }
+
+    /// Spools what is queued, tries to deliver within the grace period, stops.
+    pub fn finish(mut self) -> Result<(), ShipError> {
+        drop(self.tx.take());
+        match self.thread.take().map(|t| t.join()) {
+            Some(Ok(result)) => result,
+            Some(Err(_)) => Err(ShipError::Poisoned),
+            None => Ok(()),
+        }
+    }
+}

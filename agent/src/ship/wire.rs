@@ -1,0 +1,58 @@
+//! Closed windows -> `sqlbee.v1` messages. The only place that knows both
+//! the aggregate types and the wire types.
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use sqlbee_proto::v1::{
+    Bucket, CommandCount, DigestStats as WireDigest, ErrorCount, Histogram as WireHistogram, InstanceWindow,
+    ServerInstance,
+};
+
+use crate::aggregate::{DigestStats, WindowReport};
+
+/// Histogram scheme 1: log-linear, 8 buckets per power of two (see
+/// `aggregate::histogram`).
+pub const HISTOGRAM_SCHEME: u32 = 1;
+
+pub fn unix_ms(t: SystemTime) -> i64 {
+    t.duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
+fn digest(d: &DigestStats) -> WireDigest {
+    WireDigest {
+        digest: d.digest,
+        digest_text: d.digest_text.to_string(),
+        count: d.count,
+        errors: d.errors,
+        sum_ns: d.sum_ns,
+        min_ns: if d.count == 0 { 0 } else { d.min_ns },
+        max_ns: d.max_ns,
+        histogram: Some(WireHistogram {
+            scheme: HISTOGRAM_SCHEME,
+            buckets: d.histogram.buckets().map(|(index, count)| Bucket { index: index as u32, count }).collect(),
+        }),
+        sample: d.sample.clone(),
+        truncated: d.truncated,
+        error_codes: d.error_codes.iter().map(|(code, count)| ErrorCount { code: *code, count: *count }).collect(),
+    }
+}
+
+pub fn instance_window(report: &WindowReport) -> InstanceWindow {
+    let s = &report.summary;
+    InstanceWindow {
+        instance: Some(ServerInstance {
+            name: report.instance.clone(),
+            pid: s.pid,
+            start_time_unix_ms: s.server_start_unix_ms,
+        }),
+        window_start_unix_ms: unix_ms(report.window_start),
+        window_end_unix_ms: unix_ms(report.window_end),
+        digests: report.digests.iter().map(digest).collect(),
+        commands: s.commands.iter().map(|(command, count)| CommandCount { command: command.clone(), count: *count }).collect(),
+        statements: s.statements,
+        events: s.events,
+        dropped_events: s.dropped_events,
+        dropped_in_agent: s.dropped_in_agent,
+        unmatched: s.unmatched,
+        overflow_statements: s.overflow_statements,
+    }
+}
