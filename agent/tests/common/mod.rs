@@ -74,6 +74,14 @@ impl Agent {
         agent
     }
 
+    /// A crash: SIGKILL, no final window, nothing flushed.
+    pub fn kill9(mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
     pub fn stderr_text(&self) -> String {
         std::fs::read_to_string(&self.stderr).unwrap_or_default()
     }

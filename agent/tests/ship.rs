@@ -1,0 +1,340 @@
+//! Agent -> collector over real gRPC with a real SQLite store: exact totals
+//! end to end, through a collector outage, an agent crash, a full spool and
+//! a corrupt spool record.
+mod common;
+
+use std::{
+    collections::HashMap,
+    path::{Path, PathBuf},
+    process::{Child, Command},
+    time::{Duration, Instant},
+};
+
+use common::{Agent, NOT_QUESTIONS, PrivateServer, delta, privileged};
+use prost::Message;
+use sqlbee_proto::v1::{Batch, TotalsRequest, query_client::QueryClient};
+
+/// A `sqlbee collector` process on a free port with its own store.
+struct Collector {
+    child: Option<Child>,
+    port: u16,
+    dir: PathBuf,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+impl Collector {
+    fn start(dir: &Path) -> Collector {
+        let mut c = Collector { child: None, port: free_port(), dir: dir.to_path_buf() };
+        c.spawn();
+        c
+    }
+
+    fn spawn(&mut self) {
+        let ready = self.dir.join("collector.ready");
+        let _ = std::fs::remove_file(&ready);
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.join("collector.log")).unwrap();
+        let child = Command::new(common::sqlbee())
+            .arg("collector")
+            .arg(format!("--listen=127.0.0.1:{}", self.port))
+            .arg(format!("--store=sqlite:{}", self.dir.join("collector.db").display()))
+            .arg("--ready-file")
+            .arg(&ready)
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("starting sqlbee collector");
+        self.child = Some(child);
+        let started = Instant::now();
+        while !ready.exists() {
+            assert!(started.elapsed() < Duration::from_secs(20), "collector did not start: {}", self.log());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("collector.log")).unwrap_or_default()
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.kill().unwrap();
+            child.wait().unwrap();
+        }
+    }
+
+    /// `sqlbee top --format json` merged over everything stored.
+    fn top_counts(&self) -> HashMap<String, u64> {
+        let out = Command::new(common::sqlbee())
+            .args(["top", "--collector", &self.url(), "--format", "json", "--limit", "10000"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "top failed: {}", String::from_utf8_lossy(&out.stderr));
+        let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+        rows.iter().map(|r| (r["digest_text"].as_str().unwrap().to_string(), r["count"].as_u64().unwrap())).collect()
+    }
+
+    fn instances(&self) -> Vec<serde_json::Value> {
+        let out = Command::new(common::sqlbee())
+            .args(["instances", "--collector", &self.url(), "--format", "json"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "instances failed: {}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+
+    /// Exact totals over gRPC: (statements, per-command counts, lost statements).
+    fn totals(&self) -> (u64, HashMap<String, u64>, u64) {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        runtime.block_on(async {
+            let mut client = QueryClient::connect(self.url()).await.unwrap();
+            let t = client.totals(TotalsRequest::default()).await.unwrap().into_inner();
+            (t.statements, t.commands.into_iter().map(|c| (c.command, c.count)).collect(), t.lost_statements)
+        })
+    }
+}
+
+impl Drop for Collector {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+fn ship_args(server: &PrivateServer, collector: &Collector, state: &Path, window: &str) -> Vec<String> {
+    vec![
+        format!("--pid={}", server.pid()),
+        format!("--collector={}", collector.url()),
+        format!("--state-dir={}", state.display()),
+        format!("--window={window}"),
+    ]
+}
+
+fn spool_files(state: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(state.join("spool"))
+        .map(|rd| rd.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "batch")).collect())
+        .unwrap_or_default();
+    files.sort();
+    files
+}
+
+fn wait_for(what: &str, limit: Duration, mut check: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !check() {
+        assert!(started.elapsed() < limit, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn kill9(agent: Agent) {
+    agent.kill9();
+}
+
+#[test]
+fn end_to_end_counts_reach_the_collector() {
+    if !privileged("end_to_end_counts_reach_the_collector") {
+        return;
+    }
+    let server = PrivateServer::start("ship-e2e", &[]).unwrap();
+    let collector = Collector::start(server.dir());
+    let state = server.dir().join("agent-state");
+    server.sql("CREATE DATABASE app; CREATE TABLE app.k (id INT PRIMARY KEY, v INT)").unwrap();
+    let before = server.global_status().unwrap();
+    let agent = Agent::start(server.dir(), &ship_args(&server, &collector, &state, "1s"));
+    for i in 0..120 {
+        server.sql(&format!("INSERT INTO app.k VALUES ({i}, {i})")).unwrap();
+    }
+    for i in 0..45 {
+        server.sql(&format!("SELECT v FROM app.k WHERE id = {i}")).unwrap();
+    }
+    let out = agent.stop();
+    let after = server.global_status().unwrap();
+    assert!(out.success, "{}", out.stderr);
+    let counts = collector.top_counts();
+    assert_eq!(counts.get("INSERT INTO `app`.`k` VALUES (...)"), Some(&120), "{counts:#?}");
+    assert_eq!(counts.get("SELECT `v` FROM `app`.`k` WHERE ID = ?"), Some(&45), "{counts:#?}");
+    let (statements, commands, lost) = collector.totals();
+    assert_eq!(lost, 0);
+    assert_eq!(statements, counts.values().sum::<u64>());
+    let questions: u64 = commands.iter().filter(|(c, _)| !NOT_QUESTIONS.contains(&c.as_str())).map(|(_, n)| n).sum();
+    assert_eq!(questions + 2, delta(&before, &after, "Questions"), "{commands:?}");
+    assert!(spool_files(&state).is_empty(), "acknowledged batches must leave the spool");
+}
+
+#[test]
+fn collector_outage_loses_and_doubles_nothing() {
+    if !privileged("collector_outage_loses_and_doubles_nothing") {
+        return;
+    }
+    let server = PrivateServer::start("ship-outage", &[]).unwrap();
+    let mut collector = Collector::start(server.dir());
+    let state = server.dir().join("agent-state");
+    let bench = xtask::sysbench::Sysbench {
+        script: "oltp_read_write".into(),
+        tables: 2,
+        table_size: 1000,
+        threads: 4,
+        seconds: 120,
+        ps_mode: "auto",
+    };
+    bench.prepare(&server).unwrap();
+    let mut run = bench.spawn(&server).unwrap();
+    let signal = |sig| unsafe { libc::kill(run.id() as i32, sig) };
+    std::thread::sleep(Duration::from_millis(1000));
+    signal(libc::SIGSTOP);
+    std::thread::sleep(Duration::from_millis(300));
+    let before = server.global_status().unwrap();
+    let agent = Agent::start(server.dir(), &ship_args(&server, &collector, &state, "1s"));
+    signal(libc::SIGCONT);
+    std::thread::sleep(Duration::from_secs(3));
+    collector.kill9();
+    std::thread::sleep(Duration::from_secs(21));
+    assert!(!spool_files(&state).is_empty(), "batches must pile up in the spool during the outage");
+    collector.spawn();
+    std::thread::sleep(Duration::from_secs(4));
+    signal(libc::SIGSTOP);
+    std::thread::sleep(Duration::from_millis(300));
+    let out = agent.stop();
+    let after = server.global_status().unwrap();
+    signal(libc::SIGKILL);
+    let _ = run.wait();
+    assert!(out.success, "{}", out.stderr);
+    assert!(spool_files(&state).is_empty(), "spool not drained: {}", out.stderr);
+
+    let (statements, commands, lost) = collector.totals();
+    assert_eq!(lost, 0);
+    assert!(statements > 2000, "too little traffic: {statements}");
+    let get = |c: &str| commands.get(c).copied().unwrap_or(0);
+    assert_eq!(get("COM_STMT_EXECUTE"), delta(&before, &after, "Com_stmt_execute"));
+    let questions: u64 = commands.iter().filter(|(c, _)| !NOT_QUESTIONS.contains(&c.as_str())).map(|(_, n)| n).sum();
+    assert_eq!(questions + 2, delta(&before, &after, "Questions"), "{commands:?}");
+    let counts = collector.top_counts();
+    assert_eq!(counts.values().sum::<u64>(), statements);
+    assert_eq!(counts.get("COMMIT").copied(), Some(delta(&before, &after, "Com_commit")));
+}
+
+#[test]
+fn agent_crash_replays_spooled_batches_once() {
+    if !privileged("agent_crash_replays_spooled_batches_once") {
+        return;
+    }
+    let server = PrivateServer::start("ship-crash", &[]).unwrap();
+    let mut collector = Collector::start(server.dir());
+    collector.kill9();
+    let state = server.dir().join("agent-state");
+    let agent = Agent::start(server.dir(), &ship_args(&server, &collector, &state, "300ms"));
+    for _ in 0..40 {
+        server.sql("SELECT 'before crash'").unwrap();
+    }
+    wait_for("spooled batches", Duration::from_secs(10), || spool_files(&state).len() >= 2);
+    std::thread::sleep(Duration::from_millis(700));
+    kill9(agent);
+    let spooled = spool_files(&state);
+    let backup = server.dir().join("spool-backup");
+    std::fs::create_dir_all(&backup).unwrap();
+    for f in &spooled {
+        std::fs::copy(f, backup.join(f.file_name().unwrap())).unwrap();
+    }
+
+    collector.spawn();
+    let agent = Agent::start(server.dir(), &ship_args(&server, &collector, &state, "300ms"));
+    for _ in 0..25 {
+        server.sql("SELECT 'after crash'").unwrap();
+    }
+    let out = agent.stop();
+    assert!(out.success, "{}", out.stderr);
+    assert_eq!(collector.top_counts().get("SELECT ?"), Some(&65));
+
+    // Replaying the very same batches again must not count them twice.
+    for f in std::fs::read_dir(&backup).unwrap().flatten() {
+        std::fs::copy(f.path(), state.join("spool").join(f.file_name())).unwrap();
+    }
+    let agent = Agent::start(server.dir(), &ship_args(&server, &collector, &state, "300ms"));
+    wait_for("replay", Duration::from_secs(20), || spool_files(&state).is_empty());
+    let out = agent.stop();
+    assert!(out.stderr.contains("already had this batch"), "{}", out.stderr);
+    assert_eq!(collector.top_counts().get("SELECT ?"), Some(&65));
+}
+
+#[test]
+fn full_spool_drops_oldest_and_reports_the_gap() {
+    if !privileged("full_spool_drops_oldest_and_reports_the_gap") {
+        return;
+    }
+    let server = PrivateServer::start("ship-full", &[]).unwrap();
+    let mut collector = Collector::start(server.dir());
+    collector.kill9();
+    let state = server.dir().join("agent-state");
+    let mut args = ship_args(&server, &collector, &state, "200ms");
+    args.push("--spool-limit=1500".into());
+    let agent = Agent::start(server.dir(), &args);
+    const EXECUTED: u64 = 60;
+    for i in 0..EXECUTED {
+        server.sql(&format!("SELECT {i} AS n{}", i % 10)).unwrap();
+        std::thread::sleep(Duration::from_millis(30));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let out = agent.stop();
+    assert!(out.stderr.contains("spool full"), "{}", out.stderr);
+    collector.spawn();
+    let agent = Agent::start(server.dir(), &ship_args(&server, &collector, &state, "200ms"));
+    wait_for("replay", Duration::from_secs(20), || spool_files(&state).is_empty());
+    agent.stop();
+
+    let (statements, _, lost) = collector.totals();
+    assert!(lost > 0, "no gap recorded");
+    assert_eq!(statements + lost, EXECUTED, "stored {statements} + lost {lost} != executed");
+    let instances = collector.instances();
+    let gaps: u64 = instances.iter().map(|i| i["gaps"].as_u64().unwrap_or(0)).sum();
+    let lost_shown: u64 = instances.iter().map(|i| i["lost_statements"].as_u64().unwrap_or(0)).sum();
+    assert!(gaps > 0 && lost_shown == lost, "{instances:#?}");
+}
+
+#[test]
+fn corrupt_spool_record_is_skipped_and_counted() {
+    if !privileged("corrupt_spool_record_is_skipped_and_counted") {
+        return;
+    }
+    let server = PrivateServer::start("ship-corrupt", &[]).unwrap();
+    let mut collector = Collector::start(server.dir());
+    collector.kill9();
+    let state = server.dir().join("agent-state");
+    let agent = Agent::start(server.dir(), &ship_args(&server, &collector, &state, "300ms"));
+    const EXECUTED: u64 = 30;
+    for i in 0..EXECUTED {
+        server.sql(&format!("SELECT {i}")).unwrap();
+        std::thread::sleep(Duration::from_millis(40));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    kill9(agent);
+    let files = spool_files(&state);
+    assert!(files.len() >= 3, "{files:?}");
+    // Damage a batch that carries statements and remember how many.
+    let (victim, lost) = files
+        .iter()
+        .find_map(|f| {
+            let bytes = std::fs::read(f).unwrap();
+            let batch = Batch::decode(&bytes[12..]).unwrap();
+            let n: u64 = batch.windows.iter().map(|w| w.statements).sum();
+            (n > 0).then(|| (f.clone(), n))
+        })
+        .unwrap();
+    let mut bytes = std::fs::read(&victim).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x5a;
+    std::fs::write(&victim, bytes).unwrap();
+
+    collector.spawn();
+    let agent = Agent::start(server.dir(), &ship_args(&server, &collector, &state, "300ms"));
+    wait_for("replay", Duration::from_secs(20), || spool_files(&state).is_empty());
+    let out = agent.stop();
+    assert!(out.stderr.contains("corrupt spool record"), "{}", out.stderr);
+    assert!(state.join("corrupt").join(victim.file_name().unwrap()).exists());
+    let (statements, _, _) = collector.totals();
+    assert_eq!(statements, EXECUTED - lost);
+}
