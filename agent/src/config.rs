@@ -237,7 +237,7 @@ impl AgentConfig {
     }
 }
 
-/// Parses `250ms`, `10s`, `2m`, `1h` (a bare number means seconds).
+/// Parses `250ms`, `10s`, `2m`, `1h`, `7d` (a bare number means seconds).
 pub fn duration(field: &'static str, value: &str) -> Result<Duration, ConfigError> {
     let bad = || ConfigError::Duration { field, value: value.to_string() };
     let value_trim = value.trim();
@@ -249,6 +249,7 @@ pub fn duration(field: &'static str, value: &str) -> Result<Duration, ConfigErro
         "" | "s" => number,
         "m" => number * 60.0,
         "h" => number * 3600.0,
+        "d" => number * 86_400.0,
         _ => return Err(bad()),
     };
     if !seconds.is_finite() || seconds < 0.0 {
@@ -267,6 +268,7 @@ mod tests {
         assert_eq!(duration("w", "10s").unwrap(), Duration::from_secs(10));
         assert_eq!(duration("w", "2m").unwrap(), Duration::from_secs(120));
         assert_eq!(duration("w", "3").unwrap(), Duration::from_secs(3));
+        assert_eq!(duration("w", "7d").unwrap(), Duration::from_secs(7 * 86_400));
         assert!(duration("w", "soon").unwrap_err().to_string().contains("500ms"));
     }
 
