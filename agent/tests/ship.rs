@@ -6,110 +6,55 @@ mod common;
 use std::{
     collections::HashMap,
     path::{Path, PathBuf},
-    process::{Child, Command},
     time::{Duration, Instant},
 };
 
-use common::{Agent, NOT_QUESTIONS, PrivateServer, delta, privileged};
+use common::{
+    Agent, NOT_QUESTIONS, PrivateServer,
+    collector::{Collector, plain, query_client, sqlbee_query, top_json},
+    delta, privileged,
+};
 use prost::Message;
-use sqlbee_proto::v1::{Batch, TotalsRequest, query_client::QueryClient};
+use sqlbee_proto::v1::{Batch, TotalsRequest};
 
-/// A `sqlbee collector` process on a free port with its own store.
-struct Collector {
-    child: Option<Child>,
-    port: u16,
-    dir: PathBuf,
+/// What the collector holds, through the real query paths.
+trait Stored {
+    fn top_counts(&self) -> HashMap<String, u64>;
+    fn instances(&self) -> Vec<serde_json::Value>;
+    /// Exact totals over gRPC: (statements, per-command counts, lost statements).
+    fn totals(&self) -> (u64, HashMap<String, u64>, u64);
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-impl Collector {
-    fn start(dir: &Path) -> Collector {
-        let mut c = Collector { child: None, port: free_port(), dir: dir.to_path_buf() };
-        c.spawn();
-        c
-    }
-
-    fn spawn(&mut self) {
-        let ready = self.dir.join("collector.ready");
-        let _ = std::fs::remove_file(&ready);
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.join("collector.log")).unwrap();
-        let child = Command::new(common::sqlbee())
-            .arg("collector")
-            .arg(format!("--listen=127.0.0.1:{}", self.port))
-            .arg(format!("--store=sqlite:{}", self.dir.join("collector.db").display()))
-            .arg("--ready-file")
-            .arg(&ready)
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("starting sqlbee collector");
-        self.child = Some(child);
-        let started = Instant::now();
-        while !ready.exists() {
-            assert!(started.elapsed() < Duration::from_secs(20), "collector did not start: {}", self.log());
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("collector.log")).unwrap_or_default()
-    }
-
-    fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
-    }
-
-    fn kill9(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            child.kill().unwrap();
-            child.wait().unwrap();
-        }
-    }
-
-    /// `sqlbee top --format json` merged over everything stored.
+impl Stored for Collector {
     fn top_counts(&self) -> HashMap<String, u64> {
-        let out = Command::new(common::sqlbee())
-            .args(["top", "--collector", &self.url(), "--format", "json", "--limit", "10000"])
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "top failed: {}", String::from_utf8_lossy(&out.stderr));
-        let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
-        rows.iter().map(|r| (r["digest_text"].as_str().unwrap().to_string(), r["count"].as_u64().unwrap())).collect()
+        let rows = top_json(&self.http_url(), &["--limit", "10000"]);
+        rows.as_array()
+            .unwrap()
+            .iter()
+            .map(|r| (r["digest_text"].as_str().unwrap().to_string(), r["count"].as_u64().unwrap()))
+            .collect()
     }
 
     fn instances(&self) -> Vec<serde_json::Value> {
-        let out = Command::new(common::sqlbee())
-            .args(["instances", "--collector", &self.url(), "--format", "json"])
-            .output()
-            .unwrap();
+        let out = sqlbee_query(&["instances", "--collector", &self.http_url(), "--format", "json"]);
         assert!(out.status.success(), "instances failed: {}", String::from_utf8_lossy(&out.stderr));
         serde_json::from_slice(&out.stdout).unwrap()
     }
 
-    /// Exact totals over gRPC: (statements, per-command counts, lost statements).
     fn totals(&self) -> (u64, HashMap<String, u64>, u64) {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         runtime.block_on(async {
-            let mut client = QueryClient::connect(self.url()).await.unwrap();
+            let mut client = query_client(&plain(&self.http_url())).await;
             let t = client.totals(TotalsRequest::default()).await.unwrap().into_inner();
             (t.statements, t.commands.into_iter().map(|c| (c.command, c.count)).collect(), t.lost_statements)
         })
     }
 }
 
-impl Drop for Collector {
-    fn drop(&mut self) {
-        self.kill9();
-    }
-}
-
 fn ship_args(server: &PrivateServer, collector: &Collector, state: &Path, window: &str) -> Vec<String> {
     vec![
         format!("--pid={}", server.pid()),
-        format!("--collector={}", collector.url()),
+        format!("--collector={}", collector.http_url()),
         format!("--state-dir={}", state.display()),
         format!("--window={window}"),
     ]
@@ -131,17 +76,13 @@ fn wait_for(what: &str, limit: Duration, mut check: impl FnMut() -> bool) {
     }
 }
 
-fn kill9(agent: Agent) {
-    agent.kill9();
-}
-
 #[test]
 fn end_to_end_counts_reach_the_collector() {
     if !privileged("end_to_end_counts_reach_the_collector") {
         return;
     }
     let server = PrivateServer::start("ship-e2e", &[]).unwrap();
-    let collector = Collector::start(server.dir());
+    let collector = Collector::start(&[]);
     let state = server.dir().join("agent-state");
     server.sql("CREATE DATABASE app; CREATE TABLE app.k (id INT PRIMARY KEY, v INT)").unwrap();
     let before = server.global_status().unwrap();
@@ -172,7 +113,7 @@ fn collector_outage_loses_and_doubles_nothing() {
         return;
     }
     let server = PrivateServer::start("ship-outage", &[]).unwrap();
-    let mut collector = Collector::start(server.dir());
+    let mut collector = Collector::start(&[]);
     let state = server.dir().join("agent-state");
     let bench = xtask::sysbench::Sysbench {
         script: "oltp_read_write".into(),
@@ -195,7 +136,7 @@ fn collector_outage_loses_and_doubles_nothing() {
     collector.kill9();
     std::thread::sleep(Duration::from_secs(21));
     assert!(!spool_files(&state).is_empty(), "batches must pile up in the spool during the outage");
-    collector.spawn();
+    collector.restart();
     std::thread::sleep(Duration::from_secs(4));
     signal(libc::SIGSTOP);
     std::thread::sleep(Duration::from_millis(300));
@@ -224,7 +165,7 @@ fn agent_crash_replays_spooled_batches_once() {
         return;
     }
     let server = PrivateServer::start("ship-crash", &[]).unwrap();
-    let mut collector = Collector::start(server.dir());
+    let mut collector = Collector::start(&[]);
     collector.kill9();
     let state = server.dir().join("agent-state");
     let agent = Agent::start(server.dir(), &ship_args(&server, &collector, &state, "300ms"));
@@ -233,7 +174,7 @@ fn agent_crash_replays_spooled_batches_once() {
     }
     wait_for("spooled batches", Duration::from_secs(10), || spool_files(&state).len() >= 2);
     std::thread::sleep(Duration::from_millis(700));
-    kill9(agent);
+    agent.kill9();
     let spooled = spool_files(&state);
     let backup = server.dir().join("spool-backup");
     std::fs::create_dir_all(&backup).unwrap();
@@ -241,7 +182,7 @@ fn agent_crash_replays_spooled_batches_once() {
         std::fs::copy(f, backup.join(f.file_name().unwrap())).unwrap();
     }
 
-    collector.spawn();
+    collector.restart();
     let agent = Agent::start(server.dir(), &ship_args(&server, &collector, &state, "300ms"));
     for _ in 0..25 {
         server.sql("SELECT 'after crash'").unwrap();
@@ -267,7 +208,7 @@ fn full_spool_drops_oldest_and_reports_the_gap() {
         return;
     }
     let server = PrivateServer::start("ship-full", &[]).unwrap();
-    let mut collector = Collector::start(server.dir());
+    let mut collector = Collector::start(&[]);
     collector.kill9();
     let state = server.dir().join("agent-state");
     let mut args = ship_args(&server, &collector, &state, "200ms");
@@ -281,7 +222,7 @@ fn full_spool_drops_oldest_and_reports_the_gap() {
     std::thread::sleep(Duration::from_millis(500));
     let out = agent.stop();
     assert!(out.stderr.contains("spool full"), "{}", out.stderr);
-    collector.spawn();
+    collector.restart();
     let agent = Agent::start(server.dir(), &ship_args(&server, &collector, &state, "200ms"));
     wait_for("replay", Duration::from_secs(20), || spool_files(&state).is_empty());
     agent.stop();
@@ -301,7 +242,7 @@ fn corrupt_spool_record_is_skipped_and_counted() {
         return;
     }
     let server = PrivateServer::start("ship-corrupt", &[]).unwrap();
-    let mut collector = Collector::start(server.dir());
+    let mut collector = Collector::start(&[]);
     collector.kill9();
     let state = server.dir().join("agent-state");
     let agent = Agent::start(server.dir(), &ship_args(&server, &collector, &state, "300ms"));
@@ -311,7 +252,7 @@ fn corrupt_spool_record_is_skipped_and_counted() {
         std::thread::sleep(Duration::from_millis(40));
     }
     std::thread::sleep(Duration::from_millis(500));
-    kill9(agent);
+    agent.kill9();
     let files = spool_files(&state);
     assert!(files.len() >= 3, "{files:?}");
     // Damage a batch that carries statements and remember how many.
@@ -329,7 +270,7 @@ fn corrupt_spool_record_is_skipped_and_counted() {
     bytes[middle] ^= 0x5a;
     std::fs::write(&victim, bytes).unwrap();
 
-    collector.spawn();
+    collector.restart();
     let agent = Agent::start(server.dir(), &ship_args(&server, &collector, &state, "300ms"));
     wait_for("replay", Duration::from_secs(20), || spool_files(&state).is_empty());
     let out = agent.stop();

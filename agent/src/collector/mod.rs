@@ -1,10 +1,168 @@
-//! The fleet collector (being written).
+//! The fleet collector: receives agents' batches over gRPC (Ingest),
+//! validates and stores them exactly once, answers Top/Instances/Totals
+//! (Query) and forgets data past the retention. Owns its own tokio runtime;
+//! never reaches into the agent's stages.
+mod auth;
+mod decode_status;
+mod ingest;
+mod query_api;
+mod retention;
+mod server;
+pub mod store;
+pub mod validate;
+
+use std::{net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
+
+pub use server::MAX_MESSAGE;
+use tokio::signal::unix::{SignalKind, signal};
+
+use crate::{client::error_chain, duration};
+
+use self::{
+    auth::{Auth, AuthError},
+    server::{Settings, Tls},
+    store::StoreError,
+};
+
 #[derive(clap::Args, Debug, Clone)]
-pub struct CollectorArgs {}
+pub struct CollectorArgs {
+    /// Address to listen on for gRPC (Ingest, Query, health).
+    #[arg(long, env = "SQLBEE_COLLECTOR_LISTEN", default_value = "127.0.0.1:7878")]
+    pub listen: SocketAddr,
+    /// Where to store batches: sqlite:PATH.
+    #[arg(long, env = "SQLBEE_COLLECTOR_STORE", default_value = "sqlite:./sqlbee-collector.db")]
+    pub store: String,
+    /// File of accepted bearer tokens, one per line (# comments). Without
+    /// it, no authentication.
+    #[arg(long, env = "SQLBEE_COLLECTOR_TOKENS")]
+    pub tokens: Option<PathBuf>,
+    /// Server certificate (PEM); with --tls-key enables TLS.
+    #[arg(long, env = "SQLBEE_COLLECTOR_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// Server private key (PEM).
+    #[arg(long, env = "SQLBEE_COLLECTOR_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// CA (PEM) that client certificates must be signed by: requires
+    /// a client certificate from every caller (mTLS).
+    #[arg(long, env = "SQLBEE_COLLECTOR_TLS_CLIENT_CA", requires = "tls_cert")]
+    pub tls_client_ca: Option<PathBuf>,
+    /// Keep windows this long (10s, 5m, 2h, 7d).
+    #[arg(long, env = "SQLBEE_COLLECTOR_RETENTION", default_value = "7d", value_parser = duration::parse)]
+    pub retention: Duration,
+    /// How often to delete data past the retention.
+    #[arg(long, env = "SQLBEE_COLLECTOR_PRUNE_INTERVAL", default_value = "10m", value_parser = duration::parse)]
+    pub prune_interval: Duration,
+    /// Written with the listening address once the collector accepts
+    /// connections.
+    #[arg(long, env = "SQLBEE_COLLECTOR_READY_FILE")]
+    pub ready_file: Option<PathBuf>,
+}
 
 #[derive(Debug, thiserror::Error)]
-pub enum CollectorError {}
+pub enum CollectorError {
+    #[error("cannot start the async runtime: {source}")]
+    Runtime {
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot install the SIGINT/SIGTERM handlers: {source}")]
+    Signals {
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{field} must be longer than zero")]
+    Zero { field: &'static str },
+    #[error(transparent)]
+    Auth(#[from] AuthError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("cannot read {path}: {source}")]
+    ReadFile {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    // tonic's transport errors say only "transport error" at the top: the
+    // message carries the whole chain.
+    #[error("invalid TLS certificate or key (expected PEM files): {}", error_chain(cause))]
+    Tls { cause: tonic::transport::Error },
+    #[error("cannot listen on {addr}: {source} (is another collector running? choose another --listen)")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot write the ready file {path}: {source}")]
+    ReadyFile {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the gRPC server failed: {}", error_chain(cause))]
+    Serve { cause: tonic::transport::Error },
+    #[error("the store could not be opened: {reason}")]
+    StoreTask { reason: String },
+}
 
-pub fn main(_args: CollectorArgs) -> Result<(), CollectorError> {
+/// Milliseconds since the Unix epoch by the collector's clock.
+pub(crate) fn now_unix_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+pub fn main(args: CollectorArgs) -> Result<(), CollectorError> {
+    // Two workers: the collector's work is I/O and SQLite calls, which run
+    // on the blocking pool; a few blocking threads bound the writers that
+    // queue on the store.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .max_blocking_threads(16)
+        .thread_name("sqlbee-collector")
+        .enable_all()
+        .build()
+        .map_err(|source| CollectorError::Runtime { source })?;
+    let result = runtime.block_on(run(args));
+    // Let a prune chunk in progress finish rather than cut it off.
+    runtime.shutdown_timeout(Duration::from_secs(10));
+    result
+}
+
+async fn run(args: CollectorArgs) -> Result<(), CollectorError> {
+    if args.retention.is_zero() {
+        return Err(CollectorError::Zero { field: "--retention" });
+    }
+    if args.prune_interval.is_zero() {
+        return Err(CollectorError::Zero { field: "--prune-interval" });
+    }
+    let auth = match &args.tokens {
+        Some(path) => Auth::from_file(path)?,
+        None => Auth::open(),
+    };
+    let tls = match (args.tls_cert, args.tls_key) {
+        (Some(cert), Some(key)) => Some(Tls { cert, key, client_ca: args.tls_client_ca }),
+        _ => None,
+    };
+    let settings = Settings {
+        listen: args.listen,
+        tls,
+        auth,
+        retention: args.retention,
+        prune_interval: args.prune_interval,
+        ready_file: args.ready_file,
+    };
+    let location = args.store.clone();
+    let store: Arc<dyn store::Store> = tokio::task::spawn_blocking(move || store::open(&location))
+        .await
+        .map_err(|e| CollectorError::StoreTask { reason: e.to_string() })??
+        .into();
+    let mut term = signal(SignalKind::terminate()).map_err(|source| CollectorError::Signals { source })?;
+    let mut int = signal(SignalKind::interrupt()).map_err(|source| CollectorError::Signals { source })?;
+    let stop = async move {
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM"),
+            _ = int.recv() => tracing::info!("SIGINT"),
+        }
+    };
+    server::serve(settings, store, stop).await?;
+    tracing::info!("collector stopped");
     Ok(())
 }

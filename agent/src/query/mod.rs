@@ -1,16 +1,171 @@
-//! Query tools against a collector (being written).
-#[derive(clap::Args, Debug, Clone)]
-pub struct TopArgs {}
-#[derive(clap::Args, Debug, Clone)]
-pub struct InstancesArgs {}
+//! Query tools against a collector: `sqlbee top` and `sqlbee instances`.
+//! `client` builds the channel (shared with the agent's ship stage),
+//! `render` prints; this module only parses flags and makes one call.
+pub mod render;
 
-#[derive(Debug, thiserror::Error)]
-pub enum QueryError {}
+use std::{path::PathBuf, time::Duration};
 
-pub fn top(_args: TopArgs) -> Result<(), QueryError> {
-    Ok(())
+use clap::builder::PossibleValuesParser;
+use sqlbee_proto::v1::{InstancesRequest, TopRequest, query_client::QueryClient};
+use tonic::{Code, Status, codec::CompressionEncoding, service::interceptor::InterceptedService, transport::Channel};
+
+use crate::client::{BearerToken, ClientError, ClientOptions};
+use crate::{client, collector::store::OrderBy, duration};
+
+/// How to reach a collector; shared by every query command.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ConnectArgs {
+    /// Collector URL: http://HOST:PORT, or https://HOST:PORT for TLS.
+    #[arg(long, env = "SQLBEE_COLLECTOR", default_value = "http://127.0.0.1:7878")]
+    pub collector: String,
+    /// File holding the bearer token (first non-comment line).
+    #[arg(long, env = "SQLBEE_TOKEN_FILE")]
+    pub token_file: Option<PathBuf>,
+    /// CA certificate (PEM) that signed the collector's certificate.
+    #[arg(long, env = "SQLBEE_CA_CERT")]
+    pub ca_cert: Option<PathBuf>,
+    /// Client certificate (PEM) for a collector that requires mTLS.
+    #[arg(long, env = "SQLBEE_CLIENT_CERT", requires = "client_key")]
+    pub client_cert: Option<PathBuf>,
+    /// Client private key (PEM).
+    #[arg(long, env = "SQLBEE_CLIENT_KEY", requires = "client_cert")]
+    pub client_key: Option<PathBuf>,
 }
 
-pub fn instances(_args: InstancesArgs) -> Result<(), QueryError> {
-    Ok(())
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    Table,
+    Json,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct TopArgs {
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+    /// Only this server instance (host:port); default every instance.
+    #[arg(long)]
+    pub instance: Option<String>,
+    /// Windows that ended within this long ago (10s, 5m, 2h, 7d), or `all`.
+    #[arg(long, default_value = "1h")]
+    pub since: String,
+    /// Rank by total time, average, p99, count or errors.
+    #[arg(long, default_value = "total", value_parser = PossibleValuesParser::new(OrderBy::NAMES))]
+    pub order_by: String,
+    /// Digests to show (1..=10000).
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub limit: u32,
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct InstancesArgs {
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum QueryError {
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    #[error("--since: {0}")]
+    Since(#[from] duration::DurationError),
+    #[error("the collector answered {what} with {:?}: {}{}", .status.code(), .status.message(), hint(.status.code()))]
+    Rpc { what: &'static str, status: Status },
+    #[error("cannot start the async runtime: {source}")]
+    Runtime {
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot write the answer: {source}")]
+    Output {
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// What to do about the statuses a user can cause.
+fn hint(code: Code) -> &'static str {
+    match code {
+        Code::Unauthenticated => " (pass a token the collector accepts with --token-file)",
+        Code::Unavailable => " (is the collector running and reachable?)",
+        _ => "",
+    }
+}
+
+impl ConnectArgs {
+    pub fn options(&self) -> Result<ClientOptions, ClientError> {
+        let token = self.token_file.as_deref().map(client::read_token_file).transpose()?;
+        Ok(ClientOptions {
+            url: self.collector.clone(),
+            token,
+            ca_cert: self.ca_cert.clone(),
+            client_cert: self.client_cert.clone(),
+            client_key: self.client_key.clone(),
+            request_timeout: Some(Duration::from_secs(60)),
+            ..Default::default()
+        })
+    }
+}
+
+/// Answers can be large (10 000 digests with samples).
+const MAX_ANSWER: usize = 256 * 1024 * 1024;
+
+async fn query_client(
+    connect: &ConnectArgs,
+) -> Result<QueryClient<InterceptedService<Channel, BearerToken>>, QueryError> {
+    let opts = connect.options()?;
+    let token = BearerToken::new(opts.token.as_deref())?;
+    let channel = client::connect(&opts).await?;
+    Ok(QueryClient::with_interceptor(channel, token)
+        .accept_compressed(CompressionEncoding::Gzip)
+        .max_decoding_message_size(MAX_ANSWER))
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, QueryError> {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|source| QueryError::Runtime { source })
+}
+
+fn since_unix_ms(since: &str) -> Result<i64, QueryError> {
+    if since == "all" {
+        return Ok(0);
+    }
+    let back = duration::parse(since)?;
+    Ok(crate::collector::now_unix_ms().saturating_sub(back.as_millis() as i64).max(0))
+}
+
+pub fn top(args: TopArgs) -> Result<(), QueryError> {
+    let request = TopRequest {
+        instance: args.instance.clone().unwrap_or_default(),
+        since_unix_ms: since_unix_ms(&args.since)?,
+        order_by: args.order_by.clone(),
+        limit: args.limit,
+    };
+    let digests = runtime()?.block_on(async {
+        let mut client = query_client(&args.connect).await?;
+        client.top(request).await.map_err(|status| QueryError::Rpc { what: "Top", status })
+    })?;
+    let digests = digests.into_inner().digests;
+    let mut out = std::io::stdout().lock();
+    match args.format {
+        Format::Json => render::write_json(&mut out, &render::top_json(&digests)),
+        Format::Table => render::write_top_table(&mut out, &digests),
+    }
+    .map_err(|source| QueryError::Output { source })
+}
+
+pub fn instances(args: InstancesArgs) -> Result<(), QueryError> {
+    let answer = runtime()?.block_on(async {
+        let mut client = query_client(&args.connect).await?;
+        client.instances(InstancesRequest {}).await.map_err(|status| QueryError::Rpc { what: "Instances", status })
+    })?;
+    let instances = answer.into_inner().instances;
+    let mut out = std::io::stdout().lock();
+    match args.format {
+        Format::Json => render::write_json(&mut out, &render::instances_json(&instances)),
+        Format::Table => render::write_instances_table(&mut out, &instances, crate::collector::now_unix_ms()),
+    }
+    .map_err(|source| QueryError::Output { source })
 }

@@ -5,7 +5,6 @@
 //! agent, persisted, and never reused, so the collector can store each
 //! batch exactly once. This stage never blocks the stages before it for
 //! longer than a local fsync.
-mod connect;
 mod identity;
 mod sender;
 pub mod spool;
@@ -17,7 +16,6 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-pub use connect::ShipTarget;
 use identity::Identity;
 use prost::Message;
 pub use sender::{Backoff, Verdict, verdict};
@@ -42,8 +40,8 @@ pub enum ShipError {
         #[source]
         source: std::io::Error,
     },
-    #[error("collector address {url:?} is not usable: {reason}")]
-    Target { url: String, reason: String },
+    #[error(transparent)]
+    Client(#[from] crate::client::ClientError),
     #[error("the spool lock was poisoned by a panic")]
     Poisoned,
     #[error("starting the ship runtime failed: {0}")]
@@ -52,7 +50,7 @@ pub enum ShipError {
 
 #[derive(Clone, Debug)]
 pub struct ShipConfig {
-    pub target: ShipTarget,
+    pub target: crate::client::ClientOptions,
     pub state_dir: PathBuf,
     pub spool_limit_bytes: u64,
     /// Largest encoded batch; larger window sets are split.
@@ -93,6 +91,7 @@ impl Batcher {
             if windows.is_empty() && gaps.is_empty() {
                 continue;
             }
+            let carried: Vec<(u64, u64)> = gaps.iter().map(|g| (g.first_sequence, g.last_sequence)).collect();
             let sequence = self.identity.take_sequence()?;
             let batch = Batch {
                 agent: Some(self.agent.clone()),
@@ -101,11 +100,10 @@ impl Batcher {
                 windows,
                 gaps,
             };
-            let had_gaps = !batch.gaps.is_empty();
+            // Appending may drop older batches and so add new gaps: only
+            // the gaps this batch carries leave the pending list.
             spool.append(sequence, &batch.encode_to_vec())?;
-            if had_gaps {
-                spool.clear_pending_gaps()?;
-            }
+            spool.forget_pending_gaps(&carried)?;
         }
         Ok(())
     }

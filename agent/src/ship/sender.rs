@@ -19,11 +19,8 @@ use tokio::sync::Notify;
 use tonic::{Code, codec::CompressionEncoding, service::interceptor::InterceptedService, transport::Channel};
 use tracing::{error, info, warn};
 
-use super::{
-    ShipError,
-    connect::{BearerToken, ShipTarget},
-    spool::Spool,
-};
+use super::{ShipError, spool::Spool};
+use crate::client::{BearerToken, ClientOptions, endpoint};
 
 pub enum Verdict {
     Retry,
@@ -76,7 +73,7 @@ impl Backoff {
 pub struct Sender {
     pub spool: Arc<Mutex<Spool>>,
     pub wake: Arc<Notify>,
-    pub target: ShipTarget,
+    pub target: ClientOptions,
     pub replay_interval: Duration,
 }
 
@@ -86,7 +83,8 @@ impl Sender {
     /// Sends until the spool is empty and `stopping` is set (then it gives
     /// up after `grace`, leaving the rest spooled for the next start).
     pub async fn run(self, stopping: Arc<Notify>, grace: Duration) -> Result<(), ShipError> {
-        let mut client: Client = IngestClient::with_interceptor(self.target.channel()?, self.target.token())
+        let token = BearerToken::new(self.target.token.as_deref())?;
+        let mut client: Client = IngestClient::with_interceptor(endpoint(&self.target)?.connect_lazy(), token)
             .send_compressed(CompressionEncoding::Gzip)
             .max_encoding_message_size(64 << 20);
         let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(10));

@@ -191,13 +191,25 @@ impl Spool {
         write_atomic(&self.state_dir.join(PENDING_GAPS), &holder.encode_to_vec())
     }
 
-    /// Called once a batch carrying the pending gaps is safely spooled.
-    pub fn clear_pending_gaps(&self) -> Result<(), ShipError> {
-        let path = self.state_dir.join(PENDING_GAPS);
-        match fs::remove_file(&path) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(ShipError::Spool { path, source: e }),
-            _ => Ok(()),
+    /// Called once a batch carrying these gaps (by first and last
+    /// sequence) is safely spooled; gaps added since stay pending.
+    pub fn forget_pending_gaps(&self, carried: &[(u64, u64)]) -> Result<(), ShipError> {
+        if carried.is_empty() {
+            return Ok(());
         }
+        let path = self.state_dir.join(PENDING_GAPS);
+        let left: Vec<Gap> = self
+            .pending_gaps()
+            .into_iter()
+            .filter(|g| !carried.contains(&(g.first_sequence, g.last_sequence)))
+            .collect();
+        if left.is_empty() {
+            return match fs::remove_file(&path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(ShipError::Spool { path, source: e }),
+                _ => Ok(()),
+            };
+        }
+        write_atomic(&path, &Batch { gaps: left, ..Default::default() }.encode_to_vec())
     }
 
     /// Reads a spooled batch; a damaged record is moved to `corrupt/`.
@@ -281,8 +293,12 @@ mod tests {
         let lost: u64 = gaps.iter().map(|g| g.lost_statements).sum();
         let batches: u64 = gaps.iter().map(|g| g.batches).sum();
         assert_eq!((lost, batches), (21, 3));
-        spool.clear_pending_gaps().unwrap();
-        assert!(spool.pending_gaps().is_empty());
+        let carried: Vec<(u64, u64)> = gaps.iter().map(|g| (g.first_sequence, g.last_sequence)).collect();
+        spool.append(6, &batch(6, 7)).unwrap();
+        let newer = spool.pending_gaps().len() - gaps.len();
+        assert_eq!(newer, 1, "dropping batch 4 adds a gap");
+        spool.forget_pending_gaps(&carried).unwrap();
+        assert_eq!(spool.pending_gaps().len(), 1, "the newer gap stays pending");
         fs::remove_dir_all(dir).ok();
     }
 

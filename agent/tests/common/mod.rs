@@ -3,6 +3,8 @@
 //! agent's JSON lines.
 #![allow(dead_code)]
 
+pub mod collector;
+
 use std::{
     collections::HashMap,
     path::PathBuf,

@@ -1,0 +1,72 @@
+//! The Ingest service: validate, drop what retention would remove anyway,
+//! store on the blocking pool. Owns the mapping of store failures to
+//! statuses the agent can act on: INVALID_ARGUMENT never retry, UNAVAILABLE
+//! and RESOURCE_EXHAUSTED retry later.
+use std::{sync::Arc, time::Duration};
+
+use sqlbee_proto::v1::{Batch, PushResponse, ingest_server::Ingest};
+use tonic::{Request, Response, Status};
+
+use super::{
+    now_unix_ms,
+    store::{Store, StoreError},
+    validate,
+};
+
+pub struct IngestService {
+    store: Arc<dyn Store>,
+    retention: Duration,
+}
+
+impl IngestService {
+    pub fn new(store: Arc<dyn Store>, retention: Duration) -> IngestService {
+        IngestService { store, retention }
+    }
+}
+
+/// Store failures are the collector's problem, not the batch's: every one
+/// of them is worth retrying later.
+pub fn store_status(error: StoreError) -> Status {
+    match error {
+        StoreError::Full { .. } => Status::resource_exhausted(format!("{error}; retry later")),
+        StoreError::Corrupt { .. } => Status::data_loss(error.to_string()),
+        _ => Status::unavailable(format!("{error}; retry later")),
+    }
+}
+
+pub async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
+) -> Result<T, Status> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| Status::unavailable(format!("store task failed: {e}; retry later")))?
+        .map_err(store_status)
+}
+
+#[tonic::async_trait]
+impl Ingest for IngestService {
+    async fn push(&self, request: Request<Batch>) -> Result<Response<PushResponse>, Status> {
+        let peer = request.remote_addr();
+        let mut batch = request.into_inner();
+        let now = now_unix_ms();
+        if let Err(invalid) = validate::batch(&batch, now) {
+            let agent = batch.agent.as_ref().map(|a| a.agent_id.as_str()).unwrap_or("");
+            tracing::warn!(?peer, agent, sequence = batch.sequence, %invalid, "refused an invalid batch");
+            return Err(Status::invalid_argument(format!("invalid batch: {invalid}")));
+        }
+        // Windows that retention would delete at the next prune are not
+        // stored at all; the batch itself is still recorded, so a replay
+        // stays a duplicate.
+        let cutoff = now.saturating_sub(self.retention.as_millis() as i64);
+        let before = batch.windows.len();
+        batch.windows.retain(|w| w.window_end_unix_ms >= cutoff);
+        if batch.windows.len() < before {
+            tracing::info!(expired = before - batch.windows.len(), "skipped windows older than the retention");
+        }
+        let sequence = batch.sequence;
+        let store = self.store.clone();
+        let outcome = blocking(move || store.ingest(&batch, now)).await?;
+        tracing::debug!(sequence, duplicate = outcome.duplicate, "batch stored");
+        Ok(Response::new(PushResponse { sequence, duplicate: outcome.duplicate }))
+    }
+}

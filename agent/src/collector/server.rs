@@ -1,0 +1,126 @@
+//! Wires the gRPC server: listener, TLS/mTLS, health, auth in front of
+//! Ingest and Query, the retention task, and a clean stop. Knows every
+//! collector part; holds no logic of its own.
+use std::{
+    future::Future,
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::Duration,
+};
+
+use sqlbee_proto::v1::{ingest_server::IngestServer, query_server::QueryServer};
+use tonic::{
+    codec::CompressionEncoding,
+    service::interceptor::InterceptedService,
+    transport::{Certificate, Identity, Server, ServerTlsConfig, server::TcpIncoming},
+};
+
+use super::{
+    CollectorError, auth::Auth, decode_status::DecodeErrorsAsInvalid, ingest::IngestService, query_api::QueryService,
+    retention, store::Store,
+};
+
+/// Largest request accepted (after gzip decompression).
+pub const MAX_MESSAGE: usize = 32 * 1024 * 1024;
+
+pub struct Tls {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// Require client certificates signed by this CA (mTLS).
+    pub client_ca: Option<PathBuf>,
+}
+
+pub struct Settings {
+    pub listen: SocketAddr,
+    pub tls: Option<Tls>,
+    pub auth: Auth,
+    pub retention: Duration,
+    pub prune_interval: Duration,
+    pub ready_file: Option<PathBuf>,
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, CollectorError> {
+    std::fs::read(path).map_err(|source| CollectorError::ReadFile { path: path.display().to_string(), source })
+}
+
+fn tls_config(tls: &Tls) -> Result<ServerTlsConfig, CollectorError> {
+    let identity = Identity::from_pem(read(&tls.cert)?, read(&tls.key)?);
+    let mut config = ServerTlsConfig::new().identity(identity);
+    if let Some(ca) = &tls.client_ca {
+        config = config.client_ca_root(Certificate::from_pem(read(ca)?));
+    }
+    Ok(config)
+}
+
+/// Serves until `shutdown` completes, then finishes the requests in flight.
+pub async fn serve(
+    settings: Settings,
+    store: Arc<dyn Store>,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), CollectorError> {
+    let mut builder = Server::builder()
+        .http2_keepalive_interval(Some(Duration::from_secs(30)))
+        .http2_keepalive_timeout(Some(Duration::from_secs(10)));
+    if let Some(tls) = &settings.tls {
+        builder = builder.tls_config(tls_config(tls)?).map_err(|cause| CollectorError::Tls { cause })?;
+    }
+
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health.set_serving::<IngestServer<IngestService>>().await;
+    health.set_serving::<QueryServer<QueryService>>().await;
+
+    let ingest = IngestServer::new(IngestService::new(store.clone(), settings.retention))
+        .accept_compressed(CompressionEncoding::Gzip)
+        .max_decoding_message_size(MAX_MESSAGE);
+    let query = QueryServer::new(QueryService::new(store.clone()))
+        .accept_compressed(CompressionEncoding::Gzip)
+        .send_compressed(CompressionEncoding::Gzip);
+    let router = builder
+        .add_service(health_service)
+        .add_service(InterceptedService::new(DecodeErrorsAsInvalid(ingest), settings.auth.clone()))
+        .add_service(InterceptedService::new(DecodeErrorsAsInvalid(query), settings.auth.clone()));
+
+    let listener = tokio::net::TcpListener::bind(settings.listen)
+        .await
+        .map_err(|source| CollectorError::Bind { addr: settings.listen, source })?;
+    let local = listener.local_addr().map_err(|source| CollectorError::Bind { addr: settings.listen, source })?;
+    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true)).with_keepalive(Some(Duration::from_secs(60)));
+    tracing::info!(
+        %local,
+        tls = settings.tls.is_some(),
+        mtls = settings.tls.as_ref().is_some_and(|t| t.client_ca.is_some()),
+        tokens = settings.auth.token_count(),
+        retention_s = settings.retention.as_secs(),
+        "collector listening"
+    );
+    if settings.tls.is_none() && settings.auth.token_count() > 0 {
+        tracing::warn!("bearer tokens travel in clear text without --tls-cert/--tls-key");
+    }
+    if let Some(path) = &settings.ready_file {
+        write_ready(path, local)?;
+    }
+
+    let pruner = tokio::spawn(retention::run(store, settings.retention, settings.prune_interval));
+    let result = router
+        .serve_with_incoming_shutdown(incoming, async move {
+            shutdown.await;
+            tracing::info!("stopping: finishing requests in flight");
+            health.set_not_serving::<IngestServer<IngestService>>().await;
+            health.set_not_serving::<QueryServer<QueryService>>().await;
+        })
+        .await
+        .map_err(|cause| CollectorError::Serve { cause });
+    pruner.abort();
+    result
+}
+
+/// Written whole (temp file, then rename) so a reader never sees half an
+/// address. Holds the bound address: with `--listen 127.0.0.1:0` this is
+/// how a caller learns the port.
+fn write_ready(path: &Path, local: SocketAddr) -> Result<(), CollectorError> {
+    let err = |source| CollectorError::ReadyFile { path: path.display().to_string(), source };
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, format!("{local}\n")).map_err(err)?;
+    std::fs::rename(&tmp, path).map_err(err)
+}

@@ -1,0 +1,141 @@
+//! Merging digest rows of many windows and instances into one answer per
+//! digest, independent of the backend: exact sums, min/max, exact histogram
+//! merges (bucket bounds depend only on the index) and percentiles computed
+//! the way the agent's own output does (upper bound of the bucket, clamped
+//! to [min, max]).
+use std::{cmp::Ordering, collections::BTreeMap};
+
+use super::OrderBy;
+use crate::aggregate::histogram;
+
+/// Sums of one digest over many rows. Sums saturate rather than wrap: a
+/// malicious or broken agent must not be able to make a total small.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DigestTotals {
+    pub count: u64,
+    pub errors: u64,
+    pub sum_ns: u64,
+    /// Meaningful only when count > 0.
+    pub min_ns: u64,
+    pub max_ns: u64,
+}
+
+impl DigestTotals {
+    pub fn add(&mut self, count: u64, errors: u64, sum_ns: u64, min_ns: u64, max_ns: u64) {
+        if count == 0 {
+            // An empty row has no latency; its min/max carry no meaning.
+            return;
+        }
+        if self.count == 0 {
+            self.min_ns = min_ns;
+            self.max_ns = max_ns;
+        } else {
+            self.min_ns = self.min_ns.min(min_ns);
+            self.max_ns = self.max_ns.max(max_ns);
+        }
+        self.count = self.count.saturating_add(count);
+        self.errors = self.errors.saturating_add(errors);
+        self.sum_ns = self.sum_ns.saturating_add(sum_ns);
+    }
+
+    pub fn avg_ns(&self) -> u64 {
+        self.sum_ns.checked_div(self.count).unwrap_or(0)
+    }
+}
+
+/// A histogram merged from many rows, sparse: only buckets that were seen.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MergedHistogram {
+    counts: BTreeMap<u64, u64>,
+}
+
+impl MergedHistogram {
+    pub fn add(&mut self, index: u64, count: u64) {
+        let slot = self.counts.entry(index).or_default();
+        *slot = slot.saturating_add(count);
+    }
+
+    pub fn total(&self) -> u64 {
+        self.counts.values().fold(0u64, |a, c| a.saturating_add(*c))
+    }
+
+    /// Value at quantile `q`: the upper bound of the bucket holding it, so
+    /// the answer never understates a latency (as `Histogram::quantile`).
+    pub fn quantile(&self, q: f64) -> u64 {
+        let total = self.total();
+        if total == 0 {
+            return 0;
+        }
+        let rank = ((q.clamp(0.0, 1.0) * total as f64).ceil() as u64).max(1);
+        let mut seen = 0u64;
+        for (&index, &count) in &self.counts {
+            seen = seen.saturating_add(count);
+            if seen >= rank {
+                return histogram::bucket_high(index as usize);
+            }
+        }
+        u64::MAX
+    }
+
+    /// `quantile` clamped to the digest's exact [min, max].
+    pub fn percentile(&self, q: f64, totals: &DigestTotals) -> u64 {
+        if totals.count == 0 {
+            return 0;
+        }
+        self.quantile(q).clamp(totals.min_ns, totals.max_ns)
+    }
+}
+
+/// Descending by the order key; ties by digest id so answers are stable.
+/// `p99` must hold each digest's p99 when ordering by it.
+pub fn compare(order: OrderBy, a: (u64, &DigestTotals, u64), b: (u64, &DigestTotals, u64)) -> Ordering {
+    let (da, ta, pa) = a;
+    let (db, tb, pb) = b;
+    let key = match order {
+        OrderBy::Total => tb.sum_ns.cmp(&ta.sum_ns),
+        // sum_a/count_a vs sum_b/count_b without losing precision.
+        OrderBy::Avg => (u128::from(tb.sum_ns) * u128::from(ta.count.max(1)))
+            .cmp(&(u128::from(ta.sum_ns) * u128::from(tb.count.max(1)))),
+        OrderBy::P99 => pb.cmp(&pa),
+        OrderBy::Count => tb.count.cmp(&ta.count),
+        OrderBy::Errors => tb.errors.cmp(&ta.errors),
+    };
+    key.then(da.cmp(&db))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::aggregate::histogram::{Histogram, bucket_of};
+
+    #[test]
+    fn merged_quantiles_match_the_agents_histogram() {
+        let mut agent = Histogram::default();
+        let mut merged = MergedHistogram::default();
+        for ns in (1..=1000u64).map(|n| n * 997) {
+            agent.record(ns);
+            merged.add(bucket_of(ns) as u64, 1);
+        }
+        for q in [0.5, 0.95, 0.99, 1.0] {
+            assert_eq!(merged.quantile(q), agent.quantile(q), "q {q}");
+        }
+    }
+
+    #[test]
+    fn totals_skip_empty_rows_and_saturate() {
+        let mut t = DigestTotals::default();
+        t.add(0, 0, 0, u64::MAX, 0);
+        t.add(2, 1, 300, 100, 200);
+        t.add(1, 0, u64::MAX, 50, 60);
+        assert_eq!((t.count, t.errors, t.sum_ns, t.min_ns, t.max_ns), (3, 1, u64::MAX, 50, 200));
+    }
+
+    #[test]
+    fn avg_order_is_exact() {
+        let a = DigestTotals { count: 3, sum_ns: 10, ..Default::default() };
+        let b = DigestTotals { count: 1, sum_ns: 3, ..Default::default() };
+        assert_eq!(compare(OrderBy::Avg, (1, &a, 0), (2, &b, 0)), Ordering::Less);
+        assert_eq!(compare(OrderBy::Total, (1, &a, 0), (2, &b, 0)), Ordering::Less);
+        assert_eq!(compare(OrderBy::Count, (2, &a, 0), (1, &a, 0)), Ordering::Greater);
+    }
+}

@@ -1,0 +1,127 @@
+//! Where batches live. `Store` is the only thing ingest and the query API
+//! know, so another backend can be added without touching either. A store
+//! receives batches that `validate` accepted; it must store each
+//! (agent_id, sequence) at most once and must never decide what is valid.
+//! Calls block: the services run them on tokio's blocking pool.
+mod blob;
+pub mod merge;
+pub mod sqlite;
+
+use sqlbee_proto::v1::{Batch, InstanceInfo, TopDigest, TotalsResponse};
+
+pub use sqlite::SqliteStore;
+
+/// How the digests of `Top` are ranked (all descending).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OrderBy {
+    Total,
+    Avg,
+    P99,
+    Count,
+    Errors,
+}
+
+impl OrderBy {
+    pub const NAMES: [&'static str; 5] = ["total", "avg", "p99", "count", "errors"];
+
+    /// The wire's `order_by`; empty means the default (total).
+    pub fn parse(key: &str) -> Option<OrderBy> {
+        Some(match key {
+            "" | "total" => OrderBy::Total,
+            "avg" => OrderBy::Avg,
+            "p99" => OrderBy::P99,
+            "count" => OrderBy::Count,
+            "errors" => OrderBy::Errors,
+            _ => return None,
+        })
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct TopQuery {
+    /// None: every instance.
+    pub instance: Option<String>,
+    /// Windows ending at or after this (ms since epoch); 0: all.
+    pub since_unix_ms: i64,
+    pub order_by: OrderBy,
+    pub limit: usize,
+}
+
+#[derive(Clone, Debug)]
+pub struct TotalsQuery {
+    pub instance: Option<String>,
+    pub since_unix_ms: i64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IngestOutcome {
+    /// The (agent_id, sequence) was stored before; nothing was written.
+    pub duplicate: bool,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PruneOutcome {
+    pub instance_windows: u64,
+    pub digest_windows: u64,
+    pub batches: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("cannot open the store at {path}: {source}")]
+    Open {
+        path: String,
+        #[source]
+        source: rusqlite::Error,
+    },
+    #[error("the store at {path} has schema version {found}, written by a newer collector (this one knows {known})")]
+    Version { path: String, found: i64, known: i64 },
+    #[error("unsupported store location {location:?}: expected sqlite:PATH")]
+    Location { location: String },
+    #[error("the store is full (disk or quota): {source}")]
+    Full {
+        #[source]
+        source: rusqlite::Error,
+    },
+    #[error("store {action} failed: {source}")]
+    Sqlite {
+        action: &'static str,
+        #[source]
+        source: rusqlite::Error,
+    },
+    #[error("stored {what} is corrupt")]
+    Corrupt { what: &'static str },
+}
+
+impl StoreError {
+    /// Wraps a SQLite error, telling a full disk apart: a client retries
+    /// both, but an operator needs to know which one it is.
+    pub fn sqlite(action: &'static str, source: rusqlite::Error) -> StoreError {
+        if source.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull) {
+            StoreError::Full { source }
+        } else {
+            StoreError::Sqlite { action, source }
+        }
+    }
+}
+
+pub trait Store: Send + Sync {
+    /// Stores a validated batch in one transaction, or reports that its
+    /// (agent_id, sequence) was stored before. `received_unix_ms` is the
+    /// collector's clock, used for last-seen and retention.
+    fn ingest(&self, batch: &Batch, received_unix_ms: i64) -> Result<IngestOutcome, StoreError>;
+    fn top(&self, query: &TopQuery) -> Result<Vec<TopDigest>, StoreError>;
+    fn instances(&self) -> Result<Vec<InstanceInfo>, StoreError>;
+    fn totals(&self, query: &TotalsQuery) -> Result<TotalsResponse, StoreError>;
+    /// Deletes windows that ended before `older_than_unix_ms`, and the
+    /// exactly-once records of batches whose windows are all gone.
+    fn prune(&self, older_than_unix_ms: i64) -> Result<PruneOutcome, StoreError>;
+}
+
+/// Opens the store named by `--store` (`sqlite:PATH`).
+pub fn open(location: &str) -> Result<Box<dyn Store>, StoreError> {
+    match location.split_once(':') {
+        Some(("sqlite", path)) if !path.is_empty() => Ok(Box::new(SqliteStore::open(std::path::Path::new(path))?)),
+        _ => Err(StoreError::Location { location: location.to_string() }),
+    }
+}

@@ -1,0 +1,718 @@
+//! SQLite store: one file, WAL, one writer connection and one reader
+//! connection (WAL lets queries run while a batch is written). Every batch
+//! is written in one transaction together with its exactly-once record.
+//!
+//! SQLite integers are i64; the protocol's u64 counters and digest ids are
+//! stored bit-cast (`as i64`) and cast back when read. No SQL arithmetic or
+//! comparison runs on them: sums and merges happen in Rust (`merge`), so a
+//! value above 2^63 stays exact and a sum can never overflow inside SQLite.
+use std::{
+    collections::{BTreeMap, BTreeSet, HashMap},
+    path::Path,
+    sync::{Mutex, MutexGuard},
+    time::Duration,
+};
+
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+use sqlbee_proto::v1::{Batch, CommandCount, InstanceInfo, TopDigest, TotalsResponse};
+
+use super::{
+    IngestOutcome, OrderBy, PruneOutcome, Store, StoreError, TopQuery, TotalsQuery, blob,
+    merge::{self, DigestTotals, MergedHistogram},
+};
+
+/// Bumped when the schema changes; a newer file is refused, not guessed at.
+const SCHEMA_VERSION: i64 = 1;
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS agents (
+    agent_id           TEXT PRIMARY KEY,
+    host               TEXT NOT NULL,
+    version            TEXT NOT NULL,
+    first_seen_unix_ms INTEGER NOT NULL,
+    last_seen_unix_ms  INTEGER NOT NULL,
+    last_sequence      INTEGER NOT NULL
+) WITHOUT ROWID;
+
+-- The exactly-once record of each stored batch. keep_until is the newest of
+-- the receive time and the batch's window ends, so the record lives at least
+-- as long as every window it brought.
+CREATE TABLE IF NOT EXISTS batches (
+    agent_id           TEXT NOT NULL,
+    sequence           INTEGER NOT NULL,
+    received_unix_ms   INTEGER NOT NULL,
+    keep_until_unix_ms INTEGER NOT NULL,
+    PRIMARY KEY (agent_id, sequence)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS batches_keep ON batches (keep_until_unix_ms);
+
+-- Latest state of each server instance an agent reported (Instances).
+CREATE TABLE IF NOT EXISTS agent_instances (
+    agent_id                TEXT NOT NULL,
+    instance                TEXT NOT NULL,
+    pid                     INTEGER NOT NULL,
+    start_time_unix_ms      INTEGER NOT NULL,
+    last_window_end_unix_ms INTEGER NOT NULL,
+    PRIMARY KEY (agent_id, instance)
+) WITHOUT ROWID;
+
+CREATE TABLE IF NOT EXISTS instance_windows (
+    id                  INTEGER PRIMARY KEY,
+    agent_id            TEXT NOT NULL,
+    sequence            INTEGER NOT NULL,
+    instance            TEXT NOT NULL,
+    pid                 INTEGER NOT NULL,
+    start_time_unix_ms  INTEGER NOT NULL,
+    window_start        INTEGER NOT NULL,
+    window_end          INTEGER NOT NULL,
+    statements          INTEGER NOT NULL,
+    events              INTEGER NOT NULL,
+    dropped_events      INTEGER NOT NULL,
+    dropped_in_agent    INTEGER NOT NULL,
+    unmatched           INTEGER NOT NULL,
+    overflow_statements INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS instance_windows_end ON instance_windows (window_end);
+CREATE INDEX IF NOT EXISTS instance_windows_instance ON instance_windows (instance, window_end);
+
+CREATE TABLE IF NOT EXISTS window_commands (
+    window_id INTEGER NOT NULL,
+    command   TEXT NOT NULL,
+    count     INTEGER NOT NULL,
+    PRIMARY KEY (window_id, command)
+) WITHOUT ROWID;
+
+-- One row per digest per instance window. histogram and error_codes are
+-- blob-encoded (index gap, count) varint pairs.
+CREATE TABLE IF NOT EXISTS digest_windows (
+    window_id   INTEGER NOT NULL,
+    instance    TEXT NOT NULL,
+    window_end  INTEGER NOT NULL,
+    digest      INTEGER NOT NULL,
+    count       INTEGER NOT NULL,
+    errors      INTEGER NOT NULL,
+    sum_ns      INTEGER NOT NULL,
+    min_ns      INTEGER NOT NULL,
+    max_ns      INTEGER NOT NULL,
+    histogram   BLOB NOT NULL,
+    error_codes BLOB NOT NULL,
+    sample      TEXT NOT NULL,
+    truncated   INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS digest_windows_end ON digest_windows (window_end);
+CREATE INDEX IF NOT EXISTS digest_windows_instance ON digest_windows (instance, window_end);
+CREATE INDEX IF NOT EXISTS digest_windows_digest ON digest_windows (digest, window_end);
+
+-- Texts once per digest: the id is a hash of the text, the same everywhere.
+CREATE TABLE IF NOT EXISTS digest_texts (
+    digest INTEGER PRIMARY KEY,
+    text   TEXT NOT NULL
+);
+
+-- What agents lost before it reached us. A gap resent in a later batch is
+-- the same gap (same agent and sequence range) and is kept once.
+CREATE TABLE IF NOT EXISTS gaps (
+    agent_id                   TEXT NOT NULL,
+    first_sequence             INTEGER NOT NULL,
+    last_sequence              INTEGER NOT NULL,
+    batches                    INTEGER NOT NULL,
+    lost_statements            INTEGER NOT NULL,
+    lost_windows               INTEGER NOT NULL,
+    first_window_start_unix_ms INTEGER NOT NULL,
+    last_window_end_unix_ms    INTEGER NOT NULL,
+    reason                     TEXT NOT NULL,
+    received_unix_ms           INTEGER NOT NULL,
+    PRIMARY KEY (agent_id, first_sequence, last_sequence)
+) WITHOUT ROWID;
+";
+
+/// Rows deleted per prune transaction, so ingest never waits long.
+const PRUNE_CHUNK: i64 = 5000;
+
+pub struct SqliteStore {
+    writer: Mutex<Connection>,
+    reader: Mutex<Connection>,
+}
+
+/// Bit-cast for storage (see the module comment).
+fn i(v: u64) -> i64 {
+    v as i64
+}
+
+fn u(v: i64) -> u64 {
+    v as u64
+}
+
+/// A poisoned lock only means another call panicked; its transaction was
+/// rolled back when dropped, so the connection is still usable.
+fn lock(m: &Mutex<Connection>) -> MutexGuard<'_, Connection> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// `AND <column> = ?2` when an instance filter is given.
+fn instance_filter(instance: &Option<String>, column: &str) -> String {
+    if instance.is_some() { format!(" AND {column} = ?2") } else { String::new() }
+}
+
+impl SqliteStore {
+    pub fn open(path: &Path) -> Result<SqliteStore, StoreError> {
+        let open_err = |source| StoreError::Open { path: path.display().to_string(), source };
+        let writer = Connection::open(path).map_err(open_err)?;
+        configure(&writer).map_err(open_err)?;
+        let version: i64 = writer.query_row("PRAGMA user_version", [], |r| r.get(0)).map_err(open_err)?;
+        if version > SCHEMA_VERSION {
+            return Err(StoreError::Version { path: path.display().to_string(), found: version, known: SCHEMA_VERSION });
+        }
+        writer.execute_batch(SCHEMA).map_err(open_err)?;
+        writer.pragma_update(None, "user_version", SCHEMA_VERSION).map_err(open_err)?;
+        let reader = Connection::open(path).map_err(open_err)?;
+        configure(&reader).map_err(open_err)?;
+        Ok(SqliteStore { writer: Mutex::new(writer), reader: Mutex::new(reader) })
+    }
+}
+
+fn configure(conn: &Connection) -> rusqlite::Result<()> {
+    // WAL: readers never block the writer. NORMAL (in WAL mode): a power
+    // loss can lose the last committed batches but never corrupts the file;
+    // that is the price of not syncing the disk for every batch.
+    let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        tracing::warn!(mode, "SQLite refused WAL mode; queries will block ingest");
+    }
+    conn.execute_batch("PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = OFF;")?;
+    conn.busy_timeout(Duration::from_secs(10))?;
+    Ok(())
+}
+
+impl Store for SqliteStore {
+    fn ingest(&self, batch: &Batch, received_unix_ms: i64) -> Result<IngestOutcome, StoreError> {
+        let mut conn = lock(&self.writer);
+        let err = |e| StoreError::sqlite("ingest", e);
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(err)?;
+        let outcome = write_batch(&tx, batch, received_unix_ms).map_err(err)?;
+        tx.commit().map_err(err)?;
+        Ok(outcome)
+    }
+
+    fn top(&self, query: &TopQuery) -> Result<Vec<TopDigest>, StoreError> {
+        let mut conn = lock(&self.reader);
+        // One read transaction: every step sees the same snapshot, so the
+        // merged histograms add up to the counts of the first step.
+        let tx = conn.transaction().map_err(|e| StoreError::sqlite("top", e))?;
+        top(&tx, query)
+    }
+
+    fn instances(&self) -> Result<Vec<InstanceInfo>, StoreError> {
+        let mut conn = lock(&self.reader);
+        let tx = conn.transaction().map_err(|e| StoreError::sqlite("instances", e))?;
+        instances(&tx).map_err(|e| StoreError::sqlite("instances", e))
+    }
+
+    fn totals(&self, query: &TotalsQuery) -> Result<TotalsResponse, StoreError> {
+        let mut conn = lock(&self.reader);
+        let tx = conn.transaction().map_err(|e| StoreError::sqlite("totals", e))?;
+        totals(&tx, query).map_err(|e| StoreError::sqlite("totals", e))
+    }
+
+    fn prune(&self, older_than_unix_ms: i64) -> Result<PruneOutcome, StoreError> {
+        let err = |e| StoreError::sqlite("prune", e);
+        let mut outcome = PruneOutcome::default();
+        // Chunks in separate transactions: the writer lock is released in
+        // between, so a large prune delays a batch by one chunk at most.
+        let chunked = |sql: &str| -> Result<u64, StoreError> {
+            let mut total = 0;
+            loop {
+                let mut conn = lock(&self.writer);
+                let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(err)?;
+                let mut deleted = 0;
+                for statement in sql.split(';').map(str::trim).filter(|s| !s.is_empty()) {
+                    deleted = tx.execute(statement, params![older_than_unix_ms, PRUNE_CHUNK]).map_err(err)?;
+                }
+                tx.commit().map_err(err)?;
+                total += deleted as u64;
+                if (deleted as i64) < PRUNE_CHUNK {
+                    return Ok(total);
+                }
+            }
+        };
+        outcome.digest_windows = chunked(
+            "DELETE FROM digest_windows WHERE rowid IN
+                (SELECT rowid FROM digest_windows WHERE window_end < ?1 LIMIT ?2)",
+        )?;
+        // Both statements pick the same windows (same order, same
+        // transaction): commands first, then their windows.
+        outcome.instance_windows = chunked(
+            "DELETE FROM window_commands WHERE window_id IN
+                (SELECT id FROM instance_windows WHERE window_end < ?1 ORDER BY id LIMIT ?2);
+             DELETE FROM instance_windows WHERE id IN
+                (SELECT id FROM instance_windows WHERE window_end < ?1 ORDER BY id LIMIT ?2)",
+        )?;
+        outcome.batches = chunked(
+            "DELETE FROM batches WHERE (agent_id, sequence) IN
+                (SELECT agent_id, sequence FROM batches WHERE keep_until_unix_ms < ?1 LIMIT ?2)",
+        )?;
+        let mut conn = lock(&self.writer);
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(err)?;
+        tx.execute_batch(&format!(
+            "DELETE FROM gaps WHERE received_unix_ms < {cut} AND last_window_end_unix_ms < {cut};
+             DELETE FROM agent_instances WHERE last_window_end_unix_ms < {cut};
+             DELETE FROM agents WHERE last_seen_unix_ms < {cut}
+                 AND NOT EXISTS (SELECT 1 FROM batches b WHERE b.agent_id = agents.agent_id);
+             DELETE FROM digest_texts WHERE NOT EXISTS
+                 (SELECT 1 FROM digest_windows d WHERE d.digest = digest_texts.digest);",
+            cut = older_than_unix_ms
+        ))
+        .map_err(err)?;
+        tx.commit().map_err(err)?;
+        Ok(outcome)
+    }
+}
+
+fn write_batch(tx: &rusqlite::Transaction<'_>, batch: &Batch, received: i64) -> rusqlite::Result<IngestOutcome> {
+    let agent = batch.agent.clone().unwrap_or_default();
+    let sequence = i(batch.sequence);
+    let newest_window = batch.windows.iter().map(|w| w.window_end_unix_ms).max().unwrap_or(received);
+    let inserted = tx
+        .prepare_cached(
+            "INSERT INTO batches (agent_id, sequence, received_unix_ms, keep_until_unix_ms)
+             VALUES (?1, ?2, ?3, ?4) ON CONFLICT DO NOTHING",
+        )?
+        .execute(params![agent.agent_id, sequence, received, newest_window.max(received)])?;
+    // A duplicate still proves the agent is alive. Host and version follow
+    // the newest sequence so a replayed old batch does not roll them back.
+    tx.prepare_cached(
+        "INSERT INTO agents (agent_id, host, version, first_seen_unix_ms, last_seen_unix_ms, last_sequence)
+         VALUES (?1, ?2, ?3, ?4, ?4, ?5)
+         ON CONFLICT (agent_id) DO UPDATE SET
+             host = CASE WHEN excluded.last_sequence >= last_sequence THEN excluded.host ELSE host END,
+             version = CASE WHEN excluded.last_sequence >= last_sequence THEN excluded.version ELSE version END,
+             last_seen_unix_ms = max(last_seen_unix_ms, excluded.last_seen_unix_ms),
+             last_sequence = max(last_sequence, excluded.last_sequence)",
+    )?
+    .execute(params![agent.agent_id, agent.host, agent.version, received, sequence])?;
+    if inserted == 0 {
+        return Ok(IngestOutcome { duplicate: true });
+    }
+    let mut insert_window = tx.prepare_cached(
+        "INSERT INTO instance_windows (agent_id, sequence, instance, pid, start_time_unix_ms, window_start,
+             window_end, statements, events, dropped_events, dropped_in_agent, unmatched, overflow_statements)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+    )?;
+    // Same command twice in one window (should not happen) adds up.
+    let mut insert_command = tx.prepare_cached(
+        "INSERT INTO window_commands (window_id, command, count) VALUES (?1, ?2, ?3)
+         ON CONFLICT DO UPDATE SET count = count + excluded.count",
+    )?;
+    let mut upsert_instance = tx.prepare_cached(
+        "INSERT INTO agent_instances (agent_id, instance, pid, start_time_unix_ms, last_window_end_unix_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5)
+         ON CONFLICT (agent_id, instance) DO UPDATE SET
+             pid = CASE WHEN excluded.last_window_end_unix_ms >= last_window_end_unix_ms THEN excluded.pid ELSE pid END,
+             start_time_unix_ms = CASE WHEN excluded.last_window_end_unix_ms >= last_window_end_unix_ms
+                 THEN excluded.start_time_unix_ms ELSE start_time_unix_ms END,
+             last_window_end_unix_ms = max(last_window_end_unix_ms, excluded.last_window_end_unix_ms)",
+    )?;
+    let mut insert_text = tx.prepare_cached("INSERT OR IGNORE INTO digest_texts (digest, text) VALUES (?1, ?2)")?;
+    let mut insert_digest = tx.prepare_cached(
+        "INSERT INTO digest_windows (window_id, instance, window_end, digest, count, errors, sum_ns, min_ns,
+             max_ns, histogram, error_codes, sample, truncated)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+    )?;
+    for w in &batch.windows {
+        let server = w.instance.clone().unwrap_or_default();
+        insert_window.execute(params![
+            agent.agent_id,
+            sequence,
+            server.name,
+            server.pid,
+            server.start_time_unix_ms,
+            w.window_start_unix_ms,
+            w.window_end_unix_ms,
+            i(w.statements),
+            i(w.events),
+            i(w.dropped_events),
+            i(w.dropped_in_agent),
+            i(w.unmatched),
+            i(w.overflow_statements),
+        ])?;
+        let window_id = tx.last_insert_rowid();
+        for c in &w.commands {
+            insert_command.execute(params![window_id, c.command, i(c.count)])?;
+        }
+        upsert_instance.execute(params![
+            agent.agent_id,
+            server.name,
+            server.pid,
+            server.start_time_unix_ms,
+            w.window_end_unix_ms
+        ])?;
+        for d in &w.digests {
+            insert_text.execute(params![i(d.digest), d.digest_text])?;
+            let histogram = d
+                .histogram
+                .as_ref()
+                .map(|h| blob::encode(h.buckets.iter().map(|b| (u64::from(b.index), b.count))))
+                .unwrap_or_default();
+            let error_codes = blob::encode(d.error_codes.iter().map(|e| (u64::from(e.code), e.count)));
+            insert_digest.execute(params![
+                window_id,
+                server.name,
+                w.window_end_unix_ms,
+                i(d.digest),
+                i(d.count),
+                i(d.errors),
+                i(d.sum_ns),
+                i(d.min_ns),
+                i(d.max_ns),
+                histogram,
+                error_codes,
+                d.sample,
+                i(d.truncated),
+            ])?;
+        }
+    }
+    let mut insert_gap = tx.prepare_cached(
+        "INSERT OR IGNORE INTO gaps (agent_id, first_sequence, last_sequence, batches, lost_statements,
+             lost_windows, first_window_start_unix_ms, last_window_end_unix_ms, reason, received_unix_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+    )?;
+    for g in &batch.gaps {
+        insert_gap.execute(params![
+            agent.agent_id,
+            i(g.first_sequence),
+            i(g.last_sequence),
+            i(g.batches),
+            i(g.lost_statements),
+            g.lost_windows,
+            g.first_window_start_unix_ms,
+            g.last_window_end_unix_ms,
+            g.reason,
+            received,
+        ])?;
+    }
+    Ok(IngestOutcome { duplicate: false })
+}
+
+/// Per digest while merging: totals and the instances it was seen on
+/// (interned: the same few names repeat on every row).
+#[derive(Default)]
+struct Merging {
+    totals: DigestTotals,
+    instances: BTreeSet<u32>,
+    p99_ns: u64,
+}
+
+fn top(tx: &rusqlite::Transaction<'_>, query: &TopQuery) -> Result<Vec<TopDigest>, StoreError> {
+    let err = |e| StoreError::sqlite("top", e);
+    let filter = instance_filter(&query.instance, "instance");
+    // rusqlite binds only the parameters a statement names.
+    let bind = |stmt: &mut rusqlite::Statement<'_>, first: &dyn rusqlite::ToSql| -> rusqlite::Result<()> {
+        stmt.raw_bind_parameter(1, first)?;
+        stmt.raw_bind_parameter(2, query.since_unix_ms)?;
+        if let Some(instance) = &query.instance {
+            stmt.raw_bind_parameter(3, instance)?;
+        }
+        Ok(())
+    };
+    // Step 1: scalar sums per digest, without reading any blob.
+    let mut names: Vec<String> = Vec::new();
+    let mut name_ids: HashMap<String, u32> = HashMap::new();
+    let mut digests: HashMap<u64, Merging> = HashMap::new();
+    {
+        let sql = format!(
+            "SELECT digest, instance, count, errors, sum_ns, min_ns, max_ns FROM digest_windows
+             WHERE window_end >= ?1{}",
+            filter
+        );
+        let mut stmt = tx.prepare(&sql).map_err(err)?;
+        stmt.raw_bind_parameter(1, query.since_unix_ms).map_err(err)?;
+        if let Some(instance) = &query.instance {
+            stmt.raw_bind_parameter(2, instance).map_err(err)?;
+        }
+        let mut rows = stmt.raw_query();
+        while let Some(row) = rows.next().map_err(err)? {
+            let digest = u(row.get(0).map_err(err)?);
+            let name = row.get_ref(1).map_err(err)?.as_str().map_err(|e| err(e.into()))?;
+            let id = match name_ids.get(name) {
+                Some(id) => *id,
+                None => {
+                    let id = names.len() as u32;
+                    names.push(name.to_string());
+                    name_ids.insert(name.to_string(), id);
+                    id
+                }
+            };
+            let entry = digests.entry(digest).or_default();
+            entry.instances.insert(id);
+            entry.totals.add(
+                u(row.get(2).map_err(err)?),
+                u(row.get(3).map_err(err)?),
+                u(row.get(4).map_err(err)?),
+                u(row.get(5).map_err(err)?),
+                u(row.get(6).map_err(err)?),
+            );
+        }
+    }
+    let by_digest_sql = format!(
+        "SELECT histogram FROM digest_windows WHERE digest = ?1 AND window_end >= ?2{}",
+        instance_filter(&query.instance, "instance").replace("?2", "?3")
+    );
+    let sample_sql = format!(
+        "SELECT sample FROM digest_windows WHERE digest = ?1 AND window_end >= ?2{} AND sample <> ''
+         ORDER BY window_end DESC LIMIT 1",
+        instance_filter(&query.instance, "instance").replace("?2", "?3")
+    );
+    // Step 2: histograms. Ordering by p99 needs every digest's histogram;
+    // the other orders only those of the digests that make the cut.
+    let mut histograms: HashMap<u64, MergedHistogram> = HashMap::new();
+    if query.order_by == OrderBy::P99 {
+        let sql = format!("SELECT digest, histogram FROM digest_windows WHERE window_end >= ?1{filter}");
+        let mut stmt = tx.prepare(&sql).map_err(err)?;
+        stmt.raw_bind_parameter(1, query.since_unix_ms).map_err(err)?;
+        if let Some(instance) = &query.instance {
+            stmt.raw_bind_parameter(2, instance).map_err(err)?;
+        }
+        let mut rows = stmt.raw_query();
+        while let Some(row) = rows.next().map_err(err)? {
+            let digest = u(row.get(0).map_err(err)?);
+            let bytes = row.get_ref(1).map_err(err)?.as_blob().map_err(|e| err(e.into()))?;
+            add_blob(histograms.entry(digest).or_default(), bytes)?;
+        }
+        for (digest, m) in digests.iter_mut() {
+            m.p99_ns = histograms.get(digest).map(|h| h.percentile(0.99, &m.totals)).unwrap_or(0);
+        }
+    }
+    let mut ranked: Vec<(u64, Merging)> = digests.into_iter().collect();
+    ranked.sort_by(|(da, a), (db, b)| {
+        merge::compare(query.order_by, (*da, &a.totals, a.p99_ns), (*db, &b.totals, b.p99_ns))
+    });
+    ranked.truncate(query.limit);
+
+    let mut text_stmt = tx.prepare_cached("SELECT text FROM digest_texts WHERE digest = ?1").map_err(err)?;
+    let mut hist_stmt = tx.prepare(&by_digest_sql).map_err(err)?;
+    let mut sample_stmt = tx.prepare(&sample_sql).map_err(err)?;
+    let mut out = Vec::with_capacity(ranked.len());
+    for (digest, m) in ranked {
+        let histogram = match histograms.remove(&digest) {
+            Some(h) => h,
+            None => {
+                let mut h = MergedHistogram::default();
+                bind(&mut hist_stmt, &i(digest)).map_err(err)?;
+                let mut rows = hist_stmt.raw_query();
+                while let Some(row) = rows.next().map_err(err)? {
+                    add_blob(&mut h, row.get_ref(0).map_err(err)?.as_blob().map_err(|e| err(e.into()))?)?;
+                }
+                h
+            }
+        };
+        let digest_text: String =
+            text_stmt.query_row([i(digest)], |r| r.get(0)).optional().map_err(err)?.unwrap_or_default();
+        bind(&mut sample_stmt, &i(digest)).map_err(err)?;
+        let sample: String = match sample_stmt.raw_query().next().map_err(err)? {
+            Some(row) => row.get(0).map_err(err)?,
+            None => String::new(),
+        };
+        let t = &m.totals;
+        out.push(TopDigest {
+            digest,
+            digest_text,
+            count: t.count,
+            errors: t.errors,
+            sum_ns: t.sum_ns,
+            min_ns: t.min_ns,
+            max_ns: t.max_ns,
+            p50_ns: histogram.percentile(0.50, t),
+            p95_ns: histogram.percentile(0.95, t),
+            p99_ns: histogram.percentile(0.99, t),
+            sample,
+            instances: m.instances.iter().map(|id| names[*id as usize].clone()).collect(),
+        });
+    }
+    Ok(out)
+}
+
+fn add_blob(h: &mut MergedHistogram, bytes: &[u8]) -> Result<(), StoreError> {
+    for (index, count) in blob::decode(bytes).ok_or(StoreError::Corrupt { what: "histogram" })? {
+        h.add(index, count);
+    }
+    Ok(())
+}
+
+fn instances(tx: &rusqlite::Transaction<'_>) -> rusqlite::Result<Vec<InstanceInfo>> {
+    let mut batches: HashMap<String, u64> = HashMap::new();
+    let mut stmt = tx.prepare("SELECT agent_id, count(*) FROM batches GROUP BY agent_id")?;
+    for row in stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))? {
+        let (agent, n) = row?;
+        batches.insert(agent, u(n));
+    }
+    let mut gaps: HashMap<String, (u64, u64)> = HashMap::new();
+    let mut stmt = tx.prepare("SELECT agent_id, lost_statements FROM gaps")?;
+    for row in stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))? {
+        let (agent, lost) = row?;
+        let entry = gaps.entry(agent).or_default();
+        entry.0 += 1;
+        entry.1 = entry.1.saturating_add(u(lost));
+    }
+    // Agents that reported no instance yet still show, with an empty one.
+    let mut stmt = tx.prepare(
+        "SELECT a.agent_id, a.host, a.version, a.last_seen_unix_ms, a.last_sequence,
+                coalesce(i.instance, ''), coalesce(i.pid, 0), coalesce(i.last_window_end_unix_ms, 0)
+         FROM agents a LEFT JOIN agent_instances i ON i.agent_id = a.agent_id
+         ORDER BY coalesce(i.instance, ''), a.agent_id",
+    )?;
+    let rows = stmt.query_map([], |r| {
+        Ok(InstanceInfo {
+            agent_id: r.get(0)?,
+            host: r.get(1)?,
+            version: r.get(2)?,
+            last_seen_unix_ms: r.get(3)?,
+            last_sequence: u(r.get(4)?),
+            instance: r.get(5)?,
+            pid: r.get(6)?,
+            last_window_end_unix_ms: r.get(7)?,
+            ..Default::default()
+        })
+    })?;
+    let mut out = Vec::new();
+    for row in rows {
+        let mut info = row?;
+        info.batches = batches.get(&info.agent_id).copied().unwrap_or(0);
+        let (count, lost) = gaps.get(&info.agent_id).copied().unwrap_or_default();
+        info.gaps = count;
+        info.lost_statements = lost;
+        out.push(info);
+    }
+    Ok(out)
+}
+
+fn totals(tx: &rusqlite::Transaction<'_>, query: &TotalsQuery) -> rusqlite::Result<TotalsResponse> {
+    let mut out = TotalsResponse::default();
+    let bind = |stmt: &mut rusqlite::Statement<'_>| -> rusqlite::Result<()> {
+        stmt.raw_bind_parameter(1, query.since_unix_ms)?;
+        if let Some(instance) = &query.instance {
+            stmt.raw_bind_parameter(2, instance)?;
+        }
+        Ok(())
+    };
+    let mut stmt = tx.prepare(&format!(
+        "SELECT statements, dropped_events FROM instance_windows WHERE window_end >= ?1{}",
+        instance_filter(&query.instance, "instance")
+    ))?;
+    bind(&mut stmt)?;
+    let mut rows = stmt.raw_query();
+    while let Some(row) = rows.next()? {
+        out.statements = out.statements.saturating_add(u(row.get(0)?));
+        out.dropped_events = out.dropped_events.saturating_add(u(row.get(1)?));
+    }
+    let mut commands: BTreeMap<String, u64> = BTreeMap::new();
+    let mut stmt = tx.prepare(&format!(
+        "SELECT c.command, c.count FROM window_commands c JOIN instance_windows w ON w.id = c.window_id
+         WHERE w.window_end >= ?1{}",
+        instance_filter(&query.instance, "w.instance")
+    ))?;
+    bind(&mut stmt)?;
+    let mut rows = stmt.raw_query();
+    while let Some(row) = rows.next()? {
+        let slot = commands.entry(row.get(0)?).or_default();
+        *slot = slot.saturating_add(u(row.get(1)?));
+    }
+    out.commands = commands.into_iter().map(|(command, count)| CommandCount { command, count }).collect();
+    let mut stmt = tx.prepare(&format!(
+        "SELECT count(DISTINCT digest) FROM digest_windows WHERE window_end >= ?1{}",
+        instance_filter(&query.instance, "instance")
+    ))?;
+    bind(&mut stmt)?;
+    if let Some(row) = stmt.raw_query().next()? {
+        out.digest_count = u(row.get(0)?);
+    }
+    // Gaps belong to agents, not instances: with an instance filter, count
+    // the gaps of the agents that served it. A gap without window times
+    // is placed at the time it was reported.
+    let mut stmt = tx.prepare(&format!(
+        "SELECT lost_statements FROM gaps WHERE
+             (CASE WHEN last_window_end_unix_ms > 0 THEN last_window_end_unix_ms ELSE received_unix_ms END) >= ?1{}",
+        if query.instance.is_some() {
+            " AND agent_id IN (SELECT agent_id FROM agent_instances WHERE instance = ?2)"
+        } else {
+            ""
+        }
+    ))?;
+    bind(&mut stmt)?;
+    let mut rows = stmt.raw_query();
+    while let Some(row) = rows.next()? {
+        out.lost_statements = out.lost_statements.saturating_add(u(row.get(0)?));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use sqlbee_proto::v1::{AgentIdentity, Bucket, DigestStats, Gap, Histogram, InstanceWindow, ServerInstance};
+
+    use super::*;
+
+    fn temp_store(name: &str) -> (SqliteStore, std::path::PathBuf) {
+        let dir = std::env::temp_dir().join(format!("sqlbee-store-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        (SqliteStore::open(&dir.join("s.db")).unwrap(), dir)
+    }
+
+    fn batch(sequence: u64, end: i64, buckets: &[(u32, u64)]) -> Batch {
+        let count = buckets.iter().map(|b| b.1).sum();
+        Batch {
+            agent: Some(AgentIdentity { host: "h".into(), agent_id: "a".into(), version: "v".into() }),
+            sequence,
+            created_unix_ms: end,
+            windows: vec![InstanceWindow {
+                instance: Some(ServerInstance { name: "h:1".into(), pid: sequence as u32, start_time_unix_ms: 0 }),
+                window_start_unix_ms: end - 10,
+                window_end_unix_ms: end,
+                digests: vec![DigestStats {
+                    digest: u64::MAX - 1,
+                    digest_text: "SELECT ?".into(),
+                    count,
+                    sum_ns: u64::MAX / 2 + 10,
+                    min_ns: 1,
+                    max_ns: u64::MAX / 4,
+                    histogram: Some(Histogram {
+                        scheme: 1,
+                        buckets: buckets.iter().map(|&(index, count)| Bucket { index, count }).collect(),
+                    }),
+                    ..Default::default()
+                }],
+                commands: vec![CommandCount { command: "COM_QUERY".into(), count }],
+                statements: count,
+                ..Default::default()
+            }],
+            gaps: vec![Gap { first_sequence: 1, last_sequence: 1, lost_statements: 5, ..Default::default() }],
+        }
+    }
+
+    #[test]
+    fn once_merged_and_pruned() {
+        let (store, dir) = temp_store("once");
+        assert!(!store.ingest(&batch(2, 1000, &[(10, 2), (40, 1)]), 1000).unwrap().duplicate);
+        assert!(store.ingest(&batch(2, 1000, &[(10, 2), (40, 1)]), 1001).unwrap().duplicate);
+        assert!(!store.ingest(&batch(3, 2000, &[(40, 1), (60, 1)]), 2000).unwrap().duplicate);
+        let query = TopQuery { instance: None, since_unix_ms: 0, order_by: OrderBy::P99, limit: 20 };
+        let top = store.top(&query).unwrap();
+        assert_eq!(top.len(), 1);
+        let d = &top[0];
+        // u64 values above i64::MAX come back exact; the sum saturates.
+        assert_eq!((d.digest, d.count, d.sum_ns, d.max_ns), (u64::MAX - 1, 5, u64::MAX, u64::MAX / 4));
+        assert_eq!(d.p50_ns, crate::aggregate::histogram::bucket_high(40));
+        assert_eq!(d.p99_ns, crate::aggregate::histogram::bucket_high(60));
+        let totals = store.totals(&TotalsQuery { instance: Some("h:1".into()), since_unix_ms: 1500 }).unwrap();
+        // The gap has no window times: it counts at the time it was received.
+        assert_eq!((totals.statements, totals.digest_count, totals.lost_statements), (2, 1, 0));
+        let totals = store.totals(&TotalsQuery { instance: None, since_unix_ms: 0 }).unwrap();
+        assert_eq!((totals.statements, totals.commands[0].count, totals.lost_statements), (5, 5, 5));
+        let instances = store.instances().unwrap();
+        assert_eq!((instances[0].pid, instances[0].batches, instances[0].gaps), (3, 2, 1));
+        let pruned = store.prune(1500).unwrap();
+        assert_eq!((pruned.digest_windows, pruned.instance_windows, pruned.batches), (1, 1, 1));
+        assert_eq!(store.top(&query).unwrap()[0].count, 2);
+        std::fs::remove_dir_all(dir).ok();
+    }
+}

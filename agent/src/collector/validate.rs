@@ -1,0 +1,325 @@
+//! Checks every batch before it reaches a store. A batch that fails here
+//! will fail the same way every time, so the answer is INVALID_ARGUMENT and
+//! the error names the field (`windows[2].digests[5].histogram`) and what is
+//! wrong with it. Owns the collector's limits; never touches storage.
+//!
+//! Invalid UTF-8 in `string` fields never gets here: prost refuses it while
+//! decoding, and `status::DecodeErrorsAsInvalid` turns that into
+//! INVALID_ARGUMENT as well.
+use std::time::Duration;
+
+use sqlbee_proto::v1::{Batch, DigestStats, Gap, Histogram, InstanceWindow};
+
+use crate::{aggregate::histogram, output::rfc3339};
+
+pub const MAX_AGENT_ID: usize = 128;
+pub const MAX_WINDOWS: usize = 10_000;
+pub const MAX_DIGESTS: usize = 100_000;
+pub const MAX_GAPS: usize = 10_000;
+/// digest_text and sample.
+pub const MAX_TEXT: usize = 64 * 1024;
+/// host, version, instance name, command name, gap reason.
+pub const MAX_NAME: usize = 1024;
+/// Windows older than this are refused: a clock that far off, or a spool
+/// that old, would only put data where retention removes it anyway.
+pub const MAX_PAST: Duration = Duration::from_secs(30 * 86_400);
+/// Allowed clock skew into the future.
+pub const MAX_FUTURE: Duration = Duration::from_secs(3600);
+pub const HISTOGRAM_SCHEME: u32 = 1;
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("{field}: {problem}")]
+pub struct Invalid {
+    pub field: String,
+    pub problem: String,
+}
+
+fn invalid(field: impl Into<String>, problem: impl Into<String>) -> Invalid {
+    Invalid { field: field.into(), problem: problem.into() }
+}
+
+pub fn batch(batch: &Batch, now_unix_ms: i64) -> Result<(), Invalid> {
+    let agent = batch.agent.as_ref().ok_or_else(|| invalid("agent", "missing; every batch names its agent"))?;
+    if agent.agent_id.is_empty() {
+        return Err(invalid("agent.agent_id", "empty; the agent must send its persistent id"));
+    }
+    if agent.agent_id.len() > MAX_AGENT_ID {
+        return Err(invalid("agent.agent_id", format!("{} bytes, at most {MAX_AGENT_ID}", agent.agent_id.len())));
+    }
+    name_len("agent.host", &agent.host)?;
+    name_len("agent.version", &agent.version)?;
+    if batch.sequence == 0 {
+        return Err(invalid("sequence", "0; sequences start at 1"));
+    }
+    if batch.windows.len() > MAX_WINDOWS {
+        return Err(invalid("windows", format!("{} windows in one batch, at most {MAX_WINDOWS}", batch.windows.len())));
+    }
+    let digests: usize = batch.windows.iter().map(|w| w.digests.len()).sum();
+    if digests > MAX_DIGESTS {
+        return Err(invalid("windows[*].digests", format!("{digests} digests in one batch, at most {MAX_DIGESTS}")));
+    }
+    if batch.gaps.len() > MAX_GAPS {
+        return Err(invalid("gaps", format!("{} gaps in one batch, at most {MAX_GAPS}", batch.gaps.len())));
+    }
+    let range = TimeRange {
+        low: now_unix_ms.saturating_sub(MAX_PAST.as_millis() as i64),
+        high: now_unix_ms.saturating_add(MAX_FUTURE.as_millis() as i64),
+    };
+    for (i, w) in batch.windows.iter().enumerate() {
+        window(&format!("windows[{i}]"), w, range)?;
+    }
+    for (i, g) in batch.gaps.iter().enumerate() {
+        gap(&format!("gaps[{i}]"), g)?;
+    }
+    Ok(())
+}
+
+#[derive(Clone, Copy)]
+struct TimeRange {
+    low: i64,
+    high: i64,
+}
+
+impl TimeRange {
+    fn check(&self, field: String, ms: i64) -> Result<(), Invalid> {
+        if ms < self.low || ms > self.high {
+            return Err(invalid(
+                field,
+                format!(
+                    "{ms} ({}) is outside the accepted range {} .. {} (30 days back to 1 hour ahead of the collector's clock); check the agent's clock",
+                    time(ms),
+                    time(self.low),
+                    time(self.high)
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn time(ms: i64) -> String {
+    if ms < 0 {
+        return "before 1970".into();
+    }
+    rfc3339(std::time::UNIX_EPOCH + Duration::from_millis(ms as u64))
+}
+
+fn name_len(field: &str, value: &str) -> Result<(), Invalid> {
+    if value.len() > MAX_NAME {
+        return Err(invalid(field, format!("{} bytes, at most {MAX_NAME}", value.len())));
+    }
+    Ok(())
+}
+
+fn text_len(field: String, value: &str) -> Result<(), Invalid> {
+    if value.len() > MAX_TEXT {
+        return Err(invalid(field, format!("{} bytes, at most {MAX_TEXT}", value.len())));
+    }
+    Ok(())
+}
+
+fn window(at: &str, w: &InstanceWindow, range: TimeRange) -> Result<(), Invalid> {
+    let instance = w.instance.as_ref().ok_or_else(|| invalid(format!("{at}.instance"), "missing"))?;
+    if instance.name.is_empty() {
+        return Err(invalid(format!("{at}.instance.name"), "empty; expected host:port or a socket path"));
+    }
+    name_len(&format!("{at}.instance.name"), &instance.name)?;
+    range.check(format!("{at}.window_start_unix_ms"), w.window_start_unix_ms)?;
+    range.check(format!("{at}.window_end_unix_ms"), w.window_end_unix_ms)?;
+    if w.window_start_unix_ms >= w.window_end_unix_ms {
+        return Err(invalid(
+            format!("{at}.window_end_unix_ms"),
+            format!("{} is not after window_start_unix_ms {}", w.window_end_unix_ms, w.window_start_unix_ms),
+        ));
+    }
+    for (i, c) in w.commands.iter().enumerate() {
+        if c.command.is_empty() {
+            return Err(invalid(format!("{at}.commands[{i}].command"), "empty"));
+        }
+        name_len(&format!("{at}.commands[{i}].command"), &c.command)?;
+    }
+    for (i, d) in w.digests.iter().enumerate() {
+        digest(&format!("{at}.digests[{i}]"), d)?;
+    }
+    Ok(())
+}
+
+fn digest(at: &str, d: &DigestStats) -> Result<(), Invalid> {
+    text_len(format!("{at}.digest_text"), &d.digest_text)?;
+    text_len(format!("{at}.sample"), &d.sample)?;
+    if d.count > 0 && d.min_ns > d.max_ns {
+        return Err(invalid(format!("{at}.min_ns"), format!("{} is above max_ns {}", d.min_ns, d.max_ns)));
+    }
+    if d.count > 0 && d.sum_ns < d.max_ns {
+        return Err(invalid(format!("{at}.sum_ns"), format!("{} is below max_ns {}", d.sum_ns, d.max_ns)));
+    }
+    if d.errors > d.count {
+        return Err(invalid(format!("{at}.errors"), format!("{} is above count {}", d.errors, d.count)));
+    }
+    if d.truncated > d.count {
+        return Err(invalid(format!("{at}.truncated"), format!("{} is above count {}", d.truncated, d.count)));
+    }
+    let coded = d.error_codes.iter().try_fold(0u64, |sum, e| sum.checked_add(e.count));
+    match coded {
+        Some(coded) if coded <= d.errors => {}
+        Some(coded) => {
+            return Err(invalid(format!("{at}.error_codes"), format!("counts sum to {coded}, above errors {}", d.errors)));
+        }
+        None => return Err(invalid(format!("{at}.error_codes"), "counts overflow 64 bits")),
+    }
+    match &d.histogram {
+        None if d.count == 0 => Ok(()),
+        None => Err(invalid(format!("{at}.histogram"), format!("missing; count is {}", d.count))),
+        Some(h) => histogram_of(&format!("{at}.histogram"), h, d.count),
+    }
+}
+
+fn histogram_of(at: &str, h: &Histogram, count: u64) -> Result<(), Invalid> {
+    let empty = h.buckets.is_empty() && count == 0;
+    if h.scheme != HISTOGRAM_SCHEME && !empty {
+        return Err(invalid(
+            format!("{at}.scheme"),
+            format!("{} is not supported; this collector knows scheme {HISTOGRAM_SCHEME}", h.scheme),
+        ));
+    }
+    let mut sum = 0u64;
+    let mut last: Option<u32> = None;
+    for (i, b) in h.buckets.iter().enumerate() {
+        if b.index as usize >= histogram::BUCKETS {
+            return Err(invalid(
+                format!("{at}.buckets[{i}].index"),
+                format!("{} is out of range; scheme 1 has {} buckets", b.index, histogram::BUCKETS),
+            ));
+        }
+        if last.is_some_and(|l| b.index <= l) {
+            return Err(invalid(
+                format!("{at}.buckets[{i}].index"),
+                format!("{} does not follow {}; indices must be strictly increasing", b.index, last.unwrap_or(0)),
+            ));
+        }
+        last = Some(b.index);
+        sum = sum.checked_add(b.count).ok_or_else(|| invalid(format!("{at}.buckets"), "counts overflow 64 bits"))?;
+    }
+    if sum != count {
+        return Err(invalid(format!("{at}.buckets"), format!("counts sum to {sum} but the digest's count is {count}")));
+    }
+    Ok(())
+}
+
+fn gap(at: &str, g: &Gap) -> Result<(), Invalid> {
+    if g.first_sequence == 0 {
+        return Err(invalid(format!("{at}.first_sequence"), "0; sequences start at 1"));
+    }
+    if g.first_sequence > g.last_sequence {
+        return Err(invalid(
+            format!("{at}.last_sequence"),
+            format!("{} is below first_sequence {}", g.last_sequence, g.first_sequence),
+        ));
+    }
+    if g.first_window_start_unix_ms > g.last_window_end_unix_ms {
+        return Err(invalid(
+            format!("{at}.last_window_end_unix_ms"),
+            format!("{} is before first_window_start_unix_ms {}", g.last_window_end_unix_ms, g.first_window_start_unix_ms),
+        ));
+    }
+    name_len(&format!("{at}.reason"), &g.reason)
+}
+
+#[cfg(test)]
+mod tests {
+    use sqlbee_proto::v1::{AgentIdentity, Bucket, ErrorCount, ServerInstance};
+
+    use super::*;
+
+    const NOW: i64 = 1_800_000_000_000;
+
+    fn good() -> Batch {
+        Batch {
+            agent: Some(AgentIdentity { host: "h".into(), agent_id: "a1".into(), version: "0.1.0".into() }),
+            sequence: 1,
+            created_unix_ms: NOW,
+            windows: vec![InstanceWindow {
+                instance: Some(ServerInstance { name: "h:3306".into(), pid: 7, start_time_unix_ms: NOW - 1000 }),
+                window_start_unix_ms: NOW - 10_000,
+                window_end_unix_ms: NOW,
+                digests: vec![DigestStats {
+                    digest: 1,
+                    digest_text: "SELECT ?".into(),
+                    count: 3,
+                    errors: 1,
+                    sum_ns: 600,
+                    min_ns: 100,
+                    max_ns: 300,
+                    histogram: Some(Histogram {
+                        scheme: 1,
+                        buckets: vec![Bucket { index: 40, count: 1 }, Bucket { index: 50, count: 2 }],
+                    }),
+                    error_codes: vec![ErrorCount { code: 1062, count: 1 }],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            gaps: vec![],
+        }
+    }
+
+    fn field_of(b: &Batch) -> String {
+        batch(b, NOW).unwrap_err().field
+    }
+
+    #[test]
+    fn accepts_a_good_batch() {
+        batch(&good(), NOW).unwrap();
+    }
+
+    #[test]
+    fn names_the_field() {
+        let mut b = good();
+        b.agent.as_mut().unwrap().agent_id = "x".repeat(129);
+        assert_eq!(field_of(&b), "agent.agent_id");
+        let mut b = good();
+        b.sequence = 0;
+        assert_eq!(field_of(&b), "sequence");
+        let mut b = good();
+        b.windows[0].digests[0].min_ns = 400;
+        assert_eq!(field_of(&b), "windows[0].digests[0].min_ns");
+        let mut b = good();
+        b.windows[0].digests[0].sum_ns = 200;
+        assert_eq!(field_of(&b), "windows[0].digests[0].sum_ns");
+        let mut b = good();
+        b.windows[0].window_start_unix_ms = NOW + 1;
+        assert_eq!(field_of(&b), "windows[0].window_end_unix_ms");
+        let mut b = good();
+        b.windows[0].window_start_unix_ms = NOW - 31 * 86_400_000;
+        assert_eq!(field_of(&b), "windows[0].window_start_unix_ms");
+        let mut b = good();
+        b.windows[0].digests[0].histogram.as_mut().unwrap().buckets[1].count = 1;
+        let err = batch(&b, NOW).unwrap_err();
+        assert_eq!(err.field, "windows[0].digests[0].histogram.buckets");
+        assert!(err.problem.contains("sum to 2"), "{err}");
+        let mut b = good();
+        b.windows[0].digests[0].histogram.as_mut().unwrap().buckets[1].index = 40;
+        assert_eq!(field_of(&b), "windows[0].digests[0].histogram.buckets[1].index");
+        let mut b = good();
+        b.windows[0].digests[0].histogram.as_mut().unwrap().buckets[1].index = 496;
+        assert_eq!(field_of(&b), "windows[0].digests[0].histogram.buckets[1].index");
+        let mut b = good();
+        b.windows[0].digests[0].histogram.as_mut().unwrap().scheme = 2;
+        assert_eq!(field_of(&b), "windows[0].digests[0].histogram.scheme");
+        let mut b = good();
+        b.windows[0].digests[0].errors = 4;
+        assert_eq!(field_of(&b), "windows[0].digests[0].errors");
+        let mut b = good();
+        b.windows[0].digests[0].error_codes[0].count = 2;
+        assert_eq!(field_of(&b), "windows[0].digests[0].error_codes");
+        let mut b = good();
+        b.windows[0].instance.as_mut().unwrap().name.clear();
+        assert_eq!(field_of(&b), "windows[0].instance.name");
+        let mut b = good();
+        b.windows[0].digests[0].sample = "x".repeat(MAX_TEXT + 1);
+        assert_eq!(field_of(&b), "windows[0].digests[0].sample");
+        let mut b = good();
+        b.windows[0].digests = vec![DigestStats::default(); MAX_DIGESTS + 1];
+        assert_eq!(field_of(&b), "windows[*].digests");
+    }
+}

@@ -1,0 +1,160 @@
+//! Turns Query answers into one JSON document or a readable table. Pure:
+//! takes the answer, writes to the given writer.
+use std::{io::Write, time::Duration};
+
+use serde_json::{Value, json};
+use sqlbee_proto::v1::{InstanceInfo, TopDigest};
+
+use crate::output::rfc3339;
+
+pub fn top_json(digests: &[TopDigest]) -> Value {
+    Value::Array(
+        digests
+            .iter()
+            .map(|d| {
+                json!({
+                    "digest": format!("{:016x}", d.digest),
+                    "digest_text": d.digest_text,
+                    "count": d.count,
+                    "errors": d.errors,
+                    "sum_ns": d.sum_ns,
+                    "min_ns": d.min_ns,
+                    "max_ns": d.max_ns,
+                    "p50_ns": d.p50_ns,
+                    "p95_ns": d.p95_ns,
+                    "p99_ns": d.p99_ns,
+                    "sample": d.sample,
+                    "instances": d.instances,
+                })
+            })
+            .collect(),
+    )
+}
+
+pub fn instances_json(instances: &[InstanceInfo]) -> Value {
+    Value::Array(
+        instances
+            .iter()
+            .map(|i| {
+                json!({
+                    "agent_id": i.agent_id,
+                    "host": i.host,
+                    "instance": i.instance,
+                    "pid": i.pid,
+                    "version": i.version,
+                    "last_seen_unix_ms": i.last_seen_unix_ms,
+                    "last_window_end_unix_ms": i.last_window_end_unix_ms,
+                    "last_sequence": i.last_sequence,
+                    "batches": i.batches,
+                    "gaps": i.gaps,
+                    "lost_statements": i.lost_statements,
+                })
+            })
+            .collect(),
+    )
+}
+
+pub fn write_json(out: &mut impl Write, value: &Value) -> std::io::Result<()> {
+    serde_json::to_writer_pretty(&mut *out, value)?;
+    out.write_all(b"\n")?;
+    out.flush()
+}
+
+fn ms(ns: u64) -> String {
+    format!("{:.3}", ns as f64 / 1e6)
+}
+
+fn cut(text: &str, max_chars: usize) -> String {
+    let mut out: String = text.chars().take(max_chars).collect();
+    if out.len() < text.len() {
+        out.push_str("...");
+    }
+    out
+}
+
+pub fn write_top_table(out: &mut impl Write, digests: &[TopDigest]) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "{:>9} {:>6} {:>11} {:>9} {:>9} {:>9} {:>9} {:>9} {:>4}  {:<16}  digest_text",
+        "count", "errors", "total_ms", "avg_ms", "p50_ms", "p95_ms", "p99_ms", "max_ms", "inst", "digest"
+    )?;
+    for d in digests {
+        let avg = d.sum_ns.checked_div(d.count).unwrap_or(0);
+        writeln!(
+            out,
+            "{:>9} {:>6} {:>11} {:>9} {:>9} {:>9} {:>9} {:>9} {:>4}  {:016x}  {}",
+            d.count,
+            d.errors,
+            ms(d.sum_ns),
+            ms(avg),
+            ms(d.p50_ns),
+            ms(d.p95_ns),
+            ms(d.p99_ns),
+            ms(d.max_ns),
+            d.instances.len(),
+            d.digest,
+            cut(&d.digest_text, 100)
+        )?;
+    }
+    if digests.is_empty() {
+        writeln!(out, "(no digests in this range)")?;
+    }
+    out.flush()
+}
+
+fn time(ms: i64) -> String {
+    if ms <= 0 {
+        return "-".into();
+    }
+    rfc3339(std::time::UNIX_EPOCH + Duration::from_millis(ms as u64))
+}
+
+pub fn write_instances_table(out: &mut impl Write, instances: &[InstanceInfo], now_unix_ms: i64) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "{:<28} {:<20} {:<16} {:>8} {:<10} {:<24} {:>7} {:>10} {:>8} {:>5} {:>10}",
+        "instance", "host", "agent", "pid", "version", "last_window_end", "lag_s", "sequence", "batches", "gaps", "lost_stmts"
+    )?;
+    for i in instances {
+        let lag = if i.last_window_end_unix_ms > 0 {
+            format!("{:.1}", (now_unix_ms - i.last_window_end_unix_ms) as f64 / 1000.0)
+        } else {
+            "-".into()
+        };
+        writeln!(
+            out,
+            "{:<28} {:<20} {:<16} {:>8} {:<10} {:<24} {:>7} {:>10} {:>8} {:>5} {:>10}",
+            if i.instance.is_empty() { "(none yet)" } else { &i.instance },
+            cut(&i.host, 20),
+            cut(&i.agent_id, 16),
+            i.pid,
+            cut(&i.version, 10),
+            time(i.last_window_end_unix_ms),
+            lag,
+            i.last_sequence,
+            i.batches,
+            i.gaps,
+            i.lost_statements
+        )?;
+    }
+    if instances.is_empty() {
+        writeln!(out, "(no agents have reported yet)")?;
+    }
+    out.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn digest_is_16_hex_digits() {
+        let d = TopDigest { digest: 0xab, count: 2, sum_ns: 3_000_000, ..Default::default() };
+        let json = top_json(std::slice::from_ref(&d));
+        assert_eq!(json[0]["digest"], "00000000000000ab");
+        let mut table = Vec::new();
+        write_top_table(&mut table, &[d]).unwrap();
+        let table = String::from_utf8(table).unwrap();
+        assert!(table.contains("00000000000000ab") && table.contains("1.500"), "{table}");
+    }
+}

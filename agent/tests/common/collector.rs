@@ -1,0 +1,250 @@
+//! A real `sqlbee collector` process on a private port and store, plus
+//! builders for batches and clients, for tests of the collector and of
+//! anything that ships to one.
+use std::{
+    path::{Path, PathBuf},
+    process::{Child, Command, Output},
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+};
+
+use serde_json::Value;
+use sqlbee::{
+    aggregate::histogram::{Histogram as AgentHistogram, bucket_of},
+    client::{self, BearerToken, ClientOptions},
+};
+use sqlbee_proto::v1::{
+    AgentIdentity, Batch, Bucket, CommandCount, DigestStats, Histogram, InstanceWindow, PushResponse, ServerInstance,
+    ingest_client::IngestClient, query_client::QueryClient,
+};
+use tonic::{service::interceptor::InterceptedService, transport::Channel};
+
+/// A directory removed when dropped.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(name: &str) -> TempDir {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static N: AtomicU32 = AtomicU32::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "sqlbee-{name}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+pub fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64
+}
+
+/// A running `sqlbee collector`, killed when dropped.
+pub struct Collector {
+    child: Option<Child>,
+    pub addr: String,
+    pub dir: TempDir,
+    stderr: PathBuf,
+    args: Vec<String>,
+}
+
+impl Collector {
+    /// Starts a collector on 127.0.0.1:0 with its own store and waits for
+    /// its ready file (which holds the bound address).
+    pub fn start(args: &[String]) -> Collector {
+        let dir = TempDir::new("collector");
+        let stderr = dir.path().join("collector.log");
+        let mut collector =
+            Collector { child: None, addr: "127.0.0.1:0".into(), dir, stderr, args: args.to_vec() };
+        collector.spawn();
+        collector
+    }
+
+    fn spawn(&mut self) {
+        let ready = self.dir.path().join("ready");
+        let _ = std::fs::remove_file(&ready);
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.stderr).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_sqlbee"))
+            .arg("collector")
+            .args(["--listen", &self.addr])
+            .arg("--store")
+            .arg(format!("sqlite:{}", self.dir.path().join("store.db").display()))
+            .arg("--ready-file")
+            .arg(&ready)
+            .args(&self.args)
+            .env("SQLBEE_LOG", "info,sqlbee=debug")
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("starting sqlbee collector");
+        self.child = Some(child);
+        let started = Instant::now();
+        loop {
+            if let Ok(text) = std::fs::read_to_string(&ready)
+                && !text.trim().is_empty()
+            {
+                self.addr = text.trim().to_string();
+                break;
+            }
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("collector exited before listening ({status}): {}", self.stderr_text());
+            }
+            assert!(started.elapsed() < Duration::from_secs(30), "collector not ready: {}", self.stderr_text());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// A crash: SIGKILL, store and address kept for `restart`.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts again on the same address and store.
+    pub fn restart(&mut self) {
+        self.kill9();
+        self.spawn();
+    }
+
+    pub fn http_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// With the port of `addr` but the name `localhost`, as in the
+    /// certificates the tests generate.
+    pub fn https_url(&self) -> String {
+        format!("https://localhost:{}", self.addr.rsplit(':').next().unwrap())
+    }
+
+    pub fn stderr_text(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+
+    /// SIGTERM and wait; returns whether it exited successfully.
+    pub fn stop(mut self) -> (bool, String) {
+        let mut child = self.child.take().unwrap();
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let status = child.wait().unwrap();
+        (status.success(), self.stderr_text())
+    }
+}
+
+impl Drop for Collector {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+pub type Authed = InterceptedService<Channel, BearerToken>;
+
+pub async fn channel(opts: &ClientOptions) -> Channel {
+    client::connect(opts).await.unwrap_or_else(|e| panic!("connecting to {}: {e}", opts.url))
+}
+
+pub async fn ingest_client(opts: &ClientOptions) -> IngestClient<Authed> {
+    let token = BearerToken::new(opts.token.as_deref()).unwrap();
+    IngestClient::with_interceptor(channel(opts).await, token).max_decoding_message_size(64 << 20)
+}
+
+pub async fn query_client(opts: &ClientOptions) -> QueryClient<Authed> {
+    let token = BearerToken::new(opts.token.as_deref()).unwrap();
+    QueryClient::with_interceptor(channel(opts).await, token)
+}
+
+pub fn plain(url: &str) -> ClientOptions {
+    ClientOptions { url: url.to_string(), ..Default::default() }
+}
+
+/// One digest whose statements took `durations_ns`, as an agent reports it.
+pub fn digest(digest: u64, text: &str, durations_ns: &[u64]) -> DigestStats {
+    let mut histogram = std::collections::BTreeMap::<u32, u64>::new();
+    for &ns in durations_ns {
+        *histogram.entry(bucket_of(ns) as u32).or_default() += 1;
+    }
+    DigestStats {
+        digest,
+        digest_text: text.to_string(),
+        count: durations_ns.len() as u64,
+        errors: 0,
+        sum_ns: durations_ns.iter().sum(),
+        min_ns: durations_ns.iter().copied().min().unwrap_or(0),
+        max_ns: durations_ns.iter().copied().max().unwrap_or(0),
+        histogram: Some(Histogram {
+            scheme: 1,
+            buckets: histogram.into_iter().map(|(index, count)| Bucket { index, count }).collect(),
+        }),
+        sample: text.replace('?', "1"),
+        truncated: 0,
+        error_codes: vec![],
+    }
+}
+
+/// p-quantile of `durations_ns` the way the agent computes it.
+pub fn agent_quantile(durations_ns: &[u64], q: f64) -> u64 {
+    let mut h = AgentHistogram::default();
+    for &ns in durations_ns {
+        h.record(ns);
+    }
+    let (min, max) = (*durations_ns.iter().min().unwrap(), *durations_ns.iter().max().unwrap());
+    h.quantile(q).clamp(min, max)
+}
+
+pub fn window(instance: &str, pid: u32, end_ms: i64, digests: Vec<DigestStats>) -> InstanceWindow {
+    let statements: u64 = digests.iter().map(|d| d.count).sum();
+    InstanceWindow {
+        instance: Some(ServerInstance { name: instance.to_string(), pid, start_time_unix_ms: end_ms - 3_600_000 }),
+        window_start_unix_ms: end_ms - 10_000,
+        window_end_unix_ms: end_ms,
+        digests,
+        commands: vec![CommandCount { command: "COM_QUERY".into(), count: statements }],
+        statements,
+        events: statements,
+        ..Default::default()
+    }
+}
+
+pub fn batch(agent_id: &str, sequence: u64, windows: Vec<InstanceWindow>) -> Batch {
+    Batch {
+        agent: Some(AgentIdentity { host: "test-host".into(), agent_id: agent_id.into(), version: "0.1.0-test".into() }),
+        sequence,
+        created_unix_ms: now_ms(),
+        windows,
+        gaps: vec![],
+    }
+}
+
+pub async fn push(client: &mut IngestClient<Authed>, batch: Batch) -> Result<PushResponse, tonic::Status> {
+    client.push(batch).await.map(|r| r.into_inner())
+}
+
+/// Runs a `sqlbee` query command (top, instances) and returns its output.
+pub fn sqlbee_query(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_sqlbee")).args(args).env("SQLBEE_LOG", "warn").output().expect("running sqlbee")
+}
+
+/// `sqlbee top --format json ...`, parsed; panics with stderr on failure.
+pub fn top_json(url: &str, extra: &[&str]) -> Value {
+    let mut args = vec!["top", "--collector", url, "--format", "json", "--since", "all"];
+    args.extend_from_slice(extra);
+    let out = sqlbee_query(&args);
+    assert!(out.status.success(), "sqlbee top failed: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("sqlbee top printed no JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
+}
