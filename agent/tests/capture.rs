@@ -137,21 +137,17 @@ fn sysbench_started_before_agent(ps_mode: &'static str) {
         ps_mode,
     };
     bench.prepare(&server).unwrap();
-    let mut run = bench.spawn(&server).unwrap();
-    let signal = |sig| unsafe { libc::kill(run.id() as i32, sig) };
+    let run = common::Workload::new(bench.spawn(&server).unwrap());
     std::thread::sleep(Duration::from_millis(1500));
-    signal(libc::SIGSTOP);
-    std::thread::sleep(Duration::from_millis(300));
+    run.pause();
     let before = server.global_status().unwrap();
     let agent = Agent::start(server.dir(), &agent_args(&server));
-    signal(libc::SIGCONT);
+    run.resume();
     std::thread::sleep(Duration::from_secs(3));
-    signal(libc::SIGSTOP);
-    std::thread::sleep(Duration::from_millis(300));
+    run.pause();
     let out = agent.stop();
     let after = server.global_status().unwrap();
-    signal(libc::SIGKILL);
-    let _ = run.wait();
+    drop(run);
     assert!(out.success, "{}", out.stderr);
 
     let counts = out.digest_counts(None);

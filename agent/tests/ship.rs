@@ -124,26 +124,22 @@ fn collector_outage_loses_and_doubles_nothing() {
         ps_mode: "auto",
     };
     bench.prepare(&server).unwrap();
-    let mut run = bench.spawn(&server).unwrap();
-    let signal = |sig| unsafe { libc::kill(run.id() as i32, sig) };
+    let run = common::Workload::new(bench.spawn(&server).unwrap());
     std::thread::sleep(Duration::from_millis(1000));
-    signal(libc::SIGSTOP);
-    std::thread::sleep(Duration::from_millis(300));
+    run.pause();
     let before = server.global_status().unwrap();
     let agent = Agent::start(server.dir(), &ship_args(&server, &collector, &state, "1s"));
-    signal(libc::SIGCONT);
+    run.resume();
     std::thread::sleep(Duration::from_secs(3));
     collector.kill9();
     std::thread::sleep(Duration::from_secs(21));
     assert!(!spool_files(&state).is_empty(), "batches must pile up in the spool during the outage");
     collector.restart();
     std::thread::sleep(Duration::from_secs(4));
-    signal(libc::SIGSTOP);
-    std::thread::sleep(Duration::from_millis(300));
+    run.pause();
     let out = agent.stop();
     let after = server.global_status().unwrap();
-    signal(libc::SIGKILL);
-    let _ = run.wait();
+    drop(run);
     assert!(out.success, "{}", out.stderr);
     assert!(spool_files(&state).is_empty(), "spool not drained: {}", out.stderr);
 

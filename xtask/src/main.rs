@@ -69,13 +69,34 @@ fn test(args: &[String]) -> anyhow::Result<()> {
         bail!("the test suite attaches eBPF programs and needs root; run it as root (sudo ./x test)");
     }
     println!("==> cargo test (privileged tests required)");
-    let status = cargo()
+    let mut child = cargo()
         .args(["test", "--workspace", "--exclude", "agent-ebpf", "--"])
         .args(args)
         .env("SQLBEE_REQUIRE_PRIVILEGED", "1")
-        .status()
+        .stdout(std::process::Stdio::piped())
+        .spawn()
         .context("running cargo test")?;
-    if !status.success() {
+    // Pass the output through and add up every test binary's result line,
+    // so the run ends with one total instead of the last binary's count.
+    let (mut passed, mut failed, mut ignored) = (0u64, 0u64, 0u64);
+    let stdout = child.stdout.take().context("cargo test stdout")?;
+    for line in std::io::BufRead::lines(std::io::BufReader::new(stdout)) {
+        let line = line?;
+        println!("{line}");
+        if let Some(rest) = line.strip_prefix("test result: ") {
+            let count = |word: &str| -> u64 {
+                rest.split(';')
+                    .find_map(|part| part.trim().strip_suffix(word)?.trim().rsplit(' ').next()?.parse().ok())
+                    .unwrap_or(0)
+            };
+            passed += count("passed");
+            failed += count("failed");
+            ignored += count("ignored");
+        }
+    }
+    let status = child.wait()?;
+    println!("tests: {passed} passed, {failed} failed, {ignored} skipped");
+    if !status.success() || failed > 0 {
         bail!("tests failed");
     }
     Ok(())

@@ -132,17 +132,7 @@ fn collapse_lists(input: Vec<Out>) -> Vec<Out> {
             }
         }
         if input[i] == Out::Open {
-            let mut j = i + 1;
-            let mut values = 0;
-            while input.get(j) == Some(&Out::Value) {
-                values += 1;
-                j += 1;
-                if input.get(j) == Some(&Out::Comma) && input.get(j + 1) == Some(&Out::Value) {
-                    j += 1;
-                } else {
-                    break;
-                }
-            }
+            let (values, j) = value_run(&input, i + 1);
             if values >= 2 && input.get(j) == Some(&Out::Close) {
                 out.push(Out::List);
                 i = j + 1;

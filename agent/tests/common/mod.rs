@@ -164,6 +164,39 @@ impl AgentOutput {
     }
 }
 
+/// A client workload running in the background (sysbench) that can be
+/// frozen, so the server's status counters can be read at a moment when no
+/// statement of it is in flight. Killed when dropped.
+pub struct Workload(Child);
+
+impl Workload {
+    pub fn new(child: Child) -> Workload {
+        Workload(child)
+    }
+
+    fn signal(&self, sig: libc::c_int) {
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(self.0.id() as i32, sig) };
+    }
+
+    /// SIGSTOP, then a moment for statements already sent to finish.
+    pub fn pause(&self) {
+        self.signal(libc::SIGSTOP);
+        std::thread::sleep(Duration::from_millis(300));
+    }
+
+    pub fn resume(&self) {
+        self.signal(libc::SIGCONT);
+    }
+}
+
+impl Drop for Workload {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Commands MariaDB does not count in `Questions` (CF_SKIP_QUESTIONS).
 pub const NOT_QUESTIONS: [&str; 6] =
     ["COM_STMT_PREPARE", "COM_STMT_CLOSE", "COM_STMT_RESET", "COM_STMT_SEND_LONG_DATA", "COM_PING", "COM_STATISTICS"];

@@ -1,0 +1,223 @@
+//! Collector load: many simulated agents push realistic batches to a real
+//! `sqlbee collector` (SQLite store) over gRPC; then `top` is timed over
+//! the stored data. Writes `benches/results/<date>-collector-load.md`.
+//!
+//! `cargo bench -p sqlbee --bench collector_load -- [AGENTS] [HOURS] [WINDOW_S] [DIGESTS]`
+//! (defaults 100 agents, 24 h of 60 s windows, 20 digests per window).
+use std::{
+    fmt::Write as _,
+    process::{Command, Stdio},
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+};
+
+use sqlbee::aggregate::histogram::Histogram as AgentHistogram;
+use sqlbee_proto::v1::{
+    AgentIdentity, Batch, Bucket, CommandCount, DigestStats, Histogram, InstanceWindow, ServerInstance,
+    ingest_client::IngestClient,
+};
+
+fn arg(n: usize, default: u64) -> u64 {
+    std::env::args().skip(1).filter(|a| !a.starts_with('-')).nth(n).and_then(|a| a.parse().ok()).unwrap_or(default)
+}
+
+fn proc_field(pid: u32, file: &str, key: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/{file}"))
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with(key)).and_then(|l| l.split_whitespace().nth(1)?.parse().ok()))
+        .unwrap_or(0)
+}
+
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let rest = stat.rfind(')').map(|i| &stat[i + 1..]).unwrap_or("");
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15; `rest` starts at field 3.
+    let field = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    let ticks = field(11) + field(12);
+    ticks as f64 / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+}
+
+fn window(agent: u64, end_ms: i64, window_ms: i64, digests: u64, seed: &mut u64) -> InstanceWindow {
+    let mut rows = Vec::new();
+    let mut statements = 0;
+    for d in 0..digests {
+        *seed ^= *seed << 13;
+        *seed ^= *seed >> 7;
+        *seed ^= *seed << 17;
+        let count = 1 + *seed % 500;
+        let base = 20_000 + (d * 7_919) % 5_000_000;
+        let mut h = AgentHistogram::default();
+        let mut sum = 0;
+        for i in 0..count.min(64) {
+            let ns = base + i * 1_000;
+            h.record(ns);
+            sum += ns;
+        }
+        // Scale to `count` statements while keeping the histogram exact.
+        let sampled = count.min(64);
+        let mut buckets: Vec<Bucket> = h.buckets().map(|(index, c)| Bucket { index: index as u32, count: c }).collect();
+        if let Some(last) = buckets.last_mut() {
+            last.count += count - sampled;
+        }
+        let max = base + (sampled - 1) * 1_000;
+        let top = sqlbee::aggregate::histogram::bucket_high(buckets.last().unwrap().index as usize);
+        statements += count;
+        rows.push(DigestStats {
+            digest: 0x9e37_79b9_7f4a_7c15u64.wrapping_mul(d + 1),
+            digest_text: format!("SELECT `c{d}` FROM `t{}` WHERE `id` = ?", d % 7),
+            count,
+            errors: 0,
+            sum_ns: sum + (count - sampled) * top.min(max),
+            min_ns: base,
+            max_ns: max.max(top.min(max)),
+            histogram: Some(Histogram { scheme: 1, buckets }),
+            sample: format!("SELECT c{d} FROM t{} WHERE id = 42", d % 7),
+            truncated: 0,
+            error_codes: vec![],
+        });
+    }
+    InstanceWindow {
+        instance: Some(ServerInstance { name: format!("db{agent}:3306"), pid: 1000 + agent as u32, start_time_unix_ms: 1 }),
+        window_start_unix_ms: end_ms - window_ms,
+        window_end_unix_ms: end_ms,
+        digests: rows,
+        commands: vec![CommandCount { command: "COM_QUERY".into(), count: statements }],
+        statements,
+        events: statements,
+        ..Default::default()
+    }
+}
+
+fn main() {
+    let (agents, hours, window_s, digests) = (arg(0, 100), arg(1, 24), arg(2, 60), arg(3, 20));
+    let dir = std::env::temp_dir().join(format!("sqlbee-collector-load-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let ready = dir.join("ready");
+    let mut collector = Command::new(env!("CARGO_BIN_EXE_sqlbee"))
+        .args(["collector", "--listen", "127.0.0.1:0", "--retention", "30d"])
+        .arg(format!("--store=sqlite:{}", dir.join("store.db").display()))
+        .arg("--ready-file")
+        .arg(&ready)
+        .env("SQLBEE_LOG", "warn")
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    while std::fs::read_to_string(&ready).map(|s| s.trim().is_empty()).unwrap_or(true) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let url = format!("http://{}", std::fs::read_to_string(&ready).unwrap().trim());
+    let pid = collector.id();
+    let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64;
+    let windows_per_agent = hours * 3600 / window_s;
+    // Each batch carries 10 windows of one agent (about 100 s of a real
+    // agent with 10 s windows).
+    const WINDOWS_PER_BATCH: u64 = 10;
+    let batches_per_agent = windows_per_agent.div_ceil(WINDOWS_PER_BATCH);
+    println!("{agents} agents x {windows_per_agent} windows x {digests} digests -> {url}");
+
+    let rows = Arc::new(AtomicU64::new(0));
+    let batches = Arc::new(AtomicU64::new(0));
+    let cpu0 = cpu_seconds(pid);
+    let started = Instant::now();
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    runtime.block_on(async {
+        let mut tasks = Vec::new();
+        // 8 concurrent senders, each owning a slice of the agents.
+        for lane in 0..8u64 {
+            let (url, rows, batches) = (url.clone(), rows.clone(), batches.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut client = IngestClient::connect(url).await.unwrap().max_encoding_message_size(64 << 20);
+                let mut seed = 0x2545_f491_4f6c_dd1du64 ^ lane;
+                for b in 0..batches_per_agent {
+                    for agent in (lane..agents).step_by(8) {
+                        let windows: Vec<_> = (0..WINDOWS_PER_BATCH)
+                            .map(|w| b * WINDOWS_PER_BATCH + w)
+                            .filter(|w| *w < windows_per_agent)
+                            .map(|w| {
+                                let end = now_ms - ((windows_per_agent - w) as i64) * window_s as i64 * 1000;
+                                window(agent, end, window_s as i64 * 1000, digests, &mut seed)
+                            })
+                            .collect();
+                        let n: u64 = windows.iter().map(|w| w.digests.len() as u64).sum();
+                        let batch = Batch {
+                            agent: Some(AgentIdentity { host: format!("host{agent}"), agent_id: format!("load-{agent}"), version: "load".into() }),
+                            sequence: b + 1,
+                            created_unix_ms: now_ms,
+                            windows,
+                            gaps: vec![],
+                        };
+                        client.push(batch).await.unwrap();
+                        rows.fetch_add(n, Ordering::Relaxed);
+                        batches.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+    });
+    let elapsed = started.elapsed().as_secs_f64();
+    let cpu = cpu_seconds(pid) - cpu0;
+    let rss_kib = proc_field(pid, "status", "VmHWM:");
+    let (rows, batches) = (rows.load(Ordering::Relaxed), batches.load(Ordering::Relaxed));
+    let db_bytes: u64 = std::fs::read_dir(&dir).unwrap().flatten().filter_map(|e| e.metadata().ok()).map(|m| m.len()).sum();
+
+    let mut timings = String::new();
+    for (label, extra) in [
+        ("top, all instances, order by total", vec!["--order-by", "total"]),
+        ("top, all instances, order by p99", vec!["--order-by", "p99"]),
+        ("top, one instance", vec!["--instance", "db7:3306"]),
+        ("top, last hour", vec!["--since", "1h"]),
+    ] {
+        let mut runs = Vec::new();
+        for _ in 0..3 {
+            let t = Instant::now();
+            let mut args = vec!["top", "--collector", &url, "--format", "json", "--limit", "20"];
+            if !extra.contains(&"--since") {
+                args.extend(["--since", "all"]);
+            }
+            args.extend(extra.iter().copied());
+            let out = Command::new(env!("CARGO_BIN_EXE_sqlbee")).args(&args).output().unwrap();
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            runs.push(t.elapsed().as_secs_f64() * 1000.0);
+        }
+        runs.sort_by(|a, b| a.total_cmp(b));
+        let _ = writeln!(timings, "| {label} | {:.0} | {:.0} |", runs[1], runs[2]);
+    }
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    let _ = collector.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let mut md = String::new();
+    let _ = writeln!(md, "# Collector load\n");
+    let _ = writeln!(
+        md,
+        "{agents} simulated agents, {hours} h of {window_s} s windows each ({windows_per_agent} windows per agent), \
+         {digests} digests per window, {WINDOWS_PER_BATCH} windows per batch, 8 concurrent gRPC senders, \
+         SQLite store (WAL), {} cores shared by the load generator and the collector.\n",
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0)
+    );
+    let _ = writeln!(md, "| measure | value |\n|---|---|");
+    let _ = writeln!(md, "| batches stored | {batches} |");
+    let _ = writeln!(md, "| digest rows stored | {rows} |");
+    let _ = writeln!(md, "| wall time | {elapsed:.1} s |");
+    let _ = writeln!(md, "| batches/s | {:.0} |", batches as f64 / elapsed);
+    let _ = writeln!(md, "| digest rows/s | {:.0} |", rows as f64 / elapsed);
+    let _ = writeln!(md, "| collector CPU | {cpu:.1} s ({:.2} cores) |", cpu / elapsed);
+    let _ = writeln!(md, "| digest rows/s per collector core-second | {:.0} |", rows as f64 / cpu.max(0.001));
+    let _ = writeln!(md, "| collector peak RSS | {:.1} MiB |", rss_kib as f64 / 1024.0);
+    let _ = writeln!(md, "| store size on disk | {:.1} MiB |", db_bytes as f64 / (1 << 20) as f64);
+    let _ = writeln!(md, "\n`sqlbee top` wall time over the stored data (the CLI process included; median and max of 3):\n");
+    let _ = writeln!(md, "| query | median ms | max ms |\n|---|---|---|\n{timings}");
+    println!("{md}");
+    let date = String::from_utf8(Command::new("date").arg("+%Y-%m-%d").output().unwrap().stdout).unwrap();
+    let out = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../benches/results");
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::write(out.join(format!("{}-collector-load.md", date.trim())), md).unwrap();
+}
