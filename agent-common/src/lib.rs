@@ -14,8 +14,11 @@ pub const DEFAULT_TEXT_LIMIT: u32 = 4096;
 /// Slots of the per-command counter array; `enum_server_command` is a u8
 /// on the wire, larger values land in the last slot.
 pub const COMMAND_SLOTS: u32 = 256;
-/// Threads tracked at once per server; LRU beyond that.
-pub const MAX_INFLIGHT: u32 = 16 * 1024;
+/// Slots of the in-flight array: a thread uses slot `tid % INFLIGHT_SLOTS`
+/// and writes its tid into it, so two threads whose ids collide are told
+/// apart (the statement then counts as unmatched) instead of mixed up. A
+/// power of two.
+pub const INFLIGHT_SLOTS: u32 = 64 * 1024;
 
 /// Flag bits of [`StatementEvent::flags`].
 pub mod flags {
@@ -73,12 +76,13 @@ pub struct ServerLayout {
 pub struct Inflight {
     pub start_ns: u64,
     pub thd: u64,
+    /// Owner of the slot.
+    pub tid: u32,
     pub command: u32,
     /// First four packet bytes of COM_STMT_EXECUTE: the statement id.
     pub stmt_id: u32,
     /// First error code raised while this statement ran, 0 when none.
     pub error_code: u32,
-    pub _pad: u32,
 }
 
 /// Fixed head of every ring-buffer record; `captured_len` text bytes follow.

@@ -3,7 +3,7 @@
 //! something failed, so it costs nothing on the statement path.
 use aya_ebpf::{helpers::bpf_get_current_pid_tgid, macros::uprobe, programs::ProbeContext};
 
-use crate::maps::{INFLIGHT, STATS, bump};
+use crate::maps::{STATS, bump, inflight_slot};
 
 /// `ME_ERROR_LOG_ONLY`, `ME_NOTE` and `ME_WARNING` (MariaDB `my_sys.h`): these
 /// never reach the client as the statement's error.
@@ -17,10 +17,10 @@ pub fn error_raised(ctx: ProbeContext) -> u32 {
         return 0;
     }
     let tid = bpf_get_current_pid_tgid() as u32;
-    if let Some(inflight) = INFLIGHT.get_ptr_mut(&tid) {
+    if let Some(inflight) = inflight_slot(tid) {
         // Keep the first error: later ones are usually consequences of it.
         unsafe {
-            if (*inflight).error_code == 0 {
+            if (*inflight).tid == tid && (*inflight).error_code == 0 {
                 (*inflight).error_code = code;
                 bump(&STATS, agent_common::stat::ERRORS);
             }

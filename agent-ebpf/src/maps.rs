@@ -1,18 +1,26 @@
 //! Every map of the kernel side, in one place, each bounded.
-use agent_common::{COMMAND_SLOTS, EventBuffer, Inflight, MAX_INFLIGHT, stat};
+use agent_common::{COMMAND_SLOTS, EventBuffer, INFLIGHT_SLOTS, Inflight, stat};
 use aya_ebpf::{
     macros::map,
-    maps::{LruHashMap, PerCpuArray, RingBuf},
+    maps::{Array, PerCpuArray, RingBuf},
 };
 
 /// Statement records for the agent. Its size is set at load time.
 #[map]
 pub static EVENTS: RingBuf = RingBuf::with_byte_size(8 * 1024 * 1024, 0);
 
-/// Command started on a thread, keyed by thread id. LRU so that threads
-/// that never reach a statement end cannot fill it.
+/// Command started on a thread, in slot `tid % INFLIGHT_SLOTS`. An array,
+/// not a hash map: a lookup is an index, with no lock and no allocation
+/// (an LRU hash insert cost about 1 us per statement here), and a fixed
+/// size that threads which never finish a statement cannot grow.
 #[map]
-pub static INFLIGHT: LruHashMap<u32, Inflight> = LruHashMap::with_max_entries(MAX_INFLIGHT, 0);
+pub static INFLIGHT: Array<Inflight> = Array::with_max_entries(INFLIGHT_SLOTS, 0);
+
+/// This thread's in-flight slot.
+#[inline(always)]
+pub fn inflight_slot(tid: u32) -> Option<*mut Inflight> {
+    INFLIGHT.get_ptr_mut(tid & (INFLIGHT_SLOTS - 1))
+}
 
 /// Exact count of each `enum_server_command` dispatched, whatever happens
 /// to the ring buffer.

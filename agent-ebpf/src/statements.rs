@@ -18,7 +18,7 @@ use aya_ebpf::{
 
 use crate::{
     layout::layout,
-    maps::{COMMANDS, EVENTS, INFLIGHT, SCRATCH, STATS, bump},
+    maps::{COMMANDS, EVENTS, SCRATCH, STATS, bump, inflight_slot},
 };
 
 /// `COM_STMT_EXECUTE`: its packet starts with the 4-byte statement id.
@@ -43,16 +43,13 @@ fn try_command_start(ctx: &ProbeContext) -> Result<(), i64> {
         let packet = arg_at(&args, layout.packet_arg).ok_or(0i64)?;
         stmt_id = unsafe { bpf_probe_read_user(packet as *const u32) }.unwrap_or(0);
     }
-    let inflight = Inflight {
-        start_ns: unsafe { bpf_ktime_get_ns() },
-        thd,
-        command,
-        stmt_id,
-        error_code: 0,
-        _pad: 0,
-    };
     let tid = bpf_get_current_pid_tgid() as u32;
-    INFLIGHT.insert(&tid, &inflight, 0).map_err(|e| e as i64)
+    let slot = inflight_slot(tid).ok_or(0i64)?;
+    // SAFETY: the slot points into the array map's value for this index.
+    unsafe {
+        *slot = Inflight { start_ns: bpf_ktime_get_ns(), thd, tid, command, stmt_id, error_code: 0 };
+    }
+    Ok(())
 }
 
 /// The first four arguments as register values. The verifier only allows
@@ -87,12 +84,12 @@ fn try_statement_end(ctx: &ProbeContext) -> Result<(), i64> {
     let tid = pid_tgid as u32;
     bump(&STATS, stat::STATEMENTS);
 
-    let Some(inflight) = INFLIGHT.get_ptr_mut(&tid) else {
+    let Some(inflight) = inflight_slot(tid) else {
         bump(&STATS, stat::UNMATCHED);
         return Ok(());
     };
     let inflight = unsafe { &mut *inflight };
-    if inflight.thd != thd {
+    if inflight.tid != tid || inflight.thd != thd || inflight.start_ns == 0 {
         bump(&STATS, stat::UNMATCHED);
         return Ok(());
     }
