@@ -32,7 +32,12 @@ fn digest(d: &DigestStats) -> WireDigest {
         }),
         sample: d.sample.clone(),
         truncated: d.truncated,
-        error_codes: d.error_codes.iter().map(|(code, count)| ErrorCount { code: *code, count: *count }).collect(),
+        error_codes: d
+            .error_codes
+            .iter()
+            .map(|(code, count)| ErrorCount { code: *code, count: *count, ..Default::default() })
+            .collect(),
+        ..Default::default()
     }
 }
 

@@ -526,6 +526,7 @@ fn top(tx: &rusqlite::Transaction<'_>, query: &TopQuery) -> Result<Vec<TopDigest
             p99_ns: histogram.percentile(0.99, t),
             sample,
             instances: m.instances.iter().map(|id| names[*id as usize].clone()).collect(),
+            ..Default::default()
         });
     }
     Ok(out)
