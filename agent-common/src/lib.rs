@@ -20,6 +20,54 @@ pub const COMMAND_SLOTS: u32 = 256;
 /// power of two.
 pub const INFLIGHT_SLOTS: u32 = 64 * 1024;
 
+/// Wait classes, from the server's `thd_wait_type` (MariaDB
+/// `include/mysql/service_thd_wait.h`).
+pub mod wait_class {
+    pub const ROW_LOCK: usize = 0;
+    pub const METADATA_LOCK: usize = 1;
+    pub const TABLE_LOCK: usize = 2;
+    pub const DISK_IO: usize = 3;
+    pub const NETWORK: usize = 4;
+    pub const COMMIT: usize = 5;
+    pub const SLEEP: usize = 6;
+    pub const OTHER: usize = 7;
+    pub const COUNT: usize = 8;
+    pub const NAMES: [&str; COUNT] =
+        ["row_lock", "metadata_lock", "table_lock", "disk_io", "network", "commit", "sleep", "other"];
+
+    /// Class of a `thd_wait_type` value.
+    #[inline(always)]
+    pub fn of(wait_type: u64) -> usize {
+        match wait_type {
+            1 => SLEEP,
+            2 => DISK_IO,
+            3 => ROW_LOCK,
+            5 => METADATA_LOCK,
+            4 | 6 => TABLE_LOCK,
+            8..=10 => COMMIT,
+            11 => NETWORK,
+            _ => OTHER,
+        }
+    }
+}
+
+/// Longest error message kept per error sample.
+pub const MAX_ERROR_MESSAGE: usize = 256;
+
+/// An error the server sent to a client, with its message; written to the
+/// `ERRORS` ring buffer only when an error happens.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ErrorSample {
+    pub tid: u32,
+    pub code: u32,
+    pub thd: u64,
+    /// `start_ns` of the statement in flight: with `tid`, names the
+    /// statement record this error belongs to.
+    pub start_ns: u64,
+    pub message: [u8; MAX_ERROR_MESSAGE],
+}
+
 /// Flag bits of [`StatementEvent::flags`].
 pub mod flags {
     /// The text was cut at the configured limit; `text_len` is the original.
@@ -83,6 +131,13 @@ pub struct Inflight {
     pub stmt_id: u32,
     /// First error code raised while this statement ran, 0 when none.
     pub error_code: u32,
+    /// Nesting depth of the wait in progress (0: not waiting).
+    pub wait_depth: u32,
+    pub _pad: u32,
+    pub wait_start_ns: u64,
+    pub wait_class: u64,
+    /// Time waited so far in this statement, per wait class.
+    pub waits: [u64; wait_class::COUNT],
 }
 
 /// Fixed head of every ring-buffer record; `captured_len` text bytes follow.
@@ -104,6 +159,8 @@ pub struct StatementEvent {
     /// Bytes of text that follow this header.
     pub captured_len: u32,
     pub flags: u32,
+    /// Time this statement waited, per wait class (ns).
+    pub waits: [u64; wait_class::COUNT],
 }
 
 pub const EVENT_HEADER_LEN: usize = core::mem::size_of::<StatementEvent>();
@@ -123,4 +180,5 @@ mod pod {
     unsafe impl aya::Pod for super::ServerLayout {}
     unsafe impl aya::Pod for super::Inflight {}
     unsafe impl aya::Pod for super::StatementEvent {}
+    unsafe impl aya::Pod for super::ErrorSample {}
 }

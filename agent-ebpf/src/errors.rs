@@ -1,9 +1,15 @@
 //! Errors sent to clients. `my_message_sql(uint code, const char*, myf)` is
 //! the one funnel for every error the server reports; it runs only when
 //! something failed, so it costs nothing on the statement path.
-use aya_ebpf::{helpers::bpf_get_current_pid_tgid, macros::uprobe, programs::ProbeContext};
+use agent_common::{ErrorSample, MAX_ERROR_MESSAGE};
+use aya_ebpf::{
+    bindings::BPF_RB_NO_WAKEUP,
+    helpers::{bpf_get_current_pid_tgid, bpf_probe_read_user_str_bytes},
+    macros::uprobe,
+    programs::ProbeContext,
+};
 
-use crate::maps::{STATS, bump, inflight_slot};
+use crate::maps::{ERRORS, STATS, bump, inflight_slot};
 
 /// `ME_ERROR_LOG_ONLY`, `ME_NOTE` and `ME_WARNING` (MariaDB `my_sys.h`): these
 /// never reach the client as the statement's error.
@@ -23,8 +29,31 @@ pub fn error_raised(ctx: ProbeContext) -> u32 {
             if (*inflight).tid == tid && (*inflight).error_code == 0 {
                 (*inflight).error_code = code;
                 bump(&STATS, agent_common::stat::ERRORS);
+                sample(&ctx, tid, code, (*inflight).thd, (*inflight).start_ns);
             }
         }
     }
     0
+}
+
+/// Copies the message into the ERRORS ring (dropped silently when full:
+/// the count above stays exact, only the sample text is lost).
+fn sample(ctx: &ProbeContext, tid: u32, code: u32, thd: u64, start_ns: u64) {
+    let message: u64 = ctx.arg(1).unwrap_or(0);
+    if let Some(mut entry) = ERRORS.reserve::<ErrorSample>(0) {
+        let sample = entry.as_mut_ptr();
+        // SAFETY: the reservation is sized for one ErrorSample.
+        unsafe {
+            (*sample).tid = tid;
+            (*sample).code = code;
+            (*sample).thd = thd;
+            (*sample).start_ns = start_ns;
+            (*sample).message[0] = 0;
+            if message != 0 {
+                let dest: &mut [u8; MAX_ERROR_MESSAGE] = &mut (*sample).message;
+                let _ = bpf_probe_read_user_str_bytes(message as *const u8, dest);
+            }
+        }
+        entry.submit(BPF_RB_NO_WAKEUP as u64);
+    }
 }

@@ -9,6 +9,7 @@ mod errors;
 mod layout;
 mod maps;
 mod statements;
+mod waits;
 
 #[cfg(not(test))]
 #[panic_handler]

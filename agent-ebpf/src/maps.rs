@@ -22,6 +22,11 @@ pub fn inflight_slot(tid: u32) -> Option<*mut Inflight> {
     INFLIGHT.get_ptr_mut(tid & (INFLIGHT_SLOTS - 1))
 }
 
+/// Error samples (code and message), written only when the server sends
+/// an error, so rare; the agent attaches each to its statement.
+#[map]
+pub static ERRORS: RingBuf = RingBuf::with_byte_size(256 * 1024, 0);
+
 /// Exact count of each `enum_server_command` dispatched, whatever happens
 /// to the ring buffer.
 #[map]

@@ -7,7 +7,7 @@
 //! the text with `?` placeholders, even when they were prepared before we
 //! attached. Placement lives here only; the agent names the symbols.
 use agent_common::{
-    EVENT_HEADER_LEN, Inflight, MAX_TEXT, StatementEvent, flags, stat,
+    EVENT_HEADER_LEN, Inflight, MAX_TEXT, StatementEvent, flags, stat, wait_class,
 };
 use aya_ebpf::{
     bindings::BPF_RB_NO_WAKEUP,
@@ -47,7 +47,7 @@ fn try_command_start(ctx: &ProbeContext) -> Result<(), i64> {
     let slot = inflight_slot(tid).ok_or(0i64)?;
     // SAFETY: the slot points into the array map's value for this index.
     unsafe {
-        *slot = Inflight { start_ns: bpf_ktime_get_ns(), thd, tid, command, stmt_id, error_code: 0 };
+        *slot = Inflight { start_ns: bpf_ktime_get_ns(), thd, tid, command, stmt_id, ..Inflight::default() };
     }
     Ok(())
 }
@@ -147,10 +147,12 @@ fn try_statement_end(ctx: &ProbeContext) -> Result<(), i64> {
         text_len: text_len.min(u32::MAX as u64) as u32,
         captured_len: captured as u32,
         flags: event_flags,
+        waits: inflight.waits,
     };
     // The next statement of a multi-statement query starts now.
     inflight.start_ns = now;
     inflight.error_code = 0;
+    inflight.waits = [0; wait_class::COUNT];
 
     let total = (EVENT_HEADER_LEN + captured as usize) & (MAX_TEXT * 2 - 1);
     let bytes = unsafe {

@@ -78,6 +78,7 @@ fn window(agent: u64, end_ms: i64, window_ms: i64, digests: u64, seed: &mut u64)
             sample: format!("SELECT c{d} FROM t{} WHERE id = 42", d % 7),
             truncated: 0,
             error_codes: vec![],
+            waits: vec![],
         });
     }
     InstanceWindow {

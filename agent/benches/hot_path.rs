@@ -55,6 +55,8 @@ fn benches(c: &mut Criterion) {
             text_len: SYSBENCH_POINT.len() as u32,
             truncated: false,
             text: if i % 2 == 0 { SYSBENCH_POINT.to_vec() } else { ORM_QUERY.to_vec() },
+            waits: [0; 8],
+            error_message: None,
         })
         .collect();
     let mut aggregator = Aggregator::new(Normalizer::new(10_000), 5000, SystemTime::now());

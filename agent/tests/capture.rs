@@ -115,6 +115,8 @@ fn errors_are_counted_and_statements_kept() {
     let count: u64 = insert.iter().map(|r| r["count"].as_u64().unwrap()).sum();
     let dup: u64 = insert.iter().map(|r| r["error_codes"]["1062"].as_u64().unwrap_or(0)).sum();
     assert_eq!((count, dup), (4, 3), "{insert:#?}");
+    let message = insert.iter().find_map(|r| r["error_messages"]["1062"].as_str()).unwrap_or_default();
+    assert!(message.contains("Duplicate entry"), "{insert:#?}");
     let syntax: u64 = out
         .of_type("digest")
         .filter(|r| r["digest_text"].as_str().unwrap().starts_with("`SELEC` ? FROM"))
@@ -329,4 +331,93 @@ fn strip_ansi(text: &str) -> String {
         }
     }
     out
+}
+
+/// Wait rows of one digest (summed over windows): class -> (sum, max, statements).
+fn waits_of(out: &common::AgentOutput, text: &str) -> std::collections::BTreeMap<String, (u64, u64, u64)> {
+    let mut waits = std::collections::BTreeMap::new();
+    for row in out.digest_rows(text) {
+        for (class, w) in row["waits"].as_object().unwrap() {
+            let e: &mut (u64, u64, u64) = waits.entry(class.clone()).or_default();
+            e.0 += w["sum_ns"].as_u64().unwrap();
+            e.1 = e.1.max(w["max_ns"].as_u64().unwrap());
+            e.2 += w["statements"].as_u64().unwrap();
+        }
+    }
+    waits
+}
+
+#[test]
+fn row_lock_wait_is_timed_on_the_waiting_statement() {
+    if !privileged("row_lock_wait_is_timed_on_the_waiting_statement") {
+        return;
+    }
+    let server = PrivateServer::start("row-lock", &[]).unwrap();
+    server.sql("CREATE DATABASE app; CREATE TABLE app.r (id INT PRIMARY KEY, v INT) ENGINE=InnoDB; INSERT INTO app.r VALUES (1, 0)").unwrap();
+    let agent = Agent::start(server.dir(), &agent_args(&server));
+    let mut holder = connect(&server);
+    holder.query_drop("BEGIN").unwrap();
+    holder.query_drop("SELECT v FROM app.r WHERE id = 1 FOR UPDATE").unwrap();
+    let waiter_server = server.socket.clone();
+    let waiter = std::thread::spawn(move || {
+        let opts = mysql::OptsBuilder::new().socket(Some(waiter_server.to_str().unwrap())).user(Some("root"));
+        let mut conn = mysql::Conn::new(opts).unwrap();
+        conn.query_drop("UPDATE app.r SET v = v + 1 WHERE id = 1").unwrap();
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    holder.query_drop("COMMIT").unwrap();
+    waiter.join().unwrap();
+    let out = agent.stop();
+    let waits = waits_of(&out, "UPDATE `app`.`r` SET `v` = `v` + ? WHERE ID = ?");
+    let (sum, max, statements) = waits.get("row_lock").copied().unwrap_or_default();
+    assert_eq!(statements, 1, "{waits:?}");
+    assert!((450_000_000..=700_000_000).contains(&max) && sum == max, "row lock wait {max} ns: {waits:?}");
+    // The holder itself never waited.
+    assert!(waits_of(&out, "SELECT `v` FROM `app`.`r` WHERE ID = ? FOR UPDATE").is_empty());
+}
+
+#[test]
+fn metadata_lock_wait_is_timed_on_the_alter() {
+    if !privileged("metadata_lock_wait_is_timed_on_the_alter") {
+        return;
+    }
+    let server = PrivateServer::start("mdl", &[]).unwrap();
+    server.sql("CREATE DATABASE app; CREATE TABLE app.m (id INT PRIMARY KEY) ENGINE=InnoDB; INSERT INTO app.m VALUES (1)").unwrap();
+    let agent = Agent::start(server.dir(), &agent_args(&server));
+    let mut holder = connect(&server);
+    holder.query_drop("BEGIN").unwrap();
+    holder.query_drop("SELECT * FROM app.m").unwrap();
+    let socket = server.socket.clone();
+    let alter = std::thread::spawn(move || {
+        let opts = mysql::OptsBuilder::new().socket(Some(socket.to_str().unwrap())).user(Some("root"));
+        let mut conn = mysql::Conn::new(opts).unwrap();
+        conn.query_drop("ALTER TABLE app.m ADD COLUMN note INT").unwrap();
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    holder.query_drop("COMMIT").unwrap();
+    alter.join().unwrap();
+    let out = agent.stop();
+    let waits = waits_of(&out, "ALTER TABLE `app`.`m` ADD COLUMN `note` INT");
+    let (_, max, _) = waits.get("metadata_lock").copied().unwrap_or_default();
+    assert!((250_000_000..=600_000_000).contains(&max), "metadata lock wait {max} ns: {waits:?}");
+}
+
+#[test]
+fn statements_that_never_wait_report_no_wait() {
+    if !privileged("statements_that_never_wait_report_no_wait") {
+        return;
+    }
+    let server = PrivateServer::start("no-wait", &[]).unwrap();
+    let agent = Agent::start(server.dir(), &agent_args(&server));
+    let mut conn = connect(&server);
+    for i in 0..300 {
+        conn.query_drop(format!("SELECT {i} + 1, SHA2('x', 256)")).unwrap();
+    }
+    drop(conn);
+    let out = agent.stop();
+    let rows: Vec<_> = out.digest_rows("SELECT ? + ?, `SHA2` (...)").collect();
+    assert_eq!(rows.iter().map(|r| r["count"].as_u64().unwrap()).sum::<u64>(), 300, "{:#?}", out.lines);
+    for row in rows {
+        assert!(row["waits"].as_object().unwrap().is_empty(), "{row:#?}");
+    }
 }

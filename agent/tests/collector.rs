@@ -14,7 +14,7 @@ use rcgen::{
 };
 use serde_json::Value;
 use sqlbee::client::ClientOptions;
-use sqlbee_proto::v1::{InstancesRequest, PushResponse, TopRequest, TotalsRequest};
+use sqlbee_proto::v1::{DigestStats, ErrorCount, InstancesRequest, PushResponse, TopRequest, TotalsRequest, WaitStats};
 use tonic::{Code, codec::CompressionEncoding};
 
 const INSTANCE: &str = "db1:3306";
@@ -433,4 +433,272 @@ async fn retention_prunes_old_windows() {
     // Replaying the pruned batch does not bring its expired window back.
     push(&mut ingest, b1).await.unwrap();
     assert!(!has_digest(&top_json(&url, &[]), old));
+}
+
+fn wait(class: &str, sum_ns: u64, max_ns: u64, statements: u64) -> WaitStats {
+    WaitStats { class: class.into(), sum_ns, max_ns, statements }
+}
+
+fn error(code: u32, count: u64, message: &str) -> ErrorCount {
+    ErrorCount { code, count, sample_message: message.into() }
+}
+
+/// `digest(...)` with waits and error codes, as an agent with wait
+/// tracking sends it.
+fn waiting(id: u64, text: &str, durations_ns: &[u64], waits: Vec<WaitStats>, errors: Vec<ErrorCount>) -> DigestStats {
+    let mut d = digest(id, text, durations_ns);
+    d.errors = errors.iter().map(|e| e.count).sum();
+    d.error_codes = errors;
+    d.waits = waits;
+    d
+}
+
+const DEADLOCK: &str = "Deadlock found when trying to get lock; try restarting transaction";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waits_and_error_samples_merge_across_windows_and_instances() {
+    let collector = Collector::start(&[]);
+    let url = collector.http_url();
+    let mut ingest = ingest_client(&plain(&url)).await;
+    let now = now_ms();
+    let (update, select) = (0xabcd_0000_0000_0001, 0x5e1e_c700_0000_0002);
+    let ms = 1_000_000u64;
+    // Two agents, two instances, two windows of the same UPDATE.
+    let first = batch(
+        "agent-w1",
+        1,
+        vec![window(
+            INSTANCE,
+            10,
+            now - 10_000,
+            vec![
+                waiting(
+                    update,
+                    "UPDATE t SET a = ? WHERE id = ?",
+                    &[400 * ms, 300 * ms, 2 * ms],
+                    vec![wait("row_lock", 300 * ms, 200 * ms, 2), wait("disk_io", 5 * ms, 3 * ms, 1)],
+                    vec![error(1213, 1, "an older deadlock"), error(1205, 1, "Lock wait timeout exceeded; try restarting transaction")],
+                ),
+                // An old agent's digest: no waits, no error messages.
+                digest(select, "SELECT * FROM big", &[900 * ms, 900 * ms]),
+            ],
+        )],
+    );
+    let second = batch(
+        "agent-w2",
+        1,
+        vec![window(
+            "db2:3306",
+            20,
+            now,
+            vec![waiting(
+                update,
+                "UPDATE t SET a = ? WHERE id = ?",
+                &[260 * ms, 1 * ms],
+                vec![wait("row_lock", 212 * ms, 212 * ms, 1), wait("commit", 0, 0, 0)],
+                vec![error(1213, 2, DEADLOCK)],
+            )],
+        )],
+    );
+    assert!(!push(&mut ingest, first).await.unwrap().duplicate);
+    assert!(!push(&mut ingest, second).await.unwrap().duplicate);
+
+    let top = top_json(&url, &[]);
+    let u = row(&top, update);
+    assert_eq!(u["count"], 5, "{u:#}");
+    assert_eq!(u["errors"], 4);
+    assert_eq!(u["instances"], serde_json::json!([INSTANCE, "db2:3306"]));
+    // Sums of sum_ns and statements, max of max_ns, per class.
+    assert_eq!(u["waits"]["row_lock"], serde_json::json!({"sum_ns": 512 * ms, "max_ns": 212 * ms, "statements": 3}));
+    assert_eq!(u["waits"]["disk_io"], serde_json::json!({"sum_ns": 5 * ms, "max_ns": 3 * ms, "statements": 1}));
+    assert_eq!(u["waits"]["commit"], serde_json::json!({"sum_ns": 0, "max_ns": 0, "statements": 0}));
+    assert_eq!(u["waits"].as_object().unwrap().len(), 3);
+    // Counts add up; the newest window's message is the sample.
+    assert_eq!(u["error_codes"]["1213"], serde_json::json!({"count": 3, "sample_message": DEADLOCK}));
+    assert_eq!(u["error_codes"]["1205"]["count"], 1);
+    assert_eq!(u["error_codes"]["1205"]["sample_message"], "Lock wait timeout exceeded; try restarting transaction");
+    let s = row(&top, select);
+    assert_eq!((&s["waits"], &s["error_codes"]), (&serde_json::json!({}), &serde_json::json!({})));
+    // By total time the SELECT leads; by wait the UPDATE.
+    assert_eq!(top[0]["digest"], format!("{select:016x}"));
+    let by_wait = top_json(&url, &["--order-by", "wait"]);
+    assert_eq!(by_wait[0]["digest"], format!("{update:016x}"), "{by_wait:#}");
+    // Only one instance: only its window.
+    let one = top_json(&url, &["--instance", "db2:3306"]);
+    assert_eq!(row(&one, update)["waits"]["row_lock"]["statements"], 1);
+    assert_eq!(row(&one, update)["error_codes"]["1213"]["count"], 2);
+    assert!(row(&one, update)["error_codes"].get("1205").is_none());
+
+    // The Query service answers the same, most wait first.
+    let answer = query_client(&plain(&url))
+        .await
+        .top(TopRequest { order_by: "wait".into(), limit: 1, ..Default::default() })
+        .await
+        .unwrap()
+        .into_inner();
+    let d = &answer.digests[0];
+    assert_eq!(d.waits[0], wait("row_lock", 512 * ms, 212 * ms, 3));
+    assert_eq!(d.error_codes[0], error(1213, 3, DEADLOCK));
+
+    // The table: total wait and the dominant class.
+    let out = sqlbee_query(&["top", "--collector", &url, "--since", "all"]);
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{table}");
+    let header = table.lines().next().unwrap();
+    assert!(header.contains("wait_ms") && header.contains("top_wait"), "{table}");
+    let line = table.lines().find(|l| l.contains(&format!("{update:016x}"))).unwrap();
+    assert!(line.contains("517.000") && line.contains("row_lock 512ms"), "{table}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_waits_and_error_messages_are_refused_and_not_stored() {
+    let collector = Collector::start(&[]);
+    let url = collector.http_url();
+    let mut ingest = ingest_client(&plain(&url)).await;
+    let now = now_ms();
+    let good = || {
+        batch(
+            "agent-waits",
+            1,
+            vec![window(
+                INSTANCE,
+                1,
+                now,
+                vec![waiting(
+                    11,
+                    "UPDATE t SET a = ?",
+                    &[1000, 3000],
+                    vec![wait("row_lock", 800, 600, 2), wait("metadata_lock", 100, 100, 1)],
+                    vec![error(1062, 1, "Duplicate entry '1' for key 'PRIMARY'")],
+                )],
+            )],
+        )
+    };
+    let expect_invalid = |result: Result<PushResponse, tonic::Status>, needles: &[&str]| {
+        let err = result.expect_err("a malformed batch was accepted");
+        assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+        for needle in needles {
+            assert!(err.message().contains(needle), "{needle:?} not in {:?}", err.message());
+        }
+    };
+
+    let mut b = good();
+    b.windows[0].digests[0].waits[1].max_ns = 101;
+    expect_invalid(push(&mut ingest, b).await, &["windows[0].digests[0].waits[1].max_ns", "above sum_ns 100"]);
+    let mut b = good();
+    b.windows[0].digests[0].waits[1].class = "row_lock".into();
+    expect_invalid(push(&mut ingest, b).await, &["windows[0].digests[0].waits[1].class", "row_lock"]);
+    let mut b = good();
+    b.windows[0].digests[0].waits[0].statements = 3;
+    expect_invalid(push(&mut ingest, b).await, &["waits[0].statements", "count 2"]);
+    let mut b = good();
+    b.windows[0].digests[0].waits[0].class = String::new();
+    expect_invalid(push(&mut ingest, b).await, &["waits[0].class", "empty"]);
+    let mut b = good();
+    b.windows[0].digests[0].waits[0].class = "c".repeat(33);
+    expect_invalid(push(&mut ingest, b).await, &["waits[0].class", "at most 32"]);
+    let mut b = good();
+    let mut many = b.windows[0].digests[0].waits.clone();
+    many.extend((0..15).map(|n| wait(&format!("class_{n}"), 1, 1, 1)));
+    b.windows[0].digests[0].waits = many;
+    expect_invalid(push(&mut ingest, b).await, &["windows[0].digests[0].waits", "17 wait classes, at most 16"]);
+    let mut b = good();
+    b.windows[0].digests[0].error_codes[0].sample_message = "m".repeat(1025);
+    expect_invalid(push(&mut ingest, b).await, &["error_codes[0].sample_message", "at most 1024"]);
+
+    // Nothing was stored, not even the sequence: the good batch with the
+    // same sequence is new.
+    assert!(top_json(&url, &[]).as_array().unwrap().is_empty());
+    assert!(query_client(&plain(&url)).await.instances(InstancesRequest {}).await.unwrap().into_inner().instances.is_empty());
+    assert!(!push(&mut ingest, good()).await.unwrap().duplicate);
+    let d = top_json(&url, &[]);
+    assert_eq!(row(&d, 11)["waits"]["row_lock"]["sum_ns"], 800);
+    assert_eq!(row(&d, 11)["error_codes"]["1062"]["count"], 1);
+    // A batch without waits or messages (an older agent) is fine.
+    let old = batch("agent-waits", 2, vec![window(INSTANCE, 1, now, vec![digest(12, "SELECT ?", &[1000])])]);
+    assert!(!push(&mut ingest, old).await.unwrap().duplicate);
+    assert_eq!(row(&top_json(&url, &[]), 12)["waits"], serde_json::json!({}));
+}
+
+/// A store written by a version-1 collector (no waits column, no
+/// error_samples table) is upgraded when a newer collector opens it: its
+/// rows are still served and new ones carry waits and messages.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn version_1_store_is_upgraded_and_keeps_its_data() {
+    let mut collector = Collector::start(&[]);
+    let url = collector.http_url();
+    let mut ingest = ingest_client(&plain(&url)).await;
+    let now = now_ms();
+    let id = 0x0bd0_0000_0000_0001;
+    let old = batch(
+        "agent-v1",
+        1,
+        vec![window(INSTANCE, 1, now - 10_000, vec![waiting(id, "INSERT INTO t VALUES (?)", &[1000, 2000], vec![], vec![error(1062, 1, "")])])],
+    );
+    assert!(!push(&mut ingest, old.clone()).await.unwrap().duplicate);
+    drop(ingest);
+
+    // Turn the file into what a version-1 collector left behind.
+    collector.kill9();
+    let path = collector.dir.path().join("store.db");
+    let columns = |conn: &rusqlite::Connection| -> Vec<String> {
+        let mut stmt = conn.prepare("SELECT name FROM pragma_table_info('digest_windows')").unwrap();
+        stmt.query_map([], |r| r.get(0)).unwrap().map(Result::unwrap).collect()
+    };
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        assert_eq!(conn.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0)).unwrap(), 2);
+        conn.execute_batch(
+            "ALTER TABLE digest_windows DROP COLUMN waits;
+             DROP TABLE error_samples;
+             PRAGMA user_version = 1;",
+        )
+        .unwrap();
+        assert!(!columns(&conn).contains(&"waits".to_string()));
+    }
+
+    collector.restart();
+    let url = collector.http_url();
+    let log = collector.stderr_text();
+    assert!(log.contains("store schema upgraded"), "{log}");
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        assert_eq!(conn.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0)).unwrap(), 2);
+        assert_eq!(columns(&conn).last().map(String::as_str), Some("waits"));
+    }
+    let top = top_json(&url, &[]);
+    let d = row(&top, id);
+    assert_eq!((d["count"].as_u64(), d["errors"].as_u64()), (Some(2), Some(1)), "{d:#}");
+    assert_eq!(d["digest_text"], "INSERT INTO t VALUES (?)");
+    assert_eq!(d["waits"], serde_json::json!({}));
+    assert_eq!(d["error_codes"], serde_json::json!({"1062": {"count": 1, "sample_message": ""}}));
+
+    // Exactly-once records survived: the old batch is still a duplicate.
+    let mut ingest = ingest_client(&plain(&url)).await;
+    assert!(push(&mut ingest, old).await.unwrap().duplicate);
+    let new = batch(
+        "agent-v1",
+        2,
+        vec![window(
+            INSTANCE,
+            1,
+            now,
+            vec![waiting(
+                id,
+                "INSERT INTO t VALUES (?)",
+                &[5000],
+                vec![wait("row_lock", 4000, 4000, 1)],
+                vec![error(1062, 1, "Duplicate entry '7' for key 'PRIMARY'")],
+            )],
+        )],
+    );
+    assert!(!push(&mut ingest, new).await.unwrap().duplicate);
+    let d = top_json(&url, &[]);
+    let d = row(&d, id);
+    assert_eq!(d["count"], 3);
+    assert_eq!(d["waits"], serde_json::json!({"row_lock": {"sum_ns": 4000, "max_ns": 4000, "statements": 1}}));
+    assert_eq!(
+        d["error_codes"],
+        serde_json::json!({"1062": {"count": 2, "sample_message": "Duplicate entry '7' for key 'PRIMARY'"}})
+    );
 }

@@ -7,6 +7,7 @@
 mod commands;
 pub mod histogram;
 
+use agent_common::wait_class;
 use std::{
     collections::{BTreeMap, HashMap},
     sync::Arc,
@@ -40,6 +41,20 @@ pub struct DigestStats {
     pub histogram: Histogram,
     pub sample: String,
     pub truncated: u64,
+    /// Per wait class (`agent_common::wait_class`).
+    pub waits: [WaitStats; wait_class::COUNT],
+    /// One message per error code.
+    pub error_messages: BTreeMap<u32, String>,
+}
+
+/// Time statements of one digest spent in one wait class.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WaitStats {
+    pub sum_ns: u64,
+    /// Longest total wait of a single statement.
+    pub max_ns: u64,
+    /// Statements that waited at all.
+    pub statements: u64,
 }
 
 impl DigestStats {
@@ -56,6 +71,8 @@ impl DigestStats {
             histogram: Histogram::default(),
             sample: String::new(),
             truncated: 0,
+            waits: Default::default(),
+            error_messages: BTreeMap::new(),
         }
     }
 
@@ -69,6 +86,16 @@ impl DigestStats {
         if statement.error_code != 0 {
             self.errors += 1;
             *self.error_codes.entry(statement.error_code).or_default() += 1;
+            if let Some(message) = &statement.error_message {
+                self.error_messages.entry(statement.error_code).or_insert_with(|| message.clone());
+            }
+        }
+        for (stats, waited) in self.waits.iter_mut().zip(statement.waits) {
+            if waited > 0 {
+                stats.sum_ns = stats.sum_ns.saturating_add(waited);
+                stats.max_ns = stats.max_ns.max(waited);
+                stats.statements += 1;
+            }
         }
         if statement.truncated {
             self.truncated += 1;

@@ -8,7 +8,7 @@
 //! INVALID_ARGUMENT as well.
 use std::time::Duration;
 
-use sqlbee_proto::v1::{Batch, DigestStats, Gap, Histogram, InstanceWindow};
+use sqlbee_proto::v1::{Batch, DigestStats, Gap, Histogram, InstanceWindow, WaitStats};
 
 use crate::{aggregate::histogram, output::rfc3339};
 
@@ -26,6 +26,12 @@ pub const MAX_PAST: Duration = Duration::from_secs(30 * 86_400);
 /// Allowed clock skew into the future.
 pub const MAX_FUTURE: Duration = Duration::from_secs(3600);
 pub const HISTOGRAM_SCHEME: u32 = 1;
+/// Wait classes per digest; the agent knows 8.
+pub const MAX_WAITS: usize = 16;
+/// A wait class name (`row_lock`, `metadata_lock`, ...).
+pub const MAX_WAIT_CLASS: usize = 32;
+/// An error's sample message (the agent cuts at 256 bytes).
+pub const MAX_ERROR_MESSAGE: usize = 1024;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[error("{field}: {problem}")]
@@ -167,11 +173,51 @@ fn digest(at: &str, d: &DigestStats) -> Result<(), Invalid> {
         }
         None => return Err(invalid(format!("{at}.error_codes"), "counts overflow 64 bits")),
     }
+    for (i, e) in d.error_codes.iter().enumerate() {
+        if e.sample_message.len() > MAX_ERROR_MESSAGE {
+            return Err(invalid(
+                format!("{at}.error_codes[{i}].sample_message"),
+                format!("{} bytes, at most {MAX_ERROR_MESSAGE}", e.sample_message.len()),
+            ));
+        }
+    }
+    waits(&format!("{at}.waits"), &d.waits, d.count)?;
     match &d.histogram {
         None if d.count == 0 => Ok(()),
         None => Err(invalid(format!("{at}.histogram"), format!("missing; count is {}", d.count))),
         Some(h) => histogram_of(&format!("{at}.histogram"), h, d.count),
     }
+}
+
+/// Old agents send no waits: an empty list is always valid.
+fn waits(at: &str, waits: &[WaitStats], count: u64) -> Result<(), Invalid> {
+    if waits.len() > MAX_WAITS {
+        return Err(invalid(at, format!("{} wait classes, at most {MAX_WAITS}", waits.len())));
+    }
+    for (i, w) in waits.iter().enumerate() {
+        if w.class.is_empty() {
+            return Err(invalid(format!("{at}[{i}].class"), "empty; expected a wait class such as row_lock"));
+        }
+        if w.class.len() > MAX_WAIT_CLASS {
+            return Err(invalid(format!("{at}[{i}].class"), format!("{} bytes, at most {MAX_WAIT_CLASS}", w.class.len())));
+        }
+        if let Some(j) = waits[..i].iter().position(|o| o.class == w.class) {
+            return Err(invalid(
+                format!("{at}[{i}].class"),
+                format!("{:?} already appears at {at}[{j}]; one entry per class", w.class),
+            ));
+        }
+        if w.max_ns > w.sum_ns {
+            return Err(invalid(format!("{at}[{i}].max_ns"), format!("{} is above sum_ns {}", w.max_ns, w.sum_ns)));
+        }
+        if w.statements > count {
+            return Err(invalid(
+                format!("{at}[{i}].statements"),
+                format!("{} is above the digest's count {count}", w.statements),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn histogram_of(at: &str, h: &Histogram, count: u64) -> Result<(), Invalid> {
@@ -254,7 +300,15 @@ mod tests {
                         scheme: 1,
                         buckets: vec![Bucket { index: 40, count: 1 }, Bucket { index: 50, count: 2 }],
                     }),
-                    error_codes: vec![ErrorCount { code: 1062, count: 1 }],
+                    error_codes: vec![ErrorCount {
+                        code: 1062,
+                        count: 1,
+                        sample_message: "Duplicate entry '1' for key 'PRIMARY'".into(),
+                    }],
+                    waits: vec![
+                        WaitStats { class: "row_lock".into(), sum_ns: 500, max_ns: 300, statements: 2 },
+                        WaitStats { class: "disk_io".into(), sum_ns: 20, max_ns: 20, statements: 1 },
+                    ],
                     ..Default::default()
                 }],
                 ..Default::default()
@@ -321,5 +375,57 @@ mod tests {
         let mut b = good();
         b.windows[0].digests = vec![DigestStats::default(); MAX_DIGESTS + 1];
         assert_eq!(field_of(&b), "windows[*].digests");
+    }
+
+    #[test]
+    fn checks_waits_and_error_messages() {
+        fn waits_of(b: &mut Batch) -> &mut Vec<WaitStats> {
+            &mut b.windows[0].digests[0].waits
+        }
+        // Old agents send neither.
+        let mut b = good();
+        waits_of(&mut b).clear();
+        b.windows[0].digests[0].error_codes[0].sample_message.clear();
+        batch(&b, NOW).unwrap();
+
+        let mut b = good();
+        waits_of(&mut b)[1].max_ns = 21;
+        let err = batch(&b, NOW).unwrap_err();
+        assert_eq!(err.field, "windows[0].digests[0].waits[1].max_ns");
+        assert!(err.problem.contains("above sum_ns 20"), "{err}");
+        let mut b = good();
+        waits_of(&mut b)[1].class = "row_lock".into();
+        let err = batch(&b, NOW).unwrap_err();
+        assert_eq!(err.field, "windows[0].digests[0].waits[1].class");
+        assert!(err.problem.contains("waits[0]"), "{err}");
+        let mut b = good();
+        waits_of(&mut b)[0].class.clear();
+        assert_eq!(field_of(&b), "windows[0].digests[0].waits[0].class");
+        let mut b = good();
+        waits_of(&mut b)[0].class = "x".repeat(MAX_WAIT_CLASS + 1);
+        assert_eq!(field_of(&b), "windows[0].digests[0].waits[0].class");
+        let mut b = good();
+        waits_of(&mut b)[0].class = "x".repeat(MAX_WAIT_CLASS);
+        batch(&b, NOW).unwrap();
+        let mut b = good();
+        waits_of(&mut b)[0].statements = 4;
+        assert_eq!(field_of(&b), "windows[0].digests[0].waits[0].statements");
+        let mut b = good();
+        *waits_of(&mut b) = (0..=MAX_WAITS)
+            .map(|n| WaitStats { class: format!("c{n}"), sum_ns: 1, max_ns: 1, statements: 1 })
+            .collect();
+        assert_eq!(field_of(&b), "windows[0].digests[0].waits");
+        waits_of(&mut b).pop();
+        batch(&b, NOW).unwrap();
+        // Unknown classes are not an error (readers treat them as other).
+        let mut b = good();
+        waits_of(&mut b)[0].class = "some_future_class".into();
+        batch(&b, NOW).unwrap();
+
+        let mut b = good();
+        b.windows[0].digests[0].error_codes[0].sample_message = "x".repeat(MAX_ERROR_MESSAGE);
+        batch(&b, NOW).unwrap();
+        b.windows[0].digests[0].error_codes[0].sample_message.push('x');
+        assert_eq!(field_of(&b), "windows[0].digests[0].error_codes[0].sample_message");
     }
 }

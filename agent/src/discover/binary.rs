@@ -23,6 +23,8 @@ const LOG_SLOW_STATEMENT: &str = "_Z18log_slow_statementP3THD";
 const MY_MESSAGE_SQL: &str = "my_message_sql";
 const THD_QUERY_STRING: &str = "thd_query_string";
 const THD_GET_THREAD_ID: &str = "thd_get_thread_id";
+const THD_WAIT_BEGIN: &str = "thd_wait_begin";
+const THD_WAIT_END: &str = "thd_wait_end";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Flavor {
@@ -35,6 +37,8 @@ pub struct ProbePoints {
     pub command_start: &'static str,
     pub statement_end: &'static str,
     pub error_raised: &'static str,
+    /// `thd_wait_begin`/`thd_wait_end`, when the binary exports both.
+    pub waits: Option<(&'static str, &'static str)>,
 }
 
 #[derive(Clone, Debug)]
@@ -110,6 +114,8 @@ pub fn inspect_binary(path: &Path) -> Result<BinaryInfo, DiscoverError> {
         command_start: MARIADB_DISPATCH,
         statement_end: LOG_SLOW_STATEMENT,
         error_raised: MY_MESSAGE_SQL,
+        waits: (lookup(THD_WAIT_BEGIN).is_some() && lookup(THD_WAIT_END).is_some())
+            .then_some((THD_WAIT_BEGIN, THD_WAIT_END)),
     };
     let single_stepped = [points.command_start, points.statement_end, points.error_raised]
         .into_iter()

@@ -8,7 +8,9 @@ use serde_json::{Value, json};
 
 pub use time::rfc3339;
 
-use crate::aggregate::{WindowReport, histogram::Histogram};
+use agent_common::wait_class;
+
+use crate::aggregate::{DigestStats, WindowReport, histogram::Histogram};
 
 pub fn window_to_json(report: &WindowReport) -> Vec<Value> {
     let start = rfc3339(report.window_start);
@@ -34,6 +36,8 @@ pub fn window_to_json(report: &WindowReport) -> Vec<Value> {
                 "p95_ns": d.histogram.quantile(0.95).clamp(d.min_ns, d.max_ns),
                 "p99_ns": d.histogram.quantile(0.99).clamp(d.min_ns, d.max_ns),
                 "histogram": buckets(&d.histogram),
+                "waits": waits(d),
+                "error_messages": d.error_messages.iter().map(|(c, m)| (c.to_string(), json!(m))).collect::<serde_json::Map<_, _>>(),
                 "truncated": d.truncated,
                 "sample": d.sample,
             })
@@ -57,6 +61,16 @@ pub fn window_to_json(report: &WindowReport) -> Vec<Value> {
         "digests": report.digests.len(),
     }));
     lines
+}
+
+/// Wait classes with any time in them: `{"row_lock": {"sum_ns", "max_ns", "statements"}}`.
+fn waits(d: &DigestStats) -> serde_json::Map<String, Value> {
+    d.waits
+        .iter()
+        .zip(wait_class::NAMES)
+        .filter(|(w, _)| w.statements > 0)
+        .map(|(w, name)| (name.to_string(), json!({"sum_ns": w.sum_ns, "max_ns": w.max_ns, "statements": w.statements})))
+        .collect()
 }
 
 fn buckets(h: &Histogram) -> Vec<[u64; 2]> {

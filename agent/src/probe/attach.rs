@@ -9,7 +9,7 @@ use aya::{
     programs::{UProbe, uprobe::UProbeScope},
 };
 
-use super::{Counters, ProbeError, Statement, decode_statement};
+use super::{Counters, ErrorMessage, ProbeError, Statement, decode_error, decode_statement};
 use crate::discover::{BinaryInfo, ServerProcess};
 
 /// The kernel object built by `build.rs`.
@@ -28,8 +28,15 @@ pub struct AttachedServer {
     pub binary: BinaryInfo,
     // Field order matters on drop: maps taken out of `ebpf` go first.
     events: RingBuf<MapData>,
+    errors: RingBuf<MapData>,
+    /// Error messages waiting for their statement, by (thread, statement
+    /// start); bounded.
+    messages: std::collections::HashMap<(u32, u64), ErrorMessage>,
     ebpf: Ebpf,
 }
+
+/// Error messages kept while their statement has not been drained yet.
+const MAX_PENDING_MESSAGES: usize = 4096;
 
 impl AttachedServer {
     pub fn attach(server: ServerProcess, binary: BinaryInfo, config: ProbeConfig) -> Result<Self, ProbeError> {
@@ -42,11 +49,14 @@ impl AttachedServer {
             .map_err(|source| ProbeError::Load { pid, source })?;
         let target = server.binary.clone();
         let scope = UProbeScope::OneProcess(NonZeroU32::new(pid).expect("pids are positive"));
-        let points = [
+        let mut points = vec![
             ("command_start", binary.points.command_start),
             ("statement_end", binary.points.statement_end),
             ("error_raised", binary.points.error_raised),
         ];
+        if let Some((begin, end)) = binary.points.waits {
+            points.extend([("wait_begin", begin), ("wait_end", end)]);
+        }
         for (program, symbol) in points {
             let prog: &mut UProbe = ebpf
                 .program_mut(program)
@@ -66,16 +76,42 @@ impl AttachedServer {
             .take_map("EVENTS")
             .ok_or_else(|| ProbeError::Map { map: "EVENTS", detail: "not in object".into() })?;
         let events = RingBuf::try_from(events).map_err(|e| ProbeError::Map { map: "EVENTS", detail: e.to_string() })?;
-        Ok(Self { server, binary, events, ebpf })
+        let errors = ebpf
+            .take_map("ERRORS")
+            .ok_or_else(|| ProbeError::Map { map: "ERRORS", detail: "not in object".into() })?;
+        let errors = RingBuf::try_from(errors).map_err(|e| ProbeError::Map { map: "ERRORS", detail: e.to_string() })?;
+        Ok(Self { server, binary, events, errors, messages: Default::default(), ebpf })
     }
 
     /// Moves every record waiting in the ring buffer into `out`; returns
     /// how many records could not be decoded.
     pub fn drain(&mut self, out: &mut Vec<Statement>) -> u64 {
         let mut bad = 0;
+        // Errors first: a statement's error is written before the
+        // statement itself, so its message is here when the statement is.
+        while let Some(record) = self.errors.next() {
+            match decode_error(&record) {
+                Some(message) => {
+                    if self.messages.len() >= MAX_PENDING_MESSAGES {
+                        // Only samples whose statement never came: drop them.
+                        self.messages.clear();
+                    }
+                    self.messages.insert((message.tid, message.start_ns), message);
+                }
+                None => bad += 1,
+            }
+        }
         while let Some(record) = self.events.next() {
             match decode_statement(&record) {
-                Some(statement) => out.push(statement),
+                Some(mut statement) => {
+                    if statement.error_code != 0
+                        && let Some(message) = self.messages.remove(&(statement.tid, statement.start_ns))
+                        && message.code == statement.error_code
+                    {
+                        statement.error_message = Some(message.message);
+                    }
+                    out.push(statement)
+                }
                 None => bad += 1,
             }
         }

@@ -1,5 +1,5 @@
 //! Ring-buffer record -> owned statement.
-use agent_common::{EVENT_HEADER_LEN, StatementEvent, flags};
+use agent_common::{ErrorSample, EVENT_HEADER_LEN, StatementEvent, flags, wait_class};
 
 /// One finished statement as the kernel saw it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -17,6 +17,34 @@ pub struct Statement {
     pub truncated: bool,
     /// The captured text: raw bytes, not necessarily UTF-8.
     pub text: Vec<u8>,
+    /// Time waited per wait class (`agent_common::wait_class`), ns.
+    pub waits: [u64; wait_class::COUNT],
+    /// The message the server sent with `error_code`, when sampled.
+    pub error_message: Option<String>,
+}
+
+/// An error message the server sent, for attaching to its statement.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ErrorMessage {
+    pub tid: u32,
+    pub start_ns: u64,
+    pub code: u32,
+    pub message: String,
+}
+
+pub fn decode_error(record: &[u8]) -> Option<ErrorMessage> {
+    if record.len() < std::mem::size_of::<ErrorSample>() {
+        return None;
+    }
+    // SAFETY: length checked; plain integers and bytes.
+    let sample: ErrorSample = unsafe { std::ptr::read_unaligned(record.as_ptr().cast()) };
+    let end = sample.message.iter().position(|b| *b == 0).unwrap_or(sample.message.len());
+    Some(ErrorMessage {
+        tid: sample.tid,
+        start_ns: sample.start_ns,
+        code: sample.code,
+        message: String::from_utf8_lossy(&sample.message[..end]).into_owned(),
+    })
 }
 
 /// Decodes one record; `None` for a record too short to be one of ours.
@@ -41,6 +69,8 @@ pub fn decode_statement(record: &[u8]) -> Option<Statement> {
         text_len: header.text_len,
         truncated: header.flags & flags::TRUNCATED != 0,
         text: body[..captured].to_vec(),
+        waits: header.waits,
+        error_message: None,
     })
 }
 

@@ -9,7 +9,7 @@ mod event;
 mod supervisor;
 
 pub use attach::{AttachedServer, ProbeConfig};
-pub use event::{Statement, decode_statement};
+pub use event::{ErrorMessage, Statement, decode_error, decode_statement};
 pub use supervisor::Supervisor;
 
 use agent_common::{COMMAND_SLOTS, stat};

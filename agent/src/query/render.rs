@@ -2,8 +2,8 @@
 //! takes the answer, writes to the given writer.
 use std::{io::Write, time::Duration};
 
-use serde_json::{Value, json};
-use sqlbee_proto::v1::{InstanceInfo, TopDigest};
+use serde_json::{Map, Value, json};
+use sqlbee_proto::v1::{InstanceInfo, TopDigest, WaitStats};
 
 use crate::output::rfc3339;
 
@@ -25,6 +25,12 @@ pub fn top_json(digests: &[TopDigest]) -> Value {
                     "p99_ns": d.p99_ns,
                     "sample": d.sample,
                     "instances": d.instances,
+                    "waits": d.waits.iter().map(|w| {
+                        (w.class.clone(), json!({"sum_ns": w.sum_ns, "max_ns": w.max_ns, "statements": w.statements}))
+                    }).collect::<Map<_, _>>(),
+                    "error_codes": d.error_codes.iter().map(|e| {
+                        (e.code.to_string(), json!({"count": e.count, "sample_message": e.sample_message}))
+                    }).collect::<Map<_, _>>(),
                 })
             })
             .collect(),
@@ -72,17 +78,41 @@ fn cut(text: &str, max_chars: usize) -> String {
     out
 }
 
+/// A short duration for the wait column: `512ms`, `3.2ms`, `0.04ms`.
+fn short_ms(ns: u64) -> String {
+    let ms = ns as f64 / 1e6;
+    if ms >= 10.0 {
+        format!("{ms:.0}ms")
+    } else if ms >= 1.0 {
+        format!("{ms:.1}ms")
+    } else {
+        format!("{ms:.2}ms")
+    }
+}
+
+/// The class with the most wait time and that time (`row_lock 512ms`);
+/// `-` when the digest never waited.
+fn dominant_wait(waits: &[WaitStats]) -> String {
+    // Most time first, ties by class name, whatever order the answer has.
+    let top = waits.iter().filter(|w| w.sum_ns > 0).min_by(|a, b| b.sum_ns.cmp(&a.sum_ns).then(a.class.cmp(&b.class)));
+    match top {
+        Some(w) => format!("{} {}", cut(&w.class, 14), short_ms(w.sum_ns)),
+        None => "-".into(),
+    }
+}
+
 pub fn write_top_table(out: &mut impl Write, digests: &[TopDigest]) -> std::io::Result<()> {
     writeln!(
         out,
-        "{:>9} {:>6} {:>11} {:>9} {:>9} {:>9} {:>9} {:>9} {:>4}  {:<16}  digest_text",
-        "count", "errors", "total_ms", "avg_ms", "p50_ms", "p95_ms", "p99_ms", "max_ms", "inst", "digest"
+        "{:>9} {:>6} {:>11} {:>9} {:>9} {:>9} {:>9} {:>9} {:>11} {:<24} {:>4}  {:<16}  digest_text",
+        "count", "errors", "total_ms", "avg_ms", "p50_ms", "p95_ms", "p99_ms", "max_ms", "wait_ms", "top_wait", "inst", "digest"
     )?;
     for d in digests {
         let avg = d.sum_ns.checked_div(d.count).unwrap_or(0);
+        let waited = d.waits.iter().fold(0u64, |a, w| a.saturating_add(w.sum_ns));
         writeln!(
             out,
-            "{:>9} {:>6} {:>11} {:>9} {:>9} {:>9} {:>9} {:>9} {:>4}  {:016x}  {}",
+            "{:>9} {:>6} {:>11} {:>9} {:>9} {:>9} {:>9} {:>9} {:>11} {:<24} {:>4}  {:016x}  {}",
             d.count,
             d.errors,
             ms(d.sum_ns),
@@ -91,6 +121,8 @@ pub fn write_top_table(out: &mut impl Write, digests: &[TopDigest]) -> std::io::
             ms(d.p95_ns),
             ms(d.p99_ns),
             ms(d.max_ns),
+            ms(waited),
+            dominant_wait(&d.waits),
             d.instances.len(),
             d.digest,
             cut(&d.digest_text, 100)
@@ -156,5 +188,43 @@ mod tests {
         write_top_table(&mut table, &[d]).unwrap();
         let table = String::from_utf8(table).unwrap();
         assert!(table.contains("00000000000000ab") && table.contains("1.500"), "{table}");
+        // No waits, no error codes: empty objects and a dash.
+        assert_eq!(json[0]["waits"], json!({}));
+        assert_eq!(json[0]["error_codes"], json!({}));
+        assert!(table.lines().nth(1).unwrap().contains(" -  "), "{table}");
+    }
+
+    #[test]
+    fn waits_and_error_codes() {
+        let wait = |class: &str, sum_ns, max_ns, statements| WaitStats { class: class.into(), sum_ns, max_ns, statements };
+        let d = TopDigest {
+            digest: 1,
+            count: 10,
+            errors: 3,
+            sum_ns: 900_000_000,
+            waits: vec![wait("disk_io", 1_200_000, 400_000, 2), wait("row_lock", 512_300_000, 300_000_000, 4)],
+            error_codes: vec![sqlbee_proto::v1::ErrorCount {
+                code: 1213,
+                count: 3,
+                sample_message: "Deadlock found when trying to get lock".into(),
+            }],
+            ..Default::default()
+        };
+        let json = top_json(std::slice::from_ref(&d));
+        assert_eq!(json[0]["waits"]["row_lock"], json!({"sum_ns": 512_300_000u64, "max_ns": 300_000_000u64, "statements": 4}));
+        assert_eq!(json[0]["waits"]["disk_io"]["statements"], 2);
+        assert_eq!(
+            json[0]["error_codes"]["1213"],
+            json!({"count": 3, "sample_message": "Deadlock found when trying to get lock"})
+        );
+        let mut table = Vec::new();
+        write_top_table(&mut table, &[d]).unwrap();
+        let table = String::from_utf8(table).unwrap();
+        let header = table.lines().next().unwrap();
+        assert!(header.contains("wait_ms") && header.contains("top_wait"), "{table}");
+        let line = table.lines().nth(1).unwrap();
+        assert!(line.contains("513.500") && line.contains("row_lock 512ms"), "{table}");
+        assert_eq!(short_ms(3_240_000), "3.2ms");
+        assert_eq!(short_ms(40_000), "0.04ms");
     }
 }

@@ -2,9 +2,10 @@
 //! the aggregate types and the wire types.
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use agent_common::wait_class;
 use sqlbee_proto::v1::{
     Bucket, CommandCount, DigestStats as WireDigest, ErrorCount, Histogram as WireHistogram, InstanceWindow,
-    ServerInstance,
+    ServerInstance, WaitStats,
 };
 
 use crate::aggregate::{DigestStats, WindowReport};
@@ -35,9 +36,19 @@ fn digest(d: &DigestStats) -> WireDigest {
         error_codes: d
             .error_codes
             .iter()
-            .map(|(code, count)| ErrorCount { code: *code, count: *count, ..Default::default() })
+            .map(|(code, count)| ErrorCount {
+                code: *code,
+                count: *count,
+                sample_message: d.error_messages.get(code).cloned().unwrap_or_default(),
+            })
             .collect(),
-        ..Default::default()
+        waits: d
+            .waits
+            .iter()
+            .zip(wait_class::NAMES)
+            .filter(|(w, _)| w.statements > 0)
+            .map(|(w, class)| WaitStats { class: class.to_string(), sum_ns: w.sum_ns, max_ns: w.max_ns, statements: w.statements })
+            .collect(),
     }
 }
 

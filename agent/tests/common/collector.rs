@@ -193,6 +193,7 @@ pub fn digest(digest: u64, text: &str, durations_ns: &[u64]) -> DigestStats {
         sample: text.replace('?', "1"),
         truncated: 0,
         error_codes: vec![],
+        waits: vec![],
     }
 }
 

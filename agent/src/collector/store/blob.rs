@@ -2,6 +2,9 @@
 //! keys: histogram buckets and error codes. Each pair is two LEB128
 //! varints, the key as the gap from the previous key. A typical histogram
 //! of 10-20 buckets takes 20-40 bytes instead of 496 counters.
+//!
+//! Wait stats (`encode_waits`) are packed the same way, one entry after the
+//! other: class length, class bytes (UTF-8), sum_ns, max_ns, statements.
 
 pub fn encode(pairs: impl IntoIterator<Item = (u64, u64)>) -> Vec<u8> {
     let mut out = Vec::new();
@@ -15,16 +18,61 @@ pub fn encode(pairs: impl IntoIterator<Item = (u64, u64)>) -> Vec<u8> {
 }
 
 /// Decodes what `encode` wrote; None when the bytes are not such a list.
-pub fn decode(mut bytes: &[u8]) -> Option<Vec<(u64, u64)>> {
+pub fn decode(bytes: &[u8]) -> Option<Vec<(u64, u64)>> {
+    decode_with(bytes, u64::checked_add)
+}
+
+/// As `decode`, but also reads back keys that were not increasing (the gap
+/// wrapped around): version-1 stores wrote error codes in the order the
+/// agent sent them.
+pub fn decode_any_order(bytes: &[u8]) -> Option<Vec<(u64, u64)>> {
+    decode_with(bytes, |previous, gap| Some(previous.wrapping_add(gap)))
+}
+
+fn decode_with(mut bytes: &[u8], next: impl Fn(u64, u64) -> Option<u64>) -> Option<Vec<(u64, u64)>> {
     let mut pairs = Vec::new();
     let mut previous = 0u64;
     while !bytes.is_empty() {
         let gap = read_varint(&mut bytes)?;
         let count = read_varint(&mut bytes)?;
-        previous = previous.checked_add(gap)?;
+        previous = next(previous, gap)?;
         pairs.push((previous, count));
     }
     Some(pairs)
+}
+
+/// One wait class of one digest window: (class, sum_ns, max_ns, statements).
+pub type Wait = (String, u64, u64, u64);
+
+pub fn encode_waits<'a>(waits: impl IntoIterator<Item = (&'a str, u64, u64, u64)>) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (class, sum_ns, max_ns, statements) in waits {
+        varint(&mut out, class.len() as u64);
+        out.extend_from_slice(class.as_bytes());
+        varint(&mut out, sum_ns);
+        varint(&mut out, max_ns);
+        varint(&mut out, statements);
+    }
+    out
+}
+
+/// Decodes what `encode_waits` wrote; None when the bytes are not such a list.
+pub fn decode_waits(mut bytes: &[u8]) -> Option<Vec<Wait>> {
+    let mut waits = Vec::new();
+    while !bytes.is_empty() {
+        let len = usize::try_from(read_varint(&mut bytes)?).ok()?;
+        if len > bytes.len() {
+            return None;
+        }
+        let (class, rest) = bytes.split_at(len);
+        bytes = rest;
+        let class = std::str::from_utf8(class).ok()?.to_string();
+        let sum_ns = read_varint(&mut bytes)?;
+        let max_ns = read_varint(&mut bytes)?;
+        let statements = read_varint(&mut bytes)?;
+        waits.push((class, sum_ns, max_ns, statements));
+    }
+    Some(waits)
 }
 
 fn varint(out: &mut Vec<u8>, mut value: u64) {
@@ -58,6 +106,9 @@ mod tests {
         assert_eq!(decode(&encode(pairs.clone())).unwrap(), pairs);
         assert_eq!(decode(&encode([])).unwrap(), vec![]);
         assert_eq!(encode([(40, 1), (41, 2)]).len(), 4);
+        let unordered = vec![(1213, 1), (1062, 2), (1213, 3)];
+        assert!(decode(&encode(unordered.clone())).is_none());
+        assert_eq!(decode_any_order(&encode(unordered.clone())).unwrap(), unordered);
     }
 
     #[test]
@@ -65,5 +116,22 @@ mod tests {
         assert!(decode(&[0x80]).is_none());
         assert!(decode(&[1]).is_none());
         assert!(decode(&[0xff; 11]).is_none());
+    }
+
+    #[test]
+    fn waits_round_trip() {
+        let waits = [("row_lock", 512_000_000, u64::MAX, 3), ("", 0, 0, 0), ("disk_io", 1, 1, 1)];
+        let bytes = encode_waits(waits);
+        let decoded = decode_waits(&bytes).unwrap();
+        let expected: Vec<Wait> = waits.iter().map(|&(c, s, m, n)| (c.to_string(), s, m, n)).collect();
+        assert_eq!(decoded, expected);
+        assert_eq!(decode_waits(&[]).unwrap(), vec![]);
+        // Cut anywhere, the bytes are refused rather than misread.
+        let boundaries: Vec<usize> = (1..waits.len()).map(|k| encode_waits(waits[..k].iter().copied()).len()).collect();
+        for cut in 1..bytes.len() {
+            assert_eq!(decode_waits(&bytes[..cut]).is_some(), boundaries.contains(&cut), "cut {cut}");
+        }
+        assert!(decode_waits(&[5, b'a']).is_none());
+        assert!(decode_waits(&[2, 0xff, 0xfe, 0, 0, 0]).is_none());
     }
 }

@@ -2,8 +2,11 @@
 //! digest, independent of the backend: exact sums, min/max, exact histogram
 //! merges (bucket bounds depend only on the index) and percentiles computed
 //! the way the agent's own output does (upper bound of the bucket, clamped
-//! to [min, max]).
+//! to [min, max]). Wait classes merge per class (sums and statements add,
+//! the longest wait is the max) and error codes per code.
 use std::{cmp::Ordering, collections::BTreeMap};
+
+use sqlbee_proto::v1::{ErrorCount, WaitStats};
 
 use super::OrderBy;
 use crate::aggregate::histogram;
@@ -86,8 +89,81 @@ impl MergedHistogram {
     }
 }
 
+/// One wait class merged over many rows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WaitTotals {
+    pub sum_ns: u64,
+    pub max_ns: u64,
+    pub statements: u64,
+}
+
+/// Wait classes of one digest merged over many rows. Class names are kept
+/// as the agents sent them: an unknown class is shown, not dropped.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MergedWaits {
+    classes: BTreeMap<String, WaitTotals>,
+}
+
+impl MergedWaits {
+    pub fn add(&mut self, class: &str, sum_ns: u64, max_ns: u64, statements: u64) {
+        let slot = match self.classes.get_mut(class) {
+            Some(slot) => slot,
+            None => self.classes.entry(class.to_string()).or_default(),
+        };
+        slot.sum_ns = slot.sum_ns.saturating_add(sum_ns);
+        slot.max_ns = slot.max_ns.max(max_ns);
+        slot.statements = slot.statements.saturating_add(statements);
+    }
+
+    /// Time spent waiting in every class together.
+    pub fn total_ns(&self) -> u64 {
+        self.classes.values().fold(0u64, |a, w| a.saturating_add(w.sum_ns))
+    }
+
+    /// Most time first, ties by class name.
+    pub fn into_stats(self) -> Vec<WaitStats> {
+        let mut out: Vec<WaitStats> = self
+            .classes
+            .into_iter()
+            .map(|(class, w)| WaitStats { class, sum_ns: w.sum_ns, max_ns: w.max_ns, statements: w.statements })
+            .collect();
+        out.sort_by(|a, b| b.sum_ns.cmp(&a.sum_ns).then_with(|| a.class.cmp(&b.class)));
+        out
+    }
+}
+
+/// Error codes of one digest merged over many rows, with one sample
+/// message per code.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MergedErrors {
+    counts: BTreeMap<u32, u64>,
+}
+
+impl MergedErrors {
+    pub fn add(&mut self, code: u32, count: u64) {
+        let slot = self.counts.entry(code).or_default();
+        *slot = slot.saturating_add(count);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.counts.is_empty()
+    }
+
+    /// Most frequent first, ties by code; `message` gives each code's sample.
+    pub fn into_counts(self, mut message: impl FnMut(u32) -> String) -> Vec<ErrorCount> {
+        let mut out: Vec<ErrorCount> = self
+            .counts
+            .into_iter()
+            .map(|(code, count)| ErrorCount { code, count, sample_message: message(code) })
+            .collect();
+        out.sort_by(|a, b| b.count.cmp(&a.count).then(a.code.cmp(&b.code)));
+        out
+    }
+}
+
 /// Descending by the order key; ties by digest id so answers are stable.
-/// `p99` must hold each digest's p99 when ordering by it.
+/// The third element is the key computed from more than the totals: each
+/// digest's p99 when ordering by `p99`, its total wait when by `wait`.
 pub fn compare(order: OrderBy, a: (u64, &DigestTotals, u64), b: (u64, &DigestTotals, u64)) -> Ordering {
     let (da, ta, pa) = a;
     let (db, tb, pb) = b;
@@ -96,7 +172,7 @@ pub fn compare(order: OrderBy, a: (u64, &DigestTotals, u64), b: (u64, &DigestTot
         // sum_a/count_a vs sum_b/count_b without losing precision.
         OrderBy::Avg => (u128::from(tb.sum_ns) * u128::from(ta.count.max(1)))
             .cmp(&(u128::from(ta.sum_ns) * u128::from(tb.count.max(1)))),
-        OrderBy::P99 => pb.cmp(&pa),
+        OrderBy::P99 | OrderBy::Wait => pb.cmp(&pa),
         OrderBy::Count => tb.count.cmp(&ta.count),
         OrderBy::Errors => tb.errors.cmp(&ta.errors),
     };
@@ -137,5 +213,28 @@ mod tests {
         assert_eq!(compare(OrderBy::Avg, (1, &a, 0), (2, &b, 0)), Ordering::Less);
         assert_eq!(compare(OrderBy::Total, (1, &a, 0), (2, &b, 0)), Ordering::Less);
         assert_eq!(compare(OrderBy::Count, (2, &a, 0), (1, &a, 0)), Ordering::Greater);
+        assert_eq!(compare(OrderBy::Wait, (1, &a, 5), (2, &b, 7)), Ordering::Greater);
+    }
+
+    #[test]
+    fn waits_and_errors_merge_per_key() {
+        let mut w = MergedWaits::default();
+        w.add("row_lock", 300, 200, 2);
+        w.add("disk_io", 50, 50, 1);
+        w.add("row_lock", 500, 400, 3);
+        w.add("disk_io", u64::MAX, 1, u64::MAX);
+        assert_eq!(w.total_ns(), u64::MAX);
+        let stats = w.into_stats();
+        assert_eq!(stats.len(), 2);
+        assert_eq!((stats[0].class.as_str(), stats[0].sum_ns, stats[0].statements), ("disk_io", u64::MAX, u64::MAX));
+        assert_eq!(stats[1], WaitStats { class: "row_lock".into(), sum_ns: 800, max_ns: 400, statements: 5 });
+
+        let mut e = MergedErrors::default();
+        e.add(1213, 1);
+        e.add(1062, 2);
+        e.add(1213, 2);
+        let counts = e.into_counts(|code| if code == 1062 { "dup".into() } else { String::new() });
+        assert_eq!((counts[0].code, counts[0].count, counts[0].sample_message.as_str()), (1213, 3, ""));
+        assert_eq!((counts[1].code, counts[1].count, counts[1].sample_message.as_str()), (1062, 2, "dup"));
     }
 }

@@ -19,10 +19,12 @@ pub enum OrderBy {
     P99,
     Count,
     Errors,
+    /// Time spent waiting, every wait class together.
+    Wait,
 }
 
 impl OrderBy {
-    pub const NAMES: [&'static str; 5] = ["total", "avg", "p99", "count", "errors"];
+    pub const NAMES: [&'static str; 6] = ["total", "avg", "p99", "count", "errors", "wait"];
 
     /// The wire's `order_by`; empty means the default (total).
     pub fn parse(key: &str) -> Option<OrderBy> {
@@ -32,6 +34,7 @@ impl OrderBy {
             "p99" => OrderBy::P99,
             "count" => OrderBy::Count,
             "errors" => OrderBy::Errors,
+            "wait" => OrderBy::Wait,
             _ => return None,
         })
     }
@@ -64,6 +67,7 @@ pub struct PruneOutcome {
     pub instance_windows: u64,
     pub digest_windows: u64,
     pub batches: u64,
+    pub error_samples: u64,
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -18,11 +18,15 @@ use sqlbee_proto::v1::{Batch, CommandCount, InstanceInfo, TopDigest, TotalsRespo
 
 use super::{
     IngestOutcome, OrderBy, PruneOutcome, Store, StoreError, TopQuery, TotalsQuery, blob,
-    merge::{self, DigestTotals, MergedHistogram},
+    merge::{self, DigestTotals, MergedErrors, MergedHistogram, MergedWaits},
 };
 
 /// Bumped when the schema changes; a newer file is refused, not guessed at.
-const SCHEMA_VERSION: i64 = 1;
+/// An older one is brought up to date on open (`migrate`), keeping its data:
+/// - 1: first version.
+/// - 2: `digest_windows.waits` (added to version-1 files with ALTER TABLE;
+///   their rows read as "no waits") and `error_samples`.
+pub const SCHEMA_VERSION: i64 = 2;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS agents (
@@ -83,7 +87,10 @@ CREATE TABLE IF NOT EXISTS window_commands (
 ) WITHOUT ROWID;
 
 -- One row per digest per instance window. histogram and error_codes are
--- blob-encoded (index gap, count) varint pairs.
+-- blob-encoded (index gap, count) varint pairs, error codes increasing;
+-- waits is blob-encoded (class, sum_ns, max_ns, statements), empty when
+-- the agent sent none. waits must stay the last column: version-1 files
+-- get it appended by ALTER TABLE.
 CREATE TABLE IF NOT EXISTS digest_windows (
     window_id   INTEGER NOT NULL,
     instance    TEXT NOT NULL,
@@ -97,7 +104,8 @@ CREATE TABLE IF NOT EXISTS digest_windows (
     histogram   BLOB NOT NULL,
     error_codes BLOB NOT NULL,
     sample      TEXT NOT NULL,
-    truncated   INTEGER NOT NULL
+    truncated   INTEGER NOT NULL,
+    waits       BLOB NOT NULL DEFAULT x''
 );
 CREATE INDEX IF NOT EXISTS digest_windows_end ON digest_windows (window_end);
 CREATE INDEX IF NOT EXISTS digest_windows_instance ON digest_windows (instance, window_end);
@@ -108,6 +116,17 @@ CREATE TABLE IF NOT EXISTS digest_texts (
     digest INTEGER PRIMARY KEY,
     text   TEXT NOT NULL
 );
+
+-- One message per (digest, error code): the newest by window end. The
+-- counts stay in digest_windows.error_codes; this only names them.
+CREATE TABLE IF NOT EXISTS error_samples (
+    digest    INTEGER NOT NULL,
+    code      INTEGER NOT NULL,
+    message   TEXT NOT NULL,
+    last_seen INTEGER NOT NULL,
+    PRIMARY KEY (digest, code)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS error_samples_last_seen ON error_samples (last_seen);
 
 -- What agents lost before it reached us. A gap resent in a later batch is
 -- the same gap (same agent and sequence range) and is kept once.
@@ -157,18 +176,48 @@ fn instance_filter(instance: &Option<String>, column: &str) -> String {
 impl SqliteStore {
     pub fn open(path: &Path) -> Result<SqliteStore, StoreError> {
         let open_err = |source| StoreError::Open { path: path.display().to_string(), source };
-        let writer = Connection::open(path).map_err(open_err)?;
+        let mut writer = Connection::open(path).map_err(open_err)?;
         configure(&writer).map_err(open_err)?;
-        let version: i64 = writer.query_row("PRAGMA user_version", [], |r| r.get(0)).map_err(open_err)?;
-        if version > SCHEMA_VERSION {
-            return Err(StoreError::Version { path: path.display().to_string(), found: version, known: SCHEMA_VERSION });
+        let found = match migrate(&mut writer).map_err(open_err)? {
+            Ok(found) => found,
+            Err(found) => {
+                return Err(StoreError::Version { path: path.display().to_string(), found, known: SCHEMA_VERSION });
+            }
+        };
+        if found > 0 && found < SCHEMA_VERSION {
+            tracing::info!(path = %path.display(), from = found, to = SCHEMA_VERSION, "store schema upgraded; existing data kept");
         }
-        writer.execute_batch(SCHEMA).map_err(open_err)?;
-        writer.pragma_update(None, "user_version", SCHEMA_VERSION).map_err(open_err)?;
         let reader = Connection::open(path).map_err(open_err)?;
         configure(&reader).map_err(open_err)?;
         Ok(SqliteStore { writer: Mutex::new(writer), reader: Mutex::new(reader) })
     }
+}
+
+/// Brings the file to `SCHEMA_VERSION` in one transaction, creating only
+/// what is missing, so existing rows stay. Ok(version found), or
+/// Err(version found) when the file is newer than this collector.
+fn migrate(conn: &mut Connection) -> rusqlite::Result<Result<i64, i64>> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let found: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    if found > SCHEMA_VERSION {
+        return Ok(Err(found));
+    }
+    // New files get everything; older ones the tables they lack.
+    tx.execute_batch(SCHEMA)?;
+    // Version 1 -> 2: CREATE TABLE IF NOT EXISTS left digest_windows as it was.
+    let has_waits: bool = tx.query_row(
+        "SELECT count(*) > 0 FROM pragma_table_info('digest_windows') WHERE name = 'waits'",
+        [],
+        |r| r.get(0),
+    )?;
+    if !has_waits {
+        tx.execute_batch("ALTER TABLE digest_windows ADD COLUMN waits BLOB NOT NULL DEFAULT x''")?;
+    }
+    if found != SCHEMA_VERSION {
+        tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
+    }
+    tx.commit()?;
+    Ok(Ok(found))
 }
 
 fn configure(conn: &Connection) -> rusqlite::Result<()> {
@@ -263,6 +312,9 @@ impl Store for SqliteStore {
             cut = older_than_unix_ms
         ))
         .map_err(err)?;
+        // A sample is as old as the newest window that brought its code.
+        outcome.error_samples =
+            tx.execute("DELETE FROM error_samples WHERE last_seen < ?1", [older_than_unix_ms]).map_err(err)? as u64;
         tx.commit().map_err(err)?;
         Ok(outcome)
     }
@@ -315,8 +367,15 @@ fn write_batch(tx: &rusqlite::Transaction<'_>, batch: &Batch, received: i64) -> 
     let mut insert_text = tx.prepare_cached("INSERT OR IGNORE INTO digest_texts (digest, text) VALUES (?1, ?2)")?;
     let mut insert_digest = tx.prepare_cached(
         "INSERT INTO digest_windows (window_id, instance, window_end, digest, count, errors, sum_ns, min_ns,
-             max_ns, histogram, error_codes, sample, truncated)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+             max_ns, histogram, error_codes, sample, truncated, waits)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+    )?;
+    // The newest window's message wins, whatever order batches arrive in.
+    let mut upsert_sample = tx.prepare_cached(
+        "INSERT INTO error_samples (digest, code, message, last_seen) VALUES (?1, ?2, ?3, ?4)
+         ON CONFLICT (digest, code) DO UPDATE SET
+             message = CASE WHEN excluded.last_seen >= last_seen THEN excluded.message ELSE message END,
+             last_seen = max(last_seen, excluded.last_seen)",
     )?;
     for w in &batch.windows {
         let server = w.instance.clone().unwrap_or_default();
@@ -353,7 +412,17 @@ fn write_batch(tx: &rusqlite::Transaction<'_>, batch: &Batch, received: i64) -> 
                 .as_ref()
                 .map(|h| blob::encode(h.buckets.iter().map(|b| (u64::from(b.index), b.count))))
                 .unwrap_or_default();
-            let error_codes = blob::encode(d.error_codes.iter().map(|e| (u64::from(e.code), e.count)));
+            // Increasing codes, as the blob wants; a code sent twice adds up.
+            let mut codes: BTreeMap<u32, u64> = BTreeMap::new();
+            for e in &d.error_codes {
+                let slot = codes.entry(e.code).or_default();
+                *slot = slot.saturating_add(e.count);
+                if !e.sample_message.is_empty() {
+                    upsert_sample.execute(params![i(d.digest), e.code, e.sample_message, w.window_end_unix_ms])?;
+                }
+            }
+            let error_codes = blob::encode(codes.into_iter().map(|(code, count)| (u64::from(code), count)));
+            let waits = blob::encode_waits(d.waits.iter().map(|w| (w.class.as_str(), w.sum_ns, w.max_ns, w.statements)));
             insert_digest.execute(params![
                 window_id,
                 server.name,
@@ -368,6 +437,7 @@ fn write_batch(tx: &rusqlite::Transaction<'_>, batch: &Batch, received: i64) -> 
                 error_codes,
                 d.sample,
                 i(d.truncated),
+                waits,
             ])?;
         }
     }
@@ -394,17 +464,17 @@ fn write_batch(tx: &rusqlite::Transaction<'_>, batch: &Batch, received: i64) -> 
 }
 
 /// Per digest while merging: totals and the instances it was seen on
-/// (interned: the same few names repeat on every row).
+/// (interned: the same few names repeat on every row), and the rank key
+/// that needs more than the totals (p99, or the total wait).
 #[derive(Default)]
 struct Merging {
     totals: DigestTotals,
     instances: BTreeSet<u32>,
-    p99_ns: u64,
+    rank: u64,
 }
 
 fn top(tx: &rusqlite::Transaction<'_>, query: &TopQuery) -> Result<Vec<TopDigest>, StoreError> {
     let err = |e| StoreError::sqlite("top", e);
-    let filter = instance_filter(&query.instance, "instance");
     // rusqlite binds only the parameters a statement names.
     let bind = |stmt: &mut rusqlite::Statement<'_>, first: &dyn rusqlite::ToSql| -> rusqlite::Result<()> {
         stmt.raw_bind_parameter(1, first)?;
@@ -419,16 +489,7 @@ fn top(tx: &rusqlite::Transaction<'_>, query: &TopQuery) -> Result<Vec<TopDigest
     let mut name_ids: HashMap<String, u32> = HashMap::new();
     let mut digests: HashMap<u64, Merging> = HashMap::new();
     {
-        let sql = format!(
-            "SELECT digest, instance, count, errors, sum_ns, min_ns, max_ns FROM digest_windows
-             WHERE window_end >= ?1{}",
-            filter
-        );
-        let mut stmt = tx.prepare(&sql).map_err(err)?;
-        stmt.raw_bind_parameter(1, query.since_unix_ms).map_err(err)?;
-        if let Some(instance) = &query.instance {
-            stmt.raw_bind_parameter(2, instance).map_err(err)?;
-        }
+        let mut stmt = scan(tx, query, "digest, instance, count, errors, sum_ns, min_ns, max_ns", "").map_err(err)?;
         let mut rows = stmt.raw_query();
         while let Some(row) = rows.next().map_err(err)? {
             let digest = u(row.get(0).map_err(err)?);
@@ -453,58 +514,75 @@ fn top(tx: &rusqlite::Transaction<'_>, query: &TopQuery) -> Result<Vec<TopDigest
             );
         }
     }
+    let by_digest_filter = instance_filter(&query.instance, "instance").replace("?2", "?3");
     let by_digest_sql = format!(
-        "SELECT histogram FROM digest_windows WHERE digest = ?1 AND window_end >= ?2{}",
-        instance_filter(&query.instance, "instance").replace("?2", "?3")
+        "SELECT histogram, error_codes, waits FROM digest_windows WHERE digest = ?1 AND window_end >= ?2{by_digest_filter}"
     );
     let sample_sql = format!(
-        "SELECT sample FROM digest_windows WHERE digest = ?1 AND window_end >= ?2{} AND sample <> ''
-         ORDER BY window_end DESC LIMIT 1",
-        instance_filter(&query.instance, "instance").replace("?2", "?3")
+        "SELECT sample FROM digest_windows WHERE digest = ?1 AND window_end >= ?2{by_digest_filter} AND sample <> ''
+         ORDER BY window_end DESC LIMIT 1"
     );
-    // Step 2: histograms. Ordering by p99 needs every digest's histogram;
-    // the other orders only those of the digests that make the cut.
+    // Step 2: the rank keys that need blobs. Ordering by p99 needs every
+    // digest's histogram, by wait every digest's waits; the other orders
+    // read blobs only for the digests that make the cut.
     let mut histograms: HashMap<u64, MergedHistogram> = HashMap::new();
-    if query.order_by == OrderBy::P99 {
-        let sql = format!("SELECT digest, histogram FROM digest_windows WHERE window_end >= ?1{filter}");
-        let mut stmt = tx.prepare(&sql).map_err(err)?;
-        stmt.raw_bind_parameter(1, query.since_unix_ms).map_err(err)?;
-        if let Some(instance) = &query.instance {
-            stmt.raw_bind_parameter(2, instance).map_err(err)?;
+    match query.order_by {
+        OrderBy::P99 => {
+            let mut stmt = scan(tx, query, "digest, histogram", "").map_err(err)?;
+            let mut rows = stmt.raw_query();
+            while let Some(row) = rows.next().map_err(err)? {
+                let digest = u(row.get(0).map_err(err)?);
+                let bytes = row.get_ref(1).map_err(err)?.as_blob().map_err(|e| err(e.into()))?;
+                add_blob(histograms.entry(digest).or_default(), bytes)?;
+            }
+            for (digest, m) in digests.iter_mut() {
+                m.rank = histograms.get(digest).map(|h| h.percentile(0.99, &m.totals)).unwrap_or(0);
+            }
         }
-        let mut rows = stmt.raw_query();
-        while let Some(row) = rows.next().map_err(err)? {
-            let digest = u(row.get(0).map_err(err)?);
-            let bytes = row.get_ref(1).map_err(err)?.as_blob().map_err(|e| err(e.into()))?;
-            add_blob(histograms.entry(digest).or_default(), bytes)?;
+        OrderBy::Wait => {
+            let mut stmt = scan(tx, query, "digest, waits", " AND waits <> x''").map_err(err)?;
+            let mut rows = stmt.raw_query();
+            while let Some(row) = rows.next().map_err(err)? {
+                let digest = u(row.get(0).map_err(err)?);
+                let bytes = row.get_ref(1).map_err(err)?.as_blob().map_err(|e| err(e.into()))?;
+                let waited = blob::decode_waits(bytes)
+                    .ok_or(StoreError::Corrupt { what: "waits" })?
+                    .iter()
+                    .fold(0u64, |a, w| a.saturating_add(w.1));
+                if let Some(m) = digests.get_mut(&digest) {
+                    m.rank = m.rank.saturating_add(waited);
+                }
+            }
         }
-        for (digest, m) in digests.iter_mut() {
-            m.p99_ns = histograms.get(digest).map(|h| h.percentile(0.99, &m.totals)).unwrap_or(0);
-        }
+        OrderBy::Total | OrderBy::Avg | OrderBy::Count | OrderBy::Errors => {}
     }
     let mut ranked: Vec<(u64, Merging)> = digests.into_iter().collect();
-    ranked.sort_by(|(da, a), (db, b)| {
-        merge::compare(query.order_by, (*da, &a.totals, a.p99_ns), (*db, &b.totals, b.p99_ns))
-    });
+    ranked.sort_by(|(da, a), (db, b)| merge::compare(query.order_by, (*da, &a.totals, a.rank), (*db, &b.totals, b.rank)));
     ranked.truncate(query.limit);
 
+    // Step 3: details of the digests that made the cut.
     let mut text_stmt = tx.prepare_cached("SELECT text FROM digest_texts WHERE digest = ?1").map_err(err)?;
-    let mut hist_stmt = tx.prepare(&by_digest_sql).map_err(err)?;
+    let mut blobs_stmt = tx.prepare(&by_digest_sql).map_err(err)?;
     let mut sample_stmt = tx.prepare(&sample_sql).map_err(err)?;
+    let mut messages_stmt =
+        tx.prepare_cached("SELECT code, message FROM error_samples WHERE digest = ?1").map_err(err)?;
     let mut out = Vec::with_capacity(ranked.len());
     for (digest, m) in ranked {
-        let histogram = match histograms.remove(&digest) {
-            Some(h) => h,
-            None => {
-                let mut h = MergedHistogram::default();
-                bind(&mut hist_stmt, &i(digest)).map_err(err)?;
-                let mut rows = hist_stmt.raw_query();
-                while let Some(row) = rows.next().map_err(err)? {
-                    add_blob(&mut h, row.get_ref(0).map_err(err)?.as_blob().map_err(|e| err(e.into()))?)?;
-                }
-                h
+        let preloaded = histograms.remove(&digest);
+        let mut histogram = MergedHistogram::default();
+        let mut waits = MergedWaits::default();
+        let mut errors = MergedErrors::default();
+        bind(&mut blobs_stmt, &i(digest)).map_err(err)?;
+        let mut rows = blobs_stmt.raw_query();
+        while let Some(row) = rows.next().map_err(err)? {
+            if preloaded.is_none() {
+                add_blob(&mut histogram, row.get_ref(0).map_err(err)?.as_blob().map_err(|e| err(e.into()))?)?;
             }
-        };
+            add_error_codes(&mut errors, row.get_ref(1).map_err(err)?.as_blob().map_err(|e| err(e.into()))?)?;
+            add_waits(&mut waits, row.get_ref(2).map_err(err)?.as_blob().map_err(|e| err(e.into()))?)?;
+        }
+        drop(rows);
+        let histogram = preloaded.unwrap_or(histogram);
         let digest_text: String =
             text_stmt.query_row([i(digest)], |r| r.get(0)).optional().map_err(err)?.unwrap_or_default();
         bind(&mut sample_stmt, &i(digest)).map_err(err)?;
@@ -512,6 +590,16 @@ fn top(tx: &rusqlite::Transaction<'_>, query: &TopQuery) -> Result<Vec<TopDigest
             Some(row) => row.get(0).map_err(err)?,
             None => String::new(),
         };
+        let mut messages: HashMap<u32, String> = HashMap::new();
+        if !errors.is_empty() {
+            let rows = messages_stmt
+                .query_map([i(digest)], |r| Ok((r.get::<_, u32>(0)?, r.get::<_, String>(1)?)))
+                .map_err(err)?;
+            for row in rows {
+                let (code, message) = row.map_err(err)?;
+                messages.insert(code, message);
+            }
+        }
         let t = &m.totals;
         out.push(TopDigest {
             digest,
@@ -526,15 +614,48 @@ fn top(tx: &rusqlite::Transaction<'_>, query: &TopQuery) -> Result<Vec<TopDigest
             p99_ns: histogram.percentile(0.99, t),
             sample,
             instances: m.instances.iter().map(|id| names[*id as usize].clone()).collect(),
-            ..Default::default()
+            waits: waits.into_stats(),
+            error_codes: errors.into_counts(|code| messages.remove(&code).unwrap_or_default()),
         });
     }
     Ok(out)
 }
 
+/// Every digest row in range of `query`, for the steps that read all digests.
+fn scan<'t>(
+    tx: &'t rusqlite::Transaction<'_>,
+    query: &TopQuery,
+    columns: &str,
+    extra: &str,
+) -> rusqlite::Result<rusqlite::Statement<'t>> {
+    let filter = instance_filter(&query.instance, "instance");
+    let mut stmt = tx.prepare(&format!("SELECT {columns} FROM digest_windows WHERE window_end >= ?1{filter}{extra}"))?;
+    stmt.raw_bind_parameter(1, query.since_unix_ms)?;
+    if let Some(instance) = &query.instance {
+        stmt.raw_bind_parameter(2, instance)?;
+    }
+    Ok(stmt)
+}
+
 fn add_blob(h: &mut MergedHistogram, bytes: &[u8]) -> Result<(), StoreError> {
     for (index, count) in blob::decode(bytes).ok_or(StoreError::Corrupt { what: "histogram" })? {
         h.add(index, count);
+    }
+    Ok(())
+}
+
+fn add_error_codes(errors: &mut MergedErrors, bytes: &[u8]) -> Result<(), StoreError> {
+    let corrupt = StoreError::Corrupt { what: "error codes" };
+    for (code, count) in blob::decode_any_order(bytes).ok_or(corrupt)? {
+        let code = u32::try_from(code).map_err(|_| StoreError::Corrupt { what: "error codes" })?;
+        errors.add(code, count);
+    }
+    Ok(())
+}
+
+fn add_waits(waits: &mut MergedWaits, bytes: &[u8]) -> Result<(), StoreError> {
+    for (class, sum_ns, max_ns, statements) in blob::decode_waits(bytes).ok_or(StoreError::Corrupt { what: "waits" })? {
+        waits.add(&class, sum_ns, max_ns, statements);
     }
     Ok(())
 }
@@ -648,7 +769,9 @@ fn totals(tx: &rusqlite::Transaction<'_>, query: &TotalsQuery) -> rusqlite::Resu
 
 #[cfg(test)]
 mod tests {
-    use sqlbee_proto::v1::{AgentIdentity, Bucket, DigestStats, Gap, Histogram, InstanceWindow, ServerInstance};
+    use sqlbee_proto::v1::{
+        AgentIdentity, Bucket, DigestStats, ErrorCount, Gap, Histogram, InstanceWindow, ServerInstance, WaitStats,
+    };
 
     use super::*;
 
@@ -714,6 +837,140 @@ mod tests {
         let pruned = store.prune(1500).unwrap();
         assert_eq!((pruned.digest_windows, pruned.instance_windows, pruned.batches), (1, 1, 1));
         assert_eq!(store.top(&query).unwrap()[0].count, 2);
+        std::fs::remove_dir_all(dir).ok();
+    }
+
+    fn wait(class: &str, sum_ns: u64, max_ns: u64, statements: u64) -> WaitStats {
+        WaitStats { class: class.into(), sum_ns, max_ns, statements }
+    }
+
+    fn error(code: u32, count: u64, message: &str) -> ErrorCount {
+        ErrorCount { code, count, sample_message: message.into() }
+    }
+
+    /// A batch of one digest (id 7) with waits and error codes.
+    fn waiting(sequence: u64, instance: &str, end: i64, waits: Vec<WaitStats>, errors: Vec<ErrorCount>) -> Batch {
+        let mut b = batch(sequence, end, &[(10, 5)]);
+        let w = &mut b.windows[0];
+        w.instance.as_mut().unwrap().name = instance.into();
+        let d = &mut w.digests[0];
+        d.digest = 7;
+        d.sum_ns = 1_000_000;
+        d.max_ns = 500_000;
+        d.errors = errors.iter().map(|e| e.count).sum();
+        d.waits = waits;
+        d.error_codes = errors;
+        b.gaps.clear();
+        b
+    }
+
+    #[test]
+    fn waits_and_error_codes_merge() {
+        let (store, dir) = temp_store("waits");
+        let first = waiting(
+            1,
+            "h:1",
+            1000,
+            vec![wait("row_lock", 300, 200, 2), wait("disk_io", 40, 30, 1)],
+            // Out of order and twice: stored increasing, added up.
+            vec![error(1213, 1, "Deadlock (old)"), error(1062, 1, "Duplicate entry"), error(1213, 1, "")],
+        );
+        let second = waiting(
+            2,
+            "h:2",
+            2000,
+            vec![wait("row_lock", 500, 450, 1), wait("some_new_class", 7, 7, 1)],
+            vec![error(1213, 1, "Deadlock found when trying to get lock")],
+        );
+        // The newer window's message wins even when it arrives first.
+        store.ingest(&second, 2000).unwrap();
+        store.ingest(&first, 2001).unwrap();
+        // Without waits (an old agent).
+        store.ingest(&waiting(3, "h:1", 3000, vec![], vec![]), 3000).unwrap();
+        let query = TopQuery { instance: None, since_unix_ms: 0, order_by: OrderBy::Total, limit: 20 };
+        let d = store.top(&query).unwrap().into_iter().find(|d| d.digest == 7).unwrap();
+        assert_eq!(d.count, 15);
+        assert_eq!(
+            d.waits,
+            vec![wait("row_lock", 800, 450, 3), wait("disk_io", 40, 30, 1), wait("some_new_class", 7, 7, 1)]
+        );
+        assert_eq!(
+            d.error_codes,
+            vec![error(1213, 3, "Deadlock found when trying to get lock"), error(1062, 1, "Duplicate entry")]
+        );
+        // One instance: only its windows count.
+        let only = TopQuery { instance: Some("h:1".into()), ..query.clone() };
+        let d = store.top(&only).unwrap().remove(0);
+        assert_eq!(d.waits, vec![wait("row_lock", 300, 200, 2), wait("disk_io", 40, 30, 1)]);
+        assert_eq!(d.error_codes[0].count, 2);
+
+        // Ordering by total wait.
+        store.ingest(&waiting(4, "h:1", 3000, vec![wait("commit", 10_000, 10_000, 1)], vec![]), 3000).unwrap();
+        let mut other = waiting(5, "h:1", 3000, vec![], vec![]);
+        other.windows[0].digests[0].digest = 8;
+        store.ingest(&other, 3000).unwrap();
+        let by_wait = store.top(&TopQuery { order_by: OrderBy::Wait, ..query.clone() }).unwrap();
+        assert_eq!(by_wait.iter().map(|d| d.digest).collect::<Vec<_>>(), vec![7, 8]);
+        assert_eq!(by_wait[0].waits[0], wait("commit", 10_000, 10_000, 1));
+
+        // Samples go with their windows.
+        let pruned = store.prune(1500).unwrap();
+        assert_eq!(pruned.error_samples, 1);
+        let d = store.top(&query).unwrap().into_iter().find(|d| d.digest == 7).unwrap();
+        assert_eq!(d.error_codes, vec![error(1213, 1, "Deadlock found when trying to get lock")]);
+        std::fs::remove_dir_all(dir).ok();
+    }
+
+    /// The version-1 schema, from today's: without digest_windows.waits
+    /// and without error_samples.
+    fn schema_v1() -> String {
+        let without_waits = SCHEMA.replace(",\n    waits       BLOB NOT NULL DEFAULT x''\n", "\n");
+        assert_ne!(without_waits, SCHEMA, "the waits column moved; update this test");
+        let start = without_waits.find("-- One message per (digest, error code)").unwrap();
+        let end = without_waits.find("-- What agents lost").unwrap();
+        let v1 = format!("{}{}", &without_waits[..start], &without_waits[end..]);
+        assert!(!v1.contains("DEFAULT x''") && !v1.contains("error_samples"), "{v1}");
+        v1
+    }
+
+    #[test]
+    fn version_1_files_are_upgraded_in_place() {
+        let dir = std::env::temp_dir().join(format!("sqlbee-store-v1-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("s.db");
+        {
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch(&schema_v1()).unwrap();
+            conn.execute_batch(
+                "INSERT INTO digest_texts VALUES (7, 'SELECT ?');
+                 INSERT INTO digest_windows (window_id, instance, window_end, digest, count, errors, sum_ns,
+                     min_ns, max_ns, histogram, error_codes, sample, truncated)
+                 VALUES (1, 'h:1', 1000, 7, 5, 2, 1000000, 1, 500000, x'0a05', x'a608010501', 'SELECT 1', 0);
+                 PRAGMA user_version = 1;",
+            )
+            .unwrap();
+        }
+        // Histogram: bucket 10 holds 5. Error codes: 1062 (gap a6 08) once, 1067 (gap 05) once.
+        let store = SqliteStore::open(&path).unwrap();
+        let version: i64 = lock(&store.writer).query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
+        assert_eq!(version, SCHEMA_VERSION);
+        let query = TopQuery { instance: None, since_unix_ms: 0, order_by: OrderBy::Wait, limit: 20 };
+        let d = store.top(&query).unwrap().remove(0);
+        assert_eq!((d.digest, d.count, d.digest_text.as_str(), d.sample.as_str()), (7, 5, "SELECT ?", "SELECT 1"));
+        assert!(d.waits.is_empty());
+        assert_eq!(d.error_codes, vec![error(1062, 1, ""), error(1067, 1, "")]);
+        store.ingest(&waiting(1, "h:1", 2000, vec![wait("row_lock", 9, 9, 1)], vec![error(1062, 1, "dup")]), 2000).unwrap();
+        let d = store.top(&query).unwrap().remove(0);
+        assert_eq!((d.count, d.waits.clone()), (10, vec![wait("row_lock", 9, 9, 1)]));
+        assert_eq!(d.error_codes, vec![error(1062, 2, "dup"), error(1067, 1, "")]);
+        drop(store);
+        // Opening again changes nothing; a newer file is refused.
+        let store = SqliteStore::open(&path).unwrap();
+        assert_eq!(store.top(&query).unwrap()[0].count, 10);
+        lock(&store.writer).pragma_update(None, "user_version", SCHEMA_VERSION + 1).unwrap();
+        drop(store);
+        assert!(matches!(SqliteStore::open(&path), Err(StoreError::Version { found: 3, known: 2, .. })));
         std::fs::remove_dir_all(dir).ok();
     }
 }
