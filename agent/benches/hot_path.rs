@@ -66,7 +66,6 @@ fn benches(c: &mut Criterion) {
                 server: server.clone(),
                 statements: statements.clone(),
                 counters: None,
-                lost_before: 0,
                 detached: false,
             })
         })

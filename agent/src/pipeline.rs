@@ -1,6 +1,6 @@
 //! The only place that creates channels and wires the stages:
 //!
-//! probe thread --(bounded channel, never blocks on statements)--> aggregate
+//! probe thread --(bounded channel; a full one pauses draining)--> aggregate
 //! thread --> output (stdout) and/or ship thread (spool, then collector).
 //!
 //! The probe thread owns the attached servers: it rescans /proc, drains
@@ -11,7 +11,7 @@ use std::{
     sync::{
         Arc,
         atomic::{AtomicBool, Ordering},
-        mpsc::{Receiver, SyncSender, TrySendError, sync_channel},
+        mpsc::{Receiver, SyncSender, sync_channel},
     },
     thread,
     time::{Instant, SystemTime},
@@ -114,7 +114,6 @@ fn probe_loop(
     let started = Instant::now();
     let mut next_window = started + config.window;
     let mut next_scan = started + config.rescan_interval;
-    let mut lost: std::collections::HashMap<u32, u64> = Default::default();
     let mut batches = Vec::new();
     loop {
         let stopping = stop.load(Ordering::Relaxed) || config.duration.is_some_and(|d| started.elapsed() >= d);
@@ -128,25 +127,12 @@ fn probe_loop(
             }
             supervisor.drain(now >= next_window, &mut batches);
         }
-        for mut batch in batches.drain(..) {
-            batch.lost_before = lost.remove(&batch.server.pid).unwrap_or(0);
-            // Batches carrying counters must arrive: they close windows.
-            let must_arrive = batch.counters.is_some();
-            let statements = batch.statements.len() as u64;
-            let pid = batch.server.pid;
-            let sent = if must_arrive {
-                tx.send(Message::Batch(batch)).is_ok()
-            } else {
-                match tx.try_send(Message::Batch(batch)) {
-                    Ok(()) => true,
-                    Err(TrySendError::Full(_)) => {
-                        *lost.entry(pid).or_default() += statements;
-                        true
-                    }
-                    Err(TrySendError::Disconnected(_)) => false,
-                }
-            };
-            if !sent {
+        for batch in batches.drain(..) {
+            // When aggregation falls behind, wait here rather than drop:
+            // the records stay in the kernel ring buffer meanwhile, which
+            // absorbs the burst, and if it overflows the kernel counts
+            // exactly what was lost. The server is never made to wait.
+            if tx.send(Message::Batch(batch)).is_err() {
                 return;
             }
         }

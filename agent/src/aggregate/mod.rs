@@ -120,8 +120,6 @@ pub struct Summary {
     pub events: u64,
     /// Statement records lost in the kernel (ring buffer full).
     pub dropped_events: u64,
-    /// Records lost between the probe reader and this stage.
-    pub dropped_in_agent: u64,
     pub unmatched: u64,
     pub read_failures: u64,
     /// Statements folded into the overflow row.
@@ -170,7 +168,6 @@ impl Aggregator {
         let window = self.windows.entry(instance.clone()).or_default();
         window.summary.pid = batch.server.pid;
         window.summary.server_start_unix_ms = batch.server.start_unix_ms;
-        window.summary.dropped_in_agent += batch.lost_before;
         for statement in &batch.statements {
             let digest = digest_of(&mut self.normalizer, statement);
             let stats = if window.digests.contains_key(&digest.id) || window.digests.len() < self.max_digests {

@@ -54,7 +54,6 @@ pub fn window_to_json(report: &WindowReport) -> Vec<Value> {
         "statements": s.statements,
         "events": s.events,
         "dropped_events": s.dropped_events,
-        "dropped_in_agent": s.dropped_in_agent,
         "unmatched": s.unmatched,
         "read_failures": s.read_failures,
         "overflow_statements": s.overflow_statements,
@@ -93,14 +92,13 @@ pub fn write_table(out: &mut impl Write, report: &WindowReport, rows: usize) -> 
     let s = &report.summary;
     writeln!(
         out,
-        "== {} {} .. {}: {} statements, {} digests, dropped {} (kernel) + {} (agent)",
+        "== {} {} .. {}: {} statements, {} digests, {} records dropped (ring buffer full)",
         report.instance,
         rfc3339(report.window_start),
         rfc3339(report.window_end),
         s.statements,
         report.digests.len(),
         s.dropped_events,
-        s.dropped_in_agent
     )?;
     writeln!(out, "{:>8} {:>6} {:>10} {:>9} {:>9} {:>9}  digest", "count", "errors", "total_ms", "avg_ms", "p95_ms", "max_ms")?;
     for d in report.digests.iter().take(rows) {

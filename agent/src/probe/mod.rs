@@ -113,8 +113,6 @@ pub struct ProbeBatch {
     pub statements: Vec<Statement>,
     /// Cumulative counters, read at window ends and at detach.
     pub counters: Option<Counters>,
-    /// Statements of earlier batches that were lost on the way (full channel).
-    pub lost_before: u64,
     /// The server went away; this is its last batch.
     pub detached: bool,
 }

@@ -80,7 +80,7 @@ impl Supervisor {
             if statements.is_empty() && counters.is_none() {
                 continue;
             }
-            out.push(ProbeBatch { server: attached.server.clone(), statements, counters, lost_before: 0, detached: false });
+            out.push(ProbeBatch { server: attached.server.clone(), statements, counters, detached: false });
         }
     }
 
@@ -106,5 +106,5 @@ fn final_batch(attached: &mut AttachedServer) -> ProbeBatch {
     let mut statements = Vec::new();
     attached.drain(&mut statements);
     let counters = read_counters(attached);
-    ProbeBatch { server: attached.server.clone(), statements, counters, lost_before: 0, detached: true }
+    ProbeBatch { server: attached.server.clone(), statements, counters, detached: true }
 }

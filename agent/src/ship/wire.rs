@@ -67,7 +67,9 @@ pub fn instance_window(report: &WindowReport) -> InstanceWindow {
         statements: s.statements,
         events: s.events,
         dropped_events: s.dropped_events,
-        dropped_in_agent: s.dropped_in_agent,
+        // Nothing is dropped between the probe reader and aggregation any
+        // more (the reader waits); the field stays for older collectors.
+        dropped_in_agent: 0,
         unmatched: s.unmatched,
         overflow_statements: s.overflow_statements,
     }
