@@ -105,6 +105,9 @@ pub struct AgentArgs {
     /// Rows per window in `--output table`.
     #[arg(long, env = "SQLBEE_TABLE_ROWS")]
     pub table_rows: Option<usize>,
+    /// Do not attach the wait-class probes (no `waits` per digest).
+    #[arg(long, env = "SQLBEE_NO_WAIT_PROBES")]
+    pub no_wait_probes: bool,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -128,6 +131,7 @@ struct AgentFile {
     duration: Option<String>,
     ready_file: Option<PathBuf>,
     table_rows: Option<usize>,
+    wait_probes: Option<bool>,
 }
 
 /// Validated agent configuration.
@@ -145,6 +149,7 @@ pub struct AgentConfig {
     pub duration: Option<Duration>,
     pub ready_file: Option<PathBuf>,
     pub table_rows: usize,
+    pub wait_probes: bool,
     /// How often /proc is rescanned for started, restarted or gone servers.
     pub rescan_interval: Duration,
     pub normalize_cache: usize,
@@ -217,6 +222,7 @@ impl AgentArgs {
             duration: run_for,
             ready_file: self.ready_file.or(file.ready_file),
             table_rows: self.table_rows.or(file.table_rows).unwrap_or(20),
+            wait_probes: !self.no_wait_probes && file.wait_probes.unwrap_or(true),
             rescan_interval: Duration::from_millis(500),
             normalize_cache: 20_000,
         };

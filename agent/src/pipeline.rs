@@ -60,7 +60,11 @@ pub fn hostname() -> String {
 /// Runs the agent until `stop` is set (or `config.duration` passes).
 pub fn run_agent(config: AgentConfig, stop: Arc<AtomicBool>) -> Result<(), PipelineError> {
     let host = hostname();
-    let mut supervisor = Supervisor::new(ProbeConfig { text_limit: config.text_limit, ring_bytes: config.ring_bytes });
+    let mut supervisor = Supervisor::new(ProbeConfig {
+        text_limit: config.text_limit,
+        ring_bytes: config.ring_bytes,
+        waits: config.wait_probes,
+    });
 
     // Explicit pids must work at start: a wrong pid or binary is an error.
     let mut watched_instances = Vec::new();

@@ -421,3 +421,60 @@ fn statements_that_never_wait_report_no_wait() {
         assert!(row["waits"].as_object().unwrap().is_empty(), "{row:#?}");
     }
 }
+
+/// Error codes counted on one digest over all windows.
+fn error_count(out: &common::AgentOutput, text: &str, code: &str) -> u64 {
+    out.digest_rows(text).map(|r| r["error_codes"][code].as_u64().unwrap_or(0)).sum()
+}
+
+#[test]
+fn deadlock_and_lock_wait_timeout_are_counted_on_their_statements() {
+    if !privileged("deadlock_and_lock_wait_timeout_are_counted_on_their_statements") {
+        return;
+    }
+    let server = PrivateServer::start("deadlock", &["--innodb-lock-wait-timeout=1"]).unwrap();
+    server
+        .sql("CREATE DATABASE app; CREATE TABLE app.d (id INT PRIMARY KEY, v INT) ENGINE=InnoDB; INSERT INTO app.d VALUES (1, 0), (2, 0)")
+        .unwrap();
+    let agent = Agent::start(server.dir(), &agent_args(&server));
+
+    // Deadlock: A locks 1 then wants 2, B locks 2 then wants 1.
+    let mut a = connect(&server);
+    let mut b = connect(&server);
+    a.query_drop("BEGIN").unwrap();
+    b.query_drop("BEGIN").unwrap();
+    a.query_drop("UPDATE app.d SET v = v + 1 WHERE id = 1").unwrap();
+    b.query_drop("UPDATE app.d SET v = v + 10 WHERE id = 2").unwrap();
+    let a_thread = std::thread::spawn(move || {
+        let result = a.query_drop("UPDATE app.d SET v = v + 1 WHERE id = 2");
+        (a, result.is_err())
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let b_failed = b.query_drop("UPDATE app.d SET v = v + 10 WHERE id = 1").is_err();
+    let (mut a, a_failed) = a_thread.join().unwrap();
+    assert!(a_failed ^ b_failed, "exactly one victim");
+    let _ = a.query_drop("ROLLBACK");
+    let _ = b.query_drop("ROLLBACK");
+
+    // Lock wait timeout: the holder keeps row 1 longer than 1 s.
+    a.query_drop("BEGIN").unwrap();
+    a.query_drop("UPDATE app.d SET v = 5 WHERE id = 1").unwrap();
+    let timed_out = b.query_drop("UPDATE app.d SET v = 6 WHERE id = 1");
+    assert!(timed_out.is_err());
+    a.query_drop("ROLLBACK").unwrap();
+    drop((a, b));
+    let out = agent.stop();
+
+    // Both sides run the same digest; the victim's statement carries 1213.
+    let deadlocked = "UPDATE `app`.`d` SET `v` = `v` + ? WHERE ID = ?";
+    assert_eq!(error_count(&out, deadlocked, "1213"), 1, "{:#?}", out.lines);
+    let waiter = "UPDATE `app`.`d` SET `v` = ? WHERE ID = ?";
+    assert_eq!(error_count(&out, waiter, "1205"), 1, "{:#?}", out.lines);
+    // The timed-out statement waited on a row lock for about the timeout.
+    let rows: Vec<_> = out.digest_rows(waiter).collect();
+    let max: u64 = rows.iter().map(|r| r["waits"]["row_lock"]["max_ns"].as_u64().unwrap_or(0)).max().unwrap_or(0);
+    assert!((900_000_000..=1_600_000_000).contains(&max), "row lock wait before timeout: {max} ns");
+    // Failed statements stay in the totals.
+    let count: u64 = rows.iter().map(|r| r["count"].as_u64().unwrap()).sum();
+    assert_eq!(count, 2);
+}

@@ -37,12 +37,50 @@ pub struct BenchArgs {
     /// Skip the criterion micro-benchmarks.
     #[arg(long)]
     pub no_micro: bool,
+    /// Treatments run against a fresh control in each pair: `sqlbee`
+    /// (default probes) and `sqlbee-no-waits` (without the wait probes).
+    #[arg(long, value_delimiter = ',', default_value = "sqlbee")]
+    pub treatments: Vec<String>,
 }
+
+/// Extra agent flags of a treatment.
+fn treatment_args(treatment: &str) -> anyhow::Result<&'static [&'static str]> {
+    match treatment {
+        "sqlbee" => Ok(&[]),
+        "sqlbee-no-waits" => Ok(&["--no-wait-probes"]),
+        other => bail!("unknown treatment {other:?}: use sqlbee or sqlbee-no-waits"),
+    }
+}
+
+/// BPF programs' run count and run time, from `bpftool prog show --json`
+/// (needs kernel.bpf_stats_enabled=1 while the run lasts).
+fn bpf_program_stats() -> std::collections::BTreeMap<String, (u64, u64)> {
+    let mut stats = std::collections::BTreeMap::new();
+    let Ok(out) = Command::new("bpftool").args(["prog", "show", "--json"]).output() else { return stats };
+    let text = String::from_utf8_lossy(&out.stdout);
+    // One object per program; pick "name", "run_time_ns" and "run_cnt"
+    // without a JSON dependency in xtask.
+    for object in text.split("},{") {
+        let field = |key: &str| -> Option<String> {
+            let i = object.find(&format!("\"{key}\":"))? + key.len() + 3;
+            let rest = object[i..].trim_start_matches('"');
+            Some(rest.split(|c: char| c == '"' || c == ',' || c == '}').next()?.to_string())
+        };
+        if let (Some(name), Some(time), Some(count)) = (field("name"), field("run_time_ns"), field("run_cnt")) {
+            let entry = stats.entry(name).or_insert((0, 0));
+            entry.0 += count.parse::<u64>().unwrap_or(0);
+            entry.1 += time.parse::<u64>().unwrap_or(0);
+        }
+    }
+    stats
+}
+
+const OUR_PROGRAMS: [&str; 5] = ["command_start", "statement_end", "error_raised", "wait_begin", "wait_end"];
 
 #[derive(Clone, Debug)]
 struct Run {
     script: String,
-    treatment: &'static str,
+    treatment: String,
     pair: u32,
     seconds: f64,
     queries: u64,
@@ -54,6 +92,9 @@ struct Run {
     agent_cpu_s: f64,
     agent_peak_rss_kib: u64,
     agent_statements: u64,
+    /// Probe hits and BPF run time during the run, over all our programs.
+    bpf_hits: u64,
+    bpf_ns: u64,
 }
 
 fn clock_ticks() -> f64 {
@@ -122,18 +163,22 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     base.run(&server)?;
     base.seconds = seconds;
 
-    let total_runs = args.scripts.len() as u32 * pairs * 2;
+    for t in &args.treatments {
+        treatment_args(t)?;
+    }
+    let total_runs = args.scripts.len() as u32 * pairs * (1 + args.treatments.len() as u32);
     let started = Instant::now();
     let mut runs = Vec::new();
     let mut done = 0u32;
     for script in &args.scripts {
         for pair in 0..pairs {
-            for treatment in ["control", "sqlbee"] {
+            let arms = std::iter::once("control".to_string()).chain(args.treatments.iter().cloned());
+            for treatment in arms {
                 let elapsed = started.elapsed().as_secs_f64();
                 let eta = if done > 0 { elapsed / done as f64 * (total_runs - done) as f64 } else { (total_runs * (seconds + 2)) as f64 };
                 println!("==> [{}/{total_runs}] {script} {treatment} pair {} (ETA {:.0} s)", done + 1, pair + 1, eta);
                 let bench = Sysbench { script: script.clone(), ..base.clone() };
-                runs.push(one_run(&server, &sqlbee, &bench, treatment, pair)?);
+                runs.push(one_run(&server, &sqlbee, &bench, &treatment, pair)?);
                 done += 1;
             }
         }
@@ -145,14 +190,16 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn one_run(server: &PrivateServer, sqlbee: &Path, bench: &Sysbench, treatment: &'static str, pair: u32) -> anyhow::Result<Run> {
+fn one_run(server: &PrivateServer, sqlbee: &Path, bench: &Sysbench, treatment: &str, pair: u32) -> anyhow::Result<Run> {
     let mut agent = None;
     let out_path = server.dir().join(format!("bench-{}-{pair}-{treatment}.jsonl", bench.script));
-    if treatment == "sqlbee" {
+    if treatment != "control" {
+        let _ = Command::new("sysctl").args(["-q", "kernel.bpf_stats_enabled=1"]).status();
         let ready = server.dir().join("bench.ready");
         let _ = fs::remove_file(&ready);
         let child = Command::new(sqlbee)
             .args(["agent", "--output", "jsonl", "--window", "1h"])
+            .args(treatment_args(treatment)?)
             .arg(format!("--pid={}", server.pid()))
             .arg("--ready-file")
             .arg(&ready)
@@ -175,10 +222,17 @@ fn one_run(server: &PrivateServer, sqlbee: &Path, bench: &Sysbench, treatment: &
     let report = bench.run(server)?;
     let wall = t0.elapsed().as_secs_f64();
     let mysqld_cpu = cpu_seconds(server.pid()) - mysqld_cpu0;
-    let (mut agent_cpu, mut rss, mut statements) = (0.0, 0, 0);
+    let (mut agent_cpu, mut rss, mut statements, mut bpf_hits, mut bpf_ns) = (0.0, 0, 0, 0, 0);
     if let Some(mut child) = agent {
         agent_cpu = cpu_seconds(child.id()) - agent_cpu0;
         rss = peak_rss_kib(child.id());
+        for (name, (count, ns)) in bpf_program_stats() {
+            if OUR_PROGRAMS.contains(&name.as_str()) {
+                bpf_hits += count;
+                bpf_ns += ns;
+            }
+        }
+        let _ = Command::new("sysctl").args(["-q", "kernel.bpf_stats_enabled=0"]).status();
         // SAFETY: kill(2) on our own child.
         unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
         child.wait()?;
@@ -195,7 +249,7 @@ fn one_run(server: &PrivateServer, sqlbee: &Path, bench: &Sysbench, treatment: &
     let (queries, qps, tps, avg_ms, p95_ms) = parse_sysbench(&report);
     Ok(Run {
         script: bench.script.clone(),
-        treatment,
+        treatment: treatment.to_string(),
         pair,
         seconds: wall,
         queries,
@@ -207,6 +261,8 @@ fn one_run(server: &PrivateServer, sqlbee: &Path, bench: &Sysbench, treatment: &
         agent_cpu_s: agent_cpu,
         agent_peak_rss_kib: rss,
         agent_statements: statements,
+        bpf_hits,
+        bpf_ns,
     })
 }
 
@@ -234,36 +290,42 @@ fn render(args: &BenchArgs, seconds: u32, pairs: u32, tables: u32, size: u32, ru
         version = Command::new("mariadbd").arg("--version").output().map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string()).unwrap_or_default(),
         cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
     );
-    let _ = writeln!(md, "| script | QPS ratio (median, min-max) | control QPS | sqlbee QPS | latency ratio | mysqld CPU/query control (us) | extra mysqld CPU/query (us) | agent CPU/query (us) | agent cores per 10k QPS | agent peak RSS (MiB) | agent/sysbench count |");
-    let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(md, "| script | treatment | QPS ratio (median, min-max) | control QPS | treatment QPS | latency ratio | mysqld CPU/query control (us) | extra mysqld CPU/query (us) | probe hits/query | BPF ns/query | agent CPU/query (us) | agent cores per 10k QPS | agent peak RSS (MiB) | agent/sysbench count |");
+    let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for script in &args.scripts {
-        let pairs_of = |t: &str| runs.iter().filter(|r| &r.script == script && r.treatment == t).cloned().collect::<Vec<_>>();
-        let (control, agent) = (pairs_of("control"), pairs_of("sqlbee"));
-        let ratios: Vec<f64> = control.iter().zip(&agent).map(|(c, a)| a.qps / c.qps).collect();
-        let lat: Vec<f64> = control.iter().zip(&agent).map(|(c, a)| a.avg_ms / c.avg_ms).collect();
-        let per_query = |r: &Run| r.mysqld_cpu_s / r.queries.max(1) as f64 * 1e6;
-        let extra: Vec<f64> = control.iter().zip(&agent).map(|(c, a)| per_query(a) - per_query(c)).collect();
-        let agent_us: Vec<f64> = agent.iter().map(|a| a.agent_cpu_s / a.queries.max(1) as f64 * 1e6).collect();
-        let cores_10k: Vec<f64> = agent.iter().map(|a| a.agent_cpu_s / a.seconds / a.qps.max(1.0) * 10_000.0).collect();
-        let rss = agent.iter().map(|a| a.agent_peak_rss_kib).max().unwrap_or(0) as f64 / 1024.0;
-        let counts: Vec<String> = agent.iter().map(|a| format!("{}/{}", a.agent_statements, a.queries)).collect();
-        let (lo, hi) = min_max(&ratios);
-        let _ = writeln!(
-            md,
-            "| {script} | {:.3} ({lo:.3}-{hi:.3}) | {:.0} | {:.0} | {:.3} | {:.1} | {:.2} | {:.2} | {:.4} | {rss:.1} | {} |",
-            median(ratios.clone()),
-            median(control.iter().map(|r| r.qps).collect()),
-            median(agent.iter().map(|r| r.qps).collect()),
-            median(lat),
-            median(control.iter().map(per_query).collect()),
-            median(extra.clone()),
-            median(agent_us),
-            median(cores_10k),
-            counts.join(", "),
-        );
-        let effect = 1.0 - median(ratios.clone());
-        if hi - lo > effect.abs() {
-            let _ = writeln!(md, "\nNote: for {script} the min-max spread of the QPS ratio ({:.3}) is larger than the effect ({effect:.3}); more or longer pairs are needed to resolve it.\n", hi - lo);
+        for treatment in &args.treatments {
+            let pairs_of = |t: &str| runs.iter().filter(|r| &r.script == script && r.treatment == t).cloned().collect::<Vec<_>>();
+            let (control, agent) = (pairs_of("control"), pairs_of(treatment));
+            let ratios: Vec<f64> = control.iter().zip(&agent).map(|(c, a)| a.qps / c.qps).collect();
+            let lat: Vec<f64> = control.iter().zip(&agent).map(|(c, a)| a.avg_ms / c.avg_ms).collect();
+            let per_query = |r: &Run| r.mysqld_cpu_s / r.queries.max(1) as f64 * 1e6;
+            let extra: Vec<f64> = control.iter().zip(&agent).map(|(c, a)| per_query(a) - per_query(c)).collect();
+            let hits: Vec<f64> = agent.iter().map(|a| a.bpf_hits as f64 / a.queries.max(1) as f64).collect();
+            let bpf_ns: Vec<f64> = agent.iter().map(|a| a.bpf_ns as f64 / a.queries.max(1) as f64).collect();
+            let agent_us: Vec<f64> = agent.iter().map(|a| a.agent_cpu_s / a.queries.max(1) as f64 * 1e6).collect();
+            let cores_10k: Vec<f64> = agent.iter().map(|a| a.agent_cpu_s / a.seconds / a.qps.max(1.0) * 10_000.0).collect();
+            let rss = agent.iter().map(|a| a.agent_peak_rss_kib).max().unwrap_or(0) as f64 / 1024.0;
+            let counts: Vec<String> = agent.iter().map(|a| format!("{}/{}", a.agent_statements, a.queries)).collect();
+            let (lo, hi) = min_max(&ratios);
+            let _ = writeln!(
+                md,
+                "| {script} | {treatment} | {:.3} ({lo:.3}-{hi:.3}) | {:.0} | {:.0} | {:.3} | {:.1} | {:.2} | {:.2} | {:.0} | {:.2} | {:.4} | {rss:.1} | {} |",
+                median(ratios.clone()),
+                median(control.iter().map(|r| r.qps).collect()),
+                median(agent.iter().map(|r| r.qps).collect()),
+                median(lat),
+                median(control.iter().map(per_query).collect()),
+                median(extra.clone()),
+                median(hits),
+                median(bpf_ns),
+                median(agent_us),
+                median(cores_10k),
+                counts.join(", "),
+            );
+            let effect = 1.0 - median(ratios.clone());
+            if hi - lo > effect.abs() {
+                let _ = writeln!(md, "\nNote: for {script} / {treatment} the min-max spread of the QPS ratio ({:.3}) is larger than the effect ({effect:.3}); more or longer pairs are needed to resolve it.\n", hi - lo);
+            }
         }
     }
     let _ = writeln!(
@@ -284,12 +346,12 @@ fn write_results(name: &str, report: &str, runs: &[Run]) -> anyhow::Result<()> {
     let date = Command::new("date").arg("+%Y-%m-%d").output()?;
     let date = String::from_utf8_lossy(&date.stdout).trim().to_string();
     fs::write(dir.join(format!("{date}-{name}.md")), report)?;
-    let mut csv = String::from("script,treatment,pair,seconds,queries,qps,tps,avg_ms,p95_ms,mysqld_cpu_s,agent_cpu_s,agent_peak_rss_kib,agent_statements\n");
+    let mut csv = String::from("script,treatment,pair,seconds,queries,qps,tps,avg_ms,p95_ms,mysqld_cpu_s,agent_cpu_s,agent_peak_rss_kib,agent_statements,bpf_hits,bpf_ns\n");
     for r in runs {
         let _ = writeln!(
             csv,
-            "{},{},{},{:.3},{},{:.2},{:.2},{:.3},{:.3},{:.3},{:.3},{},{}",
-            r.script, r.treatment, r.pair, r.seconds, r.queries, r.qps, r.tps, r.avg_ms, r.p95_ms, r.mysqld_cpu_s, r.agent_cpu_s, r.agent_peak_rss_kib, r.agent_statements
+            "{},{},{},{:.3},{},{:.2},{:.2},{:.3},{:.3},{:.3},{:.3},{},{},{},{}",
+            r.script, r.treatment, r.pair, r.seconds, r.queries, r.qps, r.tps, r.avg_ms, r.p95_ms, r.mysqld_cpu_s, r.agent_cpu_s, r.agent_peak_rss_kib, r.agent_statements, r.bpf_hits, r.bpf_ns
         );
     }
     fs::write(dir.join(format!("{date}-{name}.csv")), csv)?;

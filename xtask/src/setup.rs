@@ -6,7 +6,7 @@ use anyhow::{Context as _, bail};
 use xtask::paths::{TOOLCHAIN, llvm_prefix, tools_dir};
 
 const BPF_LINKER_VERSION: &str = "0.13.0";
-const DEBIAN_PACKAGES: [&str; 4] = ["mariadb-server", "mariadb-client", "sysbench", "protobuf-compiler"];
+const DEBIAN_PACKAGES: [&str; 5] = ["mariadb-server", "mariadb-client", "sysbench", "protobuf-compiler", "bpftool"];
 
 pub fn run() -> anyhow::Result<()> {
     toolchain().context("setup step 1/3 (pinned nightly toolchain)")?;

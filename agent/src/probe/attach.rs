@@ -21,6 +21,8 @@ pub struct ProbeConfig {
     pub text_limit: u32,
     /// Ring buffer size in bytes (a power of two, at least one page).
     pub ring_bytes: u32,
+    /// Attach the wait-class probes (`thd_wait_begin`/`thd_wait_end`).
+    pub waits: bool,
 }
 
 pub struct AttachedServer {
@@ -54,7 +56,7 @@ impl AttachedServer {
             ("statement_end", binary.points.statement_end),
             ("error_raised", binary.points.error_raised),
         ];
-        if let Some((begin, end)) = binary.points.waits {
+        if let Some((begin, end)) = binary.points.waits.filter(|_| config.waits) {
             points.extend([("wait_begin", begin), ("wait_end", end)]);
         }
         for (program, symbol) in points {
