@@ -75,4 +75,11 @@ impl Query for QueryService {
         let store = self.store.clone();
         Ok(Response::new(blocking(move || store.totals(&query)).await?))
     }
+
+    async fn locks(
+        &self,
+        _request: Request<sqlbee_proto::v1::LocksRequest>,
+    ) -> Result<Response<sqlbee_proto::v1::LocksResponse>, Status> {
+        Err(Status::unimplemented("lock waits are not stored yet"))
+    }
 }

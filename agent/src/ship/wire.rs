@@ -72,5 +72,6 @@ pub fn instance_window(report: &WindowReport) -> InstanceWindow {
         dropped_in_agent: 0,
         unmatched: s.unmatched,
         overflow_statements: s.overflow_statements,
+        lock_waits: Vec::new(),
     }
 }
