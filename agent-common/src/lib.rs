@@ -115,6 +115,25 @@ pub struct ServerLayout {
     pub connection_id_offset: u32,
     /// Bytes of text to copy per statement (at most [`MAX_TEXT`]).
     pub text_limit: u32,
+    /// Waits at least this long (microseconds) are also reported one by
+    /// one as [`LongWait`] records; 0 turns that off.
+    pub long_wait_us: u32,
+}
+
+/// One wait longer than `ServerLayout::long_wait_us`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LongWait {
+    pub tid: u32,
+    /// `wait_class` index.
+    pub class: u32,
+    pub thd: u64,
+    pub connection_id: u64,
+    /// CLOCK_MONOTONIC ns.
+    pub wait_start_ns: u64,
+    pub duration_ns: u64,
+    /// `start_ns` of the waiting statement: with `tid`, names its record.
+    pub statement_start_ns: u64,
 }
 
 /// In-flight state of one server thread between the start of a command
@@ -133,7 +152,9 @@ pub struct Inflight {
     pub error_code: u32,
     /// Nesting depth of the wait in progress (0: not waiting).
     pub wait_depth: u32,
-    pub _pad: u32,
+    /// Set once a statement of the command has ended: a network wait after
+    /// that is the connection idling for its next command, not a statement.
+    pub statement_ended: u32,
     pub wait_start_ns: u64,
     pub wait_class: u64,
     /// Time waited so far in this statement, per wait class.
@@ -181,4 +202,5 @@ mod pod {
     unsafe impl aya::Pod for super::Inflight {}
     unsafe impl aya::Pod for super::StatementEvent {}
     unsafe impl aya::Pod for super::ErrorSample {}
+    unsafe impl aya::Pod for super::LongWait {}
 }

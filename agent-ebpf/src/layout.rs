@@ -10,6 +10,7 @@ static LAYOUT: ServerLayout = ServerLayout {
     query_offset: 0,
     connection_id_offset: 0,
     text_limit: agent_common::DEFAULT_TEXT_LIMIT,
+    long_wait_us: 0,
 };
 
 #[inline(always)]

@@ -27,6 +27,10 @@ pub fn inflight_slot(tid: u32) -> Option<*mut Inflight> {
 #[map]
 pub static ERRORS: RingBuf = RingBuf::with_byte_size(256 * 1024, 0);
 
+/// Waits longer than the configured threshold, one record each.
+#[map]
+pub static LONG_WAITS: RingBuf = RingBuf::with_byte_size(256 * 1024, 0);
+
 /// Exact count of each `enum_server_command` dispatched, whatever happens
 /// to the ring buffer.
 #[map]

@@ -153,6 +153,7 @@ fn try_statement_end(ctx: &ProbeContext) -> Result<(), i64> {
     inflight.start_ns = now;
     inflight.error_code = 0;
     inflight.waits = [0; wait_class::COUNT];
+    inflight.statement_ended = 1;
 
     let total = (EVENT_HEADER_LEN + captured as usize) & (MAX_TEXT * 2 - 1);
     let bytes = unsafe {

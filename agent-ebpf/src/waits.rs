@@ -3,14 +3,18 @@
 //! and table-lock waits, disk I/O, commit and more; these probes run only
 //! when a thread actually waits, so a statement that never waits pays
 //! nothing for them.
-use agent_common::wait_class;
+use agent_common::{LongWait, wait_class};
 use aya_ebpf::{
-    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
+    bindings::BPF_RB_NO_WAKEUP,
+    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user},
     macros::uprobe,
     programs::ProbeContext,
 };
 
-use crate::maps::inflight_slot;
+use crate::{
+    layout::layout,
+    maps::{LONG_WAITS, inflight_slot},
+};
 
 /// Waits nest (a disk read inside a lock wait); only the outermost is timed,
 /// so no time is counted twice. Deeper nesting than this is ignored.
@@ -26,9 +30,14 @@ pub fn wait_begin(ctx: ProbeContext) -> u32 {
     if inflight.tid != tid || inflight.start_ns == 0 || inflight.wait_depth >= MAX_DEPTH {
         return 0;
     }
+    let class = wait_class::of(wait_type);
+    if inflight.wait_depth == 0 && class == wait_class::NETWORK && inflight.statement_ended != 0 {
+        // Idle between commands: not a statement's wait.
+        return 0;
+    }
     if inflight.wait_depth == 0 {
         inflight.wait_start_ns = unsafe { bpf_ktime_get_ns() };
-        inflight.wait_class = wait_class::of(wait_type) as u64;
+        inflight.wait_class = class as u64;
     }
     inflight.wait_depth += 1;
     0
@@ -50,6 +59,29 @@ pub fn wait_end(_ctx: ProbeContext) -> u32 {
         if class < wait_class::COUNT {
             inflight.waits[class] += waited;
         }
+        let layout = layout();
+        if layout.long_wait_us != 0 && waited >= layout.long_wait_us as u64 * 1000 {
+            report_long_wait(inflight, tid, waited, layout.connection_id_offset);
+        }
     }
     0
+}
+
+/// Writes one record for a long wait; a full ring loses the record only
+/// (the per-class totals above stay exact).
+fn report_long_wait(inflight: &agent_common::Inflight, tid: u32, waited: u64, connection_id_offset: u32) {
+    let connection_id =
+        unsafe { bpf_probe_read_user((inflight.thd + connection_id_offset as u64) as *const u64) }.unwrap_or(0);
+    if let Some(mut entry) = LONG_WAITS.reserve::<LongWait>(0) {
+        entry.write(LongWait {
+            tid,
+            class: inflight.wait_class as u32,
+            thd: inflight.thd,
+            connection_id,
+            wait_start_ns: inflight.wait_start_ns,
+            duration_ns: waited,
+            statement_start_ns: inflight.start_ns,
+        });
+        entry.submit(BPF_RB_NO_WAKEUP as u64);
+    }
 }

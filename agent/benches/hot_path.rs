@@ -65,6 +65,7 @@ fn benches(c: &mut Criterion) {
             aggregator.ingest(ProbeBatch {
                 server: server.clone(),
                 statements: statements.clone(),
+                long_waits: Vec::new(),
                 counters: None,
                 detached: false,
             })

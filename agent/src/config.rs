@@ -108,6 +108,10 @@ pub struct AgentArgs {
     /// Do not attach the wait-class probes (no `waits` per digest).
     #[arg(long, env = "SQLBEE_NO_WAIT_PROBES")]
     pub no_wait_probes: bool,
+    /// Report each wait at least this long as a lock-wait record with
+    /// candidate blockers (default 50ms; 0 turns it off).
+    #[arg(long, env = "SQLBEE_LOCK_WAIT_THRESHOLD")]
+    pub lock_wait_threshold: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -132,6 +136,7 @@ struct AgentFile {
     ready_file: Option<PathBuf>,
     table_rows: Option<usize>,
     wait_probes: Option<bool>,
+    lock_wait_threshold: Option<String>,
 }
 
 /// Validated agent configuration.
@@ -150,6 +155,8 @@ pub struct AgentConfig {
     pub ready_file: Option<PathBuf>,
     pub table_rows: usize,
     pub wait_probes: bool,
+    /// Waits at least this long become lock-wait records (0: off).
+    pub long_wait_us: u32,
     /// How often /proc is rescanned for started, restarted or gone servers.
     pub rescan_interval: Duration,
     pub normalize_cache: usize,
@@ -223,6 +230,11 @@ impl AgentArgs {
             ready_file: self.ready_file.or(file.ready_file),
             table_rows: self.table_rows.or(file.table_rows).unwrap_or(20),
             wait_probes: !self.no_wait_probes && file.wait_probes.unwrap_or(true),
+            long_wait_us: {
+                let value = self.lock_wait_threshold.or(file.lock_wait_threshold).unwrap_or_else(|| "50ms".into());
+                let threshold = if value.trim() == "0" { Duration::ZERO } else { duration("lock_wait_threshold", &value)? };
+                threshold.as_micros().min(u32::MAX as u128) as u32
+            },
             rescan_interval: Duration::from_millis(500),
             normalize_cache: 20_000,
         };

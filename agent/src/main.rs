@@ -11,7 +11,7 @@ use sqlbee::{
     collector::{self, CollectorArgs},
     config::AgentArgs,
     pipeline,
-    query::{self, InstancesArgs, TopArgs},
+    query::{self, InstancesArgs, LocksArgs, TopArgs},
 };
 
 #[derive(Parser)]
@@ -32,6 +32,8 @@ enum Role {
     Top(TopArgs),
     /// Agents and server instances a collector knows, with lag and gaps.
     Instances(InstancesArgs),
+    /// Long waits with the waiting statement and candidate blockers.
+    Locks(LocksArgs),
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -66,6 +68,7 @@ fn main() -> anyhow::Result<()> {
         Role::Collector(args) => collector::main(args).context("collector failed")?,
         Role::Top(args) => query::top(args).context("top failed")?,
         Role::Instances(args) => query::instances(args).context("instances failed")?,
+        Role::Locks(args) => query::locks(args).context("locks failed")?,
     }
     Ok(())
 }

@@ -64,6 +64,7 @@ pub fn run_agent(config: AgentConfig, stop: Arc<AtomicBool>) -> Result<(), Pipel
         text_limit: config.text_limit,
         ring_bytes: config.ring_bytes,
         waits: config.wait_probes,
+        long_wait_us: config.long_wait_us,
     });
 
     // Explicit pids must work at start: a wrong pid or binary is an error.

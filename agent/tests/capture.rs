@@ -374,6 +374,21 @@ fn row_lock_wait_is_timed_on_the_waiting_statement() {
     assert!((450_000_000..=700_000_000).contains(&max) && sum == max, "row lock wait {max} ns: {waits:?}");
     // The holder itself never waited.
     assert!(waits_of(&out, "SELECT `v` FROM `app`.`r` WHERE ID = ? FOR UPDATE").is_empty());
+    // One lock-wait record names the waiting statement and, as candidate
+    // blocker, the holder's open transaction with its FOR UPDATE.
+    let records: Vec<_> = out.of_type("lock_wait").collect();
+    assert_eq!(records.len(), 1, "{records:#?}");
+    let r = records[0];
+    assert_eq!(r["class"], "row_lock");
+    assert_eq!(r["digest_text"], "UPDATE `app`.`r` SET `v` = `v` + ? WHERE ID = ?");
+    assert_eq!(r["blocker_kind"], "candidates");
+    let duration = r["duration_ns"].as_u64().unwrap();
+    assert!((450_000_000..=700_000_000).contains(&duration), "{r:#?}");
+    let holder_txn = r["blockers"].as_array().unwrap().iter().find(|b| {
+        b["transaction"] == true
+            && b["statements"].as_array().unwrap().iter().any(|s| s == "SELECT `v` FROM `app`.`r` WHERE ID = ? FOR UPDATE")
+    });
+    assert!(holder_txn.is_some(), "{r:#?}");
 }
 
 #[test]
@@ -400,6 +415,15 @@ fn metadata_lock_wait_is_timed_on_the_alter() {
     let waits = waits_of(&out, "ALTER TABLE `app`.`m` ADD COLUMN `note` INT");
     let (_, max, _) = waits.get("metadata_lock").copied().unwrap_or_default();
     assert!((250_000_000..=600_000_000).contains(&max), "metadata lock wait {max} ns: {waits:?}");
+    let record = out
+        .of_type("lock_wait")
+        .find(|r| r["class"] == "metadata_lock" && r["digest_text"] == "ALTER TABLE `app`.`m` ADD COLUMN `note` INT")
+        .unwrap_or_else(|| panic!("no metadata lock record: {:#?}", out.lines));
+    let blockers = record["blockers"].as_array().unwrap();
+    assert!(
+        blockers.iter().any(|b| b["statements"].as_array().unwrap().iter().any(|s| s == "SELECT * FROM `app`.`m`")),
+        "{record:#?}"
+    );
 }
 
 #[test]

@@ -14,7 +14,10 @@ use rcgen::{
 };
 use serde_json::Value;
 use sqlbee::client::ClientOptions;
-use sqlbee_proto::v1::{DigestStats, ErrorCount, InstancesRequest, PushResponse, TopRequest, TotalsRequest, WaitStats};
+use sqlbee_proto::v1::{
+    Blocker, DigestStats, ErrorCount, InstancesRequest, LockWait, LocksRequest, PushResponse, TopRequest, TotalsRequest,
+    WaitStats,
+};
 use tonic::{Code, codec::CompressionEncoding};
 
 const INSTANCE: &str = "db1:3306";
@@ -647,10 +650,11 @@ async fn version_1_store_is_upgraded_and_keeps_its_data() {
     };
     {
         let conn = rusqlite::Connection::open(&path).unwrap();
-        assert_eq!(conn.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0)).unwrap(), 2);
+        assert_eq!(conn.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0)).unwrap(), 3);
         conn.execute_batch(
             "ALTER TABLE digest_windows DROP COLUMN waits;
              DROP TABLE error_samples;
+             DROP TABLE lock_waits;
              PRAGMA user_version = 1;",
         )
         .unwrap();
@@ -663,7 +667,7 @@ async fn version_1_store_is_upgraded_and_keeps_its_data() {
     assert!(log.contains("store schema upgraded"), "{log}");
     {
         let conn = rusqlite::Connection::open(&path).unwrap();
-        assert_eq!(conn.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0)).unwrap(), 2);
+        assert_eq!(conn.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0)).unwrap(), 3);
         assert_eq!(columns(&conn).last().map(String::as_str), Some("waits"));
     }
     let top = top_json(&url, &[]);
@@ -701,4 +705,258 @@ async fn version_1_store_is_upgraded_and_keeps_its_data() {
         d["error_codes"],
         serde_json::json!({"1062": {"count": 2, "sample_message": "Duplicate entry '7' for key 'PRIMARY'"}})
     );
+}
+
+const FOR_UPDATE: &str = "SELECT * FROM t WHERE id = ? FOR UPDATE";
+
+fn lock_wait(start: i64, connection_id: u64, blockers: Vec<Blocker>) -> LockWait {
+    LockWait {
+        start_unix_ms: start,
+        duration_ns: 250_000_000,
+        class: "row_lock".into(),
+        connection_id,
+        digest: 0xfeed_0000_0000_0001,
+        digest_text: "UPDATE t SET a = ? WHERE id = ?".into(),
+        sample: "UPDATE t SET a = 1 WHERE id = 1".into(),
+        blocker_kind: "candidates".into(),
+        blockers,
+    }
+}
+
+fn blocker(connection_id: u64, transaction: bool, started: i64, statements: &[&str]) -> Blocker {
+    Blocker { connection_id, transaction, started_unix_ms: started, statements: statements.iter().map(|s| s.to_string()).collect() }
+}
+
+/// `sqlbee locks --format json ...`, parsed; panics with stderr on failure.
+fn locks_json(url: &str, extra: &[&str]) -> Value {
+    let mut args = vec!["locks", "--collector", url, "--format", "json"];
+    args.extend_from_slice(extra);
+    let out = sqlbee_query(&args);
+    assert!(out.status.success(), "sqlbee locks failed: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("sqlbee locks printed no JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+fn connections(locks: &Value) -> Vec<u64> {
+    locks.as_array().unwrap().iter().map(|l| l["connection_id"].as_u64().unwrap()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_waits_are_stored_and_listed_newest_first() {
+    let collector = Collector::start(&[]);
+    let url = collector.http_url();
+    let mut ingest = ingest_client(&plain(&url)).await;
+    let now = now_ms();
+    let hour = 3_600_000;
+    let mut w1 = window(INSTANCE, 1, now, vec![digest(1, "SELECT ?", &[1000])]);
+    w1.lock_waits = vec![
+        lock_wait(now - 2 * hour, 21, vec![]),
+        lock_wait(
+            now - 60_000,
+            22,
+            vec![
+                blocker(12, true, now - 90_000, &[FOR_UPDATE, "UPDATE t SET b = ?"]),
+                blocker(u64::MAX, false, now - 70_000, &["ALTER TABLE t ADD c INT"]),
+            ],
+        ),
+    ];
+    let mut w2 = window("db2:3306", 2, now, vec![digest(1, "SELECT ?", &[1000])]);
+    w2.lock_waits = vec![lock_wait(now - 3000, 31, vec![blocker(40, true, now - 4000, &[FOR_UPDATE])])];
+    w2.lock_waits[0].class = "metadata_lock".into();
+    w2.lock_waits[0].blocker_kind = String::new();
+    assert!(!push(&mut ingest, batch("agent-l1", 1, vec![w1.clone()])).await.unwrap().duplicate);
+    assert!(!push(&mut ingest, batch("agent-l2", 1, vec![w2])).await.unwrap().duplicate);
+    // A replay stores nothing twice.
+    assert!(push(&mut ingest, batch("agent-l1", 1, vec![w1])).await.unwrap().duplicate);
+
+    let all = locks_json(&url, &["--since", "all"]);
+    assert_eq!(connections(&all), vec![31, 22, 21], "{all:#}");
+    let l = &all[1];
+    assert_eq!((l["instance"].as_str(), l["agent_id"].as_str()), (Some(INSTANCE), Some("agent-l1")));
+    assert_eq!(l["start_unix_ms"], now - 60_000);
+    assert_eq!((l["duration_ns"].as_u64(), l["class"].as_str()), (Some(250_000_000), Some("row_lock")));
+    assert_eq!(l["digest"], "feed000000000001");
+    assert_eq!(l["digest_text"], "UPDATE t SET a = ? WHERE id = ?");
+    assert_eq!(l["sample"], "UPDATE t SET a = 1 WHERE id = 1");
+    assert_eq!(l["blocker_kind"], "candidates");
+    assert_eq!(
+        l["blockers"],
+        serde_json::json!([
+            {"connection_id": 12, "transaction": true, "started_unix_ms": now - 90_000, "statements": [FOR_UPDATE, "UPDATE t SET b = ?"]},
+            {"connection_id": u64::MAX, "transaction": false, "started_unix_ms": now - 70_000, "statements": ["ALTER TABLE t ADD c INT"]},
+        ])
+    );
+    assert_eq!(all[0]["class"], "metadata_lock");
+    assert_eq!(all[2]["blockers"], serde_json::json!([]));
+
+    // Filters: instance, since (default 1h), limit.
+    assert_eq!(connections(&locks_json(&url, &["--since", "all", "--instance", INSTANCE])), vec![22, 21]);
+    assert_eq!(connections(&locks_json(&url, &["--instance", "db2:3306"])), vec![31]);
+    assert_eq!(connections(&locks_json(&url, &[])), vec![31, 22]);
+    assert_eq!(connections(&locks_json(&url, &["--since", "30s"])), vec![31]);
+    assert_eq!(connections(&locks_json(&url, &["--since", "all", "--limit", "1"])), vec![31]);
+    assert!(locks_json(&url, &["--instance", "nope:1"]).as_array().unwrap().is_empty());
+
+    // The Query service directly.
+    let mut query = query_client(&plain(&url)).await;
+    let answer = query.locks(LocksRequest::default()).await.unwrap().into_inner();
+    assert_eq!(answer.waits.len(), 3);
+    assert_eq!(answer.waits[1].wait.as_ref().unwrap().blockers[1].connection_id, u64::MAX);
+    let err = query.locks(LocksRequest { limit: 10_001, ..Default::default() }).await.unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+    assert!(err.message().contains("limit"), "{err:?}");
+
+    // The table: a note that blockers are candidates, one line per wait.
+    let out = sqlbee_query(&["locks", "--collector", &url, "--since", "all"]);
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{table}");
+    assert!(table.lines().next().unwrap().contains("candidates"), "{table}");
+    let line = table.lines().find(|l| l.contains(" 22 ")).unwrap_or_else(|| panic!("{table}"));
+    assert!(line.contains("250.000") && line.contains("UPDATE t SET a = ? WHERE id = ?"), "{table}");
+    assert!(line.contains("conn 12 txn since ") && line.contains(FOR_UPDATE), "{table}");
+    assert!(line.contains(&format!("conn {} stmt since ", u64::MAX)), "{table}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_lock_waits_are_refused_and_not_stored() {
+    let collector = Collector::start(&[]);
+    let url = collector.http_url();
+    let mut ingest = ingest_client(&plain(&url)).await;
+    let now = now_ms();
+    let good = || {
+        let mut w = window(INSTANCE, 1, now, vec![digest(5, "SELECT ?", &[1000])]);
+        w.lock_waits = vec![lock_wait(now - 1000, 1, vec![blocker(2, true, now - 2000, &[FOR_UPDATE])])];
+        batch("agent-lbad", 1, vec![w])
+    };
+    let expect_invalid = |result: Result<PushResponse, tonic::Status>, needles: &[&str]| {
+        let err = result.expect_err("a malformed batch was accepted");
+        assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+        for needle in needles {
+            assert!(err.message().contains(needle), "{needle:?} not in {:?}", err.message());
+        }
+    };
+    let at = "windows[0].lock_waits[0]";
+    let mut b = good();
+    b.windows[0].lock_waits[0].duration_ns = 0;
+    expect_invalid(push(&mut ingest, b).await, &[&format!("{at}.duration_ns")]);
+    let mut b = good();
+    b.windows[0].lock_waits[0].class = String::new();
+    expect_invalid(push(&mut ingest, b).await, &[&format!("{at}.class"), "empty"]);
+    let mut b = good();
+    b.windows[0].lock_waits[0].class = "c".repeat(33);
+    expect_invalid(push(&mut ingest, b).await, &[&format!("{at}.class"), "at most 32"]);
+    let mut b = good();
+    b.windows[0].lock_waits[0].start_unix_ms = now - 40 * 86_400_000;
+    expect_invalid(push(&mut ingest, b).await, &[&format!("{at}.start_unix_ms"), "clock"]);
+    let mut b = good();
+    b.windows[0].lock_waits[0].blocker_kind = "k".repeat(33);
+    expect_invalid(push(&mut ingest, b).await, &[&format!("{at}.blocker_kind")]);
+    let mut b = good();
+    b.windows[0].lock_waits[0].blockers = vec![blocker(2, true, now, &[]); 33];
+    expect_invalid(push(&mut ingest, b).await, &[&format!("{at}.blockers"), "at most 32"]);
+    let mut b = good();
+    b.windows[0].lock_waits[0].blockers[0].statements = vec![FOR_UPDATE.to_string(); 9];
+    expect_invalid(push(&mut ingest, b).await, &[&format!("{at}.blockers[0].statements"), "at most 8"]);
+    let mut b = good();
+    b.windows[0].lock_waits[0].blockers[0].statements[0] = "x".repeat(64 * 1024 + 1);
+    expect_invalid(push(&mut ingest, b).await, &[&format!("{at}.blockers[0].statements[0]")]);
+    let mut b = good();
+    b.windows[0].lock_waits[0].digest_text = "x".repeat(64 * 1024 + 1);
+    expect_invalid(push(&mut ingest, b).await, &[&format!("{at}.digest_text")]);
+    let mut b = good();
+    b.windows[0].lock_waits = vec![lock_wait(now - 1000, 1, vec![]); 1001];
+    expect_invalid(push(&mut ingest, b).await, &["windows[0].lock_waits", "at most 1000"]);
+
+    // Nothing was stored, not even the sequence.
+    assert!(locks_json(&url, &["--since", "all"]).as_array().unwrap().is_empty());
+    assert!(top_json(&url, &[]).as_array().unwrap().is_empty());
+    assert!(!push(&mut ingest, good()).await.unwrap().duplicate);
+    assert_eq!(connections(&locks_json(&url, &["--since", "all"])), vec![1]);
+    // A batch without lock waits (an older agent) is fine.
+    let old = batch("agent-lbad", 2, vec![window(INSTANCE, 1, now, vec![digest(6, "SELECT ?", &[1000])])]);
+    assert!(!push(&mut ingest, old).await.unwrap().duplicate);
+    assert_eq!(locks_json(&url, &["--since", "all"]).as_array().unwrap().len(), 1);
+}
+
+/// A store written by a version-2 collector (no lock_waits table) is
+/// upgraded when a newer collector opens it, keeping its data.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn version_2_store_is_upgraded_and_keeps_its_data() {
+    let mut collector = Collector::start(&[]);
+    let url = collector.http_url();
+    let mut ingest = ingest_client(&plain(&url)).await;
+    let now = now_ms();
+    let id = 0x0bd0_0000_0000_0002;
+    let old = batch(
+        "agent-v2",
+        1,
+        vec![window(INSTANCE, 1, now - 10_000, vec![waiting(id, "SELECT ?", &[1000, 2000], vec![wait("row_lock", 900, 900, 1)], vec![])])],
+    );
+    assert!(!push(&mut ingest, old.clone()).await.unwrap().duplicate);
+    drop(ingest);
+
+    collector.kill9();
+    let path = collector.dir.path().join("store.db");
+    let tables = |conn: &rusqlite::Connection| -> Vec<String> {
+        let mut stmt = conn.prepare("SELECT name FROM sqlite_master WHERE type = 'table'").unwrap();
+        stmt.query_map([], |r| r.get(0)).unwrap().map(Result::unwrap).collect()
+    };
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch("DROP TABLE lock_waits; PRAGMA user_version = 2;").unwrap();
+        assert!(!tables(&conn).contains(&"lock_waits".to_string()));
+    }
+
+    collector.restart();
+    let url = collector.http_url();
+    let log = collector.stderr_text();
+    assert!(log.contains("store schema upgraded"), "{log}");
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        assert_eq!(conn.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0)).unwrap(), 3);
+        assert!(tables(&conn).contains(&"lock_waits".to_string()));
+    }
+    let top = top_json(&url, &[]);
+    let d = row(&top, id);
+    assert_eq!(d["count"], 2, "{d:#}");
+    assert_eq!(d["waits"]["row_lock"]["sum_ns"], 900);
+    assert!(locks_json(&url, &["--since", "all"]).as_array().unwrap().is_empty());
+
+    let mut ingest = ingest_client(&plain(&url)).await;
+    assert!(push(&mut ingest, old).await.unwrap().duplicate);
+    let mut w = window(INSTANCE, 1, now, vec![digest(id, "SELECT ?", &[3000])]);
+    w.lock_waits = vec![lock_wait(now - 100, 8, vec![blocker(9, true, now - 500, &[FOR_UPDATE])])];
+    assert!(!push(&mut ingest, batch("agent-v2", 2, vec![w])).await.unwrap().duplicate);
+    let locks = locks_json(&url, &["--since", "all"]);
+    assert_eq!(connections(&locks), vec![8]);
+    assert_eq!(locks[0]["blockers"][0]["connection_id"], 9);
+    assert_eq!(row(&top_json(&url, &[]), id)["count"], 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_prunes_lock_waits() {
+    let collector = Collector::start(&["--retention".into(), "5s".into(), "--prune-interval".into(), "300ms".into()]);
+    let url = collector.http_url();
+    let mut ingest = ingest_client(&plain(&url)).await;
+    let now = now_ms();
+    // The window ends in the future (allowed skew), so it stays; its first
+    // wait started just now and passes the retention within seconds.
+    let mut w = window(INSTANCE, 1, now + 600_000, vec![digest(1, "SELECT ?", &[1000])]);
+    w.lock_waits = vec![lock_wait(now - 100, 1, vec![]), lock_wait(now + 590_000, 2, vec![])];
+    // Past retention already: the window and its wait are not kept.
+    let mut ancient = window(INSTANCE, 1, now - 86_400_000, vec![digest(2, "SELECT ?", &[1000])]);
+    ancient.lock_waits = vec![lock_wait(now - 86_400_000 - 1000, 3, vec![])];
+    assert!(!push(&mut ingest, batch("agent-lr", 1, vec![w, ancient])).await.unwrap().duplicate);
+    assert_eq!(connections(&locks_json(&url, &["--since", "all"])), vec![2, 1]);
+
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let ids = connections(&locks_json(&url, &["--since", "all"]));
+        assert!(ids.contains(&2), "the fresh wait was pruned: {ids:?}");
+        if ids == vec![2] {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "nothing pruned: {ids:?}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
 }

@@ -6,6 +6,7 @@
 //! from the events, so they stay exact when events were dropped.
 mod commands;
 pub mod histogram;
+mod locks;
 
 use agent_common::wait_class;
 use std::{
@@ -15,6 +16,8 @@ use std::{
 };
 
 pub use commands::command_name;
+pub use locks::{Blocker, LockWaitRecord};
+use locks::LockTracker;
 use commands::{COM_QUERY, COM_STMT_EXECUTE};
 use histogram::Histogram;
 
@@ -133,6 +136,8 @@ pub struct WindowReport {
     pub window_end: SystemTime,
     pub digests: Vec<DigestStats>,
     pub summary: Summary,
+    /// Waits longer than the threshold that ended in this window.
+    pub lock_waits: Vec<LockWaitRecord>,
 }
 
 #[derive(Default)]
@@ -150,6 +155,8 @@ pub struct Aggregator {
     windows: BTreeMap<String, InstanceWindow>,
     /// Last cumulative kernel counters per attached server generation.
     last_counters: HashMap<(String, u32, u64), Counters>,
+    /// Per instance; lives across windows (open transactions do).
+    locks: HashMap<String, LockTracker>,
 }
 
 impl Aggregator {
@@ -160,6 +167,7 @@ impl Aggregator {
             window_start: now,
             windows: BTreeMap::new(),
             last_counters: HashMap::new(),
+            locks: HashMap::new(),
         }
     }
 
@@ -168,8 +176,13 @@ impl Aggregator {
         let window = self.windows.entry(instance.clone()).or_default();
         window.summary.pid = batch.server.pid;
         window.summary.server_start_unix_ms = batch.server.start_unix_ms;
+        let locks = self.locks.entry(instance.clone()).or_default();
+        for wait in &batch.long_waits {
+            locks.wait(*wait);
+        }
         for statement in &batch.statements {
             let digest = digest_of(&mut self.normalizer, statement);
+            locks.statement(statement, &digest);
             let stats = if window.digests.contains_key(&digest.id) || window.digests.len() < self.max_digests {
                 window.digests.entry(digest.id).or_insert_with(|| DigestStats::new(&digest))
             } else {
@@ -215,7 +228,15 @@ impl Aggregator {
                 .iter()
                 .map(|(c, n)| (command_name(*c).into_owned(), *n))
                 .collect();
-            reports.push(WindowReport { instance, window_start: start, window_end: now, digests, summary: window.summary });
+            let lock_waits = self.locks.get_mut(&instance).map(LockTracker::take_records).unwrap_or_default();
+            reports.push(WindowReport {
+                instance,
+                window_start: start,
+                window_end: now,
+                digests,
+                summary: window.summary,
+                lock_waits,
+            });
         }
         reports
     }

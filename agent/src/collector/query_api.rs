@@ -1,18 +1,21 @@
 //! The Query service: checks the request, asks the store on the blocking
-//! pool. Owns the request defaults and limits (limit 20, at most 10 000).
+//! pool. Owns the request defaults and limits (limit 20 digests or 100 lock
+//! waits, at most 10 000).
 use std::sync::Arc;
 
 use sqlbee_proto::v1::{
-    InstancesRequest, InstancesResponse, TopRequest, TopResponse, TotalsRequest, TotalsResponse, query_server::Query,
+    InstancesRequest, InstancesResponse, LocksRequest, LocksResponse, TopRequest, TopResponse, TotalsRequest,
+    TotalsResponse, query_server::Query,
 };
 use tonic::{Request, Response, Status};
 
 use super::{
     ingest::blocking,
-    store::{OrderBy, Store, TopQuery, TotalsQuery},
+    store::{LocksQuery, OrderBy, Store, TopQuery, TotalsQuery},
 };
 
 pub const DEFAULT_LIMIT: usize = 20;
+pub const DEFAULT_LOCKS_LIMIT: usize = 100;
 pub const MAX_LIMIT: usize = 10_000;
 
 pub struct QueryService {
@@ -36,6 +39,22 @@ fn since(ms: i64) -> Result<i64, Status> {
     Ok(ms)
 }
 
+fn limit(requested: u32, default: usize) -> Result<usize, Status> {
+    match requested as usize {
+        0 => Ok(default),
+        n if n > MAX_LIMIT => Err(Status::invalid_argument(format!("limit: {n} is above the maximum {MAX_LIMIT}"))),
+        n => Ok(n),
+    }
+}
+
+pub fn locks_query(request: LocksRequest) -> Result<LocksQuery, Status> {
+    Ok(LocksQuery {
+        limit: limit(request.limit, DEFAULT_LOCKS_LIMIT)?,
+        since_unix_ms: since(request.since_unix_ms)?,
+        instance: instance(request.instance),
+    })
+}
+
 pub fn top_query(request: TopRequest) -> Result<TopQuery, Status> {
     let order_by = OrderBy::parse(&request.order_by).ok_or_else(|| {
         Status::invalid_argument(format!(
@@ -44,13 +63,7 @@ pub fn top_query(request: TopRequest) -> Result<TopQuery, Status> {
             OrderBy::NAMES.join(", ")
         ))
     })?;
-    let limit = match request.limit as usize {
-        0 => DEFAULT_LIMIT,
-        n if n > MAX_LIMIT => {
-            return Err(Status::invalid_argument(format!("limit: {n} is above the maximum {MAX_LIMIT}")));
-        }
-        n => n,
-    };
+    let limit = limit(request.limit, DEFAULT_LIMIT)?;
     Ok(TopQuery { instance: instance(request.instance), since_unix_ms: since(request.since_unix_ms)?, order_by, limit })
 }
 
@@ -76,10 +89,10 @@ impl Query for QueryService {
         Ok(Response::new(blocking(move || store.totals(&query)).await?))
     }
 
-    async fn locks(
-        &self,
-        _request: Request<sqlbee_proto::v1::LocksRequest>,
-    ) -> Result<Response<sqlbee_proto::v1::LocksResponse>, Status> {
-        Err(Status::unimplemented("lock waits are not stored yet"))
+    async fn locks(&self, request: Request<LocksRequest>) -> Result<Response<LocksResponse>, Status> {
+        let query = locks_query(request.into_inner())?;
+        let store = self.store.clone();
+        let waits = blocking(move || store.locks(&query)).await?;
+        Ok(Response::new(LocksResponse { waits }))
     }
 }

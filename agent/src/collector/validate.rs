@@ -8,7 +8,7 @@
 //! INVALID_ARGUMENT as well.
 use std::time::Duration;
 
-use sqlbee_proto::v1::{Batch, DigestStats, Gap, Histogram, InstanceWindow, WaitStats};
+use sqlbee_proto::v1::{Batch, DigestStats, Gap, Histogram, InstanceWindow, LockWait, WaitStats};
 
 use crate::{aggregate::histogram, output::rfc3339};
 
@@ -32,6 +32,14 @@ pub const MAX_WAITS: usize = 16;
 pub const MAX_WAIT_CLASS: usize = 32;
 /// An error's sample message (the agent cuts at 256 bytes).
 pub const MAX_ERROR_MESSAGE: usize = 1024;
+/// Lock waits per window (the agent reports only waits above a threshold).
+pub const MAX_LOCK_WAITS: usize = 1000;
+/// Candidate blockers per lock wait.
+pub const MAX_BLOCKERS: usize = 32;
+/// Statement texts per blocker (the agent keeps at most 8).
+pub const MAX_BLOCKER_STATEMENTS: usize = 8;
+/// `blocker_kind` (`candidates`).
+pub const MAX_BLOCKER_KIND: usize = 32;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[error("{field}: {problem}")]
@@ -146,6 +154,52 @@ fn window(at: &str, w: &InstanceWindow, range: TimeRange) -> Result<(), Invalid>
     }
     for (i, d) in w.digests.iter().enumerate() {
         digest(&format!("{at}.digests[{i}]"), d)?;
+    }
+    if w.lock_waits.len() > MAX_LOCK_WAITS {
+        return Err(invalid(
+            format!("{at}.lock_waits"),
+            format!("{} lock waits in one window, at most {MAX_LOCK_WAITS}", w.lock_waits.len()),
+        ));
+    }
+    for (i, l) in w.lock_waits.iter().enumerate() {
+        lock_wait(&format!("{at}.lock_waits[{i}]"), l, range)?;
+    }
+    Ok(())
+}
+
+/// Old agents send no lock waits: an empty list is always valid.
+fn lock_wait(at: &str, l: &LockWait, range: TimeRange) -> Result<(), Invalid> {
+    range.check(format!("{at}.start_unix_ms"), l.start_unix_ms)?;
+    if l.duration_ns == 0 {
+        return Err(invalid(format!("{at}.duration_ns"), "0; a reported wait has a duration"));
+    }
+    if l.class.is_empty() {
+        return Err(invalid(format!("{at}.class"), "empty; expected a wait class such as row_lock"));
+    }
+    if l.class.len() > MAX_WAIT_CLASS {
+        return Err(invalid(format!("{at}.class"), format!("{} bytes, at most {MAX_WAIT_CLASS}", l.class.len())));
+    }
+    text_len(format!("{at}.digest_text"), &l.digest_text)?;
+    text_len(format!("{at}.sample"), &l.sample)?;
+    if l.blocker_kind.len() > MAX_BLOCKER_KIND {
+        return Err(invalid(
+            format!("{at}.blocker_kind"),
+            format!("{} bytes, at most {MAX_BLOCKER_KIND}", l.blocker_kind.len()),
+        ));
+    }
+    if l.blockers.len() > MAX_BLOCKERS {
+        return Err(invalid(format!("{at}.blockers"), format!("{} blockers, at most {MAX_BLOCKERS}", l.blockers.len())));
+    }
+    for (i, b) in l.blockers.iter().enumerate() {
+        if b.statements.len() > MAX_BLOCKER_STATEMENTS {
+            return Err(invalid(
+                format!("{at}.blockers[{i}].statements"),
+                format!("{} statements, at most {MAX_BLOCKER_STATEMENTS}", b.statements.len()),
+            ));
+        }
+        for (j, s) in b.statements.iter().enumerate() {
+            text_len(format!("{at}.blockers[{i}].statements[{j}]"), s)?;
+        }
     }
     Ok(())
 }
@@ -375,6 +429,65 @@ mod tests {
         let mut b = good();
         b.windows[0].digests = vec![DigestStats::default(); MAX_DIGESTS + 1];
         assert_eq!(field_of(&b), "windows[*].digests");
+    }
+
+    fn lock_wait() -> LockWait {
+        LockWait {
+            start_unix_ms: NOW - 5000,
+            duration_ns: 120_000_000,
+            class: "row_lock".into(),
+            connection_id: 9,
+            digest: 2,
+            digest_text: "UPDATE t SET a = ? WHERE id = ?".into(),
+            sample: "UPDATE t SET a = 1 WHERE id = 1".into(),
+            blocker_kind: "candidates".into(),
+            blockers: vec![sqlbee_proto::v1::Blocker {
+                connection_id: 12,
+                transaction: true,
+                started_unix_ms: NOW - 9000,
+                statements: vec!["SELECT * FROM t WHERE id = ? FOR UPDATE".into()],
+            }],
+        }
+    }
+
+    #[test]
+    fn checks_lock_waits() {
+        let with = |f: &dyn Fn(&mut LockWait)| {
+            let mut b = good();
+            let mut l = lock_wait();
+            f(&mut l);
+            b.windows[0].lock_waits = vec![lock_wait(), l];
+            b
+        };
+        batch(&with(&|_| {}), NOW).unwrap();
+        // Old agents send none.
+        batch(&good(), NOW).unwrap();
+        let at = "windows[0].lock_waits[1]";
+        assert_eq!(field_of(&with(&|l| l.duration_ns = 0)), format!("{at}.duration_ns"));
+        assert_eq!(field_of(&with(&|l| l.class.clear())), format!("{at}.class"));
+        assert_eq!(field_of(&with(&|l| l.class = "x".repeat(MAX_WAIT_CLASS + 1))), format!("{at}.class"));
+        batch(&with(&|l| l.class = "x".repeat(MAX_WAIT_CLASS)), NOW).unwrap();
+        assert_eq!(field_of(&with(&|l| l.start_unix_ms = NOW + 2 * 3_600_000)), format!("{at}.start_unix_ms"));
+        assert_eq!(field_of(&with(&|l| l.start_unix_ms = NOW - 31 * 86_400_000)), format!("{at}.start_unix_ms"));
+        assert_eq!(field_of(&with(&|l| l.blocker_kind = "k".repeat(33))), format!("{at}.blocker_kind"));
+        assert_eq!(field_of(&with(&|l| l.digest_text = "x".repeat(MAX_TEXT + 1))), format!("{at}.digest_text"));
+        assert_eq!(field_of(&with(&|l| l.sample = "x".repeat(MAX_TEXT + 1))), format!("{at}.sample"));
+        let blocker = lock_wait().blockers[0].clone();
+        assert_eq!(field_of(&with(&|l| l.blockers = vec![blocker.clone(); MAX_BLOCKERS + 1])), format!("{at}.blockers"));
+        batch(&with(&|l| l.blockers = vec![blocker.clone(); MAX_BLOCKERS]), NOW).unwrap();
+        assert_eq!(
+            field_of(&with(&|l| l.blockers[0].statements = vec!["SELECT ?".into(); MAX_BLOCKER_STATEMENTS + 1])),
+            format!("{at}.blockers[0].statements")
+        );
+        assert_eq!(
+            field_of(&with(&|l| l.blockers[0].statements.push("x".repeat(MAX_TEXT + 1)))),
+            format!("{at}.blockers[0].statements[1]")
+        );
+        let mut b = good();
+        b.windows[0].lock_waits = vec![lock_wait(); MAX_LOCK_WAITS + 1];
+        assert_eq!(field_of(&b), "windows[0].lock_waits");
+        b.windows[0].lock_waits.pop();
+        batch(&b, NOW).unwrap();
     }
 
     #[test]

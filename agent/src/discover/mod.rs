@@ -7,7 +7,7 @@
 mod binary;
 mod process;
 
-pub use binary::{BinaryInfo, Flavor, ProbePoints, inspect_binary};
+pub use binary::{BinaryInfo, Flavor, ProbePoint, ProbePoints, inspect_binary};
 pub use process::{ServerProcess, find_servers, server_by_pid};
 
 use std::path::PathBuf;

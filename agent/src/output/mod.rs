@@ -43,6 +43,27 @@ pub fn window_to_json(report: &WindowReport) -> Vec<Value> {
             })
         })
         .collect();
+    for w in &report.lock_waits {
+        lines.push(json!({
+            "type": "lock_wait",
+            "instance": report.instance,
+            "start": rfc3339(w.start),
+            "duration_ns": w.duration_ns,
+            "class": w.class,
+            "connection_id": w.connection_id,
+            "digest": w.digest.as_ref().map(|d| format!("{:016x}", d.id)),
+            "digest_text": w.digest.as_ref().map(|d| d.text.to_string()),
+            "sample": w.sample,
+            // The agent sees no lock ownership: these are candidates.
+            "blocker_kind": "candidates",
+            "blockers": w.blockers.iter().map(|b| json!({
+                "connection_id": b.connection_id,
+                "transaction": b.transaction,
+                "started": rfc3339(b.started),
+                "statements": b.statements.iter().map(|t| t.to_string()).collect::<Vec<_>>(),
+            })).collect::<Vec<_>>(),
+        }));
+    }
     let s = &report.summary;
     lines.push(json!({
         "type": "summary",

@@ -2,11 +2,14 @@
 //! attached with per-process scope. Dropping it detaches every probe.
 use std::num::NonZeroU32;
 
-use agent_common::{COMMAND_SLOTS, MAX_TEXT, ServerLayout, stat};
+use agent_common::{COMMAND_SLOTS, LongWait, MAX_TEXT, ServerLayout, stat};
 use aya::{
     Ebpf, EbpfLoader,
     maps::{MapData, PerCpuArray, RingBuf},
-    programs::{UProbe, uprobe::UProbeScope},
+    programs::{
+        UProbe,
+        uprobe::{UProbeAttachLocation, UProbeScope},
+    },
 };
 
 use super::{Counters, ErrorMessage, ProbeError, Statement, decode_error, decode_statement};
@@ -23,6 +26,8 @@ pub struct ProbeConfig {
     pub ring_bytes: u32,
     /// Attach the wait-class probes (`thd_wait_begin`/`thd_wait_end`).
     pub waits: bool,
+    /// Report each wait at least this long (us) on its own; 0: never.
+    pub long_wait_us: u32,
 }
 
 pub struct AttachedServer {
@@ -31,6 +36,7 @@ pub struct AttachedServer {
     // Field order matters on drop: maps taken out of `ebpf` go first.
     events: RingBuf<MapData>,
     errors: RingBuf<MapData>,
+    long_waits: RingBuf<MapData>,
     /// Error messages waiting for their statement, by (thread, statement
     /// start); bounded.
     messages: std::collections::HashMap<(u32, u64), ErrorMessage>,
@@ -43,7 +49,11 @@ const MAX_PENDING_MESSAGES: usize = 4096;
 impl AttachedServer {
     pub fn attach(server: ServerProcess, binary: BinaryInfo, config: ProbeConfig) -> Result<Self, ProbeError> {
         let pid = server.pid;
-        let layout = ServerLayout { text_limit: config.text_limit.min(MAX_TEXT as u32), ..binary.layout };
+        let layout = ServerLayout {
+            text_limit: config.text_limit.min(MAX_TEXT as u32),
+            long_wait_us: config.long_wait_us,
+            ..binary.layout
+        };
         let mut ebpf = EbpfLoader::new()
             .override_global("LAYOUT", &layout, true)
             .map_max_entries("EVENTS", config.ring_bytes)
@@ -59,14 +69,16 @@ impl AttachedServer {
         if let Some((begin, end)) = binary.points.waits.filter(|_| config.waits) {
             points.extend([("wait_begin", begin), ("wait_end", end)]);
         }
-        for (program, symbol) in points {
+        for (program, point) in points {
+            let symbol = point.symbol;
             let prog: &mut UProbe = ebpf
                 .program_mut(program)
                 .ok_or_else(|| ProbeError::Map { map: program, detail: "program not in object".into() })?
                 .try_into()
                 .map_err(|source| ProbeError::Program { pid, program, source })?;
             prog.load().map_err(|source| ProbeError::Program { pid, program, source })?;
-            prog.attach([symbol], &target, scope).map_err(|source| ProbeError::Attach {
+            let location = UProbeAttachLocation::SymbolOffset(symbol, point.offset);
+            prog.attach([location], &target, scope).map_err(|source| ProbeError::Attach {
                 pid,
                 program,
                 symbol,
@@ -82,13 +94,28 @@ impl AttachedServer {
             .take_map("ERRORS")
             .ok_or_else(|| ProbeError::Map { map: "ERRORS", detail: "not in object".into() })?;
         let errors = RingBuf::try_from(errors).map_err(|e| ProbeError::Map { map: "ERRORS", detail: e.to_string() })?;
-        Ok(Self { server, binary, events, errors, messages: Default::default(), ebpf })
+        let long_waits = ebpf
+            .take_map("LONG_WAITS")
+            .ok_or_else(|| ProbeError::Map { map: "LONG_WAITS", detail: "not in object".into() })?;
+        let long_waits =
+            RingBuf::try_from(long_waits).map_err(|e| ProbeError::Map { map: "LONG_WAITS", detail: e.to_string() })?;
+        Ok(Self { server, binary, events, errors, long_waits, messages: Default::default(), ebpf })
     }
 
     /// Moves every record waiting in the ring buffer into `out`; returns
     /// how many records could not be decoded.
-    pub fn drain(&mut self, out: &mut Vec<Statement>) -> u64 {
+    pub fn drain(&mut self, out: &mut Vec<Statement>, waits: &mut Vec<LongWait>) -> u64 {
         let mut bad = 0;
+        // Long waits before statements, so a waiting statement finds its
+        // wait already known downstream.
+        while let Some(record) = self.long_waits.next() {
+            if record.len() >= std::mem::size_of::<LongWait>() {
+                // SAFETY: length checked; plain integers.
+                waits.push(unsafe { std::ptr::read_unaligned(record.as_ptr().cast()) });
+            } else {
+                bad += 1;
+            }
+        }
         // Errors first: a statement's error is written before the
         // statement itself, so its message is here when the statement is.
         while let Some(record) = self.errors.next() {

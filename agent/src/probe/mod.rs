@@ -111,6 +111,8 @@ impl Counters {
 pub struct ProbeBatch {
     pub server: ServerProcess,
     pub statements: Vec<Statement>,
+    /// Waits longer than the threshold, in the order they ended.
+    pub long_waits: Vec<agent_common::LongWait>,
     /// Cumulative counters, read at window ends and at detach.
     pub counters: Option<Counters>,
     /// The server went away; this is its last batch.

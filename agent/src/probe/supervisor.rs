@@ -71,16 +71,16 @@ impl Supervisor {
     /// Drains every attached server; with `counters`, reads them too.
     pub fn drain(&mut self, counters: bool, out: &mut Vec<ProbeBatch>) {
         for attached in self.attached.values_mut() {
-            let mut statements = Vec::new();
-            let bad = attached.drain(&mut statements);
+            let (mut statements, mut long_waits) = (Vec::new(), Vec::new());
+            let bad = attached.drain(&mut statements, &mut long_waits);
             if bad > 0 {
                 warn!(pid = attached.server.pid, bad, "undecodable ring buffer records");
             }
             let counters = if counters { read_counters(attached) } else { None };
-            if statements.is_empty() && counters.is_none() {
+            if statements.is_empty() && long_waits.is_empty() && counters.is_none() {
                 continue;
             }
-            out.push(ProbeBatch { server: attached.server.clone(), statements, counters, detached: false });
+            out.push(ProbeBatch { server: attached.server.clone(), statements, long_waits, counters, detached: false });
         }
     }
 
@@ -103,8 +103,8 @@ fn read_counters(attached: &AttachedServer) -> Option<crate::probe::Counters> {
 }
 
 fn final_batch(attached: &mut AttachedServer) -> ProbeBatch {
-    let mut statements = Vec::new();
-    attached.drain(&mut statements);
+    let (mut statements, mut long_waits) = (Vec::new(), Vec::new());
+    attached.drain(&mut statements, &mut long_waits);
     let counters = read_counters(attached);
-    ProbeBatch { server: attached.server.clone(), statements, counters, detached: true }
+    ProbeBatch { server: attached.server.clone(), statements, long_waits, counters, detached: true }
 }

@@ -1,4 +1,5 @@
-//! Query tools against a collector: `sqlbee top` and `sqlbee instances`.
+//! Query tools against a collector: `sqlbee top`, `sqlbee instances` and
+//! `sqlbee locks`.
 //! `client` builds the channel (shared with the agent's ship stage),
 //! `render` prints; this module only parses flags and makes one call.
 pub mod render;
@@ -6,7 +7,7 @@ pub mod render;
 use std::{path::PathBuf, time::Duration};
 
 use clap::builder::PossibleValuesParser;
-use sqlbee_proto::v1::{InstancesRequest, TopRequest, query_client::QueryClient};
+use sqlbee_proto::v1::{InstancesRequest, LocksRequest, TopRequest, query_client::QueryClient};
 use tonic::{Code, Status, codec::CompressionEncoding, service::interceptor::InterceptedService, transport::Channel};
 
 use crate::client::{BearerToken, ClientError, ClientOptions};
@@ -53,6 +54,23 @@ pub struct TopArgs {
     pub order_by: String,
     /// Digests to show (1..=10000).
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub limit: u32,
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct LocksArgs {
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+    /// Only this server instance (host:port); default every instance.
+    #[arg(long)]
+    pub instance: Option<String>,
+    /// Waits that started within this long ago (10s, 5m, 2h, 7d), or `all`.
+    #[arg(long, default_value = "1h")]
+    pub since: String,
+    /// Waits to show, newest first (1..=10000).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub limit: u32,
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
@@ -166,6 +184,25 @@ pub fn instances(args: InstancesArgs) -> Result<(), QueryError> {
     match args.format {
         Format::Json => render::write_json(&mut out, &render::instances_json(&instances)),
         Format::Table => render::write_instances_table(&mut out, &instances, crate::collector::now_unix_ms()),
+    }
+    .map_err(|source| QueryError::Output { source })
+}
+
+pub fn locks(args: LocksArgs) -> Result<(), QueryError> {
+    let request = LocksRequest {
+        instance: args.instance.clone().unwrap_or_default(),
+        since_unix_ms: since_unix_ms(&args.since)?,
+        limit: args.limit,
+    };
+    let answer = runtime()?.block_on(async {
+        let mut client = query_client(&args.connect).await?;
+        client.locks(request).await.map_err(|status| QueryError::Rpc { what: "Locks", status })
+    })?;
+    let waits = answer.into_inner().waits;
+    let mut out = std::io::stdout().lock();
+    match args.format {
+        Format::Json => render::write_json(&mut out, &render::locks_json(&waits)),
+        Format::Table => render::write_locks_table(&mut out, &waits),
     }
     .map_err(|source| QueryError::Output { source })
 }

@@ -3,7 +3,7 @@
 use std::{io::Write, time::Duration};
 
 use serde_json::{Map, Value, json};
-use sqlbee_proto::v1::{InstanceInfo, TopDigest, WaitStats};
+use sqlbee_proto::v1::{Blocker, InstanceInfo, LockWaitRow, TopDigest, WaitStats};
 
 use crate::output::rfc3339;
 
@@ -54,6 +54,35 @@ pub fn instances_json(instances: &[InstanceInfo]) -> Value {
                     "batches": i.batches,
                     "gaps": i.gaps,
                     "lost_statements": i.lost_statements,
+                })
+            })
+            .collect(),
+    )
+}
+
+pub fn locks_json(rows: &[LockWaitRow]) -> Value {
+    Value::Array(
+        rows.iter()
+            .map(|r| {
+                let w = r.wait.clone().unwrap_or_default();
+                json!({
+                    "instance": r.instance,
+                    "agent_id": r.agent_id,
+                    "start_unix_ms": w.start_unix_ms,
+                    "start": time(w.start_unix_ms),
+                    "duration_ns": w.duration_ns,
+                    "class": w.class,
+                    "connection_id": w.connection_id,
+                    "digest": format!("{:016x}", w.digest),
+                    "digest_text": w.digest_text,
+                    "sample": w.sample,
+                    "blocker_kind": w.blocker_kind,
+                    "blockers": w.blockers.iter().map(|b| json!({
+                        "connection_id": b.connection_id,
+                        "transaction": b.transaction,
+                        "started_unix_ms": b.started_unix_ms,
+                        "statements": b.statements,
+                    })).collect::<Vec<_>>(),
                 })
             })
             .collect(),
@@ -141,6 +170,64 @@ fn time(ms: i64) -> String {
     rfc3339(std::time::UNIX_EPOCH + Duration::from_millis(ms as u64))
 }
 
+/// `HH:MM:SS` (UTC) of a time in ms since the epoch.
+fn clock(ms: i64) -> String {
+    if ms <= 0 {
+        return "?".into();
+    }
+    let secs = (ms / 1000) % 86_400;
+    format!("{:02}:{:02}:{:02}", secs / 3600, secs % 3600 / 60, secs % 60)
+}
+
+/// `conn 12 txn since 10:01:02: SELECT ... FOR UPDATE; UPDATE ...` per
+/// blocker, ` | ` between them; `-` when there are none.
+fn blockers_summary(blockers: &[Blocker]) -> String {
+    if blockers.is_empty() {
+        return "-".into();
+    }
+    blockers
+        .iter()
+        .map(|b| {
+            let what = if b.transaction { "txn" } else { "stmt" };
+            let statements = if b.statements.is_empty() { "?".to_string() } else { b.statements.join("; ") };
+            format!("conn {} {what} since {}: {}", b.connection_id, clock(b.started_unix_ms), cut(&statements, 80))
+        })
+        .collect::<Vec<_>>()
+        .join(" | ")
+}
+
+pub fn write_locks_table(out: &mut impl Write, rows: &[LockWaitRow]) -> std::io::Result<()> {
+    if rows.iter().any(|r| r.wait.as_ref().is_some_and(|w| w.blocker_kind == "candidates")) {
+        writeln!(
+            out,
+            "# blockers are candidates: connections with a transaction or statement open for the whole wait, not proven lock holders"
+        )?;
+    }
+    writeln!(
+        out,
+        "{:<24} {:<22} {:>10} {:<14} {:>11}  {:<60}  blockers",
+        "time", "instance", "connection", "class", "duration_ms", "waiting"
+    )?;
+    for r in rows {
+        let w = r.wait.clone().unwrap_or_default();
+        writeln!(
+            out,
+            "{:<24} {:<22} {:>10} {:<14} {:>11}  {:<60}  {}",
+            time(w.start_unix_ms),
+            cut(&r.instance, 22),
+            w.connection_id,
+            cut(&w.class, 14),
+            ms(w.duration_ns),
+            cut(&w.digest_text, 57),
+            blockers_summary(&w.blockers)
+        )?;
+    }
+    if rows.is_empty() {
+        writeln!(out, "(no lock waits in this range)")?;
+    }
+    out.flush()
+}
+
 pub fn write_instances_table(out: &mut impl Write, instances: &[InstanceInfo], now_unix_ms: i64) -> std::io::Result<()> {
     writeln!(
         out,
@@ -192,6 +279,44 @@ mod tests {
         assert_eq!(json[0]["waits"], json!({}));
         assert_eq!(json[0]["error_codes"], json!({}));
         assert!(table.lines().nth(1).unwrap().contains(" -  "), "{table}");
+    }
+
+    #[test]
+    fn lock_waits() {
+        let row = LockWaitRow {
+            instance: "db1:3306".into(),
+            agent_id: "a".into(),
+            wait: Some(sqlbee_proto::v1::LockWait {
+                start_unix_ms: 1_800_000_000_000,
+                duration_ns: 120_500_000,
+                class: "row_lock".into(),
+                connection_id: 7,
+                digest: 0xab,
+                digest_text: "UPDATE t SET a = ? WHERE id = ?".into(),
+                blocker_kind: "candidates".into(),
+                blockers: vec![Blocker {
+                    connection_id: 12,
+                    transaction: true,
+                    started_unix_ms: 1_800_000_000_000 - 3_000,
+                    statements: vec!["SELECT * FROM t WHERE id = ? FOR UPDATE".into()],
+                }],
+                ..Default::default()
+            }),
+        };
+        let json = locks_json(std::slice::from_ref(&row));
+        assert_eq!(json[0]["digest"], "00000000000000ab");
+        assert_eq!(json[0]["blockers"][0]["connection_id"], 12);
+        assert_eq!(json[0]["blockers"][0]["statements"][0], "SELECT * FROM t WHERE id = ? FOR UPDATE");
+        let mut table = Vec::new();
+        write_locks_table(&mut table, &[row]).unwrap();
+        let table = String::from_utf8(table).unwrap();
+        assert!(table.lines().next().unwrap().contains("candidates"), "{table}");
+        let line = table.lines().nth(2).unwrap();
+        assert!(line.contains("120.500") && line.contains("row_lock") && line.contains("UPDATE t SET a"), "{table}");
+        assert!(line.contains("conn 12 txn since 07:59:57: SELECT * FROM t WHERE id = ? FOR UPDATE"), "{table}");
+        let mut empty = Vec::new();
+        write_locks_table(&mut empty, &[]).unwrap();
+        assert!(!String::from_utf8(empty).unwrap().contains("candidates"));
     }
 
     #[test]

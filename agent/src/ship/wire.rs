@@ -5,10 +5,10 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use agent_common::wait_class;
 use sqlbee_proto::v1::{
     Bucket, CommandCount, DigestStats as WireDigest, ErrorCount, Histogram as WireHistogram, InstanceWindow,
-    ServerInstance, WaitStats,
+    LockWait, ServerInstance, WaitStats, Blocker as WireBlocker,
 };
 
-use crate::aggregate::{DigestStats, WindowReport};
+use crate::aggregate::{DigestStats, LockWaitRecord, WindowReport};
 
 /// Histogram scheme 1: log-linear, 8 buckets per power of two (see
 /// `aggregate::histogram`).
@@ -52,6 +52,29 @@ fn digest(d: &DigestStats) -> WireDigest {
     }
 }
 
+fn lock_wait(w: &LockWaitRecord) -> LockWait {
+    LockWait {
+        start_unix_ms: unix_ms(w.start),
+        duration_ns: w.duration_ns,
+        class: w.class.to_string(),
+        connection_id: w.connection_id,
+        digest: w.digest.as_ref().map_or(0, |d| d.id),
+        digest_text: w.digest.as_ref().map(|d| d.text.to_string()).unwrap_or_default(),
+        sample: w.sample.clone(),
+        blocker_kind: "candidates".into(),
+        blockers: w
+            .blockers
+            .iter()
+            .map(|b| WireBlocker {
+                connection_id: b.connection_id,
+                transaction: b.transaction,
+                started_unix_ms: unix_ms(b.started),
+                statements: b.statements.iter().map(|t| t.to_string()).collect(),
+            })
+            .collect(),
+    }
+}
+
 pub fn instance_window(report: &WindowReport) -> InstanceWindow {
     let s = &report.summary;
     InstanceWindow {
@@ -72,6 +95,6 @@ pub fn instance_window(report: &WindowReport) -> InstanceWindow {
         dropped_in_agent: 0,
         unmatched: s.unmatched,
         overflow_statements: s.overflow_statements,
-        lock_waits: Vec::new(),
+        lock_waits: report.lock_waits.iter().map(lock_wait).collect(),
     }
 }

@@ -7,7 +7,7 @@ mod blob;
 pub mod merge;
 pub mod sqlite;
 
-use sqlbee_proto::v1::{Batch, InstanceInfo, TopDigest, TotalsResponse};
+use sqlbee_proto::v1::{Batch, InstanceInfo, LockWaitRow, TopDigest, TotalsResponse};
 
 pub use sqlite::SqliteStore;
 
@@ -56,6 +56,16 @@ pub struct TotalsQuery {
     pub since_unix_ms: i64,
 }
 
+/// Lock waits, newest first.
+#[derive(Clone, Debug)]
+pub struct LocksQuery {
+    /// None: every instance.
+    pub instance: Option<String>,
+    /// Waits that started at or after this (ms since epoch); 0: all.
+    pub since_unix_ms: i64,
+    pub limit: usize,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct IngestOutcome {
     /// The (agent_id, sequence) was stored before; nothing was written.
@@ -68,6 +78,7 @@ pub struct PruneOutcome {
     pub digest_windows: u64,
     pub batches: u64,
     pub error_samples: u64,
+    pub lock_waits: u64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -117,7 +128,10 @@ pub trait Store: Send + Sync {
     fn top(&self, query: &TopQuery) -> Result<Vec<TopDigest>, StoreError>;
     fn instances(&self) -> Result<Vec<InstanceInfo>, StoreError>;
     fn totals(&self, query: &TotalsQuery) -> Result<TotalsResponse, StoreError>;
-    /// Deletes windows that ended before `older_than_unix_ms`, and the
+    /// Lock waits newest first (by start, then arrival), at most `limit`.
+    fn locks(&self, query: &LocksQuery) -> Result<Vec<LockWaitRow>, StoreError>;
+    /// Deletes windows that ended before `older_than_unix_ms`, lock waits
+    /// that started before it, and the
     /// exactly-once records of batches whose windows are all gone.
     fn prune(&self, older_than_unix_ms: i64) -> Result<PruneOutcome, StoreError>;
 }

@@ -14,10 +14,10 @@ use std::{
 };
 
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
-use sqlbee_proto::v1::{Batch, CommandCount, InstanceInfo, TopDigest, TotalsResponse};
+use sqlbee_proto::v1::{Batch, Blocker, CommandCount, InstanceInfo, LockWait, LockWaitRow, TopDigest, TotalsResponse};
 
 use super::{
-    IngestOutcome, OrderBy, PruneOutcome, Store, StoreError, TopQuery, TotalsQuery, blob,
+    IngestOutcome, LocksQuery, OrderBy, PruneOutcome, Store, StoreError, TopQuery, TotalsQuery, blob,
     merge::{self, DigestTotals, MergedErrors, MergedHistogram, MergedWaits},
 };
 
@@ -26,7 +26,8 @@ use super::{
 /// - 1: first version.
 /// - 2: `digest_windows.waits` (added to version-1 files with ALTER TABLE;
 ///   their rows read as "no waits") and `error_samples`.
-pub const SCHEMA_VERSION: i64 = 2;
+/// - 3: `lock_waits` (a new table: older files simply get it, empty).
+pub const SCHEMA_VERSION: i64 = 3;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS agents (
@@ -127,6 +128,26 @@ CREATE TABLE IF NOT EXISTS error_samples (
     PRIMARY KEY (digest, code)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS error_samples_last_seen ON error_samples (last_seen);
+
+-- Long waits as agents reported them, each with its candidate blockers
+-- (JSON array of {connection_id, transaction, started_unix_ms,
+-- statements}). Pruned by start time.
+CREATE TABLE IF NOT EXISTS lock_waits (
+    id            INTEGER PRIMARY KEY,
+    agent_id      TEXT NOT NULL,
+    instance      TEXT NOT NULL,
+    start_unix_ms INTEGER NOT NULL,
+    duration_ns   INTEGER NOT NULL,
+    class         TEXT NOT NULL,
+    connection_id INTEGER NOT NULL,
+    digest        INTEGER NOT NULL,
+    digest_text   TEXT NOT NULL,
+    sample        TEXT NOT NULL,
+    blocker_kind  TEXT NOT NULL,
+    blockers      TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS lock_waits_start ON lock_waits (start_unix_ms);
+CREATE INDEX IF NOT EXISTS lock_waits_instance ON lock_waits (instance, start_unix_ms);
 
 -- What agents lost before it reached us. A gap resent in a later batch is
 -- the same gap (same agent and sequence range) and is kept once.
@@ -263,6 +284,12 @@ impl Store for SqliteStore {
         totals(&tx, query).map_err(|e| StoreError::sqlite("totals", e))
     }
 
+    fn locks(&self, query: &LocksQuery) -> Result<Vec<LockWaitRow>, StoreError> {
+        let mut conn = lock(&self.reader);
+        let tx = conn.transaction().map_err(|e| StoreError::sqlite("locks", e))?;
+        locks(&tx, query)
+    }
+
     fn prune(&self, older_than_unix_ms: i64) -> Result<PruneOutcome, StoreError> {
         let err = |e| StoreError::sqlite("prune", e);
         let mut outcome = PruneOutcome::default();
@@ -295,6 +322,10 @@ impl Store for SqliteStore {
                 (SELECT id FROM instance_windows WHERE window_end < ?1 ORDER BY id LIMIT ?2);
              DELETE FROM instance_windows WHERE id IN
                 (SELECT id FROM instance_windows WHERE window_end < ?1 ORDER BY id LIMIT ?2)",
+        )?;
+        outcome.lock_waits = chunked(
+            "DELETE FROM lock_waits WHERE id IN
+                (SELECT id FROM lock_waits WHERE start_unix_ms < ?1 ORDER BY id LIMIT ?2)",
         )?;
         outcome.batches = chunked(
             "DELETE FROM batches WHERE (agent_id, sequence) IN
@@ -377,8 +408,28 @@ fn write_batch(tx: &rusqlite::Transaction<'_>, batch: &Batch, received: i64) -> 
              message = CASE WHEN excluded.last_seen >= last_seen THEN excluded.message ELSE message END,
              last_seen = max(last_seen, excluded.last_seen)",
     )?;
+    let mut insert_lock_wait = tx.prepare_cached(
+        "INSERT INTO lock_waits (agent_id, instance, start_unix_ms, duration_ns, class, connection_id, digest,
+             digest_text, sample, blocker_kind, blockers)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+    )?;
     for w in &batch.windows {
         let server = w.instance.clone().unwrap_or_default();
+        for l in &w.lock_waits {
+            insert_lock_wait.execute(params![
+                agent.agent_id,
+                server.name,
+                l.start_unix_ms,
+                i(l.duration_ns),
+                l.class,
+                i(l.connection_id),
+                i(l.digest),
+                l.digest_text,
+                l.sample,
+                l.blocker_kind,
+                blockers_json(&l.blockers),
+            ])?;
+        }
         insert_window.execute(params![
             agent.agent_id,
             sequence,
@@ -707,6 +758,81 @@ fn instances(tx: &rusqlite::Transaction<'_>) -> rusqlite::Result<Vec<InstanceInf
     Ok(out)
 }
 
+/// Blockers as stored: a JSON array, u64 ids exact (JSON numbers, not i64).
+fn blockers_json(blockers: &[Blocker]) -> String {
+    serde_json::Value::Array(
+        blockers
+            .iter()
+            .map(|b| {
+                serde_json::json!({
+                    "connection_id": b.connection_id,
+                    "transaction": b.transaction,
+                    "started_unix_ms": b.started_unix_ms,
+                    "statements": b.statements,
+                })
+            })
+            .collect(),
+    )
+    .to_string()
+}
+
+fn blockers_of(text: &str) -> Option<Vec<Blocker>> {
+    let value: serde_json::Value = serde_json::from_str(text).ok()?;
+    value
+        .as_array()?
+        .iter()
+        .map(|b| {
+            Some(Blocker {
+                connection_id: b.get("connection_id")?.as_u64()?,
+                transaction: b.get("transaction")?.as_bool()?,
+                started_unix_ms: b.get("started_unix_ms")?.as_i64()?,
+                statements: b
+                    .get("statements")?
+                    .as_array()?
+                    .iter()
+                    .map(|s| s.as_str().map(str::to_string))
+                    .collect::<Option<Vec<_>>>()?,
+            })
+        })
+        .collect()
+}
+
+fn locks(tx: &rusqlite::Transaction<'_>, query: &LocksQuery) -> Result<Vec<LockWaitRow>, StoreError> {
+    let err = |e| StoreError::sqlite("locks", e);
+    let mut stmt = tx
+        .prepare(&format!(
+            "SELECT agent_id, instance, start_unix_ms, duration_ns, class, connection_id, digest, digest_text,
+                    sample, blocker_kind, blockers
+             FROM lock_waits WHERE start_unix_ms >= ?1{}
+             ORDER BY start_unix_ms DESC, id DESC LIMIT {}",
+            instance_filter(&query.instance, "instance"),
+            query.limit
+        ))
+        .map_err(err)?;
+    stmt.raw_bind_parameter(1, query.since_unix_ms).map_err(err)?;
+    if let Some(instance) = &query.instance {
+        stmt.raw_bind_parameter(2, instance).map_err(err)?;
+    }
+    let mut rows = stmt.raw_query();
+    let mut out = Vec::new();
+    while let Some(row) = rows.next().map_err(err)? {
+        let blockers: String = row.get(10).map_err(err)?;
+        let wait = LockWait {
+            start_unix_ms: row.get(2).map_err(err)?,
+            duration_ns: u(row.get(3).map_err(err)?),
+            class: row.get(4).map_err(err)?,
+            connection_id: u(row.get(5).map_err(err)?),
+            digest: u(row.get(6).map_err(err)?),
+            digest_text: row.get(7).map_err(err)?,
+            sample: row.get(8).map_err(err)?,
+            blocker_kind: row.get(9).map_err(err)?,
+            blockers: blockers_of(&blockers).ok_or(StoreError::Corrupt { what: "lock_waits.blockers" })?,
+        };
+        out.push(LockWaitRow { agent_id: row.get(0).map_err(err)?, instance: row.get(1).map_err(err)?, wait: Some(wait) });
+    }
+    Ok(out)
+}
+
 fn totals(tx: &rusqlite::Transaction<'_>, query: &TotalsQuery) -> rusqlite::Result<TotalsResponse> {
     let mut out = TotalsResponse::default();
     let bind = |stmt: &mut rusqlite::Statement<'_>| -> rusqlite::Result<()> {
@@ -921,6 +1047,88 @@ mod tests {
         std::fs::remove_dir_all(dir).ok();
     }
 
+    fn lock_wait(start: i64, connection_id: u64, blockers: Vec<Blocker>) -> LockWait {
+        LockWait {
+            start_unix_ms: start,
+            duration_ns: u64::MAX - 3,
+            class: "row_lock".into(),
+            connection_id,
+            digest: u64::MAX - 5,
+            digest_text: "UPDATE t SET a = ? WHERE id = ?".into(),
+            sample: "UPDATE t SET a = 1 WHERE id = 1".into(),
+            blocker_kind: "candidates".into(),
+            blockers,
+        }
+    }
+
+    #[test]
+    fn lock_waits_newest_first_filtered_and_pruned() {
+        let (store, dir) = temp_store("locks");
+        let blocker = Blocker {
+            connection_id: u64::MAX,
+            transaction: true,
+            started_unix_ms: 900,
+            statements: vec!["SELECT * FROM t WHERE id = ? FOR UPDATE".into(), "UPDATE t SET b = ?".into()],
+        };
+        let mut b = batch(1, 2000, &[(10, 1)]);
+        b.windows[0].lock_waits = vec![lock_wait(1000, 1, vec![blocker.clone()]), lock_wait(1500, 2, vec![])];
+        let mut other = batch(2, 2000, &[(10, 1)]);
+        other.windows[0].instance.as_mut().unwrap().name = "h:2".into();
+        other.windows[0].lock_waits = vec![lock_wait(1200, 3, vec![])];
+        store.ingest(&b, 2000).unwrap();
+        store.ingest(&other, 2000).unwrap();
+        // A duplicate stores nothing.
+        store.ingest(&b, 2001).unwrap();
+        let all = LocksQuery { instance: None, since_unix_ms: 0, limit: 100 };
+        let rows = store.locks(&all).unwrap();
+        let ids: Vec<u64> = rows.iter().map(|r| r.wait.as_ref().unwrap().connection_id).collect();
+        assert_eq!(ids, vec![2, 3, 1]);
+        assert_eq!((rows[1].instance.as_str(), rows[1].agent_id.as_str()), ("h:2", "a"));
+        assert_eq!(rows[2].wait, Some(lock_wait(1000, 1, vec![blocker])));
+        let one = store.locks(&LocksQuery { instance: Some("h:1".into()), ..all.clone() }).unwrap();
+        assert_eq!(one.len(), 2);
+        assert_eq!(store.locks(&LocksQuery { since_unix_ms: 1200, ..all.clone() }).unwrap().len(), 2);
+        assert_eq!(store.locks(&LocksQuery { limit: 1, ..all.clone() }).unwrap().len(), 1);
+        assert_eq!(store.prune(1300).unwrap().lock_waits, 2);
+        assert_eq!(store.locks(&all).unwrap().len(), 1);
+        std::fs::remove_dir_all(dir).ok();
+    }
+
+    #[test]
+    fn version_2_files_get_lock_waits() {
+        let dir = std::env::temp_dir().join(format!("sqlbee-store-v2-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("s.db");
+        let start = SCHEMA.find("-- Long waits as agents reported them").unwrap();
+        let end = SCHEMA.find("-- What agents lost").unwrap();
+        let v2 = format!("{}{}", &SCHEMA[..start], &SCHEMA[end..]);
+        {
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch(&v2).unwrap();
+            conn.execute_batch(
+                "INSERT INTO digest_texts VALUES (7, 'SELECT ?');
+                 INSERT INTO digest_windows (window_id, instance, window_end, digest, count, errors, sum_ns,
+                     min_ns, max_ns, histogram, error_codes, sample, truncated, waits)
+                 VALUES (1, 'h:1', 1000, 7, 5, 0, 1000000, 1, 500000, x'0a05', x'', 'SELECT 1', 0, x'');
+                 PRAGMA user_version = 2;",
+            )
+            .unwrap();
+        }
+        let store = SqliteStore::open(&path).unwrap();
+        let version: i64 = lock(&store.writer).query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
+        assert_eq!(version, 3);
+        let query = TopQuery { instance: None, since_unix_ms: 0, order_by: OrderBy::Total, limit: 20 };
+        assert_eq!(store.top(&query).unwrap()[0].count, 5);
+        let all = LocksQuery { instance: None, since_unix_ms: 0, limit: 100 };
+        assert!(store.locks(&all).unwrap().is_empty());
+        let mut b = batch(1, 2000, &[(10, 1)]);
+        b.windows[0].lock_waits = vec![lock_wait(1900, 4, vec![])];
+        store.ingest(&b, 2000).unwrap();
+        assert_eq!(store.locks(&all).unwrap().len(), 1);
+        std::fs::remove_dir_all(dir).ok();
+    }
+
     /// The version-1 schema, from today's: without digest_windows.waits
     /// and without error_samples.
     fn schema_v1() -> String {
@@ -970,7 +1178,7 @@ mod tests {
         assert_eq!(store.top(&query).unwrap()[0].count, 10);
         lock(&store.writer).pragma_update(None, "user_version", SCHEMA_VERSION + 1).unwrap();
         drop(store);
-        assert!(matches!(SqliteStore::open(&path), Err(StoreError::Version { found: 3, known: 2, .. })));
+        assert!(matches!(SqliteStore::open(&path), Err(StoreError::Version { found: 4, known: 3, .. })));
         std::fs::remove_dir_all(dir).ok();
     }
 }
