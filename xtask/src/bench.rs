@@ -38,18 +38,36 @@ pub struct BenchArgs {
     #[arg(long)]
     pub no_micro: bool,
     /// Treatments run against a fresh control in each pair: `sqlbee`
-    /// (default probes) and `sqlbee-no-waits` (without the wait probes).
+    /// (default probes), `sqlbee-no-waits` (without the wait probes), and
+    /// what a DBA would turn on instead: `slow-log` (long_query_time=0)
+    /// and `general-log`, both to files.
     #[arg(long, value_delimiter = ',', default_value = "sqlbee")]
     pub treatments: Vec<String>,
 }
 
-/// Extra agent flags of a treatment.
-fn treatment_args(treatment: &str) -> anyhow::Result<&'static [&'static str]> {
-    match treatment {
-        "sqlbee" => Ok(&[]),
-        "sqlbee-no-waits" => Ok(&["--no-wait-probes"]),
-        other => bail!("unknown treatment {other:?}: use sqlbee or sqlbee-no-waits"),
-    }
+/// What a treatment turns on.
+enum Treatment {
+    Control,
+    /// sqlbee with these extra agent flags.
+    Agent(&'static [&'static str]),
+    /// Server settings: SQL to turn it on, SQL to turn it off.
+    Server(&'static str, &'static str),
+}
+
+fn treatment_of(name: &str) -> anyhow::Result<Treatment> {
+    Ok(match name {
+        "control" => Treatment::Control,
+        "sqlbee" => Treatment::Agent(&[]),
+        "sqlbee-no-waits" => Treatment::Agent(&["--no-wait-probes"]),
+        "slow-log" => Treatment::Server(
+            "SET GLOBAL log_output = 'FILE', long_query_time = 0, slow_query_log = 1",
+            "SET GLOBAL slow_query_log = 0, long_query_time = 10",
+        ),
+        "general-log" => {
+            Treatment::Server("SET GLOBAL log_output = 'FILE', general_log = 1", "SET GLOBAL general_log = 0")
+        }
+        other => bail!("unknown treatment {other:?}: use sqlbee, sqlbee-no-waits, slow-log or general-log"),
+    })
 }
 
 /// BPF programs' run count and run time, from `bpftool prog show --json`
@@ -164,7 +182,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     base.seconds = seconds;
 
     for t in &args.treatments {
-        treatment_args(t)?;
+        treatment_of(t)?;
     }
     let total_runs = args.scripts.len() as u32 * pairs * (1 + args.treatments.len() as u32);
     let started = Instant::now();
@@ -190,16 +208,21 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn one_run(server: &PrivateServer, sqlbee: &Path, bench: &Sysbench, treatment: &str, pair: u32) -> anyhow::Result<Run> {
+fn one_run(server: &PrivateServer, sqlbee: &Path, bench: &Sysbench, treatment_name: &str, pair: u32) -> anyhow::Result<Run> {
+    let treatment = treatment_name;
     let mut agent = None;
     let out_path = server.dir().join(format!("bench-{}-{pair}-{treatment}.jsonl", bench.script));
-    if treatment != "control" {
+    let kind = treatment_of(treatment_name)?;
+    if let Treatment::Server(on, _) = kind {
+        server.sql(on)?;
+    }
+    if let Treatment::Agent(extra) = kind {
         let _ = Command::new("sysctl").args(["-q", "kernel.bpf_stats_enabled=1"]).status();
         let ready = server.dir().join("bench.ready");
         let _ = fs::remove_file(&ready);
         let child = Command::new(sqlbee)
             .args(["agent", "--output", "jsonl", "--window", "1h"])
-            .args(treatment_args(treatment)?)
+            .args(extra)
             .arg(format!("--pid={}", server.pid()))
             .arg("--ready-file")
             .arg(&ready)
@@ -219,7 +242,11 @@ fn one_run(server: &PrivateServer, sqlbee: &Path, bench: &Sysbench, treatment: &
     let agent_cpu0 = agent.as_ref().map(|a| cpu_seconds(a.id())).unwrap_or(0.0);
     let mysqld_cpu0 = cpu_seconds(server.pid());
     let t0 = Instant::now();
-    let report = bench.run(server)?;
+    let report = bench.run(server);
+    if let Treatment::Server(_, off) = kind {
+        server.sql(off)?;
+    }
+    let report = report?;
     let wall = t0.elapsed().as_secs_f64();
     let mysqld_cpu = cpu_seconds(server.pid()) - mysqld_cpu0;
     let (mut agent_cpu, mut rss, mut statements, mut bpf_hits, mut bpf_ns) = (0.0, 0, 0, 0, 0);
