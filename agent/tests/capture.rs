@@ -30,7 +30,7 @@ fn exact_counts_for_text_and_prepared_statements() {
     server
         .sql(&format!("CREATE DATABASE app; CREATE TABLE app.t (id INT PRIMARY KEY, v INT); INSERT INTO app.t VALUES {}", rows.join(",")))
         .unwrap();
-    let before = server.global_status().unwrap();
+    let before = common::status_before_agent(&server);
     let agent = Agent::start(server.dir(), &agent_args(&server));
 
     const TEXT: u64 = 157;
@@ -65,8 +65,9 @@ fn exact_counts_for_text_and_prepared_statements() {
     // QUIT and one SHOW STATUS.
     let questions: u64 = commands.iter().filter(|(c, _)| !NOT_QUESTIONS.contains(&c.as_str())).map(|(_, n)| n).sum();
     assert_eq!(questions + 2, delta(&before, &after, "Questions"), "{commands:?}");
-    // Every statement the kernel saw arrived as an event and in a digest.
-    let statements = out.summary_total(None, "statements");
+    // Every statement the kernel saw arrived as an event and in a digest
+    // (unmatched: statement ends whose start fell before the attach).
+    let statements = out.summary_total(None, "statements") - out.summary_total(None, "unmatched");
     assert_eq!(statements, counts.values().sum::<u64>());
     assert_eq!(out.summary_total(None, "dropped_events"), 0);
 }
@@ -142,7 +143,7 @@ fn sysbench_started_before_agent(ps_mode: &'static str) {
     let run = common::Workload::new(bench.spawn(&server).unwrap());
     std::thread::sleep(Duration::from_millis(1500));
     run.pause();
-    let before = server.global_status().unwrap();
+    let before = common::status_before_agent(&server);
     let agent = Agent::start(server.dir(), &agent_args(&server));
     run.resume();
     std::thread::sleep(Duration::from_secs(3));
@@ -178,7 +179,8 @@ fn sysbench_started_before_agent(ps_mode: &'static str) {
     }
     let questions: u64 = commands.iter().filter(|(c, _)| !NOT_QUESTIONS.contains(&c.as_str())).map(|(_, n)| n).sum();
     assert_eq!(questions + 2, delta(&before, &after, "Questions"), "{commands:?}");
-    assert_eq!(out.summary_total(None, "statements"), total);
+    assert_eq!(out.summary_total(None, "statements") - out.summary_total(None, "unmatched"), total);
+    assert!(out.summary_total(None, "unmatched") <= 1, "only a statement ending at the attach may be unmatched");
     assert_eq!(out.summary_total(None, "dropped_events"), 0);
     for (status, digest) in [("Com_commit", "COMMIT"), ("Com_delete", "DELETE FROM `sbtest1` WHERE ID = ?")] {
         let server_count = delta(&before, &after, status);
@@ -290,7 +292,10 @@ fn bad_input_is_handled() {
     assert_eq!(counts.get("SELECT ? AS `junk`"), Some(&1), "{counts:#?}");
     assert_eq!(counts.get("CREATE SEQUENCE `app`.`s1` START WITH ? INCREMENT BY ?"), Some(&1), "{counts:#?}");
     assert_eq!(counts.get("SELECT `NEXTVAL` (`app`.`s1`)"), Some(&1), "{counts:#?}");
-    assert_eq!(out.summary_total(None, "statements"), counts.values().sum::<u64>());
+    assert_eq!(
+        out.summary_total(None, "statements") - out.summary_total(None, "unmatched"),
+        counts.values().sum::<u64>()
+    );
 }
 
 #[test]

@@ -85,7 +85,7 @@ fn end_to_end_counts_reach_the_collector() {
     let collector = Collector::start(&[]);
     let state = server.dir().join("agent-state");
     server.sql("CREATE DATABASE app; CREATE TABLE app.k (id INT PRIMARY KEY, v INT)").unwrap();
-    let before = server.global_status().unwrap();
+    let before = common::status_before_agent(&server);
     let agent = Agent::start(server.dir(), &ship_args(&server, &collector, &state, "1s"));
     for i in 0..120 {
         server.sql(&format!("INSERT INTO app.k VALUES ({i}, {i})")).unwrap();
@@ -127,7 +127,7 @@ fn collector_outage_loses_and_doubles_nothing() {
     let run = common::Workload::new(bench.spawn(&server).unwrap());
     std::thread::sleep(Duration::from_millis(1000));
     run.pause();
-    let before = server.global_status().unwrap();
+    let before = common::status_before_agent(&server);
     let agent = Agent::start(server.dir(), &ship_args(&server, &collector, &state, "1s"));
     run.resume();
     std::thread::sleep(Duration::from_secs(3));
