@@ -9,10 +9,12 @@ use common::{Agent, NOT_QUESTIONS, PrivateServer, delta, instance_of, privileged
 use mysql::prelude::Queryable;
 
 fn connect(server: &PrivateServer) -> mysql::Conn {
-    let opts = mysql::OptsBuilder::new()
-        .socket(Some(server.socket.to_str().unwrap()))
-        .user(Some("root"))
-        .prefer_socket(true);
+    connect_socket(&server.socket)
+}
+
+/// For threads, which cannot borrow the server.
+fn connect_socket(socket: &std::path::Path) -> mysql::Conn {
+    let opts = mysql::OptsBuilder::new().socket(Some(socket.to_str().unwrap())).user(Some("root")).prefer_socket(true);
     mysql::Conn::new(opts).expect("connecting to the private server")
 }
 
@@ -365,8 +367,7 @@ fn row_lock_wait_is_timed_on_the_waiting_statement() {
     holder.query_drop("SELECT v FROM app.r WHERE id = 1 FOR UPDATE").unwrap();
     let waiter_server = server.socket.clone();
     let waiter = std::thread::spawn(move || {
-        let opts = mysql::OptsBuilder::new().socket(Some(waiter_server.to_str().unwrap())).user(Some("root"));
-        let mut conn = mysql::Conn::new(opts).unwrap();
+        let mut conn = connect_socket(&waiter_server);
         conn.query_drop("UPDATE app.r SET v = v + 1 WHERE id = 1").unwrap();
     });
     std::thread::sleep(Duration::from_millis(500));
@@ -409,8 +410,7 @@ fn metadata_lock_wait_is_timed_on_the_alter() {
     holder.query_drop("SELECT * FROM app.m").unwrap();
     let socket = server.socket.clone();
     let alter = std::thread::spawn(move || {
-        let opts = mysql::OptsBuilder::new().socket(Some(socket.to_str().unwrap())).user(Some("root"));
-        let mut conn = mysql::Conn::new(opts).unwrap();
+        let mut conn = connect_socket(&socket);
         conn.query_drop("ALTER TABLE app.m ADD COLUMN note INT").unwrap();
     });
     std::thread::sleep(Duration::from_millis(300));
