@@ -21,8 +21,8 @@ use sqlbee_proto::v1::{Batch, TotalsRequest};
 trait Stored {
     fn top_counts(&self) -> HashMap<String, u64>;
     fn instances(&self) -> Vec<serde_json::Value>;
-    /// Exact totals over gRPC: (statements, per-command counts, lost statements).
-    fn totals(&self) -> (u64, HashMap<String, u64>, u64);
+    /// Exact totals over gRPC.
+    fn totals(&self) -> Totals;
 }
 
 impl Stored for Collector {
@@ -41,13 +41,34 @@ impl Stored for Collector {
         serde_json::from_slice(&out.stdout).unwrap()
     }
 
-    fn totals(&self) -> (u64, HashMap<String, u64>, u64) {
+    fn totals(&self) -> Totals {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         runtime.block_on(async {
             let mut client = query_client(&plain(&self.http_url())).await;
             let t = client.totals(TotalsRequest::default()).await.unwrap().into_inner();
-            (t.statements, t.commands.into_iter().map(|c| (c.command, c.count)).collect(), t.lost_statements)
+            Totals {
+                statements: t.statements,
+                unmatched: t.unmatched,
+                commands: t.commands.into_iter().map(|c| (c.command, c.count)).collect(),
+                lost: t.lost_statements,
+            }
         })
+    }
+}
+
+struct Totals {
+    statements: u64,
+    /// Statements that ended after the attach but began before it: in
+    /// `statements`, in no digest. Only a statement racing the attach.
+    unmatched: u64,
+    commands: HashMap<String, u64>,
+    lost: u64,
+}
+
+impl Totals {
+    fn in_digests(&self) -> u64 {
+        assert!(self.unmatched <= 1, "only a statement ending at the attach may be unmatched: {}", self.unmatched);
+        self.statements - self.unmatched
     }
 }
 
@@ -99,9 +120,10 @@ fn end_to_end_counts_reach_the_collector() {
     let counts = collector.top_counts();
     assert_eq!(counts.get("INSERT INTO `app`.`k` VALUES (...)"), Some(&120), "{counts:#?}");
     assert_eq!(counts.get("SELECT `v` FROM `app`.`k` WHERE ID = ?"), Some(&45), "{counts:#?}");
-    let (statements, commands, lost) = collector.totals();
-    assert_eq!(lost, 0);
-    assert_eq!(statements, counts.values().sum::<u64>());
+    let totals = collector.totals();
+    assert_eq!(totals.lost, 0);
+    assert_eq!(totals.in_digests(), counts.values().sum::<u64>());
+    let commands = &totals.commands;
     let questions: u64 = commands.iter().filter(|(c, _)| !NOT_QUESTIONS.contains(&c.as_str())).map(|(_, n)| n).sum();
     assert_eq!(questions + 2, delta(&before, &after, "Questions"), "{commands:?}");
     assert!(spool_files(&state).is_empty(), "acknowledged batches must leave the spool");
@@ -143,15 +165,16 @@ fn collector_outage_loses_and_doubles_nothing() {
     assert!(out.success, "{}", out.stderr);
     assert!(spool_files(&state).is_empty(), "spool not drained: {}", out.stderr);
 
-    let (statements, commands, lost) = collector.totals();
-    assert_eq!(lost, 0);
-    assert!(statements > 2000, "too little traffic: {statements}");
+    let totals = collector.totals();
+    assert_eq!(totals.lost, 0);
+    assert!(totals.statements > 2000, "too little traffic: {}", totals.statements);
+    let commands = &totals.commands;
     let get = |c: &str| commands.get(c).copied().unwrap_or(0);
     assert_eq!(get("COM_STMT_EXECUTE"), delta(&before, &after, "Com_stmt_execute"));
     let questions: u64 = commands.iter().filter(|(c, _)| !NOT_QUESTIONS.contains(&c.as_str())).map(|(_, n)| n).sum();
     assert_eq!(questions + 2, delta(&before, &after, "Questions"), "{commands:?}");
     let counts = collector.top_counts();
-    assert_eq!(counts.values().sum::<u64>(), statements);
+    assert_eq!(counts.values().sum::<u64>(), totals.in_digests());
     assert_eq!(counts.get("COMMIT").copied(), Some(delta(&before, &after, "Com_commit")));
 }
 
@@ -223,7 +246,7 @@ fn full_spool_drops_oldest_and_reports_the_gap() {
     wait_for("replay", Duration::from_secs(20), || spool_files(&state).is_empty());
     agent.stop();
 
-    let (statements, _, lost) = collector.totals();
+    let Totals { statements, lost, .. } = collector.totals();
     assert!(lost > 0, "no gap recorded");
     assert_eq!(statements + lost, EXECUTED, "stored {statements} + lost {lost} != executed");
     let instances = collector.instances();
@@ -272,6 +295,6 @@ fn corrupt_spool_record_is_skipped_and_counted() {
     let out = agent.stop();
     assert!(out.stderr.contains("corrupt spool record"), "{}", out.stderr);
     assert!(state.join("corrupt").join(victim.file_name().unwrap()).exists());
-    let (statements, _, _) = collector.totals();
+    let statements = collector.totals().statements;
     assert_eq!(statements, EXECUTED - lost);
 }

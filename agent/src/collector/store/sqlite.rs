@@ -843,7 +843,7 @@ fn totals(tx: &rusqlite::Transaction<'_>, query: &TotalsQuery) -> rusqlite::Resu
         Ok(())
     };
     let mut stmt = tx.prepare(&format!(
-        "SELECT statements, dropped_events FROM instance_windows WHERE window_end >= ?1{}",
+        "SELECT statements, dropped_events, unmatched FROM instance_windows WHERE window_end >= ?1{}",
         instance_filter(&query.instance, "instance")
     ))?;
     bind(&mut stmt)?;
@@ -851,6 +851,7 @@ fn totals(tx: &rusqlite::Transaction<'_>, query: &TotalsQuery) -> rusqlite::Resu
     while let Some(row) = rows.next()? {
         out.statements = out.statements.saturating_add(u(row.get(0)?));
         out.dropped_events = out.dropped_events.saturating_add(u(row.get(1)?));
+        out.unmatched = out.unmatched.saturating_add(u(row.get(2)?));
     }
     let mut commands: BTreeMap<String, u64> = BTreeMap::new();
     let mut stmt = tx.prepare(&format!(
