@@ -6,7 +6,8 @@ use anyhow::{Context as _, bail};
 use xtask::paths::{TOOLCHAIN, llvm_prefix, tools_dir};
 
 const BPF_LINKER_VERSION: &str = "0.13.0";
-const DEBIAN_PACKAGES: [&str; 5] = ["mariadb-server", "mariadb-client", "sysbench", "protobuf-compiler", "bpftool"];
+const DEBIAN_PACKAGES: [&str; 7] =
+    ["mariadb-server", "mariadb-client", "sysbench", "protobuf-compiler", "bpftool", "bpftrace", "prometheus"];
 
 pub fn run() -> anyhow::Result<()> {
     toolchain().context("setup step 1/3 (pinned nightly toolchain)")?;
