@@ -62,9 +62,10 @@ pub struct ErrorSample {
     pub tid: u32,
     pub code: u32,
     pub thd: u64,
-    /// `start_ns` of the statement in flight: with `tid`, names the
-    /// statement record this error belongs to.
-    pub start_ns: u64,
+    /// CLOCK_MONOTONIC ns when the error was raised; the statement it
+    /// belongs to carries the same value in `error_ns`, so `(tid,
+    /// raised_ns)` names the statement record.
+    pub raised_ns: u64,
     pub message: [u8; MAX_ERROR_MESSAGE],
 }
 
@@ -85,8 +86,8 @@ pub mod stat {
     pub const EVENTS: u32 = 0;
     /// Statement events lost because the ring buffer was full.
     pub const DROPPED: u32 = 1;
-    /// Statement ends seen without a matching command start (server
-    /// internal threads, or a command that began before attach).
+    /// Statement ends whose start could not be established (the THD's
+    /// start time unreadable or implausible): counted, not timed.
     pub const UNMATCHED: u32 = 2;
     /// Reads of server memory that failed (text or THD fields).
     pub const READ_FAILED: u32 = 3;
@@ -118,6 +119,18 @@ pub struct ServerLayout {
     /// Waits at least this long (microseconds) are also reported one by
     /// one as [`LongWait`] records; 0 turns that off.
     pub long_wait_us: u32,
+    /// Offset of the current command (`enum_server_command`) in THD.
+    pub command_offset: u32,
+    /// Offset of `start_utime` in THD: CLOCK_MONOTONIC microseconds at
+    /// which the server started the statement (reset for each statement
+    /// of a multi-statement query).
+    pub start_utime_offset: u32,
+    /// Offset of `utime_after_lock` in THD: start plus the time spent
+    /// acquiring locks, row-lock waits included.
+    pub lock_utime_offset: u32,
+    /// Non-zero when the `dispatch_command` probe is attached: it then
+    /// counts every command, otherwise statement ends count by command.
+    pub command_probe: u32,
 }
 
 /// One wait longer than `ServerLayout::long_wait_us`.
@@ -136,28 +149,39 @@ pub struct LongWait {
     pub statement_start_ns: u64,
 }
 
-/// In-flight state of one server thread between the start of a command
-/// and the end of each statement it runs.
+/// Per-thread state between statement ends: what the optional probes
+/// (command start, errors, waits) learned about the statement in flight.
+/// Each piece carries the time it belongs to, so the statement end takes
+/// only what happened after the statement's own start; nothing stale from
+/// a command that never reached a statement end leaks into the next one.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Inflight {
-    pub start_ns: u64,
-    pub thd: u64,
     /// Owner of the slot.
     pub tid: u32,
+    /// Command seen by the command probe, 0 when it is not attached.
     pub command: u32,
     /// First four packet bytes of COM_STMT_EXECUTE: the statement id.
     pub stmt_id: u32,
-    /// First error code raised while this statement ran, 0 when none.
+    /// First error code raised in the statement, 0 when none.
     pub error_code: u32,
+    /// When `error_code` was raised (CLOCK_MONOTONIC ns).
+    pub error_ns: u64,
+    /// When the command probe saw the command start (ns), for `stmt_id`.
+    pub command_ns: u64,
+    /// Last THD seen on this thread.
+    pub thd: u64,
     /// Nesting depth of the wait in progress (0: not waiting).
     pub wait_depth: u32,
-    /// Set once a statement of the command has ended: a network wait after
-    /// that is the connection idling for its next command, not a statement.
-    pub statement_ended: u32,
+    pub wait_class: u32,
     pub wait_start_ns: u64,
-    pub wait_class: u64,
-    /// Time waited so far in this statement, per wait class.
+    /// `start_utime` of the statement the waits below belong to.
+    pub waits_epoch_us: u64,
+    /// `start_utime` of the last statement that ended on this thread: a
+    /// network wait still showing it is the connection idling between
+    /// commands, not a statement's wait.
+    pub ended_epoch_us: u64,
+    /// Time waited so far in that statement, per wait class.
     pub waits: [u64; wait_class::COUNT],
 }
 
@@ -165,7 +189,7 @@ pub struct Inflight {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct StatementEvent {
-    /// CLOCK_MONOTONIC nanoseconds when the command started.
+    /// CLOCK_MONOTONIC nanoseconds when the statement started.
     pub start_ns: u64,
     pub duration_ns: u64,
     pub thd: u64,
@@ -180,6 +204,11 @@ pub struct StatementEvent {
     /// Bytes of text that follow this header.
     pub captured_len: u32,
     pub flags: u32,
+    /// Time spent acquiring locks (ns), row-lock waits included: the
+    /// server's own `Lock_time`.
+    pub lock_ns: u64,
+    /// When `error_code` was raised: matches the error sample.
+    pub error_ns: u64,
     /// Time this statement waited, per wait class (ns).
     pub waits: [u64; wait_class::COUNT],
 }

@@ -4,12 +4,16 @@
 use agent_common::{ErrorSample, MAX_ERROR_MESSAGE};
 use aya_ebpf::{
     bindings::BPF_RB_NO_WAKEUP,
-    helpers::{bpf_get_current_pid_tgid, bpf_probe_read_user_str_bytes},
+    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user, bpf_probe_read_user_str_bytes},
     macros::uprobe,
     programs::ProbeContext,
 };
 
-use crate::maps::{ERRORS, STATS, bump, inflight_slot};
+use crate::{
+    layout::layout,
+    maps::{ERRORS, STATS, bump},
+    statements::owned_slot,
+};
 
 /// `ME_ERROR_LOG_ONLY`, `ME_NOTE` and `ME_WARNING` (MariaDB `my_sys.h`): these
 /// never reach the client as the statement's error.
@@ -22,23 +26,30 @@ pub fn error_raised(ctx: ProbeContext) -> u32 {
     if code == 0 || my_flags & NOT_AN_ERROR != 0 {
         return 0;
     }
+    let now = unsafe { bpf_ktime_get_ns() };
     let tid = bpf_get_current_pid_tgid() as u32;
-    if let Some(inflight) = inflight_slot(tid) {
-        // Keep the first error: later ones are usually consequences of it.
-        unsafe {
-            if (*inflight).tid == tid && (*inflight).error_code == 0 {
-                (*inflight).error_code = code;
-                bump(&STATS, agent_common::stat::ERRORS);
-                sample(&ctx, tid, code, (*inflight).thd, (*inflight).start_ns);
-            }
+    let Some(inflight) = owned_slot(tid) else { return 0 };
+    // Keep the first error of a statement: later ones are usually its
+    // consequences. An error from before this statement began (a command
+    // that failed before any statement ended) is stale and replaced.
+    if inflight.error_code != 0 && inflight.thd != 0 {
+        let layout = layout();
+        let start_us =
+            unsafe { bpf_probe_read_user((inflight.thd + layout.start_utime_offset as u64) as *const u64) }.unwrap_or(0);
+        if inflight.error_ns >= start_us * 1000 {
+            return 0;
         }
     }
+    inflight.error_code = code;
+    inflight.error_ns = now;
+    bump(&STATS, agent_common::stat::ERRORS);
+    sample(&ctx, tid, code, inflight.thd, now);
     0
 }
 
 /// Copies the message into the ERRORS ring (dropped silently when full:
 /// the count above stays exact, only the sample text is lost).
-fn sample(ctx: &ProbeContext, tid: u32, code: u32, thd: u64, start_ns: u64) {
+fn sample(ctx: &ProbeContext, tid: u32, code: u32, thd: u64, raised_ns: u64) {
     let message: u64 = ctx.arg(1).unwrap_or(0);
     if let Some(mut entry) = ERRORS.reserve::<ErrorSample>(0) {
         let sample = entry.as_mut_ptr();
@@ -47,7 +58,7 @@ fn sample(ctx: &ProbeContext, tid: u32, code: u32, thd: u64, start_ns: u64) {
             (*sample).tid = tid;
             (*sample).code = code;
             (*sample).thd = thd;
-            (*sample).start_ns = start_ns;
+            (*sample).raised_ns = raised_ns;
             (*sample).message[0] = 0;
             if message != 0 {
                 let dest: &mut [u8; MAX_ERROR_MESSAGE] = &mut (*sample).message;

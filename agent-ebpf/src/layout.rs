@@ -11,6 +11,10 @@ static LAYOUT: ServerLayout = ServerLayout {
     connection_id_offset: 0,
     text_limit: agent_common::DEFAULT_TEXT_LIMIT,
     long_wait_us: 0,
+    command_offset: 0,
+    start_utime_offset: 0,
+    lock_utime_offset: 0,
+    command_probe: 0,
 };
 
 #[inline(always)]

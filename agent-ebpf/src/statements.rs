@@ -1,14 +1,16 @@
-//! Statement capture: the start of a command and the end of each
-//! statement it runs.
+//! Statement capture at one trap per statement.
 //!
-//! `dispatch_command` starts every client command; `log_slow_statement`
-//! runs once per finished statement (each of a multi-statement query too)
-//! while the THD still holds the statement text, for prepared statements
-//! the text with `?` placeholders, even when they were prepared before we
-//! attached. Placement lives here only; the agent names the symbols.
-use agent_common::{
-    EVENT_HEADER_LEN, Inflight, MAX_TEXT, StatementEvent, flags, stat, wait_class,
-};
+//! `log_slow_statement(THD*)` runs once per finished statement (each of a
+//! multi-statement query too) while the THD still holds everything a
+//! statement record needs: the text (for prepared statements the text with
+//! `?` placeholders, even when prepared before we attached), the command,
+//! and `start_utime`, the server's own CLOCK_MONOTONIC start of the
+//! statement. So one uprobe there times and names every statement; no
+//! probe at the start is needed. The optional `dispatch_command` probe
+//! only adds exact counts of commands that are not statements (PREPARE,
+//! CLOSE, PING, QUIT, ...) at the price of a second trap. Placement lives
+//! here only; the agent names the symbols.
+use agent_common::{EVENT_HEADER_LEN, Inflight, MAX_TEXT, StatementEvent, flags, stat, wait_class};
 use aya_ebpf::{
     bindings::BPF_RB_NO_WAKEUP,
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user, bpf_probe_read_user_buf},
@@ -23,6 +25,10 @@ use crate::{
 
 /// `COM_STMT_EXECUTE`: its packet starts with the 4-byte statement id.
 const COM_STMT_EXECUTE: u32 = 23;
+
+/// A start time further back than this is not believed (a layout that
+/// does not match the binary reads garbage): an hour, in microseconds.
+const MAX_STATEMENT_US: u64 = 3600 * 1_000_000;
 
 #[uprobe]
 pub fn command_start(ctx: ProbeContext) -> u32 {
@@ -44,12 +50,26 @@ fn try_command_start(ctx: &ProbeContext) -> Result<(), i64> {
         stmt_id = unsafe { bpf_probe_read_user(packet as *const u32) }.unwrap_or(0);
     }
     let tid = bpf_get_current_pid_tgid() as u32;
-    let slot = inflight_slot(tid).ok_or(0i64)?;
-    // SAFETY: the slot points into the array map's value for this index.
-    unsafe {
-        *slot = Inflight { start_ns: bpf_ktime_get_ns(), thd, tid, command, stmt_id, ..Inflight::default() };
-    }
+    let inflight = owned_slot(tid).ok_or(0i64)?;
+    inflight.thd = thd;
+    inflight.command = command;
+    inflight.stmt_id = stmt_id;
+    inflight.command_ns = unsafe { bpf_ktime_get_ns() };
     Ok(())
+}
+
+/// This thread's in-flight slot, taken over (reset) when another thread
+/// used it last.
+#[inline(always)]
+pub fn owned_slot(tid: u32) -> Option<&'static mut Inflight> {
+    let slot = inflight_slot(tid)?;
+    // SAFETY: the pointer is into the array map's value for this index;
+    // only this thread writes a slot it owns.
+    let inflight = unsafe { &mut *slot };
+    if inflight.tid != tid {
+        *inflight = Inflight { tid, ..Inflight::default() };
+    }
+    Some(inflight)
 }
 
 /// The first four arguments as register values. The verifier only allows
@@ -76,6 +96,11 @@ pub fn statement_end(ctx: ProbeContext) -> u32 {
     0
 }
 
+#[inline(always)]
+fn read_thd_u64(thd: u64, offset: u32) -> u64 {
+    unsafe { bpf_probe_read_user((thd + offset as u64) as *const u64) }.unwrap_or(0)
+}
+
 fn try_statement_end(ctx: &ProbeContext) -> Result<(), i64> {
     let now = unsafe { bpf_ktime_get_ns() };
     let layout = layout();
@@ -84,25 +109,27 @@ fn try_statement_end(ctx: &ProbeContext) -> Result<(), i64> {
     let tid = pid_tgid as u32;
     bump(&STATS, stat::STATEMENTS);
 
-    let Some(inflight) = inflight_slot(tid) else {
-        bump(&STATS, stat::UNMATCHED);
-        return Ok(());
-    };
-    let inflight = unsafe { &mut *inflight };
-    if inflight.tid != tid || inflight.thd != thd || inflight.start_ns == 0 {
+    let command = unsafe { bpf_probe_read_user((thd + layout.command_offset as u64) as *const u32) }.unwrap_or(0) & 0xff;
+    if layout.command_probe == 0 {
+        bump(&COMMANDS, command);
+    }
+    let start_us = read_thd_u64(thd, layout.start_utime_offset);
+    let now_us = now / 1000;
+    if start_us == 0 || start_us > now_us || now_us - start_us > MAX_STATEMENT_US {
         bump(&STATS, stat::UNMATCHED);
         return Ok(());
     }
+    let start_ns = start_us * 1000;
+    let lock_us = read_thd_u64(thd, layout.lock_utime_offset).saturating_sub(start_us);
+
+    let inflight = owned_slot(tid).ok_or(0i64)?;
     let buffer = SCRATCH.get_ptr_mut(0).ok_or(0i64)?;
     let buffer = unsafe { &mut *buffer };
 
     let query = (thd + layout.query_offset as u64) as *const u64;
     let text_ptr = unsafe { bpf_probe_read_user(query) }.unwrap_or(0);
     let text_len = unsafe { bpf_probe_read_user(query.wrapping_add(1)) }.unwrap_or(0);
-    let connection_id = unsafe {
-        bpf_probe_read_user((thd + layout.connection_id_offset as u64) as *const u64)
-    }
-    .unwrap_or(0);
+    let connection_id = read_thd_u64(thd, layout.connection_id_offset);
 
     let mut event_flags = 0;
     let mut captured = text_len;
@@ -122,43 +149,49 @@ fn try_statement_end(ctx: &ProbeContext) -> Result<(), i64> {
         // The mask restates the bound in a form the verifier tracks.
         let n = (captured as usize) & (MAX_TEXT * 2 - 1);
         if n > MAX_TEXT
-            || unsafe { bpf_probe_read_user_buf(text_ptr as *const u8, &mut buffer.text[..n]) }
-                .is_err()
+            || unsafe { bpf_probe_read_user_buf(text_ptr as *const u8, &mut buffer.text[..n]) }.is_err()
         {
             bump(&STATS, stat::READ_FAILED);
             captured = 0;
             event_flags |= flags::NO_TEXT;
         }
     }
-    if inflight.error_code != 0 {
+    // What the optional probes recorded counts only when it happened
+    // after this statement began.
+    let (error_code, error_ns) =
+        if inflight.error_code != 0 && inflight.error_ns >= start_ns { (inflight.error_code, inflight.error_ns) } else { (0, 0) };
+    if error_code != 0 {
         event_flags |= flags::ERROR;
     }
+    let waits = if inflight.waits_epoch_us == start_us { inflight.waits } else { [0; wait_class::COUNT] };
+    // Every command resets it, so it is this command's when set at all.
+    let stmt_id = if inflight.command_ns != 0 { inflight.stmt_id } else { 0 };
 
     buffer.header = StatementEvent {
-        start_ns: inflight.start_ns,
-        duration_ns: now.saturating_sub(inflight.start_ns),
+        start_ns,
+        duration_ns: now.saturating_sub(start_ns),
         thd,
         connection_id,
         pid: (pid_tgid >> 32) as u32,
         tid,
-        command: inflight.command,
-        stmt_id: inflight.stmt_id,
-        error_code: inflight.error_code,
+        command,
+        stmt_id,
+        error_code,
         text_len: text_len.min(u32::MAX as u64) as u32,
         captured_len: captured as u32,
         flags: event_flags,
-        waits: inflight.waits,
+        lock_ns: lock_us * 1000,
+        error_ns,
+        waits,
     };
-    // The next statement of a multi-statement query starts now.
-    inflight.start_ns = now;
+    inflight.thd = thd;
     inflight.error_code = 0;
+    inflight.waits_epoch_us = 0;
+    inflight.ended_epoch_us = start_us;
     inflight.waits = [0; wait_class::COUNT];
-    inflight.statement_ended = 1;
 
     let total = (EVENT_HEADER_LEN + captured as usize) & (MAX_TEXT * 2 - 1);
-    let bytes = unsafe {
-        core::slice::from_raw_parts(buffer as *const _ as *const u8, total)
-    };
+    let bytes = unsafe { core::slice::from_raw_parts(buffer as *const _ as *const u8, total) };
     if total > EVENT_HEADER_LEN + MAX_TEXT || EVENTS.output(bytes, BPF_RB_NO_WAKEUP as u64).is_err() {
         bump(&STATS, stat::DROPPED);
     } else {

@@ -14,6 +14,7 @@ use aya_ebpf::{
 use crate::{
     layout::layout,
     maps::{LONG_WAITS, inflight_slot},
+    statements::owned_slot,
 };
 
 /// Waits nest (a disk read inside a lock wait); only the outermost is timed,
@@ -22,22 +23,34 @@ const MAX_DEPTH: u32 = 8;
 
 #[uprobe]
 pub fn wait_begin(ctx: ProbeContext) -> u32 {
+    let thd: u64 = ctx.arg(0).unwrap_or(0);
     let wait_type: u64 = ctx.arg(1).unwrap_or(0);
     let tid = bpf_get_current_pid_tgid() as u32;
-    let Some(slot) = inflight_slot(tid) else { return 0 };
-    // SAFETY: the slot points into the array map's value for this index.
-    let inflight = unsafe { &mut *slot };
-    if inflight.tid != tid || inflight.start_ns == 0 || inflight.wait_depth >= MAX_DEPTH {
-        return 0;
-    }
-    let class = wait_class::of(wait_type);
-    if inflight.wait_depth == 0 && class == wait_class::NETWORK && inflight.statement_ended != 0 {
-        // Idle between commands: not a statement's wait.
+    let Some(inflight) = owned_slot(tid) else { return 0 };
+    if inflight.wait_depth >= MAX_DEPTH {
         return 0;
     }
     if inflight.wait_depth == 0 {
+        // The server passes NULL for "the current THD".
+        let thd = if thd != 0 { thd } else { inflight.thd };
+        if thd == 0 {
+            return 0;
+        }
+        inflight.thd = thd;
+        // Waits belong to the statement that began at `start_utime`; a
+        // connection idling for its next command still shows the previous
+        // statement's start, so its wait never reaches the next statement.
+        let epoch = unsafe { bpf_probe_read_user((thd + layout().start_utime_offset as u64) as *const u64) }.unwrap_or(0);
+        let class = wait_class::of(wait_type);
+        if class == wait_class::NETWORK && epoch == inflight.ended_epoch_us {
+            return 0;
+        }
+        if epoch != inflight.waits_epoch_us {
+            inflight.waits = [0; wait_class::COUNT];
+            inflight.waits_epoch_us = epoch;
+        }
         inflight.wait_start_ns = unsafe { bpf_ktime_get_ns() };
-        inflight.wait_class = class as u64;
+        inflight.wait_class = class as u32;
     }
     inflight.wait_depth += 1;
     0
@@ -47,7 +60,7 @@ pub fn wait_begin(ctx: ProbeContext) -> u32 {
 pub fn wait_end(_ctx: ProbeContext) -> u32 {
     let tid = bpf_get_current_pid_tgid() as u32;
     let Some(slot) = inflight_slot(tid) else { return 0 };
-    // SAFETY: as above.
+    // SAFETY: the slot points into the array map's value for this index.
     let inflight = unsafe { &mut *slot };
     if inflight.tid != tid || inflight.wait_depth == 0 {
         return 0;
@@ -75,12 +88,12 @@ fn report_long_wait(inflight: &agent_common::Inflight, tid: u32, waited: u64, co
     if let Some(mut entry) = LONG_WAITS.reserve::<LongWait>(0) {
         entry.write(LongWait {
             tid,
-            class: inflight.wait_class as u32,
+            class: inflight.wait_class,
             thd: inflight.thd,
             connection_id,
             wait_start_ns: inflight.wait_start_ns,
             duration_ns: waited,
-            statement_start_ns: inflight.start_ns,
+            statement_start_ns: inflight.waits_epoch_us * 1000,
         });
         entry.submit(BPF_RB_NO_WAKEUP as u64);
     }

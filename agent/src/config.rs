@@ -105,9 +105,20 @@ pub struct AgentArgs {
     /// Rows per window in `--output table`.
     #[arg(long, env = "SQLBEE_TABLE_ROWS")]
     pub table_rows: Option<usize>,
-    /// Do not attach the wait-class probes (no `waits` per digest).
-    #[arg(long, env = "SQLBEE_NO_WAIT_PROBES")]
-    pub no_wait_probes: bool,
+    /// Also attach the wait-class probes (`waits` per digest and one
+    /// lock-wait record per long wait). They trap whenever a thread waits,
+    /// including each connection's idle network read: about one more trap
+    /// per statement on a busy server.
+    #[arg(long, env = "SQLBEE_WAIT_PROBES")]
+    pub wait_probes: bool,
+    /// Also attach the command-start probe: exact counts of commands that
+    /// are not statements (PREPARE, CLOSE, PING, QUIT, ...), at one more
+    /// trap per command. Without it per-command counts count statements.
+    #[arg(long, env = "SQLBEE_COMMAND_PROBE")]
+    pub command_probe: bool,
+    /// Every optional probe: `--wait-probes --command-probe`.
+    #[arg(long, env = "SQLBEE_ALL_PROBES")]
+    pub all_probes: bool,
     /// Report each wait at least this long as a lock-wait record with
     /// candidate blockers (default 50ms; 0 turns it off).
     #[arg(long, env = "SQLBEE_LOCK_WAIT_THRESHOLD")]
@@ -136,6 +147,7 @@ struct AgentFile {
     ready_file: Option<PathBuf>,
     table_rows: Option<usize>,
     wait_probes: Option<bool>,
+    command_probe: Option<bool>,
     lock_wait_threshold: Option<String>,
 }
 
@@ -155,6 +167,7 @@ pub struct AgentConfig {
     pub ready_file: Option<PathBuf>,
     pub table_rows: usize,
     pub wait_probes: bool,
+    pub command_probe: bool,
     /// Waits at least this long become lock-wait records (0: off).
     pub long_wait_us: u32,
     /// How often /proc is rescanned for started, restarted or gone servers.
@@ -229,7 +242,8 @@ impl AgentArgs {
             duration: run_for,
             ready_file: self.ready_file.or(file.ready_file),
             table_rows: self.table_rows.or(file.table_rows).unwrap_or(20),
-            wait_probes: !self.no_wait_probes && file.wait_probes.unwrap_or(true),
+            wait_probes: self.all_probes || self.wait_probes || file.wait_probes.unwrap_or(false),
+            command_probe: self.all_probes || self.command_probe || file.command_probe.unwrap_or(false),
             long_wait_us: {
                 let value = self.lock_wait_threshold.or(file.lock_wait_threshold).unwrap_or_else(|| "50ms".into());
                 let threshold = if value.trim() == "0" { Duration::ZERO } else { duration("lock_wait_threshold", &value)? };

@@ -10,6 +10,8 @@ pub mod collector;
 pub mod config;
 pub mod discover;
 pub mod duration;
+pub mod host;
+pub mod metrics;
 pub mod normalize;
 pub mod output;
 pub mod pipeline;

@@ -64,6 +64,7 @@ pub fn run_agent(config: AgentConfig, stop: Arc<AtomicBool>) -> Result<(), Pipel
         text_limit: config.text_limit,
         ring_bytes: config.ring_bytes,
         waits: config.wait_probes,
+        commands: config.command_probe,
         long_wait_us: config.long_wait_us,
     });
 

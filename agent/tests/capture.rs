@@ -22,6 +22,11 @@ fn agent_args(server: &PrivateServer) -> Vec<String> {
     vec![format!("--pid={}", server.pid())]
 }
 
+fn with(mut args: Vec<String>, flag: &str) -> Vec<String> {
+    args.push(flag.to_string());
+    args
+}
+
 #[test]
 fn exact_counts_for_text_and_prepared_statements() {
     if !privileged("exact_counts_for_text_and_prepared_statements") {
@@ -33,7 +38,7 @@ fn exact_counts_for_text_and_prepared_statements() {
         .sql(&format!("CREATE DATABASE app; CREATE TABLE app.t (id INT PRIMARY KEY, v INT); INSERT INTO app.t VALUES {}", rows.join(",")))
         .unwrap();
     let before = common::status_before_agent(&server);
-    let agent = Agent::start(server.dir(), &agent_args(&server));
+    let agent = Agent::start(server.dir(), &with(agent_args(&server), "--command-probe"));
 
     const TEXT: u64 = 157;
     const PREPARED: u64 = 211;
@@ -72,6 +77,32 @@ fn exact_counts_for_text_and_prepared_statements() {
     let statements = out.summary_total(None, "statements") - out.summary_total(None, "unmatched");
     assert_eq!(statements, counts.values().sum::<u64>());
     assert_eq!(out.summary_total(None, "dropped_events"), 0);
+}
+
+/// The statement start comes from the server's own THD (`start_utime`), not
+/// from a probe at the start: a statement already running when the agent
+/// attaches is still timed from its real start, and the default attaches
+/// one probe on the statement path only.
+#[test]
+fn statement_running_at_attach_is_timed_from_its_real_start() {
+    if !privileged("statement_running_at_attach_is_timed_from_its_real_start") {
+        return;
+    }
+    let server = PrivateServer::start("running-at-attach", &[]).unwrap();
+    let socket = server.socket.clone();
+    let sleeper = std::thread::spawn(move || connect_socket(&socket).query_drop("SELECT SLEEP(1.5)").unwrap());
+    std::thread::sleep(Duration::from_millis(300));
+    let agent = Agent::start(server.dir(), &agent_args(&server));
+    let mut programs = agent.programs();
+    programs.sort();
+    assert_eq!(programs, ["error_raised", "statement_end"], "only the statement end and the error funnel by default");
+    sleeper.join().unwrap();
+    let out = agent.stop();
+    let rows: Vec<_> = out.digest_rows("SELECT `SLEEP` (?)").collect();
+    assert_eq!(rows.iter().map(|r| r["count"].as_u64().unwrap()).sum::<u64>(), 1, "{:#?}", out.lines);
+    let max = rows[0]["max_ns"].as_u64().unwrap();
+    assert!((1_500_000_000..=1_700_000_000).contains(&max), "timed {max} ns, not from its start");
+    assert_eq!(out.summary_total(None, "unmatched"), 0);
 }
 
 #[test]
@@ -134,7 +165,10 @@ fn errors_are_counted_and_statements_kept() {
 fn sysbench_started_before_agent(ps_mode: &'static str) {
     let server = PrivateServer::start(&format!("sysbench-{ps_mode}"), &[]).unwrap();
     let bench = xtask::sysbench::Sysbench {
-        script: "oltp_read_write".into(),
+        // Read-only: a paused writer could leave a statement blocked on its
+        // row lock across the attach or the stop, and the server counts
+        // `Com_*` when a statement starts, the agent when it ends.
+        script: "oltp_read_only".into(),
         tables: 2,
         table_size: 1000,
         threads: 4,
@@ -146,7 +180,10 @@ fn sysbench_started_before_agent(ps_mode: &'static str) {
     std::thread::sleep(Duration::from_millis(1500));
     run.pause();
     let before = common::status_before_agent(&server);
-    let agent = Agent::start(server.dir(), &agent_args(&server));
+    // The command probe: Questions also counts commands and statements
+    // that never reach the statement end (see README, one trap per
+    // statement), so the equation below needs the optional start probe.
+    let agent = Agent::start(server.dir(), &with(agent_args(&server), "--command-probe"));
     run.resume();
     std::thread::sleep(Duration::from_secs(3));
     run.pause();
@@ -161,9 +198,7 @@ fn sysbench_started_before_agent(ps_mode: &'static str) {
     for text in [
         "SELECT `c` FROM `sbtest1` WHERE ID = ?",
         "SELECT DISTINCT `c` FROM `sbtest2` WHERE ID BETWEEN ? AND ? ORDER BY `c`",
-        "UPDATE `sbtest1` SET `k` = `k` + ? WHERE ID = ?",
-        "INSERT INTO `sbtest2` (ID, `k`, `c`, `pad`) VALUES (...)",
-        "DELETE FROM `sbtest1` WHERE ID = ?",
+        "SELECT SUM (`k`) FROM `sbtest1` WHERE ID BETWEEN ? AND ?",
         "COMMIT",
     ] {
         assert!(counts.get(text).is_some_and(|n| *n > 0), "{text} missing in {counts:#?}");
@@ -184,15 +219,9 @@ fn sysbench_started_before_agent(ps_mode: &'static str) {
     assert_eq!(out.summary_total(None, "statements") - out.summary_total(None, "unmatched"), total);
     assert!(out.summary_total(None, "unmatched") <= 1, "only a statement ending at the attach may be unmatched");
     assert_eq!(out.summary_total(None, "dropped_events"), 0);
-    for (status, digest) in [("Com_commit", "COMMIT"), ("Com_delete", "DELETE FROM `sbtest1` WHERE ID = ?")] {
-        let server_count = delta(&before, &after, status);
-        let agent_count = if status == "Com_commit" {
-            counts[digest]
-        } else {
-            counts[digest] + counts["DELETE FROM `sbtest2` WHERE ID = ?"]
-        };
-        assert_eq!(agent_count, server_count, "{status}");
-    }
+    assert_eq!(counts["COMMIT"], delta(&before, &after, "Com_commit"));
+    let selects: u64 = counts.iter().filter(|(text, _)| text.starts_with("SELECT ")).map(|(_, n)| n).sum();
+    assert_eq!(selects, delta(&before, &after, "Com_select"));
 }
 
 #[test]
@@ -361,7 +390,7 @@ fn row_lock_wait_is_timed_on_the_waiting_statement() {
     }
     let server = PrivateServer::start("row-lock", &[]).unwrap();
     server.sql("CREATE DATABASE app; CREATE TABLE app.r (id INT PRIMARY KEY, v INT) ENGINE=InnoDB; INSERT INTO app.r VALUES (1, 0)").unwrap();
-    let agent = Agent::start(server.dir(), &agent_args(&server));
+    let agent = Agent::start(server.dir(), &with(agent_args(&server), "--wait-probes"));
     let mut holder = connect(&server);
     holder.query_drop("BEGIN").unwrap();
     holder.query_drop("SELECT v FROM app.r WHERE id = 1 FOR UPDATE").unwrap();
@@ -404,7 +433,7 @@ fn metadata_lock_wait_is_timed_on_the_alter() {
     }
     let server = PrivateServer::start("mdl", &[]).unwrap();
     server.sql("CREATE DATABASE app; CREATE TABLE app.m (id INT PRIMARY KEY) ENGINE=InnoDB; INSERT INTO app.m VALUES (1)").unwrap();
-    let agent = Agent::start(server.dir(), &agent_args(&server));
+    let agent = Agent::start(server.dir(), &with(agent_args(&server), "--wait-probes"));
     let mut holder = connect(&server);
     holder.query_drop("BEGIN").unwrap();
     holder.query_drop("SELECT * FROM app.m").unwrap();
@@ -437,7 +466,7 @@ fn statements_that_never_wait_report_no_wait() {
         return;
     }
     let server = PrivateServer::start("no-wait", &[]).unwrap();
-    let agent = Agent::start(server.dir(), &agent_args(&server));
+    let agent = Agent::start(server.dir(), &with(agent_args(&server), "--wait-probes"));
     let mut conn = connect(&server);
     for i in 0..300 {
         conn.query_drop(format!("SELECT {i} + 1, SHA2('x', 256)")).unwrap();
@@ -465,7 +494,7 @@ fn deadlock_and_lock_wait_timeout_are_counted_on_their_statements() {
     server
         .sql("CREATE DATABASE app; CREATE TABLE app.d (id INT PRIMARY KEY, v INT) ENGINE=InnoDB; INSERT INTO app.d VALUES (1, 0), (2, 0)")
         .unwrap();
-    let agent = Agent::start(server.dir(), &agent_args(&server));
+    let agent = Agent::start(server.dir(), &with(agent_args(&server), "--wait-probes"));
 
     // Deadlock: A locks 1 then wants 2, B locks 2 then wants 1.
     let mut a = connect(&server);

@@ -7,7 +7,14 @@
 //! - `thd_query_string(THD*)` is `lea OFF(%rdi),%rax; ret`: the statement
 //!   text `{char*, size_t}` lives at THD+OFF;
 //! - `thd_get_thread_id(THD*)` is `mov OFF(%rdi),%rax; ret`: the connection
-//!   id lives at THD+OFF.
+//!   id lives at THD+OFF;
+//! - `thd_current_command(THD*)` is `mov OFF(%rdi),%eax; ret`: the command
+//!   being served;
+//! - `thd_storage_lock_wait(THD*, long long)` is `add %rsi,OFF(%rdi); ret`:
+//!   `utime_after_lock`. The server declares `start_utime` right before it
+//!   (`ulonglong start_utime, utime_after_lock`, unchanged since 5.1), so
+//!   the statement's start lives at OFF-8; the kernel side still refuses a
+//!   start that is not a plausible recent CLOCK_MONOTONIC time.
 //!
 //! A pattern that does not match is refused, never guessed.
 use std::{fs::File, path::Path};
@@ -23,6 +30,8 @@ const LOG_SLOW_STATEMENT: &str = "_Z18log_slow_statementP3THD";
 const MY_MESSAGE_SQL: &str = "my_message_sql";
 const THD_QUERY_STRING: &str = "thd_query_string";
 const THD_GET_THREAD_ID: &str = "thd_get_thread_id";
+const THD_CURRENT_COMMAND: &str = "thd_current_command";
+const THD_STORAGE_LOCK_WAIT: &str = "thd_storage_lock_wait";
 const THD_WAIT_BEGIN: &str = "thd_wait_begin";
 const THD_WAIT_END: &str = "thd_wait_end";
 
@@ -97,6 +106,8 @@ pub fn inspect_binary(path: &Path) -> Result<BinaryInfo, DiscoverError> {
         (MY_MESSAGE_SQL, "my_message_sql, every error sent to a client"),
         (THD_QUERY_STRING, "thd_query_string, locates the statement text"),
         (THD_GET_THREAD_ID, "thd_get_thread_id, locates the connection id"),
+        (THD_CURRENT_COMMAND, "thd_current_command, locates the command"),
+        (THD_STORAGE_LOCK_WAIT, "thd_storage_lock_wait, locates the statement start time"),
     ];
     for (symbol, what) in required {
         if lookup(symbol).is_none() {
@@ -117,6 +128,21 @@ pub fn inspect_binary(path: &Path) -> Result<BinaryInfo, DiscoverError> {
             field: "the connection id offset",
             symbol: THD_GET_THREAD_ID,
             bytes: hex(&code(THD_GET_THREAD_ID)),
+        })?;
+    let command_offset =
+        decode_mov32_rdi(&code(THD_CURRENT_COMMAND)).ok_or_else(|| DiscoverError::UnknownLayout {
+            path: path.into(),
+            field: "the command offset",
+            symbol: THD_CURRENT_COMMAND,
+            bytes: hex(&code(THD_CURRENT_COMMAND)),
+        })?;
+    let lock_utime_offset = decode_add_rsi_to_rdi(&code(THD_STORAGE_LOCK_WAIT))
+        .filter(|off| *off >= 8)
+        .ok_or_else(|| DiscoverError::UnknownLayout {
+            path: path.into(),
+            field: "the statement start time offset",
+            symbol: THD_STORAGE_LOCK_WAIT,
+            bytes: hex(&code(THD_STORAGE_LOCK_WAIT)),
         })?;
 
     let mut single_stepped = Vec::new();
@@ -146,6 +172,10 @@ pub fn inspect_binary(path: &Path) -> Result<BinaryInfo, DiscoverError> {
             connection_id_offset,
             text_limit: 0,
             long_wait_us: 0,
+            command_offset,
+            start_utime_offset: lock_utime_offset - 8,
+            lock_utime_offset,
+            command_probe: 0,
         },
         points,
         single_stepped,
@@ -181,6 +211,25 @@ pub(crate) fn decode_lea_rdi(code: &[u8]) -> Option<u32> {
 /// `mov disp(%rdi),%rax; ret` -> disp.
 pub(crate) fn decode_mov_rdi(code: &[u8]) -> Option<u32> {
     decode_rdi_disp(strip_endbr(code), 0x8b)
+}
+
+/// `mov disp(%rdi),%eax; ret` (a 32-bit field) -> disp.
+pub(crate) fn decode_mov32_rdi(code: &[u8]) -> Option<u32> {
+    match strip_endbr(code) {
+        [0x8b, 0x47, disp, 0xc3, ..] => Some(*disp as u32),
+        [0x8b, 0x87, a, b, c, d, 0xc3, ..] => u32::try_from(i32::from_le_bytes([*a, *b, *c, *d])).ok(),
+        _ => None,
+    }
+}
+
+/// `add %rsi,disp(%rdi); ret` -> disp.
+pub(crate) fn decode_add_rsi_to_rdi(code: &[u8]) -> Option<u32> {
+    match strip_endbr(code) {
+        // REX.W, add r/m64 r64, ModRM reg=rsi rm=rdi with disp8 or disp32
+        [0x48, 0x01, 0x77, disp, 0xc3, ..] => Some(*disp as u32),
+        [0x48, 0x01, 0xb7, a, b, c, d, 0xc3, ..] => u32::try_from(i32::from_le_bytes([*a, *b, *c, *d])).ok(),
+        _ => None,
+    }
 }
 
 fn decode_rdi_disp(code: &[u8], opcode: u8) -> Option<u32> {
@@ -231,6 +280,13 @@ mod tests {
         // A function that does more than load a field is refused.
         assert_eq!(decode_lea_rdi(&[0x55, 0x48, 0x89, 0xe5]), None);
         assert_eq!(decode_mov_rdi(&[0x48, 0x8d, 0x47, 0x68, 0xc3]), None);
+        // Debian's 10.11: thd_current_command and thd_storage_lock_wait.
+        assert_eq!(decode_mov32_rdi(&[0x8b, 0x87, 0xd8, 0x27, 0, 0, 0xc3]), Some(0x27d8));
+        assert_eq!(decode_add_rsi_to_rdi(&[0x48, 0x01, 0xb7, 0x18, 0x28, 0, 0, 0xc3]), Some(0x2818));
+        assert_eq!(decode_add_rsi_to_rdi(&[0x48, 0x01, 0x77, 0x10, 0xc3]), Some(0x10));
+        // A 64-bit load is not the 32-bit command field.
+        assert_eq!(decode_mov32_rdi(&[0x48, 0x8b, 0x87, 0x18, 0x3f, 0, 0, 0xc3]), None);
+        assert_eq!(decode_add_rsi_to_rdi(&[0x48, 0x29, 0xb7, 0x18, 0x28, 0, 0, 0xc3]), None);
     }
 
     #[test]

@@ -26,6 +26,9 @@ pub struct ProbeConfig {
     pub ring_bytes: u32,
     /// Attach the wait-class probes (`thd_wait_begin`/`thd_wait_end`).
     pub waits: bool,
+    /// Attach the command-start probe (`dispatch_command`): exact counts
+    /// of commands that are not statements, at a second trap per command.
+    pub commands: bool,
     /// Report each wait at least this long (us) on its own; 0: never.
     pub long_wait_us: u32,
 }
@@ -37,8 +40,8 @@ pub struct AttachedServer {
     events: RingBuf<MapData>,
     errors: RingBuf<MapData>,
     long_waits: RingBuf<MapData>,
-    /// Error messages waiting for their statement, by (thread, statement
-    /// start); bounded.
+    /// Error messages waiting for their statement, by (thread, time
+    /// raised); bounded.
     messages: std::collections::HashMap<(u32, u64), ErrorMessage>,
     ebpf: Ebpf,
 }
@@ -52,6 +55,7 @@ impl AttachedServer {
         let layout = ServerLayout {
             text_limit: config.text_limit.min(MAX_TEXT as u32),
             long_wait_us: config.long_wait_us,
+            command_probe: config.commands as u32,
             ..binary.layout
         };
         let mut ebpf = EbpfLoader::new()
@@ -61,11 +65,10 @@ impl AttachedServer {
             .map_err(|source| ProbeError::Load { pid, source })?;
         let target = server.binary.clone();
         let scope = UProbeScope::OneProcess(NonZeroU32::new(pid).expect("pids are positive"));
-        let mut points = vec![
-            ("command_start", binary.points.command_start),
-            ("statement_end", binary.points.statement_end),
-            ("error_raised", binary.points.error_raised),
-        ];
+        let mut points = vec![("statement_end", binary.points.statement_end), ("error_raised", binary.points.error_raised)];
+        if config.commands {
+            points.push(("command_start", binary.points.command_start));
+        }
         if let Some((begin, end)) = binary.points.waits.filter(|_| config.waits) {
             points.extend([("wait_begin", begin), ("wait_end", end)]);
         }
@@ -125,7 +128,7 @@ impl AttachedServer {
                         // Only samples whose statement never came: drop them.
                         self.messages.clear();
                     }
-                    self.messages.insert((message.tid, message.start_ns), message);
+                    self.messages.insert((message.tid, message.raised_ns), message);
                 }
                 None => bad += 1,
             }
@@ -134,7 +137,7 @@ impl AttachedServer {
             match decode_statement(&record) {
                 Some(mut statement) => {
                     if statement.error_code != 0
-                        && let Some(message) = self.messages.remove(&(statement.tid, statement.start_ns))
+                        && let Some(message) = self.messages.remove(&(statement.tid, statement.error_ns))
                         && message.code == statement.error_code
                     {
                         statement.error_message = Some(message.message);

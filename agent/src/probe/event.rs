@@ -19,6 +19,10 @@ pub struct Statement {
     pub text: Vec<u8>,
     /// Time waited per wait class (`agent_common::wait_class`), ns.
     pub waits: [u64; wait_class::COUNT],
+    /// Time spent acquiring locks, row-lock waits included (ns).
+    pub lock_ns: u64,
+    /// When the error was raised; names its message sample.
+    pub error_ns: u64,
     /// The message the server sent with `error_code`, when sampled.
     pub error_message: Option<String>,
 }
@@ -27,7 +31,7 @@ pub struct Statement {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ErrorMessage {
     pub tid: u32,
-    pub start_ns: u64,
+    pub raised_ns: u64,
     pub code: u32,
     pub message: String,
 }
@@ -41,7 +45,7 @@ pub fn decode_error(record: &[u8]) -> Option<ErrorMessage> {
     let end = sample.message.iter().position(|b| *b == 0).unwrap_or(sample.message.len());
     Some(ErrorMessage {
         tid: sample.tid,
-        start_ns: sample.start_ns,
+        raised_ns: sample.raised_ns,
         code: sample.code,
         message: String::from_utf8_lossy(&sample.message[..end]).into_owned(),
     })
@@ -70,6 +74,8 @@ pub fn decode_statement(record: &[u8]) -> Option<Statement> {
         truncated: header.flags & flags::TRUNCATED != 0,
         text: body[..captured].to_vec(),
         waits: header.waits,
+        lock_ns: header.lock_ns,
+        error_ns: header.error_ns,
         error_message: None,
     })
 }

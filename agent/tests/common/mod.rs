@@ -48,6 +48,31 @@ pub struct AgentOutput {
 }
 
 impl Agent {
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map(|c| c.id()).unwrap_or(0)
+    }
+
+    /// Names of the BPF programs this agent holds open (program ids from
+    /// its fds' fdinfo, so other agents on the machine do not count).
+    pub fn programs(&self) -> Vec<String> {
+        let fdinfo = PathBuf::from(format!("/proc/{}/fdinfo", self.pid()));
+        // A program may sit behind several fds (program and link).
+        let ids: std::collections::BTreeSet<String> = std::fs::read_dir(&fdinfo)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+            .filter_map(|info| info.lines().find_map(|l| l.strip_prefix("prog_id:").map(|v| v.trim().to_string())))
+            .collect();
+        ids.iter()
+            .filter_map(|id| {
+                let out = std::process::Command::new("bpftool").args(["-j", "prog", "show", "id", id]).output().ok()?;
+                let prog: Value = serde_json::from_slice(&out.stdout).ok()?;
+                prog["name"].as_str().map(str::to_string)
+            })
+            .collect()
+    }
+
     /// Starts `sqlbee agent` with `args` and waits until it has attached.
     pub fn start(dir: &std::path::Path, args: &[String]) -> Agent {
         let ready = dir.join(format!("agent-{}.ready", rand_suffix()));
