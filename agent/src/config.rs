@@ -116,6 +116,19 @@ pub struct AgentArgs {
     /// trap per command. Without it per-command counts count statements.
     #[arg(long, env = "SQLBEE_COMMAND_PROBE")]
     pub command_probe: bool,
+    /// CPU the agent allows itself, in cores (default 1), enforced by its
+    /// own cgroup.
+    #[arg(long, env = "SQLBEE_CPU_LIMIT")]
+    pub cpu_limit: Option<f64>,
+    /// Memory the agent allows itself, MiB (default 1024).
+    #[arg(long, env = "SQLBEE_MEMORY_LIMIT_MIB")]
+    pub memory_limit_mib: Option<u64>,
+    /// Do not move the agent into its own cgroup (limits not enforced).
+    #[arg(long, env = "SQLBEE_NO_CGROUP")]
+    pub no_cgroup: bool,
+    /// Serve Prometheus metrics on this address, e.g. 127.0.0.1:9187.
+    #[arg(long, env = "SQLBEE_METRICS_LISTEN")]
+    pub metrics_listen: Option<String>,
     /// Every optional probe: `--wait-probes --command-probe`.
     #[arg(long, env = "SQLBEE_ALL_PROBES")]
     pub all_probes: bool,
@@ -149,6 +162,10 @@ struct AgentFile {
     wait_probes: Option<bool>,
     command_probe: Option<bool>,
     lock_wait_threshold: Option<String>,
+    cpu_limit: Option<f64>,
+    memory_limit_mib: Option<u64>,
+    cgroup: Option<bool>,
+    metrics_listen: Option<String>,
 }
 
 /// Validated agent configuration.
@@ -168,6 +185,9 @@ pub struct AgentConfig {
     pub table_rows: usize,
     pub wait_probes: bool,
     pub command_probe: bool,
+    /// None: `--no-cgroup`.
+    pub budget: Option<crate::budget::BudgetConfig>,
+    pub metrics_listen: Option<String>,
     /// Waits at least this long become lock-wait records (0: off).
     pub long_wait_us: u32,
     /// How often /proc is rescanned for started, restarted or gone servers.
@@ -244,6 +264,11 @@ impl AgentArgs {
             table_rows: self.table_rows.or(file.table_rows).unwrap_or(20),
             wait_probes: self.all_probes || self.wait_probes || file.wait_probes.unwrap_or(false),
             command_probe: self.all_probes || self.command_probe || file.command_probe.unwrap_or(false),
+            budget: (!self.no_cgroup && file.cgroup.unwrap_or(true)).then(|| crate::budget::BudgetConfig {
+                cpu_cores: self.cpu_limit.or(file.cpu_limit).unwrap_or(1.0),
+                memory_bytes: self.memory_limit_mib.or(file.memory_limit_mib).unwrap_or(1024) << 20,
+            }),
+            metrics_listen: self.metrics_listen.or(file.metrics_listen),
             long_wait_us: {
                 let value = self.lock_wait_threshold.or(file.lock_wait_threshold).unwrap_or_else(|| "50ms".into());
                 let threshold = if value.trim() == "0" { Duration::ZERO } else { duration("lock_wait_threshold", &value)? };
@@ -270,6 +295,18 @@ impl AgentConfig {
             "a power of two between 4096 and 1073741824",
         )?;
         range("max_digests", self.max_digests as u64, (1..=1_000_000).contains(&self.max_digests), "1..=1000000")?;
+        if let Some(budget) = &self.budget {
+            let ok = (0.01..=64.0).contains(&budget.cpu_cores);
+            if !ok {
+                return Err(ConfigError::Range {
+                    field: "cpu_limit",
+                    value: budget.cpu_cores as u64,
+                    expected: "0.01..=64 cores".into(),
+                });
+            }
+            let mib = budget.memory_bytes >> 20;
+            range("memory_limit_mib", mib, (64..=1 << 20).contains(&mib), "64..=1048576")?;
+        }
         let ms = self.window.as_millis() as u64;
         range("window", ms, (100..=3_600_000).contains(&ms), "100ms..=1h")?;
         let ms = self.drain_interval.as_millis() as u64;

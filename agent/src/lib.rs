@@ -5,6 +5,7 @@
 //! `pipeline`. `discover` tells `probe` what to attach to. `collector`
 //! receives and stores batches; `query` asks a collector.
 pub mod aggregate;
+pub mod budget;
 pub mod client;
 pub mod collector;
 pub mod config;

@@ -21,6 +21,9 @@ use tracing::{info, warn};
 
 use crate::{
     aggregate::Aggregator,
+    budget::{Applied, BudgetError, CostMeter, CostSample, SelfLimit},
+    host::{HostMetrics, HostSampler},
+    metrics::{MetricsError, MetricsServer, agent_metrics},
     config::{AgentConfig, OutputFormat},
     discover::{self, DiscoverError, ServerProcess},
     normalize::Normalizer,
@@ -41,12 +44,26 @@ pub enum PipelineError {
     Panicked(&'static str),
     #[error(transparent)]
     Ship(#[from] crate::ship::ShipError),
+    #[error(transparent)]
+    Budget(#[from] BudgetError),
+    #[error(transparent)]
+    Metrics(#[from] MetricsError),
 }
 
 enum Message {
     Batch(ProbeBatch),
-    WindowEnd(SystemTime),
+    WindowEnd(WindowEnd),
 }
+
+/// What the probe thread measured when it closed a window.
+struct WindowEnd {
+    at: SystemTime,
+    cost: CostSample,
+    host: Option<HostMetrics>,
+}
+
+/// The latest rendered Prometheus page; scrapes read it, never compute.
+type MetricsPage = Arc<std::sync::Mutex<String>>;
 
 /// Batches in flight between the probe and aggregate threads.
 const CHANNEL_BATCHES: usize = 256;
@@ -60,6 +77,15 @@ pub fn hostname() -> String {
 /// Runs the agent until `stop` is set (or `config.duration` passes).
 pub fn run_agent(config: AgentConfig, stop: Arc<AtomicBool>) -> Result<(), PipelineError> {
     let host = hostname();
+    // First, before any thread exists: the cgroup then holds all of them.
+    // Dropped when this function returns, which leaves and removes it.
+    let budget = config.budget.map(SelfLimit::apply).transpose()?;
+    let metrics_page = MetricsPage::default();
+    let metrics = config
+        .metrics_listen
+        .as_deref()
+        .map(|addr| serve_metrics(addr, metrics_page.clone(), stop.clone()))
+        .transpose()?;
     let mut supervisor = Supervisor::new(ProbeConfig {
         text_limit: config.text_limit,
         ring_bytes: config.ring_bytes,
@@ -96,15 +122,21 @@ pub fn run_agent(config: AgentConfig, stop: Arc<AtomicBool>) -> Result<(), Pipel
     let ship = config.ship.clone().map(ShipStage::start).transpose()?;
     let (tx, rx) = sync_channel(CHANNEL_BATCHES);
     let aggregate_config = config.clone();
+    let page = metrics.is_some().then(|| metrics_page.clone());
     let aggregator = thread::Builder::new()
         .name("aggregate".into())
-        .spawn(move || aggregate_loop(aggregate_config, rx, ship))?;
+        .spawn(move || aggregate_loop(aggregate_config, rx, ship, page))?;
     for batch in initial {
         let _ = tx.send(Message::Batch(batch));
     }
-    probe_loop(&config, &mut supervisor, &scan, &host, &tx, &stop);
+    probe_loop(&config, &mut supervisor, &scan, &host, &tx, &stop, budget.as_ref());
     drop(tx);
     aggregator.join().map_err(|_| PipelineError::Panicked("aggregate"))??;
+    stop.store(true, Ordering::Relaxed);
+    if let Some(metrics) = metrics {
+        let _ = metrics.join();
+    }
+    drop(budget);
     info!("stopped");
     Ok(())
 }
@@ -116,7 +148,17 @@ fn probe_loop(
     host: &str,
     tx: &SyncSender<Message>,
     stop: &AtomicBool,
+    budget: Option<&Applied>,
 ) {
+    let mut cost = CostMeter::new();
+    let mut host_sampler = HostSampler::new("/proc", "/sys");
+    let mut close_window = |supervisor: &Supervisor| {
+        let pids: Vec<u32> = supervisor.attached().map(|s| s.pid).collect();
+        let host = host_sampler.sample(&pids).map_err(|e| warn!(error = %e, "host metrics unavailable")).ok();
+        WindowEnd { at: SystemTime::now(), cost: cost.sample(budget), host }
+    };
+    // Baselines, so the first window already has rates.
+    let _ = close_window(supervisor);
     let started = Instant::now();
     let mut next_window = started + config.window;
     let mut next_scan = started + config.rescan_interval;
@@ -143,7 +185,7 @@ fn probe_loop(
             }
         }
         if stopping || now >= next_window {
-            if tx.send(Message::WindowEnd(SystemTime::now())).is_err() || stopping {
+            if tx.send(Message::WindowEnd(close_window(supervisor))).is_err() || stopping {
                 return;
             }
             next_window += config.window;
@@ -155,15 +197,28 @@ fn probe_loop(
     }
 }
 
-fn aggregate_loop(config: AgentConfig, rx: Receiver<Message>, ship: Option<ShipStage>) -> Result<(), PipelineError> {
+fn aggregate_loop(
+    config: AgentConfig,
+    rx: Receiver<Message>,
+    ship: Option<ShipStage>,
+    metrics_page: Option<MetricsPage>,
+) -> Result<(), PipelineError> {
     let mut aggregator = Aggregator::new(Normalizer::new(config.normalize_cache), config.max_digests, SystemTime::now());
     let stdout = std::io::stdout();
     while let Ok(message) = rx.recv() {
         match message {
             Message::Batch(batch) => aggregator.ingest(batch),
-            Message::WindowEnd(at) => {
+            Message::WindowEnd(WindowEnd { at, mut cost, host }) => {
                 let reports = aggregator.flush(at);
+                cost.attribute(reports.iter().map(|r| r.summary.statements).sum());
+                if let Some(page) = &metrics_page {
+                    let text = agent_metrics::render(&cost, host.as_ref(), &reports);
+                    *page.lock().unwrap_or_else(|e| e.into_inner()) = text;
+                }
                 let mut out = stdout.lock();
+                if config.output == Some(OutputFormat::Jsonl) {
+                    output::write_agent_jsonl(&mut out, &cost, host.as_ref())?;
+                }
                 for report in &reports {
                     match config.output {
                         Some(OutputFormat::Jsonl) => output::write_jsonl(&mut out, report)?,
@@ -184,4 +239,27 @@ fn aggregate_loop(config: AgentConfig, rx: Receiver<Message>, ship: Option<ShipS
         ship.finish()?;
     }
     Ok(())
+}
+
+/// Binds now (a taken port is an error at start) and serves from a thread
+/// with its own small runtime until `stop` is set.
+fn serve_metrics(addr: &str, page: MetricsPage, stop: Arc<AtomicBool>) -> Result<thread::JoinHandle<()>, PipelineError> {
+    let server = MetricsServer::bind(addr)?;
+    info!(addr = %server.local_addr(), "serving Prometheus metrics");
+    let handle = thread::Builder::new().name("metrics".into()).spawn(move || {
+        let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+            Ok(runtime) => runtime,
+            Err(e) => return warn!(error = %e, "metrics endpoint could not start"),
+        };
+        let render: crate::metrics::Render = Arc::new(move || page.lock().unwrap_or_else(|e| e.into_inner()).clone());
+        let shutdown = async move {
+            while !stop.load(Ordering::Relaxed) {
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            }
+        };
+        if let Err(e) = runtime.block_on(server.serve(render, shutdown)) {
+            warn!(error = %e, "metrics endpoint stopped");
+        }
+    })?;
+    Ok(handle)
 }

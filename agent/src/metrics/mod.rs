@@ -5,6 +5,7 @@
 //! formats a snapshot with the `Encoder`; this module only encodes and
 //! serves. It must never gather data on a scrape, so a slow or frequent
 //! scraper cannot slow the agent down.
+pub mod agent_metrics;
 mod encode;
 mod server;
 

@@ -144,3 +144,20 @@ pub fn write_table(out: &mut impl Write, report: &WindowReport, rows: usize) -> 
     writeln!(out, "   commands: {}", commands.join(" "))?;
     out.flush()
 }
+
+/// One line for the agent's own cost and one for the host, per window.
+pub fn write_agent_jsonl(
+    out: &mut impl Write,
+    cost: &crate::budget::CostSample,
+    host: Option<&crate::host::HostMetrics>,
+) -> std::io::Result<()> {
+    let mut agent = serde_json::to_value(cost).map_err(std::io::Error::other)?;
+    agent["type"] = "agent".into();
+    writeln!(out, "{agent}")?;
+    if let Some(host) = host {
+        let mut line = serde_json::to_value(host).map_err(std::io::Error::other)?;
+        line["type"] = "host".into();
+        writeln!(out, "{line}")?;
+    }
+    Ok(())
+}

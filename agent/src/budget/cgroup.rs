@@ -1,0 +1,237 @@
+//! Creating, joining, reading and leaving the agent's own cgroup.
+use std::{
+    collections::HashMap,
+    path::{Path, PathBuf},
+};
+
+use cgroups_rs::CgroupPid;
+use cgroups_rs::fs::{
+    Cgroup,
+    cgroup::get_cgroups_relative_paths,
+    cpu::CpuController,
+    cpuacct::CpuAcctController,
+    hierarchies,
+    memory::MemController,
+};
+
+use super::{BudgetConfig, BudgetError};
+
+/// CFS period the quota is expressed in (the kernel default).
+const PERIOD_US: u64 = 100_000;
+
+/// What `SelfLimit::apply` did.
+pub enum Applied {
+    /// The agent runs in its own cgroup with the configured limits, removed
+    /// when this value drops.
+    Own(SelfLimit),
+    /// The agent already runs under a container's limits: left alone, read.
+    Inherited { cpu_cores: Option<f64>, memory_bytes: Option<u64> },
+}
+
+impl Applied {
+    /// The CPU limit in force, in cores.
+    pub fn cpu_cores(&self) -> Option<f64> {
+        match self {
+            Applied::Own(own) => Some(own.config.cpu_cores),
+            Applied::Inherited { cpu_cores, .. } => *cpu_cores,
+        }
+    }
+
+    pub fn memory_bytes(&self) -> Option<u64> {
+        match self {
+            Applied::Own(own) => Some(own.config.memory_bytes),
+            Applied::Inherited { memory_bytes, .. } => *memory_bytes,
+        }
+    }
+}
+
+/// The agent's own cgroup while it lives.
+pub struct SelfLimit {
+    cgroup: Cgroup,
+    pub config: BudgetConfig,
+    /// One directory per controller hierarchy (v1) or the one directory (v2).
+    pub paths: Vec<PathBuf>,
+}
+
+impl SelfLimit {
+    /// Moves this process into `sqlbee-<pid>` under its current cgroup with
+    /// the configured limits, or, inside a container that is already
+    /// limited, only reads those limits.
+    pub fn apply(config: BudgetConfig) -> Result<Applied, BudgetError> {
+        if in_container() {
+            let (cpu_cores, memory_bytes) = current_limits();
+            if cpu_cores.is_some() || memory_bytes.is_some() {
+                tracing::info!(?cpu_cores, ?memory_bytes, "running under a container's limits; only reading them");
+                return Ok(Applied::Inherited { cpu_cores, memory_bytes });
+            }
+        }
+        let name = format!("sqlbee-{}", std::process::id());
+        let hierarchy = hierarchies::auto();
+        let v2 = hierarchy.v2();
+        let relative = get_cgroups_relative_paths()
+            .map_err(|e| BudgetError::Cgroup { what: "reading /proc/self/cgroup", path: name.clone(), detail: e.to_string() })?;
+        let cgroup = if v2 {
+            let current = relative.get("").cloned().unwrap_or_default();
+            let path = format!("{}/{name}", current.trim_matches('/'));
+            Cgroup::new(hierarchy, path.trim_start_matches('/'))
+        } else {
+            Cgroup::new_with_relative_paths(hierarchy, &name, only_needed(relative))
+        }
+        .map_err(|e| create_error(&name, e))?;
+        let paths: Vec<PathBuf> = cgroup.subsystems().iter().map(|s| s.to_controller().path().to_path_buf()).collect();
+        let own = SelfLimit { cgroup, config, paths };
+        own.set_limits()?;
+        own.cgroup
+            .add_task_by_tgid(CgroupPid::from(std::process::id() as u64))
+            .map_err(|e| own.error("joining", e))?;
+        tracing::info!(cpu_cores = config.cpu_cores, memory_bytes = config.memory_bytes, paths = ?own.paths, "agent runs in its own cgroup");
+        Ok(Applied::Own(own))
+    }
+
+    fn set_limits(&self) -> Result<(), BudgetError> {
+        let cpu: &CpuController = self.cgroup.controller_of().ok_or(BudgetError::NoController { controller: "cpu" })?;
+        let quota = (self.config.cpu_cores * PERIOD_US as f64).round().max(1000.0) as i64;
+        cpu.set_cfs_quota_and_period(Some(quota), Some(PERIOD_US)).map_err(|e| self.error("setting the CPU quota", e))?;
+        let memory: &MemController =
+            self.cgroup.controller_of().ok_or(BudgetError::NoController { controller: "memory" })?;
+        memory.set_limit(self.config.memory_bytes as i64).map_err(|e| self.error("setting the memory limit", e))?;
+        Ok(())
+    }
+
+    /// CPU time used by everything in the cgroup (the agent), ns.
+    pub fn cpu_usage_ns(&self) -> Option<u64> {
+        if self.cgroup.v2() {
+            let cpu: &CpuController = self.cgroup.controller_of()?;
+            let stat = cpu.cpu().stat;
+            let usec = stat.lines().find_map(|l| l.strip_prefix("usage_usec "))?.trim().parse::<u64>().ok()?;
+            Some(usec * 1000)
+        } else {
+            let acct: &CpuAcctController = self.cgroup.controller_of()?;
+            Some(acct.cpuacct().usage)
+        }
+    }
+
+    /// Memory charged to the cgroup, bytes.
+    pub fn memory_usage(&self) -> Option<u64> {
+        let memory: &MemController = self.cgroup.controller_of()?;
+        Some(memory.memory_stat().usage_in_bytes)
+    }
+
+    fn error(&self, what: &'static str, e: cgroups_rs::fs::error::Error) -> BudgetError {
+        BudgetError::Cgroup { what, path: format!("{:?}", self.paths), detail: error_chain(&e) }
+    }
+}
+
+impl Drop for SelfLimit {
+    fn drop(&mut self) {
+        // Leave first: a cgroup with a process in it cannot be removed.
+        // Moving to the parent (not the hierarchy root) keeps whatever
+        // limits the agent was started under.
+        let pid = std::process::id().to_string();
+        for path in &self.paths {
+            if let Some(parent) = path.parent()
+                && let Err(e) = std::fs::write(parent.join("cgroup.procs"), &pid)
+            {
+                tracing::warn!(path = %parent.display(), error = %e, "could not leave the agent cgroup");
+            }
+        }
+        if let Err(e) = self.cgroup.delete() {
+            tracing::warn!(paths = ?self.paths, error = %error_chain(&e), "could not remove the agent cgroup");
+        }
+    }
+}
+
+/// cgroups-rs wants a relative path for every mounted controller it
+/// manages; the agent needs cpu, cpuacct and memory only.
+fn only_needed(relative: HashMap<String, String>) -> HashMap<String, String> {
+    relative.into_iter().filter(|(controller, _)| matches!(controller.as_str(), "cpu" | "cpuacct" | "memory")).collect()
+}
+
+fn create_error(name: &str, e: cgroups_rs::fs::error::Error) -> BudgetError {
+    let detail = error_chain(&e);
+    if detail.contains("ermission denied") || detail.contains("Read-only file system") {
+        BudgetError::Permission { path: name.to_string(), detail }
+    } else {
+        BudgetError::Cgroup { what: "creation", path: name.to_string(), detail }
+    }
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(inner) = source {
+        text.push_str(": ");
+        text.push_str(&inner.to_string());
+        source = inner.source();
+    }
+    text
+}
+
+/// Container runtimes leave a marker; Kubernetes puts pods under kubepods.
+fn in_container() -> bool {
+    Path::new("/run/.containerenv").exists()
+        || Path::new("/.dockerenv").exists()
+        || std::env::var_os("container").is_some()
+        || std::fs::read_to_string("/proc/1/cgroup").is_ok_and(|c| c.contains("kubepods"))
+}
+
+/// Limits of the cgroup this process is in now (v2 `cpu.max`/`memory.max`,
+/// v1 `cpu.cfs_quota_us`/`memory.limit_in_bytes`); None when unlimited.
+pub fn current_limits() -> (Option<f64>, Option<u64>) {
+    let cgroups = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    let mut cpu = None;
+    let mut memory = None;
+    for line in cgroups.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (_, controllers, path) = (parts.next(), parts.next().unwrap_or(""), parts.next().unwrap_or("/"));
+        let path = path.trim_start_matches('/');
+        if controllers.is_empty() {
+            let dir = Path::new("/sys/fs/cgroup").join(path);
+            if let Ok(max) = std::fs::read_to_string(dir.join("cpu.max")) {
+                cpu = cpu.or_else(|| parse_cpu_max(&max));
+            }
+            if let Ok(max) = std::fs::read_to_string(dir.join("memory.max")) {
+                memory = memory.or_else(|| max.trim().parse::<u64>().ok());
+            }
+        }
+        for controller in controllers.split(',') {
+            let dir = Path::new("/sys/fs/cgroup").join(controllers).join(path);
+            match controller {
+                "cpu" => {
+                    let read = |f: &str| std::fs::read_to_string(dir.join(f)).ok()?.trim().parse::<i64>().ok();
+                    if let (Some(quota), Some(period)) = (read("cpu.cfs_quota_us"), read("cpu.cfs_period_us"))
+                        && quota > 0
+                        && period > 0
+                    {
+                        cpu = Some(quota as f64 / period as f64);
+                    }
+                }
+                "memory" => {
+                    let limit = std::fs::read_to_string(dir.join("memory.limit_in_bytes")).ok();
+                    // v1 reports "unlimited" as a huge page-aligned number.
+                    memory = limit.and_then(|l| l.trim().parse::<u64>().ok()).filter(|l| *l < 1 << 60).or(memory);
+                }
+                _ => {}
+            }
+        }
+    }
+    (cpu, memory)
+}
+
+fn parse_cpu_max(text: &str) -> Option<f64> {
+    let mut parts = text.split_whitespace();
+    let quota = parts.next()?.parse::<f64>().ok()?;
+    let period = parts.next()?.parse::<f64>().ok()?;
+    (period > 0.0).then(|| quota / period)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_max_parses() {
+        assert_eq!(parse_cpu_max("50000 100000\n"), Some(0.5));
+        assert_eq!(parse_cpu_max("max 100000\n"), None);
+    }
+}

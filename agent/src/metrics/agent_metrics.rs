@@ -1,0 +1,117 @@
+//! The agent's own Prometheus metrics, rendered once per window from what
+//! the window produced: its cost, the host, and a bounded top of digests.
+//! Digest labels are limited to `TOP_DIGESTS` per instance so a workload
+//! with unbounded distinct statements cannot blow up series cardinality.
+use crate::{aggregate::WindowReport, budget::CostSample, host::HostMetrics};
+
+use super::{Encoder, MetricType};
+
+/// Digests exported per instance (by statements in the window).
+pub const TOP_DIGESTS: usize = 20;
+
+pub fn render(cost: &CostSample, host: Option<&HostMetrics>, reports: &[WindowReport]) -> String {
+    let mut enc = Encoder::new();
+    enc.family("sqlbee_agent_cpu_cores", "CPU the agent used over the last window, cores.", MetricType::Gauge)
+        .sample(&[("source", cost.cpu_source)], cost.cpu_cores);
+    enc.family("sqlbee_agent_rss_bytes", "Resident memory of the agent.", MetricType::Gauge).sample(&[], cost.rss_bytes);
+    enc.family(
+        "sqlbee_agent_cores_per_10k_qps",
+        "Agent CPU per 10,000 statements per second over the last window.",
+        MetricType::Gauge,
+    )
+    .sample(&[], cost.cores_per_10k_qps);
+    if let Some(limit) = cost.cpu_limit_cores {
+        enc.family("sqlbee_agent_cpu_limit_cores", "CPU limit the agent runs under.", MetricType::Gauge)
+            .sample(&[], limit);
+    }
+    if let Some(limit) = cost.memory_limit_bytes {
+        enc.family("sqlbee_agent_memory_limit_bytes", "Memory limit the agent runs under.", MetricType::Gauge)
+            .sample(&[], limit);
+    }
+    {
+        let mut f = enc.family("sqlbee_statements_per_second", "Statements per second per instance.", MetricType::Gauge);
+        for r in reports {
+            let seconds = r.window_end.duration_since(r.window_start).map(|d| d.as_secs_f64()).unwrap_or(0.0);
+            let rate = if seconds > 0.0 { r.summary.statements as f64 / seconds } else { 0.0 };
+            f.sample(&[("instance", &r.instance)], rate);
+        }
+    }
+    {
+        let mut f = enc.family(
+            "sqlbee_dropped_events",
+            "Statement records lost in the kernel ring buffer in the last window (counts stay exact).",
+            MetricType::Gauge,
+        );
+        for r in reports {
+            f.sample(&[("instance", &r.instance)], r.summary.dropped_events);
+        }
+    }
+    {
+        let mut count = Vec::new();
+        for r in reports {
+            let mut top: Vec<_> = r.digests.iter().collect();
+            top.sort_by(|a, b| b.count.cmp(&a.count));
+            for d in top.into_iter().take(TOP_DIGESTS) {
+                count.push((r.instance.as_str(), format!("{:016x}", d.digest), d.digest_text.clone(), d.count, d.sum_ns));
+            }
+        }
+        let mut f = enc.family(
+            "sqlbee_digest_statements",
+            "Statements of a top digest in the last window (top 20 per instance).",
+            MetricType::Gauge,
+        );
+        for (instance, digest, text, n, _) in &count {
+            f.sample(&[("instance", instance), ("digest", digest), ("text", &short(text))], *n);
+        }
+        let mut f = enc.family(
+            "sqlbee_digest_latency_seconds_sum",
+            "Total latency of a top digest's statements in the last window.",
+            MetricType::Gauge,
+        );
+        for (instance, digest, text, _, sum_ns) in &count {
+            f.sample(&[("instance", instance), ("digest", digest), ("text", &short(text))], *sum_ns as f64 / 1e9);
+        }
+    }
+    if let Some(host) = host {
+        enc.family("sqlbee_host_cores", "Online CPU cores.", MetricType::Gauge).sample(&[], host.cpu.online_cores);
+        if let Some(busy) = &host.cpu.busy {
+            let mut f = enc.family("sqlbee_host_cpu_cores", "Host CPU by mode over the last window, cores.", MetricType::Gauge);
+            for (mode, v) in [
+                ("user", busy.user),
+                ("nice", busy.nice),
+                ("system", busy.system),
+                ("idle", busy.idle),
+                ("iowait", busy.iowait),
+                ("irq", busy.irq),
+                ("softirq", busy.softirq),
+                ("steal", busy.steal),
+            ] {
+                f.sample(&[("mode", mode)], v);
+            }
+        }
+        enc.family("sqlbee_host_memory_total_bytes", "Host memory.", MetricType::Gauge).sample(&[], host.memory.total_bytes);
+        if let Some(available) = host.memory.available_bytes {
+            enc.family("sqlbee_host_memory_available_bytes", "Host memory available.", MetricType::Gauge)
+                .sample(&[], available);
+        }
+        enc.family("sqlbee_host_load1", "Host load average, 1 minute.", MetricType::Gauge).sample(&[], host.load.one);
+        let mut f = enc.family("sqlbee_mysqld_cpu_cores", "CPU of each watched server process.", MetricType::Gauge);
+        for p in &host.processes {
+            if let Some(cores) = p.cpu_cores {
+                f.sample(&[("pid", &p.pid.to_string())], cores);
+            }
+        }
+        let mut f = enc.family("sqlbee_mysqld_rss_bytes", "RSS of each watched server process.", MetricType::Gauge);
+        for p in &host.processes {
+            if let Some(rss) = p.rss_bytes {
+                f.sample(&[("pid", &p.pid.to_string())], rss);
+            }
+        }
+    }
+    enc.finish()
+}
+
+/// Digest texts can be long; a label keeps the head.
+fn short(text: &str) -> String {
+    text.chars().take(120).collect()
+}
