@@ -1,12 +1,10 @@
 //! `cargo xtask <command>`: set-up, demo, tests and benchmarks of sqlbee.
-mod bench;
 mod demo;
 mod setup;
 
-use std::process::Command;
-
 use anyhow::{Context as _, bail};
 use clap::{Parser, Subcommand};
+use xtask::{bench, cargo};
 
 #[derive(Parser)]
 #[command(name = "xtask")]
@@ -26,8 +24,9 @@ enum Task {
         #[arg(long, default_value_t = 10)]
         seconds: u32,
     },
-    /// Control vs sqlbee on sysbench in alternating pairs, plus criterion
-    /// micro-benchmarks; results in benches/results/.
+    /// Overhead of sqlbee and its alternatives on sysbench, in alternating
+    /// control/treatment pairs over a thread sweep, plus criterion
+    /// micro-benchmarks; report, CSV and plots in benches/results/.
     Bench(bench::BenchArgs),
     /// Set up and run every test, the privileged eBPF ones included.
     Test {
@@ -47,20 +46,15 @@ fn main() -> anyhow::Result<()> {
         }
         Task::Bench(args) => {
             setup::run()?;
-            bench::run(args)
+            let outcome = bench::run(&args)?;
+            println!("{}", outcome.markdown);
+            Ok(())
         }
         Task::Test { args } => {
             setup::run()?;
             test(&args)
         }
     }
-}
-
-/// `cargo` with the project's tools on PATH.
-pub fn cargo() -> Command {
-    let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
-    cmd.env("PATH", xtask::paths::path_with_tools()).current_dir(xtask::paths::workspace_root());
-    cmd
 }
 
 fn test(args: &[String]) -> anyhow::Result<()> {

@@ -141,6 +141,29 @@ impl PrivateServer {
         self.spawn()
     }
 
+    /// Shuts the server down cleanly and starts it again on the same
+    /// datadir, socket and port with `extra_args` in place of the ones it
+    /// was started with (for settings that need a restart, such as
+    /// `--performance-schema`).
+    pub fn restart_with_args(&mut self, extra_args: &[&str]) -> anyhow::Result<()> {
+        if let Some(mut child) = self.child.take() {
+            // SAFETY: kill(2) on our own child.
+            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while child.try_wait()?.is_none() {
+                if Instant::now() > deadline {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        let _ = fs::remove_file(&self.socket);
+        self.extra_args = extra_args.iter().map(|s| s.to_string()).collect();
+        self.spawn()
+    }
+
     /// Runs SQL through the `mariadb` client, returning tab-separated rows.
     pub fn sql(&self, sql: &str) -> anyhow::Result<String> {
         let out = Command::new("mariadb")

@@ -1,0 +1,99 @@
+//! The overhead benchmark end to end at its smallest: every treatment in one
+//! short pair, through the xtask library, against the debug sqlbee. It
+//! proves the bench runs, records each treatment (a run or the reason it
+//! failed) and writes its report, CSV and plots. It never looks at numbers:
+//! on a shared 2-core machine they mean nothing at this size.
+mod common;
+
+use clap::Parser as _;
+use xtask::bench::{Arm, BenchArgs, TREATMENTS};
+
+#[test]
+fn every_treatment_runs_and_the_report_is_written() {
+    if !common::privileged("every_treatment_runs_and_the_report_is_written") {
+        return;
+    }
+    let out_dir = std::env::temp_dir().join(format!("sqlbee-bench-smoke-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out_dir);
+    let args = BenchArgs::try_parse_from([
+        "bench",
+        "--quick",
+        "--pairs",
+        "1",
+        "--seconds",
+        "2",
+        "--threads",
+        "2",
+        "--tables",
+        "1",
+        "--table-size",
+        "2000",
+        "--scripts",
+        "oltp_point_select",
+        "--treatments",
+        "all",
+        "--no-micro",
+        "--name",
+        "smoke",
+        "--agent-bin",
+        env!("CARGO_BIN_EXE_sqlbee"),
+        "--out-dir",
+        out_dir.to_str().unwrap(),
+    ])
+    .expect("bench arguments");
+    let outcome = xtask::bench::run(&args).expect("the bench itself (server, data set, result files)");
+
+    for t in TREATMENTS {
+        let run = outcome
+            .runs
+            .iter()
+            .find(|r| r.treatment == t.name && r.arm == Arm::Treatment)
+            .unwrap_or_else(|| panic!("no run recorded for treatment {}", t.name));
+        if let Some(reason) = &run.error {
+            assert!(!reason.trim().is_empty(), "{} failed without a reason", t.name);
+            eprintln!("{}: recorded failure: {reason}", t.name);
+        }
+        assert!(
+            outcome.runs.iter().any(|r| r.treatment == t.name && r.arm == Arm::Control),
+            "no control run for treatment {}",
+            t.name
+        );
+    }
+    assert_eq!(outcome.runs.len(), TREATMENTS.len() * 2, "one control and one treatment run per treatment");
+
+    for path in [&outcome.report, &outcome.csv].into_iter().chain(&outcome.plots) {
+        let len = std::fs::metadata(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())).len();
+        assert!(len > 0, "{} is empty", path.display());
+    }
+    assert!(
+        outcome.plots.iter().any(|p| p.extension().is_some_and(|e| e == "svg")),
+        "no SVG plots: {:?}",
+        outcome.plots
+    );
+    let markdown = std::fs::read_to_string(&outcome.report).unwrap();
+    for plot in &outcome.plots {
+        let file = plot.file_name().unwrap().to_str().unwrap();
+        assert!(markdown.contains(file), "the report does not link {file}");
+    }
+    let csv = std::fs::read_to_string(&outcome.csv).unwrap();
+    // Failure reasons are quoted CSV fields and may hold newlines: count
+    // records, not lines.
+    let records = csv_records(&csv);
+    assert_eq!(records - 1, outcome.runs.len(), "CSV rows (after the header) vs runs:\n{csv}");
+
+    let _ = std::fs::remove_dir_all(&out_dir);
+}
+
+/// Records in CSV text, newlines inside quoted fields not counted.
+fn csv_records(text: &str) -> usize {
+    let mut quoted = false;
+    let mut records = 0;
+    for c in text.chars() {
+        match c {
+            '"' => quoted = !quoted,
+            '\n' if !quoted => records += 1,
+            _ => {}
+        }
+    }
+    records
+}

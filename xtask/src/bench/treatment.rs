@@ -1,0 +1,402 @@
+//! What each treatment turns on, as data, and the tracer process a
+//! treatment runs beside mysqld (sqlbee or bpftrace). This module starts
+//! and stops tracers; it never measures anything and never touches the
+//! server's settings.
+use std::{
+    fs,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, bail};
+
+use crate::mariadb::PrivateServer;
+
+/// One arm compared against a fresh control run in every pair.
+#[derive(Debug)]
+pub struct Treatment {
+    pub name: &'static str,
+    /// One line for the report.
+    pub about: &'static str,
+    pub setup: Setup,
+}
+
+#[derive(Debug)]
+pub enum Setup {
+    /// `sqlbee agent` with `flags` (an agent that rejects one fails the
+    /// run), plus each of `if_known` that this build lists in its `--help`:
+    /// for settings that are flags in one build and the default in another.
+    Agent { flags: &'static [&'static str], if_known: &'static [&'static str] },
+    /// Global variables: SQL that turns the setting on before the run and
+    /// SQL that turns it off after it.
+    ServerSql { on: &'static str, off: &'static str },
+    /// mariadbd flags that only take effect at start-up. The treatment run
+    /// gets a restarted server, so its control run gets one too.
+    ServerFlags(&'static [&'static str]),
+    /// A bpftrace program. `{binary}` is replaced by mysqld's executable,
+    /// `{pid}` by its pid and `{name}` by the mangled symbol of each free
+    /// function in `symbols`. bpftrace 0.17 attaches uprobes to every
+    /// process running the binary, `-p` or not, so the program filters on
+    /// `{pid}` to count only the measured server (the others still trap).
+    Bpftrace { symbols: &'static [&'static str], program: &'static str },
+}
+
+pub const TREATMENTS: &[Treatment] = &[
+    Treatment {
+        name: "sqlbee",
+        about: "sqlbee agent, default probes",
+        setup: Setup::Agent { flags: &[], if_known: &[] },
+    },
+    // Builds without `--all-probes` attach every optional probe by default.
+    Treatment {
+        name: "sqlbee-all",
+        about: "sqlbee agent, every optional probe on",
+        setup: Setup::Agent { flags: &[], if_known: &["--all-probes"] },
+    },
+    // Builds without `--no-wait-probes` attach no wait probe by default.
+    Treatment {
+        name: "sqlbee-no-waits",
+        about: "sqlbee agent without the wait-class probes",
+        setup: Setup::Agent { flags: &[], if_known: &["--no-wait-probes"] },
+    },
+    Treatment {
+        name: "sqlbee-budget",
+        about: "sqlbee agent held to 1% of mysqld's CPU",
+        setup: Setup::Agent { flags: &["--mysqld-overhead-budget", "1%"], if_known: &[] },
+    },
+    Treatment {
+        name: "performance-schema",
+        about: "mariadbd restarted with --performance-schema=ON (its control restarted with it OFF)",
+        setup: Setup::ServerFlags(&["--performance-schema=ON"]),
+    },
+    Treatment {
+        name: "slow-log",
+        about: "slow query log to a file with long_query_time=0 (every statement)",
+        setup: Setup::ServerSql {
+            on: "SET GLOBAL log_output = 'FILE', long_query_time = 0, slow_query_log = 1",
+            off: "SET GLOBAL slow_query_log = 0, long_query_time = 10",
+        },
+    },
+    Treatment {
+        name: "general-log",
+        about: "general query log to a file",
+        setup: Setup::ServerSql {
+            on: "SET GLOBAL log_output = 'FILE', general_log = 1",
+            off: "SET GLOBAL general_log = 0",
+        },
+    },
+    Treatment {
+        name: "bpftrace-pair",
+        about: "bpftrace: uprobe + uretprobe on dispatch_command, latency histogram in the kernel",
+        setup: Setup::Bpftrace {
+            symbols: &["dispatch_command"],
+            program: "uprobe:{binary}:{dispatch_command} /pid == {pid}/ { @start[tid] = nsecs; }\n\
+                      uretprobe:{binary}:{dispatch_command} /@start[tid]/ {\n  \
+                      @lat = hist(nsecs - @start[tid]);\n  delete(@start[tid]);\n}\n",
+        },
+    },
+    Treatment {
+        name: "bpftrace-count",
+        about: "bpftrace: one counting uprobe at the entry of log_slow_statement (the one-trap floor)",
+        setup: Setup::Bpftrace {
+            symbols: &["log_slow_statement"],
+            program: "uprobe:{binary}:{log_slow_statement} /pid == {pid}/ { @ = count(); }\n",
+        },
+    },
+];
+
+pub fn treatment(name: &str) -> anyhow::Result<&'static Treatment> {
+    TREATMENTS.iter().find(|t| t.name == name).with_context(|| {
+        let names: Vec<&str> = TREATMENTS.iter().map(|t| t.name).collect();
+        format!("unknown treatment {name:?}: use `all` or some of {}", names.join(", "))
+    })
+}
+
+impl Treatment {
+    /// Whether a separate process (sqlbee or bpftrace) does the watching,
+    /// so the agent columns of the report apply.
+    pub fn has_tracer(&self) -> bool {
+        matches!(self.setup, Setup::Agent { .. } | Setup::Bpftrace { .. })
+    }
+
+    /// Start-up flags the treatment run needs (empty: the base server).
+    pub fn server_flags(&self) -> &'static [&'static str] {
+        match self.setup {
+            Setup::ServerFlags(flags) => flags,
+            _ => &[],
+        }
+    }
+}
+
+/// The sqlbee binary under test and the agent flags it knows.
+pub struct AgentBinary {
+    pub path: PathBuf,
+    help: String,
+}
+
+impl AgentBinary {
+    pub fn new(path: PathBuf) -> anyhow::Result<AgentBinary> {
+        let out = Command::new(&path)
+            .args(["agent", "--help"])
+            .output()
+            .with_context(|| format!("running {} agent --help", path.display()))?;
+        if !out.status.success() {
+            bail!("{} agent --help failed: {}", path.display(), String::from_utf8_lossy(&out.stderr).trim());
+        }
+        Ok(AgentBinary { path, help: String::from_utf8_lossy(&out.stdout).into_owned() })
+    }
+
+    fn knows(&self, flag: &str) -> bool {
+        self.help.match_indices(flag).any(|(i, _)| {
+            let before = self.help[..i].chars().next_back();
+            let after = self.help[i + flag.len()..].chars().next();
+            before.is_none_or(|c| c.is_whitespace() || c == ',')
+                && after.is_none_or(|c| !c.is_ascii_alphanumeric() && c != '-')
+        })
+    }
+
+    /// The agent flags `treatment` runs with on this build.
+    pub fn flags(&self, treatment: &Treatment) -> Vec<&'static str> {
+        match treatment.setup {
+            Setup::Agent { flags, if_known } => {
+                flags.iter().chain(if_known.iter().filter(|f| self.knows(f))).copied().collect()
+            }
+            _ => Vec::new(),
+        }
+    }
+}
+
+const BPFTRACE: &str = "/usr/bin/bpftrace";
+/// Printed by the program's BEGIN probe, which bpftrace fires only after
+/// every other probe is attached (its "Attaching N probes..." line comes
+/// before the attaching).
+const BPFTRACE_READY: &str = "sqlbee-bench: attached";
+
+/// sqlbee or bpftrace watching the server for one run, its stdout and
+/// stderr in files so nothing blocks on a pipe.
+pub struct Tracer {
+    child: Child,
+    kind: TracerKind,
+    stdout: PathBuf,
+    stderr: PathBuf,
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum TracerKind {
+    Agent,
+    Bpftrace,
+}
+
+impl std::fmt::Display for TracerKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            TracerKind::Agent => "sqlbee agent",
+            TracerKind::Bpftrace => "bpftrace",
+        })
+    }
+}
+
+impl Tracer {
+    /// Starts the tracer of `treatment` (None for server-side treatments)
+    /// and waits until its probes are attached.
+    pub fn start(treatment: &Treatment, sqlbee: &AgentBinary, server: &PrivateServer, tag: &str) -> anyhow::Result<Option<Tracer>> {
+        match treatment.setup {
+            Setup::Agent { .. } => Self::agent(&sqlbee.path, &sqlbee.flags(treatment), server, tag).map(Some),
+            Setup::Bpftrace { symbols, program } => Self::bpftrace(symbols, program, server, tag).map(Some),
+            Setup::ServerSql { .. } | Setup::ServerFlags(_) => Ok(None),
+        }
+    }
+
+    fn agent(sqlbee: &Path, flags: &[&str], server: &PrivateServer, tag: &str) -> anyhow::Result<Tracer> {
+        let ready = server.dir().join(format!("{tag}.ready"));
+        let _ = fs::remove_file(&ready);
+        let (stdout, stderr) = (server.dir().join(format!("{tag}.jsonl")), server.dir().join(format!("{tag}.log")));
+        let child = Command::new(sqlbee)
+            .args(["agent", "--output", "jsonl", "--window", "1h"])
+            .args(flags)
+            .arg(format!("--pid={}", server.pid()))
+            .arg("--ready-file")
+            .arg(&ready)
+            .stdin(Stdio::null())
+            .stdout(fs::File::create(&stdout)?)
+            .stderr(fs::File::create(&stderr)?)
+            .spawn()
+            .with_context(|| format!("starting {}", sqlbee.display()))?;
+        let mut tracer = Tracer { child, kind: TracerKind::Agent, stdout, stderr };
+        tracer.wait_until(|| ready.exists())?;
+        Ok(tracer)
+    }
+
+    fn bpftrace(symbols: &[&str], program: &str, server: &PrivateServer, tag: &str) -> anyhow::Result<Tracer> {
+        if !Path::new(BPFTRACE).exists() {
+            bail!("bpftrace is not installed at {BPFTRACE}; `./x setup` installs it");
+        }
+        let binary = fs::read_link(format!("/proc/{}/exe", server.pid())).context("reading mysqld's executable")?;
+        let mut text = format!("BEGIN {{ printf(\"{BPFTRACE_READY}\\n\"); }}\n{program}");
+        text = text.replace("{binary}", &binary.to_string_lossy()).replace("{pid}", &server.pid().to_string());
+        for name in symbols {
+            text = text.replace(&format!("{{{name}}}"), &mangled_symbol(&binary, name)?);
+        }
+        let script = server.dir().join(format!("{tag}.bt"));
+        fs::write(&script, text)?;
+        let (stdout, stderr) = (server.dir().join(format!("{tag}.out")), server.dir().join(format!("{tag}.err")));
+        // `-p` makes bpftrace exit with the server; it does not scope uprobes.
+        let child = Command::new(BPFTRACE)
+            .arg("-p")
+            .arg(server.pid().to_string())
+            .arg(&script)
+            .stdin(Stdio::null())
+            .stdout(fs::File::create(&stdout)?)
+            .stderr(fs::File::create(&stderr)?)
+            .spawn()
+            .context("starting bpftrace")?;
+        let mut tracer = Tracer { child, kind: TracerKind::Bpftrace, stdout, stderr };
+        let out = tracer.stdout.clone();
+        tracer.wait_until(|| fs::read_to_string(&out).is_ok_and(|s| s.contains(BPFTRACE_READY)))?;
+        Ok(tracer)
+    }
+
+    fn wait_until(&mut self, attached: impl Fn() -> bool) -> anyhow::Result<()> {
+        let started = Instant::now();
+        while !attached() {
+            if let Some(status) = self.child.try_wait()? {
+                bail!("{} exited before attaching ({status}): {}", self.kind, self.stderr_tail());
+            }
+            if started.elapsed() > Duration::from_secs(60) {
+                bail!("{} did not attach within 60 s: {}", self.kind, self.stderr_tail());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(())
+    }
+
+    /// The last lines of stderr, without bpftrace's harmless memlock notice.
+    fn stderr_tail(&self) -> String {
+        let text = fs::read_to_string(&self.stderr).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().filter(|l| !l.contains("RLIMIT_MEMLOCK") && !l.trim().is_empty()).collect();
+        let tail = lines[lines.len().saturating_sub(5)..].join(" / ");
+        if tail.is_empty() { "(no error output)".into() } else { tail }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Stops the tracer the way its user would (SIGTERM for sqlbee, which
+    /// writes its last window; SIGINT for bpftrace, which prints its maps)
+    /// and returns how many statements it saw.
+    pub fn stop(mut self) -> anyhow::Result<u64> {
+        let signal = if self.kind == TracerKind::Bpftrace { libc::SIGINT } else { libc::SIGTERM };
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(self.child.id() as i32, signal) };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let status = loop {
+            if let Some(status) = self.child.try_wait()? {
+                break status;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                bail!("{} did not stop within 30 s of signal {signal}", self.kind);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        if !status.success() {
+            bail!("{} exited with {status}: {}", self.kind, self.stderr_tail());
+        }
+        let text = fs::read_to_string(&self.stdout).unwrap_or_default();
+        Ok(if self.kind == TracerKind::Bpftrace { bpftrace_count(&text) } else { agent_statements(&text) })
+    }
+}
+
+impl Drop for Tracer {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// The mangled name of the free function `name` in `binary`'s dynamic
+/// symbols: `_Z<len><name>` followed by its parameter types. Refuses
+/// overloads rather than pick one silently.
+fn mangled_symbol(binary: &Path, name: &str) -> anyhow::Result<String> {
+    let out = Command::new("nm")
+        .args(["-D", "--defined-only"])
+        .arg(binary)
+        .output()
+        .context("running nm (binutils) to find mysqld's symbols")?;
+    let prefix = format!("_Z{}{name}", name.len());
+    let found: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(2))
+        .filter(|s| s.starts_with(&prefix))
+        .map(str::to_string)
+        .collect();
+    match found.as_slice() {
+        [one] => Ok(one.clone()),
+        [] => bail!("{} exports no function {name}: this treatment expects MariaDB's dispatch path", binary.display()),
+        many => bail!("{} has several overloads of {name} ({}); name one in the treatment table", binary.display(), many.join(", ")),
+    }
+}
+
+/// Statements in the agent's summary lines, summed over windows.
+fn agent_statements(jsonl: &str) -> u64 {
+    let key = "\"statements\":";
+    jsonl
+        .lines()
+        .filter(|l| l.contains("\"type\":\"summary\""))
+        .filter_map(|l| {
+            let i = l.find(key)? + key.len();
+            l[i..].split(|c: char| !c.is_ascii_digit()).next()?.parse::<u64>().ok()
+        })
+        .sum()
+}
+
+/// What bpftrace printed at exit: `@: N` for a count, or the bucket counts
+/// of a histogram (`[2K, 4K)   17 |@@@ |`) added up.
+fn bpftrace_count(out: &str) -> u64 {
+    out.lines()
+        .filter_map(|l| {
+            if let Some(n) = l.strip_prefix("@: ") {
+                return n.trim().parse::<u64>().ok();
+            }
+            let (_, rest) = l.strip_prefix('[')?.split_once(')')?;
+            rest.split_whitespace().next()?.parse().ok()
+        })
+        .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bpftrace_output_is_counted() {
+        assert_eq!(bpftrace_count("Attaching 2 probes...\n\n\n@: 3\n"), 3);
+        let hist = "@lat: \n[2K, 4K)               1 |@@@@      |\n[4K, 8K)               0 |          |\n[128K, 256K)           2 |@@@@@@@@@@|\n";
+        assert_eq!(bpftrace_count(hist), 3);
+    }
+
+    #[test]
+    fn optional_agent_flags_follow_the_build() {
+        let agent = AgentBinary {
+            path: PathBuf::new(),
+            help: "      --no-wait-probes\n          Do not attach\n      --window <WINDOW>\n".into(),
+        };
+        assert!(agent.knows("--no-wait-probes") && agent.knows("--window"));
+        assert!(!agent.knows("--wait-probes") && !agent.knows("--all-probes") && !agent.knows("--win"));
+        assert_eq!(agent.flags(treatment("sqlbee-no-waits").unwrap()), ["--no-wait-probes"]);
+        assert!(agent.flags(treatment("sqlbee-all").unwrap()).is_empty());
+        assert_eq!(agent.flags(treatment("sqlbee-budget").unwrap()), ["--mysqld-overhead-budget", "1%"]);
+    }
+
+    #[test]
+    fn every_treatment_has_a_unique_name() {
+        for (i, t) in TREATMENTS.iter().enumerate() {
+            assert!(TREATMENTS[..i].iter().all(|u| u.name != t.name), "{} twice", t.name);
+            assert!(t.name != "control" && t.name != "all", "{} is reserved", t.name);
+        }
+    }
+}
