@@ -140,9 +140,7 @@ fn collector_outage_loses_and_doubles_nothing() {
     let mut collector = Collector::start(&[]);
     let state = server.dir().join("agent-state");
     let bench = xtask::sysbench::Sysbench {
-        // Read-only: no statement stays blocked on a paused writer's row
-        // lock across the attach or the stop (see capture.rs).
-        script: "oltp_read_only".into(),
+        script: "oltp_read_write".into(),
         tables: 2,
         table_size: 1000,
         threads: 4,
