@@ -5,6 +5,8 @@
 //! without any other channel. This crate imports nothing.
 #![no_std]
 
+pub mod text_hash;
+
 /// Largest statement text the kernel can copy. The configured limit
 /// (default 4 KiB) must not exceed it.
 pub const MAX_TEXT: usize = 16 * 1024;
@@ -78,6 +80,10 @@ pub mod flags {
     pub const NO_TEXT: u32 = 2;
     /// The statement ended in an error sent to the client.
     pub const ERROR: u32 = 4;
+    /// Already counted in the kernel's aggregate of its text hash: sent
+    /// only for a fresh sample text (and to check the hash's grouping), not
+    /// to be counted again.
+    pub const SAMPLE: u32 = 8;
 }
 
 /// Indices of the per-CPU health counters in the `STATS` map.
@@ -95,6 +101,8 @@ pub mod stat {
     pub const STATEMENTS: u32 = 4;
     /// Errors attributed to a statement in flight.
     pub const ERRORS: u32 = 5;
+    /// Statements counted into a kernel aggregate instead of sent.
+    pub const AGGREGATED: u32 = 6;
     pub const SLOTS: u32 = 8;
 }
 
@@ -131,7 +139,57 @@ pub struct ServerLayout {
     /// Non-zero when the `dispatch_command` probe is attached: it then
     /// counts every command, otherwise statement ends count by command.
     pub command_probe: u32,
+    /// Slots of the in-kernel aggregate (see [`aggregate`]); 0 sends every
+    /// statement to the agent.
+    pub aggregate_slots: u32,
 }
+
+/// In-kernel aggregation: a statement whose text hash the agent has
+/// registered (map `KNOWN`: hash -> slot) is counted into that slot of the
+/// current epoch (map `AGGREGATES`, per CPU, index `epoch * slots + slot`)
+/// instead of being sent. The agent flips the epoch at each window end and
+/// reads and clears the other one, so a steady workload sends nothing per
+/// statement to user space.
+pub mod aggregate {
+    /// Histogram buckets kept in the kernel: eight per power of two from
+    /// 2^LOW_POWER ns (1 us) to 2^(LOW_POWER + POWERS) ns (73 min). The
+    /// agent's histogram uses the same log-linear scheme, so kernel bucket
+    /// `k` is its bucket `FIRST_AGENT_BUCKET + k`; a duration outside the
+    /// range is sent as an event instead, so nothing is clamped.
+    pub const LOW_POWER: u32 = 10;
+    pub const POWERS: u32 = 32;
+    pub const BUCKETS: usize = (POWERS * 8) as usize;
+    /// The agent's bucket of the kernel's bucket 0.
+    pub const FIRST_AGENT_BUCKET: usize = ((LOW_POWER - 3 + 1) * 8) as usize;
+    /// Hash of a text with no bytes hashed yet (FNV-1a offset basis).
+    pub const HASH_SEED: u64 = 0xcbf2_9ce4_8422_2325;
+}
+
+/// One kernel aggregate: statements of one text hash in one epoch on one CPU.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct SlotStats {
+    pub count: u64,
+    pub sum_ns: u64,
+    /// Meaningful only when `count > 0`.
+    pub min_ns: u64,
+    pub max_ns: u64,
+    pub buckets: [u32; aggregate::BUCKETS],
+}
+
+impl Default for SlotStats {
+    fn default() -> Self {
+        Self { count: 0, sum_ns: 0, min_ns: 0, max_ns: 0, buckets: [0; aggregate::BUCKETS] }
+    }
+}
+
+/// Which epoch of `AGGREGATES` the programs write now (map `CONTROL`).
+pub const CONTROL_EPOCH: u32 = 0;
+/// `u32::MAX`, written by the agent: the text hash ANDs its lexer state
+/// with it, so the verifier sees an unknown value instead of one constant
+/// per lexer state and does not explore every sequence of states.
+pub const CONTROL_OPAQUE_ONES: u32 = 1;
+pub const CONTROL_SLOTS: u32 = 2;
 
 /// One wait longer than `ServerLayout::long_wait_us`.
 #[repr(C)]
@@ -211,6 +269,10 @@ pub struct StatementEvent {
     pub error_ns: u64,
     /// Time this statement waited, per wait class (ns).
     pub waits: [u64; wait_class::COUNT],
+    /// Hash of the text with its literal values left out, when in-kernel
+    /// aggregation is on and the text can be aggregated (complete, not
+    /// truncated); 0 otherwise. Texts with equal hashes have equal digests.
+    pub text_hash: u64,
 }
 
 pub const EVENT_HEADER_LEN: usize = core::mem::size_of::<StatementEvent>();
@@ -232,4 +294,5 @@ mod pod {
     unsafe impl aya::Pod for super::StatementEvent {}
     unsafe impl aya::Pod for super::ErrorSample {}
     unsafe impl aya::Pod for super::LongWait {}
+    unsafe impl aya::Pod for super::SlotStats {}
 }

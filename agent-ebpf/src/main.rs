@@ -5,6 +5,7 @@
 #![no_std]
 #![no_main]
 
+mod aggregate;
 mod errors;
 mod layout;
 mod maps;

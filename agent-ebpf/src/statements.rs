@@ -10,7 +10,7 @@
 //! only adds exact counts of commands that are not statements (PREPARE,
 //! CLOSE, PING, QUIT, ...) at the price of a second trap. Placement lives
 //! here only; the agent names the symbols.
-use agent_common::{EVENT_HEADER_LEN, Inflight, MAX_TEXT, StatementEvent, flags, stat, wait_class};
+use agent_common::{EVENT_HEADER_LEN, EventBuffer, Inflight, MAX_TEXT, StatementEvent, flags, stat, wait_class};
 use aya_ebpf::{
     bindings::BPF_RB_NO_WAKEUP,
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user, bpf_probe_read_user_buf},
@@ -19,6 +19,7 @@ use aya_ebpf::{
 };
 
 use crate::{
+    aggregate,
     layout::layout,
     maps::{COMMANDS, EVENTS, SCRATCH, STATS, bump, inflight_slot},
 };
@@ -167,9 +168,17 @@ fn try_statement_end(ctx: &ProbeContext) -> Result<(), i64> {
     // Every command resets it, so it is this command's when set at all.
     let stmt_id = if inflight.command_ns != 0 { inflight.stmt_id } else { 0 };
 
+    let duration_ns = now.saturating_sub(start_ns);
+    let aggregate_slots = layout.aggregate_slots;
+    let text_hash = if aggregate_slots != 0 && event_flags & (flags::TRUNCATED | flags::NO_TEXT) == 0 {
+        aggregate::text_hash(captured)
+    } else {
+        0
+    };
+    let waited = waits.iter().any(|w| *w != 0);
     buffer.header = StatementEvent {
         start_ns,
-        duration_ns: now.saturating_sub(start_ns),
+        duration_ns,
         thd,
         connection_id,
         pid: (pid_tgid >> 32) as u32,
@@ -183,6 +192,7 @@ fn try_statement_end(ctx: &ProbeContext) -> Result<(), i64> {
         lock_ns: lock_us * 1000,
         error_ns,
         waits,
+        text_hash,
     };
     inflight.thd = thd;
     inflight.error_code = 0;
@@ -190,12 +200,37 @@ fn try_statement_end(ctx: &ProbeContext) -> Result<(), i64> {
     inflight.ended_epoch_us = start_us;
     inflight.waits = [0; wait_class::COUNT];
 
-    let total = (EVENT_HEADER_LEN + captured as usize) & (MAX_TEXT * 2 - 1);
-    let bytes = unsafe { core::slice::from_raw_parts(buffer as *const _ as *const u8, total) };
-    if total > EVENT_HEADER_LEN + MAX_TEXT || EVENTS.output(bytes, BPF_RB_NO_WAKEUP as u64).is_err() {
-        bump(&STATS, stat::DROPPED);
-    } else {
+    // Errors and waits travel with the statement record, so only plain
+    // statements are folded into the kernel aggregate.
+    if text_hash != 0
+        && error_code == 0
+        && !waited
+        && let Some(first) = aggregate::record(text_hash, duration_ns, aggregate_slots)
+    {
+        bump(&STATS, stat::AGGREGATED);
+        if first {
+            // Counted already: the record only refreshes the sample text,
+            // and losing it loses nothing.
+            buffer.header.flags |= flags::SAMPLE;
+            let _ = send(buffer, captured);
+        }
+        return Ok(());
+    }
+
+    if send(buffer, captured) {
         bump(&STATS, stat::EVENTS);
+    } else {
+        bump(&STATS, stat::DROPPED);
     }
     Ok(())
+}
+
+/// Copies the record (header and `captured` text bytes) to the ring
+/// buffer; false when it is full.
+#[inline(always)]
+fn send(buffer: &EventBuffer, captured: u64) -> bool {
+    let total = (EVENT_HEADER_LEN + captured as usize) & (MAX_TEXT * 2 - 1);
+    // SAFETY: `total` is at most the size of the buffer, checked below.
+    let bytes = unsafe { core::slice::from_raw_parts(buffer as *const _ as *const u8, total) };
+    total <= EVENT_HEADER_LEN + MAX_TEXT && EVENTS.output(bytes, BPF_RB_NO_WAKEUP as u64).is_ok()
 }

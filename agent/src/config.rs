@@ -129,6 +129,13 @@ pub struct AgentArgs {
     /// Serve Prometheus metrics on this address, e.g. 127.0.0.1:9187.
     #[arg(long, env = "SQLBEE_METRICS_LISTEN")]
     pub metrics_listen: Option<String>,
+    /// Text hashes counted in the kernel (slots per server): their
+    /// statements are aggregated there instead of sent one by one. 0 sends
+    /// every statement. Default: as many as 32 MiB of per-CPU maps hold,
+    /// at most 4096. Off with `--wait-probes`, whose lock-wait records need
+    /// every statement of every connection.
+    #[arg(long, env = "SQLBEE_KERNEL_DIGESTS")]
+    pub kernel_digests: Option<u32>,
     /// Every optional probe: `--wait-probes --command-probe`.
     #[arg(long, env = "SQLBEE_ALL_PROBES")]
     pub all_probes: bool,
@@ -166,6 +173,7 @@ struct AgentFile {
     memory_limit_mib: Option<u64>,
     cgroup: Option<bool>,
     metrics_listen: Option<String>,
+    kernel_digests: Option<u32>,
 }
 
 /// Validated agent configuration.
@@ -185,6 +193,8 @@ pub struct AgentConfig {
     pub table_rows: usize,
     pub wait_probes: bool,
     pub command_probe: bool,
+    /// Slots of the in-kernel aggregate per server; 0: off.
+    pub kernel_digests: u32,
     /// None: `--no-cgroup`.
     pub budget: Option<crate::budget::BudgetConfig>,
     pub metrics_listen: Option<String>,
@@ -264,6 +274,11 @@ impl AgentArgs {
             table_rows: self.table_rows.or(file.table_rows).unwrap_or(20),
             wait_probes: self.all_probes || self.wait_probes || file.wait_probes.unwrap_or(false),
             command_probe: self.all_probes || self.command_probe || file.command_probe.unwrap_or(false),
+            kernel_digests: match self.kernel_digests.or(file.kernel_digests) {
+                _ if self.all_probes || self.wait_probes || file.wait_probes.unwrap_or(false) => 0,
+                Some(slots) => slots,
+                None => default_kernel_digests(),
+            },
             budget: (!self.no_cgroup && file.cgroup.unwrap_or(true)).then(|| crate::budget::BudgetConfig {
                 cpu_cores: self.cpu_limit.or(file.cpu_limit).unwrap_or(1.0),
                 memory_bytes: self.memory_limit_mib.or(file.memory_limit_mib).unwrap_or(1024) << 20,
@@ -282,6 +297,16 @@ impl AgentArgs {
     }
 }
 
+const MAX_KERNEL_DIGESTS: u32 = 65536;
+
+/// Slots that fit 32 MiB of kernel aggregates (two epochs, one copy per
+/// CPU), between 64 and 4096.
+fn default_kernel_digests() -> u32 {
+    let cpus = aya::util::nr_cpus().map(|n| n.get()).unwrap_or(1) as usize;
+    let per_slot = 2 * cpus * std::mem::size_of::<agent_common::SlotStats>();
+    ((32usize << 20) / per_slot).clamp(64, 4096) as u32
+}
+
 impl AgentConfig {
     fn validate(&self) -> Result<(), ConfigError> {
         let range = |field, value: u64, ok: bool, expected: &str| {
@@ -295,6 +320,7 @@ impl AgentConfig {
             "a power of two between 4096 and 1073741824",
         )?;
         range("max_digests", self.max_digests as u64, (1..=1_000_000).contains(&self.max_digests), "1..=1000000")?;
+        range("kernel_digests", self.kernel_digests as u64, self.kernel_digests <= MAX_KERNEL_DIGESTS, "0..=65536")?;
         if let Some(budget) = &self.budget {
             let ok = (0.01..=64.0).contains(&budget.cpu_cores);
             if !ok {

@@ -92,6 +92,7 @@ pub fn run_agent(config: AgentConfig, stop: Arc<AtomicBool>) -> Result<(), Pipel
         waits: config.wait_probes,
         commands: config.command_probe,
         long_wait_us: config.long_wait_us,
+        aggregate_slots: config.kernel_digests,
     });
 
     // Explicit pids must work at start: a wrong pid or binary is an error.

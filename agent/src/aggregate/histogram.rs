@@ -50,6 +50,11 @@ impl Histogram {
         self.add(bucket_of(ns), 1);
     }
 
+    /// Adds `count` values of bucket `index` (clamped to the last bucket).
+    pub fn add_bucket(&mut self, index: usize, count: u64) {
+        self.add(index.min(BUCKETS - 1), count);
+    }
+
     fn add(&mut self, index: usize, count: u64) {
         if self.counts.is_empty() {
             self.offset = index as u16;

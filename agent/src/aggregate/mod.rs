@@ -21,9 +21,12 @@ use locks::LockTracker;
 use commands::{COM_QUERY, COM_STMT_EXECUTE};
 use histogram::Histogram;
 
+use agent_common::aggregate::FIRST_AGENT_BUCKET;
+use tracing::warn;
+
 use crate::{
     normalize::{Digest, Normalizer},
-    probe::{Counters, ProbeBatch, Statement},
+    probe::{Counters, KernelDigest, ProbeBatch, Statement},
 };
 
 /// Longest sample text kept per digest.
@@ -104,10 +107,27 @@ impl DigestStats {
             self.truncated += 1;
         }
         if self.sample.is_empty() && !statement.text.is_empty() {
-            let end = statement.text.len().min(MAX_SAMPLE);
-            self.sample = String::from_utf8_lossy(&statement.text[..end]).into_owned();
+            self.sample = sample_text(&statement.text);
         }
     }
+
+    /// Adds what the kernel counted for one of this digest's text hashes.
+    fn record_kernel(&mut self, kernel: &KernelDigest, sample: &str) {
+        self.count += kernel.count;
+        self.sum_ns = self.sum_ns.saturating_add(kernel.sum_ns);
+        self.min_ns = self.min_ns.min(kernel.min_ns);
+        self.max_ns = self.max_ns.max(kernel.max_ns);
+        for &(bucket, n) in &kernel.buckets {
+            self.histogram.add_bucket(FIRST_AGENT_BUCKET + bucket as usize, n);
+        }
+        if self.sample.is_empty() {
+            self.sample = sample.to_string();
+        }
+    }
+}
+
+fn sample_text(text: &[u8]) -> String {
+    String::from_utf8_lossy(&text[..text.len().min(MAX_SAMPLE)]).into_owned()
 }
 
 /// Health and exact totals of one instance over one window.
@@ -127,6 +147,8 @@ pub struct Summary {
     pub read_failures: u64,
     /// Statements folded into the overflow row.
     pub overflow_statements: u64,
+    /// Statements counted by the kernel's aggregates instead of sent.
+    pub aggregated_in_kernel: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -148,6 +170,33 @@ struct InstanceWindow {
     command_counts: BTreeMap<u32, u64>,
 }
 
+impl InstanceWindow {
+    /// The stats row `digest`'s statements go to: its own, or the overflow
+    /// row once the window holds `max_digests` (counting `statements`).
+    fn stats_for(&mut self, digest: &Digest, max_digests: usize, statements: u64) -> &mut DigestStats {
+        if self.digests.contains_key(&digest.id) || self.digests.len() < max_digests {
+            return self.digests.entry(digest.id).or_insert_with(|| DigestStats::new(digest));
+        }
+        self.summary.overflow_statements += statements;
+        self.overflow.get_or_insert_with(|| {
+            DigestStats::new(&Digest { id: OVERFLOW_DIGEST, text: Arc::from("(overflow: digest limit reached)") })
+        })
+    }
+}
+
+/// A sample of a kernel-aggregated hash: refreshes the hash's sample text
+/// and checks that its text still has the hash's digest.
+fn check_sample(texts: &mut HashMap<u64, KernelText>, statement: &Statement, digest: &Digest, conflicts: &mut u64) {
+    let Some(known) = texts.get_mut(&statement.text_hash) else { return };
+    if known.digest.id != digest.id {
+        *conflicts += 1;
+        warn!(hash = statement.text_hash, registered = %known.digest.text, sample = %digest.text,
+            "two digests share a kernel text hash; their counts are merged under the first");
+        return;
+    }
+    known.sample = sample_text(&statement.text);
+}
+
 pub struct Aggregator {
     normalizer: Normalizer,
     max_digests: usize,
@@ -157,6 +206,19 @@ pub struct Aggregator {
     last_counters: HashMap<(String, u32, u64), Counters>,
     /// Per instance; lives across windows (open transactions do).
     locks: HashMap<String, LockTracker>,
+    /// Per attached server, what each registered text hash stands for.
+    kernel_texts: HashMap<ServerKey, HashMap<u64, KernelText>>,
+    /// Samples whose digest differed from their hash's (should never be).
+    hash_conflicts: u64,
+}
+
+/// One attached server generation: instance, pid, start time.
+type ServerKey = (String, u32, u64);
+
+/// The digest of a registered text hash and its latest sample.
+struct KernelText {
+    digest: Digest,
+    sample: String,
 }
 
 impl Aggregator {
@@ -168,6 +230,8 @@ impl Aggregator {
             windows: BTreeMap::new(),
             last_counters: HashMap::new(),
             locks: HashMap::new(),
+            kernel_texts: HashMap::new(),
+            hash_conflicts: 0,
         }
     }
 
@@ -180,21 +244,42 @@ impl Aggregator {
         for wait in &batch.long_waits {
             locks.wait(*wait);
         }
+        let key = (instance, batch.server.pid, batch.server.start_ticks);
+        let texts = self.kernel_texts.entry(key.clone()).or_default();
         for statement in &batch.statements {
             let digest = digest_of(&mut self.normalizer, statement);
+            if statement.sample {
+                check_sample(texts, statement, &digest, &mut self.hash_conflicts);
+                continue;
+            }
+            if statement.text_hash != 0 {
+                texts
+                    .entry(statement.text_hash)
+                    .or_insert_with(|| KernelText { digest: digest.clone(), sample: sample_text(&statement.text) });
+            }
             locks.statement(statement, &digest);
-            let stats = if window.digests.contains_key(&digest.id) || window.digests.len() < self.max_digests {
-                window.digests.entry(digest.id).or_insert_with(|| DigestStats::new(&digest))
-            } else {
-                window.summary.overflow_statements += 1;
-                window.overflow.get_or_insert_with(|| {
-                    DigestStats::new(&Digest { id: OVERFLOW_DIGEST, text: Arc::from("(overflow: digest limit reached)") })
-                })
+            window.stats_for(&digest, self.max_digests, 1).record(statement);
+        }
+        for kernel in &batch.kernel {
+            // Cannot happen (a hash is forgotten only after its last
+            // aggregate), but never lose the count.
+            let unknown;
+            let text = match texts.get(&kernel.text_hash) {
+                Some(text) => text,
+                None => {
+                    unknown = KernelText { digest: Digest::from_text("(kernel aggregate, text unknown)"), sample: String::new() };
+                    &unknown
+                }
             };
-            stats.record(statement);
+            window.stats_for(&text.digest, self.max_digests, kernel.count).record_kernel(kernel, &text.sample);
+        }
+        for hash in &batch.forgotten {
+            texts.remove(hash);
+        }
+        if batch.detached {
+            self.kernel_texts.remove(&key);
         }
         if let Some(now) = batch.counters {
-            let key = (instance, batch.server.pid, batch.server.start_ticks);
             let last = self.last_counters.get(&key).cloned().unwrap_or_default();
             let delta = now.delta(&last);
             for (command, count) in delta.commands.iter().enumerate() {
@@ -207,6 +292,7 @@ impl Aggregator {
             window.summary.dropped_events += delta.dropped;
             window.summary.unmatched += delta.unmatched;
             window.summary.read_failures += delta.read_failed;
+            window.summary.aggregated_in_kernel += delta.aggregated;
             if batch.detached {
                 self.last_counters.remove(&key);
             } else {

@@ -176,6 +176,7 @@ pub fn inspect_binary(path: &Path) -> Result<BinaryInfo, DiscoverError> {
             start_utime_offset: lock_utime_offset - 8,
             lock_utime_offset,
             command_probe: 0,
+            aggregate_slots: 0,
         },
         points,
         single_stepped,

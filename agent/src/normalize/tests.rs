@@ -4,6 +4,7 @@
 mod bad_input;
 mod corpus;
 mod grouping;
+mod kernel_hash;
 mod lexers;
 mod properties;
 

@@ -78,6 +78,7 @@ pub fn window_to_json(report: &WindowReport) -> Vec<Value> {
         "unmatched": s.unmatched,
         "read_failures": s.read_failures,
         "overflow_statements": s.overflow_statements,
+        "aggregated_in_kernel": s.aggregated_in_kernel,
         "digests": report.digests.len(),
     }));
     lines

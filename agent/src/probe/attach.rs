@@ -12,7 +12,13 @@ use aya::{
     },
 };
 
-use super::{Counters, ErrorMessage, ProbeError, Statement, decode_error, decode_statement};
+use tracing::warn;
+
+use super::{
+    Counters, ErrorMessage, ProbeError, Statement,
+    aggregates::{KernelAggregates, KernelDigest},
+    decode_error, decode_statement,
+};
 use crate::discover::{BinaryInfo, ServerProcess};
 
 /// The kernel object built by `build.rs`.
@@ -31,6 +37,8 @@ pub struct ProbeConfig {
     pub commands: bool,
     /// Report each wait at least this long (us) on its own; 0: never.
     pub long_wait_us: u32,
+    /// Slots of the in-kernel aggregate; 0 sends every statement.
+    pub aggregate_slots: u32,
 }
 
 pub struct AttachedServer {
@@ -40,6 +48,9 @@ pub struct AttachedServer {
     events: RingBuf<MapData>,
     errors: RingBuf<MapData>,
     long_waits: RingBuf<MapData>,
+    aggregates: Option<KernelAggregates>,
+    /// Programs attached, for detaching them before the last read.
+    programs: Vec<&'static str>,
     /// Error messages waiting for their statement, by (thread, time
     /// raised); bounded.
     messages: std::collections::HashMap<(u32, u64), ErrorMessage>,
@@ -56,13 +67,19 @@ impl AttachedServer {
             text_limit: config.text_limit.min(MAX_TEXT as u32),
             long_wait_us: config.long_wait_us,
             command_probe: config.commands as u32,
+            aggregate_slots: config.aggregate_slots,
             ..binary.layout
         };
         let mut ebpf = EbpfLoader::new()
             .override_global("LAYOUT", &layout, true)
             .map_max_entries("EVENTS", config.ring_bytes)
+            .map_max_entries("KNOWN", config.aggregate_slots.max(1))
+            .map_max_entries("AGGREGATES", config.aggregate_slots.max(1) * 2)
             .load(EBPF_OBJECT)
             .map_err(|source| ProbeError::Load { pid, source })?;
+        // Before any program runs: it sets the maps up.
+        let aggregates =
+            (config.aggregate_slots > 0).then(|| KernelAggregates::new(&mut ebpf, config.aggregate_slots)).transpose()?;
         let target = server.binary.clone();
         let scope = UProbeScope::OneProcess(NonZeroU32::new(pid).expect("pids are positive"));
         let mut points = vec![("statement_end", binary.points.statement_end), ("error_raised", binary.points.error_raised)];
@@ -72,6 +89,7 @@ impl AttachedServer {
         if let Some((begin, end)) = binary.points.waits.filter(|_| config.waits) {
             points.extend([("wait_begin", begin), ("wait_end", end)]);
         }
+        let programs = points.iter().map(|(program, _)| *program).collect();
         for (program, point) in points {
             let symbol = point.symbol;
             let prog: &mut UProbe = ebpf
@@ -102,7 +120,7 @@ impl AttachedServer {
             .ok_or_else(|| ProbeError::Map { map: "LONG_WAITS", detail: "not in object".into() })?;
         let long_waits =
             RingBuf::try_from(long_waits).map_err(|e| ProbeError::Map { map: "LONG_WAITS", detail: e.to_string() })?;
-        Ok(Self { server, binary, events, errors, long_waits, messages: Default::default(), ebpf })
+        Ok(Self { server, binary, events, errors, long_waits, aggregates, programs, messages: Default::default(), ebpf })
     }
 
     /// Moves every record waiting in the ring buffer into `out`; returns
@@ -136,6 +154,21 @@ impl AttachedServer {
         while let Some(record) = self.events.next() {
             match decode_statement(&record) {
                 Some(mut statement) => {
+                    if statement.text_hash != 0 && !statement.sample {
+                        // Downstream learns the hash's digest from this
+                        // record only when its later statements will come
+                        // as kernel aggregates.
+                        let registered = match &mut self.aggregates {
+                            Some(aggregates) => aggregates.register(statement.text_hash).unwrap_or_else(|e| {
+                                warn!(pid = self.server.pid, error = %e, "registering a text hash failed");
+                                false
+                            }),
+                            None => false,
+                        };
+                        if !registered {
+                            statement.text_hash = 0;
+                        }
+                    }
                     if statement.error_code != 0
                         && let Some(message) = self.messages.remove(&(statement.tid, statement.error_ns))
                         && message.code == statement.error_code
@@ -148,6 +181,34 @@ impl AttachedServer {
             }
         }
         bad
+    }
+
+    /// Closes the kernel aggregates' epoch (see [`KernelAggregates::flip`]).
+    pub fn flip(&mut self, out: &mut Vec<KernelDigest>, forgotten: &mut Vec<u64>) -> Result<(), ProbeError> {
+        match &mut self.aggregates {
+            Some(aggregates) => aggregates.flip(out, forgotten),
+            None => Ok(()),
+        }
+    }
+
+    /// Detaches every program, so that what is read afterwards is final.
+    pub fn detach_programs(&mut self) {
+        for name in self.programs.drain(..) {
+            let probe: Option<&mut UProbe> = self.ebpf.program_mut(name).and_then(|p| p.try_into().ok());
+            if let Some(probe) = probe
+                && let Err(e) = probe.unload()
+            {
+                warn!(pid = self.server.pid, program = name, error = %e, "detaching failed");
+            }
+        }
+    }
+
+    /// Both epochs of the kernel aggregates, after `detach_programs`.
+    pub fn collect_all(&mut self, out: &mut Vec<KernelDigest>) -> Result<(), ProbeError> {
+        match &mut self.aggregates {
+            Some(aggregates) => aggregates.collect_all(out),
+            None => Ok(()),
+        }
     }
 
     pub fn counters(&self) -> Result<Counters, ProbeError> {

@@ -25,6 +25,11 @@ pub struct Statement {
     pub error_ns: u64,
     /// The message the server sent with `error_code`, when sampled.
     pub error_message: Option<String>,
+    /// Text hash of in-kernel aggregation when later statements of this
+    /// hash come as kernel aggregates; 0 otherwise.
+    pub text_hash: u64,
+    /// Counted in a kernel aggregate already: only a sample of its text.
+    pub sample: bool,
 }
 
 /// An error message the server sent, for attaching to its statement.
@@ -77,6 +82,8 @@ pub fn decode_statement(record: &[u8]) -> Option<Statement> {
         lock_ns: header.lock_ns,
         error_ns: header.error_ns,
         error_message: None,
+        text_hash: header.text_hash,
+        sample: header.flags & flags::SAMPLE != 0,
     })
 }
 

@@ -4,10 +4,12 @@
 //! One program set per server process (its own maps, its own ring buffer),
 //! scoped to that pid so other servers on the host are never trapped.
 //! Reading never blocks the kernel side: records are drained on a timer.
+mod aggregates;
 mod attach;
 mod event;
 mod supervisor;
 
+pub use aggregates::KernelDigest;
 pub use attach::{AttachedServer, ProbeConfig};
 pub use event::{ErrorMessage, Statement, decode_error, decode_statement};
 pub use supervisor::Supervisor;
@@ -56,6 +58,8 @@ pub struct Counters {
     pub unmatched: u64,
     pub read_failed: u64,
     pub errors: u64,
+    /// Statements counted into kernel aggregates instead of sent.
+    pub aggregated: u64,
 }
 
 impl Default for Counters {
@@ -68,6 +72,7 @@ impl Default for Counters {
             unmatched: 0,
             read_failed: 0,
             errors: 0,
+            aggregated: 0,
         }
     }
 }
@@ -83,6 +88,7 @@ impl Counters {
             unmatched: at(stat::UNMATCHED),
             read_failed: at(stat::READ_FAILED),
             errors: at(stat::ERRORS),
+            aggregated: at(stat::AGGREGATED),
         }
     }
 
@@ -102,6 +108,7 @@ impl Counters {
             unmatched: self.unmatched.saturating_sub(earlier.unmatched),
             read_failed: self.read_failed.saturating_sub(earlier.read_failed),
             errors: self.errors.saturating_sub(earlier.errors),
+            aggregated: self.aggregated.saturating_sub(earlier.aggregated),
         }
     }
 }
@@ -115,6 +122,10 @@ pub struct ProbeBatch {
     pub long_waits: Vec<agent_common::LongWait>,
     /// Cumulative counters, read at window ends and at detach.
     pub counters: Option<Counters>,
+    /// Statements counted in the kernel, read at window ends and at detach.
+    pub kernel: Vec<KernelDigest>,
+    /// Text hashes whose kernel aggregates are over: no more will come.
+    pub forgotten: Vec<u64>,
     /// The server went away; this is its last batch.
     pub detached: bool,
 }

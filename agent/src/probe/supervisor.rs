@@ -26,7 +26,9 @@ impl Supervisor {
 
     /// Attaches one server now, returning the error instead of logging it.
     pub fn attach(&mut self, server: ServerProcess) -> Result<(), ProbeError> {
+        let started = std::time::Instant::now();
         let binary = inspect_binary(&server.binary)?;
+        let inspected_ms = started.elapsed().as_millis() as u64;
         if !binary.single_stepped.is_empty() {
             warn!(pid = server.pid, points = ?binary.single_stepped,
                 "probe points start with an instruction the kernel must single-step; each hit costs ~15x more");
@@ -35,7 +37,8 @@ impl Supervisor {
         let attached = AttachedServer::attach(server, binary, self.config)?;
         info!(pid, instance = %attached.server.instance, binary = %attached.server.binary.display(),
             build_id = attached.binary.build_id.as_deref().unwrap_or("-"),
-            query_offset = attached.binary.layout.query_offset, "attached");
+            query_offset = attached.binary.layout.query_offset, inspected_ms,
+            attached_ms = started.elapsed().as_millis() as u64, "attached");
         self.attached.insert(pid, attached);
         Ok(())
     }
@@ -68,19 +71,32 @@ impl Supervisor {
         }
     }
 
-    /// Drains every attached server; with `counters`, reads them too.
-    pub fn drain(&mut self, counters: bool, out: &mut Vec<ProbeBatch>) {
+    /// Drains every attached server; at a window end (`window_end`) also
+    /// closes the kernel aggregates' epoch and reads the counters.
+    pub fn drain(&mut self, window_end: bool, out: &mut Vec<ProbeBatch>) {
         for attached in self.attached.values_mut() {
+            let (mut kernel, mut forgotten) = (Vec::new(), Vec::new());
+            if window_end && let Err(e) = attached.flip(&mut kernel, &mut forgotten) {
+                warn!(pid = attached.server.pid, error = %e, "reading kernel aggregates failed");
+            }
             let (mut statements, mut long_waits) = (Vec::new(), Vec::new());
             let bad = attached.drain(&mut statements, &mut long_waits);
             if bad > 0 {
                 warn!(pid = attached.server.pid, bad, "undecodable ring buffer records");
             }
-            let counters = if counters { read_counters(attached) } else { None };
-            if statements.is_empty() && long_waits.is_empty() && counters.is_none() {
+            let counters = if window_end { read_counters(attached) } else { None };
+            if statements.is_empty() && long_waits.is_empty() && counters.is_none() && kernel.is_empty() {
                 continue;
             }
-            out.push(ProbeBatch { server: attached.server.clone(), statements, long_waits, counters, detached: false });
+            out.push(ProbeBatch {
+                server: attached.server.clone(),
+                statements,
+                long_waits,
+                counters,
+                kernel,
+                forgotten,
+                detached: false,
+            });
         }
     }
 
@@ -102,9 +118,24 @@ fn read_counters(attached: &AttachedServer) -> Option<crate::probe::Counters> {
     }
 }
 
+/// Everything left, read after the programs are gone so that counters,
+/// records and kernel aggregates agree exactly.
 fn final_batch(attached: &mut AttachedServer) -> ProbeBatch {
+    attached.detach_programs();
     let (mut statements, mut long_waits) = (Vec::new(), Vec::new());
     attached.drain(&mut statements, &mut long_waits);
     let counters = read_counters(attached);
-    ProbeBatch { server: attached.server.clone(), statements, long_waits, counters, detached: true }
+    let mut kernel = Vec::new();
+    if let Err(e) = attached.collect_all(&mut kernel) {
+        warn!(pid = attached.server.pid, error = %e, "reading kernel aggregates failed");
+    }
+    ProbeBatch {
+        server: attached.server.clone(),
+        statements,
+        long_waits,
+        counters,
+        kernel,
+        forgotten: Vec::new(),
+        detached: true,
+    }
 }

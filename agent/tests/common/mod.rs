@@ -113,6 +113,13 @@ impl Agent {
         std::fs::read_to_string(&self.stderr).unwrap_or_default()
     }
 
+    /// Log and the window summaries written so far, for failure messages.
+    pub fn progress(&self) -> String {
+        let stdout = std::fs::read_to_string(&self.stdout).unwrap_or_default();
+        let summaries: Vec<&str> = stdout.lines().filter(|l| l.contains(r#""type":"summary""#)).collect();
+        format!("{}\n{} windows so far:\n{}", self.stderr_text(), summaries.len(), summaries.join("\n"))
+    }
+
     /// SIGTERM, wait for the final window, parse everything it wrote.
     pub fn stop(mut self) -> AgentOutput {
         let mut child = self.child.take().unwrap();

@@ -1,0 +1,172 @@
+//! The text hash of in-kernel aggregation: FNV-1a over the statement text
+//! with the values of number and single-quoted string literals left out,
+//! so `WHERE id=5` and `WHERE id=6` hash alike.
+//!
+//! The one rule that matters: two texts with equal hashes must get equal
+//! digests from the agent's normalizer. Leaving out too little only costs
+//! a second slot for the same digest; leaving out too much would merge two
+//! digests. So whatever is not certainly a literal value is hashed as it
+//! is: double-quoted strings (identifiers under ANSI_QUOTES), backquoted
+//! identifiers, comments (executable ones run), digits inside words
+//! (`t1`, `2events`, `0x1F`) and after `.`, `@` or `?` (`t.5`, `@1`, `?1`). The agent
+//! also checks one fresh sample per hash and window against its digest.
+//!
+//! Pure and bounded per byte: the kernel runs [`step`] from `bpf_loop`.
+
+/// Where the lexer is between two bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HashState {
+    pub hash: u64,
+    /// Hash of the digits of the number being skipped: mixed in after all
+    /// when a word character follows (`2events`, `1e5`).
+    pub number: u64,
+    pub mode: u32,
+    /// The previous byte, 0 at the start.
+    pub prev: u32,
+}
+
+const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
+
+mod mode {
+    pub const CODE: u32 = 0;
+    pub const NUMBER: u32 = 1;
+    pub const STRING: u32 = 2;
+    pub const STRING_ESCAPE: u32 = 3;
+    pub const DOUBLE_QUOTED: u32 = 4;
+    pub const DOUBLE_QUOTED_ESCAPE: u32 = 5;
+    pub const BACKQUOTED: u32 = 6;
+    pub const LINE_COMMENT: u32 = 7;
+    pub const BLOCK_COMMENT: u32 = 8;
+    /// A number past its decimal point: another `.` ends it.
+    pub const FRACTION: u32 = 9;
+}
+
+impl HashState {
+    pub const fn new() -> Self {
+        Self { hash: crate::aggregate::HASH_SEED, number: 0, mode: mode::CODE, prev: 0 }
+    }
+
+    /// The hash of everything stepped so far; never 0 (0 means "no hash").
+    pub fn finish(&self) -> u64 {
+        let in_number = self.mode == mode::NUMBER || self.mode == mode::FRACTION;
+        let hash = if in_number { mix(self.hash, b'0') } else { self.hash };
+        if hash == 0 { 1 } else { hash }
+    }
+}
+
+impl Default for HashState {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[inline(always)]
+fn mix(hash: u64, byte: u8) -> u64 {
+    (hash ^ byte as u64).wrapping_mul(FNV_PRIME)
+}
+
+#[inline(always)]
+fn is_word(byte: u8) -> bool {
+    byte.is_ascii_alphanumeric() || byte == b'_' || byte == b'$' || byte >= 0x80
+}
+
+/// Feeds one byte.
+#[inline(always)]
+pub fn step(s: &mut HashState, byte: u8) {
+    let prev = s.prev as u8;
+    s.prev = byte as u32;
+    match s.mode {
+        mode::NUMBER | mode::FRACTION => {
+            if byte.is_ascii_digit() || (byte == b'.' && s.mode == mode::NUMBER) {
+                if byte == b'.' {
+                    s.mode = mode::FRACTION;
+                }
+                s.number = mix(s.number, byte);
+                return;
+            }
+            // The skipped digits were not a number on their own: keep them.
+            s.hash = mix(s.hash, b'0');
+            if is_word(byte) {
+                s.hash ^= s.number;
+                s.hash = s.hash.wrapping_mul(FNV_PRIME);
+            }
+            s.mode = mode::CODE;
+            code(s, prev, byte);
+        }
+        mode::CODE => code(s, prev, byte),
+        mode::STRING => {
+            if byte == b'\\' {
+                s.mode = mode::STRING_ESCAPE;
+            } else if byte == b'\'' {
+                s.hash = mix(s.hash, byte);
+                s.mode = mode::CODE;
+            }
+        }
+        mode::STRING_ESCAPE => s.mode = mode::STRING,
+        mode::DOUBLE_QUOTED => {
+            s.hash = mix(s.hash, byte);
+            if byte == b'\\' {
+                s.mode = mode::DOUBLE_QUOTED_ESCAPE;
+            } else if byte == b'"' {
+                s.mode = mode::CODE;
+            }
+        }
+        mode::DOUBLE_QUOTED_ESCAPE => {
+            s.hash = mix(s.hash, byte);
+            s.mode = mode::DOUBLE_QUOTED;
+        }
+        mode::BACKQUOTED => {
+            s.hash = mix(s.hash, byte);
+            if byte == b'`' {
+                s.mode = mode::CODE;
+            }
+        }
+        mode::LINE_COMMENT => {
+            s.hash = mix(s.hash, byte);
+            if byte == b'\n' {
+                s.mode = mode::CODE;
+            }
+        }
+        _ => {
+            s.hash = mix(s.hash, byte);
+            if byte == b'/' && prev == b'*' {
+                s.mode = mode::CODE;
+            }
+        }
+    }
+}
+
+#[inline(always)]
+fn code(s: &mut HashState, prev: u8, byte: u8) {
+    if byte.is_ascii_digit() && !is_word(prev) && !matches!(prev, b'.' | b'@' | b'?') {
+        s.number = mix(crate::aggregate::HASH_SEED, byte);
+        s.mode = mode::NUMBER;
+        return;
+    }
+    s.hash = mix(s.hash, byte);
+    s.mode = match byte {
+        b'\'' => mode::STRING,
+        b'"' => mode::DOUBLE_QUOTED,
+        b'`' => mode::BACKQUOTED,
+        b'#' => mode::LINE_COMMENT,
+        // `--` starts a comment only before a space in MySQL; taking every
+        // `--` for one merely hashes more.
+        b'-' if prev == b'-' => mode::LINE_COMMENT,
+        b'*' if prev == b'/' => {
+            // `/*/` does not close the comment it opens.
+            s.prev = 0;
+            mode::BLOCK_COMMENT
+        }
+        _ => mode::CODE,
+    };
+}
+
+/// The hash of a whole text (the agent's tests; the kernel steps itself).
+pub fn hash(text: &[u8]) -> u64 {
+    let mut s = HashState::new();
+    for &b in text {
+        step(&mut s, b);
+    }
+    s.finish()
+}

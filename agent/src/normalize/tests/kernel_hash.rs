@@ -1,0 +1,92 @@
+//! The kernel's text hash (`agent_common::text_hash`) against the
+//! normalizer: equal hashes must mean equal digests, and the hash must
+//! still group what differs only in literal values, or in-kernel
+//! aggregation would save nothing.
+use std::collections::HashMap;
+
+use agent_common::text_hash::hash;
+use proptest::collection::vec;
+use proptest::prelude::*;
+use proptest::sample::select;
+
+use super::{corpus_statements, digest_of};
+
+/// Pieces of SQL and literal values to fill in between them.
+const CODE: &[&str] = &[
+    "SELECT ", "FROM t ", "WHERE ", "id=", "a ", "b1 ", "t.", "`x`", "`q'`", "\"dq\" ", "\"it's\"", "@", "@@v ",
+    "-- c '\n", "# c '\n", "/* c ' */", "/*!5 x */", "/*/", "*/", "(", ")", ",", "-", "+", ".", "e", "x", "?", "IN ",
+    "\\", "'", "\"", "`", "\n", " ", "2events ", "0x", "_utf8",
+];
+const LITERALS: &[&str] = &["1", "42", "7.5", "0", "99999", "'a'", "'b c'", "'it''s'", r"'x\'y'", "''", "'--'", "'/*'"];
+
+fn texts() -> impl Strategy<Value = (String, String)> {
+    // The same code with literals drawn twice: where the hash says the two
+    // are alike, the digests must agree.
+    vec((select(CODE), select(LITERALS), select(LITERALS), any::<bool>()), 0..24).prop_map(|parts| {
+        let (mut a, mut b) = (String::new(), String::new());
+        for (code, x, y, literal) in parts {
+            a.push_str(code);
+            b.push_str(code);
+            if literal {
+                a.push_str(x);
+                b.push_str(y);
+            }
+        }
+        (a, b)
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    #[test]
+    fn equal_hashes_mean_equal_digests((a, b) in texts()) {
+        if hash(a.as_bytes()) == hash(b.as_bytes()) {
+            prop_assert_eq!(digest_of(&a), digest_of(&b), "{:?} vs {:?}", a, b);
+        }
+    }
+
+    #[test]
+    fn random_bytes_never_merge_digests(a in vec(any::<u8>(), 0..64), b in vec(any::<u8>(), 0..64)) {
+        if hash(&a) == hash(&b) {
+            prop_assert_eq!(digest_of(&a), digest_of(&b));
+        }
+    }
+}
+
+#[test]
+fn corpus_statements_with_equal_hashes_share_a_digest() {
+    let mut by_hash: HashMap<u64, Vec<&str>> = HashMap::new();
+    for (_, sql) in corpus_statements() {
+        by_hash.entry(hash(sql.as_bytes())).or_default().push(sql);
+    }
+    for same in by_hash.values() {
+        for sql in &same[1..] {
+            assert_eq!(digest_of(sql), digest_of(same[0]), "{sql:?} and {:?} share a hash", same[0]);
+        }
+    }
+}
+
+#[test]
+fn literal_values_do_not_change_the_hash() {
+    let alike = [
+        ("SELECT c FROM sbtest1 WHERE id=5021", "SELECT c FROM sbtest1 WHERE id=17"),
+        ("SELECT c FROM sbtest1 WHERE id BETWEEN 1 AND 100", "SELECT c FROM sbtest1 WHERE id BETWEEN 7 AND 106"),
+        ("UPDATE t SET c='abc' WHERE id=1.5", "UPDATE t SET c='it\\'s -- x' WHERE id=22.75"),
+        ("INSERT INTO t VALUES (1,'a'),(2,'b')", "INSERT INTO t VALUES (3,'c'),(4,'d')"),
+    ];
+    for (a, b) in alike {
+        assert_eq!(hash(a.as_bytes()), hash(b.as_bytes()), "{a:?} vs {b:?}");
+    }
+    let apart = [
+        ("SELECT * FROM t1", "SELECT * FROM t2"),
+        ("SELECT 2events FROM t", "SELECT 3events FROM t"),
+        ("SELECT t.5 FROM t", "SELECT t.6 FROM t"),
+        ("SELECT \"a\" FROM t", "SELECT \"b\" FROM t"),
+        ("SELECT 1 -- 'x\nFROM a", "SELECT 1 -- 'x\nFROM b"),
+        ("SELECT /*!5 1 */ 2", "SELECT /*!5 3 */ 2"),
+    ];
+    for (a, b) in apart {
+        assert_ne!(hash(a.as_bytes()), hash(b.as_bytes()), "{a:?} vs {b:?}");
+    }
+}

@@ -1,0 +1,209 @@
+//! The agent's half of in-kernel aggregation (`agent_common::aggregate`):
+//! hands out slots to text hashes, flips the epoch at each window end and
+//! reads back what the kernel counted in the other one.
+//!
+//! Slots are few (the maps are per CPU), so a slot whose hash saw no
+//! statement for a few windows is given back when none is free. A freed
+//! slot first cools for two epoch flips, so a program that looked it up
+//! just before it was freed has written and been read before the slot
+//! serves another hash; only then is the hash reported as forgotten.
+use std::collections::HashMap;
+use std::time::Duration;
+
+use agent_common::{CONTROL_EPOCH, CONTROL_OPAQUE_ONES, SlotStats, aggregate::BUCKETS};
+use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuValues};
+
+use super::ProbeError;
+
+/// Statements of one text hash counted in the kernel during one epoch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KernelDigest {
+    pub text_hash: u64,
+    pub count: u64,
+    pub sum_ns: u64,
+    pub min_ns: u64,
+    pub max_ns: u64,
+    /// (kernel bucket, count), non-zero buckets only.
+    pub buckets: Vec<(u16, u64)>,
+}
+
+/// How long a program may still write the old epoch after the flip: far
+/// longer than one runs, unless it was preempted in between.
+const FLIP_GRACE: Duration = Duration::from_millis(2);
+/// Windows without a statement before a slot may be given back.
+const IDLE_WINDOWS: u32 = 3;
+/// Epoch flips a freed slot waits before it serves another hash.
+const COOLING_FLIPS: u32 = 2;
+
+#[derive(Clone, Copy)]
+enum Slot {
+    Free,
+    Used { hash: u64, idle: u32 },
+    Cooling { hash: u64, flips: u32 },
+}
+
+pub struct KernelAggregates {
+    known: BpfHashMap<MapData, u64, u32>,
+    stats: PerCpuArray<MapData, SlotStats>,
+    control: Array<MapData, u32>,
+    epoch: u32,
+    slots: Vec<Slot>,
+    by_hash: HashMap<u64, u32>,
+    free: Vec<u32>,
+    cpus: usize,
+}
+
+fn map_error(map: &'static str) -> impl Fn(aya::maps::MapError) -> ProbeError {
+    move |e| ProbeError::Map { map, detail: e.to_string() }
+}
+
+impl KernelAggregates {
+    pub fn new(ebpf: &mut aya::Ebpf, slots: u32) -> Result<Self, ProbeError> {
+        let take = |ebpf: &mut aya::Ebpf, name: &'static str| {
+            ebpf.take_map(name).ok_or_else(|| ProbeError::Map { map: name, detail: "not in object".into() })
+        };
+        let known = BpfHashMap::try_from(take(ebpf, "KNOWN")?).map_err(map_error("KNOWN"))?;
+        let stats = PerCpuArray::try_from(take(ebpf, "AGGREGATES")?).map_err(map_error("AGGREGATES"))?;
+        let mut control = Array::try_from(take(ebpf, "CONTROL")?).map_err(map_error("CONTROL"))?;
+        control.set(CONTROL_OPAQUE_ONES, &u32::MAX, 0).map_err(map_error("CONTROL"))?;
+        let cpus = aya::util::nr_cpus()
+            .map_err(|(what, e)| ProbeError::Map { map: "AGGREGATES", detail: format!("{what}: {e}") })?
+            .get() as usize;
+        Ok(Self {
+            known,
+            stats,
+            control,
+            epoch: 0,
+            slots: vec![Slot::Free; slots as usize],
+            by_hash: HashMap::new(),
+            free: (0..slots).rev().collect(),
+            cpus,
+        })
+    }
+
+    /// Gives `hash` a slot unless it has one; false when none is free (its
+    /// statements then keep coming as records).
+    pub fn register(&mut self, hash: u64) -> Result<bool, ProbeError> {
+        if let Some(slot) = self.by_hash.get(&hash) {
+            return Ok(matches!(self.slots[*slot as usize], Slot::Used { .. }));
+        }
+        let Some(slot) = self.free.pop() else { return Ok(false) };
+        if let Err(e) = self.known.insert(&hash, &slot, 0) {
+            self.free.push(slot);
+            return Err(map_error("KNOWN")(e));
+        }
+        self.slots[slot as usize] = Slot::Used { hash, idle: 0 };
+        self.by_hash.insert(hash, slot);
+        Ok(true)
+    }
+
+    /// Closes the epoch the programs write now: flips it, waits out
+    /// programs still running, reads and clears it. Hashes whose slots
+    /// finished cooling are appended to `forgotten`.
+    pub fn flip(&mut self, out: &mut Vec<KernelDigest>, forgotten: &mut Vec<u64>) -> Result<(), ProbeError> {
+        let closing = self.epoch;
+        self.epoch ^= 1;
+        self.control.set(CONTROL_EPOCH, &self.epoch, 0).map_err(map_error("CONTROL"))?;
+        std::thread::sleep(FLIP_GRACE);
+        self.collect(closing, out)?;
+        self.age(forgotten);
+        Ok(())
+    }
+
+    /// Reads both epochs, for the last time (the programs are detached).
+    pub fn collect_all(&mut self, out: &mut Vec<KernelDigest>) -> Result<(), ProbeError> {
+        self.collect(self.epoch ^ 1, out)?;
+        self.collect(self.epoch, out)
+    }
+
+    fn collect(&mut self, epoch: u32, out: &mut Vec<KernelDigest>) -> Result<(), ProbeError> {
+        let base = epoch * self.slots.len() as u32;
+        let cpus = self.cpus;
+        let zeros = || {
+            PerCpuValues::try_from(vec![SlotStats::default(); cpus])
+                .map_err(|e| ProbeError::Map { map: "AGGREGATES", detail: e.to_string() })
+        };
+        for (slot, state) in self.slots.iter_mut().enumerate() {
+            let hash = match *state {
+                Slot::Free => continue,
+                Slot::Used { hash, .. } | Slot::Cooling { hash, .. } => hash,
+            };
+            let index = base + slot as u32;
+            let per_cpu = self.stats.get(&index, 0).map_err(map_error("AGGREGATES"))?;
+            let Some(digest) = sum(hash, &per_cpu) else {
+                if let Slot::Used { idle, .. } = state {
+                    *idle = idle.saturating_add(1);
+                }
+                continue;
+            };
+            self.stats.set(index, zeros()?, 0).map_err(map_error("AGGREGATES"))?;
+            if let Slot::Used { idle, .. } = state {
+                *idle = 0;
+            }
+            out.push(digest);
+        }
+        Ok(())
+    }
+
+    /// Finishes cooling slots and, when no slot is free, starts cooling the
+    /// idle ones.
+    fn age(&mut self, forgotten: &mut Vec<u64>) {
+        let no_free = self.free.is_empty();
+        for (slot, state) in self.slots.iter_mut().enumerate() {
+            match *state {
+                Slot::Cooling { hash, flips } if flips <= 1 => {
+                    *state = Slot::Free;
+                    self.by_hash.remove(&hash);
+                    self.free.push(slot as u32);
+                    forgotten.push(hash);
+                }
+                Slot::Cooling { hash, flips } => *state = Slot::Cooling { hash, flips: flips - 1 },
+                Slot::Used { hash, idle } if no_free && idle >= IDLE_WINDOWS => {
+                    if self.known.remove(&hash).is_ok() {
+                        *state = Slot::Cooling { hash, flips: COOLING_FLIPS };
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+/// One slot over every CPU; None when nothing was counted.
+fn sum(text_hash: u64, per_cpu: &[SlotStats]) -> Option<KernelDigest> {
+    let mut total = KernelDigest { text_hash, count: 0, sum_ns: 0, min_ns: u64::MAX, max_ns: 0, buckets: Vec::new() };
+    let mut buckets = [0u64; BUCKETS];
+    for cpu in per_cpu.iter().filter(|s| s.count > 0) {
+        total.count += cpu.count;
+        total.sum_ns = total.sum_ns.saturating_add(cpu.sum_ns);
+        total.min_ns = total.min_ns.min(cpu.min_ns);
+        total.max_ns = total.max_ns.max(cpu.max_ns);
+        for (sum, n) in buckets.iter_mut().zip(cpu.buckets) {
+            *sum += u64::from(n);
+        }
+    }
+    if total.count == 0 {
+        return None;
+    }
+    total.buckets = buckets.iter().enumerate().filter(|(_, n)| **n > 0).map(|(k, n)| (k as u16, *n)).collect();
+    Some(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn per_cpu_values_add_up() {
+        let mut a = SlotStats { count: 2, sum_ns: 3000, min_ns: 1000, max_ns: 2000, ..Default::default() };
+        a.buckets[0] = 1;
+        a.buckets[8] = 1;
+        let mut b = SlotStats { count: 1, sum_ns: 5000, min_ns: 5000, max_ns: 5000, ..Default::default() };
+        b.buckets[8] = 1;
+        let idle = SlotStats::default();
+        let total = sum(7, &[a, idle, b]).unwrap();
+        assert_eq!((total.count, total.sum_ns, total.min_ns, total.max_ns), (3, 8000, 1000, 5000));
+        assert_eq!(total.buckets, vec![(0, 1), (8, 2)]);
+        assert!(sum(7, &[idle, idle]).is_none());
+    }
+}
