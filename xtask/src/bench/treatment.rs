@@ -54,11 +54,11 @@ pub const TREATMENTS: &[Treatment] = &[
         about: "sqlbee agent, every optional probe on",
         setup: Setup::Agent { flags: &[], if_known: &["--all-probes"] },
     },
-    // Builds without `--no-wait-probes` attach no wait probe by default.
+    // The design before in-kernel aggregation, for the side-by-side cost.
     Treatment {
-        name: "sqlbee-no-waits",
-        about: "sqlbee agent without the wait-class probes",
-        setup: Setup::Agent { flags: &[], if_known: &["--no-wait-probes"] },
+        name: "sqlbee-events",
+        about: "sqlbee agent sending every statement to user space (no in-kernel aggregation)",
+        setup: Setup::Agent { flags: &[], if_known: &["--kernel-digests=0"] },
     },
     Treatment {
         name: "sqlbee-budget",
@@ -147,7 +147,9 @@ impl AgentBinary {
         Ok(AgentBinary { path, help: String::from_utf8_lossy(&out.stdout).into_owned() })
     }
 
+    /// Whether `--help` lists the flag (`--name` of `--name=value`).
     fn knows(&self, flag: &str) -> bool {
+        let flag = flag.split('=').next().unwrap_or(flag);
         self.help.match_indices(flag).any(|(i, _)| {
             let before = self.help[..i].chars().next_back();
             let after = self.help[i + flag.len()..].chars().next();
@@ -387,7 +389,9 @@ mod tests {
         };
         assert!(agent.knows("--no-wait-probes") && agent.knows("--window"));
         assert!(!agent.knows("--wait-probes") && !agent.knows("--all-probes") && !agent.knows("--win"));
-        assert_eq!(agent.flags(treatment("sqlbee-no-waits").unwrap()), ["--no-wait-probes"]);
+        assert!(agent.flags(treatment("sqlbee-events").unwrap()).is_empty(), "a build without --kernel-digests");
+        let newer = AgentBinary { path: PathBuf::new(), help: "      --kernel-digests <KERNEL_DIGESTS>\n".into() };
+        assert_eq!(newer.flags(treatment("sqlbee-events").unwrap()), ["--kernel-digests=0"]);
         assert!(agent.flags(treatment("sqlbee-all").unwrap()).is_empty());
         assert_eq!(agent.flags(treatment("sqlbee-budget").unwrap()), ["--mysqld-overhead-budget", "1%"]);
     }
