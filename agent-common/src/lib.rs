@@ -103,6 +103,8 @@ pub mod stat {
     pub const ERRORS: u32 = 5;
     /// Statements counted into a kernel aggregate instead of sent.
     pub const AGGREGATED: u32 = 6;
+    /// Hits of the calibration program (the agent's own trap timing).
+    pub const CALIBRATION_HITS: u32 = 7;
     pub const SLOTS: u32 = 8;
 }
 

@@ -6,6 +6,7 @@
 #![no_main]
 
 mod aggregate;
+mod calibrate;
 mod errors;
 mod layout;
 mod maps;

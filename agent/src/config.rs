@@ -30,6 +30,8 @@ pub enum ConfigError {
     Client(#[from] crate::client::ClientError),
     #[error("`{field}` = {value} is out of range: {expected}")]
     Range { field: &'static str, value: u64, expected: String },
+    #[error("{field} = {value:?}: expected a share such as 1% or 0.01, above 0 and at most 100%")]
+    Fraction { field: &'static str, value: String },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Deserialize)]
@@ -136,6 +138,12 @@ pub struct AgentArgs {
     /// every statement of every connection.
     #[arg(long, env = "SQLBEE_KERNEL_DIGESTS")]
     pub kernel_digests: Option<u32>,
+    /// Budget mode: keep the probes' CPU in mysqld under this share of
+    /// mysqld's own CPU (e.g. `1%`) by attaching them part of the time.
+    /// Counts then sample the attached time; the agent marks them as
+    /// estimates and reports the attached fraction.
+    #[arg(long, env = "SQLBEE_MYSQLD_OVERHEAD_BUDGET")]
+    pub mysqld_overhead_budget: Option<String>,
     /// Every optional probe: `--wait-probes --command-probe`.
     #[arg(long, env = "SQLBEE_ALL_PROBES")]
     pub all_probes: bool,
@@ -174,6 +182,7 @@ struct AgentFile {
     cgroup: Option<bool>,
     metrics_listen: Option<String>,
     kernel_digests: Option<u32>,
+    mysqld_overhead_budget: Option<String>,
 }
 
 /// Validated agent configuration.
@@ -195,6 +204,8 @@ pub struct AgentConfig {
     pub command_probe: bool,
     /// Slots of the in-kernel aggregate per server; 0: off.
     pub kernel_digests: u32,
+    /// Budget mode: the probes' share of mysqld's CPU (0.01 for 1%).
+    pub mysqld_overhead_budget: Option<f64>,
     /// None: `--no-cgroup`.
     pub budget: Option<crate::budget::BudgetConfig>,
     pub metrics_listen: Option<String>,
@@ -279,6 +290,11 @@ impl AgentArgs {
                 Some(slots) => slots,
                 None => default_kernel_digests(),
             },
+            mysqld_overhead_budget: self
+                .mysqld_overhead_budget
+                .or(file.mysqld_overhead_budget)
+                .map(|v| fraction("mysqld_overhead_budget", &v))
+                .transpose()?,
             budget: (!self.no_cgroup && file.cgroup.unwrap_or(true)).then(|| crate::budget::BudgetConfig {
                 cpu_cores: self.cpu_limit.or(file.cpu_limit).unwrap_or(1.0),
                 memory_bytes: self.memory_limit_mib.or(file.memory_limit_mib).unwrap_or(1024) << 20,
@@ -298,6 +314,19 @@ impl AgentArgs {
 }
 
 const MAX_KERNEL_DIGESTS: u32 = 65536;
+
+/// `1%`, `0.5 %` or `0.01`: a fraction in (0, 1].
+fn fraction(field: &'static str, value: &str) -> Result<f64, ConfigError> {
+    let value = value.trim();
+    let parsed = match value.strip_suffix('%') {
+        Some(percent) => percent.trim().parse::<f64>().map(|p| p / 100.0),
+        None => value.parse::<f64>(),
+    };
+    match parsed {
+        Ok(f) if f > 0.0 && f <= 1.0 => Ok(f),
+        _ => Err(ConfigError::Fraction { field, value: value.to_string() }),
+    }
+}
 
 /// Slots that fit 32 MiB of kernel aggregates (two epochs, one copy per
 /// CPU), between 64 and 4096.

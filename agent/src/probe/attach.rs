@@ -1,6 +1,6 @@
 //! One server process: its own copy of the kernel programs and maps,
 //! attached with per-process scope. Dropping it detaches every probe.
-use std::num::NonZeroU32;
+use std::{num::NonZeroU32, time::Duration};
 
 use agent_common::{COMMAND_SLOTS, LongWait, MAX_TEXT, ServerLayout, stat};
 use aya::{
@@ -8,7 +8,7 @@ use aya::{
     maps::{MapData, PerCpuArray, RingBuf},
     programs::{
         UProbe,
-        uprobe::{UProbeAttachLocation, UProbeScope},
+        uprobe::{UProbeAttachLocation, UProbeLinkId, UProbeScope},
     },
 };
 
@@ -19,10 +19,10 @@ use super::{
     aggregates::{KernelAggregates, KernelDigest},
     decode_error, decode_statement,
 };
-use crate::discover::{BinaryInfo, ServerProcess};
+use crate::discover::{BinaryInfo, ProbePoint, ServerProcess};
 
 /// The kernel object built by `build.rs`.
-static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/agent-ebpf"));
+pub(super) static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/agent-ebpf"));
 
 #[derive(Clone, Copy, Debug)]
 pub struct ProbeConfig {
@@ -39,6 +39,10 @@ pub struct ProbeConfig {
     pub long_wait_us: u32,
     /// Slots of the in-kernel aggregate; 0 sends every statement.
     pub aggregate_slots: u32,
+    /// Budget mode: the probes' CPU as a fraction of mysqld's (0.01 = 1%).
+    pub overhead_budget: Option<f64>,
+    /// Budget mode: one attach/detach cycle.
+    pub duty_period: Duration,
 }
 
 pub struct AttachedServer {
@@ -49,8 +53,9 @@ pub struct AttachedServer {
     errors: RingBuf<MapData>,
     long_waits: RingBuf<MapData>,
     aggregates: Option<KernelAggregates>,
-    /// Programs attached, for detaching them before the last read.
-    programs: Vec<&'static str>,
+    /// Where each loaded program goes, and its link while attached.
+    points: Vec<(&'static str, ProbePoint)>,
+    links: Vec<(&'static str, UProbeLinkId)>,
     /// Error messages waiting for their statement, by (thread, time
     /// raised); bounded.
     messages: std::collections::HashMap<(u32, u64), ErrorMessage>,
@@ -80,8 +85,6 @@ impl AttachedServer {
         // Before any program runs: it sets the maps up.
         let aggregates =
             (config.aggregate_slots > 0).then(|| KernelAggregates::new(&mut ebpf, config.aggregate_slots)).transpose()?;
-        let target = server.binary.clone();
-        let scope = UProbeScope::OneProcess(NonZeroU32::new(pid).expect("pids are positive"));
         let mut points = vec![("statement_end", binary.points.statement_end), ("error_raised", binary.points.error_raised)];
         if config.commands {
             points.push(("command_start", binary.points.command_start));
@@ -89,23 +92,9 @@ impl AttachedServer {
         if let Some((begin, end)) = binary.points.waits.filter(|_| config.waits) {
             points.extend([("wait_begin", begin), ("wait_end", end)]);
         }
-        let programs = points.iter().map(|(program, _)| *program).collect();
-        for (program, point) in points {
-            let symbol = point.symbol;
-            let prog: &mut UProbe = ebpf
-                .program_mut(program)
-                .ok_or_else(|| ProbeError::Map { map: program, detail: "program not in object".into() })?
-                .try_into()
-                .map_err(|source| ProbeError::Program { pid, program, source })?;
-            prog.load().map_err(|source| ProbeError::Program { pid, program, source })?;
-            let location = UProbeAttachLocation::SymbolOffset(symbol, point.offset);
-            prog.attach([location], &target, scope).map_err(|source| ProbeError::Attach {
-                pid,
-                program,
-                symbol,
-                binary: target.display().to_string(),
-                source,
-            })?;
+        for (program, _) in &points {
+            let program = *program;
+            uprobe(&mut ebpf, program, pid)?.load().map_err(|source| ProbeError::Program { pid, program, source })?;
         }
         let events = ebpf
             .take_map("EVENTS")
@@ -120,7 +109,20 @@ impl AttachedServer {
             .ok_or_else(|| ProbeError::Map { map: "LONG_WAITS", detail: "not in object".into() })?;
         let long_waits =
             RingBuf::try_from(long_waits).map_err(|e| ProbeError::Map { map: "LONG_WAITS", detail: e.to_string() })?;
-        Ok(Self { server, binary, events, errors, long_waits, aggregates, programs, messages: Default::default(), ebpf })
+        let mut attached = Self {
+            server,
+            binary,
+            events,
+            errors,
+            long_waits,
+            aggregates,
+            points,
+            links: Vec::new(),
+            messages: Default::default(),
+            ebpf,
+        };
+        attached.set_attached(true)?;
+        Ok(attached)
     }
 
     /// Moves every record waiting in the ring buffer into `out`; returns
@@ -191,16 +193,70 @@ impl AttachedServer {
         }
     }
 
+    /// Attaches or detaches every program (loaded once, so re-attaching
+    /// costs no verification). Detached, the server runs untouched.
+    pub fn set_attached(&mut self, attach: bool) -> Result<(), ProbeError> {
+        let pid = self.server.pid;
+        if !attach {
+            for (program, link) in self.links.drain(..) {
+                uprobe(&mut self.ebpf, program, pid)?
+                    .detach(link)
+                    .map_err(|source| ProbeError::Program { pid, program, source })?;
+            }
+            return Ok(());
+        }
+        self.attach_links()
+    }
+
+    /// Detaches without waiting: the kernel removes the breakpoints at once
+    /// but then waits for every handler still running to finish, which on
+    /// a saturated host took seconds; a helper thread does that waiting.
+    pub fn detach_in_background(&mut self) -> Result<(), ProbeError> {
+        let pid = self.server.pid;
+        for (program, link) in self.links.drain(..) {
+            let link = uprobe(&mut self.ebpf, program, pid)?
+                .take_link(link)
+                .map_err(|source| ProbeError::Program { pid, program, source })?;
+            release_later(Box::new(link));
+        }
+        Ok(())
+    }
+
+    fn attach_links(&mut self) -> Result<(), ProbeError> {
+        let pid = self.server.pid;
+        if !self.links.is_empty() {
+            return Ok(());
+        }
+        let scope = UProbeScope::OneProcess(NonZeroU32::new(pid).expect("pids are positive"));
+        for (program, point) in self.points.clone() {
+            let symbol = point.symbol;
+            let target = &self.server.binary;
+            let location = UProbeAttachLocation::SymbolOffset(symbol, point.offset);
+            let link = uprobe(&mut self.ebpf, program, pid)?.attach([location], target, scope).map_err(|source| {
+                ProbeError::Attach { pid, program, symbol, binary: target.display().to_string(), source }
+            })?;
+            self.links.push((program, link));
+        }
+        Ok(())
+    }
+
     /// Detaches every program, so that what is read afterwards is final.
     pub fn detach_programs(&mut self) {
-        for name in self.programs.drain(..) {
-            let probe: Option<&mut UProbe> = self.ebpf.program_mut(name).and_then(|p| p.try_into().ok());
-            if let Some(probe) = probe
-                && let Err(e) = probe.unload()
-            {
-                warn!(pid = self.server.pid, program = name, error = %e, "detaching failed");
-            }
+        if let Err(e) = self.set_attached(false) {
+            warn!(pid = self.server.pid, error = %e, "detaching failed");
         }
+    }
+
+    /// Run time and runs of each loaded program so far (BPF run-time
+    /// statistics; zero unless they are enabled).
+    pub fn program_stats(&self) -> Vec<(&'static str, Duration, u64)> {
+        self.points
+            .iter()
+            .filter_map(|(name, _)| {
+                let info = self.ebpf.program(name)?.info().ok()?;
+                Some((*name, info.run_time(), info.run_count()))
+            })
+            .collect()
     }
 
     /// Both epochs of the kernel aggregates, after `detach_programs`.
@@ -216,6 +272,35 @@ impl AttachedServer {
         let stats = sum_per_cpu(&self.ebpf, "STATS", stat::SLOTS)?;
         Ok(Counters::from_stats(commands, &stats))
     }
+}
+
+/// Drops what it is given on a thread of its own (see
+/// `AttachedServer::detach_in_background`).
+fn release_later(item: Box<dyn Send>) {
+    static REAPER: std::sync::OnceLock<std::sync::Mutex<std::sync::mpsc::Sender<Box<dyn Send>>>> =
+        std::sync::OnceLock::new();
+    let sender = REAPER.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel::<Box<dyn Send>>();
+        let spawned = std::thread::Builder::new().name("detach".into()).spawn(move || {
+            for item in rx {
+                drop(item);
+            }
+        });
+        if let Err(e) = spawned {
+            warn!(error = %e, "no detach thread; detaching waits in place");
+        }
+        std::sync::Mutex::new(tx)
+    });
+    if let Err(std::sync::mpsc::SendError(item)) = sender.lock().unwrap_or_else(|e| e.into_inner()).send(item) {
+        drop(item);
+    }
+}
+
+fn uprobe<'a>(ebpf: &'a mut Ebpf, program: &'static str, pid: u32) -> Result<&'a mut UProbe, ProbeError> {
+    ebpf.program_mut(program)
+        .ok_or_else(|| ProbeError::Map { map: program, detail: "program not in object".into() })?
+        .try_into()
+        .map_err(|source| ProbeError::Program { pid, program, source })
 }
 
 fn sum_per_cpu(ebpf: &Ebpf, name: &'static str, slots: u32) -> Result<Vec<u64>, ProbeError> {

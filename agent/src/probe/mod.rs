@@ -6,10 +6,15 @@
 //! Reading never blocks the kernel side: records are drained on a timer.
 mod aggregates;
 mod attach;
+mod calibrate;
+mod duty;
+mod overhead;
 mod event;
 mod supervisor;
 
 pub use aggregates::KernelDigest;
+pub use duty::MIN_DUTY;
+pub use overhead::ProbeCost;
 pub use attach::{AttachedServer, ProbeConfig};
 pub use event::{ErrorMessage, Statement, decode_error, decode_statement};
 pub use supervisor::Supervisor;
@@ -126,6 +131,8 @@ pub struct ProbeBatch {
     pub kernel: Vec<KernelDigest>,
     /// Text hashes whose kernel aggregates are over: no more will come.
     pub forgotten: Vec<u64>,
+    /// What the probes cost the server, at window ends and at detach.
+    pub cost: Option<ProbeCost>,
     /// The server went away; this is its last batch.
     pub detached: bool,
 }

@@ -1,23 +1,67 @@
 //! Keeps the set of attached servers equal to the set of running ones:
 //! attaches new servers, re-attaches restarted ones (new pid or start
 //! time), detaches vanished ones after a last drain.
-use std::collections::HashMap;
+use std::{
+    collections::HashMap,
+    os::fd::OwnedFd,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
+};
 
 use tracing::{info, warn};
 
-use super::{AttachedServer, ProbeBatch, ProbeConfig, ProbeError};
+use super::{
+    AttachedServer, ProbeBatch, ProbeConfig, ProbeError, calibrate,
+    duty::DutyConfig,
+    overhead::{Overhead, ProbeCost},
+};
 use crate::discover::{ServerProcess, inspect_binary};
+
+use super::overhead::FALLBACK_TRAP;
 
 pub struct Supervisor {
     config: ProbeConfig,
     attached: HashMap<u32, AttachedServer>,
+    overheads: HashMap<u32, Overhead>,
     /// Servers we failed to attach to, so the error is logged once per life.
     refused: HashMap<(u32, u64), String>,
+    /// Measured trap price in ns; 0 until measured (`FALLBACK_TRAP` then).
+    trap: Arc<AtomicU64>,
+    /// Keeps BPF run-time statistics on while the agent runs.
+    _stats: Option<OwnedFd>,
+    /// See `calibrate::hold_task_events_on`.
+    _task_events: Option<OwnedFd>,
 }
 
 impl Supervisor {
     pub fn new(config: ProbeConfig) -> Self {
-        Self { config, attached: HashMap::new(), refused: HashMap::new() }
+        let task_events = calibrate::hold_task_events_on()
+            .map_err(|e| warn!(error = %e, "no per-task perf event; attaching may wait for the kernel under load"))
+            .ok();
+        let stats = aya::sys::enable_stats(aya::sys::Stats::RunTime)
+            .map_err(|e| warn!(error = %e, "BPF run-time statistics unavailable; probe run time reads as 0"))
+            .ok();
+        // Measured off the probe thread: attaching to the servers must not
+        // wait for it (a statement running at start is timed from its own
+        // start only if the probes are in place before it ends).
+        let trap = Arc::new(AtomicU64::new(0));
+        let measured = trap.clone();
+        let spawned = std::thread::Builder::new().name("calibrate".into()).spawn(move || {
+            match calibrate::trap_cost() {
+                Ok(cost) => {
+                    info!(trap_ns = cost.as_nanos() as u64, "measured the price of one uprobe trap on this host");
+                    measured.store(cost.as_nanos() as u64, Ordering::Relaxed);
+                }
+                Err(e) => warn!(error = %e, fallback_ns = FALLBACK_TRAP.as_nanos() as u64, "trap calibration failed"),
+            }
+        });
+        if let Err(e) = spawned {
+            warn!(error = %e, "no calibration thread; the trap price is assumed");
+        }
+        Self { config, attached: HashMap::new(), overheads: HashMap::new(), refused: HashMap::new(), trap, _stats: stats, _task_events: task_events }
     }
 
     pub fn attached(&self) -> impl Iterator<Item = &ServerProcess> {
@@ -35,6 +79,8 @@ impl Supervisor {
         }
         let pid = server.pid;
         let attached = AttachedServer::attach(server, binary, self.config)?;
+        let budget = self.config.overhead_budget.map(|budget| DutyConfig { budget, period: self.config.duty_period });
+        self.overheads.insert(pid, Overhead::new(pid, self.trap.clone(), budget, Instant::now()));
         info!(pid, instance = %attached.server.instance, binary = %attached.server.binary.display(),
             build_id = attached.binary.build_id.as_deref().unwrap_or("-"),
             query_offset = attached.binary.layout.query_offset, inspected_ms,
@@ -54,7 +100,7 @@ impl Supervisor {
             .collect();
         for pid in gone {
             if let Some(mut attached) = self.attached.remove(&pid) {
-                out.push(final_batch(&mut attached));
+                out.push(final_batch(&mut attached, self.overheads.remove(&pid)));
                 info!(pid, instance = %attached.server.instance, "server went away; detached");
             }
         }
@@ -74,7 +120,15 @@ impl Supervisor {
     /// Drains every attached server; at a window end (`window_end`) also
     /// closes the kernel aggregates' epoch and reads the counters.
     pub fn drain(&mut self, window_end: bool, out: &mut Vec<ProbeBatch>) {
-        for attached in self.attached.values_mut() {
+        let now = Instant::now();
+        for (pid, attached) in self.attached.iter_mut() {
+            let overhead = self.overheads.get_mut(pid);
+            let mut switch = |on: bool| if on { attached.set_attached(true) } else { attached.detach_in_background() };
+            if let Some(on) = overhead.and_then(|o| o.tick(now))
+                && let Err(e) = switch(on)
+            {
+                warn!(pid, error = %e, attach = on, "budget mode could not switch the probes");
+            }
             let (mut kernel, mut forgotten) = (Vec::new(), Vec::new());
             if window_end && let Err(e) = attached.flip(&mut kernel, &mut forgotten) {
                 warn!(pid = attached.server.pid, error = %e, "reading kernel aggregates failed");
@@ -85,6 +139,9 @@ impl Supervisor {
                 warn!(pid = attached.server.pid, bad, "undecodable ring buffer records");
             }
             let counters = if window_end { read_counters(attached) } else { None };
+            let cost = counters.as_ref().and_then(|c| {
+                Some(self.overheads.get_mut(pid)?.close_window(program_totals(attached), c.statements, now))
+            });
             if statements.is_empty() && long_waits.is_empty() && counters.is_none() && kernel.is_empty() {
                 continue;
             }
@@ -95,6 +152,7 @@ impl Supervisor {
                 counters,
                 kernel,
                 forgotten,
+                cost,
                 detached: false,
             });
         }
@@ -102,8 +160,8 @@ impl Supervisor {
 
     /// Drains and detaches everything (shutdown).
     pub fn detach_all(&mut self, out: &mut Vec<ProbeBatch>) {
-        for (_, mut attached) in self.attached.drain() {
-            out.push(final_batch(&mut attached));
+        for (pid, mut attached) in self.attached.drain() {
+            out.push(final_batch(&mut attached, self.overheads.remove(&pid)));
         }
     }
 }
@@ -118,9 +176,15 @@ fn read_counters(attached: &AttachedServer) -> Option<crate::probe::Counters> {
     }
 }
 
+/// Run time and runs of all of a server's programs so far.
+fn program_totals(attached: &AttachedServer) -> (Duration, u64) {
+    attached.program_stats().iter().fold((Duration::ZERO, 0), |(t, n), (_, time, runs)| (t + *time, n + runs))
+}
+
 /// Everything left, read after the programs are gone so that counters,
 /// records and kernel aggregates agree exactly.
-fn final_batch(attached: &mut AttachedServer) -> ProbeBatch {
+fn final_batch(attached: &mut AttachedServer, overhead: Option<Overhead>) -> ProbeBatch {
+    let programs = program_totals(attached);
     attached.detach_programs();
     let (mut statements, mut long_waits) = (Vec::new(), Vec::new());
     attached.drain(&mut statements, &mut long_waits);
@@ -129,6 +193,7 @@ fn final_batch(attached: &mut AttachedServer) -> ProbeBatch {
     if let Err(e) = attached.collect_all(&mut kernel) {
         warn!(pid = attached.server.pid, error = %e, "reading kernel aggregates failed");
     }
+    let cost: Option<ProbeCost> = overhead.zip(counters.as_ref()).map(|(mut o, c)| o.close_window(programs, c.statements, Instant::now()));
     ProbeBatch {
         server: attached.server.clone(),
         statements,
@@ -136,6 +201,7 @@ fn final_batch(attached: &mut AttachedServer) -> ProbeBatch {
         counters,
         kernel,
         forgotten: Vec::new(),
+        cost,
         detached: true,
     }
 }

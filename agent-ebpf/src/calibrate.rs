@@ -1,0 +1,13 @@
+//! The cheapest program there is, for measuring what the uprobe trap
+//! itself costs: the agent attaches it to a function of its own and times
+//! calls with and without it.
+use agent_common::stat;
+use aya_ebpf::{macros::uprobe, programs::ProbeContext};
+
+use crate::maps::{STATS, bump};
+
+#[uprobe]
+pub fn calibrate(_ctx: ProbeContext) -> u32 {
+    bump(&STATS, stat::CALIBRATION_HITS);
+    0
+}

@@ -1,0 +1,144 @@
+//! What the probes cost one traced server, window by window, and in budget
+//! mode the duty cycle that holds that cost under its share of mysqld.
+//!
+//! The probes' CPU in mysqld is the programs' own run time (BPF run-time
+//! statistics) plus one trap per program run, whose price was measured at
+//! start (see `calibrate`); neither shows in the agent's own CPU.
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use super::duty::{DutyConfig, DutyCycle};
+
+/// The probes' cost in one server over one window.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ProbeCost {
+    /// Share of the window the probes were attached (1 outside budget mode).
+    pub attached_fraction: f64,
+    /// Run time of the kernel programs, ns.
+    pub program_ns: u64,
+    /// Program runs, each one trap.
+    pub program_runs: u64,
+    /// Measured price of one trap, ns.
+    pub trap_ns: u64,
+    /// mysqld's own CPU over the window, in seconds (probes included).
+    pub mysqld_cpu_s: f64,
+    pub window_s: f64,
+}
+
+impl ProbeCost {
+    /// CPU the probes took from mysqld, seconds.
+    pub fn probe_cpu_s(&self) -> f64 {
+        (self.program_ns as f64 + self.program_runs as f64 * self.trap_ns as f64) / 1e9
+    }
+}
+
+/// Trap price assumed until (or unless) calibration measured it: platform
+/// measurements put a trap in a loaded mysqld at 2-3x the 0.9 us of an
+/// idle one.
+pub const FALLBACK_TRAP: Duration = Duration::from_nanos(2000);
+
+pub struct Overhead {
+    pid: u32,
+    /// Measured trap price, ns; 0 while unknown.
+    trap_ns: Arc<AtomicU64>,
+    duty: Option<DutyCycle>,
+    /// Cumulative program run time and runs at the last window end.
+    last_programs: (Duration, u64),
+    last_cpu_s: Option<f64>,
+    last_statements: u64,
+    window_start: Instant,
+}
+
+impl Overhead {
+    pub fn new(pid: u32, trap_ns: Arc<AtomicU64>, budget: Option<DutyConfig>, now: Instant) -> Self {
+        Self {
+            pid,
+            trap_ns,
+            duty: budget.map(|config| DutyCycle::new(config, now)),
+            last_programs: (Duration::ZERO, 0),
+            last_cpu_s: process_cpu_s(pid),
+            last_statements: 0,
+            window_start: now,
+        }
+    }
+
+    /// In budget mode, whether the probes change state now.
+    pub fn tick(&mut self, now: Instant) -> Option<bool> {
+        self.duty.as_mut()?.tick(now)
+    }
+
+    /// Closes a window: `programs` are the cumulative (run time, runs) of
+    /// the server's programs, `statements` its cumulative statement count.
+    pub fn close_window(&mut self, programs: (Duration, u64), statements: u64, now: Instant) -> ProbeCost {
+        let window_s = now.saturating_duration_since(self.window_start).as_secs_f64();
+        self.window_start = now;
+        let cpu = process_cpu_s(self.pid);
+        let mysqld_cpu_s = match (cpu, self.last_cpu_s) {
+            (Some(now), Some(before)) => (now - before).max(0.0),
+            _ => 0.0,
+        };
+        self.last_cpu_s = cpu;
+        let program_ns = programs.0.saturating_sub(self.last_programs.0).as_nanos() as u64;
+        let program_runs = programs.1.saturating_sub(self.last_programs.1);
+        self.last_programs = programs;
+        let seen = statements.saturating_sub(self.last_statements);
+        self.last_statements = statements;
+        let attached_fraction = self.duty.as_mut().map_or(1.0, |d| d.take_attached_fraction(now));
+        let cost = ProbeCost {
+            attached_fraction,
+            program_ns,
+            program_runs,
+            trap_ns: match self.trap_ns.load(Ordering::Relaxed) {
+                0 => FALLBACK_TRAP.as_nanos() as u64,
+                measured => measured,
+            },
+            mysqld_cpu_s,
+            window_s,
+        };
+        if let Some(duty) = &mut self.duty
+            && seen > 0
+            && attached_fraction > 0.0
+        {
+            let attached_s = window_s * attached_fraction;
+            let per_statement = cost.probe_cpu_s() / seen as f64;
+            duty.rebudget(seen as f64 / attached_s, per_statement, mysqld_cpu_s / window_s.max(1e-9));
+        }
+        cost
+    }
+}
+
+/// utime + stime of a process, seconds.
+fn process_cpu_s(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name, which may hold spaces and parentheses.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let mut fields = rest.split(' ');
+    let utime: f64 = fields.nth(11)?.parse().ok()?;
+    let stime: f64 = fields.next()?.parse().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    Some((utime + stime) / ticks)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_cpu_is_read_and_windows_take_deltas() {
+        let now = Instant::now();
+        let mut o = Overhead::new(std::process::id(), Arc::new(AtomicU64::new(1500)), None, now);
+        assert!(process_cpu_s(std::process::id()).is_some());
+        assert!(process_cpu_s(u32::MAX).is_none());
+        let first = o.close_window((Duration::from_micros(30), 10), 10, now + Duration::from_secs(1));
+        assert_eq!((first.program_ns, first.program_runs, first.attached_fraction), (30_000, 10, 1.0));
+        assert!((first.probe_cpu_s() - 45e-6).abs() < 1e-12);
+        let second = o.close_window((Duration::from_micros(50), 14), 14, now + Duration::from_secs(2));
+        assert_eq!((second.program_ns, second.program_runs), (20_000, 4));
+    }
+}
