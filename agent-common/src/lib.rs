@@ -84,6 +84,8 @@ pub mod flags {
     /// only for a fresh sample text (and to check the hash's grouping), not
     /// to be counted again.
     pub const SAMPLE: u32 = 8;
+    /// The text was left out on purpose: the agent is shedding load.
+    pub const SHED: u32 = 16;
 }
 
 /// Indices of the per-CPU health counters in the `STATS` map.
@@ -191,7 +193,10 @@ pub const CONTROL_EPOCH: u32 = 0;
 /// with it, so the verifier sees an unknown value instead of one constant
 /// per lexer state and does not explore every sequence of states.
 pub const CONTROL_OPAQUE_ONES: u32 = 1;
-pub const CONTROL_SLOTS: u32 = 2;
+/// The agent's shedding step: 1 and up sends no per-window samples, 2 and
+/// up sends statements it has not registered without their text.
+pub const CONTROL_SHEDDING: u32 = 2;
+pub const CONTROL_SLOTS: u32 = 3;
 
 /// One wait longer than `ServerLayout::long_wait_us`.
 #[repr(C)]

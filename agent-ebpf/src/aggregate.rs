@@ -2,7 +2,7 @@
 //! statement whose hash the agent registered costs a map lookup and a few
 //! adds instead of a ring-buffer record and the agent's work on it.
 use agent_common::{
-    CONTROL_EPOCH, CONTROL_OPAQUE_ONES, CONTROL_SLOTS, MAX_TEXT, SlotStats,
+    CONTROL_EPOCH, CONTROL_OPAQUE_ONES, CONTROL_SHEDDING, CONTROL_SLOTS, MAX_TEXT, SlotStats,
     aggregate::{BUCKETS, LOW_POWER, POWERS},
     text_hash::{HashState, step},
 };
@@ -117,6 +117,12 @@ fn word_hash(len: u64) -> u64 {
     unsafe { bpf_loop(steps, callback as *mut core::ffi::c_void, &mut job as *mut WordJob as *mut _, 0) };
     // 0 means "no hash"; the top bit keeps prepared and query hashes apart.
     job.hash | (1 << 63)
+}
+
+/// The agent's shedding step (`CONTROL_SHEDDING`).
+#[inline(always)]
+pub fn shedding_step() -> u32 {
+    CONTROL.get(CONTROL_SHEDDING).copied().unwrap_or(0)
 }
 
 /// Highest set bit of a non-zero value, without a count-leading-zeros

@@ -218,7 +218,7 @@ fn try_statement_end(ctx: &ProbeContext) -> Result<(), i64> {
         && let Some(first) = aggregate::record(text_hash, duration_ns, aggregate_slots)
     {
         bump(&STATS, stat::AGGREGATED);
-        if first {
+        if first && aggregate::shedding_step() == 0 {
             // Counted already: the record only refreshes the sample text,
             // and losing it loses nothing.
             buffer.header.flags |= flags::SAMPLE;
@@ -228,6 +228,13 @@ fn try_statement_end(ctx: &ProbeContext) -> Result<(), i64> {
     }
 
     buffer.header.connection_id = read_thd_u64(thd, layout.connection_id_offset);
+    if aggregate_slots != 0 && aggregate::shedding_step() >= 2 {
+        captured = 0;
+        buffer.header.captured_len = 0;
+        buffer.header.flags |= flags::SHED | flags::NO_TEXT;
+        // Not registered from a record without its text.
+        buffer.header.text_hash = 0;
+    }
     if send(buffer, captured) {
         bump(&STATS, stat::EVENTS);
     } else {

@@ -21,7 +21,7 @@ use tracing::{info, warn};
 
 use crate::{
     aggregate::Aggregator,
-    budget::{Applied, BudgetError, CostMeter, CostSample, SelfLimit},
+    budget::{Applied, BudgetError, CostMeter, CostSample, SelfLimit, Shedder},
     host::{HostMetrics, HostSampler},
     metrics::{MetricsError, MetricsServer, agent_metrics},
     config::{AgentConfig, OutputFormat},
@@ -121,6 +121,7 @@ pub fn run_agent(config: AgentConfig, stop: Arc<AtomicBool>) -> Result<(), Pipel
         let pids: Vec<String> = supervisor.attached().map(|s| s.pid.to_string()).collect();
         std::fs::write(path, pids.join("\n"))?;
     }
+    crate::budget::burn_cpu_if_asked();
 
     let ship = config.ship.clone().map(ShipStage::start).transpose()?;
     let (tx, rx) = sync_channel(CHANNEL_BATCHES);
@@ -154,11 +155,20 @@ fn probe_loop(
     budget: Option<&Applied>,
 ) {
     let mut cost = CostMeter::new();
+    let mut shedder = Shedder::default();
     let mut host_sampler = HostSampler::new("/proc", "/sys");
-    let mut close_window = |supervisor: &Supervisor| {
+    let mut close_window = |supervisor: &mut Supervisor| {
         let pids: Vec<u32> = supervisor.attached().map(|s| s.pid).collect();
         let host = host_sampler.sample(&pids).map_err(|e| warn!(error = %e, "host metrics unavailable")).ok();
-        WindowEnd { at: SystemTime::now(), cost: cost.sample(budget), host }
+        let mut cost = cost.sample(budget);
+        let share = cost.cpu_limit_cores.filter(|l| *l > 0.0).map(|limit| cost.cpu_cores / limit);
+        let before = shedder.step();
+        cost.shedding = shedder.update(share, supervisor.take_dropped());
+        if cost.shedding != before {
+            warn!(from = ?before, to = ?cost.shedding, cpu_share = share, "shedding step changed");
+        }
+        supervisor.set_shedding(cost.shedding as u32);
+        WindowEnd { at: SystemTime::now(), cost, host }
     };
     // Baselines, so the first window already has rates.
     let _ = close_window(supervisor);

@@ -175,19 +175,10 @@ fn errors_are_counted_and_statements_kept() {
 /// so the server's counters and the agent's cover the same statements.
 fn sysbench_started_before_agent(ps_mode: &'static str) {
     let server = PrivateServer::start(&format!("sysbench-{ps_mode}"), &[]).unwrap();
-    let bench = xtask::sysbench::Sysbench {
-        // Read-only: a paused writer could leave a statement blocked on its
-        // row lock across the attach or the stop, and the server counts
-        // `Com_*` when a statement starts, the agent when it ends.
-        script: "oltp_read_only".into(),
-        tables: 2,
-        table_size: 1000,
-        threads: 4,
-        seconds: 30,
-        ps_mode,
-    };
-    bench.prepare(&server).unwrap();
-    let run = common::Workload::new(bench.spawn(&server).unwrap());
+    // Read-only: a paused writer could leave a statement blocked on its
+    // row lock across the attach or the stop, and the server counts
+    // `Com_*` when a statement starts, the agent when it ends.
+    let run = common::Workload::sysbench(&server, "oltp_read_only", 4, 30, ps_mode);
     std::thread::sleep(Duration::from_millis(1500));
     run.pause();
     let before = common::status_before_agent(&server);
@@ -233,11 +224,10 @@ fn sysbench_started_before_agent(ps_mode: &'static str) {
     assert_eq!(counts["COMMIT"], delta(&before, &after, "Com_commit"));
     let selects: u64 = counts.iter().filter(|(text, _)| text.starts_with("SELECT ")).map(|(_, n)| n).sum();
     assert_eq!(selects, delta(&before, &after, "Com_select"));
-    // Counts stay exact whichever way a statement was counted; how many
-    // the kernel counted depends on how soon the agent registered each
-    // text (exact_counts_for_text_and_prepared_statements pins that).
-    let in_kernel = out.summary_total(None, "aggregated_in_kernel");
-    assert!(in_kernel > 0 && in_kernel <= total, "{in_kernel} of {total} statements counted in the kernel");
+    // Counts stay exact whichever way a statement was counted (how many the
+    // kernel counted depends on how soon the agent registered each text;
+    // exact_counts_for_text_and_prepared_statements pins that).
+    assert!(out.summary_total(None, "aggregated_in_kernel") <= total);
 }
 
 #[test]

@@ -108,6 +108,7 @@ fn end_to_end_counts_reach_the_collector() {
     if !privileged("end_to_end_counts_reach_the_collector") {
         return;
     }
+    let _serial = common::one_at_a_time();
     let server = PrivateServer::start("ship-e2e", &[]).unwrap();
     let collector = Collector::start(&[]);
     let state = server.dir().join("agent-state");
@@ -140,19 +141,11 @@ fn collector_outage_loses_and_doubles_nothing() {
     if !privileged("collector_outage_loses_and_doubles_nothing") {
         return;
     }
+    let _serial = common::one_at_a_time();
     let server = PrivateServer::start("ship-outage", &[]).unwrap();
     let mut collector = Collector::start(&[]);
     let state = server.dir().join("agent-state");
-    let bench = xtask::sysbench::Sysbench {
-        script: "oltp_read_only".into(),
-        tables: 2,
-        table_size: 1000,
-        threads: 4,
-        seconds: 120,
-        ps_mode: "auto",
-    };
-    bench.prepare(&server).unwrap();
-    let run = common::Workload::new(bench.spawn(&server).unwrap());
+    let run = common::Workload::sysbench(&server, "oltp_read_write", 4, 120, "auto");
     std::thread::sleep(Duration::from_millis(1000));
     run.pause();
     let before = common::status_before_agent(&server);
@@ -189,6 +182,7 @@ fn agent_crash_replays_spooled_batches_once() {
     if !privileged("agent_crash_replays_spooled_batches_once") {
         return;
     }
+    let _serial = common::one_at_a_time();
     let server = PrivateServer::start("ship-crash", &[]).unwrap();
     let mut collector = Collector::start(&[]);
     collector.kill9();
@@ -232,6 +226,7 @@ fn full_spool_drops_oldest_and_reports_the_gap() {
     if !privileged("full_spool_drops_oldest_and_reports_the_gap") {
         return;
     }
+    let _serial = common::one_at_a_time();
     let server = PrivateServer::start("ship-full", &[]).unwrap();
     let mut collector = Collector::start(&[]);
     collector.kill9();
@@ -266,6 +261,7 @@ fn corrupt_spool_record_is_skipped_and_counted() {
     if !privileged("corrupt_spool_record_is_skipped_and_counted") {
         return;
     }
+    let _serial = common::one_at_a_time();
     let server = PrivateServer::start("ship-corrupt", &[]).unwrap();
     let mut collector = Collector::start(&[]);
     collector.kill9();

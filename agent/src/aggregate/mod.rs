@@ -350,6 +350,9 @@ fn digest_of(normalizer: &mut Normalizer, statement: &Statement) -> Digest {
     }
     // Keep statements without text in the totals under a name that says
     // what they were.
+    if statement.shed {
+        return Digest::from_text(&format!("{} (text not sent: shedding)", command_name(statement.command)));
+    }
     let text = match statement.command {
         COM_STMT_EXECUTE => format!("prepared statement #{} (text unknown)", statement.stmt_id),
         COM_QUERY => "query (text unknown)".to_string(),

@@ -22,6 +22,8 @@ pub struct CostSample {
     pub memory_limit_bytes: Option<u64>,
     /// Length of the window measured, seconds.
     pub window_seconds: f64,
+    /// Shedding step in force after this window (see `budget::shedding`).
+    pub shedding: super::Step,
 }
 
 pub struct CostMeter {

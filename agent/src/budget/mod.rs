@@ -10,9 +10,11 @@
 //! root may be off limits, and nesting keeps the outer limits in force.
 mod cgroup;
 mod cost;
+mod shedding;
 
 pub use cgroup::{Applied, SelfLimit};
 pub use cost::{CostMeter, CostSample};
+pub use shedding::{Shedder, Step};
 
 use std::path::PathBuf;
 
@@ -44,4 +46,23 @@ pub enum BudgetError {
     NoController { controller: &'static str },
     #[error("cannot read {path}: {source}")]
     Read { path: PathBuf, source: std::io::Error },
+}
+
+/// Starts `SQLBEE_TEST_BURN_THREADS` threads that spin for the agent's
+/// whole life: real CPU pressure inside the agent, for the tests that
+/// check the cgroup quota holds and that shedding reacts. Not a flag: no
+/// user should want it.
+pub fn burn_cpu_if_asked() {
+    let threads: usize = std::env::var("SQLBEE_TEST_BURN_THREADS").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+    for i in 0..threads.min(8) {
+        let spawned = std::thread::Builder::new().name(format!("burn-{i}")).spawn(|| {
+            let mut x = 0u64;
+            loop {
+                x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+            }
+        });
+        if let Err(e) = spawned {
+            tracing::warn!(error = %e, "could not start a CPU burner");
+        }
+    }
 }

@@ -20,6 +20,24 @@ pub fn render(cost: &CostSample, host: Option<&HostMetrics>, reports: &[WindowRe
         MetricType::Gauge,
     )
     .sample(&[], cost.cores_per_10k_qps);
+    enc.family(
+        "sqlbee_agent_shedding_step",
+        "Shedding step in force: 0 exact, 1 no samples, 2 known texts only.",
+        MetricType::Gauge,
+    )
+    .sample(&[], cost.shedding as u32 as f64);
+    {
+        let mut f = enc.family(
+            "sqlbee_mysqld_probe_cores",
+            "CPU the probes took from mysqld over the last window (program time plus one trap per run), cores.",
+            MetricType::Gauge,
+        );
+        for r in reports {
+            if let Some(c) = r.summary.probe_cost.as_ref().filter(|c| c.window_s > 0.0) {
+                f.sample(&[("instance", &r.instance)], c.probe_cpu_s() / c.window_s);
+            }
+        }
+    }
     if let Some(limit) = cost.cpu_limit_cores {
         enc.family("sqlbee_agent_cpu_limit_cores", "CPU limit the agent runs under.", MetricType::Gauge)
             .sample(&[], limit);

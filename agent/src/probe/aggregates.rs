@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use agent_common::{CONTROL_EPOCH, CONTROL_OPAQUE_ONES, SlotStats, aggregate::BUCKETS};
+use agent_common::{CONTROL_EPOCH, CONTROL_OPAQUE_ONES, CONTROL_SHEDDING, SlotStats, aggregate::BUCKETS};
 use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuValues};
 
 use super::ProbeError;
@@ -79,6 +79,11 @@ impl KernelAggregates {
             free: (0..slots).rev().collect(),
             cpus,
         })
+    }
+
+    /// Tells the programs the agent's shedding step.
+    pub fn set_shedding(&mut self, step: u32) -> Result<(), ProbeError> {
+        self.control.set(CONTROL_SHEDDING, &step, 0).map_err(map_error("CONTROL"))
     }
 
     /// Gives `hash` a slot unless it has one; false when none is free (its

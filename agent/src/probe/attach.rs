@@ -1,6 +1,13 @@
 //! One server process: its own copy of the kernel programs and maps,
 //! attached with per-process scope. Dropping it detaches every probe.
-use std::{num::NonZeroU32, time::Duration};
+use std::{
+    num::NonZeroU32,
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
 
 use agent_common::{COMMAND_SLOTS, LongWait, MAX_TEXT, ServerLayout, stat};
 use aya::{
@@ -56,6 +63,8 @@ pub struct AttachedServer {
     /// Where each loaded program goes, and its link while attached.
     points: Vec<(&'static str, ProbePoint)>,
     links: Vec<(&'static str, UProbeLinkId)>,
+    /// Links handed to the detach thread and not closed yet.
+    detaching: Arc<AtomicUsize>,
     /// Error messages waiting for their statement, by (thread, time
     /// raised); bounded.
     messages: std::collections::HashMap<(u32, u64), ErrorMessage>,
@@ -118,6 +127,7 @@ impl AttachedServer {
             aggregates,
             points,
             links: Vec::new(),
+            detaching: Arc::new(AtomicUsize::new(0)),
             messages: Default::default(),
             ebpf,
         };
@@ -217,9 +227,20 @@ impl AttachedServer {
             let link = uprobe(&mut self.ebpf, program, pid)?
                 .take_link(link)
                 .map_err(|source| ProbeError::Program { pid, program, source })?;
-            release_later(Box::new(link));
+            release_later(Box::new(link), self.detaching.clone());
         }
         Ok(())
+    }
+
+    /// Attaches again unless a background detach is still running: the
+    /// kernel holds its trace-event lock while it waits, so attaching now
+    /// would wait too. False when it did not attach (try again later).
+    pub fn try_reattach(&mut self) -> Result<bool, ProbeError> {
+        if self.detaching.load(std::sync::atomic::Ordering::Acquire) > 0 {
+            return Ok(false);
+        }
+        self.attach_links()?;
+        Ok(true)
     }
 
     fn attach_links(&mut self) -> Result<(), ProbeError> {
@@ -238,6 +259,15 @@ impl AttachedServer {
             self.links.push((program, link));
         }
         Ok(())
+    }
+
+    /// Tells the programs the agent's shedding step (no-op without
+    /// in-kernel aggregation, whose maps carry it).
+    pub fn set_shedding(&mut self, step: u32) -> Result<(), ProbeError> {
+        match &mut self.aggregates {
+            Some(aggregates) => aggregates.set_shedding(step),
+            None => Ok(()),
+        }
     }
 
     /// Detaches every program, so that what is read afterwards is final.
@@ -274,16 +304,19 @@ impl AttachedServer {
     }
 }
 
+type Release = (Box<dyn Send>, Arc<AtomicUsize>);
+
 /// Drops what it is given on a thread of its own (see
-/// `AttachedServer::detach_in_background`).
-fn release_later(item: Box<dyn Send>) {
-    static REAPER: std::sync::OnceLock<std::sync::Mutex<std::sync::mpsc::Sender<Box<dyn Send>>>> =
-        std::sync::OnceLock::new();
+/// `AttachedServer::detach_in_background`); `pending` counts the drops
+/// not done yet.
+fn release_later(item: Box<dyn Send>, pending: Arc<AtomicUsize>) {
+    static REAPER: std::sync::OnceLock<std::sync::Mutex<std::sync::mpsc::Sender<Release>>> = std::sync::OnceLock::new();
     let sender = REAPER.get_or_init(|| {
-        let (tx, rx) = std::sync::mpsc::channel::<Box<dyn Send>>();
+        let (tx, rx) = std::sync::mpsc::channel::<Release>();
         let spawned = std::thread::Builder::new().name("detach".into()).spawn(move || {
-            for item in rx {
+            for (item, pending) in rx {
                 drop(item);
+                pending.fetch_sub(1, Ordering::AcqRel);
             }
         });
         if let Err(e) = spawned {
@@ -291,8 +324,12 @@ fn release_later(item: Box<dyn Send>) {
         }
         std::sync::Mutex::new(tx)
     });
-    if let Err(std::sync::mpsc::SendError(item)) = sender.lock().unwrap_or_else(|e| e.into_inner()).send(item) {
+    pending.fetch_add(1, Ordering::AcqRel);
+    if let Err(std::sync::mpsc::SendError((item, pending))) =
+        sender.lock().unwrap_or_else(|e| e.into_inner()).send((item, pending))
+    {
         drop(item);
+        pending.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

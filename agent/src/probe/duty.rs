@@ -85,6 +85,15 @@ impl DutyCycle {
         Some(self.attached)
     }
 
+    /// The attach that `tick` asked for could not happen yet: stay
+    /// detached and ask again at the next tick.
+    pub fn stay_detached(&mut self, now: Instant) {
+        self.account(now);
+        self.attached = false;
+        let off = self.config.period.saturating_sub(self.config.period.mul_f64(self.duty));
+        self.phase_start = now.checked_sub(off).unwrap_or(now);
+    }
+
     /// Share of the time since the last call that the probes were attached.
     pub fn take_attached_fraction(&mut self, now: Instant) -> f64 {
         self.account(now);
@@ -144,5 +153,18 @@ mod tests {
             assert_eq!(d.tick(t0 + Duration::from_secs(s)), None);
         }
         assert_eq!(d.take_attached_fraction(t0 + Duration::from_secs(5)), 1.0);
+    }
+
+    #[test]
+    fn a_deferred_attach_is_retried_and_not_counted() {
+        let (mut d, t0) = cycle();
+        d.rebudget(20_000.0, 2.5e-6, 1.5);
+        let ms = |n: u64| t0 + Duration::from_millis(n);
+        assert_eq!(d.tick(ms(300)), Some(false));
+        assert_eq!(d.tick(ms(1000)), Some(true));
+        d.stay_detached(ms(1000));
+        assert_eq!(d.tick(ms(1020)), Some(true), "retried at the next tick");
+        let fraction = d.take_attached_fraction(ms(1020));
+        assert!((fraction - 300.0 / 1020.0).abs() < 1e-9, "{fraction}");
     }
 }

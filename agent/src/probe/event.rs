@@ -30,6 +30,8 @@ pub struct Statement {
     pub text_hash: u64,
     /// Counted in a kernel aggregate already: only a sample of its text.
     pub sample: bool,
+    /// Sent without its text because the agent is shedding load.
+    pub shed: bool,
 }
 
 /// An error message the server sent, for attaching to its statement.
@@ -84,6 +86,7 @@ pub fn decode_statement(record: &[u8]) -> Option<Statement> {
         error_message: None,
         text_hash: header.text_hash,
         sample: header.flags & flags::SAMPLE != 0,
+        shed: header.flags & flags::SHED != 0,
     })
 }
 

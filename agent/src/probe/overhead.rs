@@ -72,6 +72,13 @@ impl Overhead {
         self.duty.as_mut()?.tick(now)
     }
 
+    /// See `DutyCycle::stay_detached`.
+    pub fn stay_detached(&mut self, now: Instant) {
+        if let Some(duty) = &mut self.duty {
+            duty.stay_detached(now);
+        }
+    }
+
     /// Closes a window: `programs` are the cumulative (run time, runs) of
     /// the server's programs, `statements` its cumulative statement count.
     pub fn close_window(&mut self, programs: (Duration, u64), statements: u64, now: Instant) -> ProbeCost {

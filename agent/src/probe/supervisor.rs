@@ -34,6 +34,11 @@ pub struct Supervisor {
     _stats: Option<OwnedFd>,
     /// See `calibrate::hold_task_events_on`.
     _task_events: Option<OwnedFd>,
+    /// Shedding step passed to every server's programs.
+    shedding: u32,
+    /// Ring-buffer drops seen at the last window end, per server.
+    dropped: HashMap<u32, u64>,
+    dropped_since_check: bool,
 }
 
 impl Supervisor {
@@ -61,7 +66,18 @@ impl Supervisor {
         if let Err(e) = spawned {
             warn!(error = %e, "no calibration thread; the trap price is assumed");
         }
-        Self { config, attached: HashMap::new(), overheads: HashMap::new(), refused: HashMap::new(), trap, _stats: stats, _task_events: task_events }
+        Self {
+            config,
+            attached: HashMap::new(),
+            overheads: HashMap::new(),
+            refused: HashMap::new(),
+            trap,
+            _stats: stats,
+            _task_events: task_events,
+            shedding: 0,
+            dropped: HashMap::new(),
+            dropped_since_check: false,
+        }
     }
 
     pub fn attached(&self) -> impl Iterator<Item = &ServerProcess> {
@@ -78,7 +94,8 @@ impl Supervisor {
                 "probe points start with an instruction the kernel must single-step; each hit costs ~15x more");
         }
         let pid = server.pid;
-        let attached = AttachedServer::attach(server, binary, self.config)?;
+        let mut attached = AttachedServer::attach(server, binary, self.config)?;
+        attached.set_shedding(self.shedding)?;
         let budget = self.config.overhead_budget.map(|budget| DutyConfig { budget, period: self.config.duty_period });
         self.overheads.insert(pid, Overhead::new(pid, self.trap.clone(), budget, Instant::now()));
         info!(pid, instance = %attached.server.instance, binary = %attached.server.binary.display(),
@@ -122,12 +139,15 @@ impl Supervisor {
     pub fn drain(&mut self, window_end: bool, out: &mut Vec<ProbeBatch>) {
         let now = Instant::now();
         for (pid, attached) in self.attached.iter_mut() {
-            let overhead = self.overheads.get_mut(pid);
-            let mut switch = |on: bool| if on { attached.set_attached(true) } else { attached.detach_in_background() };
-            if let Some(on) = overhead.and_then(|o| o.tick(now))
-                && let Err(e) = switch(on)
+            if let Some(overhead) = self.overheads.get_mut(pid)
+                && let Some(on) = overhead.tick(now)
             {
-                warn!(pid, error = %e, attach = on, "budget mode could not switch the probes");
+                let switched = if on { attached.try_reattach() } else { attached.detach_in_background().map(|()| true) };
+                match switched {
+                    Ok(true) => {}
+                    Ok(false) => overhead.stay_detached(now),
+                    Err(e) => warn!(pid, error = %e, attach = on, "budget mode could not switch the probes"),
+                }
             }
             let (mut kernel, mut forgotten) = (Vec::new(), Vec::new());
             if window_end && let Err(e) = attached.flip(&mut kernel, &mut forgotten) {
@@ -139,6 +159,11 @@ impl Supervisor {
                 warn!(pid = attached.server.pid, bad, "undecodable ring buffer records");
             }
             let counters = if window_end { read_counters(attached) } else { None };
+            if let Some(c) = &counters
+                && self.dropped.insert(*pid, c.dropped).is_some_and(|before| c.dropped > before)
+            {
+                self.dropped_since_check = true;
+            }
             let cost = counters.as_ref().and_then(|c| {
                 Some(self.overheads.get_mut(pid)?.close_window(program_totals(attached), c.statements, now))
             });
@@ -155,6 +180,24 @@ impl Supervisor {
                 cost,
                 detached: false,
             });
+        }
+    }
+
+    /// Whether any ring buffer dropped records since the last call.
+    pub fn take_dropped(&mut self) -> bool {
+        std::mem::take(&mut self.dropped_since_check)
+    }
+
+    /// Passes the agent's shedding step to every server's programs.
+    pub fn set_shedding(&mut self, step: u32) {
+        if step == self.shedding {
+            return;
+        }
+        self.shedding = step;
+        for (pid, attached) in self.attached.iter_mut() {
+            if let Err(e) = attached.set_shedding(step) {
+                warn!(pid, error = %e, step, "could not pass the shedding step on");
+            }
         }
     }
 

@@ -75,6 +75,11 @@ impl Agent {
 
     /// Starts `sqlbee agent` with `args` and waits until it has attached.
     pub fn start(dir: &std::path::Path, args: &[String]) -> Agent {
+        Agent::start_with_env(dir, args, &[])
+    }
+
+    /// `start` with extra environment variables.
+    pub fn start_with_env(dir: &std::path::Path, args: &[String], env: &[(&str, &str)]) -> Agent {
         let ready = dir.join(format!("agent-{}.ready", rand_suffix()));
         let stdout = dir.join(format!("agent-{}.jsonl", rand_suffix()));
         let stderr = dir.join(format!("agent-{}.log", rand_suffix()));
@@ -85,6 +90,7 @@ impl Agent {
             .arg("--ready-file")
             .arg(&ready)
             .env("SQLBEE_LOG", "info")
+            .envs(env.iter().copied())
             .stdout(std::fs::File::create(&stdout).unwrap())
             .stderr(std::fs::File::create(&stderr).unwrap())
             .spawn()
@@ -196,6 +202,14 @@ impl AgentOutput {
     }
 }
 
+/// Held by tests of one file that must not run side by side: each drives
+/// its own server hard, and on two cores a crowd of them starves the agents
+/// under test (their windows and attaches then lag by seconds).
+pub fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// A client workload running in the background (sysbench) that can be
 /// frozen, so the server's status counters can be read at a moment when no
 /// statement of it is in flight. Killed when dropped.
@@ -204,6 +218,15 @@ pub struct Workload(Child);
 impl Workload {
     pub fn new(child: Child) -> Workload {
         Workload(child)
+    }
+
+    /// sysbench `script` on two small tables, prepared and started in the
+    /// background with `threads` clients for at most `seconds`.
+    pub fn sysbench(server: &PrivateServer, script: &str, threads: u32, seconds: u32, ps_mode: &'static str) -> Workload {
+        let bench =
+            xtask::sysbench::Sysbench { script: script.into(), tables: 2, table_size: 1000, threads, seconds, ps_mode };
+        bench.prepare(server).unwrap();
+        Workload::new(bench.spawn(server).unwrap())
     }
 
     fn signal(&self, sig: libc::c_int) {

@@ -1,0 +1,104 @@
+//! Graceful degradation when the agent nears its CPU budget or its ring
+//! buffers start to drop. Each step gives up something the one before it
+//! kept, in this order, so that per-digest counts and latency histograms
+//! stay exact for as long as possible:
+//!
+//! 0. `exact`: the default. Known texts are counted in the kernel, every
+//!    other statement is sent with its text.
+//! 1. `no-samples`: the kernel stops sending each aggregated text's one
+//!    sample per window (fresh sample texts and the hash check pause).
+//!    Nothing that is counted changes.
+//! 2. `known-texts-only`: statements whose text the agent has not
+//!    registered are sent without their text and counted under
+//!    `(text not sent: shedding)` by command. Known digests, every count by
+//!    command and all totals stay exact; new digests lose their names
+//!    until the pressure is gone.
+//!
+//! A window above 80% of the CPU limit, or with dropped records, goes one
+//! step down; three calm windows in a row (under 40%, no drops) go one
+//! step back up. mysqld never waits in any step.
+use serde::Serialize;
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Step {
+    #[default]
+    Exact = 0,
+    NoSamples = 1,
+    KnownTextsOnly = 2,
+}
+
+impl Step {
+    fn down(self) -> Step {
+        match self {
+            Step::Exact => Step::NoSamples,
+            _ => Step::KnownTextsOnly,
+        }
+    }
+
+    fn up(self) -> Step {
+        match self {
+            Step::KnownTextsOnly => Step::NoSamples,
+            _ => Step::Exact,
+        }
+    }
+}
+
+const PRESSED: f64 = 0.8;
+const CALM: f64 = 0.4;
+const CALM_WINDOWS: u32 = 3;
+
+#[derive(Debug, Default)]
+pub struct Shedder {
+    step: Step,
+    calm_windows: u32,
+}
+
+impl Shedder {
+    /// One window's pressure: the agent's CPU as a share of its limit
+    /// (None without a limit) and whether records were dropped.
+    pub fn update(&mut self, cpu_share: Option<f64>, dropped: bool) -> Step {
+        let share = cpu_share.unwrap_or(0.0);
+        if dropped || share > PRESSED {
+            self.step = self.step.down();
+            self.calm_windows = 0;
+        } else if share < CALM {
+            self.calm_windows += 1;
+            if self.calm_windows >= CALM_WINDOWS {
+                self.step = self.step.up();
+                self.calm_windows = 0;
+            }
+        } else {
+            self.calm_windows = 0;
+        }
+        self.step
+    }
+
+    pub fn step(&self) -> Step {
+        self.step
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pressure_steps_down_and_calm_steps_back() {
+        let mut s = Shedder::default();
+        assert_eq!(s.update(Some(0.5), false), Step::Exact);
+        assert_eq!(s.update(Some(0.9), false), Step::NoSamples);
+        assert_eq!(s.update(Some(0.1), true), Step::KnownTextsOnly);
+        assert_eq!(s.update(Some(0.95), false), Step::KnownTextsOnly, "no step below the last");
+        assert_eq!(s.update(Some(0.1), false), Step::KnownTextsOnly);
+        assert_eq!(s.update(Some(0.5), false), Step::KnownTextsOnly, "not calm: the count restarts");
+        for _ in 0..2 {
+            assert_eq!(s.update(Some(0.1), false), Step::KnownTextsOnly);
+        }
+        assert_eq!(s.update(Some(0.1), false), Step::NoSamples);
+        for _ in 0..3 {
+            s.update(None, false);
+        }
+        assert_eq!(s.step(), Step::Exact);
+    }
+}
