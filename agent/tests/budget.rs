@@ -268,3 +268,65 @@ fn tiny_budget_holds_the_quota_sheds_and_counts_stay_exact() {
     let selects: u64 = counts.iter().filter(|(text, _)| text.starts_with("SELECT ")).map(|(_, n)| n).sum();
     assert_eq!(selects, common::delta(&before, &after, "Com_select"), "{counts:#?}");
 }
+
+/// utime + stime of a process as the kernel accounts it, seconds.
+fn kernel_cpu_s(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let fields: Vec<&str> = rest.split(' ').collect();
+    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
+    // SAFETY: sysconf has no preconditions.
+    ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+}
+
+/// What the agent says it costs agrees with the kernel's accounting of
+/// its process (within 10%), and the statement rate it reports agrees with
+/// the server's `Questions`.
+#[test]
+fn reported_cost_and_rate_agree_with_the_kernel_and_the_server() {
+    if !privileged("reported_cost_and_rate_agree_with_the_kernel_and_the_server") {
+        return;
+    }
+    let _serial = common::one_at_a_time();
+    let server = PrivateServer::start("accounting", &[]).unwrap();
+    let run = common::Workload::sysbench(&server, "oltp_read_only", 4, 60, "auto");
+    std::thread::sleep(Duration::from_millis(1000));
+    run.pause();
+    let before = common::status_before_agent(&server);
+    // Every statement sent to the agent, so that it has real work to account.
+    let agent = Agent::start(
+        server.dir(),
+        &[format!("--pid={}", server.pid()), "--window=1s".into(), "--kernel-digests=0".into(), "--command-probe".into()],
+    );
+    let cpu_before = kernel_cpu_s(agent.pid());
+    run.resume();
+    std::thread::sleep(Duration::from_secs(6));
+    run.pause();
+    // Idle windows go by, so every busy moment is in a closed window.
+    std::thread::sleep(Duration::from_millis(2500));
+    let cpu_kernel = kernel_cpu_s(agent.pid()) - cpu_before;
+    let out = agent.stop();
+    let after = server.global_status().unwrap();
+    drop(run);
+    assert!(out.success, "{}", out.stderr);
+
+    let lines: Vec<_> = out.of_type("agent").collect();
+    // The last line covers the shutdown, after the kernel was read; the
+    // idle time between the line before it and the read costs next to
+    // nothing.
+    let reported: f64 = lines[..lines.len() - 1]
+        .iter()
+        .map(|l| l["cpu_cores"].as_f64().unwrap() * l["window_seconds"].as_f64().unwrap())
+        .sum();
+    assert!(cpu_kernel > 0.1, "too little agent CPU to compare: {cpu_kernel:.3} s");
+    assert!(
+        (reported - cpu_kernel).abs() <= 0.1 * cpu_kernel,
+        "agent says {reported:.3} s of CPU, the kernel {cpu_kernel:.3} s: {lines:#?}\n{}",
+        out.stderr
+    );
+
+    let seen: f64 = lines.iter().map(|l| l["statements_per_s"].as_f64().unwrap() * l["window_seconds"].as_f64().unwrap()).sum();
+    // Questions also counts the two status reads around the agent's life.
+    let questions = common::delta(&before, &after, "Questions") as f64 - 2.0;
+    assert!((seen - questions).abs() <= 0.01 * questions + 2.0, "agent rate adds up to {seen:.0} statements, Questions to {questions}");
+}

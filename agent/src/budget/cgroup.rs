@@ -92,6 +92,13 @@ impl SelfLimit {
         let cpu: &CpuController = self.cgroup.controller_of().ok_or(BudgetError::NoController { controller: "cpu" })?;
         let quota = (self.config.cpu_cores * PERIOD_US as f64).round().max(1000.0) as i64;
         cpu.set_cfs_quota_and_period(Some(quota), Some(PERIOD_US)).map_err(|e| self.error("setting the CPU quota", e))?;
+        // A new cgroup weighs as much as one thread of its parent: next to
+        // a busy mysqld (dozens of threads at the parent's level) the agent
+        // got 0.013 cores here where it used 0.07 outside a cgroup, and its
+        // ring buffer overflowed. The quota is the cap; the weight must not
+        // starve it below that, so the group weighs like 8 threads.
+        let weight = if hierarchies::is_cgroup2_unified_mode() { 800 } else { 8192 };
+        cpu.set_shares(weight).map_err(|e| self.error("setting the CPU weight", e))?;
         let memory: &MemController =
             self.cgroup.controller_of().ok_or(BudgetError::NoController { controller: "memory" })?;
         memory.set_limit(self.config.memory_bytes as i64).map_err(|e| self.error("setting the memory limit", e))?;

@@ -16,11 +16,9 @@ use tracing::{info, warn};
 use super::{
     AttachedServer, ProbeBatch, ProbeConfig, ProbeError, calibrate,
     duty::DutyConfig,
-    overhead::{Overhead, ProbeCost},
+    overhead::{FALLBACK_TRAP, Overhead, ProbeCost},
 };
 use crate::discover::{ServerProcess, inspect_binary};
-
-use super::overhead::FALLBACK_TRAP;
 
 pub struct Supervisor {
     config: ProbeConfig,
@@ -86,7 +84,7 @@ impl Supervisor {
 
     /// Attaches one server now, returning the error instead of logging it.
     pub fn attach(&mut self, server: ServerProcess) -> Result<(), ProbeError> {
-        let started = std::time::Instant::now();
+        let started = Instant::now();
         let binary = inspect_binary(&server.binary)?;
         let inspected_ms = started.elapsed().as_millis() as u64;
         if !binary.single_stepped.is_empty() {
@@ -117,6 +115,7 @@ impl Supervisor {
             .collect();
         for pid in gone {
             if let Some(mut attached) = self.attached.remove(&pid) {
+                self.dropped.remove(&pid);
                 out.push(final_batch(&mut attached, self.overheads.remove(&pid)));
                 info!(pid, instance = %attached.server.instance, "server went away; detached");
             }
