@@ -8,7 +8,7 @@ mod binary;
 mod process;
 
 pub use binary::{BinaryInfo, Flavor, ProbePoint, ProbePoints, inspect_binary};
-pub use process::{ServerProcess, find_servers, server_by_pid};
+pub use process::{ServerProcess, cpu_seconds, find_servers, server_by_pid};
 
 use std::path::PathBuf;
 

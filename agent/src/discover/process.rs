@@ -95,10 +95,25 @@ fn boot_time_unix_ms() -> i64 {
         * 1000
 }
 
-fn parse_start_ticks(stat: &str) -> Option<u64> {
-    // comm may contain spaces and parentheses: fields start after the last ')'.
+/// Field `n` (1-based, as in proc(5)) of /proc/PID/stat text.
+fn stat_field(stat: &str, n: usize) -> Option<u64> {
+    // comm may contain spaces and parentheses: fields start after the last
+    // ')', with field 3 (state) first.
     let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(19)?.parse().ok()
+    rest.split_whitespace().nth(n.checked_sub(3)?)?.parse().ok()
+}
+
+fn parse_start_ticks(stat: &str) -> Option<u64> {
+    stat_field(stat, 22)
+}
+
+/// CPU time (user + system) a process has used so far, seconds.
+pub fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let ticks = stat_field(&stat, 14)? + stat_field(&stat, 15)?;
+    // SAFETY: sysconf has no preconditions.
+    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    Some(ticks as f64 / per_second)
 }
 
 fn option_value<'a>(args: &'a [String], long: &str, short: Option<&str>) -> Option<&'a str> {

@@ -13,6 +13,7 @@ use std::{
 };
 
 use super::duty::{DutyConfig, DutyCycle};
+use crate::discover::cpu_seconds;
 
 /// The probes' cost in one server over one window.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -61,7 +62,7 @@ impl Overhead {
             trap_ns,
             duty: budget.map(|config| DutyCycle::new(config, now)),
             last_programs: (Duration::ZERO, 0),
-            last_cpu_s: process_cpu_s(pid),
+            last_cpu_s: cpu_seconds(pid),
             last_statements: 0,
             window_start: now,
         }
@@ -84,7 +85,7 @@ impl Overhead {
     pub fn close_window(&mut self, programs: (Duration, u64), statements: u64, now: Instant) -> ProbeCost {
         let window_s = now.saturating_duration_since(self.window_start).as_secs_f64();
         self.window_start = now;
-        let cpu = process_cpu_s(self.pid);
+        let cpu = cpu_seconds(self.pid);
         let mysqld_cpu_s = match (cpu, self.last_cpu_s) {
             (Some(now), Some(before)) => (now - before).max(0.0),
             _ => 0.0,
@@ -119,19 +120,6 @@ impl Overhead {
     }
 }
 
-/// utime + stime of a process, seconds.
-fn process_cpu_s(pid: u32) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the command name, which may hold spaces and parentheses.
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let mut fields = rest.split(' ');
-    let utime: f64 = fields.nth(11)?.parse().ok()?;
-    let stime: f64 = fields.next()?.parse().ok()?;
-    // SAFETY: sysconf has no preconditions.
-    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
-    Some((utime + stime) / ticks)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -140,8 +128,8 @@ mod tests {
     fn own_cpu_is_read_and_windows_take_deltas() {
         let now = Instant::now();
         let mut o = Overhead::new(std::process::id(), Arc::new(AtomicU64::new(1500)), None, now);
-        assert!(process_cpu_s(std::process::id()).is_some());
-        assert!(process_cpu_s(u32::MAX).is_none());
+        assert!(cpu_seconds(std::process::id()).is_some());
+        assert!(cpu_seconds(u32::MAX).is_none());
         let first = o.close_window((Duration::from_micros(30), 10), 10, now + Duration::from_secs(1));
         assert_eq!((first.program_ns, first.program_runs, first.attached_fraction), (30_000, 10, 1.0));
         assert!((first.probe_cpu_s() - 45e-6).abs() < 1e-12);
