@@ -123,9 +123,9 @@ fn try_statement_end(ctx: &ProbeContext) -> Result<(), i64> {
     if layout.command_probe == 0 {
         bump(&COMMANDS, command);
     }
-    // Each read of server memory costs 100-200 ns here (the THD's fields
-    // sit on different cache lines), so fields next to each other are read
-    // together and the connection id only for statements that are sent.
+    // Each read of server memory costs about 0.1 us here (the first one
+    // 0.55 us), so fields next to each other are read together and the
+    // connection id only for statements that are sent.
     let [start_us, lock_utime] = read_thd_pair(thd, layout.start_utime_offset, layout.lock_utime_offset);
     let now_us = now / 1000;
     if start_us == 0 || start_us > now_us || now_us - start_us > MAX_STATEMENT_US {
