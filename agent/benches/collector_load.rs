@@ -151,6 +151,7 @@ fn main() {
                             created_unix_ms: now_ms,
                             windows,
                             gaps: vec![],
+                            agent_windows: vec![],
                         };
                         client.push(batch).await.unwrap();
                         rows.fetch_add(n, Ordering::Relaxed);

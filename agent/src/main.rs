@@ -11,7 +11,7 @@ use sqlbee::{
     collector::{self, CollectorArgs},
     config::AgentArgs,
     pipeline,
-    query::{self, InstancesArgs, LocksArgs, TopArgs},
+    query::{self, HostsArgs, InstancesArgs, LocksArgs, TopArgs},
 };
 
 #[derive(Parser)]
@@ -34,6 +34,8 @@ enum Role {
     Instances(InstancesArgs),
     /// Long waits with the waiting statement and candidate blockers.
     Locks(LocksArgs),
+    /// Agents' hosts and the agents' own cost, window by window.
+    Hosts(HostsArgs),
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -69,6 +71,7 @@ fn main() -> anyhow::Result<()> {
         Role::Top(args) => query::top(args).context("top failed")?,
         Role::Instances(args) => query::instances(args).context("instances failed")?,
         Role::Locks(args) => query::locks(args).context("locks failed")?,
+        Role::Hosts(args) => query::hosts(args).context("hosts failed")?,
     }
     Ok(())
 }

@@ -29,7 +29,7 @@ use crate::{
     normalize::Normalizer,
     output,
     probe::{ProbeBatch, ProbeConfig, ProbeError, Supervisor},
-    ship::ShipStage,
+    ship::{ClosedWindows, ShipStage},
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -157,9 +157,10 @@ fn probe_loop(
     let mut cost = CostMeter::new();
     let mut shedder = Shedder::default();
     let mut host_sampler = HostSampler::new("/proc", "/sys");
-    let mut close_window = |supervisor: &mut Supervisor| {
-        let pids: Vec<u32> = supervisor.attached().map(|s| s.pid).collect();
-        let host = host_sampler.sample(&pids).map_err(|e| warn!(error = %e, "host metrics unavailable")).ok();
+    // `pids`: the servers watched in the window, including any detached
+    // just before it closed (at exit).
+    let mut close_window = |supervisor: &mut Supervisor, pids: &[u32]| {
+        let host = host_sampler.sample(pids).map_err(|e| warn!(error = %e, "host metrics unavailable")).ok();
         let mut cost = cost.sample(budget);
         let share = cost.cpu_limit_cores.filter(|l| *l > 0.0).map(|limit| cost.cpu_cores / limit);
         let before = shedder.step();
@@ -170,8 +171,9 @@ fn probe_loop(
         supervisor.set_shedding(cost.shedding as u32);
         WindowEnd { at: SystemTime::now(), cost, host }
     };
+    let watched = |supervisor: &Supervisor| -> Vec<u32> { supervisor.attached().map(|s| s.pid).collect() };
     // Baselines, so the first window already has rates.
-    let _ = close_window(supervisor);
+    let _ = close_window(supervisor, &watched(supervisor));
     let started = Instant::now();
     let mut next_window = started + config.window;
     let mut next_scan = started + config.rescan_interval;
@@ -179,6 +181,8 @@ fn probe_loop(
     loop {
         let stopping = stop.load(Ordering::Relaxed) || config.duration.is_some_and(|d| started.elapsed() >= d);
         let now = Instant::now();
+        let closing = stopping || now >= next_window;
+        let pids = if closing { watched(supervisor) } else { Vec::new() };
         if stopping {
             supervisor.detach_all(&mut batches);
         } else {
@@ -197,8 +201,8 @@ fn probe_loop(
                 return;
             }
         }
-        if stopping || now >= next_window {
-            if tx.send(Message::WindowEnd(close_window(supervisor))).is_err() || stopping {
+        if closing {
+            if tx.send(Message::WindowEnd(close_window(supervisor, &pids))).is_err() || stopping {
                 return;
             }
             next_window += config.window;
@@ -218,12 +222,14 @@ fn aggregate_loop(
 ) -> Result<(), PipelineError> {
     let mut aggregator = Aggregator::new(Normalizer::new(config.normalize_cache), config.max_digests, SystemTime::now());
     let stdout = std::io::stdout();
+    let mut window_start = SystemTime::now();
     while let Ok(message) = rx.recv() {
         match message {
             Message::Batch(batch) => aggregator.ingest(batch),
             Message::WindowEnd(WindowEnd { at, mut cost, host }) => {
                 let reports = aggregator.flush(at);
-                cost.attribute(reports.iter().map(|r| r.summary.statements).sum());
+                let sum = |f: fn(&crate::aggregate::Summary) -> u64| reports.iter().map(|r| f(&r.summary)).sum();
+                cost.attribute(sum(|s| s.statements), sum(|s| s.events), sum(|s| s.dropped_events));
                 if let Some(page) = &metrics_page {
                     let text = agent_metrics::render(&cost, host.as_ref(), &reports);
                     *page.lock().unwrap_or_else(|e| e.into_inner()) = text;
@@ -240,11 +246,10 @@ fn aggregate_loop(
                     }
                 }
                 out.flush()?;
-                if let Some(ship) = &ship
-                    && !reports.is_empty()
-                {
-                    ship.send(reports);
+                if let Some(ship) = &ship {
+                    ship.send(ClosedWindows { reports, start: window_start, end: at, cost, host });
                 }
+                window_start = at;
             }
         }
     }

@@ -650,11 +650,14 @@ async fn version_1_store_is_upgraded_and_keeps_its_data() {
     };
     {
         let conn = rusqlite::Connection::open(&path).unwrap();
-        assert_eq!(conn.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0)).unwrap(), 3);
+        assert_eq!(conn.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0)).unwrap(), 4);
         conn.execute_batch(
-            "ALTER TABLE digest_windows DROP COLUMN waits;
+            "ALTER TABLE digest_windows DROP COLUMN estimated_count;
+             ALTER TABLE digest_windows DROP COLUMN waits;
              DROP TABLE error_samples;
              DROP TABLE lock_waits;
+             DROP TABLE instance_costs;
+             DROP TABLE agent_windows;
              PRAGMA user_version = 1;",
         )
         .unwrap();
@@ -667,8 +670,9 @@ async fn version_1_store_is_upgraded_and_keeps_its_data() {
     assert!(log.contains("store schema upgraded"), "{log}");
     {
         let conn = rusqlite::Connection::open(&path).unwrap();
-        assert_eq!(conn.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0)).unwrap(), 3);
-        assert_eq!(columns(&conn).last().map(String::as_str), Some("waits"));
+        assert_eq!(conn.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0)).unwrap(), 4);
+        let columns = columns(&conn);
+        assert_eq!(columns[columns.len() - 2..], ["waits", "estimated_count"]);
     }
     let top = top_json(&url, &[]);
     let d = row(&top, id);
@@ -903,7 +907,12 @@ async fn version_2_store_is_upgraded_and_keeps_its_data() {
     };
     {
         let conn = rusqlite::Connection::open(&path).unwrap();
-        conn.execute_batch("DROP TABLE lock_waits; PRAGMA user_version = 2;").unwrap();
+        conn.execute_batch(
+            "ALTER TABLE digest_windows DROP COLUMN estimated_count;
+             DROP TABLE lock_waits; DROP TABLE instance_costs; DROP TABLE agent_windows;
+             PRAGMA user_version = 2;",
+        )
+        .unwrap();
         assert!(!tables(&conn).contains(&"lock_waits".to_string()));
     }
 
@@ -913,7 +922,7 @@ async fn version_2_store_is_upgraded_and_keeps_its_data() {
     assert!(log.contains("store schema upgraded"), "{log}");
     {
         let conn = rusqlite::Connection::open(&path).unwrap();
-        assert_eq!(conn.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0)).unwrap(), 3);
+        assert_eq!(conn.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0)).unwrap(), 4);
         assert!(tables(&conn).contains(&"lock_waits".to_string()));
     }
     let top = top_json(&url, &[]);

@@ -11,7 +11,7 @@ use std::{
 
 use common::{
     Agent, NOT_QUESTIONS, PrivateServer,
-    collector::{Collector, plain, query_client, sqlbee_query, top_json},
+    collector::{Collector, plain, query_client, sqlbee_query, top_answer, top_json},
     delta, privileged,
 };
 use prost::Message;
@@ -134,6 +134,46 @@ fn end_to_end_counts_reach_the_collector() {
     let questions: u64 = commands.iter().filter(|(c, _)| !NOT_QUESTIONS.contains(&c.as_str())).map(|(_, n)| n).sum();
     assert_eq!(questions + 2, delta(&before, &after, "Questions"), "{commands:?}");
     assert!(spool_files(&state).is_empty(), "acknowledged batches must leave the spool");
+    costs_and_host_reach_the_collector(&collector, &server, totals.statements);
+}
+
+/// What watching cost and the host's metrics went the same way as the
+/// counts: `top` sums the cost over the statements it saw, `instances`
+/// shows the newest window's cost and the server process, `hosts` the host.
+fn costs_and_host_reach_the_collector(collector: &Collector, server: &PrivateServer, statements: u64) {
+    let url = collector.http_url();
+    let answer = top_answer(&url, &[]);
+    let costs = answer["costs"].as_array().unwrap();
+    assert_eq!(costs.len(), 1, "{answer:#}");
+    let c = &costs[0];
+    assert_eq!(c["statements"].as_u64(), Some(statements), "{c:#}");
+    assert!(c["agent_cpu_seconds"].as_f64().unwrap() > 0.0, "{c:#}");
+    let rss = c["agent_max_rss_bytes"].as_u64().unwrap();
+    assert!(rss > (1 << 20) && rss < (1 << 30), "{c:#}");
+    assert!(c["probe_cpu_seconds"].as_f64().unwrap() > 0.0 && c["server_extra_cores_per_10k_qps"].as_f64().unwrap() > 0.0, "{c:#}");
+    assert_eq!(c["latest_shedding"], "exact", "{c:#}");
+
+    let instances = collector.instances();
+    let latest = &instances[0]["latest"];
+    assert_eq!(latest["server"]["pid"].as_u64(), Some(u64::from(server.pid())), "{instances:#?}");
+    assert_eq!(latest["server"]["status"], "running", "{instances:#?}");
+    assert!(latest["server"]["rss_bytes"].as_u64().unwrap() > (1 << 20), "{instances:#?}");
+    assert!(latest["agent_rss_bytes"].as_u64().unwrap() > 0 && latest["attached_fraction"] == 1.0, "{instances:#?}");
+
+    let out = sqlbee_query(&["hosts", "--collector", &url, "--format", "json", "--since", "all"]);
+    assert!(out.status.success(), "hosts failed: {}", String::from_utf8_lossy(&out.stderr));
+    let hosts: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let windows = hosts.as_array().unwrap();
+    assert!(!windows.is_empty(), "no agent windows");
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
+    let total_kib: u64 = meminfo.lines().next().unwrap().split_whitespace().nth(1).unwrap().parse().unwrap();
+    let stat = std::fs::read_to_string("/proc/stat").unwrap();
+    let cores = stat.lines().filter(|l| l.starts_with("cpu") && !l.starts_with("cpu ")).count() as u64;
+    for w in windows {
+        assert_eq!(w["memory"]["total_bytes"].as_u64(), Some(total_kib * 1024), "{w:#}");
+        assert_eq!(w["online_cores"].as_u64(), Some(cores), "{w:#}");
+        assert!(w["agent"]["rss_bytes"].as_u64().unwrap() > 0, "{w:#}");
+    }
 }
 
 #[test]

@@ -24,6 +24,10 @@ pub struct CostSample {
     pub window_seconds: f64,
     /// Shedding step in force after this window (see `budget::shedding`).
     pub shedding: super::Step,
+    /// Statement records read from the kernel per second.
+    pub events_per_s: f64,
+    /// Records the kernel dropped in this window (ring buffers full).
+    pub dropped_events: u64,
 }
 
 pub struct CostMeter {
@@ -71,10 +75,13 @@ impl CostMeter {
 }
 
 impl CostSample {
-    /// Relates the cost to the `statements` the window saw.
-    pub fn attribute(&mut self, statements: u64) {
+    /// Relates the cost to what the window saw: statements, records read
+    /// and records dropped, over every server.
+    pub fn attribute(&mut self, statements: u64, events: u64, dropped_events: u64) {
+        self.dropped_events = dropped_events;
         if self.window_seconds > 0.0 {
             self.statements_per_s = statements as f64 / self.window_seconds;
+            self.events_per_s = events as f64 / self.window_seconds;
         }
         if self.statements_per_s > 0.0 {
             self.cores_per_10k_qps = self.cpu_cores / self.statements_per_s * 10_000.0;
@@ -112,7 +119,7 @@ mod tests {
         }
         std::hint::black_box(x);
         let mut s = meter.sample(None);
-        s.attribute(1000);
+        s.attribute(1000, 10, 0);
         assert!(s.cpu_cores > 0.5, "{s:?}");
         assert!(s.rss_bytes > 0 && s.cores_per_10k_qps > 0.0, "{s:?}");
         assert_eq!(s.cpu_source, "process");

@@ -29,6 +29,15 @@ pub enum Step {
 }
 
 impl Step {
+    /// The name used in output and on the wire.
+    pub fn name(self) -> &'static str {
+        match self {
+            Step::Exact => "exact",
+            Step::NoSamples => "no-samples",
+            Step::KnownTextsOnly => "known-texts-only",
+        }
+    }
+
     fn down(self) -> Step {
         match self {
             Step::Exact => Step::NoSamples,

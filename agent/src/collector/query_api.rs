@@ -4,18 +4,19 @@
 use std::sync::Arc;
 
 use sqlbee_proto::v1::{
-    InstancesRequest, InstancesResponse, LocksRequest, LocksResponse, TopRequest, TopResponse, TotalsRequest,
-    TotalsResponse, query_server::Query,
+    HostsRequest, HostsResponse, InstancesRequest, InstancesResponse, LocksRequest, LocksResponse, TopRequest,
+    TopResponse, TotalsRequest, TotalsResponse, query_server::Query,
 };
 use tonic::{Request, Response, Status};
 
 use super::{
     ingest::blocking,
-    store::{LocksQuery, OrderBy, Store, TopQuery, TotalsQuery},
+    store::{HostsQuery, LocksQuery, OrderBy, Store, TopQuery, TotalsQuery},
 };
 
 pub const DEFAULT_LIMIT: usize = 20;
 pub const DEFAULT_LOCKS_LIMIT: usize = 100;
+pub const DEFAULT_HOSTS_LIMIT: usize = 100;
 pub const MAX_LIMIT: usize = 10_000;
 
 pub struct QueryService {
@@ -72,8 +73,14 @@ impl Query for QueryService {
     async fn top(&self, request: Request<TopRequest>) -> Result<Response<TopResponse>, Status> {
         let query = top_query(request.into_inner())?;
         let store = self.store.clone();
-        let digests = blocking(move || store.top(&query)).await?;
-        Ok(Response::new(TopResponse { digests }))
+        let costs_query = TotalsQuery { instance: query.instance.clone(), since_unix_ms: query.since_unix_ms };
+        let digests = blocking({
+            let store = store.clone();
+            move || store.top(&query)
+        })
+        .await?;
+        let costs = blocking(move || store.costs(&costs_query)).await?;
+        Ok(Response::new(TopResponse { digests, costs }))
     }
 
     async fn instances(&self, _request: Request<InstancesRequest>) -> Result<Response<InstancesResponse>, Status> {
@@ -94,5 +101,17 @@ impl Query for QueryService {
         let store = self.store.clone();
         let waits = blocking(move || store.locks(&query)).await?;
         Ok(Response::new(LocksResponse { waits }))
+    }
+
+    async fn hosts(&self, request: Request<HostsRequest>) -> Result<Response<HostsResponse>, Status> {
+        let request = request.into_inner();
+        let query = HostsQuery {
+            host: instance(request.host),
+            since_unix_ms: since(request.since_unix_ms)?,
+            limit: limit(request.limit, DEFAULT_HOSTS_LIMIT)?,
+        };
+        let store = self.store.clone();
+        let windows = blocking(move || store.hosts(&query)).await?;
+        Ok(Response::new(HostsResponse { windows }))
     }
 }

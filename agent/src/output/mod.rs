@@ -16,9 +16,9 @@ pub fn window_to_json(report: &WindowReport) -> Vec<Value> {
     let start = rfc3339(report.window_start);
     let end = rfc3339(report.window_end);
     // Budget mode: counts sample the attached share of the window.
-    let attached = report.summary.probe_cost.as_ref().map_or(1.0, |c| c.attached_fraction);
-    let sampled = attached < 1.0;
-    let estimate = |n: u64| if attached > 0.0 { (n as f64 / attached).round() as u64 } else { n };
+    let cost = report.summary.probe_cost.as_ref();
+    let sampled = cost.is_some_and(|c| c.sampled());
+    let estimate = |n: u64| cost.map_or(n, |c| c.estimate(n));
     let mut lines: Vec<Value> = report
         .digests
         .iter()
@@ -93,8 +93,7 @@ pub fn window_to_json(report: &WindowReport) -> Vec<Value> {
             "probe_cpu_s": c.probe_cpu_s(),
             "mysqld_cpu_s": c.mysqld_cpu_s,
             // What the probes add to mysqld, in cores per 10k statements/s.
-            "mysqld_extra_cores_per_10k_qps": (s.statements > 0 && c.window_s > 0.0)
-                .then(|| c.probe_cpu_s() / c.window_s / (s.statements as f64 / attached.max(1e-9) / c.window_s / 10_000.0)),
+            "mysqld_extra_cores_per_10k_qps": c.extra_cores_per_10k_qps(s.statements),
         })),
         "sampled": sampled,
         "estimated_statements": sampled.then(|| estimate(s.statements)),

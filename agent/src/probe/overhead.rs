@@ -36,6 +36,30 @@ impl ProbeCost {
     pub fn probe_cpu_s(&self) -> f64 {
         (self.program_ns as f64 + self.program_runs as f64 * self.trap_ns as f64) / 1e9
     }
+
+    /// True when counts cover only the attached share of the window.
+    pub fn sampled(&self) -> bool {
+        self.attached_fraction < 1.0
+    }
+
+    /// A count over the attached share, scaled to the whole window.
+    pub fn estimate(&self, counted: u64) -> u64 {
+        if self.sampled() && self.attached_fraction > 0.0 {
+            (counted as f64 / self.attached_fraction).round() as u64
+        } else {
+            counted
+        }
+    }
+
+    /// Cores the probes add to the server per 10,000 statements per second,
+    /// given the statements counted while attached; None without any.
+    pub fn extra_cores_per_10k_qps(&self, statements: u64) -> Option<f64> {
+        if statements == 0 || self.window_s <= 0.0 {
+            return None;
+        }
+        let qps = self.estimate(statements) as f64 / self.window_s;
+        Some(self.probe_cpu_s() / self.window_s / (qps / 10_000.0))
+    }
 }
 
 /// Trap price assumed until (or unless) calibration measured it: platform

@@ -1,13 +1,14 @@
-//! Query tools against a collector: `sqlbee top`, `sqlbee instances` and
-//! `sqlbee locks`.
+//! Query tools against a collector: `sqlbee top`, `sqlbee instances`,
+//! `sqlbee locks` and `sqlbee hosts`.
 //! `client` builds the channel (shared with the agent's ship stage),
 //! `render` prints; this module only parses flags and makes one call.
 pub mod render;
+pub mod render_cost;
 
 use std::{path::PathBuf, time::Duration};
 
 use clap::builder::PossibleValuesParser;
-use sqlbee_proto::v1::{InstancesRequest, LocksRequest, TopRequest, query_client::QueryClient};
+use sqlbee_proto::v1::{HostsRequest, InstancesRequest, LocksRequest, TopRequest, query_client::QueryClient};
 use tonic::{Code, Status, codec::CompressionEncoding, service::interceptor::InterceptedService, transport::Channel};
 
 use crate::client::{BearerToken, ClientError, ClientOptions};
@@ -70,6 +71,23 @@ pub struct LocksArgs {
     #[arg(long, default_value = "1h")]
     pub since: String,
     /// Waits to show, newest first (1..=10000).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub limit: u32,
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct HostsArgs {
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+    /// Only this host (as the agent names it); default every host.
+    #[arg(long)]
+    pub host: Option<String>,
+    /// Agent windows that ended within this long ago (10s, 5m, 2h, 7d), or `all`.
+    #[arg(long, default_value = "1h")]
+    pub since: String,
+    /// Windows to show, newest first (1..=10000).
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub limit: u32,
     #[arg(long, value_enum, default_value_t = Format::Table)]
@@ -161,15 +179,22 @@ pub fn top(args: TopArgs) -> Result<(), QueryError> {
         order_by: args.order_by.clone(),
         limit: args.limit,
     };
-    let digests = runtime()?.block_on(async {
+    let answer = runtime()?.block_on(async {
         let mut client = query_client(&args.connect).await?;
         client.top(request).await.map_err(|status| QueryError::Rpc { what: "Top", status })
     })?;
-    let digests = digests.into_inner().digests;
+    let answer = answer.into_inner();
     let mut out = std::io::stdout().lock();
     match args.format {
-        Format::Json => render::write_json(&mut out, &render::top_json(&digests)),
-        Format::Table => render::write_top_table(&mut out, &digests),
+        Format::Json => render::write_json(
+            &mut out,
+            &serde_json::json!({
+                "digests": render::top_json(&answer.digests),
+                "costs": render_cost::costs_json(&answer.costs),
+            }),
+        ),
+        Format::Table => render::write_top_table(&mut out, &answer.digests)
+            .and_then(|()| render_cost::write_costs(&mut out, &answer.costs)),
     }
     .map_err(|source| QueryError::Output { source })
 }
@@ -203,6 +228,25 @@ pub fn locks(args: LocksArgs) -> Result<(), QueryError> {
     match args.format {
         Format::Json => render::write_json(&mut out, &render::locks_json(&waits)),
         Format::Table => render::write_locks_table(&mut out, &waits),
+    }
+    .map_err(|source| QueryError::Output { source })
+}
+
+pub fn hosts(args: HostsArgs) -> Result<(), QueryError> {
+    let request = HostsRequest {
+        host: args.host.clone().unwrap_or_default(),
+        since_unix_ms: since_unix_ms(&args.since)?,
+        limit: args.limit,
+    };
+    let answer = runtime()?.block_on(async {
+        let mut client = query_client(&args.connect).await?;
+        client.hosts(request).await.map_err(|status| QueryError::Rpc { what: "Hosts", status })
+    })?;
+    let windows = answer.into_inner().windows;
+    let mut out = std::io::stdout().lock();
+    match args.format {
+        Format::Json => render::write_json(&mut out, &render_cost::hosts_json(&windows)),
+        Format::Table => render_cost::write_hosts_table(&mut out, &windows),
     }
     .map_err(|source| QueryError::Output { source })
 }

@@ -31,6 +31,8 @@ pub fn top_json(digests: &[TopDigest]) -> Value {
                     "error_codes": d.error_codes.iter().map(|e| {
                         (e.code.to_string(), json!({"count": e.count, "sample_message": e.sample_message}))
                     }).collect::<Map<_, _>>(),
+                    // Budget mode: the count scaled to whole windows.
+                    "estimated_count": (d.estimated_count > 0).then_some(d.estimated_count),
                 })
             })
             .collect(),
@@ -54,6 +56,7 @@ pub fn instances_json(instances: &[InstanceInfo]) -> Value {
                     "batches": i.batches,
                     "gaps": i.gaps,
                     "lost_statements": i.lost_statements,
+                    "latest": i.latest.as_ref().map(super::render_cost::instance_cost_json),
                 })
             })
             .collect(),
@@ -99,7 +102,7 @@ fn ms(ns: u64) -> String {
     format!("{:.3}", ns as f64 / 1e6)
 }
 
-fn cut(text: &str, max_chars: usize) -> String {
+pub(super) fn cut(text: &str, max_chars: usize) -> String {
     let mut out: String = text.chars().take(max_chars).collect();
     if out.len() < text.len() {
         out.push_str("...");
@@ -163,7 +166,7 @@ pub fn write_top_table(out: &mut impl Write, digests: &[TopDigest]) -> std::io::
     out.flush()
 }
 
-fn time(ms: i64) -> String {
+pub(super) fn time(ms: i64) -> String {
     if ms <= 0 {
         return "-".into();
     }
@@ -259,6 +262,7 @@ pub fn write_instances_table(out: &mut impl Write, instances: &[InstanceInfo], n
     if instances.is_empty() {
         writeln!(out, "(no agents have reported yet)")?;
     }
+    super::render_cost::write_instance_costs(out, instances)?;
     out.flush()
 }
 

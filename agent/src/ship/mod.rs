@@ -22,9 +22,19 @@ pub use sender::{Backoff, Verdict, verdict};
 use sqlbee_proto::v1::{AgentIdentity, Batch};
 use spool::Spool;
 use tokio::sync::{Notify, mpsc};
-pub use wire::{instance_window, unix_ms};
+pub use wire::{agent_window, instance_window, unix_ms};
 
-use crate::aggregate::WindowReport;
+use crate::{aggregate::WindowReport, budget::CostSample, host::HostMetrics};
+
+/// Everything one window close hands this stage: each server's window and
+/// the agent's own (its cost and its host).
+pub struct ClosedWindows {
+    pub reports: Vec<WindowReport>,
+    pub start: SystemTime,
+    pub end: SystemTime,
+    pub cost: CostSample,
+    pub host: Option<HostMetrics>,
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum ShipError {
@@ -71,8 +81,10 @@ struct Batcher {
 }
 
 impl Batcher {
-    fn spool_reports(&mut self, reports: &[WindowReport]) -> Result<(), ShipError> {
-        let windows: Vec<_> = reports.iter().map(instance_window).collect();
+    fn spool_windows(&mut self, closed: &ClosedWindows) -> Result<(), ShipError> {
+        let windows: Vec<_> = closed.reports.iter().map(|r| instance_window(r, closed.host.as_ref())).collect();
+        // The agent's window rides in the first batch of the set.
+        let mut agent_windows = vec![agent_window(closed.start, closed.end, &closed.cost, closed.host.as_ref())];
         // Split so no batch grows past the size limit (one window at least).
         let mut chunks: Vec<Vec<_>> = vec![Vec::new()];
         let mut size = 0;
@@ -88,7 +100,7 @@ impl Batcher {
         for windows in chunks {
             let mut spool = self.spool.lock().map_err(|_| ShipError::Poisoned)?;
             let gaps = spool.pending_gaps();
-            if windows.is_empty() && gaps.is_empty() {
+            if windows.is_empty() && gaps.is_empty() && agent_windows.is_empty() {
                 continue;
             }
             let carried: Vec<(u64, u64)> = gaps.iter().map(|g| (g.first_sequence, g.last_sequence)).collect();
@@ -99,6 +111,7 @@ impl Batcher {
                 created_unix_ms: unix_ms(SystemTime::now()),
                 windows,
                 gaps,
+                agent_windows: std::mem::take(&mut agent_windows),
             };
             // Appending may drop older batches and so add new gaps: only
             // the gaps this batch carries leave the pending list.
@@ -111,7 +124,7 @@ impl Batcher {
 
 /// Handle of the running ship stage.
 pub struct ShipStage {
-    tx: Option<mpsc::Sender<Vec<WindowReport>>>,
+    tx: Option<mpsc::Sender<ClosedWindows>>,
     thread: Option<std::thread::JoinHandle<Result<(), ShipError>>>,
 }
 
@@ -133,7 +146,7 @@ impl ShipStage {
             spool: spool.clone(),
             max_batch_bytes: config.max_batch_bytes,
         };
-        let (tx, mut rx) = mpsc::channel::<Vec<WindowReport>>(64);
+        let (tx, mut rx) = mpsc::channel::<ClosedWindows>(64);
         let thread = std::thread::Builder::new()
             .name("ship".into())
             .spawn(move || {
@@ -148,8 +161,8 @@ impl ShipStage {
                         replay_interval: config.replay_interval,
                     };
                     let sending = tokio::spawn(sender.run(stopping.clone(), config.shutdown_grace));
-                    while let Some(reports) = rx.recv().await {
-                        if let Err(err) = batcher.spool_reports(&reports) {
+                    while let Some(closed) = rx.recv().await {
+                        if let Err(err) = batcher.spool_windows(&closed) {
                             tracing::error!(error = %err, "could not spool a batch; its windows are lost");
                         }
                         wake.notify_one();
@@ -163,9 +176,9 @@ impl ShipStage {
     }
 
     /// Hands closed windows over; waits only if 64 window sets are queued.
-    pub fn send(&self, reports: Vec<WindowReport>) {
+    pub fn send(&self, closed: ClosedWindows) {
         if let Some(tx) = &self.tx
-            && tx.blocking_send(reports).is_err()
+            && tx.blocking_send(closed).is_err()
         {
             tracing::error!("ship stage stopped; windows not shipped");
         }

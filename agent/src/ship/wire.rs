@@ -4,11 +4,18 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use agent_common::wait_class;
 use sqlbee_proto::v1::{
-    Bucket, CommandCount, DigestStats as WireDigest, ErrorCount, Histogram as WireHistogram, InstanceWindow,
-    LockWait, ServerInstance, WaitStats, Blocker as WireBlocker,
+    AgentCost, AgentWindow, Blocker as WireBlocker, Bucket, CommandCount, CpuModes as WireCpuModes,
+    DigestStats as WireDigest, DiskIo as WireDiskIo, ErrorCount, Histogram as WireHistogram,
+    HostMetrics as WireHostMetrics, InstanceWindow, LockWait, NetIo as WireNetIo, ProbeCost as WireProbeCost,
+    ProcessMetrics as WireProcess, ServerInstance, WaitStats,
 };
 
-use crate::aggregate::{DigestStats, LockWaitRecord, WindowReport};
+use crate::{
+    aggregate::{DigestStats, LockWaitRecord, WindowReport},
+    budget::CostSample,
+    host::{HostMetrics, ProcessMetrics, ProcessStatus},
+    probe::ProbeCost,
+};
 
 /// Histogram scheme 1: log-linear, 8 buckets per power of two (see
 /// `aggregate::histogram`).
@@ -18,8 +25,9 @@ pub fn unix_ms(t: SystemTime) -> i64 {
     t.duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }
 
-fn digest(d: &DigestStats) -> WireDigest {
+fn digest(d: &DigestStats, cost: Option<&ProbeCost>) -> WireDigest {
     WireDigest {
+        estimated_count: cost.filter(|c| c.sampled()).map_or(0, |c| c.estimate(d.count)),
         digest: d.digest,
         digest_text: d.digest_text.to_string(),
         count: d.count,
@@ -75,9 +83,46 @@ fn lock_wait(w: &LockWaitRecord) -> LockWait {
     }
 }
 
-pub fn instance_window(report: &WindowReport) -> InstanceWindow {
+fn probe_cost(c: &ProbeCost, statements: u64) -> WireProbeCost {
+    WireProbeCost {
+        attached_fraction: c.attached_fraction,
+        program_ns: c.program_ns,
+        program_runs: c.program_runs,
+        trap_ns: c.trap_ns,
+        probe_cpu_seconds: c.probe_cpu_s(),
+        server_cpu_seconds: c.mysqld_cpu_s,
+        extra_cores_per_10k_qps: c.extra_cores_per_10k_qps(statements).unwrap_or(0.0),
+        estimated_statements: c.estimate(statements),
+    }
+}
+
+fn process(p: &ProcessMetrics) -> WireProcess {
+    WireProcess {
+        pid: p.pid,
+        status: match p.status {
+            ProcessStatus::Running => "running",
+            ProcessStatus::Gone => "gone",
+            ProcessStatus::Unreadable => "unreadable",
+        }
+        .into(),
+        cpu_cores: p.cpu_cores,
+        rss_bytes: p.rss_bytes,
+        threads: p.threads,
+        open_files: p.open_fds,
+        read_bytes: p.read_bytes,
+        write_bytes: p.write_bytes,
+    }
+}
+
+/// One server's window; `host` (the same window's sample) supplies the
+/// server process's own metrics.
+pub fn instance_window(report: &WindowReport, host: Option<&HostMetrics>) -> InstanceWindow {
     let s = &report.summary;
+    let cost = s.probe_cost.as_ref();
     InstanceWindow {
+        probes: cost.map(|c| probe_cost(c, s.statements)),
+        process: host.and_then(|h| h.processes.iter().find(|p| p.pid == s.pid)).map(process),
+        aggregated_in_kernel: s.aggregated_in_kernel,
         instance: Some(ServerInstance {
             name: report.instance.clone(),
             pid: s.pid,
@@ -85,7 +130,7 @@ pub fn instance_window(report: &WindowReport) -> InstanceWindow {
         }),
         window_start_unix_ms: unix_ms(report.window_start),
         window_end_unix_ms: unix_ms(report.window_end),
-        digests: report.digests.iter().map(digest).collect(),
+        digests: report.digests.iter().map(|d| digest(d, cost)).collect(),
         commands: s.commands.iter().map(|(command, count)| CommandCount { command: command.clone(), count: *count }).collect(),
         statements: s.statements,
         events: s.events,
@@ -96,5 +141,78 @@ pub fn instance_window(report: &WindowReport) -> InstanceWindow {
         unmatched: s.unmatched,
         overflow_statements: s.overflow_statements,
         lock_waits: report.lock_waits.iter().map(lock_wait).collect(),
+    }
+}
+
+fn host(h: &HostMetrics) -> WireHostMetrics {
+    WireHostMetrics {
+        online_cores: h.cpu.online_cores,
+        cpu: h.cpu.busy.as_ref().map(|b| WireCpuModes {
+            user: b.user,
+            nice: b.nice,
+            system: b.system,
+            idle: b.idle,
+            iowait: b.iowait,
+            irq: b.irq,
+            softirq: b.softirq,
+            steal: b.steal,
+        }),
+        memory_total_bytes: h.memory.total_bytes,
+        memory_available_bytes: h.memory.available_bytes.unwrap_or(h.memory.free_bytes),
+        memory_free_bytes: h.memory.free_bytes,
+        memory_cached_bytes: h.memory.cached_bytes,
+        swap_total_bytes: h.memory.swap_total_bytes,
+        swap_free_bytes: h.memory.swap_free_bytes,
+        load1: h.load.one,
+        load5: h.load.five,
+        load15: h.load.fifteen,
+        disks: h
+            .disks
+            .iter()
+            .map(|d| WireDiskIo {
+                device: d.device.clone(),
+                reads: d.reads,
+                writes: d.writes,
+                read_bytes: d.read_bytes,
+                write_bytes: d.write_bytes,
+                io_time_ms: d.io_time_ms,
+            })
+            .collect(),
+        interfaces: h
+            .interfaces
+            .iter()
+            .map(|n| WireNetIo {
+                interface: n.interface.clone(),
+                rx_bytes: n.rx_bytes,
+                rx_packets: n.rx_packets,
+                rx_errors: n.rx_errors,
+                rx_drops: n.rx_drops,
+                tx_bytes: n.tx_bytes,
+                tx_packets: n.tx_packets,
+                tx_errors: n.tx_errors,
+                tx_drops: n.tx_drops,
+            })
+            .collect(),
+    }
+}
+
+/// The agent's own window: what it cost and what its host did.
+pub fn agent_window(start: SystemTime, end: SystemTime, cost: &CostSample, host_metrics: Option<&HostMetrics>) -> AgentWindow {
+    AgentWindow {
+        window_start_unix_ms: unix_ms(start),
+        window_end_unix_ms: unix_ms(end),
+        cost: Some(AgentCost {
+            cpu_cores: cost.cpu_cores,
+            cpu_source: cost.cpu_source.into(),
+            rss_bytes: cost.rss_bytes,
+            statements_per_s: cost.statements_per_s,
+            cores_per_10k_qps: cost.cores_per_10k_qps,
+            cpu_limit_cores: cost.cpu_limit_cores.unwrap_or(0.0),
+            memory_limit_bytes: cost.memory_limit_bytes.unwrap_or(0),
+            shedding: cost.shedding.name().into(),
+            events_per_s: cost.events_per_s,
+            dropped_events: cost.dropped_events,
+        }),
+        host: host_metrics.map(host),
     }
 }

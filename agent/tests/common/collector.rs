@@ -192,6 +192,7 @@ pub fn digest(digest: u64, text: &str, durations_ns: &[u64]) -> DigestStats {
         }),
         sample: text.replace('?', "1"),
         truncated: 0,
+        estimated_count: 0,
         error_codes: vec![],
         waits: vec![],
     }
@@ -228,6 +229,7 @@ pub fn batch(agent_id: &str, sequence: u64, windows: Vec<InstanceWindow>) -> Bat
         created_unix_ms: now_ms(),
         windows,
         gaps: vec![],
+        agent_windows: vec![],
     }
 }
 
@@ -240,8 +242,14 @@ pub fn sqlbee_query(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_sqlbee")).args(args).env("SQLBEE_LOG", "warn").output().expect("running sqlbee")
 }
 
-/// `sqlbee top --format json ...`, parsed; panics with stderr on failure.
+/// `sqlbee top --format json ...`: its digests array.
 pub fn top_json(url: &str, extra: &[&str]) -> Value {
+    top_answer(url, extra)["digests"].take()
+}
+
+/// `sqlbee top --format json ...` whole ({digests, costs}), parsed; panics
+/// with stderr on failure.
+pub fn top_answer(url: &str, extra: &[&str]) -> Value {
     let mut args = vec!["top", "--collector", url, "--format", "json", "--since", "all"];
     args.extend_from_slice(extra);
     let out = sqlbee_query(&args);

@@ -6,8 +6,9 @@
 mod blob;
 pub mod merge;
 pub mod sqlite;
+mod sqlite_costs;
 
-use sqlbee_proto::v1::{Batch, InstanceInfo, LockWaitRow, TopDigest, TotalsResponse};
+use sqlbee_proto::v1::{AgentWindowRow, Batch, CostSummary, InstanceInfo, LockWaitRow, TopDigest, TotalsResponse};
 
 pub use sqlite::SqliteStore;
 
@@ -66,6 +67,16 @@ pub struct LocksQuery {
     pub limit: usize,
 }
 
+/// Agents' own windows, newest first.
+#[derive(Clone, Debug)]
+pub struct HostsQuery {
+    /// None: every host.
+    pub host: Option<String>,
+    /// Windows ending at or after this (ms since epoch); 0: all.
+    pub since_unix_ms: i64,
+    pub limit: usize,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct IngestOutcome {
     /// The (agent_id, sequence) was stored before; nothing was written.
@@ -79,6 +90,7 @@ pub struct PruneOutcome {
     pub batches: u64,
     pub error_samples: u64,
     pub lock_waits: u64,
+    pub agent_windows: u64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -126,7 +138,11 @@ pub trait Store: Send + Sync {
     /// collector's clock, used for last-seen and retention.
     fn ingest(&self, batch: &Batch, received_unix_ms: i64) -> Result<IngestOutcome, StoreError>;
     fn top(&self, query: &TopQuery) -> Result<Vec<TopDigest>, StoreError>;
+    /// Every agent/instance pair, each with its newest window's cost.
     fn instances(&self) -> Result<Vec<InstanceInfo>, StoreError>;
+    /// What watching cost per agent over the windows `query` covers.
+    fn costs(&self, query: &TotalsQuery) -> Result<Vec<CostSummary>, StoreError>;
+    fn hosts(&self, query: &HostsQuery) -> Result<Vec<AgentWindowRow>, StoreError>;
     fn totals(&self, query: &TotalsQuery) -> Result<TotalsResponse, StoreError>;
     /// Lock waits newest first (by start, then arrival), at most `limit`.
     fn locks(&self, query: &LocksQuery) -> Result<Vec<LockWaitRow>, StoreError>;

@@ -13,11 +13,15 @@ use std::{
     time::Duration,
 };
 
+use prost::Message;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
-use sqlbee_proto::v1::{Batch, Blocker, CommandCount, InstanceInfo, LockWait, LockWaitRow, TopDigest, TotalsResponse};
+use sqlbee_proto::v1::{
+    AgentWindowRow, Batch, Blocker, CommandCount, CostSummary, InstanceInfo, LockWait, LockWaitRow, TopDigest,
+    TotalsResponse,
+};
 
 use super::{
-    IngestOutcome, LocksQuery, OrderBy, PruneOutcome, Store, StoreError, TopQuery, TotalsQuery, blob,
+    HostsQuery, IngestOutcome, sqlite_costs, LocksQuery, OrderBy, PruneOutcome, Store, StoreError, TopQuery, TotalsQuery, blob,
     merge::{self, DigestTotals, MergedErrors, MergedHistogram, MergedWaits},
 };
 
@@ -27,7 +31,10 @@ use super::{
 /// - 2: `digest_windows.waits` (added to version-1 files with ALTER TABLE;
 ///   their rows read as "no waits") and `error_samples`.
 /// - 3: `lock_waits` (a new table: older files simply get it, empty).
-pub const SCHEMA_VERSION: i64 = 3;
+/// - 4: `instance_costs`, `agent_windows` (new tables) and
+///   `digest_windows.estimated_count` (ALTER TABLE; older rows read 0,
+///   "exact").
+pub const SCHEMA_VERSION: i64 = 4;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS agents (
@@ -90,8 +97,9 @@ CREATE TABLE IF NOT EXISTS window_commands (
 -- One row per digest per instance window. histogram and error_codes are
 -- blob-encoded (index gap, count) varint pairs, error codes increasing;
 -- waits is blob-encoded (class, sum_ns, max_ns, statements), empty when
--- the agent sent none. waits must stay the last column: version-1 files
--- get it appended by ALTER TABLE.
+-- the agent sent none. waits and estimated_count (0: count is exact) must
+-- stay the last columns, in this order: older files get them appended by
+-- ALTER TABLE.
 CREATE TABLE IF NOT EXISTS digest_windows (
     window_id   INTEGER NOT NULL,
     instance    TEXT NOT NULL,
@@ -106,7 +114,8 @@ CREATE TABLE IF NOT EXISTS digest_windows (
     error_codes BLOB NOT NULL,
     sample      TEXT NOT NULL,
     truncated   INTEGER NOT NULL,
-    waits       BLOB NOT NULL DEFAULT x''
+    waits       BLOB NOT NULL DEFAULT x'',
+    estimated_count INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS digest_windows_end ON digest_windows (window_end);
 CREATE INDEX IF NOT EXISTS digest_windows_instance ON digest_windows (instance, window_end);
@@ -148,6 +157,30 @@ CREATE TABLE IF NOT EXISTS lock_waits (
 );
 CREATE INDEX IF NOT EXISTS lock_waits_start ON lock_waits (start_unix_ms);
 CREATE INDEX IF NOT EXISTS lock_waits_instance ON lock_waits (instance, start_unix_ms);
+
+-- What the probes cost each instance window and what the server process
+-- used, as the agent sent them (encoded sqlbee.v1.ProbeCost and
+-- ProcessMetrics; empty when absent).
+CREATE TABLE IF NOT EXISTS instance_costs (
+    window_id            INTEGER PRIMARY KEY,
+    aggregated_in_kernel INTEGER NOT NULL,
+    probes               BLOB NOT NULL,
+    process              BLOB NOT NULL
+);
+
+-- Each agent's own window: its cost (encoded sqlbee.v1.AgentCost) and its
+-- host (encoded HostMetrics, empty when absent).
+CREATE TABLE IF NOT EXISTS agent_windows (
+    id           INTEGER PRIMARY KEY,
+    agent_id     TEXT NOT NULL,
+    sequence     INTEGER NOT NULL,
+    window_start INTEGER NOT NULL,
+    window_end   INTEGER NOT NULL,
+    cost         BLOB NOT NULL,
+    host         BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS agent_windows_end ON agent_windows (window_end);
+CREATE INDEX IF NOT EXISTS agent_windows_agent ON agent_windows (agent_id, window_end);
 
 -- What agents lost before it reached us. A gap resent in a later batch is
 -- the same gap (same agent and sequence range) and is kept once.
@@ -226,19 +259,23 @@ fn migrate(conn: &mut Connection) -> rusqlite::Result<Result<i64, i64>> {
     // New files get everything; older ones the tables they lack.
     tx.execute_batch(SCHEMA)?;
     // Version 1 -> 2: CREATE TABLE IF NOT EXISTS left digest_windows as it was.
-    let has_waits: bool = tx.query_row(
-        "SELECT count(*) > 0 FROM pragma_table_info('digest_windows') WHERE name = 'waits'",
-        [],
-        |r| r.get(0),
-    )?;
+    let has_waits = has_column(&tx, "digest_windows", "waits")?;
     if !has_waits {
         tx.execute_batch("ALTER TABLE digest_windows ADD COLUMN waits BLOB NOT NULL DEFAULT x''")?;
+    }
+    // Version 3 -> 4, likewise.
+    if !has_column(&tx, "digest_windows", "estimated_count")? {
+        tx.execute_batch("ALTER TABLE digest_windows ADD COLUMN estimated_count INTEGER NOT NULL DEFAULT 0")?;
     }
     if found != SCHEMA_VERSION {
         tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
     }
     tx.commit()?;
     Ok(Ok(found))
+}
+
+fn has_column(tx: &rusqlite::Transaction<'_>, table: &str, column: &str) -> rusqlite::Result<bool> {
+    tx.query_row("SELECT count(*) > 0 FROM pragma_table_info(?1) WHERE name = ?2", [table, column], |r| r.get(0))
 }
 
 fn configure(conn: &Connection) -> rusqlite::Result<()> {
@@ -275,7 +312,23 @@ impl Store for SqliteStore {
     fn instances(&self) -> Result<Vec<InstanceInfo>, StoreError> {
         let mut conn = lock(&self.reader);
         let tx = conn.transaction().map_err(|e| StoreError::sqlite("instances", e))?;
-        instances(&tx).map_err(|e| StoreError::sqlite("instances", e))
+        let mut out = instances(&tx).map_err(|e| StoreError::sqlite("instances", e))?;
+        for info in &mut out {
+            info.latest = sqlite_costs::latest(&tx, &info.agent_id, &info.instance)?;
+        }
+        Ok(out)
+    }
+
+    fn costs(&self, query: &TotalsQuery) -> Result<Vec<CostSummary>, StoreError> {
+        let mut conn = lock(&self.reader);
+        let tx = conn.transaction().map_err(|e| StoreError::sqlite("costs", e))?;
+        sqlite_costs::summaries(&tx, query)
+    }
+
+    fn hosts(&self, query: &HostsQuery) -> Result<Vec<AgentWindowRow>, StoreError> {
+        let mut conn = lock(&self.reader);
+        let tx = conn.transaction().map_err(|e| StoreError::sqlite("hosts", e))?;
+        sqlite_costs::hosts(&tx, query)
     }
 
     fn totals(&self, query: &TotalsQuery) -> Result<TotalsResponse, StoreError> {
@@ -315,13 +368,19 @@ impl Store for SqliteStore {
             "DELETE FROM digest_windows WHERE rowid IN
                 (SELECT rowid FROM digest_windows WHERE window_end < ?1 LIMIT ?2)",
         )?;
-        // Both statements pick the same windows (same order, same
-        // transaction): commands first, then their windows.
+        // The statements pick the same windows (same order, same
+        // transaction): commands and costs first, then their windows.
         outcome.instance_windows = chunked(
             "DELETE FROM window_commands WHERE window_id IN
                 (SELECT id FROM instance_windows WHERE window_end < ?1 ORDER BY id LIMIT ?2);
+             DELETE FROM instance_costs WHERE window_id IN
+                (SELECT id FROM instance_windows WHERE window_end < ?1 ORDER BY id LIMIT ?2);
              DELETE FROM instance_windows WHERE id IN
                 (SELECT id FROM instance_windows WHERE window_end < ?1 ORDER BY id LIMIT ?2)",
+        )?;
+        outcome.agent_windows = chunked(
+            "DELETE FROM agent_windows WHERE id IN
+                (SELECT id FROM agent_windows WHERE window_end < ?1 ORDER BY id LIMIT ?2)",
         )?;
         outcome.lock_waits = chunked(
             "DELETE FROM lock_waits WHERE id IN
@@ -354,7 +413,13 @@ impl Store for SqliteStore {
 fn write_batch(tx: &rusqlite::Transaction<'_>, batch: &Batch, received: i64) -> rusqlite::Result<IngestOutcome> {
     let agent = batch.agent.clone().unwrap_or_default();
     let sequence = i(batch.sequence);
-    let newest_window = batch.windows.iter().map(|w| w.window_end_unix_ms).max().unwrap_or(received);
+    let newest_window = batch
+        .windows
+        .iter()
+        .map(|w| w.window_end_unix_ms)
+        .chain(batch.agent_windows.iter().map(|w| w.window_end_unix_ms))
+        .max()
+        .unwrap_or(received);
     let inserted = tx
         .prepare_cached(
             "INSERT INTO batches (agent_id, sequence, received_unix_ms, keep_until_unix_ms)
@@ -398,8 +463,11 @@ fn write_batch(tx: &rusqlite::Transaction<'_>, batch: &Batch, received: i64) -> 
     let mut insert_text = tx.prepare_cached("INSERT OR IGNORE INTO digest_texts (digest, text) VALUES (?1, ?2)")?;
     let mut insert_digest = tx.prepare_cached(
         "INSERT INTO digest_windows (window_id, instance, window_end, digest, count, errors, sum_ns, min_ns,
-             max_ns, histogram, error_codes, sample, truncated, waits)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+             max_ns, histogram, error_codes, sample, truncated, waits, estimated_count)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+    )?;
+    let mut insert_cost = tx.prepare_cached(
+        "INSERT INTO instance_costs (window_id, aggregated_in_kernel, probes, process) VALUES (?1, ?2, ?3, ?4)",
     )?;
     // The newest window's message wins, whatever order batches arrive in.
     let mut upsert_sample = tx.prepare_cached(
@@ -449,6 +517,15 @@ fn write_batch(tx: &rusqlite::Transaction<'_>, batch: &Batch, received: i64) -> 
         for c in &w.commands {
             insert_command.execute(params![window_id, c.command, i(c.count)])?;
         }
+        if w.probes.is_some() || w.process.is_some() || w.aggregated_in_kernel > 0 {
+            let encoded = |m: Option<Vec<u8>>| m.unwrap_or_default();
+            insert_cost.execute(params![
+                window_id,
+                i(w.aggregated_in_kernel),
+                encoded(w.probes.as_ref().map(Message::encode_to_vec)),
+                encoded(w.process.as_ref().map(Message::encode_to_vec)),
+            ])?;
+        }
         upsert_instance.execute(params![
             agent.agent_id,
             server.name,
@@ -489,8 +566,23 @@ fn write_batch(tx: &rusqlite::Transaction<'_>, batch: &Batch, received: i64) -> 
                 d.sample,
                 i(d.truncated),
                 waits,
+                i(d.estimated_count),
             ])?;
         }
+    }
+    let mut insert_agent_window = tx.prepare_cached(
+        "INSERT INTO agent_windows (agent_id, sequence, window_start, window_end, cost, host)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )?;
+    for w in &batch.agent_windows {
+        insert_agent_window.execute(params![
+            agent.agent_id,
+            sequence,
+            w.window_start_unix_ms,
+            w.window_end_unix_ms,
+            w.cost.as_ref().map(Message::encode_to_vec).unwrap_or_default(),
+            w.host.as_ref().map(Message::encode_to_vec).unwrap_or_default(),
+        ])?;
     }
     let mut insert_gap = tx.prepare_cached(
         "INSERT OR IGNORE INTO gaps (agent_id, first_sequence, last_sequence, batches, lost_statements,
@@ -522,6 +614,10 @@ struct Merging {
     totals: DigestTotals,
     instances: BTreeSet<u32>,
     rank: u64,
+    /// Counts scaled to whole windows (sampled windows' estimates, exact
+    /// windows' counts), and whether any window sampled.
+    estimated: u64,
+    sampled: bool,
 }
 
 fn top(tx: &rusqlite::Transaction<'_>, query: &TopQuery) -> Result<Vec<TopDigest>, StoreError> {
@@ -540,7 +636,8 @@ fn top(tx: &rusqlite::Transaction<'_>, query: &TopQuery) -> Result<Vec<TopDigest
     let mut name_ids: HashMap<String, u32> = HashMap::new();
     let mut digests: HashMap<u64, Merging> = HashMap::new();
     {
-        let mut stmt = scan(tx, query, "digest, instance, count, errors, sum_ns, min_ns, max_ns", "").map_err(err)?;
+        let mut stmt =
+            scan(tx, query, "digest, instance, count, errors, sum_ns, min_ns, max_ns, estimated_count", "").map_err(err)?;
         let mut rows = stmt.raw_query();
         while let Some(row) = rows.next().map_err(err)? {
             let digest = u(row.get(0).map_err(err)?);
@@ -556,8 +653,11 @@ fn top(tx: &rusqlite::Transaction<'_>, query: &TopQuery) -> Result<Vec<TopDigest
             };
             let entry = digests.entry(digest).or_default();
             entry.instances.insert(id);
+            let (count, estimated) = (u(row.get(2).map_err(err)?), u(row.get(7).map_err(err)?));
+            entry.sampled |= estimated > 0;
+            entry.estimated = entry.estimated.saturating_add(if estimated > 0 { estimated } else { count });
             entry.totals.add(
-                u(row.get(2).map_err(err)?),
+                count,
                 u(row.get(3).map_err(err)?),
                 u(row.get(4).map_err(err)?),
                 u(row.get(5).map_err(err)?),
@@ -667,6 +767,7 @@ fn top(tx: &rusqlite::Transaction<'_>, query: &TopQuery) -> Result<Vec<TopDigest
             instances: m.instances.iter().map(|id| names[*id as usize].clone()).collect(),
             waits: waits.into_stats(),
             error_codes: errors.into_counts(|code| messages.remove(&code).unwrap_or_default()),
+            estimated_count: if m.sampled { m.estimated } else { 0 },
         });
     }
     Ok(out)
@@ -897,7 +998,8 @@ fn totals(tx: &rusqlite::Transaction<'_>, query: &TotalsQuery) -> rusqlite::Resu
 #[cfg(test)]
 mod tests {
     use sqlbee_proto::v1::{
-        AgentIdentity, Bucket, DigestStats, ErrorCount, Gap, Histogram, InstanceWindow, ServerInstance, WaitStats,
+        AgentCost, AgentIdentity, AgentWindow, Bucket, DigestStats, ErrorCount, Gap, Histogram, HostMetrics,
+        InstanceWindow, ProbeCost, ProcessMetrics, ServerInstance, WaitStats,
     };
 
     use super::*;
@@ -937,7 +1039,76 @@ mod tests {
                 ..Default::default()
             }],
             gaps: vec![Gap { first_sequence: 1, last_sequence: 1, lost_statements: 5, ..Default::default() }],
+            agent_windows: vec![],
         }
+    }
+
+    /// `batch` plus what the agent measured: the probes (half attached,
+    /// so the digest's count is an estimate), the server process and the
+    /// agent's own window with its host.
+    fn costed(sequence: u64, end: i64, agent_cpu: f64, shedding: &str) -> Batch {
+        let mut b = batch(sequence, end, &[(10, 2)]);
+        let w = &mut b.windows[0];
+        w.probes = Some(ProbeCost {
+            attached_fraction: 0.5,
+            probe_cpu_seconds: 0.002,
+            extra_cores_per_10k_qps: 0.3,
+            estimated_statements: 4,
+            ..Default::default()
+        });
+        w.process = Some(ProcessMetrics { pid: 7, status: "running".into(), rss_bytes: Some(5 << 20), ..Default::default() });
+        w.aggregated_in_kernel = 1;
+        w.digests[0].estimated_count = 4;
+        b.agent_windows = vec![AgentWindow {
+            window_start_unix_ms: end - 10,
+            window_end_unix_ms: end,
+            cost: Some(AgentCost {
+                cpu_cores: agent_cpu,
+                rss_bytes: sequence << 20,
+                shedding: shedding.into(),
+                ..Default::default()
+            }),
+            host: Some(HostMetrics { load1: sequence as f64, ..Default::default() }),
+        }];
+        b
+    }
+
+    #[test]
+    fn costs_hosts_and_latest() {
+        let (store, dir) = temp_store("costs");
+        store.ingest(&costed(1, 1000, 0.5, "exact"), 1000).unwrap();
+        store.ingest(&costed(2, 2000, 1.5, "no-samples"), 2000).unwrap();
+        let all = TotalsQuery { instance: None, since_unix_ms: 0 };
+        let costs = store.costs(&all).unwrap();
+        assert_eq!(costs.len(), 1, "{costs:?}");
+        let c = &costs[0];
+        // 0.5 and 1.5 cores over 10 ms each; 4 statements seen, 8 estimated.
+        assert_eq!((c.windows, c.statements, c.shedding_windows), (2, 4, 1));
+        assert!((c.agent_cpu_seconds - 0.02).abs() < 1e-9, "{c:?}");
+        assert!((c.agent_cores_per_10k_qps - 0.02 / 4.0 * 1e4).abs() < 1e-6, "{c:?}");
+        assert!((c.server_extra_cores_per_10k_qps - 0.004 / 8.0 * 1e4).abs() < 1e-6, "{c:?}");
+        assert_eq!((c.agent_max_rss_bytes, c.latest_shedding.as_str(), c.host.as_str()), (2 << 20, "no-samples", "h"));
+        let other = TotalsQuery { instance: Some("elsewhere:1".into()), since_unix_ms: 0 };
+        assert!(store.costs(&other).unwrap().is_empty());
+
+        let top = store.top(&TopQuery { instance: None, since_unix_ms: 0, order_by: OrderBy::Total, limit: 5 }).unwrap();
+        assert_eq!((top[0].count, top[0].estimated_count), (4, 8));
+
+        let instances = store.instances().unwrap();
+        let latest = instances[0].latest.as_ref().expect("a cost");
+        assert_eq!((latest.window_end_unix_ms, latest.agent_cpu_cores, latest.shedding.as_str()), (2000, 1.5, "no-samples"));
+        assert_eq!((latest.attached_fraction, latest.aggregated_in_kernel), (0.5, 1));
+        assert_eq!(latest.server.as_ref().and_then(|p| p.rss_bytes), Some(5 << 20));
+
+        let hosts = store.hosts(&HostsQuery { host: None, since_unix_ms: 1500, limit: 10 }).unwrap();
+        assert_eq!(hosts.len(), 1);
+        assert_eq!(hosts[0].window.as_ref().and_then(|w| w.host.as_ref()).map(|h| h.load1), Some(2.0));
+        assert!(store.hosts(&HostsQuery { host: Some("other".into()), since_unix_ms: 0, limit: 10 }).unwrap().is_empty());
+
+        let pruned = store.prune(1500).unwrap();
+        assert_eq!((pruned.agent_windows, pruned.instance_windows), (1, 1));
+        assert_eq!(store.costs(&all).unwrap()[0].windows, 1);
+        let _ = std::fs::remove_dir_all(dir);
     }
 
     #[test]
@@ -1101,9 +1272,10 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("s.db");
-        let start = SCHEMA.find("-- Long waits as agents reported them").unwrap();
-        let end = SCHEMA.find("-- What agents lost").unwrap();
-        let v2 = format!("{}{}", &SCHEMA[..start], &SCHEMA[end..]);
+        let v3 = schema_v3();
+        let start = v3.find("-- Long waits as agents reported them").unwrap();
+        let end = v3.find("-- What agents lost").unwrap();
+        let v2 = format!("{}{}", &v3[..start], &v3[end..]);
         {
             let conn = Connection::open(&path).unwrap();
             conn.execute_batch(&v2).unwrap();
@@ -1118,7 +1290,7 @@ mod tests {
         }
         let store = SqliteStore::open(&path).unwrap();
         let version: i64 = lock(&store.writer).query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
-        assert_eq!(version, 3);
+        assert_eq!(version, SCHEMA_VERSION);
         let query = TopQuery { instance: None, since_unix_ms: 0, order_by: OrderBy::Total, limit: 20 };
         assert_eq!(store.top(&query).unwrap()[0].count, 5);
         let all = LocksQuery { instance: None, since_unix_ms: 0, limit: 100 };
@@ -1130,11 +1302,50 @@ mod tests {
         std::fs::remove_dir_all(dir).ok();
     }
 
+    /// The version-3 schema, from today's: without the cost tables and
+    /// digest_windows.estimated_count.
+    fn schema_v3() -> String {
+        let without_estimates = SCHEMA.replace(",\n    estimated_count INTEGER NOT NULL DEFAULT 0\n", "\n");
+        assert_ne!(without_estimates, SCHEMA, "the estimated_count column moved; update this test");
+        let start = without_estimates.find("-- What the probes cost each instance window").unwrap();
+        let end = without_estimates.find("-- What agents lost").unwrap();
+        format!("{}{}", &without_estimates[..start], &without_estimates[end..])
+    }
+
+    #[test]
+    fn version_3_files_get_costs() {
+        let dir = std::env::temp_dir().join(format!("sqlbee-store-v3-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("s.db");
+        {
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch(&schema_v3()).unwrap();
+            conn.execute_batch(
+                "INSERT INTO digest_texts VALUES (7, 'SELECT ?');
+                 INSERT INTO digest_windows (window_id, instance, window_end, digest, count, errors, sum_ns,
+                     min_ns, max_ns, histogram, error_codes, sample, truncated, waits)
+                 VALUES (1, 'h:1', 1000, 7, 5, 0, 1000000, 1, 500000, x'0a05', x'', 'SELECT 1', 0, x'');
+                 PRAGMA user_version = 3;",
+            )
+            .unwrap();
+        }
+        let store = SqliteStore::open(&path).unwrap();
+        let query = TopQuery { instance: None, since_unix_ms: 0, order_by: OrderBy::Total, limit: 20 };
+        let d = store.top(&query).unwrap().remove(0);
+        // An old row is exact: no estimate.
+        assert_eq!((d.count, d.estimated_count), (5, 0));
+        store.ingest(&costed(1, 2000, 0.25, "exact"), 2000).unwrap();
+        assert_eq!(store.costs(&TotalsQuery { instance: None, since_unix_ms: 0 }).unwrap()[0].windows, 1);
+        std::fs::remove_dir_all(dir).ok();
+    }
+
     /// The version-1 schema, from today's: without digest_windows.waits
     /// and without error_samples.
     fn schema_v1() -> String {
-        let without_waits = SCHEMA.replace(",\n    waits       BLOB NOT NULL DEFAULT x''\n", "\n");
-        assert_ne!(without_waits, SCHEMA, "the waits column moved; update this test");
+        let v3 = schema_v3();
+        let without_waits = v3.replace(",\n    waits       BLOB NOT NULL DEFAULT x''\n", "\n");
+        assert_ne!(without_waits, v3, "the waits column moved; update this test");
         let start = without_waits.find("-- One message per (digest, error code)").unwrap();
         let end = without_waits.find("-- What agents lost").unwrap();
         let v1 = format!("{}{}", &without_waits[..start], &without_waits[end..]);
@@ -1179,7 +1390,7 @@ mod tests {
         assert_eq!(store.top(&query).unwrap()[0].count, 10);
         lock(&store.writer).pragma_update(None, "user_version", SCHEMA_VERSION + 1).unwrap();
         drop(store);
-        assert!(matches!(SqliteStore::open(&path), Err(StoreError::Version { found: 4, known: 3, .. })));
+        assert!(matches!(SqliteStore::open(&path), Err(StoreError::Version { found: 5, known: 4, .. })));
         std::fs::remove_dir_all(dir).ok();
     }
 }

@@ -6,6 +6,8 @@
 //! Invalid UTF-8 in `string` fields never gets here: prost refuses it while
 //! decoding, and `status::DecodeErrorsAsInvalid` turns that into
 //! INVALID_ARGUMENT as well.
+mod measures;
+
 use std::time::Duration;
 
 use sqlbee_proto::v1::{Batch, DigestStats, Gap, Histogram, InstanceWindow, LockWait, WaitStats};
@@ -84,6 +86,15 @@ pub fn batch(batch: &Batch, now_unix_ms: i64) -> Result<(), Invalid> {
     }
     for (i, g) in batch.gaps.iter().enumerate() {
         gap(&format!("gaps[{i}]"), g)?;
+    }
+    if batch.agent_windows.len() > MAX_WINDOWS {
+        return Err(invalid(
+            "agent_windows",
+            format!("{} agent windows in one batch, at most {MAX_WINDOWS}", batch.agent_windows.len()),
+        ));
+    }
+    for (i, w) in batch.agent_windows.iter().enumerate() {
+        measures::agent_window(&format!("agent_windows[{i}]"), w, range)?;
     }
     Ok(())
 }
@@ -164,6 +175,12 @@ fn window(at: &str, w: &InstanceWindow, range: TimeRange) -> Result<(), Invalid>
     for (i, l) in w.lock_waits.iter().enumerate() {
         lock_wait(&format!("{at}.lock_waits[{i}]"), l, range)?;
     }
+    if let Some(c) = &w.probes {
+        measures::probe_cost(&format!("{at}.probes"), c)?;
+    }
+    if let Some(p) = &w.process {
+        measures::process(&format!("{at}.process"), p)?;
+    }
     Ok(())
 }
 
@@ -215,6 +232,12 @@ fn digest(at: &str, d: &DigestStats) -> Result<(), Invalid> {
     }
     if d.errors > d.count {
         return Err(invalid(format!("{at}.errors"), format!("{} is above count {}", d.errors, d.count)));
+    }
+    if d.estimated_count != 0 && d.estimated_count < d.count {
+        return Err(invalid(
+            format!("{at}.estimated_count"),
+            format!("{} is below count {}; an estimate scales the count up", d.estimated_count, d.count),
+        ));
     }
     if d.truncated > d.count {
         return Err(invalid(format!("{at}.truncated"), format!("{} is above count {}", d.truncated, d.count)));
@@ -327,7 +350,10 @@ fn gap(at: &str, g: &Gap) -> Result<(), Invalid> {
 
 #[cfg(test)]
 mod tests {
-    use sqlbee_proto::v1::{AgentIdentity, Bucket, ErrorCount, ServerInstance};
+    use sqlbee_proto::v1::{
+        AgentCost, AgentIdentity, AgentWindow, Bucket, CpuModes, DiskIo, ErrorCount, HostMetrics, ProbeCost,
+        ServerInstance,
+    };
 
     use super::*;
 
@@ -365,10 +391,48 @@ mod tests {
                     ],
                     ..Default::default()
                 }],
+                probes: Some(ProbeCost { attached_fraction: 0.5, probe_cpu_seconds: 0.01, ..Default::default() }),
                 ..Default::default()
             }],
             gaps: vec![],
+            agent_windows: vec![AgentWindow {
+                window_start_unix_ms: NOW - 10_000,
+                window_end_unix_ms: NOW,
+                cost: Some(AgentCost { cpu_cores: 0.01, shedding: "exact".into(), ..Default::default() }),
+                host: Some(HostMetrics {
+                    cpu: Some(CpuModes { user: 1.0, idle: 1.0, ..Default::default() }),
+                    disks: vec![DiskIo { device: "vda".into(), ..Default::default() }],
+                    ..Default::default()
+                }),
+            }],
         }
+    }
+
+    #[test]
+    fn checks_measurements() {
+        let mut b = good();
+        b.windows[0].probes.as_mut().unwrap().attached_fraction = 1.5;
+        assert_eq!(field_of(&b), "windows[0].probes.attached_fraction");
+        let mut b = good();
+        b.agent_windows[0].cost.as_mut().unwrap().cpu_cores = f64::NAN;
+        assert_eq!(field_of(&b), "agent_windows[0].cost.cpu_cores");
+        let mut b = good();
+        b.agent_windows[0].host.as_mut().unwrap().cpu.as_mut().unwrap().iowait = -1.0;
+        assert_eq!(field_of(&b), "agent_windows[0].host.cpu.iowait");
+        let mut b = good();
+        b.agent_windows[0].host.as_mut().unwrap().disks[0].device.clear();
+        assert_eq!(field_of(&b), "agent_windows[0].host.disks[0].device");
+        let mut b = good();
+        b.agent_windows[0].window_start_unix_ms = NOW + 1;
+        assert_eq!(field_of(&b), "agent_windows[0].window_end_unix_ms");
+        let mut b = good();
+        b.windows[0].digests[0].estimated_count = 2;
+        assert_eq!(field_of(&b), "windows[0].digests[0].estimated_count");
+        // Older agents send none of these.
+        let mut b = good();
+        b.agent_windows.clear();
+        b.windows[0].probes = None;
+        batch(&b, NOW).unwrap();
     }
 
     fn field_of(b: &Batch) -> String {

@@ -1,0 +1,202 @@
+//! The SQLite store's answers about what watching costs: the cost summary
+//! beside `Top`, the newest cost per instance for `Instances`, and the
+//! agents' own windows for `Hosts`. Costs are stored as the agent encoded
+//! them (see the schema); these functions decode and add them up in Rust.
+use std::collections::HashMap;
+
+use prost::Message;
+use rusqlite::{OptionalExtension, Transaction};
+use sqlbee_proto::v1::{
+    AgentCost, AgentWindow, AgentWindowRow, CostSummary, HostMetrics, InstanceCost, ProbeCost, ProcessMetrics,
+};
+
+use super::{HostsQuery, StoreError, TotalsQuery};
+
+fn decode<M: Message + Default>(bytes: &[u8], what: &'static str) -> Result<Option<M>, StoreError> {
+    if bytes.is_empty() {
+        return Ok(None);
+    }
+    M::decode(bytes).map(Some).map_err(|_| StoreError::Corrupt { what })
+}
+
+fn sqlite(action: &'static str) -> impl Fn(rusqlite::Error) -> StoreError {
+    move |e| StoreError::sqlite(action, e)
+}
+
+/// Per agent over the range: its own windows, and the statements and probe
+/// cost of its instance windows. An agent's own CPU is shared by all the
+/// instances it watches, so it is divided by all their statements, while
+/// the probes' cost counts only instances matching the filter.
+pub fn summaries(tx: &Transaction<'_>, query: &TotalsQuery) -> Result<Vec<CostSummary>, StoreError> {
+    #[derive(Default)]
+    struct Agent {
+        summary: CostSummary,
+        /// Had a window of the filtered instance (any, without a filter).
+        matched: bool,
+        /// Statements of the matching instances, scaled where sampled.
+        estimated: u64,
+    }
+    let err = sqlite("costs");
+    let mut agents: HashMap<String, Agent> = HashMap::new();
+    {
+        let mut stmt = tx
+            .prepare_cached(
+                "SELECT w.agent_id, w.instance, w.statements, coalesce(c.probes, x'')
+                 FROM instance_windows w LEFT JOIN instance_costs c ON c.window_id = w.id
+                 WHERE w.window_end >= ?1",
+            )
+            .map_err(&err)?;
+        let mut rows = stmt.query([query.since_unix_ms]).map_err(&err)?;
+        while let Some(row) = rows.next().map_err(&err)? {
+            let agent = agents.entry(row.get(0).map_err(&err)?).or_default();
+            let statements = row.get::<_, i64>(2).map_err(&err)? as u64;
+            agent.summary.statements = agent.summary.statements.saturating_add(statements);
+            let instance = row.get_ref(1).map_err(&err)?.as_str().map_err(|e| err(e.into()))?;
+            if query.instance.as_deref().is_some_and(|wanted| wanted != instance) {
+                continue;
+            }
+            agent.matched = true;
+            let probes = row.get_ref(3).map_err(&err)?.as_blob().map_err(|e| err(e.into()))?;
+            match decode::<ProbeCost>(probes, "probe cost")? {
+                Some(p) => {
+                    agent.summary.probe_cpu_seconds += p.probe_cpu_seconds;
+                    agent.estimated = agent.estimated.saturating_add(p.estimated_statements);
+                }
+                None => agent.estimated = agent.estimated.saturating_add(statements),
+            }
+        }
+    }
+    let mut stmt = tx
+        .prepare_cached(
+            "SELECT a.agent_id, coalesce(g.host, ''), a.window_start, a.window_end, a.cost
+             FROM agent_windows a LEFT JOIN agents g ON g.agent_id = a.agent_id
+             WHERE a.window_end >= ?1 ORDER BY a.window_end",
+        )
+        .map_err(&err)?;
+    let mut rows = stmt.query([query.since_unix_ms]).map_err(&err)?;
+    while let Some(row) = rows.next().map_err(&err)? {
+        let id: String = row.get(0).map_err(&err)?;
+        // With an instance filter, only agents that watch it.
+        if query.instance.is_some() && !agents.get(&id).is_some_and(|a| a.matched) {
+            continue;
+        }
+        let blob = row.get_ref(4).map_err(&err)?.as_blob().map_err(|e| err(e.into()))?;
+        let Some(cost) = decode::<AgentCost>(blob, "agent cost")? else { continue };
+        let seconds = (row.get::<_, i64>(3).map_err(&err)? - row.get::<_, i64>(2).map_err(&err)?).max(0) as f64 / 1e3;
+        let s = &mut agents.entry(id).or_default().summary;
+        s.host = row.get(1).map_err(&err)?;
+        s.windows += 1;
+        s.seconds += seconds;
+        s.agent_cpu_seconds += cost.cpu_cores * seconds;
+        s.agent_max_rss_bytes = s.agent_max_rss_bytes.max(cost.rss_bytes);
+        s.dropped_events = s.dropped_events.saturating_add(cost.dropped_events);
+        if !cost.shedding.is_empty() && cost.shedding != "exact" {
+            s.shedding_windows += 1;
+        }
+        s.latest_shedding = cost.shedding;
+    }
+    let mut out: Vec<CostSummary> = agents
+        .into_iter()
+        .filter(|(_, a)| a.summary.windows > 0)
+        .map(|(id, a)| {
+            let mut s = a.summary;
+            if s.statements > 0 {
+                s.agent_cores_per_10k_qps = s.agent_cpu_seconds / s.statements as f64 * 10_000.0;
+            }
+            if a.estimated > 0 {
+                s.server_extra_cores_per_10k_qps = s.probe_cpu_seconds / a.estimated as f64 * 10_000.0;
+            }
+            s.agent_id = id;
+            s
+        })
+        .collect();
+    out.sort_by(|a, b| a.host.cmp(&b.host).then_with(|| a.agent_id.cmp(&b.agent_id)));
+    Ok(out)
+}
+
+/// The newest window's cost of one instance as one agent reported it.
+pub fn latest(tx: &Transaction<'_>, agent_id: &str, instance: &str) -> Result<Option<InstanceCost>, StoreError> {
+    let err = sqlite("instances");
+    let window = tx
+        .prepare_cached(
+            "SELECT w.window_start, w.window_end, w.statements, c.aggregated_in_kernel, c.probes, c.process
+             FROM instance_windows w JOIN instance_costs c ON c.window_id = w.id
+             WHERE w.agent_id = ?1 AND w.instance = ?2 ORDER BY w.window_end DESC LIMIT 1",
+        )
+        .map_err(&err)?
+        .query_row([agent_id, instance], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, i64>(1)?,
+                r.get::<_, i64>(2)? as u64,
+                r.get::<_, i64>(3)? as u64,
+                r.get::<_, Vec<u8>>(4)?,
+                r.get::<_, Vec<u8>>(5)?,
+            ))
+        })
+        .optional()
+        .map_err(&err)?;
+    let Some((start, end, statements, in_kernel, probes, process)) = window else { return Ok(None) };
+    let probes: Option<ProbeCost> = decode(&probes, "probe cost")?;
+    let mut out = InstanceCost {
+        window_end_unix_ms: end,
+        aggregated_in_kernel: in_kernel,
+        server: decode::<ProcessMetrics>(&process, "process metrics")?,
+        ..Default::default()
+    };
+    let seconds = (end - start).max(0) as f64 / 1e3;
+    if seconds > 0.0 {
+        out.statements_per_s = statements as f64 / seconds;
+    }
+    if let Some(p) = probes {
+        out.server_extra_cores_per_10k_qps = p.extra_cores_per_10k_qps;
+        out.attached_fraction = p.attached_fraction;
+    }
+    // The agent's own window that ended closest to this one.
+    let agent_cost = tx
+        .prepare_cached(
+            "SELECT cost FROM agent_windows WHERE agent_id = ?1 ORDER BY abs(window_end - ?2), id DESC LIMIT 1",
+        )
+        .map_err(&err)?
+        .query_row(rusqlite::params![agent_id, end], |r| r.get::<_, Vec<u8>>(0))
+        .optional()
+        .map_err(&err)?;
+    if let Some(cost) = agent_cost.map(|c| decode::<AgentCost>(&c, "agent cost")).transpose()?.flatten() {
+        out.agent_cpu_cores = cost.cpu_cores;
+        out.agent_cores_per_10k_qps = cost.cores_per_10k_qps;
+        out.agent_rss_bytes = cost.rss_bytes;
+        out.shedding = cost.shedding;
+        out.events_per_s = cost.events_per_s;
+        out.dropped_events = cost.dropped_events;
+    }
+    Ok(Some(out))
+}
+
+/// Agents' own windows, newest first.
+pub fn hosts(tx: &Transaction<'_>, query: &HostsQuery) -> Result<Vec<AgentWindowRow>, StoreError> {
+    let err = sqlite("hosts");
+    let mut stmt = tx
+        .prepare_cached(
+            "SELECT a.agent_id, coalesce(g.host, ''), a.window_start, a.window_end, a.cost, a.host
+             FROM agent_windows a LEFT JOIN agents g ON g.agent_id = a.agent_id
+             WHERE a.window_end >= ?1 AND (?2 = '' OR g.host = ?2)
+             ORDER BY a.window_end DESC, a.id DESC LIMIT ?3",
+        )
+        .map_err(&err)?;
+    let host = query.host.clone().unwrap_or_default();
+    let mut rows = stmt.query(rusqlite::params![query.since_unix_ms, host, query.limit as i64]).map_err(&err)?;
+    let mut out = Vec::new();
+    while let Some(row) = rows.next().map_err(&err)? {
+        out.push(AgentWindowRow {
+            agent_id: row.get(0).map_err(&err)?,
+            host: row.get(1).map_err(&err)?,
+            window: Some(AgentWindow {
+                window_start_unix_ms: row.get(2).map_err(&err)?,
+                window_end_unix_ms: row.get(3).map_err(&err)?,
+                cost: decode::<AgentCost>(&row.get::<_, Vec<u8>>(4).map_err(&err)?, "agent cost")?,
+                host: decode::<HostMetrics>(&row.get::<_, Vec<u8>>(5).map_err(&err)?, "host metrics")?,
+            }),
+        });
+    }
+    Ok(out)
+}

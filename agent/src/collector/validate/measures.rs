@@ -1,0 +1,110 @@
+//! Checks the measurements a batch carries besides statements: what the
+//! probes and the agent cost, the server process and the host. Every one of
+//! them is optional (older agents send none); what is present must be a
+//! finite, non-negative number in its range and bounded in size.
+use sqlbee_proto::v1::{AgentWindow, HostMetrics, ProbeCost, ProcessMetrics};
+
+use super::{Invalid, MAX_NAME, TimeRange, invalid, name_len};
+
+/// Disks or interfaces in one host sample (the agent keeps at most 64).
+pub const MAX_DEVICES: usize = 1024;
+
+fn amount(field: String, value: f64) -> Result<(), Invalid> {
+    if !value.is_finite() || value < 0.0 {
+        return Err(invalid(field, format!("{value} is not a finite, non-negative number")));
+    }
+    Ok(())
+}
+
+pub(super) fn probe_cost(at: &str, c: &ProbeCost) -> Result<(), Invalid> {
+    amount(format!("{at}.attached_fraction"), c.attached_fraction)?;
+    if c.attached_fraction > 1.0 {
+        return Err(invalid(format!("{at}.attached_fraction"), format!("{} is above 1", c.attached_fraction)));
+    }
+    amount(format!("{at}.probe_cpu_seconds"), c.probe_cpu_seconds)?;
+    amount(format!("{at}.server_cpu_seconds"), c.server_cpu_seconds)?;
+    amount(format!("{at}.extra_cores_per_10k_qps"), c.extra_cores_per_10k_qps)
+}
+
+pub(super) fn process(at: &str, p: &ProcessMetrics) -> Result<(), Invalid> {
+    name_len(&format!("{at}.status"), &p.status)?;
+    if let Some(cores) = p.cpu_cores {
+        amount(format!("{at}.cpu_cores"), cores)?;
+    }
+    Ok(())
+}
+
+pub(super) fn agent_window(at: &str, w: &AgentWindow, range: TimeRange) -> Result<(), Invalid> {
+    range.check(format!("{at}.window_start_unix_ms"), w.window_start_unix_ms)?;
+    range.check(format!("{at}.window_end_unix_ms"), w.window_end_unix_ms)?;
+    if w.window_start_unix_ms > w.window_end_unix_ms {
+        return Err(invalid(
+            format!("{at}.window_end_unix_ms"),
+            format!("{} is before window_start_unix_ms {}", w.window_end_unix_ms, w.window_start_unix_ms),
+        ));
+    }
+    if let Some(c) = &w.cost {
+        let at = format!("{at}.cost");
+        for (name, value) in [
+            ("cpu_cores", c.cpu_cores),
+            ("statements_per_s", c.statements_per_s),
+            ("cores_per_10k_qps", c.cores_per_10k_qps),
+            ("cpu_limit_cores", c.cpu_limit_cores),
+            ("events_per_s", c.events_per_s),
+        ] {
+            amount(format!("{at}.{name}"), value)?;
+        }
+        name_len(&format!("{at}.cpu_source"), &c.cpu_source)?;
+        name_len(&format!("{at}.shedding"), &c.shedding)?;
+    }
+    if let Some(h) = &w.host {
+        host(&format!("{at}.host"), h)?;
+    }
+    Ok(())
+}
+
+fn host(at: &str, h: &HostMetrics) -> Result<(), Invalid> {
+    if let Some(cpu) = &h.cpu {
+        for (name, value) in [
+            ("user", cpu.user),
+            ("nice", cpu.nice),
+            ("system", cpu.system),
+            ("idle", cpu.idle),
+            ("iowait", cpu.iowait),
+            ("irq", cpu.irq),
+            ("softirq", cpu.softirq),
+            ("steal", cpu.steal),
+        ] {
+            amount(format!("{at}.cpu.{name}"), value)?;
+        }
+    }
+    for (name, value) in [("load1", h.load1), ("load5", h.load5), ("load15", h.load15)] {
+        amount(format!("{at}.{name}"), value)?;
+    }
+    if h.disks.len() > MAX_DEVICES {
+        return Err(invalid(format!("{at}.disks"), format!("{} disks, at most {MAX_DEVICES}", h.disks.len())));
+    }
+    if h.interfaces.len() > MAX_DEVICES {
+        return Err(invalid(
+            format!("{at}.interfaces"),
+            format!("{} interfaces, at most {MAX_DEVICES}", h.interfaces.len()),
+        ));
+    }
+    for (i, d) in h.disks.iter().enumerate() {
+        device_name(format!("{at}.disks[{i}].device"), &d.device)?;
+    }
+    for (i, n) in h.interfaces.iter().enumerate() {
+        device_name(format!("{at}.interfaces[{i}].interface"), &n.interface)?;
+    }
+    Ok(())
+}
+
+fn device_name(field: String, name: &str) -> Result<(), Invalid> {
+    if name.is_empty() {
+        return Err(invalid(field, "empty"));
+    }
+    if name.len() > MAX_NAME {
+        return Err(invalid(field, format!("{} bytes, at most {MAX_NAME}", name.len())));
+    }
+    Ok(())
+}
