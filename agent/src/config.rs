@@ -144,6 +144,10 @@ pub struct AgentArgs {
     /// estimates and reports the attached fraction.
     #[arg(long, env = "SQLBEE_MYSQLD_OVERHEAD_BUDGET")]
     pub mysqld_overhead_budget: Option<String>,
+    /// The agent never sheds less than this step (see README, Shedding):
+    /// `no-samples` or `known-texts-only` keep it there even when calm.
+    #[arg(long, env = "SQLBEE_SHEDDING_FLOOR", value_enum)]
+    pub shedding_floor: Option<crate::budget::Step>,
     /// Every optional probe: `--wait-probes --command-probe`.
     #[arg(long, env = "SQLBEE_ALL_PROBES")]
     pub all_probes: bool,
@@ -183,6 +187,7 @@ struct AgentFile {
     metrics_listen: Option<String>,
     kernel_digests: Option<u32>,
     mysqld_overhead_budget: Option<String>,
+    shedding_floor: Option<crate::budget::Step>,
 }
 
 /// Validated agent configuration.
@@ -208,6 +213,8 @@ pub struct AgentConfig {
     pub mysqld_overhead_budget: Option<f64>,
     /// None: `--no-cgroup`.
     pub budget: Option<crate::budget::BudgetConfig>,
+    /// The least the agent sheds.
+    pub shedding_floor: crate::budget::Step,
     pub metrics_listen: Option<String>,
     /// Waits at least this long become lock-wait records (0: off).
     pub long_wait_us: u32,
@@ -299,6 +306,7 @@ impl AgentArgs {
                 cpu_cores: self.cpu_limit.or(file.cpu_limit).unwrap_or(1.0),
                 memory_bytes: self.memory_limit_mib.or(file.memory_limit_mib).unwrap_or(1024) << 20,
             }),
+            shedding_floor: self.shedding_floor.or(file.shedding_floor).unwrap_or_default(),
             metrics_listen: self.metrics_listen.or(file.metrics_listen),
             long_wait_us: {
                 let value = self.lock_wait_threshold.or(file.lock_wait_threshold).unwrap_or_else(|| "50ms".into());

@@ -155,7 +155,7 @@ fn probe_loop(
     budget: Option<&Applied>,
 ) {
     let mut cost = CostMeter::new();
-    let mut shedder = Shedder::default();
+    let mut shedder = Shedder::with_floor(config.shedding_floor);
     let mut host_sampler = HostSampler::new("/proc", "/sys");
     // `pids`: the servers watched in the window, including any detached
     // just before it closed (at exit).

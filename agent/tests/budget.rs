@@ -57,6 +57,15 @@ fn agent_runs_in_its_own_limited_cgroup_and_reports_its_cost() {
         return;
     }
     let server = PrivateServer::start("budget", &[]).unwrap();
+    // What an agent killed with SIGKILL leaves behind, with a pid that can
+    // never be alive (above the kernel's PID_MAX_LIMIT): removed at start.
+    let stale: Vec<_> = ["cpu", "memory"]
+        .iter()
+        .map(|c| controller_dir(std::process::id(), c).join("sqlbee-4194999"))
+        .collect();
+    for dir in &stale {
+        std::fs::create_dir_all(dir).unwrap();
+    }
     let port = free_port();
     let agent = Agent::start(
         server.dir(),
@@ -76,6 +85,9 @@ fn agent_runs_in_its_own_limited_cgroup_and_reports_its_cost() {
     assert_eq!(read(&cpu_dir, "cpu.cfs_quota_us"), "50000");
     assert_eq!(read(&cpu_dir, "cpu.cfs_period_us"), "100000");
     assert_eq!(read(&memory_dir, "memory.limit_in_bytes"), (256u64 << 20).to_string());
+    for dir in &stale {
+        assert!(!dir.exists(), "{dir:?}: a dead agent's empty cgroup must be removed");
+    }
 
     const STATEMENTS: u64 = 300;
     for i in 0..STATEMENTS {

@@ -79,6 +79,7 @@ impl SelfLimit {
         }
         .map_err(|e| create_error(&name, e))?;
         let paths: Vec<PathBuf> = cgroup.subsystems().iter().map(|s| s.to_controller().path().to_path_buf()).collect();
+        remove_stale_siblings(&paths);
         let own = SelfLimit { cgroup, config, paths };
         own.set_limits()?;
         own.cgroup
@@ -144,6 +145,35 @@ impl Drop for SelfLimit {
         }
         if let Err(e) = self.cgroup.delete() {
             tracing::warn!(paths = ?self.paths, error = %error_chain(&e), "could not remove the agent cgroup");
+        }
+    }
+}
+
+/// Removes `sqlbee-<pid>` cgroups next to ours that an agent killed with
+/// SIGKILL left behind: only those whose pid is not alive and which hold
+/// no process (the kernel refuses to remove any other). A failure is
+/// logged, never fatal: a stale empty cgroup costs nothing but clutter.
+fn remove_stale_siblings(paths: &[PathBuf]) {
+    let own = std::process::id();
+    for parent in paths.iter().filter_map(|p| p.parent()) {
+        let Ok(entries) = std::fs::read_dir(parent) else { continue };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(pid) = name.to_str().and_then(|n| n.strip_prefix("sqlbee-")).and_then(|p| p.parse::<u32>().ok()) else {
+                continue;
+            };
+            if pid == own || Path::new(&format!("/proc/{pid}")).exists() {
+                continue;
+            }
+            let dir = entry.path();
+            let empty = std::fs::read_to_string(dir.join("cgroup.procs")).is_ok_and(|procs| procs.trim().is_empty());
+            if !empty {
+                continue;
+            }
+            match std::fs::remove_dir(&dir) {
+                Ok(()) => tracing::info!(path = %dir.display(), "removed the cgroup of an agent that did not exit cleanly"),
+                Err(e) => tracing::warn!(path = %dir.display(), error = %e, "could not remove a stale agent cgroup"),
+            }
         }
     }
 }

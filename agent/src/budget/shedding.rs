@@ -17,9 +17,13 @@
 //! A window above 80% of the CPU limit, or with dropped records, goes one
 //! step down; three calm windows in a row (under 40%, no drops) go one
 //! step back up. mysqld never waits in any step.
-use serde::Serialize;
+//!
+//! `--shedding-floor` pins a step the agent never goes above: an operator
+//! who prefers the cheaper step all the time, and the cost benchmark,
+//! which measures each step at the same load.
+use serde::{Deserialize, Serialize};
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum Step {
     #[default]
@@ -61,9 +65,15 @@ const CALM_WINDOWS: u32 = 3;
 pub struct Shedder {
     step: Step,
     calm_windows: u32,
+    floor: Step,
 }
 
 impl Shedder {
+    /// Starts at `floor` and never goes above it.
+    pub fn with_floor(floor: Step) -> Shedder {
+        Shedder { step: floor, calm_windows: 0, floor }
+    }
+
     /// One window's pressure: the agent's CPU as a share of its limit
     /// (None without a limit) and whether records were dropped.
     pub fn update(&mut self, cpu_share: Option<f64>, dropped: bool) -> Step {
@@ -80,6 +90,7 @@ impl Shedder {
         } else {
             self.calm_windows = 0;
         }
+        self.step = self.step.max(self.floor);
         self.step
     }
 
@@ -91,6 +102,20 @@ impl Shedder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_floor_holds() {
+        let mut s = Shedder::with_floor(Step::NoSamples);
+        assert_eq!(s.step(), Step::NoSamples);
+        for _ in 0..5 {
+            assert_eq!(s.update(Some(0.0), false), Step::NoSamples);
+        }
+        assert_eq!(s.update(Some(0.9), false), Step::KnownTextsOnly);
+        for _ in 0..3 {
+            s.update(Some(0.0), false);
+        }
+        assert_eq!(s.step(), Step::NoSamples, "calm goes back to the floor, not above");
+    }
 
     #[test]
     fn pressure_steps_down_and_calm_steps_back() {
