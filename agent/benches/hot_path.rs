@@ -1,15 +1,19 @@
 //! Userspace hot path: event decode, normalize (cache hit and miss),
-//! aggregate. Run by `cargo xtask bench`.
+//! aggregate, batch encode, spool append and replay. Run by
+//! `cargo xtask bench`; `cargo test --bench hot_path` runs each once.
 use std::{hint::black_box, path::PathBuf, time::SystemTime};
 
 use agent_common::{EVENT_HEADER_LEN, StatementEvent};
 use criterion::{Criterion, criterion_group, criterion_main};
+use prost::Message;
 use sqlbee::{
     aggregate::Aggregator,
     discover::ServerProcess,
     normalize::{Normalizer, digest_text},
     probe::{ProbeBatch, Statement, decode_statement},
+    ship::{instance_window, spool::Spool},
 };
+use sqlbee_proto::v1::{AgentIdentity, Batch};
 
 const SYSBENCH_POINT: &[u8] = b"SELECT c FROM sbtest1 WHERE id=?";
 const ORM_QUERY: &[u8] = b"SELECT u.id, u.name, o.total FROM users u JOIN orders o ON o.user_id = u.id \
@@ -56,21 +60,63 @@ fn benches(c: &mut Criterion) {
             truncated: false,
             text: if i % 2 == 0 { SYSBENCH_POINT.to_vec() } else { ORM_QUERY.to_vec() },
             waits: [0; 8],
+            lock_ns: 0,
+            error_ns: 0,
             error_message: None,
+            text_hash: 0,
+            sample: false,
+            shed: false,
         })
         .collect();
+    let batch = |statements: Vec<Statement>| ProbeBatch {
+        server: server.clone(),
+        statements,
+        long_waits: Vec::new(),
+        counters: None,
+        kernel: Vec::new(),
+        forgotten: Vec::new(),
+        cost: None,
+        detached: false,
+    };
     let mut aggregator = Aggregator::new(Normalizer::new(10_000), 5000, SystemTime::now());
-    c.bench_function("aggregate_1000_statements", |b| {
+    c.bench_function("aggregate_1000_statements", |b| b.iter(|| aggregator.ingest(batch(statements.clone()))));
+
+    // A window of 200 digests, as one batch on the wire.
+    let mut aggregator = Aggregator::new(Normalizer::new(10_000), 5000, SystemTime::now());
+    let many: Vec<Statement> = (0..200u64)
+        .flat_map(|d| {
+            let text = format!("SELECT c FROM sbtest{d} WHERE id=?").into_bytes();
+            statements[..5].iter().map(move |s| Statement { text: text.clone(), text_len: text.len() as u32, ..s.clone() })
+        })
+        .collect();
+    aggregator.ingest(batch(many));
+    let reports = aggregator.flush(SystemTime::now());
+    let encode = || Batch {
+        agent: Some(AgentIdentity { host: "bench".into(), agent_id: "bench".into(), version: "0".into() }),
+        sequence: 1,
+        windows: reports.iter().map(|r| instance_window(r, None)).collect(),
+        ..Default::default()
+    }
+    .encode_to_vec();
+    c.bench_function("batch_encode_200_digests", |b| b.iter(encode));
+
+    // Spool: durable append (write, fsync, rename) and replay (list, read,
+    // check, decode) of that batch.
+    let payload = encode();
+    let dir = std::env::temp_dir().join(format!("sqlbee-bench-spool-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut spool = Spool::open(&dir, 1 << 30).expect("spool");
+    let mut sequence = 0;
+    c.bench_function("spool_append", |b| {
         b.iter(|| {
-            aggregator.ingest(ProbeBatch {
-                server: server.clone(),
-                statements: statements.clone(),
-                long_waits: Vec::new(),
-                counters: None,
-                detached: false,
-            })
+            sequence += 1;
+            spool.append(sequence, &payload).expect("append");
         })
     });
+    let entries = spool.entries().expect("entries");
+    let first = entries.first().expect("an appended batch").clone();
+    c.bench_function("spool_replay_one", |b| b.iter(|| spool.read(black_box(&first)).expect("read").expect("intact")));
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 criterion_group!(hot_path, benches);

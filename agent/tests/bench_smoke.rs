@@ -6,13 +6,14 @@
 mod common;
 
 use clap::Parser as _;
-use xtask::bench::{Arm, BenchArgs, TREATMENTS};
+use xtask::bench::{Arm, BenchArgs, TREATMENTS, cost::CostArgs};
 
 #[test]
 fn every_treatment_runs_and_the_report_is_written() {
     if !common::privileged("every_treatment_runs_and_the_report_is_written") {
         return;
     }
+    let _serial = common::one_at_a_time();
     let out_dir = std::env::temp_dir().join(format!("sqlbee-bench-smoke-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&out_dir);
     let args = BenchArgs::try_parse_from([
@@ -81,6 +82,59 @@ fn every_treatment_runs_and_the_report_is_written() {
     let records = csv_records(&csv);
     assert_eq!(records - 1, outcome.runs.len(), "CSV rows (after the header) vs runs:\n{csv}");
 
+    let _ = std::fs::remove_dir_all(&out_dir);
+}
+
+/// The agent-cost benchmark at its smallest: every step at a fixed rate and
+/// unlimited, each run recorded, the report written. Numbers unchecked.
+#[test]
+fn cost_bench_runs_every_step() {
+    if !common::privileged("cost_bench_runs_every_step") {
+        return;
+    }
+    let _serial = common::one_at_a_time();
+    let out_dir = std::env::temp_dir().join(format!("sqlbee-cost-smoke-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out_dir);
+    let args = CostArgs::try_parse_from([
+        "bench-cost",
+        "--rates",
+        "500,0",
+        "--seconds",
+        "2",
+        "--threads",
+        "2",
+        "--tables",
+        "1",
+        "--table-size",
+        "2000",
+        "--window",
+        "1s",
+        "--name",
+        "smoke",
+        "--agent-bin",
+        env!("CARGO_BIN_EXE_sqlbee"),
+        "--out-dir",
+        out_dir.to_str().unwrap(),
+    ])
+    .expect("bench-cost arguments");
+    let outcome = xtask::bench::cost::run(&args).expect("the cost bench itself");
+    let steps = ["none", "exact", "no-samples", "known-texts-only", "events"];
+    assert_eq!(outcome.runs.len(), 2 * steps.len());
+    for run in &outcome.runs {
+        assert!(run.error.is_none(), "{} at {}: {:?}", run.step, run.target_qps, run.error);
+        assert!(run.qps > 0.0, "{run:?}");
+        if run.step != "none" {
+            assert!(run.agent_peak_rss_kib > 0, "{run:?}");
+        }
+    }
+    // A pinned step is the step the agent reports.
+    for run in outcome.runs.iter().filter(|r| r.step == "no-samples" || r.step == "known-texts-only") {
+        assert_eq!(run.reported_step, run.step, "{run:?}");
+    }
+    let markdown = std::fs::read_to_string(&outcome.report).unwrap();
+    assert_eq!(markdown.lines().filter(|l| l.starts_with("| 500 ") || l.starts_with("| max ")).count(), outcome.runs.len());
+    let csv = std::fs::read_to_string(&outcome.csv).unwrap();
+    assert_eq!(csv.lines().count(), outcome.runs.len() + 1);
     let _ = std::fs::remove_dir_all(&out_dir);
 }
 

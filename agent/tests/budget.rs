@@ -65,6 +65,9 @@ fn agent_runs_in_its_own_limited_cgroup_and_reports_its_cost() {
         .collect();
     for dir in &stale {
         std::fs::create_dir_all(dir).unwrap();
+        // Only groups older than a minute are left over, not being set up.
+        let two_minutes_ago = std::time::SystemTime::now() - Duration::from_secs(120);
+        std::fs::File::open(dir).unwrap().set_modified(two_minutes_ago).unwrap();
     }
     let port = free_port();
     let agent = Agent::start(

@@ -32,6 +32,7 @@ pub fn run(seconds: u32) -> anyhow::Result<()> {
         threads: 4,
         seconds,
         ps_mode: "auto",
+        rate: 0,
     };
     println!("==> sysbench prepare ({} tables x {} rows)", bench.tables, bench.table_size);
     bench.prepare(&server)?;

@@ -28,6 +28,9 @@ enum Task {
     /// control/treatment pairs over a thread sweep, plus criterion
     /// micro-benchmarks; report, CSV and plots in benches/results/.
     Bench(bench::BenchArgs),
+    /// The agent's own CPU and memory at fixed statement rates (10k, 20k,
+    /// the maximum) in each shedding step; report in benches/results/.
+    BenchCost(bench::cost::CostArgs),
     /// Set up and run every test, the privileged eBPF ones included.
     Test {
         /// Extra arguments for `cargo test` (after `--`).
@@ -48,6 +51,12 @@ fn main() -> anyhow::Result<()> {
             setup::run()?;
             let outcome = bench::run(&args)?;
             println!("{}", outcome.markdown);
+            Ok(())
+        }
+        Task::BenchCost(args) => {
+            setup::run()?;
+            let outcome = bench::cost::run(&args)?;
+            println!("{}", std::fs::read_to_string(outcome.report)?);
             Ok(())
         }
         Task::Test { args } => {
@@ -89,9 +98,16 @@ fn test(args: &[String]) -> anyhow::Result<()> {
         }
     }
     let status = child.wait()?;
+    // The micro-benchmarks once each (criterion's test mode), so they keep
+    // compiling and working between benchmark runs.
+    println!("==> cargo test --bench hot_path (each micro-benchmark once)");
+    let benches = cargo().args(["test", "-p", "sqlbee", "--bench", "hot_path"]).status().context("running cargo test")?;
     println!("tests: {passed} passed, {failed} failed, {ignored} skipped");
     if !status.success() || failed > 0 {
         bail!("tests failed");
+    }
+    if !benches.success() {
+        bail!("the micro-benchmarks failed in test mode");
     }
     Ok(())
 }

@@ -14,6 +14,8 @@ pub struct Sysbench {
     pub seconds: u32,
     /// `auto` (server-side prepared statements) or `disable` (text).
     pub ps_mode: &'static str,
+    /// Events per second to hold to; 0: as fast as possible.
+    pub rate: u32,
 }
 
 impl Sysbench {
@@ -30,6 +32,7 @@ impl Sysbench {
             .arg(format!("--time={}", self.seconds))
             .arg(format!("--db-ps-mode={}", self.ps_mode))
             .arg("--report-interval=0")
+            .arg(format!("--rate={}", self.rate))
             .arg(action);
         cmd
     }
@@ -55,7 +58,11 @@ impl Sysbench {
     pub fn run(&self, server: &PrivateServer) -> anyhow::Result<String> {
         let out = self.spawn(server)?.wait_with_output()?;
         if !out.status.success() {
-            bail!("sysbench run failed: {}", String::from_utf8_lossy(&out.stderr));
+            // sysbench reports some fatal errors (a --rate it cannot keep
+            // up with) on stdout.
+            let text = String::from_utf8_lossy(if out.stderr.is_empty() { &out.stdout } else { &out.stderr }).into_owned();
+            let tail: Vec<&str> = text.lines().rev().filter(|l| !l.trim().is_empty()).take(3).collect();
+            bail!("sysbench run failed ({}): {}", out.status, tail.into_iter().rev().collect::<Vec<_>>().join(" / "));
         }
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }

@@ -16,6 +16,9 @@ use cgroups_rs::fs::{
 
 use super::{BudgetConfig, BudgetError};
 
+/// A dead agent's cgroup this old is left over, not being set up.
+const STALE_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// CFS period the quota is expressed in (the kernel default).
 const PERIOD_US: u64 = 100_000;
 
@@ -150,9 +153,11 @@ impl Drop for SelfLimit {
 }
 
 /// Removes `sqlbee-<pid>` cgroups next to ours that an agent killed with
-/// SIGKILL left behind: only those whose pid is not alive and which hold
-/// no process (the kernel refuses to remove any other). A failure is
-/// logged, never fatal: a stale empty cgroup costs nothing but clutter.
+/// SIGKILL left behind: only those whose pid is not alive here, which hold
+/// no process (the kernel refuses to remove any other) and are older than
+/// a minute, so an agent in another pid namespace that created its group
+/// but has not joined it yet keeps it. A failure is logged, never fatal:
+/// a stale empty cgroup costs nothing but clutter.
 fn remove_stale_siblings(paths: &[PathBuf]) {
     let own = std::process::id();
     for parent in paths.iter().filter_map(|p| p.parent()) {
@@ -166,6 +171,10 @@ fn remove_stale_siblings(paths: &[PathBuf]) {
                 continue;
             }
             let dir = entry.path();
+            let age = entry.metadata().ok().and_then(|m| m.modified().ok()).and_then(|t| t.elapsed().ok());
+            if age.is_none_or(|a| a < STALE_AFTER) {
+                continue;
+            }
             let empty = std::fs::read_to_string(dir.join("cgroup.procs")).is_ok_and(|procs| procs.trim().is_empty());
             if !empty {
                 continue;

@@ -87,7 +87,7 @@ impl Batcher {
         let mut agent_windows = vec![agent_window(closed.start, closed.end, &closed.cost, closed.host.as_ref())];
         // Split so no batch grows past the size limit (one window at least).
         let mut chunks: Vec<Vec<_>> = vec![Vec::new()];
-        let mut size = 0;
+        let mut size = agent_windows[0].encoded_len();
         for window in windows {
             let len = window.encoded_len();
             if size + len > self.max_batch_bytes && !chunks.last().unwrap().is_empty() {

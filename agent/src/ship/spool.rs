@@ -160,6 +160,14 @@ impl Spool {
                     }
                     g.last_window_end_unix_ms = g.last_window_end_unix_ms.max(w.window_end_unix_ms);
                 }
+                // The agent's own windows (cost, host) are lost too; they
+                // widen the gap's time range but hold no statements.
+                for w in &batch.agent_windows {
+                    if g.first_window_start_unix_ms == 0 || w.window_start_unix_ms < g.first_window_start_unix_ms {
+                        g.first_window_start_unix_ms = w.window_start_unix_ms;
+                    }
+                    g.last_window_end_unix_ms = g.last_window_end_unix_ms.max(w.window_end_unix_ms);
+                }
                 // Gaps the dropped batch carried are not lost with it.
                 self.push_pending_gaps(batch.gaps)?;
             }

@@ -10,6 +10,7 @@
 //! will not attach, an agent that rejects a flag) is recorded with its
 //! reason and the bench goes on; only a server or data set that cannot be
 //! set up at all stops it.
+pub mod cost;
 mod measure;
 mod report;
 mod svg;
@@ -264,7 +265,7 @@ impl Plan {
             Some(lua) => (lua, "disable"),
             None => (script, "auto"),
         };
-        Sysbench { script: lua.to_string(), tables: self.tables, table_size: self.table_size, threads, seconds, ps_mode }
+        Sysbench { script: lua.to_string(), tables: self.tables, table_size: self.table_size, threads, seconds, ps_mode, rate: 0 }
     }
 }
 

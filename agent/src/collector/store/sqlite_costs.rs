@@ -57,12 +57,12 @@ pub fn summaries(tx: &Transaction<'_>, query: &TotalsQuery) -> Result<Vec<CostSu
             }
             agent.matched = true;
             let probes = row.get_ref(3).map_err(&err)?.as_blob().map_err(|e| err(e.into()))?;
-            match decode::<ProbeCost>(probes, "probe cost")? {
-                Some(p) => {
-                    agent.summary.probe_cpu_seconds += p.probe_cpu_seconds;
-                    agent.estimated = agent.estimated.saturating_add(p.estimated_statements);
-                }
-                None => agent.estimated = agent.estimated.saturating_add(statements),
+            // Windows without a probe cost (older agents) add to neither
+            // side of the server's cost per statement.
+            if let Some(p) = decode::<ProbeCost>(probes, "probe cost")? {
+                agent.summary.probe_cpu_seconds += p.probe_cpu_seconds;
+                let estimated = if p.estimated_statements == 0 { statements } else { p.estimated_statements };
+                agent.estimated = agent.estimated.saturating_add(estimated);
             }
         }
     }
@@ -148,19 +148,34 @@ pub fn latest(tx: &Transaction<'_>, agent_id: &str, instance: &str) -> Result<Op
     if seconds > 0.0 {
         out.statements_per_s = statements as f64 / seconds;
     }
+    // Agents before budget mode were always attached.
+    out.attached_fraction = 1.0;
     if let Some(p) = probes {
         out.server_extra_cores_per_10k_qps = p.extra_cores_per_10k_qps;
         out.attached_fraction = p.attached_fraction;
     }
-    // The agent's own window that ended closest to this one.
-    let agent_cost = tx
-        .prepare_cached(
-            "SELECT cost FROM agent_windows WHERE agent_id = ?1 ORDER BY abs(window_end - ?2), id DESC LIMIT 1",
-        )
-        .map_err(&err)?
-        .query_row(rusqlite::params![agent_id, end], |r| r.get::<_, Vec<u8>>(0))
-        .optional()
-        .map_err(&err)?;
+    // The agent's own window that ended closest to this one: the nearest
+    // on each side, each found through the (agent_id, window_end) index.
+    let mut nearest: Option<(i64, Vec<u8>)> = None;
+    for sql in [
+        "SELECT window_end, cost FROM agent_windows WHERE agent_id = ?1 AND window_end <= ?2
+         ORDER BY window_end DESC LIMIT 1",
+        "SELECT window_end, cost FROM agent_windows WHERE agent_id = ?1 AND window_end > ?2
+         ORDER BY window_end LIMIT 1",
+    ] {
+        let found = tx
+            .prepare_cached(sql)
+            .map_err(&err)?
+            .query_row(rusqlite::params![agent_id, end], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, Vec<u8>>(1)?)))
+            .optional()
+            .map_err(&err)?;
+        if let Some((at, cost)) = found
+            && nearest.as_ref().is_none_or(|(best, _)| (at - end).abs() < (best - end).abs())
+        {
+            nearest = Some((at, cost));
+        }
+    }
+    let agent_cost = nearest.map(|(_, cost)| cost);
     if let Some(cost) = agent_cost.map(|c| decode::<AgentCost>(&c, "agent cost")).transpose()?.flatten() {
         out.agent_cpu_cores = cost.cpu_cores;
         out.agent_cores_per_10k_qps = cost.cores_per_10k_qps;

@@ -8,15 +8,27 @@ use super::{Invalid, MAX_NAME, TimeRange, invalid, name_len};
 
 /// Disks or interfaces in one host sample (the agent keeps at most 64).
 pub const MAX_DEVICES: usize = 1024;
+/// Longest agent window (the agent's window is at most an hour).
+pub const MAX_AGENT_WINDOW_MS: i64 = 24 * 3600 * 1000;
+/// Largest value any measurement may take (cores, seconds, rates, load):
+/// far above anything real, low enough that sums stay finite.
+pub const MAX_AMOUNT: f64 = 1e12;
 
 fn amount(field: String, value: f64) -> Result<(), Invalid> {
-    if !value.is_finite() || value < 0.0 {
-        return Err(invalid(field, format!("{value} is not a finite, non-negative number")));
+    if !value.is_finite() || !(0.0..=MAX_AMOUNT).contains(&value) {
+        return Err(invalid(field, format!("{value} is not a finite number in 0..={MAX_AMOUNT:e}")));
     }
     Ok(())
 }
 
-pub(super) fn probe_cost(at: &str, c: &ProbeCost) -> Result<(), Invalid> {
+/// `statements`: the window's count, which an estimate may only scale up.
+pub(super) fn probe_cost(at: &str, c: &ProbeCost, statements: u64) -> Result<(), Invalid> {
+    if c.estimated_statements != 0 && c.estimated_statements < statements {
+        return Err(invalid(
+            format!("{at}.estimated_statements"),
+            format!("{} is below the window's statements {statements}", c.estimated_statements),
+        ));
+    }
     amount(format!("{at}.attached_fraction"), c.attached_fraction)?;
     if c.attached_fraction > 1.0 {
         return Err(invalid(format!("{at}.attached_fraction"), format!("{} is above 1", c.attached_fraction)));
@@ -34,7 +46,24 @@ pub(super) fn process(at: &str, p: &ProcessMetrics) -> Result<(), Invalid> {
     Ok(())
 }
 
-pub(super) fn agent_window(at: &str, w: &AgentWindow, range: TimeRange) -> Result<(), Invalid> {
+/// A batch's agent windows must not overlap: each window's cost would
+/// otherwise count twice.
+pub(super) fn agent_windows(windows: &[AgentWindow], range: TimeRange) -> Result<(), Invalid> {
+    for (i, w) in windows.iter().enumerate() {
+        agent_window(&format!("agent_windows[{i}]"), w, range)?;
+    }
+    let mut spans: Vec<(i64, i64, usize)> =
+        windows.iter().enumerate().map(|(i, w)| (w.window_start_unix_ms, w.window_end_unix_ms, i)).collect();
+    spans.sort();
+    for pair in spans.windows(2) {
+        if pair[1].0 < pair[0].1 {
+            return Err(invalid(format!("agent_windows[{}]", pair[1].2), format!("overlaps agent_windows[{}]", pair[0].2)));
+        }
+    }
+    Ok(())
+}
+
+fn agent_window(at: &str, w: &AgentWindow, range: TimeRange) -> Result<(), Invalid> {
     range.check(format!("{at}.window_start_unix_ms"), w.window_start_unix_ms)?;
     range.check(format!("{at}.window_end_unix_ms"), w.window_end_unix_ms)?;
     if w.window_start_unix_ms > w.window_end_unix_ms {
@@ -42,6 +71,9 @@ pub(super) fn agent_window(at: &str, w: &AgentWindow, range: TimeRange) -> Resul
             format!("{at}.window_end_unix_ms"),
             format!("{} is before window_start_unix_ms {}", w.window_end_unix_ms, w.window_start_unix_ms),
         ));
+    }
+    if w.window_end_unix_ms - w.window_start_unix_ms > MAX_AGENT_WINDOW_MS {
+        return Err(invalid(format!("{at}.window_end_unix_ms"), "the window is longer than a day"));
     }
     if let Some(c) = &w.cost {
         let at = format!("{at}.cost");

@@ -93,9 +93,7 @@ pub fn batch(batch: &Batch, now_unix_ms: i64) -> Result<(), Invalid> {
             format!("{} agent windows in one batch, at most {MAX_WINDOWS}", batch.agent_windows.len()),
         ));
     }
-    for (i, w) in batch.agent_windows.iter().enumerate() {
-        measures::agent_window(&format!("agent_windows[{i}]"), w, range)?;
-    }
+    measures::agent_windows(&batch.agent_windows, range)?;
     Ok(())
 }
 
@@ -176,7 +174,7 @@ fn window(at: &str, w: &InstanceWindow, range: TimeRange) -> Result<(), Invalid>
         lock_wait(&format!("{at}.lock_waits[{i}]"), l, range)?;
     }
     if let Some(c) = &w.probes {
-        measures::probe_cost(&format!("{at}.probes"), c)?;
+        measures::probe_cost(&format!("{at}.probes"), c, w.statements)?;
     }
     if let Some(p) = &w.process {
         measures::process(&format!("{at}.process"), p)?;
@@ -425,6 +423,16 @@ mod tests {
         let mut b = good();
         b.agent_windows[0].window_start_unix_ms = NOW + 1;
         assert_eq!(field_of(&b), "agent_windows[0].window_end_unix_ms");
+        let mut b = good();
+        b.agent_windows.push(b.agent_windows[0].clone());
+        assert_eq!(field_of(&b), "agent_windows[1]");
+        let mut b = good();
+        b.agent_windows[0].cost.as_mut().unwrap().cpu_cores = 1e300;
+        assert_eq!(field_of(&b), "agent_windows[0].cost.cpu_cores");
+        let mut b = good();
+        b.windows[0].statements = 10;
+        b.windows[0].probes.as_mut().unwrap().estimated_statements = 5;
+        assert_eq!(field_of(&b), "windows[0].probes.estimated_statements");
         let mut b = good();
         b.windows[0].digests[0].estimated_count = 2;
         assert_eq!(field_of(&b), "windows[0].digests[0].estimated_count");
