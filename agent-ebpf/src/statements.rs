@@ -27,6 +27,11 @@ use crate::{
 /// `COM_STMT_EXECUTE`: its packet starts with the 4-byte statement id.
 const COM_STMT_EXECUTE: u32 = 23;
 
+/// In the `known-texts-only` shedding step, one unregistered statement in
+/// this many (per CPU) still carries its text, so a new text gets
+/// registered and from then on costs a slot update instead of a record.
+const SHED_TEXT_EVERY: u64 = 64;
+
 /// A start time further back than this is not believed (a layout that
 /// does not match the binary reads garbage): an hour, in microseconds.
 const MAX_STATEMENT_US: u64 = 3600 * 1_000_000;
@@ -228,7 +233,7 @@ fn try_statement_end(ctx: &ProbeContext) -> Result<(), i64> {
     }
 
     buffer.header.connection_id = read_thd_u64(thd, layout.connection_id_offset);
-    if aggregate_slots != 0 && aggregate::shedding_step() >= 2 {
+    if aggregate_slots != 0 && aggregate::shedding_step() >= 2 && !text_sample_due() {
         captured = 0;
         buffer.header.captured_len = 0;
         buffer.header.flags |= flags::SHED | flags::NO_TEXT;
@@ -241,6 +246,14 @@ fn try_statement_end(ctx: &ProbeContext) -> Result<(), i64> {
         bump(&STATS, stat::DROPPED);
     }
     Ok(())
+}
+
+/// Whether this CPU's next record is the one in `SHED_TEXT_EVERY` that
+/// keeps its text while shedding.
+#[inline(always)]
+fn text_sample_due() -> bool {
+    // SAFETY: this CPU's counter; read only.
+    STATS.get_ptr(stat::EVENTS).is_some_and(|sent| unsafe { *sent } % SHED_TEXT_EVERY == 0)
 }
 
 /// Copies the record (header and `captured` text bytes) to the ring

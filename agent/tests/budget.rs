@@ -238,6 +238,46 @@ fn cardinality_bomb_stays_bounded_and_exact() {
     assert!(peak_rss < 256 << 20, "agent RSS reached {} MiB", peak_rss >> 20);
 }
 
+/// Shedding at its last step from the start (`--shedding-floor`): a new
+/// text still comes through with one statement in 64, gets registered, and
+/// its later statements are counted in the kernel under its name; the ones
+/// before that are counted without a name; nothing is lost.
+#[test]
+fn known_texts_only_still_learns_new_texts() {
+    if !privileged("known_texts_only_still_learns_new_texts") {
+        return;
+    }
+    let _serial = common::one_at_a_time();
+    use mysql::prelude::Queryable;
+    const STATEMENTS: u64 = 3000;
+    let server = PrivateServer::start("shed-learn", &[]).unwrap();
+    let agent = Agent::start(
+        server.dir(),
+        &[format!("--pid={}", server.pid()), "--window=1s".into(), "--shedding-floor=known-texts-only".into()],
+    );
+    let opts =
+        mysql::OptsBuilder::new().socket(Some(server.socket.to_str().unwrap())).user(Some("root")).prefer_socket(true);
+    let mut conn = mysql::Conn::new(opts).unwrap();
+    for i in 0..STATEMENTS {
+        conn.query_drop(format!("SELECT {i} + 1 AS learnt")).unwrap();
+    }
+    drop(conn);
+    std::thread::sleep(Duration::from_millis(300));
+    let out = agent.stop();
+    assert!(out.success, "{}", out.stderr);
+    assert!(out.of_type("agent").all(|a| a["shedding"] == "known-texts-only"), "{:#?}", out.lines);
+    let counts = out.digest_counts(None);
+    let named = counts.get("SELECT ? + ? AS `learnt`").copied().unwrap_or(0);
+    let unnamed: u64 = counts.iter().filter(|(t, _)| t.contains("text not sent: shedding")).map(|(_, n)| n).sum();
+    // The first record carries its text; it is registered at the next
+    // drain (100 ms), so only the statements before then go unnamed.
+    assert!(named >= STATEMENTS * 3 / 4 && named <= STATEMENTS, "{counts:#?}");
+    assert!(out.summary_total(None, "aggregated_in_kernel") >= STATEMENTS / 2, "{counts:#?}");
+    let statements = out.summary_total(None, "statements") - out.summary_total(None, "unmatched");
+    assert_eq!(counts.values().sum::<u64>(), statements, "{counts:#?}");
+    assert!(named + unnamed >= STATEMENTS, "{counts:#?}");
+}
+
 /// A deliberately tiny budget (0.1 core) with real load inside the agent
 /// (two spinning threads, a test knob): the cgroup holds the agent to its
 /// quota, the agent reports that it sheds, and the counts stay exact.

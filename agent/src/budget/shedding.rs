@@ -10,9 +10,11 @@
 //!    Nothing that is counted changes.
 //! 2. `known-texts-only`: statements whose text the agent has not
 //!    registered are sent without their text and counted under
-//!    `(text not sent: shedding)` by command. Known digests, every count by
-//!    command and all totals stay exact; new digests lose their names
-//!    until the pressure is gone.
+//!    `(text not sent: shedding)` by command, except one in 64 (per CPU),
+//!    which keeps its text so that a new text still gets registered and
+//!    from then on is counted in the kernel. Known digests, every count by
+//!    command and all totals stay exact; a new digest's statements before
+//!    its text came through lose their name.
 //!
 //! A window above 80% of the CPU limit, or with dropped records, goes one
 //! step down; three calm windows in a row (under 40%, no drops) go one

@@ -149,15 +149,27 @@ impl ConnectArgs {
 /// Answers can be large (10 000 digests with samples).
 const MAX_ANSWER: usize = 256 * 1024 * 1024;
 
-async fn query_client(
-    connect: &ConnectArgs,
-) -> Result<QueryClient<InterceptedService<Channel, BearerToken>>, QueryError> {
+async fn query_client(connect: &ConnectArgs) -> Result<Client, QueryError> {
     let opts = connect.options()?;
     let token = BearerToken::new(opts.token.as_deref())?;
     let channel = client::connect(&opts).await?;
     Ok(QueryClient::with_interceptor(channel, token)
         .accept_compressed(CompressionEncoding::Gzip)
         .max_decoding_message_size(MAX_ANSWER))
+}
+
+type Client = QueryClient<InterceptedService<Channel, BearerToken>>;
+
+/// Connects and makes one call; a failed call becomes `QueryError::Rpc`
+/// naming `what`.
+fn call<T, Fut>(connect: &ConnectArgs, what: &'static str, rpc: impl FnOnce(Client) -> Fut) -> Result<T, QueryError>
+where
+    Fut: std::future::Future<Output = Result<tonic::Response<T>, Status>>,
+{
+    runtime()?.block_on(async {
+        let client = query_client(connect).await?;
+        rpc(client).await.map(tonic::Response::into_inner).map_err(|status| QueryError::Rpc { what, status })
+    })
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime, QueryError> {
@@ -179,11 +191,7 @@ pub fn top(args: TopArgs) -> Result<(), QueryError> {
         order_by: args.order_by.clone(),
         limit: args.limit,
     };
-    let answer = runtime()?.block_on(async {
-        let mut client = query_client(&args.connect).await?;
-        client.top(request).await.map_err(|status| QueryError::Rpc { what: "Top", status })
-    })?;
-    let answer = answer.into_inner();
+    let answer = call(&args.connect, "Top", |mut client| async move { client.top(request).await })?;
     let mut out = std::io::stdout().lock();
     match args.format {
         Format::Json => render::write_json(
@@ -200,11 +208,9 @@ pub fn top(args: TopArgs) -> Result<(), QueryError> {
 }
 
 pub fn instances(args: InstancesArgs) -> Result<(), QueryError> {
-    let answer = runtime()?.block_on(async {
-        let mut client = query_client(&args.connect).await?;
-        client.instances(InstancesRequest {}).await.map_err(|status| QueryError::Rpc { what: "Instances", status })
-    })?;
-    let instances = answer.into_inner().instances;
+    let instances =
+        call(&args.connect, "Instances", |mut client| async move { client.instances(InstancesRequest {}).await })?
+            .instances;
     let mut out = std::io::stdout().lock();
     match args.format {
         Format::Json => render::write_json(&mut out, &render::instances_json(&instances)),
@@ -219,11 +225,7 @@ pub fn locks(args: LocksArgs) -> Result<(), QueryError> {
         since_unix_ms: since_unix_ms(&args.since)?,
         limit: args.limit,
     };
-    let answer = runtime()?.block_on(async {
-        let mut client = query_client(&args.connect).await?;
-        client.locks(request).await.map_err(|status| QueryError::Rpc { what: "Locks", status })
-    })?;
-    let waits = answer.into_inner().waits;
+    let waits = call(&args.connect, "Locks", |mut client| async move { client.locks(request).await })?.waits;
     let mut out = std::io::stdout().lock();
     match args.format {
         Format::Json => render::write_json(&mut out, &render::locks_json(&waits)),
@@ -238,11 +240,7 @@ pub fn hosts(args: HostsArgs) -> Result<(), QueryError> {
         since_unix_ms: since_unix_ms(&args.since)?,
         limit: args.limit,
     };
-    let answer = runtime()?.block_on(async {
-        let mut client = query_client(&args.connect).await?;
-        client.hosts(request).await.map_err(|status| QueryError::Rpc { what: "Hosts", status })
-    })?;
-    let windows = answer.into_inner().windows;
+    let windows = call(&args.connect, "Hosts", |mut client| async move { client.hosts(request).await })?.windows;
     let mut out = std::io::stdout().lock();
     match args.format {
         Format::Json => render::write_json(&mut out, &render_cost::hosts_json(&windows)),

@@ -1266,28 +1266,33 @@ mod tests {
         std::fs::remove_dir_all(dir).ok();
     }
 
-    #[test]
-    fn version_2_files_get_lock_waits() {
-        let dir = std::env::temp_dir().join(format!("sqlbee-store-v2-{}", std::process::id()));
+    /// One digest row (5 statements of `SELECT ?`, bucket 10) in the
+    /// version-2 and -3 layout.
+    const ONE_V2_ROW: &str = "INSERT INTO digest_texts VALUES (7, 'SELECT ?');
+        INSERT INTO digest_windows (window_id, instance, window_end, digest, count, errors, sum_ns,
+            min_ns, max_ns, histogram, error_codes, sample, truncated, waits)
+        VALUES (1, 'h:1', 1000, 7, 5, 0, 1000000, 1, 500000, x'0a05', x'', 'SELECT 1', 0, x'');";
+
+    /// A store file as an older collector left it: `schema`, then `rows`
+    /// (SQL), in a fresh directory named after `version`.
+    fn old_store(version: &str, schema: &str, rows: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+        let dir = std::env::temp_dir().join(format!("sqlbee-store-{version}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("s.db");
+        let conn = Connection::open(&path).unwrap();
+        conn.execute_batch(schema).unwrap();
+        conn.execute_batch(rows).unwrap();
+        (dir, path)
+    }
+
+    #[test]
+    fn version_2_files_get_lock_waits() {
         let v3 = schema_v3();
         let start = v3.find("-- Long waits as agents reported them").unwrap();
         let end = v3.find("-- What agents lost").unwrap();
         let v2 = format!("{}{}", &v3[..start], &v3[end..]);
-        {
-            let conn = Connection::open(&path).unwrap();
-            conn.execute_batch(&v2).unwrap();
-            conn.execute_batch(
-                "INSERT INTO digest_texts VALUES (7, 'SELECT ?');
-                 INSERT INTO digest_windows (window_id, instance, window_end, digest, count, errors, sum_ns,
-                     min_ns, max_ns, histogram, error_codes, sample, truncated, waits)
-                 VALUES (1, 'h:1', 1000, 7, 5, 0, 1000000, 1, 500000, x'0a05', x'', 'SELECT 1', 0, x'');
-                 PRAGMA user_version = 2;",
-            )
-            .unwrap();
-        }
+        let (dir, path) = old_store("v2", &v2, &format!("{ONE_V2_ROW} PRAGMA user_version = 2;"));
         let store = SqliteStore::open(&path).unwrap();
         let version: i64 = lock(&store.writer).query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
         assert_eq!(version, SCHEMA_VERSION);
@@ -1314,22 +1319,7 @@ mod tests {
 
     #[test]
     fn version_3_files_get_costs() {
-        let dir = std::env::temp_dir().join(format!("sqlbee-store-v3-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("s.db");
-        {
-            let conn = Connection::open(&path).unwrap();
-            conn.execute_batch(&schema_v3()).unwrap();
-            conn.execute_batch(
-                "INSERT INTO digest_texts VALUES (7, 'SELECT ?');
-                 INSERT INTO digest_windows (window_id, instance, window_end, digest, count, errors, sum_ns,
-                     min_ns, max_ns, histogram, error_codes, sample, truncated, waits)
-                 VALUES (1, 'h:1', 1000, 7, 5, 0, 1000000, 1, 500000, x'0a05', x'', 'SELECT 1', 0, x'');
-                 PRAGMA user_version = 3;",
-            )
-            .unwrap();
-        }
+        let (dir, path) = old_store("v3", &schema_v3(), &format!("{ONE_V2_ROW} PRAGMA user_version = 3;"));
         let store = SqliteStore::open(&path).unwrap();
         let query = TopQuery { instance: None, since_unix_ms: 0, order_by: OrderBy::Total, limit: 20 };
         let d = store.top(&query).unwrap().remove(0);
@@ -1355,22 +1345,15 @@ mod tests {
 
     #[test]
     fn version_1_files_are_upgraded_in_place() {
-        let dir = std::env::temp_dir().join(format!("sqlbee-store-v1-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("s.db");
-        {
-            let conn = Connection::open(&path).unwrap();
-            conn.execute_batch(&schema_v1()).unwrap();
-            conn.execute_batch(
-                "INSERT INTO digest_texts VALUES (7, 'SELECT ?');
-                 INSERT INTO digest_windows (window_id, instance, window_end, digest, count, errors, sum_ns,
-                     min_ns, max_ns, histogram, error_codes, sample, truncated)
-                 VALUES (1, 'h:1', 1000, 7, 5, 2, 1000000, 1, 500000, x'0a05', x'a608010501', 'SELECT 1', 0);
-                 PRAGMA user_version = 1;",
-            )
-            .unwrap();
-        }
+        let (dir, path) = old_store(
+            "v1",
+            &schema_v1(),
+            "INSERT INTO digest_texts VALUES (7, 'SELECT ?');
+             INSERT INTO digest_windows (window_id, instance, window_end, digest, count, errors, sum_ns,
+                 min_ns, max_ns, histogram, error_codes, sample, truncated)
+             VALUES (1, 'h:1', 1000, 7, 5, 2, 1000000, 1, 500000, x'0a05', x'a608010501', 'SELECT 1', 0);
+             PRAGMA user_version = 1;",
+        );
         // Histogram: bucket 10 holds 5. Error codes: 1062 (gap a6 08) once, 1067 (gap 05) once.
         let store = SqliteStore::open(&path).unwrap();
         let version: i64 = lock(&store.writer).query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
