@@ -14,7 +14,10 @@ use cgroups_rs::fs::{
     memory::MemController,
 };
 
-use super::{BudgetConfig, BudgetError};
+use super::{
+    BudgetConfig, BudgetError,
+    cgroup_v2::{self, CurrentLimit, Plan},
+};
 
 /// A dead agent's cgroup this old is left over, not being set up.
 const STALE_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
@@ -27,6 +30,9 @@ pub enum Applied {
     /// The agent runs in its own cgroup with the configured limits, removed
     /// when this value drops.
     Own(SelfLimit),
+    /// cgroup v2: the limits were written into the agent's own cgroup and
+    /// are put back when this value drops (see `cgroup_v2`).
+    Current(CurrentLimit),
     /// The agent already runs under a container's limits: left alone, read.
     Inherited { cpu_cores: Option<f64>, memory_bytes: Option<u64> },
 }
@@ -36,6 +42,7 @@ impl Applied {
     pub fn cpu_cores(&self) -> Option<f64> {
         match self {
             Applied::Own(own) => Some(own.config.cpu_cores),
+            Applied::Current(current) => Some(current.config.cpu_cores),
             Applied::Inherited { cpu_cores, .. } => *cpu_cores,
         }
     }
@@ -43,7 +50,18 @@ impl Applied {
     pub fn memory_bytes(&self) -> Option<u64> {
         match self {
             Applied::Own(own) => Some(own.config.memory_bytes),
+            Applied::Current(current) => Some(current.config.memory_bytes),
             Applied::Inherited { memory_bytes, .. } => *memory_bytes,
+        }
+    }
+
+    /// CPU time of everything in the agent's cgroup (the agent), ns; None
+    /// when the agent has no cgroup of its own.
+    pub fn cpu_usage_ns(&self) -> Option<u64> {
+        match self {
+            Applied::Own(own) => own.cpu_usage_ns(),
+            Applied::Current(current) => current.cpu_usage_ns(),
+            Applied::Inherited { .. } => None,
         }
     }
 }
@@ -73,6 +91,19 @@ impl SelfLimit {
         let v2 = hierarchy.v2();
         let relative = get_cgroups_relative_paths()
             .map_err(|e| BudgetError::Cgroup { what: "reading /proc/self/cgroup", path: name.clone(), detail: e.to_string() })?;
+        if v2 {
+            let current = relative.get("").cloned().unwrap_or_default();
+            match cgroup_v2::plan(Path::new(cgroups_rs::fs::cgroup::UNIFIED_MOUNTPOINT), &current, std::process::id()) {
+                Plan::Child => {}
+                Plan::Inherit => {
+                    let (cpu_cores, memory_bytes) = current_limits();
+                    tracing::info!(?cpu_cores, ?memory_bytes, cgroup = %current, "the agent's cgroup is limited already; only reading it");
+                    return Ok(Applied::Inherited { cpu_cores, memory_bytes });
+                }
+                Plan::Current(dir) => return Ok(Applied::Current(CurrentLimit::apply(dir, config)?)),
+                Plan::Refuse(reason) => return Err(BudgetError::Unsupported { reason }),
+            }
+        }
         let cgroup = if v2 {
             let current = relative.get("").cloned().unwrap_or_default();
             let path = format!("{}/{name}", current.trim_matches('/'));

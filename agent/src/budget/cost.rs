@@ -47,10 +47,7 @@ impl CostMeter {
 
     /// Closes a window: the agent's CPU and memory since the last call.
     pub fn sample(&mut self, budget: Option<&Applied>) -> CostSample {
-        let own = match budget {
-            Some(Applied::Own(own)) => own.cpu_usage_ns(),
-            _ => None,
-        };
+        let own = budget.and_then(Applied::cpu_usage_ns);
         let (cpu_ns, cpu_source) = match own {
             Some(ns) => (ns, "cgroup"),
             None => (process_cpu_ns(), "process"),

@@ -8,7 +8,11 @@
 //! controller, not at the hierarchy root: on hosts where the agent already
 //! sits in a service or session cgroup (this machine, systemd hosts) the
 //! root may be off limits, and nesting keeps the outer limits in force.
+//! cgroup v2 allows that child only below the root cgroup; elsewhere the
+//! agent limits the cgroup it is alone in, or says why it cannot (see
+//! `cgroup_v2`).
 mod cgroup;
+mod cgroup_v2;
 mod cost;
 mod shedding;
 
@@ -46,6 +50,8 @@ pub enum BudgetError {
     NoController { controller: &'static str },
     #[error("cannot read {path}: {source}")]
     Read { path: PathBuf, source: std::io::Error },
+    #[error("{reason}")]
+    Unsupported { reason: String },
 }
 
 /// Starts `SQLBEE_TEST_BURN_THREADS` threads that spin for the agent's

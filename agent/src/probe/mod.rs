@@ -13,6 +13,7 @@ mod event;
 mod supervisor;
 
 pub use aggregates::KernelDigest;
+pub use calibrate::hold_task_events_on;
 pub use duty::MIN_DUTY;
 pub use overhead::ProbeCost;
 pub use attach::{AttachedServer, ProbeConfig};

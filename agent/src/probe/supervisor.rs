@@ -41,6 +41,9 @@ pub struct Supervisor {
 
 impl Supervisor {
     pub fn new(config: ProbeConfig) -> Self {
+        // The first per-task perf event on a host can wait seconds for the
+        // kernel (see `hold_task_events_on`): say so before it happens.
+        tracing::debug!("opening the per-task perf event");
         let task_events = calibrate::hold_task_events_on()
             .map_err(|e| warn!(error = %e, "no per-task perf event; attaching may wait for the kernel under load"))
             .ok();
