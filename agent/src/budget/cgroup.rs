@@ -23,7 +23,12 @@ use super::{
 const STALE_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// CFS period the quota is expressed in (the kernel default).
-const PERIOD_US: u64 = 100_000;
+pub(super) const PERIOD_US: u64 = 100_000;
+
+/// The quota per `PERIOD_US` for `cores`; at least 1 ms, the kernel's floor.
+pub(super) fn quota_us(cores: f64) -> u64 {
+    (cores * PERIOD_US as f64).round().max(1000.0) as u64
+}
 
 /// What `SelfLimit::apply` did.
 pub enum Applied {
@@ -125,7 +130,7 @@ impl SelfLimit {
 
     fn set_limits(&self) -> Result<(), BudgetError> {
         let cpu: &CpuController = self.cgroup.controller_of().ok_or(BudgetError::NoController { controller: "cpu" })?;
-        let quota = (self.config.cpu_cores * PERIOD_US as f64).round().max(1000.0) as i64;
+        let quota = quota_us(self.config.cpu_cores) as i64;
         cpu.set_cfs_quota_and_period(Some(quota), Some(PERIOD_US)).map_err(|e| self.error("setting the CPU quota", e))?;
         // A new cgroup weighs as much as one thread of its parent: next to
         // a busy mysqld (dozens of threads at the parent's level) the agent
@@ -144,9 +149,7 @@ impl SelfLimit {
     pub fn cpu_usage_ns(&self) -> Option<u64> {
         if self.cgroup.v2() {
             let cpu: &CpuController = self.cgroup.controller_of()?;
-            let stat = cpu.cpu().stat;
-            let usec = stat.lines().find_map(|l| l.strip_prefix("usage_usec "))?.trim().parse::<u64>().ok()?;
-            Some(usec * 1000)
+            cgroup_v2::usage_ns(&cpu.cpu().stat)
         } else {
             let acct: &CpuAcctController = self.cgroup.controller_of()?;
             Some(acct.cpuacct().usage)

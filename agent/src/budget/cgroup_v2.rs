@@ -17,10 +17,16 @@
 //! fixture trees; this machine's v2 hierarchy has no cpu controller.
 use std::path::{Path, PathBuf};
 
-use super::{BudgetConfig, BudgetError};
+use super::{
+    BudgetConfig, BudgetError,
+    cgroup::{PERIOD_US, quota_us},
+};
 
-/// CFS period the quota is expressed in (the kernel default).
-const PERIOD_US: u64 = 100_000;
+/// CPU time from a v2 `cpu.stat` (`usage_usec`), ns.
+pub(super) fn usage_ns(cpu_stat: &str) -> Option<u64> {
+    let usec = cpu_stat.lines().find_map(|l| l.strip_prefix("usage_usec "))?.trim().parse::<u64>().ok()?;
+    Some(usec * 1000)
+}
 
 #[derive(Debug, PartialEq)]
 pub enum Plan {
@@ -92,7 +98,7 @@ impl CurrentLimit {
             }
         }
         let limit = CurrentLimit { dir, config, saved };
-        let quota = (config.cpu_cores * PERIOD_US as f64).round().max(1000.0) as u64;
+        let quota = quota_us(config.cpu_cores);
         limit.write("cpu.max", &format!("{quota} {PERIOD_US}"))?;
         limit.write("memory.max", &config.memory_bytes.to_string())?;
         tracing::info!(dir = %limit.dir.display(), cpu_cores = config.cpu_cores, memory_bytes = config.memory_bytes,
@@ -110,9 +116,7 @@ impl CurrentLimit {
 
     /// CPU time of the cgroup (the agent alone), ns.
     pub fn cpu_usage_ns(&self) -> Option<u64> {
-        let stat = read(&self.dir, "cpu.stat")?;
-        let usec = stat.lines().find_map(|l| l.strip_prefix("usage_usec "))?.trim().parse::<u64>().ok()?;
-        Some(usec * 1000)
+        usage_ns(&read(&self.dir, "cpu.stat")?)
     }
 }
 

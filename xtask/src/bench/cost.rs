@@ -8,18 +8,14 @@
 //! Each rate first gets a run without an agent: it shows the rate sysbench
 //! really reached, how many statements one sysbench event is, and mysqld's
 //! CPU without probes. Then one run per step, each with a fresh agent.
-use std::{
-    fs,
-    path::PathBuf,
-    process::{Child, Command, Stdio},
-    time::{Duration, Instant},
-};
+use std::{fs, path::PathBuf, process::Command, time::Instant};
 
 use anyhow::{Context as _, bail};
 
 use super::{
     measure::{cpu_seconds, parse_sysbench, peak_rss_kib},
     release_agent,
+    treatment::Tracer,
 };
 use crate::{mariadb::PrivateServer, paths::workspace_root, sysbench::Sysbench};
 
@@ -94,60 +90,6 @@ pub struct CostOutcome {
 impl CostRun {
     pub fn cores_per_10k(&self) -> f64 {
         if self.qps > 0.0 { self.agent_cores / (self.qps / 10_000.0) } else { 0.0 }
-    }
-}
-
-struct Agent {
-    child: Child,
-    stdout: PathBuf,
-}
-
-impl Agent {
-    fn start(bin: &std::path::Path, server: &PrivateServer, window: &str, flags: &[String], tag: &str) -> anyhow::Result<Agent> {
-        let ready = server.dir().join(format!("{tag}.ready"));
-        let _ = fs::remove_file(&ready);
-        let stdout = server.dir().join(format!("{tag}.jsonl"));
-        let stderr = server.dir().join(format!("{tag}.log"));
-        let mut child = Command::new(bin)
-            .args(["agent", "--output", "jsonl"])
-            .arg(format!("--window={window}"))
-            .arg(format!("--pid={}", server.pid()))
-            .arg("--ready-file")
-            .arg(&ready)
-            .args(flags)
-            .stdin(Stdio::null())
-            .stdout(fs::File::create(&stdout)?)
-            .stderr(fs::File::create(&stderr)?)
-            .spawn()
-            .with_context(|| format!("starting {}", bin.display()))?;
-        let started = Instant::now();
-        while !ready.exists() {
-            if let Some(status) = child.try_wait()? {
-                bail!("the agent exited before attaching ({status}): {}", fs::read_to_string(&stderr).unwrap_or_default());
-            }
-            if started.elapsed() > Duration::from_secs(60) {
-                let _ = child.kill();
-                bail!("the agent did not attach within 60 s");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Ok(Agent { child, stdout })
-    }
-
-    /// SIGTERM, wait, and the agent's jsonl lines.
-    fn stop(mut self) -> anyhow::Result<Vec<serde_json::Value>> {
-        // SAFETY: kill(2) on our own child.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while self.child.try_wait()?.is_none() {
-            if Instant::now() > deadline {
-                let _ = self.child.kill();
-                bail!("the agent did not stop within 30 s");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let text = fs::read_to_string(&self.stdout)?;
-        Ok(text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect())
     }
 }
 
@@ -249,9 +191,14 @@ fn one_run(
 ) -> anyhow::Result<()> {
     let agent = match step {
         "none" => None,
-        step => Some(Agent::start(bin, server, &args.window, &step_flags(step)?, &format!("cost-{}-{step}", run.target_qps))?),
+        step => {
+            let flags = step_flags(step)?;
+            let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+            let tag = format!("cost-{}-{step}", run.target_qps);
+            Some(Tracer::agent(bin, &flags, &args.window, server, &tag)?)
+        }
     };
-    let agent_cpu0 = agent.as_ref().map(|a| cpu_seconds(a.child.id())).unwrap_or(0.0);
+    let agent_cpu0 = agent.as_ref().map(|a| cpu_seconds(a.pid())).unwrap_or(0.0);
     let mysqld_cpu0 = cpu_seconds(server.pid());
     let started = Instant::now();
     let report = bench.run(server);
@@ -259,12 +206,13 @@ fn one_run(
     run.mysqld_cores = (cpu_seconds(server.pid()) - mysqld_cpu0) / run.seconds;
     if let Some(mut agent) = agent {
         // A dead agent's /proc entry is gone: its CPU would read as 0.
-        if let Some(status) = agent.child.try_wait()? {
+        if let Some(status) = agent.exited()? {
             bail!("the agent exited during the run ({status})");
         }
-        run.agent_cores = (cpu_seconds(agent.child.id()) - agent_cpu0) / run.seconds;
-        run.agent_peak_rss_kib = peak_rss_kib(agent.child.id());
-        let lines = agent.stop()?;
+        run.agent_cores = (cpu_seconds(agent.pid()) - agent_cpu0) / run.seconds;
+        run.agent_peak_rss_kib = peak_rss_kib(agent.pid());
+        let text = agent.stop_output()?;
+        let lines: Vec<serde_json::Value> = text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
         (run.reported_cores_per_10k, run.reported_step) = reported(&lines);
     }
     let sysbench = parse_sysbench(&report?);

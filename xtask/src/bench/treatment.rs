@@ -204,18 +204,20 @@ impl Tracer {
     /// and waits until its probes are attached.
     pub fn start(treatment: &Treatment, sqlbee: &AgentBinary, server: &PrivateServer, tag: &str) -> anyhow::Result<Option<Tracer>> {
         match treatment.setup {
-            Setup::Agent { .. } => Self::agent(&sqlbee.path, &sqlbee.flags(treatment), server, tag).map(Some),
+            Setup::Agent { .. } => Self::agent(&sqlbee.path, &sqlbee.flags(treatment), "1h", server, tag).map(Some),
             Setup::Bpftrace { symbols, program } => Self::bpftrace(symbols, program, server, tag).map(Some),
             Setup::ServerSql { .. } | Setup::ServerFlags(_) => Ok(None),
         }
     }
 
-    fn agent(sqlbee: &Path, flags: &[&str], server: &PrivateServer, tag: &str) -> anyhow::Result<Tracer> {
+    /// `sqlbee agent` on `server` with `flags`, closing a window every
+    /// `window`, once its probes are attached.
+    pub fn agent(sqlbee: &Path, flags: &[&str], window: &str, server: &PrivateServer, tag: &str) -> anyhow::Result<Tracer> {
         let ready = server.dir().join(format!("{tag}.ready"));
         let _ = fs::remove_file(&ready);
         let (stdout, stderr) = (server.dir().join(format!("{tag}.jsonl")), server.dir().join(format!("{tag}.log")));
         let child = Command::new(sqlbee)
-            .args(["agent", "--output", "jsonl", "--window", "1h"])
+            .args(["agent", "--output", "jsonl", "--window", window])
             .args(flags)
             .arg(format!("--pid={}", server.pid()))
             .arg("--ready-file")
@@ -288,7 +290,14 @@ impl Tracer {
     /// Stops the tracer the way its user would (SIGTERM for sqlbee, which
     /// writes its last window; SIGINT for bpftrace, which prints its maps)
     /// and returns how many statements it saw.
-    pub fn stop(mut self) -> anyhow::Result<u64> {
+    pub fn stop(self) -> anyhow::Result<u64> {
+        let kind = self.kind;
+        let text = self.stop_output()?;
+        Ok(if kind == TracerKind::Bpftrace { bpftrace_count(&text) } else { agent_statements(&text) })
+    }
+
+    /// As `stop`, returning what the tracer printed.
+    pub fn stop_output(mut self) -> anyhow::Result<String> {
         let signal = if self.kind == TracerKind::Bpftrace { libc::SIGINT } else { libc::SIGTERM };
         // SAFETY: kill(2) on our own child.
         unsafe { libc::kill(self.child.id() as i32, signal) };
@@ -306,8 +315,12 @@ impl Tracer {
         if !status.success() {
             bail!("{} exited with {status}: {}", self.kind, self.stderr_tail());
         }
-        let text = fs::read_to_string(&self.stdout).unwrap_or_default();
-        Ok(if self.kind == TracerKind::Bpftrace { bpftrace_count(&text) } else { agent_statements(&text) })
+        Ok(fs::read_to_string(&self.stdout).unwrap_or_default())
+    }
+
+    /// The tracer's exit status, if it has exited.
+    pub fn exited(&mut self) -> anyhow::Result<Option<std::process::ExitStatus>> {
+        Ok(self.child.try_wait()?)
     }
 }
 
