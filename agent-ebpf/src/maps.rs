@@ -31,6 +31,19 @@ pub static ERRORS: RingBuf = RingBuf::with_byte_size(256 * 1024, 0);
 #[map]
 pub static LONG_WAITS: RingBuf = RingBuf::with_byte_size(256 * 1024, 0);
 
+/// 1 while budget mode has the probes off: they may still fire until the
+/// kernel has removed their breakpoints (tenths of a second under load),
+/// but count nothing, so counts cover exactly the attached phases the
+/// agent measured. 0 (counting) unless the agent says otherwise.
+#[map]
+pub static GATE: Array<u32> = Array::with_max_entries(1, 0);
+
+/// Whether budget mode has the probes off (see `GATE`).
+#[inline(always)]
+pub fn gate_closed() -> bool {
+    GATE.get(0).is_some_and(|v| *v != 0)
+}
+
 /// Exact count of each `enum_server_command` dispatched, whatever happens
 /// to the ring buffer.
 #[map]

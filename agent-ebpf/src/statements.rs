@@ -21,7 +21,7 @@ use aya_ebpf::{
 use crate::{
     aggregate,
     layout::layout,
-    maps::{COMMANDS, EVENTS, SCRATCH, STATS, bump, inflight_slot},
+    maps::{COMMANDS, EVENTS, SCRATCH, STATS, bump, gate_closed, inflight_slot},
 };
 
 /// `COM_STMT_EXECUTE`: its packet starts with the 4-byte statement id.
@@ -43,6 +43,9 @@ pub fn command_start(ctx: ProbeContext) -> u32 {
 }
 
 fn try_command_start(ctx: &ProbeContext) -> Result<(), i64> {
+    if gate_closed() {
+        return Ok(());
+    }
     let layout = layout();
     let args = args(ctx);
     let command = arg_at(&args, layout.command_arg).ok_or(0i64)?;
@@ -117,6 +120,9 @@ fn read_thd_u64(thd: u64, offset: u32) -> u64 {
 }
 
 fn try_statement_end(ctx: &ProbeContext) -> Result<(), i64> {
+    if gate_closed() {
+        return Ok(());
+    }
     let now = unsafe { bpf_ktime_get_ns() };
     let layout = layout();
     let thd: u64 = ctx.arg(0).ok_or(0i64)?;

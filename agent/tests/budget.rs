@@ -161,7 +161,9 @@ fn attached_uprobes(agent_pid: u32) -> usize {
 
 /// Budget mode attaches the probes part of the time: they come and go on
 /// a schedule while statements run, and every count made meanwhile says it
-/// is a sample, with its estimate.
+/// is a sample, with its estimate. The server's own query counter, read
+/// from its memory, still counts every statement of every window, and the
+/// estimates scaled by it add up to what the workload ran.
 #[test]
 fn budget_mode_detaches_and_reattaches_and_flags_estimates() {
     if !privileged("budget_mode_detaches_and_reattaches_and_flags_estimates") {
@@ -170,16 +172,24 @@ fn budget_mode_detaches_and_reattaches_and_flags_estimates() {
     let _serial = common::one_at_a_time();
     let server = PrivateServer::start("duty", &[]).unwrap();
     let run = common::Workload::sysbench(&server, "oltp_point_select", 2, 60, "auto");
+    std::thread::sleep(Duration::from_millis(1000));
+    run.pause();
+    let before = common::status_before_agent(&server);
     let agent = Agent::start(
         server.dir(),
         &[format!("--pid={}", server.pid()), "--window=1s".into(), "--mysqld-overhead-budget=0.5%".into()],
     );
+    run.resume();
     let (mut states, started) = (Vec::new(), std::time::Instant::now());
     while started.elapsed() < Duration::from_secs(8) {
         states.push(attached_uprobes(agent.pid()) > 0);
         std::thread::sleep(Duration::from_millis(50));
     }
+    run.pause();
+    // Idle windows go by, so every statement is in a closed window.
+    std::thread::sleep(Duration::from_millis(2500));
     let out = agent.stop();
+    let after = server.global_status().unwrap();
     drop(run);
     assert!(out.success, "{}", out.stderr);
     let switches = states.windows(2).filter(|w| w[0] != w[1]).count();
@@ -198,6 +208,27 @@ fn budget_mode_detaches_and_reattaches_and_flags_estimates() {
     let rows: Vec<_> = out.of_type("digest").filter(|d| d["sampled"] == true).collect();
     assert!(!rows.is_empty(), "no digest marked as sampled");
     assert!(rows.iter().all(|d| d["estimated_count"].as_u64().unwrap() >= d["count"].as_u64().unwrap()));
+
+    // Questions also counts the two status reads around the agent's life.
+    let questions = common::delta(&before, &after, "Questions") as f64 - 2.0;
+    let summaries: Vec<_> = out.of_type("summary").collect();
+    let server_counted: f64 = summaries.iter().map(|s| s["probes"]["server_statements"].as_u64().unwrap_or(0) as f64).sum();
+    assert!(
+        (server_counted - questions).abs() <= 0.01 * questions + 10.0,
+        "the server's counter adds up to {server_counted}, Questions to {questions}: {}",
+        out.stderr
+    );
+    let counted: f64 = summaries.iter().map(|s| s["statements"].as_u64().unwrap() as f64).sum();
+    let estimated: f64 = summaries
+        .iter()
+        .map(|s| s["estimated_statements"].as_u64().or(s["statements"].as_u64()).unwrap() as f64)
+        .sum();
+    assert!(counted < 0.8 * questions, "probes counted {counted} of {questions}: hardly a sample");
+    assert!(
+        (estimated - questions).abs() <= 0.2 * questions,
+        "estimates add up to {estimated} (counted {counted}), Questions to {questions}: {}",
+        out.stderr
+    );
 }
 
 /// A cardinality bomb: 100,000 distinct statements in well under a minute.

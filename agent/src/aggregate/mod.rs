@@ -283,13 +283,7 @@ impl Aggregator {
             self.kernel_texts.remove(&key);
         }
         if let Some(cost) = batch.cost {
-            let total = window.summary.probe_cost.get_or_insert_with(ProbeCost::default);
-            total.program_ns += cost.program_ns;
-            total.program_runs += cost.program_runs;
-            total.mysqld_cpu_s += cost.mysqld_cpu_s;
-            total.window_s += cost.window_s;
-            total.trap_ns = cost.trap_ns;
-            total.attached_fraction = cost.attached_fraction;
+            window.summary.probe_cost.get_or_insert_with(ProbeCost::default).merge(&cost);
         }
         if let Some(now) = batch.counters {
             let last = self.last_counters.get(&key).cloned().unwrap_or_default();

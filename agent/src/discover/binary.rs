@@ -17,6 +17,11 @@
 //!   start that is not a plausible recent CLOCK_MONOTONIC time.
 //!
 //! A pattern that does not match is refused, never guessed.
+//!
+//! The exported `global_query_id` counter (one increment per query the
+//! server starts) is located too: reading it from the server's memory
+//! costs the server nothing, so budget mode learns from it how many
+//! statements ran while its probes were off.
 use std::{fs::File, path::Path};
 
 use agent_common::ServerLayout;
@@ -34,6 +39,7 @@ const THD_CURRENT_COMMAND: &str = "thd_current_command";
 const THD_STORAGE_LOCK_WAIT: &str = "thd_storage_lock_wait";
 const THD_WAIT_BEGIN: &str = "thd_wait_begin";
 const THD_WAIT_END: &str = "thd_wait_end";
+const GLOBAL_QUERY_ID: &str = "global_query_id";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Flavor {
@@ -69,6 +75,17 @@ pub struct BinaryInfo {
     /// Probe points whose first instruction the kernel cannot emulate and
     /// must single-step (about 15x the cost of a trap on this kind of VM).
     pub single_stepped: Vec<&'static str>,
+    /// Where `global_query_id` lives, when the binary exports it.
+    pub query_counter: Option<StaticVariable>,
+}
+
+/// An 8-byte variable of the binary, by link-time address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StaticVariable {
+    pub address: u64,
+    /// Link-time address of the segment mapped from file offset 0: the
+    /// load bias is where that mapping starts minus this.
+    pub first_segment: u64,
 }
 
 pub fn inspect_binary(path: &Path) -> Result<BinaryInfo, DiscoverError> {
@@ -161,6 +178,7 @@ pub fn inspect_binary(path: &Path) -> Result<BinaryInfo, DiscoverError> {
             .then(|| (point(THD_WAIT_BEGIN), point(THD_WAIT_END))),
     };
     let build_id = elf.build_id().ok().flatten().map(hex_plain);
+    let query_counter = static_u64(&elf, GLOBAL_QUERY_ID);
     Ok(BinaryInfo {
         flavor: Flavor::MariaDb,
         build_id,
@@ -180,7 +198,16 @@ pub fn inspect_binary(path: &Path) -> Result<BinaryInfo, DiscoverError> {
         },
         points,
         single_stepped,
+        query_counter,
     })
+}
+
+/// A defined 8-byte data symbol and the segment that locates it at run time.
+fn static_u64(elf: &object::File<'_>, name: &str) -> Option<StaticVariable> {
+    use object::ObjectSegment;
+    let symbol = find_symbol(elf, name).filter(|s| s.kind() == object::SymbolKind::Data && s.size() == 8)?;
+    let first = elf.segments().find(|s| s.file_range().0 == 0)?;
+    Some(StaticVariable { address: symbol.address(), first_segment: first.address() & !0xfff })
 }
 
 fn missing(path: &Path, symbol: &'static str, what: &'static str) -> DiscoverError {

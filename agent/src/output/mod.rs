@@ -94,9 +94,11 @@ pub fn window_to_json(report: &WindowReport) -> Vec<Value> {
             "mysqld_cpu_s": c.mysqld_cpu_s,
             // What the probes add to mysqld, in cores per 10k statements/s.
             "mysqld_extra_cores_per_10k_qps": c.extra_cores_per_10k_qps(s.statements),
+            "server_statements": c.server_statements,
+            "learned_statement_ns": c.learned_ns,
         })),
         "sampled": sampled,
-        "estimated_statements": sampled.then(|| estimate(s.statements)),
+        "estimated_statements": sampled.then(|| cost.map_or(s.statements, |c| c.estimate_total(s.statements))),
         "digests": report.digests.len(),
     }));
     lines

@@ -12,7 +12,7 @@ use std::{
 use agent_common::{COMMAND_SLOTS, LongWait, MAX_TEXT, ServerLayout, stat};
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{MapData, PerCpuArray, RingBuf},
+    maps::{Array, MapData, PerCpuArray, RingBuf},
     programs::{
         UProbe,
         uprobe::{UProbeAttachLocation, UProbeLinkId, UProbeScope},
@@ -59,6 +59,8 @@ pub struct AttachedServer {
     events: RingBuf<MapData>,
     errors: RingBuf<MapData>,
     long_waits: RingBuf<MapData>,
+    /// Budget mode's switch: closed, the programs count nothing.
+    gate: Array<MapData, u32>,
     aggregates: Option<KernelAggregates>,
     /// Where each loaded program goes, and its link while attached.
     points: Vec<(&'static str, ProbePoint)>,
@@ -118,12 +120,15 @@ impl AttachedServer {
             .ok_or_else(|| ProbeError::Map { map: "LONG_WAITS", detail: "not in object".into() })?;
         let long_waits =
             RingBuf::try_from(long_waits).map_err(|e| ProbeError::Map { map: "LONG_WAITS", detail: e.to_string() })?;
+        let gate = ebpf.take_map("GATE").ok_or_else(|| ProbeError::Map { map: "GATE", detail: "not in object".into() })?;
+        let gate = Array::try_from(gate).map_err(|e| ProbeError::Map { map: "GATE", detail: e.to_string() })?;
         let mut attached = Self {
             server,
             binary,
             events,
             errors,
             long_waits,
+            gate,
             aggregates,
             points,
             links: Vec::new(),
@@ -218,11 +223,17 @@ impl AttachedServer {
         self.attach_links()
     }
 
+    fn set_gate(&mut self, open: bool) -> Result<(), ProbeError> {
+        self.gate.set(0, &u32::from(!open), 0).map_err(|e| ProbeError::Map { map: "GATE", detail: e.to_string() })
+    }
+
     /// Detaches without waiting: the kernel removes the breakpoints at once
     /// but then waits for every handler still running to finish, which on
     /// a saturated host took seconds; a helper thread does that waiting.
+    /// The gate closes first, so nothing is counted from now on.
     pub fn detach_in_background(&mut self) -> Result<(), ProbeError> {
         let pid = self.server.pid;
+        self.set_gate(false)?;
         for (program, link) in self.links.drain(..) {
             let link = uprobe(&mut self.ebpf, program, pid)?
                 .take_link(link)
@@ -230,6 +241,11 @@ impl AttachedServer {
             release_later(Box::new(link), self.detaching.clone());
         }
         Ok(())
+    }
+
+    /// Detached, and the kernel has let go of every probe.
+    pub fn detach_settled(&self) -> bool {
+        self.links.is_empty() && self.detaching.load(std::sync::atomic::Ordering::Acquire) == 0
     }
 
     /// Attaches again unless a background detach is still running: the
@@ -240,6 +256,7 @@ impl AttachedServer {
             return Ok(false);
         }
         self.attach_links()?;
+        self.set_gate(true)?;
         Ok(true)
     }
 
@@ -315,8 +332,10 @@ fn release_later(item: Box<dyn Send>, pending: Arc<AtomicUsize>) {
         let (tx, rx) = std::sync::mpsc::channel::<Release>();
         let spawned = std::thread::Builder::new().name("detach".into()).spawn(move || {
             for (item, pending) in rx {
+                let started = std::time::Instant::now();
                 drop(item);
                 pending.fetch_sub(1, Ordering::AcqRel);
+                tracing::debug!(took_ms = started.elapsed().as_millis() as u64, "detached a probe");
             }
         });
         if let Err(e) = spawned {

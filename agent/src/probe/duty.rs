@@ -70,6 +70,10 @@ impl DutyCycle {
         }
     }
 
+    pub fn attached(&self) -> bool {
+        self.attached
+    }
+
     /// Whether the probes should change state now: `Some(attach)`.
     pub fn tick(&mut self, now: Instant) -> Option<bool> {
         let on = self.config.period.mul_f64(self.duty);
@@ -83,6 +87,13 @@ impl DutyCycle {
         self.attached = !self.attached;
         self.phase_start = now;
         Some(self.attached)
+    }
+
+    /// The attach that `tick` asked for took until `now`: the attached
+    /// phase, and the time counted as attached, start only now.
+    pub fn started(&mut self, now: Instant) {
+        self.phase_start = now;
+        self.counted_until = self.counted_until.max(now);
     }
 
     /// The attach that `tick` asked for could not happen yet: stay
@@ -153,6 +164,20 @@ mod tests {
             assert_eq!(d.tick(t0 + Duration::from_secs(s)), None);
         }
         assert_eq!(d.take_attached_fraction(t0 + Duration::from_secs(5)), 1.0);
+    }
+
+    #[test]
+    fn a_slow_attach_counts_from_when_it_took_effect() {
+        let (mut d, t0) = cycle();
+        d.rebudget(20_000.0, 2.5e-6, 1.5);
+        let ms = |n: u64| t0 + Duration::from_millis(n);
+        assert_eq!(d.tick(ms(300)), Some(false));
+        assert_eq!(d.tick(ms(1000)), Some(true));
+        d.started(ms(1200));
+        assert_eq!(d.tick(ms(1400)), None, "on for 300 ms from when the attach took effect");
+        assert_eq!(d.tick(ms(1500)), Some(false));
+        let fraction = d.take_attached_fraction(ms(2000));
+        assert!((fraction - 0.6 / 2.0).abs() < 1e-9, "{fraction}");
     }
 
     #[test]

@@ -10,6 +10,8 @@ mod calibrate;
 mod duty;
 mod overhead;
 mod event;
+mod phases;
+mod query_counter;
 mod supervisor;
 
 pub use aggregates::KernelDigest;

@@ -12,7 +12,11 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::duty::{DutyConfig, DutyCycle};
+use super::{
+    duty::{DutyConfig, DutyCycle},
+    phases::{Phase, Phases},
+    query_counter::QueryCounter,
+};
 use crate::discover::cpu_seconds;
 
 /// The probes' cost in one server over one window.
@@ -29,12 +33,28 @@ pub struct ProbeCost {
     /// mysqld's own CPU over the window, in seconds (probes included).
     pub mysqld_cpu_s: f64,
     pub window_s: f64,
+    /// Statements the probes counted (while attached).
+    pub statements: u64,
+    /// Queries the server itself counted over the whole window, when its
+    /// counter could be read.
+    pub server_statements: Option<u64>,
+    /// Of those, the ones that ran while the probes were attached (budget
+    /// mode).
+    pub server_statements_attached: Option<u64>,
+    /// What one statement costs mysqld with the probes on, learned from
+    /// attached against detached phases (budget mode), ns.
+    pub learned_ns: Option<u64>,
 }
 
 impl ProbeCost {
-    /// CPU the probes took from mysqld, seconds.
+    /// CPU the probes took from mysqld, seconds: the learned price when
+    /// there is one, else run time plus calibrated traps.
     pub fn probe_cpu_s(&self) -> f64 {
-        (self.program_ns as f64 + self.program_runs as f64 * self.trap_ns as f64) / 1e9
+        let calibrated = (self.program_ns as f64 + self.program_runs as f64 * self.trap_ns as f64) / 1e9;
+        match self.learned_ns {
+            Some(ns) => (ns as f64 * self.statements as f64 / 1e9).max(calibrated),
+            None => calibrated,
+        }
     }
 
     /// True when counts cover only the attached share of the window.
@@ -42,12 +62,48 @@ impl ProbeCost {
         self.attached_fraction < 1.0
     }
 
-    /// A count over the attached share, scaled to the whole window.
+    /// Share of the server's queries that ran while attached.
+    pub fn statement_share(&self) -> Option<f64> {
+        let total = self.server_statements.filter(|n| *n > 0)?;
+        Some(self.server_statements_attached? as f64 / total as f64)
+    }
+
+    /// Adds another part of the same window (a server's batches are
+    /// closed more than once in a window when it goes away).
+    pub fn merge(&mut self, other: &ProbeCost) {
+        let add = |a: Option<u64>, b: Option<u64>| match (a, b) {
+            (None, None) => None,
+            (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
+        };
+        self.program_ns += other.program_ns;
+        self.program_runs += other.program_runs;
+        self.mysqld_cpu_s += other.mysqld_cpu_s;
+        self.window_s += other.window_s;
+        self.statements += other.statements;
+        self.server_statements = add(self.server_statements, other.server_statements);
+        self.server_statements_attached = add(self.server_statements_attached, other.server_statements_attached);
+        self.trap_ns = other.trap_ns;
+        self.attached_fraction = other.attached_fraction;
+        self.learned_ns = other.learned_ns.or(self.learned_ns);
+    }
+
+    /// A count over the attached share, scaled to the whole window: by the
+    /// share of the server's own queries that ran attached when known
+    /// (exact whatever the rate did), else by the share of time.
     pub fn estimate(&self, counted: u64) -> u64 {
-        if self.sampled() && self.attached_fraction > 0.0 {
-            (counted as f64 / self.attached_fraction).round() as u64
-        } else {
-            counted
+        if !self.sampled() {
+            return counted;
+        }
+        let share = self.statement_share().filter(|s| *s > 0.0).unwrap_or(self.attached_fraction);
+        if share > 0.0 { (counted as f64 / share).round() as u64 } else { counted }
+    }
+
+    /// The window's statements: the server's own count when the probes saw
+    /// only a sample and it could be read, else `counted` scaled.
+    pub fn estimate_total(&self, counted: u64) -> u64 {
+        match self.server_statements {
+            Some(server) if self.sampled() => server.max(counted),
+            _ => self.estimate(counted),
         }
     }
 
@@ -57,7 +113,7 @@ impl ProbeCost {
         if statements == 0 || self.window_s <= 0.0 {
             return None;
         }
-        let qps = self.estimate(statements) as f64 / self.window_s;
+        let qps = self.estimate_total(statements) as f64 / self.window_s;
         Some(self.probe_cpu_s() / self.window_s / (qps / 10_000.0))
     }
 }
@@ -72,6 +128,8 @@ pub struct Overhead {
     /// Measured trap price, ns; 0 while unknown.
     trap_ns: Arc<AtomicU64>,
     duty: Option<DutyCycle>,
+    /// The server's CPU and queries by phase, when its query counter reads.
+    phases: Option<Phases>,
     /// Cumulative program run time and runs at the last window end.
     last_programs: (Duration, u64),
     last_cpu_s: Option<f64>,
@@ -80,11 +138,18 @@ pub struct Overhead {
 }
 
 impl Overhead {
-    pub fn new(pid: u32, trap_ns: Arc<AtomicU64>, budget: Option<DutyConfig>, now: Instant) -> Self {
+    pub fn new(
+        pid: u32,
+        trap_ns: Arc<AtomicU64>,
+        budget: Option<DutyConfig>,
+        counter: Option<QueryCounter>,
+        now: Instant,
+    ) -> Self {
         Self {
             pid,
             trap_ns,
             duty: budget.map(|config| DutyCycle::new(config, now)),
+            phases: counter.map(|c| Phases::new(pid, c)),
             last_programs: (Duration::ZERO, 0),
             last_cpu_s: cpu_seconds(pid),
             last_statements: 0,
@@ -93,8 +158,35 @@ impl Overhead {
     }
 
     /// In budget mode, whether the probes change state now.
+    /// An attach (`Some(true)`) is not in effect until `attached` says so
+    /// (under load it took up to seconds here), a detach not until
+    /// `detached` does.
     pub fn tick(&mut self, now: Instant) -> Option<bool> {
-        self.duty.as_mut()?.tick(now)
+        let attach = self.duty.as_mut()?.tick(now)?;
+        if let Some(phases) = &mut self.phases {
+            phases.enter(Phase::Switching);
+        }
+        Some(attach)
+    }
+
+    /// The probes are attached and counting from `now`.
+    pub fn attached(&mut self, now: Instant) {
+        if let Some(duty) = &mut self.duty {
+            duty.started(now);
+        }
+        if let Some(phases) = &mut self.phases {
+            phases.enter(Phase::On);
+        }
+    }
+
+    /// The kernel has let go of every probe: the server runs untouched.
+    pub fn detached(&mut self) {
+        if let Some(phases) = &mut self.phases
+            && phases.current() == Phase::Switching
+            && self.duty.as_ref().is_some_and(|d| !d.attached())
+        {
+            phases.enter(Phase::Off);
+        }
     }
 
     /// See `DutyCycle::stay_detached`.
@@ -121,24 +213,42 @@ impl Overhead {
         let seen = statements.saturating_sub(self.last_statements);
         self.last_statements = statements;
         let attached_fraction = self.duty.as_mut().map_or(1.0, |d| d.take_attached_fraction(now));
+        let trap_ns = match self.trap_ns.load(Ordering::Relaxed) {
+            0 => FALLBACK_TRAP.as_nanos() as u64,
+            measured => measured,
+        };
+        let floor_ns = if seen > 0 { (program_ns + program_runs * trap_ns) as f64 / seen as f64 } else { 0.0 };
+        let (phases, learned) = match &mut self.phases {
+            Some(p) => {
+                let (totals, learned) = p.close_window(floor_ns);
+                (Some(totals), learned)
+            }
+            None => (None, None),
+        };
         let cost = ProbeCost {
             attached_fraction,
             program_ns,
             program_runs,
-            trap_ns: match self.trap_ns.load(Ordering::Relaxed) {
-                0 => FALLBACK_TRAP.as_nanos() as u64,
-                measured => measured,
-            },
+            trap_ns,
             mysqld_cpu_s,
             window_s,
+            statements: seen,
+            server_statements: phases.map(|p| p.queries()),
+            server_statements_attached: phases.filter(|_| self.duty.is_some()).map(|p| p.on_queries),
+            learned_ns: learned.map(|ns| ns.round() as u64),
         };
         if let Some(duty) = &mut self.duty
             && seen > 0
             && attached_fraction > 0.0
         {
-            let attached_s = window_s * attached_fraction;
+            // The server's own count gives the rate of the whole window;
+            // without it, the rate seen while attached stands in.
+            let per_s = match cost.server_statements {
+                Some(queries) if queries > 0 => queries as f64 / window_s.max(1e-9),
+                _ => seen as f64 / (window_s * attached_fraction),
+            };
             let per_statement = cost.probe_cpu_s() / seen as f64;
-            duty.rebudget(seen as f64 / attached_s, per_statement, mysqld_cpu_s / window_s.max(1e-9));
+            duty.rebudget(per_s, per_statement, mysqld_cpu_s / window_s.max(1e-9));
         }
         cost
     }
@@ -151,7 +261,7 @@ mod tests {
     #[test]
     fn own_cpu_is_read_and_windows_take_deltas() {
         let now = Instant::now();
-        let mut o = Overhead::new(std::process::id(), Arc::new(AtomicU64::new(1500)), None, now);
+        let mut o = Overhead::new(std::process::id(), Arc::new(AtomicU64::new(1500)), None, None, now);
         assert!(cpu_seconds(std::process::id()).is_some());
         assert!(cpu_seconds(u32::MAX).is_none());
         let first = o.close_window((Duration::from_micros(30), 10), 10, now + Duration::from_secs(1));

@@ -17,6 +17,7 @@ use super::{
     AttachedServer, ProbeBatch, ProbeConfig, ProbeError, calibrate,
     duty::DutyConfig,
     overhead::{FALLBACK_TRAP, Overhead, ProbeCost},
+    query_counter::QueryCounter,
 };
 use crate::discover::{ServerProcess, inspect_binary};
 
@@ -98,7 +99,11 @@ impl Supervisor {
         let mut attached = AttachedServer::attach(server, binary, self.config)?;
         attached.set_shedding(self.shedding)?;
         let budget = self.config.overhead_budget.map(|budget| DutyConfig { budget, period: self.config.duty_period });
-        self.overheads.insert(pid, Overhead::new(pid, self.trap.clone(), budget, Instant::now()));
+        let counter = attached.binary.query_counter.and_then(|v| QueryCounter::locate(pid, v));
+        if counter.is_none() {
+            warn!(pid, "cannot read the server's query counter; budget mode scales counts by attached time");
+        }
+        self.overheads.insert(pid, Overhead::new(pid, self.trap.clone(), budget, counter, Instant::now()));
         info!(pid, instance = %attached.server.instance, binary = %attached.server.binary.display(),
             build_id = attached.binary.build_id.as_deref().unwrap_or("-"),
             query_offset = attached.binary.layout.query_offset, inspected_ms,
@@ -146,10 +151,16 @@ impl Supervisor {
             {
                 let switched = if on { attached.try_reattach() } else { attached.detach_in_background().map(|()| true) };
                 match switched {
+                    Ok(true) if on => overhead.attached(Instant::now()),
                     Ok(true) => {}
                     Ok(false) => overhead.stay_detached(now),
                     Err(e) => warn!(pid, error = %e, attach = on, "budget mode could not switch the probes"),
                 }
+            }
+            if let Some(overhead) = self.overheads.get_mut(pid)
+                && attached.detach_settled()
+            {
+                overhead.detached();
             }
             let (mut kernel, mut forgotten) = (Vec::new(), Vec::new());
             if window_end && let Err(e) = attached.flip(&mut kernel, &mut forgotten) {

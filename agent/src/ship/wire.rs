@@ -92,7 +92,9 @@ fn probe_cost(c: &ProbeCost, statements: u64) -> WireProbeCost {
         probe_cpu_seconds: c.probe_cpu_s(),
         server_cpu_seconds: c.mysqld_cpu_s,
         extra_cores_per_10k_qps: c.extra_cores_per_10k_qps(statements).unwrap_or(0.0),
-        estimated_statements: c.estimate(statements),
+        estimated_statements: c.estimate_total(statements),
+        server_statements: c.server_statements,
+        learned_statement_ns: c.learned_ns,
     }
 }
 

@@ -103,7 +103,7 @@ impl Agent {
             .args(args)
             .arg("--ready-file")
             .arg(&ready)
-            .env("SQLBEE_LOG", "info")
+            .env("SQLBEE_LOG", std::env::var("SQLBEE_TEST_AGENT_LOG").unwrap_or_else(|_| "info".into()))
             .envs(env.iter().copied())
             .stdout(std::fs::File::create(&stdout).unwrap())
             .stderr(std::fs::File::create(&stderr).unwrap())

@@ -34,6 +34,12 @@ pub(super) fn probe_cost(at: &str, c: &ProbeCost, statements: u64) -> Result<(),
         return Err(invalid(format!("{at}.attached_fraction"), format!("{} is above 1", c.attached_fraction)));
     }
     amount(format!("{at}.probe_cpu_seconds"), c.probe_cpu_seconds)?;
+    if let Some(n) = c.server_statements {
+        amount(format!("{at}.server_statements"), n as f64)?;
+    }
+    if let Some(ns) = c.learned_statement_ns {
+        amount(format!("{at}.learned_statement_ns"), ns as f64)?;
+    }
     amount(format!("{at}.server_cpu_seconds"), c.server_cpu_seconds)?;
     amount(format!("{at}.extra_cores_per_10k_qps"), c.extra_cores_per_10k_qps)
 }
