@@ -122,6 +122,18 @@ async fn batches_are_stored_once_and_histograms_merge_exactly() {
     let out = sqlbee_query(&["instances", "--collector", &url, "--format", "json"]);
     let json: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(json[0]["instance"], INSTANCE);
+    // The last window ended at `now`, taken before anything was pushed:
+    // the lag is at most the time this test has run since.
+    let lag = json[0]["lag_ms"].as_i64().unwrap_or_else(|| panic!("no lag_ms: {json:#}"));
+    assert!((0..=now_ms() - now).contains(&lag), "lag {lag} ms outside 0..={} ms", now_ms() - now);
+    let seen = json[0]["last_seen_unix_ms"].as_i64().unwrap();
+    assert!((now..=now_ms()).contains(&seen), "last seen {seen} outside {now}..=now");
+    // The table shows that last-seen time in its own column.
+    let out = sqlbee_query(&["instances", "--collector", &url]);
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && table.lines().next().unwrap_or("").contains("last_seen"), "{table}");
+    let seen = sqlbee::output::rfc3339(std::time::UNIX_EPOCH + Duration::from_millis(seen as u64));
+    assert!(table.lines().nth(1).unwrap_or("").contains(&seen), "{seen} missing from {table}");
 
     let (clean, log) = collector.stop();
     assert!(clean, "collector did not stop cleanly on SIGTERM: {log}");

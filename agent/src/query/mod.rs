@@ -211,10 +211,11 @@ pub fn instances(args: InstancesArgs) -> Result<(), QueryError> {
     let instances =
         call(&args.connect, "Instances", |mut client| async move { client.instances(InstancesRequest {}).await })?
             .instances;
+    let now = crate::collector::now_unix_ms();
     let mut out = std::io::stdout().lock();
     match args.format {
-        Format::Json => render::write_json(&mut out, &render::instances_json(&instances)),
-        Format::Table => render::write_instances_table(&mut out, &instances, crate::collector::now_unix_ms()),
+        Format::Json => render::write_json(&mut out, &render::instances_json(&instances, now)),
+        Format::Table => render::write_instances_table(&mut out, &instances, now),
     }
     .map_err(|source| QueryError::Output { source })
 }

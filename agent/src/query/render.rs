@@ -39,7 +39,7 @@ pub fn top_json(digests: &[TopDigest]) -> Value {
     )
 }
 
-pub fn instances_json(instances: &[InstanceInfo]) -> Value {
+pub fn instances_json(instances: &[InstanceInfo], now_unix_ms: i64) -> Value {
     Value::Array(
         instances
             .iter()
@@ -52,6 +52,7 @@ pub fn instances_json(instances: &[InstanceInfo]) -> Value {
                     "version": i.version,
                     "last_seen_unix_ms": i.last_seen_unix_ms,
                     "last_window_end_unix_ms": i.last_window_end_unix_ms,
+                    "lag_ms": lag_ms(i, now_unix_ms),
                     "last_sequence": i.last_sequence,
                     "batches": i.batches,
                     "gaps": i.gaps,
@@ -231,21 +232,35 @@ pub fn write_locks_table(out: &mut impl Write, rows: &[LockWaitRow]) -> std::io:
     out.flush()
 }
 
+/// How long ago the agent's newest window for the instance ended; `None`
+/// before its first window. Left negative when the agent's clock is ahead
+/// of ours, so skew shows instead of reading as "no lag".
+fn lag_ms(i: &InstanceInfo, now_unix_ms: i64) -> Option<i64> {
+    (i.last_window_end_unix_ms > 0).then(|| now_unix_ms - i.last_window_end_unix_ms)
+}
+
 pub fn write_instances_table(out: &mut impl Write, instances: &[InstanceInfo], now_unix_ms: i64) -> std::io::Result<()> {
     writeln!(
         out,
-        "{:<28} {:<20} {:<16} {:>8} {:<10} {:<24} {:>7} {:>10} {:>8} {:>5} {:>10}",
-        "instance", "host", "agent", "pid", "version", "last_window_end", "lag_s", "sequence", "batches", "gaps", "lost_stmts"
+        "{:<28} {:<20} {:<16} {:>8} {:<10} {:<24} {:>7} {:<24} {:>10} {:>8} {:>5} {:>10}",
+        "instance",
+        "host",
+        "agent",
+        "pid",
+        "version",
+        "last_window_end",
+        "lag_s",
+        "last_seen",
+        "sequence",
+        "batches",
+        "gaps",
+        "lost_stmts"
     )?;
     for i in instances {
-        let lag = if i.last_window_end_unix_ms > 0 {
-            format!("{:.1}", (now_unix_ms - i.last_window_end_unix_ms) as f64 / 1000.0)
-        } else {
-            "-".into()
-        };
+        let lag = lag_ms(i, now_unix_ms).map_or_else(|| "-".into(), |ms| format!("{:.1}", ms as f64 / 1000.0));
         writeln!(
             out,
-            "{:<28} {:<20} {:<16} {:>8} {:<10} {:<24} {:>7} {:>10} {:>8} {:>5} {:>10}",
+            "{:<28} {:<20} {:<16} {:>8} {:<10} {:<24} {:>7} {:<24} {:>10} {:>8} {:>5} {:>10}",
             if i.instance.is_empty() { "(none yet)" } else { &i.instance },
             cut(&i.host, 20),
             cut(&i.agent_id, 16),
@@ -253,6 +268,7 @@ pub fn write_instances_table(out: &mut impl Write, instances: &[InstanceInfo], n
             cut(&i.version, 10),
             time(i.last_window_end_unix_ms),
             lag,
+            time(i.last_seen_unix_ms),
             i.last_sequence,
             i.batches,
             i.gaps,
@@ -321,6 +337,27 @@ mod tests {
         let mut empty = Vec::new();
         write_locks_table(&mut empty, &[]).unwrap();
         assert!(!String::from_utf8(empty).unwrap().contains("candidates"));
+    }
+
+    #[test]
+    fn instances_carry_lag_and_last_seen_in_both_forms() {
+        let now = 1_800_000_010_000;
+        let seen = InstanceInfo {
+            instance: "db1:3306".into(),
+            last_window_end_unix_ms: now - 2_500,
+            last_seen_unix_ms: now - 1_000,
+            ..Default::default()
+        };
+        let fresh = InstanceInfo { agent_id: "new".into(), last_seen_unix_ms: now, ..Default::default() };
+        let json = instances_json(&[seen.clone(), fresh.clone()], now);
+        assert_eq!(json[0]["lag_ms"], 2_500);
+        assert_eq!(json[1]["lag_ms"], Value::Null, "no window yet: no lag");
+        let mut table = Vec::new();
+        write_instances_table(&mut table, &[seen, fresh], now).unwrap();
+        let table = String::from_utf8(table).unwrap();
+        assert!(table.lines().next().unwrap().contains("last_seen"), "{table}");
+        let line = table.lines().nth(1).unwrap();
+        assert!(line.contains(" 2.5 ") && line.contains("2027-01-15T08:00:09.000Z"), "{table}");
     }
 
     #[test]
