@@ -267,7 +267,7 @@ fn server_restart_is_followed() {
     assert!(out.success, "{}", out.stderr);
     let counts = out.digest_counts(None);
     assert_eq!(counts.get("SELECT ?"), Some(&12), "{counts:#?}\n{}", out.stderr);
-    let log = strip_ansi(&out.stderr);
+    let log = common::strip_ansi(&out.stderr);
     for pid in [first_pid, second_pid] {
         assert!(log.lines().any(|l| l.contains("attached") && l.contains(&format!("pid={pid}"))), "{log}");
     }
@@ -356,23 +356,6 @@ fn wrong_pid_and_wrong_binary_are_clear_errors() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("dispatch_command") && stderr.contains("sleep"), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
-}
-
-fn strip_ansi(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut chars = text.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }
 
 /// Wait rows of one digest (summed over windows): class -> (sum, max, statements).

@@ -335,8 +335,14 @@ fn corrupt_spool_record_is_skipped_and_counted() {
     let agent = Agent::start(server.dir(), &ship_args(&server, &collector, &state, "300ms"));
     wait_for("replay", Duration::from_secs(20), &agent, || spool_files(&state).is_empty());
     let out = agent.stop();
-    assert!(out.stderr.contains("corrupt spool record"), "{}", out.stderr);
-    assert!(state.join("corrupt").join(victim.file_name().unwrap()).exists());
+    // One damaged record: logged once, counted as one, one file set aside.
+    let log = common::strip_ansi(&out.stderr);
+    let skipped: Vec<&str> = log.lines().filter(|l| l.contains("corrupt spool record skipped")).collect();
+    assert_eq!(skipped.len(), 1, "{log}");
+    let counted = skipped[0].split_whitespace().find_map(|f| f.strip_prefix("corrupt_records="));
+    assert_eq!(counted, Some("1"), "{log}");
+    let aside: Vec<_> = std::fs::read_dir(state.join("corrupt")).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert_eq!(aside, [victim.file_name().unwrap()], "only the damaged record goes to corrupt/");
     let statements = collector.totals().statements;
     assert_eq!(statements, EXECUTED - lost);
 }
