@@ -1,6 +1,6 @@
 //! Agent -> collector over real gRPC with a real SQLite store: exact totals
-//! end to end, through a collector outage, an agent crash, a full spool and
-//! a corrupt spool record.
+//! end to end, through a collector outage, an agent crash, a full spool, a
+//! corrupt spool record and a collector that refuses the agent's batches.
 mod common;
 
 use std::{
@@ -345,4 +345,60 @@ fn corrupt_spool_record_is_skipped_and_counted() {
     assert_eq!(aside, [victim.file_name().unwrap()], "only the damaged record goes to corrupt/");
     let statements = collector.totals().statements;
     assert_eq!(statements, EXECUTED - lost);
+}
+
+/// Batch files a state dir's `rejected/` holds, oldest first.
+fn rejected_files(state: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(state.join("rejected"))
+        .map(|rd| rd.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "batch")).collect())
+        .unwrap_or_default();
+    files.sort();
+    files
+}
+
+#[test]
+fn refused_batches_are_set_aside_once_with_their_reason() {
+    if !privileged("refused_batches_are_set_aside_once_with_their_reason") {
+        return;
+    }
+    let _serial = common::one_at_a_time();
+    let server = PrivateServer::start("ship-refused", &[]).unwrap();
+    let (tokens, wrong) = (server.dir().join("tokens"), server.dir().join("wrong-token"));
+    std::fs::write(&tokens, "right-token\n").unwrap();
+    std::fs::write(&wrong, "wrong-token\n").unwrap();
+    let collector = Collector::start(&["--tokens".into(), tokens.display().to_string()]);
+    let state = server.dir().join("agent-state");
+    let mut args = ship_args(&server, &collector, &state, "300ms");
+    args.push(format!("--token-file={}", wrong.display()));
+    let agent = Agent::start(server.dir(), &args);
+    const EXECUTED: u64 = 20;
+    for i in 0..EXECUTED {
+        server.sql(&format!("SELECT {i}")).unwrap();
+        std::thread::sleep(Duration::from_millis(40));
+    }
+    wait_for("refused batches", Duration::from_secs(20), &agent, || rejected_files(&state).len() >= 3);
+    let out = agent.stop();
+    assert!(out.success, "{}", out.stderr);
+
+    // Nothing waits for a retry: every batch, the one spooled at shutdown
+    // too, was tried once and set aside.
+    assert!(spool_files(&state).is_empty(), "refused batches must leave the spool: {:?}", spool_files(&state));
+    let rejected = rejected_files(&state);
+    let log = common::strip_ansi(&out.stderr);
+    let refusals = log.lines().filter(|l| l.contains("refused the batch for good")).count();
+    assert_eq!(refusals, rejected.len(), "one attempt per refused batch:\n{log}");
+    assert!(!log.contains("batch stays spooled"), "a refused batch must not be retried:\n{log}");
+    let mut statements = 0;
+    for batch in &rejected {
+        let reason = std::fs::read_to_string(batch.with_extension("reason.txt")).unwrap();
+        assert!(reason.starts_with("Unauthenticated: ") && reason.contains("not accepted"), "{batch:?}: {reason}");
+        let bytes = std::fs::read(batch).unwrap();
+        statements += Batch::decode(&bytes[12..]).unwrap().windows.iter().map(|w| w.statements).sum::<u64>();
+    }
+    assert_eq!(statements, EXECUTED, "the refused batches keep every statement for inspection");
+
+    let (url, right) = (collector.http_url(), tokens.display().to_string());
+    let out = sqlbee_query(&["instances", "--collector", &url, "--token-file", &right, "--format", "json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap(), serde_json::json!([]), "nothing stored");
 }
