@@ -68,8 +68,8 @@ pub struct BenchArgs {
     #[arg(long)]
     pub no_micro: bool,
     /// Treatments, each against a fresh control in every pair, or `all`:
-    /// sqlbee, sqlbee-all (every optional probe), sqlbee-events (every
-    /// statement sent to user space),
+    /// sqlbee, sqlbee-all (every optional probe), sqlbee-waits (the wait
+    /// probes only), sqlbee-events (every statement sent to user space),
     /// sqlbee-budget (--mysqld-overhead-budget 1%), performance-schema
     /// (server restarted, its control too), slow-log (long_query_time=0),
     /// general-log, bpftrace-pair (uprobe + uretprobe on dispatch_command

@@ -54,6 +54,16 @@ pub const TREATMENTS: &[Treatment] = &[
         about: "sqlbee agent, every optional probe on",
         setup: Setup::Agent { flags: &[], if_known: &["--all-probes"] },
     },
+    // The wait probes' own cost on the one-trap design. A required flag, not
+    // `if_known`: builds without it attach the command probe too, which
+    // would measure something else under this name. `--wait-probes` also
+    // turns in-kernel aggregation off, so `sqlbee-events` is the baseline
+    // that leaves only the wait traps as the difference.
+    Treatment {
+        name: "sqlbee-waits",
+        about: "sqlbee agent, default probes plus the wait probes (no in-kernel aggregation)",
+        setup: Setup::Agent { flags: &["--wait-probes"], if_known: &[] },
+    },
     // The design before in-kernel aggregation, for the side-by-side cost.
     Treatment {
         name: "sqlbee-events",
@@ -407,6 +417,8 @@ mod tests {
         assert_eq!(newer.flags(treatment("sqlbee-events").unwrap()), ["--kernel-digests=0"]);
         assert!(agent.flags(treatment("sqlbee-all").unwrap()).is_empty());
         assert_eq!(agent.flags(treatment("sqlbee-budget").unwrap()), ["--mysqld-overhead-budget", "1%"]);
+        assert_eq!(agent.flags(treatment("sqlbee-waits").unwrap()), ["--wait-probes"]);
+        assert_eq!(newer.flags(treatment("sqlbee-waits").unwrap()), ["--wait-probes"]);
     }
 
     #[test]
