@@ -2,8 +2,10 @@
 //! `sqlbee collector` (SQLite store) over gRPC; then `top` is timed over
 //! the stored data. Writes `benches/results/<date>-collector-load.md`.
 //!
-//! `cargo bench -p sqlbee --bench collector_load -- [AGENTS] [HOURS] [WINDOW_S] [DIGESTS]`
-//! (defaults 100 agents, 24 h of 60 s windows, 20 digests per window).
+//! `cargo bench -p sqlbee --bench collector_load -- [AGENTS] [HOURS] [WINDOW_S] [DIGESTS] [REPEATS]`
+//! (defaults 100 agents, 24 h of 60 s windows, 20 digests per window, each
+//! query timed 3 times). The report is named after the span, for example
+//! `<date>-collector-load-168h.md` for a week.
 use std::{
     fmt::Write as _,
     process::{Command, Stdio},
@@ -95,6 +97,7 @@ fn window(agent: u64, end_ms: i64, window_ms: i64, digests: u64, seed: &mut u64)
 
 fn main() {
     let (agents, hours, window_s, digests) = (arg(0, 100), arg(1, 24), arg(2, 60), arg(3, 20));
+    let repeats = arg(4, 3).max(1) as usize;
     let dir = std::env::temp_dir().join(format!("sqlbee-collector-load-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
@@ -178,7 +181,7 @@ fn main() {
         ("top, last hour", vec!["--since", "1h"]),
     ] {
         let mut runs = Vec::new();
-        for _ in 0..3 {
+        for _ in 0..repeats {
             let t = Instant::now();
             let mut args = vec!["top", "--collector", &url, "--format", "json", "--limit", "20"];
             if !extra.contains(&"--since") {
@@ -190,7 +193,7 @@ fn main() {
             runs.push(t.elapsed().as_secs_f64() * 1000.0);
         }
         runs.sort_by(|a, b| a.total_cmp(b));
-        let _ = writeln!(timings, "| {label} | {:.0} | {:.0} |", runs[1], runs[2]);
+        let _ = writeln!(timings, "| {label} | {:.0} | {:.0} |", runs[runs.len() / 2], runs[runs.len() - 1]);
     }
     unsafe { libc::kill(pid as i32, libc::SIGTERM) };
     let _ = collector.wait();
@@ -210,16 +213,20 @@ fn main() {
     let _ = writeln!(md, "| digest rows stored | {rows} |");
     let _ = writeln!(md, "| wall time | {elapsed:.1} s |");
     let _ = writeln!(md, "| batches/s | {:.0} |", batches as f64 / elapsed);
+    let _ = writeln!(md, "| batches per collector core-second | {:.0} |", batches as f64 / cpu.max(0.001));
     let _ = writeln!(md, "| digest rows/s | {:.0} |", rows as f64 / elapsed);
     let _ = writeln!(md, "| collector CPU | {cpu:.1} s ({:.2} cores) |", cpu / elapsed);
     let _ = writeln!(md, "| digest rows/s per collector core-second | {:.0} |", rows as f64 / cpu.max(0.001));
     let _ = writeln!(md, "| collector peak RSS | {:.1} MiB |", rss_kib as f64 / 1024.0);
     let _ = writeln!(md, "| store size on disk | {:.1} MiB |", db_bytes as f64 / (1 << 20) as f64);
-    let _ = writeln!(md, "\n`sqlbee top` wall time over the stored data (the CLI process included; median and max of 3):\n");
+    let _ = writeln!(
+        md,
+        "\n`sqlbee top` wall time over the stored data (the CLI process included; median and max of {repeats}):\n"
+    );
     let _ = writeln!(md, "| query | median ms | max ms |\n|---|---|---|\n{timings}");
     println!("{md}");
     let date = String::from_utf8(Command::new("date").arg("+%Y-%m-%d").output().unwrap().stdout).unwrap();
     let out = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../benches/results");
     std::fs::create_dir_all(&out).unwrap();
-    std::fs::write(out.join(format!("{}-collector-load.md", date.trim())), md).unwrap();
+    std::fs::write(out.join(format!("{}-collector-load-{hours}h.md", date.trim())), md).unwrap();
 }

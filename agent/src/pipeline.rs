@@ -94,7 +94,7 @@ pub fn run_agent(config: AgentConfig, stop: Arc<AtomicBool>) -> Result<(), Pipel
         long_wait_us: config.long_wait_us,
         aggregate_slots: config.kernel_digests,
         overhead_budget: config.mysqld_overhead_budget,
-        duty_period: std::time::Duration::from_secs(1),
+        duty_period: config.duty_period,
     });
 
     // Explicit pids must work at start: a wrong pid or binary is an error.

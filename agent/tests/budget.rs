@@ -177,7 +177,12 @@ fn budget_mode_detaches_and_reattaches_and_flags_estimates() {
     let before = common::status_before_agent(&server);
     let agent = Agent::start(
         server.dir(),
-        &[format!("--pid={}", server.pid()), "--window=1s".into(), "--mysqld-overhead-budget=0.5%".into()],
+        &[
+            format!("--pid={}", server.pid()),
+            "--window=1s".into(),
+            "--mysqld-overhead-budget=0.5%".into(),
+            "--duty-period=1s".into(),
+        ],
     );
     run.resume();
     let (mut states, started) = (Vec::new(), std::time::Instant::now());

@@ -78,6 +78,14 @@ fn exact_counts_for_text_and_prepared_statements() {
     // QUIT and one SHOW STATUS.
     let questions: u64 = commands.iter().filter(|(c, _)| !NOT_QUESTIONS.contains(&c.as_str())).map(|(_, n)| n).sum();
     assert_eq!(questions + 2, delta(&before, &after, "Questions"), "{commands:?}");
+    // The server's own query counter, read from its memory for every
+    // window, counts what Questions counts plus the prepared-statement
+    // commands MariaDB leaves out of Questions but gives a query id.
+    let server_counted: u64 =
+        out.of_type("summary").map(|s| s["probes"]["server_statements"].as_u64().unwrap_or(0)).sum();
+    let skipped = get("COM_STMT_PREPARE") + get("COM_STMT_CLOSE") + get("COM_STMT_RESET");
+    assert_eq!(skipped, 2);
+    assert_eq!(server_counted + 2, delta(&before, &after, "Questions") + skipped, "the server's counter over the windows");
     // Every statement the kernel saw arrived as an event and in a digest
     // (unmatched: statement ends whose start fell before the attach).
     let statements = out.summary_total(None, "statements") - out.summary_total(None, "unmatched");
@@ -218,6 +226,14 @@ fn sysbench_started_before_agent(ps_mode: &'static str) {
     }
     let questions: u64 = commands.iter().filter(|(c, _)| !NOT_QUESTIONS.contains(&c.as_str())).map(|(_, n)| n).sum();
     assert_eq!(questions + 2, delta(&before, &after, "Questions"), "{commands:?}");
+    // The server's own query counter, read from its memory for every
+    // window, counts what Questions counts plus the prepared-statement
+    // commands MariaDB leaves out of Questions but gives a query id.
+    let server_counted: u64 =
+        out.of_type("summary").map(|s| s["probes"]["server_statements"].as_u64().unwrap_or(0)).sum();
+    let skipped = get("COM_STMT_PREPARE") + get("COM_STMT_CLOSE") + get("COM_STMT_RESET");
+    assert_eq!(skipped, 2);
+    assert_eq!(server_counted + 2, delta(&before, &after, "Questions") + skipped, "the server's counter over the windows");
     assert_eq!(out.summary_total(None, "statements") - out.summary_total(None, "unmatched"), total);
     assert!(out.summary_total(None, "unmatched") <= 1, "only a statement ending at the attach may be unmatched");
     assert_eq!(out.summary_total(None, "dropped_events"), 0);

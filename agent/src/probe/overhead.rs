@@ -259,6 +259,40 @@ mod tests {
     use super::*;
 
     #[test]
+    fn samples_scale_by_the_servers_own_count() {
+        let cost = ProbeCost {
+            attached_fraction: 0.5,
+            statements: 100,
+            server_statements: Some(1000),
+            server_statements_attached: Some(100),
+            ..Default::default()
+        };
+        // A tenth of the server's queries ran attached, though half of the
+        // time did: the rate moved.
+        assert_eq!(cost.estimate(30), 300);
+        assert_eq!(cost.estimate_total(100), 1000);
+        let by_time = ProbeCost { server_statements: None, server_statements_attached: None, ..cost.clone() };
+        assert_eq!(by_time.estimate(30), 60);
+        assert_eq!(by_time.estimate_total(100), 200);
+        let exact = ProbeCost { attached_fraction: 1.0, ..cost.clone() };
+        assert_eq!((exact.estimate(30), exact.estimate_total(100)), (30, 100));
+
+        let mut merged = cost.clone();
+        merged.merge(&ProbeCost { statements: 50, server_statements: Some(500), server_statements_attached: Some(400), ..cost });
+        assert_eq!((merged.statements, merged.server_statements, merged.statement_share()), (150, Some(1500), Some(1.0 / 3.0)));
+    }
+
+    #[test]
+    fn a_learned_price_counts_when_above_the_calibrated_one() {
+        let cost = ProbeCost { program_ns: 2000, program_runs: 1, trap_ns: 1000, statements: 1, ..Default::default() };
+        assert!((cost.probe_cpu_s() - 3e-6).abs() < 1e-15);
+        let learned = ProbeCost { learned_ns: Some(5000), ..cost.clone() };
+        assert!((learned.probe_cpu_s() - 5e-6).abs() < 1e-15);
+        let low = ProbeCost { learned_ns: Some(100), ..cost };
+        assert!((low.probe_cpu_s() - 3e-6).abs() < 1e-15);
+    }
+
+    #[test]
     fn own_cpu_is_read_and_windows_take_deltas() {
         let now = Instant::now();
         let mut o = Overhead::new(std::process::id(), Arc::new(AtomicU64::new(1500)), None, None, now);
