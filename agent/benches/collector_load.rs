@@ -81,6 +81,7 @@ fn window(agent: u64, end_ms: i64, window_ms: i64, digests: u64, seed: &mut u64)
             truncated: 0,
             error_codes: vec![],
             waits: vec![],
+            estimated_count: 0,
         });
     }
     InstanceWindow {
