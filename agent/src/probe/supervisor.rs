@@ -101,7 +101,8 @@ impl Supervisor {
         let budget = self.config.overhead_budget.map(|budget| DutyConfig { budget, period: self.config.duty_period });
         let counter = attached.binary.query_counter.and_then(|v| QueryCounter::locate(pid, v));
         if counter.is_none() {
-            warn!(pid, "cannot read the server's query counter; budget mode scales counts by attached time");
+            warn!(pid, "cannot read the server's query counter (global_query_id): windows carry no server count, \
+                and budget mode scales its samples by attached time");
         }
         self.overheads.insert(pid, Overhead::new(pid, self.trap.clone(), budget, counter, Instant::now()));
         info!(pid, instance = %attached.server.instance, binary = %attached.server.binary.display(),
