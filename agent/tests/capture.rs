@@ -232,7 +232,6 @@ fn sysbench_started_before_agent(ps_mode: &'static str) {
     let server_counted: u64 =
         out.of_type("summary").map(|s| s["probes"]["server_statements"].as_u64().unwrap_or(0)).sum();
     let skipped = get("COM_STMT_PREPARE") + get("COM_STMT_CLOSE") + get("COM_STMT_RESET");
-    assert_eq!(skipped, 2);
     assert_eq!(server_counted + 2, delta(&before, &after, "Questions") + skipped, "the server's counter over the windows");
     assert_eq!(out.summary_total(None, "statements") - out.summary_total(None, "unmatched"), total);
     assert!(out.summary_total(None, "unmatched") <= 1, "only a statement ending at the attach may be unmatched");
