@@ -163,7 +163,11 @@ impl Overhead {
     /// `detached` does.
     pub fn tick(&mut self, now: Instant) -> Option<bool> {
         let attach = self.duty.as_mut()?.tick(now)?;
-        if let Some(phases) = &mut self.phases {
+        // A deferred attach asks again every drain; it is one switching
+        // phase, sampled once.
+        if let Some(phases) = &mut self.phases
+            && phases.current() != Phase::Switching
+        {
             phases.enter(Phase::Switching);
         }
         Some(attach)
