@@ -2,12 +2,16 @@
 //! itself costs: the agent attaches it to a function of its own and times
 //! calls with and without it.
 use agent_common::stat;
-use aya_ebpf::{macros::uprobe, programs::ProbeContext};
+use aya_ebpf::programs::ProbeContext;
 
 use crate::maps::{STATS, bump};
 
-#[uprobe]
-pub fn calibrate(_ctx: ProbeContext) -> u32 {
+uprobe_pair! {
+    calibrate, calibrate_perf => on_calibrate;
+}
+
+#[inline(always)]
+fn on_calibrate(_ctx: ProbeContext) -> u32 {
     bump(&STATS, stat::CALIBRATION_HITS);
     0
 }

@@ -5,7 +5,6 @@ use agent_common::{ErrorSample, MAX_ERROR_MESSAGE};
 use aya_ebpf::{
     bindings::BPF_RB_NO_WAKEUP,
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user, bpf_probe_read_user_str_bytes},
-    macros::uprobe,
     programs::ProbeContext,
 };
 
@@ -19,8 +18,12 @@ use crate::{
 /// never reach the client as the statement's error.
 const NOT_AN_ERROR: u64 = 128 | 1024 | 2048;
 
-#[uprobe]
-pub fn error_raised(ctx: ProbeContext) -> u32 {
+uprobe_pair! {
+    error_raised, error_raised_perf => on_error_raised;
+}
+
+#[inline(always)]
+fn on_error_raised(ctx: ProbeContext) -> u32 {
     let code: u32 = ctx.arg(0).unwrap_or(0);
     let my_flags: u64 = ctx.arg(2).unwrap_or(0);
     if code == 0 || my_flags & NOT_AN_ERROR != 0 {

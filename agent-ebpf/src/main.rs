@@ -5,6 +5,29 @@
 #![no_std]
 #![no_main]
 
+/// Defines each program twice from one body: `$multi` in a `uprobe.multi`
+/// section, attached through one BPF link that filters on the process, and
+/// `$perf` as a classic uprobe for kernels before 6.6 (or whose multi-link
+/// pid filter matches one thread only). The classic attach makes a
+/// per-task perf event, which switches on the scheduler's perf hooks for
+/// every context switch on the host as long as it exists, so the agent
+/// loads the multi programs wherever the kernel has them.
+macro_rules! uprobe_pair {
+    ($($multi:ident, $perf:ident => $body:path;)+) => {
+        $(
+            #[aya_ebpf::macros::uprobe(multi)]
+            pub fn $multi(ctx: aya_ebpf::programs::ProbeContext) -> u32 {
+                $body(ctx)
+            }
+
+            #[aya_ebpf::macros::uprobe]
+            pub fn $perf(ctx: aya_ebpf::programs::ProbeContext) -> u32 {
+                $body(ctx)
+            }
+        )+
+    };
+}
+
 mod aggregate;
 mod calibrate;
 mod errors;

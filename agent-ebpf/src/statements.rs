@@ -14,7 +14,6 @@ use agent_common::{EVENT_HEADER_LEN, EventBuffer, Inflight, MAX_TEXT, StatementE
 use aya_ebpf::{
     bindings::BPF_RB_NO_WAKEUP,
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user, bpf_probe_read_user_buf},
-    macros::uprobe,
     programs::ProbeContext,
 };
 
@@ -36,8 +35,13 @@ const SHED_TEXT_EVERY: u64 = 64;
 /// does not match the binary reads garbage): an hour, in microseconds.
 const MAX_STATEMENT_US: u64 = 3600 * 1_000_000;
 
-#[uprobe]
-pub fn command_start(ctx: ProbeContext) -> u32 {
+uprobe_pair! {
+    command_start, command_start_perf => on_command_start;
+    statement_end, statement_end_perf => on_statement_end;
+}
+
+#[inline(always)]
+fn on_command_start(ctx: ProbeContext) -> u32 {
     let _ = try_command_start(&ctx);
     0
 }
@@ -99,8 +103,8 @@ fn arg_at(args: &[u64; 4], index: u32) -> Option<u64> {
     args.get(index as usize).copied()
 }
 
-#[uprobe]
-pub fn statement_end(ctx: ProbeContext) -> u32 {
+#[inline(always)]
+fn on_statement_end(ctx: ProbeContext) -> u32 {
     let _ = try_statement_end(&ctx);
     0
 }

@@ -7,7 +7,6 @@ use agent_common::{LongWait, wait_class};
 use aya_ebpf::{
     bindings::BPF_RB_NO_WAKEUP,
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user},
-    macros::uprobe,
     programs::ProbeContext,
 };
 
@@ -21,8 +20,13 @@ use crate::{
 /// so no time is counted twice. Deeper nesting than this is ignored.
 const MAX_DEPTH: u32 = 8;
 
-#[uprobe]
-pub fn wait_begin(ctx: ProbeContext) -> u32 {
+uprobe_pair! {
+    wait_begin, wait_begin_perf => on_wait_begin;
+    wait_end, wait_end_perf => on_wait_end;
+}
+
+#[inline(always)]
+fn on_wait_begin(ctx: ProbeContext) -> u32 {
     let thd: u64 = ctx.arg(0).unwrap_or(0);
     let wait_type: u64 = ctx.arg(1).unwrap_or(0);
     let tid = bpf_get_current_pid_tgid() as u32;
@@ -56,8 +60,8 @@ pub fn wait_begin(ctx: ProbeContext) -> u32 {
     0
 }
 
-#[uprobe]
-pub fn wait_end(_ctx: ProbeContext) -> u32 {
+#[inline(always)]
+fn on_wait_end(_ctx: ProbeContext) -> u32 {
     let tid = bpf_get_current_pid_tgid() as u32;
     let Some(slot) = inflight_slot(tid) else { return 0 };
     // SAFETY: the slot points into the array map's value for this index.

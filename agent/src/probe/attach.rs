@@ -25,6 +25,7 @@ use super::{
     Counters, ErrorMessage, ProbeError, Statement,
     aggregates::{KernelAggregates, KernelDigest},
     decode_error, decode_statement,
+    link_mode::object_name,
 };
 use crate::discover::{BinaryInfo, ProbePoint, ServerProcess};
 
@@ -300,7 +301,7 @@ impl AttachedServer {
         self.points
             .iter()
             .filter_map(|(name, _)| {
-                let info = self.ebpf.program(name)?.info().ok()?;
+                let info = self.ebpf.program(object_name(name))?.info().ok()?;
                 Some((*name, info.run_time(), info.run_count()))
             })
             .collect()
@@ -353,7 +354,7 @@ fn release_later(item: Box<dyn Send>, pending: Arc<AtomicUsize>) {
 }
 
 fn uprobe<'a>(ebpf: &'a mut Ebpf, program: &'static str, pid: u32) -> Result<&'a mut UProbe, ProbeError> {
-    ebpf.program_mut(program)
+    ebpf.program_mut(object_name(program))
         .ok_or_else(|| ProbeError::Map { map: program, detail: "program not in object".into() })?
         .try_into()
         .map_err(|source| ProbeError::Program { pid, program, source })

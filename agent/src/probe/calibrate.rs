@@ -11,7 +11,7 @@ use aya::{
     programs::{UProbe, uprobe::{UProbeAttachLocation, UProbeScope}},
 };
 
-use super::{ProbeError, attach::EBPF_OBJECT};
+use super::{ProbeError, attach::EBPF_OBJECT, link_mode::object_name};
 
 /// Calls per timed loop: long enough to dwarf the clock reads, short
 /// enough that calibration takes well under a second.
@@ -88,7 +88,7 @@ pub fn trap_cost() -> Result<Duration, ProbeError> {
         .map_err(|source| ProbeError::Load { pid, source })?;
     let program = "calibrate";
     let prog: &mut UProbe = ebpf
-        .program_mut(program)
+        .program_mut(object_name(program))
         .ok_or_else(|| ProbeError::Map { map: program, detail: "program not in object".into() })?
         .try_into()
         .map_err(|source| ProbeError::Program { pid, program, source })?;

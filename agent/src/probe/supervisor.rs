@@ -16,6 +16,7 @@ use tracing::{info, warn};
 use super::{
     AttachedServer, ProbeBatch, ProbeConfig, ProbeError, calibrate,
     duty::DutyConfig,
+    link_mode,
     overhead::{FALLBACK_TRAP, Overhead, ProbeCost},
     query_counter::QueryCounter,
 };
@@ -31,7 +32,7 @@ pub struct Supervisor {
     trap: Arc<AtomicU64>,
     /// Keeps BPF run-time statistics on while the agent runs.
     _stats: Option<OwnedFd>,
-    /// See `calibrate::hold_task_events_on`.
+    /// See `calibrate::hold_task_events_on`; none with multi links.
     _task_events: Option<OwnedFd>,
     /// Shedding step passed to every server's programs.
     shedding: u32,
@@ -42,12 +43,17 @@ pub struct Supervisor {
 
 impl Supervisor {
     pub fn new(config: ProbeConfig) -> Self {
-        // The first per-task perf event on a host can wait seconds for the
-        // kernel (see `hold_task_events_on`): say so before it happens.
-        tracing::debug!("opening the per-task perf event");
-        let task_events = calibrate::hold_task_events_on()
-            .map_err(|e| warn!(error = %e, "no per-task perf event; attaching may wait for the kernel under load"))
-            .ok();
+        // Only classic uprobes make per-task perf events; for them one is
+        // held open (see `hold_task_events_on`). Multi links need none.
+        let task_events = if link_mode::multi_links() {
+            None
+        } else {
+            // The first one on a host can wait seconds for the kernel.
+            tracing::debug!("opening the per-task perf event");
+            calibrate::hold_task_events_on()
+                .map_err(|e| warn!(error = %e, "no per-task perf event; attaching may wait for the kernel under load"))
+                .ok()
+        };
         let stats = aya::sys::enable_stats(aya::sys::Stats::RunTime)
             .map_err(|e| warn!(error = %e, "BPF run-time statistics unavailable; probe run time reads as 0"))
             .ok();

@@ -32,16 +32,17 @@ pub fn privileged(test: &str) -> bool {
     root
 }
 
-/// Keeps one per-task perf event open for the whole test binary. The
-/// kernel switches its per-task event hooks on when the first such event
-/// on the host appears and off some time after the last one goes, and
-/// switching them on waits for an RCU grace period, which took 25 s and
-/// more on this busy 2-core VM. Each agent holds one for its own life (see
-/// `calibrate::hold_task_events_on`), but between two tests none would be
-/// left: every agent started by a test would pay the switch again.
+/// Keeps one per-task perf event open for the whole test binary when the
+/// agent attaches classic uprobes (a kernel without multi-uprobe links).
+/// The kernel switches its per-task event hooks on when the first such
+/// event on the host appears and off some time after the last one goes,
+/// and switching them on waits for an RCU grace period, which took 25 s
+/// and more on this busy 2-core VM. Each such agent holds one for its own
+/// life (see `calibrate::hold_task_events_on`), but between two tests none
+/// would be left: every agent started by a test would pay the switch again.
 fn keep_task_events_on() {
     static HELD: std::sync::OnceLock<Option<std::os::fd::OwnedFd>> = std::sync::OnceLock::new();
-    HELD.get_or_init(|| sqlbee::probe::hold_task_events_on().ok());
+    HELD.get_or_init(|| (!sqlbee::probe::multi_links()).then(sqlbee::probe::hold_task_events_on).and_then(Result::ok));
 }
 
 pub fn sqlbee() -> PathBuf {

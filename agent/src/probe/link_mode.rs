@@ -1,0 +1,68 @@
+//! Which of the object's two copies of each program this kernel attaches.
+//!
+//! Every program exists as a `uprobe.multi` program and as a classic
+//! uprobe (named with `_perf`). The classic attach makes a per-task perf
+//! event, and while any exists the kernel runs its perf hooks at every
+//! context switch on the host, a cost mysqld pays per statement even when
+//! no probe fires; the first one also waits for an RCU grace period, which
+//! took seconds on a saturated host. A multi link needs no perf event, so
+//! it is used wherever the kernel filters it by process (6.6 and later
+//! with the pid-filter fix).
+use std::sync::OnceLock;
+
+use aya::sys::{UProbeMultiFeature, is_uprobe_multi_supported};
+use tracing::info;
+
+/// Whether the multi programs are used; probed once per agent.
+pub fn multi_links() -> bool {
+    static MULTI: OnceLock<bool> = OnceLock::new();
+    *MULTI.get_or_init(|| {
+        let multi = is_uprobe_multi_supported(UProbeMultiFeature::ProcessScopedPidFilter).unwrap_or_else(|e| {
+            info!(error = %e, "could not probe for multi-uprobe links; using classic uprobes");
+            false
+        });
+        info!(multi_links = multi, "uprobe attach mode");
+        multi
+    })
+}
+
+/// The object's name of `program` in this kernel's attach mode.
+pub fn object_name(program: &'static str) -> &'static str {
+    if multi_links() { program } else { perf_name(program) }
+}
+
+fn perf_name(program: &'static str) -> &'static str {
+    match program {
+        "statement_end" => "statement_end_perf",
+        "command_start" => "command_start_perf",
+        "error_raised" => "error_raised_perf",
+        "wait_begin" => "wait_begin_perf",
+        "wait_end" => "wait_end_perf",
+        "calibrate" => "calibrate_perf",
+        // A program without a classic copy: loading it fails with the
+        // kernel's own error, which names it.
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
+
+    #[test]
+    fn every_program_has_a_classic_copy_in_the_object() {
+        let object = object::File::parse(super::super::attach::EBPF_OBJECT).expect("the embedded object parses");
+        let section_of = |name: &str| {
+            let symbol = object.symbols().find(|s| s.name() == Ok(name)).unwrap_or_else(|| panic!("{name} missing"));
+            let index = symbol.section_index().expect("a program lives in a section");
+            object.section_by_index(index).expect("its section exists").name().expect("named").to_owned()
+        };
+        for program in ["statement_end", "command_start", "error_raised", "wait_begin", "wait_end", "calibrate"] {
+            assert_eq!(section_of(program), "uprobe.multi", "{program}");
+            let perf = perf_name(program);
+            assert_eq!(section_of(perf), "uprobe", "{perf}");
+        }
+    }
+}
