@@ -88,26 +88,42 @@ pub mod flags {
     pub const SHED: u32 = 16;
 }
 
-/// Indices of the per-CPU health counters in the `STATS` map.
+/// Indices of the per-CPU health counters: one `STATS` value per CPU
+/// holds them all, so a statement touches one block of memory for its
+/// counts, not one per counter. The ones bumped per statement come first.
 pub mod stat {
+    /// Statement ends seen (emitted or not): the exact statement total.
+    pub const STATEMENTS: u32 = 0;
+    /// Statements counted into a kernel aggregate instead of sent.
+    pub const AGGREGATED: u32 = 1;
     /// Statement events written to the ring buffer.
-    pub const EVENTS: u32 = 0;
+    pub const EVENTS: u32 = 2;
+    /// Statements of `COM_QUERY` and of `COM_STMT_EXECUTE`, the commands of
+    /// nearly every statement. Without the command probe these are their
+    /// `COMMANDS` counts, kept here so the hot path writes one block.
+    pub const QUERY_STATEMENTS: u32 = 3;
+    pub const EXECUTE_STATEMENTS: u32 = 4;
     /// Statement events lost because the ring buffer was full.
-    pub const DROPPED: u32 = 1;
+    pub const DROPPED: u32 = 5;
     /// Statement ends whose start could not be established (the THD's
     /// start time unreadable or implausible): counted, not timed.
-    pub const UNMATCHED: u32 = 2;
+    pub const UNMATCHED: u32 = 6;
     /// Reads of server memory that failed (text or THD fields).
-    pub const READ_FAILED: u32 = 3;
-    /// Statement ends seen (emitted or not): the exact statement total.
-    pub const STATEMENTS: u32 = 4;
+    pub const READ_FAILED: u32 = 7;
     /// Errors attributed to a statement in flight.
-    pub const ERRORS: u32 = 5;
-    /// Statements counted into a kernel aggregate instead of sent.
-    pub const AGGREGATED: u32 = 6;
+    pub const ERRORS: u32 = 8;
     /// Hits of the calibration program (the agent's own trap timing).
-    pub const CALIBRATION_HITS: u32 = 7;
-    pub const SLOTS: u32 = 8;
+    pub const CALIBRATION_HITS: u32 = 9;
+    pub const SLOTS: u32 = 10;
+}
+
+/// One CPU's health counters, indexed by [`stat`].
+pub type StatBlock = [u64; stat::SLOTS as usize];
+
+/// `enum_server_command` values the kernel side treats specially.
+pub mod command {
+    pub const QUERY: u32 = 3;
+    pub const STMT_EXECUTE: u32 = 23;
 }
 
 /// Where the server keeps what the kernel side reads. Learned per binary
@@ -146,6 +162,9 @@ pub struct ServerLayout {
     /// Slots of the in-kernel aggregate (see [`aggregate`]); 0 sends every
     /// statement to the agent.
     pub aggregate_slots: u32,
+    /// Non-zero when the wait probes are attached: only then does a
+    /// statement's end keep the per-thread wait state up to date.
+    pub wait_probes: u32,
 }
 
 /// In-kernel aggregation: a statement whose text hash the agent has

@@ -4,7 +4,7 @@
 use agent_common::stat;
 use aya_ebpf::programs::ProbeContext;
 
-use crate::maps::{STATS, bump};
+use crate::maps::bump_stat;
 
 uprobe_pair! {
     calibrate, calibrate_perf => on_calibrate;
@@ -12,6 +12,6 @@ uprobe_pair! {
 
 #[inline(always)]
 fn on_calibrate(_ctx: ProbeContext) -> u32 {
-    bump(&STATS, stat::CALIBRATION_HITS);
+    bump_stat(stat::CALIBRATION_HITS);
     0
 }

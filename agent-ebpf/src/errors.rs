@@ -10,7 +10,7 @@ use aya_ebpf::{
 
 use crate::{
     layout::layout,
-    maps::{ERRORS, STATS, bump},
+    maps::{ERRORS, bump_stat},
     statements::owned_slot,
 };
 
@@ -45,7 +45,7 @@ fn on_error_raised(ctx: ProbeContext) -> u32 {
     }
     inflight.error_code = code;
     inflight.error_ns = now;
-    bump(&STATS, agent_common::stat::ERRORS);
+    bump_stat(agent_common::stat::ERRORS);
     sample(&ctx, tid, code, inflight.thd, now);
     0
 }

@@ -16,6 +16,7 @@ static LAYOUT: ServerLayout = ServerLayout {
     lock_utime_offset: 0,
     command_probe: 0,
     aggregate_slots: 0,
+    wait_probes: 0,
 };
 
 #[inline(always)]

@@ -1,5 +1,5 @@
 //! Every map of the kernel side, in one place, each bounded.
-use agent_common::{COMMAND_SLOTS, EventBuffer, INFLIGHT_SLOTS, Inflight, stat};
+use agent_common::{COMMAND_SLOTS, EventBuffer, INFLIGHT_SLOTS, Inflight, StatBlock, stat};
 use aya_ebpf::{
     macros::map,
     maps::{Array, PerCpuArray, RingBuf},
@@ -49,9 +49,24 @@ pub fn gate_closed() -> bool {
 #[map]
 pub static COMMANDS: PerCpuArray<u64> = PerCpuArray::with_max_entries(COMMAND_SLOTS, 0);
 
-/// Health counters, indexed by `agent_common::stat`.
+/// Health counters, one block per CPU indexed by `agent_common::stat`.
 #[map]
-pub static STATS: PerCpuArray<u64> = PerCpuArray::with_max_entries(stat::SLOTS, 0);
+pub static STATS: PerCpuArray<StatBlock> = PerCpuArray::with_max_entries(1, 0);
+
+/// This CPU's health counters. Per CPU: no other writer while a program
+/// runs.
+#[inline(always)]
+pub fn stats() -> Option<&'static mut StatBlock> {
+    // SAFETY: a valid map value for this CPU.
+    STATS.get_ptr_mut(0).map(|block| unsafe { &mut *block })
+}
+
+#[inline(always)]
+pub fn bump_stat(index: u32) {
+    if let Some(block) = stats() {
+        block[(index % stat::SLOTS) as usize] += 1;
+    }
+}
 
 /// Where a record is assembled before it is copied to the ring buffer:
 /// too large for the 512-byte BPF stack.

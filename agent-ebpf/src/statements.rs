@@ -10,7 +10,9 @@
 //! only adds exact counts of commands that are not statements (PREPARE,
 //! CLOSE, PING, QUIT, ...) at the price of a second trap. Placement lives
 //! here only; the agent names the symbols.
-use agent_common::{EVENT_HEADER_LEN, EventBuffer, Inflight, MAX_TEXT, StatementEvent, flags, stat, wait_class};
+use agent_common::{
+    EVENT_HEADER_LEN, EventBuffer, Inflight, MAX_TEXT, StatementEvent, command, flags, stat, wait_class,
+};
 use aya_ebpf::{
     bindings::BPF_RB_NO_WAKEUP,
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user, bpf_probe_read_user_buf},
@@ -20,11 +22,8 @@ use aya_ebpf::{
 use crate::{
     aggregate,
     layout::layout,
-    maps::{COMMANDS, EVENTS, SCRATCH, STATS, bump, gate_closed, inflight_slot},
+    maps::{COMMANDS, EVENTS, SCRATCH, bump, gate_closed, inflight_slot, stats},
 };
-
-/// `COM_STMT_EXECUTE`: its packet starts with the 4-byte statement id.
-const COM_STMT_EXECUTE: u32 = 23;
 
 /// In the `known-texts-only` shedding step, one unregistered statement in
 /// this many (per CPU) still carries its text, so a new text gets
@@ -58,7 +57,8 @@ fn try_command_start(ctx: &ProbeContext) -> Result<(), i64> {
     bump(&COMMANDS, command);
 
     let mut stmt_id = 0;
-    if command == COM_STMT_EXECUTE && layout.packet_arg != u32::MAX {
+    // Its packet starts with the 4-byte statement id.
+    if command == command::STMT_EXECUTE && layout.packet_arg != u32::MAX {
         let packet = arg_at(&args, layout.packet_arg).ok_or(0i64)?;
         stmt_id = unsafe { bpf_probe_read_user(packet as *const u32) }.unwrap_or(0);
     }
@@ -90,12 +90,7 @@ pub fn owned_slot(tid: u32) -> Option<&'static mut Inflight> {
 /// layout picks among the values, never among pointers.
 #[inline(always)]
 fn args(ctx: &ProbeContext) -> [u64; 4] {
-    [
-        ctx.arg(0).unwrap_or(0),
-        ctx.arg(1).unwrap_or(0),
-        ctx.arg(2).unwrap_or(0),
-        ctx.arg(3).unwrap_or(0),
-    ]
+    [ctx.arg(0).unwrap_or(0), ctx.arg(1).unwrap_or(0), ctx.arg(2).unwrap_or(0), ctx.arg(3).unwrap_or(0)]
 }
 
 #[inline(always)]
@@ -132,11 +127,19 @@ fn try_statement_end(ctx: &ProbeContext) -> Result<(), i64> {
     let thd: u64 = ctx.arg(0).ok_or(0i64)?;
     let pid_tgid = bpf_get_current_pid_tgid();
     let tid = pid_tgid as u32;
-    bump(&STATS, stat::STATEMENTS);
+    // Every count below goes into this one block: each further map value
+    // touched is another cache line to fetch at every statement.
+    let stats = stats().ok_or(0i64)?;
+    stats[stat::STATEMENTS as usize] += 1;
 
-    let command = unsafe { bpf_probe_read_user((thd + layout.command_offset as u64) as *const u32) }.unwrap_or(0) & 0xff;
+    let command =
+        unsafe { bpf_probe_read_user((thd + layout.command_offset as u64) as *const u32) }.unwrap_or(0) & 0xff;
     if layout.command_probe == 0 {
-        bump(&COMMANDS, command);
+        match command {
+            command::QUERY => stats[stat::QUERY_STATEMENTS as usize] += 1,
+            command::STMT_EXECUTE => stats[stat::EXECUTE_STATEMENTS as usize] += 1,
+            _ => bump(&COMMANDS, command),
+        }
     }
     // Each read of server memory costs about 0.1 us here (the first one
     // 0.55 us), so fields next to each other are read together and the
@@ -144,7 +147,7 @@ fn try_statement_end(ctx: &ProbeContext) -> Result<(), i64> {
     let [start_us, lock_utime] = read_thd_pair(thd, layout.start_utime_offset, layout.lock_utime_offset);
     let now_us = now / 1000;
     if start_us == 0 || start_us > now_us || now_us - start_us > MAX_STATEMENT_US {
-        bump(&STATS, stat::UNMATCHED);
+        stats[stat::UNMATCHED as usize] += 1;
         return Ok(());
     }
     let start_ns = start_us * 1000;
@@ -154,8 +157,8 @@ fn try_statement_end(ctx: &ProbeContext) -> Result<(), i64> {
     let buffer = SCRATCH.get_ptr_mut(0).ok_or(0i64)?;
     let buffer = unsafe { &mut *buffer };
 
-    let [text_ptr, text_len] = unsafe { bpf_probe_read_user((thd + layout.query_offset as u64) as *const [u64; 2]) }
-        .unwrap_or([0, 0]);
+    let [text_ptr, text_len] =
+        unsafe { bpf_probe_read_user((thd + layout.query_offset as u64) as *const [u64; 2]) }.unwrap_or([0, 0]);
 
     let mut event_flags = 0;
     let mut captured = text_len;
@@ -174,10 +177,8 @@ fn try_statement_end(ctx: &ProbeContext) -> Result<(), i64> {
     } else {
         // The mask restates the bound in a form the verifier tracks.
         let n = (captured as usize) & (MAX_TEXT * 2 - 1);
-        if n > MAX_TEXT
-            || unsafe { bpf_probe_read_user_buf(text_ptr as *const u8, &mut buffer.text[..n]) }.is_err()
-        {
-            bump(&STATS, stat::READ_FAILED);
+        if n > MAX_TEXT || unsafe { bpf_probe_read_user_buf(text_ptr as *const u8, &mut buffer.text[..n]) }.is_err() {
+            stats[stat::READ_FAILED as usize] += 1;
             captured = 0;
             event_flags |= flags::NO_TEXT;
         }
@@ -189,41 +190,55 @@ fn try_statement_end(ctx: &ProbeContext) -> Result<(), i64> {
     if error_code != 0 {
         event_flags |= flags::ERROR;
     }
-    let waits = if inflight.waits_epoch_us == start_us { inflight.waits } else { [0; wait_class::COUNT] };
+    let waits_probed = layout.wait_probes != 0;
+    let waits =
+        if waits_probed && inflight.waits_epoch_us == start_us { inflight.waits } else { [0; wait_class::COUNT] };
     // Every command resets it, so it is this command's when set at all.
     let stmt_id = if inflight.command_ns != 0 { inflight.stmt_id } else { 0 };
+
+    // The slot is written only where it changes: a line other CPUs read
+    // stays shared instead of moving to this one at every statement.
+    if inflight.thd != thd {
+        inflight.thd = thd;
+    }
+    if inflight.error_code != 0 {
+        inflight.error_code = 0;
+    }
+    if waits_probed {
+        inflight.waits_epoch_us = 0;
+        inflight.ended_epoch_us = start_us;
+        inflight.waits = [0; wait_class::COUNT];
+    }
 
     let duration_ns = now.saturating_sub(start_ns);
     let aggregate_slots = layout.aggregate_slots;
     let text_hash = if aggregate_slots != 0 && event_flags & (flags::TRUNCATED | flags::NO_TEXT) == 0 {
-        aggregate::text_hash(captured, command == COM_STMT_EXECUTE)
+        aggregate::text_hash(captured, command == command::STMT_EXECUTE)
     } else {
         0
     };
     let waited = waits.iter().any(|w| *w != 0);
-    buffer.header = StatementEvent {
-        start_ns,
-        duration_ns,
-        thd,
-        connection_id: 0,
-        pid: (pid_tgid >> 32) as u32,
-        tid,
-        command,
-        stmt_id,
-        error_code,
-        text_len: text_len.min(u32::MAX as u64) as u32,
-        captured_len: captured as u32,
-        flags: event_flags,
-        lock_ns: lock_us * 1000,
-        error_ns,
-        waits,
-        text_hash,
+    // Only a statement that is sent needs its record assembled.
+    let write_header = |buffer: &mut EventBuffer, record_flags: u32| {
+        buffer.header = StatementEvent {
+            start_ns,
+            duration_ns,
+            thd,
+            connection_id: 0,
+            pid: (pid_tgid >> 32) as u32,
+            tid,
+            command,
+            stmt_id,
+            error_code,
+            text_len: text_len.min(u32::MAX as u64) as u32,
+            captured_len: captured as u32,
+            flags: record_flags,
+            lock_ns: lock_us * 1000,
+            error_ns,
+            waits,
+            text_hash,
+        };
     };
-    inflight.thd = thd;
-    inflight.error_code = 0;
-    inflight.waits_epoch_us = 0;
-    inflight.ended_epoch_us = start_us;
-    inflight.waits = [0; wait_class::COUNT];
 
     // Errors and waits travel with the statement record, so only plain
     // statements are folded into the kernel aggregate.
@@ -232,18 +247,21 @@ fn try_statement_end(ctx: &ProbeContext) -> Result<(), i64> {
         && !waited
         && let Some(first) = aggregate::record(text_hash, duration_ns, aggregate_slots)
     {
-        bump(&STATS, stat::AGGREGATED);
+        stats[stat::AGGREGATED as usize] += 1;
         if first && aggregate::shedding_step() == 0 {
             // Counted already: the record only refreshes the sample text,
             // and losing it loses nothing.
-            buffer.header.flags |= flags::SAMPLE;
+            write_header(buffer, event_flags | flags::SAMPLE);
             let _ = send(buffer, captured);
         }
         return Ok(());
     }
 
+    write_header(buffer, event_flags);
     buffer.header.connection_id = read_thd_u64(thd, layout.connection_id_offset);
-    if aggregate_slots != 0 && aggregate::shedding_step() >= 2 && !text_sample_due() {
+    // While shedding, one record in SHED_TEXT_EVERY (per CPU) keeps its text.
+    let text_sample_due = stats[stat::EVENTS as usize] % SHED_TEXT_EVERY == 0;
+    if aggregate_slots != 0 && aggregate::shedding_step() >= 2 && !text_sample_due {
         captured = 0;
         buffer.header.captured_len = 0;
         buffer.header.flags |= flags::SHED | flags::NO_TEXT;
@@ -251,19 +269,11 @@ fn try_statement_end(ctx: &ProbeContext) -> Result<(), i64> {
         buffer.header.text_hash = 0;
     }
     if send(buffer, captured) {
-        bump(&STATS, stat::EVENTS);
+        stats[stat::EVENTS as usize] += 1;
     } else {
-        bump(&STATS, stat::DROPPED);
+        stats[stat::DROPPED as usize] += 1;
     }
     Ok(())
-}
-
-/// Whether this CPU's next record is the one in `SHED_TEXT_EVERY` that
-/// keeps its text while shedding.
-#[inline(always)]
-fn text_sample_due() -> bool {
-    // SAFETY: this CPU's counter; read only.
-    STATS.get_ptr(stat::EVENTS).is_some_and(|sent| unsafe { *sent } % SHED_TEXT_EVERY == 0)
 }
 
 /// Copies the record (header and `captured` text bytes) to the ring

@@ -147,15 +147,18 @@ fn a_taken_metrics_port_is_a_clear_error_at_start() {
     assert!(!out.status.success() && stderr.contains("already in use"), "{stderr}");
 }
 
-/// Uprobe links the agent process holds (its fds' `link_type: perf` with
-/// `event_type: uprobe`).
+/// Uprobe links the agent process holds: its fds' `link_type: uprobe_multi`,
+/// or `link_type: perf` with `event_type: uprobe` for classic uprobes.
 fn attached_uprobes(agent_pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{agent_pid}/fdinfo"))
         .into_iter()
         .flatten()
         .flatten()
         .filter_map(|e| std::fs::read_to_string(e.path()).ok())
-        .filter(|info| info.contains("link_type:\tperf") && info.contains("event_type:\tuprobe"))
+        .filter(|info| {
+            info.contains("link_type:\tuprobe_multi")
+                || (info.contains("link_type:\tperf") && info.contains("event_type:\tuprobe"))
+        })
         .count()
 }
 
@@ -186,7 +189,12 @@ fn budget_mode_detaches_and_reattaches_and_flags_estimates() {
     );
     run.resume();
     let (mut states, started) = (Vec::new(), std::time::Instant::now());
-    while started.elapsed() < Duration::from_secs(8) {
+    let switches = |states: &[bool]| states.windows(2).filter(|w| w[0] != w[1]).count();
+    // 8 s, or up to 20 s until two switches were seen: on a loaded host the
+    // first periods run late (the first attach waits for the kernel).
+    while started.elapsed() < Duration::from_secs(8)
+        || (started.elapsed() < Duration::from_secs(20) && switches(&states) < 2)
+    {
         states.push(attached_uprobes(agent.pid()) > 0);
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -197,11 +205,11 @@ fn budget_mode_detaches_and_reattaches_and_flags_estimates() {
     let after = server.global_status().unwrap();
     drop(run);
     assert!(out.success, "{}", out.stderr);
-    let switches = states.windows(2).filter(|w| w[0] != w[1]).count();
-    assert!(states.contains(&true) && states.contains(&false), "never switched: {states:?}");
+    let switches = switches(&states);
+    assert!(states.contains(&true) && states.contains(&false), "never switched: {states:?}\n{}", out.stderr);
     // Detached, then attached again; under a saturated host the periods
     // drift (the probe thread waits its turn), so no exact count.
-    assert!(switches >= 2, "only {switches} switches in 8 s of 1 s duty periods: {states:?}");
+    assert!(switches >= 2, "only {switches} switches in {:?} of 1 s duty periods: {states:?}", started.elapsed());
 
     let sampled: Vec<_> = out.of_type("summary").filter(|s| s["sampled"] == true).collect();
     assert!(!sampled.is_empty(), "no window marked as sampled: {:#?}", out.lines);
@@ -337,7 +345,13 @@ fn tiny_budget_holds_the_quota_sheds_and_counts_stay_exact() {
     let read_ns = || std::fs::read_to_string(&cpuacct).unwrap().trim().parse::<u64>().unwrap();
     run.resume();
     let (t0, ns0) = (std::time::Instant::now(), read_ns());
-    std::thread::sleep(Duration::from_secs(6));
+    // At least 6 s; longer (up to 20 s) until the agent has shed, since a
+    // throttled agent closes its 1 s windows late.
+    while t0.elapsed() < Duration::from_secs(6)
+        || (t0.elapsed() < Duration::from_secs(20) && !agent.stderr_text().contains("shedding step changed"))
+    {
+        std::thread::sleep(Duration::from_millis(500));
+    }
     let cores = (read_ns() - ns0) as f64 / 1e9 / t0.elapsed().as_secs_f64();
     run.pause();
     let out = agent.stop();
@@ -348,7 +362,8 @@ fn tiny_budget_holds_the_quota_sheds_and_counts_stay_exact() {
     // Two spinning threads want two cores; the quota allows 0.1.
     assert!(cores <= 0.1 * 1.15, "the agent used {cores:.3} cores under a 0.1 core quota");
     let steps: Vec<&str> = out.of_type("agent").filter_map(|l| l["shedding"].as_str()).collect();
-    assert!(steps.iter().any(|s| *s != "exact"), "never shed: {steps:?}");
+    let agent_lines: Vec<&serde_json::Value> = out.of_type("agent").collect();
+    assert!(steps.iter().any(|s| *s != "exact"), "never shed: {agent_lines:#?}");
     assert!(out.stderr.contains("shedding step changed"), "{}", out.stderr);
 
     let counts = out.digest_counts(None);

@@ -194,6 +194,7 @@ pub fn inspect_binary(path: &Path) -> Result<BinaryInfo, DiscoverError> {
             start_utime_offset: lock_utime_offset - 8,
             lock_utime_offset,
             command_probe: 0,
+            wait_probes: 0,
             aggregate_slots: 0,
         },
         points,

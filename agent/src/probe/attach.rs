@@ -9,7 +9,7 @@ use std::{
     time::Duration,
 };
 
-use agent_common::{COMMAND_SLOTS, LongWait, MAX_TEXT, ServerLayout, stat};
+use agent_common::{COMMAND_SLOTS, LongWait, MAX_TEXT, ServerLayout, StatBlock};
 use aya::{
     Ebpf, EbpfLoader,
     maps::{Array, MapData, PerCpuArray, RingBuf},
@@ -85,6 +85,7 @@ impl AttachedServer {
             long_wait_us: config.long_wait_us,
             command_probe: config.commands as u32,
             aggregate_slots: config.aggregate_slots,
+            wait_probes: u32::from(config.waits && binary.points.waits.is_some()),
             ..binary.layout
         };
         let mut ebpf = EbpfLoader::new()
@@ -317,8 +318,7 @@ impl AttachedServer {
 
     pub fn counters(&self) -> Result<Counters, ProbeError> {
         let commands = sum_per_cpu(&self.ebpf, "COMMANDS", COMMAND_SLOTS)?;
-        let stats = sum_per_cpu(&self.ebpf, "STATS", stat::SLOTS)?;
-        Ok(Counters::from_stats(commands, &stats))
+        Ok(Counters::from_stats(commands, &sum_stats(&self.ebpf)?))
     }
 }
 
@@ -358,6 +358,19 @@ fn uprobe<'a>(ebpf: &'a mut Ebpf, program: &'static str, pid: u32) -> Result<&'a
         .ok_or_else(|| ProbeError::Map { map: program, detail: "program not in object".into() })?
         .try_into()
         .map_err(|source| ProbeError::Program { pid, program, source })
+}
+
+/// Every CPU's health counters added up.
+fn sum_stats(ebpf: &Ebpf) -> Result<StatBlock, ProbeError> {
+    let name = "STATS";
+    let map = ebpf.map(name).ok_or_else(|| ProbeError::Map { map: name, detail: "not in object".into() })?;
+    let array =
+        PerCpuArray::<_, StatBlock>::try_from(map).map_err(|e| ProbeError::Map { map: name, detail: e.to_string() })?;
+    let blocks = array.get(&0, 0).map_err(|e| ProbeError::Map { map: name, detail: e.to_string() })?;
+    Ok(blocks.iter().fold(StatBlock::default(), |mut total, block| {
+        total.iter_mut().zip(block).for_each(|(sum, n)| *sum += n);
+        total
+    }))
 }
 
 fn sum_per_cpu(ebpf: &Ebpf, name: &'static str, slots: u32) -> Result<Vec<u64>, ProbeError> {

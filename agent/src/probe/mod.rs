@@ -24,7 +24,7 @@ pub use attach::{AttachedServer, ProbeConfig};
 pub use event::{ErrorMessage, Statement, decode_error, decode_statement};
 pub use supervisor::Supervisor;
 
-use agent_common::{COMMAND_SLOTS, stat};
+use agent_common::{COMMAND_SLOTS, command, stat};
 
 use crate::discover::ServerProcess;
 
@@ -88,8 +88,18 @@ impl Default for Counters {
 }
 
 impl Counters {
-    pub(crate) fn from_stats(commands: Vec<u64>, stats: &[u64]) -> Self {
+    /// `commands` from the `COMMANDS` map, `stats` the `STATS` block summed
+    /// over CPUs; statements of the two main commands are counted in the
+    /// block (zero there when the command probe counts them in the map).
+    pub(crate) fn from_stats(mut commands: Vec<u64>, stats: &[u64]) -> Self {
         let at = |i: u32| stats.get(i as usize).copied().unwrap_or(0);
+        for (command, slot) in
+            [(command::QUERY, stat::QUERY_STATEMENTS), (command::STMT_EXECUTE, stat::EXECUTE_STATEMENTS)]
+        {
+            if let Some(count) = commands.get_mut(command as usize) {
+                *count += at(slot);
+            }
+        }
         Self {
             commands,
             statements: at(stat::STATEMENTS),
