@@ -165,10 +165,12 @@ pub struct ServerLayout {
     /// Non-zero when the wait probes are attached: only then does a
     /// statement's end keep the per-thread wait state up to date.
     pub wait_probes: u32,
+    /// Sets of the `KNOWN` table (`aggregate::known_sets`), a power of two.
+    pub known_sets: u32,
 }
 
 /// In-kernel aggregation: a statement whose text hash the agent has
-/// registered (map `KNOWN`: hash -> slot) is counted into that slot of the
+/// registered (map `KNOWN`: hash -> slot, see `KNOWN_WAYS`) is counted into that slot of the
 /// current epoch (map `AGGREGATES`, per CPU, index `epoch * slots + slot`)
 /// instead of being sent. The agent flips the epoch at each window end and
 /// reads and clears the other one, so a steady workload sends nothing per
@@ -186,6 +188,51 @@ pub mod aggregate {
     pub const FIRST_AGENT_BUCKET: usize = ((LOW_POWER - 3 + 1) * 8) as usize;
     /// Hash of a text with no bytes hashed yet (FNV-1a offset basis).
     pub const HASH_SEED: u64 = 0xcbf2_9ce4_8422_2325;
+
+    /// `KNOWN` is a set-associative table in an array map, not a hash
+    /// map: a lookup is one index and a compare of four words on one cache
+    /// line, with no hashing of the key and no bucket walk. A hash may sit
+    /// in any way of its set.
+    pub const KNOWN_WAYS: usize = 4;
+    pub type KnownSet = [u64; KNOWN_WAYS];
+    /// Low bits of an entry that hold its slot plus one (0: empty way); the
+    /// bits above are the hash's own. Two hashes share an entry only when
+    /// they agree in those 48 bits and in the set index.
+    pub const SLOT_BITS: u32 = 16;
+    const SLOT_MASK: u64 = (1 << SLOT_BITS) - 1;
+    /// The most slots an entry can name.
+    pub const MAX_SLOTS: u32 = (1 << SLOT_BITS) - 2;
+
+    /// Sets for `slots`: twice as many ways as slots, so a set is rarely
+    /// full (a hash that finds its set full is sent as records instead).
+    pub const fn known_sets(slots: u32) -> u32 {
+        let ways = 2 * slots as u64 / KNOWN_WAYS as u64;
+        let mut sets = 1u32;
+        while (sets as u64) < ways {
+            sets <<= 1;
+        }
+        sets
+    }
+
+    /// Set of `hash` among `sets` (a power of two).
+    #[inline(always)]
+    pub const fn known_set(hash: u64, sets: u32) -> u32 {
+        (hash ^ (hash >> 32)) as u32 & (sets - 1)
+    }
+
+    /// The entry that maps `hash` to `slot`.
+    pub const fn known_entry(hash: u64, slot: u32) -> u64 {
+        (hash & !SLOT_MASK) | (slot as u64 + 1)
+    }
+
+    /// The slot `entry` gives `hash`, if it is `hash`'s entry.
+    #[inline(always)]
+    pub const fn entry_slot(entry: u64, hash: u64) -> Option<u32> {
+        if entry & SLOT_MASK == 0 || (entry ^ hash) & !SLOT_MASK != 0 {
+            return None;
+        }
+        Some((entry & SLOT_MASK) as u32 - 1)
+    }
 }
 
 /// One kernel aggregate: statements of one text hash in one epoch on one CPU.

@@ -3,20 +3,21 @@
 //! adds instead of a ring-buffer record and the agent's work on it.
 use agent_common::{
     CONTROL_EPOCH, CONTROL_OPAQUE_ONES, CONTROL_SHEDDING, CONTROL_SLOTS, MAX_TEXT, SlotStats,
-    aggregate::{BUCKETS, LOW_POWER, POWERS},
+    aggregate::{BUCKETS, KnownSet, LOW_POWER, POWERS, entry_slot, known_set},
     text_hash::{HashState, step},
 };
 use aya_ebpf::{
     helpers::generated::bpf_loop,
     macros::map,
-    maps::{Array, HashMap, PerCpuArray},
+    maps::{Array, PerCpuArray},
 };
 
 use crate::maps::SCRATCH;
 
-/// Text hash -> slot, written only by the agent. Sized at load time.
+/// Text hash -> slot, set-associative (`agent_common::aggregate::KNOWN_WAYS`),
+/// written only by the agent. Sized at load time.
 #[map]
-pub static KNOWN: HashMap<u64, u32> = HashMap::with_max_entries(1, 0);
+pub static KNOWN: Array<KnownSet> = Array::with_max_entries(1, 0);
 
 /// Two epochs of slots, `epoch * slots + slot`. Sized at load time.
 #[map]
@@ -86,8 +87,7 @@ struct WordJob {
     len: u64,
 }
 
-/// One `bpf_loop` step of [`word_hash`]: text bytes `index * 8..`, bytes
-/// past the end (left over from an earlier statement) masked off.
+/// One `bpf_loop` step of [`word_hash`]: text bytes `index * 8..`.
 extern "C" fn hash_word(index: u64, ctx: *mut core::ffi::c_void) -> i64 {
     // SAFETY: `ctx` is the `WordJob` on the caller's stack.
     let job = unsafe { &mut *(ctx as *mut WordJob) };
@@ -96,27 +96,59 @@ extern "C" fn hash_word(index: u64, ctx: *mut core::ffi::c_void) -> i64 {
     // SAFETY: a valid map value; `at + 8 <= MAX_TEXT`.
     let text = unsafe { &(*buffer).text };
     let bytes = &text[at..at + 8];
-    let mut word = u64::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7]]);
-    let left = job.len.saturating_sub(index * 8);
-    if left < 8 {
-        word &= (1u64 << (left * 8)) - 1;
-    }
-    job.hash = (job.hash ^ word).wrapping_mul(WORD_PRIME).rotate_left(29);
+    let word = u64::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7]]);
+    job.hash = mix_word(job.hash, masked(word, job.len, index));
     0
 }
 
 const WORD_PRIME: u64 = 0x9e37_79b9_7f4a_7c15;
 
+/// Texts up to this many words are hashed in line: `bpf_loop` costs a call
+/// per step, more than the step itself.
+const INLINE_WORDS: usize = 8;
+
+#[inline(always)]
+fn mix_word(hash: u64, word: u64) -> u64 {
+    (hash ^ word).wrapping_mul(WORD_PRIME).rotate_left(29)
+}
+
 /// The whole text, eight bytes per step, and its length.
 #[inline(always)]
 fn word_hash(len: u64) -> u64 {
-    let mut job = WordJob { hash: agent_common::aggregate::HASH_SEED ^ len.wrapping_mul(WORD_PRIME), len };
-    let steps = len.div_ceil(8) as u32;
-    let callback = hash_word as extern "C" fn(u64, *mut core::ffi::c_void) -> i64;
-    // SAFETY: the callback is a static function; the context outlives it.
-    unsafe { bpf_loop(steps, callback as *mut core::ffi::c_void, &mut job as *mut WordJob as *mut _, 0) };
+    let seed = agent_common::aggregate::HASH_SEED ^ len.wrapping_mul(WORD_PRIME);
+    let steps = len.div_ceil(8);
+    let hash = if steps <= INLINE_WORDS as u64 {
+        let Some(buffer) = SCRATCH.get_ptr(0) else { return 0 };
+        // SAFETY: a valid map value.
+        let text = unsafe { &(*buffer).text };
+        let mut hash = seed;
+        for index in 0..INLINE_WORDS {
+            if index as u64 >= steps {
+                break;
+            }
+            let at = index * 8;
+            let bytes = &text[at..at + 8];
+            let word = u64::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7]]);
+            hash = mix_word(hash, masked(word, len, index as u64));
+        }
+        hash
+    } else {
+        let mut job = WordJob { hash: seed, len };
+        let callback = hash_word as extern "C" fn(u64, *mut core::ffi::c_void) -> i64;
+        // SAFETY: the callback is a static function; the context outlives it.
+        unsafe { bpf_loop(steps as u32, callback as *mut core::ffi::c_void, &mut job as *mut WordJob as *mut _, 0) };
+        job.hash
+    };
     // 0 means "no hash"; the top bit keeps prepared and query hashes apart.
-    job.hash | (1 << 63)
+    hash | (1 << 63)
+}
+
+/// Word `index` of a `len`-byte text, bytes past the end (left over from
+/// an earlier statement) masked off.
+#[inline(always)]
+fn masked(word: u64, len: u64, index: u64) -> u64 {
+    let left = len.saturating_sub(index * 8);
+    if left < 8 { word & ((1u64 << (left * 8)) - 1) } else { word }
 }
 
 /// The agent's shedding step (`CONTROL_SHEDDING`).
@@ -143,8 +175,14 @@ fn top_bit(mut v: u64) -> u32 {
 /// duration outside the kernel histogram (the caller sends an event);
 /// `Some(true)`: the slot's first statement this epoch (send a sample).
 #[inline(always)]
-pub fn record(hash: u64, duration_ns: u64, slots: u32) -> Option<bool> {
-    let slot = *unsafe { KNOWN.get(&hash) }?;
+pub fn record(hash: u64, duration_ns: u64, slots: u32, sets: u32) -> Option<bool> {
+    let set = KNOWN.get(known_set(hash, sets))?;
+    let mut slot = u32::MAX;
+    for entry in set {
+        if let Some(found) = entry_slot(*entry, hash) {
+            slot = found;
+        }
+    }
     if slot >= slots || duration_ns == 0 {
         return None;
     }

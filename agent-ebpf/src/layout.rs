@@ -17,6 +17,7 @@ static LAYOUT: ServerLayout = ServerLayout {
     command_probe: 0,
     aggregate_slots: 0,
     wait_probes: 0,
+    known_sets: 1,
 };
 
 #[inline(always)]

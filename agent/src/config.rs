@@ -331,7 +331,7 @@ impl AgentArgs {
     }
 }
 
-const MAX_KERNEL_DIGESTS: u32 = 65536;
+const MAX_KERNEL_DIGESTS: u32 = agent_common::aggregate::MAX_SLOTS;
 
 /// `1%`, `0.5 %` or `0.01`: a fraction in (0, 1].
 fn fraction(field: &'static str, value: &str) -> Result<f64, ConfigError> {
@@ -367,7 +367,7 @@ impl AgentConfig {
             "a power of two between 4096 and 1073741824",
         )?;
         range("max_digests", self.max_digests as u64, (1..=1_000_000).contains(&self.max_digests), "1..=1000000")?;
-        range("kernel_digests", self.kernel_digests as u64, self.kernel_digests <= MAX_KERNEL_DIGESTS, "0..=65536")?;
+        range("kernel_digests", self.kernel_digests as u64, self.kernel_digests <= MAX_KERNEL_DIGESTS, &format!("0..={MAX_KERNEL_DIGESTS}"))?;
         if let Some(budget) = &self.budget {
             let ok = (0.01..=64.0).contains(&budget.cpu_cores);
             if !ok {

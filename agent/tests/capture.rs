@@ -97,6 +97,66 @@ fn exact_counts_for_text_and_prepared_statements() {
     assert_eq!(in_kernel, TEXT + PREPARED - 2, "counted in the kernel");
 }
 
+/// Texts of every length are counted in the kernel once registered (short
+/// prepared texts are hashed in line, long ones in a loop), and with fewer
+/// kernel slots than texts the rest keep coming as records: either way every
+/// text's count is exact.
+#[test]
+fn kernel_aggregation_keeps_counts_exact_for_long_texts_and_few_slots() {
+    if !privileged("kernel_aggregation_keeps_counts_exact_for_long_texts_and_few_slots") {
+        return;
+    }
+    let server = PrivateServer::start("kernel-slots", &[]).unwrap();
+    server.sql("CREATE DATABASE app; CREATE TABLE app.t (id INT PRIMARY KEY, v INT); INSERT INTO app.t VALUES (1, 0)").unwrap();
+    const TEXTS: usize = 8;
+    const ROUNDS: u64 = 40;
+    // Prepared texts from 40 to 200 bytes, text-protocol ones alike.
+    let padding = |k: usize| (0..k * 3).map(|i| format!(", {i} AS p{i}")).collect::<String>();
+    let prepared_text = |k: usize| format!("SELECT v AS c{k}{} FROM app.t WHERE id = ?", padding(k));
+    let query_text = |k: usize| format!("SELECT v AS q{k}{} FROM app.t WHERE id = 1", padding(k));
+
+    for (slots, all_in_kernel) in [("--kernel-digests=64", true), ("--kernel-digests=2", false)] {
+        // Connected and prepared first: the connection's own set-up queries
+        // would otherwise take the two slots.
+        let mut conn = connect(&server);
+        let statements: Vec<_> = (0..TEXTS).map(|k| conn.prep(prepared_text(k)).unwrap()).collect();
+        let agent = Agent::start(server.dir(), &with(with(agent_args(&server), slots), "--window=1s"));
+        for round in 0..ROUNDS {
+            for (k, stmt) in statements.iter().enumerate() {
+                conn.exec_drop(stmt, (1,)).unwrap();
+                conn.query_drop(query_text(k)).unwrap();
+            }
+            if round == 0 {
+                // Time to drain the first records and register their hashes.
+                std::thread::sleep(Duration::from_millis(500));
+            }
+        }
+        for stmt in statements {
+            conn.close(stmt).unwrap();
+        }
+        drop(conn);
+        std::thread::sleep(Duration::from_millis(100));
+        let out = agent.stop();
+        assert!(out.success, "agent failed: {}", out.stderr);
+        let counts = out.digest_counts(None);
+        for k in 0..TEXTS {
+            for alias in [format!("`c{k}`"), format!("`q{k}`")] {
+                let of_text: Vec<_> = counts.iter().filter(|(text, _)| text.contains(&alias)).collect();
+                assert_eq!(of_text.len(), 1, "one digest for {alias}: {counts:#?}");
+                assert_eq!(*of_text[0].1, ROUNDS, "{alias} with {slots}");
+            }
+        }
+        assert_eq!(out.summary_total(None, "dropped_events"), 0);
+        let in_kernel = out.summary_total(None, "aggregated_in_kernel");
+        let total = ROUNDS * 2 * TEXTS as u64;
+        if all_in_kernel {
+            assert_eq!(in_kernel, total - 2 * TEXTS as u64, "all but each text's first statement, with {slots}");
+        } else {
+            assert!(in_kernel > 0 && in_kernel <= 2 * ROUNDS, "two slots counted {in_kernel} of {total}: {}", out.stderr);
+        }
+    }
+}
+
 /// The statement start comes from the server's own THD (`start_utime`), not
 /// from a probe at the start: a statement already running when the agent
 /// attaches is still timed from its real start, and the default attaches

@@ -196,6 +196,7 @@ pub fn inspect_binary(path: &Path) -> Result<BinaryInfo, DiscoverError> {
             command_probe: 0,
             wait_probes: 0,
             aggregate_slots: 0,
+            known_sets: 1,
         },
         points,
         single_stepped,

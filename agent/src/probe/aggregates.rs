@@ -2,6 +2,9 @@
 //! hands out slots to text hashes, flips the epoch at each window end and
 //! reads back what the kernel counted in the other one.
 //!
+//! A hash is registered into a way of its set in `KNOWN`; when every way
+//! of that set is taken, its statements keep coming as records.
+//!
 //! Slots are few (the maps are per CPU), so a slot whose hash saw no
 //! statement for a few windows is given back when none is free. A freed
 //! slot first cools for two epoch flips, so a program that looked it up
@@ -10,8 +13,11 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use agent_common::{CONTROL_EPOCH, CONTROL_OPAQUE_ONES, CONTROL_SHEDDING, SlotStats, aggregate::BUCKETS};
-use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuValues};
+use agent_common::{
+    CONTROL_EPOCH, CONTROL_OPAQUE_ONES, CONTROL_SHEDDING, SlotStats,
+    aggregate::{BUCKETS, KnownSet, entry_slot, known_entry, known_set, known_sets},
+};
+use aya::maps::{Array, MapData, PerCpuArray, PerCpuValues};
 
 use super::ProbeError;
 
@@ -43,7 +49,9 @@ enum Slot {
 }
 
 pub struct KernelAggregates {
-    known: BpfHashMap<MapData, u64, u32>,
+    known: Array<MapData, KnownSet>,
+    /// Sets of `known`, a power of two.
+    sets: u32,
     stats: PerCpuArray<MapData, SlotStats>,
     control: Array<MapData, u32>,
     epoch: u32,
@@ -62,7 +70,7 @@ impl KernelAggregates {
         let take = |ebpf: &mut aya::Ebpf, name: &'static str| {
             ebpf.take_map(name).ok_or_else(|| ProbeError::Map { map: name, detail: "not in object".into() })
         };
-        let known = BpfHashMap::try_from(take(ebpf, "KNOWN")?).map_err(map_error("KNOWN"))?;
+        let known = Array::try_from(take(ebpf, "KNOWN")?).map_err(map_error("KNOWN"))?;
         let stats = PerCpuArray::try_from(take(ebpf, "AGGREGATES")?).map_err(map_error("AGGREGATES"))?;
         let mut control = Array::try_from(take(ebpf, "CONTROL")?).map_err(map_error("CONTROL"))?;
         control.set(CONTROL_OPAQUE_ONES, &u32::MAX, 0).map_err(map_error("CONTROL"))?;
@@ -71,6 +79,7 @@ impl KernelAggregates {
             .get() as usize;
         Ok(Self {
             known,
+            sets: known_sets(slots),
             stats,
             control,
             epoch: 0,
@@ -86,17 +95,21 @@ impl KernelAggregates {
         self.control.set(CONTROL_SHEDDING, &step, 0).map_err(map_error("CONTROL"))
     }
 
-    /// Gives `hash` a slot unless it has one; false when none is free (its
-    /// statements then keep coming as records).
+    /// Gives `hash` a slot unless it has one; false when no slot or no way
+    /// of its set is free (its statements then keep coming as records).
     pub fn register(&mut self, hash: u64) -> Result<bool, ProbeError> {
         if let Some(slot) = self.by_hash.get(&hash) {
             return Ok(matches!(self.slots[*slot as usize], Slot::Used { .. }));
         }
-        let Some(slot) = self.free.pop() else { return Ok(false) };
-        if let Err(e) = self.known.insert(&hash, &slot, 0) {
-            self.free.push(slot);
-            return Err(map_error("KNOWN")(e));
-        }
+        let Some(&slot) = self.free.last() else { return Ok(false) };
+        let index = known_set(hash, self.sets);
+        let mut set = self.known.get(&index, 0).map_err(map_error("KNOWN"))?;
+        let Some(way) = set.iter().position(|entry| *entry == 0) else { return Ok(false) };
+        // The whole set is written back: the other ways get the values
+        // they had, so a program reading meanwhile finds them unchanged.
+        set[way] = known_entry(hash, slot);
+        self.known.set(index, &set, 0).map_err(map_error("KNOWN"))?;
+        self.free.pop();
         self.slots[slot as usize] = Slot::Used { hash, idle: 0 };
         self.by_hash.insert(hash, slot);
         Ok(true)
@@ -164,7 +177,7 @@ impl KernelAggregates {
                 }
                 Slot::Cooling { hash, flips } => *state = Slot::Cooling { hash, flips: flips - 1 },
                 Slot::Used { hash, idle } if no_free && idle >= IDLE_WINDOWS => {
-                    if self.known.remove(&hash).is_ok() {
+                    if unregister(&mut self.known, self.sets, hash, slot as u32).is_ok() {
                         *state = Slot::Cooling { hash, flips: COOLING_FLIPS };
                     }
                 }
@@ -172,6 +185,17 @@ impl KernelAggregates {
             }
         }
     }
+}
+
+/// Clears `hash`'s way of its set: from then on its statements come as
+/// records again.
+fn unregister(known: &mut Array<MapData, KnownSet>, sets: u32, hash: u64, slot: u32) -> Result<(), ProbeError> {
+    let index = known_set(hash, sets);
+    let mut set = known.get(&index, 0).map_err(map_error("KNOWN"))?;
+    for entry in set.iter_mut().filter(|entry| entry_slot(**entry, hash) == Some(slot)) {
+        *entry = 0;
+    }
+    known.set(index, &set, 0).map_err(map_error("KNOWN"))
 }
 
 /// One slot over every CPU; None when nothing was counted.
@@ -210,5 +234,22 @@ mod tests {
         assert_eq!((total.count, total.sum_ns, total.min_ns, total.max_ns), (3, 8000, 1000, 5000));
         assert_eq!(total.buckets, vec![(0, 1), (8, 2)]);
         assert!(sum(7, &[idle, idle]).is_none());
+    }
+
+    #[test]
+    fn known_entries_name_only_their_own_hash() {
+        assert_eq!((known_sets(1), known_sets(64), known_sets(4096), known_sets(4098)), (1, 32, 2048, 4096));
+        let hash = 0x8123_4567_89ab_cdef;
+        let entry = known_entry(hash, 4095);
+        assert_eq!(entry_slot(entry, hash), Some(4095));
+        assert_eq!(entry_slot(known_entry(hash, 0), hash), Some(0));
+        // Same set and same low bits, different high bits: no match.
+        assert_eq!(entry_slot(entry, hash ^ (1 << 40)), None);
+        assert_eq!(entry_slot(entry, hash & !(1 << 63)), None);
+        assert_eq!(entry_slot(0, hash), None);
+        assert_eq!(entry_slot(0, 0), None);
+        for sets in [1, 32, 4096] {
+            assert!(known_set(u64::MAX, sets) < sets && known_set(hash, sets) < sets);
+        }
     }
 }

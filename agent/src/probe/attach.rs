@@ -9,7 +9,7 @@ use std::{
     time::Duration,
 };
 
-use agent_common::{COMMAND_SLOTS, LongWait, MAX_TEXT, ServerLayout, StatBlock};
+use agent_common::{COMMAND_SLOTS, LongWait, MAX_TEXT, ServerLayout, StatBlock, aggregate::known_sets};
 use aya::{
     Ebpf, EbpfLoader,
     maps::{Array, MapData, PerCpuArray, RingBuf},
@@ -86,12 +86,13 @@ impl AttachedServer {
             command_probe: config.commands as u32,
             aggregate_slots: config.aggregate_slots,
             wait_probes: u32::from(config.waits && binary.points.waits.is_some()),
+            known_sets: known_sets(config.aggregate_slots.max(1)),
             ..binary.layout
         };
         let mut ebpf = EbpfLoader::new()
             .override_global("LAYOUT", &layout, true)
             .map_max_entries("EVENTS", config.ring_bytes)
-            .map_max_entries("KNOWN", config.aggregate_slots.max(1))
+            .map_max_entries("KNOWN", layout.known_sets)
             .map_max_entries("AGGREGATES", config.aggregate_slots.max(1) * 2)
             .load(EBPF_OBJECT)
             .map_err(|source| ProbeError::Load { pid, source })?;
