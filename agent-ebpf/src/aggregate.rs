@@ -94,9 +94,7 @@ extern "C" fn hash_word(index: u64, ctx: *mut core::ffi::c_void) -> i64 {
     let Some(buffer) = SCRATCH.get_ptr(0) else { return 1 };
     let at = (index as usize * 8) & (MAX_TEXT - 8);
     // SAFETY: a valid map value; `at + 8 <= MAX_TEXT`.
-    let text = unsafe { &(*buffer).text };
-    let bytes = &text[at..at + 8];
-    let word = u64::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7]]);
+    let word = word_at(unsafe { &(*buffer).text }, at);
     job.hash = mix_word(job.hash, masked(word, job.len, index));
     0
 }
@@ -126,10 +124,7 @@ fn word_hash(len: u64) -> u64 {
             if index as u64 >= steps {
                 break;
             }
-            let at = index * 8;
-            let bytes = &text[at..at + 8];
-            let word = u64::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7]]);
-            hash = mix_word(hash, masked(word, len, index as u64));
+            hash = mix_word(hash, masked(word_at(text, index * 8), len, index as u64));
         }
         hash
     } else {
@@ -141,6 +136,13 @@ fn word_hash(len: u64) -> u64 {
     };
     // 0 means "no hash"; the top bit keeps prepared and query hashes apart.
     hash | (1 << 63)
+}
+
+/// Text bytes `at..at + 8`, little-endian.
+#[inline(always)]
+fn word_at(text: &[u8; MAX_TEXT], at: usize) -> u64 {
+    let b = &text[at..at + 8];
+    u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]])
 }
 
 /// Word `index` of a `len`-byte text, bytes past the end (left over from

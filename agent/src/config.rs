@@ -367,7 +367,8 @@ impl AgentConfig {
             "a power of two between 4096 and 1073741824",
         )?;
         range("max_digests", self.max_digests as u64, (1..=1_000_000).contains(&self.max_digests), "1..=1000000")?;
-        range("kernel_digests", self.kernel_digests as u64, self.kernel_digests <= MAX_KERNEL_DIGESTS, &format!("0..={MAX_KERNEL_DIGESTS}"))?;
+        let digests_ok = self.kernel_digests <= MAX_KERNEL_DIGESTS;
+        range("kernel_digests", self.kernel_digests as u64, digests_ok, &format!("0..={MAX_KERNEL_DIGESTS}"))?;
         if let Some(budget) = &self.budget {
             let ok = (0.01..=64.0).contains(&budget.cpu_cores);
             if !ok {
