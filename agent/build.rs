@@ -9,6 +9,9 @@ fn main() -> anyhow::Result<()> {
         .ok_or_else(|| anyhow!("agent crate has no parent directory"))?
         .join("agent-ebpf");
     let root_dir = ebpf_dir.to_str().ok_or_else(|| anyhow!("non UTF-8 path {}", ebpf_dir.display()))?;
+    // aya-build watches the eBPF crate only; the types and functions it
+    // shares with the agent change the programs as well.
+    println!("cargo:rerun-if-changed={}", ebpf_dir.with_file_name("agent-common").display());
     aya_build::build_ebpf(
         [aya_build::Package { name: "agent-ebpf", root_dir, ..Default::default() }],
         aya_build::Toolchain::Custom("nightly-2026-10-30"),

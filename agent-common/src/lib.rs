@@ -195,13 +195,28 @@ pub mod aggregate {
     /// in any way of its set.
     pub const KNOWN_WAYS: usize = 4;
     pub type KnownSet = [u64; KNOWN_WAYS];
-    /// Low bits of an entry that hold its slot plus one (0: empty way); the
-    /// bits above are the hash's own. Two hashes share an entry only when
-    /// they agree in those 48 bits and in the set index.
+    /// An entry: the hash's bits 24-63, a check byte, and the slot plus one
+    /// in the low 16 bits (0: an empty way). The agent changes a way only
+    /// from empty to an entry or back, by rewriting the whole set, and the
+    /// kernel copies a map value byte by byte as far as anyone promises.
+    /// So a program may read a way half written: some bytes old, some new,
+    /// the rest zero. The check byte, a function of the slot that is never
+    /// 0, makes such a read name no slot rather than a wrong one. Two hashes
+    /// share an entry only when they agree in those 40 bits and in the set.
     pub const SLOT_BITS: u32 = 16;
     const SLOT_MASK: u64 = (1 << SLOT_BITS) - 1;
+    const CHECK_SHIFT: u32 = SLOT_BITS;
+    const TAG_MASK: u64 = !((1 << (SLOT_BITS + 8)) - 1);
     /// The most slots an entry can name.
     pub const MAX_SLOTS: u32 = (1 << SLOT_BITS) - 2;
+
+    /// Check byte of a slot field (slot plus one): which of its two bytes
+    /// are non-zero. It is never 0, and it differs from the check byte of
+    /// the field with a non-zero byte zeroed.
+    #[inline(always)]
+    const fn check_byte(field: u64) -> u64 {
+        1 | (((field & 0xff != 0) as u64) << 1) | (((field & 0xff00 != 0) as u64) << 2)
+    }
 
     /// Sets for `slots`: twice as many ways as slots, so a set is rarely
     /// full (a hash that finds its set full is sent as records instead).
@@ -222,16 +237,18 @@ pub mod aggregate {
 
     /// The entry that maps `hash` to `slot`.
     pub const fn known_entry(hash: u64, slot: u32) -> u64 {
-        (hash & !SLOT_MASK) | (slot as u64 + 1)
+        let field = slot as u64 + 1;
+        (hash & TAG_MASK) | (check_byte(field) << CHECK_SHIFT) | field
     }
 
-    /// The slot `entry` gives `hash`, if it is `hash`'s entry.
+    /// The slot `entry` gives `hash`, if it is `hash`'s entry, whole.
     #[inline(always)]
     pub const fn entry_slot(entry: u64, hash: u64) -> Option<u32> {
-        if entry & SLOT_MASK == 0 || (entry ^ hash) & !SLOT_MASK != 0 {
+        let field = entry & SLOT_MASK;
+        if field == 0 || (entry ^ hash) & TAG_MASK != 0 || (entry >> CHECK_SHIFT) & 0xff != check_byte(field) {
             return None;
         }
-        Some((entry & SLOT_MASK) as u32 - 1)
+        Some(field as u32 - 1)
     }
 }
 

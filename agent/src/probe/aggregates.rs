@@ -221,6 +221,7 @@ fn sum(text_hash: u64, per_cpu: &[SlotStats]) -> Option<KernelDigest> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use agent_common::aggregate::MAX_SLOTS;
 
     #[test]
     fn per_cpu_values_add_up() {
@@ -243,6 +244,7 @@ mod tests {
         let entry = known_entry(hash, 4095);
         assert_eq!(entry_slot(entry, hash), Some(4095));
         assert_eq!(entry_slot(known_entry(hash, 0), hash), Some(0));
+        assert_eq!(entry_slot(known_entry(hash, MAX_SLOTS - 1), hash), Some(MAX_SLOTS - 1));
         // Same set and same low bits, different high bits: no match.
         assert_eq!(entry_slot(entry, hash ^ (1 << 40)), None);
         assert_eq!(entry_slot(entry, hash & !(1 << 63)), None);
@@ -250,6 +252,31 @@ mod tests {
         assert_eq!(entry_slot(0, 0), None);
         for sets in [1, 32, 4096] {
             assert!(known_set(u64::MAX, sets) < sets && known_set(hash, sets) < sets);
+        }
+    }
+
+    /// A program may read a way while the agent writes it, with any of its
+    /// bytes already new and the rest still old: that read must name the
+    /// right slot or none, never another one.
+    #[test]
+    fn half_written_entries_name_no_wrong_slot() {
+        // Hashes with zero bytes in the tag are the worst case: an
+        // unwritten zero byte there still matches.
+        let hashes = [0x8123_4567_89ab_cdef_u64, 0x8000_0000_0000_0000, 0x0000_00ff_0000_0001, u64::MAX];
+        let slots = (0..600).chain((600..MAX_SLOTS).step_by(251)).chain([MAX_SLOTS - 1]);
+        for slot in slots {
+            for hash in hashes {
+                let whole = known_entry(hash, slot);
+                // Bytes in `written` come from the entry, the rest are
+                // zero: an entry being added or one being removed.
+                for written in 0u32..256 {
+                    let torn = (0..8)
+                        .filter(|byte| written & (1 << byte) != 0)
+                        .fold(0, |torn, byte| torn | (whole & (0xff << (byte * 8))));
+                    let found = entry_slot(torn, hash);
+                    assert!(found.is_none() || found == Some(slot), "{hash:#x} slot {slot}: {torn:#x} -> {found:?}");
+                }
+            }
         }
     }
 }
