@@ -64,14 +64,14 @@ extern "C" fn hash_chunk(index: u64, ctx: *mut core::ffi::c_void) -> i64 {
     0
 }
 
-/// Hash of the first `len` text bytes in `SCRATCH`. A prepared
+/// Hash of the first `len` bytes of `text` (the text in `SCRATCH`). A prepared
 /// statement's text has placeholders, not values, so it is hashed whole, a
 /// word at a time (several times cheaper); it then hashes apart from the
 /// same text sent as a query, which only costs a second slot.
 #[inline(always)]
-pub fn text_hash(len: u64, prepared: bool) -> u64 {
+pub fn text_hash(text: &[u8; MAX_TEXT], len: u64, prepared: bool) -> u64 {
     if prepared {
-        return word_hash(len);
+        return word_hash(text, len);
     }
     let ones = CONTROL.get(CONTROL_OPAQUE_ONES).copied().unwrap_or(0);
     let mut job = HashJob { state: HashState::new(), len, ones };
@@ -110,15 +110,13 @@ fn mix_word(hash: u64, word: u64) -> u64 {
     (hash ^ word).wrapping_mul(WORD_PRIME).rotate_left(29)
 }
 
-/// The whole text, eight bytes per step, and its length.
+/// The whole text, eight bytes per step, and its length. The `bpf_loop`
+/// steps read the same text from `SCRATCH`.
 #[inline(always)]
-fn word_hash(len: u64) -> u64 {
+fn word_hash(text: &[u8; MAX_TEXT], len: u64) -> u64 {
     let seed = agent_common::aggregate::HASH_SEED ^ len.wrapping_mul(WORD_PRIME);
     let steps = len.div_ceil(8);
     let hash = if steps <= INLINE_WORDS as u64 {
-        let Some(buffer) = SCRATCH.get_ptr(0) else { return 0 };
-        // SAFETY: a valid map value.
-        let text = unsafe { &(*buffer).text };
         let mut hash = seed;
         for index in 0..INLINE_WORDS {
             if index as u64 >= steps {

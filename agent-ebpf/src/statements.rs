@@ -238,7 +238,7 @@ fn try_statement_end(ctx: &ProbeContext) -> Result<(), i64> {
     let duration_ns = now.saturating_sub(start_ns);
     let aggregate_slots = layout.aggregate_slots;
     let text_hash = if aggregate_slots != 0 && event_flags & (flags::TRUNCATED | flags::NO_TEXT) == 0 {
-        aggregate::text_hash(captured, command == command::STMT_EXECUTE)
+        aggregate::text_hash(&buffer.text, captured, command == command::STMT_EXECUTE)
     } else {
         0
     };

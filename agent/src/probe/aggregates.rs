@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use agent_common::{
     CONTROL_EPOCH, CONTROL_OPAQUE_ONES, CONTROL_SHEDDING, SlotStats,
-    aggregate::{BUCKETS, KnownSet, entry_slot, known_entry, known_set, known_sets},
+    aggregate::{BUCKETS, KnownSet, entry_slot, known_entry, known_set},
 };
 use aya::maps::{Array, MapData, PerCpuArray, PerCpuValues};
 
@@ -66,7 +66,8 @@ fn map_error(map: &'static str) -> impl Fn(aya::maps::MapError) -> ProbeError {
 }
 
 impl KernelAggregates {
-    pub fn new(ebpf: &mut aya::Ebpf, slots: u32) -> Result<Self, ProbeError> {
+    /// `sets`: the programs' `ServerLayout::known_sets`.
+    pub fn new(ebpf: &mut aya::Ebpf, slots: u32, sets: u32) -> Result<Self, ProbeError> {
         let take = |ebpf: &mut aya::Ebpf, name: &'static str| {
             ebpf.take_map(name).ok_or_else(|| ProbeError::Map { map: name, detail: "not in object".into() })
         };
@@ -79,7 +80,7 @@ impl KernelAggregates {
             .get() as usize;
         Ok(Self {
             known,
-            sets: known_sets(slots),
+            sets,
             stats,
             control,
             epoch: 0,
@@ -221,7 +222,7 @@ fn sum(text_hash: u64, per_cpu: &[SlotStats]) -> Option<KernelDigest> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use agent_common::aggregate::MAX_SLOTS;
+    use agent_common::aggregate::{MAX_SLOTS, known_sets};
 
     #[test]
     fn per_cpu_values_add_up() {

@@ -98,7 +98,7 @@ impl AttachedServer {
             .map_err(|source| ProbeError::Load { pid, source })?;
         // Before any program runs: it sets the maps up.
         let aggregates =
-            (config.aggregate_slots > 0).then(|| KernelAggregates::new(&mut ebpf, config.aggregate_slots)).transpose()?;
+            (config.aggregate_slots > 0).then(|| KernelAggregates::new(&mut ebpf, config.aggregate_slots, layout.known_sets)).transpose()?;
         let mut points = vec![("statement_end", binary.points.statement_end), ("error_raised", binary.points.error_raised)];
         if config.commands {
             points.push(("command_start", binary.points.command_start));
