@@ -5,6 +5,7 @@
 //! without any other channel. This crate imports nothing.
 #![no_std]
 
+pub mod histogram;
 pub mod text_hash;
 
 /// Largest statement text the kernel can copy. The configured limit
@@ -80,7 +81,7 @@ pub mod flags {
     pub const NO_TEXT: u32 = 2;
     /// The statement ended in an error sent to the client.
     pub const ERROR: u32 = 4;
-    /// Already counted in the kernel's aggregate of its text hash: sent
+    /// Already counted in the kernel digest of its text hash: sent
     /// only for a fresh sample text (and to check the hash's grouping), not
     /// to be counted again.
     pub const SAMPLE: u32 = 8;
@@ -94,8 +95,8 @@ pub mod flags {
 pub mod stat {
     /// Statement ends seen (emitted or not): the exact statement total.
     pub const STATEMENTS: u32 = 0;
-    /// Statements counted into a kernel aggregate instead of sent.
-    pub const AGGREGATED: u32 = 1;
+    /// Statements counted into a kernel digest slot instead of sent.
+    pub const KERNEL_COUNTED: u32 = 1;
     /// Statement events written to the ring buffer.
     pub const EVENTS: u32 = 2;
     /// Statements of `COM_QUERY` and of `COM_STMT_EXECUTE`, the commands of
@@ -159,33 +160,42 @@ pub struct ServerLayout {
     /// Non-zero when the `dispatch_command` probe is attached: it then
     /// counts every command, otherwise statement ends count by command.
     pub command_probe: u32,
-    /// Slots of the in-kernel aggregate (see [`aggregate`]); 0 sends every
+    /// Slots of the kernel digests (see [`kernel_digests`]); 0 sends every
     /// statement to the agent.
-    pub aggregate_slots: u32,
+    pub digest_slots: u32,
     /// Non-zero when the wait probes are attached: only then does a
     /// statement's end keep the per-thread wait state up to date.
     pub wait_probes: u32,
-    /// Sets of the `KNOWN` table (`aggregate::known_sets`), a power of two.
+    /// Sets of the `KNOWN` table (`kernel_digests::known_sets`), a power of two.
     pub known_sets: u32,
 }
 
-/// In-kernel aggregation: a statement whose text hash the agent has
+/// Kernel digests: a statement whose text hash the agent has
 /// registered (map `KNOWN`: hash -> slot, see `KNOWN_WAYS`) is counted into that slot of the
-/// current epoch (map `AGGREGATES`, per CPU, index `epoch * slots + slot`)
+/// current epoch (map `DIGEST_SLOTS`, per CPU, index `epoch * slots + slot`)
 /// instead of being sent. The agent flips the epoch at each window end and
 /// reads and clears the other one, so a steady workload sends nothing per
 /// statement to user space.
-pub mod aggregate {
-    /// Histogram buckets kept in the kernel: eight per power of two from
-    /// 2^LOW_POWER ns (1 us) to 2^(LOW_POWER + POWERS) ns (73 min). The
-    /// agent's histogram uses the same log-linear scheme, so kernel bucket
-    /// `k` is its bucket `FIRST_AGENT_BUCKET + k`; a duration outside the
-    /// range is sent as an event instead, so nothing is clamped.
+pub mod kernel_digests {
+    use crate::histogram;
+
+    /// Histogram buckets kept in the kernel: the scheme's
+    /// (`crate::histogram`) buckets from 2^LOW_POWER ns (1 us) to
+    /// 2^(LOW_POWER + POWERS) ns (73 min), so kernel bucket `k` is scheme
+    /// bucket `FIRST_AGENT_BUCKET + k`; a duration outside the range is
+    /// sent as an event instead, so nothing is clamped.
     pub const LOW_POWER: u32 = 10;
     pub const POWERS: u32 = 32;
-    pub const BUCKETS: usize = (POWERS * 8) as usize;
-    /// The agent's bucket of the kernel's bucket 0.
-    pub const FIRST_AGENT_BUCKET: usize = ((LOW_POWER - 3 + 1) * 8) as usize;
+    pub const BUCKETS: usize = POWERS as usize * histogram::SUB as usize;
+    /// The scheme's bucket of the kernel's bucket 0.
+    pub const FIRST_AGENT_BUCKET: usize = histogram::bucket_of(1 << LOW_POWER);
+
+    /// Kernel bucket of a duration whose highest set bit is `top`, with
+    /// `LOW_POWER <= top < LOW_POWER + POWERS`.
+    #[inline(always)]
+    pub const fn bucket_at(duration_ns: u64, top: u32) -> usize {
+        histogram::bucket_at(duration_ns, top) - FIRST_AGENT_BUCKET
+    }
     /// Hash of a text with no bytes hashed yet (FNV-1a offset basis).
     pub const HASH_SEED: u64 = 0xcbf2_9ce4_8422_2325;
 
@@ -252,7 +262,7 @@ pub mod aggregate {
     }
 }
 
-/// One kernel aggregate: statements of one text hash in one epoch on one CPU.
+/// One kernel digest slot: statements of one text hash in one epoch on one CPU.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct SlotStats {
@@ -261,16 +271,16 @@ pub struct SlotStats {
     /// Meaningful only when `count > 0`.
     pub min_ns: u64,
     pub max_ns: u64,
-    pub buckets: [u32; aggregate::BUCKETS],
+    pub buckets: [u32; kernel_digests::BUCKETS],
 }
 
 impl Default for SlotStats {
     fn default() -> Self {
-        Self { count: 0, sum_ns: 0, min_ns: 0, max_ns: 0, buckets: [0; aggregate::BUCKETS] }
+        Self { count: 0, sum_ns: 0, min_ns: 0, max_ns: 0, buckets: [0; kernel_digests::BUCKETS] }
     }
 }
 
-/// Which epoch of `AGGREGATES` the programs write now (map `CONTROL`).
+/// Which epoch of `DIGEST_SLOTS` the programs write now (map `CONTROL`).
 pub const CONTROL_EPOCH: u32 = 0;
 /// `u32::MAX`, written by the agent: the text hash ANDs its lexer state
 /// with it, so the verifier sees an unknown value instead of one constant
@@ -360,7 +370,7 @@ pub struct StatementEvent {
     /// Time this statement waited, per wait class (ns).
     pub waits: [u64; wait_class::COUNT],
     /// Hash of the text with its literal values left out, when in-kernel
-    /// aggregation is on and the text can be aggregated (complete, not
+    /// digests are on and the text can be counted there (complete, not
     /// truncated); 0 otherwise. Texts with equal hashes have equal digests.
     pub text_hash: u64,
 }

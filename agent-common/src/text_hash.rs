@@ -44,7 +44,7 @@ mod mode {
 
 impl HashState {
     pub const fn new() -> Self {
-        Self { hash: crate::aggregate::HASH_SEED, number: 0, mode: mode::CODE, prev: 0 }
+        Self { hash: crate::kernel_digests::HASH_SEED, number: 0, mode: mode::CODE, prev: 0 }
     }
 
     /// The hash of everything stepped so far; never 0 (0 means "no hash").
@@ -140,7 +140,7 @@ pub fn step(s: &mut HashState, byte: u8) {
 #[inline(always)]
 fn code(s: &mut HashState, prev: u8, byte: u8) {
     if byte.is_ascii_digit() && !is_word(prev) && !matches!(prev, b'.' | b'@' | b'?') {
-        s.number = mix(crate::aggregate::HASH_SEED, byte);
+        s.number = mix(crate::kernel_digests::HASH_SEED, byte);
         s.mode = mode::NUMBER;
         return;
     }

@@ -15,7 +15,7 @@ static LAYOUT: ServerLayout = ServerLayout {
     start_utime_offset: 0,
     lock_utime_offset: 0,
     command_probe: 0,
-    aggregate_slots: 0,
+    digest_slots: 0,
     wait_probes: 0,
     known_sets: 1,
 };

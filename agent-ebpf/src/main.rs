@@ -28,7 +28,7 @@ macro_rules! uprobe_pair {
     };
 }
 
-mod aggregate;
+mod kernel_digests;
 mod calibrate;
 mod errors;
 mod layout;

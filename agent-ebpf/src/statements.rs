@@ -20,7 +20,7 @@ use aya_ebpf::{
 };
 
 use crate::{
-    aggregate,
+    kernel_digests,
     layout::layout,
     maps::{COMMANDS, EVENTS, SCRATCH, bump, gate_closed, inflight_slot, stats},
 };
@@ -236,9 +236,9 @@ fn try_statement_end(ctx: &ProbeContext) -> Result<(), i64> {
     }
 
     let duration_ns = now.saturating_sub(start_ns);
-    let aggregate_slots = layout.aggregate_slots;
-    let text_hash = if aggregate_slots != 0 && event_flags & (flags::TRUNCATED | flags::NO_TEXT) == 0 {
-        aggregate::text_hash(&buffer.text, captured, command == command::STMT_EXECUTE)
+    let digest_slots = layout.digest_slots;
+    let text_hash = if digest_slots != 0 && event_flags & (flags::TRUNCATED | flags::NO_TEXT) == 0 {
+        kernel_digests::text_hash(&buffer.text, captured, command == command::STMT_EXECUTE)
     } else {
         0
     };
@@ -266,14 +266,14 @@ fn try_statement_end(ctx: &ProbeContext) -> Result<(), i64> {
     };
 
     // Errors and waits travel with the statement record, so only plain
-    // statements are folded into the kernel aggregate.
+    // statements are counted into kernel digests.
     if text_hash != 0
         && error_code == 0
         && !waited
-        && let Some(first) = aggregate::record(text_hash, duration_ns, aggregate_slots, layout.known_sets)
+        && let Some(first) = kernel_digests::record(text_hash, duration_ns, digest_slots, layout.known_sets)
     {
-        stats[stat::AGGREGATED as usize] += 1;
-        if first && aggregate::shedding_step() == 0 {
+        stats[stat::KERNEL_COUNTED as usize] += 1;
+        if first && kernel_digests::shedding_step() == 0 {
             // Counted already: the record only refreshes the sample text,
             // and losing it loses nothing.
             write_header(buffer, event_flags | flags::SAMPLE);
@@ -286,7 +286,7 @@ fn try_statement_end(ctx: &ProbeContext) -> Result<(), i64> {
     buffer.header.connection_id = read_thd_u64(thd, layout.connection_id_offset);
     // While shedding, one record in SHED_TEXT_EVERY (per CPU) keeps its text.
     let text_sample_due = stats[stat::EVENTS as usize] % SHED_TEXT_EVERY == 0;
-    if aggregate_slots != 0 && aggregate::shedding_step() >= 2 && !text_sample_due {
+    if digest_slots != 0 && kernel_digests::shedding_step() >= 2 && !text_sample_due {
         captured = 0;
         buffer.header.captured_len = 0;
         buffer.header.flags |= flags::SHED | flags::NO_TEXT;

@@ -16,7 +16,7 @@ use std::{
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
-use sqlbee::aggregate::histogram::Histogram as AgentHistogram;
+use sqlbee_common::histogram::Histogram as AgentHistogram;
 use sqlbee_proto::v1::{
     AgentIdentity, Batch, Bucket, CommandCount, DigestStats, Histogram, InstanceWindow, ServerInstance,
     ingest_client::IngestClient,
@@ -66,7 +66,7 @@ fn window(agent: u64, end_ms: i64, window_ms: i64, digests: u64, seed: &mut u64)
             last.count += count - sampled;
         }
         let max = base + (sampled - 1) * 1_000;
-        let top = sqlbee::aggregate::histogram::bucket_high(buckets.last().unwrap().index as usize);
+        let top = sqlbee_common::histogram::bucket_high(buckets.last().unwrap().index as usize);
         statements += count;
         rows.push(DigestStats {
             digest: 0x9e37_79b9_7f4a_7c15u64.wrapping_mul(d + 1),

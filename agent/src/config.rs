@@ -214,7 +214,7 @@ pub struct AgentConfig {
     pub table_rows: usize,
     pub wait_probes: bool,
     pub command_probe: bool,
-    /// Slots of the in-kernel aggregate per server; 0: off.
+    /// Slots of the in-kernel digest per server; 0: off.
     pub kernel_digests: u32,
     /// Budget mode: the probes' share of mysqld's CPU (0.01 for 1%).
     pub mysqld_overhead_budget: Option<f64>,
@@ -283,7 +283,7 @@ impl AgentArgs {
                     max_batch_bytes: 4 << 20,
                     replay_interval: Duration::from_secs(1) / rate,
                     shutdown_grace: Duration::from_secs(5),
-                    host: crate::pipeline::hostname(),
+                    host: crate::procfs::hostname(),
                 })
             }
         };
@@ -331,7 +331,7 @@ impl AgentArgs {
     }
 }
 
-const MAX_KERNEL_DIGESTS: u32 = agent_common::aggregate::MAX_SLOTS;
+const MAX_KERNEL_DIGESTS: u32 = agent_common::kernel_digests::MAX_SLOTS;
 
 /// `1%`, `0.5 %` or `0.01`: a fraction in (0, 1].
 fn fraction(field: &'static str, value: &str) -> Result<f64, ConfigError> {
@@ -346,7 +346,7 @@ fn fraction(field: &'static str, value: &str) -> Result<f64, ConfigError> {
     }
 }
 
-/// Slots that fit 32 MiB of kernel aggregates (two epochs, one copy per
+/// Slots that fit 32 MiB of kernel digests (two epochs, one copy per
 /// CPU), between 64 and 4096.
 fn default_kernel_digests() -> u32 {
     let cpus = aya::util::nr_cpus().map(|n| n.get()).unwrap_or(1) as usize;
@@ -393,7 +393,7 @@ impl AgentConfig {
 
 /// A duration flag or key, with the field named in the error.
 pub fn duration(field: &'static str, value: &str) -> Result<Duration, ConfigError> {
-    crate::duration::parse(value).map_err(|_| ConfigError::Duration { field, value: value.to_string() })
+    sqlbee_common::duration::parse(value).map_err(|_| ConfigError::Duration { field, value: value.to_string() })
 }
 
 #[cfg(test)]

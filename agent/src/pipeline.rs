@@ -68,15 +68,9 @@ type MetricsPage = Arc<std::sync::Mutex<String>>;
 /// Batches in flight between the probe and aggregate threads.
 const CHANNEL_BATCHES: usize = 256;
 
-pub fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .unwrap_or_else(|_| "localhost".into())
-}
-
 /// Runs the agent until `stop` is set (or `config.duration` passes).
 pub fn run_agent(config: AgentConfig, stop: Arc<AtomicBool>) -> Result<(), PipelineError> {
-    let host = hostname();
+    let host = crate::procfs::hostname();
     // First, before any thread exists: the cgroup then holds all of them.
     // Dropped when this function returns, which leaves and removes it.
     let budget = config.budget.map(SelfLimit::apply).transpose()?;
@@ -92,7 +86,7 @@ pub fn run_agent(config: AgentConfig, stop: Arc<AtomicBool>) -> Result<(), Pipel
         waits: config.wait_probes,
         commands: config.command_probe,
         long_wait_us: config.long_wait_us,
-        aggregate_slots: config.kernel_digests,
+        digest_slots: config.kernel_digests,
         overhead_budget: config.mysqld_overhead_budget,
         duty_period: config.duty_period,
     });

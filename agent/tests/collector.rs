@@ -132,7 +132,7 @@ async fn batches_are_stored_once_and_histograms_merge_exactly() {
     let out = sqlbee_query(&["instances", "--collector", &url]);
     let table = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success() && table.lines().next().unwrap_or("").contains("last_seen"), "{table}");
-    let seen = sqlbee::output::rfc3339(std::time::UNIX_EPOCH + Duration::from_millis(seen as u64));
+    let seen = sqlbee_common::clock::rfc3339(std::time::UNIX_EPOCH + Duration::from_millis(seen as u64));
     assert!(table.lines().nth(1).unwrap_or("").contains(&seen), "{seen} missing from {table}");
 
     let (clean, log) = collector.stop();
@@ -980,4 +980,75 @@ async fn retention_prunes_lock_waits() {
         assert!(std::time::Instant::now() < deadline, "nothing pruned: {ids:?}");
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
+}
+
+/// The agent's own histograms, encoded by the agent's wire code
+/// (`ship::instance_window`) and merged by a real collector over two
+/// windows, give back the percentiles the agent itself reports for the
+/// same statements in one window: one histogram scheme on both sides.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_histograms_keep_their_percentiles_through_the_wire_and_the_merge() {
+    use std::time::UNIX_EPOCH;
+
+    use sqlbee::aggregate::{DigestStats as AgentDigest, Summary, WindowReport};
+    use sqlbee_common::histogram::Histogram as AgentHistogram;
+
+    let collector = Collector::start(&[]);
+    let url = collector.http_url();
+    let mut ingest = ingest_client(&plain(&url)).await;
+    let now = now_ms();
+    // Durations from 1 us to about 4 s, spread over many buckets.
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    let mut durations = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        1_000 + (x % 4_000_000) * ((x >> 40) % 1000 + 1)
+    };
+    let first: Vec<u64> = (0..700).map(|_| durations()).collect();
+    let second: Vec<u64> = (0..1300).map(|_| durations()).collect();
+    let report = |durations: &[u64], end_ms: i64| {
+        let mut histogram = AgentHistogram::default();
+        durations.iter().for_each(|&ns| histogram.record(ns));
+        let digest = AgentDigest {
+            digest: 0x5eed,
+            digest_text: "SELECT * FROM `t` WHERE `id` = ?".into(),
+            count: durations.len() as u64,
+            errors: 0,
+            error_codes: Default::default(),
+            sum_ns: durations.iter().sum(),
+            min_ns: *durations.iter().min().unwrap(),
+            max_ns: *durations.iter().max().unwrap(),
+            histogram,
+            sample: String::new(),
+            truncated: 0,
+            waits: Default::default(),
+            error_messages: Default::default(),
+        };
+        let at = |ms: i64| UNIX_EPOCH + Duration::from_millis(ms as u64);
+        WindowReport {
+            instance: INSTANCE.into(),
+            window_start: at(end_ms - 10_000),
+            window_end: at(end_ms),
+            digests: vec![digest],
+            summary: Summary { pid: 100, statements: durations.len() as u64, ..Default::default() },
+            lock_waits: vec![],
+        }
+    };
+    for (sequence, (durations, end)) in [(&first, now - 10_000), (&second, now)].into_iter().enumerate() {
+        let wire = sqlbee::ship::instance_window(&report(durations, end), None);
+        let pushed = push(&mut ingest, batch("agent-wire", sequence as u64 + 1, vec![wire])).await.unwrap();
+        assert!(!pushed.duplicate);
+    }
+
+    let all = [first, second].concat();
+    let agent = sqlbee::output::window_to_json(&report(&all, now));
+    let agent = agent.iter().find(|l| l["type"] == "digest").expect("the agent's digest line");
+    let merged = top_json(&url, &[]);
+    let merged = row(&merged, 0x5eed);
+    assert_eq!(merged["count"], all.len() as u64);
+    for key in ["p50_ns", "p95_ns", "p99_ns", "min_ns", "max_ns"] {
+        assert_eq!(merged[key], agent[key], "{key}: collector {merged:#} against agent {agent:#}");
+    }
+    collector.stop();
 }

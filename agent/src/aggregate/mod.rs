@@ -5,7 +5,6 @@
 //! still counted. Exact command totals come from the kernel counters, not
 //! from the events, so they stay exact when events were dropped.
 mod commands;
-pub mod histogram;
 mod locks;
 
 use agent_common::wait_class;
@@ -19,9 +18,9 @@ pub use commands::command_name;
 pub use locks::{Blocker, LockWaitRecord};
 use locks::LockTracker;
 use commands::{COM_QUERY, COM_STMT_EXECUTE};
-use histogram::Histogram;
+use sqlbee_common::histogram::Histogram;
 
-use agent_common::aggregate::FIRST_AGENT_BUCKET;
+use agent_common::kernel_digests::FIRST_AGENT_BUCKET;
 use tracing::warn;
 
 use crate::{
@@ -147,7 +146,7 @@ pub struct Summary {
     pub read_failures: u64,
     /// Statements folded into the overflow row.
     pub overflow_statements: u64,
-    /// Statements counted by the kernel's aggregates instead of sent.
+    /// Statements counted by the kernel digests instead of sent.
     pub aggregated_in_kernel: u64,
     /// What the probes cost the server in this window (summed over the
     /// window's reads; the attached fraction is the last one).
@@ -298,7 +297,7 @@ impl Aggregator {
             window.summary.dropped_events += delta.dropped;
             window.summary.unmatched += delta.unmatched;
             window.summary.read_failures += delta.read_failed;
-            window.summary.aggregated_in_kernel += delta.aggregated;
+            window.summary.aggregated_in_kernel += delta.counted_in_kernel;
             if batch.detached {
                 self.last_counters.remove(&key);
             } else {

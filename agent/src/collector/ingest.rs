@@ -7,8 +7,9 @@ use std::{sync::Arc, time::Duration};
 use sqlbee_proto::v1::{Batch, PushResponse, ingest_server::Ingest};
 use tonic::{Request, Response, Status};
 
+use sqlbee_common::clock::now_unix_ms;
+
 use super::{
-    now_unix_ms,
     store::{Store, StoreError},
     validate,
 };

@@ -16,7 +16,9 @@ use std::{net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
 pub use server::MAX_MESSAGE;
 use tokio::signal::unix::{SignalKind, signal};
 
-use crate::{client::error_chain, duration};
+use sqlbee_common::duration;
+
+use crate::client::error_chain;
 
 use self::{
     auth::{Auth, AuthError},
@@ -102,11 +104,6 @@ pub enum CollectorError {
     Serve { cause: tonic::transport::Error },
     #[error("the store could not be opened: {reason}")]
     StoreTask { reason: String },
-}
-
-/// Milliseconds since the Unix epoch by the collector's clock.
-pub(crate) fn now_unix_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
 pub fn main(args: CollectorArgs) -> Result<(), CollectorError> {

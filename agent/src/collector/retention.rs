@@ -3,7 +3,9 @@
 //! again at the next tick.
 use std::{sync::Arc, time::Duration};
 
-use super::{now_unix_ms, store::Store};
+use sqlbee_common::clock::now_unix_ms;
+
+use super::store::Store;
 
 pub async fn run(store: Arc<dyn Store>, retention: Duration, interval: Duration) {
     let mut tick = tokio::time::interval(interval);

@@ -195,7 +195,7 @@ pub fn inspect_binary(path: &Path) -> Result<BinaryInfo, DiscoverError> {
             lock_utime_offset,
             command_probe: 0,
             wait_probes: 0,
-            aggregate_slots: 0,
+            digest_slots: 0,
             known_sets: 1,
         },
         points,

@@ -5,6 +5,7 @@ use std::{
 };
 
 use super::DiscoverError;
+use crate::procfs::{PidStat, boot_time_unix_ms, clock_ticks_per_second};
 
 const SERVER_NAMES: [&str; 2] = ["mariadbd", "mysqld"];
 
@@ -56,7 +57,7 @@ pub fn server_by_pid(pid: u32, hostname: &str) -> Result<ServerProcess, Discover
         return Err(DiscoverError::NoSuchProcess { pid });
     }
     let stat = read(&proc_dir.join("stat"))?;
-    let start_ticks = parse_start_ticks(&stat).ok_or_else(|| DiscoverError::Proc {
+    let start_ticks = PidStat::parse(&stat).map(|s| s.start_ticks).ok_or_else(|| DiscoverError::Proc {
         path: proc_dir.join("stat"),
         source: std::io::Error::new(std::io::ErrorKind::InvalidData, "unexpected format"),
     })?;
@@ -77,43 +78,13 @@ pub fn server_by_pid(pid: u32, hostname: &str) -> Result<ServerProcess, Discover
         .filter(|a| !a.is_empty())
         .map(|a| String::from_utf8_lossy(a).into_owned())
         .collect();
-    let start_unix_ms = boot_time_unix_ms() + (start_ticks as i64 * 1000) / clock_ticks_per_second();
+    let start_unix_ms = boot_time_unix_ms() + (start_ticks as i64 * 1000) / clock_ticks_per_second() as i64;
     Ok(ServerProcess { pid, start_ticks, start_unix_ms, comm, binary, instance: instance_name(&args, hostname) })
-}
-
-fn clock_ticks_per_second() -> i64 {
-    // SAFETY: sysconf has no preconditions.
-    (unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as i64).max(1)
-}
-
-/// Boot time from /proc/stat (`btime`, seconds since the epoch).
-fn boot_time_unix_ms() -> i64 {
-    fs::read_to_string("/proc/stat")
-        .ok()
-        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("btime ")?.trim().parse::<i64>().ok()))
-        .unwrap_or(0)
-        * 1000
-}
-
-/// Field `n` (1-based, as in proc(5)) of /proc/PID/stat text.
-fn stat_field(stat: &str, n: usize) -> Option<u64> {
-    // comm may contain spaces and parentheses: fields start after the last
-    // ')', with field 3 (state) first.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(n.checked_sub(3)?)?.parse().ok()
-}
-
-fn parse_start_ticks(stat: &str) -> Option<u64> {
-    stat_field(stat, 22)
 }
 
 /// CPU time (user + system) a process has used so far, seconds.
 pub fn cpu_seconds(pid: u32) -> Option<f64> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let ticks = stat_field(&stat, 14)? + stat_field(&stat, 15)?;
-    // SAFETY: sysconf has no preconditions.
-    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
-    Some(ticks as f64 / per_second)
+    Some(PidStat::read(pid)?.cpu_ticks as f64 / clock_ticks_per_second() as f64)
 }
 
 /// On-CPU time of a process's live threads so far, ns, from each
@@ -174,12 +145,6 @@ mod tests {
             instance_name(&args(&["mariadbd", "--skip-networking", "--socket=/s.sock"]), "h"),
             "h:/s.sock"
         );
-    }
-
-    #[test]
-    fn start_ticks_survive_odd_comm() {
-        let stat = "42 (my (odd) d) S 1 42 42 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 98765 1 2";
-        assert_eq!(parse_start_ticks(stat), Some(98765));
     }
 
     #[test]

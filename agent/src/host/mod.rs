@@ -89,7 +89,7 @@ impl HostSampler {
             processes: ProcessSampler::new(&proc_root),
             proc_root,
             sys_root: sys_root.into(),
-            ticks_per_second: clock_ticks_per_second(),
+            ticks_per_second: crate::procfs::clock_ticks_per_second(),
             last: None,
             cpu: None,
             disks: Deltas::default(),
@@ -150,13 +150,6 @@ impl HostSampler {
 
 fn read(path: &Path) -> Result<String, HostError> {
     std::fs::read_to_string(path).map_err(|source| HostError::Read { path: path.to_path_buf(), source })
-}
-
-/// USER_HZ: the unit of every CPU time in procfs.
-fn clock_ticks_per_second() -> u64 {
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if hz > 0 { hz as u64 } else { 100 }
 }
 
 /// Named counter sets from one file, after filtering and the cap.

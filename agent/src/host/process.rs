@@ -10,6 +10,8 @@ use std::{
     time::Instant,
 };
 
+use crate::procfs::PidStat;
+
 /// Entries of /proc/PID/fd counted at most; a server with more open files
 /// reports this many and `open_fds_capped`. Keeps one sample's cost
 /// bounded whatever `open_files_limit` is.
@@ -90,7 +92,7 @@ impl ProcessSampler {
         let page_size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
         ProcessSampler {
             proc_root: proc_root.into(),
-            ticks_per_second: super::clock_ticks_per_second(),
+            ticks_per_second: crate::procfs::clock_ticks_per_second(),
             page_size: if page_size > 0 { page_size as u64 } else { 4096 },
             previous: HashMap::new(),
         }
@@ -138,7 +140,7 @@ impl ProcessSampler {
                 return (ProcessMetrics::empty(pid, ProcessStatus::Unreadable), None);
             }
         };
-        let Some(stat) = parse_stat(&stat) else {
+        let Some(stat) = PidStat::parse(&stat) else {
             tracing::debug!(pid, "process stat has an unexpected format");
             return (ProcessMetrics::empty(pid, ProcessStatus::Unreadable), None);
         };
@@ -180,28 +182,6 @@ impl ProcessSampler {
 /// ESRCH shows up when the process exits while its files are being read.
 fn is_gone(e: &io::Error) -> bool {
     e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ESRCH)
-}
-
-struct Stat {
-    cpu_ticks: u64,
-    threads: u64,
-    start_ticks: u64,
-    rss_pages: u64,
-}
-
-/// The fields of /proc/PID/stat needed here. RSS comes from field 24 rather
-/// than statm: the same kernel counter, without a second file read.
-fn parse_stat(text: &str) -> Option<Stat> {
-    // comm may contain spaces and parentheses: fields start after the last
-    // ')', with field 3 (state) first.
-    let fields: Vec<&str> = text[text.rfind(')')? + 1..].split_whitespace().collect();
-    let field = |n: usize| fields.get(n - 3)?.parse::<u64>().ok();
-    Some(Stat {
-        cpu_ticks: field(14)?.checked_add(field(15)?)?,
-        threads: field(20)?,
-        start_ticks: field(22)?,
-        rss_pages: field(24)?,
-    })
 }
 
 /// (read_bytes, write_bytes): what reached or left storage, not what went

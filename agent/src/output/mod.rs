@@ -1,16 +1,14 @@
 //! Writes closed windows to stdout until the ship stage takes over:
 //! JSON lines (schema in README) or a readable table.
-mod time;
-
 use std::io::Write;
 
 use serde_json::{Value, json};
 
-pub use time::rfc3339;
-
 use agent_common::wait_class;
 
-use crate::aggregate::{DigestStats, WindowReport, histogram::Histogram};
+use sqlbee_common::{clock::rfc3339, histogram::Histogram};
+
+use crate::aggregate::{DigestStats, WindowReport};
 
 pub fn window_to_json(report: &WindowReport) -> Vec<Value> {
     let start = rfc3339(report.window_start);
@@ -36,9 +34,9 @@ pub fn window_to_json(report: &WindowReport) -> Vec<Value> {
                 "sum_ns": d.sum_ns,
                 "min_ns": d.min_ns,
                 "max_ns": d.max_ns,
-                "p50_ns": d.histogram.quantile(0.50).clamp(d.min_ns, d.max_ns),
-                "p95_ns": d.histogram.quantile(0.95).clamp(d.min_ns, d.max_ns),
-                "p99_ns": d.histogram.quantile(0.99).clamp(d.min_ns, d.max_ns),
+                "p50_ns": d.histogram.percentile(0.50, d.min_ns, d.max_ns),
+                "p95_ns": d.histogram.percentile(0.95, d.min_ns, d.max_ns),
+                "p99_ns": d.histogram.percentile(0.99, d.min_ns, d.max_ns),
                 "histogram": buckets(&d.histogram),
                 "waits": waits(d),
                 "error_messages": d.error_messages.iter().map(|(c, m)| (c.to_string(), json!(m))).collect::<serde_json::Map<_, _>>(),
@@ -156,7 +154,7 @@ pub fn write_table(out: &mut impl Write, report: &WindowReport, rows: usize) -> 
             d.errors,
             ms(d.sum_ns),
             ms(avg),
-            ms(d.histogram.quantile(0.95).clamp(d.min_ns, d.max_ns)),
+            ms(d.histogram.percentile(0.95, d.min_ns, d.max_ns)),
             ms(d.max_ns),
             text
         )?;

@@ -9,7 +9,7 @@ use std::{
     time::Duration,
 };
 
-use agent_common::{COMMAND_SLOTS, LongWait, MAX_TEXT, ServerLayout, StatBlock, aggregate::known_sets};
+use agent_common::{COMMAND_SLOTS, LongWait, MAX_TEXT, ServerLayout, StatBlock, kernel_digests::known_sets};
 use aya::{
     Ebpf, EbpfLoader,
     maps::{Array, MapData, PerCpuArray, RingBuf},
@@ -23,7 +23,7 @@ use tracing::warn;
 
 use super::{
     Counters, ErrorMessage, ProbeError, Statement,
-    aggregates::{KernelAggregates, KernelDigest},
+    kernel_digests::{KernelDigests, KernelDigest},
     decode_error, decode_statement,
     link_mode::object_name,
 };
@@ -46,7 +46,7 @@ pub struct ProbeConfig {
     /// Report each wait at least this long (us) on its own; 0: never.
     pub long_wait_us: u32,
     /// Slots of the in-kernel aggregate; 0 sends every statement.
-    pub aggregate_slots: u32,
+    pub digest_slots: u32,
     /// Budget mode: the probes' CPU as a fraction of mysqld's (0.01 = 1%).
     pub overhead_budget: Option<f64>,
     /// Budget mode: one attach/detach cycle.
@@ -62,7 +62,7 @@ pub struct AttachedServer {
     long_waits: RingBuf<MapData>,
     /// Budget mode's switch: closed, the programs count nothing.
     gate: Array<MapData, u32>,
-    aggregates: Option<KernelAggregates>,
+    kernel_digests: Option<KernelDigests>,
     /// Where each loaded program goes, and its link while attached.
     points: Vec<(&'static str, ProbePoint)>,
     links: Vec<(&'static str, UProbeLinkId)>,
@@ -84,21 +84,21 @@ impl AttachedServer {
             text_limit: config.text_limit.min(MAX_TEXT as u32),
             long_wait_us: config.long_wait_us,
             command_probe: config.commands as u32,
-            aggregate_slots: config.aggregate_slots,
+            digest_slots: config.digest_slots,
             wait_probes: u32::from(config.waits && binary.points.waits.is_some()),
-            known_sets: known_sets(config.aggregate_slots.max(1)),
+            known_sets: known_sets(config.digest_slots.max(1)),
             ..binary.layout
         };
         let mut ebpf = EbpfLoader::new()
             .override_global("LAYOUT", &layout, true)
             .map_max_entries("EVENTS", config.ring_bytes)
             .map_max_entries("KNOWN", layout.known_sets)
-            .map_max_entries("AGGREGATES", config.aggregate_slots.max(1) * 2)
+            .map_max_entries("DIGEST_SLOTS", config.digest_slots.max(1) * 2)
             .load(EBPF_OBJECT)
             .map_err(|source| ProbeError::Load { pid, source })?;
         // Before any program runs: it sets the maps up.
-        let aggregates =
-            (config.aggregate_slots > 0).then(|| KernelAggregates::new(&mut ebpf, config.aggregate_slots, layout.known_sets)).transpose()?;
+        let kernel_digests =
+            (config.digest_slots > 0).then(|| KernelDigests::new(&mut ebpf, config.digest_slots, layout.known_sets)).transpose()?;
         let mut points = vec![("statement_end", binary.points.statement_end), ("error_raised", binary.points.error_raised)];
         if config.commands {
             points.push(("command_start", binary.points.command_start));
@@ -132,7 +132,7 @@ impl AttachedServer {
             errors,
             long_waits,
             gate,
-            aggregates,
+            kernel_digests,
             points,
             links: Vec::new(),
             detaching: Arc::new(AtomicUsize::new(0)),
@@ -177,9 +177,9 @@ impl AttachedServer {
                     if statement.text_hash != 0 && !statement.sample {
                         // Downstream learns the hash's digest from this
                         // record only when its later statements will come
-                        // as kernel aggregates.
-                        let registered = match &mut self.aggregates {
-                            Some(aggregates) => aggregates.register(statement.text_hash).unwrap_or_else(|e| {
+                        // as kernel digests.
+                        let registered = match &mut self.kernel_digests {
+                            Some(kernel_digests) => kernel_digests.register(statement.text_hash).unwrap_or_else(|e| {
                                 warn!(pid = self.server.pid, error = %e, "registering a text hash failed");
                                 false
                             }),
@@ -203,10 +203,10 @@ impl AttachedServer {
         bad
     }
 
-    /// Closes the kernel aggregates' epoch (see [`KernelAggregates::flip`]).
+    /// Closes the kernel digests' epoch (see [`KernelDigests::flip`]).
     pub fn flip(&mut self, out: &mut Vec<KernelDigest>, forgotten: &mut Vec<u64>) -> Result<(), ProbeError> {
-        match &mut self.aggregates {
-            Some(aggregates) => aggregates.flip(out, forgotten),
+        match &mut self.kernel_digests {
+            Some(kernel_digests) => kernel_digests.flip(out, forgotten),
             None => Ok(()),
         }
     }
@@ -284,8 +284,8 @@ impl AttachedServer {
     /// Tells the programs the agent's shedding step (no-op without
     /// in-kernel aggregation, whose maps carry it).
     pub fn set_shedding(&mut self, step: u32) -> Result<(), ProbeError> {
-        match &mut self.aggregates {
-            Some(aggregates) => aggregates.set_shedding(step),
+        match &mut self.kernel_digests {
+            Some(kernel_digests) => kernel_digests.set_shedding(step),
             None => Ok(()),
         }
     }
@@ -309,10 +309,10 @@ impl AttachedServer {
             .collect()
     }
 
-    /// Both epochs of the kernel aggregates, after `detach_programs`.
+    /// Both epochs of the kernel digests, after `detach_programs`.
     pub fn collect_all(&mut self, out: &mut Vec<KernelDigest>) -> Result<(), ProbeError> {
-        match &mut self.aggregates {
-            Some(aggregates) => aggregates.collect_all(out),
+        match &mut self.kernel_digests {
+            Some(kernel_digests) => kernel_digests.collect_all(out),
             None => Ok(()),
         }
     }

@@ -83,7 +83,7 @@ pub fn trap_cost() -> Result<Duration, ProbeError> {
     let mut ebpf = EbpfLoader::new()
         .map_max_entries("EVENTS", 4096)
         .map_max_entries("KNOWN", 1)
-        .map_max_entries("AGGREGATES", 2)
+        .map_max_entries("DIGEST_SLOTS", 2)
         .load(EBPF_OBJECT)
         .map_err(|source| ProbeError::Load { pid, source })?;
     let program = "calibrate";

@@ -26,9 +26,9 @@ pub struct Statement {
     /// The message the server sent with `error_code`, when sampled.
     pub error_message: Option<String>,
     /// Text hash of in-kernel aggregation when later statements of this
-    /// hash come as kernel aggregates; 0 otherwise.
+    /// hash come as kernel digests; 0 otherwise.
     pub text_hash: u64,
-    /// Counted in a kernel aggregate already: only a sample of its text.
+    /// Counted in a kernel digest already: only a sample of its text.
     pub sample: bool,
     /// Sent without its text because the agent is shedding load.
     pub shed: bool,

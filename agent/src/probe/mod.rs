@@ -4,7 +4,7 @@
 //! One program set per server process (its own maps, its own ring buffer),
 //! scoped to that pid so other servers on the host are never trapped.
 //! Reading never blocks the kernel side: records are drained on a timer.
-mod aggregates;
+mod kernel_digests;
 mod attach;
 mod calibrate;
 mod duty;
@@ -15,7 +15,7 @@ mod phases;
 mod query_counter;
 mod supervisor;
 
-pub use aggregates::KernelDigest;
+pub use kernel_digests::KernelDigest;
 pub use calibrate::hold_task_events_on;
 pub use duty::MIN_DUTY;
 pub use link_mode::multi_links;
@@ -68,8 +68,8 @@ pub struct Counters {
     pub unmatched: u64,
     pub read_failed: u64,
     pub errors: u64,
-    /// Statements counted into kernel aggregates instead of sent.
-    pub aggregated: u64,
+    /// Statements counted into kernel digests instead of sent.
+    pub counted_in_kernel: u64,
 }
 
 impl Default for Counters {
@@ -82,7 +82,7 @@ impl Default for Counters {
             unmatched: 0,
             read_failed: 0,
             errors: 0,
-            aggregated: 0,
+            counted_in_kernel: 0,
         }
     }
 }
@@ -108,7 +108,7 @@ impl Counters {
             unmatched: at(stat::UNMATCHED),
             read_failed: at(stat::READ_FAILED),
             errors: at(stat::ERRORS),
-            aggregated: at(stat::AGGREGATED),
+            counted_in_kernel: at(stat::KERNEL_COUNTED),
         }
     }
 
@@ -128,7 +128,7 @@ impl Counters {
             unmatched: self.unmatched.saturating_sub(earlier.unmatched),
             read_failed: self.read_failed.saturating_sub(earlier.read_failed),
             errors: self.errors.saturating_sub(earlier.errors),
-            aggregated: self.aggregated.saturating_sub(earlier.aggregated),
+            counted_in_kernel: self.counted_in_kernel.saturating_sub(earlier.counted_in_kernel),
         }
     }
 }
@@ -144,7 +144,7 @@ pub struct ProbeBatch {
     pub counters: Option<Counters>,
     /// Statements counted in the kernel, read at window ends and at detach.
     pub kernel: Vec<KernelDigest>,
-    /// Text hashes whose kernel aggregates are over: no more will come.
+    /// Text hashes whose kernel digests are over: no more will come.
     pub forgotten: Vec<u64>,
     /// What the probes cost the server, at window ends and at detach.
     pub cost: Option<ProbeCost>,

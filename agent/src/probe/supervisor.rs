@@ -149,7 +149,7 @@ impl Supervisor {
     }
 
     /// Drains every attached server; at a window end (`window_end`) also
-    /// closes the kernel aggregates' epoch and reads the counters.
+    /// closes the kernel digests' epoch and reads the counters.
     pub fn drain(&mut self, window_end: bool, out: &mut Vec<ProbeBatch>) {
         let now = Instant::now();
         for (pid, attached) in self.attached.iter_mut() {
@@ -171,7 +171,7 @@ impl Supervisor {
             }
             let (mut kernel, mut forgotten) = (Vec::new(), Vec::new());
             if window_end && let Err(e) = attached.flip(&mut kernel, &mut forgotten) {
-                warn!(pid = attached.server.pid, error = %e, "reading kernel aggregates failed");
+                warn!(pid = attached.server.pid, error = %e, "reading kernel digests failed");
             }
             let (mut statements, mut long_waits) = (Vec::new(), Vec::new());
             let bad = attached.drain(&mut statements, &mut long_waits);
@@ -245,7 +245,7 @@ fn program_totals(attached: &AttachedServer) -> (Duration, u64) {
 }
 
 /// Everything left, read after the programs are gone so that counters,
-/// records and kernel aggregates agree exactly.
+/// records and kernel digests agree exactly.
 fn final_batch(attached: &mut AttachedServer, overhead: Option<Overhead>) -> ProbeBatch {
     let programs = program_totals(attached);
     attached.detach_programs();
@@ -254,7 +254,7 @@ fn final_batch(attached: &mut AttachedServer, overhead: Option<Overhead>) -> Pro
     let counters = read_counters(attached);
     let mut kernel = Vec::new();
     if let Err(e) = attached.collect_all(&mut kernel) {
-        warn!(pid = attached.server.pid, error = %e, "reading kernel aggregates failed");
+        warn!(pid = attached.server.pid, error = %e, "reading kernel digests failed");
     }
     let cost: Option<ProbeCost> = overhead.zip(counters.as_ref()).map(|(mut o, c)| o.close_window(programs, c.statements, Instant::now()));
     ProbeBatch {

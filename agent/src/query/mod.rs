@@ -12,7 +12,9 @@ use sqlbee_proto::v1::{HostsRequest, InstancesRequest, LocksRequest, TopRequest,
 use tonic::{Code, Status, codec::CompressionEncoding, service::interceptor::InterceptedService, transport::Channel};
 
 use crate::client::{BearerToken, ClientError, ClientOptions};
-use crate::{client, collector::store::OrderBy, duration};
+use sqlbee_common::{clock::now_unix_ms, duration};
+
+use crate::{client, collector::store::OrderBy};
 
 /// How to reach a collector; shared by every query command.
 #[derive(clap::Args, Debug, Clone)]
@@ -181,7 +183,7 @@ fn since_unix_ms(since: &str) -> Result<i64, QueryError> {
         return Ok(0);
     }
     let back = duration::parse(since)?;
-    Ok(crate::collector::now_unix_ms().saturating_sub(back.as_millis() as i64).max(0))
+    Ok(now_unix_ms().saturating_sub(back.as_millis() as i64).max(0))
 }
 
 pub fn top(args: TopArgs) -> Result<(), QueryError> {
@@ -211,7 +213,7 @@ pub fn instances(args: InstancesArgs) -> Result<(), QueryError> {
     let instances =
         call(&args.connect, "Instances", |mut client| async move { client.instances(InstancesRequest {}).await })?
             .instances;
-    let now = crate::collector::now_unix_ms();
+    let now = now_unix_ms();
     let mut out = std::io::stdout().lock();
     match args.format {
         Format::Json => render::write_json(&mut out, &render::instances_json(&instances, now)),

@@ -1,11 +1,11 @@
 //! Turns Query answers into one JSON document or a readable table. Pure:
 //! takes the answer, writes to the given writer.
-use std::{io::Write, time::Duration};
+use std::io::Write;
 
 use serde_json::{Map, Value, json};
 use sqlbee_proto::v1::{Blocker, InstanceInfo, LockWaitRow, TopDigest, WaitStats};
 
-use crate::output::rfc3339;
+use sqlbee_common::clock;
 
 pub fn top_json(digests: &[TopDigest]) -> Value {
     Value::Array(
@@ -171,7 +171,7 @@ pub(super) fn time(ms: i64) -> String {
     if ms <= 0 {
         return "-".into();
     }
-    rfc3339(std::time::UNIX_EPOCH + Duration::from_millis(ms as u64))
+    clock::rfc3339(clock::from_unix_ms(ms))
 }
 
 /// `HH:MM:SS` (UTC) of a time in ms since the epoch.

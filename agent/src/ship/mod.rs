@@ -22,7 +22,7 @@ pub use sender::{Backoff, Verdict, verdict};
 use sqlbee_proto::v1::{AgentIdentity, Batch};
 use spool::Spool;
 use tokio::sync::{Notify, mpsc};
-pub use wire::{agent_window, instance_window, unix_ms};
+pub use wire::{agent_window, instance_window};
 
 use crate::{aggregate::WindowReport, budget::CostSample, host::HostMetrics};
 
@@ -108,7 +108,7 @@ impl Batcher {
             let batch = Batch {
                 agent: Some(self.agent.clone()),
                 sequence,
-                created_unix_ms: unix_ms(SystemTime::now()),
+                created_unix_ms: sqlbee_common::clock::now_unix_ms(),
                 windows,
                 gaps,
                 agent_windows: std::mem::take(&mut agent_windows),

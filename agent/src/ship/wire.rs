@@ -1,8 +1,9 @@
 //! Closed windows -> `sqlbee.v1` messages. The only place that knows both
 //! the aggregate types and the wire types.
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 use agent_common::wait_class;
+use sqlbee_common::{clock::unix_ms, histogram};
 use sqlbee_proto::v1::{
     AgentCost, AgentWindow, Blocker as WireBlocker, Bucket, CommandCount, CpuModes as WireCpuModes,
     DigestStats as WireDigest, DiskIo as WireDiskIo, ErrorCount, Histogram as WireHistogram,
@@ -17,13 +18,6 @@ use crate::{
     probe::ProbeCost,
 };
 
-/// Histogram scheme 1: log-linear, 8 buckets per power of two (see
-/// `aggregate::histogram`).
-pub const HISTOGRAM_SCHEME: u32 = 1;
-
-pub fn unix_ms(t: SystemTime) -> i64 {
-    t.duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
-}
 
 fn digest(d: &DigestStats, cost: Option<&ProbeCost>) -> WireDigest {
     WireDigest {
@@ -36,7 +30,7 @@ fn digest(d: &DigestStats, cost: Option<&ProbeCost>) -> WireDigest {
         min_ns: if d.count == 0 { 0 } else { d.min_ns },
         max_ns: d.max_ns,
         histogram: Some(WireHistogram {
-            scheme: HISTOGRAM_SCHEME,
+            scheme: histogram::SCHEME,
             buckets: d.histogram.buckets().map(|(index, count)| Bucket { index: index as u32, count }).collect(),
         }),
         sample: d.sample.clone(),

@@ -8,10 +8,8 @@ use std::{
 };
 
 use serde_json::Value;
-use sqlbee::{
-    aggregate::histogram::{Histogram as AgentHistogram, bucket_of},
-    client::{self, BearerToken, ClientOptions},
-};
+use sqlbee::client::{self, BearerToken, ClientOptions};
+use sqlbee_common::histogram::{Histogram as AgentHistogram, bucket_of};
 use sqlbee_proto::v1::{
     AgentIdentity, Batch, Bucket, CommandCount, DigestStats, Histogram, InstanceWindow, PushResponse, ServerInstance,
     ingest_client::IngestClient, query_client::QueryClient,

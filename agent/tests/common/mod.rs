@@ -306,5 +306,5 @@ pub fn delta(before: &HashMap<String, u64>, after: &HashMap<String, u64>, key: &
 }
 
 pub fn instance_of(server: &PrivateServer) -> String {
-    format!("{}:{}", sqlbee::pipeline::hostname(), server.port)
+    format!("{}:{}", sqlbee::procfs::hostname(), server.port)
 }

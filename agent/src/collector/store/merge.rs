@@ -1,6 +1,6 @@
 //! Merging digest rows of many windows and instances into one answer per
 //! digest, independent of the backend: exact sums, min/max, exact histogram
-//! merges (bucket bounds depend only on the index) and percentiles computed
+//! merges (the shared `sqlbee_common::histogram`) and percentiles computed
 //! the way the agent's own output does (upper bound of the bucket, clamped
 //! to [min, max]). Wait classes merge per class (sums and statements add,
 //! the longest wait is the max) and error codes per code.
@@ -8,8 +8,9 @@ use std::{cmp::Ordering, collections::BTreeMap};
 
 use sqlbee_proto::v1::{ErrorCount, WaitStats};
 
+use sqlbee_common::histogram::Histogram;
+
 use super::OrderBy;
-use crate::aggregate::histogram;
 
 /// Sums of one digest over many rows. Sums saturate rather than wrap: a
 /// malicious or broken agent must not be able to make a total small.
@@ -46,47 +47,14 @@ impl DigestTotals {
     }
 }
 
-/// A histogram merged from many rows, sparse: only buckets that were seen.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct MergedHistogram {
-    counts: BTreeMap<u64, u64>,
-}
-
-impl MergedHistogram {
-    pub fn add(&mut self, index: u64, count: u64) {
-        let slot = self.counts.entry(index).or_default();
-        *slot = slot.saturating_add(count);
+/// Percentile `q` of a digest merged from many rows: the shared
+/// histogram's answer, clamped to the digest's exact `[min, max]`, as the
+/// agent's own output computes it; 0 for a digest with no statements.
+pub fn percentile(histogram: &Histogram, q: f64, totals: &DigestTotals) -> u64 {
+    if totals.count == 0 {
+        return 0;
     }
-
-    pub fn total(&self) -> u64 {
-        self.counts.values().fold(0u64, |a, c| a.saturating_add(*c))
-    }
-
-    /// Value at quantile `q`: the upper bound of the bucket holding it, so
-    /// the answer never understates a latency (as `Histogram::quantile`).
-    pub fn quantile(&self, q: f64) -> u64 {
-        let total = self.total();
-        if total == 0 {
-            return 0;
-        }
-        let rank = ((q.clamp(0.0, 1.0) * total as f64).ceil() as u64).max(1);
-        let mut seen = 0u64;
-        for (&index, &count) in &self.counts {
-            seen = seen.saturating_add(count);
-            if seen >= rank {
-                return histogram::bucket_high(index as usize);
-            }
-        }
-        u64::MAX
-    }
-
-    /// `quantile` clamped to the digest's exact [min, max].
-    pub fn percentile(&self, q: f64, totals: &DigestTotals) -> u64 {
-        if totals.count == 0 {
-            return 0;
-        }
-        self.quantile(q).clamp(totals.min_ns, totals.max_ns)
-    }
+    histogram.percentile(q, totals.min_ns, totals.max_ns)
 }
 
 /// One wait class merged over many rows.
@@ -182,20 +150,6 @@ pub fn compare(order: OrderBy, a: (u64, &DigestTotals, u64), b: (u64, &DigestTot
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::aggregate::histogram::{Histogram, bucket_of};
-
-    #[test]
-    fn merged_quantiles_match_the_agents_histogram() {
-        let mut agent = Histogram::default();
-        let mut merged = MergedHistogram::default();
-        for ns in (1..=1000u64).map(|n| n * 997) {
-            agent.record(ns);
-            merged.add(bucket_of(ns) as u64, 1);
-        }
-        for q in [0.5, 0.95, 0.99, 1.0] {
-            assert_eq!(merged.quantile(q), agent.quantile(q), "q {q}");
-        }
-    }
 
     #[test]
     fn totals_skip_empty_rows_and_saturate() {

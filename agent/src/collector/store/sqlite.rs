@@ -15,6 +15,7 @@ use std::{
 
 use prost::Message;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+use sqlbee_common::histogram::Histogram;
 use sqlbee_proto::v1::{
     AgentWindowRow, Batch, Blocker, CommandCount, CostSummary, InstanceInfo, LockWait, LockWaitRow, TopDigest,
     TotalsResponse,
@@ -22,7 +23,7 @@ use sqlbee_proto::v1::{
 
 use super::{
     HostsQuery, IngestOutcome, sqlite_costs, LocksQuery, OrderBy, PruneOutcome, Store, StoreError, TopQuery, TotalsQuery, blob,
-    merge::{self, DigestTotals, MergedErrors, MergedHistogram, MergedWaits},
+    merge::{self, DigestTotals, MergedErrors, MergedWaits},
 };
 
 /// Bumped when the schema changes; a newer file is refused, not guessed at.
@@ -676,7 +677,7 @@ fn top(tx: &rusqlite::Transaction<'_>, query: &TopQuery) -> Result<Vec<TopDigest
     // Step 2: the rank keys that need blobs. Ordering by p99 needs every
     // digest's histogram, by wait every digest's waits; the other orders
     // read blobs only for the digests that make the cut.
-    let mut histograms: HashMap<u64, MergedHistogram> = HashMap::new();
+    let mut histograms: HashMap<u64, Histogram> = HashMap::new();
     match query.order_by {
         OrderBy::P99 => {
             let mut stmt = scan(tx, query, "digest, histogram", "").map_err(err)?;
@@ -687,7 +688,7 @@ fn top(tx: &rusqlite::Transaction<'_>, query: &TopQuery) -> Result<Vec<TopDigest
                 add_blob(histograms.entry(digest).or_default(), bytes)?;
             }
             for (digest, m) in digests.iter_mut() {
-                m.rank = histograms.get(digest).map(|h| h.percentile(0.99, &m.totals)).unwrap_or(0);
+                m.rank = histograms.get(digest).map(|h| merge::percentile(h, 0.99, &m.totals)).unwrap_or(0);
             }
         }
         OrderBy::Wait => {
@@ -720,7 +721,7 @@ fn top(tx: &rusqlite::Transaction<'_>, query: &TopQuery) -> Result<Vec<TopDigest
     let mut out = Vec::with_capacity(ranked.len());
     for (digest, m) in ranked {
         let preloaded = histograms.remove(&digest);
-        let mut histogram = MergedHistogram::default();
+        let mut histogram = Histogram::default();
         let mut waits = MergedWaits::default();
         let mut errors = MergedErrors::default();
         bind(&mut blobs_stmt, &i(digest)).map_err(err)?;
@@ -760,9 +761,9 @@ fn top(tx: &rusqlite::Transaction<'_>, query: &TopQuery) -> Result<Vec<TopDigest
             sum_ns: t.sum_ns,
             min_ns: t.min_ns,
             max_ns: t.max_ns,
-            p50_ns: histogram.percentile(0.50, t),
-            p95_ns: histogram.percentile(0.95, t),
-            p99_ns: histogram.percentile(0.99, t),
+            p50_ns: merge::percentile(&histogram, 0.50, t),
+            p95_ns: merge::percentile(&histogram, 0.95, t),
+            p99_ns: merge::percentile(&histogram, 0.99, t),
             sample,
             instances: m.instances.iter().map(|id| names[*id as usize].clone()).collect(),
             waits: waits.into_stats(),
@@ -789,9 +790,9 @@ fn scan<'t>(
     Ok(stmt)
 }
 
-fn add_blob(h: &mut MergedHistogram, bytes: &[u8]) -> Result<(), StoreError> {
+fn add_blob(h: &mut Histogram, bytes: &[u8]) -> Result<(), StoreError> {
     for (index, count) in blob::decode(bytes).ok_or(StoreError::Corrupt { what: "histogram" })? {
-        h.add(index, count);
+        h.add_bucket(usize::try_from(index).unwrap_or(usize::MAX), count);
     }
     Ok(())
 }
@@ -1123,8 +1124,8 @@ mod tests {
         let d = &top[0];
         // u64 values above i64::MAX come back exact; the sum saturates.
         assert_eq!((d.digest, d.count, d.sum_ns, d.max_ns), (u64::MAX - 1, 5, u64::MAX, u64::MAX / 4));
-        assert_eq!(d.p50_ns, crate::aggregate::histogram::bucket_high(40));
-        assert_eq!(d.p99_ns, crate::aggregate::histogram::bucket_high(60));
+        assert_eq!(d.p50_ns, sqlbee_common::histogram::bucket_high(40));
+        assert_eq!(d.p99_ns, sqlbee_common::histogram::bucket_high(60));
         let totals = store.totals(&TotalsQuery { instance: Some("h:1".into()), since_unix_ms: 1500 }).unwrap();
         // The gap has no window times: it counts at the time it was received.
         assert_eq!((totals.statements, totals.digest_count, totals.lost_statements), (2, 1, 0));

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use sqlbee_proto::v1::{Batch, DigestStats, Gap, Histogram, InstanceWindow, LockWait, WaitStats};
 
-use crate::{aggregate::histogram, output::rfc3339};
+use sqlbee_common::{clock, histogram};
 
 pub const MAX_AGENT_ID: usize = 128;
 pub const MAX_WINDOWS: usize = 10_000;
@@ -27,7 +27,6 @@ pub const MAX_NAME: usize = 1024;
 pub const MAX_PAST: Duration = Duration::from_secs(30 * 86_400);
 /// Allowed clock skew into the future.
 pub const MAX_FUTURE: Duration = Duration::from_secs(3600);
-pub const HISTOGRAM_SCHEME: u32 = 1;
 /// Wait classes per digest; the agent knows 8.
 pub const MAX_WAITS: usize = 16;
 /// A wait class name (`row_lock`, `metadata_lock`, ...).
@@ -124,7 +123,7 @@ fn time(ms: i64) -> String {
     if ms < 0 {
         return "before 1970".into();
     }
-    rfc3339(std::time::UNIX_EPOCH + Duration::from_millis(ms as u64))
+    clock::rfc3339(clock::from_unix_ms(ms))
 }
 
 fn name_len(field: &str, value: &str) -> Result<(), Invalid> {
@@ -297,10 +296,10 @@ fn waits(at: &str, waits: &[WaitStats], count: u64) -> Result<(), Invalid> {
 
 fn histogram_of(at: &str, h: &Histogram, count: u64) -> Result<(), Invalid> {
     let empty = h.buckets.is_empty() && count == 0;
-    if h.scheme != HISTOGRAM_SCHEME && !empty {
+    if h.scheme != histogram::SCHEME && !empty {
         return Err(invalid(
             format!("{at}.scheme"),
-            format!("{} is not supported; this collector knows scheme {HISTOGRAM_SCHEME}", h.scheme),
+            format!("{} is not supported; this collector knows scheme {}", h.scheme, histogram::SCHEME),
         ));
     }
     let mut sum = 0u64;
@@ -309,7 +308,7 @@ fn histogram_of(at: &str, h: &Histogram, count: u64) -> Result<(), Invalid> {
         if b.index as usize >= histogram::BUCKETS {
             return Err(invalid(
                 format!("{at}.buckets[{i}].index"),
-                format!("{} is out of range; scheme 1 has {} buckets", b.index, histogram::BUCKETS),
+                format!("{} is out of range; scheme {} has {} buckets", b.index, histogram::SCHEME, histogram::BUCKETS),
             ));
         }
         if last.is_some_and(|l| b.index <= l) {

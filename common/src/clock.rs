@@ -1,6 +1,23 @@
-//! RFC 3339 UTC timestamps without a date-time dependency.
-use std::time::{SystemTime, UNIX_EPOCH};
+//! Wall-clock instants as sqlbee writes them: milliseconds since the Unix
+//! epoch on the wire and in stores, RFC 3339 UTC for people.
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+/// Milliseconds since the Unix epoch; 0 for an instant before it.
+pub fn unix_ms(t: SystemTime) -> i64 {
+    t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+/// Milliseconds since the Unix epoch by this host's clock.
+pub fn now_unix_ms() -> i64 {
+    unix_ms(SystemTime::now())
+}
+
+/// The instant `ms` milliseconds after the Unix epoch (negative: the epoch).
+pub fn from_unix_ms(ms: i64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64)
+}
+
+/// `2026-11-18T11:06:40.123Z`, without a date-time dependency.
 pub fn rfc3339(t: SystemTime) -> String {
     let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
     let secs = d.as_secs();
@@ -32,7 +49,6 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     #[test]
     fn known_instants() {
@@ -41,5 +57,14 @@ mod tests {
         assert_eq!(rfc3339(t), "2026-11-18T11:06:40.123Z");
         let leap = UNIX_EPOCH + Duration::from_secs(951_782_400);
         assert_eq!(rfc3339(leap), "2000-02-29T00:00:00.000Z");
+    }
+
+    #[test]
+    fn milliseconds_round_trip() {
+        let t = UNIX_EPOCH + Duration::from_millis(1_795_000_000_123);
+        assert_eq!(unix_ms(t), 1_795_000_000_123);
+        assert_eq!(from_unix_ms(unix_ms(t)), t);
+        assert_eq!(unix_ms(UNIX_EPOCH - Duration::from_secs(5)), 0);
+        assert_eq!(from_unix_ms(-5), UNIX_EPOCH);
     }
 }

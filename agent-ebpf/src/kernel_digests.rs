@@ -1,9 +1,10 @@
-//! In-kernel aggregation by text hash (see `agent_common::aggregate`): a
-//! statement whose hash the agent registered costs a map lookup and a few
-//! adds instead of a ring-buffer record and the agent's work on it.
+//! Kernel digests: statements counted by text hash (see
+//! `agent_common::kernel_digests`). A statement whose hash the agent
+//! registered costs a map lookup and a few adds instead of a ring-buffer
+//! record and the agent's work on it.
 use agent_common::{
     CONTROL_EPOCH, CONTROL_OPAQUE_ONES, CONTROL_SHEDDING, CONTROL_SLOTS, MAX_TEXT, SlotStats,
-    aggregate::{BUCKETS, KnownSet, LOW_POWER, POWERS, entry_slot, known_set},
+    kernel_digests::{BUCKETS, KnownSet, LOW_POWER, POWERS, bucket_at, entry_slot, known_set},
     text_hash::{HashState, step},
 };
 use aya_ebpf::{
@@ -14,14 +15,14 @@ use aya_ebpf::{
 
 use crate::maps::SCRATCH;
 
-/// Text hash -> slot, set-associative (`agent_common::aggregate::KNOWN_WAYS`),
+/// Text hash -> slot, set-associative (`agent_common::kernel_digests::KNOWN_WAYS`),
 /// written only by the agent. Sized at load time.
 #[map]
 pub static KNOWN: Array<KnownSet> = Array::with_max_entries(1, 0);
 
 /// Two epochs of slots, `epoch * slots + slot`. Sized at load time.
 #[map]
-pub static AGGREGATES: PerCpuArray<SlotStats> = PerCpuArray::with_max_entries(2, 0);
+pub static DIGEST_SLOTS: PerCpuArray<SlotStats> = PerCpuArray::with_max_entries(2, 0);
 
 /// `CONTROL_EPOCH`: the epoch written now, flipped by the agent; and
 /// `CONTROL_OPAQUE_ONES`.
@@ -114,7 +115,7 @@ fn mix_word(hash: u64, word: u64) -> u64 {
 /// steps read the same text from `SCRATCH`.
 #[inline(always)]
 fn word_hash(text: &[u8; MAX_TEXT], len: u64) -> u64 {
-    let seed = agent_common::aggregate::HASH_SEED ^ len.wrapping_mul(WORD_PRIME);
+    let seed = agent_common::kernel_digests::HASH_SEED ^ len.wrapping_mul(WORD_PRIME);
     let steps = len.div_ceil(8);
     let hash = if steps <= INLINE_WORDS as u64 {
         let mut hash = seed;
@@ -190,10 +191,9 @@ pub fn record(hash: u64, duration_ns: u64, slots: u32, sets: u32) -> Option<bool
     if top < LOW_POWER || top >= LOW_POWER + POWERS {
         return None;
     }
-    let sub = ((duration_ns >> (top - 3)) & 7) as usize;
-    let bucket = ((top - LOW_POWER) as usize * 8 + sub) & (BUCKETS - 1);
+    let bucket = bucket_at(duration_ns, top) & (BUCKETS - 1);
     let epoch = CONTROL.get(CONTROL_EPOCH).copied().unwrap_or(0) & 1;
-    let stats = AGGREGATES.get_ptr_mut(epoch * slots + slot)?;
+    let stats = DIGEST_SLOTS.get_ptr_mut(epoch * slots + slot)?;
     // SAFETY: this CPU's copy of the value; no other writer while we run.
     let stats = unsafe { &mut *stats };
     let first = stats.count == 0;

@@ -1,4 +1,4 @@
-//! The agent's half of in-kernel aggregation (`agent_common::aggregate`):
+//! The agent's half of kernel digests (`agent_common::kernel_digests`):
 //! hands out slots to text hashes, flips the epoch at each window end and
 //! reads back what the kernel counted in the other one.
 //!
@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use agent_common::{
     CONTROL_EPOCH, CONTROL_OPAQUE_ONES, CONTROL_SHEDDING, SlotStats,
-    aggregate::{BUCKETS, KnownSet, entry_slot, known_entry, known_set},
+    kernel_digests::{BUCKETS, KnownSet, entry_slot, known_entry, known_set},
 };
 use aya::maps::{Array, MapData, PerCpuArray, PerCpuValues};
 
@@ -48,7 +48,7 @@ enum Slot {
     Cooling { hash: u64, flips: u32 },
 }
 
-pub struct KernelAggregates {
+pub struct KernelDigests {
     known: Array<MapData, KnownSet>,
     /// Sets of `known`, a power of two.
     sets: u32,
@@ -65,18 +65,18 @@ fn map_error(map: &'static str) -> impl Fn(aya::maps::MapError) -> ProbeError {
     move |e| ProbeError::Map { map, detail: e.to_string() }
 }
 
-impl KernelAggregates {
+impl KernelDigests {
     /// `sets`: the programs' `ServerLayout::known_sets`.
     pub fn new(ebpf: &mut aya::Ebpf, slots: u32, sets: u32) -> Result<Self, ProbeError> {
         let take = |ebpf: &mut aya::Ebpf, name: &'static str| {
             ebpf.take_map(name).ok_or_else(|| ProbeError::Map { map: name, detail: "not in object".into() })
         };
         let known = Array::try_from(take(ebpf, "KNOWN")?).map_err(map_error("KNOWN"))?;
-        let stats = PerCpuArray::try_from(take(ebpf, "AGGREGATES")?).map_err(map_error("AGGREGATES"))?;
+        let stats = PerCpuArray::try_from(take(ebpf, "DIGEST_SLOTS")?).map_err(map_error("DIGEST_SLOTS"))?;
         let mut control = Array::try_from(take(ebpf, "CONTROL")?).map_err(map_error("CONTROL"))?;
         control.set(CONTROL_OPAQUE_ONES, &u32::MAX, 0).map_err(map_error("CONTROL"))?;
         let cpus = aya::util::nr_cpus()
-            .map_err(|(what, e)| ProbeError::Map { map: "AGGREGATES", detail: format!("{what}: {e}") })?
+            .map_err(|(what, e)| ProbeError::Map { map: "DIGEST_SLOTS", detail: format!("{what}: {e}") })?
             .get() as usize;
         Ok(Self {
             known,
@@ -140,7 +140,7 @@ impl KernelAggregates {
         let cpus = self.cpus;
         let zeros = || {
             PerCpuValues::try_from(vec![SlotStats::default(); cpus])
-                .map_err(|e| ProbeError::Map { map: "AGGREGATES", detail: e.to_string() })
+                .map_err(|e| ProbeError::Map { map: "DIGEST_SLOTS", detail: e.to_string() })
         };
         for (slot, state) in self.slots.iter_mut().enumerate() {
             let hash = match *state {
@@ -148,14 +148,14 @@ impl KernelAggregates {
                 Slot::Used { hash, .. } | Slot::Cooling { hash, .. } => hash,
             };
             let index = base + slot as u32;
-            let per_cpu = self.stats.get(&index, 0).map_err(map_error("AGGREGATES"))?;
+            let per_cpu = self.stats.get(&index, 0).map_err(map_error("DIGEST_SLOTS"))?;
             let Some(digest) = sum(hash, &per_cpu) else {
                 if let Slot::Used { idle, .. } = state {
                     *idle = idle.saturating_add(1);
                 }
                 continue;
             };
-            self.stats.set(index, zeros()?, 0).map_err(map_error("AGGREGATES"))?;
+            self.stats.set(index, zeros()?, 0).map_err(map_error("DIGEST_SLOTS"))?;
             if let Slot::Used { idle, .. } = state {
                 *idle = 0;
             }
@@ -222,7 +222,7 @@ fn sum(text_hash: u64, per_cpu: &[SlotStats]) -> Option<KernelDigest> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use agent_common::aggregate::{MAX_SLOTS, known_sets};
+    use agent_common::kernel_digests::{MAX_SLOTS, known_sets};
 
     #[test]
     fn per_cpu_values_add_up() {
