@@ -1,8 +1,11 @@
 //! Builds the kernel programs (agent-ebpf) for the BPF target; the object
-//! lands in OUT_DIR, where `probe::attach` embeds it.
-use anyhow::{Context as _, anyhow};
-
+//! lands in OUT_DIR, where `probe::attach` embeds it. Only the agent needs
+//! them: a collector-only build (`--no-default-features --features
+//! collector`) skips this and needs no eBPF toolchain.
+#[cfg(feature = "agent")]
 fn main() -> anyhow::Result<()> {
+    use anyhow::{Context as _, anyhow};
+
     let manifest_dir = std::path::PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?);
     let ebpf_dir = manifest_dir
         .parent()
@@ -17,4 +20,9 @@ fn main() -> anyhow::Result<()> {
         aya_build::Toolchain::Custom("nightly-2026-10-30"),
     )
     .context("building the eBPF programs failed (is bpf-linker on PATH? `./x setup` installs it)")
+}
+
+#[cfg(not(feature = "agent"))]
+fn main() -> anyhow::Result<()> {
+    Ok(())
 }

@@ -115,7 +115,6 @@ pub fn run_agent(config: AgentConfig, stop: Arc<AtomicBool>) -> Result<(), Pipel
         let pids: Vec<String> = supervisor.attached().map(|s| s.pid.to_string()).collect();
         std::fs::write(path, pids.join("\n"))?;
     }
-    crate::budget::burn_cpu_if_asked();
 
     let ship = config.ship.clone().map(ShipStage::start).transpose()?;
     let (tx, rx) = sync_channel(CHANNEL_BATCHES);

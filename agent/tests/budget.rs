@@ -322,9 +322,43 @@ fn known_texts_only_still_learns_new_texts() {
     assert!(named + unnamed >= STATEMENTS, "{counts:#?}");
 }
 
-/// A deliberately tiny budget (0.1 core) with real load inside the agent
-/// (two spinning threads, a test knob): the cgroup holds the agent to its
-/// quota, the agent reports that it sheds, and the counts stay exact.
+/// Busy processes moved into the agent's own cgroup: real CPU pressure
+/// inside the agent's quota, made by the test rather than by a knob in the
+/// shipped binary. Killed when dropped, so the agent can remove its cgroup.
+struct Burners(Vec<std::process::Child>);
+
+impl Burners {
+    fn start_in_cgroup_of(agent_pid: u32, count: usize) -> Burners {
+        let dirs: std::collections::BTreeSet<std::path::PathBuf> =
+            ["cpu", "cpuacct"].into_iter().map(|c| controller_dir(agent_pid, c)).collect();
+        let burners = Burners(
+            (0..count)
+                .map(|_| std::process::Command::new("sh").args(["-c", "while :; do :; done"]).spawn().unwrap())
+                .collect(),
+        );
+        for child in &burners.0 {
+            for dir in &dirs {
+                std::fs::write(dir.join("cgroup.procs"), child.id().to_string())
+                    .unwrap_or_else(|e| panic!("moving a burner into {}: {e}", dir.display()));
+            }
+        }
+        burners
+    }
+}
+
+impl Drop for Burners {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// A deliberately tiny budget (0.1 core) with real load inside the
+/// agent's cgroup (two spinning processes the test moves there): the
+/// cgroup holds the agent to its quota, the agent reports that it sheds,
+/// and the counts stay exact.
 #[test]
 fn tiny_budget_holds_the_quota_sheds_and_counts_stay_exact() {
     if !privileged("tiny_budget_holds_the_quota_sheds_and_counts_stay_exact") {
@@ -336,11 +370,9 @@ fn tiny_budget_holds_the_quota_sheds_and_counts_stay_exact() {
     std::thread::sleep(Duration::from_millis(1000));
     run.pause();
     let before = common::status_before_agent(&server);
-    let agent = Agent::start_with_env(
-        server.dir(),
-        &[format!("--pid={}", server.pid()), "--window=1s".into(), "--cpu-limit=0.1".into()],
-        &[("SQLBEE_TEST_BURN_THREADS", "2")],
-    );
+    let agent =
+        Agent::start(server.dir(), &[format!("--pid={}", server.pid()), "--window=1s".into(), "--cpu-limit=0.1".into()]);
+    let burners = Burners::start_in_cgroup_of(agent.pid(), 2);
     let cpuacct = controller_dir(agent.pid(), "cpuacct").join("cpuacct.usage");
     let read_ns = || std::fs::read_to_string(&cpuacct).unwrap().trim().parse::<u64>().unwrap();
     run.resume();
@@ -354,12 +386,13 @@ fn tiny_budget_holds_the_quota_sheds_and_counts_stay_exact() {
     }
     let cores = (read_ns() - ns0) as f64 / 1e9 / t0.elapsed().as_secs_f64();
     run.pause();
+    drop(burners);
     let out = agent.stop();
     let after = server.global_status().unwrap();
     drop(run);
     assert!(out.success, "{}", out.stderr);
 
-    // Two spinning threads want two cores; the quota allows 0.1.
+    // Two spinning processes want two cores; the quota allows 0.1.
     assert!(cores <= 0.1 * 1.15, "the agent used {cores:.3} cores under a 0.1 core quota");
     let steps: Vec<&str> = out.of_type("agent").filter_map(|l| l["shedding"].as_str()).collect();
     let agent_lines: Vec<&serde_json::Value> = out.of_type("agent").collect();

@@ -11,7 +11,7 @@ use std::{
 
 use common::{
     Agent, NOT_QUESTIONS, PrivateServer,
-    collector::{Collector, plain, query_client, sqlbee_query, top_answer, top_json},
+    collector::{Collector, plain, query_client, sqlbee_query, sqlbee_query_with, top_answer, top_json},
     delta, privileged,
 };
 use prost::Message;
@@ -401,4 +401,70 @@ fn refused_batches_are_set_aside_once_with_their_reason() {
     let out = sqlbee_query(&["instances", "--collector", &url, "--token-file", &right, "--format", "json"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap(), serde_json::json!([]), "nothing stored");
+}
+
+/// The collector-only build (`--no-default-features --features
+/// collector`, no eBPF toolchain), fed by an agent of the default build,
+/// counts exactly what a sysbench run executed, and that build's own
+/// `top` reports it. `./x test` builds it and names it in
+/// `SQLBEE_COLLECTOR_ONLY_BIN`.
+#[test]
+fn collector_only_build_counts_a_sysbench_run_exactly() {
+    if !privileged("collector_only_build_counts_a_sysbench_run_exactly") {
+        return;
+    }
+    let Some(binary) = std::env::var_os("SQLBEE_COLLECTOR_ONLY_BIN").map(PathBuf::from) else {
+        assert!(
+            std::env::var_os("SQLBEE_REQUIRE_PRIVILEGED").is_none(),
+            "SQLBEE_COLLECTOR_ONLY_BIN is not set: run the suite through ./x test, which builds the collector-only binary"
+        );
+        eprintln!("skipping collector_only_build_counts_a_sysbench_run_exactly: SQLBEE_COLLECTOR_ONLY_BIN not set (./x test sets it)");
+        return;
+    };
+    let refused = std::process::Command::new(&binary).args(["agent", "--pid", "1"]).output().unwrap();
+    assert_eq!(refused.status.code(), Some(2), "the collector-only build must refuse the agent role");
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("built without the agent"));
+
+    let _serial = common::one_at_a_time();
+    let server = PrivateServer::start("ship-collector-only", &[]).unwrap();
+    let collector = Collector::start_binary(&binary, &[]);
+    let state = server.dir().join("agent-state");
+    let run = common::Workload::sysbench(&server, "oltp_read_write", 2, 60, "auto");
+    std::thread::sleep(Duration::from_millis(1000));
+    run.pause();
+    let before = common::status_before_agent(&server);
+    let agent = Agent::start(server.dir(), &ship_args(&server, &collector, &state, "1s"));
+    run.resume();
+    std::thread::sleep(Duration::from_secs(4));
+    run.pause();
+    let out = agent.stop();
+    let after = server.global_status().unwrap();
+    drop(run);
+    assert!(out.success, "{}", out.stderr);
+
+    let totals = collector.totals();
+    assert_eq!(totals.lost, 0);
+    assert!(totals.statements > 1000, "too little traffic: {}", totals.statements);
+    let get = |c: &str| totals.commands.get(c).copied().unwrap_or(0);
+    assert_eq!(get("COM_STMT_EXECUTE"), delta(&before, &after, "Com_stmt_execute"));
+    let answer = sqlbee_query_with(
+        &binary,
+        &["top", "--collector", &collector.http_url(), "--format", "json", "--since", "all", "--limit", "10000"],
+    );
+    assert!(answer.status.success(), "{}", String::from_utf8_lossy(&answer.stderr));
+    let rows: serde_json::Value = serde_json::from_slice(&answer.stdout).unwrap();
+    let counts: HashMap<String, u64> = rows["digests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["digest_text"].as_str().unwrap().to_string(), r["count"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(counts.values().sum::<u64>(), totals.in_digests(), "{counts:#?}");
+    assert_eq!(counts.get("COMMIT").copied(), Some(delta(&before, &after, "Com_commit")), "{counts:#?}");
+    let selects: u64 = counts.iter().filter(|(t, _)| t.starts_with("SELECT ")).map(|(_, n)| n).sum();
+    assert_eq!(selects, delta(&before, &after, "Com_select"), "{counts:#?}");
+    for (text, status) in [("UPDATE ", "Com_update"), ("DELETE ", "Com_delete"), ("INSERT ", "Com_insert")] {
+        let n: u64 = counts.iter().filter(|(t, _)| t.starts_with(text)).map(|(_, n)| n).sum();
+        assert_eq!(n, delta(&before, &after, status), "{text}: {counts:#?}");
+    }
 }

@@ -1,4 +1,5 @@
 //! `cargo xtask <command>`: set-up, demo, tests and benchmarks of sqlbee.
+mod collector_only;
 mod demo;
 mod setup;
 
@@ -71,11 +72,13 @@ fn test(args: &[String]) -> anyhow::Result<()> {
     if unsafe { libc::geteuid() } != 0 {
         bail!("the test suite attaches eBPF programs and needs root; run it as root (sudo ./x test)");
     }
+    let collector_only = collector_only::build()?;
     println!("==> cargo test (privileged tests required)");
     let mut child = cargo()
         .args(["test", "--workspace", "--exclude", "agent-ebpf", "--"])
         .args(args)
         .env("SQLBEE_REQUIRE_PRIVILEGED", "1")
+        .env("SQLBEE_COLLECTOR_ONLY_BIN", &collector_only)
         .stdout(std::process::Stdio::piped())
         .spawn()
         .context("running cargo test")?;

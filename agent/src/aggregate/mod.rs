@@ -25,7 +25,8 @@ use tracing::warn;
 
 use crate::{
     normalize::{Digest, Normalizer},
-    probe::{Counters, KernelDigest, ProbeBatch, ProbeCost, Statement},
+    budget::ProbeCost,
+    probe::{Counters, KernelDigest, ProbeBatch, Statement},
 };
 
 /// Longest sample text kept per digest.

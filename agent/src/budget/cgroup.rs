@@ -16,19 +16,13 @@ use cgroups_rs::fs::{
 
 use super::{
     BudgetConfig, BudgetError,
+    cgroup_files::{PERIOD_US, parse_cpu_max, quota_us, usage_ns},
     cgroup_v2::{self, CurrentLimit, Plan},
 };
 
 /// A dead agent's cgroup this old is left over, not being set up.
 const STALE_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// CFS period the quota is expressed in (the kernel default).
-pub(super) const PERIOD_US: u64 = 100_000;
-
-/// The quota per `PERIOD_US` for `cores`; at least 1 ms, the kernel's floor.
-pub(super) fn quota_us(cores: f64) -> u64 {
-    (cores * PERIOD_US as f64).round().max(1000.0) as u64
-}
 
 /// What `SelfLimit::apply` did.
 pub enum Applied {
@@ -149,7 +143,7 @@ impl SelfLimit {
     pub fn cpu_usage_ns(&self) -> Option<u64> {
         if self.cgroup.v2() {
             let cpu: &CpuController = self.cgroup.controller_of()?;
-            cgroup_v2::usage_ns(&cpu.cpu().stat)
+            usage_ns(&cpu.cpu().stat)
         } else {
             let acct: &CpuAcctController = self.cgroup.controller_of()?;
             Some(acct.cpuacct().usage)
@@ -298,20 +292,3 @@ pub fn current_limits() -> (Option<f64>, Option<u64>) {
     (cpu, memory)
 }
 
-fn parse_cpu_max(text: &str) -> Option<f64> {
-    let mut parts = text.split_whitespace();
-    let quota = parts.next()?.parse::<f64>().ok()?;
-    let period = parts.next()?.parse::<f64>().ok()?;
-    (period > 0.0).then(|| quota / period)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn cpu_max_parses() {
-        assert_eq!(parse_cpu_max("50000 100000\n"), Some(0.5));
-        assert_eq!(parse_cpu_max("max 100000\n"), None);
-    }
-}

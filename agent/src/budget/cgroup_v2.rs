@@ -19,14 +19,8 @@ use std::path::{Path, PathBuf};
 
 use super::{
     BudgetConfig, BudgetError,
-    cgroup::{PERIOD_US, quota_us},
+    cgroup_files::{PERIOD_US, quota_us, usage_ns},
 };
-
-/// CPU time from a v2 `cpu.stat` (`usage_usec`), ns.
-pub(super) fn usage_ns(cpu_stat: &str) -> Option<u64> {
-    let usec = cpu_stat.lines().find_map(|l| l.strip_prefix("usage_usec "))?.trim().parse::<u64>().ok()?;
-    Some(usec * 1000)
-}
 
 #[derive(Debug, PartialEq)]
 pub enum Plan {

@@ -11,13 +11,22 @@
 //! cgroup v2 allows that child only below the root cgroup; elsewhere the
 //! agent limits the cgroup it is alone in, or says why it cannot (see
 //! `cgroup_v2`).
+pub mod calibrate;
 mod cgroup;
+mod cgroup_files;
 mod cgroup_v2;
 mod cost;
+mod duty;
+mod overhead;
+mod phases;
+mod query_counter;
 mod shedding;
 
 pub use cgroup::{Applied, SelfLimit};
 pub use cost::{CostMeter, CostSample};
+pub use duty::{DutyConfig, MIN_DUTY};
+pub use overhead::{Overhead, ProbeCost};
+pub use query_counter::QueryCounter;
 pub use shedding::{Shedder, Step};
 
 use std::path::PathBuf;
@@ -52,23 +61,4 @@ pub enum BudgetError {
     Read { path: PathBuf, source: std::io::Error },
     #[error("{reason}")]
     Unsupported { reason: String },
-}
-
-/// Starts `SQLBEE_TEST_BURN_THREADS` threads that spin for the agent's
-/// whole life: real CPU pressure inside the agent, for the tests that
-/// check the cgroup quota holds and that shedding reacts. Not a flag: no
-/// user should want it.
-pub fn burn_cpu_if_asked() {
-    let threads: usize = std::env::var("SQLBEE_TEST_BURN_THREADS").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
-    for i in 0..threads.min(8) {
-        let spawned = std::thread::Builder::new().name(format!("burn-{i}")).spawn(|| {
-            let mut x = 0u64;
-            loop {
-                x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
-            }
-        });
-        if let Err(e) = spawned {
-            tracing::warn!(error = %e, "could not start a CPU burner");
-        }
-    }
 }

@@ -5,10 +5,10 @@
 mod auth;
 mod decode_status;
 mod ingest;
-mod query_api;
-mod retention;
+pub mod query_api;
 mod server;
 pub mod store;
+mod store_task;
 pub mod validate;
 
 use std::{net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};

@@ -17,8 +17,12 @@ use tonic::{
 };
 
 use super::{
-    CollectorError, auth::Auth, decode_status::DecodeErrorsAsInvalid, ingest::IngestService, query_api::QueryService,
-    retention, store::Store,
+    CollectorError,
+    auth::Auth,
+    decode_status::DecodeErrorsAsInvalid,
+    ingest::IngestService,
+    query_api::QueryService,
+    store::{Store, retention},
 };
 
 /// Largest request accepted (after gzip decompression).

@@ -7,26 +7,20 @@
 mod kernel_digests;
 mod attach;
 mod calibrate;
-mod duty;
-mod overhead;
 mod event;
 mod link_mode;
-mod phases;
-mod query_counter;
 mod supervisor;
 
 pub use kernel_digests::KernelDigest;
 pub use calibrate::hold_task_events_on;
-pub use duty::MIN_DUTY;
 pub use link_mode::multi_links;
-pub use overhead::ProbeCost;
 pub use attach::{AttachedServer, ProbeConfig};
 pub use event::{ErrorMessage, Statement, decode_error, decode_statement};
 pub use supervisor::Supervisor;
 
 use agent_common::{COMMAND_SLOTS, command, stat};
 
-use crate::discover::ServerProcess;
+use crate::{budget::ProbeCost, discover::ServerProcess};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProbeError {

@@ -13,14 +13,14 @@ use std::{
 
 use tracing::{info, warn};
 
-use super::{
-    AttachedServer, ProbeBatch, ProbeConfig, ProbeError, calibrate,
-    duty::DutyConfig,
-    link_mode,
-    overhead::{FALLBACK_TRAP, Overhead, ProbeCost},
-    query_counter::QueryCounter,
+use super::{AttachedServer, ProbeBatch, ProbeConfig, ProbeError, calibrate, link_mode};
+use crate::{
+    budget::{
+        DutyConfig, Overhead, ProbeCost, QueryCounter,
+        calibrate::{FALLBACK_TRAP, trap_cost},
+    },
+    discover::{ServerProcess, inspect_binary},
 };
-use crate::discover::{ServerProcess, inspect_binary};
 
 pub struct Supervisor {
     config: ProbeConfig,
@@ -63,7 +63,7 @@ impl Supervisor {
         let trap = Arc::new(AtomicU64::new(0));
         let measured = trap.clone();
         let spawned = std::thread::Builder::new().name("calibrate".into()).spawn(move || {
-            match calibrate::trap_cost() {
+            match calibrate::CalibrationProbe::load().and_then(|mut probe| trap_cost(&mut probe)) {
                 Ok(cost) => {
                     info!(trap_ns = cost.as_nanos() as u64, "measured the price of one uprobe trap on this host");
                     measured.store(cost.as_nanos() as u64, Ordering::Relaxed);

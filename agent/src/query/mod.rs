@@ -1,20 +1,20 @@
 //! Query tools against a collector: `sqlbee top`, `sqlbee instances`,
-//! `sqlbee locks` and `sqlbee hosts`.
-//! `client` builds the channel (shared with the agent's ship stage),
-//! `render` prints; this module only parses flags and makes one call.
+//! `sqlbee locks` and `sqlbee hosts`. They reach the collector only
+//! through the query API's client (`collector::query_api::client`) and the
+//! wire types; `render` prints. This module parses flags and makes one call.
+mod cells;
 pub mod render;
 pub mod render_cost;
 
 use std::{path::PathBuf, time::Duration};
 
 use clap::builder::PossibleValuesParser;
-use sqlbee_proto::v1::{HostsRequest, InstancesRequest, LocksRequest, TopRequest, query_client::QueryClient};
-use tonic::{Code, Status, codec::CompressionEncoding, service::interceptor::InterceptedService, transport::Channel};
+use sqlbee_proto::v1::{HostsRequest, InstancesRequest, LocksRequest, TopRequest};
+use tonic::{Code, Status};
 
-use crate::client::{BearerToken, ClientError, ClientOptions};
 use sqlbee_common::{clock::now_unix_ms, duration};
 
-use crate::{client, collector::store::OrderBy};
+use crate::collector::query_api::client::{self as api, Client, ClientError, ClientOptions};
 
 /// How to reach a collector; shared by every query command.
 #[derive(clap::Args, Debug, Clone)]
@@ -53,7 +53,7 @@ pub struct TopArgs {
     #[arg(long, default_value = "1h")]
     pub since: String,
     /// Rank by total time, average, p99, count or errors.
-    #[arg(long, default_value = "total", value_parser = PossibleValuesParser::new(OrderBy::NAMES))]
+    #[arg(long, default_value = "total", value_parser = PossibleValuesParser::new(api::ORDER_KEYS))]
     pub order_by: String,
     /// Digests to show (1..=10000).
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=10_000))]
@@ -135,7 +135,7 @@ fn hint(code: Code) -> &'static str {
 
 impl ConnectArgs {
     pub fn options(&self) -> Result<ClientOptions, ClientError> {
-        let token = self.token_file.as_deref().map(client::read_token_file).transpose()?;
+        let token = self.token_file.as_deref().map(api::read_token_file).transpose()?;
         Ok(ClientOptions {
             url: self.collector.clone(),
             token,
@@ -148,20 +148,6 @@ impl ConnectArgs {
     }
 }
 
-/// Answers can be large (10 000 digests with samples).
-const MAX_ANSWER: usize = 256 * 1024 * 1024;
-
-async fn query_client(connect: &ConnectArgs) -> Result<Client, QueryError> {
-    let opts = connect.options()?;
-    let token = BearerToken::new(opts.token.as_deref())?;
-    let channel = client::connect(&opts).await?;
-    Ok(QueryClient::with_interceptor(channel, token)
-        .accept_compressed(CompressionEncoding::Gzip)
-        .max_decoding_message_size(MAX_ANSWER))
-}
-
-type Client = QueryClient<InterceptedService<Channel, BearerToken>>;
-
 /// Connects and makes one call; a failed call becomes `QueryError::Rpc`
 /// naming `what`.
 fn call<T, Fut>(connect: &ConnectArgs, what: &'static str, rpc: impl FnOnce(Client) -> Fut) -> Result<T, QueryError>
@@ -169,7 +155,7 @@ where
     Fut: std::future::Future<Output = Result<tonic::Response<T>, Status>>,
 {
     runtime()?.block_on(async {
-        let client = query_client(connect).await?;
+        let client = api::connect(&connect.options()?).await?;
         rpc(client).await.map(tonic::Response::into_inner).map_err(|status| QueryError::Rpc { what, status })
     })
 }

@@ -5,7 +5,7 @@ use std::io::Write;
 use serde_json::{Map, Value, json};
 use sqlbee_proto::v1::{Blocker, InstanceInfo, LockWaitRow, TopDigest, WaitStats};
 
-use sqlbee_common::clock;
+use super::cells::{cut, time};
 
 pub fn top_json(digests: &[TopDigest]) -> Value {
     Value::Array(
@@ -103,14 +103,6 @@ fn ms(ns: u64) -> String {
     format!("{:.3}", ns as f64 / 1e6)
 }
 
-pub(super) fn cut(text: &str, max_chars: usize) -> String {
-    let mut out: String = text.chars().take(max_chars).collect();
-    if out.len() < text.len() {
-        out.push_str("...");
-    }
-    out
-}
-
 /// A short duration for the wait column: `512ms`, `3.2ms`, `0.04ms`.
 fn short_ms(ns: u64) -> String {
     let ms = ns as f64 / 1e6;
@@ -165,13 +157,6 @@ pub fn write_top_table(out: &mut impl Write, digests: &[TopDigest]) -> std::io::
         writeln!(out, "(no digests in this range)")?;
     }
     out.flush()
-}
-
-pub(super) fn time(ms: i64) -> String {
-    if ms <= 0 {
-        return "-".into();
-    }
-    clock::rfc3339(clock::from_unix_ms(ms))
 }
 
 /// `HH:MM:SS` (UTC) of a time in ms since the epoch.

@@ -6,7 +6,7 @@ use std::io::Write;
 use serde_json::{Value, json};
 use sqlbee_proto::v1::{AgentWindowRow, CostSummary, InstanceCost, InstanceInfo, ProcessMetrics};
 
-use super::render::{cut, time};
+use super::cells::{cut, time};
 
 const MIB: f64 = 1024.0 * 1024.0;
 

@@ -13,9 +13,8 @@ use sqlbee_proto::v1::{
 
 use crate::{
     aggregate::{DigestStats, LockWaitRecord, WindowReport},
-    budget::CostSample,
+    budget::{CostSample, ProbeCost},
     host::{HostMetrics, ProcessMetrics, ProcessStatus},
-    probe::ProbeCost,
 };
 
 

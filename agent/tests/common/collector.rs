@@ -55,16 +55,29 @@ pub struct Collector {
     pub dir: TempDir,
     stderr: PathBuf,
     args: Vec<String>,
+    /// The `sqlbee` binary that runs it.
+    pub binary: PathBuf,
 }
 
 impl Collector {
     /// Starts a collector on 127.0.0.1:0 with its own store and waits for
     /// its ready file (which holds the bound address).
     pub fn start(args: &[String]) -> Collector {
+        Collector::start_binary(Path::new(env!("CARGO_BIN_EXE_sqlbee")), args)
+    }
+
+    /// As `start`, with another build of `sqlbee` (the collector-only one).
+    pub fn start_binary(binary: &Path, args: &[String]) -> Collector {
         let dir = TempDir::new("collector");
         let stderr = dir.path().join("collector.log");
-        let mut collector =
-            Collector { child: None, addr: "127.0.0.1:0".into(), dir, stderr, args: args.to_vec() };
+        let mut collector = Collector {
+            child: None,
+            addr: "127.0.0.1:0".into(),
+            dir,
+            stderr,
+            args: args.to_vec(),
+            binary: binary.to_path_buf(),
+        };
         collector.spawn();
         collector
     }
@@ -73,7 +86,7 @@ impl Collector {
         let ready = self.dir.path().join("ready");
         let _ = std::fs::remove_file(&ready);
         let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.stderr).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_sqlbee"))
+        let child = Command::new(&self.binary)
             .arg("collector")
             .args(["--listen", &self.addr])
             .arg("--store")
@@ -237,7 +250,12 @@ pub async fn push(client: &mut IngestClient<Authed>, batch: Batch) -> Result<Pus
 
 /// Runs a `sqlbee` query command (top, instances) and returns its output.
 pub fn sqlbee_query(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_sqlbee")).args(args).env("SQLBEE_LOG", "warn").output().expect("running sqlbee")
+    sqlbee_query_with(Path::new(env!("CARGO_BIN_EXE_sqlbee")), args)
+}
+
+/// As `sqlbee_query`, with another build of `sqlbee`.
+pub fn sqlbee_query_with(binary: &Path, args: &[&str]) -> Output {
+    Command::new(binary).args(args).env("SQLBEE_LOG", "warn").output().expect("running sqlbee")
 }
 
 /// `sqlbee top --format json ...`: its digests array.

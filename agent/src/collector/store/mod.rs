@@ -5,8 +5,8 @@
 //! Calls block: the services run them on tokio's blocking pool.
 mod blob;
 pub mod merge;
+pub mod retention;
 pub mod sqlite;
-mod sqlite_costs;
 
 use sqlbee_proto::v1::{AgentWindowRow, Batch, CostSummary, InstanceInfo, LockWaitRow, TopDigest, TotalsResponse};
 
@@ -93,13 +93,17 @@ pub struct PruneOutcome {
     pub agent_windows: u64,
 }
 
+/// A backend's own error, kept as the cause: the trait and its callers
+/// name no backend type.
+pub type BackendError = Box<dyn std::error::Error + Send + Sync>;
+
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("cannot open the store at {path}: {source}")]
     Open {
         path: String,
         #[source]
-        source: rusqlite::Error,
+        source: BackendError,
     },
     #[error("the store at {path} has schema version {found}, written by a newer collector (this one knows {known})")]
     Version { path: String, found: i64, known: i64 },
@@ -108,28 +112,16 @@ pub enum StoreError {
     #[error("the store is full (disk or quota): {source}")]
     Full {
         #[source]
-        source: rusqlite::Error,
+        source: BackendError,
     },
     #[error("store {action} failed: {source}")]
-    Sqlite {
+    Backend {
         action: &'static str,
         #[source]
-        source: rusqlite::Error,
+        source: BackendError,
     },
     #[error("stored {what} is corrupt")]
     Corrupt { what: &'static str },
-}
-
-impl StoreError {
-    /// Wraps a SQLite error, telling a full disk apart: a client retries
-    /// both, but an operator needs to know which one it is.
-    pub fn sqlite(action: &'static str, source: rusqlite::Error) -> StoreError {
-        if source.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull) {
-            StoreError::Full { source }
-        } else {
-            StoreError::Sqlite { action, source }
-        }
-    }
 }
 
 pub trait Store: Send + Sync {

@@ -13,6 +13,7 @@ use std::{
 };
 
 use super::{
+    calibrate::FALLBACK_TRAP,
     duty::{DutyConfig, DutyCycle},
     phases::{Phase, Phases},
     query_counter::QueryCounter,
@@ -118,11 +119,8 @@ impl ProbeCost {
     }
 }
 
-/// Trap price assumed until (or unless) calibration measured it: platform
-/// measurements put a trap in a loaded mysqld at 2-3x the 0.9 us of an
-/// idle one.
-pub const FALLBACK_TRAP: Duration = Duration::from_nanos(2000);
-
+/// One traced server's probe cost, window by window, and in budget mode
+/// its duty cycle.
 pub struct Overhead {
     pid: u32,
     /// Measured trap price, ns; 0 while unknown.

@@ -1,6 +1,8 @@
 //! The Query service: checks the request, asks the store on the blocking
 //! pool. Owns the request defaults and limits (limit 20 digests or 100 lock
 //! waits, at most 10 000).
+pub mod client;
+
 use std::sync::Arc;
 
 use sqlbee_proto::v1::{
@@ -9,9 +11,9 @@ use sqlbee_proto::v1::{
 };
 use tonic::{Request, Response, Status};
 
-use super::{
-    ingest::blocking,
+use crate::collector::{
     store::{HostsQuery, LocksQuery, OrderBy, Store, TopQuery, TotalsQuery},
+    store_task::blocking,
 };
 
 pub const DEFAULT_LIMIT: usize = 20;

@@ -1,7 +1,6 @@
 //! The Ingest service: validate, drop what retention would remove anyway,
-//! store on the blocking pool. Owns the mapping of store failures to
-//! statuses the agent can act on: INVALID_ARGUMENT never retry, UNAVAILABLE
-//! and RESOURCE_EXHAUSTED retry later.
+//! store on the blocking pool (`store_task`). A batch `validate` refuses is
+//! INVALID_ARGUMENT, which the agent never retries.
 use std::{sync::Arc, time::Duration};
 
 use sqlbee_proto::v1::{Batch, PushResponse, ingest_server::Ingest};
@@ -9,10 +8,7 @@ use tonic::{Request, Response, Status};
 
 use sqlbee_common::clock::now_unix_ms;
 
-use super::{
-    store::{Store, StoreError},
-    validate,
-};
+use crate::collector::{store::Store, store_task::blocking, validate};
 
 pub struct IngestService {
     store: Arc<dyn Store>,
@@ -23,25 +19,6 @@ impl IngestService {
     pub fn new(store: Arc<dyn Store>, retention: Duration) -> IngestService {
         IngestService { store, retention }
     }
-}
-
-/// Store failures are the collector's problem, not the batch's: every one
-/// of them is worth retrying later.
-pub fn store_status(error: StoreError) -> Status {
-    match error {
-        StoreError::Full { .. } => Status::resource_exhausted(format!("{error}; retry later")),
-        StoreError::Corrupt { .. } => Status::data_loss(error.to_string()),
-        _ => Status::unavailable(format!("{error}; retry later")),
-    }
-}
-
-pub async fn blocking<T: Send + 'static>(
-    work: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
-) -> Result<T, Status> {
-    tokio::task::spawn_blocking(work)
-        .await
-        .map_err(|e| Status::unavailable(format!("store task failed: {e}; retry later")))?
-        .map_err(store_status)
 }
 
 #[tonic::async_trait]

@@ -5,7 +5,7 @@ use std::{sync::Arc, time::Duration};
 
 use sqlbee_common::clock::now_unix_ms;
 
-use super::store::Store;
+use super::Store;
 
 pub async fn run(store: Arc<dyn Store>, retention: Duration, interval: Duration) {
     let mut tick = tokio::time::interval(interval);

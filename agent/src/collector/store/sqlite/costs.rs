@@ -10,7 +10,7 @@ use sqlbee_proto::v1::{
     AgentCost, AgentWindow, AgentWindowRow, CostSummary, HostMetrics, InstanceCost, ProbeCost, ProcessMetrics,
 };
 
-use super::{HostsQuery, StoreError, TotalsQuery};
+use crate::collector::store::{HostsQuery, StoreError, TotalsQuery};
 
 fn decode<M: Message + Default>(bytes: &[u8], what: &'static str) -> Result<Option<M>, StoreError> {
     if bytes.is_empty() {
@@ -20,7 +20,7 @@ fn decode<M: Message + Default>(bytes: &[u8], what: &'static str) -> Result<Opti
 }
 
 fn sqlite(action: &'static str) -> impl Fn(rusqlite::Error) -> StoreError {
-    move |e| StoreError::sqlite(action, e)
+    move |e| super::error(action, e)
 }
 
 /// Per agent over the range: its own windows, and the statements and probe

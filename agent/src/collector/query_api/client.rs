@@ -1,0 +1,27 @@
+//! The Query service as its callers reach it: the query tools (`sqlbee
+//! top` and the rest) import this and the wire types, nothing else of the
+//! collector. Owns what a caller must agree on with the service: the order
+//! keys and how large an answer may be.
+use tonic::{codec::CompressionEncoding, service::interceptor::InterceptedService, transport::Channel};
+
+pub use crate::client::{ClientError, ClientOptions, read_token_file};
+use crate::client::{self, BearerToken};
+use sqlbee_proto::v1::query_client::QueryClient;
+
+/// The `order_by` keys `Top` accepts.
+pub const ORDER_KEYS: [&str; 6] = crate::collector::store::OrderBy::NAMES;
+
+/// Answers can be large (10 000 digests with samples).
+pub const MAX_ANSWER: usize = 256 * 1024 * 1024;
+
+pub type Client = QueryClient<InterceptedService<Channel, BearerToken>>;
+
+/// Connects now (a wrong address or TLS setting is reported here), with
+/// the bearer token on every call and gzip answers accepted.
+pub async fn connect(opts: &ClientOptions) -> Result<Client, ClientError> {
+    let token = BearerToken::new(opts.token.as_deref())?;
+    let channel = client::connect(opts).await?;
+    Ok(QueryClient::with_interceptor(channel, token)
+        .accept_compressed(CompressionEncoding::Gzip)
+        .max_decoding_message_size(MAX_ANSWER))
+}

@@ -1,0 +1,141 @@
+//! SQLite store: one file, WAL, one writer connection and one reader
+//! connection (WAL lets queries run while a batch is written). Every batch
+//! is written in one transaction together with its exactly-once record.
+//! `schema` creates and migrates the file, `write` stores and prunes,
+//! `read` answers queries, `costs` the cost answers.
+//!
+//! SQLite integers are i64; the protocol's u64 counters and digest ids are
+//! stored bit-cast (`as i64`) and cast back when read. No SQL arithmetic or
+//! comparison runs on them: sums and merges happen in Rust (`merge`), so a
+//! value above 2^63 stays exact and a sum can never overflow inside SQLite.
+//! No rusqlite type leaves this folder: errors become `StoreError` here.
+mod costs;
+mod read;
+mod schema;
+mod write;
+#[cfg(test)]
+mod tests;
+
+use std::{
+    path::Path,
+    sync::{Mutex, MutexGuard},
+};
+
+use rusqlite::{Connection, TransactionBehavior};
+use sqlbee_proto::v1::{AgentWindowRow, Batch, CostSummary, InstanceInfo, LockWaitRow, TopDigest, TotalsResponse};
+
+use super::{HostsQuery, IngestOutcome, LocksQuery, PruneOutcome, Store, StoreError, TopQuery, TotalsQuery};
+
+pub use schema::SCHEMA_VERSION;
+
+/// A SQLite error as a store error, telling a full disk apart: a client
+/// retries both, but an operator needs to know which one it is.
+pub(super) fn error(action: &'static str, source: rusqlite::Error) -> StoreError {
+    if source.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull) {
+        StoreError::Full { source: source.into() }
+    } else {
+        StoreError::Backend { action, source: source.into() }
+    }
+}
+
+pub struct SqliteStore {
+    writer: Mutex<Connection>,
+    reader: Mutex<Connection>,
+}
+
+/// Bit-cast for storage (see the module comment).
+pub(super) fn i(v: u64) -> i64 {
+    v as i64
+}
+
+pub(super) fn u(v: i64) -> u64 {
+    v as u64
+}
+
+/// A poisoned lock only means another call panicked; its transaction was
+/// rolled back when dropped, so the connection is still usable.
+pub(super) fn lock(m: &Mutex<Connection>) -> MutexGuard<'_, Connection> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// `AND <column> = ?2` when an instance filter is given.
+pub(super) fn instance_filter(instance: &Option<String>, column: &str) -> String {
+    if instance.is_some() { format!(" AND {column} = ?2") } else { String::new() }
+}
+
+impl SqliteStore {
+    pub fn open(path: &Path) -> Result<SqliteStore, StoreError> {
+        let open_err = |source: rusqlite::Error| StoreError::Open { path: path.display().to_string(), source: source.into() };
+        let mut writer = Connection::open(path).map_err(open_err)?;
+        schema::configure(&writer).map_err(open_err)?;
+        let found = match schema::migrate(&mut writer).map_err(open_err)? {
+            Ok(found) => found,
+            Err(found) => {
+                return Err(StoreError::Version { path: path.display().to_string(), found, known: schema::SCHEMA_VERSION });
+            }
+        };
+        if found > 0 && found < schema::SCHEMA_VERSION {
+            tracing::info!(path = %path.display(), from = found, to = schema::SCHEMA_VERSION, "store schema upgraded; existing data kept");
+        }
+        let reader = Connection::open(path).map_err(open_err)?;
+        schema::configure(&reader).map_err(open_err)?;
+        Ok(SqliteStore { writer: Mutex::new(writer), reader: Mutex::new(reader) })
+    }
+}
+
+impl Store for SqliteStore {
+    fn ingest(&self, batch: &Batch, received_unix_ms: i64) -> Result<IngestOutcome, StoreError> {
+        let mut conn = lock(&self.writer);
+        let err = |e| error("ingest", e);
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(err)?;
+        let outcome = write::batch(&tx, batch, received_unix_ms).map_err(err)?;
+        tx.commit().map_err(err)?;
+        Ok(outcome)
+    }
+
+    fn top(&self, query: &TopQuery) -> Result<Vec<TopDigest>, StoreError> {
+        let mut conn = lock(&self.reader);
+        // One read transaction: every step sees the same snapshot, so the
+        // merged histograms add up to the counts of the first step.
+        let tx = conn.transaction().map_err(|e| error("top", e))?;
+        read::top(&tx, query)
+    }
+
+    fn instances(&self) -> Result<Vec<InstanceInfo>, StoreError> {
+        let mut conn = lock(&self.reader);
+        let tx = conn.transaction().map_err(|e| error("instances", e))?;
+        let mut out = read::instances(&tx).map_err(|e| error("instances", e))?;
+        for info in &mut out {
+            info.latest = costs::latest(&tx, &info.agent_id, &info.instance)?;
+        }
+        Ok(out)
+    }
+
+    fn costs(&self, query: &TotalsQuery) -> Result<Vec<CostSummary>, StoreError> {
+        let mut conn = lock(&self.reader);
+        let tx = conn.transaction().map_err(|e| error("costs", e))?;
+        costs::summaries(&tx, query)
+    }
+
+    fn hosts(&self, query: &HostsQuery) -> Result<Vec<AgentWindowRow>, StoreError> {
+        let mut conn = lock(&self.reader);
+        let tx = conn.transaction().map_err(|e| error("hosts", e))?;
+        costs::hosts(&tx, query)
+    }
+
+    fn totals(&self, query: &TotalsQuery) -> Result<TotalsResponse, StoreError> {
+        let mut conn = lock(&self.reader);
+        let tx = conn.transaction().map_err(|e| error("totals", e))?;
+        read::totals(&tx, query).map_err(|e| error("totals", e))
+    }
+
+    fn locks(&self, query: &LocksQuery) -> Result<Vec<LockWaitRow>, StoreError> {
+        let mut conn = lock(&self.reader);
+        let tx = conn.transaction().map_err(|e| error("locks", e))?;
+        read::locks(&tx, query)
+    }
+
+    fn prune(&self, older_than_unix_ms: i64) -> Result<PruneOutcome, StoreError> {
+        write::prune(&self.writer, older_than_unix_ms)
+    }
+}

@@ -1,0 +1,384 @@
+//! Answers: digests merged over windows and instances (`Top`), instances,
+//! lock waits and exact totals, each from one read transaction.
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use rusqlite::OptionalExtension;
+use sqlbee_common::histogram::Histogram;
+use sqlbee_proto::v1::{Blocker, CommandCount, InstanceInfo, LockWait, LockWaitRow, TopDigest, TotalsResponse};
+
+use super::{error, i, instance_filter, u};
+use crate::collector::store::{
+    LocksQuery, OrderBy, StoreError, TopQuery, TotalsQuery, blob,
+    merge::{self, DigestTotals, MergedErrors, MergedWaits},
+};
+
+/// Per digest while merging: totals and the instances it was seen on
+/// (interned: the same few names repeat on every row), and the rank key
+/// that needs more than the totals (p99, or the total wait).
+#[derive(Default)]
+struct Merging {
+    totals: DigestTotals,
+    instances: BTreeSet<u32>,
+    rank: u64,
+    /// Counts scaled to whole windows (sampled windows' estimates, exact
+    /// windows' counts), and whether any window sampled.
+    estimated: u64,
+    sampled: bool,
+}
+
+pub(super) fn top(tx: &rusqlite::Transaction<'_>, query: &TopQuery) -> Result<Vec<TopDigest>, StoreError> {
+    let err = |e| error("top", e);
+    // rusqlite binds only the parameters a statement names.
+    let bind = |stmt: &mut rusqlite::Statement<'_>, first: &dyn rusqlite::ToSql| -> rusqlite::Result<()> {
+        stmt.raw_bind_parameter(1, first)?;
+        stmt.raw_bind_parameter(2, query.since_unix_ms)?;
+        if let Some(instance) = &query.instance {
+            stmt.raw_bind_parameter(3, instance)?;
+        }
+        Ok(())
+    };
+    // Step 1: scalar sums per digest, without reading any blob.
+    let mut names: Vec<String> = Vec::new();
+    let mut name_ids: HashMap<String, u32> = HashMap::new();
+    let mut digests: HashMap<u64, Merging> = HashMap::new();
+    {
+        let mut stmt =
+            scan(tx, query, "digest, instance, count, errors, sum_ns, min_ns, max_ns, estimated_count", "").map_err(err)?;
+        let mut rows = stmt.raw_query();
+        while let Some(row) = rows.next().map_err(err)? {
+            let digest = u(row.get(0).map_err(err)?);
+            let name = row.get_ref(1).map_err(err)?.as_str().map_err(|e| err(e.into()))?;
+            let id = match name_ids.get(name) {
+                Some(id) => *id,
+                None => {
+                    let id = names.len() as u32;
+                    names.push(name.to_string());
+                    name_ids.insert(name.to_string(), id);
+                    id
+                }
+            };
+            let entry = digests.entry(digest).or_default();
+            entry.instances.insert(id);
+            let (count, estimated) = (u(row.get(2).map_err(err)?), u(row.get(7).map_err(err)?));
+            entry.sampled |= estimated > 0;
+            entry.estimated = entry.estimated.saturating_add(if estimated > 0 { estimated } else { count });
+            entry.totals.add(
+                count,
+                u(row.get(3).map_err(err)?),
+                u(row.get(4).map_err(err)?),
+                u(row.get(5).map_err(err)?),
+                u(row.get(6).map_err(err)?),
+            );
+        }
+    }
+    let by_digest_filter = instance_filter(&query.instance, "instance").replace("?2", "?3");
+    let by_digest_sql = format!(
+        "SELECT histogram, error_codes, waits FROM digest_windows WHERE digest = ?1 AND window_end >= ?2{by_digest_filter}"
+    );
+    let sample_sql = format!(
+        "SELECT sample FROM digest_windows WHERE digest = ?1 AND window_end >= ?2{by_digest_filter} AND sample <> ''
+         ORDER BY window_end DESC LIMIT 1"
+    );
+    // Step 2: the rank keys that need blobs. Ordering by p99 needs every
+    // digest's histogram, by wait every digest's waits; the other orders
+    // read blobs only for the digests that make the cut.
+    let mut histograms: HashMap<u64, Histogram> = HashMap::new();
+    match query.order_by {
+        OrderBy::P99 => {
+            let mut stmt = scan(tx, query, "digest, histogram", "").map_err(err)?;
+            let mut rows = stmt.raw_query();
+            while let Some(row) = rows.next().map_err(err)? {
+                let digest = u(row.get(0).map_err(err)?);
+                let bytes = row.get_ref(1).map_err(err)?.as_blob().map_err(|e| err(e.into()))?;
+                add_blob(histograms.entry(digest).or_default(), bytes)?;
+            }
+            for (digest, m) in digests.iter_mut() {
+                m.rank = histograms.get(digest).map(|h| merge::percentile(h, 0.99, &m.totals)).unwrap_or(0);
+            }
+        }
+        OrderBy::Wait => {
+            let mut stmt = scan(tx, query, "digest, waits", " AND waits <> x''").map_err(err)?;
+            let mut rows = stmt.raw_query();
+            while let Some(row) = rows.next().map_err(err)? {
+                let digest = u(row.get(0).map_err(err)?);
+                let bytes = row.get_ref(1).map_err(err)?.as_blob().map_err(|e| err(e.into()))?;
+                let waited = blob::decode_waits(bytes)
+                    .ok_or(StoreError::Corrupt { what: "waits" })?
+                    .iter()
+                    .fold(0u64, |a, w| a.saturating_add(w.1));
+                if let Some(m) = digests.get_mut(&digest) {
+                    m.rank = m.rank.saturating_add(waited);
+                }
+            }
+        }
+        OrderBy::Total | OrderBy::Avg | OrderBy::Count | OrderBy::Errors => {}
+    }
+    let mut ranked: Vec<(u64, Merging)> = digests.into_iter().collect();
+    ranked.sort_by(|(da, a), (db, b)| merge::compare(query.order_by, (*da, &a.totals, a.rank), (*db, &b.totals, b.rank)));
+    ranked.truncate(query.limit);
+
+    // Step 3: details of the digests that made the cut.
+    let mut text_stmt = tx.prepare_cached("SELECT text FROM digest_texts WHERE digest = ?1").map_err(err)?;
+    let mut blobs_stmt = tx.prepare(&by_digest_sql).map_err(err)?;
+    let mut sample_stmt = tx.prepare(&sample_sql).map_err(err)?;
+    let mut messages_stmt =
+        tx.prepare_cached("SELECT code, message FROM error_samples WHERE digest = ?1").map_err(err)?;
+    let mut out = Vec::with_capacity(ranked.len());
+    for (digest, m) in ranked {
+        let preloaded = histograms.remove(&digest);
+        let mut histogram = Histogram::default();
+        let mut waits = MergedWaits::default();
+        let mut errors = MergedErrors::default();
+        bind(&mut blobs_stmt, &i(digest)).map_err(err)?;
+        let mut rows = blobs_stmt.raw_query();
+        while let Some(row) = rows.next().map_err(err)? {
+            if preloaded.is_none() {
+                add_blob(&mut histogram, row.get_ref(0).map_err(err)?.as_blob().map_err(|e| err(e.into()))?)?;
+            }
+            add_error_codes(&mut errors, row.get_ref(1).map_err(err)?.as_blob().map_err(|e| err(e.into()))?)?;
+            add_waits(&mut waits, row.get_ref(2).map_err(err)?.as_blob().map_err(|e| err(e.into()))?)?;
+        }
+        drop(rows);
+        let histogram = preloaded.unwrap_or(histogram);
+        let digest_text: String =
+            text_stmt.query_row([i(digest)], |r| r.get(0)).optional().map_err(err)?.unwrap_or_default();
+        bind(&mut sample_stmt, &i(digest)).map_err(err)?;
+        let sample: String = match sample_stmt.raw_query().next().map_err(err)? {
+            Some(row) => row.get(0).map_err(err)?,
+            None => String::new(),
+        };
+        let mut messages: HashMap<u32, String> = HashMap::new();
+        if !errors.is_empty() {
+            let rows = messages_stmt
+                .query_map([i(digest)], |r| Ok((r.get::<_, u32>(0)?, r.get::<_, String>(1)?)))
+                .map_err(err)?;
+            for row in rows {
+                let (code, message) = row.map_err(err)?;
+                messages.insert(code, message);
+            }
+        }
+        let t = &m.totals;
+        out.push(TopDigest {
+            digest,
+            digest_text,
+            count: t.count,
+            errors: t.errors,
+            sum_ns: t.sum_ns,
+            min_ns: t.min_ns,
+            max_ns: t.max_ns,
+            p50_ns: merge::percentile(&histogram, 0.50, t),
+            p95_ns: merge::percentile(&histogram, 0.95, t),
+            p99_ns: merge::percentile(&histogram, 0.99, t),
+            sample,
+            instances: m.instances.iter().map(|id| names[*id as usize].clone()).collect(),
+            waits: waits.into_stats(),
+            error_codes: errors.into_counts(|code| messages.remove(&code).unwrap_or_default()),
+            estimated_count: if m.sampled { m.estimated } else { 0 },
+        });
+    }
+    Ok(out)
+}
+
+/// Every digest row in range of `query`, for the steps that read all digests.
+fn scan<'t>(
+    tx: &'t rusqlite::Transaction<'_>,
+    query: &TopQuery,
+    columns: &str,
+    extra: &str,
+) -> rusqlite::Result<rusqlite::Statement<'t>> {
+    let filter = instance_filter(&query.instance, "instance");
+    let mut stmt = tx.prepare(&format!("SELECT {columns} FROM digest_windows WHERE window_end >= ?1{filter}{extra}"))?;
+    stmt.raw_bind_parameter(1, query.since_unix_ms)?;
+    if let Some(instance) = &query.instance {
+        stmt.raw_bind_parameter(2, instance)?;
+    }
+    Ok(stmt)
+}
+
+fn add_blob(h: &mut Histogram, bytes: &[u8]) -> Result<(), StoreError> {
+    for (index, count) in blob::decode(bytes).ok_or(StoreError::Corrupt { what: "histogram" })? {
+        h.add_bucket(usize::try_from(index).unwrap_or(usize::MAX), count);
+    }
+    Ok(())
+}
+
+fn add_error_codes(errors: &mut MergedErrors, bytes: &[u8]) -> Result<(), StoreError> {
+    let corrupt = StoreError::Corrupt { what: "error codes" };
+    for (code, count) in blob::decode_any_order(bytes).ok_or(corrupt)? {
+        let code = u32::try_from(code).map_err(|_| StoreError::Corrupt { what: "error codes" })?;
+        errors.add(code, count);
+    }
+    Ok(())
+}
+
+fn add_waits(waits: &mut MergedWaits, bytes: &[u8]) -> Result<(), StoreError> {
+    for (class, sum_ns, max_ns, statements) in blob::decode_waits(bytes).ok_or(StoreError::Corrupt { what: "waits" })? {
+        waits.add(&class, sum_ns, max_ns, statements);
+    }
+    Ok(())
+}
+
+pub(super) fn instances(tx: &rusqlite::Transaction<'_>) -> rusqlite::Result<Vec<InstanceInfo>> {
+    let mut batches: HashMap<String, u64> = HashMap::new();
+    let mut stmt = tx.prepare("SELECT agent_id, count(*) FROM batches GROUP BY agent_id")?;
+    for row in stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))? {
+        let (agent, n) = row?;
+        batches.insert(agent, u(n));
+    }
+    let mut gaps: HashMap<String, (u64, u64)> = HashMap::new();
+    let mut stmt = tx.prepare("SELECT agent_id, lost_statements FROM gaps")?;
+    for row in stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))? {
+        let (agent, lost) = row?;
+        let entry = gaps.entry(agent).or_default();
+        entry.0 += 1;
+        entry.1 = entry.1.saturating_add(u(lost));
+    }
+    // Agents that reported no instance yet still show, with an empty one.
+    let mut stmt = tx.prepare(
+        "SELECT a.agent_id, a.host, a.version, a.last_seen_unix_ms, a.last_sequence,
+                coalesce(i.instance, ''), coalesce(i.pid, 0), coalesce(i.last_window_end_unix_ms, 0)
+         FROM agents a LEFT JOIN agent_instances i ON i.agent_id = a.agent_id
+         ORDER BY coalesce(i.instance, ''), a.agent_id",
+    )?;
+    let rows = stmt.query_map([], |r| {
+        Ok(InstanceInfo {
+            agent_id: r.get(0)?,
+            host: r.get(1)?,
+            version: r.get(2)?,
+            last_seen_unix_ms: r.get(3)?,
+            last_sequence: u(r.get(4)?),
+            instance: r.get(5)?,
+            pid: r.get(6)?,
+            last_window_end_unix_ms: r.get(7)?,
+            ..Default::default()
+        })
+    })?;
+    let mut out = Vec::new();
+    for row in rows {
+        let mut info = row?;
+        info.batches = batches.get(&info.agent_id).copied().unwrap_or(0);
+        let (count, lost) = gaps.get(&info.agent_id).copied().unwrap_or_default();
+        info.gaps = count;
+        info.lost_statements = lost;
+        out.push(info);
+    }
+    Ok(out)
+}
+
+fn blockers_of(text: &str) -> Option<Vec<Blocker>> {
+    let value: serde_json::Value = serde_json::from_str(text).ok()?;
+    value
+        .as_array()?
+        .iter()
+        .map(|b| {
+            Some(Blocker {
+                connection_id: b.get("connection_id")?.as_u64()?,
+                transaction: b.get("transaction")?.as_bool()?,
+                started_unix_ms: b.get("started_unix_ms")?.as_i64()?,
+                statements: b
+                    .get("statements")?
+                    .as_array()?
+                    .iter()
+                    .map(|s| s.as_str().map(str::to_string))
+                    .collect::<Option<Vec<_>>>()?,
+            })
+        })
+        .collect()
+}
+
+pub(super) fn locks(tx: &rusqlite::Transaction<'_>, query: &LocksQuery) -> Result<Vec<LockWaitRow>, StoreError> {
+    let err = |e| error("locks", e);
+    let mut stmt = tx
+        .prepare(&format!(
+            "SELECT agent_id, instance, start_unix_ms, duration_ns, class, connection_id, digest, digest_text,
+                    sample, blocker_kind, blockers
+             FROM lock_waits WHERE start_unix_ms >= ?1{}
+             ORDER BY start_unix_ms DESC, id DESC LIMIT {}",
+            instance_filter(&query.instance, "instance"),
+            query.limit
+        ))
+        .map_err(err)?;
+    stmt.raw_bind_parameter(1, query.since_unix_ms).map_err(err)?;
+    if let Some(instance) = &query.instance {
+        stmt.raw_bind_parameter(2, instance).map_err(err)?;
+    }
+    let mut rows = stmt.raw_query();
+    let mut out = Vec::new();
+    while let Some(row) = rows.next().map_err(err)? {
+        let blockers: String = row.get(10).map_err(err)?;
+        let wait = LockWait {
+            start_unix_ms: row.get(2).map_err(err)?,
+            duration_ns: u(row.get(3).map_err(err)?),
+            class: row.get(4).map_err(err)?,
+            connection_id: u(row.get(5).map_err(err)?),
+            digest: u(row.get(6).map_err(err)?),
+            digest_text: row.get(7).map_err(err)?,
+            sample: row.get(8).map_err(err)?,
+            blocker_kind: row.get(9).map_err(err)?,
+            blockers: blockers_of(&blockers).ok_or(StoreError::Corrupt { what: "lock_waits.blockers" })?,
+        };
+        out.push(LockWaitRow { agent_id: row.get(0).map_err(err)?, instance: row.get(1).map_err(err)?, wait: Some(wait) });
+    }
+    Ok(out)
+}
+
+pub(super) fn totals(tx: &rusqlite::Transaction<'_>, query: &TotalsQuery) -> rusqlite::Result<TotalsResponse> {
+    let mut out = TotalsResponse::default();
+    let bind = |stmt: &mut rusqlite::Statement<'_>| -> rusqlite::Result<()> {
+        stmt.raw_bind_parameter(1, query.since_unix_ms)?;
+        if let Some(instance) = &query.instance {
+            stmt.raw_bind_parameter(2, instance)?;
+        }
+        Ok(())
+    };
+    let mut stmt = tx.prepare(&format!(
+        "SELECT statements, dropped_events, unmatched FROM instance_windows WHERE window_end >= ?1{}",
+        instance_filter(&query.instance, "instance")
+    ))?;
+    bind(&mut stmt)?;
+    let mut rows = stmt.raw_query();
+    while let Some(row) = rows.next()? {
+        out.statements = out.statements.saturating_add(u(row.get(0)?));
+        out.dropped_events = out.dropped_events.saturating_add(u(row.get(1)?));
+        out.unmatched = out.unmatched.saturating_add(u(row.get(2)?));
+    }
+    let mut commands: BTreeMap<String, u64> = BTreeMap::new();
+    let mut stmt = tx.prepare(&format!(
+        "SELECT c.command, c.count FROM window_commands c JOIN instance_windows w ON w.id = c.window_id
+         WHERE w.window_end >= ?1{}",
+        instance_filter(&query.instance, "w.instance")
+    ))?;
+    bind(&mut stmt)?;
+    let mut rows = stmt.raw_query();
+    while let Some(row) = rows.next()? {
+        let slot = commands.entry(row.get(0)?).or_default();
+        *slot = slot.saturating_add(u(row.get(1)?));
+    }
+    out.commands = commands.into_iter().map(|(command, count)| CommandCount { command, count }).collect();
+    let mut stmt = tx.prepare(&format!(
+        "SELECT count(DISTINCT digest) FROM digest_windows WHERE window_end >= ?1{}",
+        instance_filter(&query.instance, "instance")
+    ))?;
+    bind(&mut stmt)?;
+    if let Some(row) = stmt.raw_query().next()? {
+        out.digest_count = u(row.get(0)?);
+    }
+    // Gaps belong to agents, not instances: with an instance filter, count
+    // the gaps of the agents that served it. A gap without window times
+    // is placed at the time it was reported.
+    let mut stmt = tx.prepare(&format!(
+        "SELECT lost_statements FROM gaps WHERE
+             (CASE WHEN last_window_end_unix_ms > 0 THEN last_window_end_unix_ms ELSE received_unix_ms END) >= ?1{}",
+        if query.instance.is_some() {
+            " AND agent_id IN (SELECT agent_id FROM agent_instances WHERE instance = ?2)"
+        } else {
+            ""
+        }
+    ))?;
+    bind(&mut stmt)?;
+    let mut rows = stmt.raw_query();
+    while let Some(row) = rows.next()? {
+        out.lost_statements = out.lost_statements.saturating_add(u(row.get(0)?));
+    }
+    Ok(out)
+}

@@ -1,0 +1,223 @@
+//! The store file's tables and their versions: created on first open,
+//! brought up to date in place on later ones.
+use std::time::Duration;
+
+use rusqlite::{Connection, TransactionBehavior};
+
+/// Bumped when the schema changes; a newer file is refused, not guessed at.
+/// An older one is brought up to date on open (`migrate`), keeping its data:
+/// - 1: first version.
+/// - 2: `digest_windows.waits` (added to version-1 files with ALTER TABLE;
+///   their rows read as "no waits") and `error_samples`.
+/// - 3: `lock_waits` (a new table: older files simply get it, empty).
+/// - 4: `instance_costs`, `agent_windows` (new tables) and
+///   `digest_windows.estimated_count` (ALTER TABLE; older rows read 0,
+///   "exact").
+pub const SCHEMA_VERSION: i64 = 4;
+
+pub(super) const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS agents (
+    agent_id           TEXT PRIMARY KEY,
+    host               TEXT NOT NULL,
+    version            TEXT NOT NULL,
+    first_seen_unix_ms INTEGER NOT NULL,
+    last_seen_unix_ms  INTEGER NOT NULL,
+    last_sequence      INTEGER NOT NULL
+) WITHOUT ROWID;
+
+-- The exactly-once record of each stored batch. keep_until is the newest of
+-- the receive time and the batch's window ends, so the record lives at least
+-- as long as every window it brought.
+CREATE TABLE IF NOT EXISTS batches (
+    agent_id           TEXT NOT NULL,
+    sequence           INTEGER NOT NULL,
+    received_unix_ms   INTEGER NOT NULL,
+    keep_until_unix_ms INTEGER NOT NULL,
+    PRIMARY KEY (agent_id, sequence)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS batches_keep ON batches (keep_until_unix_ms);
+
+-- Latest state of each server instance an agent reported (Instances).
+CREATE TABLE IF NOT EXISTS agent_instances (
+    agent_id                TEXT NOT NULL,
+    instance                TEXT NOT NULL,
+    pid                     INTEGER NOT NULL,
+    start_time_unix_ms      INTEGER NOT NULL,
+    last_window_end_unix_ms INTEGER NOT NULL,
+    PRIMARY KEY (agent_id, instance)
+) WITHOUT ROWID;
+
+CREATE TABLE IF NOT EXISTS instance_windows (
+    id                  INTEGER PRIMARY KEY,
+    agent_id            TEXT NOT NULL,
+    sequence            INTEGER NOT NULL,
+    instance            TEXT NOT NULL,
+    pid                 INTEGER NOT NULL,
+    start_time_unix_ms  INTEGER NOT NULL,
+    window_start        INTEGER NOT NULL,
+    window_end          INTEGER NOT NULL,
+    statements          INTEGER NOT NULL,
+    events              INTEGER NOT NULL,
+    dropped_events      INTEGER NOT NULL,
+    dropped_in_agent    INTEGER NOT NULL,
+    unmatched           INTEGER NOT NULL,
+    overflow_statements INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS instance_windows_end ON instance_windows (window_end);
+CREATE INDEX IF NOT EXISTS instance_windows_instance ON instance_windows (instance, window_end);
+
+CREATE TABLE IF NOT EXISTS window_commands (
+    window_id INTEGER NOT NULL,
+    command   TEXT NOT NULL,
+    count     INTEGER NOT NULL,
+    PRIMARY KEY (window_id, command)
+) WITHOUT ROWID;
+
+-- One row per digest per instance window. histogram and error_codes are
+-- blob-encoded (index gap, count) varint pairs, error codes increasing;
+-- waits is blob-encoded (class, sum_ns, max_ns, statements), empty when
+-- the agent sent none. waits and estimated_count (0: count is exact) must
+-- stay the last columns, in this order: older files get them appended by
+-- ALTER TABLE.
+CREATE TABLE IF NOT EXISTS digest_windows (
+    window_id   INTEGER NOT NULL,
+    instance    TEXT NOT NULL,
+    window_end  INTEGER NOT NULL,
+    digest      INTEGER NOT NULL,
+    count       INTEGER NOT NULL,
+    errors      INTEGER NOT NULL,
+    sum_ns      INTEGER NOT NULL,
+    min_ns      INTEGER NOT NULL,
+    max_ns      INTEGER NOT NULL,
+    histogram   BLOB NOT NULL,
+    error_codes BLOB NOT NULL,
+    sample      TEXT NOT NULL,
+    truncated   INTEGER NOT NULL,
+    waits       BLOB NOT NULL DEFAULT x'',
+    estimated_count INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS digest_windows_end ON digest_windows (window_end);
+CREATE INDEX IF NOT EXISTS digest_windows_instance ON digest_windows (instance, window_end);
+CREATE INDEX IF NOT EXISTS digest_windows_digest ON digest_windows (digest, window_end);
+
+-- Texts once per digest: the id is a hash of the text, the same everywhere.
+CREATE TABLE IF NOT EXISTS digest_texts (
+    digest INTEGER PRIMARY KEY,
+    text   TEXT NOT NULL
+);
+
+-- One message per (digest, error code): the newest by window end. The
+-- counts stay in digest_windows.error_codes; this only names them.
+CREATE TABLE IF NOT EXISTS error_samples (
+    digest    INTEGER NOT NULL,
+    code      INTEGER NOT NULL,
+    message   TEXT NOT NULL,
+    last_seen INTEGER NOT NULL,
+    PRIMARY KEY (digest, code)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS error_samples_last_seen ON error_samples (last_seen);
+
+-- Long waits as agents reported them, each with its candidate blockers
+-- (JSON array of {connection_id, transaction, started_unix_ms,
+-- statements}). Pruned by start time.
+CREATE TABLE IF NOT EXISTS lock_waits (
+    id            INTEGER PRIMARY KEY,
+    agent_id      TEXT NOT NULL,
+    instance      TEXT NOT NULL,
+    start_unix_ms INTEGER NOT NULL,
+    duration_ns   INTEGER NOT NULL,
+    class         TEXT NOT NULL,
+    connection_id INTEGER NOT NULL,
+    digest        INTEGER NOT NULL,
+    digest_text   TEXT NOT NULL,
+    sample        TEXT NOT NULL,
+    blocker_kind  TEXT NOT NULL,
+    blockers      TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS lock_waits_start ON lock_waits (start_unix_ms);
+CREATE INDEX IF NOT EXISTS lock_waits_instance ON lock_waits (instance, start_unix_ms);
+
+-- What the probes cost each instance window and what the server process
+-- used, as the agent sent them (encoded sqlbee.v1.ProbeCost and
+-- ProcessMetrics; empty when absent).
+CREATE TABLE IF NOT EXISTS instance_costs (
+    window_id            INTEGER PRIMARY KEY,
+    aggregated_in_kernel INTEGER NOT NULL,
+    probes               BLOB NOT NULL,
+    process              BLOB NOT NULL
+);
+
+-- Each agent's own window: its cost (encoded sqlbee.v1.AgentCost) and its
+-- host (encoded HostMetrics, empty when absent).
+CREATE TABLE IF NOT EXISTS agent_windows (
+    id           INTEGER PRIMARY KEY,
+    agent_id     TEXT NOT NULL,
+    sequence     INTEGER NOT NULL,
+    window_start INTEGER NOT NULL,
+    window_end   INTEGER NOT NULL,
+    cost         BLOB NOT NULL,
+    host         BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS agent_windows_end ON agent_windows (window_end);
+CREATE INDEX IF NOT EXISTS agent_windows_agent ON agent_windows (agent_id, window_end);
+
+-- What agents lost before it reached us. A gap resent in a later batch is
+-- the same gap (same agent and sequence range) and is kept once.
+CREATE TABLE IF NOT EXISTS gaps (
+    agent_id                   TEXT NOT NULL,
+    first_sequence             INTEGER NOT NULL,
+    last_sequence              INTEGER NOT NULL,
+    batches                    INTEGER NOT NULL,
+    lost_statements            INTEGER NOT NULL,
+    lost_windows               INTEGER NOT NULL,
+    first_window_start_unix_ms INTEGER NOT NULL,
+    last_window_end_unix_ms    INTEGER NOT NULL,
+    reason                     TEXT NOT NULL,
+    received_unix_ms           INTEGER NOT NULL,
+    PRIMARY KEY (agent_id, first_sequence, last_sequence)
+) WITHOUT ROWID;
+";
+
+/// Brings the file to `SCHEMA_VERSION` in one transaction, creating only
+/// what is missing, so existing rows stay. Ok(version found), or
+/// Err(version found) when the file is newer than this collector.
+pub(super) fn migrate(conn: &mut Connection) -> rusqlite::Result<Result<i64, i64>> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let found: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    if found > SCHEMA_VERSION {
+        return Ok(Err(found));
+    }
+    // New files get everything; older ones the tables they lack.
+    tx.execute_batch(SCHEMA)?;
+    // Version 1 -> 2: CREATE TABLE IF NOT EXISTS left digest_windows as it was.
+    let has_waits = has_column(&tx, "digest_windows", "waits")?;
+    if !has_waits {
+        tx.execute_batch("ALTER TABLE digest_windows ADD COLUMN waits BLOB NOT NULL DEFAULT x''")?;
+    }
+    // Version 3 -> 4, likewise.
+    if !has_column(&tx, "digest_windows", "estimated_count")? {
+        tx.execute_batch("ALTER TABLE digest_windows ADD COLUMN estimated_count INTEGER NOT NULL DEFAULT 0")?;
+    }
+    if found != SCHEMA_VERSION {
+        tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
+    }
+    tx.commit()?;
+    Ok(Ok(found))
+}
+
+fn has_column(tx: &rusqlite::Transaction<'_>, table: &str, column: &str) -> rusqlite::Result<bool> {
+    tx.query_row("SELECT count(*) > 0 FROM pragma_table_info(?1) WHERE name = ?2", [table, column], |r| r.get(0))
+}
+
+pub(super) fn configure(conn: &Connection) -> rusqlite::Result<()> {
+    // WAL: readers never block the writer. NORMAL (in WAL mode): a power
+    // loss can lose the last committed batches but never corrupts the file;
+    // that is the price of not syncing the disk for every batch.
+    let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        tracing::warn!(mode, "SQLite refused WAL mode; queries will block ingest");
+    }
+    conn.execute_batch("PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = OFF;")?;
+    conn.busy_timeout(Duration::from_secs(10))?;
+    Ok(())
+}

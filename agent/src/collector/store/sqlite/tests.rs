@@ -1,0 +1,385 @@
+//! The SQLite store against real files: exactly-once, merges, pruning and
+//! migrations of files written by older collectors.
+use sqlbee_proto::v1::{
+    AgentCost, AgentIdentity, AgentWindow, Bucket, DigestStats, ErrorCount, Gap, Histogram, HostMetrics,
+    InstanceWindow, ProbeCost, ProcessMetrics, ServerInstance, WaitStats,
+};
+
+use rusqlite::Connection;
+use sqlbee_proto::v1::{Blocker, CommandCount, LockWait};
+
+use super::{SCHEMA_VERSION, SqliteStore, lock, schema::SCHEMA};
+use crate::collector::store::*;
+
+fn temp_store(name: &str) -> (SqliteStore, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("sqlbee-store-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    (SqliteStore::open(&dir.join("s.db")).unwrap(), dir)
+}
+
+fn batch(sequence: u64, end: i64, buckets: &[(u32, u64)]) -> Batch {
+    let count = buckets.iter().map(|b| b.1).sum();
+    Batch {
+        agent: Some(AgentIdentity { host: "h".into(), agent_id: "a".into(), version: "v".into() }),
+        sequence,
+        created_unix_ms: end,
+        windows: vec![InstanceWindow {
+            instance: Some(ServerInstance { name: "h:1".into(), pid: sequence as u32, start_time_unix_ms: 0 }),
+            window_start_unix_ms: end - 10,
+            window_end_unix_ms: end,
+            digests: vec![DigestStats {
+                digest: u64::MAX - 1,
+                digest_text: "SELECT ?".into(),
+                count,
+                sum_ns: u64::MAX / 2 + 10,
+                min_ns: 1,
+                max_ns: u64::MAX / 4,
+                histogram: Some(Histogram {
+                    scheme: 1,
+                    buckets: buckets.iter().map(|&(index, count)| Bucket { index, count }).collect(),
+                }),
+                ..Default::default()
+            }],
+            commands: vec![CommandCount { command: "COM_QUERY".into(), count }],
+            statements: count,
+            ..Default::default()
+        }],
+        gaps: vec![Gap { first_sequence: 1, last_sequence: 1, lost_statements: 5, ..Default::default() }],
+        agent_windows: vec![],
+    }
+}
+
+/// `batch` plus what the agent measured: the probes (half attached,
+/// so the digest's count is an estimate), the server process and the
+/// agent's own window with its host.
+fn costed(sequence: u64, end: i64, agent_cpu: f64, shedding: &str) -> Batch {
+    let mut b = batch(sequence, end, &[(10, 2)]);
+    let w = &mut b.windows[0];
+    w.probes = Some(ProbeCost {
+        attached_fraction: 0.5,
+        probe_cpu_seconds: 0.002,
+        extra_cores_per_10k_qps: 0.3,
+        estimated_statements: 4,
+        ..Default::default()
+    });
+    w.process = Some(ProcessMetrics { pid: 7, status: "running".into(), rss_bytes: Some(5 << 20), ..Default::default() });
+    w.aggregated_in_kernel = 1;
+    w.digests[0].estimated_count = 4;
+    b.agent_windows = vec![AgentWindow {
+        window_start_unix_ms: end - 10,
+        window_end_unix_ms: end,
+        cost: Some(AgentCost {
+            cpu_cores: agent_cpu,
+            rss_bytes: sequence << 20,
+            shedding: shedding.into(),
+            ..Default::default()
+        }),
+        host: Some(HostMetrics { load1: sequence as f64, ..Default::default() }),
+    }];
+    b
+}
+
+#[test]
+fn costs_hosts_and_latest() {
+    let (store, dir) = temp_store("costs");
+    store.ingest(&costed(1, 1000, 0.5, "exact"), 1000).unwrap();
+    store.ingest(&costed(2, 2000, 1.5, "no-samples"), 2000).unwrap();
+    let all = TotalsQuery { instance: None, since_unix_ms: 0 };
+    let costs = store.costs(&all).unwrap();
+    assert_eq!(costs.len(), 1, "{costs:?}");
+    let c = &costs[0];
+    // 0.5 and 1.5 cores over 10 ms each; 4 statements seen, 8 estimated.
+    assert_eq!((c.windows, c.statements, c.shedding_windows), (2, 4, 1));
+    assert!((c.agent_cpu_seconds - 0.02).abs() < 1e-9, "{c:?}");
+    assert!((c.agent_cores_per_10k_qps - 0.02 / 4.0 * 1e4).abs() < 1e-6, "{c:?}");
+    assert!((c.server_extra_cores_per_10k_qps - 0.004 / 8.0 * 1e4).abs() < 1e-6, "{c:?}");
+    assert_eq!((c.agent_max_rss_bytes, c.latest_shedding.as_str(), c.host.as_str()), (2 << 20, "no-samples", "h"));
+    let other = TotalsQuery { instance: Some("elsewhere:1".into()), since_unix_ms: 0 };
+    assert!(store.costs(&other).unwrap().is_empty());
+
+    let top = store.top(&TopQuery { instance: None, since_unix_ms: 0, order_by: OrderBy::Total, limit: 5 }).unwrap();
+    assert_eq!((top[0].count, top[0].estimated_count), (4, 8));
+
+    let instances = store.instances().unwrap();
+    let latest = instances[0].latest.as_ref().expect("a cost");
+    assert_eq!((latest.window_end_unix_ms, latest.agent_cpu_cores, latest.shedding.as_str()), (2000, 1.5, "no-samples"));
+    assert_eq!((latest.attached_fraction, latest.aggregated_in_kernel), (0.5, 1));
+    assert_eq!(latest.server.as_ref().and_then(|p| p.rss_bytes), Some(5 << 20));
+
+    let hosts = store.hosts(&HostsQuery { host: None, since_unix_ms: 1500, limit: 10 }).unwrap();
+    assert_eq!(hosts.len(), 1);
+    assert_eq!(hosts[0].window.as_ref().and_then(|w| w.host.as_ref()).map(|h| h.load1), Some(2.0));
+    assert!(store.hosts(&HostsQuery { host: Some("other".into()), since_unix_ms: 0, limit: 10 }).unwrap().is_empty());
+
+    let pruned = store.prune(1500).unwrap();
+    assert_eq!((pruned.agent_windows, pruned.instance_windows), (1, 1));
+    assert_eq!(store.costs(&all).unwrap()[0].windows, 1);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn once_merged_and_pruned() {
+    let (store, dir) = temp_store("once");
+    assert!(!store.ingest(&batch(2, 1000, &[(10, 2), (40, 1)]), 1000).unwrap().duplicate);
+    assert!(store.ingest(&batch(2, 1000, &[(10, 2), (40, 1)]), 1001).unwrap().duplicate);
+    assert!(!store.ingest(&batch(3, 2000, &[(40, 1), (60, 1)]), 2000).unwrap().duplicate);
+    let query = TopQuery { instance: None, since_unix_ms: 0, order_by: OrderBy::P99, limit: 20 };
+    let top = store.top(&query).unwrap();
+    assert_eq!(top.len(), 1);
+    let d = &top[0];
+    // u64 values above i64::MAX come back exact; the sum saturates.
+    assert_eq!((d.digest, d.count, d.sum_ns, d.max_ns), (u64::MAX - 1, 5, u64::MAX, u64::MAX / 4));
+    assert_eq!(d.p50_ns, sqlbee_common::histogram::bucket_high(40));
+    assert_eq!(d.p99_ns, sqlbee_common::histogram::bucket_high(60));
+    let totals = store.totals(&TotalsQuery { instance: Some("h:1".into()), since_unix_ms: 1500 }).unwrap();
+    // The gap has no window times: it counts at the time it was received.
+    assert_eq!((totals.statements, totals.digest_count, totals.lost_statements), (2, 1, 0));
+    let totals = store.totals(&TotalsQuery { instance: None, since_unix_ms: 0 }).unwrap();
+    assert_eq!((totals.statements, totals.commands[0].count, totals.lost_statements), (5, 5, 5));
+    let instances = store.instances().unwrap();
+    assert_eq!((instances[0].pid, instances[0].batches, instances[0].gaps), (3, 2, 1));
+    let pruned = store.prune(1500).unwrap();
+    assert_eq!((pruned.digest_windows, pruned.instance_windows, pruned.batches), (1, 1, 1));
+    assert_eq!(store.top(&query).unwrap()[0].count, 2);
+    std::fs::remove_dir_all(dir).ok();
+}
+
+fn wait(class: &str, sum_ns: u64, max_ns: u64, statements: u64) -> WaitStats {
+    WaitStats { class: class.into(), sum_ns, max_ns, statements }
+}
+
+fn error(code: u32, count: u64, message: &str) -> ErrorCount {
+    ErrorCount { code, count, sample_message: message.into() }
+}
+
+/// A batch of one digest (id 7) with waits and error codes.
+fn waiting(sequence: u64, instance: &str, end: i64, waits: Vec<WaitStats>, errors: Vec<ErrorCount>) -> Batch {
+    let mut b = batch(sequence, end, &[(10, 5)]);
+    let w = &mut b.windows[0];
+    w.instance.as_mut().unwrap().name = instance.into();
+    let d = &mut w.digests[0];
+    d.digest = 7;
+    d.sum_ns = 1_000_000;
+    d.max_ns = 500_000;
+    d.errors = errors.iter().map(|e| e.count).sum();
+    d.waits = waits;
+    d.error_codes = errors;
+    b.gaps.clear();
+    b
+}
+
+#[test]
+fn waits_and_error_codes_merge() {
+    let (store, dir) = temp_store("waits");
+    let first = waiting(
+        1,
+        "h:1",
+        1000,
+        vec![wait("row_lock", 300, 200, 2), wait("disk_io", 40, 30, 1)],
+        // Out of order and twice: stored increasing, added up.
+        vec![error(1213, 1, "Deadlock (old)"), error(1062, 1, "Duplicate entry"), error(1213, 1, "")],
+    );
+    let second = waiting(
+        2,
+        "h:2",
+        2000,
+        vec![wait("row_lock", 500, 450, 1), wait("some_new_class", 7, 7, 1)],
+        vec![error(1213, 1, "Deadlock found when trying to get lock")],
+    );
+    // The newer window's message wins even when it arrives first.
+    store.ingest(&second, 2000).unwrap();
+    store.ingest(&first, 2001).unwrap();
+    // Without waits (an old agent).
+    store.ingest(&waiting(3, "h:1", 3000, vec![], vec![]), 3000).unwrap();
+    let query = TopQuery { instance: None, since_unix_ms: 0, order_by: OrderBy::Total, limit: 20 };
+    let d = store.top(&query).unwrap().into_iter().find(|d| d.digest == 7).unwrap();
+    assert_eq!(d.count, 15);
+    assert_eq!(
+        d.waits,
+        vec![wait("row_lock", 800, 450, 3), wait("disk_io", 40, 30, 1), wait("some_new_class", 7, 7, 1)]
+    );
+    assert_eq!(
+        d.error_codes,
+        vec![error(1213, 3, "Deadlock found when trying to get lock"), error(1062, 1, "Duplicate entry")]
+    );
+    // One instance: only its windows count.
+    let only = TopQuery { instance: Some("h:1".into()), ..query.clone() };
+    let d = store.top(&only).unwrap().remove(0);
+    assert_eq!(d.waits, vec![wait("row_lock", 300, 200, 2), wait("disk_io", 40, 30, 1)]);
+    assert_eq!(d.error_codes[0].count, 2);
+
+    // Ordering by total wait.
+    store.ingest(&waiting(4, "h:1", 3000, vec![wait("commit", 10_000, 10_000, 1)], vec![]), 3000).unwrap();
+    let mut other = waiting(5, "h:1", 3000, vec![], vec![]);
+    other.windows[0].digests[0].digest = 8;
+    store.ingest(&other, 3000).unwrap();
+    let by_wait = store.top(&TopQuery { order_by: OrderBy::Wait, ..query.clone() }).unwrap();
+    assert_eq!(by_wait.iter().map(|d| d.digest).collect::<Vec<_>>(), vec![7, 8]);
+    assert_eq!(by_wait[0].waits[0], wait("commit", 10_000, 10_000, 1));
+
+    // Samples go with their windows.
+    let pruned = store.prune(1500).unwrap();
+    assert_eq!(pruned.error_samples, 1);
+    let d = store.top(&query).unwrap().into_iter().find(|d| d.digest == 7).unwrap();
+    assert_eq!(d.error_codes, vec![error(1213, 1, "Deadlock found when trying to get lock")]);
+    std::fs::remove_dir_all(dir).ok();
+}
+
+fn lock_wait(start: i64, connection_id: u64, blockers: Vec<Blocker>) -> LockWait {
+    LockWait {
+        start_unix_ms: start,
+        duration_ns: u64::MAX - 3,
+        class: "row_lock".into(),
+        connection_id,
+        digest: u64::MAX - 5,
+        digest_text: "UPDATE t SET a = ? WHERE id = ?".into(),
+        sample: "UPDATE t SET a = 1 WHERE id = 1".into(),
+        blocker_kind: "candidates".into(),
+        blockers,
+    }
+}
+
+#[test]
+fn lock_waits_newest_first_filtered_and_pruned() {
+    let (store, dir) = temp_store("locks");
+    let blocker = Blocker {
+        connection_id: u64::MAX,
+        transaction: true,
+        started_unix_ms: 900,
+        statements: vec!["SELECT * FROM t WHERE id = ? FOR UPDATE".into(), "UPDATE t SET b = ?".into()],
+    };
+    let mut b = batch(1, 2000, &[(10, 1)]);
+    b.windows[0].lock_waits = vec![lock_wait(1000, 1, vec![blocker.clone()]), lock_wait(1500, 2, vec![])];
+    let mut other = batch(2, 2000, &[(10, 1)]);
+    other.windows[0].instance.as_mut().unwrap().name = "h:2".into();
+    other.windows[0].lock_waits = vec![lock_wait(1200, 3, vec![])];
+    store.ingest(&b, 2000).unwrap();
+    store.ingest(&other, 2000).unwrap();
+    // A duplicate stores nothing.
+    store.ingest(&b, 2001).unwrap();
+    let all = LocksQuery { instance: None, since_unix_ms: 0, limit: 100 };
+    let rows = store.locks(&all).unwrap();
+    let ids: Vec<u64> = rows.iter().map(|r| r.wait.as_ref().unwrap().connection_id).collect();
+    assert_eq!(ids, vec![2, 3, 1]);
+    assert_eq!((rows[1].instance.as_str(), rows[1].agent_id.as_str()), ("h:2", "a"));
+    assert_eq!(rows[2].wait, Some(lock_wait(1000, 1, vec![blocker])));
+    let one = store.locks(&LocksQuery { instance: Some("h:1".into()), ..all.clone() }).unwrap();
+    assert_eq!(one.len(), 2);
+    assert_eq!(store.locks(&LocksQuery { since_unix_ms: 1200, ..all.clone() }).unwrap().len(), 2);
+    assert_eq!(store.locks(&LocksQuery { limit: 1, ..all.clone() }).unwrap().len(), 1);
+    assert_eq!(store.prune(1300).unwrap().lock_waits, 2);
+    assert_eq!(store.locks(&all).unwrap().len(), 1);
+    std::fs::remove_dir_all(dir).ok();
+}
+
+/// One digest row (5 statements of `SELECT ?`, bucket 10) in the
+/// version-2 and -3 layout.
+const ONE_V2_ROW: &str = "INSERT INTO digest_texts VALUES (7, 'SELECT ?');
+    INSERT INTO digest_windows (window_id, instance, window_end, digest, count, errors, sum_ns,
+        min_ns, max_ns, histogram, error_codes, sample, truncated, waits)
+    VALUES (1, 'h:1', 1000, 7, 5, 0, 1000000, 1, 500000, x'0a05', x'', 'SELECT 1', 0, x'');";
+
+/// A store file as an older collector left it: `schema`, then `rows`
+/// (SQL), in a fresh directory named after `version`.
+fn old_store(version: &str, schema: &str, rows: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("sqlbee-store-{version}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("s.db");
+    let conn = Connection::open(&path).unwrap();
+    conn.execute_batch(schema).unwrap();
+    conn.execute_batch(rows).unwrap();
+    (dir, path)
+}
+
+#[test]
+fn version_2_files_get_lock_waits() {
+    let v3 = schema_v3();
+    let start = v3.find("-- Long waits as agents reported them").unwrap();
+    let end = v3.find("-- What agents lost").unwrap();
+    let v2 = format!("{}{}", &v3[..start], &v3[end..]);
+    let (dir, path) = old_store("v2", &v2, &format!("{ONE_V2_ROW} PRAGMA user_version = 2;"));
+    let store = SqliteStore::open(&path).unwrap();
+    let version: i64 = lock(&store.writer).query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
+    assert_eq!(version, SCHEMA_VERSION);
+    let query = TopQuery { instance: None, since_unix_ms: 0, order_by: OrderBy::Total, limit: 20 };
+    assert_eq!(store.top(&query).unwrap()[0].count, 5);
+    let all = LocksQuery { instance: None, since_unix_ms: 0, limit: 100 };
+    assert!(store.locks(&all).unwrap().is_empty());
+    let mut b = batch(1, 2000, &[(10, 1)]);
+    b.windows[0].lock_waits = vec![lock_wait(1900, 4, vec![])];
+    store.ingest(&b, 2000).unwrap();
+    assert_eq!(store.locks(&all).unwrap().len(), 1);
+    std::fs::remove_dir_all(dir).ok();
+}
+
+/// The version-3 schema, from today's: without the cost tables and
+/// digest_windows.estimated_count.
+fn schema_v3() -> String {
+    let without_estimates = SCHEMA.replace(",\n    estimated_count INTEGER NOT NULL DEFAULT 0\n", "\n");
+    assert_ne!(without_estimates, SCHEMA, "the estimated_count column moved; update this test");
+    let start = without_estimates.find("-- What the probes cost each instance window").unwrap();
+    let end = without_estimates.find("-- What agents lost").unwrap();
+    format!("{}{}", &without_estimates[..start], &without_estimates[end..])
+}
+
+#[test]
+fn version_3_files_get_costs() {
+    let (dir, path) = old_store("v3", &schema_v3(), &format!("{ONE_V2_ROW} PRAGMA user_version = 3;"));
+    let store = SqliteStore::open(&path).unwrap();
+    let query = TopQuery { instance: None, since_unix_ms: 0, order_by: OrderBy::Total, limit: 20 };
+    let d = store.top(&query).unwrap().remove(0);
+    // An old row is exact: no estimate.
+    assert_eq!((d.count, d.estimated_count), (5, 0));
+    store.ingest(&costed(1, 2000, 0.25, "exact"), 2000).unwrap();
+    assert_eq!(store.costs(&TotalsQuery { instance: None, since_unix_ms: 0 }).unwrap()[0].windows, 1);
+    std::fs::remove_dir_all(dir).ok();
+}
+
+/// The version-1 schema, from today's: without digest_windows.waits
+/// and without error_samples.
+fn schema_v1() -> String {
+    let v3 = schema_v3();
+    let without_waits = v3.replace(",\n    waits       BLOB NOT NULL DEFAULT x''\n", "\n");
+    assert_ne!(without_waits, v3, "the waits column moved; update this test");
+    let start = without_waits.find("-- One message per (digest, error code)").unwrap();
+    let end = without_waits.find("-- What agents lost").unwrap();
+    let v1 = format!("{}{}", &without_waits[..start], &without_waits[end..]);
+    assert!(!v1.contains("DEFAULT x''") && !v1.contains("error_samples"), "{v1}");
+    v1
+}
+
+#[test]
+fn version_1_files_are_upgraded_in_place() {
+    let (dir, path) = old_store(
+        "v1",
+        &schema_v1(),
+        "INSERT INTO digest_texts VALUES (7, 'SELECT ?');
+         INSERT INTO digest_windows (window_id, instance, window_end, digest, count, errors, sum_ns,
+             min_ns, max_ns, histogram, error_codes, sample, truncated)
+         VALUES (1, 'h:1', 1000, 7, 5, 2, 1000000, 1, 500000, x'0a05', x'a608010501', 'SELECT 1', 0);
+         PRAGMA user_version = 1;",
+    );
+    // Histogram: bucket 10 holds 5. Error codes: 1062 (gap a6 08) once, 1067 (gap 05) once.
+    let store = SqliteStore::open(&path).unwrap();
+    let version: i64 = lock(&store.writer).query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
+    assert_eq!(version, SCHEMA_VERSION);
+    let query = TopQuery { instance: None, since_unix_ms: 0, order_by: OrderBy::Wait, limit: 20 };
+    let d = store.top(&query).unwrap().remove(0);
+    assert_eq!((d.digest, d.count, d.digest_text.as_str(), d.sample.as_str()), (7, 5, "SELECT ?", "SELECT 1"));
+    assert!(d.waits.is_empty());
+    assert_eq!(d.error_codes, vec![error(1062, 1, ""), error(1067, 1, "")]);
+    store.ingest(&waiting(1, "h:1", 2000, vec![wait("row_lock", 9, 9, 1)], vec![error(1062, 1, "dup")]), 2000).unwrap();
+    let d = store.top(&query).unwrap().remove(0);
+    assert_eq!((d.count, d.waits.clone()), (10, vec![wait("row_lock", 9, 9, 1)]));
+    assert_eq!(d.error_codes, vec![error(1062, 2, "dup"), error(1067, 1, "")]);
+    drop(store);
+    // Opening again changes nothing; a newer file is refused.
+    let store = SqliteStore::open(&path).unwrap();
+    assert_eq!(store.top(&query).unwrap()[0].count, 10);
+    lock(&store.writer).pragma_update(None, "user_version", SCHEMA_VERSION + 1).unwrap();
+    drop(store);
+    assert!(matches!(SqliteStore::open(&path), Err(StoreError::Version { found: 5, known: 4, .. })));
+    std::fs::remove_dir_all(dir).ok();
+}

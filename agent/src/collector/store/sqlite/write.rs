@@ -1,0 +1,293 @@
+//! Writing: one batch per transaction with its exactly-once record, and
+//! pruning past the retention in small chunks so ingest never waits long.
+use std::{collections::BTreeMap, sync::Mutex};
+
+use prost::Message;
+use rusqlite::{Connection, TransactionBehavior, params};
+use sqlbee_proto::v1::{Batch, Blocker};
+
+use super::{error, i, lock};
+use crate::collector::store::{IngestOutcome, PruneOutcome, StoreError, blob};
+
+/// Rows deleted per prune transaction, so ingest never waits long.
+const PRUNE_CHUNK: i64 = 5000;
+
+pub(super) fn batch(tx: &rusqlite::Transaction<'_>, batch: &Batch, received: i64) -> rusqlite::Result<IngestOutcome> {
+    let agent = batch.agent.clone().unwrap_or_default();
+    let sequence = i(batch.sequence);
+    let newest_window = batch
+        .windows
+        .iter()
+        .map(|w| w.window_end_unix_ms)
+        .chain(batch.agent_windows.iter().map(|w| w.window_end_unix_ms))
+        .max()
+        .unwrap_or(received);
+    let inserted = tx
+        .prepare_cached(
+            "INSERT INTO batches (agent_id, sequence, received_unix_ms, keep_until_unix_ms)
+             VALUES (?1, ?2, ?3, ?4) ON CONFLICT DO NOTHING",
+        )?
+        .execute(params![agent.agent_id, sequence, received, newest_window.max(received)])?;
+    // A duplicate still proves the agent is alive. Host and version follow
+    // the newest sequence so a replayed old batch does not roll them back.
+    tx.prepare_cached(
+        "INSERT INTO agents (agent_id, host, version, first_seen_unix_ms, last_seen_unix_ms, last_sequence)
+         VALUES (?1, ?2, ?3, ?4, ?4, ?5)
+         ON CONFLICT (agent_id) DO UPDATE SET
+             host = CASE WHEN excluded.last_sequence >= last_sequence THEN excluded.host ELSE host END,
+             version = CASE WHEN excluded.last_sequence >= last_sequence THEN excluded.version ELSE version END,
+             last_seen_unix_ms = max(last_seen_unix_ms, excluded.last_seen_unix_ms),
+             last_sequence = max(last_sequence, excluded.last_sequence)",
+    )?
+    .execute(params![agent.agent_id, agent.host, agent.version, received, sequence])?;
+    if inserted == 0 {
+        return Ok(IngestOutcome { duplicate: true });
+    }
+    let mut insert_window = tx.prepare_cached(
+        "INSERT INTO instance_windows (agent_id, sequence, instance, pid, start_time_unix_ms, window_start,
+             window_end, statements, events, dropped_events, dropped_in_agent, unmatched, overflow_statements)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+    )?;
+    // Same command twice in one window (should not happen) adds up.
+    let mut insert_command = tx.prepare_cached(
+        "INSERT INTO window_commands (window_id, command, count) VALUES (?1, ?2, ?3)
+         ON CONFLICT DO UPDATE SET count = count + excluded.count",
+    )?;
+    let mut upsert_instance = tx.prepare_cached(
+        "INSERT INTO agent_instances (agent_id, instance, pid, start_time_unix_ms, last_window_end_unix_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5)
+         ON CONFLICT (agent_id, instance) DO UPDATE SET
+             pid = CASE WHEN excluded.last_window_end_unix_ms >= last_window_end_unix_ms THEN excluded.pid ELSE pid END,
+             start_time_unix_ms = CASE WHEN excluded.last_window_end_unix_ms >= last_window_end_unix_ms
+                 THEN excluded.start_time_unix_ms ELSE start_time_unix_ms END,
+             last_window_end_unix_ms = max(last_window_end_unix_ms, excluded.last_window_end_unix_ms)",
+    )?;
+    let mut insert_text = tx.prepare_cached("INSERT OR IGNORE INTO digest_texts (digest, text) VALUES (?1, ?2)")?;
+    let mut insert_digest = tx.prepare_cached(
+        "INSERT INTO digest_windows (window_id, instance, window_end, digest, count, errors, sum_ns, min_ns,
+             max_ns, histogram, error_codes, sample, truncated, waits, estimated_count)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+    )?;
+    let mut insert_cost = tx.prepare_cached(
+        "INSERT INTO instance_costs (window_id, aggregated_in_kernel, probes, process) VALUES (?1, ?2, ?3, ?4)",
+    )?;
+    // The newest window's message wins, whatever order batches arrive in.
+    let mut upsert_sample = tx.prepare_cached(
+        "INSERT INTO error_samples (digest, code, message, last_seen) VALUES (?1, ?2, ?3, ?4)
+         ON CONFLICT (digest, code) DO UPDATE SET
+             message = CASE WHEN excluded.last_seen >= last_seen THEN excluded.message ELSE message END,
+             last_seen = max(last_seen, excluded.last_seen)",
+    )?;
+    let mut insert_lock_wait = tx.prepare_cached(
+        "INSERT INTO lock_waits (agent_id, instance, start_unix_ms, duration_ns, class, connection_id, digest,
+             digest_text, sample, blocker_kind, blockers)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+    )?;
+    for w in &batch.windows {
+        let server = w.instance.clone().unwrap_or_default();
+        for l in &w.lock_waits {
+            insert_lock_wait.execute(params![
+                agent.agent_id,
+                server.name,
+                l.start_unix_ms,
+                i(l.duration_ns),
+                l.class,
+                i(l.connection_id),
+                i(l.digest),
+                l.digest_text,
+                l.sample,
+                l.blocker_kind,
+                blockers_json(&l.blockers),
+            ])?;
+        }
+        insert_window.execute(params![
+            agent.agent_id,
+            sequence,
+            server.name,
+            server.pid,
+            server.start_time_unix_ms,
+            w.window_start_unix_ms,
+            w.window_end_unix_ms,
+            i(w.statements),
+            i(w.events),
+            i(w.dropped_events),
+            i(w.dropped_in_agent),
+            i(w.unmatched),
+            i(w.overflow_statements),
+        ])?;
+        let window_id = tx.last_insert_rowid();
+        for c in &w.commands {
+            insert_command.execute(params![window_id, c.command, i(c.count)])?;
+        }
+        if w.probes.is_some() || w.process.is_some() || w.aggregated_in_kernel > 0 {
+            let encoded = |m: Option<Vec<u8>>| m.unwrap_or_default();
+            insert_cost.execute(params![
+                window_id,
+                i(w.aggregated_in_kernel),
+                encoded(w.probes.as_ref().map(Message::encode_to_vec)),
+                encoded(w.process.as_ref().map(Message::encode_to_vec)),
+            ])?;
+        }
+        upsert_instance.execute(params![
+            agent.agent_id,
+            server.name,
+            server.pid,
+            server.start_time_unix_ms,
+            w.window_end_unix_ms
+        ])?;
+        for d in &w.digests {
+            insert_text.execute(params![i(d.digest), d.digest_text])?;
+            let histogram = d
+                .histogram
+                .as_ref()
+                .map(|h| blob::encode(h.buckets.iter().map(|b| (u64::from(b.index), b.count))))
+                .unwrap_or_default();
+            // Increasing codes, as the blob wants; a code sent twice adds up.
+            let mut codes: BTreeMap<u32, u64> = BTreeMap::new();
+            for e in &d.error_codes {
+                let slot = codes.entry(e.code).or_default();
+                *slot = slot.saturating_add(e.count);
+                if !e.sample_message.is_empty() {
+                    upsert_sample.execute(params![i(d.digest), e.code, e.sample_message, w.window_end_unix_ms])?;
+                }
+            }
+            let error_codes = blob::encode(codes.into_iter().map(|(code, count)| (u64::from(code), count)));
+            let waits = blob::encode_waits(d.waits.iter().map(|w| (w.class.as_str(), w.sum_ns, w.max_ns, w.statements)));
+            insert_digest.execute(params![
+                window_id,
+                server.name,
+                w.window_end_unix_ms,
+                i(d.digest),
+                i(d.count),
+                i(d.errors),
+                i(d.sum_ns),
+                i(d.min_ns),
+                i(d.max_ns),
+                histogram,
+                error_codes,
+                d.sample,
+                i(d.truncated),
+                waits,
+                i(d.estimated_count),
+            ])?;
+        }
+    }
+    let mut insert_agent_window = tx.prepare_cached(
+        "INSERT INTO agent_windows (agent_id, sequence, window_start, window_end, cost, host)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )?;
+    for w in &batch.agent_windows {
+        insert_agent_window.execute(params![
+            agent.agent_id,
+            sequence,
+            w.window_start_unix_ms,
+            w.window_end_unix_ms,
+            w.cost.as_ref().map(Message::encode_to_vec).unwrap_or_default(),
+            w.host.as_ref().map(Message::encode_to_vec).unwrap_or_default(),
+        ])?;
+    }
+    let mut insert_gap = tx.prepare_cached(
+        "INSERT OR IGNORE INTO gaps (agent_id, first_sequence, last_sequence, batches, lost_statements,
+             lost_windows, first_window_start_unix_ms, last_window_end_unix_ms, reason, received_unix_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+    )?;
+    for g in &batch.gaps {
+        insert_gap.execute(params![
+            agent.agent_id,
+            i(g.first_sequence),
+            i(g.last_sequence),
+            i(g.batches),
+            i(g.lost_statements),
+            g.lost_windows,
+            g.first_window_start_unix_ms,
+            g.last_window_end_unix_ms,
+            g.reason,
+            received,
+        ])?;
+    }
+    Ok(IngestOutcome { duplicate: false })
+}
+
+/// Blockers as stored: a JSON array, u64 ids exact (JSON numbers, not i64).
+fn blockers_json(blockers: &[Blocker]) -> String {
+    serde_json::Value::Array(
+        blockers
+            .iter()
+            .map(|b| {
+                serde_json::json!({
+                    "connection_id": b.connection_id,
+                    "transaction": b.transaction,
+                    "started_unix_ms": b.started_unix_ms,
+                    "statements": b.statements,
+                })
+            })
+            .collect(),
+    )
+    .to_string()
+}
+
+pub(super) fn prune(writer: &Mutex<Connection>, older_than_unix_ms: i64) -> Result<PruneOutcome, StoreError> {
+    let err = |e| error("prune", e);
+    let mut outcome = PruneOutcome::default();
+    // Chunks in separate transactions: the writer lock is released in
+    // between, so a large prune delays a batch by one chunk at most.
+    let chunked = |sql: &str| -> Result<u64, StoreError> {
+        let mut total = 0;
+        loop {
+            let mut conn = lock(writer);
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(err)?;
+            let mut deleted = 0;
+            for statement in sql.split(';').map(str::trim).filter(|s| !s.is_empty()) {
+                deleted = tx.execute(statement, params![older_than_unix_ms, PRUNE_CHUNK]).map_err(err)?;
+            }
+            tx.commit().map_err(err)?;
+            total += deleted as u64;
+            if (deleted as i64) < PRUNE_CHUNK {
+                return Ok(total);
+            }
+        }
+    };
+    outcome.digest_windows = chunked(
+        "DELETE FROM digest_windows WHERE rowid IN
+            (SELECT rowid FROM digest_windows WHERE window_end < ?1 LIMIT ?2)",
+    )?;
+    // The statements pick the same windows (same order, same
+    // transaction): commands and costs first, then their windows.
+    outcome.instance_windows = chunked(
+        "DELETE FROM window_commands WHERE window_id IN
+            (SELECT id FROM instance_windows WHERE window_end < ?1 ORDER BY id LIMIT ?2);
+         DELETE FROM instance_costs WHERE window_id IN
+            (SELECT id FROM instance_windows WHERE window_end < ?1 ORDER BY id LIMIT ?2);
+         DELETE FROM instance_windows WHERE id IN
+            (SELECT id FROM instance_windows WHERE window_end < ?1 ORDER BY id LIMIT ?2)",
+    )?;
+    outcome.agent_windows = chunked(
+        "DELETE FROM agent_windows WHERE id IN
+            (SELECT id FROM agent_windows WHERE window_end < ?1 ORDER BY id LIMIT ?2)",
+    )?;
+    outcome.lock_waits = chunked(
+        "DELETE FROM lock_waits WHERE id IN
+            (SELECT id FROM lock_waits WHERE start_unix_ms < ?1 ORDER BY id LIMIT ?2)",
+    )?;
+    outcome.batches = chunked(
+        "DELETE FROM batches WHERE (agent_id, sequence) IN
+            (SELECT agent_id, sequence FROM batches WHERE keep_until_unix_ms < ?1 LIMIT ?2)",
+    )?;
+    let mut conn = lock(writer);
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(err)?;
+    tx.execute_batch(&format!(
+        "DELETE FROM gaps WHERE received_unix_ms < {cut} AND last_window_end_unix_ms < {cut};
+         DELETE FROM agent_instances WHERE last_window_end_unix_ms < {cut};
+         DELETE FROM agents WHERE last_seen_unix_ms < {cut}
+             AND NOT EXISTS (SELECT 1 FROM batches b WHERE b.agent_id = agents.agent_id);
+         DELETE FROM digest_texts WHERE NOT EXISTS
+             (SELECT 1 FROM digest_windows d WHERE d.digest = digest_texts.digest);",
+        cut = older_than_unix_ms
+    ))
+    .map_err(err)?;
+    // A sample is as old as the newest window that brought its code.
+    outcome.error_samples =
+        tx.execute("DELETE FROM error_samples WHERE last_seen < ?1", [older_than_unix_ms]).map_err(err)? as u64;
+    tx.commit().map_err(err)?;
+    Ok(outcome)
+}
