@@ -1,4 +1,4 @@
-//! The text hash of in-kernel aggregation: FNV-1a over the statement text
+//! The text hash of the kernel digests: FNV-1a over the statement text
 //! with the values of number and single-quoted string literals left out,
 //! so `WHERE id=5` and `WHERE id=6` hash alike.
 //!

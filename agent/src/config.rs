@@ -1,12 +1,22 @@
-//! The one typed configuration of a role, merged from (lowest first)
-//! built-in defaults, a TOML file (`--config`), `SQLBEE_*` environment
-//! variables and command-line flags, then validated once at start.
-use std::{path::PathBuf, time::Duration};
+//! The one typed configuration of the agent. Every option is written once,
+//! as a field of [`AgentOptions`]: its flag, environment variable, default
+//! and help text are the field's clap attributes, and its TOML key is the
+//! field's name. Values are merged (lowest first) from the defaults, a TOML
+//! file (`--config`), `SQLBEE_*` environment variables and flags, then
+//! checked once at start; a bad value is reported by name.
+//!
+//! The file is applied through the same parser as the flags: each key
+//! becomes the flag of the same name, unless the environment or the
+//! command line already set that option. So a file value is checked and
+//! typed exactly like a flag, and an unknown key is an error that names it.
+use std::{ffi::OsString, path::PathBuf, time::Duration};
 
-use clap::{Args, ValueEnum};
+use clap::{CommandFactory, FromArgMatches, Parser, ValueEnum, parser::ValueSource};
 use serde::Deserialize;
 
 use agent_common::{DEFAULT_TEXT_LIMIT, MAX_TEXT};
+
+use crate::budget::Step;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -16,22 +26,22 @@ pub enum ConfigError {
         #[source]
         source: std::io::Error,
     },
-    #[error("config file {path} is not valid: {source}")]
+    #[error("config file {path} is not valid TOML: {source}")]
     Parse {
         path: PathBuf,
         #[source]
         source: toml::de::Error,
     },
-    #[error("`{field}` = {value:?} is not a duration; write it like 500ms, 10s or 2m")]
-    Duration { field: &'static str, value: String },
-    #[error("--collector {url:?} must start with http:// or https://")]
-    Collector { url: String },
+    #[error("config file {path}: unknown key `{key}`; the keys are the flags' names in snake_case: {known}")]
+    UnknownKey { path: PathBuf, key: String, known: String },
+    #[error("config file {path}: `{key}`: {detail}")]
+    FileValue { path: PathBuf, key: String, detail: String },
+    #[error("{0}")]
+    Args(String),
     #[error("collector connection settings: {0}")]
     Client(#[from] crate::client::ClientError),
     #[error("`{field}` = {value} is out of range: {expected}")]
     Range { field: &'static str, value: u64, expected: String },
-    #[error("{field} = {value:?}: expected a share such as 1% or 0.01, above 0 and at most 100%")]
-    Fraction { field: &'static str, value: String },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Deserialize)]
@@ -43,70 +53,72 @@ pub enum OutputFormat {
     Table,
 }
 
-/// Flags of `sqlbee agent`; every one can also come from the environment or
-/// the config file.
-#[derive(Args, Debug, Default, Clone)]
-pub struct AgentArgs {
-    /// TOML file with the same keys as these flags (snake_case).
+/// Every option of `sqlbee agent`, each written once. Flags win over
+/// `SQLBEE_*` variables, which win over the `--config` file, which wins
+/// over the defaults shown here.
+#[derive(Parser, Debug, Clone)]
+pub struct AgentOptions {
+    /// TOML file with the keys below (the flags' names in snake_case).
     #[arg(long, env = "SQLBEE_CONFIG")]
     pub config: Option<PathBuf>,
     /// Trace only these server pids (repeatable); default: every
     /// mariadbd/mysqld on the host. A traced server that restarts is
-    /// followed to its new pid.
-    #[arg(long = "pid", env = "SQLBEE_PID", value_delimiter = ',')]
+    /// followed to its new pid. TOML key: `pids`.
+    #[arg(long = "pid", id = "pids", value_name = "PID", env = "SQLBEE_PID", value_delimiter = ',')]
     pub pids: Vec<u32>,
     /// Stdout format; default jsonl, or none when --collector is given.
     #[arg(long, value_enum, env = "SQLBEE_OUTPUT")]
     pub output: Option<OutputFormat>,
     /// Ship windows to this collector (http://host:port or https://...).
-    #[arg(long, env = "SQLBEE_COLLECTOR")]
+    #[arg(long, env = "SQLBEE_COLLECTOR", value_parser = collector_url)]
     pub collector: Option<String>,
     /// Where the agent keeps its id, batch counter and spool.
-    #[arg(long, env = "SQLBEE_STATE_DIR")]
-    pub state_dir: Option<PathBuf>,
-    /// Spool size limit in bytes (default 512 MiB); when full the oldest
-    /// batches are dropped and reported as a gap.
-    #[arg(long, env = "SQLBEE_SPOOL_LIMIT")]
-    pub spool_limit: Option<u64>,
+    #[arg(long, env = "SQLBEE_STATE_DIR", default_value = "/var/lib/sqlbee")]
+    pub state_dir: PathBuf,
+    /// Spool size limit in bytes; when full the oldest batches are dropped
+    /// and reported as a gap.
+    #[arg(long, env = "SQLBEE_SPOOL_LIMIT", default_value_t = 512 << 20)]
+    pub spool_limit: u64,
     /// File holding the bearer token for the collector.
     #[arg(long, env = "SQLBEE_TOKEN_FILE")]
     pub token_file: Option<PathBuf>,
     /// CA certificate (PEM) to verify the collector.
     #[arg(long, env = "SQLBEE_CA_CERT")]
     pub ca_cert: Option<PathBuf>,
-    /// Client certificate and key (PEM) for mutual TLS.
+    /// Client certificate (PEM) for mutual TLS.
     #[arg(long, env = "SQLBEE_CLIENT_CERT")]
     pub client_cert: Option<PathBuf>,
+    /// Client private key (PEM) for mutual TLS.
     #[arg(long, env = "SQLBEE_CLIENT_KEY")]
     pub client_key: Option<PathBuf>,
-    /// Batches per second when replaying a backlog (default 20).
-    #[arg(long, env = "SQLBEE_REPLAY_RATE")]
-    pub replay_rate: Option<u32>,
-    /// Length of an aggregation window, e.g. 10s.
-    #[arg(long, env = "SQLBEE_WINDOW")]
-    pub window: Option<String>,
-    /// Statement text bytes captured per statement (max 16384).
-    #[arg(long, env = "SQLBEE_TEXT_LIMIT")]
-    pub text_limit: Option<u32>,
+    /// Batches per second when replaying a backlog.
+    #[arg(long, env = "SQLBEE_REPLAY_RATE", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
+    pub replay_rate: u32,
+    /// Length of an aggregation window (100ms..=1h).
+    #[arg(long, env = "SQLBEE_WINDOW", default_value = "10s", value_parser = duration)]
+    pub window: Duration,
+    /// Statement text bytes captured per statement (at most 16384).
+    #[arg(long, env = "SQLBEE_TEXT_LIMIT", default_value_t = DEFAULT_TEXT_LIMIT)]
+    pub text_limit: u32,
     /// Digests kept per instance per window; the rest are counted in an
     /// overflow row.
-    #[arg(long, env = "SQLBEE_MAX_DIGESTS")]
-    pub max_digests: Option<usize>,
-    /// Kernel ring buffer per server, bytes (power of two).
-    #[arg(long, env = "SQLBEE_RING_BYTES")]
-    pub ring_bytes: Option<u32>,
-    /// How often the ring buffers are drained, e.g. 100ms.
-    #[arg(long, env = "SQLBEE_DRAIN_INTERVAL")]
-    pub drain_interval: Option<String>,
+    #[arg(long, env = "SQLBEE_MAX_DIGESTS", default_value_t = 5000)]
+    pub max_digests: usize,
+    /// Kernel ring buffer per server, bytes (a power of two).
+    #[arg(long, env = "SQLBEE_RING_BYTES", default_value_t = 8 << 20)]
+    pub ring_bytes: u32,
+    /// How often the ring buffers are drained.
+    #[arg(long, env = "SQLBEE_DRAIN_INTERVAL", default_value = "100ms", value_parser = duration)]
+    pub drain_interval: Duration,
     /// Stop after this long (default: run until SIGINT/SIGTERM).
-    #[arg(long, env = "SQLBEE_DURATION")]
-    pub duration: Option<String>,
+    #[arg(long, env = "SQLBEE_DURATION", value_parser = duration)]
+    pub duration: Option<Duration>,
     /// Write this file once the initial servers are attached.
     #[arg(long, env = "SQLBEE_READY_FILE")]
     pub ready_file: Option<PathBuf>,
     /// Rows per window in `--output table`.
-    #[arg(long, env = "SQLBEE_TABLE_ROWS")]
-    pub table_rows: Option<usize>,
+    #[arg(long, env = "SQLBEE_TABLE_ROWS", default_value_t = 20)]
+    pub table_rows: usize,
     /// Also attach the wait-class probes (`waits` per digest and one
     /// lock-wait record per long wait). They trap whenever a thread waits,
     /// including each connection's idle network read: about one more trap
@@ -118,13 +130,16 @@ pub struct AgentArgs {
     /// trap per command. Without it per-command counts count statements.
     #[arg(long, env = "SQLBEE_COMMAND_PROBE")]
     pub command_probe: bool,
-    /// CPU the agent allows itself, in cores (default 1), enforced by its
+    /// Every optional probe: `--wait-probes --command-probe`.
+    #[arg(long, env = "SQLBEE_ALL_PROBES")]
+    pub all_probes: bool,
+    /// CPU the agent allows itself, in cores (0.01..=64), enforced by its
     /// own cgroup.
-    #[arg(long, env = "SQLBEE_CPU_LIMIT")]
-    pub cpu_limit: Option<f64>,
-    /// Memory the agent allows itself, MiB (default 1024).
-    #[arg(long, env = "SQLBEE_MEMORY_LIMIT_MIB")]
-    pub memory_limit_mib: Option<u64>,
+    #[arg(long, env = "SQLBEE_CPU_LIMIT", default_value_t = 1.0)]
+    pub cpu_limit: f64,
+    /// Memory the agent allows itself, MiB (64..=1048576).
+    #[arg(long, env = "SQLBEE_MEMORY_LIMIT_MIB", default_value_t = 1024)]
+    pub memory_limit_mib: u64,
     /// Do not move the agent into its own cgroup (limits not enforced).
     #[arg(long, env = "SQLBEE_NO_CGROUP")]
     pub no_cgroup: bool,
@@ -132,99 +147,48 @@ pub struct AgentArgs {
     #[arg(long, env = "SQLBEE_METRICS_LISTEN")]
     pub metrics_listen: Option<String>,
     /// Text hashes counted in the kernel (slots per server): their
-    /// statements are aggregated there instead of sent one by one. 0 sends
+    /// statements are counted there instead of sent one by one. 0 sends
     /// every statement. Default: as many as 32 MiB of per-CPU maps hold,
     /// at most 4096. Off with `--wait-probes`, whose lock-wait records need
     /// every statement of every connection.
     #[arg(long, env = "SQLBEE_KERNEL_DIGESTS")]
     pub kernel_digests: Option<u32>,
     /// Budget mode: keep the probes' CPU in mysqld under this share of
-    /// mysqld's own CPU (e.g. `1%`) by attaching them part of the time.
-    /// Counts then sample the attached time; the agent marks them as
-    /// estimates and reports the attached fraction.
-    #[arg(long, env = "SQLBEE_MYSQLD_OVERHEAD_BUDGET")]
-    pub mysqld_overhead_budget: Option<String>,
-    /// Budget mode: one attach-and-detach cycle (default 10s). Every
+    /// mysqld's own CPU (e.g. `1%` or `0.01`) by attaching them part of
+    /// the time. Counts then sample the attached time; the agent marks
+    /// them as estimates and reports the attached fraction.
+    #[arg(long, env = "SQLBEE_MYSQLD_OVERHEAD_BUDGET", value_parser = fraction)]
+    pub mysqld_overhead_budget: Option<f64>,
+    /// Budget mode: one attach-and-detach cycle (100ms..=10min). Every
     /// switch costs mysqld CPU of its own (about 30 ms a cycle measured
     /// here at 8k QPS), so a 1 s cycle alone spent 5x a 1% budget; shorter
     /// cycles sample time more evenly.
-    #[arg(long, env = "SQLBEE_DUTY_PERIOD")]
-    pub duty_period: Option<String>,
+    #[arg(long, env = "SQLBEE_DUTY_PERIOD", default_value = "10s", value_parser = duration)]
+    pub duty_period: Duration,
     /// The agent never sheds less than this step (see README, Shedding):
     /// `no-samples` or `known-texts-only` keep it there even when calm.
-    #[arg(long, env = "SQLBEE_SHEDDING_FLOOR", value_enum)]
-    pub shedding_floor: Option<crate::budget::Step>,
-    /// Every optional probe: `--wait-probes --command-probe`.
-    #[arg(long, env = "SQLBEE_ALL_PROBES")]
-    pub all_probes: bool,
+    #[arg(long, env = "SQLBEE_SHEDDING_FLOOR", value_enum, default_value_t = Step::Exact)]
+    pub shedding_floor: Step,
     /// Report each wait at least this long as a lock-wait record with
-    /// candidate blockers (default 50ms; 0 turns it off).
-    #[arg(long, env = "SQLBEE_LOCK_WAIT_THRESHOLD")]
-    pub lock_wait_threshold: Option<String>,
+    /// candidate blockers (0 turns it off).
+    #[arg(long, env = "SQLBEE_LOCK_WAIT_THRESHOLD", default_value = "50ms", value_parser = duration)]
+    pub lock_wait_threshold: Duration,
 }
 
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct AgentFile {
-    pids: Option<Vec<u32>>,
-    output: Option<OutputFormat>,
-    collector: Option<String>,
-    state_dir: Option<PathBuf>,
-    spool_limit: Option<u64>,
-    token_file: Option<PathBuf>,
-    ca_cert: Option<PathBuf>,
-    client_cert: Option<PathBuf>,
-    client_key: Option<PathBuf>,
-    replay_rate: Option<u32>,
-    window: Option<String>,
-    text_limit: Option<u32>,
-    max_digests: Option<usize>,
-    ring_bytes: Option<u32>,
-    drain_interval: Option<String>,
-    duration: Option<String>,
-    ready_file: Option<PathBuf>,
-    table_rows: Option<usize>,
-    wait_probes: Option<bool>,
-    command_probe: Option<bool>,
-    lock_wait_threshold: Option<String>,
-    cpu_limit: Option<f64>,
-    memory_limit_mib: Option<u64>,
-    cgroup: Option<bool>,
-    metrics_listen: Option<String>,
-    kernel_digests: Option<u32>,
-    mysqld_overhead_budget: Option<String>,
-    duty_period: Option<String>,
-    shedding_floor: Option<crate::budget::Step>,
-}
-
-/// Validated agent configuration.
+/// Validated agent configuration: the options as given, and what the
+/// stages need worked out from them.
 #[derive(Clone, Debug)]
 pub struct AgentConfig {
-    pub pids: Vec<u32>,
+    pub options: AgentOptions,
     /// None: nothing on stdout (shipping only).
     pub output: Option<OutputFormat>,
     pub ship: Option<crate::ship::ShipConfig>,
-    pub window: Duration,
-    pub text_limit: u32,
-    pub max_digests: usize,
-    pub ring_bytes: u32,
-    pub drain_interval: Duration,
-    pub duration: Option<Duration>,
-    pub ready_file: Option<PathBuf>,
-    pub table_rows: usize,
     pub wait_probes: bool,
     pub command_probe: bool,
-    /// Slots of the in-kernel digest per server; 0: off.
+    /// Slots of the kernel digests per server; 0: off.
     pub kernel_digests: u32,
-    /// Budget mode: the probes' share of mysqld's CPU (0.01 for 1%).
-    pub mysqld_overhead_budget: Option<f64>,
-    /// Budget mode: one attach-and-detach cycle.
-    pub duty_period: Duration,
     /// None: `--no-cgroup`.
     pub budget: Option<crate::budget::BudgetConfig>,
-    /// The least the agent sheds.
-    pub shedding_floor: crate::budget::Step,
-    pub metrics_listen: Option<String>,
     /// Waits at least this long become lock-wait records (0: off).
     pub long_wait_us: u32,
     /// How often /proc is rescanned for started, restarted or gone servers.
@@ -232,109 +196,18 @@ pub struct AgentConfig {
     pub normalize_cache: usize,
 }
 
-impl AgentArgs {
-    pub fn resolve(self) -> Result<AgentConfig, ConfigError> {
-        let file = match &self.config {
-            Some(path) => {
-                let text = std::fs::read_to_string(path)
-                    .map_err(|source| ConfigError::Read { path: path.clone(), source })?;
-                toml::from_str(&text).map_err(|source| ConfigError::Parse { path: path.clone(), source })?
-            }
-            None => AgentFile::default(),
-        };
-        let pids = if self.pids.is_empty() { file.pids.unwrap_or_default() } else { self.pids };
-        let window = duration("window", self.window.or(file.window).as_deref().unwrap_or("10s"))?;
-        let drain_interval =
-            duration("drain_interval", self.drain_interval.or(file.drain_interval).as_deref().unwrap_or("100ms"))?;
-        let run_for = self.duration.or(file.duration).map(|d| duration("duration", &d)).transpose()?;
-        let text_limit = self.text_limit.or(file.text_limit).unwrap_or(DEFAULT_TEXT_LIMIT);
-        let ring_bytes = self.ring_bytes.or(file.ring_bytes).unwrap_or(8 * 1024 * 1024);
-        let max_digests = self.max_digests.or(file.max_digests).unwrap_or(5000);
-        let collector = self.collector.or(file.collector);
-        let output = match (self.output.or(file.output), &collector) {
-            (Some(format), _) => Some(format),
-            (None, Some(_)) => None,
-            (None, None) => Some(OutputFormat::Jsonl),
-        };
-        let ship = match collector {
-            None => None,
-            Some(url) => {
-                if !(url.starts_with("http://") || url.starts_with("https://")) {
-                    return Err(ConfigError::Collector { url });
-                }
-                let rate = self.replay_rate.or(file.replay_rate).unwrap_or(20).max(1);
-                let token =
-                    self.token_file.or(file.token_file).as_deref().map(crate::client::read_token_file).transpose()?;
-                let target = crate::client::ClientOptions {
-                    url,
-                    token,
-                    ca_cert: self.ca_cert.or(file.ca_cert),
-                    client_cert: self.client_cert.or(file.client_cert),
-                    client_key: self.client_key.or(file.client_key),
-                    request_timeout: Some(Duration::from_secs(10)),
-                    ..Default::default()
-                };
-                // Checked now so a bad URL or TLS file stops the agent at start.
-                crate::client::endpoint(&target)?;
-                Some(crate::ship::ShipConfig {
-                    target,
-                    state_dir: self.state_dir.or(file.state_dir).unwrap_or_else(|| PathBuf::from("/var/lib/sqlbee")),
-                    spool_limit_bytes: self.spool_limit.or(file.spool_limit).unwrap_or(512 << 20),
-                    max_batch_bytes: 4 << 20,
-                    replay_interval: Duration::from_secs(1) / rate,
-                    shutdown_grace: Duration::from_secs(5),
-                    host: crate::procfs::hostname(),
-                })
-            }
-        };
-        let config = AgentConfig {
-            pids,
-            output,
-            ship,
-            window,
-            text_limit,
-            max_digests,
-            ring_bytes,
-            drain_interval,
-            duration: run_for,
-            ready_file: self.ready_file.or(file.ready_file),
-            table_rows: self.table_rows.or(file.table_rows).unwrap_or(20),
-            wait_probes: self.all_probes || self.wait_probes || file.wait_probes.unwrap_or(false),
-            command_probe: self.all_probes || self.command_probe || file.command_probe.unwrap_or(false),
-            kernel_digests: match self.kernel_digests.or(file.kernel_digests) {
-                _ if self.all_probes || self.wait_probes || file.wait_probes.unwrap_or(false) => 0,
-                Some(slots) => slots,
-                None => default_kernel_digests(),
-            },
-            mysqld_overhead_budget: self
-                .mysqld_overhead_budget
-                .or(file.mysqld_overhead_budget)
-                .map(|v| fraction("mysqld_overhead_budget", &v))
-                .transpose()?,
-            duty_period: duration("duty_period", self.duty_period.or(file.duty_period).as_deref().unwrap_or("10s"))?,
-            budget: (!self.no_cgroup && file.cgroup.unwrap_or(true)).then(|| crate::budget::BudgetConfig {
-                cpu_cores: self.cpu_limit.or(file.cpu_limit).unwrap_or(1.0),
-                memory_bytes: self.memory_limit_mib.or(file.memory_limit_mib).unwrap_or(1024) << 20,
-            }),
-            shedding_floor: self.shedding_floor.or(file.shedding_floor).unwrap_or_default(),
-            metrics_listen: self.metrics_listen.or(file.metrics_listen),
-            long_wait_us: {
-                let value = self.lock_wait_threshold.or(file.lock_wait_threshold).unwrap_or_else(|| "50ms".into());
-                let threshold = if value.trim() == "0" { Duration::ZERO } else { duration("lock_wait_threshold", &value)? };
-                threshold.as_micros().min(u32::MAX as u128) as u32
-            },
-            rescan_interval: Duration::from_millis(500),
-            normalize_cache: 20_000,
-        };
-        config.validate()?;
-        Ok(config)
-    }
-}
-
 const MAX_KERNEL_DIGESTS: u32 = agent_common::kernel_digests::MAX_SLOTS;
 
+/// `250ms`, `10s`, `5m`, `2h`, `7d`; `0` is zero.
+fn duration(value: &str) -> Result<Duration, String> {
+    if value.trim() == "0" {
+        return Ok(Duration::ZERO);
+    }
+    sqlbee_common::duration::parse(value).map_err(|e| e.to_string())
+}
+
 /// `1%`, `0.5 %` or `0.01`: a fraction in (0, 1].
-fn fraction(field: &'static str, value: &str) -> Result<f64, ConfigError> {
+fn fraction(value: &str) -> Result<f64, String> {
     let value = value.trim();
     let parsed = match value.strip_suffix('%') {
         Some(percent) => percent.trim().parse::<f64>().map(|p| p / 100.0),
@@ -342,31 +215,184 @@ fn fraction(field: &'static str, value: &str) -> Result<f64, ConfigError> {
     };
     match parsed {
         Ok(f) if f > 0.0 && f <= 1.0 => Ok(f),
-        _ => Err(ConfigError::Fraction { field, value: value.to_string() }),
+        _ => Err(format!("{value:?}: expected a share such as 1% or 0.01, above 0 and at most 100%")),
     }
 }
 
-/// Slots that fit 32 MiB of kernel digests (two epochs, one copy per
-/// CPU), between 64 and 4096.
+fn collector_url(url: &str) -> Result<String, String> {
+    if url.starts_with("http://") || url.starts_with("https://") {
+        Ok(url.to_string())
+    } else {
+        Err(format!("{url:?} must start with http:// or https://"))
+    }
+}
+
+/// Slots that fit 32 MiB of kernel digests (two epochs, one copy per CPU),
+/// between 64 and 4096.
 fn default_kernel_digests() -> u32 {
     let cpus = aya::util::nr_cpus().map(|n| n.get()).unwrap_or(1) as usize;
     let per_slot = 2 * cpus * std::mem::size_of::<agent_common::SlotStats>();
     ((32usize << 20) / per_slot).clamp(64, 4096) as u32
 }
 
+impl AgentOptions {
+    /// Options from `args` (what follows `sqlbee agent`), the process's
+    /// environment and the file `--config` names, merged and checked.
+    pub fn resolve<I, T>(args: I) -> Result<AgentConfig, ConfigError>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<OsString> + Clone,
+    {
+        let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+        let parse = |args: &[OsString]| {
+            command()
+                .try_get_matches_from(args)
+                .map_err(|e| ConfigError::Args(e.render().to_string().trim_end().to_string()))
+        };
+        let matches = parse(&args)?;
+        let given = AgentOptions::from_arg_matches(&matches).map_err(|e| ConfigError::Args(e.to_string()))?;
+        let options = match &given.config {
+            None => given,
+            Some(path) => {
+                let mut merged = args.clone();
+                merged.extend(file_args(path, &matches)?);
+                let matches = parse(&merged)?;
+                AgentOptions::from_arg_matches(&matches).map_err(|e| ConfigError::Args(e.to_string()))?
+            }
+        };
+        options.into_config()
+    }
+
+    fn into_config(self) -> Result<AgentConfig, ConfigError> {
+        let wait_probes = self.all_probes || self.wait_probes;
+        let output = match (self.output, &self.collector) {
+            (Some(format), _) => Some(format),
+            (None, Some(_)) => None,
+            (None, None) => Some(OutputFormat::Jsonl),
+        };
+        let ship = match &self.collector {
+            None => None,
+            Some(url) => {
+                let token = self.token_file.as_deref().map(crate::client::read_token_file).transpose()?;
+                let target = crate::client::ClientOptions {
+                    url: url.clone(),
+                    token,
+                    ca_cert: self.ca_cert.clone(),
+                    client_cert: self.client_cert.clone(),
+                    client_key: self.client_key.clone(),
+                    request_timeout: Some(Duration::from_secs(10)),
+                    ..Default::default()
+                };
+                // Checked now so a bad URL or TLS file stops the agent at start.
+                crate::client::endpoint(&target)?;
+                Some(crate::ship::ShipConfig {
+                    target,
+                    state_dir: self.state_dir.clone(),
+                    spool_limit_bytes: self.spool_limit,
+                    max_batch_bytes: 4 << 20,
+                    replay_interval: Duration::from_secs(1) / self.replay_rate.max(1),
+                    shutdown_grace: Duration::from_secs(5),
+                    host: crate::procfs::hostname(),
+                })
+            }
+        };
+        let config = AgentConfig {
+            output,
+            ship,
+            wait_probes,
+            command_probe: self.all_probes || self.command_probe,
+            kernel_digests: match self.kernel_digests {
+                _ if wait_probes => 0,
+                Some(slots) => slots,
+                None => default_kernel_digests(),
+            },
+            budget: (!self.no_cgroup).then(|| crate::budget::BudgetConfig {
+                cpu_cores: self.cpu_limit,
+                memory_bytes: self.memory_limit_mib << 20,
+            }),
+            long_wait_us: self.lock_wait_threshold.as_micros().min(u32::MAX as u128) as u32,
+            rescan_interval: Duration::from_millis(500),
+            normalize_cache: 20_000,
+            options: self,
+        };
+        config.validate()?;
+        Ok(config)
+    }
+}
+
+/// The options as a command of their own: what follows `sqlbee agent`.
+fn command() -> clap::Command {
+    AgentOptions::command().no_binary_name(true).name("sqlbee agent")
+}
+
+/// The file's keys as flags, for the options neither the command line nor
+/// the environment set. Each value is checked here, alone, so an error
+/// names its key and the file.
+fn file_args(path: &std::path::Path, matches: &clap::ArgMatches) -> Result<Vec<OsString>, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.into(), source })?;
+    let table: toml::Table = toml::from_str(&text).map_err(|source| ConfigError::Parse { path: path.into(), source })?;
+    let command = command();
+    let known = || {
+        command.get_arguments().filter(|a| a.get_id() != "config").map(|a| a.get_id().to_string()).collect::<Vec<_>>()
+    };
+    let mut out = Vec::new();
+    for (key, value) in table {
+        // The one key older files spelled otherwise.
+        let (key, value) = match (key.as_str(), value) {
+            ("cgroup", toml::Value::Boolean(on)) => ("no_cgroup".to_string(), toml::Value::Boolean(!on)),
+            (_, value) => (key, value),
+        };
+        let bad = |detail: String| ConfigError::FileValue { path: path.into(), key: key.clone(), detail };
+        let arg = command
+            .get_arguments()
+            .find(|a| a.get_id() == key.as_str() && key != "config")
+            .ok_or_else(|| ConfigError::UnknownKey { path: path.into(), key: key.clone(), known: known().join(", ") })?;
+        if matches!(matches.value_source(&key), Some(ValueSource::CommandLine | ValueSource::EnvVariable)) {
+            continue;
+        }
+        let flag = format!("--{}", arg.get_long().unwrap_or(&key));
+        let takes_value = arg.get_action().takes_values();
+        let values = match value {
+            toml::Value::Array(items) => items,
+            one => vec![one],
+        };
+        let mut args = Vec::new();
+        for value in values {
+            match (value, takes_value) {
+                (toml::Value::Boolean(true), false) => args.push(OsString::from(&flag)),
+                (toml::Value::Boolean(false), false) => {}
+                (_, false) => return Err(bad("expected true or false".into())),
+                (toml::Value::String(s), true) => args.push(format!("{flag}={s}").into()),
+                (toml::Value::Integer(n), true) => args.push(format!("{flag}={n}").into()),
+                (toml::Value::Float(x), true) => args.push(format!("{flag}={x}").into()),
+                (toml::Value::Boolean(b), true) => args.push(format!("{flag}={b}").into()),
+                (other, true) => return Err(bad(format!("{other} is not a value this option takes"))),
+            }
+        }
+        // Checked alone, so the message is about this key.
+        if let Err(e) = command.clone().try_get_matches_from(&args) {
+            let detail = e.render().to_string();
+            return Err(bad(detail.lines().next().unwrap_or("invalid value").trim_start_matches("error: ").to_string()));
+        }
+        out.extend(args);
+    }
+    Ok(out)
+}
+
 impl AgentConfig {
     fn validate(&self) -> Result<(), ConfigError> {
+        let o = &self.options;
         let range = |field, value: u64, ok: bool, expected: &str| {
             if ok { Ok(()) } else { Err(ConfigError::Range { field, value, expected: expected.to_string() }) }
         };
-        range("text_limit", self.text_limit as u64, self.text_limit as usize <= MAX_TEXT, &format!("0..={MAX_TEXT}"))?;
+        range("text_limit", o.text_limit as u64, o.text_limit as usize <= MAX_TEXT, &format!("0..={MAX_TEXT}"))?;
         range(
             "ring_bytes",
-            self.ring_bytes as u64,
-            self.ring_bytes.is_power_of_two() && self.ring_bytes >= 4096 && self.ring_bytes <= 1 << 30,
+            o.ring_bytes as u64,
+            o.ring_bytes.is_power_of_two() && o.ring_bytes >= 4096 && o.ring_bytes <= 1 << 30,
             "a power of two between 4096 and 1073741824",
         )?;
-        range("max_digests", self.max_digests as u64, (1..=1_000_000).contains(&self.max_digests), "1..=1000000")?;
+        range("max_digests", o.max_digests as u64, (1..=1_000_000).contains(&o.max_digests), "1..=1000000")?;
         let digests_ok = self.kernel_digests <= MAX_KERNEL_DIGESTS;
         range("kernel_digests", self.kernel_digests as u64, digests_ok, &format!("0..={MAX_KERNEL_DIGESTS}"))?;
         if let Some(budget) = &self.budget {
@@ -381,56 +407,120 @@ impl AgentConfig {
             let mib = budget.memory_bytes >> 20;
             range("memory_limit_mib", mib, (64..=1 << 20).contains(&mib), "64..=1048576")?;
         }
-        let ms = self.window.as_millis() as u64;
+        let ms = o.window.as_millis() as u64;
         range("window", ms, (100..=3_600_000).contains(&ms), "100ms..=1h")?;
-        let ms = self.duty_period.as_millis() as u64;
+        let ms = o.duty_period.as_millis() as u64;
         range("duty_period", ms, (100..=600_000).contains(&ms), "100ms..=10min")?;
-        let ms = self.drain_interval.as_millis() as u64;
-        range("drain_interval", ms, (1..=10_000).contains(&ms) && self.drain_interval <= self.window, "1ms..=10s and at most the window")?;
+        let ms = o.drain_interval.as_millis() as u64;
+        range("drain_interval", ms, (1..=10_000).contains(&ms) && o.drain_interval <= o.window, "1ms..=10s and at most the window")?;
         Ok(())
     }
-}
-
-/// A duration flag or key, with the field named in the error.
-pub fn duration(field: &'static str, value: &str) -> Result<Duration, ConfigError> {
-    sqlbee_common::duration::parse(value).map_err(|_| ConfigError::Duration { field, value: value.to_string() })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// Tests that set `SQLBEE_*` variables hold this, and every test that
+    /// resolves options too, so none sees another's environment.
+    static ENV: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    fn resolve(args: &[&str]) -> Result<AgentConfig, ConfigError> {
+        AgentOptions::resolve(args.iter().map(|a| a.to_string()))
+    }
+
+    fn temp_file(name: &str, text: &str) -> (PathBuf, PathBuf) {
+        let dir = std::env::temp_dir().join(format!("sqlbee-config-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("agent.toml");
+        std::fs::write(&path, text).unwrap();
+        (dir, path)
+    }
+
     #[test]
     fn durations() {
-        assert_eq!(duration("w", "250ms").unwrap(), Duration::from_millis(250));
-        assert_eq!(duration("w", "10s").unwrap(), Duration::from_secs(10));
-        assert_eq!(duration("w", "2m").unwrap(), Duration::from_secs(120));
-        assert_eq!(duration("w", "7d").unwrap(), Duration::from_secs(7 * 86_400));
-        assert!(duration("w", "soon").unwrap_err().to_string().contains("500ms"));
+        assert_eq!(duration("250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(duration("10s").unwrap(), Duration::from_secs(10));
+        assert_eq!(duration("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(duration("7d").unwrap(), Duration::from_secs(7 * 86_400));
+        assert_eq!(duration("0").unwrap(), Duration::ZERO);
+        assert!(duration("soon").unwrap_err().contains("10s"));
     }
 
     #[test]
     fn validation_names_the_field() {
-        let args = AgentArgs { text_limit: Some(1 << 20), ..Default::default() };
-        let err = args.resolve().unwrap_err().to_string();
+        let _env = ENV.lock().unwrap_or_else(|e| e.into_inner());
+        let err = resolve(&["--text-limit", "1048576"]).unwrap_err().to_string();
         assert!(err.contains("text_limit"), "{err}");
-        let args = AgentArgs { ring_bytes: Some(5000), ..Default::default() };
-        assert!(args.resolve().unwrap_err().to_string().contains("power of two"));
+        assert!(resolve(&["--ring-bytes", "5000"]).unwrap_err().to_string().contains("power of two"));
+        let err = resolve(&["--window", "soon"]).unwrap_err().to_string();
+        assert!(err.contains("--window") && err.contains("soon"), "{err}");
+        let err = resolve(&["--collector", "collector:7878"]).unwrap_err().to_string();
+        assert!(err.contains("http://"), "{err}");
+        let err = resolve(&["--mysqld-overhead-budget", "200%"]).unwrap_err().to_string();
+        assert!(err.contains("1%"), "{err}");
+    }
+
+    /// defaults < file < environment < flags, each option on its own.
+    #[test]
+    fn precedence_is_defaults_file_environment_flags() {
+        let _env = ENV.lock().unwrap_or_else(|e| e.into_inner());
+        let (dir, path) = temp_file(
+            "precedence",
+            "window = \"5s\"\ntext_limit = 1024\nmax_digests = 7\nwait_probes = true\npids = [11, 12]\n\
+             shedding_floor = \"no-samples\"\nmysqld_overhead_budget = \"2%\"\n",
+        );
+        let config = resolve(&["--config", path.to_str().unwrap()]).unwrap();
+        let o = &config.options;
+        assert_eq!(o.window, Duration::from_secs(5), "file over default");
+        assert_eq!((o.text_limit, o.max_digests, o.pids.as_slice()), (1024, 7, &[11, 12][..]));
+        assert!(config.wait_probes && o.shedding_floor == Step::NoSamples);
+        assert_eq!(o.mysqld_overhead_budget, Some(0.02));
+        assert_eq!(o.ring_bytes, 8 << 20, "default where nobody said anything");
+
+        // SAFETY: ENV serialises every test of this module that reads or
+        // writes the environment.
+        unsafe {
+            std::env::set_var("SQLBEE_TEXT_LIMIT", "2000");
+            std::env::set_var("SQLBEE_MAX_DIGESTS", "9");
+        }
+        let config = resolve(&["--config", path.to_str().unwrap(), "--max-digests", "11"]);
+        // SAFETY: as above.
+        unsafe {
+            std::env::remove_var("SQLBEE_TEXT_LIMIT");
+            std::env::remove_var("SQLBEE_MAX_DIGESTS");
+        }
+        let config = config.unwrap();
+        let o = &config.options;
+        assert_eq!(o.window, Duration::from_secs(5), "file");
+        assert_eq!(o.text_limit, 2000, "environment over file");
+        assert_eq!(o.max_digests, 11, "flag over environment and file");
+        std::fs::remove_dir_all(dir).ok();
     }
 
     #[test]
-    fn file_then_flags() {
-        let dir = std::env::temp_dir().join(format!("sqlbee-config-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("agent.toml");
-        std::fs::write(&path, "window = \"5s\"\ntext_limit = 1024\n").unwrap();
-        let args = AgentArgs { config: Some(path.clone()), text_limit: Some(2048), ..Default::default() };
-        let config = args.resolve().unwrap();
-        assert_eq!(config.window, Duration::from_secs(5));
-        assert_eq!(config.text_limit, 2048);
-        std::fs::write(&path, "windw = \"5s\"\n").unwrap();
-        let args = AgentArgs { config: Some(path), ..Default::default() };
-        assert!(args.resolve().unwrap_err().to_string().contains("windw"));
+    fn older_cgroup_key_still_reads() {
+        let _env = ENV.lock().unwrap_or_else(|e| e.into_inner());
+        let (dir, path) = temp_file("legacy", "cgroup = false\n");
+        assert!(resolve(&["--config", path.to_str().unwrap()]).unwrap().budget.is_none());
+        assert!(resolve(&[]).unwrap().budget.is_some());
         std::fs::remove_dir_all(dir).ok();
+    }
+
+    #[test]
+    fn file_errors_name_the_key() {
+        let _env = ENV.lock().unwrap_or_else(|e| e.into_inner());
+        for (name, text, expected) in [
+            ("unknown", "windw = \"5s\"\n", "unknown key `windw`"),
+            ("value", "text_limit = \"lots\"\n", "`text_limit`"),
+            ("duration", "window = \"soon\"\n", "`window`"),
+            ("flag", "wait_probes = \"yes\"\n", "`wait_probes`: expected true or false"),
+            ("config", "config = \"/other.toml\"\n", "unknown key `config`"),
+        ] {
+            let (dir, path) = temp_file(name, text);
+            let err = resolve(&["--config", path.to_str().unwrap()]).unwrap_err().to_string();
+            assert!(err.contains(expected) && err.contains("agent.toml"), "{name}: {err}");
+            std::fs::remove_dir_all(dir).ok();
+        }
     }
 }

@@ -22,7 +22,7 @@ enum Role {
     /// Trace mariadbd/mysqld processes on this host and report per-digest
     /// statistics per window.
     #[cfg(feature = "agent")]
-    Agent(sqlbee::config::AgentArgs),
+    Agent(sqlbee::config::AgentOptions),
     /// Trace mariadbd/mysqld processes (not in this build).
     #[cfg(not(feature = "agent"))]
     #[command(disable_help_flag = true)]
@@ -110,7 +110,7 @@ mod agent {
     };
 
     use anyhow::Context as _;
-    use sqlbee::{config::AgentArgs, pipeline};
+    use sqlbee::{config::AgentOptions, pipeline};
 
     static STOP: AtomicBool = AtomicBool::new(false);
 
@@ -118,8 +118,11 @@ mod agent {
         STOP.store(true, Ordering::Relaxed);
     }
 
-    pub fn run(args: AgentArgs) -> anyhow::Result<()> {
-        let config = args.resolve().context("invalid agent configuration")?;
+    /// `_parsed` showed the command line is well formed; the options are
+    /// resolved again from it with the config file and the environment.
+    pub fn run(_parsed: AgentOptions) -> anyhow::Result<()> {
+        // `sqlbee agent ARGS...`: the role is the first argument.
+        let config = AgentOptions::resolve(std::env::args_os().skip(2)).context("invalid agent configuration")?;
         let stop = Arc::new(AtomicBool::new(false));
         install_signal_handlers();
         let watcher_stop = stop.clone();

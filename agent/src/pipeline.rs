@@ -68,7 +68,7 @@ type MetricsPage = Arc<std::sync::Mutex<String>>;
 /// Batches in flight between the probe and aggregate threads.
 const CHANNEL_BATCHES: usize = 256;
 
-/// Runs the agent until `stop` is set (or `config.duration` passes).
+/// Runs the agent until `stop` is set (or `config.options.duration` passes).
 pub fn run_agent(config: AgentConfig, stop: Arc<AtomicBool>) -> Result<(), PipelineError> {
     let host = crate::procfs::hostname();
     // First, before any thread exists: the cgroup then holds all of them.
@@ -76,24 +76,25 @@ pub fn run_agent(config: AgentConfig, stop: Arc<AtomicBool>) -> Result<(), Pipel
     let budget = config.budget.map(SelfLimit::apply).transpose()?;
     let metrics_page = MetricsPage::default();
     let metrics = config
+        .options
         .metrics_listen
         .as_deref()
         .map(|addr| serve_metrics(addr, metrics_page.clone(), stop.clone()))
         .transpose()?;
     let mut supervisor = Supervisor::new(ProbeConfig {
-        text_limit: config.text_limit,
-        ring_bytes: config.ring_bytes,
+        text_limit: config.options.text_limit,
+        ring_bytes: config.options.ring_bytes,
         waits: config.wait_probes,
         commands: config.command_probe,
         long_wait_us: config.long_wait_us,
         digest_slots: config.kernel_digests,
-        overhead_budget: config.mysqld_overhead_budget,
-        duty_period: config.duty_period,
+        overhead_budget: config.options.mysqld_overhead_budget,
+        duty_period: config.options.duty_period,
     });
 
     // Explicit pids must work at start: a wrong pid or binary is an error.
     let mut watched_instances = Vec::new();
-    for &pid in &config.pids {
+    for &pid in &config.options.pids {
         let server = discover::server_by_pid(pid, &host)?;
         watched_instances.push(server.instance.clone());
         supervisor.attach(server)?;
@@ -111,7 +112,7 @@ pub fn run_agent(config: AgentConfig, stop: Arc<AtomicBool>) -> Result<(), Pipel
     if supervisor.attached().next().is_none() {
         warn!("no mariadbd/mysqld found yet; waiting for one to start");
     }
-    if let Some(path) = &config.ready_file {
+    if let Some(path) = &config.options.ready_file {
         let pids: Vec<String> = supervisor.attached().map(|s| s.pid.to_string()).collect();
         std::fs::write(path, pids.join("\n"))?;
     }
@@ -148,7 +149,7 @@ fn probe_loop(
     budget: Option<&Applied>,
 ) {
     let mut cost = CostMeter::new();
-    let mut shedder = Shedder::with_floor(config.shedding_floor);
+    let mut shedder = Shedder::with_floor(config.options.shedding_floor);
     let mut host_sampler = HostSampler::new("/proc", "/sys");
     // `pids`: the servers watched in the window, including any detached
     // just before it closed (at exit).
@@ -168,11 +169,11 @@ fn probe_loop(
     // Baselines, so the first window already has rates.
     let _ = close_window(supervisor, &watched(supervisor));
     let started = Instant::now();
-    let mut next_window = started + config.window;
+    let mut next_window = started + config.options.window;
     let mut next_scan = started + config.rescan_interval;
     let mut batches = Vec::new();
     loop {
-        let stopping = stop.load(Ordering::Relaxed) || config.duration.is_some_and(|d| started.elapsed() >= d);
+        let stopping = stop.load(Ordering::Relaxed) || config.options.duration.is_some_and(|d| started.elapsed() >= d);
         let now = Instant::now();
         let closing = stopping || now >= next_window;
         let pids = if closing { watched(supervisor) } else { Vec::new() };
@@ -198,12 +199,12 @@ fn probe_loop(
             if tx.send(Message::WindowEnd(close_window(supervisor, &pids))).is_err() || stopping {
                 return;
             }
-            next_window += config.window;
+            next_window += config.options.window;
             if next_window < now {
-                next_window = now + config.window;
+                next_window = now + config.options.window;
             }
         }
-        thread::sleep(config.drain_interval);
+        thread::sleep(config.options.drain_interval);
     }
 }
 
@@ -213,7 +214,7 @@ fn aggregate_loop(
     ship: Option<ShipStage>,
     metrics_page: Option<MetricsPage>,
 ) -> Result<(), PipelineError> {
-    let mut aggregator = Aggregator::new(Normalizer::new(config.normalize_cache), config.max_digests, SystemTime::now());
+    let mut aggregator = Aggregator::new(Normalizer::new(config.normalize_cache), config.options.max_digests, SystemTime::now());
     let stdout = std::io::stdout();
     let mut window_start = SystemTime::now();
     while let Ok(message) = rx.recv() {
@@ -234,7 +235,7 @@ fn aggregate_loop(
                 for report in &reports {
                     match config.output {
                         Some(OutputFormat::Jsonl) => output::write_jsonl(&mut out, report)?,
-                        Some(OutputFormat::Table) => output::write_table(&mut out, report, config.table_rows)?,
+                        Some(OutputFormat::Table) => output::write_table(&mut out, report, config.options.table_rows)?,
                         None => {}
                     }
                 }

@@ -5,7 +5,7 @@
 //!
 //! 0. `exact`: the default. Known texts are counted in the kernel, every
 //!    other statement is sent with its text.
-//! 1. `no-samples`: the kernel stops sending each aggregated text's one
+//! 1. `no-samples`: the kernel stops sending each kernel-counted text's one
 //!    sample per window (fresh sample texts and the hash check pause).
 //!    Nothing that is counted changes.
 //! 2. `known-texts-only`: statements whose text the agent has not

@@ -45,7 +45,7 @@ pub struct ProbeConfig {
     pub commands: bool,
     /// Report each wait at least this long (us) on its own; 0: never.
     pub long_wait_us: u32,
-    /// Slots of the in-kernel aggregate; 0 sends every statement.
+    /// Slots of the kernel digests; 0 sends every statement.
     pub digest_slots: u32,
     /// Budget mode: the probes' CPU as a fraction of mysqld's (0.01 = 1%).
     pub overhead_budget: Option<f64>,
@@ -282,7 +282,7 @@ impl AttachedServer {
     }
 
     /// Tells the programs the agent's shedding step (no-op without
-    /// in-kernel aggregation, whose maps carry it).
+    /// the kernel digests, whose maps carry it).
     pub fn set_shedding(&mut self, step: u32) -> Result<(), ProbeError> {
         match &mut self.kernel_digests {
             Some(kernel_digests) => kernel_digests.set_shedding(step),

@@ -25,7 +25,7 @@ pub struct Statement {
     pub error_ns: u64,
     /// The message the server sent with `error_code`, when sampled.
     pub error_message: Option<String>,
-    /// Text hash of in-kernel aggregation when later statements of this
+    /// Text hash of the kernel digests when later statements of this
     /// hash come as kernel digests; 0 otherwise.
     pub text_hash: u64,
     /// Counted in a kernel digest already: only a sample of its text.

@@ -27,7 +27,7 @@ pub struct CostArgs {
     pub rates: Vec<u32>,
     /// Agent configurations: exact, no-samples, known-texts-only (shedding
     /// steps pinned with --shedding-floor) and events (no in-kernel
-    /// aggregation: every statement sent to user space).
+    /// digests: every statement sent to user space).
     #[arg(long, value_delimiter = ',', default_value = "exact,no-samples,known-texts-only,events")]
     pub steps: Vec<String>,
     #[arg(long, default_value = "oltp_point_select")]

@@ -57,17 +57,17 @@ pub const TREATMENTS: &[Treatment] = &[
     // The wait probes' own cost on the one-trap design. A required flag, not
     // `if_known`: builds without it attach the command probe too, which
     // would measure something else under this name. `--wait-probes` also
-    // turns in-kernel aggregation off, so `sqlbee-events` is the baseline
+    // turns the kernel digests off, so `sqlbee-events` is the baseline
     // that leaves only the wait traps as the difference.
     Treatment {
         name: "sqlbee-waits",
-        about: "sqlbee agent, default probes plus the wait probes (no in-kernel aggregation)",
+        about: "sqlbee agent, default probes plus the wait probes (no kernel digests)",
         setup: Setup::Agent { flags: &["--wait-probes"], if_known: &[] },
     },
-    // The design before in-kernel aggregation, for the side-by-side cost.
+    // The design before kernel digests, for the side-by-side cost.
     Treatment {
         name: "sqlbee-events",
-        about: "sqlbee agent sending every statement to user space (no in-kernel aggregation)",
+        about: "sqlbee agent sending every statement to user space (no kernel digests)",
         setup: Setup::Agent { flags: &[], if_known: &["--kernel-digests=0"] },
     },
     Treatment {

@@ -1,7 +1,7 @@
 //! The kernel's text hash (`agent_common::text_hash`) against the
 //! normalizer: equal hashes must mean equal digests, and the hash must
 //! still group what differs only in literal values, or in-kernel
-//! aggregation would save nothing.
+//! kernel digests would save nothing.
 use std::collections::HashMap;
 
 use agent_common::text_hash::hash;
