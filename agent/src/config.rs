@@ -16,7 +16,7 @@ use serde::Deserialize;
 
 use agent_common::{DEFAULT_TEXT_LIMIT, MAX_TEXT};
 
-use crate::budget::Step;
+use crate::{budget::Step, normalize::Samples};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -169,6 +169,13 @@ pub struct AgentOptions {
     /// `no-samples` or `known-texts-only` keep it there even when calm.
     #[arg(long, env = "SQLBEE_SHEDDING_FLOOR", value_enum, default_value_t = Step::Exact)]
     pub shedding_floor: Step,
+    /// Statement samples (one per digest per window, and the waiting
+    /// statement of a lock wait): `redacted` replaces every literal with
+    /// `?`, `raw` keeps them (statements that carry a password or key are
+    /// redacted all the same), `off` sends none. Error messages quote no
+    /// value unless `raw`.
+    #[arg(long, env = "SQLBEE_SAMPLES", value_enum, default_value_t = Samples::Redacted)]
+    pub samples: Samples,
     /// Report each wait at least this long as a lock-wait record with
     /// candidate blockers (0 turns it off).
     #[arg(long, env = "SQLBEE_LOCK_WAIT_THRESHOLD", default_value = "50ms", value_parser = duration)]

@@ -71,6 +71,10 @@ const CHANNEL_BATCHES: usize = 256;
 /// Runs the agent until `stop` is set (or `config.options.duration` passes).
 pub fn run_agent(config: AgentConfig, stop: Arc<AtomicBool>) -> Result<(), PipelineError> {
     let host = crate::procfs::hostname();
+    if config.options.samples == crate::normalize::Samples::Raw {
+        warn!("--samples raw: statement samples and error messages keep their literal values (passwords and keys \
+            excepted) and leave this host as they are; the default, redacted, replaces them with ?");
+    }
     // First, before any thread exists: the cgroup then holds all of them.
     // Dropped when this function returns, which leaves and removes it.
     let budget = config.budget.map(SelfLimit::apply).transpose()?;
@@ -214,7 +218,8 @@ fn aggregate_loop(
     ship: Option<ShipStage>,
     metrics_page: Option<MetricsPage>,
 ) -> Result<(), PipelineError> {
-    let mut aggregator = Aggregator::new(Normalizer::new(config.normalize_cache), config.options.max_digests, SystemTime::now());
+    let mut aggregator = Aggregator::new(Normalizer::new(config.normalize_cache), config.options.max_digests, SystemTime::now())
+        .with_samples(config.options.samples);
     let stdout = std::io::stdout();
     let mut window_start = SystemTime::now();
     while let Ok(message) = rx.recv() {

@@ -20,7 +20,10 @@ use std::{
 
 use agent_common::{LongWait, wait_class};
 
-use crate::{normalize::Digest, probe::Statement};
+use crate::{
+    normalize::{Digest, Samples},
+    probe::Statement,
+};
 
 const MAX_CONNECTIONS: usize = 10_000;
 const MAX_TXN_STATEMENTS: usize = 8;
@@ -194,11 +197,10 @@ impl LockTracker {
         }
     }
 
-    pub fn statement(&mut self, s: &Statement, digest: &Digest) {
+    pub fn statement(&mut self, s: &Statement, digest: &Digest, samples: Samples) {
         for p in self.pending.iter_mut().filter(|p| p.statement.is_none()) {
             if p.wait.tid == s.tid && p.wait.statement_start_ns == s.start_ns {
-                let end = s.text.len().min(super::MAX_SAMPLE);
-                p.statement = Some((digest.clone(), String::from_utf8_lossy(&s.text[..end]).into_owned()));
+                p.statement = Some((digest.clone(), samples.statement(&s.text, super::MAX_SAMPLE)));
             }
         }
         if self.connections.len() >= MAX_CONNECTIONS && !self.connections.contains_key(&s.connection_id) {
@@ -277,7 +279,7 @@ mod tests {
 
         fn run(&mut self, connection: u64, start: u64, end: u64, sql: &str) {
             let digest = self.normalizer.normalize(sql.as_bytes());
-            self.tracker.statement(&statement(connection, start, end, sql), &digest);
+            self.tracker.statement(&statement(connection, start, end, sql), &digest, Samples::Raw);
         }
 
         /// A wait of `connection`'s statement that started at `statement_start`.
@@ -526,7 +528,7 @@ mod tests {
     fn connections_are_bounded_by_forgetting_the_longest_idle() {
         let mut tracker = LockTracker::default();
         let run = |tracker: &mut LockTracker, connection: u64, start: u64, sql: &str| {
-            tracker.statement(&statement(connection, start, start + 1, sql), &Digest::from_text(sql));
+            tracker.statement(&statement(connection, start, start + 1, sql), &Digest::from_text(sql), Samples::Raw);
         };
         run(&mut tracker, 1, 1, "BEGIN");
         run(&mut tracker, 1, 3, "UPDATE t SET a = ?");

@@ -24,7 +24,7 @@ use agent_common::kernel_digests::FIRST_AGENT_BUCKET;
 use tracing::warn;
 
 use crate::{
-    normalize::{Digest, Normalizer},
+    normalize::{Digest, Normalizer, Samples},
     budget::ProbeCost,
     probe::{Counters, KernelDigest, ProbeBatch, Statement},
 };
@@ -82,7 +82,7 @@ impl DigestStats {
         }
     }
 
-    fn record(&mut self, statement: &Statement) {
+    fn record(&mut self, statement: &Statement, samples: Samples) {
         self.count += 1;
         let ns = statement.duration_ns;
         self.sum_ns = self.sum_ns.saturating_add(ns);
@@ -93,7 +93,7 @@ impl DigestStats {
             self.errors += 1;
             *self.error_codes.entry(statement.error_code).or_default() += 1;
             if let Some(message) = &statement.error_message {
-                self.error_messages.entry(statement.error_code).or_insert_with(|| message.clone());
+                self.error_messages.entry(statement.error_code).or_insert_with(|| samples.message(message));
             }
         }
         for (stats, waited) in self.waits.iter_mut().zip(statement.waits) {
@@ -107,7 +107,7 @@ impl DigestStats {
             self.truncated += 1;
         }
         if self.sample.is_empty() && !statement.text.is_empty() {
-            self.sample = sample_text(&statement.text);
+            self.sample = samples.statement(&statement.text, MAX_SAMPLE);
         }
     }
 
@@ -126,9 +126,6 @@ impl DigestStats {
     }
 }
 
-fn sample_text(text: &[u8]) -> String {
-    String::from_utf8_lossy(&text[..text.len().min(MAX_SAMPLE)]).into_owned()
-}
 
 /// Health and exact totals of one instance over one window.
 #[derive(Clone, Debug, Default)]
@@ -189,7 +186,13 @@ impl InstanceWindow {
 
 /// A sample of a kernel-aggregated hash: refreshes the hash's sample text
 /// and checks that its text still has the hash's digest.
-fn check_sample(texts: &mut HashMap<u64, KernelText>, statement: &Statement, digest: &Digest, conflicts: &mut u64) {
+fn check_sample(
+    texts: &mut HashMap<u64, KernelText>,
+    statement: &Statement,
+    digest: &Digest,
+    conflicts: &mut u64,
+    samples: Samples,
+) {
     let Some(known) = texts.get_mut(&statement.text_hash) else { return };
     if known.digest.id != digest.id {
         *conflicts += 1;
@@ -197,7 +200,7 @@ fn check_sample(texts: &mut HashMap<u64, KernelText>, statement: &Statement, dig
             "two digests share a kernel text hash; their counts are merged under the first");
         return;
     }
-    known.sample = sample_text(&statement.text);
+    known.sample = samples.statement(&statement.text, MAX_SAMPLE);
 }
 
 pub struct Aggregator {
@@ -213,6 +216,8 @@ pub struct Aggregator {
     kernel_texts: HashMap<ServerKey, HashMap<u64, KernelText>>,
     /// Samples whose digest differed from their hash's (should never be).
     hash_conflicts: u64,
+    /// What becomes of statement text before it is kept as a sample.
+    samples: Samples,
 }
 
 /// One attached server generation: instance, pid, start time.
@@ -235,7 +240,14 @@ impl Aggregator {
             locks: HashMap::new(),
             kernel_texts: HashMap::new(),
             hash_conflicts: 0,
+            samples: Samples::default(),
         }
+    }
+
+    /// Samples kept as `samples` says (redacted by default).
+    pub fn with_samples(mut self, samples: Samples) -> Self {
+        self.samples = samples;
+        self
     }
 
     pub fn ingest(&mut self, batch: ProbeBatch) {
@@ -252,16 +264,16 @@ impl Aggregator {
         for statement in &batch.statements {
             let digest = digest_of(&mut self.normalizer, statement);
             if statement.sample {
-                check_sample(texts, statement, &digest, &mut self.hash_conflicts);
+                check_sample(texts, statement, &digest, &mut self.hash_conflicts, self.samples);
                 continue;
             }
             if statement.text_hash != 0 {
                 texts
                     .entry(statement.text_hash)
-                    .or_insert_with(|| KernelText { digest: digest.clone(), sample: sample_text(&statement.text) });
+                    .or_insert_with(|| KernelText { digest: digest.clone(), sample: self.samples.statement(&statement.text, MAX_SAMPLE) });
             }
-            locks.statement(statement, &digest);
-            window.stats_for(&digest, self.max_digests, 1).record(statement);
+            locks.statement(statement, &digest, self.samples);
+            window.stats_for(&digest, self.max_digests, 1).record(statement, self.samples);
         }
         for kernel in &batch.kernel {
             // Cannot happen (a hash is forgotten only after its last

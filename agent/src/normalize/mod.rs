@@ -26,16 +26,21 @@
 //! Known differences from the server: hex strings `X'..'` group with other
 //! literals (MariaDB keeps them apart as `(unknown)`), and function names
 //! that are not sqlparser keywords keep their case (`now()` vs `NOW()`).
+//!
+//! `redact` is the other way out for statement text: samples and error
+//! messages with their literal values replaced, in the statement's shape.
 
 mod cache;
 mod digest;
 mod lexer;
+pub mod redact;
 
 use std::sync::Arc;
 
 pub use cache::CacheStats;
 use cache::TextCache;
 pub use digest::MAX_DIGEST_TEXT;
+pub use redact::Samples;
 
 /// What a statement text normalizes to.
 #[derive(Clone, Debug, PartialEq, Eq)]

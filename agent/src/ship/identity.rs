@@ -5,6 +5,7 @@
 use std::{
     fs,
     io::Write,
+    os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt},
     path::{Path, PathBuf},
 };
 
@@ -20,11 +21,37 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> ShipError + '_ {
     move |source| ShipError::State { path: path.to_path_buf(), source }
 }
 
-/// Writes `bytes` to `path` so that a crash leaves either the old or the
-/// new content, never a torn file.
+/// Files the agent writes hold statement data and its identity: only its
+/// own user reads them.
+pub const FILE_MODE: u32 = 0o600;
+pub const DIR_MODE: u32 = 0o700;
+
+/// Creates `dir` (and its parents) readable by the agent's user only, or
+/// narrows an existing one to that.
+pub fn private_dir(dir: &Path) -> Result<(), ShipError> {
+    fs::DirBuilder::new().recursive(true).mode(DIR_MODE).create(dir).map_err(io(dir))?;
+    let mode = fs::metadata(dir).map_err(io(dir))?.permissions().mode() & 0o777;
+    if mode != DIR_MODE {
+        tracing::info!(dir = %dir.display(), from = format!("{mode:o}"), to = format!("{DIR_MODE:o}"),
+            "narrowing the permissions of the agent's state directory");
+        fs::set_permissions(dir, fs::Permissions::from_mode(DIR_MODE)).map_err(io(dir))?;
+    }
+    Ok(())
+}
+
+/// Writes `bytes` to `path` (mode 0600) so that a crash leaves either the
+/// old or the new content, never a torn file.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ShipError> {
     let tmp = path.with_extension("tmp");
-    let mut file = fs::File::create(&tmp).map_err(io(&tmp))?;
+    // A leftover from a crash keeps its mode when truncated: start afresh.
+    let _ = fs::remove_file(&tmp);
+    let mut file = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(FILE_MODE)
+        .open(&tmp)
+        .map_err(io(&tmp))?;
     file.write_all(bytes).map_err(io(&tmp))?;
     file.sync_all().map_err(io(&tmp))?;
     fs::rename(&tmp, path).map_err(io(path))?;
@@ -39,7 +66,7 @@ impl Identity {
     /// sequence found on disk (the spool may be ahead of the counter file
     /// only if the counter was lost).
     pub fn load(state_dir: &Path, min_next: u64) -> Result<Self, ShipError> {
-        fs::create_dir_all(state_dir).map_err(io(state_dir))?;
+        private_dir(state_dir)?;
         let id_file = state_dir.join("agent-id");
         let agent_id = match fs::read_to_string(&id_file) {
             Ok(id) if !id.trim().is_empty() => id.trim().to_string(),

@@ -17,6 +17,8 @@ mod write;
 mod tests;
 
 use std::{
+    fs,
+    os::unix::fs::{OpenOptionsExt, PermissionsExt},
     path::Path,
     sync::{Mutex, MutexGuard},
 };
@@ -27,6 +29,28 @@ use sqlbee_proto::v1::{AgentWindowRow, Batch, CostSummary, InstanceInfo, LockWai
 use super::{HostsQuery, IngestOutcome, LocksQuery, PruneOutcome, Store, StoreError, TopQuery, TotalsQuery};
 
 pub use schema::SCHEMA_VERSION;
+
+/// The store holds every agent's statements: only the collector's user may
+/// read it. SQLite gives its `-wal` and `-shm` files the database file's
+/// mode, so creating that file 0600 (or narrowing it) covers all three.
+fn private_file(path: &Path) -> std::io::Result<()> {
+    fs::OpenOptions::new().write(true).create(true).truncate(false).mode(0o600).open(path)?;
+    let mode = fs::metadata(path)?.permissions().mode() & 0o777;
+    if mode != 0o600 {
+        tracing::warn!(path = %path.display(), from = format!("{mode:o}"), "narrowing the store's permissions to 0600");
+        fs::set_permissions(path, fs::Permissions::from_mode(0o600))?;
+    }
+    for side in ["-wal", "-shm"] {
+        let mut name = path.as_os_str().to_owned();
+        name.push(side);
+        if let Ok(meta) = fs::metadata(&name)
+            && meta.permissions().mode() & 0o077 != 0
+        {
+            fs::set_permissions(&name, fs::Permissions::from_mode(0o600))?;
+        }
+    }
+    Ok(())
+}
 
 /// A SQLite error as a store error, telling a full disk apart: a client
 /// retries both, but an operator needs to know which one it is.
@@ -65,6 +89,7 @@ pub(super) fn instance_filter(instance: &Option<String>, column: &str) -> String
 
 impl SqliteStore {
     pub fn open(path: &Path) -> Result<SqliteStore, StoreError> {
+        private_file(path).map_err(|source| StoreError::Open { path: path.display().to_string(), source: source.into() })?;
         let open_err = |source: rusqlite::Error| StoreError::Open { path: path.display().to_string(), source: source.into() };
         let mut writer = Connection::open(path).map_err(open_err)?;
         schema::configure(&writer).map_err(open_err)?;
