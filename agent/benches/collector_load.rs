@@ -5,7 +5,9 @@
 //! `cargo bench -p sqlbee --bench collector_load -- [AGENTS] [HOURS] [WINDOW_S] [DIGESTS] [REPEATS]`
 //! (defaults 100 agents, 24 h of 60 s windows, 20 digests per window, each
 //! query timed 3 times). The report is named after the span, for example
-//! `<date>-collector-load-168h.md` for a week.
+//! `<date>-collector-load-168h.md` for a week. `--synchronous=normal` runs
+//! the store without durable acknowledgements (`-normal` in the name), to
+//! measure what durability costs.
 use std::{
     fmt::Write as _,
     process::{Command, Stdio},
@@ -99,13 +101,15 @@ fn window(agent: u64, end_ms: i64, window_ms: i64, digests: u64, seed: &mut u64)
 fn main() {
     let (agents, hours, window_s, digests) = (arg(0, 100), arg(1, 24), arg(2, 60), arg(3, 20));
     let repeats = arg(4, 3).max(1) as usize;
+    let normal = std::env::args().any(|a| a == "--synchronous=normal");
+    let store_options = if normal { "?synchronous=normal" } else { "" };
     let dir = std::env::temp_dir().join(format!("sqlbee-collector-load-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let ready = dir.join("ready");
     let mut collector = Command::new(env!("CARGO_BIN_EXE_sqlbee"))
         .args(["collector", "--listen", "127.0.0.1:0", "--retention", "30d"])
-        .arg(format!("--store=sqlite:{}", dir.join("store.db").display()))
+        .arg(format!("--store=sqlite:{}{store_options}", dir.join("store.db").display()))
         .arg("--ready-file")
         .arg(&ready)
         .env("SQLBEE_LOG", "warn")
@@ -223,7 +227,8 @@ fn main() {
         md,
         "{agents} simulated agents, {hours} h of {window_s} s windows each ({windows_per_agent} windows per agent), \
          {digests} digests per window, {WINDOWS_PER_BATCH} windows per batch, 8 concurrent gRPC senders, \
-         SQLite store (WAL), {} cores shared by the load generator and the collector.\n",
+         SQLite store (WAL, synchronous={}), {} cores shared by the load generator and the collector.\n",
+        if normal { "NORMAL" } else { "FULL, durable acknowledgements" },
         std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0)
     );
     let _ = writeln!(md, "| measure | value |\n|---|---|");
@@ -246,5 +251,6 @@ fn main() {
     let date = String::from_utf8(Command::new("date").arg("+%Y-%m-%d").output().unwrap().stdout).unwrap();
     let out = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../benches/results");
     std::fs::create_dir_all(&out).unwrap();
-    std::fs::write(out.join(format!("{}-collector-load-{hours}h.md", date.trim())), md).unwrap();
+    let mode = if normal { "-normal" } else { "" };
+    std::fs::write(out.join(format!("{}-collector-load-{hours}h{mode}.md", date.trim())), md).unwrap();
 }

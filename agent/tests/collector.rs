@@ -187,6 +187,55 @@ async fn tokens_are_required_when_configured() {
     assert_eq!(row(&top, 1)["count"], 1);
 }
 
+/// A database host's token cannot read the fleet, a reader's cannot send,
+/// a token bound to agent ids sends for those agents only, and a new
+/// tokens file takes effect on SIGHUP (a broken one changes nothing).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ingest_and_read_tokens_are_separate_and_reload_on_sighup() {
+    let dir = TempDir::new("roles");
+    let tokens = dir.path().join("tokens");
+    std::fs::write(&tokens, "ingest host-token agents=web-1
+read reader-token
+").unwrap();
+    let collector = Collector::start(&["--tokens".into(), tokens.display().to_string()]);
+    let url = collector.http_url();
+    let as_token = |t: &str| ClientOptions { token: Some(t.into()), ..plain(&url) };
+    let b = |agent: &str, sequence| {
+        batch(agent, sequence, vec![window(INSTANCE, 1, now_ms(), vec![digest(9, "SELECT ?", &[1000])])])
+    };
+
+    let mut host = ingest_client(&as_token("host-token")).await;
+    assert!(!push(&mut host, b("web-1", 1)).await.unwrap().duplicate);
+    let err = push(&mut host, b("db-7", 1)).await.unwrap_err();
+    assert_eq!(err.code(), Code::PermissionDenied, "{err:?}");
+    assert!(err.message().contains("web-1"), "{err:?}");
+    let err = query_client(&as_token("host-token")).await.instances(InstancesRequest {}).await.unwrap_err();
+    assert_eq!(err.code(), Code::PermissionDenied, "a host's token reads nothing: {err:?}");
+
+    let err = push(&mut ingest_client(&as_token("reader-token")).await, b("web-1", 2)).await.unwrap_err();
+    assert_eq!(err.code(), Code::PermissionDenied, "{err:?}");
+    let instances = query_client(&as_token("reader-token")).await.instances(InstancesRequest {}).await.unwrap();
+    assert_eq!(instances.into_inner().instances.len(), 1, "only web-1's batch was stored");
+
+    let hup = |collector: &Collector| {
+        let pid = collector.pid();
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(pid as i32, libc::SIGHUP) };
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    std::fs::write(&tokens, "read new-reader
+").unwrap();
+    hup(&collector);
+    assert!(query_client(&as_token("new-reader")).await.instances(InstancesRequest {}).await.is_ok());
+    let err = query_client(&as_token("reader-token")).await.instances(InstancesRequest {}).await.unwrap_err();
+    assert_eq!(err.code(), Code::Unauthenticated, "the old token is gone: {err:?}");
+    std::fs::write(&tokens, "garbage line with too many fields
+").unwrap();
+    hup(&collector);
+    assert!(query_client(&as_token("new-reader")).await.instances(InstancesRequest {}).await.is_ok(), "kept");
+    assert!(collector.stderr_text().contains("not reloaded"), "{}", collector.stderr_text());
+}
+
 /// Sends already-encoded bytes as a Push request, to send what the typed
 /// client cannot: invalid UTF-8 in a string field.
 mod raw {
@@ -1050,5 +1099,28 @@ async fn agent_histograms_keep_their_percentiles_through_the_wire_and_the_merge(
     for key in ["p50_ns", "p95_ns", "p99_ns", "min_ns", "max_ns"] {
         assert_eq!(merged[key], agent[key], "{key}: collector {merged:#} against agent {agent:#}");
     }
+    collector.stop();
+}
+
+/// A batch the collector acknowledged is stored: killed with SIGKILL right
+/// after its last answer and restarted, the collector has every batch
+/// (the store commits, with `synchronous=FULL`, before it answers).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_batches_survive_a_kill_right_after_the_answer() {
+    let mut collector = Collector::start(&[]);
+    let url = collector.http_url();
+    let mut ingest = ingest_client(&plain(&url)).await;
+    let now = now_ms();
+    for sequence in 1..=20u64 {
+        let end = now - 20_000 + sequence as i64 * 500;
+        let pushed = push(&mut ingest, batch("agent-kill", sequence, vec![window(INSTANCE, 100, end, vec![digest(0x77, "SELECT ?", &[1000; 3])])]))
+            .await
+            .unwrap();
+        assert!(!pushed.duplicate);
+    }
+    collector.kill9();
+    collector.restart();
+    let top = top_json(&collector.http_url(), &[]);
+    assert_eq!(row(&top, 0x77)["count"], 60, "{top:#}");
     collector.stop();
 }

@@ -1,8 +1,25 @@
 //! Bearer-token check for the Ingest and Query services (not for health,
-//! which load balancers probe without credentials). Tokens come from a
-//! file, one per line; without a file every caller is let in. Runs before
-//! the request body is read, so a refused caller costs no decoding.
-use std::{path::Path, sync::Arc};
+//! which load balancers probe without credentials). Runs before the
+//! request body is read, so a refused caller costs no decoding.
+//!
+//! Tokens come from a file, one per line, reloaded on SIGHUP; without a
+//! file every caller is let in. A token is for ingest, for reading, or
+//! both, so that a database host's token cannot read the fleet:
+//!
+//! ```text
+//! # role   token        [agents=ID,ID]   (role: ingest, read or both)
+//! ingest   3f9a0c...    agents=web-1,web-2
+//! read     77c1b2...
+//! 77c1b2...                              a token alone: both, as before
+//! ```
+//!
+//! An ingest token bound to agent ids stores batches of those agents only
+//! (checked by the Ingest service, which sees the batch: see
+//! [`BoundAgents`]).
+use std::{
+    path::{Path, PathBuf},
+    sync::{Arc, RwLock},
+};
 
 use tonic::{Request, Status, service::Interceptor};
 
@@ -18,12 +35,51 @@ pub enum AuthError {
     Empty { path: String },
     #[error("{path}:{line}: a token must be printable ASCII without spaces")]
     BadToken { path: String, line: usize },
+    #[error("{path}:{line}: expected `[ingest|read|both] TOKEN [agents=ID,ID...]`, found {found:?}")]
+    BadLine { path: String, line: usize, found: String },
 }
 
-/// Accepted tokens; None: no authentication.
+/// What a service needs a token to allow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    Ingest,
+    Read,
+}
+
+#[derive(Clone, Debug)]
+struct Token {
+    secret: Vec<u8>,
+    ingest: bool,
+    read: bool,
+    /// Agent ids an ingest token may send for; None: any.
+    agents: Option<Arc<Vec<String>>>,
+}
+
+/// The agent ids the caller's token is bound to, put in the request's
+/// extensions for the Ingest service to check against the batch.
+#[derive(Clone, Debug)]
+pub struct BoundAgents(pub Arc<Vec<String>>);
+
+impl BoundAgents {
+    /// Refuses a batch of an agent the token is not bound to.
+    pub fn check(&self, agent_id: &str) -> Result<(), Status> {
+        if self.0.iter().any(|a| a == agent_id) {
+            Ok(())
+        } else {
+            Err(Status::permission_denied(format!(
+                "this token may send batches of agents {:?} only, not of {agent_id:?}",
+                self.0
+            )))
+        }
+    }
+}
+
+/// The accepted tokens, shared by both services and replaced whole on
+/// reload; None: no authentication.
 #[derive(Clone, Default)]
 pub struct Auth {
-    tokens: Option<Arc<Vec<Vec<u8>>>>,
+    tokens: Arc<RwLock<Option<Arc<Vec<Token>>>>>,
+    path: Option<PathBuf>,
 }
 
 /// Never prints the tokens themselves.
@@ -33,37 +89,82 @@ impl std::fmt::Debug for Auth {
     }
 }
 
+fn parse(path: &Path) -> Result<Vec<Token>, AuthError> {
+    let shown = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|source| AuthError::Read { path: shown.clone(), source })?;
+    let mut tokens = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let bad_line = || AuthError::BadLine { path: shown.clone(), line: n + 1, found: line.chars().take(16).collect() };
+        let (role, secret, rest) = match fields.as_slice() {
+            [secret] => ("both", *secret, &[][..]),
+            [role, secret, rest @ ..] if rest.len() <= 1 => (*role, *secret, rest),
+            _ => return Err(bad_line()),
+        };
+        let (ingest, read) = match role {
+            "ingest" => (true, false),
+            "read" => (false, true),
+            "both" => (true, true),
+            _ => return Err(bad_line()),
+        };
+        let agents = match rest {
+            [] => None,
+            [bound] => {
+                let ids = bound.strip_prefix("agents=").ok_or_else(bad_line)?;
+                Some(Arc::new(ids.split(',').filter(|a| !a.is_empty()).map(str::to_string).collect()))
+            }
+            _ => return Err(bad_line()),
+        };
+        if !secret.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(AuthError::BadToken { path: shown, line: n + 1 });
+        }
+        tokens.push(Token { secret: secret.as_bytes().to_vec(), ingest, read, agents });
+    }
+    if tokens.is_empty() {
+        return Err(AuthError::Empty { path: shown });
+    }
+    Ok(tokens)
+}
+
 impl Auth {
     pub fn open() -> Auth {
-        Auth { tokens: None }
+        Auth::default()
     }
 
     pub fn from_file(path: &Path) -> Result<Auth, AuthError> {
-        let shown = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| AuthError::Read { path: shown.clone(), source })?;
-        let mut tokens = Vec::new();
-        for (n, line) in text.lines().enumerate() {
-            let line = line.trim();
-            if line.is_empty() || line.starts_with('#') {
-                continue;
-            }
-            if !line.bytes().all(|b| b.is_ascii_graphic()) {
-                return Err(AuthError::BadToken { path: shown, line: n + 1 });
-            }
-            tokens.push(line.as_bytes().to_vec());
-        }
-        if tokens.is_empty() {
-            return Err(AuthError::Empty { path: shown });
-        }
-        Ok(Auth { tokens: Some(Arc::new(tokens)) })
+        let tokens = parse(path)?;
+        Ok(Auth { tokens: Arc::new(RwLock::new(Some(Arc::new(tokens)))), path: Some(path.to_path_buf()) })
+    }
+
+    /// Reads the tokens file again (on SIGHUP). A file that fails to read
+    /// or parse changes nothing: the tokens in force stay.
+    pub fn reload(&self) -> Result<usize, AuthError> {
+        let Some(path) = &self.path else { return Ok(0) };
+        let tokens = parse(path)?;
+        let count = tokens.len();
+        *self.tokens.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(tokens));
+        Ok(count)
     }
 
     pub fn token_count(&self) -> usize {
-        self.tokens.as_ref().map_or(0, |t| t.len())
+        self.current().map_or(0, |t| t.len())
     }
 
-    fn check(&self, header: Option<&[u8]>) -> Result<(), Status> {
-        let Some(tokens) = &self.tokens else { return Ok(()) };
+    fn current(&self) -> Option<Arc<Vec<Token>>> {
+        self.tokens.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The interceptor for a service that needs `role`.
+    pub fn gate(&self, role: Role) -> Gate {
+        Gate { auth: self.clone(), role }
+    }
+
+    fn check(&self, role: Role, header: Option<&[u8]>) -> Result<Option<BoundAgents>, Status> {
+        let Some(tokens) = self.current() else { return Ok(None) };
         let Some(header) = header else {
             return Err(Status::unauthenticated(
                 "missing authorization: this collector requires `authorization: Bearer <token>` (agent and CLI: --token-file)",
@@ -73,13 +174,24 @@ impl Auth {
             .strip_prefix(b"Bearer ")
             .or_else(|| header.strip_prefix(b"bearer "))
             .ok_or_else(|| Status::unauthenticated("authorization is not of the form `Bearer <token>`"))?;
-        // Check every token without stopping early, in constant time per
-        // token, so timing does not tell how much of a guess was right.
-        let mut accepted = false;
+        // Compare with every token without stopping early, in constant time
+        // per token, so timing does not tell how much of a guess was right.
+        let mut found: Option<&Token> = None;
         for token in tokens.iter() {
-            accepted |= constant_time_eq(token, presented);
+            if constant_time_eq(&token.secret, presented) {
+                found = Some(token);
+            }
         }
-        if accepted { Ok(()) } else { Err(Status::unauthenticated("bearer token not accepted by this collector")) }
+        let token = found.ok_or_else(|| Status::unauthenticated("bearer token not accepted by this collector"))?;
+        match role {
+            Role::Ingest if !token.ingest => {
+                Err(Status::permission_denied("this token may read from the collector, not send batches to it"))
+            }
+            Role::Read if !token.read => {
+                Err(Status::permission_denied("this token may send batches, not read the fleet's data"))
+            }
+            _ => Ok(token.agents.clone().map(BoundAgents)),
+        }
     }
 }
 
@@ -90,10 +202,19 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.iter().zip(b).fold(0u8, |diff, (x, y)| diff | (x ^ y)) == 0
 }
 
-impl Interceptor for Auth {
-    fn call(&mut self, request: Request<()>) -> Result<Request<()>, Status> {
+/// The token check in front of one service.
+#[derive(Clone, Debug)]
+pub struct Gate {
+    auth: Auth,
+    role: Role,
+}
+
+impl Interceptor for Gate {
+    fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
         let header = request.metadata().get("authorization").map(|v| v.as_bytes());
-        self.check(header)?;
+        if let Some(bound) = self.auth.check(self.role, header)? {
+            request.extensions_mut().insert(bound);
+        }
         Ok(request)
     }
 }
@@ -102,22 +223,62 @@ impl Interceptor for Auth {
 mod tests {
     use super::*;
 
-    #[test]
-    fn tokens_file() {
-        let dir = std::env::temp_dir().join(format!("sqlbee-auth-{}", std::process::id()));
+    fn file(name: &str, text: &str) -> (PathBuf, PathBuf) {
+        let dir = std::env::temp_dir().join(format!("sqlbee-auth-{name}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("tokens");
-        std::fs::write(&path, "# agents\n  s3cret  \n\nother-token\n").unwrap();
+        std::fs::write(&path, text).unwrap();
+        (dir, path)
+    }
+
+    #[test]
+    fn tokens_file() {
+        let (dir, path) = file("plain", "# agents\n  s3cret  \n\nother-token\n");
         let auth = Auth::from_file(&path).unwrap();
         assert_eq!(auth.token_count(), 2);
-        auth.check(Some(b"Bearer s3cret")).unwrap();
-        auth.check(Some(b"Bearer other-token")).unwrap();
-        assert_eq!(auth.check(Some(b"Bearer s3cre")).unwrap_err().code(), tonic::Code::Unauthenticated);
-        assert_eq!(auth.check(Some(b"s3cret")).unwrap_err().code(), tonic::Code::Unauthenticated);
-        assert!(auth.check(None).unwrap_err().message().contains("missing authorization"));
-        Auth::open().check(None).unwrap();
+        auth.check(Role::Ingest, Some(b"Bearer s3cret")).unwrap();
+        auth.check(Role::Read, Some(b"Bearer other-token")).unwrap();
+        let refused = |header: Option<&[u8]>| auth.check(Role::Ingest, header).unwrap_err();
+        assert_eq!(refused(Some(b"Bearer s3cre")).code(), tonic::Code::Unauthenticated);
+        assert_eq!(refused(Some(b"s3cret")).code(), tonic::Code::Unauthenticated);
+        assert!(refused(None).message().contains("missing authorization"));
+        Auth::open().check(Role::Ingest, None).unwrap();
         std::fs::write(&path, "# nothing\n").unwrap();
         assert!(Auth::from_file(&path).unwrap_err().to_string().contains("no token"));
+        std::fs::remove_dir_all(dir).ok();
+    }
+
+    #[test]
+    fn roles_and_bound_agents() {
+        let (dir, path) = file("roles", "ingest in-1 agents=web-1,web-2\nread rd-1\nboth all-1\n");
+        let auth = Auth::from_file(&path).unwrap();
+        let bound = auth.check(Role::Ingest, Some(b"Bearer in-1")).unwrap().unwrap();
+        bound.check("web-2").unwrap();
+        assert_eq!(bound.check("db-9").unwrap_err().code(), tonic::Code::PermissionDenied);
+        let denied = |role, header: &[u8]| auth.check(role, Some(header)).unwrap_err().code();
+        assert_eq!(denied(Role::Read, b"Bearer in-1"), tonic::Code::PermissionDenied);
+        assert_eq!(denied(Role::Ingest, b"Bearer rd-1"), tonic::Code::PermissionDenied);
+        assert!(auth.check(Role::Read, Some(b"Bearer rd-1")).unwrap().is_none());
+        assert!(auth.check(Role::Ingest, Some(b"Bearer all-1")).unwrap().is_none());
+        for bad in ["write tok\n", "ingest tok agents\n", "read a b c\n"] {
+            std::fs::write(&path, bad).unwrap();
+            assert!(Auth::from_file(&path).unwrap_err().to_string().contains(":1:"), "{bad}");
+        }
+        std::fs::remove_dir_all(dir).ok();
+    }
+
+    #[test]
+    fn reload_replaces_the_tokens_or_keeps_them() {
+        let (dir, path) = file("reload", "old-token\n");
+        let auth = Auth::from_file(&path).unwrap();
+        let gate = auth.gate(Role::Read);
+        std::fs::write(&path, "read new-token\n").unwrap();
+        assert_eq!(auth.reload().unwrap(), 1);
+        assert!(gate.auth.check(Role::Read, Some(b"Bearer new-token")).is_ok(), "a gate sees the reload");
+        assert!(gate.auth.check(Role::Read, Some(b"Bearer old-token")).is_err());
+        std::fs::write(&path, "").unwrap();
+        assert!(auth.reload().is_err());
+        assert!(auth.check(Role::Read, Some(b"Bearer new-token")).is_ok(), "a bad file keeps the tokens in force");
         std::fs::remove_dir_all(dir).ok();
     }
 }

@@ -34,8 +34,10 @@ pub struct CollectorArgs {
     /// Where to store batches: sqlite:PATH.
     #[arg(long, env = "SQLBEE_COLLECTOR_STORE", default_value = "sqlite:./sqlbee-collector.db")]
     pub store: String,
-    /// File of accepted bearer tokens, one per line (# comments). Without
-    /// it, no authentication.
+    /// File of accepted bearer tokens, one per line (# comments):
+    /// `TOKEN`, or `ingest|read|both TOKEN [agents=ID,ID]` to let a token
+    /// only send batches (of those agents) or only read. Reloaded on
+    /// SIGHUP. Without it, no authentication.
     #[arg(long, env = "SQLBEE_COLLECTOR_TOKENS")]
     pub tokens: Option<PathBuf>,
     /// Server certificate (PEM); with --tls-key enables TLS.
@@ -153,6 +155,16 @@ async fn run(args: CollectorArgs) -> Result<(), CollectorError> {
         .into();
     let mut term = signal(SignalKind::terminate()).map_err(|source| CollectorError::Signals { source })?;
     let mut int = signal(SignalKind::interrupt()).map_err(|source| CollectorError::Signals { source })?;
+    let mut hup = signal(SignalKind::hangup()).map_err(|source| CollectorError::Signals { source })?;
+    let reloading = settings.auth.clone();
+    tokio::spawn(async move {
+        while hup.recv().await.is_some() {
+            match reloading.reload() {
+                Ok(tokens) => tracing::info!(tokens, "SIGHUP: tokens reloaded"),
+                Err(error) => tracing::warn!(%error, "SIGHUP: tokens file not reloaded; the tokens in force stay"),
+            }
+        }
+    });
     let stop = async move {
         tokio::select! {
             _ = term.recv() => tracing::info!("SIGTERM"),

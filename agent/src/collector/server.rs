@@ -18,7 +18,7 @@ use tonic::{
 
 use super::{
     CollectorError,
-    auth::Auth,
+    auth::{Auth, Role},
     decode_status::DecodeErrorsAsInvalid,
     ingest::IngestService,
     query_api::QueryService,
@@ -82,8 +82,8 @@ pub async fn serve(
         .send_compressed(CompressionEncoding::Gzip);
     let router = builder
         .add_service(health_service)
-        .add_service(InterceptedService::new(DecodeErrorsAsInvalid(ingest), settings.auth.clone()))
-        .add_service(InterceptedService::new(DecodeErrorsAsInvalid(query), settings.auth.clone()));
+        .add_service(InterceptedService::new(DecodeErrorsAsInvalid(ingest), settings.auth.gate(Role::Ingest)))
+        .add_service(InterceptedService::new(DecodeErrorsAsInvalid(query), settings.auth.gate(Role::Read)));
 
     let listener = tokio::net::TcpListener::bind(settings.listen)
         .await
@@ -100,6 +100,10 @@ pub async fn serve(
     );
     if settings.tls.is_none() && settings.auth.token_count() > 0 {
         tracing::warn!("bearer tokens travel in clear text without --tls-cert/--tls-key");
+    }
+    if !local.ip().is_loopback() && settings.auth.token_count() == 0 {
+        tracing::warn!(%local, "listening beyond this host without authentication: anyone who reaches it can \
+            send batches and read every agent's data (give --tokens)");
     }
     if let Some(path) = &settings.ready_file {
         write_ready(path, local)?;

@@ -116,6 +116,10 @@ impl Collector {
         }
     }
 
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, |c| c.id())
+    }
+
     /// A crash: SIGKILL, store and address kept for `restart`.
     pub fn kill9(&mut self) {
         if let Some(mut child) = self.child.take() {

@@ -8,7 +8,7 @@ use tonic::{Request, Response, Status};
 
 use sqlbee_common::clock::now_unix_ms;
 
-use crate::collector::{store::Store, store_task::blocking, validate};
+use crate::collector::{auth::BoundAgents, store::Store, store_task::blocking, validate};
 
 pub struct IngestService {
     store: Arc<dyn Store>,
@@ -25,7 +25,12 @@ impl IngestService {
 impl Ingest for IngestService {
     async fn push(&self, request: Request<Batch>) -> Result<Response<PushResponse>, Status> {
         let peer = request.remote_addr();
+        let bound = request.extensions().get::<BoundAgents>().cloned();
         let mut batch = request.into_inner();
+        if let Some(bound) = bound {
+            let agent = batch.agent.as_ref().map(|a| a.agent_id.as_str()).unwrap_or("");
+            bound.check(agent).inspect_err(|_| tracing::warn!(?peer, agent, "refused a batch of an agent its token is not bound to"))?;
+        }
         let now = now_unix_ms();
         if let Err(invalid) = validate::batch(&batch, now) {
             let agent = batch.agent.as_ref().map(|a| a.agent_id.as_str()).unwrap_or("");

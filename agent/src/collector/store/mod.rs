@@ -107,7 +107,7 @@ pub enum StoreError {
     },
     #[error("the store at {path} has schema version {found}, written by a newer collector (this one knows {known})")]
     Version { path: String, found: i64, known: i64 },
-    #[error("unsupported store location {location:?}: expected sqlite:PATH")]
+    #[error("unsupported store location {location:?}: expected sqlite:PATH or sqlite:PATH?synchronous=normal")]
     Location { location: String },
     #[error("the store is full (disk or quota): {source}")]
     Full {
@@ -144,10 +144,24 @@ pub trait Store: Send + Sync {
     fn prune(&self, older_than_unix_ms: i64) -> Result<PruneOutcome, StoreError>;
 }
 
-/// Opens the store named by `--store` (`sqlite:PATH`).
+/// Opens the store named by `--store`: `sqlite:PATH`, or
+/// `sqlite:PATH?synchronous=normal` to trade the durability of the last
+/// acknowledged batches on power loss for ingest rate.
 pub fn open(location: &str) -> Result<Box<dyn Store>, StoreError> {
+    let bad = || StoreError::Location { location: location.to_string() };
     match location.split_once(':') {
-        Some(("sqlite", path)) if !path.is_empty() => Ok(Box::new(SqliteStore::open(std::path::Path::new(path))?)),
-        _ => Err(StoreError::Location { location: location.to_string() }),
+        Some(("sqlite", rest)) => {
+            let (path, options) = rest.split_once('?').unwrap_or((rest, ""));
+            if path.is_empty() {
+                return Err(bad());
+            }
+            let durability = match options {
+                "" | "synchronous=full" => sqlite::Durability::Full,
+                "synchronous=normal" => sqlite::Durability::Normal,
+                _ => return Err(bad()),
+            };
+            Ok(Box::new(SqliteStore::open_with(std::path::Path::new(path), durability)?))
+        }
+        _ => Err(bad()),
     }
 }

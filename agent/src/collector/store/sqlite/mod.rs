@@ -28,7 +28,7 @@ use sqlbee_proto::v1::{AgentWindowRow, Batch, CostSummary, InstanceInfo, LockWai
 
 use super::{HostsQuery, IngestOutcome, LocksQuery, PruneOutcome, Store, StoreError, TopQuery, TotalsQuery};
 
-pub use schema::SCHEMA_VERSION;
+pub use schema::{Durability, SCHEMA_VERSION};
 
 /// The store holds every agent's statements: only the collector's user may
 /// read it. SQLite gives its `-wal` and `-shm` files the database file's
@@ -88,11 +88,16 @@ pub(super) fn instance_filter(instance: &Option<String>, column: &str) -> String
 }
 
 impl SqliteStore {
+    /// Opens (or creates) the store with durable acknowledgements.
     pub fn open(path: &Path) -> Result<SqliteStore, StoreError> {
+        SqliteStore::open_with(path, Durability::Full)
+    }
+
+    pub fn open_with(path: &Path, durability: Durability) -> Result<SqliteStore, StoreError> {
         private_file(path).map_err(|source| StoreError::Open { path: path.display().to_string(), source: source.into() })?;
         let open_err = |source: rusqlite::Error| StoreError::Open { path: path.display().to_string(), source: source.into() };
         let mut writer = Connection::open(path).map_err(open_err)?;
-        schema::configure(&writer).map_err(open_err)?;
+        schema::configure(&writer, durability).map_err(open_err)?;
         let found = match schema::migrate(&mut writer).map_err(open_err)? {
             Ok(found) => found,
             Err(found) => {
@@ -103,7 +108,7 @@ impl SqliteStore {
             tracing::info!(path = %path.display(), from = found, to = schema::SCHEMA_VERSION, "store schema upgraded; existing data kept");
         }
         let reader = Connection::open(path).map_err(open_err)?;
-        schema::configure(&reader).map_err(open_err)?;
+        schema::configure(&reader, durability).map_err(open_err)?;
         Ok(SqliteStore { writer: Mutex::new(writer), reader: Mutex::new(reader) })
     }
 }

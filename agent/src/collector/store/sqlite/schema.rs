@@ -209,15 +209,29 @@ fn has_column(tx: &rusqlite::Transaction<'_>, table: &str, column: &str) -> rusq
     tx.query_row("SELECT count(*) > 0 FROM pragma_table_info(?1) WHERE name = ?2", [table, column], |r| r.get(0))
 }
 
-pub(super) fn configure(conn: &Connection) -> rusqlite::Result<()> {
-    // WAL: readers never block the writer. NORMAL (in WAL mode): a power
-    // loss can lose the last committed batches but never corrupts the file;
-    // that is the price of not syncing the disk for every batch.
+/// What an acknowledgement promises about power loss.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Durability {
+    /// `synchronous=FULL`: the WAL is synced at every commit, so a batch
+    /// the collector acknowledged survives a power loss (the default).
+    #[default]
+    Full,
+    /// `synchronous=NORMAL`: a power loss may lose the last acknowledged
+    /// batches (never the file); agents would not send them again.
+    Normal,
+}
+
+pub(super) fn configure(conn: &Connection, durability: Durability) -> rusqlite::Result<()> {
+    // WAL: readers never block the writer.
     let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
     if !mode.eq_ignore_ascii_case("wal") {
         tracing::warn!(mode, "SQLite refused WAL mode; queries will block ingest");
     }
-    conn.execute_batch("PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = OFF;")?;
+    let synchronous = match durability {
+        Durability::Full => "FULL",
+        Durability::Normal => "NORMAL",
+    };
+    conn.execute_batch(&format!("PRAGMA synchronous = {synchronous}; PRAGMA foreign_keys = OFF;"))?;
     conn.busy_timeout(Duration::from_secs(10))?;
     Ok(())
 }
