@@ -161,7 +161,16 @@ fn main() {
                             gaps: vec![],
                             agent_windows: vec![],
                         };
-                        client.push(batch).await.unwrap();
+                        // As an agent does: a busy collector is asked again.
+                        loop {
+                            match client.push(batch.clone()).await {
+                                Ok(_) => break,
+                                Err(s) if s.code() == tonic::Code::ResourceExhausted => {
+                                    tokio::time::sleep(Duration::from_millis(5)).await
+                                }
+                                Err(s) => panic!("push failed: {s:?}"),
+                            }
+                        }
                         rows.fetch_add(n, Ordering::Relaxed);
                         batches.fetch_add(1, Ordering::Relaxed);
                     }

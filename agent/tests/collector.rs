@@ -1124,3 +1124,68 @@ async fn acknowledged_batches_survive_a_kill_right_after_the_answer() {
     assert_eq!(row(&top, 0x77)["count"], 60, "{top:#}");
     collector.stop();
 }
+
+/// Peak resident memory of a process (VmHWM), bytes.
+fn peak_rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kib: u64 = status.lines().find_map(|l| l.strip_prefix("VmHWM:")).unwrap().trim().trim_end_matches(" kB").trim().parse().unwrap();
+    kib * 1024
+}
+
+/// Admission control: a gzip bomb (200 MiB of one byte, a few hundred KiB
+/// on the wire) is INVALID_ARGUMENT without inflating past the 32 MiB
+/// limit, 64 concurrent pushes of 8 MiB each are answered
+/// INVALID_ARGUMENT or RESOURCE_EXHAUSTED while the collector's memory
+/// stays under 256 MiB (at most 8 pushes are decoded at once), and another
+/// agent's ordinary batch is stored all the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bombs_and_floods_are_refused_with_bounded_memory_and_ingest_goes_on() {
+    let collector = Collector::start(&[]);
+    let url = collector.http_url();
+    let client = ingest_client(&plain(&url)).await.send_compressed(CompressionEncoding::Gzip);
+    let with_sample = |agent: &str, bytes: usize| {
+        let mut b = batch(agent, 1, vec![window(INSTANCE, 1, now_ms(), vec![digest(5, "SELECT ?", &[1000])])]);
+        b.windows[0].digests[0].sample = "a".repeat(bytes);
+        b
+    };
+
+    let err = push(&mut client.clone(), with_sample("agent-bomb", 200 << 20)).await.unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+    assert!(err.message().contains("size limit"), "{err:?}");
+
+    let large = with_sample("agent-flood", 8 << 20);
+    let mut flood = tokio::task::JoinSet::new();
+    for _ in 0..64 {
+        // A connection each, so the bodies arrive side by side.
+        let (url, batch) = (url.clone(), large.clone());
+        flood.spawn(async move {
+            // Not compressed: no client-side work to spread them out.
+            let mut client = ingest_client(&plain(&url)).await;
+            push(&mut client, batch).await
+        });
+    }
+    let mut codes = std::collections::BTreeMap::new();
+    while let Some(answer) = flood.join_next().await {
+        let code = answer.unwrap().map(|_| Code::Ok).unwrap_or_else(|s| s.code());
+        *codes.entry(format!("{code:?}")).or_insert(0) += 1;
+    }
+    assert!(codes.keys().all(|c| c == "InvalidArgument" || c == "ResourceExhausted"), "{codes:?}");
+    let peak = peak_rss(collector.pid());
+    assert!(peak < 256 << 20, "collector peak RSS {} MiB under the flood: {codes:?}", peak >> 20);
+
+    // An ordinary agent gets through, retrying while the collector is busy.
+    let mut ordinary = ingest_client(&plain(&url)).await;
+    let ok = batch("agent-ordinary", 1, vec![window(INSTANCE, 2, now_ms(), vec![digest(6, "SELECT ?", &[1000])])]);
+    let started = std::time::Instant::now();
+    loop {
+        match push(&mut ordinary, ok.clone()).await {
+            Ok(answer) => break assert!(!answer.duplicate),
+            Err(s) if s.code() == Code::ResourceExhausted && started.elapsed() < Duration::from_secs(30) => {
+                tokio::time::sleep(Duration::from_millis(100)).await
+            }
+            Err(s) => panic!("an ordinary batch was refused: {s:?}"),
+        }
+    }
+    assert_eq!(row(&top_json(&url, &[]), 6)["count"], 1);
+    eprintln!("flood answers {codes:?}, collector peak RSS {} MiB", peak >> 20);
+}

@@ -2,6 +2,7 @@
 //! validates and stores them exactly once, answers Top/Instances/Totals
 //! (Query) and forgets data past the retention. Owns its own tokio runtime;
 //! never reaches into the agent's stages.
+mod admission;
 mod auth;
 mod decode_status;
 mod ingest;

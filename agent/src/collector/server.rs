@@ -18,6 +18,7 @@ use tonic::{
 
 use super::{
     CollectorError,
+    admission::Admit,
     auth::{Auth, Role},
     decode_status::DecodeErrorsAsInvalid,
     ingest::IngestService,
@@ -25,8 +26,24 @@ use super::{
     store::{Store, retention},
 };
 
-/// Largest request accepted (after gzip decompression).
+/// Largest request accepted (after gzip decompression; tonic stops
+/// inflating there, so a gzip bomb costs at most this much).
 pub const MAX_MESSAGE: usize = 32 * 1024 * 1024;
+
+/// Pushes decoded at once: with `MAX_MESSAGE`, what a burst of large
+/// pushes can make the collector hold.
+pub const INGEST_IN_FLIGHT: usize = 8;
+
+/// Queries answered at once: each holds a blocking thread, and ingest
+/// must always find one.
+pub const QUERIES_IN_FLIGHT: usize = 4;
+
+/// Largest answer sent; `limit` bounds the rows, this the bytes.
+pub const MAX_ANSWER: usize = 64 * 1024 * 1024;
+
+/// A request still running after this is answered DEADLINE_EXCEEDED and
+/// its handler dropped (a client's shorter `grpc-timeout` wins).
+pub const REQUEST_DEADLINE: Duration = Duration::from_secs(120);
 
 pub struct Tls {
     pub cert: PathBuf,
@@ -64,6 +81,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), CollectorError> {
     let mut builder = Server::builder()
+        .timeout(REQUEST_DEADLINE)
         .http2_keepalive_interval(Some(Duration::from_secs(30)))
         .http2_keepalive_timeout(Some(Duration::from_secs(10)));
     if let Some(tls) = &settings.tls {
@@ -79,11 +97,18 @@ pub async fn serve(
         .max_decoding_message_size(MAX_MESSAGE);
     let query = QueryServer::new(QueryService::new(store.clone()))
         .accept_compressed(CompressionEncoding::Gzip)
-        .send_compressed(CompressionEncoding::Gzip);
+        .send_compressed(CompressionEncoding::Gzip)
+        .max_encoding_message_size(MAX_ANSWER);
     let router = builder
         .add_service(health_service)
-        .add_service(InterceptedService::new(DecodeErrorsAsInvalid(ingest), settings.auth.gate(Role::Ingest)))
-        .add_service(InterceptedService::new(DecodeErrorsAsInvalid(query), settings.auth.gate(Role::Read)));
+        .add_service(InterceptedService::new(
+            Admit::new(DecodeErrorsAsInvalid(ingest), INGEST_IN_FLIGHT),
+            settings.auth.gate(Role::Ingest),
+        ))
+        .add_service(InterceptedService::new(
+            Admit::new(DecodeErrorsAsInvalid(query), QUERIES_IN_FLIGHT),
+            settings.auth.gate(Role::Read),
+        ));
 
     let listener = tokio::net::TcpListener::bind(settings.listen)
         .await
