@@ -32,6 +32,17 @@ enum Task {
     /// The agent's own CPU and memory at fixed statement rates (10k, 20k,
     /// the maximum) in each shedding step; report in benches/results/.
     BenchCost(bench::cost::CostArgs),
+    /// Fuzz every decoder of outside bytes (batches through decode,
+    /// validate and a SQLite store; spool records; store blobs; the
+    /// normalizer and redactor; kernel records) for N seconds each, with a
+    /// random seed; prints executions and findings.
+    Fuzz {
+        #[arg(long, default_value_t = 60)]
+        seconds: u32,
+        /// Seed of the mutations (default: random); a finding names it.
+        #[arg(long)]
+        seed: Option<u64>,
+    },
     /// Set up and run every test, the privileged eBPF ones included.
     Test {
         /// Extra arguments for `cargo test` (after `--`).
@@ -60,11 +71,30 @@ fn main() -> anyhow::Result<()> {
             println!("{}", std::fs::read_to_string(outcome.report)?);
             Ok(())
         }
+        Task::Fuzz { seconds, seed } => fuzz(seconds, seed),
         Task::Test { args } => {
             setup::run()?;
             test(&args)
         }
     }
+}
+
+fn fuzz(seconds: u32, seed: Option<u64>) -> anyhow::Result<()> {
+    let seed = seed.unwrap_or_else(|| {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        (now.as_nanos() as u64) | 1
+    });
+    println!("==> fuzz targets, {seconds} s each, seed {seed}");
+    let status = cargo()
+        .args(["test", "--release", "-p", "sqlbee", "--test", "fuzz", "--", "--nocapture", "--test-threads=1"])
+        .env("SQLBEE_FUZZ_SECONDS", seconds.to_string())
+        .env("SQLBEE_FUZZ_SEED", seed.to_string())
+        .status()
+        .context("running the fuzz targets")?;
+    if !status.success() {
+        bail!("a fuzz target found a failing input (seed {seed}); see above");
+    }
+    Ok(())
 }
 
 fn test(args: &[String]) -> anyhow::Result<()> {

@@ -3,7 +3,7 @@
 //! receives batches that `validate` accepted; it must store each
 //! (agent_id, sequence) at most once and must never decide what is valid.
 //! Calls block: the services run them on tokio's blocking pool.
-mod blob;
+pub mod blob;
 pub mod merge;
 pub mod retention;
 pub mod sqlite;
