@@ -143,7 +143,8 @@ pub struct AgentOptions {
     /// Do not move the agent into its own cgroup (limits not enforced).
     #[arg(long, env = "SQLBEE_NO_CGROUP")]
     pub no_cgroup: bool,
-    /// Serve Prometheus metrics on this address, e.g. 127.0.0.1:9187.
+    /// Serve Prometheus metrics on this address, e.g. 127.0.0.1:9187; a
+    /// port alone (`9187`) binds to loopback.
     #[arg(long, env = "SQLBEE_METRICS_LISTEN")]
     pub metrics_listen: Option<String>,
     /// Text hashes counted in the kernel (slots per server): their
@@ -292,6 +293,9 @@ impl AgentOptions {
                 };
                 // Checked now so a bad URL or TLS file stops the agent at start.
                 crate::client::endpoint(&target)?;
+                if target.token.is_some() && url.starts_with("http://") {
+                    tracing::warn!(collector = %url, "the bearer token travels in clear text: use https:// with --ca-cert");
+                }
                 Some(crate::ship::ShipConfig {
                     target,
                     state_dir: self.state_dir.clone(),

@@ -47,9 +47,21 @@ pub struct MetricsServer {
 impl MetricsServer {
     /// Binds `addr` (`IP:PORT`; port 0 picks a free one). Needs no runtime,
     /// so a bad address fails at startup with the other configuration.
+    /// `HOST:PORT`, or a port alone (`9187`, `:9187`) for loopback: the
+    /// page names digests and hosts, so it is not offered beyond this host
+    /// unless asked for.
     pub fn bind(addr: &str) -> Result<MetricsServer, MetricsError> {
-        let addr: SocketAddr =
-            addr.trim().parse().map_err(|_| MetricsError::InvalidAddress { addr: addr.to_string() })?;
+        let given = addr.trim();
+        let port = given.strip_prefix(':').unwrap_or(given);
+        let addr: SocketAddr = if !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) {
+            format!("127.0.0.1:{port}").parse()
+        } else {
+            given.parse()
+        }
+        .map_err(|_| MetricsError::InvalidAddress { addr: addr.to_string() })?;
+        if !addr.ip().is_loopback() {
+            tracing::warn!(%addr, "serving /metrics beyond this host: it names digests, hosts and the agent's cost");
+        }
         let listener = std::net::TcpListener::bind(addr).map_err(|source| match source.kind() {
             std::io::ErrorKind::AddrInUse => MetricsError::AddressInUse { addr },
             _ => MetricsError::Bind { addr, source },
@@ -248,5 +260,13 @@ mod tests {
         assert!(matches!(err, MetricsError::InvalidAddress { .. }), "{err}");
         assert!(err.to_string().contains("IP:PORT"), "{err}");
         assert!(matches!(MetricsServer::bind("127.0.0.1").err().unwrap(), MetricsError::InvalidAddress { .. }));
+    }
+
+    #[test]
+    fn a_port_alone_binds_to_loopback() {
+        for given in ["0", ":0"] {
+            let server = MetricsServer::bind(given).unwrap();
+            assert!(server.local_addr().ip().is_loopback(), "{given} -> {}", server.local_addr());
+        }
     }
 }
