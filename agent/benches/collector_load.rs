@@ -157,6 +157,7 @@ fn main() {
                             agent: Some(AgentIdentity { host: format!("host{agent}"), agent_id: format!("load-{agent}"), version: "load".into() }),
                             sequence: b + 1,
                             created_unix_ms: now_ms,
+                            epoch: 0,
                             windows,
                             gaps: vec![],
                             agent_windows: vec![],

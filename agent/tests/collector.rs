@@ -395,7 +395,10 @@ async fn try_push(opts: &ClientOptions, sequence: u64) -> Result<PushResponse, S
     let channel = sqlbee::client::connect(opts).await.map_err(|e| e.to_string())?;
     let token = sqlbee::client::BearerToken::new(opts.token.as_deref()).unwrap();
     let mut client = sqlbee_proto::v1::ingest_client::IngestClient::with_interceptor(channel, token);
-    let b = batch("agent-tls", sequence, vec![window(INSTANCE, 1, now_ms(), vec![digest(9, "SELECT ?", &[1000])])]);
+    // The same sequence carries the same window: a replay, not new content.
+    static START: std::sync::OnceLock<i64> = std::sync::OnceLock::new();
+    let end = *START.get_or_init(now_ms) + sequence as i64;
+    let b = batch("agent-tls", sequence, vec![window(INSTANCE, 1, end, vec![digest(9, "SELECT ?", &[1000])])]);
     client.push(b).await.map(|r| r.into_inner()).map_err(|s| format!("{s:?}"))
 }
 
@@ -711,7 +714,7 @@ async fn version_1_store_is_upgraded_and_keeps_its_data() {
     };
     {
         let conn = rusqlite::Connection::open(&path).unwrap();
-        assert_eq!(conn.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0)).unwrap(), 4);
+        assert_eq!(conn.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0)).unwrap(), 5);
         conn.execute_batch(
             "ALTER TABLE digest_windows DROP COLUMN estimated_count;
              ALTER TABLE digest_windows DROP COLUMN waits;
@@ -719,6 +722,13 @@ async fn version_1_store_is_upgraded_and_keeps_its_data() {
              DROP TABLE lock_waits;
              DROP TABLE instance_costs;
              DROP TABLE agent_windows;
+             CREATE TABLE batches_v4 (agent_id TEXT NOT NULL, sequence INTEGER NOT NULL,
+                 received_unix_ms INTEGER NOT NULL, keep_until_unix_ms INTEGER NOT NULL,
+                 PRIMARY KEY (agent_id, sequence)) WITHOUT ROWID;
+             INSERT INTO batches_v4 SELECT agent_id, sequence, received_unix_ms, keep_until_unix_ms FROM batches;
+             DROP TABLE batches;
+             ALTER TABLE batches_v4 RENAME TO batches;
+             CREATE INDEX batches_keep ON batches (keep_until_unix_ms);
              PRAGMA user_version = 1;",
         )
         .unwrap();
@@ -731,7 +741,7 @@ async fn version_1_store_is_upgraded_and_keeps_its_data() {
     assert!(log.contains("store schema upgraded"), "{log}");
     {
         let conn = rusqlite::Connection::open(&path).unwrap();
-        assert_eq!(conn.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0)).unwrap(), 4);
+        assert_eq!(conn.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0)).unwrap(), 5);
         let columns = columns(&conn);
         assert_eq!(columns[columns.len() - 2..], ["waits", "estimated_count"]);
     }
@@ -971,6 +981,13 @@ async fn version_2_store_is_upgraded_and_keeps_its_data() {
         conn.execute_batch(
             "ALTER TABLE digest_windows DROP COLUMN estimated_count;
              DROP TABLE lock_waits; DROP TABLE instance_costs; DROP TABLE agent_windows;
+             CREATE TABLE batches_v4 (agent_id TEXT NOT NULL, sequence INTEGER NOT NULL,
+                 received_unix_ms INTEGER NOT NULL, keep_until_unix_ms INTEGER NOT NULL,
+                 PRIMARY KEY (agent_id, sequence)) WITHOUT ROWID;
+             INSERT INTO batches_v4 SELECT agent_id, sequence, received_unix_ms, keep_until_unix_ms FROM batches;
+             DROP TABLE batches;
+             ALTER TABLE batches_v4 RENAME TO batches;
+             CREATE INDEX batches_keep ON batches (keep_until_unix_ms);
              PRAGMA user_version = 2;",
         )
         .unwrap();
@@ -983,7 +1000,7 @@ async fn version_2_store_is_upgraded_and_keeps_its_data() {
     assert!(log.contains("store schema upgraded"), "{log}");
     {
         let conn = rusqlite::Connection::open(&path).unwrap();
-        assert_eq!(conn.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0)).unwrap(), 4);
+        assert_eq!(conn.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0)).unwrap(), 5);
         assert!(tables(&conn).contains(&"lock_waits".to_string()));
     }
     let top = top_json(&url, &[]);
@@ -1188,4 +1205,33 @@ async fn bombs_and_floods_are_refused_with_bounded_memory_and_ingest_goes_on() {
     }
     assert_eq!(row(&top_json(&url, &[]), 6)["count"], 1);
     eprintln!("flood answers {codes:?}, collector peak RSS {} MiB", peak >> 20);
+}
+
+/// The exactly-once key is (agent_id, epoch, sequence): a state directory
+/// whose counter started again (new epoch) stores its batches, an identical
+/// replay is a duplicate, and the same key with other content (a restored
+/// backup, a cloned VM, two agents on one directory) is ALREADY_EXISTS,
+/// reported and not stored, never taken for a duplicate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn epochs_keep_new_data_and_a_changed_replay_is_an_error() {
+    let collector = Collector::start(&[]);
+    let url = collector.http_url();
+    let mut ingest = ingest_client(&plain(&url)).await;
+    let now = now_ms();
+    let with = |epoch: u64, durations: &[u64], end: i64| {
+        let mut b = batch("agent-epoch", 1, vec![window(INSTANCE, 3, end, vec![digest(0xe, "SELECT ?", durations)])]);
+        b.epoch = epoch;
+        b
+    };
+    let first = with(11, &[1000], now - 5000);
+    assert!(!push(&mut ingest, first.clone()).await.unwrap().duplicate);
+    assert!(push(&mut ingest, first).await.unwrap().duplicate, "an identical replay is a duplicate");
+    // The counter was lost: sequence 1 again, in a new epoch.
+    assert!(!push(&mut ingest, with(12, &[1000, 1000], now - 4000)).await.unwrap().duplicate);
+    // A restored copy of the first incarnation sends other windows as 1.
+    let err = push(&mut ingest, with(11, &[7000, 7000, 7000], now - 3000)).await.unwrap_err();
+    assert_eq!(err.code(), Code::AlreadyExists, "{err:?}");
+    assert!(err.message().contains("other content"), "{err:?}");
+    assert_eq!(row(&top_json(&url, &[]), 0xe)["count"], 3, "epoch 11 once, epoch 12 once, the conflict never");
+    assert!(collector.stderr_text().contains("other content"), "the collector reports it too");
 }

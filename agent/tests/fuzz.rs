@@ -154,9 +154,11 @@ fn batches_decode_validate_and_store_or_are_refused() {
             return;
         }
         accepted += 1;
-        // A fresh identity, so stores are not all duplicates.
-        batch.sequence = batch.sequence.wrapping_add(accepted).max(1);
-        match store.ingest(&batch, now) {
+        // A key of its own (one epoch per input), so a store is never a
+        // duplicate of, or a conflict with, an earlier input.
+        batch.epoch = accepted;
+        let hash = sqlbee::collector::store::content_hash(&batch);
+        match store.ingest(&batch, now, hash) {
             Ok(_) => stored += 1,
             Err(e) => panic!("a valid batch was not stored: {e}"),
         }

@@ -12,6 +12,8 @@ pub fn status(error: StoreError) -> Status {
     match error {
         StoreError::Full { .. } => Status::resource_exhausted(format!("{error}; retry later")),
         StoreError::Corrupt { .. } => Status::data_loss(error.to_string()),
+        // Final for this batch: sending it again cannot change the answer.
+        StoreError::Conflict { .. } => Status::already_exists(error.to_string()),
         _ => Status::unavailable(format!("{error}; retry later")),
     }
 }

@@ -109,6 +109,7 @@ impl Batcher {
                 agent: Some(self.agent.clone()),
                 sequence,
                 created_unix_ms: sqlbee_common::clock::now_unix_ms(),
+                epoch: 0,
                 windows,
                 gaps,
                 agent_windows: std::mem::take(&mut agent_windows),

@@ -245,6 +245,7 @@ pub fn batch(agent_id: &str, sequence: u64, windows: Vec<InstanceWindow>) -> Bat
         windows,
         gaps: vec![],
         agent_windows: vec![],
+        epoch: 0,
     }
 }
 

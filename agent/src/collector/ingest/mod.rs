@@ -8,7 +8,12 @@ use tonic::{Request, Response, Status};
 
 use sqlbee_common::clock::now_unix_ms;
 
-use crate::collector::{auth::BoundAgents, store::Store, store_task::blocking, validate};
+use crate::collector::{
+    auth::BoundAgents,
+    store::{Store, content_hash},
+    store_task::blocking,
+    validate,
+};
 
 pub struct IngestService {
     store: Arc<dyn Store>,
@@ -32,6 +37,8 @@ impl Ingest for IngestService {
             bound.check(agent).inspect_err(|_| tracing::warn!(?peer, agent, "refused a batch of an agent its token is not bound to"))?;
         }
         let now = now_unix_ms();
+        // Before anything is left out, so a replay hashes alike.
+        let content_hash = content_hash(&batch);
         if let Err(invalid) = validate::batch(&batch, now) {
             let agent = batch.agent.as_ref().map(|a| a.agent_id.as_str()).unwrap_or("");
             tracing::warn!(?peer, agent, sequence = batch.sequence, %invalid, "refused an invalid batch");
@@ -48,7 +55,14 @@ impl Ingest for IngestService {
         }
         let sequence = batch.sequence;
         let store = self.store.clone();
-        let outcome = blocking(move || store.ingest(&batch, now)).await?;
+        let agent = batch.agent.as_ref().map(|a| a.agent_id.clone()).unwrap_or_default();
+        let outcome = blocking(move || store.ingest(&batch, now, content_hash))
+            .await
+            .inspect_err(|s| {
+                if s.code() == tonic::Code::AlreadyExists {
+                    tracing::error!(?peer, agent, sequence, "{}", s.message());
+                }
+            })?;
         tracing::debug!(sequence, duplicate = outcome.duplicate, "batch stored");
         Ok(Response::new(PushResponse { sequence, duplicate: outcome.duplicate }))
     }

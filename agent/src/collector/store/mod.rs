@@ -79,8 +79,40 @@ pub struct HostsQuery {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct IngestOutcome {
-    /// The (agent_id, sequence) was stored before; nothing was written.
+    /// The (agent_id, epoch, sequence) was stored before with the same
+    /// content; nothing was written.
     pub duplicate: bool,
+    /// It was stored before with other content; nothing was written (the
+    /// store turns this into `StoreError::Conflict`).
+    pub conflict: bool,
+}
+
+/// What makes a replay the same batch: a stable hash of what it carries
+/// (windows, gaps, agent windows, as received, before anything is left
+/// out), the same in every collector version and backend. The identity
+/// and the time it was created are left out: they are not its content.
+/// 0 is kept for "unknown".
+pub fn content_hash(batch: &Batch) -> u64 {
+    use prost::Message as _;
+    let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+    let mut part = Vec::new();
+    let mut add = |tag: u8, message: &dyn Fn(&mut Vec<u8>)| {
+        part.clear();
+        message(&mut part);
+        hasher.update(&[tag]);
+        hasher.update(&(part.len() as u64).to_le_bytes());
+        hasher.update(&part);
+    };
+    for w in &batch.windows {
+        add(1, &|out| w.encode(out).unwrap_or_default());
+    }
+    for g in &batch.gaps {
+        add(2, &|out| g.encode(out).unwrap_or_default());
+    }
+    for a in &batch.agent_windows {
+        add(3, &|out| a.encode(out).unwrap_or_default());
+    }
+    hasher.digest().max(1)
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -122,13 +154,20 @@ pub enum StoreError {
     },
     #[error("stored {what} is corrupt")]
     Corrupt { what: &'static str },
+    #[error(
+        "batch {sequence} of agent {agent_id} (epoch {epoch}) was stored before with other content: two agents \
+         share a state directory, or it was restored from a backup or cloned; this batch is not stored"
+    )]
+    Conflict { agent_id: String, epoch: u64, sequence: u64 },
 }
 
 pub trait Store: Send + Sync {
     /// Stores a validated batch in one transaction, or reports that its
-    /// (agent_id, sequence) was stored before. `received_unix_ms` is the
-    /// collector's clock, used for last-seen and retention.
-    fn ingest(&self, batch: &Batch, received_unix_ms: i64) -> Result<IngestOutcome, StoreError>;
+    /// (agent_id, epoch, sequence) was stored before: a duplicate when
+    /// `content_hash` (see [`content_hash`]) matches, `StoreError::Conflict`
+    /// when it does not. `received_unix_ms` is the collector's clock, used
+    /// for last-seen and retention.
+    fn ingest(&self, batch: &Batch, received_unix_ms: i64, content_hash: u64) -> Result<IngestOutcome, StoreError>;
     fn top(&self, query: &TopQuery) -> Result<Vec<TopDigest>, StoreError>;
     /// Every agent/instance pair, each with its newest window's cost.
     fn instances(&self) -> Result<Vec<InstanceInfo>, StoreError>;

@@ -361,6 +361,7 @@ mod tests {
             agent: Some(AgentIdentity { host: "h".into(), agent_id: "a1".into(), version: "0.1.0".into() }),
             sequence: 1,
             created_unix_ms: NOW,
+            epoch: 0,
             windows: vec![InstanceWindow {
                 instance: Some(ServerInstance { name: "h:3306".into(), pid: 7, start_time_unix_ms: NOW - 1000 }),
                 window_start_unix_ms: NOW - 10_000,

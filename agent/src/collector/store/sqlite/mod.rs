@@ -114,11 +114,19 @@ impl SqliteStore {
 }
 
 impl Store for SqliteStore {
-    fn ingest(&self, batch: &Batch, received_unix_ms: i64) -> Result<IngestOutcome, StoreError> {
+    fn ingest(&self, batch: &Batch, received_unix_ms: i64, content_hash: u64) -> Result<IngestOutcome, StoreError> {
         let mut conn = lock(&self.writer);
         let err = |e| error("ingest", e);
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(err)?;
-        let outcome = write::batch(&tx, batch, received_unix_ms).map_err(err)?;
+        let outcome = write::batch(&tx, batch, received_unix_ms, content_hash).map_err(err)?;
+        if outcome.conflict {
+            // Dropping the transaction rolls back what it touched.
+            return Err(StoreError::Conflict {
+                agent_id: batch.agent.as_ref().map(|a| a.agent_id.clone()).unwrap_or_default(),
+                epoch: batch.epoch,
+                sequence: batch.sequence,
+            });
+        }
         tx.commit().map_err(err)?;
         Ok(outcome)
     }

@@ -13,7 +13,10 @@ use rusqlite::{Connection, TransactionBehavior};
 /// - 4: `instance_costs`, `agent_windows` (new tables) and
 ///   `digest_windows.estimated_count` (ALTER TABLE; older rows read 0,
 ///   "exact").
-pub const SCHEMA_VERSION: i64 = 4;
+/// - 5: `batches` keyed by (agent_id, epoch, sequence) with each batch's
+///   `content_hash` (the table is rebuilt; older rows get epoch 0 and hash
+///   0, "unknown", which never conflicts).
+pub const SCHEMA_VERSION: i64 = 5;
 
 pub(super) const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS agents (
@@ -30,10 +33,12 @@ CREATE TABLE IF NOT EXISTS agents (
 -- as long as every window it brought.
 CREATE TABLE IF NOT EXISTS batches (
     agent_id           TEXT NOT NULL,
+    epoch              INTEGER NOT NULL,
     sequence           INTEGER NOT NULL,
     received_unix_ms   INTEGER NOT NULL,
     keep_until_unix_ms INTEGER NOT NULL,
-    PRIMARY KEY (agent_id, sequence)
+    content_hash       INTEGER NOT NULL,
+    PRIMARY KEY (agent_id, epoch, sequence)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS batches_keep ON batches (keep_until_unix_ms);
 
@@ -197,6 +202,18 @@ pub(super) fn migrate(conn: &mut Connection) -> rusqlite::Result<Result<i64, i64
     // Version 3 -> 4, likewise.
     if !has_column(&tx, "digest_windows", "estimated_count")? {
         tx.execute_batch("ALTER TABLE digest_windows ADD COLUMN estimated_count INTEGER NOT NULL DEFAULT 0")?;
+    }
+    // Version 4 -> 5: a primary key cannot change in place; the old table
+    // moves aside, SCHEMA creates the new one, and the rows come over.
+    if !has_column(&tx, "batches", "epoch")? {
+        tx.execute_batch("ALTER TABLE batches RENAME TO batches_v4")?;
+        tx.execute_batch(SCHEMA)?;
+        tx.execute_batch(
+            "INSERT INTO batches (agent_id, epoch, sequence, received_unix_ms, keep_until_unix_ms, content_hash)
+                 SELECT agent_id, 0, sequence, received_unix_ms, keep_until_unix_ms, 0 FROM batches_v4;
+             DROP TABLE batches_v4;
+             CREATE INDEX IF NOT EXISTS batches_keep ON batches (keep_until_unix_ms);",
+        )?;
     }
     if found != SCHEMA_VERSION {
         tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;

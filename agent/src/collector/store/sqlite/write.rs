@@ -12,9 +12,15 @@ use crate::collector::store::{IngestOutcome, PruneOutcome, StoreError, blob};
 /// Rows deleted per prune transaction, so ingest never waits long.
 const PRUNE_CHUNK: i64 = 5000;
 
-pub(super) fn batch(tx: &rusqlite::Transaction<'_>, batch: &Batch, received: i64) -> rusqlite::Result<IngestOutcome> {
+pub(super) fn batch(
+    tx: &rusqlite::Transaction<'_>,
+    batch: &Batch,
+    received: i64,
+    content_hash: u64,
+) -> rusqlite::Result<IngestOutcome> {
     let agent = batch.agent.clone().unwrap_or_default();
     let sequence = i(batch.sequence);
+    let epoch = i(batch.epoch);
     let newest_window = batch
         .windows
         .iter()
@@ -24,10 +30,10 @@ pub(super) fn batch(tx: &rusqlite::Transaction<'_>, batch: &Batch, received: i64
         .unwrap_or(received);
     let inserted = tx
         .prepare_cached(
-            "INSERT INTO batches (agent_id, sequence, received_unix_ms, keep_until_unix_ms)
-             VALUES (?1, ?2, ?3, ?4) ON CONFLICT DO NOTHING",
+            "INSERT INTO batches (agent_id, epoch, sequence, received_unix_ms, keep_until_unix_ms, content_hash)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT DO NOTHING",
         )?
-        .execute(params![agent.agent_id, sequence, received, newest_window.max(received)])?;
+        .execute(params![agent.agent_id, epoch, sequence, received, newest_window.max(received), i(content_hash)])?;
     // A duplicate still proves the agent is alive. Host and version follow
     // the newest sequence so a replayed old batch does not roll them back.
     tx.prepare_cached(
@@ -41,7 +47,14 @@ pub(super) fn batch(tx: &rusqlite::Transaction<'_>, batch: &Batch, received: i64
     )?
     .execute(params![agent.agent_id, agent.host, agent.version, received, sequence])?;
     if inserted == 0 {
-        return Ok(IngestOutcome { duplicate: true });
+        let stored: i64 = tx.query_row(
+            "SELECT content_hash FROM batches WHERE agent_id = ?1 AND epoch = ?2 AND sequence = ?3",
+            params![agent.agent_id, epoch, sequence],
+            |r| r.get(0),
+        )?;
+        // 0: stored before hashes were kept, or sent without one.
+        let conflict = stored != 0 && content_hash != 0 && stored != i(content_hash);
+        return Ok(IngestOutcome { duplicate: !conflict, conflict });
     }
     let mut insert_window = tx.prepare_cached(
         "INSERT INTO instance_windows (agent_id, sequence, instance, pid, start_time_unix_ms, window_start,
@@ -205,7 +218,7 @@ pub(super) fn batch(tx: &rusqlite::Transaction<'_>, batch: &Batch, received: i64
             received,
         ])?;
     }
-    Ok(IngestOutcome { duplicate: false })
+    Ok(IngestOutcome { duplicate: false, conflict: false })
 }
 
 /// Blockers as stored: a JSON array, u64 ids exact (JSON numbers, not i64).
@@ -270,8 +283,8 @@ pub(super) fn prune(writer: &Mutex<Connection>, older_than_unix_ms: i64) -> Resu
             (SELECT id FROM lock_waits WHERE start_unix_ms < ?1 ORDER BY id LIMIT ?2)",
     )?;
     outcome.batches = chunked(
-        "DELETE FROM batches WHERE (agent_id, sequence) IN
-            (SELECT agent_id, sequence FROM batches WHERE keep_until_unix_ms < ?1 LIMIT ?2)",
+        "DELETE FROM batches WHERE (agent_id, epoch, sequence) IN
+            (SELECT agent_id, epoch, sequence FROM batches WHERE keep_until_unix_ms < ?1 LIMIT ?2)",
     )?;
     let mut conn = lock(writer);
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(err)?;
