@@ -78,6 +78,9 @@ pub fn run_agent(config: AgentConfig, stop: Arc<AtomicBool>) -> Result<(), Pipel
     // First, before any thread exists: the cgroup then holds all of them.
     // Dropped when this function returns, which leaves and removes it.
     let budget = config.budget.map(SelfLimit::apply).transpose()?;
+    // Before any probe is attached: a state directory another agent holds
+    // stops this one before it touches the server.
+    let ship = config.ship.clone().map(ShipStage::start).transpose()?;
     let metrics_page = MetricsPage::default();
     let metrics = config
         .options
@@ -121,7 +124,6 @@ pub fn run_agent(config: AgentConfig, stop: Arc<AtomicBool>) -> Result<(), Pipel
         std::fs::write(path, pids.join("\n"))?;
     }
 
-    let ship = config.ship.clone().map(ShipStage::start).transpose()?;
     let (tx, rx) = sync_channel(CHANNEL_BATCHES);
     let aggregate_config = config.clone();
     let page = metrics.is_some().then(|| metrics_page.clone());

@@ -468,3 +468,36 @@ fn collector_only_build_counts_a_sysbench_run_exactly() {
         assert_eq!(n, delta(&before, &after, status), "{text}: {counts:#?}");
     }
 }
+
+/// One agent per state directory: a second agent given the same
+/// `--state-dir` is refused at start with the holder named, and the first
+/// ships on; the directory and its files are private to the agent's user.
+#[test]
+fn a_state_directory_serves_one_agent() {
+    if !privileged("a_state_directory_serves_one_agent") {
+        return;
+    }
+    let _serial = common::one_at_a_time();
+    let server = PrivateServer::start("ship-one-state", &[]).unwrap();
+    let collector = Collector::start(&[]);
+    let state = server.dir().join("agent-state");
+    let first = Agent::start(server.dir(), &ship_args(&server, &collector, &state, "500ms"));
+    let second = std::process::Command::new(common::sqlbee())
+        .arg("agent")
+        .args(ship_args(&server, &collector, &state, "500ms"))
+        .args(["--duration", "20s", "--no-cgroup"])
+        .env("SQLBEE_LOG", "warn")
+        .output()
+        .unwrap();
+    let stderr = common::strip_ansi(&String::from_utf8_lossy(&second.stderr));
+    assert!(!second.status.success(), "a second agent ran on the same state directory: {stderr}");
+    assert!(stderr.contains("in use by another agent") && stderr.contains(&format!("pid {}", first.pid())), "{stderr}");
+    for i in 0..10 {
+        server.sql(&format!("SELECT {i} + 100")).unwrap();
+    }
+    let out = first.stop();
+    assert!(out.success, "{}", out.stderr);
+    assert_eq!(collector.top_counts().get("SELECT ? + ?"), Some(&10));
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::metadata(&state).unwrap().permissions().mode() & 0o777, 0o700);
+}

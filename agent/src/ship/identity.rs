@@ -2,6 +2,11 @@
 //! Both live in the state directory: the id is created once, the next
 //! sequence is written (fsync + rename) before a batch with that number is
 //! spooled, so a number is never handed out twice, even after a crash.
+//!
+//! The epoch is random per incarnation of the counter: when `next-sequence`
+//! is lost or unreadable, numbering starts again in a new epoch, and the
+//! collector, which keys batches by (agent id, epoch, sequence), stores
+//! the new batches instead of taking them for ones it has.
 use std::{
     fs,
     io::Write,
@@ -13,6 +18,7 @@ use super::ShipError;
 
 pub struct Identity {
     pub agent_id: String,
+    pub epoch: u64,
     next_sequence: u64,
     sequence_file: PathBuf,
 }
@@ -61,6 +67,14 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ShipError> {
     Ok(())
 }
 
+fn random<const N: usize>() -> Result<[u8; N], ShipError> {
+    let mut bytes = [0u8; N];
+    fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes))
+        .map_err(io(Path::new("/dev/urandom")))?;
+    Ok(bytes)
+}
+
 impl Identity {
     /// Loads or creates the identity; `min_next` is one past the highest
     /// sequence found on disk (the spool may be ahead of the counter file
@@ -71,18 +85,27 @@ impl Identity {
         let agent_id = match fs::read_to_string(&id_file) {
             Ok(id) if !id.trim().is_empty() => id.trim().to_string(),
             _ => {
-                let mut bytes = [0u8; 16];
-                fs::File::open("/dev/urandom")
-                    .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes))
-                    .map_err(io(Path::new("/dev/urandom")))?;
-                let id: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+                let id: String = random::<16>()?.iter().map(|b| format!("{b:02x}")).collect();
                 write_atomic(&id_file, id.as_bytes())?;
                 id
             }
         };
         let sequence_file = state_dir.join("next-sequence");
-        let stored = fs::read_to_string(&sequence_file).ok().and_then(|s| s.trim().parse::<u64>().ok()).unwrap_or(1);
-        Ok(Self { agent_id, next_sequence: stored.max(min_next).max(1), sequence_file })
+        let stored = fs::read_to_string(&sequence_file).ok().and_then(|s| s.trim().parse::<u64>().ok());
+        let epoch_file = state_dir.join("epoch");
+        let epoch = match (stored, fs::read_to_string(&epoch_file).ok().and_then(|s| s.trim().parse::<u64>().ok())) {
+            (Some(_), Some(epoch)) => epoch,
+            (lost, _) => {
+                let epoch = u64::from_le_bytes(random::<8>()?).max(1);
+                if lost.is_none() && min_next > 1 {
+                    tracing::warn!(epoch, "the batch counter was lost; numbering goes on in a new epoch");
+                }
+                write_atomic(&epoch_file, epoch.to_string().as_bytes())?;
+                epoch
+            }
+        };
+        let next_sequence = stored.unwrap_or(1).max(min_next).max(1);
+        Ok(Self { agent_id, epoch, next_sequence, sequence_file })
     }
 
     /// Hands out the next sequence number, persisted before it is used.
@@ -91,5 +114,34 @@ impl Identity {
         write_atomic(&self.sequence_file, (sequence + 1).to_string().as_bytes())?;
         self.next_sequence = sequence + 1;
         Ok(sequence)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    #[test]
+    fn a_lost_counter_starts_a_new_epoch_and_files_are_private() {
+        let dir = std::env::temp_dir().join(format!("sqlbee-identity-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let mut first = Identity::load(&dir, 1).unwrap();
+        assert_eq!(first.take_sequence().unwrap(), 1);
+        assert_eq!(first.take_sequence().unwrap(), 2);
+        let again = Identity::load(&dir, 1).unwrap();
+        assert_eq!((again.agent_id.as_str(), again.epoch, again.next_sequence), (first.agent_id.as_str(), first.epoch, 3));
+        fs::remove_file(dir.join("next-sequence")).unwrap();
+        let mut reborn = Identity::load(&dir, 1).unwrap();
+        assert_eq!(reborn.agent_id, first.agent_id);
+        assert_ne!(reborn.epoch, first.epoch, "numbering from 1 again must not reuse the old keys");
+        assert_eq!(reborn.take_sequence().unwrap(), 1);
+        assert_eq!(fs::metadata(&dir).unwrap().permissions().mode() & 0o777, DIR_MODE);
+        for file in ["agent-id", "epoch", "next-sequence"] {
+            let mode = fs::metadata(dir.join(file)).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, FILE_MODE, "{file}");
+        }
+        fs::remove_dir_all(dir).ok();
     }
 }

@@ -8,6 +8,7 @@
 mod identity;
 mod sender;
 pub mod spool;
+mod state_lock;
 mod wire;
 
 use std::{
@@ -21,6 +22,7 @@ use prost::Message;
 pub use sender::{Backoff, Verdict, verdict};
 use sqlbee_proto::v1::{AgentIdentity, Batch};
 use spool::Spool;
+use state_lock::StateLock;
 use tokio::sync::{Notify, mpsc};
 pub use wire::{agent_window, instance_window};
 
@@ -56,6 +58,8 @@ pub enum ShipError {
     Poisoned,
     #[error("starting the ship runtime failed: {0}")]
     Runtime(std::io::Error),
+    #[error(transparent)]
+    StateLock(#[from] state_lock::StateLockError),
 }
 
 #[derive(Clone, Debug)]
@@ -109,7 +113,7 @@ impl Batcher {
                 agent: Some(self.agent.clone()),
                 sequence,
                 created_unix_ms: sqlbee_common::clock::now_unix_ms(),
-                epoch: 0,
+                epoch: self.identity.epoch,
                 windows,
                 gaps,
                 agent_windows: std::mem::take(&mut agent_windows),
@@ -127,10 +131,15 @@ impl Batcher {
 pub struct ShipStage {
     tx: Option<mpsc::Sender<ClosedWindows>>,
     thread: Option<std::thread::JoinHandle<Result<(), ShipError>>>,
+    /// Held until the stage is dropped: one agent per state directory.
+    _lock: StateLock,
 }
 
 impl ShipStage {
     pub fn start(config: ShipConfig) -> Result<Self, ShipError> {
+        // Before anything in the directory is read or written.
+        identity::private_dir(&config.state_dir)?;
+        let lock = StateLock::acquire(&config.state_dir)?;
         let mut spool = Spool::open(&config.state_dir, config.spool_limit_bytes)?;
         let identity = Identity::load(&config.state_dir, spool.highest_sequence() + 1)?;
         let backlog = spool.entries()?.len();
@@ -173,7 +182,7 @@ impl ShipStage {
                 })
             })
             .map_err(ShipError::Runtime)?;
-        Ok(Self { tx: Some(tx), thread: Some(thread) })
+        Ok(Self { tx: Some(tx), thread: Some(thread), _lock: lock })
     }
 
     /// Hands closed windows over; waits only if 64 window sets are queued.
