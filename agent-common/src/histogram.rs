@@ -54,7 +54,7 @@ pub const fn bucket_high(index: usize) -> u64 {
 /// The rank (1-based) of quantile `q` among `total` values: the value at
 /// that rank answers the quantile.
 pub fn quantile_rank(q: f64, total: u64) -> u64 {
-    let q = if q < 0.0 { 0.0 } else if q > 1.0 { 1.0 } else { q };
+    let q = q.clamp(0.0, 1.0);
     let rank = q * total as f64;
     // ceil without std: the rank is at most u64::MAX as f64.
     let floor = rank as u64;

@@ -317,7 +317,7 @@ impl AgentOptions {
                 Some(slots) => slots,
                 None => default_kernel_digests(),
             },
-            budget: (!self.no_cgroup).then(|| crate::budget::BudgetConfig {
+            budget: (!self.no_cgroup).then_some(crate::budget::BudgetConfig {
                 cpu_cores: self.cpu_limit,
                 memory_bytes: self.memory_limit_mib << 20,
             }),
