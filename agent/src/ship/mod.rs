@@ -5,6 +5,11 @@
 //! agent, persisted, and never reused, so the collector can store each
 //! batch exactly once. This stage never blocks the stages before it for
 //! longer than a local fsync.
+//!
+//! The disk never blocks the runtime thread that delivers batches: the
+//! batcher (sequence counter, spool append, fsync) runs on tokio's
+//! blocking pool, and the sender does its spool reads and deletes there
+//! too (`on_disk`), so a slow disk does not stall a push in flight.
 mod identity;
 mod sender;
 pub mod spool;
@@ -60,6 +65,20 @@ pub enum ShipError {
     Runtime(std::io::Error),
     #[error(transparent)]
     StateLock(#[from] state_lock::StateLockError),
+    #[error("a spool task did not finish: {0}")]
+    Task(#[from] tokio::task::JoinError),
+}
+
+/// Runs `op` on the spool on tokio's blocking pool: file writes, fsyncs,
+/// reads and deletes, and waiting for the lock while the batcher fsyncs,
+/// must not stall the runtime thread that drives the pushes in flight.
+async fn on_disk<T, F>(spool: &Arc<Mutex<Spool>>, op: F) -> Result<T, ShipError>
+where
+    T: Send + 'static,
+    F: FnOnce(&mut Spool) -> Result<T, ShipError> + Send + 'static,
+{
+    let spool = spool.clone();
+    tokio::task::spawn_blocking(move || op(&mut *spool.lock().map_err(|_| ShipError::Poisoned)?)).await?
 }
 
 #[derive(Clone, Debug)]
@@ -142,7 +161,7 @@ impl ShipStage {
         let lock = StateLock::acquire(&config.state_dir)?;
         let mut spool = Spool::open(&config.state_dir, config.spool_limit_bytes)?;
         let identity = Identity::load(&config.state_dir, spool.highest_sequence() + 1)?;
-        let backlog = spool.entries()?.len();
+        let backlog = spool.len();
         tracing::info!(agent_id = %identity.agent_id, collector = %config.target.url, backlog, "shipping to collector");
         spool.corrupt_records = 0;
         let spool = Arc::new(Mutex::new(spool));
@@ -171,11 +190,18 @@ impl ShipStage {
                         replay_interval: config.replay_interval,
                     };
                     let sending = tokio::spawn(sender.run(stopping.clone(), config.shutdown_grace));
-                    while let Some(closed) = rx.recv().await {
-                        if let Err(err) = batcher.spool_windows(&closed) {
-                            tracing::error!(error = %err, "could not spool a batch; its windows are lost");
+                    // Spooling blocks on the disk (two fsyncs per batch), so
+                    // the batcher waits for windows on the blocking pool.
+                    let batching = tokio::task::spawn_blocking(move || {
+                        while let Some(closed) = rx.blocking_recv() {
+                            if let Err(err) = batcher.spool_windows(&closed) {
+                                tracing::error!(error = %err, "could not spool a batch; its windows are lost");
+                            }
+                            wake.notify_one();
                         }
-                        wake.notify_one();
+                    });
+                    if let Err(err) = batching.await {
+                        tracing::error!(error = %err, "the batcher stopped; windows after this are not shipped");
                     }
                     stopping.notify_one();
                     sending.await.unwrap_or(Ok(()))

@@ -19,7 +19,7 @@ use tokio::sync::Notify;
 use tonic::{Code, codec::CompressionEncoding, service::interceptor::InterceptedService, transport::Channel};
 use tracing::{error, info, warn};
 
-use super::{ShipError, spool::Spool};
+use super::{ShipError, on_disk, spool::Spool};
 use crate::client::{BearerToken, ClientOptions, endpoint};
 
 pub enum Verdict {
@@ -97,14 +97,14 @@ impl Sender {
                 deadline = Some(tokio::time::Instant::now() + grace);
             }
             if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
-                let left = self.spool.lock().map(|s| s.entries().map(|e| e.len()).unwrap_or(0)).unwrap_or(0);
+                let left = on_disk(&self.spool, |s| Ok(s.len())).await.unwrap_or(0);
                 if left > 0 {
                     warn!(batches = left, "collector not reached before shutdown; batches stay spooled for the next start");
                 }
                 return Ok(());
             }
-            let entries = self.spool.lock().map_err(|_| ShipError::Poisoned)?.entries()?;
-            let Some(entry) = entries.first().cloned() else {
+            let (next, backlog) = on_disk(&self.spool, |s| Ok((s.next_batch()?, s.len()))).await?;
+            let Some((entry, batch)) = next else {
                 if stop_requested {
                     return Ok(());
                 }
@@ -114,8 +114,6 @@ impl Sender {
                 }
                 continue;
             };
-            let batch = self.spool.lock().map_err(|_| ShipError::Poisoned)?.read(&entry)?;
-            let Some(batch) = batch else { continue };
             let mut request = tonic::Request::new(batch);
             request.set_timeout(Duration::from_secs(10));
             match client.push(request).await {
@@ -124,9 +122,9 @@ impl Sender {
                     if ack.duplicate {
                         info!(sequence = ack.sequence, "collector already had this batch");
                     }
-                    self.spool.lock().map_err(|_| ShipError::Poisoned)?.remove(&entry)?;
+                    on_disk(&self.spool, move |s| s.remove(&entry)).await?;
                     backoff.reset();
-                    if entries.len() > 1 && !self.replay_interval.is_zero() {
+                    if backlog > 1 && !self.replay_interval.is_zero() {
                         // Bounded replay rate for a backlog.
                         tokio::select! {
                             _ = tokio::time::sleep(self.replay_interval) => {}
@@ -138,7 +136,7 @@ impl Sender {
                     Verdict::Retry => {
                         let delay = backoff.next_delay();
                         warn!(sequence = entry.sequence, code = ?status.code(), message = status.message(),
-                            retry_in_ms = delay.as_millis() as u64, backlog = entries.len(), "collector unavailable; batch stays spooled");
+                            retry_in_ms = delay.as_millis() as u64, backlog, "collector unavailable; batch stays spooled");
                         tokio::select! {
                             _ = tokio::time::sleep(delay) => {}
                             _ = &mut stop, if !stop_requested => stop_requested = true,
@@ -148,7 +146,7 @@ impl Sender {
                         error!(sequence = entry.sequence, code = ?status.code(), message = status.message(),
                             "collector refused the batch for good; kept in rejected/ for inspection");
                         let reason = format!("{:?}: {}", status.code(), status.message());
-                        self.spool.lock().map_err(|_| ShipError::Poisoned)?.reject(&entry, &reason)?;
+                        on_disk(&self.spool, move |s| s.reject(&entry, &reason)).await?;
                     }
                 },
             }

@@ -13,9 +13,20 @@
 //!   next batch;
 //! - a record that fails its checks is moved to `corrupt/`, counted and
 //!   logged; the rest replays. Batches the collector refuses for good go to
-//!   `rejected/` for inspection.
+//!   `rejected/` for inspection;
+//! - the index of spooled batches (sequence -> file, size) lives in memory:
+//!   it is rebuilt from the directory at open and kept in step by every
+//!   change made here, so no batch costs a listing of the whole backlog (a
+//!   long outage's backlog would drain in quadratic time). Files put into
+//!   `spool/` behind the agent's back are seen at the next start; a file
+//!   deleted behind its back counts as done, never as a fatal error.
+//!
+//! Every method here blocks on the disk; the sender calls them off the
+//! async runtime (see `ship::on_disk`).
 use std::{
+    collections::BTreeMap,
     fs,
+    io::ErrorKind,
     path::{Path, PathBuf},
 };
 
@@ -39,7 +50,19 @@ pub struct Spool {
     dir: PathBuf,
     state_dir: PathBuf,
     limit_bytes: u64,
+    /// Spooled batches by sequence, oldest first.
+    index: BTreeMap<u64, Entry>,
+    /// Sum of the sizes in `index`.
+    spooled_bytes: u64,
+    /// Highest sequence found in `spool/`, `corrupt/` or `rejected/` at
+    /// open, or appended since.
+    highest: u64,
     pub corrupt_records: u64,
+}
+
+/// The sequence a spool, `corrupt/` or `rejected/` file name starts with.
+fn sequence_of(path: &Path) -> Option<u64> {
+    path.file_name()?.to_str()?.split('.').next()?.parse().ok()
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> ShipError + '_ {
@@ -76,74 +99,113 @@ pub fn decode_record(record: &[u8]) -> Result<&[u8], String> {
 }
 
 impl Spool {
+    /// Opens the spool and builds its index: the only time the spool lists
+    /// its directories.
     pub fn open(state_dir: &Path, limit_bytes: u64) -> Result<Self, ShipError> {
         let dir = state_dir.join("spool");
         for d in [&dir, &state_dir.join("corrupt"), &state_dir.join("rejected")] {
             fs::create_dir_all(d).map_err(io(d))?;
         }
-        // Leftover temp files are batches whose write never completed; the
-        // sequence they held was persisted, so dropping them loses nothing
-        // that was acknowledged as safe.
-        for entry in fs::read_dir(&dir).map_err(io(&dir))?.flatten() {
-            if entry.path().extension().is_some_and(|e| e == "tmp") {
-                let _ = fs::remove_file(entry.path());
+        let mut index = BTreeMap::new();
+        for file in fs::read_dir(&dir).map_err(io(&dir))?.flatten() {
+            let path = file.path();
+            match path.extension().and_then(|e| e.to_str()) {
+                // Leftover temp files are batches whose write never
+                // completed; the sequence they held was persisted, so
+                // dropping them loses nothing that was acknowledged as safe.
+                Some("tmp") => {
+                    let _ = fs::remove_file(&path);
+                }
+                Some("batch") => {
+                    let (Some(sequence), Ok(meta)) = (sequence_of(&path), file.metadata()) else { continue };
+                    index.insert(sequence, Entry { sequence, path, bytes: meta.len() });
+                }
+                _ => {}
             }
         }
-        Ok(Self { dir, state_dir: state_dir.to_path_buf(), limit_bytes, corrupt_records: 0 })
+        // A lost counter file must never lead to a reused number, so the
+        // batches set aside count too.
+        let aside = ["corrupt", "rejected"]
+            .iter()
+            .filter_map(|d| fs::read_dir(state_dir.join(d)).ok())
+            .flat_map(|rd| rd.flatten())
+            .filter_map(|e| sequence_of(&e.path()))
+            .max();
+        let highest = index.keys().next_back().copied().max(aside).unwrap_or(0);
+        let spooled_bytes = index.values().map(|e| e.bytes).sum();
+        Ok(Self { dir, state_dir: state_dir.to_path_buf(), limit_bytes, index, spooled_bytes, highest, corrupt_records: 0 })
     }
 
     /// Spooled batches, oldest first.
-    pub fn entries(&self) -> Result<Vec<Entry>, ShipError> {
-        let mut entries: Vec<Entry> = fs::read_dir(&self.dir)
-            .map_err(io(&self.dir))?
-            .flatten()
-            .filter_map(|e| {
-                let path = e.path();
-                if path.extension()? != "batch" {
-                    return None;
-                }
-                let sequence = path.file_stem()?.to_str()?.parse().ok()?;
-                let bytes = e.metadata().ok()?.len();
-                Some(Entry { sequence, path, bytes })
-            })
-            .collect();
-        entries.sort_by_key(|e| e.sequence);
-        Ok(entries)
+    pub fn entries(&self) -> Vec<Entry> {
+        self.index.values().cloned().collect()
     }
 
-    /// Highest sequence present anywhere in the state dir, so a lost
-    /// counter file never leads to a reused number.
+    /// The batch to send next.
+    pub fn oldest(&self) -> Option<Entry> {
+        self.index.values().next().cloned()
+    }
+
+    /// The oldest intact batch, to send next. Damaged records on the way
+    /// are moved to `corrupt/`, files deleted behind our back forgotten.
+    pub fn next_batch(&mut self) -> Result<Option<(Entry, Batch)>, ShipError> {
+        // Ends: every `read` that returns no batch drops the entry from the
+        // index (or fails).
+        while let Some(entry) = self.oldest() {
+            if let Some(batch) = self.read(&entry)? {
+                return Ok(Some((entry, batch)));
+            }
+        }
+        Ok(None)
+    }
+
+    /// How many batches are spooled.
+    pub fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.index.is_empty()
+    }
+
+    /// Highest sequence present anywhere in the state dir at open, or
+    /// appended since, so a lost counter file never leads to a reused
+    /// number.
     pub fn highest_sequence(&self) -> u64 {
-        ["spool", "corrupt", "rejected"]
-            .iter()
-            .filter_map(|d| fs::read_dir(self.state_dir.join(d)).ok())
-            .flat_map(|rd| rd.flatten())
-            .filter_map(|e| e.path().file_stem()?.to_str()?.split('.').next()?.parse::<u64>().ok())
-            .max()
-            .unwrap_or(0)
+        self.highest
     }
 
     /// Writes a batch durably. Returns the gap created by dropping older
     /// batches to stay within the limit, if any.
     pub fn append(&mut self, sequence: u64, payload: &[u8]) -> Result<Option<Gap>, ShipError> {
         let path = self.dir.join(format!("{sequence:020}.batch"));
-        write_atomic(&path, &encode_record(payload))?;
+        let record = encode_record(payload);
+        write_atomic(&path, &record)?;
+        let entry = Entry { sequence, path, bytes: record.len() as u64 };
+        self.spooled_bytes += entry.bytes;
+        if let Some(replaced) = self.index.insert(sequence, entry) {
+            self.spooled_bytes -= replaced.bytes;
+        }
+        self.highest = self.highest.max(sequence);
         self.enforce_limit(sequence)
     }
 
     fn enforce_limit(&mut self, newest: u64) -> Result<Option<Gap>, ShipError> {
-        let entries = self.entries()?;
-        let mut total: u64 = entries.iter().map(|e| e.bytes).sum();
         let mut gap: Option<Gap> = None;
-        for entry in entries.iter().filter(|e| e.sequence != newest) {
-            if total <= self.limit_bytes {
-                break;
-            }
-            let lost = fs::read(&entry.path)
-                .ok()
-                .and_then(|r| decode_record(&r).ok().and_then(|p| Batch::decode(p).ok()));
-            fs::remove_file(&entry.path).map_err(io(&entry.path))?;
-            total -= entry.bytes;
+        while self.spooled_bytes > self.limit_bytes {
+            // Oldest first; the batch just written stays even if it alone
+            // is over the limit.
+            let Some(entry) = self.index.values().find(|e| e.sequence != newest).cloned() else { break };
+            let lost = match fs::read(&entry.path) {
+                Err(e) if e.kind() == ErrorKind::NotFound => {
+                    // Deleted behind our back: nothing left to drop or to
+                    // describe.
+                    self.forget(&entry, "dropping the oldest batch");
+                    continue;
+                }
+                record => record.ok().and_then(|r| decode_record(&r).ok().and_then(|p| Batch::decode(p).ok())),
+            };
+            self.delete(&entry)?;
             let g = gap.get_or_insert_with(|| Gap {
                 first_sequence: entry.sequence,
                 reason: "spool full".into(),
@@ -220,9 +282,18 @@ impl Spool {
         write_atomic(&path, &Batch { gaps: left, ..Default::default() }.encode_to_vec())
     }
 
-    /// Reads a spooled batch; a damaged record is moved to `corrupt/`.
+    /// Reads a spooled batch; a damaged record is moved to `corrupt/`, a
+    /// file deleted behind our back is forgotten. Either way there is
+    /// nothing to send (`None`).
     pub fn read(&mut self, entry: &Entry) -> Result<Option<Batch>, ShipError> {
-        let record = fs::read(&entry.path).map_err(io(&entry.path))?;
+        let record = match fs::read(&entry.path) {
+            Ok(record) => record,
+            Err(e) if e.kind() == ErrorKind::NotFound => {
+                self.forget(entry, "reading it");
+                return Ok(None);
+            }
+            Err(e) => return Err(ShipError::Spool { path: entry.path.clone(), source: e }),
+        };
         let problem = match decode_record(&record) {
             Ok(payload) => match Batch::decode(payload) {
                 Ok(batch) => return Ok(Some(batch)),
@@ -237,20 +308,74 @@ impl Spool {
         Ok(None)
     }
 
-    pub fn remove(&self, entry: &Entry) -> Result<(), ShipError> {
-        fs::remove_file(&entry.path).map_err(io(&entry.path))
+    /// Deletes an acknowledged batch. A batch already gone (dropped by the
+    /// limit while it was in flight, or deleted behind our back) is done.
+    pub fn remove(&mut self, entry: &Entry) -> Result<(), ShipError> {
+        self.delete(entry)
     }
 
     /// Keeps a batch the collector will never take, with the reason beside it.
-    pub fn reject(&self, entry: &Entry, reason: &str) -> Result<(), ShipError> {
-        let note = self.state_dir.join("rejected").join(format!("{:020}.reason.txt", entry.sequence));
-        fs::write(&note, reason).map_err(io(&note))?;
-        self.move_aside(entry, "rejected")
+    pub fn reject(&mut self, entry: &Entry, reason: &str) -> Result<(), ShipError> {
+        if !self.index.contains_key(&entry.sequence) {
+            // Dropped by the limit while it was in flight: its gap already
+            // tells the collector.
+            return Ok(());
+        }
+        // Moved first, so a file deleted behind our back leaves no note.
+        if self.move_aside(entry, "rejected")? {
+            let note = self.state_dir.join("rejected").join(format!("{:020}.reason.txt", entry.sequence));
+            fs::write(&note, reason).map_err(io(&note))?;
+        }
+        Ok(())
     }
 
-    fn move_aside(&self, entry: &Entry, folder: &str) -> Result<(), ShipError> {
+    /// Moves a batch out of the spool; false if its file was already gone.
+    fn move_aside(&mut self, entry: &Entry, folder: &str) -> Result<bool, ShipError> {
         let target = self.state_dir.join(folder).join(entry.path.file_name().unwrap_or_default());
-        fs::rename(&entry.path, &target).map_err(io(&entry.path))
+        match fs::rename(&entry.path, &target) {
+            Ok(()) => {
+                self.unindex(entry);
+                Ok(true)
+            }
+            Err(e) if e.kind() == ErrorKind::NotFound => {
+                self.forget(entry, &format!("moving it to {folder}/"));
+                Ok(false)
+            }
+            Err(e) => Err(ShipError::Spool { path: entry.path.clone(), source: e }),
+        }
+    }
+
+    /// Deletes a batch's file and its index entry; a file already gone is
+    /// no error.
+    fn delete(&mut self, entry: &Entry) -> Result<(), ShipError> {
+        match fs::remove_file(&entry.path) {
+            Ok(()) => {
+                self.unindex(entry);
+            }
+            Err(e) if e.kind() == ErrorKind::NotFound => self.forget(entry, "deleting it"),
+            Err(e) => return Err(ShipError::Spool { path: entry.path.clone(), source: e }),
+        }
+        Ok(())
+    }
+
+    /// Drops the index entry of a file that is no longer there.
+    fn forget(&mut self, entry: &Entry, doing: &str) {
+        // Not in the index: the limit already dropped it, nothing to say.
+        if self.unindex(entry) {
+            tracing::warn!(sequence = entry.sequence, path = %entry.path.display(), doing,
+                "spool file deleted behind the agent's back; treated as done");
+        }
+    }
+
+    /// Drops an index entry; false if it was not there.
+    fn unindex(&mut self, entry: &Entry) -> bool {
+        match self.index.remove(&entry.sequence) {
+            Some(gone) => {
+                self.spooled_bytes -= gone.bytes;
+                true
+            }
+            None => false,
+        }
     }
 }
 
@@ -295,7 +420,7 @@ mod tests {
         for seq in 1..=5 {
             spool.append(seq, &batch(seq, 7)).unwrap();
         }
-        let left: Vec<u64> = spool.entries().unwrap().iter().map(|e| e.sequence).collect();
+        let left: Vec<u64> = spool.entries().iter().map(|e| e.sequence).collect();
         assert_eq!(left, vec![4, 5]);
         let gaps = spool.pending_gaps();
         let lost: u64 = gaps.iter().map(|g| g.lost_statements).sum();
@@ -316,7 +441,7 @@ mod tests {
         let mut spool = Spool::open(&dir, 1 << 20).unwrap();
         spool.append(1, &batch(1, 1)).unwrap();
         spool.append(2, &batch(2, 2)).unwrap();
-        let entries = spool.entries().unwrap();
+        let entries = spool.entries();
         let mut bytes = fs::read(&entries[0].path).unwrap();
         let last = bytes.len() - 1;
         bytes[last] ^= 0xff;
@@ -324,8 +449,125 @@ mod tests {
         assert!(spool.read(&entries[0]).unwrap().is_none());
         assert_eq!(spool.corrupt_records, 1);
         assert_eq!(spool.read(&entries[1]).unwrap().unwrap().sequence, 2);
-        assert_eq!(spool.entries().unwrap().len(), 1);
+        assert_eq!(spool.entries().len(), 1);
         assert_eq!(spool.highest_sequence(), 2);
+        fs::remove_dir_all(dir).ok();
+    }
+
+    fn sequences(spool: &Spool) -> Vec<u64> {
+        spool.entries().iter().map(|e| e.sequence).collect()
+    }
+
+    #[test]
+    fn open_rebuilds_the_index_from_the_directory() {
+        let dir = temp_dir("reopen");
+        let mut spool = Spool::open(&dir, 1 << 20).unwrap();
+        for seq in 1..=3 {
+            spool.append(seq, &batch(seq, seq)).unwrap();
+        }
+        let before = spool.entries();
+        drop(spool);
+        // What a crash can leave: a torn temp file, batches set aside.
+        fs::write(dir.join("spool").join(format!("{:020}.tmp", 4)), b"torn").unwrap();
+        fs::write(dir.join("rejected").join(format!("{:020}.batch", 9)), encode_record(&batch(9, 1))).unwrap();
+        fs::write(dir.join("rejected").join(format!("{:020}.reason.txt", 9)), "refused").unwrap();
+
+        let mut spool = Spool::open(&dir, 1 << 20).unwrap();
+        assert_eq!(spool.entries(), before, "same sequences, paths and sizes");
+        for e in &before {
+            assert_eq!(e.bytes, fs::metadata(&e.path).unwrap().len());
+        }
+        assert_eq!((spool.len(), spool.oldest().map(|e| e.sequence)), (3, Some(1)));
+        assert_eq!(spool.highest_sequence(), 9, "rejected batches count for the highest sequence");
+        assert!(!dir.join("spool").join(format!("{:020}.tmp", 4)).exists(), "temp files are dropped at open");
+
+        // The index is not the directory: a file put there behind the
+        // agent's back is seen at the next open only.
+        fs::write(dir.join("spool").join(format!("{:020}.batch", 5)), encode_record(&batch(5, 5))).unwrap();
+        assert_eq!(sequences(&spool), [1, 2, 3]);
+        spool.append(10, &batch(10, 1)).unwrap();
+        assert_eq!((sequences(&spool), spool.highest_sequence()), (vec![1, 2, 3, 10], 10));
+        assert_eq!(sequences(&Spool::open(&dir, 1 << 20).unwrap()), [1, 2, 3, 5, 10]);
+        fs::remove_dir_all(dir).ok();
+    }
+
+    #[test]
+    fn limit_drops_the_oldest_of_a_reopened_spool() {
+        let dir = temp_dir("limit-reopen");
+        let one = encode_record(&batch(1, 3)).len() as u64;
+        let mut spool = Spool::open(&dir, 1 << 20).unwrap();
+        for seq in 1..=4 {
+            spool.append(seq, &batch(seq, 3)).unwrap();
+        }
+        drop(spool);
+        // A smaller limit at the next start: the sizes come from the index
+        // built at open.
+        let mut spool = Spool::open(&dir, one * 2).unwrap();
+        let gap = spool.append(5, &batch(5, 3)).unwrap().expect("a gap");
+        assert_eq!((gap.first_sequence, gap.last_sequence, gap.batches, gap.lost_statements), (1, 3, 3, 9));
+        assert_eq!(sequences(&spool), [4, 5]);
+        let on_disk = fs::read_dir(dir.join("spool")).unwrap().count();
+        assert_eq!(on_disk, 2, "dropped batches leave the disk too");
+        // A batch alone over the limit stays: the newest is never dropped.
+        let mut tiny = Spool::open(&dir, 1).unwrap();
+        tiny.append(6, &batch(6, 3)).unwrap();
+        assert_eq!(sequences(&tiny), [6]);
+        fs::remove_dir_all(dir).ok();
+    }
+
+    #[test]
+    fn remove_and_reject_update_the_index() {
+        let dir = temp_dir("remove-reject");
+        let mut spool = Spool::open(&dir, 1 << 20).unwrap();
+        for seq in 1..=3 {
+            spool.append(seq, &batch(seq, seq)).unwrap();
+        }
+        let (first, sent) = spool.next_batch().unwrap().unwrap();
+        assert_eq!((first.sequence, sent.sequence), (1, 1));
+        spool.remove(&first).unwrap();
+        assert_eq!(sequences(&spool), [2, 3]);
+        let second = spool.oldest().unwrap();
+        spool.reject(&second, "InvalidArgument: no").unwrap();
+        assert_eq!(sequences(&spool), [3]);
+        let rejected = dir.join("rejected");
+        assert!(rejected.join(second.path.file_name().unwrap()).exists());
+        assert_eq!(fs::read_to_string(rejected.join(format!("{:020}.reason.txt", 2))).unwrap(), "InvalidArgument: no");
+        // Removing twice (the limit dropped it while in flight) is no error.
+        spool.remove(&first).unwrap();
+        spool.reject(&second, "again").unwrap();
+        assert_eq!(sequences(&spool), [3]);
+        fs::remove_dir_all(dir).ok();
+    }
+
+    #[test]
+    fn file_deleted_behind_the_spools_back_is_done() {
+        let dir = temp_dir("vanished");
+        let one = encode_record(&batch(1, 1)).len() as u64;
+        let mut spool = Spool::open(&dir, 1 << 20).unwrap();
+        for seq in 1..=5 {
+            spool.append(seq, &batch(seq, 1)).unwrap();
+        }
+        let entries = spool.entries();
+        for e in &entries[..4] {
+            fs::remove_file(&e.path).unwrap();
+        }
+        spool.remove(&entries[0]).unwrap();
+        assert!(spool.read(&entries[1]).unwrap().is_none(), "nothing to send");
+        spool.reject(&entries[2], "refused").unwrap();
+        assert_eq!(sequences(&spool), [4, 5]);
+        let (next, _) = spool.next_batch().unwrap().unwrap();
+        assert_eq!(next.sequence, 5, "the vanished batch 4 is skipped");
+        assert_eq!(spool.corrupt_records, 0, "a vanished file is not a corrupt record");
+        assert_eq!(fs::read_dir(dir.join("corrupt")).unwrap().count(), 0);
+        assert_eq!(fs::read_dir(dir.join("rejected")).unwrap().count(), 0, "no note without its batch");
+
+        // The limit: a vanished oldest batch frees its room without a gap.
+        let mut spool = Spool::open(&dir, one * 2).unwrap();
+        spool.append(6, &batch(6, 1)).unwrap();
+        fs::remove_file(&spool.oldest().unwrap().path).unwrap();
+        assert!(spool.append(7, &batch(7, 1)).unwrap().is_none());
+        assert_eq!(sequences(&spool), [6, 7]);
+        assert!(spool.pending_gaps().is_empty());
         fs::remove_dir_all(dir).ok();
     }
 }
