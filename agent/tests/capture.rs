@@ -515,7 +515,10 @@ fn metadata_lock_wait_is_timed_on_the_alter() {
     let out = agent.stop();
     let waits = waits_of(&out, "ALTER TABLE `app`.`m` ADD COLUMN `note` INT");
     let (_, max, _) = waits.get("metadata_lock").copied().unwrap_or_default();
-    assert!((250_000_000..=600_000_000).contains(&max), "metadata lock wait {max} ns: {waits:?}");
+    // The ALTER's connection is made in its thread: on a loaded machine
+    // it starts waiting well after the 300 ms hold began, so the floor is
+    // what any measured wait exceeds, not the hold.
+    assert!((100_000_000..=600_000_000).contains(&max), "metadata lock wait {max} ns: {waits:?}");
     let record = out
         .of_type("lock_wait")
         .find(|r| r["class"] == "metadata_lock" && r["digest_text"] == "ALTER TABLE `app`.`m` ADD COLUMN `note` INT")
