@@ -79,6 +79,15 @@ pub struct AgentOptions {
     /// and reported as a gap.
     #[arg(long, env = "SQLBEE_SPOOL_LIMIT", default_value_t = 512 << 20)]
     pub spool_limit: u64,
+    /// Share of the spool's filesystem (percent) always left free; with
+    /// --spool-min-free-bytes, whichever is less. The database often
+    /// shares that disk.
+    #[arg(long, env = "SQLBEE_SPOOL_MIN_FREE_PERCENT", default_value_t = 10, value_parser = clap::value_parser!(u8).range(0..=100))]
+    pub spool_min_free_percent: u8,
+    /// Bytes of the spool's filesystem always left free (see
+    /// --spool-min-free-percent).
+    #[arg(long, env = "SQLBEE_SPOOL_MIN_FREE_BYTES", default_value_t = 1 << 30)]
+    pub spool_min_free_bytes: u64,
     /// File holding the bearer token for the collector.
     #[arg(long, env = "SQLBEE_TOKEN_FILE")]
     pub token_file: Option<PathBuf>,
@@ -300,6 +309,7 @@ impl AgentOptions {
                     target,
                     state_dir: self.state_dir.clone(),
                     spool_limit_bytes: self.spool_limit,
+                    disk_floor: crate::ship::DiskFloor { percent: self.spool_min_free_percent, bytes: self.spool_min_free_bytes },
                     max_batch_bytes: 4 << 20,
                     replay_interval: Duration::from_secs(1) / self.replay_rate.max(1),
                     shutdown_grace: Duration::from_secs(5),

@@ -31,6 +31,11 @@ fn row<'a>(top: &'a Value, digest: u64) -> &'a Value {
         .unwrap_or_else(|| panic!("digest {hex} missing from {top:#}"))
 }
 
+/// Sequence and duplicate flag of an acknowledgement.
+fn ack(response: PushResponse) -> (u64, bool) {
+    (response.sequence, response.duplicate)
+}
+
 fn has_digest(top: &Value, digest: u64) -> bool {
     let hex = format!("{digest:016x}");
     top.as_array().unwrap().iter().any(|d| d["digest"] == hex.as_str())
@@ -56,13 +61,13 @@ async fn batches_are_stored_once_and_histograms_merge_exactly() {
         vec![window(INSTANCE, 100, now - 10_000, vec![digest(select, "SELECT ?", &a), digest(update, "UPDATE t SET a = ?", &[5_000])])],
     );
     let second = batch("agent-1", 2, vec![window(INSTANCE, 101, now, vec![digest(select, "SELECT ?", &b)])]);
-    assert_eq!(push(&mut ingest, first.clone()).await.unwrap(), PushResponse { sequence: 1, duplicate: false });
+    assert_eq!(ack(push(&mut ingest, first.clone()).await.unwrap()), (1, false));
     // Compressed like the agent sends it.
     let mut gzip = ingest.clone().send_compressed(CompressionEncoding::Gzip);
-    assert_eq!(push(&mut gzip, second.clone()).await.unwrap(), PushResponse { sequence: 2, duplicate: false });
+    assert_eq!(ack(push(&mut gzip, second.clone()).await.unwrap()), (2, false));
     // Replays: acknowledged, not stored again.
-    assert_eq!(push(&mut ingest, first).await.unwrap(), PushResponse { sequence: 1, duplicate: true });
-    assert_eq!(push(&mut gzip, second).await.unwrap(), PushResponse { sequence: 2, duplicate: true });
+    assert_eq!(ack(push(&mut ingest, first).await.unwrap()), (1, true));
+    assert_eq!(ack(push(&mut gzip, second).await.unwrap()), (2, true));
 
     let top = top_json(&url, &[]);
     let s = row(&top, select);
@@ -1234,4 +1239,98 @@ async fn epochs_keep_new_data_and_a_changed_replay_is_an_error() {
     assert!(err.message().contains("other content"), "{err:?}");
     assert_eq!(row(&top_json(&url, &[]), 0xe)["count"], 3, "epoch 11 once, epoch 12 once, the conflict never");
     assert!(collector.stderr_text().contains("other content"), "the collector reports it too");
+}
+
+/// The store's filesystem fills up: the collector answers
+/// RESOURCE_EXHAUSTED (which the agent retries), never INTERNAL or
+/// INVALID_ARGUMENT; every batch it acknowledged is still there after a
+/// kill and a restart; and once space returns the refused batches are
+/// stored. Needs root to mount a small tmpfs.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_full_store_disk_refuses_for_now_and_keeps_what_it_acknowledged() {
+    if !common::privileged("a_full_store_disk_refuses_for_now_and_keeps_what_it_acknowledged") {
+        return;
+    }
+    let dir = TempDir::new("store-enospc");
+    let disk = common::Tmpfs::mount(&dir.path().join("fs"), "3m");
+    let mut collector = Collector::start_on_store(&disk.path.join("store.db"), &[]);
+    let mut ingest = ingest_client(&plain(&collector.http_url())).await;
+    let now = now_ms();
+    let texts: Vec<String> = (0..40).map(|i| format!("SELECT c{i} FROM t{i} WHERE id = ?")).collect();
+    let make = |sequence: u64| {
+        let digests = texts.iter().enumerate().map(|(i, t)| digest(0x1000 + i as u64, t, &[1000; 2])).collect();
+        batch("agent-full", sequence, vec![window(INSTANCE, 100, now - 100_000 + sequence as i64 * 100, digests)])
+    };
+    let mut acknowledged = Vec::new();
+    for sequence in 1..=5 {
+        push(&mut ingest, make(sequence)).await.unwrap();
+        acknowledged.push(sequence);
+    }
+    let filler = disk.fill(0);
+    let mut refused = Vec::new();
+    for sequence in 6..=200 {
+        match push(&mut ingest, make(sequence)).await {
+            Ok(_) => acknowledged.push(sequence),
+            Err(status) => {
+                assert!(
+                    matches!(status.code(), Code::ResourceExhausted | Code::Unavailable),
+                    "a full disk is retryable, not {:?}: {}",
+                    status.code(),
+                    status.message()
+                );
+                refused.push(sequence);
+                if refused.len() >= 5 {
+                    break;
+                }
+            }
+        }
+    }
+    assert!(!refused.is_empty(), "the store never ran out of space");
+    collector.kill9();
+    std::fs::remove_file(&filler).unwrap();
+    collector.restart();
+    let mut ingest = ingest_client(&plain(&collector.http_url())).await;
+    let count = |top: &Value| -> u64 { (0..40).map(|i| row(top, 0x1000 + i)["count"].as_u64().unwrap()).sum() };
+    let top = top_json(&collector.http_url(), &["--limit", "100"]);
+    assert_eq!(count(&top), acknowledged.len() as u64 * 80, "every acknowledged batch survives the full disk and a kill");
+    for sequence in refused.iter().copied() {
+        let ack = push(&mut ingest, make(sequence)).await.unwrap();
+        assert!(!ack.duplicate, "a refused batch was not stored");
+    }
+    let top = top_json(&collector.http_url(), &["--limit", "100"]);
+    assert_eq!(count(&top), (acknowledged.len() + refused.len()) as u64 * 80);
+    collector.stop();
+}
+
+/// An agent whose clock runs an hour and a half ahead: its batch is stored,
+/// not refused, with its times moved back, the answer says by how much,
+/// and the stored agent window carries the correction.
+#[tokio::test]
+async fn a_clock_ahead_is_corrected_not_refused() {
+    let collector = Collector::start(&[]);
+    let url = collector.http_url();
+    let mut ingest = ingest_client(&plain(&url)).await;
+    let ahead = 90 * 60_000;
+    let now = now_ms();
+    let mut b = batch("agent-ahead", 1, vec![window(INSTANCE, 100, now + ahead, vec![digest(0x99, "SELECT ?", &[1000; 4])])]);
+    b.created_unix_ms = now + ahead;
+    b.agent_windows = vec![sqlbee_proto::v1::AgentWindow {
+        window_start_unix_ms: now + ahead - 10_000,
+        window_end_unix_ms: now + ahead,
+        cost: Some(Default::default()),
+        host: None,
+    }];
+    let ack = push(&mut ingest, b).await.unwrap();
+    assert!((ack.clock_correction_ms - ahead).abs() < 5_000, "{ack:?}");
+    assert!((ack.collector_unix_ms - now).abs() < 5_000, "{ack:?}");
+    // Stored where "the last minute" finds it.
+    let out = sqlbee_query(&["top", "--collector", &url, "--format", "json", "--since", "1m"]);
+    let top: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(row(&top["digests"], 0x99)["count"], 4, "{top:#}");
+    let hosts = sqlbee_query(&["hosts", "--collector", &url, "--format", "json"]);
+    let hosts: Value = serde_json::from_slice(&hosts.stdout).unwrap();
+    let corrected = hosts[0]["ship"]["clock_correction_ms"].as_i64().unwrap();
+    assert!((corrected - ahead).abs() < 5_000, "{hosts:#}");
+    assert!(hosts[0]["window_end_unix_ms"].as_i64().unwrap() <= now_ms(), "{hosts:#}");
+    collector.stop();
 }

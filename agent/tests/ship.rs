@@ -44,18 +44,25 @@ impl Stored for Collector {
     }
 
     fn totals(&self) -> Totals {
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        runtime.block_on(async {
-            let mut client = query_client(&plain(&self.http_url())).await;
-            let t = client.totals(TotalsRequest::default()).await.unwrap().into_inner();
-            Totals {
-                statements: t.statements,
-                unmatched: t.unmatched,
-                commands: t.commands.into_iter().map(|c| (c.command, c.count)).collect(),
-                lost: t.lost_statements,
-            }
-        })
+        totals_of(self, None)
     }
+}
+
+/// Exact totals over gRPC, with a read token if the collector wants one.
+fn totals_of(collector: &Collector, token: Option<&str>) -> Totals {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        let mut options = plain(&collector.http_url());
+        options.token = token.map(str::to_string);
+        let mut client = query_client(&options).await;
+        let t = client.totals(TotalsRequest::default()).await.unwrap().into_inner();
+        Totals {
+            statements: t.statements,
+            unmatched: t.unmatched,
+            commands: t.commands.into_iter().map(|c| (c.command, c.count)).collect(),
+            lost: t.lost_statements,
+        }
+    })
 }
 
 struct Totals {
@@ -356,16 +363,19 @@ fn rejected_files(state: &Path) -> Vec<PathBuf> {
     files
 }
 
+/// Only a validation refusal is final. A collector that does not know the
+/// agent's token (UNAUTHENTICATED) is an operator's mistake that will be
+/// fixed: the batches wait in the spool, retried, and arrive once it is.
 #[test]
-fn refused_batches_are_set_aside_once_with_their_reason() {
-    if !privileged("refused_batches_are_set_aside_once_with_their_reason") {
+fn refusals_other_than_invalid_are_retried_until_the_collector_takes_them() {
+    if !privileged("refusals_other_than_invalid_are_retried_until_the_collector_takes_them") {
         return;
     }
     let _serial = common::one_at_a_time();
     let server = PrivateServer::start("ship-refused", &[]).unwrap();
     let (tokens, wrong) = (server.dir().join("tokens"), server.dir().join("wrong-token"));
     std::fs::write(&tokens, "right-token\n").unwrap();
-    std::fs::write(&wrong, "wrong-token\n").unwrap();
+    std::fs::write(&wrong, "late-token\n").unwrap();
     let collector = Collector::start(&["--tokens".into(), tokens.display().to_string()]);
     let state = server.dir().join("agent-state");
     let mut args = ship_args(&server, &collector, &state, "300ms");
@@ -376,31 +386,22 @@ fn refused_batches_are_set_aside_once_with_their_reason() {
         server.sql(&format!("SELECT {i}")).unwrap();
         std::thread::sleep(Duration::from_millis(40));
     }
-    wait_for("refused batches", Duration::from_secs(20), &agent, || rejected_files(&state).len() >= 3);
+    wait_for("a backlog of refused batches", Duration::from_secs(20), &agent, || spool_files(&state).len() >= 3);
+    let log = common::strip_ansi(&agent.stderr_text());
+    assert!(log.contains("collector did not take the batch") && log.contains("Unauthenticated"), "{log}");
+    assert!(rejected_files(&state).is_empty(), "an unknown token must not set batches aside: {:?}", rejected_files(&state));
+
+    // The operator adds the agent's token; the collector reloads it.
+    std::fs::write(&tokens, "right-token\nlate-token\n").unwrap();
+    unsafe { libc::kill(collector.pid() as i32, libc::SIGHUP) };
+    wait_for("the backlog to drain", Duration::from_secs(30), &agent, || {
+        spool_files(&state).is_empty() && totals_of(&collector, Some("late-token")).statements >= EXECUTED
+    });
     let out = agent.stop();
     assert!(out.success, "{}", out.stderr);
-
-    // Nothing waits for a retry: every batch, the one spooled at shutdown
-    // too, was tried once and set aside.
-    assert!(spool_files(&state).is_empty(), "refused batches must leave the spool: {:?}", spool_files(&state));
-    let rejected = rejected_files(&state);
-    let log = common::strip_ansi(&out.stderr);
-    let refusals = log.lines().filter(|l| l.contains("refused the batch for good")).count();
-    assert_eq!(refusals, rejected.len(), "one attempt per refused batch:\n{log}");
-    assert!(!log.contains("batch stays spooled"), "a refused batch must not be retried:\n{log}");
-    let mut statements = 0;
-    for batch in &rejected {
-        let reason = std::fs::read_to_string(batch.with_extension("reason.txt")).unwrap();
-        assert!(reason.starts_with("Unauthenticated: ") && reason.contains("not accepted"), "{batch:?}: {reason}");
-        let bytes = std::fs::read(batch).unwrap();
-        statements += Batch::decode(&bytes[12..]).unwrap().windows.iter().map(|w| w.statements).sum::<u64>();
-    }
-    assert_eq!(statements, EXECUTED, "the refused batches keep every statement for inspection");
-
-    let (url, right) = (collector.http_url(), tokens.display().to_string());
-    let out = sqlbee_query(&["instances", "--collector", &url, "--token-file", &right, "--format", "json"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap(), serde_json::json!([]), "nothing stored");
+    assert!(rejected_files(&state).is_empty(), "nothing set aside");
+    let totals = totals_of(&collector, Some("late-token"));
+    assert_eq!(totals.statements, EXECUTED, "every statement arrives once the token is known");
 }
 
 /// The collector-only build (`--no-default-features --features
@@ -499,4 +500,252 @@ fn a_state_directory_serves_one_agent() {
     assert_eq!(collector.top_counts().get("SELECT ? + ?"), Some(&10));
     use std::os::unix::fs::PermissionsExt;
     assert_eq!(std::fs::metadata(&state).unwrap().permissions().mode() & 0o777, 0o700);
+}
+
+/// Files under `dir` whose names end in `.tmp`.
+fn temp_files(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let path = e.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|x| x == "tmp") {
+                found.push(path);
+            }
+        }
+    }
+    found
+}
+
+/// The agent's state directory on a 4 MiB tmpfs that fills up: first to
+/// the last byte (ENOSPC on every write), then, with the default floor, to
+/// below the free space the agent must leave. The agent lives through
+/// both, every statement it could not spool is in a gap, nothing spooled
+/// before is lost, no temp file is left, and it recovers when space returns.
+#[test]
+fn a_full_disk_under_the_state_dir_loses_only_what_it_reports() {
+    if !privileged("a_full_disk_under_the_state_dir_loses_only_what_it_reports") {
+        return;
+    }
+    let _serial = common::one_at_a_time();
+    let server = PrivateServer::start("ship-enospc", &[]).unwrap();
+    let mut collector = Collector::start(&[]);
+    collector.kill9();
+    let disk = common::Tmpfs::mount(&server.dir().join("state-fs"), "4m");
+    let state = disk.path.join("agent-state");
+    let executed = std::cell::Cell::new(0u64);
+    let run = |n: u64| {
+        for i in 0..n {
+            server.sql(&format!("SELECT {i} AS full_disk")).unwrap();
+            std::thread::sleep(Duration::from_millis(30));
+        }
+        executed.set(executed.get() + n);
+    };
+
+    // ENOSPC: no floor, and the filler takes every byte.
+    let mut args = ship_args(&server, &collector, &state, "200ms");
+    args.extend(["--spool-min-free-percent=0".into(), "--spool-min-free-bytes=0".into()]);
+    let agent = Agent::start(server.dir(), &args);
+    run(10);
+    wait_for("batches in the spool", Duration::from_secs(10), &agent, || spool_files(&state).len() >= 2);
+    let spooled_before = spool_files(&state);
+    let filler = disk.fill(0);
+    run(20);
+    std::thread::sleep(Duration::from_millis(600));
+    let log = common::strip_ansi(&agent.stderr_text());
+    assert!(log.contains("could not spool a batch") && log.contains("No space left"), "{log}");
+    assert!(spooled_before.iter().all(|f| f.exists()), "batches spooled before the disk filled are kept");
+    assert!(temp_files(&state).is_empty(), "temp files left on a full disk: {:?}", temp_files(&state));
+    std::fs::remove_file(&filler).unwrap();
+    run(10);
+    std::thread::sleep(Duration::from_millis(600));
+    // Delivered before the next phase, so the windows that report the disk
+    // errors are not among the batches the floor drops.
+    collector.restart();
+    wait_for("the first backlog to drain", Duration::from_secs(30), &agent, || {
+        let t = collector.totals();
+        spool_files(&state).is_empty() && t.statements + t.lost >= executed.get()
+    });
+    let out = agent.stop();
+    assert!(out.success, "the agent must live through a full disk: {}", out.stderr);
+    collector.kill9();
+
+    // The floor: the filler leaves less than 10% of the disk; the agent
+    // drops its own oldest batches and writes nothing more.
+    let agent = Agent::start(server.dir(), &ship_args(&server, &collector, &state, "200ms"));
+    run(5);
+    std::thread::sleep(Duration::from_millis(400));
+    let filler = disk.fill(200 << 10);
+    let free_with_filler = disk.available();
+    run(15);
+    std::thread::sleep(Duration::from_millis(600));
+    assert!(disk.available() >= free_with_filler, "the agent wrote below the floor: {} < {free_with_filler}", disk.available());
+    let log = common::strip_ansi(&agent.stderr_text());
+    assert!(log.contains("free-space floor"), "{log}");
+    std::fs::remove_file(&filler).unwrap();
+    run(10);
+    std::thread::sleep(Duration::from_millis(600));
+
+    collector.restart();
+    wait_for("the backlog to drain", Duration::from_secs(30), &agent, || {
+        let t = collector.totals();
+        spool_files(&state).is_empty() && t.statements + t.lost >= executed.get()
+    });
+    let out = agent.stop();
+    assert!(out.success, "{}", out.stderr);
+    assert!(temp_files(&state).is_empty(), "{:?}", temp_files(&state));
+    let Totals { statements, lost, .. } = collector.totals();
+    assert!(lost > 0, "the full disk must show as a gap");
+    assert_eq!(statements + lost, executed.get(), "stored {statements} + lost {lost} != executed {}", executed.get());
+    let hosts = sqlbee_query(&["hosts", "--collector", &collector.http_url(), "--format", "json"]);
+    let hosts: serde_json::Value = serde_json::from_slice(&hosts.stdout).unwrap();
+    let io_errors: u64 = hosts.as_array().unwrap().iter().map(|w| w["ship"]["spool_io_errors"].as_u64().unwrap()).sum();
+    assert!(io_errors > 0, "the agent windows report the disk errors: {hosts:#}");
+}
+
+/// A TCP relay that can hold the collector's answers back, so a push stays
+/// in flight as long as a test wants.
+struct HoldingRelay {
+    port: u16,
+    hold: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl HoldingRelay {
+    fn start(upstream: String) -> HoldingRelay {
+        use std::{
+            io::{Read, Write},
+            net::{TcpListener, TcpStream},
+            sync::{
+                Arc,
+                atomic::{AtomicBool, Ordering},
+            },
+        };
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let hold = Arc::new(AtomicBool::new(false));
+        let held = hold.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                let Ok(server) = TcpStream::connect(&upstream) else {
+                    continue;
+                };
+                let (mut c_in, mut s_out) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+                std::thread::spawn(move || std::io::copy(&mut c_in, &mut s_out));
+                let (mut s_in, mut c_out, held) = (server, client, held.clone());
+                std::thread::spawn(move || {
+                    let mut buf = vec![0u8; 64 << 10];
+                    while let Ok(n) = s_in.read(&mut buf) {
+                        if n == 0 {
+                            break;
+                        }
+                        while held.load(Ordering::Relaxed) {
+                            std::thread::sleep(Duration::from_millis(10));
+                        }
+                        if c_out.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+        });
+        HoldingRelay { port, hold }
+    }
+
+    fn hold(&self, on: bool) {
+        self.hold.store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// The spool fills up while a push waits for its answer: the limit drops
+/// older batches but not the one in flight, the answer deletes it, and
+/// shipping goes on with every statement stored or reported lost, never
+/// both.
+#[test]
+fn the_spool_fills_while_a_push_is_in_flight_and_shipping_goes_on() {
+    if !privileged("the_spool_fills_while_a_push_is_in_flight_and_shipping_goes_on") {
+        return;
+    }
+    let _serial = common::one_at_a_time();
+    let server = PrivateServer::start("ship-in-flight", &[]).unwrap();
+    let collector = Collector::start(&[]);
+    let relay = HoldingRelay::start(collector.addr.clone());
+    let state = server.dir().join("agent-state");
+    let mut args = ship_args(&server, &collector, &state, "200ms");
+    args[1] = format!("--collector=http://127.0.0.1:{}", relay.port);
+    args.push("--spool-limit=2500".into());
+    let agent = Agent::start(server.dir(), &args);
+    let mut executed = 0;
+    for i in 0..10 {
+        server.sql(&format!("SELECT {i} AS in_flight")).unwrap();
+        executed += 1;
+    }
+    wait_for("a first batch stored", Duration::from_secs(10), &agent, || collector.totals().statements > 0);
+    relay.hold(true);
+    for i in 0..60 {
+        server.sql(&format!("SELECT {i} AS in_flight")).unwrap();
+        executed += 1;
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let log = common::strip_ansi(&agent.stderr_text());
+    assert!(log.contains("spool full"), "the spool must have filled while the push waited:\n{log}");
+    relay.hold(false);
+    for i in 0..10 {
+        server.sql(&format!("SELECT {i} AS in_flight")).unwrap();
+        executed += 1;
+    }
+    wait_for("shipping to go on", Duration::from_secs(30), &agent, || {
+        let t = collector.totals();
+        spool_files(&state).is_empty() && t.statements + t.lost >= executed
+    });
+    let out = agent.stop();
+    assert!(out.success, "{}", out.stderr);
+    let Totals { statements, lost, .. } = collector.totals();
+    assert!(lost > 0, "batches were dropped while the push waited");
+    assert_eq!(statements + lost, executed, "stored {statements} + lost {lost} != executed {executed}");
+}
+
+/// A state directory copied before either copy ran (a cloned VM, a
+/// restored backup) hands out the same batch keys twice: the collector
+/// says ALREADY_EXISTS, the second agent renumbers in a new epoch, and
+/// both copies' statements are stored. A counter deleted while the spool
+/// is empty starts a new epoch too, and nothing is taken for a duplicate.
+#[test]
+fn copied_or_reset_state_never_loses_batches_as_duplicates() {
+    if !privileged("copied_or_reset_state_never_loses_batches_as_duplicates") {
+        return;
+    }
+    let _serial = common::one_at_a_time();
+    let server = PrivateServer::start("ship-cloned", &[]).unwrap();
+    let collector = Collector::start(&[]);
+    let (state, copy) = (server.dir().join("agent-state"), server.dir().join("agent-state-copy"));
+    let phase = |state: &Path, statement: &str, n: u64| {
+        let agent = Agent::start(server.dir(), &ship_args(&server, &collector, state, "300ms"));
+        for i in 0..n {
+            server.sql(&statement.replace('N', &i.to_string())).unwrap();
+            std::thread::sleep(Duration::from_millis(40));
+        }
+        std::thread::sleep(Duration::from_millis(400));
+        let out = agent.stop();
+        assert!(out.success, "{}", out.stderr);
+        assert!(spool_files(state).is_empty(), "everything delivered: {}", out.stderr);
+        common::strip_ansi(&out.stderr)
+    };
+    phase(&state, "SELECT N AS first_run", 3);
+    let copied = std::process::Command::new("cp").arg("-a").arg(&state).arg(&copy).status().unwrap();
+    assert!(copied.success());
+    phase(&state, "SELECT N + 1 AS original", 12);
+    let log = phase(&copy, "SELECT N * 2 AS cloned_copy", 9);
+    assert!(log.contains("sending it again in a new epoch"), "the clone's keys collide with the original's:\n{log}");
+    std::fs::remove_file(state.join("next-sequence")).unwrap();
+    phase(&state, "SELECT N - 1 AS after_reset", 7);
+
+    let counts = collector.top_counts();
+    for (alias, n) in [("first_run", 3), ("original", 12), ("cloned_copy", 9), ("after_reset", 7)] {
+        let stored: u64 = counts.iter().filter(|(text, _)| text.contains(alias)).map(|(_, count)| count).sum();
+        assert_eq!(stored, n, "{alias}: {counts:#?}");
+    }
+    let errors = collector.stderr_text();
+    assert!(errors.contains("ALREADY_EXISTS") || errors.contains("other content"), "the collector reports the conflict too:\n{errors}");
 }

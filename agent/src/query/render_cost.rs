@@ -170,6 +170,12 @@ pub fn hosts_json(rows: &[AgentWindowRow]) -> Value {
                         "events_per_s": cost.events_per_s,
                         "dropped_events": cost.dropped_events,
                     },
+                    "ship": {
+                        "sender_restarts": cost.sender_restarts,
+                        "spool_io_errors": cost.spool_io_errors,
+                        "clock_skew_ms": cost.clock_skew_ms,
+                        "clock_correction_ms": cost.clock_correction_ms,
+                    },
                     "online_cores": host.online_cores,
                     "cpu": host.cpu.map(|c| json!({
                         "user": c.user, "nice": c.nice, "system": c.system, "idle": c.idle,
@@ -246,6 +252,17 @@ pub fn write_hosts_table(out: &mut impl Write, rows: &[AgentWindowRow]) -> std::
     }
     if rows.is_empty() {
         writeln!(out, "(no agent windows in this range)")?;
+    }
+    let costs: Vec<_> = rows.iter().filter_map(|r| r.window.as_ref()?.cost.clone()).collect();
+    let restarts: u64 = costs.iter().map(|c| c.sender_restarts).sum();
+    let io_errors: u64 = costs.iter().map(|c| c.spool_io_errors).sum();
+    let skew = costs.iter().map(|c| c.clock_skew_ms).max_by_key(|s| s.abs()).unwrap_or(0);
+    let corrected = costs.iter().map(|c| c.clock_correction_ms).max().unwrap_or(0);
+    if restarts > 0 || io_errors > 0 || skew.abs() > 2_000 || corrected > 0 {
+        writeln!(
+            out,
+            "ship: {restarts} sender restarts, {io_errors} spool disk errors; agent clock off by up to {skew} ms, windows moved back by up to {corrected} ms"
+        )?;
     }
     out.flush()
 }

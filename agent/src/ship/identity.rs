@@ -51,16 +51,23 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ShipError> {
     let tmp = path.with_extension("tmp");
     // A leftover from a crash keeps its mode when truncated: start afresh.
     let _ = fs::remove_file(&tmp);
-    let mut file = fs::OpenOptions::new()
+    let written = fs::OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(true)
         .mode(FILE_MODE)
         .open(&tmp)
-        .map_err(io(&tmp))?;
-    file.write_all(bytes).map_err(io(&tmp))?;
-    file.sync_all().map_err(io(&tmp))?;
-    fs::rename(&tmp, path).map_err(io(path))?;
+        .and_then(|mut file| {
+            file.write_all(bytes)?;
+            file.sync_all()
+        })
+        .map_err(io(&tmp))
+        .and_then(|()| fs::rename(&tmp, path).map_err(io(path)));
+    if written.is_err() {
+        // A full disk must not be left fuller by a torn temp file.
+        let _ = fs::remove_file(&tmp);
+    }
+    written?;
     if let Some(dir) = path.parent() {
         fs::File::open(dir).and_then(|d| d.sync_all()).map_err(io(dir))?;
     }
@@ -109,11 +116,26 @@ impl Identity {
     }
 
     /// Hands out the next sequence number, persisted before it is used.
-    pub fn take_sequence(&mut self) -> Result<u64, ShipError> {
+    /// When that write fails (a full disk) the number is handed out all
+    /// the same, with the error: a batch that cannot be spooled then still
+    /// has a number for its gap. Reuse after a crash is still caught: the
+    /// spool's highest file sets the floor at the next start, and a number
+    /// the collector already holds with other content starts a new epoch.
+    pub fn take_sequence(&mut self) -> (u64, Option<ShipError>) {
         let sequence = self.next_sequence;
-        write_atomic(&self.sequence_file, (sequence + 1).to_string().as_bytes())?;
         self.next_sequence = sequence + 1;
-        Ok(sequence)
+        (sequence, write_atomic(&self.sequence_file, (sequence + 1).to_string().as_bytes()).err())
+    }
+
+    /// Starts a new epoch: the collector holds other content under this
+    /// agent's current keys (a cloned or restored state directory).
+    pub fn new_epoch(&mut self) -> Result<u64, ShipError> {
+        let epoch = u64::from_le_bytes(random::<8>()?).max(1);
+        let file = self.sequence_file.with_file_name("epoch");
+        // The new epoch holds in memory even if the file cannot be written.
+        let written = write_atomic(&file, epoch.to_string().as_bytes());
+        self.epoch = epoch;
+        written.map(|()| epoch)
     }
 }
 
@@ -128,15 +150,15 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("sqlbee-identity-{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
         let mut first = Identity::load(&dir, 1).unwrap();
-        assert_eq!(first.take_sequence().unwrap(), 1);
-        assert_eq!(first.take_sequence().unwrap(), 2);
+        assert_eq!(first.take_sequence().0, 1);
+        assert_eq!(first.take_sequence().0, 2);
         let again = Identity::load(&dir, 1).unwrap();
         assert_eq!((again.agent_id.as_str(), again.epoch, again.next_sequence), (first.agent_id.as_str(), first.epoch, 3));
         fs::remove_file(dir.join("next-sequence")).unwrap();
         let mut reborn = Identity::load(&dir, 1).unwrap();
         assert_eq!(reborn.agent_id, first.agent_id);
         assert_ne!(reborn.epoch, first.epoch, "numbering from 1 again must not reuse the old keys");
-        assert_eq!(reborn.take_sequence().unwrap(), 1);
+        assert_eq!(reborn.take_sequence().0, 1);
         assert_eq!(fs::metadata(&dir).unwrap().permissions().mode() & 0o777, DIR_MODE);
         for file in ["agent-id", "epoch", "next-sequence"] {
             let mode = fs::metadata(dir.join(file)).unwrap().permissions().mode() & 0o777;

@@ -10,6 +10,8 @@
 //! batcher (sequence counter, spool append, fsync) runs on tokio's
 //! blocking pool, and the sender does its spool reads and deletes there
 //! too (`on_disk`), so a slow disk does not stall a push in flight.
+pub mod disk_floor;
+mod health;
 mod identity;
 mod sender;
 pub mod spool;
@@ -22,13 +24,15 @@ use std::{
     time::{Duration, SystemTime},
 };
 
+pub use disk_floor::DiskFloor;
+use health::ShipHealth;
 use identity::Identity;
 use prost::Message;
 pub use sender::{Backoff, Verdict, verdict};
 use sqlbee_proto::v1::{AgentIdentity, Batch};
 use spool::Spool;
 use state_lock::StateLock;
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::{Notify, mpsc, watch};
 pub use wire::{agent_window, instance_window};
 
 use crate::{aggregate::WindowReport, budget::CostSample, host::HostMetrics};
@@ -85,7 +89,10 @@ where
 pub struct ShipConfig {
     pub target: crate::client::ClientOptions,
     pub state_dir: PathBuf,
+    /// Spool, `rejected/` and `corrupt/` together.
     pub spool_limit_bytes: u64,
+    /// Free space the spool always leaves on its filesystem.
+    pub disk_floor: DiskFloor,
     /// Largest encoded batch; larger window sets are split.
     pub max_batch_bytes: usize,
     /// Pause between replayed batches when there is a backlog.
@@ -97,8 +104,11 @@ pub struct ShipConfig {
 
 /// Builds batches from window reports and spools them.
 struct Batcher {
-    identity: Identity,
+    /// Shared with the sender, which starts a new epoch on a conflict.
+    /// Locked after the spool, never before.
+    identity: Arc<Mutex<Identity>>,
     spool: Arc<Mutex<Spool>>,
+    health: Arc<ShipHealth>,
     agent: AgentIdentity,
     max_batch_bytes: usize,
 }
@@ -107,7 +117,8 @@ impl Batcher {
     fn spool_windows(&mut self, closed: &ClosedWindows) -> Result<(), ShipError> {
         let windows: Vec<_> = closed.reports.iter().map(|r| instance_window(r, closed.host.as_ref())).collect();
         // The agent's window rides in the first batch of the set.
-        let mut agent_windows = vec![agent_window(closed.start, closed.end, &closed.cost, closed.host.as_ref())];
+        let health = self.health.take();
+        let mut agent_windows = vec![agent_window(closed.start, closed.end, &closed.cost, closed.host.as_ref(), health)];
         // Split so no batch grows past the size limit (one window at least).
         let mut chunks: Vec<Vec<_>> = vec![Vec::new()];
         let mut size = agent_windows[0].encoded_len();
@@ -127,20 +138,33 @@ impl Batcher {
                 continue;
             }
             let carried: Vec<(u64, u64)> = gaps.iter().map(|g| (g.first_sequence, g.last_sequence)).collect();
-            let sequence = self.identity.take_sequence()?;
+            let mut identity = self.identity.lock().map_err(|_| ShipError::Poisoned)?;
+            let (sequence, unsaved) = identity.take_sequence();
+            if let Some(err) = unsaved {
+                self.health.io_error();
+                tracing::error!(error = %err, sequence, "could not persist the batch counter; going on");
+            }
+            let carries_health = !agent_windows.is_empty();
             let batch = Batch {
                 agent: Some(self.agent.clone()),
                 sequence,
                 created_unix_ms: sqlbee_common::clock::now_unix_ms(),
-                epoch: self.identity.epoch,
+                epoch: identity.epoch,
                 windows,
                 gaps,
                 agent_windows: std::mem::take(&mut agent_windows),
             };
+            drop(identity);
             // Appending may drop older batches and so add new gaps: only
-            // the gaps this batch carries leave the pending list.
+            // the gaps this batch carries leave the pending list. A batch
+            // that could not be written is a gap itself, and the gaps it
+            // carried are pending again.
             spool.append(sequence, &batch.encode_to_vec())?;
-            spool.forget_pending_gaps(&carried)?;
+            if spool.holds(sequence) {
+                spool.forget_pending_gaps(&carried)?;
+            } else if carries_health {
+                self.health.give_back(health);
+            }
         }
         Ok(())
     }
@@ -159,20 +183,23 @@ impl ShipStage {
         // Before anything in the directory is read or written.
         identity::private_dir(&config.state_dir)?;
         let lock = StateLock::acquire(&config.state_dir)?;
-        let mut spool = Spool::open(&config.state_dir, config.spool_limit_bytes)?;
+        let health = Arc::new(ShipHealth::default());
+        let mut spool = Spool::open(&config.state_dir, config.spool_limit_bytes)?.with_floor(config.disk_floor).with_health(health.clone());
         let identity = Identity::load(&config.state_dir, spool.highest_sequence() + 1)?;
         let backlog = spool.len();
         tracing::info!(agent_id = %identity.agent_id, collector = %config.target.url, backlog, "shipping to collector");
         spool.corrupt_records = 0;
         let spool = Arc::new(Mutex::new(spool));
+        let identity = Arc::new(Mutex::new(identity));
         let mut batcher = Batcher {
             agent: AgentIdentity {
                 host: config.host.clone(),
-                agent_id: identity.agent_id.clone(),
+                agent_id: identity.lock().map_err(|_| ShipError::Poisoned)?.agent_id.clone(),
                 version: env!("CARGO_PKG_VERSION").to_string(),
             },
-            identity,
+            identity: identity.clone(),
             spool: spool.clone(),
+            health: health.clone(),
             max_batch_bytes: config.max_batch_bytes,
         };
         let (tx, mut rx) = mpsc::channel::<ClosedWindows>(64);
@@ -182,14 +209,16 @@ impl ShipStage {
                 let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(ShipError::Runtime)?;
                 runtime.block_on(async move {
                     let wake = Arc::new(Notify::new());
-                    let stopping = Arc::new(Notify::new());
+                    let (stopping, stop) = watch::channel(false);
                     let sender = sender::Sender {
                         spool,
+                        identity,
+                        health,
                         wake: wake.clone(),
                         target: config.target.clone(),
                         replay_interval: config.replay_interval,
                     };
-                    let sending = tokio::spawn(sender.run(stopping.clone(), config.shutdown_grace));
+                    let sending = tokio::spawn(sender.supervise(stop, config.shutdown_grace));
                     // Spooling blocks on the disk (two fsyncs per batch), so
                     // the batcher waits for windows on the blocking pool.
                     let batching = tokio::task::spawn_blocking(move || {
@@ -203,7 +232,7 @@ impl ShipStage {
                     if let Err(err) = batching.await {
                         tracing::error!(error = %err, "the batcher stopped; windows after this are not shipped");
                     }
-                    stopping.notify_one();
+                    let _ = stopping.send(true);
                     sending.await.unwrap_or(Ok(()))
                 })
             })

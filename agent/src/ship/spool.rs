@@ -13,7 +13,13 @@
 //!   next batch;
 //! - a record that fails its checks is moved to `corrupt/`, counted and
 //!   logged; the rest replays. Batches the collector refuses for good go to
-//!   `rejected/` for inspection;
+//!   `rejected/` for inspection. The size limit covers the spool and these
+//!   two folders together; set-aside files are dropped first;
+//! - the spool never fills its filesystem past the free-space floor
+//!   (`disk_floor`): it drops its oldest batches first, and a batch that
+//!   still does not fit, or whose write fails (ENOSPC, EIO), becomes a gap
+//!   like a dropped one. No write error stops the agent, and no temp file
+//!   is left behind;
 //! - the index of spooled batches (sequence -> file, size) lives in memory:
 //!   it is rebuilt from the directory at open and kept in step by every
 //!   change made here, so no batch costs a listing of the whole backlog (a
@@ -28,16 +34,26 @@ use std::{
     fs,
     io::ErrorKind,
     path::{Path, PathBuf},
+    sync::Arc,
 };
 
 use prost::Message;
 use sqlbee_proto::v1::{Batch, Gap};
 
-use super::{ShipError, identity::write_atomic};
+use super::{
+    ShipError,
+    disk_floor::DiskFloor,
+    health::ShipHealth,
+    identity::{private_dir, write_atomic},
+};
 
 const MAGIC: &[u8; 4] = b"SQB1";
 const HEADER: usize = 12;
 const PENDING_GAPS: &str = "pending-gaps.pb";
+/// Reads of one file that fail (EIO) before it is given up as unreadable.
+const READ_ATTEMPTS: u32 = 5;
+const SPOOL_FULL: &str = "spool full";
+const DISK_FLOOR: &str = "disk below the free-space floor";
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Entry {
@@ -54,10 +70,25 @@ pub struct Spool {
     index: BTreeMap<u64, Entry>,
     /// Sum of the sizes in `index`.
     spooled_bytes: u64,
+    /// Files in `corrupt/` and `rejected/` by sequence, with their sizes:
+    /// they count against the limit.
+    aside: BTreeMap<(u64, PathBuf), u64>,
+    aside_bytes: u64,
     /// Highest sequence found in `spool/`, `corrupt/` or `rejected/` at
     /// open, or appended since.
     highest: u64,
     pub corrupt_records: u64,
+    floor: DiskFloor,
+    /// Gaps waiting to travel with the next batch. The file is their copy
+    /// across restarts; a full disk must not lose them, so memory leads.
+    pending: Vec<Gap>,
+    /// Failed reads of the oldest batch, to give up on a file that stays
+    /// unreadable.
+    read_failures: (u64, u32),
+    /// The batch the sender is pushing: the limits never drop it, so an
+    /// acknowledgement never arrives for a batch already counted as lost.
+    in_flight: Option<u64>,
+    health: Arc<ShipHealth>,
 }
 
 /// The sequence a spool, `corrupt/` or `rejected/` file name starts with.
@@ -104,7 +135,7 @@ impl Spool {
     pub fn open(state_dir: &Path, limit_bytes: u64) -> Result<Self, ShipError> {
         let dir = state_dir.join("spool");
         for d in [&dir, &state_dir.join("corrupt"), &state_dir.join("rejected")] {
-            fs::create_dir_all(d).map_err(io(d))?;
+            private_dir(d)?;
         }
         let mut index = BTreeMap::new();
         for file in fs::read_dir(&dir).map_err(io(&dir))?.flatten() {
@@ -123,17 +154,54 @@ impl Spool {
                 _ => {}
             }
         }
+        let mut aside = BTreeMap::new();
+        for file in ["corrupt", "rejected"].iter().filter_map(|d| fs::read_dir(state_dir.join(d)).ok()).flat_map(|rd| rd.flatten()) {
+            let path = file.path();
+            let (Some(sequence), Ok(meta)) = (sequence_of(&path), file.metadata()) else {
+                continue;
+            };
+            aside.insert((sequence, path), meta.len());
+        }
         // A lost counter file must never lead to a reused number, so the
         // batches set aside count too.
-        let aside = ["corrupt", "rejected"]
-            .iter()
-            .filter_map(|d| fs::read_dir(state_dir.join(d)).ok())
-            .flat_map(|rd| rd.flatten())
-            .filter_map(|e| sequence_of(&e.path()))
-            .max();
-        let highest = index.keys().next_back().copied().max(aside).unwrap_or(0);
+        let highest = index.keys().next_back().copied().max(aside.keys().next_back().map(|k| k.0)).unwrap_or(0);
         let spooled_bytes = index.values().map(|e| e.bytes).sum();
-        Ok(Self { dir, state_dir: state_dir.to_path_buf(), limit_bytes, index, spooled_bytes, highest, corrupt_records: 0 })
+        let aside_bytes = aside.values().sum();
+        let pending =
+            fs::read(state_dir.join(PENDING_GAPS)).ok().and_then(|b| Batch::decode(b.as_slice()).ok()).map(|b| b.gaps).unwrap_or_default();
+        Ok(Self {
+            dir,
+            state_dir: state_dir.to_path_buf(),
+            limit_bytes,
+            index,
+            spooled_bytes,
+            aside,
+            aside_bytes,
+            highest,
+            corrupt_records: 0,
+            floor: DiskFloor::default(),
+            pending,
+            read_failures: (0, 0),
+            in_flight: None,
+            health: Arc::default(),
+        })
+    }
+
+    pub fn with_floor(mut self, floor: DiskFloor) -> Self {
+        self.floor = floor;
+        self
+    }
+
+    /// Where this spool counts its write errors; shared with the sender
+    /// and the windows that report them.
+    pub fn with_health(mut self, health: Arc<ShipHealth>) -> Self {
+        self.health = health;
+        self
+    }
+
+    /// Bytes in the spool and in the set-aside folders.
+    pub fn used_bytes(&self) -> u64 {
+        self.spooled_bytes + self.aside_bytes
     }
 
     /// Spooled batches, oldest first.
@@ -151,12 +219,30 @@ impl Spool {
     pub fn next_batch(&mut self) -> Result<Option<(Entry, Batch)>, ShipError> {
         // Ends: every `read` that returns no batch drops the entry from the
         // index (or fails).
+        self.in_flight = None;
         while let Some(entry) = self.oldest() {
             if let Some(batch) = self.read(&entry)? {
+                self.in_flight = Some(entry.sequence);
                 return Ok(Some((entry, batch)));
             }
         }
         Ok(None)
+    }
+
+    /// The push of the batch `next_batch` returned has ended: the limits
+    /// may drop it again while it waits for a retry.
+    pub fn push_ended(&mut self) {
+        self.in_flight = None;
+    }
+
+    /// Whether this batch is spooled.
+    pub fn holds(&self, sequence: u64) -> bool {
+        self.index.contains_key(&sequence)
+    }
+
+    /// Queues gaps again whose batch was lost before it was spooled.
+    pub fn requeue_gaps(&mut self, gaps: Vec<Gap>) {
+        self.push_pending_gaps(gaps);
     }
 
     /// How many batches are spooled.
@@ -175,111 +261,159 @@ impl Spool {
         self.highest
     }
 
-    /// Writes a batch durably. Returns the gap created by dropping older
-    /// batches to stay within the limit, if any.
+    /// Writes a batch durably. Returns the gap of what was lost to make
+    /// room for it, or with it when it could not be written, if anything
+    /// (`holds` tells which). The gaps a batch that could not be written
+    /// carries are the caller's: they are still pending, or must be again.
     pub fn append(&mut self, sequence: u64, payload: &[u8]) -> Result<Option<Gap>, ShipError> {
         let path = self.dir.join(format!("{sequence:020}.batch"));
         let record = encode_record(payload);
-        write_atomic(&path, &record)?;
-        let entry = Entry { sequence, path, bytes: record.len() as u64 };
-        self.spooled_bytes += entry.bytes;
-        if let Some(replaced) = self.index.insert(sequence, entry) {
-            self.spooled_bytes -= replaced.bytes;
-        }
+        let len = record.len() as u64;
         self.highest = self.highest.max(sequence);
-        self.enforce_limit(sequence)
-    }
-
-    fn enforce_limit(&mut self, newest: u64) -> Result<Option<Gap>, ShipError> {
-        let mut gap: Option<Gap> = None;
-        while self.spooled_bytes > self.limit_bytes {
-            // Oldest first; the batch just written stays even if it alone
-            // is over the limit.
-            let Some(entry) = self.index.values().find(|e| e.sequence != newest).cloned() else { break };
-            let lost = match fs::read(&entry.path) {
-                Err(e) if e.kind() == ErrorKind::NotFound => {
-                    // Deleted behind our back: nothing left to drop or to
-                    // describe.
-                    self.forget(&entry, "dropping the oldest batch");
-                    continue;
-                }
-                record => record.ok().and_then(|r| decode_record(&r).ok().and_then(|p| Batch::decode(p).ok())),
-            };
-            self.delete(&entry)?;
-            let g = gap.get_or_insert_with(|| Gap {
-                first_sequence: entry.sequence,
-                reason: "spool full".into(),
-                ..Default::default()
-            });
-            g.last_sequence = entry.sequence;
-            g.batches += 1;
-            if let Some(batch) = lost {
-                for w in &batch.windows {
-                    g.lost_statements += w.statements;
-                    g.lost_windows += 1;
-                    if g.first_window_start_unix_ms == 0 || w.window_start_unix_ms < g.first_window_start_unix_ms {
-                        g.first_window_start_unix_ms = w.window_start_unix_ms;
+        let mut lost = Losses::default();
+        // The configured limit; the batch being written stays even if it
+        // alone is over it.
+        while self.used_bytes() + len > self.limit_bytes && self.drop_oldest(&mut lost, SPOOL_FULL)? {}
+        match if self.floor.is_off() { Ok(u64::MAX) } else { self.floor.room(&self.dir) } {
+            Ok(mut room) => {
+                while room < len {
+                    let before = self.used_bytes();
+                    if !self.drop_oldest(&mut lost, DISK_FLOOR)? {
+                        break;
                     }
-                    g.last_window_end_unix_ms = g.last_window_end_unix_ms.max(w.window_end_unix_ms);
+                    room = room.saturating_add(before - self.used_bytes());
                 }
-                // The agent's own windows (cost, host) are lost too; they
-                // widen the gap's time range but hold no statements.
-                for w in &batch.agent_windows {
-                    if g.first_window_start_unix_ms == 0 || w.window_start_unix_ms < g.first_window_start_unix_ms {
-                        g.first_window_start_unix_ms = w.window_start_unix_ms;
-                    }
-                    g.last_window_end_unix_ms = g.last_window_end_unix_ms.max(w.window_end_unix_ms);
+                if room < len {
+                    tracing::warn!(
+                        sequence,
+                        bytes = len,
+                        room,
+                        "the spool's filesystem is at its free-space floor; this batch is not written"
+                    );
+                    lost.add(DISK_FLOOR, sequence, unwritten(payload));
+                    return self.report(lost);
                 }
-                // Gaps the dropped batch carried are not lost with it.
-                self.push_pending_gaps(batch.gaps)?;
+            }
+            // Not knowing the free space is no reason to lose the batch.
+            Err(e) => {
+                tracing::warn!(dir = %self.dir.display(), error = %e, "cannot read the spool's free space")
             }
         }
-        if let Some(g) = &gap {
+        match write_atomic(&path, &record) {
+            Ok(()) => {
+                let entry = Entry { sequence, path, bytes: len };
+                self.spooled_bytes += entry.bytes;
+                if let Some(replaced) = self.index.insert(sequence, entry) {
+                    self.spooled_bytes -= replaced.bytes;
+                }
+            }
+            Err(e) => {
+                self.health.io_error();
+                tracing::error!(sequence, error = %e, "could not spool a batch; it is reported as a gap");
+                lost.add(&format!("spool write failed: {}", short_reason(&e)), sequence, unwritten(payload));
+            }
+        }
+        self.report(lost)
+    }
+
+    /// Drops the oldest set-aside file, or else the oldest batch (into
+    /// `lost`); false when there is nothing left to drop.
+    fn drop_oldest(&mut self, lost: &mut Losses, reason: &str) -> Result<bool, ShipError> {
+        if let Some(((sequence, path), bytes)) = self.aside.pop_first() {
+            self.aside_bytes -= bytes;
+            match fs::remove_file(&path) {
+                Ok(()) => {
+                    tracing::warn!(sequence, path = %path.display(), reason, "dropped a set-aside file to make room")
+                }
+                Err(e) if e.kind() == ErrorKind::NotFound => {}
+                Err(e) => {
+                    self.health.io_error();
+                    tracing::error!(path = %path.display(), error = %e, "could not drop a set-aside file");
+                }
+            }
+            return Ok(true);
+        }
+        let Some(entry) = self.index.values().find(|e| Some(e.sequence) != self.in_flight).cloned() else {
+            return Ok(false);
+        };
+        let batch = match fs::read(&entry.path) {
+            Err(e) if e.kind() == ErrorKind::NotFound => {
+                // Deleted behind our back: nothing left to drop or to
+                // describe.
+                self.forget(&entry, "dropping the oldest batch");
+                return Ok(true);
+            }
+            record => record.ok().and_then(|r| decode_record(&r).ok().and_then(|p| Batch::decode(p).ok())),
+        };
+        if let Err(e) = self.delete(&entry) {
+            // The file stays but leaves the index: its room is not won
+            // back, and the next start finds it again.
+            self.health.io_error();
+            tracing::error!(error = %e, "could not delete a dropped batch");
+            self.unindex(&entry);
+        }
+        lost.add(reason, entry.sequence, batch);
+        Ok(true)
+    }
+
+    /// Logs the gaps of one append and queues them for the next batch.
+    fn report(&mut self, lost: Losses) -> Result<Option<Gap>, ShipError> {
+        for g in &lost.gaps {
             tracing::warn!(first = g.first_sequence, last = g.last_sequence, batches = g.batches,
-                lost_statements = g.lost_statements, "spool full: dropped the oldest batches");
-            self.push_pending_gaps(vec![g.clone()])?;
+                lost_statements = g.lost_statements, reason = %g.reason, "batches lost before shipping");
         }
-        Ok(gap)
+        let merged = lost.gaps.iter().cloned().reduce(|mut a, b| {
+            a.first_sequence = a.first_sequence.min(b.first_sequence);
+            a.last_sequence = a.last_sequence.max(b.last_sequence);
+            a.batches += b.batches;
+            a.lost_statements += b.lost_statements;
+            a.lost_windows += b.lost_windows;
+            a
+        });
+        self.push_pending_gaps(lost.carried.into_iter().chain(lost.gaps).collect());
+        Ok(merged)
     }
 
-    /// Gaps waiting to travel with the next batch (persisted).
+    /// Gaps waiting to travel with the next batch.
     pub fn pending_gaps(&self) -> Vec<Gap> {
-        fs::read(self.state_dir.join(PENDING_GAPS))
-            .ok()
-            .and_then(|b| Batch::decode(b.as_slice()).ok())
-            .map(|b| b.gaps)
-            .unwrap_or_default()
+        self.pending.clone()
     }
 
-    fn push_pending_gaps(&self, gaps: Vec<Gap>) -> Result<(), ShipError> {
+    fn push_pending_gaps(&mut self, gaps: Vec<Gap>) {
         if gaps.is_empty() {
-            return Ok(());
+            return;
         }
-        let mut all = self.pending_gaps();
-        all.extend(gaps);
-        let holder = Batch { gaps: all, ..Default::default() };
-        write_atomic(&self.state_dir.join(PENDING_GAPS), &holder.encode_to_vec())
+        self.pending.extend(gaps);
+        self.persist_pending();
+    }
+
+    /// Keeps the pending gaps across restarts. A failure is counted and
+    /// logged but not fatal: memory holds them until the next write.
+    fn persist_pending(&self) {
+        let path = self.state_dir.join(PENDING_GAPS);
+        let written = if self.pending.is_empty() {
+            match fs::remove_file(&path) {
+                Err(e) if e.kind() != ErrorKind::NotFound => Err(ShipError::Spool { path, source: e }),
+                _ => Ok(()),
+            }
+        } else {
+            write_atomic(&path, &Batch { gaps: self.pending.clone(), ..Default::default() }.encode_to_vec())
+        };
+        if let Err(e) = written {
+            self.health.io_error();
+            tracing::error!(error = %e, gaps = self.pending.len(), "could not persist the pending gaps; kept in memory");
+        }
     }
 
     /// Called once a batch carrying these gaps (by first and last
     /// sequence) is safely spooled; gaps added since stay pending.
-    pub fn forget_pending_gaps(&self, carried: &[(u64, u64)]) -> Result<(), ShipError> {
+    pub fn forget_pending_gaps(&mut self, carried: &[(u64, u64)]) -> Result<(), ShipError> {
         if carried.is_empty() {
             return Ok(());
         }
-        let path = self.state_dir.join(PENDING_GAPS);
-        let left: Vec<Gap> = self
-            .pending_gaps()
-            .into_iter()
-            .filter(|g| !carried.contains(&(g.first_sequence, g.last_sequence)))
-            .collect();
-        if left.is_empty() {
-            return match fs::remove_file(&path) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(ShipError::Spool { path, source: e }),
-                _ => Ok(()),
-            };
-        }
-        write_atomic(&path, &Batch { gaps: left, ..Default::default() }.encode_to_vec())
+        self.pending.retain(|g| !carried.contains(&(g.first_sequence, g.last_sequence)));
+        self.persist_pending();
+        Ok(())
     }
 
     /// Reads a spooled batch; a damaged record is moved to `corrupt/`, a
@@ -292,7 +426,26 @@ impl Spool {
                 self.forget(entry, "reading it");
                 return Ok(None);
             }
-            Err(e) => return Err(ShipError::Spool { path: entry.path.clone(), source: e }),
+            Err(e) => {
+                let failures = if self.read_failures.0 == entry.sequence { self.read_failures.1 + 1 } else { 1 };
+                self.read_failures = (entry.sequence, failures);
+                if failures < READ_ATTEMPTS {
+                    return Err(ShipError::Spool { path: entry.path.clone(), source: e });
+                }
+                // A file that stays unreadable must not stop the batches
+                // behind it: it is lost, and said to be. The sender
+                // counted the earlier failures.
+                self.health.io_error();
+                tracing::error!(sequence = entry.sequence, path = %entry.path.display(), error = %e, failures,
+                    "spool file unreadable; reported as a gap");
+                if self.move_aside(entry, "corrupt").is_err() {
+                    self.unindex(entry);
+                }
+                let mut lost = Losses::default();
+                lost.add(&format!("spool read failed: {e}"), entry.sequence, None);
+                self.report(lost)?;
+                return Ok(None);
+            }
         };
         let problem = match decode_record(&record) {
             Ok(payload) => match Batch::decode(payload) {
@@ -324,7 +477,9 @@ impl Spool {
         // Moved first, so a file deleted behind our back leaves no note.
         if self.move_aside(entry, "rejected")? {
             let note = self.state_dir.join("rejected").join(format!("{:020}.reason.txt", entry.sequence));
-            fs::write(&note, reason).map_err(io(&note))?;
+            write_atomic(&note, reason.as_bytes())?;
+            self.aside_bytes += reason.len() as u64;
+            self.aside.insert((entry.sequence, note), reason.len() as u64);
         }
         Ok(())
     }
@@ -335,6 +490,8 @@ impl Spool {
         match fs::rename(&entry.path, &target) {
             Ok(()) => {
                 self.unindex(entry);
+                self.aside_bytes += entry.bytes;
+                self.aside.insert((entry.sequence, target), entry.bytes);
                 Ok(true)
             }
             Err(e) if e.kind() == ErrorKind::NotFound => {
@@ -376,6 +533,57 @@ impl Spool {
             }
             None => false,
         }
+    }
+}
+
+/// What one append lost, one gap per reason.
+#[derive(Default)]
+struct Losses {
+    gaps: Vec<Gap>,
+    /// Gaps the lost batches carried: not lost with them, queued again.
+    carried: Vec<Gap>,
+}
+
+impl Losses {
+    fn add(&mut self, reason: &str, sequence: u64, batch: Option<Batch>) {
+        let g = match self.gaps.iter().position(|g| g.reason == reason && g.last_sequence + 1 == sequence) {
+            Some(i) => &mut self.gaps[i],
+            None => {
+                self.gaps.push(Gap { first_sequence: sequence, last_sequence: sequence, reason: reason.into(), ..Default::default() });
+                self.gaps.last_mut().unwrap()
+            }
+        };
+        g.last_sequence = sequence;
+        g.batches += 1;
+        let Some(batch) = batch else { return };
+        for w in &batch.windows {
+            g.lost_statements += w.statements;
+            g.lost_windows += 1;
+        }
+        // The agent's own windows (cost, host) are lost too; they widen
+        // the gap's time range but hold no statements.
+        let spans = batch.windows.iter().map(|w| (w.window_start_unix_ms, w.window_end_unix_ms));
+        for (start, end) in spans.chain(batch.agent_windows.iter().map(|w| (w.window_start_unix_ms, w.window_end_unix_ms))) {
+            if g.first_window_start_unix_ms == 0 || start < g.first_window_start_unix_ms {
+                g.first_window_start_unix_ms = start;
+            }
+            g.last_window_end_unix_ms = g.last_window_end_unix_ms.max(end);
+        }
+        self.carried.extend(batch.gaps);
+    }
+}
+
+/// A batch that is lost before it was written, without the gaps it
+/// carries: those are still pending.
+fn unwritten(payload: &[u8]) -> Option<Batch> {
+    Batch::decode(payload).ok().map(|b| Batch { gaps: Vec::new(), ..b })
+}
+
+/// An I/O error's kind in words, short enough for a gap's reason.
+fn short_reason(e: &ShipError) -> String {
+    match e {
+        ShipError::Spool { source, .. } | ShipError::State { source, .. } => source.to_string(),
+        other => other.to_string(),
     }
 }
 
@@ -568,6 +776,62 @@ mod tests {
         assert!(spool.append(7, &batch(7, 1)).unwrap().is_none());
         assert_eq!(sequences(&spool), [6, 7]);
         assert!(spool.pending_gaps().is_empty());
+        fs::remove_dir_all(dir).ok();
+    }
+
+    #[test]
+    fn the_limit_covers_set_aside_files_and_spares_the_batch_in_flight() {
+        let dir = temp_dir("aside-limit");
+        let one = encode_record(&batch(1, 1)).len() as u64;
+        let mut spool = Spool::open(&dir, 1 << 20).unwrap();
+        for seq in 1..=3 {
+            spool.append(seq, &batch(seq, 1)).unwrap();
+        }
+        let (first, _) = spool.next_batch().unwrap().unwrap();
+        spool.reject(&first, "InvalidArgument: no").unwrap();
+        let (second, _) = spool.next_batch().unwrap().unwrap();
+        assert_eq!(second.sequence, 2);
+        drop(spool);
+        // Reopened with room for three records: the rejected batch and its
+        // note count, and go first.
+        let mut spool = Spool::open(&dir, one * 3).unwrap();
+        assert!(spool.used_bytes() > one * 3 - one, "{}", spool.used_bytes());
+        let (in_flight, _) = spool.next_batch().unwrap().unwrap();
+        assert_eq!(in_flight.sequence, 2);
+        let gap = spool.append(4, &batch(4, 1)).unwrap();
+        assert!(gap.is_none(), "room is made from rejected/ first: {gap:?}");
+        assert_eq!(fs::read_dir(dir.join("rejected")).unwrap().count(), 0);
+        // Now batches must go, but not the one being pushed.
+        let gap = spool.append(5, &batch(5, 1)).unwrap().expect("a gap");
+        assert_eq!((gap.first_sequence, gap.last_sequence, gap.reason.as_str()), (3, 3, SPOOL_FULL));
+        assert_eq!(sequences(&spool), [2, 4, 5]);
+        spool.push_ended();
+        spool.append(6, &batch(6, 1)).unwrap().expect("a gap");
+        assert_eq!(sequences(&spool), [4, 5, 6], "after its push ended the oldest goes");
+        fs::remove_dir_all(dir).ok();
+    }
+
+    #[test]
+    fn the_free_space_floor_keeps_the_batch_out_and_reports_it() {
+        let dir = temp_dir("floor");
+        let mut spool = Spool::open(&dir, 1 << 20).unwrap();
+        spool.append(1, &batch(1, 4)).unwrap();
+        // A floor of the whole filesystem: nothing more may be written.
+        let mut spool = spool.with_floor(DiskFloor { percent: 100, bytes: u64::MAX });
+        // Larger than the batch whose room it may take.
+        let mut larger = Batch::decode(batch(2, 5).as_slice()).unwrap();
+        larger.windows = vec![larger.windows[0].clone(); 3];
+        let gap = spool.append(2, &larger.encode_to_vec()).unwrap().expect("a gap");
+        assert_eq!((gap.first_sequence, gap.last_sequence, gap.batches, gap.lost_statements), (1, 2, 2, 19));
+        assert!(spool.is_empty(), "the older batch was dropped to make room, then the new one could not be written");
+        assert_eq!(fs::read_dir(dir.join("spool")).unwrap().count(), 0, "no file, no temp file");
+        let pending = spool.pending_gaps();
+        assert!(pending.iter().all(|g| g.reason == DISK_FLOOR), "{pending:?}");
+        // Room again: the next batch is written, the gaps still wait.
+        let mut spool = spool.with_floor(DiskFloor { percent: 0, bytes: 0 });
+        assert!(spool.append(3, &batch(3, 1)).unwrap().is_none());
+        assert_eq!(sequences(&spool), [3]);
+        assert_eq!(spool.pending_gaps(), pending);
         fs::remove_dir_all(dir).ok();
     }
 }

@@ -11,6 +11,7 @@ use sqlbee_proto::v1::{
     ProcessMetrics as WireProcess, ServerInstance, WaitStats,
 };
 
+use super::health::HealthReport;
 use crate::{
     aggregate::{DigestStats, LockWaitRecord, WindowReport},
     budget::{CostSample, ProbeCost},
@@ -192,7 +193,13 @@ fn host(h: &HostMetrics) -> WireHostMetrics {
 }
 
 /// The agent's own window: what it cost and what its host did.
-pub fn agent_window(start: SystemTime, end: SystemTime, cost: &CostSample, host_metrics: Option<&HostMetrics>) -> AgentWindow {
+pub fn agent_window(
+    start: SystemTime,
+    end: SystemTime,
+    cost: &CostSample,
+    host_metrics: Option<&HostMetrics>,
+    ship: HealthReport,
+) -> AgentWindow {
     AgentWindow {
         window_start_unix_ms: unix_ms(start),
         window_end_unix_ms: unix_ms(end),
@@ -207,6 +214,10 @@ pub fn agent_window(start: SystemTime, end: SystemTime, cost: &CostSample, host_
             shedding: cost.shedding.name().into(),
             events_per_s: cost.events_per_s,
             dropped_events: cost.dropped_events,
+            sender_restarts: ship.sender_restarts,
+            spool_io_errors: ship.spool_io_errors,
+            clock_skew_ms: ship.clock_skew_ms.unwrap_or(0),
+            clock_correction_ms: 0,
         }),
         host: host_metrics.map(host),
     }

@@ -55,6 +55,7 @@ pub struct Collector {
     pub dir: TempDir,
     stderr: PathBuf,
     args: Vec<String>,
+    store: PathBuf,
     /// The `sqlbee` binary that runs it.
     pub binary: PathBuf,
 }
@@ -68,11 +69,21 @@ impl Collector {
 
     /// As `start`, with another build of `sqlbee` (the collector-only one).
     pub fn start_binary(binary: &Path, args: &[String]) -> Collector {
+        Self::start_with(binary, None, args)
+    }
+
+    /// With its SQLite file at `store` (a small filesystem, say).
+    pub fn start_on_store(store: &Path, args: &[String]) -> Collector {
+        Self::start_with(Path::new(env!("CARGO_BIN_EXE_sqlbee")), Some(store.to_path_buf()), args)
+    }
+
+    fn start_with(binary: &Path, store: Option<PathBuf>, args: &[String]) -> Collector {
         let dir = TempDir::new("collector");
         let stderr = dir.path().join("collector.log");
         let mut collector = Collector {
             child: None,
             addr: "127.0.0.1:0".into(),
+            store: store.unwrap_or_else(|| dir.path().join("store.db")),
             dir,
             stderr,
             args: args.to_vec(),
@@ -90,7 +101,7 @@ impl Collector {
             .arg("collector")
             .args(["--listen", &self.addr])
             .arg("--store")
-            .arg(format!("sqlite:{}", self.dir.path().join("store.db").display()))
+            .arg(format!("sqlite:{}", self.store.display()))
             .arg("--ready-file")
             .arg(&ready)
             .args(&self.args)

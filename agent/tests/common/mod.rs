@@ -308,3 +308,47 @@ pub fn delta(before: &HashMap<String, u64>, after: &HashMap<String, u64>, key: &
 pub fn instance_of(server: &PrivateServer) -> String {
     format!("{}:{}", sqlbee::procfs::hostname(), server.port)
 }
+
+/// A small tmpfs of its own, to run out of space on purpose (needs root:
+/// mount). Unmounted when dropped.
+pub struct Tmpfs {
+    pub path: std::path::PathBuf,
+}
+
+impl Tmpfs {
+    pub fn mount(path: &std::path::Path, size: &str) -> Tmpfs {
+        std::fs::create_dir_all(path).unwrap();
+        let status = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size},mode=0700"), "tmpfs"])
+            .arg(path)
+            .status()
+            .unwrap();
+        assert!(status.success(), "mount -t tmpfs {}", path.display());
+        Tmpfs { path: path.to_path_buf() }
+    }
+
+    pub fn available(&self) -> u64 {
+        sqlbee::ship::disk_floor::space(&self.path).unwrap().available
+    }
+
+    /// Takes all but `leave` bytes of the free space with a filler file.
+    pub fn fill(&self, leave: u64) -> std::path::PathBuf {
+        use std::io::Write;
+        let filler = self.path.join("filler");
+        let mut file = std::fs::OpenOptions::new().create(true).append(true).open(&filler).unwrap();
+        let chunk = vec![0x5au8; 4096];
+        while self.available() > leave {
+            let n = (self.available() - leave).min(chunk.len() as u64) as usize;
+            if file.write_all(&chunk[..n]).is_err() {
+                break;
+            }
+        }
+        filler
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg("-l").arg(&self.path).status();
+    }
+}

@@ -1,6 +1,9 @@
-//! The Ingest service: validate, drop what retention would remove anyway,
-//! store on the blocking pool (`store_task`). A batch `validate` refuses is
+//! The Ingest service: correct a clock that runs ahead (`clock_skew`),
+//! validate, drop what retention would remove anyway, store on the
+//! blocking pool (`store_task`). A batch `validate` refuses is
 //! INVALID_ARGUMENT, which the agent never retries.
+mod clock_skew;
+
 use std::{sync::Arc, time::Duration};
 
 use sqlbee_proto::v1::{Batch, PushResponse, ingest_server::Ingest};
@@ -37,8 +40,19 @@ impl Ingest for IngestService {
             bound.check(agent).inspect_err(|_| tracing::warn!(?peer, agent, "refused a batch of an agent its token is not bound to"))?;
         }
         let now = now_unix_ms();
-        // Before anything is left out, so a replay hashes alike.
+        // Before anything is moved or left out, so a replay hashes alike.
         let content_hash = content_hash(&batch);
+        let clock_correction_ms = clock_skew::correct(&mut batch, now);
+        if clock_correction_ms != 0 {
+            let agent = batch.agent.as_ref().map(|a| a.agent_id.as_str()).unwrap_or("");
+            tracing::warn!(
+                ?peer,
+                agent,
+                sequence = batch.sequence,
+                clock_correction_ms,
+                "the agent's clock runs ahead of the collector's; its windows were moved back"
+            );
+        }
         if let Err(invalid) = validate::batch(&batch, now) {
             let agent = batch.agent.as_ref().map(|a| a.agent_id.as_str()).unwrap_or("");
             tracing::warn!(?peer, agent, sequence = batch.sequence, %invalid, "refused an invalid batch");
@@ -64,6 +78,6 @@ impl Ingest for IngestService {
                 }
             })?;
         tracing::debug!(sequence, duplicate = outcome.duplicate, "batch stored");
-        Ok(Response::new(PushResponse { sequence, duplicate: outcome.duplicate }))
+        Ok(Response::new(PushResponse { sequence, duplicate: outcome.duplicate, collector_unix_ms: now_unix_ms(), clock_correction_ms }))
     }
 }
