@@ -7,7 +7,10 @@
 //! query timed 3 times). The report is named after the span, for example
 //! `<date>-collector-load-168h.md` for a week. `--synchronous=normal` runs
 //! the store without durable acknowledgements (`-normal` in the name), to
-//! measure what durability costs.
+//! measure what durability costs. `--senders=N` (default 8) pushes from N
+//! connections at once and `--max-pushes=N` sets the collector's admission
+//! limit (`-senders-N-max-pushes-M` in the name), to measure what
+//! admission control costs when more agents push at once than it admits.
 use std::{
     fmt::Write as _,
     process::{Command, Stdio},
@@ -102,6 +105,9 @@ fn main() {
     let (agents, hours, window_s, digests) = (arg(0, 100), arg(1, 24), arg(2, 60), arg(3, 20));
     let repeats = arg(4, 3).max(1) as usize;
     let normal = std::env::args().any(|a| a == "--synchronous=normal");
+    let option = |name: &str| std::env::args().find_map(|a| a.strip_prefix(name)?.parse::<u64>().ok());
+    let senders = option("--senders=").unwrap_or(8).max(1);
+    let max_pushes = option("--max-pushes=");
     let store_options = if normal { "?synchronous=normal" } else { "" };
     let dir = std::env::temp_dir().join(format!("sqlbee-collector-load-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -112,6 +118,7 @@ fn main() {
         .arg(format!("--store=sqlite:{}{store_options}", dir.join("store.db").display()))
         .arg("--ready-file")
         .arg(&ready)
+        .args(max_pushes.map(|n| format!("--max-pushes-in-flight={n}")))
         .env("SQLBEE_LOG", "warn")
         .stdout(Stdio::null())
         .spawn()
@@ -131,19 +138,20 @@ fn main() {
 
     let rows = Arc::new(AtomicU64::new(0));
     let batches = Arc::new(AtomicU64::new(0));
+    let busy = Arc::new(AtomicU64::new(0));
     let cpu0 = cpu_seconds(pid);
     let started = Instant::now();
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     runtime.block_on(async {
         let mut tasks = Vec::new();
-        // 8 concurrent senders, each owning a slice of the agents.
-        for lane in 0..8u64 {
-            let (url, rows, batches) = (url.clone(), rows.clone(), batches.clone());
+        // Concurrent senders, each owning a slice of the agents.
+        for lane in 0..senders {
+            let (url, rows, batches, busy) = (url.clone(), rows.clone(), batches.clone(), busy.clone());
             tasks.push(tokio::spawn(async move {
                 let mut client = IngestClient::connect(url).await.unwrap().max_encoding_message_size(64 << 20);
                 let mut seed = 0x2545_f491_4f6c_dd1du64 ^ lane;
                 for b in 0..batches_per_agent {
-                    for agent in (lane..agents).step_by(8) {
+                    for agent in (lane..agents).step_by(senders as usize) {
                         let windows: Vec<_> = (0..WINDOWS_PER_BATCH)
                             .map(|w| b * WINDOWS_PER_BATCH + w)
                             .filter(|w| *w < windows_per_agent)
@@ -167,6 +175,7 @@ fn main() {
                             match client.push(batch.clone()).await {
                                 Ok(_) => break,
                                 Err(s) if s.code() == tonic::Code::ResourceExhausted => {
+                                    busy.fetch_add(1, Ordering::Relaxed);
                                     tokio::time::sleep(Duration::from_millis(5)).await
                                 }
                                 Err(s) => panic!("push failed: {s:?}"),
@@ -236,8 +245,10 @@ fn main() {
     let _ = writeln!(
         md,
         "{agents} simulated agents, {hours} h of {window_s} s windows each ({windows_per_agent} windows per agent), \
-         {digests} digests per window, {WINDOWS_PER_BATCH} windows per batch, 8 concurrent gRPC senders, \
-         SQLite store (WAL, synchronous={}), {} cores shared by the load generator and the collector.\n",
+         {digests} digests per window, {WINDOWS_PER_BATCH} windows per batch, {senders} concurrent gRPC senders, \
+         admission limit {} pushes in flight, SQLite store (WAL, synchronous={}), {} cores shared by the load \
+         generator and the collector.\n",
+        max_pushes.map_or("8 (default)".to_string(), |n| n.to_string()),
         if normal { "NORMAL" } else { "FULL, durable acknowledgements" },
         std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0)
     );
@@ -246,6 +257,7 @@ fn main() {
     let _ = writeln!(md, "| digest rows stored | {rows} |");
     let _ = writeln!(md, "| wall time | {elapsed:.1} s |");
     let _ = writeln!(md, "| batches/s | {:.0} |", batches as f64 / elapsed);
+    let _ = writeln!(md, "| RESOURCE_EXHAUSTED answers (retried) | {} |", busy.load(Ordering::Relaxed));
     let _ = writeln!(md, "| batches per collector core-second | {:.0} |", batches as f64 / cpu.max(0.001));
     let _ = writeln!(md, "| digest rows/s | {:.0} |", rows as f64 / elapsed);
     let _ = writeln!(md, "| collector CPU | {cpu:.1} s ({:.2} cores) |", cpu / elapsed);
@@ -261,6 +273,9 @@ fn main() {
     let date = String::from_utf8(Command::new("date").arg("+%Y-%m-%d").output().unwrap().stdout).unwrap();
     let out = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../benches/results");
     std::fs::create_dir_all(&out).unwrap();
-    let mode = if normal { "-normal" } else { "" };
+    let mut mode = if normal { "-normal" } else { "" }.to_string();
+    if senders != 8 || max_pushes.is_some() {
+        mode += &format!("-senders-{senders}-max-pushes-{}", max_pushes.unwrap_or(8));
+    }
     std::fs::write(out.join(format!("{}-collector-load-{hours}h{mode}.md", date.trim())), md).unwrap();
 }

@@ -85,6 +85,12 @@ fn seconds() -> f64 {
     std::env::var("SQLBEE_FUZZ_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(2.0)
 }
 
+/// With `SQLBEE_FUZZ_EXECUTIONS`, each target runs that many executions
+/// instead of for `seconds()`.
+fn executions_wanted() -> Option<u64> {
+    std::env::var("SQLBEE_FUZZ_EXECUTIONS").ok().and_then(|s| s.parse().ok())
+}
+
 fn seed() -> u64 {
     std::env::var("SQLBEE_FUZZ_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0x5eed_f00d_cafe_0001).max(1)
 }
@@ -100,7 +106,8 @@ fn run(name: &str, corpus: &[Vec<u8>], mut target: impl FnMut(&[u8])) -> u64 {
         target(input);
         executions += 1;
     }
-    while started.elapsed() < budget {
+    let wanted = executions_wanted();
+    while wanted.map_or(started.elapsed() < budget, |n| executions < n) {
         let base = &corpus[rng.below(corpus.len())];
         let input = mutate(&mut rng, base, corpus);
         if catch_unwind(AssertUnwindSafe(|| target(&input))).is_err() {

@@ -42,6 +42,9 @@ enum Task {
         /// Seed of the mutations (default: random); a finding names it.
         #[arg(long)]
         seed: Option<u64>,
+        /// Run each target this many executions instead of for a time.
+        #[arg(long)]
+        executions: Option<u64>,
     },
     /// Set up and run every test, the privileged eBPF ones included.
     Test {
@@ -71,7 +74,7 @@ fn main() -> anyhow::Result<()> {
             println!("{}", std::fs::read_to_string(outcome.report)?);
             Ok(())
         }
-        Task::Fuzz { seconds, seed } => fuzz(seconds, seed),
+        Task::Fuzz { seconds, seed, executions } => fuzz(seconds, seed, executions),
         Task::Test { args } => {
             setup::run()?;
             test(&args)
@@ -79,15 +82,19 @@ fn main() -> anyhow::Result<()> {
     }
 }
 
-fn fuzz(seconds: u32, seed: Option<u64>) -> anyhow::Result<()> {
+fn fuzz(seconds: u32, seed: Option<u64>, executions: Option<u64>) -> anyhow::Result<()> {
     let seed = seed.unwrap_or_else(|| {
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
         (now.as_nanos() as u64) | 1
     });
-    println!("==> fuzz targets, {seconds} s each, seed {seed}");
+    match executions {
+        Some(n) => println!("==> fuzz targets, {n} executions each, seed {seed}"),
+        None => println!("==> fuzz targets, {seconds} s each, seed {seed}"),
+    }
     let status = cargo()
         .args(["test", "--release", "-p", "sqlbee", "--test", "fuzz", "--", "--nocapture", "--test-threads=1"])
         .env("SQLBEE_FUZZ_SECONDS", seconds.to_string())
+        .envs(executions.map(|n| ("SQLBEE_FUZZ_EXECUTIONS", n.to_string())))
         .env("SQLBEE_FUZZ_SEED", seed.to_string())
         .status()
         .context("running the fuzz targets")?;

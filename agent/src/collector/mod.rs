@@ -14,6 +14,8 @@ pub mod validate;
 
 use std::{net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
 
+use clap::builder::TypedValueParser;
+
 pub use server::MAX_MESSAGE;
 use tokio::signal::unix::{SignalKind, signal};
 
@@ -61,6 +63,16 @@ pub struct CollectorArgs {
     /// connections.
     #[arg(long, env = "SQLBEE_COLLECTOR_READY_FILE")]
     pub ready_file: Option<PathBuf>,
+    /// Pushes decoded at once; more are answered RESOURCE_EXHAUSTED (the
+    /// agents retry). Each may hold up to 32 MiB decoded.
+    #[arg(long, env = "SQLBEE_COLLECTOR_MAX_PUSHES", default_value_t = server::INGEST_IN_FLIGHT,
+        value_parser = TypedValueParser::map(clap::value_parser!(u32).range(1..=4096), |n| n as usize))]
+    pub max_pushes_in_flight: usize,
+    /// Queries answered at once, each on a blocking thread of its own so
+    /// that ingest always finds one.
+    #[arg(long, env = "SQLBEE_COLLECTOR_MAX_QUERIES", default_value_t = server::QUERIES_IN_FLIGHT,
+        value_parser = TypedValueParser::map(clap::value_parser!(u32).range(1..=256), |n| n as usize))]
+    pub max_queries_in_flight: usize,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -111,11 +123,12 @@ pub enum CollectorError {
 
 pub fn main(args: CollectorArgs) -> Result<(), CollectorError> {
     // Two workers: the collector's work is I/O and SQLite calls, which run
-    // on the blocking pool; a few blocking threads bound the writers that
-    // queue on the store.
+    // on the blocking pool. Every admitted push and query can hold a
+    // blocking thread at once, with room to spare for pruning, so queries
+    // never take the last thread from ingest.
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
-        .max_blocking_threads(16)
+        .max_blocking_threads((args.max_pushes_in_flight + args.max_queries_in_flight + 4).min(512))
         .thread_name("sqlbee-collector")
         .enable_all()
         .build()
@@ -148,6 +161,8 @@ async fn run(args: CollectorArgs) -> Result<(), CollectorError> {
         retention: args.retention,
         prune_interval: args.prune_interval,
         ready_file: args.ready_file,
+        pushes_in_flight: args.max_pushes_in_flight,
+        queries_in_flight: args.max_queries_in_flight,
     };
     let location = args.store.clone();
     let store: Arc<dyn store::Store> = tokio::task::spawn_blocking(move || store::open(&location))

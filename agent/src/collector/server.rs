@@ -30,12 +30,12 @@ use super::{
 /// inflating there, so a gzip bomb costs at most this much).
 pub const MAX_MESSAGE: usize = 32 * 1024 * 1024;
 
-/// Pushes decoded at once: with `MAX_MESSAGE`, what a burst of large
-/// pushes can make the collector hold.
+/// Pushes decoded at once by default: with `MAX_MESSAGE`, what a burst of
+/// large pushes can make the collector hold.
 pub const INGEST_IN_FLIGHT: usize = 8;
 
-/// Queries answered at once: each holds a blocking thread, and ingest
-/// must always find one.
+/// Queries answered at once by default: each holds a blocking thread, and
+/// ingest must always find one.
 pub const QUERIES_IN_FLIGHT: usize = 4;
 
 /// Largest answer sent; `limit` bounds the rows, this the bytes.
@@ -59,6 +59,9 @@ pub struct Settings {
     pub retention: Duration,
     pub prune_interval: Duration,
     pub ready_file: Option<PathBuf>,
+    /// Admission limits (`admission::Admit`).
+    pub pushes_in_flight: usize,
+    pub queries_in_flight: usize,
 }
 
 fn read(path: &Path) -> Result<Vec<u8>, CollectorError> {
@@ -102,11 +105,11 @@ pub async fn serve(
     let router = builder
         .add_service(health_service)
         .add_service(InterceptedService::new(
-            Admit::new(DecodeErrorsAsInvalid(ingest), INGEST_IN_FLIGHT),
+            Admit::new(DecodeErrorsAsInvalid(ingest), settings.pushes_in_flight),
             settings.auth.gate(Role::Ingest),
         ))
         .add_service(InterceptedService::new(
-            Admit::new(DecodeErrorsAsInvalid(query), QUERIES_IN_FLIGHT),
+            Admit::new(DecodeErrorsAsInvalid(query), settings.queries_in_flight),
             settings.auth.gate(Role::Read),
         ));
 
