@@ -6,8 +6,24 @@ use anyhow::{Context as _, bail};
 use xtask::paths::{TOOLCHAIN, llvm_prefix, tools_dir};
 
 const BPF_LINKER_VERSION: &str = "0.13.0";
-const DEBIAN_PACKAGES: [&str; 7] =
-    ["mariadb-server", "mariadb-client", "sysbench", "protobuf-compiler", "bpftool", "bpftrace", "prometheus"];
+/// Containers: podman with runc (crun refuses this host's hybrid cgroup
+/// layout), buildah behind `podman build`, debootstrap for base images (no
+/// registry is reachable), podman-compose for the compose file.
+const DEBIAN_PACKAGES: [&str; 13] = [
+    "mariadb-server",
+    "mariadb-client",
+    "sysbench",
+    "protobuf-compiler",
+    "bpftool",
+    "bpftrace",
+    "prometheus",
+    "podman",
+    "buildah",
+    "runc",
+    "debootstrap",
+    "podman-compose",
+    "containernetworking-plugins",
+];
 
 pub fn run() -> anyhow::Result<()> {
     toolchain().context("setup step 1/3 (pinned nightly toolchain)")?;
