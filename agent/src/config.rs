@@ -152,6 +152,11 @@ pub struct AgentOptions {
     /// Do not move the agent into its own cgroup (limits not enforced).
     #[arg(long, env = "SQLBEE_NO_CGROUP")]
     pub no_cgroup: bool,
+    /// Keep every capability the agent was started with. By default it
+    /// keeps only CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE after start, and
+    /// sets no_new_privs.
+    #[arg(long, env = "SQLBEE_KEEP_PRIVILEGES")]
+    pub keep_privileges: bool,
     /// Serve Prometheus metrics on this address, e.g. 127.0.0.1:9187; a
     /// port alone (`9187`) binds to loopback.
     #[arg(long, env = "SQLBEE_METRICS_LISTEN")]

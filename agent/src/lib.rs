@@ -30,6 +30,8 @@ pub mod output;
 #[cfg(feature = "agent")]
 pub mod pipeline;
 #[cfg(feature = "agent")]
+pub mod privileges;
+#[cfg(feature = "agent")]
 pub mod probe;
 #[cfg(feature = "agent")]
 pub mod procfs;

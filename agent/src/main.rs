@@ -104,10 +104,7 @@ fn main() -> anyhow::Result<()> {
 
 #[cfg(feature = "agent")]
 mod agent {
-    use std::sync::{
-        Arc,
-        atomic::{AtomicBool, Ordering},
-    };
+    use std::sync::atomic::{AtomicBool, Ordering};
 
     use anyhow::Context as _;
     use sqlbee::{config::AgentOptions, pipeline};
@@ -123,16 +120,8 @@ mod agent {
     pub fn run(_parsed: AgentOptions) -> anyhow::Result<()> {
         // `sqlbee agent ARGS...`: the role is the first argument.
         let config = AgentOptions::resolve(std::env::args_os().skip(2)).context("invalid agent configuration")?;
-        let stop = Arc::new(AtomicBool::new(false));
         install_signal_handlers();
-        let watcher_stop = stop.clone();
-        std::thread::spawn(move || {
-            while !STOP.load(Ordering::Relaxed) {
-                std::thread::sleep(std::time::Duration::from_millis(50));
-            }
-            watcher_stop.store(true, Ordering::Relaxed);
-        });
-        pipeline::run_agent(config, stop).context("agent failed")
+        pipeline::run_agent(config, &STOP).context("agent failed")
     }
 
     fn install_signal_handlers() {

@@ -28,6 +28,7 @@ use crate::{
     discover::{self, DiscoverError, ServerProcess},
     normalize::Normalizer,
     output,
+    privileges::{self, PrivilegeError},
     probe::{ProbeBatch, ProbeConfig, ProbeError, Supervisor},
     ship::{ClosedWindows, ShipStage},
 };
@@ -36,6 +37,8 @@ use crate::{
 pub enum PipelineError {
     #[error(transparent)]
     Discover(#[from] DiscoverError),
+    #[error(transparent)]
+    Privileges(#[from] PrivilegeError),
     #[error(transparent)]
     Probe(#[from] ProbeError),
     #[error("writing output failed: {0}")]
@@ -69,7 +72,8 @@ type MetricsPage = Arc<std::sync::Mutex<String>>;
 const CHANNEL_BATCHES: usize = 256;
 
 /// Runs the agent until `stop` is set (or `config.options.duration` passes).
-pub fn run_agent(config: AgentConfig, stop: Arc<AtomicBool>) -> Result<(), PipelineError> {
+/// `signalled`: set by the SIGINT/SIGTERM handler.
+pub fn run_agent(config: AgentConfig, signalled: &'static AtomicBool) -> Result<(), PipelineError> {
     let host = crate::procfs::hostname();
     if config.options.samples == crate::normalize::Samples::Raw {
         warn!("--samples raw: statement samples and error messages keep their literal values (passwords and keys \
@@ -78,6 +82,17 @@ pub fn run_agent(config: AgentConfig, stop: Arc<AtomicBool>) -> Result<(), Pipel
     // First, before any thread exists: the cgroup then holds all of them.
     // Dropped when this function returns, which leaves and removes it.
     let budget = config.budget.map(SelfLimit::apply).transpose()?;
+    // Still before the first thread: each thread holds its own
+    // capabilities, and threads inherit them from the one that starts them.
+    let prepared = privileges::prepare(config.options.keep_privileges)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let watcher_stop = stop.clone();
+    thread::Builder::new().name("signals".into()).spawn(move || {
+        while !signalled.load(Ordering::Relaxed) {
+            thread::sleep(std::time::Duration::from_millis(50));
+        }
+        watcher_stop.store(true, Ordering::Relaxed);
+    })?;
     // Before any probe is attached: a state directory another agent holds
     // stops this one before it touches the server.
     let ship = config.ship.clone().map(ShipStage::start).transpose()?;
@@ -97,7 +112,7 @@ pub fn run_agent(config: AgentConfig, stop: Arc<AtomicBool>) -> Result<(), Pipel
         digest_slots: config.kernel_digests,
         overhead_budget: config.options.mysqld_overhead_budget,
         duty_period: config.options.duty_period,
-    });
+    }, prepared.stats);
 
     // Explicit pids must work at start: a wrong pid or binary is an error.
     let mut watched_instances = Vec::new();

@@ -110,6 +110,12 @@ fn agent_runs_in_its_own_limited_cgroup_and_reports_its_cost() {
     }
     let out = agent.stop();
     assert!(out.success, "{}", out.stderr);
+    // The agent has given up the right to remove it; its keeper process
+    // does, right after the agent is gone.
+    let gone = std::time::Instant::now();
+    while (cpu_dir.exists() || memory_dir.exists()) && gone.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
     assert!(!cpu_dir.exists() && !memory_dir.exists(), "the agent's cgroup must be gone after exit");
 
     let agents: Vec<_> = out.of_type("agent").collect();

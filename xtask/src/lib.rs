@@ -2,6 +2,7 @@
 //! demo needs around sqlbee (a private MariaDB, sysbench, tool paths) and
 //! the overhead benchmark, which a smoke test drives through this library.
 pub mod bench;
+pub mod image;
 pub mod mariadb;
 pub mod paths;
 pub mod sysbench;

@@ -46,6 +46,9 @@ enum Task {
         #[arg(long)]
         executions: Option<u64>,
     },
+    /// Build the sqlbee image and the test MariaDB image with podman
+    /// (localhost/sqlbee:latest, localhost/sqlbee-test-mariadb:latest).
+    Image,
     /// Set up and run every test, the privileged eBPF ones included.
     Test {
         /// Extra arguments for `cargo test` (after `--`).
@@ -75,6 +78,10 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Task::Fuzz { seconds, seed, executions } => fuzz(seconds, seed, executions),
+        Task::Image => {
+            setup::run()?;
+            xtask::image::build()
+        }
         Task::Test { args } => {
             setup::run()?;
             test(&args)

@@ -15,7 +15,7 @@ use cgroups_rs::fs::{
 };
 
 use super::{
-    BudgetConfig, BudgetError,
+    BudgetConfig, BudgetError, cgroup_keeper,
     cgroup_files::{PERIOD_US, parse_cpu_max, quota_us, usage_ns},
     cgroup_v2::{self, CurrentLimit, Plan},
 };
@@ -71,6 +71,9 @@ pub struct SelfLimit {
     pub config: BudgetConfig,
     /// One directory per controller hierarchy (v1) or the one directory (v2).
     pub paths: Vec<PathBuf>,
+    /// Removes the cgroup once the agent is gone (it cannot itself after
+    /// dropping its capabilities).
+    keeper: Option<cgroup_keeper::Keeper>,
 }
 
 impl SelfLimit {
@@ -113,7 +116,11 @@ impl SelfLimit {
         .map_err(|e| create_error(&name, e))?;
         let paths: Vec<PathBuf> = cgroup.subsystems().iter().map(|s| s.to_controller().path().to_path_buf()).collect();
         remove_stale_siblings(&paths);
-        let own = SelfLimit { cgroup, config, paths };
+        // Forked outside the cgroup, before the agent joins it.
+        let keeper = cgroup_keeper::spawn(paths.clone())
+            .map_err(|e| tracing::warn!(error = %e, "no cgroup keeper; the agent's cgroup may outlive it"))
+            .ok();
+        let own = SelfLimit { cgroup, config, paths, keeper };
         own.set_limits()?;
         own.cgroup
             .add_task_by_tgid(CgroupPid::from(std::process::id() as u64))
@@ -173,6 +180,10 @@ impl Drop for SelfLimit {
             {
                 tracing::warn!(path = %parent.display(), error = %e, "could not leave the agent cgroup");
             }
+        }
+        if self.keeper.take().is_some() {
+            // Dropped: the keeper removes the cgroup now.
+            return;
         }
         if let Err(e) = self.cgroup.delete() {
             tracing::warn!(paths = ?self.paths, error = %error_chain(&e), "could not remove the agent cgroup");

@@ -13,6 +13,7 @@
 //! `cgroup_v2`).
 pub mod calibrate;
 mod cgroup;
+mod cgroup_keeper;
 mod cgroup_files;
 mod cgroup_v2;
 mod cost;

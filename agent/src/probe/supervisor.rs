@@ -42,7 +42,7 @@ pub struct Supervisor {
 }
 
 impl Supervisor {
-    pub fn new(config: ProbeConfig) -> Self {
+    pub fn new(config: ProbeConfig, stats: Option<OwnedFd>) -> Self {
         // Only classic uprobes make per-task perf events; for them one is
         // held open (see `hold_task_events_on`). Multi links need none.
         let task_events = if link_mode::multi_links() {
@@ -54,9 +54,6 @@ impl Supervisor {
                 .map_err(|e| warn!(error = %e, "no per-task perf event; attaching may wait for the kernel under load"))
                 .ok()
         };
-        let stats = aya::sys::enable_stats(aya::sys::Stats::RunTime)
-            .map_err(|e| warn!(error = %e, "BPF run-time statistics unavailable; probe run time reads as 0"))
-            .ok();
         // Measured off the probe thread: attaching to the servers must not
         // wait for it (a statement running at start is timed from its own
         // start only if the probes are in place before it ends).

@@ -352,3 +352,29 @@ impl Drop for Tmpfs {
         let _ = std::process::Command::new("umount").arg("-l").arg(&self.path).status();
     }
 }
+
+/// A file under `docker/`.
+pub fn docker(path: &str) -> String {
+    let file = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docker").join(path);
+    std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()))
+}
+
+/// The quoted items of the `[...]` after `key`, for each line that starts
+/// with it, in file order.
+pub fn lists(text: &str, key: &str) -> Vec<Vec<String>> {
+    text.lines()
+        .filter_map(|l| l.trim().strip_prefix(key))
+        .filter_map(|rest| {
+            let inner = rest.split_once('[')?.1.split_once(']')?.0;
+            Some(inner.split(',').map(|i| i.trim().trim_matches('"').to_string()).filter(|i| !i.is_empty()).collect())
+        })
+        .collect()
+}
+
+/// The capabilities the agent's containers are given, as the sidecar
+/// manifest says, as `CAP_` names.
+pub fn agent_capabilities() -> Vec<String> {
+    let caps = lists(&docker("k8s/sidecar.yaml"), "add:");
+    assert_eq!(caps.len(), 1, "one capability list in the sidecar manifest");
+    caps[0].iter().map(|c| format!("CAP_{c}")).collect()
+}

@@ -1,0 +1,159 @@
+//! Least privilege. The agent needs root's powers for a few things only:
+//! to load and attach eBPF programs, and to read a server's binary and
+//! memory through `/proc/PID`. Once the first servers are attached (and the
+//! one-time steps that need more, such as switching on BPF run-time
+//! statistics, are done), it keeps exactly the capabilities in `KEPT`,
+//! drops every other one from all its sets (bounding set included, so no
+//! later exec can get them back), clears the ambient set and sets
+//! no_new_privs.
+use std::{io, os::fd::OwnedFd};
+
+/// What the one-time steps before the drop set up, for the agent to hold.
+pub struct Prepared {
+    /// Keeps the kernel's BPF run-time statistics on while it is open
+    /// (switching them on takes CAP_SYS_ADMIN, which the agent then drops).
+    pub stats: Option<OwnedFd>,
+}
+
+/// The steps that need more than `KEPT`, then the drop (unless `keep_all`).
+/// Call before the agent starts any thread: capabilities belong to each
+/// thread, and threads inherit them from the thread that starts them.
+pub fn prepare(keep_all: bool) -> Result<Prepared, PrivilegeError> {
+    let stats = aya::sys::enable_stats(aya::sys::Stats::RunTime)
+        .map_err(|e| tracing::warn!(error = %e, "BPF run-time statistics unavailable; probe run time reads as 0"))
+        .ok();
+    if keep_all {
+        tracing::warn!("--keep-privileges: the agent keeps every capability it was started with");
+    } else {
+        drop_to_needed()?;
+    }
+    Ok(Prepared { stats })
+}
+
+/// Capability numbers (linux/capability.h).
+pub const CAP_SYS_PTRACE: u32 = 19;
+pub const CAP_PERFMON: u32 = 38;
+pub const CAP_BPF: u32 = 39;
+
+/// What the agent keeps for its whole life, and why.
+pub const KEPT: [(u32, &str, &str); 3] = [
+    (CAP_BPF, "CAP_BPF", "create BPF maps and load programs: servers that start or restart later are attached then"),
+    (
+        CAP_PERFMON,
+        "CAP_PERFMON",
+        "attach uprobes (perf events and uprobe-multi links), and let the programs read server memory",
+    ),
+    (
+        CAP_SYS_PTRACE,
+        "CAP_SYS_PTRACE",
+        "read a server's binary, memory and sockets through /proc/PID (exe, mem, fd) when it runs as another user or in another container",
+    ),
+];
+
+#[derive(Debug, thiserror::Error)]
+pub enum PrivilegeError {
+    #[error("{what} failed: {source}")]
+    Call {
+        what: &'static str,
+        #[source]
+        source: io::Error,
+    },
+}
+
+fn check(what: &'static str, result: libc::c_int) -> Result<(), PrivilegeError> {
+    if result < 0 { Err(PrivilegeError::Call { what, source: io::Error::last_os_error() }) } else { Ok(()) }
+}
+
+/// The mask of `KEPT`.
+pub fn kept_mask() -> u64 {
+    KEPT.iter().fold(0, |mask, (cap, _, _)| mask | 1 << cap)
+}
+
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: libc::c_int,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+
+fn capget() -> Result<(u64, u64), PrivilegeError> {
+    let mut header = CapHeader { version: CAPABILITY_VERSION_3, pid: 0 };
+    let mut data = [CapData::default(); 2];
+    // SAFETY: version 3 takes two data structs, both valid for writes.
+    check("capget", unsafe { libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()) } as libc::c_int)?;
+    let join = |low: u32, high: u32| low as u64 | (high as u64) << 32;
+    Ok((join(data[0].effective, data[1].effective), join(data[0].permitted, data[1].permitted)))
+}
+
+fn capset(effective: u64, permitted: u64) -> Result<(), PrivilegeError> {
+    let mut header = CapHeader { version: CAPABILITY_VERSION_3, pid: 0 };
+    let data = [
+        CapData { effective: effective as u32, permitted: permitted as u32, inheritable: 0 },
+        CapData { effective: (effective >> 32) as u32, permitted: (permitted >> 32) as u32, inheritable: 0 },
+    ];
+    // SAFETY: version 3 takes two data structs, both valid for reads.
+    check("capset", unsafe { libc::syscall(libc::SYS_capset, &mut header, data.as_ptr()) } as libc::c_int)
+}
+
+fn last_cap() -> u32 {
+    std::fs::read_to_string("/proc/sys/kernel/cap_last_cap").ok().and_then(|s| s.trim().parse().ok()).unwrap_or(40)
+}
+
+/// Names of the capabilities in `mask`.
+pub fn names(mask: u64) -> Vec<String> {
+    (0..64)
+        .filter(|cap| mask & 1 << cap != 0)
+        .map(|cap| KEPT.iter().find(|k| k.0 == cap).map_or(format!("cap {cap}"), |k| k.1.to_string()))
+        .collect()
+}
+
+/// Drops every capability not in `mask` from every set of this thread
+/// (and of the threads it starts), and sets no_new_privs.
+pub fn keep_only(mask: u64) -> Result<u64, PrivilegeError> {
+    let (_, permitted) = capget()?;
+    let keep = mask & permitted;
+    // The bounding set first: dropping from it needs CAP_SETPCAP, which the
+    // capset below gives up. Without CAP_SETPCAP (a container that never
+    // had it) the bounding set is already the container's.
+    for cap in (0..=last_cap()).filter(|cap| mask & 1 << cap == 0) {
+        // SAFETY: prctl with integer arguments only.
+        unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) };
+    }
+    // SAFETY: prctl with integer arguments only.
+    let _ = unsafe { libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong, 0, 0, 0) };
+    capset(keep, keep)?;
+    // SAFETY: prctl with integer arguments only.
+    check("prctl(PR_SET_NO_NEW_PRIVS)", unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) })?;
+    Ok(keep)
+}
+
+/// The bounding set as the kernel reports it.
+fn bounding_set() -> u64 {
+    std::fs::read_to_string("/proc/thread-self/status")
+        .ok()
+        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("CapBnd:").and_then(|v| u64::from_str_radix(v.trim(), 16).ok())))
+        .unwrap_or(u64::MAX)
+}
+
+/// Drops every capability but `KEPT` for good. Capabilities in `KEPT` the
+/// agent does not hold are not gained, of course; what it lacks is logged.
+/// Returns the effective set it keeps.
+pub fn drop_to_needed() -> Result<u64, PrivilegeError> {
+    let keep = keep_only(kept_mask())?;
+    let missing = kept_mask() & !keep;
+    if missing != 0 {
+        tracing::warn!(missing = ?names(missing), "the agent lacks capabilities it needs to attach servers that start later");
+    }
+    let bounded = bounding_set() & !kept_mask() == 0;
+    tracing::info!(kept = ?names(keep), bounding_set_narrowed = bounded, "dropped every other capability; no_new_privs set");
+    Ok(keep)
+}
