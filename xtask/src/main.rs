@@ -117,6 +117,8 @@ fn test(args: &[String]) -> anyhow::Result<()> {
         bail!("the test suite attaches eBPF programs and needs root; run it as root (sudo ./x test)");
     }
     let collector_only = collector_only::build()?;
+    // The container tests run the images as users get them.
+    xtask::image::build()?;
     println!("==> cargo test (privileged tests required)");
     let mut child = cargo()
         .args(["test", "--workspace", "--exclude", "agent-ebpf", "--"])

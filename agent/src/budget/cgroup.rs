@@ -112,8 +112,18 @@ impl SelfLimit {
             Cgroup::new(hierarchy, path.trim_start_matches('/'))
         } else {
             Cgroup::new_with_relative_paths(hierarchy, &name, only_needed(relative))
-        }
-        .map_err(|e| create_error(&name, e))?;
+        };
+        let cgroup = match cgroup {
+            Ok(cgroup) => cgroup,
+            // A container's cgroup file system is read-only: its limits are
+            // the budget, and one without limits is the operator's choice.
+            Err(e) if in_container() => {
+                tracing::warn!(error = %error_chain(&e),
+                    "in a container with no CPU or memory limit and no writable cgroup: the agent runs without a budget; give its container limits (cpu 1, memory 1Gi)");
+                return Ok(Applied::Inherited { cpu_cores: None, memory_bytes: None });
+            }
+            Err(e) => return Err(create_error(&name, e)),
+        };
         let paths: Vec<PathBuf> = cgroup.subsystems().iter().map(|s| s.to_controller().path().to_path_buf()).collect();
         remove_stale_siblings(&paths);
         // Forked outside the cgroup, before the agent joins it.
@@ -260,6 +270,15 @@ fn in_container() -> bool {
         || std::fs::read_to_string("/proc/1/cgroup").is_ok_and(|c| c.contains("kubepods"))
 }
 
+/// The directory of cgroup `path` under a hierarchy mounted at `mount`.
+/// A container sees only its own cgroup, mounted as the hierarchy's root,
+/// while /proc/self/cgroup may still name the host's path (cgroup v1, or
+/// no cgroup namespace): then the mount itself is the process's cgroup.
+fn cgroup_dir(mount: &Path, path: &str) -> PathBuf {
+    let full = mount.join(path);
+    if full.exists() || !in_container() { full } else { mount.to_path_buf() }
+}
+
 /// Limits of the cgroup this process is in now (v2 `cpu.max`/`memory.max`,
 /// v1 `cpu.cfs_quota_us`/`memory.limit_in_bytes`); None when unlimited.
 pub fn current_limits() -> (Option<f64>, Option<u64>) {
@@ -271,7 +290,7 @@ pub fn current_limits() -> (Option<f64>, Option<u64>) {
         let (_, controllers, path) = (parts.next(), parts.next().unwrap_or(""), parts.next().unwrap_or("/"));
         let path = path.trim_start_matches('/');
         if controllers.is_empty() {
-            let dir = Path::new("/sys/fs/cgroup").join(path);
+            let dir = cgroup_dir(Path::new("/sys/fs/cgroup"), path);
             if let Ok(max) = std::fs::read_to_string(dir.join("cpu.max")) {
                 cpu = cpu.or_else(|| parse_cpu_max(&max));
             }
@@ -280,7 +299,7 @@ pub fn current_limits() -> (Option<f64>, Option<u64>) {
             }
         }
         for controller in controllers.split(',') {
-            let dir = Path::new("/sys/fs/cgroup").join(controllers).join(path);
+            let dir = cgroup_dir(&Path::new("/sys/fs/cgroup").join(controllers), path);
             match controller {
                 "cpu" => {
                     let read = |f: &str| std::fs::read_to_string(dir.join(f)).ok()?.trim().parse::<i64>().ok();

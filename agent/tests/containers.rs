@@ -1,0 +1,179 @@
+//! sqlbee where users run it: the image `./x image` builds, under podman
+//! (runc), beside MariaDB in a container of its own. Needs root: rootful
+//! podman, and the agent in the container loads eBPF programs. The images
+//! come from `./x test`, which builds them before the suite runs.
+mod common;
+
+use std::{
+    collections::HashMap,
+    path::{Path, PathBuf},
+    process::{Command, Output},
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+use xtask::image::{MARIADB_IMAGE, SQLBEE_IMAGE, podman};
+
+fn run(cmd: &mut Command) -> Output {
+    let out = cmd.output().expect("starting podman");
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    out
+}
+
+/// The images exist, or the test says why it cannot run.
+fn images_ready(test: &str) -> bool {
+    if !common::privileged(test) {
+        return false;
+    }
+    for image in [SQLBEE_IMAGE, MARIADB_IMAGE] {
+        let exists = podman().args(["image", "exists", image]).status().is_ok_and(|s| s.success());
+        if !exists {
+            assert!(
+                std::env::var_os("SQLBEE_REQUIRE_PRIVILEGED").is_none(),
+                "{image} is missing: run the suite through ./x test, which builds the images (or ./x image)"
+            );
+            eprintln!("skipping {test}: {image} is missing (./x image builds it)");
+            return false;
+        }
+    }
+    true
+}
+
+/// A container removed (with its anonymous volumes) when dropped.
+struct Container {
+    name: String,
+}
+
+impl Container {
+    fn run(name: &str, args: &[&str], image: &str, command: &[&str]) -> Container {
+        let name = format!("{name}-{}", std::process::id());
+        let _ = podman().args(["rm", "-f", "-v", &name]).output();
+        run(podman().args(["run", "-d", "--name", &name]).args(args).arg(image).args(command));
+        Container { name }
+    }
+
+    /// Runs SQL as root over the server's socket, tab-separated output.
+    fn sql(&self, sql: &str) -> String {
+        let out = run(podman().args(["exec", &self.name, "mariadb", "-N", "-B", "-e", sql]));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn wait_for_server(&self) {
+        let started = Instant::now();
+        loop {
+            let ok = podman().args(["exec", &self.name, "mariadb", "-e", "SELECT 1"]).output().is_ok_and(|o| o.status.success());
+            if ok {
+                return;
+            }
+            assert!(started.elapsed() < Duration::from_secs(60), "MariaDB in {} did not start:\n{}", self.name, self.logs().1);
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    fn status(&self) -> HashMap<String, u64> {
+        self.sql("SHOW GLOBAL STATUS")
+            .lines()
+            .filter_map(|l| {
+                let (k, v) = l.split_once('\t')?;
+                Some((k.to_string(), v.trim().parse().ok()?))
+            })
+            .collect()
+    }
+
+    fn logs(&self) -> (String, String) {
+        let out = podman().args(["logs", &self.name]).output().unwrap();
+        (String::from_utf8_lossy(&out.stdout).into_owned(), common::strip_ansi(&String::from_utf8_lossy(&out.stderr)))
+    }
+
+    /// SIGTERM, then what the container wrote.
+    fn stop(&self) -> (String, String) {
+        run(podman().args(["stop", "--time", "30", &self.name]));
+        self.logs()
+    }
+
+}
+
+impl Drop for Container {
+    fn drop(&mut self) {
+        let _ = podman().args(["rm", "-f", "-v", &self.name]).output();
+    }
+}
+
+fn jsonl(stdout: &str) -> Vec<Value> {
+    stdout.lines().filter(|l| l.starts_with('{')).map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+fn digest_count(lines: &[Value], needle: &str) -> u64 {
+    lines
+        .iter()
+        .filter(|l| l["type"] == "digest" && l["digest_text"].as_str().is_some_and(|t| t.contains(needle)))
+        .map(|l| l["count"].as_u64().unwrap())
+        .sum()
+}
+
+fn wait_for_file(path: &Path, agent: &Container) {
+    let started = Instant::now();
+    while !path.exists() {
+        assert!(started.elapsed() < Duration::from_secs(60), "the agent never attached:\n{}", agent.logs().1);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn state_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("sqlbee-containers-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// MariaDB in one container, the agent in another that shares only its pid
+/// namespace, with cpu 1 and memory 1 GiB and the documented capabilities.
+/// The agent counts a known workload exactly, as the server's own counters
+/// do, and reports the container's limits as its own.
+#[test]
+fn sidecar_counts_exactly_under_the_containers_limits() {
+    if !images_ready("sidecar_counts_exactly_under_the_containers_limits") {
+        return;
+    }
+    let _serial = common::one_at_a_time();
+    let db = Container::run("sqlbee-db", &[], MARIADB_IMAGE, &[]);
+    db.wait_for_server();
+    let state = state_dir("sidecar");
+    let pid_ns = format!("container:{}", db.name);
+    let volume = format!("{}:/state", state.display());
+    // As the manifests give them (docker/README.md says why each); never
+    // --privileged.
+    let capabilities = common::agent_capabilities().join(",");
+    let agent = Container::run(
+        "sqlbee-sidecar",
+        &[
+            "--pid", &pid_ns, "--cpus", "1", "--memory", "1g", "--user", "0", "--cap-drop", "all", "--cap-add",
+            &capabilities, "-v", &volume,
+        ],
+        SQLBEE_IMAGE,
+        &["agent", "--output", "jsonl", "--window", "1s", "--ready-file", "/state/ready"],
+    );
+    wait_for_file(&state.join("ready"), &agent);
+    let before = db.status();
+    const EXECUTED: u64 = 300;
+    let statements: String = (0..EXECUTED).map(|i| format!("SELECT {i} AS sidecar_probe;")).collect();
+    db.sql(&statements);
+    let after = db.status();
+    std::thread::sleep(Duration::from_millis(1500));
+    let (stdout, stderr) = agent.stop();
+    let lines = jsonl(&stdout);
+    assert_eq!(common::delta(&before, &after, "Com_select"), EXECUTED + 0, "the server's own count");
+    assert_eq!(digest_count(&lines, "sidecar_probe"), EXECUTED, "agent stderr:\n{stderr}");
+    let limits: Vec<(f64, u64)> = lines
+        .iter()
+        .filter(|l| l["type"] == "agent")
+        .map(|l| (l["cpu_limit_cores"].as_f64().unwrap_or(0.0), l["memory_limit_bytes"].as_u64().unwrap_or(0)))
+        .collect();
+    assert!(!limits.is_empty(), "no agent line:\n{stdout}");
+    assert!(limits.iter().all(|&(cpu, memory)| (cpu - 1.0).abs() < 0.01 && memory == 1 << 30), "{limits:?}\n{stderr}");
+}
