@@ -45,6 +45,7 @@ fn benches(c: &mut Criterion) {
         comm: "mariadbd".into(),
         binary: PathBuf::from("/usr/sbin/mariadbd"),
         instance: "bench:3306".into(),
+        container: None,
     };
     let statements: Vec<Statement> = (0..1000)
         .map(|i| Statement {

@@ -177,3 +177,55 @@ fn sidecar_counts_exactly_under_the_containers_limits() {
     assert!(!limits.is_empty(), "no agent line:\n{stdout}");
     assert!(limits.iter().all(|&(cpu, memory)| (cpu - 1.0).abs() < 0.01 && memory == 1 << 30), "{limits:?}\n{stderr}");
 }
+
+/// One agent for the node (the image, with the host's pid namespace): two
+/// MariaDB containers that both listen on 3306, and one mariadbd on the
+/// host. Three instances, each named as an operator knows it (the
+/// container's name, or host:port), each counted exactly.
+#[test]
+fn node_agent_tells_two_containers_on_3306_and_the_host_apart() {
+    if !images_ready("node_agent_tells_two_containers_on_3306_and_the_host_apart") {
+        return;
+    }
+    let _serial = common::one_at_a_time();
+    let a = Container::run("sqlbee-node-a", &[], MARIADB_IMAGE, &[]);
+    let b = Container::run("sqlbee-node-b", &[], MARIADB_IMAGE, &[]);
+    let host = common::PrivateServer::start("node-host", &[]).unwrap();
+    a.wait_for_server();
+    b.wait_for_server();
+    let state = state_dir("node");
+    let volume = format!("{}:/state", state.display());
+    let capabilities = common::agent_capabilities().join(",");
+    let agent = Container::run(
+        "sqlbee-node-agent",
+        &["--pid", "host", "--cpus", "1", "--memory", "1g", "--user", "0", "--cap-drop", "all", "--cap-add", &capabilities, "-v", &volume],
+        SQLBEE_IMAGE,
+        &["agent", "--output", "jsonl", "--window", "1s", "--ready-file", "/state/ready"],
+    );
+    wait_for_file(&state.join("ready"), &agent);
+    let attached = std::fs::read_to_string(state.join("ready")).unwrap();
+    assert_eq!(attached.lines().count(), 3, "three servers attached: {attached}\n{}", agent.logs().1);
+
+    let (na, nb, nh) = (120u64, 70u64, 45u64);
+    a.sql(&(0..na).map(|i| format!("SELECT {i} AS node_probe;")).collect::<String>());
+    b.sql(&(0..nb).map(|i| format!("SELECT {i} AS node_probe;")).collect::<String>());
+    for i in 0..nh {
+        host.sql(&format!("SELECT {i} AS node_probe")).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    let (stdout, stderr) = agent.stop();
+    let lines = jsonl(&stdout);
+    let mut per_instance: HashMap<String, u64> = HashMap::new();
+    for l in lines.iter().filter(|l| l["type"] == "digest" && l["digest_text"].as_str().is_some_and(|t| t.contains("node_probe"))) {
+        *per_instance.entry(l["instance"].as_str().unwrap().to_string()).or_default() += l["count"].as_u64().unwrap();
+    }
+    let host_name = std::fs::read_to_string("/etc/hostname").unwrap().trim().to_string();
+    let expected: HashMap<String, u64> = [
+        (format!("{}:3306", a.name), na),
+        (format!("{}:3306", b.name), nb),
+        (format!("{host_name}:{}", host.port), nh),
+    ]
+    .into_iter()
+    .collect();
+    assert_eq!(per_instance, expected, "agent stderr:\n{stderr}");
+}

@@ -370,6 +370,7 @@ mod tests {
                 comm: "mariadbd".into(),
                 binary: "/usr/sbin/mariadbd".into(),
                 instance: instance.into(),
+                container: None,
             },
             statements,
             long_waits,

@@ -8,7 +8,7 @@ mod binary;
 mod process;
 
 pub use binary::{BinaryInfo, Flavor, ProbePoint, ProbePoints, StaticVariable, inspect_binary};
-pub use process::{ServerProcess, cpu_seconds, find_servers, server_by_pid, threads_cpu_ns};
+pub use process::{Container, ServerProcess, cpu_seconds, find_servers, server_by_pid, threads_cpu_ns};
 
 use std::path::PathBuf;
 

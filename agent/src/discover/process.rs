@@ -23,8 +23,94 @@ pub struct ServerProcess {
     /// The binary as seen from this agent, through the server's root.
     pub binary: PathBuf,
     /// Stable name: `host:port` from the server's command line, or its
-    /// socket path when it listens on no TCP port.
+    /// socket path when it listens on no TCP port; for a server in a
+    /// container, the container's name instead of the host.
     pub instance: String,
+    /// The container the server runs in, if any.
+    pub container: Option<Container>,
+}
+
+/// A container as the host sees it: its id from the server's cgroup, and
+/// the name an operator knows it by.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Container {
+    pub id: String,
+    /// podman's name (from the container's `/run/.containerenv`), or else
+    /// the container's hostname and short id (Kubernetes: the pod's name).
+    pub name: String,
+}
+
+/// A 64-hex-digit container id in a cgroup path (`libpod-ID.scope`,
+/// `docker-ID.scope`, `cri-containerd-ID.scope`, `crio-ID.scope`,
+/// `/docker/ID`, `/kubepods/.../ID`).
+fn container_id(cgroup: &str) -> Option<String> {
+    cgroup.lines().flat_map(|l| l.rsplit(':').next().unwrap_or("").split('/')).rev().find_map(|segment| {
+        let segment = segment.strip_suffix(".scope").unwrap_or(segment);
+        let id = segment.rsplit(['-', ':']).next()?;
+        (id.len() == 64 && id.bytes().all(|b| b.is_ascii_hexdigit())).then(|| id.to_string())
+    })
+}
+
+/// The container process `pid` runs in, unless it is this agent's own.
+fn container_of(proc_dir: &Path) -> Option<Container> {
+    let id = container_id(&fs::read_to_string(proc_dir.join("cgroup")).ok()?)?;
+    let own = fs::read_to_string("/proc/self/cgroup").ok().and_then(|c| container_id(&c));
+    if own.as_deref() == Some(id.as_str()) {
+        return None;
+    }
+    let root = proc_dir.join("root");
+    let podman_name = fs::read_to_string(root.join("run/.containerenv"))
+        .ok()
+        .and_then(|env| env.lines().find_map(|l| l.strip_prefix("name=\"")?.strip_suffix('"').map(str::to_string)))
+        .or_else(|| conmon_name(proc_dir))
+        .filter(|n| !n.is_empty());
+    let name = podman_name.unwrap_or_else(|| {
+        let hostname = fs::read_to_string(root.join("etc/hostname")).unwrap_or_default();
+        match hostname.trim() {
+            // Docker's and podman's default hostname is the short id.
+            "" => id[..12].to_string(),
+            host if id.starts_with(host) => id[..12].to_string(),
+            // Kubernetes: the pod's name.
+            host => format!("{host}/{}", &id[..12]),
+        }
+    });
+    Some(Container { id, name })
+}
+
+/// The name podman gave the container: its monitor (conmon), an ancestor
+/// of the server on the host, carries it on its command line (`-n NAME`).
+/// Not visible from a container that shares only the server's pid
+/// namespace (a sidecar): there the server's parent is outside it.
+fn conmon_name(proc_dir: &Path) -> Option<String> {
+    let mut pid: u32 = proc_dir.file_name()?.to_str()?.parse().ok()?;
+    for _ in 0..8 {
+        let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        pid = status.lines().find_map(|l| l.strip_prefix("PPid:"))?.trim().parse().ok()?;
+        if pid <= 1 {
+            return None;
+        }
+        if fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim_end() == "conmon") {
+            let cmdline = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            let args: Vec<String> = cmdline.split(|b| *b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+            return option_value(&args, "--name", Some("-n")).map(str::to_string);
+        }
+    }
+    None
+}
+
+/// The name of the host a server runs on, as the agent should say it: its
+/// own hostname, unless the agent runs in a container and the server on
+/// the host (a node agent), whose name is then in the host's /etc/hostname.
+fn host_of(proc_dir: &Path, agent_hostname: &str) -> String {
+    let agent_in_container = fs::read_to_string("/proc/self/cgroup").ok().and_then(|c| container_id(&c)).is_some();
+    if !agent_in_container {
+        return agent_hostname.to_string();
+    }
+    fs::read_to_string(proc_dir.join("root/etc/hostname"))
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| agent_hostname.to_string())
 }
 
 fn read(path: &Path) -> Result<String, DiscoverError> {
@@ -79,7 +165,12 @@ pub fn server_by_pid(pid: u32, hostname: &str) -> Result<ServerProcess, Discover
         .map(|a| String::from_utf8_lossy(a).into_owned())
         .collect();
     let start_unix_ms = boot_time_unix_ms() + (start_ticks as i64 * 1000) / clock_ticks_per_second() as i64;
-    Ok(ServerProcess { pid, start_ticks, start_unix_ms, comm, binary, instance: instance_name(&args, hostname) })
+    let container = container_of(&proc_dir);
+    let place = match &container {
+        Some(c) => c.name.clone(),
+        None => host_of(&proc_dir, hostname),
+    };
+    Ok(ServerProcess { pid, start_ticks, start_unix_ms, comm, binary, instance: instance_name(&args, &place), container })
 }
 
 /// CPU time (user + system) a process has used so far, seconds.
@@ -133,6 +224,22 @@ mod tests {
 
     fn args(list: &[&str]) -> Vec<String> {
         list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn container_ids_from_cgroup_paths() {
+        let id = "f03e8ff8b36c5c1c1c2e8b9f0d8b5b0b6a3e5f6d7c8b9a0b1c2d3e4f5a6b7c8d";
+        for cgroup in [
+            format!("4:memory:/machine.slice/libpod-{id}.scope"),
+            format!("0::/system.slice/docker-{id}.scope"),
+            format!("5:cpu:/kubepods/burstable/pod1234/{id}"),
+            format!("0::/kubepods.slice/kubepods-besteffort.slice/cri-containerd-{id}.scope"),
+            format!("3:pids:/docker/{id}\n2:cpu:/docker/{id}"),
+        ] {
+            assert_eq!(container_id(&cgroup).as_deref(), Some(id), "{cgroup}");
+        }
+        assert_eq!(container_id("0::/user.slice/user-0.slice/session-1.scope"), None);
+        assert_eq!(container_id("4:memory:/process_api/8678d771336db12b003d22415d319238"), None);
     }
 
     #[test]
