@@ -90,7 +90,7 @@ fn window(agent: u64, end_ms: i64, window_ms: i64, digests: u64, seed: &mut u64)
         });
     }
     InstanceWindow {
-        instance: Some(ServerInstance { name: format!("db{agent}:3306"), pid: 1000 + agent as u32, start_time_unix_ms: 1 }),
+        instance: Some(ServerInstance { name: format!("db{agent}:3306"), pid: 1000 + agent as u32, start_time_unix_ms: 1, ..Default::default() }),
         window_start_unix_ms: end_ms - window_ms,
         window_end_unix_ms: end_ms,
         digests: rows,

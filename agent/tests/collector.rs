@@ -719,7 +719,7 @@ async fn version_1_store_is_upgraded_and_keeps_its_data() {
     };
     {
         let conn = rusqlite::Connection::open(&path).unwrap();
-        assert_eq!(conn.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0)).unwrap(), 5);
+        assert_eq!(conn.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0)).unwrap(), 6);
         conn.execute_batch(
             "ALTER TABLE digest_windows DROP COLUMN estimated_count;
              ALTER TABLE digest_windows DROP COLUMN waits;
@@ -746,7 +746,7 @@ async fn version_1_store_is_upgraded_and_keeps_its_data() {
     assert!(log.contains("store schema upgraded"), "{log}");
     {
         let conn = rusqlite::Connection::open(&path).unwrap();
-        assert_eq!(conn.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0)).unwrap(), 5);
+        assert_eq!(conn.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0)).unwrap(), 6);
         let columns = columns(&conn);
         assert_eq!(columns[columns.len() - 2..], ["waits", "estimated_count"]);
     }
@@ -1005,7 +1005,7 @@ async fn version_2_store_is_upgraded_and_keeps_its_data() {
     assert!(log.contains("store schema upgraded"), "{log}");
     {
         let conn = rusqlite::Connection::open(&path).unwrap();
-        assert_eq!(conn.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0)).unwrap(), 5);
+        assert_eq!(conn.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0)).unwrap(), 6);
         assert!(tables(&conn).contains(&"lock_waits".to_string()));
     }
     let top = top_json(&url, &[]);

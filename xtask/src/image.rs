@@ -36,7 +36,7 @@ fi
 exec mariadbd --user=mysql --datadir=/var/lib/mysql --port=3306 --bind-address=0.0.0.0 \
     --socket=/run/mysqld/mysqld.sock --skip-name-resolve --max-connections=200 "$@"
 "#;
-const MARIADB_RECIPE_VERSION: &str = "bookworm minbase + mariadb-server, v1";
+const MARIADB_RECIPE_VERSION: &str = "bookworm minbase + mariadb-server, PATH, v2";
 
 /// podman with the project's engine settings (`docker/podman/containers.conf`:
 /// runc, whose cgroup handling works on this host's hybrid layout).
@@ -189,6 +189,8 @@ fn mariadb_image() -> anyhow::Result<()> {
         .args(["import", "--quiet"])
         .args(["--change", r#"ENTRYPOINT ["/usr/local/bin/run-mariadb"]"#])
         .args(["--change", "EXPOSE 3306"])
+        // `podman run` supplies a PATH, `podman kube play` does not.
+        .args(["--change", "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"])
         .args(["--change", &format!("LABEL sqlbee.recipe={recipe}")])
         .args(["-", MARIADB_IMAGE])
         .stdin(tar.stdout.take().context("tar stdout")?)

@@ -9,7 +9,7 @@ const BPF_LINKER_VERSION: &str = "0.13.0";
 /// Containers: podman with runc (crun refuses this host's hybrid cgroup
 /// layout), buildah behind `podman build`, debootstrap for base images (no
 /// registry is reachable), podman-compose for the compose file.
-const DEBIAN_PACKAGES: [&str; 13] = [
+const DEBIAN_PACKAGES: [&str; 14] = [
     "mariadb-server",
     "mariadb-client",
     "sysbench",
@@ -23,6 +23,8 @@ const DEBIAN_PACKAGES: [&str; 13] = [
     "debootstrap",
     "podman-compose",
     "containernetworking-plugins",
+    // The pause binary of the pods `podman kube play` makes.
+    "catatonit",
 ];
 
 pub fn run() -> anyhow::Result<()> {

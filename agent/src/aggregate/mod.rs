@@ -133,6 +133,9 @@ pub struct Summary {
     pub pid: u32,
     /// Start of the server process, ms since the Unix epoch.
     pub server_start_unix_ms: i64,
+    /// The container the server runs in: id and name (empty on the host).
+    pub container_id: String,
+    pub container: String,
     pub commands: BTreeMap<String, u64>,
     /// Statements that finished (exact, from kernel counters).
     pub statements: u64,
@@ -255,6 +258,10 @@ impl Aggregator {
         let window = self.windows.entry(instance.clone()).or_default();
         window.summary.pid = batch.server.pid;
         window.summary.server_start_unix_ms = batch.server.start_unix_ms;
+        if let Some(c) = &batch.server.container {
+            window.summary.container_id.clone_from(&c.id);
+            window.summary.container.clone_from(&c.name);
+        }
         let locks = self.locks.entry(instance.clone()).or_default();
         for wait in &batch.long_waits {
             locks.wait(*wait);

@@ -73,6 +73,8 @@ pub fn window_to_json(report: &WindowReport) -> Vec<Value> {
         "type": "summary",
         "instance": report.instance,
         "pid": s.pid,
+        "container_id": s.container_id,
+        "container": s.container,
         "window_start": start,
         "window_end": end,
         "commands": s.commands,

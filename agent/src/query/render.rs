@@ -49,6 +49,8 @@ pub fn instances_json(instances: &[InstanceInfo], now_unix_ms: i64) -> Value {
                     "host": i.host,
                     "instance": i.instance,
                     "pid": i.pid,
+                    "container_id": i.container_id,
+                    "container": i.container,
                     "version": i.version,
                     "last_seen_unix_ms": i.last_seen_unix_ms,
                     "last_window_end_unix_ms": i.last_window_end_unix_ms,

@@ -123,6 +123,8 @@ pub fn instance_window(report: &WindowReport, host: Option<&HostMetrics>) -> Ins
             name: report.instance.clone(),
             pid: s.pid,
             start_time_unix_ms: s.server_start_unix_ms,
+            container_id: s.container_id.clone(),
+            container: s.container.clone(),
         }),
         window_start_unix_ms: unix_ms(report.window_start),
         window_end_unix_ms: unix_ms(report.window_end),

@@ -237,7 +237,7 @@ pub fn agent_quantile(durations_ns: &[u64], q: f64) -> u64 {
 pub fn window(instance: &str, pid: u32, end_ms: i64, digests: Vec<DigestStats>) -> InstanceWindow {
     let statements: u64 = digests.iter().map(|d| d.count).sum();
     InstanceWindow {
-        instance: Some(ServerInstance { name: instance.to_string(), pid, start_time_unix_ms: end_ms - 3_600_000 }),
+        instance: Some(ServerInstance { name: instance.to_string(), pid, start_time_unix_ms: end_ms - 3_600_000, ..Default::default() }),
         window_start_unix_ms: end_ms - 10_000,
         window_end_unix_ms: end_ms,
         digests,

@@ -146,6 +146,8 @@ fn window(at: &str, w: &InstanceWindow, range: TimeRange) -> Result<(), Invalid>
         return Err(invalid(format!("{at}.instance.name"), "empty; expected host:port or a socket path"));
     }
     name_len(&format!("{at}.instance.name"), &instance.name)?;
+    name_len(&format!("{at}.instance.container_id"), &instance.container_id)?;
+    name_len(&format!("{at}.instance.container"), &instance.container)?;
     range.check(format!("{at}.window_start_unix_ms"), w.window_start_unix_ms)?;
     range.check(format!("{at}.window_end_unix_ms"), w.window_end_unix_ms)?;
     if w.window_start_unix_ms >= w.window_end_unix_ms {
@@ -363,7 +365,7 @@ mod tests {
             created_unix_ms: NOW,
             epoch: 0,
             windows: vec![InstanceWindow {
-                instance: Some(ServerInstance { name: "h:3306".into(), pid: 7, start_time_unix_ms: NOW - 1000 }),
+                instance: Some(ServerInstance { name: "h:3306".into(), pid: 7, start_time_unix_ms: NOW - 1000, ..Default::default() }),
                 window_start_unix_ms: NOW - 10_000,
                 window_end_unix_ms: NOW,
                 digests: vec![DigestStats {

@@ -236,7 +236,8 @@ pub(super) fn instances(tx: &rusqlite::Transaction<'_>) -> rusqlite::Result<Vec<
     // Agents that reported no instance yet still show, with an empty one.
     let mut stmt = tx.prepare(
         "SELECT a.agent_id, a.host, a.version, a.last_seen_unix_ms, a.last_sequence,
-                coalesce(i.instance, ''), coalesce(i.pid, 0), coalesce(i.last_window_end_unix_ms, 0)
+                coalesce(i.instance, ''), coalesce(i.pid, 0), coalesce(i.last_window_end_unix_ms, 0),
+                coalesce(i.container_id, ''), coalesce(i.container, '')
          FROM agents a LEFT JOIN agent_instances i ON i.agent_id = a.agent_id
          ORDER BY coalesce(i.instance, ''), a.agent_id",
     )?;
@@ -250,6 +251,8 @@ pub(super) fn instances(tx: &rusqlite::Transaction<'_>) -> rusqlite::Result<Vec<
             instance: r.get(5)?,
             pid: r.get(6)?,
             last_window_end_unix_ms: r.get(7)?,
+            container_id: r.get(8)?,
+            container: r.get(9)?,
             ..Default::default()
         })
     })?;

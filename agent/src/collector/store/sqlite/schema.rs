@@ -16,7 +16,9 @@ use rusqlite::{Connection, TransactionBehavior};
 /// - 5: `batches` keyed by (agent_id, epoch, sequence) with each batch's
 ///   `content_hash` (the table is rebuilt; older rows get epoch 0 and hash
 ///   0, "unknown", which never conflicts).
-pub const SCHEMA_VERSION: i64 = 5;
+/// - 6: `agent_instances.container_id` and `.container` (ALTER TABLE;
+///   older rows read "", on the host).
+pub const SCHEMA_VERSION: i64 = 6;
 
 pub(super) const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS agents (
@@ -49,6 +51,8 @@ CREATE TABLE IF NOT EXISTS agent_instances (
     pid                     INTEGER NOT NULL,
     start_time_unix_ms      INTEGER NOT NULL,
     last_window_end_unix_ms INTEGER NOT NULL,
+    container_id            TEXT NOT NULL DEFAULT '',
+    container               TEXT NOT NULL DEFAULT '',
     PRIMARY KEY (agent_id, instance)
 ) WITHOUT ROWID;
 
@@ -213,6 +217,13 @@ pub(super) fn migrate(conn: &mut Connection) -> rusqlite::Result<Result<i64, i64
                  SELECT agent_id, 0, sequence, received_unix_ms, keep_until_unix_ms, 0 FROM batches_v4;
              DROP TABLE batches_v4;
              CREATE INDEX IF NOT EXISTS batches_keep ON batches (keep_until_unix_ms);",
+        )?;
+    }
+    // Version 5 -> 6.
+    if !has_column(&tx, "agent_instances", "container_id")? {
+        tx.execute_batch(
+            "ALTER TABLE agent_instances ADD COLUMN container_id TEXT NOT NULL DEFAULT '';
+             ALTER TABLE agent_instances ADD COLUMN container TEXT NOT NULL DEFAULT '';",
         )?;
     }
     if found != SCHEMA_VERSION {

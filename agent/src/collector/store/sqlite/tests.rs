@@ -37,7 +37,7 @@ fn batch(sequence: u64, end: i64, buckets: &[(u32, u64)]) -> Batch {
         created_unix_ms: end,
         epoch: 0,
         windows: vec![InstanceWindow {
-            instance: Some(ServerInstance { name: "h:1".into(), pid: sequence as u32, start_time_unix_ms: 0 }),
+            instance: Some(ServerInstance { name: "h:1".into(), pid: sequence as u32, start_time_unix_ms: 0, ..Default::default() }),
             window_start_unix_ms: end - 10,
             window_end_unix_ms: end,
             digests: vec![DigestStats {

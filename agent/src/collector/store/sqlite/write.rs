@@ -67,10 +67,15 @@ pub(super) fn batch(
          ON CONFLICT DO UPDATE SET count = count + excluded.count",
     )?;
     let mut upsert_instance = tx.prepare_cached(
-        "INSERT INTO agent_instances (agent_id, instance, pid, start_time_unix_ms, last_window_end_unix_ms)
-         VALUES (?1, ?2, ?3, ?4, ?5)
+        "INSERT INTO agent_instances (agent_id, instance, pid, start_time_unix_ms, last_window_end_unix_ms,
+                                      container_id, container)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
          ON CONFLICT (agent_id, instance) DO UPDATE SET
              pid = CASE WHEN excluded.last_window_end_unix_ms >= last_window_end_unix_ms THEN excluded.pid ELSE pid END,
+             container_id = CASE WHEN excluded.last_window_end_unix_ms >= last_window_end_unix_ms
+                 THEN excluded.container_id ELSE container_id END,
+             container = CASE WHEN excluded.last_window_end_unix_ms >= last_window_end_unix_ms
+                 THEN excluded.container ELSE container END,
              start_time_unix_ms = CASE WHEN excluded.last_window_end_unix_ms >= last_window_end_unix_ms
                  THEN excluded.start_time_unix_ms ELSE start_time_unix_ms END,
              last_window_end_unix_ms = max(last_window_end_unix_ms, excluded.last_window_end_unix_ms)",
@@ -146,7 +151,9 @@ pub(super) fn batch(
             server.name,
             server.pid,
             server.start_time_unix_ms,
-            w.window_end_unix_ms
+            w.window_end_unix_ms,
+            server.container_id,
+            server.container
         ])?;
         for d in &w.digests {
             insert_text.execute(params![i(d.digest), d.digest_text])?;
