@@ -93,10 +93,17 @@ impl SelfLimit {
         let v2 = hierarchy.v2();
         let relative = get_cgroups_relative_paths()
             .map_err(|e| BudgetError::Cgroup { what: "reading /proc/self/cgroup", path: name.clone(), detail: e.to_string() })?;
+        // v2: where the agent's own cgroup goes (below its current one, or
+        // below the root).
+        let mut v2_parent = relative.get("").cloned().unwrap_or_default();
         if v2 {
             let current = relative.get("").cloned().unwrap_or_default();
             match cgroup_v2::plan(Path::new(cgroups_rs::fs::cgroup::UNIFIED_MOUNTPOINT), &current, std::process::id()) {
                 Plan::Child => {}
+                Plan::RootChild => {
+                    tracing::info!(cgroup = %current, "the agent's cgroup holds other processes or no controllers; it moves to a cgroup of its own under the root");
+                    v2_parent = String::new();
+                }
                 Plan::Inherit => {
                     let (cpu_cores, memory_bytes) = current_limits();
                     tracing::info!(?cpu_cores, ?memory_bytes, cgroup = %current, "the agent's cgroup is limited already; only reading it");
@@ -107,8 +114,7 @@ impl SelfLimit {
             }
         }
         let cgroup = if v2 {
-            let current = relative.get("").cloned().unwrap_or_default();
-            let path = format!("{}/{name}", current.trim_matches('/'));
+            let path = format!("{}/{name}", v2_parent.trim_matches('/'));
             Cgroup::new(hierarchy, path.trim_start_matches('/'))
         } else {
             Cgroup::new_with_relative_paths(hierarchy, &name, only_needed(relative))

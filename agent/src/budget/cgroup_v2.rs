@@ -11,6 +11,11 @@
 //! - the agent is alone in its cgroup and the parent hands that cgroup
 //!   `cpu` and `memory` (a systemd service, a delegated cgroup): write the
 //!   limits into it and put back what was there on exit;
+//! - it shares its cgroup (a shell's session scope) or gets no controllers
+//!   there, but the root hands `cpu` and `memory` to its children (every
+//!   systemd host): a child of the root, `/sqlbee-<pid>`, which the root
+//!   may have since the root is exempt from "no internal processes"; the
+//!   agent moves there, leaving the others where they are;
 //! - otherwise refuse with what to change: never limit other processes.
 //!
 //! Every decision reads files below a root passed in, so tests run on
@@ -28,6 +33,8 @@ pub enum Plan {
     Inherit,
     /// The root cgroup: a child can take the limits.
     Child,
+    /// Not the root, but the root can give a child of its own the limits.
+    RootChild,
     /// Alone in this cgroup, which can take limits: write them here.
     Current(PathBuf),
     /// None of the above; the reason says what to change.
@@ -53,7 +60,12 @@ pub fn plan(root: &Path, relative: &str, own_pid: u32) -> Plan {
     let procs: Vec<u32> =
         read(&dir, "cgroup.procs").unwrap_or_default().split_whitespace().filter_map(|p| p.parse().ok()).collect();
     let others: Vec<u32> = procs.iter().copied().filter(|p| *p != own_pid).collect();
+    let root_hands_out = read(root, "cgroup.subtree_control")
+        .is_some_and(|c| ["cpu", "memory"].iter().all(|want| c.split_whitespace().any(|x| x == *want)));
     if !others.is_empty() {
+        if root_hands_out {
+            return Plan::RootChild;
+        }
         return Plan::Refuse(format!(
             "cgroup v2: {} also holds other processes ({}), and v2 cannot give a child of it limits while it \
              holds processes; start the agent in a cgroup of its own (systemd: its own service, or \
@@ -65,6 +77,9 @@ pub fn plan(root: &Path, relative: &str, own_pid: u32) -> Plan {
     let controllers = read(&dir, "cgroup.controllers").unwrap_or_default();
     let has = |c: &str| controllers.split_whitespace().any(|x| x == c);
     if !has("cpu") || !has("memory") {
+        if root_hands_out {
+            return Plan::RootChild;
+        }
         return Plan::Refuse(format!(
             "cgroup v2: the parent of {} does not hand it the cpu and memory controllers (it has: {:?}); \
              enable them in the parent's cgroup.subtree_control, or use --no-cgroup",
@@ -148,6 +163,19 @@ mod tests {
         assert_eq!(plan(&root, UNIT, 7), Plan::Inherit);
         let root = tree("memlimited", &[("cpu.max", "max 100000\n"), ("memory.max", "1073741824\n")]);
         assert_eq!(plan(&root, UNIT, 7), Plan::Inherit);
+    }
+
+    #[test]
+    fn a_shared_cgroup_gets_a_child_of_the_root_where_the_root_hands_out_cpu_and_memory() {
+        let files = [("cpu.max", "max 100000\n"), ("memory.max", "max\n"), ("cgroup.controllers", "cpu io memory pids\n")];
+        let root = tree("session", &[files[0], files[1], files[2], ("cgroup.procs", "7\n1234\n")]);
+        std::fs::write(root.join("cgroup.subtree_control"), "cpuset cpu io memory pids\n").unwrap();
+        assert_eq!(plan(&root, UNIT, 7), Plan::RootChild);
+        let root = tree("undelegated-root", &[("cgroup.controllers", "pids\n"), ("cgroup.procs", "7\n")]);
+        std::fs::write(root.join("cgroup.subtree_control"), "cpu memory\n").unwrap();
+        assert_eq!(plan(&root, UNIT, 7), Plan::RootChild);
+        std::fs::write(root.join("cgroup.subtree_control"), "memory pids\n").unwrap();
+        assert!(matches!(plan(&root, UNIT, 7), Plan::Refuse(_)), "no cpu controller at the root");
     }
 
     #[test]
