@@ -116,6 +116,17 @@ fn digest_count(lines: &[Value], needle: &str) -> u64 {
         .sum()
 }
 
+/// Every agent line reports the container's cpu 1 and memory 1 GiB.
+fn assert_limits_are_the_containers(lines: &[Value], stderr: &str) {
+    let limits: Vec<(f64, u64)> = lines
+        .iter()
+        .filter(|l| l["type"] == "agent")
+        .map(|l| (l["cpu_limit_cores"].as_f64().unwrap_or(0.0), l["memory_limit_bytes"].as_u64().unwrap_or(0)))
+        .collect();
+    assert!(!limits.is_empty(), "no agent line:\n{stderr}");
+    assert!(limits.iter().all(|&(cpu, memory)| (cpu - 1.0).abs() < 0.01 && memory == 1 << 30), "{limits:?}\n{stderr}");
+}
+
 fn wait_for_file(path: &Path, agent: &Container) {
     let started = Instant::now();
     while !path.exists() {
@@ -169,13 +180,7 @@ fn sidecar_counts_exactly_under_the_containers_limits() {
     let lines = jsonl(&stdout);
     assert_eq!(common::delta(&before, &after, "Com_select"), EXECUTED, "the server's own count");
     assert_eq!(digest_count(&lines, "sidecar_probe"), EXECUTED, "agent stderr:\n{stderr}");
-    let limits: Vec<(f64, u64)> = lines
-        .iter()
-        .filter(|l| l["type"] == "agent")
-        .map(|l| (l["cpu_limit_cores"].as_f64().unwrap_or(0.0), l["memory_limit_bytes"].as_u64().unwrap_or(0)))
-        .collect();
-    assert!(!limits.is_empty(), "no agent line:\n{stdout}");
-    assert!(limits.iter().all(|&(cpu, memory)| (cpu - 1.0).abs() < 0.01 && memory == 1 << 30), "{limits:?}\n{stderr}");
+    assert_limits_are_the_containers(&lines, &stderr);
 }
 
 /// One agent for the node (the image, with the host's pid namespace): two
@@ -283,10 +288,5 @@ fn the_kubernetes_sidecar_manifest_runs_as_written() {
     let (stdout, stderr) = agent.stop();
     let lines = jsonl(&stdout);
     assert_eq!(digest_count(&lines, "kube_probe"), EXECUTED, "agent stderr:\n{stderr}");
-    let limits: Vec<(f64, u64)> = lines
-        .iter()
-        .filter(|l| l["type"] == "agent")
-        .map(|l| (l["cpu_limit_cores"].as_f64().unwrap_or(0.0), l["memory_limit_bytes"].as_u64().unwrap_or(0)))
-        .collect();
-    assert!(!limits.is_empty() && limits.iter().all(|&(cpu, memory)| (cpu - 1.0).abs() < 0.01 && memory == 1 << 30), "{limits:?}");
+    assert_limits_are_the_containers(&lines, &stderr);
 }
