@@ -290,3 +290,78 @@ fn the_kubernetes_sidecar_manifest_runs_as_written() {
     assert_eq!(digest_count(&lines, "kube_probe"), EXECUTED, "agent stderr:\n{stderr}");
     assert_limits_are_the_containers(&lines, &stderr);
 }
+
+/// The compose file's three services, started with podman the way the file
+/// says (podman-compose 1.0.3, Debian 12's, drops `pid: service:...`, so
+/// this test reads the file and starts them itself): MariaDB; a collector
+/// from the image, as user 65534; the agent as MariaDB's sidecar, with the
+/// file's capabilities and limits, shipping to the collector by name. The
+/// collector's `top` counts the workload exactly.
+#[test]
+fn the_compose_services_count_exactly_through_the_collector() {
+    if !images_ready("the_compose_services_count_exactly_through_the_collector") {
+        return;
+    }
+    let _serial = common::one_at_a_time();
+    let compose = common::docker("compose.yaml");
+    let caps = &common::lists(&compose, "cap_add:")[0];
+    let value = |key: &str| compose.lines().find_map(|l| l.trim().strip_prefix(key)).unwrap().trim().trim_matches('"').to_string();
+    let network = format!("sqlbee-compose-{}", std::process::id());
+    struct Network(String);
+    impl Drop for Network {
+        fn drop(&mut self) {
+            let _ = podman().args(["network", "rm", "-f", &self.0]).output();
+        }
+    }
+    let _ = podman().args(["network", "rm", "-f", &network]).output();
+    run(podman().args(["network", "create", &network]));
+    let _network = Network(network.clone());
+    let net = format!("--network={network}");
+    let db = Container::run("sqlbee-compose-db", &[&net], MARIADB_IMAGE, &[]);
+    let collector = Container::run(
+        "sqlbee-compose-collector",
+        &[&net, "--network-alias=collector", "-p", "127.0.0.1::7878"],
+        SQLBEE_IMAGE,
+        &["collector", "--listen", "0.0.0.0:7878"],
+    );
+    db.wait_for_server();
+    let pid_ns = format!("container:{}", db.name);
+    let mut args: Vec<String> = vec![net.clone(), "--pid".into(), pid_ns, "--user".into(), value("user:")];
+    args.extend(["--cpus".into(), value("cpus:"), "--memory".into(), value("mem_limit:"), "--cap-drop".into(), "all".into()]);
+    for cap in caps {
+        args.extend(["--cap-add".into(), cap.clone()]);
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let agent = Container::run(
+        "sqlbee-compose-agent",
+        &args,
+        SQLBEE_IMAGE,
+        &["agent", "--collector", "http://collector:7878", "--state-dir", "/var/lib/sqlbee", "--window", "1s"],
+    );
+    let started = Instant::now();
+    while !agent.logs().1.contains("attached pid=") {
+        assert!(started.elapsed() < Duration::from_secs(60), "the agent never attached:\n{}", agent.logs().1);
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    const EXECUTED: u64 = 90;
+    db.sql(&(0..EXECUTED).map(|i| format!("SELECT {i} AS compose_probe;")).collect::<String>());
+    let (_, agent_log) = agent.stop();
+
+    // The collector runs as nobody, and holds every statement.
+    let collector_pid =
+        String::from_utf8_lossy(&run(podman().args(["inspect", "--format", "{{.State.Pid}}", &collector.name])).stdout).trim().to_string();
+    let status = std::fs::read_to_string(format!("/proc/{collector_pid}/status")).unwrap();
+    let uid = status.lines().find_map(|l| l.strip_prefix("Uid:")).unwrap().split_whitespace().next().unwrap().to_string();
+    assert_eq!(uid, "65534", "the collector runs unprivileged");
+    let port = String::from_utf8_lossy(&run(podman().args(["port", &collector.name, "7878"])).stdout).trim().rsplit(':').next().unwrap().to_string();
+    let url = format!("http://127.0.0.1:{port}");
+    let top = common::collector::top_json(&url, &["--limit", "100"]);
+    let stored: u64 = top
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["digest_text"].as_str().is_some_and(|t| t.contains("compose_probe")))
+        .map(|d| d["count"].as_u64().unwrap())
+        .sum();
+    assert_eq!(stored, EXECUTED, "agent:\n{agent_log}\ncollector:\n{}", collector.logs().1);
+}

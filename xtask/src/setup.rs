@@ -9,7 +9,7 @@ const BPF_LINKER_VERSION: &str = "0.13.0";
 /// Containers: podman with runc (crun refuses this host's hybrid cgroup
 /// layout), buildah behind `podman build`, debootstrap for base images (no
 /// registry is reachable), podman-compose for the compose file.
-const DEBIAN_PACKAGES: [&str; 14] = [
+const DEBIAN_PACKAGES: [&str; 15] = [
     "mariadb-server",
     "mariadb-client",
     "sysbench",
@@ -25,6 +25,8 @@ const DEBIAN_PACKAGES: [&str; 14] = [
     "containernetworking-plugins",
     // The pause binary of the pods `podman kube play` makes.
     "catatonit",
+    // Containers on one podman network find each other by name (CNI).
+    "golang-github-containernetworking-plugin-dnsname",
 ];
 
 pub fn run() -> anyhow::Result<()> {
