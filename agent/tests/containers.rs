@@ -365,3 +365,89 @@ fn the_compose_services_count_exactly_through_the_collector() {
         .sum();
     assert_eq!(stored, EXECUTED, "agent:\n{agent_log}\ncollector:\n{}", collector.logs().1);
 }
+
+/// A chrooted mariadbd (the test image's root file system, unpacked, with
+/// /dev and /proc mounted in it): `--pid` attaches to it, and it is
+/// counted exactly. Its /proc/PID/exe names the host's path of the binary;
+/// the agent reads and attaches through that link itself.
+#[test]
+fn a_chrooted_server_attaches_and_counts_exactly() {
+    if !images_ready("a_chrooted_server_attaches_and_counts_exactly") {
+        return;
+    }
+    let _serial = common::one_at_a_time();
+    let dir = std::env::temp_dir().join(format!("sqlbee-containers-chroot-{}", std::process::id()));
+    let root = dir.join("root");
+    // Never delete through a mount a killed run may have left behind: that
+    // would be the host's /dev.
+    for m in ["dev", "proc"] {
+        let _ = Command::new("umount").arg("-l").arg(root.join(m)).output();
+    }
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!mounts.contains(&dir.display().to_string()), "{} still has mounts under it", dir.display());
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&root).unwrap();
+    let id = String::from_utf8_lossy(&run(podman().args(["create", MARIADB_IMAGE])).stdout).trim().to_string();
+    let mut export = podman().args(["export", &id]).stdout(std::process::Stdio::piped()).spawn().unwrap();
+    let untar = Command::new("tar").arg("-x").arg("-C").arg(&root).stdin(export.stdout.take().unwrap()).status().unwrap();
+    assert!(export.wait().unwrap().success() && untar.success(), "unpacking the image");
+    let _ = podman().args(["rm", &id]).output();
+    struct Mounted(Vec<PathBuf>, Option<std::process::Child>);
+    impl Drop for Mounted {
+        fn drop(&mut self) {
+            if let Some(mut server) = self.1.take() {
+                let _ = server.kill();
+                let _ = server.wait();
+            }
+            for m in self.0.iter().rev() {
+                let _ = Command::new("umount").arg("-l").arg(m).status();
+            }
+        }
+    }
+    let mut mounted = Mounted(Vec::new(), None);
+    for (what, args) in [("dev", vec!["--bind", "/dev"]), ("proc", vec!["-t", "proc", "proc"])] {
+        let target = root.join(what);
+        std::fs::create_dir_all(&target).unwrap();
+        run(Command::new("mount").args(&args).arg(&target));
+        mounted.0.push(target);
+    }
+    let in_root = |args: &[&str]| Command::new("chroot").arg(&root).args(args).output().unwrap();
+    // No resolver in the chroot: the install script's host name check
+    // would stop it.
+    let init = in_root(&["mariadb-install-db", "--user=mysql", "--datadir=/var/lib/mysql", "--skip-test-db", "--skip-name-resolve", "--force"]);
+    assert!(init.status.success(), "{}", String::from_utf8_lossy(&init.stderr));
+    std::fs::create_dir_all(root.join("run/mysqld")).unwrap();
+    let chown = in_root(&["chown", "mysql:mysql", "/run/mysqld"]);
+    assert!(chown.status.success());
+    let server = Command::new("chroot")
+        .arg(&root)
+        .args(["mariadbd", "--user=mysql", "--datadir=/var/lib/mysql", "--socket=/run/mysqld/mysqld.sock", "--skip-networking", "--skip-name-resolve"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = server.id();
+    mounted.1 = Some(server);
+    let sql = |sql: &str| in_root(&["mariadb", "-N", "-B", "-e", sql]);
+    let started = Instant::now();
+    while !sql("SELECT 1").status.success() {
+        assert!(started.elapsed() < Duration::from_secs(60), "the chrooted server did not start");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap();
+    assert!(exe.starts_with(&root), "a chrooted server's exe names the host's path: {exe:?}");
+
+    let agent = common::Agent::start(&dir, &[format!("--pid={pid}"), "--window=500ms".into()]);
+    const EXECUTED: u64 = 60;
+    let out = sql(&(0..EXECUTED).map(|i| format!("SELECT {i} AS chroot_probe;")).collect::<String>());
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    std::thread::sleep(Duration::from_millis(800));
+    let out = agent.stop();
+    assert!(out.success, "{}", out.stderr);
+    let counted: u64 = out.digest_counts(None).iter().filter(|(t, _)| t.contains("chroot_probe")).map(|(_, n)| n).sum();
+    assert_eq!(counted, EXECUTED, "{}", out.stderr);
+    drop(mounted);
+    if !std::fs::read_to_string("/proc/self/mountinfo").unwrap().contains(&dir.display().to_string()) {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -20,7 +20,8 @@ pub struct ServerProcess {
     /// The same instant as milliseconds since the Unix epoch.
     pub start_unix_ms: i64,
     pub comm: String,
-    /// The binary as seen from this agent, through the server's root.
+    /// The running binary: `/proc/PID/exe`, which names the same file
+    /// however the server is rooted.
     pub binary: PathBuf,
     /// Stable name: `host:port` from the server's command line, or its
     /// socket path when it listens on no TCP port; for a server in a
@@ -148,16 +149,13 @@ pub fn server_by_pid(pid: u32, hostname: &str) -> Result<ServerProcess, Discover
         source: std::io::Error::new(std::io::ErrorKind::InvalidData, "unexpected format"),
     })?;
     let comm = read(&proc_dir.join("comm"))?.trim_end().to_string();
+    // /proc/PID/exe opens the running file itself, whatever the server's
+    // root: a container's mount namespace, a chroot (whose exe link names
+    // the host's path, so joining it to /proc/PID/root would name a file
+    // twice inside the chroot), or a binary replaced on disk ("(deleted)").
     let exe_link = proc_dir.join("exe");
-    let exe = fs::read_link(&exe_link).map_err(|source| DiscoverError::Proc { path: exe_link, source })?;
-    // A replaced binary reads as "/usr/sbin/mariadbd (deleted)"; the open
-    // file is still reachable through /proc/PID/exe itself.
-    let exe_str = exe.to_string_lossy();
-    let binary = if exe_str.ends_with(" (deleted)") {
-        proc_dir.join("exe")
-    } else {
-        proc_dir.join("root").join(exe.strip_prefix("/").unwrap_or(&exe))
-    };
+    fs::read_link(&exe_link).map_err(|source| DiscoverError::Proc { path: exe_link.clone(), source })?;
+    let binary = exe_link;
     let cmdline = fs::read(proc_dir.join("cmdline")).unwrap_or_default();
     let args: Vec<String> = cmdline
         .split(|b| *b == 0)
