@@ -451,3 +451,73 @@ fn a_chrooted_server_attaches_and_counts_exactly() {
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
+
+/// MariaDB 11.8 (Debian 13's, the newest LTS) in its container, traced by
+/// the host's agent beside the suite's 10.11: text and binary protocol, a
+/// statement prepared before the agent attached, errors, and a restart the
+/// agent follows, each compared with the server's own counters.
+#[test]
+fn mariadb_11_8_is_counted_exactly_through_a_restart() {
+    if !images_ready("mariadb_11_8_is_counted_exactly_through_a_restart") {
+        return;
+    }
+    let exists = podman().args(["image", "exists", xtask::image::MARIADB_11_8_IMAGE]).status().is_ok_and(|s| s.success());
+    assert!(exists, "{} is missing: ./x image builds it", xtask::image::MARIADB_11_8_IMAGE);
+    let _serial = common::one_at_a_time();
+    let db = Container::run("sqlbee-mariadb-11-8", &["-p", "127.0.0.1::3306"], xtask::image::MARIADB_11_8_IMAGE, &[]);
+    db.wait_for_server();
+    let version = db.sql("SELECT VERSION()");
+    assert!(version.starts_with("11.8."), "{version}");
+    db.sql("CREATE USER sqlbee@'%' IDENTIFIED BY 'sqlbee'; GRANT ALL ON *.* TO sqlbee@'%'; CREATE DATABASE app; CREATE TABLE app.t (id INT PRIMARY KEY, v INT); INSERT INTO app.t VALUES (1, 0), (2, 0), (3, 0)");
+    let port: u16 = String::from_utf8_lossy(&run(podman().args(["port", &db.name, "3306"])).stdout).trim().rsplit(':').next().unwrap().parse().unwrap();
+    let connect = || {
+        let opts = mysql::OptsBuilder::new().ip_or_hostname(Some("127.0.0.1")).tcp_port(port).user(Some("sqlbee")).pass(Some("sqlbee"));
+        mysql::Conn::new(opts).unwrap()
+    };
+    use mysql::prelude::Queryable;
+    let mut conn = connect();
+    // Prepared before the agent attaches: still named by its text.
+    let early = conn.prep("UPDATE app.t SET v = v + ? WHERE id = ?").unwrap();
+    let pid = || String::from_utf8_lossy(&run(podman().args(["inspect", "--format", "{{.State.Pid}}", &db.name])).stdout).trim().to_string();
+    let dir = state_dir("mariadb-11-8");
+    let before = db.status();
+    let agent = common::Agent::start(&dir, &[format!("--pid={}", pid()), "--window=500ms".into()]);
+    const TEXT: u64 = 80;
+    const PREPARED: u64 = 65;
+    const ERRORS: u64 = 7;
+    let late = conn.prep("SELECT v FROM app.t WHERE id = ?").unwrap();
+    for i in 0..TEXT {
+        conn.query_drop(format!("SELECT {i} AS text_118")).unwrap();
+    }
+    for i in 0..PREPARED {
+        conn.exec_drop(&early, (1, i % 3 + 1)).unwrap();
+        let _: Vec<i64> = conn.exec(&late, (i % 3 + 1,)).unwrap();
+    }
+    for _ in 0..ERRORS {
+        assert!(conn.query_drop("SELECT * FROM app.no_such_table").is_err());
+    }
+    drop(conn);
+    let after = db.status();
+
+    // A restart (new process, same container): the agent follows it.
+    run(podman().args(["restart", "--time", "30", &db.name]));
+    db.wait_for_server();
+    const AFTER_RESTART: u64 = 33;
+    let mut conn = connect();
+    for i in 0..AFTER_RESTART {
+        conn.query_drop(format!("SELECT {i} AS text_118")).unwrap();
+    }
+    drop(conn);
+    std::thread::sleep(Duration::from_millis(800));
+    let out = agent.stop();
+    assert!(out.success, "{}", out.stderr);
+    let count = |needle: &str| -> u64 { out.digest_counts(None).iter().filter(|(t, _)| t.contains(needle)).map(|(_, n)| n).sum() };
+    assert_eq!(common::delta(&before, &after, "Com_stmt_execute"), 2 * PREPARED, "the server's own count");
+    assert_eq!(count("text_118"), TEXT + AFTER_RESTART, "{}", out.stderr);
+    assert_eq!(count("SET `v` = `v` + ?"), PREPARED, "prepared before the attach: {}", out.stderr);
+    assert_eq!(count("SELECT `v` FROM `app`.`t`"), PREPARED, "{}", out.stderr);
+    let errors: u64 = out.of_type("digest").filter(|l| l["digest_text"].as_str().is_some_and(|t| t.contains("no_such_table"))).map(|l| l["errors"].as_u64().unwrap()).sum();
+    assert_eq!(errors, ERRORS, "{}", out.stderr);
+    let attaches = common::strip_ansi(&out.stderr).lines().filter(|l| l.contains("attached pid=")).count();
+    assert!(attaches >= 2, "the restarted server was attached again:\n{}", out.stderr);
+}

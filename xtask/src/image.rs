@@ -4,10 +4,11 @@
 //! - `localhost/sqlbee:latest`: `docker/Containerfile` over a staged root
 //!   holding the stripped release binary and the C runtime files `ldd`
 //!   names (it is not static: glibc, libm, libgcc_s and the loader).
-//! - `localhost/sqlbee-test-mariadb:latest`: Debian 12's mariadb-server on
-//!   a debootstrap root file system, imported with `podman import`. Slow
-//!   (a few minutes) and rebuilt only when its recipe changes: the image
-//!   carries a label with the recipe's hash.
+//! - `localhost/sqlbee-test-mariadb:latest` (10.11, Debian 12's) and
+//!   `localhost/sqlbee-test-mariadb:11.8` (Debian 13's, the newest LTS):
+//!   mariadb-server on a debootstrap root file system, imported with
+//!   `podman import`. Slow (a minute or two each) and rebuilt only when
+//!   its recipe changes: the image carries a label with the recipe's hash.
 use std::{
     fs,
     path::{Path, PathBuf},
@@ -21,6 +22,9 @@ use crate::{cargo, paths::workspace_root};
 
 pub const SQLBEE_IMAGE: &str = "localhost/sqlbee:latest";
 pub const MARIADB_IMAGE: &str = "localhost/sqlbee-test-mariadb:latest";
+pub const MARIADB_11_8_IMAGE: &str = "localhost/sqlbee-test-mariadb:11.8";
+/// Each test MariaDB image and the Debian release it comes from.
+const MARIADB_IMAGES: [(&str, &str); 2] = [(MARIADB_IMAGE, "bookworm"), (MARIADB_11_8_IMAGE, "trixie")];
 const DEBIAN_MIRROR: &str = "http://deb.debian.org/debian";
 /// Everything that shapes the MariaDB image; its hash labels the image.
 const MARIADB_ENTRYPOINT: &str = r#"#!/bin/sh
@@ -69,9 +73,11 @@ pub fn build() -> anyhow::Result<()> {
     let started = Instant::now();
     sqlbee_image().context("building the sqlbee image")?;
     println!("ok  {SQLBEE_IMAGE} in {:.0} s ({})", started.elapsed().as_secs_f64(), size(SQLBEE_IMAGE));
-    let started = Instant::now();
-    mariadb_image().context("building the test MariaDB image")?;
-    println!("ok  {MARIADB_IMAGE} in {:.0} s ({})", started.elapsed().as_secs_f64(), size(MARIADB_IMAGE));
+    for (image, suite) in MARIADB_IMAGES {
+        let started = Instant::now();
+        mariadb_image(image, suite).with_context(|| format!("building the test MariaDB image {image}"))?;
+        println!("ok  {image} in {:.0} s ({})", started.elapsed().as_secs_f64(), size(image));
+    }
     Ok(())
 }
 
@@ -139,28 +145,27 @@ fn linked_files(binary: &Path) -> anyhow::Result<Vec<PathBuf>> {
     Ok(files)
 }
 
-fn recipe_hash() -> String {
+fn recipe_hash(suite: &str) -> String {
     // FNV-1a: only has to change when the recipe does.
-    let hash = MARIADB_ENTRYPOINT.bytes().chain(MARIADB_RECIPE_VERSION.bytes()).fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
-    });
+    let recipe = MARIADB_ENTRYPOINT.bytes().chain(MARIADB_RECIPE_VERSION.bytes()).chain(suite.bytes());
+    let hash = recipe.fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3));
     format!("{hash:016x}")
 }
 
-fn mariadb_image() -> anyhow::Result<()> {
-    let recipe = recipe_hash();
-    let label = output(podman().args(["image", "inspect", "--format", "{{index .Labels \"sqlbee.recipe\"}}", MARIADB_IMAGE]));
+fn mariadb_image(image: &str, suite: &str) -> anyhow::Result<()> {
+    let recipe = recipe_hash(suite);
+    let label = output(podman().args(["image", "inspect", "--format", "{{index .Labels \"sqlbee.recipe\"}}", image]));
     if label.as_deref() == Some(recipe.as_str()) {
-        println!("ok  {MARIADB_IMAGE} is up to date (recipe {recipe})");
+        println!("ok  {image} is up to date (recipe {recipe})");
         return Ok(());
     }
-    let rootfs = workspace_root().join("target/image-mariadb/rootfs");
+    let rootfs = workspace_root().join(format!("target/image-mariadb-{suite}/rootfs"));
     let _ = fs::remove_dir_all(&rootfs);
     fs::create_dir_all(&rootfs)?;
-    println!("==> debootstrap bookworm with mariadb-server (a few minutes on a fresh machine)");
+    println!("==> debootstrap {suite} with mariadb-server (a minute or two)");
     run(
         Command::new("debootstrap")
-            .args(["--variant=minbase", "--include=mariadb-server", "bookworm"])
+            .args(["--variant=minbase", "--include=mariadb-server", suite])
             .arg(&rootfs)
             .arg(DEBIAN_MIRROR)
             .stdout(Stdio::null()),
@@ -183,7 +188,7 @@ fn mariadb_image() -> anyhow::Result<()> {
     fs::write(&entrypoint, MARIADB_ENTRYPOINT)?;
     use std::os::unix::fs::PermissionsExt;
     fs::set_permissions(&entrypoint, fs::Permissions::from_mode(0o755))?;
-    println!("==> podman import {MARIADB_IMAGE}");
+    println!("==> podman import {image}");
     let mut tar = Command::new("tar").arg("-C").arg(&rootfs).args(["-c", "."]).stdout(Stdio::piped()).spawn()?;
     let status = podman()
         .args(["import", "--quiet"])
@@ -192,7 +197,7 @@ fn mariadb_image() -> anyhow::Result<()> {
         // `podman run` supplies a PATH, `podman kube play` does not.
         .args(["--change", "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"])
         .args(["--change", &format!("LABEL sqlbee.recipe={recipe}")])
-        .args(["-", MARIADB_IMAGE])
+        .args(["-", image])
         .stdin(tar.stdout.take().context("tar stdout")?)
         .stdout(Stdio::null())
         .status()?;

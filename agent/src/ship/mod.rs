@@ -73,6 +73,14 @@ pub enum ShipError {
     Task(#[from] tokio::task::JoinError),
 }
 
+/// Locks the spool or the identity even after a panic while it was held:
+/// the sender is restarted after a panic, and it must not find the spool
+/// locked for good. Every change to either is a whole file written
+/// atomically, so what a panic interrupted is at worst not done.
+fn relock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// Runs `op` on the spool on tokio's blocking pool: file writes, fsyncs,
 /// reads and deletes, and waiting for the lock while the batcher fsyncs,
 /// must not stall the runtime thread that drives the pushes in flight.
@@ -82,7 +90,7 @@ where
     F: FnOnce(&mut Spool) -> Result<T, ShipError> + Send + 'static,
 {
     let spool = spool.clone();
-    tokio::task::spawn_blocking(move || op(&mut *spool.lock().map_err(|_| ShipError::Poisoned)?)).await?
+    tokio::task::spawn_blocking(move || op(&mut *relock(&spool))).await?
 }
 
 #[derive(Clone, Debug)]
@@ -132,13 +140,13 @@ impl Batcher {
             chunks.last_mut().unwrap().push(window);
         }
         for windows in chunks {
-            let mut spool = self.spool.lock().map_err(|_| ShipError::Poisoned)?;
+            let mut spool = relock(&self.spool);
             let gaps = spool.pending_gaps();
             if windows.is_empty() && gaps.is_empty() && agent_windows.is_empty() {
                 continue;
             }
             let carried: Vec<(u64, u64)> = gaps.iter().map(|g| (g.first_sequence, g.last_sequence)).collect();
-            let mut identity = self.identity.lock().map_err(|_| ShipError::Poisoned)?;
+            let mut identity = relock(&self.identity);
             let (sequence, unsaved) = identity.take_sequence();
             if let Some(err) = unsaved {
                 self.health.io_error();

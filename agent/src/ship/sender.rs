@@ -33,7 +33,7 @@ use super::{
     ShipError,
     health::ShipHealth,
     identity::Identity,
-    on_disk,
+    on_disk, relock,
     spool::{Entry, Spool},
 };
 use crate::client::{BearerToken, ClientOptions, endpoint};
@@ -266,7 +266,7 @@ impl Sender {
 /// Spools `batch` again under the current epoch, starting a new one if it
 /// still carries the current one, and drops the old copy.
 fn rekey(spool: &mut Spool, identity: &Mutex<Identity>, entry: &Entry, mut batch: Batch) -> Result<(), ShipError> {
-    let mut identity = identity.lock().map_err(|_| ShipError::Poisoned)?;
+    let mut identity = relock(identity);
     if batch.epoch == identity.epoch {
         let epoch = identity.new_epoch()?;
         warn!(epoch, "started a new epoch");
