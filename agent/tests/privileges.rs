@@ -38,7 +38,20 @@ fn the_agent_keeps_only_the_documented_capabilities() {
     .into_iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .collect();
-    let tasks: Vec<_> = std::fs::read_dir(format!("/proc/{}/task", agent.pid())).unwrap().flatten().collect();
+    // The ready file is written once the servers are attached, a moment
+    // before the last threads start: wait for the aggregate thread.
+    let tasks_dir = format!("/proc/{}/task", agent.pid());
+    let thread_named = |name: &str| {
+        std::fs::read_dir(&tasks_dir).unwrap().flatten().any(|t| {
+            std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim_end() == name)
+        })
+    };
+    let started = Instant::now();
+    while !thread_named("aggregate") {
+        assert!(started.elapsed() < Duration::from_secs(10), "the agent's threads did not start:\n{}", agent.stderr_text());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let tasks: Vec<_> = std::fs::read_dir(&tasks_dir).unwrap().flatten().collect();
     assert!(tasks.len() > 3, "the agent's threads are running");
     for task in tasks {
         let status = std::fs::read_to_string(task.path().join("status")).unwrap();

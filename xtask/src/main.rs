@@ -121,7 +121,7 @@ fn test(args: &[String]) -> anyhow::Result<()> {
     xtask::image::build()?;
     println!("==> cargo test (privileged tests required)");
     let mut child = cargo()
-        .args(["test", "--workspace", "--exclude", "agent-ebpf", "--"])
+        .args(["test", "--no-fail-fast", "--workspace", "--exclude", "agent-ebpf", "--"])
         .args(args)
         .env("SQLBEE_REQUIRE_PRIVILEGED", "1")
         .env("SQLBEE_COLLECTOR_ONLY_BIN", &collector_only)

@@ -88,8 +88,10 @@ pub struct StaticVariable {
     pub first_segment: u64,
 }
 
-pub fn inspect_binary(path: &Path) -> Result<BinaryInfo, DiscoverError> {
-    let file = File::open(path).map_err(|source| DiscoverError::Binary { path: path.into(), source })?;
+pub fn inspect_binary(exe: &Path) -> Result<BinaryInfo, DiscoverError> {
+    let shown = shown_path(exe);
+    let path = shown.as_path();
+    let file = File::open(exe).map_err(|source| DiscoverError::Binary { path: path.into(), source })?;
     // SAFETY: read-only private mapping; a binary replaced underneath us at
     // worst yields garbage that the ELF parser rejects.
     let map = unsafe { memmap2::Mmap::map(&file) }
@@ -210,6 +212,15 @@ fn static_u64(elf: &object::File<'_>, name: &str) -> Option<StaticVariable> {
     let symbol = find_symbol(elf, name).filter(|s| s.kind() == object::SymbolKind::Data && s.size() == 8)?;
     let first = elf.segments().find(|s| s.file_range().0 == 0)?;
     Some(StaticVariable { address: symbol.address(), first_segment: first.address() & !0xfff })
+}
+
+/// How errors name the binary: `/proc/PID/exe` is the path that opens the
+/// running file, but an operator knows the file by the name it links to.
+fn shown_path(exe: &Path) -> std::path::PathBuf {
+    match std::fs::read_link(exe) {
+        Ok(target) if exe.starts_with("/proc") => format!("{} ({})", exe.display(), target.display()).into(),
+        _ => exe.into(),
+    }
 }
 
 fn missing(path: &Path, symbol: &'static str, what: &'static str) -> DiscoverError {
