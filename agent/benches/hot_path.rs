@@ -70,6 +70,7 @@ fn benches(c: &mut Criterion) {
         })
         .collect();
     let batch = |statements: Vec<Statement>| ProbeBatch {
+        binary: Default::default(),
         server: server.clone(),
         statements,
         long_waits: Vec::new(),

@@ -29,7 +29,7 @@ use crate::{
     normalize::Normalizer,
     output,
     privileges::{self, PrivilegeError},
-    probe::{ProbeBatch, ProbeConfig, ProbeError, Supervisor},
+    probe::{ProbeBatch, ProbeConfig, ProbeError, Supervisor, UntracedServer},
     ship::{ClosedWindows, ShipStage},
 };
 
@@ -63,6 +63,8 @@ struct WindowEnd {
     at: SystemTime,
     cost: CostSample,
     host: Option<HostMetrics>,
+    /// Servers found but not traced, as of the window's end.
+    untraced: Vec<UntracedServer>,
 }
 
 /// The latest rendered Prometheus page; scrapes read it, never compute.
@@ -184,7 +186,7 @@ fn probe_loop(
             warn!(from = ?before, to = ?cost.shedding, cpu_share = share, "shedding step changed");
         }
         supervisor.set_shedding(cost.shedding as u32);
-        WindowEnd { at: SystemTime::now(), cost, host }
+        WindowEnd { at: SystemTime::now(), cost, host, untraced: supervisor.untraced() }
     };
     let watched = |supervisor: &Supervisor| -> Vec<u32> { supervisor.attached().map(|s| s.pid).collect() };
     // Baselines, so the first window already has rates.
@@ -242,17 +244,20 @@ fn aggregate_loop(
     while let Ok(message) = rx.recv() {
         match message {
             Message::Batch(batch) => aggregator.ingest(batch),
-            Message::WindowEnd(WindowEnd { at, mut cost, host }) => {
+            Message::WindowEnd(WindowEnd { at, mut cost, host, untraced }) => {
                 let reports = aggregator.flush(at);
                 let sum = |f: fn(&crate::aggregate::Summary) -> u64| reports.iter().map(|r| f(&r.summary)).sum();
                 cost.attribute(sum(|s| s.statements), sum(|s| s.events), sum(|s| s.dropped_events));
                 if let Some(page) = &metrics_page {
-                    let text = agent_metrics::render(&cost, host.as_ref(), &reports);
+                    let text = agent_metrics::render(&cost, host.as_ref(), &reports, &untraced);
                     *page.lock().unwrap_or_else(|e| e.into_inner()) = text;
                 }
                 let mut out = stdout.lock();
                 if config.output == Some(OutputFormat::Jsonl) {
                     output::write_agent_jsonl(&mut out, &cost, host.as_ref())?;
+                    output::write_untraced_jsonl(&mut out, &untraced, at)?;
+                } else if config.output == Some(OutputFormat::Table) {
+                    output::write_untraced_table(&mut out, &untraced)?;
                 }
                 for report in &reports {
                     match config.output {
@@ -263,7 +268,7 @@ fn aggregate_loop(
                 }
                 out.flush()?;
                 if let Some(ship) = &ship {
-                    ship.send(ClosedWindows { reports, start: window_start, end: at, cost, host });
+                    ship.send(ClosedWindows { reports, start: window_start, end: at, cost, host, untraced });
                 }
                 window_start = at;
             }

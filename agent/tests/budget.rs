@@ -2,22 +2,10 @@
 //! and the Prometheus endpoint, against a real server.
 mod common;
 
-use std::{io::Read, io::Write, net::TcpStream, time::Duration};
+use std::time::Duration;
 
-use common::{Agent, privileged};
+use common::{Agent, free_port, http_get, privileged};
 use xtask::mariadb::PrivateServer;
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-fn http_get(port: u16, path: &str) -> String {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    write!(stream, "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").unwrap();
-    let mut body = String::new();
-    stream.read_to_string(&mut body).unwrap();
-    body
-}
 
 /// `(controllers, path)` of each hierarchy the process is in.
 fn cgroups_of(pid: u32) -> Vec<(String, String)> {
@@ -308,7 +296,14 @@ fn known_texts_only_still_learns_new_texts() {
     let opts =
         mysql::OptsBuilder::new().socket(Some(server.socket.to_str().unwrap())).user(Some("root")).prefer_socket(true);
     let mut conn = mysql::Conn::new(opts).unwrap();
+    // A first third while the text is being learnt; then a pause long
+    // enough for a drain and a registration even on a loaded machine, so
+    // every statement of the rest must be counted under its name.
+    const LEARNING: u64 = STATEMENTS / 3;
     for i in 0..STATEMENTS {
+        if i == LEARNING {
+            std::thread::sleep(Duration::from_millis(1500));
+        }
         conn.query_drop(format!("SELECT {i} + 1 AS learnt")).unwrap();
     }
     drop(conn);
@@ -320,8 +315,8 @@ fn known_texts_only_still_learns_new_texts() {
     let named = counts.get("SELECT ? + ? AS `learnt`").copied().unwrap_or(0);
     let unnamed: u64 = counts.iter().filter(|(t, _)| t.contains("text not sent: shedding")).map(|(_, n)| n).sum();
     // The first record carries its text; it is registered at the next
-    // drain (100 ms), so only the statements before then go unnamed.
-    assert!(named >= STATEMENTS * 3 / 4 && named <= STATEMENTS, "{counts:#?}");
+    // drain, so only statements of the learning third may go unnamed.
+    assert!(named >= STATEMENTS - LEARNING && named <= STATEMENTS, "{counts:#?}");
     assert!(out.summary_total(None, "aggregated_in_kernel") >= STATEMENTS / 2, "{counts:#?}");
     let statements = out.summary_total(None, "statements") - out.summary_total(None, "unmatched");
     assert_eq!(counts.values().sum::<u64>(), statements, "{counts:#?}");

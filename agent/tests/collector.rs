@@ -13,7 +13,7 @@ use rcgen::{
     KeyUsagePurpose,
 };
 use serde_json::Value;
-use sqlbee::client::ClientOptions;
+use sqlbee::{client::ClientOptions, collector::store::sqlite::SCHEMA_VERSION};
 use sqlbee_proto::v1::{
     Blocker, DigestStats, ErrorCount, InstancesRequest, LockWait, LocksRequest, PushResponse, TopRequest, TotalsRequest,
     WaitStats,
@@ -719,10 +719,16 @@ async fn version_1_store_is_upgraded_and_keeps_its_data() {
     };
     {
         let conn = rusqlite::Connection::open(&path).unwrap();
-        assert_eq!(conn.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0)).unwrap(), 6);
+        assert_eq!(conn.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0)).unwrap(), SCHEMA_VERSION);
         conn.execute_batch(
             "ALTER TABLE digest_windows DROP COLUMN estimated_count;
              ALTER TABLE digest_windows DROP COLUMN waits;
+             ALTER TABLE agent_instances DROP COLUMN untraced_seen_unix_ms;
+             ALTER TABLE agent_instances DROP COLUMN untraced_since_unix_ms;
+             ALTER TABLE agent_instances DROP COLUMN untraced_kind;
+             ALTER TABLE agent_instances DROP COLUMN untraced_reason;
+             ALTER TABLE agent_instances DROP COLUMN server_version;
+             ALTER TABLE agent_instances DROP COLUMN build_id;
              DROP TABLE error_samples;
              DROP TABLE lock_waits;
              DROP TABLE instance_costs;
@@ -746,7 +752,7 @@ async fn version_1_store_is_upgraded_and_keeps_its_data() {
     assert!(log.contains("store schema upgraded"), "{log}");
     {
         let conn = rusqlite::Connection::open(&path).unwrap();
-        assert_eq!(conn.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0)).unwrap(), 6);
+        assert_eq!(conn.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0)).unwrap(), SCHEMA_VERSION);
         let columns = columns(&conn);
         assert_eq!(columns[columns.len() - 2..], ["waits", "estimated_count"]);
     }
@@ -1005,7 +1011,7 @@ async fn version_2_store_is_upgraded_and_keeps_its_data() {
     assert!(log.contains("store schema upgraded"), "{log}");
     {
         let conn = rusqlite::Connection::open(&path).unwrap();
-        assert_eq!(conn.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0)).unwrap(), 6);
+        assert_eq!(conn.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0)).unwrap(), SCHEMA_VERSION);
         assert!(tables(&conn).contains(&"lock_waits".to_string()));
     }
     let top = top_json(&url, &[]);
@@ -1318,7 +1324,7 @@ async fn a_clock_ahead_is_corrected_not_refused() {
         window_start_unix_ms: now + ahead - 10_000,
         window_end_unix_ms: now + ahead,
         cost: Some(Default::default()),
-        host: None,
+        ..Default::default()
     }];
     let ack = push(&mut ingest, b).await.unwrap();
     assert!((ack.clock_correction_ms - ahead).abs() < 5_000, "{ack:?}");

@@ -52,7 +52,8 @@ fn the_agent_keeps_only_the_documented_capabilities() {
         std::thread::sleep(Duration::from_millis(20));
     }
     let tasks: Vec<_> = std::fs::read_dir(&tasks_dir).unwrap().flatten().collect();
-    assert!(tasks.len() > 3, "the agent's threads are running");
+    // main, signals and aggregate at least (calibrate may be done).
+    assert!(tasks.len() >= 3, "the agent's threads are running");
     for task in tasks {
         let status = std::fs::read_to_string(task.path().join("status")).unwrap();
         let name = status.lines().next().unwrap_or_default().to_string();

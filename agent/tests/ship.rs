@@ -749,3 +749,93 @@ fn copied_or_reset_state_never_loses_batches_as_duplicates() {
     let errors = collector.stderr_text();
     assert!(errors.contains("ALREADY_EXISTS") || errors.contains("other content"), "the collector reports the conflict too:\n{errors}");
 }
+
+/// A copy of the server binary whose statement-end symbol is renamed in
+/// `.dynsym`: it runs as the original does, and sqlbee cannot trace it.
+fn untraceable_copy(dir: &Path) -> PathBuf {
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let copy = bin.join("mariadbd");
+    let mut bytes = std::fs::read("/usr/sbin/mariadbd").unwrap();
+    let name = b"_Z18log_slow_statementP3THD\0";
+    let at = bytes.windows(name.len()).position(|w| w == name).expect("the symbol is exported");
+    bytes[at + name.len() - 2] = b'X';
+    std::fs::write(&copy, bytes).unwrap();
+    std::fs::set_permissions(&copy, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    copy
+}
+
+/// A server the agent cannot trace, beside one it can: the traced one is
+/// counted exactly, and the other is reported with why, its build id and
+/// its version in every window's jsonl, on /metrics and to the collector,
+/// whose `instances` shows it as not traced.
+#[test]
+fn a_server_that_cannot_be_traced_is_reported_beside_a_traced_one() {
+    if !privileged("a_server_that_cannot_be_traced_is_reported_beside_a_traced_one") {
+        return;
+    }
+    let _serial = common::one_at_a_time();
+    let traced = PrivateServer::start("untraced-beside", &[]).unwrap();
+    let copy = untraceable_copy(traced.dir());
+    let untraced = PrivateServer::start_with_binary("untraced", &copy, &[]).unwrap();
+    let version = untraced.sql("SELECT VERSION()").unwrap().trim().to_string();
+    let collector = Collector::start(&[]);
+    let state = traced.dir().join("agent-state");
+    let port = common::free_port();
+    // No --pid: a server named with --pid must be traced or the agent stops.
+    let agent = Agent::start(
+        traced.dir(),
+        &[
+            format!("--collector={}", collector.http_url()),
+            format!("--state-dir={}", state.display()),
+            "--window=500ms".into(),
+            format!("--metrics-listen=127.0.0.1:{port}"),
+        ],
+    );
+    const EXECUTED: u64 = 30;
+    for i in 0..EXECUTED {
+        traced.sql(&format!("SELECT {i} AS beside_untraced")).unwrap();
+        untraced.sql(&format!("SELECT {i} AS inside_untraced")).unwrap();
+    }
+    let untraced_name = common::instance_of(&untraced);
+    wait_for("the untraced server on /metrics", Duration::from_secs(10), &agent, || {
+        common::http_get(port, "/metrics").contains(&format!("instance=\"{untraced_name}\""))
+    });
+    let page = common::http_get(port, "/metrics");
+    let line = page.lines().find(|l| l.starts_with("sqlbee_server_untraced{") && l.contains(&untraced_name)).unwrap();
+    assert!(line.contains("kind=\"missing_symbol\"") && line.contains(&format!("version=\"{}", version.split('-').next().unwrap())), "{line}");
+    assert!(page.contains("sqlbee_servers_untraced 1"), "{page}");
+    std::thread::sleep(Duration::from_millis(1200));
+    let out = agent.stop();
+    assert!(out.success, "{}", out.stderr);
+
+    let counts = out.digest_counts(Some(&common::instance_of(&traced)));
+    assert_eq!(counts.get("SELECT ? AS `beside_untraced`"), Some(&EXECUTED), "{counts:#?}");
+    assert!(out.digest_counts(Some(&untraced_name)).is_empty(), "nothing is traced in the other server");
+    let reports: Vec<_> = out.of_type("untraced_server").filter(|l| l["instance"] == untraced_name.as_str()).collect();
+    assert!(reports.len() >= 2, "reported in every window: {:#?}", out.lines);
+    for r in &reports {
+        assert_eq!(r["pid"].as_u64(), Some(u64::from(untraced.pid())), "{r:#}");
+        assert_eq!(r["kind"], "missing_symbol", "{r:#}");
+        assert!(r["reason"].as_str().unwrap().contains("log_slow_statement"), "{r:#}");
+        assert!(r["reason"].as_str().unwrap().contains(&copy.display().to_string()), "names the file: {r:#}");
+        assert!(version.starts_with(r["version"].as_str().unwrap()), "{r:#} vs {version}");
+        assert!(r["build_id"].as_str().is_some_and(|b| b.len() == 40 && b.bytes().all(|c| c.is_ascii_hexdigit())), "{r:#}");
+    }
+    let summary = out.of_type("summary").find(|s| s["instance"] == common::instance_of(&traced).as_str()).unwrap();
+    assert!(version.starts_with(summary["version"].as_str().unwrap()), "{summary:#}");
+
+    let instances = collector.instances();
+    let find = |name: &str| instances.iter().find(|i| i["instance"] == name).unwrap_or_else(|| panic!("{name}: {instances:#?}"));
+    let stored = find(&untraced_name);
+    assert_eq!(stored["traced"], false, "{stored:#}");
+    assert_eq!(stored["untraced"]["kind"], "missing_symbol", "{stored:#}");
+    assert!(stored["untraced"]["reason"].as_str().unwrap().contains("log_slow_statement"), "{stored:#}");
+    assert!(version.starts_with(stored["server_version"].as_str().unwrap()), "{stored:#}");
+    let ok = find(&common::instance_of(&traced));
+    assert_eq!(ok["traced"], true, "{ok:#}");
+    assert!(version.starts_with(ok["server_version"].as_str().unwrap()), "{ok:#}");
+    let table = sqlbee_query(&["instances", "--collector", &collector.http_url()]);
+    let table = String::from_utf8_lossy(&table.stdout);
+    assert!(table.contains("NOT TRACED") && table.contains(&untraced_name), "{table}");
+}

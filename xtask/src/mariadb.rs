@@ -19,6 +19,8 @@ pub struct PrivateServer {
     pub socket: PathBuf,
     pub port: u16,
     extra_args: Vec<String>,
+    /// The server binary: `mariadbd` from PATH unless started with another.
+    binary: PathBuf,
     child: Option<Child>,
 }
 
@@ -65,6 +67,11 @@ fn template_datadir() -> anyhow::Result<PathBuf> {
 impl PrivateServer {
     /// Starts a server; `extra_args` are passed to mariadbd as they are.
     pub fn start(name: &str, extra_args: &[&str]) -> anyhow::Result<Self> {
+        Self::start_with_binary(name, Path::new("mariadbd"), extra_args)
+    }
+
+    /// `start` with another server binary (a copy, another build).
+    pub fn start_with_binary(name: &str, binary: &Path, extra_args: &[&str]) -> anyhow::Result<Self> {
         let template = template_datadir()?;
         let n = SEQUENCE.fetch_add(1, Ordering::Relaxed);
         let dir = std::env::temp_dir().join(format!("sqlbee-{name}-{}-{n}", std::process::id()));
@@ -79,6 +86,7 @@ impl PrivateServer {
             dir,
             port: free_port()?,
             extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
+            binary: binary.to_path_buf(),
             child: None,
         };
         server.spawn()?;
@@ -87,7 +95,7 @@ impl PrivateServer {
 
     fn spawn(&mut self) -> anyhow::Result<()> {
         let log = fs::OpenOptions::new().create(true).append(true).open(self.dir.join("error.log"))?;
-        let mut cmd = Command::new("mariadbd");
+        let mut cmd = Command::new(&self.binary);
         cmd.arg("--no-defaults")
             .arg("--user=root")
             .arg(format!("--datadir={}", self.dir.join("data").display()))

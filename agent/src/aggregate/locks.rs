@@ -363,6 +363,7 @@ mod tests {
     fn blockers_come_from_the_waits_instance_only() {
         use crate::{aggregate::Aggregator, discover::ServerProcess, probe::ProbeBatch};
         let batch = |instance: &str, long_waits: Vec<LongWait>, statements: Vec<Statement>| ProbeBatch {
+            binary: Default::default(),
             server: ServerProcess {
                 pid: 1,
                 start_ticks: 1,

@@ -136,6 +136,9 @@ pub struct Summary {
     /// The container the server runs in: id and name (empty on the host).
     pub container_id: String,
     pub container: String,
+    /// The server's build id and compiled-in version, when known.
+    pub build_id: Option<String>,
+    pub server_version: Option<String>,
     pub commands: BTreeMap<String, u64>,
     /// Statements that finished (exact, from kernel counters).
     pub statements: u64,
@@ -262,6 +265,8 @@ impl Aggregator {
             window.summary.container_id.clone_from(&c.id);
             window.summary.container.clone_from(&c.name);
         }
+        window.summary.build_id.clone_from(&batch.binary.build_id);
+        window.summary.server_version.clone_from(&batch.binary.version);
         let locks = self.locks.entry(instance.clone()).or_default();
         for wait in &batch.long_waits {
             locks.wait(*wait);

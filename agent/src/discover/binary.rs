@@ -65,10 +65,21 @@ pub struct ProbePoints {
     pub waits: Option<(ProbePoint, ProbePoint)>,
 }
 
+/// What names a build to an operator: its GNU build id and the version
+/// string compiled into it. Read for every server, traced or not.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BinaryIdentity {
+    pub build_id: Option<String>,
+    /// `10.11.19-MariaDB`, `8.0.36`: the first version-like string in the
+    /// binary's read-only data that names the server.
+    pub version: Option<String>,
+}
+
 #[derive(Clone, Debug)]
 pub struct BinaryInfo {
     pub flavor: Flavor,
     pub build_id: Option<String>,
+    pub version: Option<String>,
     /// `layout.text_limit` is left at 0; the probe stage sets it.
     pub layout: ServerLayout,
     pub points: ProbePoints,
@@ -184,6 +195,7 @@ pub fn inspect_binary(exe: &Path) -> Result<BinaryInfo, DiscoverError> {
     Ok(BinaryInfo {
         flavor: Flavor::MariaDb,
         build_id,
+        version: version_in(&elf),
         layout: ServerLayout {
             command_arg: 0,
             thd_arg: 1,
@@ -204,6 +216,42 @@ pub fn inspect_binary(exe: &Path) -> Result<BinaryInfo, DiscoverError> {
         single_stepped,
         query_counter,
     })
+}
+
+/// The build id and version of a binary, for reporting a server that
+/// cannot be traced: nothing here needs the probe symbols.
+pub fn identify_binary(exe: &Path) -> BinaryIdentity {
+    let Ok(file) = File::open(exe) else { return BinaryIdentity::default() };
+    // SAFETY: read-only private mapping, as in `inspect_binary`.
+    let Ok(map) = (unsafe { memmap2::Mmap::map(&file) }) else { return BinaryIdentity::default() };
+    let Ok(elf) = object::File::parse(&*map) else { return BinaryIdentity::default() };
+    BinaryIdentity { build_id: elf.build_id().ok().flatten().map(hex_plain), version: version_in(&elf) }
+}
+
+fn version_in(elf: &object::File<'_>) -> Option<String> {
+    let rodata = elf.section_by_name(".rodata")?.data().ok()?;
+    server_version(rodata)
+}
+
+/// The first NUL-terminated string of the form `N.N.N-MariaDB...` (or a
+/// bare `N.N.N` right before `-MariaDB`), as MariaDB compiles
+/// `MYSQL_SERVER_VERSION` in.
+pub(crate) fn server_version(data: &[u8]) -> Option<String> {
+    const MARK: &[u8] = b"-MariaDB";
+    let mut from = 0;
+    while let Some(at) = data[from..].windows(MARK.len()).position(|w| w == MARK).map(|i| i + from) {
+        from = at + MARK.len();
+        let start = data[..at].iter().rposition(|b| !(b.is_ascii_digit() || *b == b'.')).map_or(0, |p| p + 1);
+        let numbers = &data[start..at];
+        let parts = numbers.split(|b| *b == b'.').filter(|p| !p.is_empty()).count();
+        // A string of its own: a NUL (or the start) right before the digits.
+        if parts != 3 || (start > 0 && data[start - 1] != 0) {
+            continue;
+        }
+        let end = data[at..].iter().position(|b| *b == 0 || !b.is_ascii_graphic()).map_or(data.len(), |p| p + at);
+        return Some(String::from_utf8_lossy(&data[start..end.min(start + 64)]).into_owned());
+    }
+    None
 }
 
 /// A defined 8-byte data symbol and the segment that locates it at run time.
@@ -289,14 +337,22 @@ fn decode_rdi_disp(code: &[u8], opcode: u8) -> Option<u32> {
 /// Offset of the first instruction the kernel's uprobe emulates instead of
 /// single-stepping (a single-stepped hit costs 12-17 us here, an emulated
 /// one about 1 us):
-/// - `push %rbp` / `push %r12..15` at the entry (after an `endbr64`): 0;
+/// - `push %rbp` / `push %r12..15` at the entry: 0;
 /// - `test %rdi,%rdi` followed by a conditional jump, as in
 ///   `thd_wait_begin`: the jump, 3 bytes in. `test` only sets flags, so
 ///   every argument register still holds its value there.
+///
+/// A build with control-flow protection (`-fcf-protection`, as Debian 13's
+/// MariaDB 11.8 and most current distributions' builds are) starts every
+/// function with `endbr64`, which the kernel single-steps (measured here:
+/// 15 us per hit on it, against 1 us on the `push` after it). `endbr64`
+/// changes no register, so the probe goes on the instruction after it.
 fn emulated_offset(code: &[u8]) -> Option<u64> {
-    match strip_endbr(code) {
-        [0x55, ..] | [0x41, 0x54..=0x57, ..] => Some(0),
-        [0x48, 0x85, 0xff, 0x74, ..] | [0x48, 0x85, 0xff, 0x0f, 0x84, ..] if code.len() == strip_endbr(code).len() => Some(3),
+    let body = strip_endbr(code);
+    let skipped = (code.len() - body.len()) as u64;
+    match body {
+        [0x55, ..] | [0x41, 0x54..=0x57, ..] => Some(skipped),
+        [0x48, 0x85, 0xff, 0x74, ..] | [0x48, 0x85, 0xff, 0x0f, 0x84, ..] => Some(skipped + 3),
         _ => None,
     }
 }
@@ -331,11 +387,28 @@ mod tests {
     }
 
     #[test]
+    fn finds_the_compiled_in_version() {
+        assert_eq!(server_version(b"abc\x0010.11.19-MariaDB\x00x").as_deref(), Some("10.11.19-MariaDB"));
+        assert_eq!(server_version(b"\x0011.8.9-MariaDB-deb13-log\x00").as_deref(), Some("11.8.9-MariaDB-deb13-log"));
+        // Inside other text, or not three numbers: not the version.
+        assert_eq!(server_version(b"see 10.11.19-MariaDB\0"), None);
+        assert_eq!(server_version(b"\x0010.11-MariaDB\x00\x001.2.3-MariaDB\x00").as_deref(), Some("1.2.3-MariaDB"));
+        let ours = identify_binary(std::path::Path::new("/proc/self/exe"));
+        assert!(ours.build_id.is_some() || ours.version.is_none());
+    }
+
+    #[test]
     fn probes_land_on_emulated_instructions() {
         assert_eq!(emulated_offset(&[0x55, 0x48, 0x89, 0xe5]), Some(0));
-        assert_eq!(emulated_offset(&[0xf3, 0x0f, 0x1e, 0xfa, 0x41, 0x57]), Some(0));
+        // After the endbr64 of a CET build (MariaDB 11.8 in Debian 13).
+        assert_eq!(emulated_offset(&[0xf3, 0x0f, 0x1e, 0xfa, 0x41, 0x57]), Some(4));
+        assert_eq!(emulated_offset(&[0xf3, 0x0f, 0x1e, 0xfa, 0x55, 0x48, 0x89, 0xe5]), Some(4));
         // thd_wait_begin in Debian's 10.11: test %rdi,%rdi; je ...
         assert_eq!(emulated_offset(&[0x48, 0x85, 0xff, 0x74, 0x23, 0x48]), Some(3));
+        // ... and in 11.8: endbr64; test %rdi,%rdi; je ...
+        assert_eq!(emulated_offset(&[0xf3, 0x0f, 0x1e, 0xfa, 0x48, 0x85, 0xff, 0x74, 0x1f]), Some(7));
+        // endbr64 followed by an instruction the kernel single-steps.
+        assert_eq!(emulated_offset(&[0xf3, 0x0f, 0x1e, 0xfa, 0x48, 0x8d, 0x44, 0x7f, 0x01]), None);
         assert_eq!(emulated_offset(&[0x48, 0x8b, 0x87, 0x80, 0x05, 0, 0]), None);
     }
 

@@ -7,7 +7,7 @@
 mod binary;
 mod process;
 
-pub use binary::{BinaryInfo, Flavor, ProbePoint, ProbePoints, StaticVariable, inspect_binary};
+pub use binary::{BinaryIdentity, BinaryInfo, Flavor, ProbePoint, ProbePoints, StaticVariable, identify_binary, inspect_binary};
 pub use process::{Container, ServerProcess, cpu_seconds, find_servers, server_by_pid, threads_cpu_ns};
 
 use std::path::PathBuf;

@@ -2,14 +2,19 @@
 //! the window produced: its cost, the host, and a bounded top of digests.
 //! Digest labels are limited to `TOP_DIGESTS` per instance so a workload
 //! with unbounded distinct statements cannot blow up series cardinality.
-use crate::{aggregate::WindowReport, budget::CostSample, host::HostMetrics};
+use crate::{aggregate::WindowReport, budget::CostSample, host::HostMetrics, probe::UntracedServer};
 
 use super::{Encoder, MetricType};
 
 /// Digests exported per instance (by statements in the window).
 pub const TOP_DIGESTS: usize = 20;
 
-pub fn render(cost: &CostSample, host: Option<&HostMetrics>, reports: &[WindowReport]) -> String {
+pub fn render(
+    cost: &CostSample,
+    host: Option<&HostMetrics>,
+    reports: &[WindowReport],
+    untraced: &[UntracedServer],
+) -> String {
     let mut enc = Encoder::new();
     enc.family("sqlbee_agent_cpu_cores", "CPU the agent used over the last window, cores.", MetricType::Gauge)
         .sample(&[("source", cost.cpu_source)], cost.cpu_cores);
@@ -52,6 +57,32 @@ pub fn render(cost: &CostSample, host: Option<&HostMetrics>, reports: &[WindowRe
             let seconds = r.window_end.duration_since(r.window_start).map(|d| d.as_secs_f64()).unwrap_or(0.0);
             let rate = if seconds > 0.0 { r.summary.statements as f64 / seconds } else { 0.0 };
             f.sample(&[("instance", &r.instance)], rate);
+        }
+    }
+    enc.family(
+        "sqlbee_servers_untraced",
+        "Servers the agent found but does not trace (see sqlbee_server_untraced for why).",
+        MetricType::Gauge,
+    )
+    .sample(&[], untraced.len() as u64);
+    {
+        let mut f = enc.family(
+            "sqlbee_server_untraced",
+            "1 for each server the agent found but cannot trace; kind says why, the agent's log and jsonl say it in full.",
+            MetricType::Gauge,
+        );
+        for u in untraced {
+            let pid = u.server.pid.to_string();
+            f.sample(
+                &[
+                    ("instance", &u.server.instance),
+                    ("pid", &pid),
+                    ("kind", u.kind),
+                    ("version", u.binary.version.as_deref().unwrap_or("")),
+                    ("build_id", u.binary.build_id.as_deref().unwrap_or("")),
+                ],
+                1u64,
+            );
         }
     }
     {

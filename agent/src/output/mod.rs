@@ -8,7 +8,10 @@ use agent_common::wait_class;
 
 use sqlbee_common::{clock::rfc3339, histogram::Histogram};
 
-use crate::aggregate::{DigestStats, WindowReport};
+use crate::{
+    aggregate::{DigestStats, WindowReport},
+    probe::UntracedServer,
+};
 
 pub fn window_to_json(report: &WindowReport) -> Vec<Value> {
     let start = rfc3339(report.window_start);
@@ -75,6 +78,8 @@ pub fn window_to_json(report: &WindowReport) -> Vec<Value> {
         "pid": s.pid,
         "container_id": s.container_id,
         "container": s.container,
+        "build_id": s.build_id,
+        "version": s.server_version,
         "window_start": start,
         "window_end": end,
         "commands": s.commands,
@@ -179,6 +184,56 @@ pub fn write_agent_jsonl(
         let mut line = serde_json::to_value(host).map_err(std::io::Error::other)?;
         line["type"] = "host".into();
         writeln!(out, "{line}")?;
+    }
+    Ok(())
+}
+
+/// One `untraced_server` line per server the agent found but does not
+/// trace, in every window until it does.
+pub fn untraced_to_json(untraced: &[UntracedServer], window_end: std::time::SystemTime) -> Vec<Value> {
+    untraced
+        .iter()
+        .map(|u| {
+            json!({
+                "type": "untraced_server",
+                "instance": u.server.instance,
+                "pid": u.server.pid,
+                "container_id": u.server.container.as_ref().map(|c| c.id.clone()),
+                "container": u.server.container.as_ref().map(|c| c.name.clone()),
+                "window_end": rfc3339(window_end),
+                "kind": u.kind,
+                "reason": u.reason,
+                "build_id": u.binary.build_id,
+                "version": u.binary.version,
+                "since": rfc3339(u.since),
+                "attempts": u.attempts,
+            })
+        })
+        .collect()
+}
+
+pub fn write_untraced_jsonl(
+    out: &mut impl Write,
+    untraced: &[UntracedServer],
+    window_end: std::time::SystemTime,
+) -> std::io::Result<()> {
+    for line in untraced_to_json(untraced, window_end) {
+        writeln!(out, "{line}")?;
+    }
+    Ok(())
+}
+
+pub fn write_untraced_table(out: &mut impl Write, untraced: &[UntracedServer]) -> std::io::Result<()> {
+    for u in untraced {
+        writeln!(
+            out,
+            "!! {} (pid {}, {}) NOT TRACED since {}: {}",
+            u.server.instance,
+            u.server.pid,
+            u.binary.version.as_deref().unwrap_or("version unknown"),
+            rfc3339(u.since),
+            u.reason
+        )?;
     }
     Ok(())
 }

@@ -20,7 +20,10 @@ pub use supervisor::Supervisor;
 
 use agent_common::{COMMAND_SLOTS, command, stat};
 
-use crate::{budget::ProbeCost, discover::ServerProcess};
+use crate::{
+    budget::ProbeCost,
+    discover::{BinaryIdentity, DiscoverError, ServerProcess},
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProbeError {
@@ -49,7 +52,42 @@ pub enum ProbeError {
     #[error("eBPF map `{map}` is missing or has the wrong type: {detail}")]
     Map { map: &'static str, detail: String },
     #[error(transparent)]
-    Discover(#[from] crate::discover::DiscoverError),
+    Discover(#[from] DiscoverError),
+}
+
+impl ProbeError {
+    /// A short, stable name of what went wrong: a metric label and a
+    /// column an operator can group by, where the message is prose.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ProbeError::Load { .. } | ProbeError::Program { .. } | ProbeError::Map { .. } => "load_failed",
+            ProbeError::Attach { .. } => "attach_failed",
+            ProbeError::Discover(e) => match e {
+                DiscoverError::NoSuchProcess { .. } => "gone",
+                DiscoverError::Proc { .. } => "unreadable_process",
+                DiscoverError::Binary { .. } | DiscoverError::NotElf { .. } => "unreadable_binary",
+                DiscoverError::MissingSymbol { .. } => "missing_symbol",
+                DiscoverError::Unsupported { .. } => "unsupported_build",
+                DiscoverError::UnknownLayout { .. } => "unknown_layout",
+            },
+        }
+    }
+}
+
+/// A server the agent found but does not trace, and why. The agent tries
+/// again on a back-off (a new build, a file that appears), and says so in
+/// every window until it succeeds or the server goes away.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UntracedServer {
+    pub server: ServerProcess,
+    /// The error, as the log says it.
+    pub reason: String,
+    /// `ProbeError::kind`.
+    pub kind: &'static str,
+    pub binary: BinaryIdentity,
+    /// When the agent first failed to trace this process.
+    pub since: std::time::SystemTime,
+    pub attempts: u32,
 }
 
 /// Cumulative kernel counters of one attached server since attach.
@@ -131,6 +169,8 @@ impl Counters {
 #[derive(Debug)]
 pub struct ProbeBatch {
     pub server: ServerProcess,
+    /// The server's build and version.
+    pub binary: BinaryIdentity,
     pub statements: Vec<Statement>,
     /// Waits longer than the threshold, in the order they ended.
     pub long_waits: Vec<agent_common::LongWait>,

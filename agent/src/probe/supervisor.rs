@@ -1,6 +1,8 @@
 //! Keeps the set of attached servers equal to the set of running ones:
 //! attaches new servers, re-attaches restarted ones (new pid or start
-//! time), detaches vanished ones after a last drain.
+//! time), detaches vanished ones after a last drain. A server it cannot
+//! trace is kept in view: reported in every window (`untraced`) and tried
+//! again on a back-off, since a new build or a file may yet appear.
 use std::{
     collections::HashMap,
     os::fd::OwnedFd,
@@ -8,26 +10,45 @@ use std::{
         Arc,
         atomic::{AtomicU64, Ordering},
     },
-    time::{Duration, Instant},
+    time::{Duration, Instant, SystemTime},
 };
 
 use tracing::{info, warn};
 
-use super::{AttachedServer, ProbeBatch, ProbeConfig, ProbeError, calibrate, link_mode};
+use super::{AttachedServer, ProbeBatch, ProbeConfig, ProbeError, UntracedServer, calibrate, link_mode};
 use crate::{
     budget::{
         DutyConfig, Overhead, ProbeCost, QueryCounter,
         calibrate::{FALLBACK_TRAP, trap_cost},
     },
-    discover::{ServerProcess, inspect_binary},
+    discover::{BinaryIdentity, ServerProcess, identify_binary, inspect_binary},
 };
+
+/// First retry of a server that could not be traced, doubled per failure
+/// up to `RETRY_MAX`: a server whose build cannot be traced costs one ELF
+/// read per retry, never a busy loop.
+const RETRY_FIRST: Duration = Duration::from_secs(10);
+const RETRY_MAX: Duration = Duration::from_secs(600);
+
+/// A server that could not be traced and when to try it again.
+struct Refusal {
+    untraced: UntracedServer,
+    next_try: Instant,
+}
+
+impl Refusal {
+    fn retry_after(attempts: u32) -> Duration {
+        RETRY_FIRST.saturating_mul(1 << attempts.saturating_sub(1).min(10)).min(RETRY_MAX)
+    }
+}
 
 pub struct Supervisor {
     config: ProbeConfig,
     attached: HashMap<u32, AttachedServer>,
     overheads: HashMap<u32, Overhead>,
-    /// Servers we failed to attach to, so the error is logged once per life.
-    refused: HashMap<(u32, u64), String>,
+    /// Servers we failed to attach to, by (pid, start time): reported in
+    /// every window and retried on a back-off.
+    refused: HashMap<(u32, u64), Refusal>,
     /// Measured trap price in ns; 0 until measured (`FALLBACK_TRAP` then).
     trap: Arc<AtomicU64>,
     /// Keeps BPF run-time statistics on while the agent runs.
@@ -133,16 +154,46 @@ impl Supervisor {
             }
         }
         self.refused.retain(|(pid, ticks), _| running.iter().any(|s| s.pid == *pid && s.start_ticks == *ticks));
+        let now = Instant::now();
         for server in running {
-            if self.attached.contains_key(&server.pid) || self.refused.contains_key(&(server.pid, server.start_ticks)) {
+            let key = (server.pid, server.start_ticks);
+            if self.attached.contains_key(&server.pid) || self.refused.get(&key).is_some_and(|r| r.next_try > now) {
                 continue;
             }
-            let key = (server.pid, server.start_ticks);
-            if let Err(err) = self.attach(server.clone()) {
-                warn!(pid = server.pid, error = %err, "cannot trace this server");
-                self.refused.insert(key, err.to_string());
+            let earlier = self.refused.remove(&key);
+            match self.attach(server.clone()) {
+                Ok(()) => {
+                    if let Some(r) = earlier {
+                        info!(pid = server.pid, instance = %server.instance, attempts = r.untraced.attempts + 1,
+                            "traced after all");
+                    }
+                }
+                Err(err) => {
+                    let attempts = earlier.as_ref().map_or(0, |r| r.untraced.attempts) + 1;
+                    let retry = Refusal::retry_after(attempts);
+                    let reason = err.to_string();
+                    match &earlier {
+                        Some(r) if r.untraced.reason == reason => {
+                            tracing::debug!(pid = server.pid, attempts, retry_s = retry.as_secs(), "still cannot trace this server")
+                        }
+                        _ => warn!(pid = server.pid, instance = %server.instance, error = %err, kind = err.kind(),
+                            retry_s = retry.as_secs(), "cannot trace this server; reported in every window and tried again"),
+                    }
+                    let binary = earlier.as_ref().map_or_else(|| identify_binary(&server.binary), |r| r.untraced.binary.clone());
+                    let since = earlier.as_ref().map_or_else(SystemTime::now, |r| r.untraced.since);
+                    let untraced =
+                        UntracedServer { server: server.clone(), reason, kind: err.kind(), binary, since, attempts };
+                    self.refused.insert(key, Refusal { untraced, next_try: now + retry });
+                }
             }
         }
+    }
+
+    /// Servers found but not traced, with why (stable order: by pid).
+    pub fn untraced(&self) -> Vec<UntracedServer> {
+        let mut out: Vec<UntracedServer> = self.refused.values().map(|r| r.untraced.clone()).collect();
+        out.sort_by_key(|u| u.server.pid);
+        out
     }
 
     /// Drains every attached server; at a window end (`window_end`) also
@@ -189,6 +240,7 @@ impl Supervisor {
             }
             out.push(ProbeBatch {
                 server: attached.server.clone(),
+                binary: identity(attached),
                 statements,
                 long_waits,
                 counters,
@@ -236,6 +288,10 @@ fn read_counters(attached: &AttachedServer) -> Option<crate::probe::Counters> {
     }
 }
 
+fn identity(attached: &AttachedServer) -> BinaryIdentity {
+    BinaryIdentity { build_id: attached.binary.build_id.clone(), version: attached.binary.version.clone() }
+}
+
 /// Run time and runs of all of a server's programs so far.
 fn program_totals(attached: &AttachedServer) -> (Duration, u64) {
     attached.program_stats().iter().fold((Duration::ZERO, 0), |(t, n), (_, time, runs)| (t + *time, n + runs))
@@ -256,6 +312,7 @@ fn final_batch(attached: &mut AttachedServer, overhead: Option<Overhead>) -> Pro
     let cost: Option<ProbeCost> = overhead.zip(counters.as_ref()).map(|(mut o, c)| o.close_window(programs, c.statements, Instant::now()));
     ProbeBatch {
         server: attached.server.clone(),
+        binary: identity(attached),
         statements,
         long_waits,
         counters,
@@ -263,5 +320,17 @@ fn final_batch(attached: &mut AttachedServer, overhead: Option<Overhead>) -> Pro
         forgotten: Vec::new(),
         cost,
         detached: true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn untraced_servers_are_retried_on_a_doubling_back_off() {
+        let waits: Vec<u64> = (1..=9).map(|n| Refusal::retry_after(n).as_secs()).collect();
+        assert_eq!(waits, [10, 20, 40, 80, 160, 320, 600, 600, 600]);
+        assert_eq!(Refusal::retry_after(u32::MAX), RETRY_MAX);
     }
 }

@@ -52,6 +52,15 @@ pub fn instances_json(instances: &[InstanceInfo], now_unix_ms: i64) -> Value {
                     "container_id": i.container_id,
                     "container": i.container,
                     "version": i.version,
+                    "server_version": i.server_version,
+                    "build_id": i.build_id,
+                    "traced": i.untraced_reason.is_empty(),
+                    "untraced": (!i.untraced_reason.is_empty()).then(|| json!({
+                        "reason": i.untraced_reason,
+                        "kind": i.untraced_kind,
+                        "since_unix_ms": i.untraced_since_unix_ms,
+                        "reported_unix_ms": i.untraced_seen_unix_ms,
+                    })),
                     "last_seen_unix_ms": i.last_seen_unix_ms,
                     "last_window_end_unix_ms": i.last_window_end_unix_ms,
                     "lag_ms": lag_ms(i, now_unix_ms),
@@ -264,6 +273,23 @@ pub fn write_instances_table(out: &mut impl Write, instances: &[InstanceInfo], n
     }
     if instances.is_empty() {
         writeln!(out, "(no agents have reported yet)")?;
+    }
+    let untraced: Vec<&InstanceInfo> = instances.iter().filter(|i| !i.untraced_reason.is_empty()).collect();
+    if !untraced.is_empty() {
+        writeln!(out, "\nNOT TRACED (the agent found these servers but cannot trace them; it retries on a back-off):")?;
+        for i in untraced {
+            writeln!(
+                out,
+                "  {} ({}, {}, build {}) since {}: [{}] {}",
+                i.instance,
+                i.host,
+                if i.server_version.is_empty() { "version unknown" } else { &i.server_version },
+                if i.build_id.is_empty() { "unknown" } else { &i.build_id },
+                time(i.untraced_since_unix_ms),
+                i.untraced_kind,
+                i.untraced_reason
+            )?;
+        }
     }
     super::render_cost::write_instance_costs(out, instances)?;
     out.flush()

@@ -311,6 +311,7 @@ mod tests {
                     ],
                     ..Default::default()
                 }),
+                untraced: Vec::new(),
             }),
         };
         let mut table = Vec::new();

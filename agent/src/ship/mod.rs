@@ -35,7 +35,7 @@ use state_lock::StateLock;
 use tokio::sync::{Notify, mpsc, watch};
 pub use wire::{agent_window, instance_window};
 
-use crate::{aggregate::WindowReport, budget::CostSample, host::HostMetrics};
+use crate::{aggregate::WindowReport, budget::CostSample, host::HostMetrics, probe::UntracedServer};
 
 /// Everything one window close hands this stage: each server's window and
 /// the agent's own (its cost and its host).
@@ -45,6 +45,8 @@ pub struct ClosedWindows {
     pub end: SystemTime,
     pub cost: CostSample,
     pub host: Option<HostMetrics>,
+    /// Servers found but not traced, as of `end`.
+    pub untraced: Vec<UntracedServer>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -126,7 +128,7 @@ impl Batcher {
         let windows: Vec<_> = closed.reports.iter().map(|r| instance_window(r, closed.host.as_ref())).collect();
         // The agent's window rides in the first batch of the set.
         let health = self.health.take();
-        let mut agent_windows = vec![agent_window(closed.start, closed.end, &closed.cost, closed.host.as_ref(), health)];
+        let mut agent_windows = vec![agent_window(closed.start, closed.end, &closed.cost, closed.host.as_ref(), health, &closed.untraced)];
         // Split so no batch grows past the size limit (one window at least).
         let mut chunks: Vec<Vec<_>> = vec![Vec::new()];
         let mut size = agent_windows[0].encoded_len();

@@ -8,7 +8,7 @@ use sqlbee_proto::v1::{
     AgentCost, AgentWindow, Blocker as WireBlocker, Bucket, CommandCount, CpuModes as WireCpuModes,
     DigestStats as WireDigest, DiskIo as WireDiskIo, ErrorCount, Histogram as WireHistogram,
     HostMetrics as WireHostMetrics, InstanceWindow, LockWait, NetIo as WireNetIo, ProbeCost as WireProbeCost,
-    ProcessMetrics as WireProcess, ServerInstance, WaitStats,
+    ProcessMetrics as WireProcess, ServerInstance, UntracedServer as WireUntraced, WaitStats,
 };
 
 use super::health::HealthReport;
@@ -16,6 +16,7 @@ use crate::{
     aggregate::{DigestStats, LockWaitRecord, WindowReport},
     budget::{CostSample, ProbeCost},
     host::{HostMetrics, ProcessMetrics, ProcessStatus},
+    probe::UntracedServer,
 };
 
 
@@ -125,6 +126,8 @@ pub fn instance_window(report: &WindowReport, host: Option<&HostMetrics>) -> Ins
             start_time_unix_ms: s.server_start_unix_ms,
             container_id: s.container_id.clone(),
             container: s.container.clone(),
+            build_id: s.build_id.clone().unwrap_or_default(),
+            server_version: s.server_version.clone().unwrap_or_default(),
         }),
         window_start_unix_ms: unix_ms(report.window_start),
         window_end_unix_ms: unix_ms(report.window_end),
@@ -201,6 +204,7 @@ pub fn agent_window(
     cost: &CostSample,
     host_metrics: Option<&HostMetrics>,
     ship: HealthReport,
+    untraced: &[UntracedServer],
 ) -> AgentWindow {
     AgentWindow {
         window_start_unix_ms: unix_ms(start),
@@ -222,5 +226,25 @@ pub fn agent_window(
             clock_correction_ms: 0,
         }),
         host: host_metrics.map(host),
+        untraced: untraced.iter().map(untraced_server).collect(),
+    }
+}
+
+fn untraced_server(u: &UntracedServer) -> WireUntraced {
+    let container = u.server.container.as_ref();
+    WireUntraced {
+        instance: Some(ServerInstance {
+            name: u.server.instance.clone(),
+            pid: u.server.pid,
+            start_time_unix_ms: u.server.start_unix_ms,
+            container_id: container.map(|c| c.id.clone()).unwrap_or_default(),
+            container: container.map(|c| c.name.clone()).unwrap_or_default(),
+            build_id: u.binary.build_id.clone().unwrap_or_default(),
+            server_version: u.binary.version.clone().unwrap_or_default(),
+        }),
+        reason: u.reason.clone(),
+        kind: u.kind.into(),
+        since_unix_ms: unix_ms(u.since),
+        attempts: u.attempts,
     }
 }

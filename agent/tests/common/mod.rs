@@ -378,3 +378,18 @@ pub fn agent_capabilities() -> Vec<String> {
     assert_eq!(caps.len(), 1, "one capability list in the sidecar manifest");
     caps[0].iter().map(|c| format!("CAP_{c}")).collect()
 }
+
+/// A port nobody listens on right now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A plain HTTP/1.1 GET on loopback: status line, headers and body.
+pub fn http_get(port: u16, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").unwrap();
+    let mut body = String::new();
+    stream.read_to_string(&mut body).unwrap();
+    body
+}

@@ -10,7 +10,9 @@ mod measures;
 
 use std::time::Duration;
 
-use sqlbee_proto::v1::{Batch, DigestStats, Gap, Histogram, InstanceWindow, LockWait, WaitStats};
+use sqlbee_proto::v1::{
+    Batch, DigestStats, Gap, Histogram, InstanceWindow, LockWait, ServerInstance, UntracedServer, WaitStats,
+};
 
 use sqlbee_common::{clock, histogram};
 
@@ -41,6 +43,10 @@ pub const MAX_BLOCKERS: usize = 32;
 pub const MAX_BLOCKER_STATEMENTS: usize = 8;
 /// `blocker_kind` (`candidates`).
 pub const MAX_BLOCKER_KIND: usize = 32;
+/// Untraced servers per agent window (one agent watches one host).
+pub const MAX_UNTRACED: usize = 1000;
+/// Why a server is not traced (the agent's error message).
+pub const MAX_REASON: usize = 4096;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[error("{field}: {problem}")]
@@ -85,6 +91,17 @@ pub fn batch(batch: &Batch, now_unix_ms: i64) -> Result<(), Invalid> {
     }
     for (i, g) in batch.gaps.iter().enumerate() {
         gap(&format!("gaps[{i}]"), g)?;
+    }
+    for (i, w) in batch.agent_windows.iter().enumerate() {
+        if w.untraced.len() > MAX_UNTRACED {
+            return Err(invalid(
+                format!("agent_windows[{i}].untraced"),
+                format!("{} servers, at most {MAX_UNTRACED}", w.untraced.len()),
+            ));
+        }
+        for (k, u) in w.untraced.iter().enumerate() {
+            untraced(&format!("agent_windows[{i}].untraced[{k}]"), u, range)?;
+        }
     }
     if batch.agent_windows.len() > MAX_WINDOWS {
         return Err(invalid(
@@ -140,14 +157,38 @@ fn text_len(field: String, value: &str) -> Result<(), Invalid> {
     Ok(())
 }
 
-fn window(at: &str, w: &InstanceWindow, range: TimeRange) -> Result<(), Invalid> {
-    let instance = w.instance.as_ref().ok_or_else(|| invalid(format!("{at}.instance"), "missing"))?;
+fn server_instance<'a>(at: &str, instance: Option<&'a ServerInstance>) -> Result<&'a ServerInstance, Invalid> {
+    let instance = instance.ok_or_else(|| invalid(format!("{at}.instance"), "missing"))?;
     if instance.name.is_empty() {
         return Err(invalid(format!("{at}.instance.name"), "empty; expected host:port or a socket path"));
     }
-    name_len(&format!("{at}.instance.name"), &instance.name)?;
-    name_len(&format!("{at}.instance.container_id"), &instance.container_id)?;
-    name_len(&format!("{at}.instance.container"), &instance.container)?;
+    for (name, value) in [
+        ("name", &instance.name),
+        ("container_id", &instance.container_id),
+        ("container", &instance.container),
+        ("build_id", &instance.build_id),
+        ("server_version", &instance.server_version),
+    ] {
+        name_len(&format!("{at}.instance.{name}"), value)?;
+    }
+    Ok(instance)
+}
+
+fn untraced(at: &str, u: &UntracedServer, range: TimeRange) -> Result<(), Invalid> {
+    server_instance(at, u.instance.as_ref())?;
+    if u.reason.len() > MAX_REASON {
+        return Err(invalid(format!("{at}.reason"), format!("{} bytes, at most {MAX_REASON}", u.reason.len())));
+    }
+    name_len(&format!("{at}.kind"), &u.kind)?;
+    // A server may stay untraced for longer than windows are kept.
+    if u.since_unix_ms < 0 || u.since_unix_ms > range.high {
+        return Err(invalid(format!("{at}.since_unix_ms"), format!("{} is not a time the agent saw", u.since_unix_ms)));
+    }
+    Ok(())
+}
+
+fn window(at: &str, w: &InstanceWindow, range: TimeRange) -> Result<(), Invalid> {
+    server_instance(at, w.instance.as_ref())?;
     range.check(format!("{at}.window_start_unix_ms"), w.window_start_unix_ms)?;
     range.check(format!("{at}.window_end_unix_ms"), w.window_end_unix_ms)?;
     if w.window_start_unix_ms >= w.window_end_unix_ms {
@@ -404,6 +445,7 @@ mod tests {
                     disks: vec![DiskIo { device: "vda".into(), ..Default::default() }],
                     ..Default::default()
                 }),
+                untraced: Vec::new(),
             }],
         }
     }

@@ -210,6 +210,8 @@ pub fn hosts(tx: &Transaction<'_>, query: &HostsQuery) -> Result<Vec<AgentWindow
                 window_end_unix_ms: row.get(3).map_err(&err)?,
                 cost: decode::<AgentCost>(&row.get::<_, Vec<u8>>(4).map_err(&err)?, "agent cost")?,
                 host: decode::<HostMetrics>(&row.get::<_, Vec<u8>>(5).map_err(&err)?, "host metrics")?,
+                // Untraced servers are in Instances, not in the agent's windows.
+                untraced: Vec::new(),
             }),
         });
     }

@@ -237,7 +237,12 @@ pub(super) fn instances(tx: &rusqlite::Transaction<'_>) -> rusqlite::Result<Vec<
     let mut stmt = tx.prepare(
         "SELECT a.agent_id, a.host, a.version, a.last_seen_unix_ms, a.last_sequence,
                 coalesce(i.instance, ''), coalesce(i.pid, 0), coalesce(i.last_window_end_unix_ms, 0),
-                coalesce(i.container_id, ''), coalesce(i.container, '')
+                coalesce(i.container_id, ''), coalesce(i.container, ''),
+                coalesce(i.build_id, ''), coalesce(i.server_version, ''),
+                CASE WHEN i.untraced_seen_unix_ms > i.last_window_end_unix_ms THEN i.untraced_reason ELSE '' END,
+                CASE WHEN i.untraced_seen_unix_ms > i.last_window_end_unix_ms THEN i.untraced_kind ELSE '' END,
+                CASE WHEN i.untraced_seen_unix_ms > i.last_window_end_unix_ms THEN i.untraced_since_unix_ms ELSE 0 END,
+                coalesce(i.untraced_seen_unix_ms, 0)
          FROM agents a LEFT JOIN agent_instances i ON i.agent_id = a.agent_id
          ORDER BY coalesce(i.instance, ''), a.agent_id",
     )?;
@@ -253,6 +258,12 @@ pub(super) fn instances(tx: &rusqlite::Transaction<'_>) -> rusqlite::Result<Vec<
             last_window_end_unix_ms: r.get(7)?,
             container_id: r.get(8)?,
             container: r.get(9)?,
+            build_id: r.get(10)?,
+            server_version: r.get(11)?,
+            untraced_reason: r.get::<_, Option<String>>(12)?.unwrap_or_default(),
+            untraced_kind: r.get::<_, Option<String>>(13)?.unwrap_or_default(),
+            untraced_since_unix_ms: r.get::<_, Option<i64>>(14)?.unwrap_or(0),
+            untraced_seen_unix_ms: r.get(15)?,
             ..Default::default()
         })
     })?;

@@ -18,7 +18,9 @@ use rusqlite::{Connection, TransactionBehavior};
 ///   0, "unknown", which never conflicts).
 /// - 6: `agent_instances.container_id` and `.container` (ALTER TABLE;
 ///   older rows read "", on the host).
-pub const SCHEMA_VERSION: i64 = 6;
+/// - 7: `agent_instances.build_id`, `.server_version` and the `untraced_*`
+///   columns (ALTER TABLE; older rows read "" and 0: unknown build, traced).
+pub const SCHEMA_VERSION: i64 = 7;
 
 pub(super) const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS agents (
@@ -44,7 +46,11 @@ CREATE TABLE IF NOT EXISTS batches (
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS batches_keep ON batches (keep_until_unix_ms);
 
--- Latest state of each server instance an agent reported (Instances).
+-- Latest state of each server instance an agent reported (Instances). A
+-- server the agent could not trace has a row too: untraced_seen_unix_ms is
+-- the end of the newest agent window that reported it untraced, so it is
+-- untraced while that is newer than its newest instance window. The
+-- untraced columns must stay the last ones: older files get them appended.
 CREATE TABLE IF NOT EXISTS agent_instances (
     agent_id                TEXT NOT NULL,
     instance                TEXT NOT NULL,
@@ -53,6 +59,12 @@ CREATE TABLE IF NOT EXISTS agent_instances (
     last_window_end_unix_ms INTEGER NOT NULL,
     container_id            TEXT NOT NULL DEFAULT '',
     container               TEXT NOT NULL DEFAULT '',
+    build_id                TEXT NOT NULL DEFAULT '',
+    server_version          TEXT NOT NULL DEFAULT '',
+    untraced_reason         TEXT NOT NULL DEFAULT '',
+    untraced_kind           TEXT NOT NULL DEFAULT '',
+    untraced_since_unix_ms  INTEGER NOT NULL DEFAULT 0,
+    untraced_seen_unix_ms   INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (agent_id, instance)
 ) WITHOUT ROWID;
 
@@ -224,6 +236,17 @@ pub(super) fn migrate(conn: &mut Connection) -> rusqlite::Result<Result<i64, i64
         tx.execute_batch(
             "ALTER TABLE agent_instances ADD COLUMN container_id TEXT NOT NULL DEFAULT '';
              ALTER TABLE agent_instances ADD COLUMN container TEXT NOT NULL DEFAULT '';",
+        )?;
+    }
+    // Version 6 -> 7.
+    if !has_column(&tx, "agent_instances", "untraced_seen_unix_ms")? {
+        tx.execute_batch(
+            "ALTER TABLE agent_instances ADD COLUMN build_id TEXT NOT NULL DEFAULT '';
+             ALTER TABLE agent_instances ADD COLUMN server_version TEXT NOT NULL DEFAULT '';
+             ALTER TABLE agent_instances ADD COLUMN untraced_reason TEXT NOT NULL DEFAULT '';
+             ALTER TABLE agent_instances ADD COLUMN untraced_kind TEXT NOT NULL DEFAULT '';
+             ALTER TABLE agent_instances ADD COLUMN untraced_since_unix_ms INTEGER NOT NULL DEFAULT 0;
+             ALTER TABLE agent_instances ADD COLUMN untraced_seen_unix_ms INTEGER NOT NULL DEFAULT 0;",
         )?;
     }
     if found != SCHEMA_VERSION {

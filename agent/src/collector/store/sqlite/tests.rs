@@ -88,6 +88,7 @@ fn costed(sequence: u64, end: i64, agent_cpu: f64, shedding: &str) -> Batch {
             ..Default::default()
         }),
         host: Some(HostMetrics { load1: sequence as f64, ..Default::default() }),
+        untraced: Vec::new(),
     }];
     b
 }

@@ -68,16 +68,15 @@ pub(super) fn batch(
     )?;
     let mut upsert_instance = tx.prepare_cached(
         "INSERT INTO agent_instances (agent_id, instance, pid, start_time_unix_ms, last_window_end_unix_ms,
-                                      container_id, container)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+                                      container_id, container, build_id, server_version)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
          ON CONFLICT (agent_id, instance) DO UPDATE SET
              pid = CASE WHEN excluded.last_window_end_unix_ms >= last_window_end_unix_ms THEN excluded.pid ELSE pid END,
-             container_id = CASE WHEN excluded.last_window_end_unix_ms >= last_window_end_unix_ms
-                 THEN excluded.container_id ELSE container_id END,
-             container = CASE WHEN excluded.last_window_end_unix_ms >= last_window_end_unix_ms
-                 THEN excluded.container ELSE container END,
-             start_time_unix_ms = CASE WHEN excluded.last_window_end_unix_ms >= last_window_end_unix_ms
-                 THEN excluded.start_time_unix_ms ELSE start_time_unix_ms END,
+             container_id = CASE WHEN excluded.last_window_end_unix_ms >= last_window_end_unix_ms THEN excluded.container_id ELSE container_id END,
+             container = CASE WHEN excluded.last_window_end_unix_ms >= last_window_end_unix_ms THEN excluded.container ELSE container END,
+             start_time_unix_ms = CASE WHEN excluded.last_window_end_unix_ms >= last_window_end_unix_ms THEN excluded.start_time_unix_ms ELSE start_time_unix_ms END,
+             build_id = CASE WHEN excluded.last_window_end_unix_ms >= last_window_end_unix_ms THEN excluded.build_id ELSE build_id END,
+             server_version = CASE WHEN excluded.last_window_end_unix_ms >= last_window_end_unix_ms THEN excluded.server_version ELSE server_version END,
              last_window_end_unix_ms = max(last_window_end_unix_ms, excluded.last_window_end_unix_ms)",
     )?;
     let mut insert_text = tx.prepare_cached("INSERT OR IGNORE INTO digest_texts (digest, text) VALUES (?1, ?2)")?;
@@ -153,7 +152,9 @@ pub(super) fn batch(
             server.start_time_unix_ms,
             w.window_end_unix_ms,
             server.container_id,
-            server.container
+            server.container,
+            server.build_id,
+            server.server_version,
         ])?;
         for d in &w.digests {
             insert_text.execute(params![i(d.digest), d.digest_text])?;
@@ -205,6 +206,44 @@ pub(super) fn batch(
             w.cost.as_ref().map(Message::encode_to_vec).unwrap_or_default(),
             w.host.as_ref().map(Message::encode_to_vec).unwrap_or_default(),
         ])?;
+    }
+    // The newest agent window's word on a server wins, whatever order
+    // batches arrive in.
+    let mut upsert_untraced = tx.prepare_cached(
+        "INSERT INTO agent_instances (agent_id, instance, pid, start_time_unix_ms, last_window_end_unix_ms,
+             container_id, container, build_id, server_version, untraced_reason, untraced_kind,
+             untraced_since_unix_ms, untraced_seen_unix_ms)
+         VALUES (?1, ?2, ?3, ?4, 0, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)
+         ON CONFLICT (agent_id, instance) DO UPDATE SET
+             pid = CASE WHEN excluded.untraced_seen_unix_ms >= max(untraced_seen_unix_ms, last_window_end_unix_ms) THEN excluded.pid ELSE pid END,
+             container_id = CASE WHEN excluded.untraced_seen_unix_ms >= max(untraced_seen_unix_ms, last_window_end_unix_ms) THEN excluded.container_id ELSE container_id END,
+             container = CASE WHEN excluded.untraced_seen_unix_ms >= max(untraced_seen_unix_ms, last_window_end_unix_ms) THEN excluded.container ELSE container END,
+             start_time_unix_ms = CASE WHEN excluded.untraced_seen_unix_ms >= max(untraced_seen_unix_ms, last_window_end_unix_ms) THEN excluded.start_time_unix_ms ELSE start_time_unix_ms END,
+             build_id = CASE WHEN excluded.untraced_seen_unix_ms >= max(untraced_seen_unix_ms, last_window_end_unix_ms) THEN excluded.build_id ELSE build_id END,
+             server_version = CASE WHEN excluded.untraced_seen_unix_ms >= max(untraced_seen_unix_ms, last_window_end_unix_ms) THEN excluded.server_version ELSE server_version END,
+             untraced_reason = CASE WHEN excluded.untraced_seen_unix_ms >= max(untraced_seen_unix_ms, last_window_end_unix_ms) THEN excluded.untraced_reason ELSE untraced_reason END,
+             untraced_kind = CASE WHEN excluded.untraced_seen_unix_ms >= max(untraced_seen_unix_ms, last_window_end_unix_ms) THEN excluded.untraced_kind ELSE untraced_kind END,
+             untraced_since_unix_ms = CASE WHEN excluded.untraced_seen_unix_ms >= max(untraced_seen_unix_ms, last_window_end_unix_ms) THEN excluded.untraced_since_unix_ms ELSE untraced_since_unix_ms END,
+             untraced_seen_unix_ms = max(untraced_seen_unix_ms, excluded.untraced_seen_unix_ms)",
+    )?;
+    for w in &batch.agent_windows {
+        for u in &w.untraced {
+            let server = u.instance.clone().unwrap_or_default();
+            upsert_untraced.execute(params![
+                agent.agent_id,
+                server.name,
+                server.pid,
+                server.start_time_unix_ms,
+                server.container_id,
+                server.container,
+                server.build_id,
+                server.server_version,
+                u.reason,
+                u.kind,
+                u.since_unix_ms,
+                w.window_end_unix_ms,
+            ])?;
+        }
     }
     let mut insert_gap = tx.prepare_cached(
         "INSERT OR IGNORE INTO gaps (agent_id, first_sequence, last_sequence, batches, lost_statements,
@@ -297,7 +336,7 @@ pub(super) fn prune(writer: &Mutex<Connection>, older_than_unix_ms: i64) -> Resu
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(err)?;
     tx.execute_batch(&format!(
         "DELETE FROM gaps WHERE received_unix_ms < {cut} AND last_window_end_unix_ms < {cut};
-         DELETE FROM agent_instances WHERE last_window_end_unix_ms < {cut};
+         DELETE FROM agent_instances WHERE max(last_window_end_unix_ms, untraced_seen_unix_ms) < {cut};
          DELETE FROM agents WHERE last_seen_unix_ms < {cut}
              AND NOT EXISTS (SELECT 1 FROM batches b WHERE b.agent_id = agents.agent_id);
          DELETE FROM digest_texts WHERE NOT EXISTS
