@@ -32,6 +32,12 @@ enum Task {
     /// The agent's own CPU and memory at fixed statement rates (10k, 20k,
     /// the maximum) in each shedding step; report in benches/results/.
     BenchCost(bench::cost::CostArgs),
+    /// mysqld CPU per statement at a fixed sysbench rate, arms interleaved
+    /// over many short rounds, on MariaDB 10.11 (host) and 11.8
+    /// (container): medians, bootstrap intervals and paired differences to
+    /// control, the one-trap floor and a baseline binary; report and CSV in
+    /// benches/results/.
+    BenchRate(bench::rate::RateArgs),
     /// Fuzz every decoder of outside bytes (batches through decode,
     /// validate and a SQLite store; spool records; store blobs; the
     /// normalizer and redactor; kernel records) for N seconds each, with a
@@ -74,6 +80,12 @@ fn main() -> anyhow::Result<()> {
         Task::BenchCost(args) => {
             setup::run()?;
             let outcome = bench::cost::run(&args)?;
+            println!("{}", std::fs::read_to_string(outcome.report)?);
+            Ok(())
+        }
+        Task::BenchRate(args) => {
+            setup::run()?;
+            let outcome = bench::rate::run(&args)?;
             println!("{}", std::fs::read_to_string(outcome.report)?);
             Ok(())
         }

@@ -105,19 +105,59 @@ fn program_names() -> BTreeMap<u32, String> {
         .collect()
 }
 
-fn clock_ticks() -> f64 {
+pub fn clock_ticks() -> f64 {
     // SAFETY: sysconf has no preconditions.
     (unsafe { libc::sysconf(libc::_SC_CLK_TCK) }) as f64
 }
 
+/// utime + stime of a process (all its threads, exited ones included), in
+/// clock ticks.
+pub fn cpu_ticks(pid: u32) -> u64 {
+    let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else { return 0 };
+    let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else { return 0 };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    fields.get(11).and_then(|v| v.parse().ok()).unwrap_or(0u64)
+        + fields.get(12).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
+}
+
 /// utime + stime of a process (all its threads), in seconds.
 pub fn cpu_seconds(pid: u32) -> f64 {
-    let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else { return 0.0 };
-    let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else { return 0.0 };
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u64 = fields.get(11).and_then(|v| v.parse().ok()).unwrap_or(0)
-        + fields.get(12).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-    ticks as f64 / clock_ticks()
+    cpu_ticks(pid) as f64 / clock_ticks()
+}
+
+/// A process's CPU at one moment, two ways. schedstat counts nanoseconds
+/// per live thread (exact, but a thread that exits takes its time with
+/// it); /proc/PID/stat counts whole clock ticks for the process (coarse,
+/// but it keeps exited threads). The first is the measure, the second the
+/// check that no time went missing.
+#[derive(Clone, Debug, Default)]
+pub struct CpuReading {
+    /// ns on CPU (schedstat's first field) by thread id.
+    pub tasks_ns: BTreeMap<u32, u64>,
+    pub ticks: u64,
+}
+
+impl CpuReading {
+    pub fn of(pid: u32) -> CpuReading {
+        let mut tasks_ns = BTreeMap::new();
+        for task in fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten() {
+            let Some(tid) = task.file_name().to_str().and_then(|t| t.parse().ok()) else { continue };
+            let Ok(text) = fs::read_to_string(task.path().join("schedstat")) else { continue };
+            if let Some(ns) = text.split_whitespace().next().and_then(|v| v.parse().ok()) {
+                tasks_ns.insert(tid, ns);
+            }
+        }
+        CpuReading { tasks_ns, ticks: cpu_ticks(pid) }
+    }
+
+    /// ns on CPU since `earlier`, thread by thread: a thread born since
+    /// counts whole, one that exited since is lost (the ticks keep it).
+    pub fn ns_since(&self, earlier: &CpuReading) -> u64 {
+        self.tasks_ns
+            .iter()
+            .map(|(tid, &ns)| ns.saturating_sub(earlier.tasks_ns.get(tid).copied().unwrap_or(0)))
+            .sum()
+    }
 }
 
 pub fn peak_rss_kib(pid: u32) -> u64 {
@@ -168,6 +208,22 @@ pub fn parse_sysbench(report: &str) -> SysbenchReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cpu_of_this_process_is_read() {
+        let before = CpuReading::of(std::process::id());
+        let mut x = 0u64;
+        for i in 0..5_000_000u64 {
+            x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
+        }
+        let after = CpuReading::of(std::process::id());
+        assert!(!before.tasks_ns.is_empty(), "no schedstat for this process");
+        assert!(after.ns_since(&before) > 0 && after.ticks >= before.ticks);
+        // A thread that is gone since counts nothing, a new one whole.
+        let gone = CpuReading { tasks_ns: BTreeMap::from([(1, 50), (2, 70)]), ticks: 0 };
+        let now = CpuReading { tasks_ns: BTreeMap::from([(2, 100), (3, 20)]), ticks: 0 };
+        assert_eq!(now.ns_since(&gone), 30 + 20);
+    }
 
     #[test]
     fn sysbench_report_is_parsed() {

@@ -12,6 +12,7 @@
 //! set up at all stops it.
 pub mod cost;
 mod measure;
+pub mod rate;
 mod report;
 mod svg;
 mod treatment;

@@ -185,6 +185,21 @@ const BPFTRACE: &str = "/usr/bin/bpftrace";
 /// before the attaching).
 const BPFTRACE_READY: &str = "sqlbee-bench: attached";
 
+/// The server process a tracer watches, and a directory for the tracer's
+/// files (ready file, output, logs). A private server is one; a server in
+/// a container is another, watched through its host pid.
+#[derive(Clone, Copy, Debug)]
+pub struct Watched<'a> {
+    pub pid: u32,
+    pub dir: &'a Path,
+}
+
+impl<'a> From<&'a PrivateServer> for Watched<'a> {
+    fn from(server: &'a PrivateServer) -> Watched<'a> {
+        Watched { pid: server.pid(), dir: server.dir() }
+    }
+}
+
 /// sqlbee or bpftrace watching the server for one run, its stdout and
 /// stderr in files so nothing blocks on a pipe.
 pub struct Tracer {
@@ -212,7 +227,13 @@ impl std::fmt::Display for TracerKind {
 impl Tracer {
     /// Starts the tracer of `treatment` (None for server-side treatments)
     /// and waits until its probes are attached.
-    pub fn start(treatment: &Treatment, sqlbee: &AgentBinary, server: &PrivateServer, tag: &str) -> anyhow::Result<Option<Tracer>> {
+    pub fn start<'a>(
+        treatment: &Treatment,
+        sqlbee: &AgentBinary,
+        server: impl Into<Watched<'a>>,
+        tag: &str,
+    ) -> anyhow::Result<Option<Tracer>> {
+        let server = server.into();
         match treatment.setup {
             Setup::Agent { .. } => Self::agent(&sqlbee.path, &sqlbee.flags(treatment), "1h", server, tag).map(Some),
             Setup::Bpftrace { symbols, program } => Self::bpftrace(symbols, program, server, tag).map(Some),
@@ -222,14 +243,21 @@ impl Tracer {
 
     /// `sqlbee agent` on `server` with `flags`, closing a window every
     /// `window`, once its probes are attached.
-    pub fn agent(sqlbee: &Path, flags: &[&str], window: &str, server: &PrivateServer, tag: &str) -> anyhow::Result<Tracer> {
-        let ready = server.dir().join(format!("{tag}.ready"));
+    pub fn agent<'a>(
+        sqlbee: &Path,
+        flags: &[&str],
+        window: &str,
+        server: impl Into<Watched<'a>>,
+        tag: &str,
+    ) -> anyhow::Result<Tracer> {
+        let server = server.into();
+        let ready = server.dir.join(format!("{tag}.ready"));
         let _ = fs::remove_file(&ready);
-        let (stdout, stderr) = (server.dir().join(format!("{tag}.jsonl")), server.dir().join(format!("{tag}.log")));
+        let (stdout, stderr) = (server.dir.join(format!("{tag}.jsonl")), server.dir.join(format!("{tag}.log")));
         let child = Command::new(sqlbee)
             .args(["agent", "--output", "jsonl", "--window", window])
             .args(flags)
-            .arg(format!("--pid={}", server.pid()))
+            .arg(format!("--pid={}", server.pid))
             .arg("--ready-file")
             .arg(&ready)
             .stdin(Stdio::null())
@@ -242,23 +270,31 @@ impl Tracer {
         Ok(tracer)
     }
 
-    fn bpftrace(symbols: &[&str], program: &str, server: &PrivateServer, tag: &str) -> anyhow::Result<Tracer> {
+    /// bpftrace running `program` on `server`, once its probes are attached.
+    pub fn bpftrace(symbols: &[&str], program: &str, server: Watched, tag: &str) -> anyhow::Result<Tracer> {
         if !Path::new(BPFTRACE).exists() {
             bail!("bpftrace is not installed at {BPFTRACE}; `./x setup` installs it");
         }
-        let binary = fs::read_link(format!("/proc/{}/exe", server.pid())).context("reading mysqld's executable")?;
+        let (binary, same_root) = server_binary(server.pid)?;
         let mut text = format!("BEGIN {{ printf(\"{BPFTRACE_READY}\\n\"); }}\n{program}");
-        text = text.replace("{binary}", &binary.to_string_lossy()).replace("{pid}", &server.pid().to_string());
+        text = text.replace("{binary}", &binary.to_string_lossy()).replace("{pid}", &server.pid.to_string());
         for name in symbols {
             text = text.replace(&format!("{{{name}}}"), &mangled_symbol(&binary, name)?);
         }
-        let script = server.dir().join(format!("{tag}.bt"));
+        let script = server.dir.join(format!("{tag}.bt"));
         fs::write(&script, text)?;
-        let (stdout, stderr) = (server.dir().join(format!("{tag}.out")), server.dir().join(format!("{tag}.err")));
-        // `-p` makes bpftrace exit with the server; it does not scope uprobes.
-        let child = Command::new(BPFTRACE)
-            .arg("-p")
-            .arg(server.pid().to_string())
+        let (stdout, stderr) = (server.dir.join(format!("{tag}.out")), server.dir.join(format!("{tag}.err")));
+        let mut cmd = Command::new(BPFTRACE);
+        // `-p` makes bpftrace exit with the server; it does not scope
+        // uprobes. A server in another mount namespace (a container) is
+        // traced through its /proc/PID/root path and without `-p`, which
+        // would also have bpftrace map probe paths into that namespace
+        // (how differs between bpftrace versions); the program filters on
+        // the pid either way.
+        if same_root {
+            cmd.arg("-p").arg(server.pid.to_string());
+        }
+        let child = cmd
             .arg(&script)
             .stdin(Stdio::null())
             .stdout(fs::File::create(&stdout)?)
@@ -341,6 +377,28 @@ impl Drop for Tracer {
             let _ = self.child.wait();
         }
     }
+}
+
+/// A path on this host to the file process `pid` runs, and whether it is
+/// the path the process itself sees (the server shares our root: the host,
+/// or a chroot, whose exe link already names the host's file). A server in
+/// a container names a file of its own root, reached as
+/// /proc/PID/root/<path>; each candidate must be the very file running
+/// (same device and inode as /proc/PID/exe) or it is not used.
+fn server_binary(pid: u32) -> anyhow::Result<(PathBuf, bool)> {
+    use std::os::unix::fs::MetadataExt as _;
+    let exe = format!("/proc/{pid}/exe");
+    let running = fs::metadata(&exe).with_context(|| format!("reading {exe}: is mysqld (pid {pid}) running?"))?;
+    let link = fs::read_link(&exe).with_context(|| format!("reading the link {exe}"))?;
+    let same = |path: &Path| fs::metadata(path).is_ok_and(|m| m.dev() == running.dev() && m.ino() == running.ino());
+    if same(&link) {
+        return Ok((link, true));
+    }
+    let in_root = Path::new(&format!("/proc/{pid}/root")).join(link.strip_prefix("/").unwrap_or(&link));
+    if same(&in_root) {
+        return Ok((in_root, false));
+    }
+    bail!("{exe} names {}, which is neither on this host nor in the process's root", link.display())
 }
 
 /// The mangled name of the free function `name` in `binary`'s dynamic

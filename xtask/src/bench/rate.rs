@@ -1,0 +1,670 @@
+//! `cargo xtask bench-rate`: what watching costs mysqld, as CPU per
+//! statement at a fixed request rate well under saturation. On a 2-vCPU VM
+//! saturated runs spread by 10-30%, which hides effects of a few percent;
+//! mysqld's CPU per statement at a steady rate is far steadier, and many
+//! short rounds with every arm in each give medians with bootstrap
+//! intervals that say whether a difference is resolved.
+//!
+//! Every round runs every arm once. The order rotates by one every two
+//! rounds, and every second round runs the previous one backwards, so each
+//! arm sits in every position (given twice as many rounds as arms) and a
+//! drift that is linear in time cancels within each pair of rounds. An
+//! arm's cost is its paired difference to the control of the same round.
+//!
+//! Servers: MariaDB 10.11 on the host (Debian's mariadbd, a private server
+//! over its socket) and MariaDB 11.8 in a container from the test image
+//! (TCP on a published 127.0.0.1 port), one after the other. A failed
+//! arm-run is recorded with its reason and the bench goes on; a server or
+//! data set that cannot be set up stops it.
+mod report;
+mod servers;
+mod stats;
+
+use std::{
+    fs,
+    path::{Path, PathBuf},
+    time::Instant,
+};
+
+use anyhow::{Context as _, bail};
+use servers::{Kind, Server};
+
+use super::{
+    TEXT_SUFFIX,
+    measure::{CpuReading, ProgramStats, RunTimeStats, clock_ticks, cpu_ticks, parse_sysbench, programs_of},
+    release_agent,
+    treatment::{AgentBinary, Setup, TREATMENTS, Tracer, Treatment, Watched},
+};
+use crate::{paths::workspace_root, sysbench::Sysbench};
+
+#[derive(clap::Parser, Debug, Clone)]
+#[command(name = "bench-rate")]
+pub struct RateArgs {
+    /// Servers to measure, one after the other: 10.11 (the host's
+    /// mariadbd, a private server) and 11.8 (a container from
+    /// localhost/sqlbee-test-mariadb:11.8, which `./x image` builds).
+    #[arg(long, value_delimiter = ',', default_value = "10.11,11.8")]
+    pub servers: Vec<String>,
+    /// Arms run in every round: `control` (nothing attached) and
+    /// treatments of `cargo xtask bench` (sqlbee, sqlbee-all, sqlbee-waits,
+    /// sqlbee-events, sqlbee-budget, slow-log, general-log, bpftrace-pair,
+    /// bpftrace-count = the one-trap floor, performance-schema). Only the
+    /// host's server runs performance-schema: each of its runs restarts the
+    /// server with it on, warms, measures, then restarts and warms again, so
+    /// its rounds take longer.
+    #[arg(long, value_delimiter = ',', default_value = "control,bpftrace-count,sqlbee,sqlbee-waits")]
+    pub arms: Vec<String>,
+    /// The sqlbee binary to measure (default: a release build made first).
+    #[arg(long)]
+    pub agent_bin: Option<PathBuf>,
+    /// An older sqlbee binary: every sqlbee arm X also runs as X@baseline
+    /// with it, in the same rounds, so before and after compare in one run.
+    #[arg(long)]
+    pub baseline_bin: Option<PathBuf>,
+    /// The sysbench script; a `-text` suffix runs it over the text protocol
+    /// (--db-ps-mode=disable) instead of prepared statements.
+    #[arg(long, default_value = "oltp_point_select")]
+    pub script: String,
+    /// sysbench client threads.
+    #[arg(long, default_value_t = 4)]
+    pub threads: u32,
+    /// sysbench --rate: events per second to hold to (one statement per
+    /// event for oltp_point_select). Keep it well under saturation.
+    #[arg(long, default_value_t = 2000)]
+    pub rate: u32,
+    /// Seconds each arm runs per round.
+    #[arg(long, default_value_t = 10)]
+    pub round_seconds: u32,
+    /// Rounds; each runs every arm once. Twice the number of arms or more
+    /// puts each arm in every position.
+    #[arg(long, default_value_t = 12)]
+    pub rounds: u32,
+    /// Seconds of sysbench at the rate that warm a (re)started server.
+    #[arg(long, default_value_t = 5)]
+    pub warm_seconds: u32,
+    #[arg(long, default_value_t = 4)]
+    pub tables: u32,
+    #[arg(long, default_value_t = 10_000)]
+    pub table_size: u32,
+    /// Name in the result files: <date>-<name>.md and .csv.
+    #[arg(long, default_value = "rate")]
+    pub name: String,
+    /// Where the report and CSV go (default benches/results in the workspace).
+    #[arg(long)]
+    pub out_dir: Option<PathBuf>,
+    /// If above 0: after the rounds, each arm runs once more this many
+    /// seconds without a rate limit, and its QPS is reported (single runs,
+    /// no interval: the VM spreads them by 10-30%).
+    #[arg(long, default_value_t = 0)]
+    pub saturation_seconds: u32,
+}
+
+/// A baseline arm's name is its treatment's with this suffix.
+const BASELINE_SUFFIX: &str = "@baseline";
+
+/// One arm: nothing attached, or a treatment, with the binary under test
+/// or the baseline one.
+#[derive(Debug, Clone)]
+pub struct Arm {
+    pub name: String,
+    pub treatment: Option<&'static Treatment>,
+    pub baseline: bool,
+}
+
+impl Arm {
+    fn is_agent(&self) -> bool {
+        self.treatment.is_some_and(|t| matches!(t.setup, Setup::Agent { .. }))
+    }
+
+    fn server_flags(&self) -> &'static [&'static str] {
+        self.treatment.map_or(&[], |t| t.server_flags())
+    }
+
+    pub fn about(&self) -> String {
+        match (self.treatment, self.baseline) {
+            (None, _) => "nothing attached".into(),
+            (Some(t), false) => t.about.into(),
+            (Some(t), true) => format!("{} (the baseline binary)", t.about),
+        }
+    }
+}
+
+/// The arms `names` describe, each sqlbee arm followed by its baseline
+/// twin when there is a baseline binary.
+fn arms(names: &[String], baseline: bool) -> anyhow::Result<Vec<Arm>> {
+    let mut arms: Vec<Arm> = Vec::new();
+    for name in names {
+        if arms.iter().any(|a| &a.name == name) {
+            bail!("--arms: {name} twice");
+        }
+        if name == "control" {
+            arms.push(Arm { name: name.clone(), treatment: None, baseline: false });
+            continue;
+        }
+        let treatment = TREATMENTS.iter().find(|t| t.name == name).with_context(|| {
+            let names: Vec<&str> = TREATMENTS.iter().map(|t| t.name).collect();
+            format!("--arms: unknown arm {name:?}; use control or some of {}", names.join(", "))
+        })?;
+        let arm = Arm { name: name.clone(), treatment: Some(treatment), baseline: false };
+        let twin = (baseline && arm.is_agent())
+            .then(|| Arm { name: format!("{name}{BASELINE_SUFFIX}"), treatment: Some(treatment), baseline: true });
+        arms.push(arm);
+        arms.extend(twin);
+    }
+    if arms.is_empty() {
+        bail!("--arms: name at least one arm");
+    }
+    Ok(arms)
+}
+
+/// Round `round`'s order of `n` arms (indices): rotated by one every two
+/// rounds, and backwards in every odd round, so each pair of rounds is a
+/// palindrome (A B C, C B A) in which linear drift cancels.
+pub fn order(n: usize, round: u32) -> Vec<usize> {
+    let shift = (round / 2) as usize;
+    let mut order: Vec<usize> = (0..n).map(|i| (i + shift) % n.max(1)).collect();
+    if round % 2 == 1 {
+        order.reverse();
+    }
+    order
+}
+
+/// The binaries under test: the agent and, if given, the baseline.
+struct Agents {
+    current: Option<AgentBinary>,
+    baseline: Option<AgentBinary>,
+}
+
+impl Agents {
+    fn of(&self, arm: &Arm) -> anyhow::Result<&AgentBinary> {
+        let agent = if arm.baseline { &self.baseline } else { &self.current };
+        agent.as_ref().context("no sqlbee binary for this arm")
+    }
+}
+
+/// One measured arm-run. `round` None: a saturation run.
+#[derive(Debug, Clone, Default)]
+pub struct ArmRun {
+    pub server: &'static str,
+    pub round: Option<u32>,
+    pub position: u32,
+    pub arm: String,
+    pub seconds: f64,
+    /// What sysbench reported.
+    pub statements: u64,
+    /// The server's Questions over the run, without the bench's own reads.
+    pub questions: u64,
+    pub mysqld_cpu_ns: u64,
+    pub mysqld_cpu_ticks: u64,
+    pub agent_cpu_s: f64,
+    pub bpf_runs: u64,
+    pub bpf_ns: u64,
+    pub error: Option<String>,
+}
+
+impl ArmRun {
+    pub fn ok(&self) -> bool {
+        self.error.is_none() && self.questions > 0
+    }
+
+    /// The primary figure: mysqld's ns on CPU (schedstat) per statement.
+    pub fn ns_per_statement(&self) -> f64 {
+        self.mysqld_cpu_ns as f64 / self.questions as f64
+    }
+
+    /// The same from /proc/PID/stat's ticks, the cross-check.
+    pub fn ticks_ns_per_statement(&self) -> f64 {
+        self.mysqld_cpu_ticks as f64 / clock_ticks() * 1e9 / self.questions as f64
+    }
+
+    pub fn qps(&self) -> f64 {
+        self.questions as f64 / self.seconds
+    }
+}
+
+/// What was known about one server, for the report.
+#[derive(Debug, Clone)]
+pub struct ServerInfo {
+    pub name: &'static str,
+    pub version: String,
+    pub origin: String,
+    /// Questions one status read adds (subtracted from every run).
+    pub status_cost: u64,
+    /// Arms this server does not run, with why.
+    pub skipped_arms: Vec<(String, String)>,
+    /// The server was not measured at all, and why.
+    pub skipped: Option<String>,
+}
+
+/// Everything the arguments decide.
+pub struct Plan {
+    pub name: String,
+    pub servers: Vec<Kind>,
+    pub arms: Vec<Arm>,
+    pub script: String,
+    pub ps_mode: &'static str,
+    pub threads: u32,
+    pub rate: u32,
+    pub round_seconds: u32,
+    pub rounds: u32,
+    pub warm_seconds: u32,
+    pub tables: u32,
+    pub table_size: u32,
+    pub saturation_seconds: u32,
+    pub out_dir: PathBuf,
+}
+
+impl Plan {
+    fn new(args: &RateArgs) -> anyhow::Result<Plan> {
+        let mut servers = Vec::new();
+        for name in &args.servers {
+            let kind = Kind::parse(name)?;
+            if servers.contains(&kind) {
+                bail!("--servers: {name} twice");
+            }
+            servers.push(kind);
+        }
+        if servers.is_empty() {
+            bail!("--servers: name at least one of 10.11, 11.8");
+        }
+        let (lua, ps_mode) = match args.script.strip_suffix(TEXT_SUFFIX) {
+            Some(lua) => (lua, "disable"),
+            None => (args.script.as_str(), "auto"),
+        };
+        if !Path::new("/usr/share/sysbench").join(format!("{lua}.lua")).exists() {
+            bail!("--script: no sysbench script {lua}.lua in /usr/share/sysbench (e.g. oltp_point_select, oltp_read_only-text)");
+        }
+        if args.threads == 0 || args.rate == 0 || args.round_seconds == 0 || args.rounds == 0 || args.tables == 0 || args.table_size == 0 {
+            bail!("--threads, --rate, --round-seconds, --rounds, --tables and --table-size must be at least 1 (sysbench reads --rate=0 as no limit; --saturation-seconds measures that)");
+        }
+        Ok(Plan {
+            name: args.name.clone(),
+            servers,
+            arms: arms(&args.arms, args.baseline_bin.is_some())?,
+            script: lua.to_string(),
+            ps_mode,
+            threads: args.threads,
+            rate: args.rate,
+            round_seconds: args.round_seconds,
+            rounds: args.rounds,
+            warm_seconds: args.warm_seconds,
+            tables: args.tables,
+            table_size: args.table_size,
+            saturation_seconds: args.saturation_seconds,
+            out_dir: args.out_dir.clone().unwrap_or_else(|| workspace_root().join("benches/results")),
+        })
+    }
+
+    fn sysbench(&self, seconds: u32, rate: u32) -> Sysbench {
+        Sysbench {
+            script: self.script.clone(),
+            tables: self.tables,
+            table_size: self.table_size,
+            threads: self.threads,
+            seconds,
+            ps_mode: self.ps_mode,
+            rate,
+        }
+    }
+
+    /// The arms `kind` runs: a server that cannot restart with other flags
+    /// leaves out the arms that need it.
+    fn arms_on(&self, kind: Kind) -> (Vec<Arm>, Vec<(String, String)>) {
+        let (run, skip): (Vec<Arm>, Vec<Arm>) =
+            self.arms.iter().cloned().partition(|a| kind.restartable() || a.server_flags().is_empty());
+        let why = |a: Arm| (a.name, "needs a server restart with other flags; only the host's server does that".to_string());
+        (run, skip.into_iter().map(why).collect())
+    }
+}
+
+/// What a bench-rate run produced.
+pub struct RateOutcome {
+    pub runs: Vec<ArmRun>,
+    pub servers: Vec<ServerInfo>,
+    pub report: PathBuf,
+    pub csv: PathBuf,
+}
+
+/// "[run 7/48] 10.11 round 2/12 sqlbee — ETA 23 min" on stderr.
+struct Progress {
+    total: usize,
+    done: usize,
+    started: Instant,
+    guess: f64,
+}
+
+impl Progress {
+    fn announce(&self, what: &str) {
+        let per_run = if self.done > 0 { self.started.elapsed().as_secs_f64() / self.done as f64 } else { self.guess };
+        let minutes = (per_run * (self.total - self.done) as f64 / 60.0).round() as u64;
+        let eta = match minutes {
+            0 => "under 1 min".to_string(),
+            m if m < 90 => format!("{m} min"),
+            m => format!("{} h {:02} min", m / 60, m % 60),
+        };
+        eprintln!("[run {}/{}] {what} — ETA {eta}", self.done + 1, self.total);
+    }
+}
+
+/// Runs the whole bench described by `args` and writes its results.
+pub fn run(args: &RateArgs) -> anyhow::Result<RateOutcome> {
+    let plan = Plan::new(args)?;
+    let needs_agent = plan.arms.iter().any(Arm::is_agent);
+    let current = match (&args.agent_bin, needs_agent) {
+        (_, false) => None,
+        (Some(path), true) => Some(agent_binary(path, "--agent-bin")?),
+        (None, true) => Some(AgentBinary::new(release_agent()?)?),
+    };
+    let baseline = match &args.baseline_bin {
+        Some(path) if needs_agent => Some(agent_binary(path, "--baseline-bin")?),
+        _ => None,
+    };
+    let agents = Agents { current, baseline };
+    // Held until the end: program run counts and times for every run.
+    let _stats = RunTimeStats::enable();
+
+    // Arm-runs per server: the arms it runs in every round, plus one
+    // saturation run each.
+    let per_server = |kind: Kind| {
+        let arms = plan.arms_on(kind).0.len();
+        arms * plan.rounds as usize + if plan.saturation_seconds > 0 { arms } else { 0 }
+    };
+    let mut progress = Progress {
+        total: plan.servers.iter().map(|&k| per_server(k)).sum(),
+        done: 0,
+        started: Instant::now(),
+        guess: plan.round_seconds as f64 + 3.0,
+    };
+    let mut runs = Vec::new();
+    let mut infos = Vec::new();
+    for &kind in &plan.servers {
+        let info = one_server(&plan, kind, &agents, &mut progress, &mut runs)
+            .with_context(|| format!("setting up MariaDB {}", kind.name()))?;
+        // A server left out still counts in the ETA's total: drop its share.
+        if info.skipped.is_some() {
+            progress.total -= per_server(kind);
+        }
+        infos.push(info);
+    }
+    let (report, csv) = write_results(&plan, &agents, &infos, &runs)?;
+    Ok(RateOutcome { runs, servers: infos, report, csv })
+}
+
+fn agent_binary(path: &Path, flag: &str) -> anyhow::Result<AgentBinary> {
+    if !path.exists() {
+        bail!("{flag} {}: no such file; build sqlbee first or leave the flag out", path.display());
+    }
+    AgentBinary::new(path.to_path_buf())
+}
+
+/// mariadbd flags of every server: the data set in memory and nothing
+/// optional on, as in `cargo xtask bench`.
+const BASE_FLAGS: &[&str] = &[
+    "--innodb-buffer-pool-size=256M",
+    "--max-prepared-stmt-count=100000",
+    "--performance-schema=OFF",
+    // The warm-up decides what is in the buffer pool, not a reload racing
+    // the first measured run.
+    "--innodb-buffer-pool-dump-at-shutdown=OFF",
+    "--innodb-buffer-pool-load-at-startup=OFF",
+];
+
+/// Starts one server, prepares and warms it, runs every round on it and
+/// its saturation runs, then stops it (also on error: the server's Drop).
+fn one_server(plan: &Plan, kind: Kind, agents: &Agents, progress: &mut Progress, runs: &mut Vec<ArmRun>) -> anyhow::Result<ServerInfo> {
+    eprintln!("==> MariaDB {} ({})", kind.name(), if kind == Kind::Host { "the host's mariadbd" } else { "container" });
+    let (arms, skipped_arms) = plan.arms_on(kind);
+    for (arm, why) in &skipped_arms {
+        eprintln!("    {arm} left out on {}: {why}", kind.name());
+    }
+    let Some(mut server) = Server::start(kind, BASE_FLAGS)? else {
+        return Ok(ServerInfo {
+            name: kind.name(),
+            version: "-".into(),
+            origin: "-".into(),
+            status_cost: 0,
+            skipped_arms,
+            skipped: Some(format!("the image {} is missing; `./x image` builds it", crate::image::MARIADB_11_8_IMAGE)),
+        });
+    };
+    let version = server.sql("SELECT VERSION()")?.trim().to_string();
+    eprintln!("    {version}, pid {}; sysbench prepare ({} tables x {} rows)", server.pid(), plan.tables, plan.table_size);
+    plan.sysbench(1, 0).prepare(server.target())?;
+    warm(&server, plan).context("warming the server")?;
+    let status_cost = status_cost(&server)?;
+    let info = ServerInfo { name: kind.name(), version, origin: server.origin(), status_cost, skipped_arms, skipped: None };
+
+    let bench = plan.sysbench(plan.round_seconds, plan.rate);
+    for round in 0..plan.rounds {
+        for (position, &i) in order(arms.len(), round).iter().enumerate() {
+            let arm = &arms[i];
+            progress.announce(&format!("{} round {}/{} {}", kind.name(), round + 1, plan.rounds, arm.name));
+            let mut run = ArmRun { server: kind.name(), round: Some(round), position: position as u32, arm: arm.name.clone(), ..Default::default() };
+            one_arm_run(plan, &mut server, agents, arm, &bench, status_cost, &mut run)?;
+            runs.push(run);
+            progress.done += 1;
+        }
+    }
+    if plan.saturation_seconds > 0 {
+        let flat_out = plan.sysbench(plan.saturation_seconds, 0);
+        for (position, arm) in arms.iter().enumerate() {
+            progress.announce(&format!("{} saturation {}", kind.name(), arm.name));
+            let mut run = ArmRun { server: kind.name(), round: None, position: position as u32, arm: arm.name.clone(), ..Default::default() };
+            one_arm_run(plan, &mut server, agents, arm, &flat_out, status_cost, &mut run)?;
+            runs.push(run);
+            progress.done += 1;
+        }
+    }
+    Ok(info)
+}
+
+/// One arm-run around its server settings. A failure of the run itself is
+/// recorded in `run`; only a server that cannot be put back is an error.
+fn one_arm_run(
+    plan: &Plan,
+    server: &mut Server,
+    agents: &Agents,
+    arm: &Arm,
+    bench: &Sysbench,
+    status_cost: u64,
+    run: &mut ArmRun,
+) -> anyhow::Result<()> {
+    let restart = arm.server_flags();
+    let mut result = Ok(());
+    if !restart.is_empty() {
+        result = server.restart_with(restart).and_then(|()| warm(server, plan));
+    }
+    if result.is_ok() {
+        result = measured(server, agents, arm, bench, status_cost, run);
+    }
+    if let Err(e) = result {
+        eprintln!("    failed: {e:#}");
+        run.error = Some(format!("{e:#}"));
+    }
+    // Put the server back as the other arms expect it.
+    if !restart.is_empty() {
+        server.restart_with(&[]).and_then(|()| warm(server, plan)).context("restarting the server without the arm's flags")?;
+    }
+    if let Some(Setup::ServerSql { off, .. }) = arm.treatment.map(|t| &t.setup)
+        && let Err(e) = server.sql(off)
+    {
+        // Global variables do not survive a restart: the sure way to keep
+        // the setting out of the next arms, where the server allows it.
+        server.restart_with(&[]).and_then(|()| warm(server, plan)).with_context(|| format!("turning {} off failed ({e:#})", arm.name))?;
+    }
+    Ok(())
+}
+
+/// Attach, read, run at the rate, read again, detach.
+fn measured(server: &Server, agents: &Agents, arm: &Arm, bench: &Sysbench, status_cost: u64, run: &mut ArmRun) -> anyhow::Result<()> {
+    let tag = format!("rate-{}-{}", run.round.map_or("sat".into(), |r| r.to_string()), arm.name.replace('@', "-"));
+    let watched = Watched { pid: server.pid(), dir: server.dir() };
+    let tracer = match arm.treatment.map(|t| &t.setup) {
+        Some(Setup::Agent { .. }) => {
+            let agent = agents.of(arm)?;
+            Some(Tracer::agent(&agent.path, &agent.flags(arm.treatment.unwrap()), "1h", watched, &tag)?)
+        }
+        Some(Setup::Bpftrace { symbols, program }) => Some(Tracer::bpftrace(symbols, program, watched, &tag)?),
+        _ => None,
+    };
+    if let Some(Setup::ServerSql { on, .. }) = arm.treatment.map(|t| &t.setup) {
+        server.sql(on)?;
+    }
+    let questions0 = questions(server)?;
+    let tracer0 = tracer.as_ref().map(|t| (cpu_ticks(t.pid()), programs_of(t.pid())));
+    let cpu0 = CpuReading::of(server.pid());
+    let started = Instant::now();
+    let report = bench.run(server.target());
+    run.seconds = started.elapsed().as_secs_f64();
+    let cpu1 = CpuReading::of(server.pid());
+    if let (Some(tracer), Some((ticks0, programs0))) = (&tracer, &tracer0) {
+        run.agent_cpu_s = cpu_ticks(tracer.pid()).saturating_sub(*ticks0) as f64 / clock_ticks();
+        (run.bpf_runs, run.bpf_ns) = bpf_since(&programs_of(tracer.pid()), programs0);
+    }
+    let questions1 = questions(server)?;
+    run.mysqld_cpu_ns = cpu1.ns_since(&cpu0);
+    run.mysqld_cpu_ticks = cpu1.ticks.saturating_sub(cpu0.ticks);
+    run.questions = questions1.saturating_sub(questions0).saturating_sub(status_cost);
+    if let Some(tracer) = tracer {
+        tracer.stop()?;
+    }
+    run.statements = parse_sysbench(&report?).queries;
+    if run.questions == 0 {
+        bail!("the server counted no statements");
+    }
+    Ok(())
+}
+
+/// BPF runs and ns of `now` less those of `before`, over every program.
+fn bpf_since(now: &[ProgramStats], before: &[ProgramStats]) -> (u64, u64) {
+    let total = |p: &[ProgramStats]| p.iter().fold((0u64, 0u64), |(h, ns), p| (h + p.hits, ns + p.ns));
+    let ((h1, ns1), (h0, ns0)) = (total(now), total(before));
+    (h1.saturating_sub(h0), ns1.saturating_sub(ns0))
+}
+
+fn questions(server: &Server) -> anyhow::Result<u64> {
+    let text = server.sql("SHOW GLOBAL STATUS LIKE 'Questions'")?;
+    text.split_whitespace().nth(1).and_then(|v| v.parse().ok()).with_context(|| format!("Questions unreadable in {text:?}"))
+}
+
+/// How many Questions one status read adds, read on the idle server: the
+/// bench subtracts it from every run (the second read of each run counts
+/// itself; the first one's count is already in its own value).
+fn status_cost(server: &Server) -> anyhow::Result<u64> {
+    let a = questions(server)?;
+    let b = questions(server)?;
+    Ok(b.saturating_sub(a))
+}
+
+/// Reads every row once so the buffer pool holds the whole data set, then
+/// sysbench at the rate for the server's caches and connection threads.
+fn warm(server: &Server, plan: &Plan) -> anyhow::Result<()> {
+    for t in 1..=plan.tables {
+        server.sql(&format!("SELECT COUNT(*), SUM(k), SUM(LENGTH(c)) FROM sbtest.sbtest{t}"))?;
+    }
+    if plan.warm_seconds > 0 {
+        plan.sysbench(plan.warm_seconds, plan.rate).run(server.target()).context("warm-up run")?;
+    }
+    Ok(())
+}
+
+fn write_results(plan: &Plan, agents: &Agents, servers: &[ServerInfo], runs: &[ArmRun]) -> anyhow::Result<(PathBuf, PathBuf)> {
+    let dir = &plan.out_dir;
+    fs::create_dir_all(dir).with_context(|| format!("creating the result directory {}", dir.display()))?;
+    let date = std::process::Command::new("date").arg("+%Y-%m-%d").output().context("running date")?;
+    let stem = format!("{}-{}", String::from_utf8_lossy(&date.stdout).trim(), plan.name);
+    let binaries: Vec<(&str, String)> = [("agent", &agents.current), ("baseline", &agents.baseline)]
+        .into_iter()
+        .filter_map(|(role, agent)| Some((role, describe_binary(&agent.as_ref()?.path))))
+        .collect();
+    let markdown = report::markdown(plan, &binaries, servers, runs);
+    let (md_path, csv_path) = (dir.join(format!("{stem}.md")), dir.join(format!("{stem}.csv")));
+    fs::write(&md_path, &markdown)?;
+    fs::write(&csv_path, report::csv(runs))?;
+    eprintln!("==> wrote {} and .csv", md_path.display());
+    Ok((md_path, csv_path))
+}
+
+/// Path, version and modification time of a sqlbee binary.
+fn describe_binary(path: &Path) -> String {
+    let version = std::process::Command::new(path)
+        .arg("--version")
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|| "version unknown".into());
+    let modified = fs::metadata(path)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map(|d| civil_date(d.as_secs()))
+        .unwrap_or_default();
+    format!("`{}` ({version}, built {modified})", path.display())
+}
+
+/// A Unix time as `YYYY-MM-DD HH:MM` UTC (days to civil date, Howard
+/// Hinnant's algorithm), so xtask needs no date crate.
+fn civil_date(secs: u64) -> String {
+    let days = (secs / 86_400) as i64;
+    let (h, m) = ((secs % 86_400) / 3600, (secs % 3600) / 60);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let mo = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(mo <= 2);
+    format!("{y:04}-{mo:02}-{d:02} {h:02}:{m:02} UTC")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_arm_sits_in_every_position_and_pairs_of_rounds_balance() {
+        for n in 1..=6usize {
+            let mut seen = vec![vec![false; n]; n];
+            for round in 0..2 * n as u32 {
+                let o = order(n, round);
+                let mut sorted = o.clone();
+                sorted.sort();
+                assert_eq!(sorted, (0..n).collect::<Vec<_>>(), "each arm once per round");
+                for (position, &arm) in o.iter().enumerate() {
+                    seen[arm][position] = true;
+                }
+                if round % 2 == 1 {
+                    // Positions summed over the pair are the same for every
+                    // arm: a linear drift adds the same to each.
+                    let prev = order(n, round - 1);
+                    for arm in 0..n {
+                        let at = |o: &[usize]| o.iter().position(|&a| a == arm).unwrap();
+                        assert_eq!(at(&prev) + at(&o), n - 1);
+                    }
+                }
+            }
+            assert!(seen.iter().flatten().all(|&s| s), "n {n}: {seen:?}");
+        }
+    }
+
+    #[test]
+    fn arms_are_parsed_with_their_baseline_twins() {
+        let names: Vec<String> = ["control", "bpftrace-count", "sqlbee", "sqlbee-waits"].map(String::from).to_vec();
+        let plain: Vec<String> = arms(&names, false).unwrap().into_iter().map(|a| a.name).collect();
+        assert_eq!(plain, names);
+        let with: Vec<String> = arms(&names, true).unwrap().into_iter().map(|a| a.name).collect();
+        assert_eq!(with, ["control", "bpftrace-count", "sqlbee", "sqlbee@baseline", "sqlbee-waits", "sqlbee-waits@baseline"]);
+        assert!(arms(&["nope".to_string()], false).is_err());
+        assert!(arms(&["sqlbee".to_string(), "sqlbee".to_string()], false).is_err());
+    }
+
+    #[test]
+    fn dates_are_civil() {
+        assert_eq!(civil_date(0), "1970-01-01 00:00 UTC");
+        assert_eq!(civil_date(1_700_000_000), "2023-11-14 22:13 UTC");
+        assert_eq!(civil_date(951_782_400), "2000-02-29 00:00 UTC");
+    }
+}

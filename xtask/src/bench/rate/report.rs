@@ -1,0 +1,378 @@
+//! Turns arm-runs into the report: per server a table of each arm's
+//! mysqld CPU per statement with its interval, the paired differences to
+//! the control, to the one-trap floor and to the baseline binary, a few
+//! sentences that read the table, and the CSV of every raw run. Pure: it
+//! formats text and never measures or writes files.
+use std::fmt::Write as _;
+
+use super::{
+    Arm, ArmRun, Plan, ServerInfo,
+    stats::{Estimate, bootstrap, median, paired},
+};
+
+/// The arm whose single counting uprobe is the floor a one-trap agent
+/// cannot go under.
+const FLOOR: &str = "bpftrace-count";
+const CONTROL: &str = "control";
+
+/// Extra ns per statement to extra mysqld cores per 10k statements/s.
+const CORES_PER_10K: f64 = 10_000.0 / 1e9;
+
+/// The per-round figures of one server's arms.
+struct Rounds<'a> {
+    runs: Vec<&'a ArmRun>,
+}
+
+impl<'a> Rounds<'a> {
+    fn of(runs: &'a [ArmRun], server: &str) -> Rounds<'a> {
+        Rounds { runs: runs.iter().filter(|r| r.server == server && r.round.is_some()).collect() }
+    }
+
+    fn ok(&self, arm: &str) -> impl Iterator<Item = &&'a ArmRun> {
+        self.runs.iter().filter(move |r| r.arm == arm && r.ok())
+    }
+
+    /// `value` of every successful run of `arm`, by round.
+    fn by_round(&self, arm: &str, value: impl Fn(&ArmRun) -> f64) -> Vec<(u32, f64)> {
+        self.ok(arm).map(|r| (r.round.unwrap_or(0), value(r))).collect()
+    }
+
+    fn ns(&self, arm: &str) -> Vec<(u32, f64)> {
+        self.by_round(arm, ArmRun::ns_per_statement)
+    }
+
+    fn has(&self, arm: &str) -> bool {
+        self.runs.iter().any(|r| r.arm == arm)
+    }
+
+    /// The paired difference of `arm` to `other`, per statement.
+    fn versus(&self, arm: &str, other: &str) -> Option<Estimate> {
+        if !self.has(other) || arm == other {
+            return None;
+        }
+        bootstrap(&paired(&self.ns(arm), &self.ns(other)))
+    }
+
+    fn median_of(&self, arm: &str, value: impl Fn(&ArmRun) -> f64) -> Option<f64> {
+        median(&self.by_round(arm, value).into_iter().map(|(_, v)| v).collect::<Vec<_>>())
+    }
+}
+
+/// Everything the table and the reading say about one arm.
+struct Row {
+    arm: Arm,
+    ns: Option<Estimate>,
+    vs_control: Option<Estimate>,
+    vs_floor: Option<Estimate>,
+    vs_baseline: Option<Estimate>,
+    qps: Option<f64>,
+    agent_cores_per_10k: Option<f64>,
+    bpf_runs: Option<f64>,
+    bpf_ns: Option<f64>,
+    ok: usize,
+    total: usize,
+}
+
+fn rows(plan: &Plan, server: &ServerInfo, rounds: &Rounds) -> Vec<Row> {
+    let skipped = |a: &Arm| server.skipped_arms.iter().any(|(name, _)| *name == a.name);
+    plan.arms
+        .iter()
+        .filter(|a| !skipped(a))
+        .map(|arm| {
+            let name = arm.name.as_str();
+            let has_tracer = arm.treatment.is_some_and(|t| t.has_tracer());
+            let per_statement = |f: fn(&ArmRun) -> f64| if has_tracer { rounds.median_of(name, f) } else { None };
+            Row {
+                arm: arm.clone(),
+                ns: bootstrap(&rounds.ns(name).into_iter().map(|(_, v)| v).collect::<Vec<_>>()),
+                vs_control: rounds.versus(name, CONTROL),
+                vs_floor: if arm.is_agent() { rounds.versus(name, FLOOR) } else { None },
+                vs_baseline: if arm.is_agent() && !arm.baseline {
+                    rounds.versus(name, &format!("{name}{}", super::BASELINE_SUFFIX))
+                } else {
+                    None
+                },
+                qps: rounds.median_of(name, ArmRun::qps),
+                agent_cores_per_10k: per_statement(|r| r.agent_cpu_s * 10_000.0 / r.questions as f64),
+                bpf_runs: per_statement(|r| r.bpf_runs as f64 / r.questions as f64),
+                bpf_ns: per_statement(|r| r.bpf_ns as f64 / r.questions as f64),
+                ok: rounds.ok(name).count(),
+                total: rounds.runs.iter().filter(|r| r.arm == name).count(),
+            }
+        })
+        .collect()
+}
+
+/// "31250 [30900, 31700]"; a difference carries its sign, and a resolved
+/// one (its interval leaves 0 out) is bold.
+fn show(e: Option<Estimate>, decimals: usize, difference: bool) -> String {
+    let Some(e) = e else { return "-".into() };
+    let text = if difference {
+        format!("{:+.decimals$} [{:+.decimals$}, {:+.decimals$}]", e.median, e.lo, e.hi)
+    } else {
+        format!("{:.decimals$} [{:.decimals$}, {:.decimals$}]", e.median, e.lo, e.hi)
+    };
+    if difference && e.resolved() { format!("**{text}**") } else { text }
+}
+
+fn opt(value: Option<f64>, decimals: usize) -> String {
+    value.map_or("-".into(), |v| format!("{v:.decimals$}"))
+}
+
+pub(super) fn markdown(plan: &Plan, binaries: &[(&str, String)], servers: &[ServerInfo], runs: &[ArmRun]) -> String {
+    let mut md = String::new();
+    let _ = writeln!(md, "# sqlbee cost at a fixed rate: {}\n", plan.name);
+    let _ = writeln!(
+        md,
+        "`cargo xtask bench-rate`: sysbench `{}` ({}), {} threads held to `--rate {}` events/s, {} rounds of {} s; every round \
+         runs every arm once, in an order that rotates and reverses so each arm sits in every position and linear drift \
+         cancels over each pair of rounds. {} tables x {} rows, {} s warm-up at the rate. Kernel {}, {} cores.\n",
+        plan.script,
+        if plan.ps_mode == "disable" { "text protocol" } else { "prepared statements" },
+        plan.threads,
+        plan.rate,
+        plan.rounds,
+        plan.round_seconds,
+        plan.tables,
+        plan.table_size,
+        plan.warm_seconds,
+        std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim(),
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+    );
+    for (role, binary) in binaries {
+        let _ = writeln!(md, "- {role}: {binary}");
+    }
+    for server in servers {
+        match &server.skipped {
+            Some(why) => {
+                let _ = writeln!(md, "- MariaDB {}: not measured: {why}", server.name);
+            }
+            None => {
+                let _ = writeln!(md, "- MariaDB {}: `{}`, {}", server.name, server.version, server.origin);
+            }
+        }
+    }
+    let _ = writeln!(md, "\nArms:\n");
+    for arm in &plan.arms {
+        let _ = writeln!(md, "- `{}`: {}", arm.name, arm.about());
+    }
+    let _ = writeln!(
+        md,
+        "\nmysqld CPU is the sum of the first field of `/proc/PID/task/*/schedstat` (ns on CPU, thread by thread) over \
+         the sysbench run, divided by the server's `Questions` over the run (less the bench's own status read). \
+         Medians over rounds with 95% bootstrap intervals (percentile method, {} resamples, fixed seed); a difference \
+         is paired with the same round's other arm, and **bold** when its interval leaves 0 out (resolved). Extra \
+         cores per 10k QPS = extra ns/stmt x 10 000 / 1e9. Agent cores per 10k QPS: the tracer's utime+stime from \
+         /proc/PID/stat over the run. BPF: run count and run time of the tracer's programs (the program bodies, not \
+         the trap, which mysqld pays and the CPU columns include). bpftrace 0.17 puts its uprobe in every process \
+         running the binary and filters on the pid inside the program, so on the host its BPF runs also count other \
+         mariadbd processes of the same binary (whose traps they pay, not the measured server).\n",
+        super::stats::RESAMPLES
+    );
+    for server in servers.iter().filter(|s| s.skipped.is_none()) {
+        server_section(&mut md, plan, server, runs);
+    }
+    md
+}
+
+fn server_section(md: &mut String, plan: &Plan, server: &ServerInfo, runs: &[ArmRun]) {
+    let rounds = Rounds::of(runs, server.name);
+    let rows = rows(plan, server, &rounds);
+    let _ = writeln!(md, "## MariaDB {} ({})\n", server.name, server.version);
+    for (arm, why) in &server.skipped_arms {
+        let _ = writeln!(md, "`{arm}` is left out here: {why}.\n");
+    }
+    let _ = writeln!(
+        md,
+        "| arm | QPS | mysqld ns/stmt [CI] | extra vs control ns/stmt [CI] | extra cores/10k QPS [CI] | vs floor ns/stmt [CI] | \
+         vs baseline ns/stmt [CI] | agent cores/10k QPS | BPF runs/stmt | BPF ns/stmt | runs ok |"
+    );
+    let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|");
+    for row in &rows {
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {}/{} |",
+            row.arm.name,
+            opt(row.qps, 0),
+            show(row.ns, 0, false),
+            show(row.vs_control, 0, true),
+            show(row.vs_control.map(|e| e.scaled(CORES_PER_10K)), 4, true),
+            show(row.vs_floor, 0, true),
+            show(row.vs_baseline, 0, true),
+            opt(row.agent_cores_per_10k, 4),
+            opt(row.bpf_runs, 2),
+            opt(row.bpf_ns, 0),
+            row.ok,
+            row.total,
+        );
+    }
+    let ok: Vec<&&ArmRun> = rounds.runs.iter().filter(|r| r.ok()).collect();
+    let check = median(&ok.iter().map(|r| r.ticks_ns_per_statement() / r.ns_per_statement()).collect::<Vec<_>>());
+    let statements = median(&ok.iter().map(|r| r.questions as f64 / r.statements.max(1) as f64).collect::<Vec<_>>());
+    let _ = writeln!(
+        md,
+        "\nChecks: mysqld CPU from /proc/PID/stat (ticks, exited threads included) / from schedstat = {} (median \
+         over runs; near 1 means no thread took its time with it); Questions / sysbench's queries = {}.\n",
+        opt(check, 3),
+        opt(statements, 3),
+    );
+    let failed: Vec<String> = rounds
+        .runs
+        .iter()
+        .filter(|r| !r.ok())
+        .map(|r| format!("round {} `{}`: {}", r.round.unwrap_or(0) + 1, r.arm, r.error.as_deref().unwrap_or("no statements counted")))
+        .collect();
+    if !failed.is_empty() {
+        let _ = writeln!(md, "Failed runs:\n");
+        for f in failed {
+            let _ = writeln!(md, "- {}", f.replace('\n', " "));
+        }
+        md.push('\n');
+    }
+    let _ = writeln!(md, "Reading:\n");
+    for line in reading(&rows) {
+        let _ = writeln!(md, "- {line}");
+    }
+    md.push('\n');
+    let saturation: Vec<&ArmRun> = runs.iter().filter(|r| r.server == server.name && r.round.is_none()).collect();
+    if !saturation.is_empty() {
+        let _ = writeln!(
+            md,
+            "Saturation, {} s each without a rate limit, after the rounds. **Single unresolved runs**: this VM spreads \
+             saturated runs by 10-30%, so these say what the rate above is a fraction of, not what an arm costs.\n",
+            plan.saturation_seconds
+        );
+        let _ = writeln!(md, "| arm | QPS | mysqld ns/stmt | error |\n|---|---|---|---|");
+        for r in saturation {
+            let (qps, ns) = if r.ok() { (format!("{:.0}", r.qps()), format!("{:.0}", r.ns_per_statement())) } else { ("-".into(), "-".into()) };
+            let _ = writeln!(md, "| {} | {qps} | {ns} | {} |", r.arm, r.error.as_deref().unwrap_or("").replace('|', "/"));
+        }
+        md.push('\n');
+    }
+}
+
+/// The table in sentences: what each difference is and whether the rounds
+/// resolve it.
+fn reading(rows: &[Row]) -> Vec<String> {
+    let verdict = |e: &Estimate| {
+        if e.resolved() {
+            "resolved".to_string()
+        } else if e.n < 2 {
+            "one round: not resolved".to_string()
+        } else {
+            format!("not resolved: the rounds cannot tell it from 0; the interval's upper end is {:+.0} ns", e.hi)
+        }
+    };
+    let mut lines = Vec::new();
+    for row in rows {
+        let name = &row.arm.name;
+        if let Some(e) = row.vs_control {
+            lines.push(format!(
+                "`{name}` vs control: {:+.0} ns of mysqld CPU per statement [{:+.0}, {:+.0}], {} \
+                 ({:+.4} cores per 10k QPS).",
+                e.median,
+                e.lo,
+                e.hi,
+                verdict(&e),
+                e.median * CORES_PER_10K
+            ));
+        }
+        if let Some(e) = row.vs_floor {
+            lines.push(format!(
+                "`{name}` vs the one-trap floor (`{FLOOR}`): {:+.0} ns per statement [{:+.0}, {:+.0}], {}.",
+                e.median,
+                e.lo,
+                e.hi,
+                verdict(&e)
+            ));
+        }
+        if let Some(e) = row.vs_baseline {
+            lines.push(format!(
+                "`{name}` vs the same arm with the baseline binary: {:+.0} ns per statement [{:+.0}, {:+.0}], {}.",
+                e.median,
+                e.lo,
+                e.hi,
+                verdict(&e)
+            ));
+        }
+        if row.ok < row.total {
+            lines.push(format!("`{name}`: {} of {} runs failed (listed above).", row.total - row.ok, row.total));
+        }
+    }
+    if lines.is_empty() {
+        lines.push("No difference to read: add `control` (and a floor or baseline arm) to --arms.".into());
+    }
+    lines
+}
+
+pub(super) fn csv(runs: &[ArmRun]) -> String {
+    let mut csv = String::from(
+        "server,round,position,arm,seconds,statements,questions,mysqld_cpu_ns_schedstat,mysqld_cpu_ticks,agent_cpu_s,bpf_runs,bpf_ns,error\n",
+    );
+    for r in runs {
+        let _ = writeln!(
+            csv,
+            "{},{},{},{},{:.3},{},{},{},{},{:.3},{},{},{}",
+            r.server,
+            r.round.map_or("saturation".into(), |n| n.to_string()),
+            r.position,
+            r.arm,
+            r.seconds,
+            r.statements,
+            r.questions,
+            r.mysqld_cpu_ns,
+            r.mysqld_cpu_ticks,
+            r.agent_cpu_s,
+            r.bpf_runs,
+            r.bpf_ns,
+            r.error.as_deref().unwrap_or("").replace([',', '\n'], ";"),
+        );
+    }
+    csv
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(round: u32, arm: &str, cpu_ns: u64) -> ArmRun {
+        ArmRun {
+            server: "10.11",
+            round: Some(round),
+            arm: arm.into(),
+            seconds: 10.0,
+            statements: 1000,
+            questions: 1000,
+            mysqld_cpu_ns: cpu_ns,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn differences_pair_rounds_and_skip_failed_runs() {
+        let mut runs = Vec::new();
+        for round in 0..6 {
+            // A drift of 1 us per statement per round, shared by both arms.
+            runs.push(run(round, "control", 20_000_000 + round as u64 * 1_000_000));
+            runs.push(run(round, "sqlbee", 20_500_000 + round as u64 * 1_000_000));
+        }
+        runs[3].error = Some("sysbench failed".into());
+        let rounds = Rounds::of(&runs, "10.11");
+        let d = rounds.versus("sqlbee", "control").unwrap();
+        assert_eq!((d.median, d.lo, d.hi, d.n), (500.0, 500.0, 500.0, 5));
+        assert!(d.resolved());
+        assert!(rounds.versus("sqlbee", "bpftrace-count").is_none(), "no floor arm, no column");
+        assert_eq!(Rounds::of(&runs, "11.8").ns("control"), vec![]);
+    }
+
+    #[test]
+    fn csv_has_one_line_per_run_and_no_stray_commas() {
+        let mut r = run(0, "sqlbee@baseline", 5);
+        r.error = Some("a, b\nc".into());
+        let text = csv(&[r, ArmRun { round: None, ..run(0, "control", 7) }]);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3);
+        assert!(lines.iter().all(|l| l.split(',').count() == 13), "{text}");
+        assert!(lines[2].starts_with("10.11,saturation,"));
+    }
+}
