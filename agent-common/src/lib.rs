@@ -87,6 +87,9 @@ pub mod flags {
     pub const SAMPLE: u32 = 8;
     /// The text was left out on purpose: the agent is shedding load.
     pub const SHED: u32 = 16;
+    /// `QueryStats::cpu_ns` was measured (the thread had ended a
+    /// statement before, since the probes attached).
+    pub const CPU: u32 = 32;
 }
 
 /// Indices of the per-CPU health counters: one `STATS` value per CPU
@@ -115,7 +118,9 @@ pub mod stat {
     pub const ERRORS: u32 = 8;
     /// Hits of the calibration program (the agent's own trap timing).
     pub const CALIBRATION_HITS: u32 = 9;
-    pub const SLOTS: u32 = 10;
+    /// Name records (schemas, accounts) lost because their ring was full.
+    pub const NAMES_DROPPED: u32 = 10;
+    pub const SLOTS: u32 = 11;
 }
 
 /// One CPU's health counters, indexed by [`stat`].
@@ -168,6 +173,165 @@ pub struct ServerLayout {
     pub wait_probes: u32,
     /// Sets of the `KNOWN` table (`kernel_digests::known_sets`), a power of two.
     pub known_sets: u32,
+    /// Offset of the current database `{const char*, size_t}` in THD;
+    /// `UNKNOWN` leaves the schema out.
+    pub db_offset: u32,
+    /// The THD's per-statement counters (see [`QueryStats`]) are copied
+    /// with one read of `stats_len` bytes (at most [`STATS_WINDOW`]) from
+    /// THD+`stats_base`; each offset below is relative to `stats_base`.
+    pub stats_base: u32,
+    pub stats_len: u32,
+    /// Which counters this build lets the kernel read ([`stats_field`] bits).
+    pub stats_fields: u32,
+    pub rows_sent_rel: u32,
+    pub rows_examined_rel: u32,
+    pub rows_affected_rel: u32,
+    /// `query_plan_flags` (u64), then `query_plan_fsort_passes`,
+    /// `tmp_tables_used` and `tmp_tables_disk_used` in the next three words.
+    pub plan_flags_rel: u32,
+    /// `server_status` (u32).
+    pub server_status_rel: u32,
+    /// The connection id, when it lies in the window (it names the
+    /// connection whose account is cached).
+    pub connection_id_rel: u32,
+    /// Offset of `se.sum_exec_runtime` in the running kernel's
+    /// `task_struct`, from its BTF; 0 leaves CPU time out.
+    pub task_runtime_offset: u32,
+    /// Offset of `THD::security_ctx` (a pointer to the connection's
+    /// `Security_context` at a top-level statement), and in that context the
+    /// pointers to the user and the client host (`host_or_ip`); `UNKNOWN`
+    /// leaves the account out.
+    pub sctx_offset: u32,
+    pub sctx_user_offset: u32,
+    pub sctx_host_offset: u32,
+}
+
+/// A layout offset the agent could not learn for this build.
+pub const UNKNOWN: u32 = u32::MAX;
+
+/// Largest THD span the statement program copies for [`QueryStats`].
+pub const STATS_WINDOW: usize = 1024;
+
+/// Bits of [`ServerLayout::stats_fields`]: counters read for this build.
+pub mod stats_field {
+    pub const ROWS_SENT: u32 = 1;
+    pub const ROWS_EXAMINED: u32 = 2;
+    pub const ROWS_AFFECTED: u32 = 4;
+    /// The plan flags word and the three counters after it.
+    pub const PLAN: u32 = 8;
+    pub const SERVER_STATUS: u32 = 16;
+    pub const CONNECTION_ID: u32 = 32;
+}
+
+/// Bits of the server's `query_plan_flags` (MariaDB `sql/log_slow.h`,
+/// unchanged since 5.5; the agent checks `QPLAN_TMP_TABLE` against the
+/// code it decodes the offset from).
+pub mod plan {
+    pub const FILESORT: u64 = 0x2;
+    pub const FILESORT_DISK: u64 = 0x4;
+    pub const FULL_JOIN: u64 = 0x10;
+    pub const FULL_SCAN: u64 = 0x20;
+    pub const TMP_TABLE: u64 = 0x200;
+    pub const TMP_DISK: u64 = 0x400;
+}
+
+/// Bits of the server's `server_status` (the protocol's `SERVER_QUERY_*`).
+pub mod server_status {
+    pub const NO_GOOD_INDEX_USED: u32 = 0x10;
+    pub const NO_INDEX_USED: u32 = 0x20;
+}
+
+/// What the server counted for one statement (in a record) or the sum over
+/// statements (in a kernel digest slot): the slow log's figures, read from
+/// the THD at statement end.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QueryStats {
+    pub rows_sent: u64,
+    pub rows_examined: u64,
+    pub rows_affected: u64,
+    /// Time spent acquiring locks (ns), row-lock waits included: the
+    /// server's own `Lock_time`.
+    pub lock_ns: u64,
+    /// On-CPU time of the thread since its previous statement end (ns).
+    pub cpu_ns: u64,
+    /// Statements whose `cpu_ns` was measured.
+    pub cpu_statements: u64,
+    /// Statements the server flagged as using no index, or no good index.
+    pub no_index_used: u64,
+    pub no_good_index_used: u64,
+    /// Temporary tables created, and those of them on disk.
+    pub tmp_tables: u64,
+    pub tmp_disk_tables: u64,
+    pub sort_merge_passes: u64,
+    /// Statements with a join that scanned a table after the first one, and
+    /// with a full scan of the first table (flags: at most one per
+    /// statement, where performance_schema counts each join).
+    pub select_full_join: u64,
+    pub select_scan: u64,
+    /// Statements that sorted, and that sorted on disk.
+    pub filesort: u64,
+    pub filesort_on_disk: u64,
+}
+
+impl QueryStats {
+    /// Wrapping: a counter read from a server's memory may hold anything,
+    /// and a sum must never panic the agent.
+    #[inline(always)]
+    pub fn add(&mut self, other: &QueryStats) {
+        self.rows_sent = self.rows_sent.wrapping_add(other.rows_sent);
+        self.rows_examined = self.rows_examined.wrapping_add(other.rows_examined);
+        self.rows_affected = self.rows_affected.wrapping_add(other.rows_affected);
+        self.lock_ns = self.lock_ns.wrapping_add(other.lock_ns);
+        self.cpu_ns = self.cpu_ns.wrapping_add(other.cpu_ns);
+        self.cpu_statements = self.cpu_statements.wrapping_add(other.cpu_statements);
+        self.no_index_used = self.no_index_used.wrapping_add(other.no_index_used);
+        self.no_good_index_used = self.no_good_index_used.wrapping_add(other.no_good_index_used);
+        self.tmp_tables = self.tmp_tables.wrapping_add(other.tmp_tables);
+        self.tmp_disk_tables = self.tmp_disk_tables.wrapping_add(other.tmp_disk_tables);
+        self.sort_merge_passes = self.sort_merge_passes.wrapping_add(other.sort_merge_passes);
+        self.select_full_join = self.select_full_join.wrapping_add(other.select_full_join);
+        self.select_scan = self.select_scan.wrapping_add(other.select_scan);
+        self.filesort = self.filesort.wrapping_add(other.filesort);
+        self.filesort_on_disk = self.filesort_on_disk.wrapping_add(other.filesort_on_disk);
+    }
+}
+
+/// Accounts (user and client host) a kernel digest slot tells apart per
+/// CPU; statements of further accounts are counted without one.
+pub const SLOT_ACCOUNTS: usize = 4;
+
+/// Longest schema name, user and client host the kernel copies (bytes);
+/// longer ones are hashed and named by this prefix and their length.
+pub const MAX_NAME: usize = 64;
+pub const MAX_HOST: usize = 128;
+
+/// Kinds of [`NameRecord`].
+pub mod name_kind {
+    pub const SCHEMA: u32 = 1;
+    pub const ACCOUNT: u32 = 2;
+}
+
+/// What a schema or account hash stands for. Sent once per connection and
+/// change (ring `NAMES`), so statements carry only the hash.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct NameRecord {
+    pub kind: u32,
+    /// Bytes of `name` and `host` used (`host` for accounts only).
+    pub name_len: u32,
+    pub host_len: u32,
+    pub _pad: u32,
+    pub hash: u64,
+    /// A schema's name, or an account's user.
+    pub name: [u8; MAX_NAME],
+    pub host: [u8; MAX_HOST],
+}
+
+impl Default for NameRecord {
+    fn default() -> Self {
+        Self { kind: 0, name_len: 0, host_len: 0, _pad: 0, hash: 0, name: [0; MAX_NAME], host: [0; MAX_HOST] }
+    }
 }
 
 /// Kernel digests: a statement whose text hash the agent has
@@ -239,6 +403,20 @@ pub mod kernel_digests {
         sets
     }
 
+    /// A text hash with the schema it ran in mixed in, so one text in two
+    /// schemas counts in two slots. Keeps the top bit (prepared or query
+    /// text) and never gives 0 ("no hash"). Schema 0 (none) leaves it as is.
+    #[inline(always)]
+    pub const fn with_schema(text_hash: u64, schema_hash: u64) -> u64 {
+        if text_hash == 0 || schema_hash == 0 {
+            return text_hash;
+        }
+        let top = text_hash & (1 << 63);
+        let mixed = (text_hash ^ schema_hash.rotate_left(23)).wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(29);
+        let mixed = (mixed & !(1 << 63)) | top;
+        if mixed == 0 { 1 } else { mixed }
+    }
+
     /// Set of `hash` among `sets` (a power of two).
     #[inline(always)]
     pub const fn known_set(hash: u64, sets: u32) -> u32 {
@@ -271,12 +449,26 @@ pub struct SlotStats {
     /// Meaningful only when `count > 0`.
     pub min_ns: u64,
     pub max_ns: u64,
+    pub stats: QueryStats,
+    /// The first accounts seen on this CPU this epoch (0: free) and their
+    /// statements; the rest of `count` had another account.
+    pub accounts: [u64; SLOT_ACCOUNTS],
+    pub account_counts: [u64; SLOT_ACCOUNTS],
     pub buckets: [u32; kernel_digests::BUCKETS],
 }
 
 impl Default for SlotStats {
     fn default() -> Self {
-        Self { count: 0, sum_ns: 0, min_ns: 0, max_ns: 0, buckets: [0; kernel_digests::BUCKETS] }
+        Self {
+            count: 0,
+            sum_ns: 0,
+            min_ns: 0,
+            max_ns: 0,
+            stats: QueryStats::default(),
+            accounts: [0; SLOT_ACCOUNTS],
+            account_counts: [0; SLOT_ACCOUNTS],
+            buckets: [0; kernel_digests::BUCKETS],
+        }
     }
 }
 
@@ -341,6 +533,14 @@ pub struct Inflight {
     pub ended_epoch_us: u64,
     /// Time waited so far in that statement, per wait class.
     pub waits: [u64; wait_class::COUNT],
+    /// The thread's `se.sum_exec_runtime` at its last statement end (0:
+    /// none seen yet).
+    pub cpu_mark_ns: u64,
+    /// The connection (id) whose account and schema were last named on
+    /// this thread, and their hashes; 0: name them at the next statement.
+    pub named_connection: u64,
+    pub account_hash: u64,
+    pub schema_hash: u64,
 }
 
 /// Fixed head of every ring-buffer record; `captured_len` text bytes follow.
@@ -362,16 +562,20 @@ pub struct StatementEvent {
     /// Bytes of text that follow this header.
     pub captured_len: u32,
     pub flags: u32,
-    /// Time spent acquiring locks (ns), row-lock waits included: the
-    /// server's own `Lock_time`.
-    pub lock_ns: u64,
+    /// The server's figures for this statement (lock time included).
+    pub stats: QueryStats,
+    /// Hashes of the current schema and of the connection's account (0:
+    /// none or unknown), named by [`NameRecord`]s.
+    pub schema_hash: u64,
+    pub account_hash: u64,
     /// When `error_code` was raised: matches the error sample.
     pub error_ns: u64,
     /// Time this statement waited, per wait class (ns).
     pub waits: [u64; wait_class::COUNT],
-    /// Hash of the text with its literal values left out, when in-kernel
-    /// digests are on and the text can be counted there (complete, not
-    /// truncated); 0 otherwise. Texts with equal hashes have equal digests.
+    /// Hash of the text with its literal values left out, and of the
+    /// schema, when in-kernel digests are on and the text can be counted
+    /// there (complete, not truncated); 0 otherwise. Equal hashes have
+    /// equal digests in equal schemas.
     pub text_hash: u64,
 }
 
@@ -383,6 +587,10 @@ pub const EVENT_HEADER_LEN: usize = core::mem::size_of::<StatementEvent>();
 pub struct EventBuffer {
     pub header: StatementEvent,
     pub text: [u8; MAX_TEXT],
+    /// The THD's counters, copied in one read (never sent as such).
+    pub window: [u64; STATS_WINDOW / 8],
+    /// A name record being assembled.
+    pub name: NameRecord,
 }
 
 #[cfg(feature = "user")]
@@ -395,4 +603,5 @@ mod pod {
     unsafe impl aya::Pod for super::ErrorSample {}
     unsafe impl aya::Pod for super::LongWait {}
     unsafe impl aya::Pod for super::SlotStats {}
+    unsafe impl aya::Pod for super::NameRecord {}
 }

@@ -3,7 +3,7 @@
 //! registered costs a map lookup and a few adds instead of a ring-buffer
 //! record and the agent's work on it.
 use agent_common::{
-    CONTROL_EPOCH, CONTROL_OPAQUE_ONES, CONTROL_SHEDDING, CONTROL_SLOTS, MAX_TEXT, SlotStats,
+    CONTROL_EPOCH, CONTROL_OPAQUE_ONES, CONTROL_SHEDDING, CONTROL_SLOTS, MAX_TEXT, QueryStats, SLOT_ACCOUNTS, SlotStats,
     kernel_digests::{BUCKETS, KnownSet, LOW_POWER, POWERS, bucket_at, entry_slot, known_set},
     text_hash::{HashState, step},
 };
@@ -176,7 +176,14 @@ fn top_bit(mut v: u64) -> u32 {
 /// duration outside the kernel histogram (the caller sends an event);
 /// `Some(true)`: the slot's first statement this epoch (send a sample).
 #[inline(always)]
-pub fn record(hash: u64, duration_ns: u64, slots: u32, sets: u32) -> Option<bool> {
+pub fn record(
+    hash: u64,
+    duration_ns: u64,
+    slots: u32,
+    sets: u32,
+    query: &QueryStats,
+    account: u64,
+) -> Option<bool> {
     let set = KNOWN.get(known_set(hash, sets))?;
     let mut slot = u32::MAX;
     for entry in set {
@@ -206,5 +213,20 @@ pub fn record(hash: u64, duration_ns: u64, slots: u32, sets: u32) -> Option<bool
     stats.count += 1;
     stats.sum_ns += duration_ns;
     stats.buckets[bucket] += 1;
+    stats.stats.add(query);
+    // The agent zeroes a slot when it reads it: the ways start free.
+    if account != 0 {
+        for way in 0..SLOT_ACCOUNTS {
+            if stats.accounts[way] == account {
+                stats.account_counts[way] += 1;
+                break;
+            }
+            if stats.accounts[way] == 0 {
+                stats.accounts[way] = account;
+                stats.account_counts[way] = 1;
+                break;
+            }
+        }
+    }
     Some(first)
 }

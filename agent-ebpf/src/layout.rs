@@ -18,6 +18,20 @@ static LAYOUT: ServerLayout = ServerLayout {
     digest_slots: 0,
     wait_probes: 0,
     known_sets: 1,
+    db_offset: agent_common::UNKNOWN,
+    stats_base: 0,
+    stats_len: 0,
+    stats_fields: 0,
+    rows_sent_rel: 0,
+    rows_examined_rel: 0,
+    rows_affected_rel: 0,
+    plan_flags_rel: 0,
+    server_status_rel: 0,
+    connection_id_rel: 0,
+    task_runtime_offset: 0,
+    sctx_offset: agent_common::UNKNOWN,
+    sctx_user_offset: 0,
+    sctx_host_offset: 0,
 };
 
 #[inline(always)]

@@ -33,6 +33,8 @@ mod calibrate;
 mod errors;
 mod layout;
 mod maps;
+mod names;
+mod query_stats;
 mod statements;
 mod waits;
 

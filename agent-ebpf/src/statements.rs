@@ -11,7 +11,8 @@
 //! CLOSE, PING, QUIT, ...) at the price of a second trap. Placement lives
 //! here only; the agent names the symbols.
 use agent_common::{
-    EVENT_HEADER_LEN, EventBuffer, Inflight, MAX_TEXT, ServerLayout, StatementEvent, command, flags, stat, wait_class,
+    EVENT_HEADER_LEN, EventBuffer, Inflight, MAX_TEXT, QueryStats, ServerLayout, UNKNOWN, command,
+    flags, kernel_digests::with_schema, stat, wait_class,
 };
 use aya_ebpf::{
     bindings::BPF_RB_NO_WAKEUP,
@@ -23,6 +24,7 @@ use crate::{
     kernel_digests,
     layout::layout,
     maps::{COMMANDS, EVENTS, SCRATCH, bump, gate_closed, inflight_slot, stats},
+    names, query_stats,
 };
 
 /// In the `known-texts-only` shedding step, one unregistered statement in
@@ -142,6 +144,28 @@ fn read_command_and_times(thd: u64, layout: &ServerLayout) -> [u64; 3] {
     [command as u64, read_thd_u64(thd, start as u32), read_thd_u64(thd, lock as u32)]
 }
 
+/// The statement text `{const char*, size_t}` and the current schema
+/// `{const char*, size_t}`: one copy when they lie close together (in
+/// MariaDB 10.11 and 11.8 they are 56 bytes apart), two otherwise.
+#[inline(always)]
+fn read_text_and_schema(thd: u64, layout: &ServerLayout) -> ([u64; 2], [u64; 2]) {
+    let query = layout.query_offset as u64;
+    let db = layout.db_offset;
+    if db == UNKNOWN {
+        let text = unsafe { bpf_probe_read_user((thd + query) as *const [u64; 2]) }.unwrap_or([0, 0]);
+        return (text, [0, 0]);
+    }
+    let db = db as u64;
+    if db > query && db - query <= 48 && (db - query) % 8 == 0 {
+        let head = unsafe { bpf_probe_read_user((thd + query) as *const [u64; 8]) }.unwrap_or([0; 8]);
+        let at = ((db - query) / 8) as usize & 7;
+        return ([head[0], head[1]], [head[at], head[(at + 1) & 7]]);
+    }
+    let text = unsafe { bpf_probe_read_user((thd + query) as *const [u64; 2]) }.unwrap_or([0, 0]);
+    let schema = unsafe { bpf_probe_read_user((thd + db) as *const [u64; 2]) }.unwrap_or([0, 0]);
+    (text, schema)
+}
+
 #[inline(always)]
 fn read_thd_u64(thd: u64, offset: u32) -> u64 {
     unsafe { bpf_probe_read_user((thd + offset as u64) as *const u64) }.unwrap_or(0)
@@ -182,10 +206,18 @@ fn try_statement_end(ctx: &ProbeContext) -> Result<(), i64> {
     let buffer = SCRATCH.get_ptr_mut(0).ok_or(0i64)?;
     let buffer = unsafe { &mut *buffer };
 
-    let [text_ptr, text_len] =
-        unsafe { bpf_probe_read_user((thd + layout.query_offset as u64) as *const [u64; 2]) }.unwrap_or([0, 0]);
+    let ([text_ptr, text_len], db) = read_text_and_schema(thd, &layout);
+    // Built in place: the BPF stack (512 bytes) has no room for copies.
+    // These steps leave what they learn in the record, not in registers:
+    // the verifier does not tell map memory apart by value, so the paths
+    // through them merge again instead of multiplying the paths after.
+    buffer.header.stats = QueryStats { lock_ns: lock_us * 1000, ..QueryStats::default() };
+    query_stats::read(thd, &layout, buffer);
+    query_stats::cpu(&layout, inflight, &mut buffer.header.stats);
+    names::schema(db, &layout, buffer, inflight);
+    names::account(thd, &layout, buffer, inflight);
 
-    let mut event_flags = 0;
+    let mut event_flags = if buffer.header.stats.cpu_statements != 0 { flags::CPU } else { 0 };
     let mut captured = text_len;
     let limit = layout.text_limit as u64;
     if captured > limit {
@@ -238,31 +270,33 @@ fn try_statement_end(ctx: &ProbeContext) -> Result<(), i64> {
     let duration_ns = now.saturating_sub(start_ns);
     let digest_slots = layout.digest_slots;
     let text_hash = if digest_slots != 0 && event_flags & (flags::TRUNCATED | flags::NO_TEXT) == 0 {
-        kernel_digests::text_hash(&buffer.text, captured, command == command::STMT_EXECUTE)
+        with_schema(
+            kernel_digests::text_hash(&buffer.text, captured, command == command::STMT_EXECUTE),
+            buffer.header.schema_hash,
+        )
     } else {
         0
     };
     let waited = waits.iter().any(|w| *w != 0);
     // Only a statement that is sent needs its record assembled.
+    // Field by field: `stats` is in place already, and a whole header
+    // would not fit on the stack.
     let write_header = |buffer: &mut EventBuffer, record_flags: u32| {
-        buffer.header = StatementEvent {
-            start_ns,
-            duration_ns,
-            thd,
-            connection_id: 0,
-            pid: (pid_tgid >> 32) as u32,
-            tid,
-            command,
-            stmt_id,
-            error_code,
-            text_len: text_len.min(u32::MAX as u64) as u32,
-            captured_len: captured as u32,
-            flags: record_flags,
-            lock_ns: lock_us * 1000,
-            error_ns,
-            waits,
-            text_hash,
-        };
+        let header = &mut buffer.header;
+        header.start_ns = start_ns;
+        header.duration_ns = duration_ns;
+        header.thd = thd;
+        header.pid = (pid_tgid >> 32) as u32;
+        header.tid = tid;
+        header.command = command;
+        header.stmt_id = stmt_id;
+        header.error_code = error_code;
+        header.text_len = text_len.min(u32::MAX as u64) as u32;
+        header.captured_len = captured as u32;
+        header.flags = record_flags;
+        header.error_ns = error_ns;
+        header.waits = waits;
+        header.text_hash = text_hash;
     };
 
     // Errors and waits travel with the statement record, so only plain
@@ -270,7 +304,15 @@ fn try_statement_end(ctx: &ProbeContext) -> Result<(), i64> {
     if text_hash != 0
         && error_code == 0
         && !waited
-        && let Some(first) = kernel_digests::record(text_hash, duration_ns, digest_slots, layout.known_sets)
+        && let Some(first) =
+            kernel_digests::record(
+                text_hash,
+                duration_ns,
+                digest_slots,
+                layout.known_sets,
+                &buffer.header.stats,
+                buffer.header.account_hash,
+            )
     {
         stats[stat::KERNEL_COUNTED as usize] += 1;
         if first && kernel_digests::shedding_step() == 0 {
@@ -283,7 +325,10 @@ fn try_statement_end(ctx: &ProbeContext) -> Result<(), i64> {
     }
 
     write_header(buffer, event_flags);
-    buffer.header.connection_id = read_thd_u64(thd, layout.connection_id_offset);
+    // Read with the counters when the build keeps it among them.
+    if buffer.header.connection_id == 0 {
+        buffer.header.connection_id = read_thd_u64(thd, layout.connection_id_offset);
+    }
     // While shedding, one record in SHED_TEXT_EVERY (per CPU) keeps its text.
     let text_sample_due = stats[stat::EVENTS as usize] % SHED_TEXT_EVERY == 0;
     if digest_slots != 0 && kernel_digests::shedding_step() >= 2 && !text_sample_due {

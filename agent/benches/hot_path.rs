@@ -61,7 +61,11 @@ fn benches(c: &mut Criterion) {
             truncated: false,
             text: if i % 2 == 0 { SYSBENCH_POINT.to_vec() } else { ORM_QUERY.to_vec() },
             waits: [0; 8],
-            lock_ns: 0,
+            stats: Default::default(),
+            schema_hash: 0,
+            account_hash: 0,
+            schema: None,
+            account: None,
             error_ns: 0,
             error_message: None,
             text_hash: 0,
@@ -71,6 +75,7 @@ fn benches(c: &mut Criterion) {
         .collect();
     let batch = |statements: Vec<Statement>| ProbeBatch {
         binary: Default::default(),
+        figures: Default::default(),
         server: server.clone(),
         statements,
         long_waits: Vec::new(),

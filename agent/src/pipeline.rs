@@ -105,6 +105,15 @@ pub fn run_agent(config: AgentConfig, signalled: &'static AtomicBool) -> Result<
         .as_deref()
         .map(|addr| serve_metrics(addr, metrics_page.clone(), stop.clone()))
         .transpose()?;
+    // CPU time per statement reads one field of the current task, at the
+    // offset this kernel's BTF gives.
+    let task_runtime_offset = match discover::task_runtime_offset(std::path::Path::new("/sys/kernel/btf/vmlinux")) {
+        Ok(offset) => offset,
+        Err(e) => {
+            warn!(error = %e, "no CPU time per statement (cpu_ns is left out)");
+            0
+        }
+    };
     let mut supervisor = Supervisor::new(ProbeConfig {
         text_limit: config.options.text_limit,
         ring_bytes: config.options.ring_bytes,
@@ -114,6 +123,7 @@ pub fn run_agent(config: AgentConfig, signalled: &'static AtomicBool) -> Result<
         digest_slots: config.kernel_digests,
         overhead_budget: config.options.mysqld_overhead_budget,
         duty_period: config.options.duty_period,
+        task_runtime_offset,
     }, prepared.stats);
 
     // Explicit pids must work at start: a wrong pid or binary is an error.

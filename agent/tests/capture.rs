@@ -177,7 +177,12 @@ fn statement_running_at_attach_is_timed_from_its_real_start() {
     // `calibrate` traps on a function of the agent itself, never on mysqld.
     let mut programs: Vec<String> = agent.programs().into_iter().filter(|p| p != "calibrate").collect();
     programs.sort();
-    assert_eq!(programs, ["error_raised", "statement_end"], "only the statement end and the error funnel by default");
+    // account_change traps only when a connection logs in or changes user.
+    assert_eq!(
+        programs,
+        ["account_change", "error_raised", "statement_end"],
+        "only the statement end, the error funnel and logins by default"
+    );
     sleeper.join().unwrap();
     let out = agent.stop();
     let rows: Vec<_> = out.digest_rows("SELECT `SLEEP` (?)").collect();

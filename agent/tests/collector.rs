@@ -1101,6 +1101,9 @@ async fn agent_histograms_keep_their_percentiles_through_the_wire_and_the_merge(
             truncated: 0,
             waits: Default::default(),
             error_messages: Default::default(),
+            schema: None,
+            stats: Default::default(),
+            accounts: Default::default(),
         };
         let at = |ms: i64| UNIX_EPOCH + Duration::from_millis(ms as u64);
         WindowReport {

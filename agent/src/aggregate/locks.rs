@@ -320,7 +320,11 @@ mod tests {
             truncated: false,
             text: sql.as_bytes().to_vec(),
             waits: [0; wait_class::COUNT],
-            lock_ns: 0,
+            stats: Default::default(),
+            schema_hash: 0,
+            account_hash: 0,
+            schema: None,
+            account: None,
             error_ns: 0,
             error_message: None,
             text_hash: 0,
@@ -364,6 +368,7 @@ mod tests {
         use crate::{aggregate::Aggregator, discover::ServerProcess, probe::ProbeBatch};
         let batch = |instance: &str, long_waits: Vec<LongWait>, statements: Vec<Statement>| ProbeBatch {
             binary: Default::default(),
+            figures: Default::default(),
             server: ServerProcess {
                 pid: 1,
                 start_ticks: 1,

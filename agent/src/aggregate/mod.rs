@@ -7,7 +7,7 @@
 mod commands;
 mod locks;
 
-use agent_common::wait_class;
+use agent_common::{QueryStats, wait_class};
 use std::{
     collections::{BTreeMap, HashMap},
     sync::Arc,
@@ -26,18 +26,32 @@ use tracing::warn;
 use crate::{
     normalize::{Digest, Normalizer, Samples},
     budget::ProbeCost,
-    probe::{Counters, KernelDigest, ProbeBatch, Statement},
+    probe::{Account, Counters, Figures, KernelDigest, ProbeBatch, Statement},
 };
 
 /// Longest sample text kept per digest.
 pub const MAX_SAMPLE: usize = 1024;
 /// Digest id of the overflow row.
 pub const OVERFLOW_DIGEST: u64 = 0;
+/// Accounts told apart per digest per window; statements of further ones
+/// are counted in `other_accounts`.
+pub const MAX_ACCOUNTS: usize = 32;
+
+/// A digest row's key: the schema it ran in (none: no current database)
+/// and its digest, as in performance_schema.
+pub type DigestKey = (Option<Arc<str>>, u64);
 
 #[derive(Clone, Debug)]
 pub struct DigestStats {
     pub digest: u64,
     pub digest_text: Arc<str>,
+    /// The current database the statements ran in.
+    pub schema: Option<Arc<str>>,
+    /// The server's figures summed over the statements (with CPU time).
+    pub stats: QueryStats,
+    /// Statements per account, at most `MAX_ACCOUNTS`; the rest of `count`
+    /// had an account beyond those, or none the agent could name.
+    pub accounts: HashMap<Arc<Account>, u64>,
     pub count: u64,
     pub errors: u64,
     pub error_codes: BTreeMap<u32, u64>,
@@ -64,10 +78,13 @@ pub struct WaitStats {
 }
 
 impl DigestStats {
-    fn new(digest: &Digest) -> Self {
+    fn new(digest: &Digest, schema: Option<Arc<str>>) -> Self {
         Self {
             digest: digest.id,
             digest_text: digest.text.clone(),
+            schema,
+            stats: QueryStats::default(),
+            accounts: HashMap::new(),
             count: 0,
             errors: 0,
             error_codes: BTreeMap::new(),
@@ -82,8 +99,25 @@ impl DigestStats {
         }
     }
 
+    /// Statements that ran under an account the row does not name.
+    pub fn other_accounts(&self) -> u64 {
+        self.count.saturating_sub(self.accounts.values().sum())
+    }
+
+    fn count_account(&mut self, account: &Arc<Account>, n: u64) {
+        if let Some(total) = self.accounts.get_mut(account) {
+            *total += n;
+        } else if self.accounts.len() < MAX_ACCOUNTS {
+            self.accounts.insert(account.clone(), n);
+        }
+    }
+
     fn record(&mut self, statement: &Statement, samples: Samples) {
         self.count += 1;
+        self.stats.add(&statement.stats);
+        if let Some(account) = &statement.account {
+            self.count_account(account, 1);
+        }
         let ns = statement.duration_ns;
         self.sum_ns = self.sum_ns.saturating_add(ns);
         self.min_ns = self.min_ns.min(ns);
@@ -114,6 +148,10 @@ impl DigestStats {
     /// Adds what the kernel counted for one of this digest's text hashes.
     fn record_kernel(&mut self, kernel: &KernelDigest, sample: &str) {
         self.count += kernel.count;
+        self.stats.add(&kernel.stats);
+        for (account, n) in &kernel.named_accounts {
+            self.count_account(account, *n);
+        }
         self.sum_ns = self.sum_ns.saturating_add(kernel.sum_ns);
         self.min_ns = self.min_ns.min(kernel.min_ns);
         self.max_ns = self.max_ns.max(kernel.max_ns);
@@ -139,6 +177,8 @@ pub struct Summary {
     /// The server's build id and compiled-in version, when known.
     pub build_id: Option<String>,
     pub server_version: Option<String>,
+    /// Which per-statement figures its records carry.
+    pub figures: Figures,
     pub commands: BTreeMap<String, u64>,
     /// Statements that finished (exact, from kernel counters).
     pub statements: u64,
@@ -170,7 +210,7 @@ pub struct WindowReport {
 
 #[derive(Default)]
 struct InstanceWindow {
-    digests: HashMap<u64, DigestStats>,
+    digests: HashMap<DigestKey, DigestStats>,
     overflow: Option<DigestStats>,
     summary: Summary,
     command_counts: BTreeMap<u32, u64>,
@@ -179,13 +219,20 @@ struct InstanceWindow {
 impl InstanceWindow {
     /// The stats row `digest`'s statements go to: its own, or the overflow
     /// row once the window holds `max_digests` (counting `statements`).
-    fn stats_for(&mut self, digest: &Digest, max_digests: usize, statements: u64) -> &mut DigestStats {
-        if self.digests.contains_key(&digest.id) || self.digests.len() < max_digests {
-            return self.digests.entry(digest.id).or_insert_with(|| DigestStats::new(digest));
+    fn stats_for(
+        &mut self,
+        digest: &Digest,
+        schema: &Option<Arc<str>>,
+        max_digests: usize,
+        statements: u64,
+    ) -> &mut DigestStats {
+        let key = (schema.clone(), digest.id);
+        if self.digests.contains_key(&key) || self.digests.len() < max_digests {
+            return self.digests.entry(key).or_insert_with(|| DigestStats::new(digest, schema.clone()));
         }
         self.summary.overflow_statements += statements;
         self.overflow.get_or_insert_with(|| {
-            DigestStats::new(&Digest { id: OVERFLOW_DIGEST, text: Arc::from("(overflow: digest limit reached)") })
+            DigestStats::new(&Digest { id: OVERFLOW_DIGEST, text: Arc::from("(overflow: digest limit reached)") }, None)
         })
     }
 }
@@ -229,9 +276,11 @@ pub struct Aggregator {
 /// One attached server generation: instance, pid, start time.
 type ServerKey = (String, u32, u64);
 
-/// The digest of a registered text hash and its latest sample.
+/// The digest and schema of a registered text hash (the kernel mixes the
+/// schema into it) and its latest sample.
 struct KernelText {
     digest: Digest,
+    schema: Option<Arc<str>>,
     sample: String,
 }
 
@@ -266,6 +315,7 @@ impl Aggregator {
             window.summary.container.clone_from(&c.name);
         }
         window.summary.build_id.clone_from(&batch.binary.build_id);
+        window.summary.figures = batch.figures;
         window.summary.server_version.clone_from(&batch.binary.version);
         let locks = self.locks.entry(instance.clone()).or_default();
         for wait in &batch.long_waits {
@@ -280,12 +330,14 @@ impl Aggregator {
                 continue;
             }
             if statement.text_hash != 0 {
-                texts
-                    .entry(statement.text_hash)
-                    .or_insert_with(|| KernelText { digest: digest.clone(), sample: self.samples.statement(&statement.text, MAX_SAMPLE) });
+                texts.entry(statement.text_hash).or_insert_with(|| KernelText {
+                    digest: digest.clone(),
+                    schema: statement.schema.clone(),
+                    sample: self.samples.statement(&statement.text, MAX_SAMPLE),
+                });
             }
             locks.statement(statement, &digest, self.samples);
-            window.stats_for(&digest, self.max_digests, 1).record(statement, self.samples);
+            window.stats_for(&digest, &statement.schema, self.max_digests, 1).record(statement, self.samples);
         }
         for kernel in &batch.kernel {
             // Cannot happen (a hash is forgotten only after its last
@@ -294,11 +346,17 @@ impl Aggregator {
             let text = match texts.get(&kernel.text_hash) {
                 Some(text) => text,
                 None => {
-                    unknown = KernelText { digest: Digest::from_text("(kernel aggregate, text unknown)"), sample: String::new() };
+                    unknown = KernelText {
+                        digest: Digest::from_text("(kernel aggregate, text unknown)"),
+                        schema: None,
+                        sample: String::new(),
+                    };
                     &unknown
                 }
             };
-            window.stats_for(&text.digest, self.max_digests, kernel.count).record_kernel(kernel, &text.sample);
+            window
+                .stats_for(&text.digest, &text.schema, self.max_digests, kernel.count)
+                .record_kernel(kernel, &text.sample);
         }
         for hash in &batch.forgotten {
             texts.remove(hash);
@@ -338,7 +396,7 @@ impl Aggregator {
         for (instance, mut window) in std::mem::take(&mut self.windows) {
             let mut digests: Vec<DigestStats> = window.digests.into_values().collect();
             digests.extend(window.overflow.take());
-            digests.sort_by(|a, b| b.sum_ns.cmp(&a.sum_ns).then(a.digest.cmp(&b.digest)));
+            digests.sort_by(|a, b| b.sum_ns.cmp(&a.sum_ns).then(a.digest.cmp(&b.digest)).then(a.schema.cmp(&b.schema)));
             window.summary.commands = window
                 .command_counts
                 .iter()

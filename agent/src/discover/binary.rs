@@ -40,6 +40,19 @@ const THD_STORAGE_LOCK_WAIT: &str = "thd_storage_lock_wait";
 const THD_WAIT_BEGIN: &str = "thd_wait_begin";
 const THD_WAIT_END: &str = "thd_wait_end";
 const GLOBAL_QUERY_ID: &str = "global_query_id";
+const SET_SENT_ROW_COUNT: &str = "_ZN3THD18set_sent_row_countEy";
+/// 10.x; 11.x dropped it for `ps_report_examined_row_count`.
+const SET_EXAMINED_ROW_COUNT: &str = "_ZN3THD22set_examined_row_countEy";
+const PS_REPORT_EXAMINED_ROW_COUNT: &str = "_ZN3THD28ps_report_examined_row_countEv";
+const STORE_SLOW_QUERY_STATE: &str = "_ZN3THD22store_slow_query_stateEP19Sub_statement_state";
+const INC_TMP_TABLES: &str = "_ZN3THD29inc_status_created_tmp_tablesEv";
+const INC_TMP_DISK_TABLES: &str = "_ZN3THD34inc_status_created_tmp_disk_tablesEv";
+const SET_NO_INDEX_USED: &str = "_ZN3THD24set_status_no_index_usedEv";
+const SET_NO_GOOD_INDEX_USED: &str = "_ZN3THD29set_status_no_good_index_usedEv";
+const THD_CURRENT_DB: &str = "thd_current_db";
+const THD_USER_NAME: &str = "thd_user_name";
+const SECURITY_CONTEXT_SKIP_GRANTS: &str = "_ZN16Security_context11skip_grantsEv";
+const ACL_AUTHENTICATE: &str = "_Z16acl_authenticateP3THDj";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Flavor {
@@ -63,6 +76,9 @@ pub struct ProbePoints {
     pub error_raised: ProbePoint,
     /// `thd_wait_begin`/`thd_wait_end`, when the binary exports both.
     pub waits: Option<(ProbePoint, ProbePoint)>,
+    /// `acl_authenticate`: a login or a change of user, after which the
+    /// connection's account is read again.
+    pub account_change: Option<ProbePoint>,
 }
 
 /// What names a build to an operator: its GNU build id and the version
@@ -88,6 +104,9 @@ pub struct BinaryInfo {
     pub single_stepped: Vec<&'static str>,
     /// Where `global_query_id` lives, when the binary exports it.
     pub query_counter: Option<StaticVariable>,
+    /// Per-statement figures this build does not let sqlbee read, each with
+    /// why: they are left out of every record, never guessed.
+    pub missing_fields: Vec<(&'static str, String)>,
 }
 
 /// An 8-byte variable of the binary, by link-time address.
@@ -189,7 +208,10 @@ pub fn inspect_binary(exe: &Path) -> Result<BinaryInfo, DiscoverError> {
         error_raised: point(MY_MESSAGE_SQL),
         waits: (lookup(THD_WAIT_BEGIN).is_some() && lookup(THD_WAIT_END).is_some())
             .then(|| (point(THD_WAIT_BEGIN), point(THD_WAIT_END))),
+        account_change: lookup(ACL_AUTHENTICATE).is_some().then(|| point(ACL_AUTHENTICATE)),
     };
+    let long_code = |symbol: &'static str| function_bytes(&elf, symbol, 64).unwrap_or_default();
+    let fields = statement_fields(&long_code, connection_id_offset);
     let build_id = elf.build_id().ok().flatten().map(hex_plain);
     let query_counter = static_u64(&elf, GLOBAL_QUERY_ID);
     Ok(BinaryInfo {
@@ -211,11 +233,170 @@ pub fn inspect_binary(exe: &Path) -> Result<BinaryInfo, DiscoverError> {
             wait_probes: 0,
             digest_slots: 0,
             known_sets: 1,
+            ..fields.layout
         },
         points,
         single_stepped,
         query_counter,
+        missing_fields: fields.missing,
     })
+}
+
+/// The layout fields of the per-statement figures, and the ones missing.
+struct StatementFields {
+    layout: ServerLayout,
+    missing: Vec<(&'static str, String)>,
+}
+
+/// Decodes where this build keeps each per-statement figure from small
+/// exported functions that touch it (the slow log reads the same fields).
+/// A figure whose code does not match is left out with its reason.
+fn statement_fields(code: &dyn Fn(&'static str) -> Vec<u8>, connection_id_offset: u32) -> StatementFields {
+    use agent_common::{STATS_WINDOW, UNKNOWN, stats_field};
+    let mut missing = Vec::new();
+    let mut found = |what: &'static str, symbol: &'static str, decoded: Option<u32>| {
+        if decoded.is_none() {
+            missing.push((what, format!("`{symbol}` is missing or does not match a known pattern")));
+        }
+        decoded
+    };
+    let body = |symbol| code(symbol);
+    let sent = found("rows_sent", SET_SENT_ROW_COUNT, find_disp(&body(SET_SENT_ROW_COUNT), &[0x48, 0x89, 0xb7]));
+    let examined = found(
+        "rows_examined",
+        SET_EXAMINED_ROW_COUNT,
+        find_disp(&body(SET_EXAMINED_ROW_COUNT), &[0x48, 0x89, 0xb7])
+            .or_else(|| find_disp(&body(PS_REPORT_EXAMINED_ROW_COUNT), &[0x48, 0x8b, 0xb7])),
+    );
+    // `store_slow_query_state` saves `affected_rows` first.
+    let first_load = match strip_endbr(&body(STORE_SLOW_QUERY_STATE)) {
+        [0x48, 0x8b, 0x87 | 0x97, a, b, c, d, ..] => u32::try_from(i32::from_le_bytes([*a, *b, *c, *d])).ok(),
+        _ => None,
+    };
+    let affected = found("rows_affected", STORE_SLOW_QUERY_STATE, first_load);
+    // `query_plan_flags |= QPLAN_TMP_TABLE; tmp_tables_used++` and the
+    // disk variant: the flags word, then `query_plan_fsort_passes`,
+    // `tmp_tables_used` and `tmp_tables_disk_used`, as the server declares
+    // them. Both functions must agree on all of it.
+    let tmp = body(INC_TMP_TABLES);
+    let disk = body(INC_TMP_DISK_TABLES);
+    let plan = find_disp_imm32(&tmp, &[0x48, 0x81, 0x8f], agent_common::plan::TMP_TABLE as u32).filter(|plan| {
+        find_disp_imm32(&disk, &[0x48, 0x81, 0x8f], agent_common::plan::TMP_DISK as u32) == Some(*plan)
+            && find_disp_imm8(&tmp, &[0x48, 0x83, 0x87], 1) == Some(plan + 16)
+            && find_disp_imm8(&disk, &[0x48, 0x83, 0x87], 1) == Some(plan + 24)
+    });
+    let plan = found("tmp_tables, tmp_disk_tables, sort_merge_passes, select_scan, select_full_join", INC_TMP_TABLES, plan);
+    let status = find_disp_imm8(&body(SET_NO_INDEX_USED), &[0x83, 0x8f], 0x20)
+        .filter(|at| find_disp_imm8(&body(SET_NO_GOOD_INDEX_USED), &[0x83, 0x8f], 0x10) == Some(*at));
+    let status = found("no_index_used, no_good_index_used", SET_NO_INDEX_USED, status);
+
+    // One window over all of them (and the connection id when it fits).
+    let spans: Vec<(u32, u32, u32)> = [
+        (stats_field::ROWS_SENT, sent, 8),
+        (stats_field::ROWS_EXAMINED, examined, 8),
+        (stats_field::ROWS_AFFECTED, affected, 8),
+        (stats_field::PLAN, plan, 32),
+        (stats_field::SERVER_STATUS, status, 4),
+    ]
+    .into_iter()
+    .filter_map(|(bit, at, len)| Some((bit, at?, len)))
+    .filter(|(bit, at, _)| if *bit == stats_field::SERVER_STATUS { at % 4 == 0 } else { at % 8 == 0 })
+    .collect();
+    let mut layout = ServerLayout { db_offset: UNKNOWN, sctx_offset: UNKNOWN, ..ServerLayout::default() };
+    if let (Some(low), Some(high)) =
+        (spans.iter().map(|s| s.1 & !7).min(), spans.iter().map(|s| s.1 + s.2).max())
+    {
+        if high - low <= STATS_WINDOW as u32 {
+            layout.stats_base = low;
+            layout.stats_len = (high - low).div_ceil(8) * 8;
+            for (bit, at, _) in &spans {
+                layout.stats_fields |= bit;
+                let rel = at - low;
+                match *bit {
+                    stats_field::ROWS_SENT => layout.rows_sent_rel = rel,
+                    stats_field::ROWS_EXAMINED => layout.rows_examined_rel = rel,
+                    stats_field::ROWS_AFFECTED => layout.rows_affected_rel = rel,
+                    stats_field::PLAN => layout.plan_flags_rel = rel,
+                    _ => layout.server_status_rel = rel,
+                }
+            }
+            if connection_id_offset >= low && connection_id_offset + 8 <= low + layout.stats_len && connection_id_offset % 8 == 0 {
+                layout.stats_fields |= stats_field::CONNECTION_ID;
+                layout.connection_id_rel = connection_id_offset - low;
+            }
+        } else {
+            missing.push(("rows, temporary tables, sorts, index use", format!(
+                "the server keeps them {} bytes apart, more than the {STATS_WINDOW} the statement program copies",
+                high - low
+            )));
+        }
+    }
+    match decode_lea_rdi(&body(THD_CURRENT_DB)) {
+        Some(at) => layout.db_offset = at,
+        None => missing.push(("schema", format!("`{THD_CURRENT_DB}` is missing or does not match a known pattern"))),
+    }
+    match (decode_user_name(&body(THD_USER_NAME)), find_disp(&body(SECURITY_CONTEXT_SKIP_GRANTS), &[0x48, 0x89, 0x87])) {
+        (Some((sctx, user)), Some(host)) if layout.stats_fields & stats_field::CONNECTION_ID != 0 => {
+            layout.sctx_offset = sctx;
+            layout.sctx_user_offset = user;
+            layout.sctx_host_offset = host;
+        }
+        _ => missing.push((
+            "user, client host",
+            format!("`{THD_USER_NAME}` or `{SECURITY_CONTEXT_SKIP_GRANTS}` does not match a known pattern, or the connection id lies outside the counters"),
+        )),
+    }
+    StatementFields { layout, missing }
+}
+
+/// The disp32 of the first instruction that starts with `prefix` (opcode
+/// and a ModRM byte with a 32-bit displacement from %rdi or %rbx).
+fn find_disp(code: &[u8], prefix: &[u8]) -> Option<u32> {
+    let at = code.windows(prefix.len()).position(|w| w == prefix)? + prefix.len();
+    let disp = i32::from_le_bytes(code.get(at..at + 4)?.try_into().ok()?);
+    u32::try_from(disp).ok()
+}
+
+/// `prefix disp32 imm32` with this immediate: `orq $imm, disp(%rdi)`.
+fn find_disp_imm32(code: &[u8], prefix: &[u8], imm: u32) -> Option<u32> {
+    let mut from = 0;
+    while let Some(at) = code.get(from..)?.windows(prefix.len()).position(|w| w == prefix) {
+        let start = from + at + prefix.len();
+        let disp = i32::from_le_bytes(code.get(start..start + 4)?.try_into().ok()?);
+        let value = u32::from_le_bytes(code.get(start + 4..start + 8)?.try_into().ok()?);
+        if value == imm {
+            return u32::try_from(disp).ok();
+        }
+        from += at + 1;
+    }
+    None
+}
+
+/// `prefix disp32 imm8` with this immediate: `addq $1, disp(%rdi)`,
+/// `orl $0x20, disp(%rdi)`.
+fn find_disp_imm8(code: &[u8], prefix: &[u8], imm: u8) -> Option<u32> {
+    let mut from = 0;
+    while let Some(at) = code.get(from..)?.windows(prefix.len()).position(|w| w == prefix) {
+        let start = from + at + prefix.len();
+        let disp = i32::from_le_bytes(code.get(start..start + 4)?.try_into().ok()?);
+        if *code.get(start + 4)? == imm {
+            return u32::try_from(disp).ok();
+        }
+        from += at + 1;
+    }
+    None
+}
+
+/// `thd_user_name(THD*)`: `mov disp32(%rdi),%rax; test %rax,%rax; je;
+/// mov disp8(%rax),%rax; ret` -> (the security context pointer's offset
+/// in THD, the user pointer's offset in it).
+fn decode_user_name(code: &[u8]) -> Option<(u32, u32)> {
+    match strip_endbr(code) {
+        [0x48, 0x8b, 0x87, a, b, c, d, 0x48, 0x85, 0xc0, 0x74, _, 0x48, 0x8b, 0x40, user, 0xc3, ..] => {
+            Some((u32::try_from(i32::from_le_bytes([*a, *b, *c, *d])).ok()?, u32::from(*user)))
+        }
+        _ => None,
+    }
 }
 
 /// The build id and version of a binary, for reporting a server that

@@ -5,9 +5,11 @@
 //! container (mount namespace) is read from its own filesystem. Nothing here
 //! touches the server; it only reads procfs and ELF files.
 mod binary;
+mod kernel_btf;
 mod process;
 
 pub use binary::{BinaryIdentity, BinaryInfo, Flavor, ProbePoint, ProbePoints, StaticVariable, identify_binary, inspect_binary};
+pub use kernel_btf::{BtfError, task_runtime_offset};
 pub use process::{Container, ServerProcess, cpu_seconds, find_servers, server_by_pid, threads_cpu_ns};
 
 use std::path::PathBuf;

@@ -8,9 +8,11 @@ use agent_common::wait_class;
 
 use sqlbee_common::{clock::rfc3339, histogram::Histogram};
 
+use std::collections::BTreeMap;
+
 use crate::{
     aggregate::{DigestStats, WindowReport},
-    probe::UntracedServer,
+    probe::{Figures, UntracedServer},
 };
 
 pub fn window_to_json(report: &WindowReport) -> Vec<Value> {
@@ -24,13 +26,14 @@ pub fn window_to_json(report: &WindowReport) -> Vec<Value> {
         .digests
         .iter()
         .map(|d| {
-            json!({
+            let line = json!({
                 "type": "digest",
                 "instance": report.instance,
                 "window_start": start,
                 "window_end": end,
                 "digest": format!("{:016x}", d.digest),
                 "digest_text": &*d.digest_text,
+                "schema": d.schema.as_deref(),
                 "count": d.count,
                 "errors": d.errors,
                 "error_codes": d.error_codes.iter().map(|(c, n)| (c.to_string(), json!(n))).collect::<serde_json::Map<_, _>>(),
@@ -47,7 +50,10 @@ pub fn window_to_json(report: &WindowReport) -> Vec<Value> {
                 "sample": d.sample,
                 "sampled": sampled,
                 "estimated_count": sampled.then(|| estimate(d.count)),
-            })
+            });
+            let mut line = line;
+            add_figures(&mut line, d, report.summary.figures);
+            line
         })
         .collect();
     for w in &report.lock_waits {
@@ -107,6 +113,76 @@ pub fn window_to_json(report: &WindowReport) -> Vec<Value> {
         "digests": report.digests.len(),
     }));
     lines
+}
+
+/// Most accounts, users and hosts listed per digest; the rest are `other`.
+pub const TOP_ACCOUNTS: usize = 5;
+
+/// The server's figures of a digest row; null where this build or kernel
+/// does not let the agent read one (never 0 for "unknown").
+fn add_figures(line: &mut Value, d: &DigestStats, figures: Figures) {
+    use agent_common::stats_field as f;
+    let s = &d.stats;
+    let known = |bit: u32, value: u64| if figures.has(bit) { json!(value) } else { Value::Null };
+    let fields = [
+        ("rows_sent", known(f::ROWS_SENT, s.rows_sent)),
+        ("rows_examined", known(f::ROWS_EXAMINED, s.rows_examined)),
+        ("rows_affected", known(f::ROWS_AFFECTED, s.rows_affected)),
+        ("lock_ns", json!(s.lock_ns)),
+        ("cpu_ns", known(Figures::CPU, s.cpu_ns)),
+        ("cpu_statements", known(Figures::CPU, s.cpu_statements)),
+        ("no_index_used", known(f::SERVER_STATUS, s.no_index_used)),
+        ("no_good_index_used", known(f::SERVER_STATUS, s.no_good_index_used)),
+        ("tmp_tables", known(f::PLAN, s.tmp_tables)),
+        ("tmp_disk_tables", known(f::PLAN, s.tmp_disk_tables)),
+        ("sort_merge_passes", known(f::PLAN, s.sort_merge_passes)),
+        ("select_full_join", known(f::PLAN, s.select_full_join)),
+        ("select_scan", known(f::PLAN, s.select_scan)),
+        ("filesort", known(f::PLAN, s.filesort)),
+        ("filesort_on_disk", known(f::PLAN, s.filesort_on_disk)),
+    ];
+    let object = line.as_object_mut().expect("a digest line is an object");
+    for (name, value) in fields {
+        object.insert(name.into(), value);
+    }
+    if figures.has(Figures::ACCOUNT) {
+        let (users, hosts, accounts) = breakdowns(d);
+        object.insert("users".into(), users);
+        object.insert("hosts".into(), hosts);
+        object.insert("accounts".into(), accounts);
+    }
+}
+
+/// Statements by user, by client host and by both: the top
+/// `TOP_ACCOUNTS` of each, and `other` for the rest (still counted).
+pub fn breakdowns(d: &DigestStats) -> (Value, Value, Value) {
+    let mut users: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut hosts: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut accounts: BTreeMap<String, u64> = BTreeMap::new();
+    for (account, n) in &d.accounts {
+        *users.entry(&account.user).or_default() += n;
+        *hosts.entry(&account.host).or_default() += n;
+        *accounts.entry(format!("{}@{}", account.user, account.host)).or_default() += n;
+    }
+    let other = d.other_accounts();
+    let top = |counts: Vec<(String, u64)>| -> Value {
+        let mut counts = counts;
+        counts.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        let mut out = serde_json::Map::new();
+        let rest: u64 = counts.iter().skip(TOP_ACCOUNTS).map(|(_, n)| n).sum::<u64>() + other;
+        for (name, n) in counts.into_iter().take(TOP_ACCOUNTS) {
+            out.insert(name, json!(n));
+        }
+        if rest > 0 {
+            out.insert("other".into(), json!(rest));
+        }
+        Value::Object(out)
+    };
+    (
+        top(users.into_iter().map(|(k, v)| (k.to_string(), v)).collect()),
+        top(hosts.into_iter().map(|(k, v)| (k.to_string(), v)).collect()),
+        top(accounts.into_iter().collect()),
+    )
 }
 
 /// Wait classes with any time in them: `{"row_lock": {"sum_ns", "max_ns", "statements"}}`.

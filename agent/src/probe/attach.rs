@@ -26,6 +26,7 @@ use super::{
     kernel_digests::{KernelDigests, KernelDigest},
     decode_error, decode_statement,
     link_mode::object_name,
+    names::Names,
 };
 use crate::discover::{BinaryInfo, ProbePoint, ServerProcess};
 
@@ -51,15 +52,23 @@ pub struct ProbeConfig {
     pub overhead_budget: Option<f64>,
     /// Budget mode: one attach/detach cycle.
     pub duty_period: Duration,
+    /// Offset of `se.sum_exec_runtime` in this kernel's `task_struct` (0:
+    /// unknown, CPU time left out).
+    pub task_runtime_offset: u32,
 }
 
 pub struct AttachedServer {
     pub server: ServerProcess,
     pub binary: BinaryInfo,
+    /// Which figures the loaded programs read (see `Figures`).
+    pub figures: super::Figures,
     // Field order matters on drop: maps taken out of `ebpf` go first.
     events: RingBuf<MapData>,
     errors: RingBuf<MapData>,
     long_waits: RingBuf<MapData>,
+    names_ring: RingBuf<MapData>,
+    /// What the schema and account hashes in records stand for.
+    names: Names,
     /// Budget mode's switch: closed, the programs count nothing.
     gate: Array<MapData, u32>,
     kernel_digests: Option<KernelDigests>,
@@ -87,6 +96,7 @@ impl AttachedServer {
             digest_slots: config.digest_slots,
             wait_probes: u32::from(config.waits && binary.points.waits.is_some()),
             known_sets: known_sets(config.digest_slots.max(1)),
+            task_runtime_offset: config.task_runtime_offset,
             ..binary.layout
         };
         let mut ebpf = EbpfLoader::new()
@@ -106,6 +116,11 @@ impl AttachedServer {
         if let Some((begin, end)) = binary.points.waits.filter(|_| config.waits) {
             points.extend([("wait_begin", begin), ("wait_end", end)]);
         }
+        // Logins and changes of user are rare: one trap each keeps the
+        // account of a connection right after a COM_CHANGE_USER.
+        if let Some(point) = binary.points.account_change.filter(|_| layout.sctx_offset != agent_common::UNKNOWN) {
+            points.push(("account_change", point));
+        }
         for (program, _) in &points {
             let program = *program;
             uprobe(&mut ebpf, program, pid)?.load().map_err(|source| ProbeError::Program { pid, program, source })?;
@@ -123,14 +138,21 @@ impl AttachedServer {
             .ok_or_else(|| ProbeError::Map { map: "LONG_WAITS", detail: "not in object".into() })?;
         let long_waits =
             RingBuf::try_from(long_waits).map_err(|e| ProbeError::Map { map: "LONG_WAITS", detail: e.to_string() })?;
+        let names_ring =
+            ebpf.take_map("NAMES").ok_or_else(|| ProbeError::Map { map: "NAMES", detail: "not in object".into() })?;
+        let names_ring =
+            RingBuf::try_from(names_ring).map_err(|e| ProbeError::Map { map: "NAMES", detail: e.to_string() })?;
         let gate = ebpf.take_map("GATE").ok_or_else(|| ProbeError::Map { map: "GATE", detail: "not in object".into() })?;
         let gate = Array::try_from(gate).map_err(|e| ProbeError::Map { map: "GATE", detail: e.to_string() })?;
         let mut attached = Self {
             server,
+            figures: super::Figures::of(&layout),
             binary,
             events,
             errors,
             long_waits,
+            names_ring,
+            names: Names::default(),
             gate,
             kernel_digests,
             points,
@@ -154,6 +176,12 @@ impl AttachedServer {
                 // SAFETY: length checked; plain integers.
                 waits.push(unsafe { std::ptr::read_unaligned(record.as_ptr().cast()) });
             } else {
+                bad += 1;
+            }
+        }
+        // Names first: a record's schema and account are named before it.
+        while let Some(record) = self.names_ring.next() {
+            if !self.names.learn(&record) {
                 bad += 1;
             }
         }
@@ -189,6 +217,8 @@ impl AttachedServer {
                             statement.text_hash = 0;
                         }
                     }
+                    statement.schema = self.names.schema(statement.schema_hash);
+                    statement.account = self.names.account(statement.account_hash);
                     if statement.error_code != 0
                         && let Some(message) = self.messages.remove(&(statement.tid, statement.error_ns))
                         && message.code == statement.error_code
@@ -205,9 +235,22 @@ impl AttachedServer {
 
     /// Closes the kernel digests' epoch (see [`KernelDigests::flip`]).
     pub fn flip(&mut self, out: &mut Vec<KernelDigest>, forgotten: &mut Vec<u64>) -> Result<(), ProbeError> {
+        let first = out.len();
         match &mut self.kernel_digests {
-            Some(kernel_digests) => kernel_digests.flip(out, forgotten),
-            None => Ok(()),
+            Some(kernel_digests) => kernel_digests.flip(out, forgotten)?,
+            None => return Ok(()),
+        }
+        self.name_accounts(&mut out[first..]);
+        Ok(())
+    }
+
+    /// Names the accounts of kernel digests, with the names drained so far.
+    fn name_accounts(&mut self, digests: &mut [KernelDigest]) {
+        while let Some(record) = self.names_ring.next() {
+            self.names.learn(&record);
+        }
+        for digest in digests {
+            digest.name_accounts(&self.names);
         }
     }
 
@@ -311,10 +354,13 @@ impl AttachedServer {
 
     /// Both epochs of the kernel digests, after `detach_programs`.
     pub fn collect_all(&mut self, out: &mut Vec<KernelDigest>) -> Result<(), ProbeError> {
+        let first = out.len();
         match &mut self.kernel_digests {
-            Some(kernel_digests) => kernel_digests.collect_all(out),
-            None => Ok(()),
+            Some(kernel_digests) => kernel_digests.collect_all(out)?,
+            None => return Ok(()),
         }
+        self.name_accounts(&mut out[first..]);
+        Ok(())
     }
 
     pub fn counters(&self) -> Result<Counters, ProbeError> {

@@ -1,5 +1,9 @@
 //! Ring-buffer record -> owned statement.
-use agent_common::{ErrorSample, EVENT_HEADER_LEN, StatementEvent, flags, wait_class};
+use std::sync::Arc;
+
+use agent_common::{ErrorSample, EVENT_HEADER_LEN, QueryStats, StatementEvent, flags, wait_class};
+
+use super::names::Account;
 
 /// One finished statement as the kernel saw it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -19,8 +23,15 @@ pub struct Statement {
     pub text: Vec<u8>,
     /// Time waited per wait class (`agent_common::wait_class`), ns.
     pub waits: [u64; wait_class::COUNT],
-    /// Time spent acquiring locks, row-lock waits included (ns).
-    pub lock_ns: u64,
+    /// The server's own figures (rows, lock time, temporary tables, ...)
+    /// and the thread's CPU time.
+    pub stats: QueryStats,
+    /// Hashes of the schema and account (0: none), and what they name when
+    /// the probe stage knows (see `names`).
+    pub schema_hash: u64,
+    pub account_hash: u64,
+    pub schema: Option<Arc<str>>,
+    pub account: Option<Arc<Account>>,
     /// When the error was raised; names its message sample.
     pub error_ns: u64,
     /// The message the server sent with `error_code`, when sampled.
@@ -81,7 +92,11 @@ pub fn decode_statement(record: &[u8]) -> Option<Statement> {
         truncated: header.flags & flags::TRUNCATED != 0,
         text: body[..captured].to_vec(),
         waits: header.waits,
-        lock_ns: header.lock_ns,
+        stats: header.stats,
+        schema_hash: header.schema_hash,
+        account_hash: header.account_hash,
+        schema: None,
+        account: None,
         error_ns: header.error_ns,
         error_message: None,
         text_hash: header.text_hash,

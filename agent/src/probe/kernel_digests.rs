@@ -13,13 +13,15 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use agent_common::{
-    CONTROL_EPOCH, CONTROL_OPAQUE_ONES, CONTROL_SHEDDING, SlotStats,
+    CONTROL_EPOCH, CONTROL_OPAQUE_ONES, CONTROL_SHEDDING, QueryStats, SlotStats,
     kernel_digests::{BUCKETS, KnownSet, entry_slot, known_entry, known_set},
 };
 use aya::maps::{Array, MapData, PerCpuArray, PerCpuValues};
 
-use super::ProbeError;
+use super::{ProbeError, names::{Account, Names}};
 
 /// Statements of one text hash counted in the kernel during one epoch.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -31,6 +33,27 @@ pub struct KernelDigest {
     pub max_ns: u64,
     /// (kernel bucket, count), non-zero buckets only.
     pub buckets: Vec<(u16, u64)>,
+    /// The server's figures summed over these statements.
+    pub stats: QueryStats,
+    /// Statements per account (by hash until `name_accounts`, then by
+    /// name); the rest of `count` is in no account the kernel told apart.
+    pub accounts: Vec<(u64, u64)>,
+    pub named_accounts: Vec<(Arc<Account>, u64)>,
+}
+
+impl KernelDigest {
+    /// Names each account hash; one the probe stage never learnt the name
+    /// of is counted without one.
+    pub fn name_accounts(&mut self, names: &Names) {
+        for (hash, n) in self.accounts.drain(..) {
+            if let Some(account) = names.account(hash) {
+                match self.named_accounts.iter_mut().find(|(a, _)| *a == account) {
+                    Some((_, total)) => *total += n,
+                    None => self.named_accounts.push((account, n)),
+                }
+            }
+        }
+    }
 }
 
 /// How long a program may still write the old epoch after the flip: far
@@ -201,13 +224,30 @@ fn unregister(known: &mut Array<MapData, KnownSet>, sets: u32, hash: u64, slot: 
 
 /// One slot over every CPU; None when nothing was counted.
 fn sum(text_hash: u64, per_cpu: &[SlotStats]) -> Option<KernelDigest> {
-    let mut total = KernelDigest { text_hash, count: 0, sum_ns: 0, min_ns: u64::MAX, max_ns: 0, buckets: Vec::new() };
+    let mut total = KernelDigest {
+        text_hash,
+        count: 0,
+        sum_ns: 0,
+        min_ns: u64::MAX,
+        max_ns: 0,
+        buckets: Vec::new(),
+        stats: QueryStats::default(),
+        accounts: Vec::new(),
+        named_accounts: Vec::new(),
+    };
     let mut buckets = [0u64; BUCKETS];
     for cpu in per_cpu.iter().filter(|s| s.count > 0) {
         total.count += cpu.count;
         total.sum_ns = total.sum_ns.saturating_add(cpu.sum_ns);
         total.min_ns = total.min_ns.min(cpu.min_ns);
         total.max_ns = total.max_ns.max(cpu.max_ns);
+        total.stats.add(&cpu.stats);
+        for (hash, n) in cpu.accounts.iter().zip(cpu.account_counts).filter(|(hash, n)| **hash != 0 && *n > 0) {
+            match total.accounts.iter_mut().find(|(h, _)| h == hash) {
+                Some((_, sum)) => *sum += n,
+                None => total.accounts.push((*hash, n)),
+            }
+        }
         for (sum, n) in buckets.iter_mut().zip(cpu.buckets) {
             *sum += u64::from(n);
         }

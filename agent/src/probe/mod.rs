@@ -9,6 +9,7 @@ mod attach;
 mod calibrate;
 mod event;
 mod link_mode;
+mod names;
 mod supervisor;
 
 pub use kernel_digests::KernelDigest;
@@ -16,6 +17,7 @@ pub use calibrate::hold_task_events_on;
 pub use link_mode::multi_links;
 pub use attach::{AttachedServer, ProbeConfig};
 pub use event::{ErrorMessage, Statement, decode_error, decode_statement};
+pub use names::{Account, UNKNOWN_SCHEMA};
 pub use supervisor::Supervisor;
 
 use agent_common::{COMMAND_SLOTS, command, stat};
@@ -165,12 +167,45 @@ impl Counters {
     }
 }
 
+/// Which per-statement figures a server's records carry: the layout's
+/// `stats_fields` bits, plus CPU time, schema and account. A figure this
+/// build or kernel does not let the kernel side read is left out of every
+/// record (null), never reported as 0.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Figures(pub u32);
+
+impl Figures {
+    pub const CPU: u32 = 1 << 16;
+    pub const SCHEMA: u32 = 1 << 17;
+    pub const ACCOUNT: u32 = 1 << 18;
+
+    pub fn of(layout: &agent_common::ServerLayout) -> Figures {
+        let mut bits = layout.stats_fields;
+        if layout.task_runtime_offset != 0 && layout.task_runtime_offset != agent_common::UNKNOWN {
+            bits |= Self::CPU;
+        }
+        if layout.db_offset != agent_common::UNKNOWN {
+            bits |= Self::SCHEMA;
+        }
+        if layout.sctx_offset != agent_common::UNKNOWN {
+            bits |= Self::ACCOUNT;
+        }
+        Figures(bits)
+    }
+
+    pub fn has(self, bit: u32) -> bool {
+        self.0 & bit != 0
+    }
+}
+
 /// What the probe stage hands downstream for one server.
 #[derive(Debug)]
 pub struct ProbeBatch {
     pub server: ServerProcess,
     /// The server's build and version.
     pub binary: BinaryIdentity,
+    /// Which figures its records carry.
+    pub figures: Figures,
     pub statements: Vec<Statement>,
     /// Waits longer than the threshold, in the order they ended.
     pub long_waits: Vec<agent_common::LongWait>,

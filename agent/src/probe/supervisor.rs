@@ -115,6 +115,9 @@ impl Supervisor {
         let started = Instant::now();
         let binary = inspect_binary(&server.binary)?;
         let inspected_ms = started.elapsed().as_millis() as u64;
+        for (fields, why) in &binary.missing_fields {
+            warn!(pid = server.pid, fields, why = %why, "this build's figures are left out of every record, not guessed");
+        }
         if !binary.single_stepped.is_empty() {
             warn!(pid = server.pid, points = ?binary.single_stepped,
                 "probe points start with an instruction the kernel must single-step; each hit costs ~15x more");
@@ -241,6 +244,7 @@ impl Supervisor {
             out.push(ProbeBatch {
                 server: attached.server.clone(),
                 binary: identity(attached),
+                figures: attached.figures,
                 statements,
                 long_waits,
                 counters,
@@ -313,6 +317,7 @@ fn final_batch(attached: &mut AttachedServer, overhead: Option<Overhead>) -> Pro
     ProbeBatch {
         server: attached.server.clone(),
         binary: identity(attached),
+        figures: attached.figures,
         statements,
         long_waits,
         counters,

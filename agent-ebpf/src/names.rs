@@ -1,0 +1,173 @@
+//! Schemas and accounts by hash. A statement carries the hash of its
+//! current schema and of its connection's account (user and client host);
+//! what a hash stands for goes to the agent once, as a `NameRecord` in the
+//! `NAMES` ring, when a thread first sees it.
+//!
+//! The schema is read at every statement end: the server may overwrite the
+//! name in place on `USE` (`THD::set_db` copies a shorter name into the old
+//! buffer), so its address says nothing. The account is read once per
+//! connection (its id comes with the counters' window) and again after
+//! `acl_authenticate`, which a `COM_CHANGE_USER` runs on the connection's
+//! own thread.
+use agent_common::{
+    EventBuffer, Inflight, MAX_HOST, MAX_NAME, NameRecord, ServerLayout, UNKNOWN, name_kind, stat,
+};
+use aya_ebpf::{
+    bindings::BPF_RB_NO_WAKEUP,
+    helpers::{bpf_get_current_pid_tgid, bpf_probe_read_user, bpf_probe_read_user_buf, bpf_probe_read_user_str_bytes},
+    macros::map,
+    maps::RingBuf,
+    programs::ProbeContext,
+};
+
+use crate::{maps::bump_stat, statements::owned_slot};
+
+/// What schema and account hashes stand for.
+#[map]
+pub static NAMES: RingBuf = RingBuf::with_byte_size(256 * 1024, 0);
+
+uprobe_pair! {
+    account_change, account_change_perf => on_account_change;
+}
+
+/// `acl_authenticate(THD*, uint)`: a connection logs in, or changes user.
+/// Its thread names the account again at its next statement end.
+#[inline(always)]
+fn on_account_change(_ctx: ProbeContext) -> u32 {
+    let tid = bpf_get_current_pid_tgid() as u32;
+    if let Some(inflight) = owned_slot(tid) {
+        inflight.named_connection = 0;
+    }
+    0
+}
+
+const PRIME: u64 = 0x9e37_79b9_7f4a_7c15;
+
+/// Hash of every word of `bytes` (zero past the name: the caller clears the
+/// buffer before each read) and of `full_len`, the name's whole length;
+/// never 0. No branch depends on the name, so the verifier walks one path
+/// instead of one per length.
+#[inline(always)]
+fn hash_bytes<const N: usize>(bytes: &[u8; N], full_len: u64, seed: u64) -> u64 {
+    let mut hash = seed ^ full_len.wrapping_mul(PRIME);
+    let words = bytes.as_ptr() as *const u64;
+    for word in 0..N / 8 {
+        // SAFETY: word `word` of an `N`-byte array; unaligned read.
+        let w = unsafe { words.add(word).read_unaligned() };
+        hash = (hash ^ w).wrapping_mul(PRIME).rotate_left(31);
+    }
+    hash | 1
+}
+
+/// Zeroes a name buffer word by word (BPF has no memset, and a zeroed
+/// array built on the stack would not fit there).
+#[inline(always)]
+fn clear<const N: usize>(bytes: &mut [u8; N]) {
+    let words = bytes.as_mut_ptr() as *mut u64;
+    for word in 0..N / 8 {
+        // SAFETY: word `word` of an `N`-byte array; unaligned write.
+        unsafe { words.add(word).write_unaligned(0) };
+    }
+}
+
+/// The current schema's hash into the record (0: no schema, or this
+/// build's is unknown), with its name sent when this thread has not sent
+/// it since it changed.
+#[inline(always)]
+pub fn schema(db: [u64; 2], layout: &ServerLayout, buffer: &mut EventBuffer, inflight: &mut Inflight) {
+    buffer.header.schema_hash = schema_hash(db, layout, buffer, inflight);
+}
+
+#[inline(always)]
+fn schema_hash(db: [u64; 2], layout: &ServerLayout, buffer: &mut EventBuffer, inflight: &mut Inflight) -> u64 {
+    let [pointer, length] = db;
+    if layout.db_offset == UNKNOWN || pointer == 0 || length == 0 {
+        return 0;
+    }
+    let n = (length as usize).min(MAX_NAME);
+    let record = &mut buffer.name;
+    clear(&mut record.name);
+    // The mask restates the bound for the verifier.
+    let n = n & (MAX_NAME * 2 - 1);
+    if n > MAX_NAME || unsafe { bpf_probe_read_user_buf(pointer as *const u8, &mut record.name[..n]) }.is_err() {
+        return 0;
+    }
+    let hash = hash_bytes(&record.name, length, 0x5c4e_3a00);
+    if hash != inflight.schema_hash {
+        inflight.schema_hash = hash;
+        record.kind = name_kind::SCHEMA;
+        record.name_len = n as u32;
+        record.host_len = 0;
+        record.hash = hash;
+        send(record);
+    }
+    hash
+}
+
+/// The connection's account hash into the record (0: unknown), read and
+/// named when the thread serves another connection than the one it named
+/// last (the record's connection id, from the counters' window).
+#[inline(always)]
+pub fn account(thd: u64, layout: &ServerLayout, buffer: &mut EventBuffer, inflight: &mut Inflight) {
+    let connection = buffer.header.connection_id;
+    buffer.header.account_hash = account_hash(thd, connection, layout, buffer, inflight);
+}
+
+#[inline(always)]
+fn account_hash(thd: u64, connection: u64, layout: &ServerLayout, buffer: &mut EventBuffer, inflight: &mut Inflight) -> u64 {
+    if layout.sctx_offset == UNKNOWN || connection == 0 {
+        return 0;
+    }
+    if inflight.named_connection == connection {
+        return inflight.account_hash;
+    }
+    // THD::security_ctx: the login's context at a top-level statement end.
+    let sctx = unsafe { bpf_probe_read_user((thd + layout.sctx_offset as u64) as *const u64) }.unwrap_or(0);
+    if sctx == 0 {
+        return 0;
+    }
+    let user = unsafe { bpf_probe_read_user((sctx + layout.sctx_user_offset as u64) as *const u64) }.unwrap_or(0);
+    let host = unsafe { bpf_probe_read_user((sctx + layout.sctx_host_offset as u64) as *const u64) }.unwrap_or(0);
+    let record = &mut buffer.name;
+    clear(&mut record.name);
+    clear(&mut record.host);
+    let user_len = read_str(user, &mut record.name);
+    let host_len = read_str(host, &mut record.host);
+    // Not logged in yet (no user): named at a later statement.
+    if user_len == 0 && host_len == 0 {
+        return 0;
+    }
+    let hash = hash_bytes(&record.name, user_len as u64, 0xacc0_0000)
+        ^ hash_bytes(&record.host, host_len as u64, 0x4057_0000).rotate_left(17);
+    let hash = hash | 1;
+    record.kind = name_kind::ACCOUNT;
+    record.name_len = user_len as u32;
+    record.host_len = host_len as u32;
+    record.hash = hash;
+    send(record);
+    inflight.named_connection = connection;
+    inflight.account_hash = hash;
+    hash
+}
+
+/// A C string into `dest`, cut at its size; its length, 0 when unreadable.
+#[inline(always)]
+fn read_str<const N: usize>(pointer: u64, dest: &mut [u8; N]) -> usize {
+    if pointer == 0 {
+        return 0;
+    }
+    match unsafe { bpf_probe_read_user_str_bytes(pointer as *const u8, dest) } {
+        Ok(read) => read.len() & (N * 2 - 1),
+        Err(_) => 0,
+    }
+}
+
+#[inline(always)]
+fn send(record: &NameRecord) {
+    if NAMES.output(record, BPF_RB_NO_WAKEUP as u64).is_err() {
+        bump_stat(stat::NAMES_DROPPED);
+    }
+}
+
+// Names are cut at these sizes; a longer one is told apart by its length.
+const _: () = assert!(MAX_NAME % 8 == 0 && MAX_HOST % 8 == 0);

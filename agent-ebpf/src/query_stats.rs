@@ -1,0 +1,101 @@
+//! The server's own per-statement figures (rows, temporary tables, sort
+//! passes, index use: what its slow log writes) and the thread's CPU time,
+//! read at the statement end the program already traps.
+//!
+//! The THD keeps the counters within a few hundred bytes of each other, so
+//! they come with one copy of `ServerLayout::stats_len` bytes. CPU time is
+//! the kernel's own per-task runtime (`se.sum_exec_runtime`, at an offset
+//! the agent took from the kernel's BTF): a connection thread idles between
+//! statements, so the runtime it gained since its previous statement end
+//! is this statement's. Nothing here is a second trap.
+use agent_common::{
+    EventBuffer, Inflight, QueryStats, STATS_WINDOW, ServerLayout, UNKNOWN, plan, server_status, stat, stats_field,
+};
+use aya_ebpf::helpers::{bpf_get_current_task, bpf_probe_read_kernel, bpf_probe_read_user_buf};
+
+use crate::maps::bump_stat;
+
+const WORDS: usize = STATS_WINDOW / 8;
+
+/// Copies the window and reads this build's counters out of it into the
+/// record's `stats`, and the connection id into its header when the window
+/// holds it (0 otherwise). A failed copy leaves them 0 and is counted.
+#[inline(always)]
+pub fn read(thd: u64, layout: &ServerLayout, buffer: &mut EventBuffer) {
+    buffer.header.connection_id = 0;
+    let fields = layout.stats_fields;
+    if fields == 0 {
+        return;
+    }
+    let n = layout.stats_len as usize & (STATS_WINDOW * 2 - 1);
+    // SAFETY: the first `n` bytes of the window array (`n <= STATS_WINDOW`).
+    let copied = n <= STATS_WINDOW && {
+        let bytes = unsafe { core::slice::from_raw_parts_mut(buffer.window.as_mut_ptr() as *mut u8, n) };
+        unsafe { bpf_probe_read_user_buf((thd + layout.stats_base as u64) as *const u8, bytes) }.is_ok()
+    };
+    if !copied {
+        bump_stat(stat::READ_FAILED);
+        return;
+    }
+    let window = &buffer.window;
+    let stats = &mut buffer.header.stats;
+    // The agent checked every offset against the window; the masks restate
+    // that for the verifier.
+    let word = |rel: u32| window[(rel as usize / 8) & (WORDS - 1)];
+    if fields & stats_field::ROWS_SENT != 0 {
+        stats.rows_sent = word(layout.rows_sent_rel);
+    }
+    if fields & stats_field::ROWS_EXAMINED != 0 {
+        stats.rows_examined = word(layout.rows_examined_rel);
+    }
+    if fields & stats_field::ROWS_AFFECTED != 0 {
+        stats.rows_affected = word(layout.rows_affected_rel);
+    }
+    if fields & stats_field::PLAN != 0 {
+        let flags = word(layout.plan_flags_rel);
+        stats.sort_merge_passes = word(layout.plan_flags_rel + 8);
+        stats.tmp_tables = word(layout.plan_flags_rel + 16);
+        stats.tmp_disk_tables = word(layout.plan_flags_rel + 24);
+        stats.select_full_join = u64::from(flags & plan::FULL_JOIN != 0);
+        stats.select_scan = u64::from(flags & plan::FULL_SCAN != 0);
+        stats.filesort = u64::from(flags & plan::FILESORT != 0);
+        stats.filesort_on_disk = u64::from(flags & plan::FILESORT_DISK != 0);
+    }
+    if fields & stats_field::SERVER_STATUS != 0 {
+        let rel = layout.server_status_rel;
+        // A u32, in the low or the high half of its word (little-endian).
+        let status = (word(rel) >> ((rel % 8) * 8)) as u32;
+        stats.no_index_used = u64::from(status & server_status::NO_INDEX_USED != 0);
+        stats.no_good_index_used = u64::from(status & server_status::NO_GOOD_INDEX_USED != 0);
+    }
+    if fields & stats_field::CONNECTION_ID != 0 {
+        buffer.header.connection_id = word(layout.connection_id_rel);
+    }
+}
+
+/// The thread's CPU time since its previous statement end, into `stats`
+/// (`cpu_statements` 1 when measured), and the mark for the next one. The
+/// first statement a thread ends after the probes attach has no mark yet.
+#[inline(always)]
+pub fn cpu(layout: &ServerLayout, inflight: &mut Inflight, stats: &mut QueryStats) {
+    let offset = layout.task_runtime_offset;
+    if offset == 0 || offset == UNKNOWN {
+        return;
+    }
+    let task = unsafe { bpf_get_current_task() };
+    if task == 0 {
+        return;
+    }
+    // SAFETY: a read of kernel memory through the helper, which fails
+    // cleanly on a bad address.
+    let runtime = unsafe { bpf_probe_read_kernel((task + offset as u64) as *const u64) }.unwrap_or(0);
+    if runtime == 0 {
+        return;
+    }
+    let mark = inflight.cpu_mark_ns;
+    inflight.cpu_mark_ns = runtime;
+    if mark != 0 && runtime >= mark {
+        stats.cpu_ns = runtime - mark;
+        stats.cpu_statements = 1;
+    }
+}

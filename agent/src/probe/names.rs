@@ -1,0 +1,91 @@
+//! What the schema and account hashes in statement records stand for, as
+//! the kernel side named them (`NameRecord`s in the `NAMES` ring). One
+//! table per attached server, bounded.
+use std::{collections::HashMap, sync::Arc};
+
+use agent_common::{NameRecord, name_kind};
+
+/// A connection's login: user and client host (host name or address).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Account {
+    pub user: String,
+    pub host: String,
+}
+
+/// Names kept per server; past this, the table starts over (names come
+/// again with each new connection).
+const MAX_NAMES: usize = 65_536;
+
+/// What an unnamed hash is shown as: its record was lost (a full ring).
+pub const UNKNOWN_SCHEMA: &str = "(unknown schema)";
+
+#[derive(Default)]
+pub struct Names {
+    schemas: HashMap<u64, Arc<str>>,
+    accounts: HashMap<u64, Arc<Account>>,
+}
+
+impl Names {
+    /// Takes one ring record; false when it is not one.
+    pub fn learn(&mut self, record: &[u8]) -> bool {
+        if record.len() < std::mem::size_of::<NameRecord>() {
+            return false;
+        }
+        // SAFETY: length checked; plain integers and bytes.
+        let name: NameRecord = unsafe { std::ptr::read_unaligned(record.as_ptr().cast()) };
+        let text = |bytes: &[u8], len: u32| String::from_utf8_lossy(&bytes[..(len as usize).min(bytes.len())]).into_owned();
+        if self.schemas.len() + self.accounts.len() >= MAX_NAMES {
+            self.schemas.clear();
+            self.accounts.clear();
+        }
+        match name.kind {
+            name_kind::SCHEMA => {
+                self.schemas.insert(name.hash, Arc::from(text(&name.name, name.name_len)));
+            }
+            name_kind::ACCOUNT => {
+                let account = Account { user: text(&name.name, name.name_len), host: text(&name.host, name.host_len) };
+                self.accounts.insert(name.hash, Arc::new(account));
+            }
+            _ => return false,
+        }
+        true
+    }
+
+    /// The schema a hash names; 0 is "no schema".
+    pub fn schema(&self, hash: u64) -> Option<Arc<str>> {
+        (hash != 0).then(|| self.schemas.get(&hash).cloned().unwrap_or_else(|| Arc::from(UNKNOWN_SCHEMA)))
+    }
+
+    pub fn account(&self, hash: u64) -> Option<Arc<Account>> {
+        self.accounts.get(&hash).cloned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(kind: u32, hash: u64, name: &str, host: &str) -> Vec<u8> {
+        let mut r = NameRecord { kind, hash, name_len: name.len() as u32, host_len: host.len() as u32, ..Default::default() };
+        r.name[..name.len()].copy_from_slice(name.as_bytes());
+        r.host[..host.len()].copy_from_slice(host.as_bytes());
+        // SAFETY: a plain `#[repr(C)]` value viewed as its bytes.
+        unsafe { std::slice::from_raw_parts((&r as *const NameRecord).cast::<u8>(), std::mem::size_of::<NameRecord>()) }
+            .to_vec()
+    }
+
+    #[test]
+    fn names_schemas_and_accounts_by_hash() {
+        let mut names = Names::default();
+        assert!(names.learn(&record(name_kind::SCHEMA, 7, "shop", "")));
+        assert!(names.learn(&record(name_kind::ACCOUNT, 9, "app", "10.0.0.5")));
+        assert!(!names.learn(&record(99, 1, "x", "")));
+        assert!(!names.learn(&[0u8; 8]));
+        assert_eq!(names.schema(7).as_deref(), Some("shop"));
+        assert_eq!(names.schema(0), None);
+        assert_eq!(names.schema(8).as_deref(), Some(UNKNOWN_SCHEMA));
+        let account = names.account(9).unwrap();
+        assert_eq!((account.user.as_str(), account.host.as_str()), ("app", "10.0.0.5"));
+        assert!(names.account(10).is_none());
+    }
+}

@@ -1,0 +1,376 @@
+//! The server's own per-statement figures, per (schema, digest), against
+//! performance_schema's digest table: rows examined, sent and affected,
+//! index use, temporary tables, sort merge passes, scans and full joins,
+//! through text and prepared statements, with kernel digests on and off.
+//! And CPU time per statement against what a statement does. Needs root:
+//! real eBPF programs on a real mariadbd.
+mod common;
+
+use std::{collections::BTreeMap, time::Duration};
+
+use common::{Agent, AgentOutput, PrivateServer, privileged};
+use mysql::prelude::Queryable;
+use serde_json::Value;
+
+const SCHEMAS: [&str; 2] = ["qa_one", "qa_two"];
+const ROWS: u32 = 3000;
+
+/// One statement shape of the corpus: a marker its digest text keeps (an
+/// alias or a table name), the text with `?` for its one parameter, and
+/// the values it runs with.
+struct Shape {
+    marker: &'static str,
+    sql: &'static str,
+    values: &'static [i64],
+}
+
+/// Each hits counters: full scans without an index, a join without one,
+/// a filesort that spills past a tiny sort buffer, temporary tables on
+/// disk (a TEXT column), and writes with known affected rows.
+const SHAPES: &[Shape] = &[
+    Shape { marker: "q_scan", sql: "SELECT id AS q_scan FROM t WHERE a = ?", values: &[5, 7, 11] },
+    Shape { marker: "q_join", sql: "SELECT t.id AS q_join FROM t JOIN u ON t.a = u.a WHERE u.id < ?", values: &[10, 50] },
+    Shape { marker: "q_sort", sql: "SELECT id AS q_sort FROM t WHERE id > ? ORDER BY b", values: &[0, 1000] },
+    Shape { marker: "q_tmp", sql: "SELECT c AS q_tmp, COUNT(*) FROM t WHERE id > ? GROUP BY c", values: &[0, 2500] },
+    Shape { marker: "q_point", sql: "SELECT b AS q_point FROM t WHERE id = ?", values: &[1, 2, 3, 4] },
+    Shape { marker: "q_upd", sql: "UPDATE t AS q_upd SET a = a + 1 WHERE id <= ?", values: &[37, 5] },
+    Shape { marker: "q_del", sql: "DELETE FROM q_del WHERE id <= ?", values: &[20, 40] },
+    Shape { marker: "q_ins", sql: "INSERT INTO q_ins (id, a) VALUES (?, 0)", values: &[100001, 100002, 100003] },
+];
+
+/// performance_schema's columns and the agent's fields they match.
+const FIGURES: &[(&str, &str)] = &[
+    ("COUNT_STAR", "count"),
+    ("SUM_ROWS_EXAMINED", "rows_examined"),
+    ("SUM_ROWS_SENT", "rows_sent"),
+    ("SUM_ROWS_AFFECTED", "rows_affected"),
+    ("SUM_NO_INDEX_USED", "no_index_used"),
+    ("SUM_NO_GOOD_INDEX_USED", "no_good_index_used"),
+    ("SUM_CREATED_TMP_TABLES", "tmp_tables"),
+    ("SUM_CREATED_TMP_DISK_TABLES", "tmp_disk_tables"),
+    ("SUM_SORT_MERGE_PASSES", "sort_merge_passes"),
+    ("SUM_SELECT_SCAN", "select_scan"),
+    ("SUM_SELECT_FULL_JOIN", "select_full_join"),
+];
+
+fn server() -> PrivateServer {
+    let server = PrivateServer::start(
+        "analytics",
+        &[
+            // In the server's own datadir.
+            "--slow-query-log-file=slow.log",
+            "--performance-schema=ON",
+            // Every statement in the slow log, with its plan: the server's
+            // own record of prepared statements, which its digest table
+            // leaves out.
+            "--slow-query-log=ON",
+            "--long-query-time=0",
+            "--log-slow-verbosity=query_plan",
+            // Small enough that the corpus sorts in merge passes and puts
+            // its temporary tables on disk.
+            "--sort-buffer-size=32768",
+            "--max-heap-table-size=16384",
+            "--tmp-table-size=16384",
+        ],
+    )
+    .unwrap();
+    for schema in SCHEMAS {
+        // The sequence engine makes the rows in the server: no statement
+        // text as long as the table.
+        server
+            .sql(&format!(
+                "CREATE DATABASE {schema}; USE {schema};
+                 CREATE TABLE t (id INT PRIMARY KEY, a INT, b VARCHAR(200), c TEXT);
+                 CREATE TABLE u (id INT PRIMARY KEY, a INT);
+                 CREATE TABLE q_del (id INT PRIMARY KEY, a INT);
+                 CREATE TABLE q_ins (id INT PRIMARY KEY, a INT);
+                 INSERT INTO t SELECT seq, seq % 97, REPEAT(HEX(seq * 2654435761), 6), seq % 50 FROM seq_1_to_{ROWS};
+                 INSERT INTO u SELECT seq, seq % 97 FROM seq_1_to_300;
+                 INSERT INTO q_del SELECT seq, 0 FROM seq_1_to_60;"
+            ))
+            .unwrap();
+    }
+    server
+}
+
+fn connect(server: &PrivateServer, schema: &str) -> mysql::Conn {
+    let opts = mysql::OptsBuilder::new()
+        .socket(Some(server.socket.to_str().unwrap()))
+        .user(Some("root"))
+        .db_name(Some(schema))
+        .prefer_socket(true);
+    mysql::Conn::new(opts).unwrap()
+}
+
+/// Statements that tell the slow log's prepared executions from the text
+/// ones of the same connection.
+const PREPARED_PHASE: &str = "SELECT 1 AS q_phase_prepared";
+const TEXT_PHASE: &str = "SELECT 1 AS q_phase_text";
+
+/// A schema's connection, left open with its prepared statements: the
+/// server keeps their figures only while they exist.
+struct Session {
+    schema: &'static str,
+    conn: mysql::Conn,
+    prepared: Vec<mysql::Statement>,
+}
+
+/// Runs every shape with every value, over the text protocol and as a
+/// prepared statement, in each schema. The first statement of each text
+/// comes alone, then a pause: the agent registers its hash, so the rest
+/// is counted in the kernel when kernel digests are on.
+fn workload(server: &PrivateServer) -> Vec<Session> {
+    let mut sessions = Vec::new();
+    for schema in SCHEMAS {
+        let mut conn = connect(server, schema);
+        let mut prepared = Vec::new();
+        for shape in SHAPES {
+            for (i, value) in shape.values.iter().enumerate() {
+                conn.query_drop(shape.sql.replace('?', &value.to_string())).unwrap();
+                if i == 0 {
+                    std::thread::sleep(Duration::from_millis(150));
+                }
+            }
+            conn.query_drop(PREPARED_PHASE).unwrap();
+            let stmt = conn.prep(shape.sql).unwrap();
+            for value in shape.values {
+                // The inserts' ids must not repeat between protocols.
+                let value = if shape.marker == "q_ins" { value + 1000 } else { *value };
+                conn.exec_drop(&stmt, (value,)).unwrap();
+            }
+            prepared.push(stmt);
+            conn.query_drop(TEXT_PHASE).unwrap();
+        }
+        sessions.push(Session { schema, conn, prepared });
+    }
+    sessions
+}
+
+/// One slow log entry: its connection, its `# Key: value` figures, its text.
+struct SlowEntry {
+    thread: u64,
+    figures: BTreeMap<String, String>,
+    text: String,
+}
+
+fn slow_log(path: &std::path::Path) -> Vec<SlowEntry> {
+    let log = std::fs::read_to_string(path).unwrap();
+    let mut entries: Vec<SlowEntry> = Vec::new();
+    for line in log.lines() {
+        if line.starts_with("# User@Host:") {
+            entries.push(SlowEntry { thread: 0, figures: BTreeMap::new(), text: String::new() });
+            continue;
+        }
+        let Some(entry) = entries.last_mut() else { continue };
+        if let Some(pairs) = line.strip_prefix("# ") {
+            // "Key: value  Key: value"
+            let mut words = pairs.split_whitespace();
+            while let (Some(key), Some(value)) = (words.next(), words.next()) {
+                entry.figures.insert(key.trim_end_matches(':').to_string(), value.to_string());
+            }
+            entry.thread = entry.figures.get("Thread_id").and_then(|t| t.parse().ok()).unwrap_or(entry.thread);
+        } else if !line.starts_with("SET timestamp=") && !line.starts_with("use ") {
+            entry.text.push_str(line);
+        }
+    }
+    entries
+}
+
+/// The slow log's figures of a connection's prepared executions (between
+/// `PREPARED_PHASE` and `TEXT_PHASE`) of one shape.
+fn prepared_figures(entries: &[SlowEntry], thread: u64, marker: &str) -> BTreeMap<&'static str, u64> {
+    let mut out: BTreeMap<&'static str, u64> = FIGURES.iter().map(|(_, ours)| (*ours, 0)).collect();
+    let mut prepared = false;
+    for entry in entries.iter().filter(|e| e.thread == thread) {
+        if entry.text.contains("q_phase_prepared") {
+            prepared = true;
+            continue;
+        }
+        if entry.text.contains("q_phase_text") {
+            prepared = false;
+            continue;
+        }
+        if !prepared || !entry.text.contains(marker) {
+            continue;
+        }
+        let number = |key: &str| entry.figures.get(key).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        let yes = |key: &str| u64::from(entry.figures.get(key).is_some_and(|v| v == "Yes"));
+        for (field, value) in [
+            ("count", 1),
+            ("rows_sent", number("Rows_sent")),
+            ("rows_examined", number("Rows_examined")),
+            ("rows_affected", number("Rows_affected")),
+            ("tmp_tables", number("Tmp_tables")),
+            ("tmp_disk_tables", number("Tmp_disk_tables")),
+            ("sort_merge_passes", number("Merge_passes")),
+            ("select_scan", yes("Full_scan")),
+            ("select_full_join", yes("Full_join")),
+        ] {
+            *out.get_mut(field).unwrap() += value;
+        }
+    }
+    out
+}
+
+/// What the server counted per (schema, marker): its digest table for the
+/// statements sent as text, and its slow log for the prepared executions
+/// (MariaDB's digest table leaves `COM_STMT_EXECUTE` out: checked here, its
+/// `prepared_statements_instances` keeps `COUNT_EXECUTE` at 0). The slow log
+/// has no index-use figures; a shape's plan is the same in both protocols,
+/// so its prepared executions flag as its text ones do.
+fn server_figures(
+    server: &PrivateServer,
+    sessions: &mut [Session],
+) -> BTreeMap<(String, &'static str), BTreeMap<&'static str, u64>> {
+    let columns: Vec<String> = FIGURES.iter().map(|(c, _)| format!("COALESCE(SUM({c}), 0)")).collect();
+    server.sql("FLUSH SLOW LOGS").unwrap();
+    let entries = slow_log(&server.dir().join("data/slow.log"));
+    let mut out = BTreeMap::new();
+    for session in sessions.iter_mut() {
+        let thread = u64::from(session.conn.connection_id());
+        for shape in SHAPES {
+            let text: Vec<u64> = server
+                .sql(&format!(
+                    "SELECT {} FROM performance_schema.events_statements_summary_by_digest
+                     WHERE SCHEMA_NAME = '{}' AND DIGEST_TEXT LIKE '%{}%'",
+                    columns.join(", "),
+                    session.schema,
+                    shape.marker
+                ))
+                .unwrap()
+                .trim()
+                .split('\t')
+                .map(|v| v.parse().unwrap())
+                .collect();
+            let text: BTreeMap<&'static str, u64> = FIGURES.iter().zip(text).map(|((_, ours), v)| (*ours, v)).collect();
+            let mut figures = prepared_figures(&entries, thread, shape.marker);
+            assert_eq!(figures["count"], shape.values.len() as u64, "{}: prepared executions in the slow log", shape.marker);
+            for flag in ["no_index_used", "no_good_index_used"] {
+                assert!(text[flag] == 0 || text[flag] == text["count"], "{}: {flag} differs between statements", shape.marker);
+                figures.insert(flag, if text[flag] == 0 { 0 } else { figures["count"] });
+            }
+            for (field, value) in &text {
+                *figures.get_mut(field).unwrap() += value;
+            }
+            out.insert((session.schema.to_string(), shape.marker), figures);
+        }
+    }
+    out
+}
+
+/// The agent's sums per (schema, marker), over every window.
+fn agent_figures(out: &AgentOutput) -> BTreeMap<(String, &'static str), BTreeMap<&'static str, u64>> {
+    let mut sums = BTreeMap::new();
+    for schema in SCHEMAS {
+        for shape in SHAPES {
+            let mut figures: BTreeMap<&'static str, u64> = FIGURES.iter().map(|(_, ours)| (*ours, 0)).collect();
+            for row in out.of_type("digest").filter(|d| {
+                d["schema"] == schema && d["digest_text"].as_str().is_some_and(|t| t.contains(shape.marker))
+            }) {
+                for (_, field) in FIGURES {
+                    let value = row[field].as_u64().unwrap_or_else(|| panic!("{field} missing in {row:#}"));
+                    *figures.get_mut(field).unwrap() += value;
+                }
+            }
+            sums.insert((schema.to_string(), shape.marker), figures);
+        }
+    }
+    sums
+}
+
+fn figures_equal_performance_schema(kernel_digests: bool) {
+    let _serial = common::one_at_a_time();
+    let server = server();
+    let mut args = vec![format!("--pid={}", server.pid()), "--window=500ms".into()];
+    if !kernel_digests {
+        args.push("--kernel-digests=0".into());
+    }
+    server.sql("TRUNCATE performance_schema.events_statements_summary_by_digest").unwrap();
+    let agent = Agent::start(server.dir(), &args);
+    let mut sessions = workload(&server);
+    std::thread::sleep(Duration::from_millis(700));
+    let out = agent.stop();
+    assert!(out.success, "{}", out.stderr);
+    let expected = server_figures(&server, &mut sessions);
+    for session in sessions {
+        let mut conn = session.conn;
+        for stmt in session.prepared {
+            conn.close(stmt).unwrap();
+        }
+    }
+    let got = agent_figures(&out);
+    for (key, figures) in &expected {
+        // Every shape ran in every schema, and each figure the corpus is
+        // meant to hit did hit somewhere.
+        assert!(figures["count"] > 0, "{key:?} never reached performance_schema");
+        assert_eq!(got.get(key), Some(figures), "{key:?}: agent (left) against performance_schema (right)");
+    }
+    for field in ["rows_examined", "rows_affected", "no_index_used", "tmp_disk_tables", "sort_merge_passes", "select_full_join"] {
+        assert!(expected.values().any(|f| f[field] > 0), "the corpus never hit {field}: {expected:#?}");
+    }
+    if kernel_digests {
+        assert!(out.summary_total(None, "aggregated_in_kernel") > 0, "no statement was counted in the kernel");
+    }
+    // The same text in two schemas is two rows.
+    let scans: Vec<&Value> =
+        out.of_type("digest").filter(|d| d["digest_text"].as_str().is_some_and(|t| t.contains("q_scan"))).collect();
+    let schemas: std::collections::BTreeSet<&str> = scans.iter().filter_map(|d| d["schema"].as_str()).collect();
+    assert_eq!(schemas.into_iter().collect::<Vec<_>>(), SCHEMAS.to_vec());
+    // Accounts: every statement here ran as root over the socket.
+    for row in out.of_type("digest").filter(|d| d["schema"] == SCHEMAS[0]) {
+        let count = row["count"].as_u64().unwrap();
+        assert_eq!(row["users"]["root"].as_u64(), Some(count), "{row:#}");
+        assert_eq!(row["hosts"]["localhost"].as_u64(), Some(count), "{row:#}");
+    }
+}
+
+#[test]
+fn figures_equal_performance_schema_with_kernel_digests() {
+    if !privileged("figures_equal_performance_schema_with_kernel_digests") {
+        return;
+    }
+    figures_equal_performance_schema(true);
+}
+
+#[test]
+fn figures_equal_performance_schema_without_kernel_digests() {
+    if !privileged("figures_equal_performance_schema_without_kernel_digests") {
+        return;
+    }
+    figures_equal_performance_schema(false);
+}
+
+/// A statement that computes for its whole run reports most of its
+/// latency as CPU time; one that sleeps reports almost none.
+#[test]
+fn cpu_time_is_the_statements_own() {
+    if !privileged("cpu_time_is_the_statements_own") {
+        return;
+    }
+    let _serial = common::one_at_a_time();
+    let server = PrivateServer::start("analytics-cpu", &[]).unwrap();
+    let agent = Agent::start(server.dir(), &[format!("--pid={}", server.pid()), "--window=500ms".into()]);
+    let mut conn = connect(&server, "mysql");
+    // The thread's first statement since the attach has no mark to
+    // measure from.
+    conn.query_drop("SELECT 1 AS q_first").unwrap();
+    for _ in 0..3 {
+        conn.query_drop("SELECT BENCHMARK(2000000, MD5('sqlbee')) AS q_cpu").unwrap();
+        conn.query_drop("SELECT SLEEP(0.3) AS q_sleep").unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(700));
+    let out = agent.stop();
+    assert!(out.success, "{}", out.stderr);
+    let sum = |marker: &str, field: &str| -> u64 {
+        out.of_type("digest")
+            .filter(|d| d["digest_text"].as_str().is_some_and(|t| t.contains(marker)))
+            .map(|d| d[field].as_u64().unwrap())
+            .sum()
+    };
+    assert_eq!((sum("q_cpu", "count"), sum("q_cpu", "cpu_statements")), (3, 3));
+    let (busy, busy_latency) = (sum("q_cpu", "cpu_ns"), sum("q_cpu", "sum_ns"));
+    assert!(busy * 10 >= busy_latency * 6, "BENCHMARK: cpu {busy} ns of {busy_latency} ns");
+    let (idle, idle_latency) = (sum("q_sleep", "cpu_ns"), sum("q_sleep", "sum_ns"));
+    assert!(idle_latency >= 3 * 300_000_000, "{idle_latency}");
+    assert!(idle * 20 <= idle_latency, "SLEEP: cpu {idle} ns of {idle_latency} ns");
+}
