@@ -23,8 +23,8 @@ use std::{
 
 use sqlbee_common::histogram::Histogram as AgentHistogram;
 use sqlbee_proto::v1::{
-    AgentIdentity, Batch, Bucket, CommandCount, DigestStats, Histogram, InstanceWindow, ServerInstance,
-    ingest_client::IngestClient,
+    AccountCount, AgentIdentity, Batch, Bucket, CommandCount, DigestStats, Histogram, InstanceWindow, QueryStats,
+    ServerInstance, ingest_client::IngestClient,
 };
 
 fn arg(n: usize, default: u64) -> u64 {
@@ -87,6 +87,30 @@ fn window(agent: u64, end_ms: i64, window_ms: i64, digests: u64, seed: &mut u64)
             error_codes: vec![],
             waits: vec![],
             estimated_count: 0,
+            // What a current agent sends with every row: the schema, the
+            // server's figures and the accounts.
+            schema: format!("app{}", d % 3),
+            stats: Some(QueryStats {
+                rows_sent: Some(count),
+                rows_examined: Some(count * (d % 50 + 1)),
+                rows_affected: Some(0),
+                lock_ns: Some(count * 2_000),
+                cpu_ns: Some(sum / 2),
+                cpu_statements: Some(count),
+                no_index_used: Some(if d % 9 == 0 { count } else { 0 }),
+                no_good_index_used: Some(0),
+                tmp_tables: Some(d % 3),
+                tmp_disk_tables: Some(d % 5 / 4),
+                sort_merge_passes: Some(0),
+                select_full_join: Some(0),
+                select_scan: Some(if d % 9 == 0 { count } else { 0 }),
+                filesort: Some(d % 2),
+                filesort_on_disk: Some(0),
+            }),
+            accounts: vec![
+                AccountCount { user: "app".into(), host: format!("10.0.{}.{}", agent % 200, d % 4), count: count - count / 4 },
+                AccountCount { user: "report".into(), host: "10.1.0.9".into(), count: count / 4 },
+            ],
         });
     }
     InstanceWindow {

@@ -91,7 +91,7 @@ async fn batches_are_stored_once_and_histograms_merge_exactly() {
     // The same through the Query service, with ordering and a filter.
     let mut query = query_client(&plain(&url)).await;
     let answer = query
-        .top(TopRequest { instance: INSTANCE.into(), order_by: "count".into(), limit: 1, since_unix_ms: 0 })
+        .top(TopRequest { instance: INSTANCE.into(), order_by: "count".into(), limit: 1, ..Default::default() })
         .await
         .unwrap()
         .into_inner();

@@ -532,4 +532,17 @@ fn mariadb_11_8_is_counted_exactly_through_a_restart() {
     let attaches = common::strip_ansi(&out.stderr).lines().filter(|l| l.contains("attached pid=")).count();
     assert!(attaches >= 2, "the restarted server was attached again:\n{}", out.stderr);
     assert!(!out.stderr.contains("single-step"), "every probe point is emulated:\n{}", out.stderr);
+    // This build's figures are read too: each point select sends and
+    // examines one row, and each update changes one.
+    let sum = |needle: &str, field: &str| -> u64 {
+        out.of_type("digest")
+            .filter(|d| d["digest_text"].as_str().is_some_and(|t| t.contains(needle)))
+            .map(|d| d[field].as_u64().unwrap_or_else(|| panic!("{field} missing in {d:#}")))
+            .sum()
+    };
+    assert_eq!(sum("SELECT `v` FROM `app`.`t`", "rows_sent"), PREPARED, "{}", out.stderr);
+    assert_eq!(sum("SELECT `v` FROM `app`.`t`", "rows_examined"), PREPARED, "{}", out.stderr);
+    assert_eq!(sum("SET `v` = `v` + ?", "rows_affected"), PREPARED, "{}", out.stderr);
+    assert!(sum("text_118", "cpu_statements") >= TEXT - 1, "{}", out.stderr);
+    assert!(!out.stderr.contains("left out of every record"), "{}", out.stderr);
 }

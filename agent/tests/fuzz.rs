@@ -177,6 +177,7 @@ fn batches_decode_validate_and_store_or_are_refused() {
     store
         .top(&sqlbee::collector::store::TopQuery {
             instance: None,
+            schema: None,
             since_unix_ms: 0,
             order_by: sqlbee::collector::store::OrderBy::P99,
             limit: 100,

@@ -8,7 +8,11 @@ mod common;
 
 use std::{collections::BTreeMap, time::Duration};
 
-use common::{Agent, AgentOutput, PrivateServer, privileged};
+use common::{
+    Agent, AgentOutput, PrivateServer,
+    collector::{Collector, top_json},
+    privileged,
+};
 use mysql::prelude::Queryable;
 use serde_json::Value;
 
@@ -281,7 +285,14 @@ fn agent_figures(out: &AgentOutput) -> BTreeMap<(String, &'static str), BTreeMap
 fn figures_equal_performance_schema(kernel_digests: bool) {
     let _serial = common::one_at_a_time();
     let server = server();
-    let mut args = vec![format!("--pid={}", server.pid()), "--window=500ms".into()];
+    let collector = Collector::start(&[]);
+    let state = server.dir().join("agent-state");
+    let mut args = vec![
+        format!("--pid={}", server.pid()),
+        "--window=500ms".into(),
+        format!("--collector={}", collector.http_url()),
+        format!("--state-dir={}", state.display()),
+    ];
     if !kernel_digests {
         args.push("--kernel-digests=0".into());
     }
@@ -316,11 +327,40 @@ fn figures_equal_performance_schema(kernel_digests: bool) {
         out.of_type("digest").filter(|d| d["digest_text"].as_str().is_some_and(|t| t.contains("q_scan"))).collect();
     let schemas: std::collections::BTreeSet<&str> = scans.iter().filter_map(|d| d["schema"].as_str()).collect();
     assert_eq!(schemas.into_iter().collect::<Vec<_>>(), SCHEMAS.to_vec());
+    stored_figures_equal(&collector, &got);
     // Accounts: every statement here ran as root over the socket.
     for row in out.of_type("digest").filter(|d| d["schema"] == SCHEMAS[0]) {
         let count = row["count"].as_u64().unwrap();
         assert_eq!(row["users"]["root"].as_u64(), Some(count), "{row:#}");
         assert_eq!(row["hosts"]["localhost"].as_u64(), Some(count), "{row:#}");
+    }
+}
+
+/// The collector's answer (`sqlbee top --schema`) holds the same figures
+/// per (schema, marker), ranks by them, and names the accounts.
+fn stored_figures_equal(collector: &Collector, agent: &BTreeMap<(String, &'static str), BTreeMap<&'static str, u64>>) {
+    let url = collector.http_url();
+    for schema in SCHEMAS {
+        let rows = top_json(&url, &["--schema", schema, "--limit", "1000"]);
+        let rows = rows.as_array().unwrap();
+        assert!(rows.iter().all(|r| r["schema"] == schema), "{rows:#?}");
+        for shape in SHAPES {
+            let mut figures: BTreeMap<&'static str, u64> = FIGURES.iter().map(|(_, ours)| (*ours, 0)).collect();
+            for row in rows.iter().filter(|r| r["digest_text"].as_str().is_some_and(|t| t.contains(shape.marker))) {
+                for (_, field) in FIGURES {
+                    *figures.get_mut(field).unwrap() += row[field].as_u64().unwrap_or_else(|| panic!("{field}: {row:#}"));
+                }
+                let accounts: u64 = row["accounts"].as_array().unwrap().iter().map(|a| a["count"].as_u64().unwrap()).sum();
+                assert_eq!(accounts, row["count"].as_u64().unwrap(), "{row:#}");
+            }
+            assert_eq!(Some(&figures), agent.get(&(schema.to_string(), shape.marker)), "{schema} {}: stored", shape.marker);
+        }
+    }
+    for (order, field) in [("rows_examined", "rows_examined"), ("cpu", "cpu_ns"), ("tmp_disk", "tmp_disk_tables")] {
+        let rows = top_json(&url, &["--order-by", order, "--limit", "1000"]);
+        let ranked: Vec<u64> = rows.as_array().unwrap().iter().map(|r| r[field].as_u64().unwrap_or(0)).collect();
+        assert!(ranked.windows(2).all(|w| w[0] >= w[1]), "--order-by {order}: {ranked:?}");
+        assert!(ranked[0] > 0, "--order-by {order}: {ranked:?}");
     }
 }
 

@@ -96,29 +96,53 @@ pub fn render(
         }
     }
     {
-        let mut count = Vec::new();
+        struct Top<'a> {
+            instance: &'a str,
+            digest: String,
+            text: String,
+            schema: &'a str,
+            d: &'a crate::aggregate::DigestStats,
+            figures: crate::probe::Figures,
+        }
+        let mut top_rows = Vec::new();
         for r in reports {
             let mut top: Vec<_> = r.digests.iter().collect();
             top.sort_by(|a, b| b.count.cmp(&a.count));
             for d in top.into_iter().take(TOP_DIGESTS) {
-                count.push((r.instance.as_str(), format!("{:016x}", d.digest), d.digest_text.clone(), d.count, d.sum_ns));
+                top_rows.push(Top {
+                    instance: r.instance.as_str(),
+                    digest: format!("{:016x}", d.digest),
+                    text: short(&d.digest_text),
+                    schema: d.schema.as_deref().unwrap_or(""),
+                    d,
+                    figures: r.summary.figures,
+                });
             }
         }
-        let mut f = enc.family(
-            "sqlbee_digest_statements",
-            "Statements of a top digest in the last window (top 20 per instance).",
-            MetricType::Gauge,
-        );
-        for (instance, digest, text, n, _) in &count {
-            f.sample(&[("instance", instance), ("digest", digest), ("text", &short(text))], *n);
-        }
-        let mut f = enc.family(
-            "sqlbee_digest_latency_seconds_sum",
-            "Total latency of a top digest's statements in the last window.",
-            MetricType::Gauge,
-        );
-        for (instance, digest, text, _, sum_ns) in &count {
-            f.sample(&[("instance", instance), ("digest", digest), ("text", &short(text))], *sum_ns as f64 / 1e9);
+        let labels = |t: &Top<'_>| -> [(&'static str, String); 4] {
+            [
+                ("instance", t.instance.to_string()),
+                ("schema", t.schema.to_string()),
+                ("digest", t.digest.clone()),
+                ("text", t.text.clone()),
+            ]
+        };
+        use agent_common::stats_field as f;
+        let families: [(&str, &str, fn(&crate::aggregate::DigestStats) -> f64, u32); 6] = [
+            ("sqlbee_digest_statements", "Statements of a top digest in the last window (top 20 per instance).", |d| d.count as f64, 0),
+            ("sqlbee_digest_latency_seconds_sum", "Total latency of a top digest's statements in the last window.", |d| d.sum_ns as f64 / 1e9, 0),
+            ("sqlbee_digest_rows_examined", "Rows a top digest's statements examined in the last window (the server's count).", |d| d.stats.rows_examined as f64, f::ROWS_EXAMINED),
+            ("sqlbee_digest_rows_sent", "Rows a top digest's statements sent in the last window.", |d| d.stats.rows_sent as f64, f::ROWS_SENT),
+            ("sqlbee_digest_cpu_seconds_sum", "On-CPU time of a top digest's statements in the last window.", |d| d.stats.cpu_ns as f64 / 1e9, crate::probe::Figures::CPU),
+            ("sqlbee_digest_tmp_disk_tables", "Temporary tables a top digest's statements created on disk in the last window.", |d| d.stats.tmp_disk_tables as f64, f::PLAN),
+        ];
+        for (name, help, value, needs) in families {
+            let mut family = enc.family(name, help, MetricType::Gauge);
+            for t in top_rows.iter().filter(|t| needs == 0 || t.figures.has(needs)) {
+                let labels = labels(t);
+                let labels: Vec<(&str, &str)> = labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
+                family.sample(&labels, value(t.d));
+            }
         }
     }
     if let Some(host) = host {

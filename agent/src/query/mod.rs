@@ -52,7 +52,11 @@ pub struct TopArgs {
     /// Windows that ended within this long ago (10s, 5m, 2h, 7d), or `all`.
     #[arg(long, default_value = "1h")]
     pub since: String,
-    /// Rank by total time, average, p99, count or errors.
+    /// Only statements that ran in this schema (current database).
+    #[arg(long)]
+    pub schema: Option<String>,
+    /// Rank by total time, average, p99, count, errors, time waited, rows
+    /// examined, CPU time or temporary tables on disk.
     #[arg(long, default_value = "total", value_parser = PossibleValuesParser::new(api::ORDER_KEYS))]
     pub order_by: String,
     /// Digests to show (1..=10000).
@@ -175,6 +179,7 @@ fn since_unix_ms(since: &str) -> Result<i64, QueryError> {
 pub fn top(args: TopArgs) -> Result<(), QueryError> {
     let request = TopRequest {
         instance: args.instance.clone().unwrap_or_default(),
+        schema: args.schema.clone().unwrap_or_default(),
         since_unix_ms: since_unix_ms(&args.since)?,
         order_by: args.order_by.clone(),
         limit: args.limit,

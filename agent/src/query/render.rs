@@ -3,7 +3,7 @@
 use std::io::Write;
 
 use serde_json::{Map, Value, json};
-use sqlbee_proto::v1::{Blocker, InstanceInfo, LockWaitRow, TopDigest, WaitStats};
+use sqlbee_proto::v1::{Blocker, InstanceInfo, LockWaitRow, QueryStats, TopDigest, WaitStats};
 
 use super::cells::{cut, time};
 
@@ -12,9 +12,10 @@ pub fn top_json(digests: &[TopDigest]) -> Value {
         digests
             .iter()
             .map(|d| {
-                json!({
+                let mut row = json!({
                     "digest": format!("{:016x}", d.digest),
                     "digest_text": d.digest_text,
+                    "schema": d.schema,
                     "count": d.count,
                     "errors": d.errors,
                     "sum_ns": d.sum_ns,
@@ -33,10 +34,38 @@ pub fn top_json(digests: &[TopDigest]) -> Value {
                     }).collect::<Map<_, _>>(),
                     // Budget mode: the count scaled to whole windows.
                     "estimated_count": (d.estimated_count > 0).then_some(d.estimated_count),
-                })
+                    "accounts": d.accounts.iter().map(|a| json!({"user": a.user, "host": a.host, "count": a.count})).collect::<Vec<_>>(),
+                });
+                stats_json(&mut row, d.stats.as_ref());
+                row
             })
             .collect(),
     )
+}
+
+/// The server's figures of a row, each null when no window carried it.
+fn stats_json(row: &mut Value, stats: Option<&QueryStats>) {
+    let s = stats.cloned().unwrap_or_default();
+    let object = row.as_object_mut().expect("a digest row is an object");
+    for (name, value) in [
+        ("rows_sent", s.rows_sent),
+        ("rows_examined", s.rows_examined),
+        ("rows_affected", s.rows_affected),
+        ("lock_ns", s.lock_ns),
+        ("cpu_ns", s.cpu_ns),
+        ("cpu_statements", s.cpu_statements),
+        ("no_index_used", s.no_index_used),
+        ("no_good_index_used", s.no_good_index_used),
+        ("tmp_tables", s.tmp_tables),
+        ("tmp_disk_tables", s.tmp_disk_tables),
+        ("sort_merge_passes", s.sort_merge_passes),
+        ("select_full_join", s.select_full_join),
+        ("select_scan", s.select_scan),
+        ("filesort", s.filesort),
+        ("filesort_on_disk", s.filesort_on_disk),
+    ] {
+        object.insert(name.into(), json!(value));
+    }
 }
 
 pub fn instances_json(instances: &[InstanceInfo], now_unix_ms: i64) -> Value {
@@ -140,15 +169,18 @@ fn dominant_wait(waits: &[WaitStats]) -> String {
 pub fn write_top_table(out: &mut impl Write, digests: &[TopDigest]) -> std::io::Result<()> {
     writeln!(
         out,
-        "{:>9} {:>6} {:>11} {:>9} {:>9} {:>9} {:>9} {:>9} {:>11} {:<24} {:>4}  {:<16}  digest_text",
-        "count", "errors", "total_ms", "avg_ms", "p50_ms", "p95_ms", "p99_ms", "max_ms", "wait_ms", "top_wait", "inst", "digest"
+        "{:>9} {:>6} {:>11} {:>9} {:>9} {:>9} {:>9} {:>9} {:>11} {:<24} {:>10} {:>9} {:>9} {:>4}  {:<16}  {:<12}  digest_text",
+        "count", "errors", "total_ms", "avg_ms", "p50_ms", "p95_ms", "p99_ms", "max_ms", "wait_ms", "top_wait",
+        "rows_exam", "cpu_ms", "tmp_disk", "inst", "digest", "schema"
     )?;
     for d in digests {
         let avg = d.sum_ns.checked_div(d.count).unwrap_or(0);
         let waited = d.waits.iter().fold(0u64, |a, w| a.saturating_add(w.sum_ns));
+        let stats = d.stats.clone().unwrap_or_default();
+        let figure = |v: Option<u64>| v.map_or_else(|| "-".to_string(), |v| v.to_string());
         writeln!(
             out,
-            "{:>9} {:>6} {:>11} {:>9} {:>9} {:>9} {:>9} {:>9} {:>11} {:<24} {:>4}  {:016x}  {}",
+            "{:>9} {:>6} {:>11} {:>9} {:>9} {:>9} {:>9} {:>9} {:>11} {:<24} {:>10} {:>9} {:>9} {:>4}  {:016x}  {:<12}  {}",
             d.count,
             d.errors,
             ms(d.sum_ns),
@@ -159,8 +191,12 @@ pub fn write_top_table(out: &mut impl Write, digests: &[TopDigest]) -> std::io::
             ms(d.max_ns),
             ms(waited),
             dominant_wait(&d.waits),
+            figure(stats.rows_examined),
+            stats.cpu_ns.map_or_else(|| "-".to_string(), ms),
+            figure(stats.tmp_disk_tables),
             d.instances.len(),
             d.digest,
+            cut(if d.schema.is_empty() { "-" } else { &d.schema }, 12),
             cut(&d.digest_text, 100)
         )?;
     }

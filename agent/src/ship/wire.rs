@@ -5,7 +5,7 @@ use std::time::SystemTime;
 use agent_common::wait_class;
 use sqlbee_common::{clock::unix_ms, histogram};
 use sqlbee_proto::v1::{
-    AgentCost, AgentWindow, Blocker as WireBlocker, Bucket, CommandCount, CpuModes as WireCpuModes,
+    AccountCount, AgentCost, AgentWindow, QueryStats as WireQueryStats, Blocker as WireBlocker, Bucket, CommandCount, CpuModes as WireCpuModes,
     DigestStats as WireDigest, DiskIo as WireDiskIo, ErrorCount, Histogram as WireHistogram,
     HostMetrics as WireHostMetrics, InstanceWindow, LockWait, NetIo as WireNetIo, ProbeCost as WireProbeCost,
     ProcessMetrics as WireProcess, ServerInstance, UntracedServer as WireUntraced, WaitStats,
@@ -16,12 +16,49 @@ use crate::{
     aggregate::{DigestStats, LockWaitRecord, WindowReport},
     budget::{CostSample, ProbeCost},
     host::{HostMetrics, ProcessMetrics, ProcessStatus},
-    probe::UntracedServer,
+    probe::{Figures, UntracedServer},
 };
 
 
-fn digest(d: &DigestStats, cost: Option<&ProbeCost>) -> WireDigest {
+/// The figures a server's build let the agent read; the rest absent.
+fn query_stats(d: &DigestStats, figures: Figures) -> WireQueryStats {
+    use agent_common::stats_field as f;
+    let s = &d.stats;
+    let known = |bit: u32, value: u64| figures.has(bit).then_some(value);
+    WireQueryStats {
+        rows_sent: known(f::ROWS_SENT, s.rows_sent),
+        rows_examined: known(f::ROWS_EXAMINED, s.rows_examined),
+        rows_affected: known(f::ROWS_AFFECTED, s.rows_affected),
+        lock_ns: Some(s.lock_ns),
+        cpu_ns: known(Figures::CPU, s.cpu_ns),
+        cpu_statements: known(Figures::CPU, s.cpu_statements),
+        no_index_used: known(f::SERVER_STATUS, s.no_index_used),
+        no_good_index_used: known(f::SERVER_STATUS, s.no_good_index_used),
+        tmp_tables: known(f::PLAN, s.tmp_tables),
+        tmp_disk_tables: known(f::PLAN, s.tmp_disk_tables),
+        sort_merge_passes: known(f::PLAN, s.sort_merge_passes),
+        select_full_join: known(f::PLAN, s.select_full_join),
+        select_scan: known(f::PLAN, s.select_scan),
+        filesort: known(f::PLAN, s.filesort),
+        filesort_on_disk: known(f::PLAN, s.filesort_on_disk),
+    }
+}
+
+fn accounts(d: &DigestStats) -> Vec<AccountCount> {
+    let mut out: Vec<AccountCount> = d
+        .accounts
+        .iter()
+        .map(|(a, n)| AccountCount { user: a.user.clone(), host: a.host.clone(), count: *n })
+        .collect();
+    out.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| (&a.user, &a.host).cmp(&(&b.user, &b.host))));
+    out
+}
+
+fn digest(d: &DigestStats, cost: Option<&ProbeCost>, figures: Figures) -> WireDigest {
     WireDigest {
+        schema: d.schema.as_deref().unwrap_or_default().to_string(),
+        stats: Some(query_stats(d, figures)),
+        accounts: accounts(d),
         estimated_count: cost.filter(|c| c.sampled()).map_or(0, |c| c.estimate(d.count)),
         digest: d.digest,
         digest_text: d.digest_text.to_string(),
@@ -131,7 +168,7 @@ pub fn instance_window(report: &WindowReport, host: Option<&HostMetrics>) -> Ins
         }),
         window_start_unix_ms: unix_ms(report.window_start),
         window_end_unix_ms: unix_ms(report.window_end),
-        digests: report.digests.iter().map(|d| digest(d, cost)).collect(),
+        digests: report.digests.iter().map(|d| digest(d, cost, s.figures)).collect(),
         commands: s.commands.iter().map(|(command, count)| CommandCount { command: command.clone(), count: *count }).collect(),
         statements: s.statements,
         events: s.events,

@@ -221,6 +221,7 @@ pub fn digest(digest: u64, text: &str, durations_ns: &[u64]) -> DigestStats {
         estimated_count: 0,
         error_codes: vec![],
         waits: vec![],
+        ..Default::default()
     }
 }
 

@@ -9,7 +9,7 @@ use crate::client::{self, BearerToken};
 use sqlbee_proto::v1::query_client::QueryClient;
 
 /// The `order_by` keys `Top` accepts.
-pub const ORDER_KEYS: [&str; 6] = crate::collector::store::OrderBy::NAMES;
+pub const ORDER_KEYS: [&str; 9] = crate::collector::store::OrderBy::NAMES;
 
 /// Answers can be large (10 000 digests with samples).
 pub const MAX_ANSWER: usize = 256 * 1024 * 1024;

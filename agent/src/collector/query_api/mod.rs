@@ -31,7 +31,8 @@ impl QueryService {
     }
 }
 
-fn instance(name: String) -> Option<String> {
+/// An empty filter field means "every".
+fn non_empty(name: String) -> Option<String> {
     if name.is_empty() { None } else { Some(name) }
 }
 
@@ -54,7 +55,7 @@ pub fn locks_query(request: LocksRequest) -> Result<LocksQuery, Status> {
     Ok(LocksQuery {
         limit: limit(request.limit, DEFAULT_LOCKS_LIMIT)?,
         since_unix_ms: since(request.since_unix_ms)?,
-        instance: instance(request.instance),
+        instance: non_empty(request.instance),
     })
 }
 
@@ -67,7 +68,13 @@ pub fn top_query(request: TopRequest) -> Result<TopQuery, Status> {
         ))
     })?;
     let limit = limit(request.limit, DEFAULT_LIMIT)?;
-    Ok(TopQuery { instance: instance(request.instance), since_unix_ms: since(request.since_unix_ms)?, order_by, limit })
+    Ok(TopQuery {
+        instance: non_empty(request.instance),
+        schema: non_empty(request.schema),
+        since_unix_ms: since(request.since_unix_ms)?,
+        order_by,
+        limit,
+    })
 }
 
 #[tonic::async_trait]
@@ -93,7 +100,7 @@ impl Query for QueryService {
 
     async fn totals(&self, request: Request<TotalsRequest>) -> Result<Response<TotalsResponse>, Status> {
         let request = request.into_inner();
-        let query = TotalsQuery { instance: instance(request.instance), since_unix_ms: since(request.since_unix_ms)? };
+        let query = TotalsQuery { instance: non_empty(request.instance), since_unix_ms: since(request.since_unix_ms)? };
         let store = self.store.clone();
         Ok(Response::new(blocking(move || store.totals(&query)).await?))
     }
@@ -108,7 +115,7 @@ impl Query for QueryService {
     async fn hosts(&self, request: Request<HostsRequest>) -> Result<Response<HostsResponse>, Status> {
         let request = request.into_inner();
         let query = HostsQuery {
-            host: instance(request.host),
+            host: non_empty(request.host),
             since_unix_ms: since(request.since_unix_ms)?,
             limit: limit(request.limit, DEFAULT_HOSTS_LIMIT)?,
         };

@@ -6,7 +6,7 @@
 //! the longest wait is the max) and error codes per code.
 use std::{cmp::Ordering, collections::BTreeMap};
 
-use sqlbee_proto::v1::{ErrorCount, WaitStats};
+use sqlbee_proto::v1::{AccountCount, ErrorCount, QueryStats, WaitStats};
 
 use sqlbee_common::histogram::Histogram;
 
@@ -129,9 +129,63 @@ impl MergedErrors {
     }
 }
 
+/// The server's figures of one digest merged over many rows: each field
+/// sums the rows that carried it and stays absent when none did (an older
+/// agent, or a build the agent could not read it from).
+pub fn add_stats(total: &mut QueryStats, row: &QueryStats) {
+    fn add(total: &mut Option<u64>, value: Option<u64>) {
+        if let Some(v) = value {
+            *total = Some(total.unwrap_or(0).saturating_add(v));
+        }
+    }
+    add(&mut total.rows_sent, row.rows_sent);
+    add(&mut total.rows_examined, row.rows_examined);
+    add(&mut total.rows_affected, row.rows_affected);
+    add(&mut total.lock_ns, row.lock_ns);
+    add(&mut total.cpu_ns, row.cpu_ns);
+    add(&mut total.cpu_statements, row.cpu_statements);
+    add(&mut total.no_index_used, row.no_index_used);
+    add(&mut total.no_good_index_used, row.no_good_index_used);
+    add(&mut total.tmp_tables, row.tmp_tables);
+    add(&mut total.tmp_disk_tables, row.tmp_disk_tables);
+    add(&mut total.sort_merge_passes, row.sort_merge_passes);
+    add(&mut total.select_full_join, row.select_full_join);
+    add(&mut total.select_scan, row.select_scan);
+    add(&mut total.filesort, row.filesort);
+    add(&mut total.filesort_on_disk, row.filesort_on_disk);
+}
+
+/// Accounts of one digest merged over many rows.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MergedAccounts {
+    counts: BTreeMap<(String, String), u64>,
+}
+
+/// Accounts an answer lists per digest; the rest are in none.
+pub const TOP_ACCOUNTS: usize = 10;
+
+impl MergedAccounts {
+    pub fn add(&mut self, accounts: &[AccountCount]) {
+        for a in accounts {
+            let slot = self.counts.entry((a.user.clone(), a.host.clone())).or_default();
+            *slot = slot.saturating_add(a.count);
+        }
+    }
+
+    /// The most frequent `TOP_ACCOUNTS`, ties by name.
+    pub fn into_top(self) -> Vec<AccountCount> {
+        let mut out: Vec<AccountCount> =
+            self.counts.into_iter().map(|((user, host), count)| AccountCount { user, host, count }).collect();
+        out.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| (&a.user, &a.host).cmp(&(&b.user, &b.host))));
+        out.truncate(TOP_ACCOUNTS);
+        out
+    }
+}
+
 /// Descending by the order key; ties by digest id so answers are stable.
 /// The third element is the key computed from more than the totals: each
-/// digest's p99 when ordering by `p99`, its total wait when by `wait`.
+/// digest's p99 when ordering by `p99`, its total wait when by `wait`,
+/// and the sum of its figure for `rows_examined`, `cpu` and `tmp_disk`.
 pub fn compare(order: OrderBy, a: (u64, &DigestTotals, u64), b: (u64, &DigestTotals, u64)) -> Ordering {
     let (da, ta, pa) = a;
     let (db, tb, pb) = b;
@@ -140,7 +194,7 @@ pub fn compare(order: OrderBy, a: (u64, &DigestTotals, u64), b: (u64, &DigestTot
         // sum_a/count_a vs sum_b/count_b without losing precision.
         OrderBy::Avg => (u128::from(tb.sum_ns) * u128::from(ta.count.max(1)))
             .cmp(&(u128::from(ta.sum_ns) * u128::from(tb.count.max(1)))),
-        OrderBy::P99 | OrderBy::Wait => pb.cmp(&pa),
+        OrderBy::P99 | OrderBy::Wait | OrderBy::RowsExamined | OrderBy::Cpu | OrderBy::TmpDisk => pb.cmp(&pa),
         OrderBy::Count => tb.count.cmp(&ta.count),
         OrderBy::Errors => tb.errors.cmp(&ta.errors),
     };
@@ -168,6 +222,24 @@ mod tests {
         assert_eq!(compare(OrderBy::Total, (1, &a, 0), (2, &b, 0)), Ordering::Less);
         assert_eq!(compare(OrderBy::Count, (2, &a, 0), (1, &a, 0)), Ordering::Greater);
         assert_eq!(compare(OrderBy::Wait, (1, &a, 5), (2, &b, 7)), Ordering::Greater);
+    }
+
+    #[test]
+    fn figures_sum_what_rows_carried_and_accounts_keep_the_top() {
+        let mut total = QueryStats::default();
+        add_stats(&mut total, &QueryStats { rows_examined: Some(10), cpu_ns: None, ..Default::default() });
+        add_stats(&mut total, &QueryStats { rows_examined: Some(5), cpu_ns: Some(7), ..Default::default() });
+        add_stats(&mut total, &QueryStats { rows_examined: Some(u64::MAX), ..Default::default() });
+        assert_eq!((total.rows_examined, total.cpu_ns, total.rows_sent), (Some(u64::MAX), Some(7), None));
+
+        let mut accounts = MergedAccounts::default();
+        let account = |user: &str, count| AccountCount { user: user.into(), host: "h".into(), count };
+        accounts.add(&(0..12).map(|i| account(&format!("u{i:02}"), i)).collect::<Vec<_>>());
+        accounts.add(&[account("u00", 100)]);
+        let top = accounts.into_top();
+        assert_eq!(top.len(), TOP_ACCOUNTS);
+        assert_eq!((top[0].user.as_str(), top[0].count), ("u00", 100));
+        assert_eq!(top[1].user, "u11");
     }
 
     #[test]

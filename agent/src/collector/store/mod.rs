@@ -22,10 +22,15 @@ pub enum OrderBy {
     Errors,
     /// Time spent waiting, every wait class together.
     Wait,
+    /// Sums of the server's figures.
+    RowsExamined,
+    Cpu,
+    TmpDisk,
 }
 
 impl OrderBy {
-    pub const NAMES: [&'static str; 6] = ["total", "avg", "p99", "count", "errors", "wait"];
+    pub const NAMES: [&'static str; 9] =
+        ["total", "avg", "p99", "count", "errors", "wait", "rows_examined", "cpu", "tmp_disk"];
 
     /// The wire's `order_by`; empty means the default (total).
     pub fn parse(key: &str) -> Option<OrderBy> {
@@ -36,6 +41,9 @@ impl OrderBy {
             "count" => OrderBy::Count,
             "errors" => OrderBy::Errors,
             "wait" => OrderBy::Wait,
+            "rows_examined" => OrderBy::RowsExamined,
+            "cpu" => OrderBy::Cpu,
+            "tmp_disk" => OrderBy::TmpDisk,
             _ => return None,
         })
     }
@@ -45,6 +53,8 @@ impl OrderBy {
 pub struct TopQuery {
     /// None: every instance.
     pub instance: Option<String>,
+    /// None: every schema.
+    pub schema: Option<String>,
     /// Windows ending at or after this (ms since epoch); 0: all.
     pub since_unix_ms: i64,
     pub order_by: OrderBy,

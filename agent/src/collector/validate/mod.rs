@@ -11,7 +11,8 @@ mod measures;
 use std::time::Duration;
 
 use sqlbee_proto::v1::{
-    Batch, DigestStats, Gap, Histogram, InstanceWindow, LockWait, ServerInstance, UntracedServer, WaitStats,
+    AccountCount, Batch, DigestStats, Gap, Histogram, InstanceWindow, LockWait, QueryStats, ServerInstance,
+    UntracedServer, WaitStats,
 };
 
 use sqlbee_common::{clock, histogram};
@@ -43,6 +44,8 @@ pub const MAX_BLOCKERS: usize = 32;
 pub const MAX_BLOCKER_STATEMENTS: usize = 8;
 /// `blocker_kind` (`candidates`).
 pub const MAX_BLOCKER_KIND: usize = 32;
+/// Accounts per digest row (the agent keeps at most 32).
+pub const MAX_ACCOUNTS: usize = 64;
 /// Untraced servers per agent window (one agent watches one host).
 pub const MAX_UNTRACED: usize = 1000;
 /// Why a server is not traced (the agent's error message).
@@ -261,6 +264,42 @@ fn lock_wait(at: &str, l: &LockWait, range: TimeRange) -> Result<(), Invalid> {
     Ok(())
 }
 
+/// Figures that count statements cannot exceed the statements counted.
+fn figures(at: &str, s: &QueryStats, count: u64) -> Result<(), Invalid> {
+    for (name, value) in [
+        ("cpu_statements", s.cpu_statements),
+        ("no_index_used", s.no_index_used),
+        ("no_good_index_used", s.no_good_index_used),
+        ("select_full_join", s.select_full_join),
+        ("select_scan", s.select_scan),
+        ("filesort", s.filesort),
+        ("filesort_on_disk", s.filesort_on_disk),
+    ] {
+        if let Some(value) = value
+            && value > count
+        {
+            return Err(invalid(format!("{at}.{name}"), format!("{value} statements, above count {count}")));
+        }
+    }
+    Ok(())
+}
+
+fn accounts(at: &str, accounts: &[AccountCount], count: u64) -> Result<(), Invalid> {
+    if accounts.len() > MAX_ACCOUNTS {
+        return Err(invalid(at, format!("{} accounts, at most {MAX_ACCOUNTS}", accounts.len())));
+    }
+    let mut sum = 0u64;
+    for (i, a) in accounts.iter().enumerate() {
+        name_len(&format!("{at}[{i}].user"), &a.user)?;
+        name_len(&format!("{at}[{i}].host"), &a.host)?;
+        sum = sum.saturating_add(a.count);
+    }
+    if sum > count {
+        return Err(invalid(at, format!("counts sum to {sum}, above count {count}")));
+    }
+    Ok(())
+}
+
 fn digest(at: &str, d: &DigestStats) -> Result<(), Invalid> {
     text_len(format!("{at}.digest_text"), &d.digest_text)?;
     text_len(format!("{at}.sample"), &d.sample)?;
@@ -299,6 +338,11 @@ fn digest(at: &str, d: &DigestStats) -> Result<(), Invalid> {
         }
     }
     waits(&format!("{at}.waits"), &d.waits, d.count)?;
+    name_len(&format!("{at}.schema"), &d.schema)?;
+    if let Some(stats) = &d.stats {
+        figures(&format!("{at}.stats"), stats, d.count)?;
+    }
+    accounts(&format!("{at}.accounts"), &d.accounts, d.count)?;
     match &d.histogram {
         None if d.count == 0 => Ok(()),
         None => Err(invalid(format!("{at}.histogram"), format!("missing; count is {}", d.count))),

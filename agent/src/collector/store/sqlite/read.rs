@@ -4,17 +4,21 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use rusqlite::OptionalExtension;
 use sqlbee_common::histogram::Histogram;
-use sqlbee_proto::v1::{Blocker, CommandCount, InstanceInfo, LockWait, LockWaitRow, TopDigest, TotalsResponse};
+use prost::Message as _;
+use sqlbee_proto::v1::{
+    Blocker, CommandCount, DigestStats, InstanceInfo, LockWait, LockWaitRow, QueryStats, TopDigest, TotalsResponse,
+};
 
 use super::{error, i, instance_filter, u};
 use crate::collector::store::{
     LocksQuery, OrderBy, StoreError, TopQuery, TotalsQuery, blob,
-    merge::{self, DigestTotals, MergedErrors, MergedWaits},
+    merge::{self, DigestTotals, MergedAccounts, MergedErrors, MergedWaits},
 };
 
-/// Per digest while merging: totals and the instances it was seen on
-/// (interned: the same few names repeat on every row), and the rank key
-/// that needs more than the totals (p99, or the total wait).
+/// Per (schema, digest) while merging: totals and the instances it was
+/// seen on (interned: the same few names repeat on every row), and the
+/// rank key that needs more than the totals (p99, the total wait, or a
+/// figure's sum).
 #[derive(Default)]
 struct Merging {
     totals: DigestTotals,
@@ -26,24 +30,45 @@ struct Merging {
     sampled: bool,
 }
 
+/// A digest row's key in answers: its schema and digest.
+type RowKey = (String, u64);
+
+/// The filters of a `top` scan as SQL and the values they bind, in order
+/// after the ones the statement itself binds first.
+struct Filters {
+    sql: String,
+    values: Vec<String>,
+}
+
+fn filters(query: &TopQuery, first: usize) -> Filters {
+    let mut sql = String::new();
+    let mut values = Vec::new();
+    for (column, value) in [("instance", &query.instance), ("schema", &query.schema)] {
+        if let Some(value) = value {
+            sql.push_str(&format!(" AND {column} = ?{}", first + values.len()));
+            values.push(value.clone());
+        }
+    }
+    Filters { sql, values }
+}
+
 pub(super) fn top(tx: &rusqlite::Transaction<'_>, query: &TopQuery) -> Result<Vec<TopDigest>, StoreError> {
     let err = |e| error("top", e);
-    // rusqlite binds only the parameters a statement names.
-    let bind = |stmt: &mut rusqlite::Statement<'_>, first: &dyn rusqlite::ToSql| -> rusqlite::Result<()> {
-        stmt.raw_bind_parameter(1, first)?;
-        stmt.raw_bind_parameter(2, query.since_unix_ms)?;
-        if let Some(instance) = &query.instance {
-            stmt.raw_bind_parameter(3, instance)?;
-        }
-        Ok(())
-    };
-    // Step 1: scalar sums per digest, without reading any blob.
+    // Step 1: scalar sums per (schema, digest), without reading any blob.
     let mut names: Vec<String> = Vec::new();
     let mut name_ids: HashMap<String, u32> = HashMap::new();
-    let mut digests: HashMap<u64, Merging> = HashMap::new();
+    let mut digests: HashMap<RowKey, Merging> = HashMap::new();
+    let figure_column = match query.order_by {
+        OrderBy::RowsExamined => "rows_examined",
+        OrderBy::Cpu => "cpu_ns",
+        OrderBy::TmpDisk => "tmp_disk_tables",
+        _ => "0",
+    };
     {
-        let mut stmt =
-            scan(tx, query, "digest, instance, count, errors, sum_ns, min_ns, max_ns, estimated_count", "").map_err(err)?;
+        let columns = format!(
+            "digest, instance, count, errors, sum_ns, min_ns, max_ns, estimated_count, schema, coalesce({figure_column}, 0)"
+        );
+        let mut stmt = scan(tx, query, &columns, "").map_err(err)?;
         let mut rows = stmt.raw_query();
         while let Some(row) = rows.next().map_err(err)? {
             let digest = u(row.get(0).map_err(err)?);
@@ -57,11 +82,13 @@ pub(super) fn top(tx: &rusqlite::Transaction<'_>, query: &TopQuery) -> Result<Ve
                     id
                 }
             };
-            let entry = digests.entry(digest).or_default();
+            let schema: String = row.get(8).map_err(err)?;
+            let entry = digests.entry((schema, digest)).or_default();
             entry.instances.insert(id);
             let (count, estimated) = (u(row.get(2).map_err(err)?), u(row.get(7).map_err(err)?));
             entry.sampled |= estimated > 0;
             entry.estimated = entry.estimated.saturating_add(if estimated > 0 { estimated } else { count });
+            entry.rank = entry.rank.saturating_add(u(row.get(9).map_err(err)?));
             entry.totals.add(
                 count,
                 u(row.get(3).map_err(err)?),
@@ -71,65 +98,83 @@ pub(super) fn top(tx: &rusqlite::Transaction<'_>, query: &TopQuery) -> Result<Ve
             );
         }
     }
-    let by_digest_filter = instance_filter(&query.instance, "instance").replace("?2", "?3");
-    let by_digest_sql = format!(
-        "SELECT histogram, error_codes, waits FROM digest_windows WHERE digest = ?1 AND window_end >= ?2{by_digest_filter}"
+    // The same filters after the row key (?1 digest, ?2 since, ?3 schema).
+    let by_row = filters(&TopQuery { schema: None, ..query.clone() }, 4);
+    let by_row_sql = format!(
+        "SELECT histogram, error_codes, waits, figures, accounts FROM digest_windows
+         WHERE digest = ?1 AND window_end >= ?2 AND schema = ?3{}",
+        by_row.sql
     );
     let sample_sql = format!(
-        "SELECT sample FROM digest_windows WHERE digest = ?1 AND window_end >= ?2{by_digest_filter} AND sample <> ''
-         ORDER BY window_end DESC LIMIT 1"
+        "SELECT sample FROM digest_windows WHERE digest = ?1 AND window_end >= ?2 AND schema = ?3{} AND sample <> ''
+         ORDER BY window_end DESC LIMIT 1",
+        by_row.sql
     );
+    let bind = |stmt: &mut rusqlite::Statement<'_>, key: &RowKey| -> rusqlite::Result<()> {
+        stmt.raw_bind_parameter(1, i(key.1))?;
+        stmt.raw_bind_parameter(2, query.since_unix_ms)?;
+        stmt.raw_bind_parameter(3, &key.0)?;
+        for (n, value) in by_row.values.iter().enumerate() {
+            stmt.raw_bind_parameter(4 + n, value)?;
+        }
+        Ok(())
+    };
     // Step 2: the rank keys that need blobs. Ordering by p99 needs every
     // digest's histogram, by wait every digest's waits; the other orders
     // read blobs only for the digests that make the cut.
-    let mut histograms: HashMap<u64, Histogram> = HashMap::new();
+    let mut histograms: HashMap<RowKey, Histogram> = HashMap::new();
     match query.order_by {
         OrderBy::P99 => {
-            let mut stmt = scan(tx, query, "digest, histogram", "").map_err(err)?;
+            let mut stmt = scan(tx, query, "digest, schema, histogram", "").map_err(err)?;
             let mut rows = stmt.raw_query();
             while let Some(row) = rows.next().map_err(err)? {
-                let digest = u(row.get(0).map_err(err)?);
-                let bytes = row.get_ref(1).map_err(err)?.as_blob().map_err(|e| err(e.into()))?;
-                add_blob(histograms.entry(digest).or_default(), bytes)?;
+                let key = (row.get(1).map_err(err)?, u(row.get(0).map_err(err)?));
+                let bytes = row.get_ref(2).map_err(err)?.as_blob().map_err(|e| err(e.into()))?;
+                add_blob(histograms.entry(key).or_default(), bytes)?;
             }
-            for (digest, m) in digests.iter_mut() {
-                m.rank = histograms.get(digest).map(|h| merge::percentile(h, 0.99, &m.totals)).unwrap_or(0);
+            for (key, m) in digests.iter_mut() {
+                m.rank = histograms.get(key).map(|h| merge::percentile(h, 0.99, &m.totals)).unwrap_or(0);
             }
         }
         OrderBy::Wait => {
-            let mut stmt = scan(tx, query, "digest, waits", " AND waits <> x''").map_err(err)?;
+            let mut stmt = scan(tx, query, "digest, schema, waits", " AND waits <> x''").map_err(err)?;
             let mut rows = stmt.raw_query();
             while let Some(row) = rows.next().map_err(err)? {
-                let digest = u(row.get(0).map_err(err)?);
-                let bytes = row.get_ref(1).map_err(err)?.as_blob().map_err(|e| err(e.into()))?;
+                let key: RowKey = (row.get(1).map_err(err)?, u(row.get(0).map_err(err)?));
+                let bytes = row.get_ref(2).map_err(err)?.as_blob().map_err(|e| err(e.into()))?;
                 let waited = blob::decode_waits(bytes)
                     .ok_or(StoreError::Corrupt { what: "waits" })?
                     .iter()
                     .fold(0u64, |a, w| a.saturating_add(w.1));
-                if let Some(m) = digests.get_mut(&digest) {
+                if let Some(m) = digests.get_mut(&key) {
                     m.rank = m.rank.saturating_add(waited);
                 }
             }
         }
-        OrderBy::Total | OrderBy::Avg | OrderBy::Count | OrderBy::Errors => {}
+        _ => {}
     }
-    let mut ranked: Vec<(u64, Merging)> = digests.into_iter().collect();
-    ranked.sort_by(|(da, a), (db, b)| merge::compare(query.order_by, (*da, &a.totals, a.rank), (*db, &b.totals, b.rank)));
+    let mut ranked: Vec<(RowKey, Merging)> = digests.into_iter().collect();
+    ranked.sort_by(|(ka, a), (kb, b)| {
+        merge::compare(query.order_by, (ka.1, &a.totals, a.rank), (kb.1, &b.totals, b.rank)).then_with(|| ka.0.cmp(&kb.0))
+    });
     ranked.truncate(query.limit);
 
     // Step 3: details of the digests that made the cut.
     let mut text_stmt = tx.prepare_cached("SELECT text FROM digest_texts WHERE digest = ?1").map_err(err)?;
-    let mut blobs_stmt = tx.prepare(&by_digest_sql).map_err(err)?;
+    let mut blobs_stmt = tx.prepare(&by_row_sql).map_err(err)?;
     let mut sample_stmt = tx.prepare(&sample_sql).map_err(err)?;
     let mut messages_stmt =
         tx.prepare_cached("SELECT code, message FROM error_samples WHERE digest = ?1").map_err(err)?;
     let mut out = Vec::with_capacity(ranked.len());
-    for (digest, m) in ranked {
-        let preloaded = histograms.remove(&digest);
+    for (key, m) in ranked {
+        let digest = key.1;
+        let preloaded = histograms.remove(&key);
         let mut histogram = Histogram::default();
         let mut waits = MergedWaits::default();
         let mut errors = MergedErrors::default();
-        bind(&mut blobs_stmt, &i(digest)).map_err(err)?;
+        let mut stats = QueryStats::default();
+        let mut accounts = MergedAccounts::default();
+        bind(&mut blobs_stmt, &key).map_err(err)?;
         let mut rows = blobs_stmt.raw_query();
         while let Some(row) = rows.next().map_err(err)? {
             if preloaded.is_none() {
@@ -137,12 +182,22 @@ pub(super) fn top(tx: &rusqlite::Transaction<'_>, query: &TopQuery) -> Result<Ve
             }
             add_error_codes(&mut errors, row.get_ref(1).map_err(err)?.as_blob().map_err(|e| err(e.into()))?)?;
             add_waits(&mut waits, row.get_ref(2).map_err(err)?.as_blob().map_err(|e| err(e.into()))?)?;
+            let figures = row.get_ref(3).map_err(err)?.as_blob().map_err(|e| err(e.into()))?;
+            if !figures.is_empty() {
+                let row = QueryStats::decode(figures).map_err(|_| StoreError::Corrupt { what: "figures" })?;
+                merge::add_stats(&mut stats, &row);
+            }
+            let blob = row.get_ref(4).map_err(err)?.as_blob().map_err(|e| err(e.into()))?;
+            if !blob.is_empty() {
+                let holder = DigestStats::decode(blob).map_err(|_| StoreError::Corrupt { what: "accounts" })?;
+                accounts.add(&holder.accounts);
+            }
         }
         drop(rows);
         let histogram = preloaded.unwrap_or(histogram);
         let digest_text: String =
             text_stmt.query_row([i(digest)], |r| r.get(0)).optional().map_err(err)?.unwrap_or_default();
-        bind(&mut sample_stmt, &i(digest)).map_err(err)?;
+        bind(&mut sample_stmt, &key).map_err(err)?;
         let sample: String = match sample_stmt.raw_query().next().map_err(err)? {
             Some(row) => row.get(0).map_err(err)?,
             None => String::new(),
@@ -161,6 +216,7 @@ pub(super) fn top(tx: &rusqlite::Transaction<'_>, query: &TopQuery) -> Result<Ve
         out.push(TopDigest {
             digest,
             digest_text,
+            schema: key.0,
             count: t.count,
             errors: t.errors,
             sum_ns: t.sum_ns,
@@ -174,6 +230,8 @@ pub(super) fn top(tx: &rusqlite::Transaction<'_>, query: &TopQuery) -> Result<Ve
             waits: waits.into_stats(),
             error_codes: errors.into_counts(|code| messages.remove(&code).unwrap_or_default()),
             estimated_count: if m.sampled { m.estimated } else { 0 },
+            stats: Some(stats),
+            accounts: accounts.into_top(),
         });
     }
     Ok(out)
@@ -186,11 +244,12 @@ fn scan<'t>(
     columns: &str,
     extra: &str,
 ) -> rusqlite::Result<rusqlite::Statement<'t>> {
-    let filter = instance_filter(&query.instance, "instance");
-    let mut stmt = tx.prepare(&format!("SELECT {columns} FROM digest_windows WHERE window_end >= ?1{filter}{extra}"))?;
+    let filters = filters(query, 2);
+    let mut stmt =
+        tx.prepare(&format!("SELECT {columns} FROM digest_windows WHERE window_end >= ?1{}{extra}", filters.sql))?;
     stmt.raw_bind_parameter(1, query.since_unix_ms)?;
-    if let Some(instance) = &query.instance {
-        stmt.raw_bind_parameter(2, instance)?;
+    for (n, value) in filters.values.iter().enumerate() {
+        stmt.raw_bind_parameter(2 + n, value)?;
     }
     Ok(stmt)
 }

@@ -20,7 +20,10 @@ use rusqlite::{Connection, TransactionBehavior};
 ///   older rows read "", on the host).
 /// - 7: `agent_instances.build_id`, `.server_version` and the `untraced_*`
 ///   columns (ALTER TABLE; older rows read "" and 0: unknown build, traced).
-pub const SCHEMA_VERSION: i64 = 7;
+/// - 8: `digest_windows.schema`, the rank figures `rows_examined`, `cpu_ns`
+///   and `tmp_disk_tables`, and the `figures` and `accounts` blobs (ALTER
+///   TABLE; older rows read "no schema" and figures unknown).
+pub const SCHEMA_VERSION: i64 = 8;
 
 pub(super) const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS agents (
@@ -94,12 +97,15 @@ CREATE TABLE IF NOT EXISTS window_commands (
     PRIMARY KEY (window_id, command)
 ) WITHOUT ROWID;
 
--- One row per digest per instance window. histogram and error_codes are
--- blob-encoded (index gap, count) varint pairs, error codes increasing;
--- waits is blob-encoded (class, sum_ns, max_ns, statements), empty when
--- the agent sent none. waits and estimated_count (0: count is exact) must
--- stay the last columns, in this order: older files get them appended by
--- ALTER TABLE.
+-- One row per (schema, digest) per instance window. histogram and
+-- error_codes are blob-encoded (index gap, count) varint pairs, error codes
+-- increasing; waits is blob-encoded (class, sum_ns, max_ns, statements),
+-- empty when the agent sent none. figures is an encoded sqlbee.v1.QueryStats
+-- and accounts an encoded sqlbee.v1.DigestStats holding only its accounts
+-- (both empty when absent); rows_examined, cpu_ns and tmp_disk_tables
+-- repeat three of the figures (NULL: unknown) so `top` can rank by them
+-- without decoding. The columns from waits on must stay last, in this
+-- order: older files get them appended by ALTER TABLE.
 CREATE TABLE IF NOT EXISTS digest_windows (
     window_id   INTEGER NOT NULL,
     instance    TEXT NOT NULL,
@@ -115,7 +121,13 @@ CREATE TABLE IF NOT EXISTS digest_windows (
     sample      TEXT NOT NULL,
     truncated   INTEGER NOT NULL,
     waits       BLOB NOT NULL DEFAULT x'',
-    estimated_count INTEGER NOT NULL DEFAULT 0
+    estimated_count INTEGER NOT NULL DEFAULT 0,
+    schema      TEXT NOT NULL DEFAULT '',
+    rows_examined INTEGER,
+    cpu_ns      INTEGER,
+    tmp_disk_tables INTEGER,
+    figures     BLOB NOT NULL DEFAULT x'',
+    accounts    BLOB NOT NULL DEFAULT x''
 );
 CREATE INDEX IF NOT EXISTS digest_windows_end ON digest_windows (window_end);
 CREATE INDEX IF NOT EXISTS digest_windows_instance ON digest_windows (instance, window_end);
@@ -236,6 +248,17 @@ pub(super) fn migrate(conn: &mut Connection) -> rusqlite::Result<Result<i64, i64
         tx.execute_batch(
             "ALTER TABLE agent_instances ADD COLUMN container_id TEXT NOT NULL DEFAULT '';
              ALTER TABLE agent_instances ADD COLUMN container TEXT NOT NULL DEFAULT '';",
+        )?;
+    }
+    // Version 7 -> 8.
+    if !has_column(&tx, "digest_windows", "schema")? {
+        tx.execute_batch(
+            "ALTER TABLE digest_windows ADD COLUMN schema TEXT NOT NULL DEFAULT '';
+             ALTER TABLE digest_windows ADD COLUMN rows_examined INTEGER;
+             ALTER TABLE digest_windows ADD COLUMN cpu_ns INTEGER;
+             ALTER TABLE digest_windows ADD COLUMN tmp_disk_tables INTEGER;
+             ALTER TABLE digest_windows ADD COLUMN figures BLOB NOT NULL DEFAULT x'';
+             ALTER TABLE digest_windows ADD COLUMN accounts BLOB NOT NULL DEFAULT x'';",
         )?;
     }
     // Version 6 -> 7.

@@ -82,8 +82,9 @@ pub(super) fn batch(
     let mut insert_text = tx.prepare_cached("INSERT OR IGNORE INTO digest_texts (digest, text) VALUES (?1, ?2)")?;
     let mut insert_digest = tx.prepare_cached(
         "INSERT INTO digest_windows (window_id, instance, window_end, digest, count, errors, sum_ns, min_ns,
-             max_ns, histogram, error_codes, sample, truncated, waits, estimated_count)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+             max_ns, histogram, error_codes, sample, truncated, waits, estimated_count, schema, rows_examined,
+             cpu_ns, tmp_disk_tables, figures, accounts)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)",
     )?;
     let mut insert_cost = tx.prepare_cached(
         "INSERT INTO instance_costs (window_id, aggregated_in_kernel, probes, process) VALUES (?1, ?2, ?3, ?4)",
@@ -190,6 +191,12 @@ pub(super) fn batch(
                 i(d.truncated),
                 waits,
                 i(d.estimated_count),
+                d.schema,
+                d.stats.as_ref().and_then(|s| s.rows_examined).map(i),
+                d.stats.as_ref().and_then(|s| s.cpu_ns).map(i),
+                d.stats.as_ref().and_then(|s| s.tmp_disk_tables).map(i),
+                d.stats.as_ref().map(Message::encode_to_vec).unwrap_or_default(),
+                accounts_blob(&d.accounts),
             ])?;
         }
     }
@@ -265,6 +272,14 @@ pub(super) fn batch(
         ])?;
     }
     Ok(IngestOutcome { duplicate: false, conflict: false })
+}
+
+/// A digest's accounts as stored: a `DigestStats` holding only them.
+pub(super) fn accounts_blob(accounts: &[sqlbee_proto::v1::AccountCount]) -> Vec<u8> {
+    if accounts.is_empty() {
+        return Vec::new();
+    }
+    sqlbee_proto::v1::DigestStats { accounts: accounts.to_vec(), ..Default::default() }.encode_to_vec()
 }
 
 /// Blockers as stored: a JSON array, u64 ids exact (JSON numbers, not i64).
