@@ -297,6 +297,59 @@ impl QueryStats {
     }
 }
 
+/// One statement's figures as its record carries them: the sums' fields in
+/// a compact form (flags as bits), since every byte of a record is copied
+/// to the ring buffer and limits how many records it holds.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StatementStats {
+    pub rows_sent: u64,
+    pub rows_examined: u64,
+    pub rows_affected: u64,
+    pub lock_ns: u64,
+    pub cpu_ns: u64,
+    pub tmp_tables: u32,
+    pub tmp_disk_tables: u32,
+    pub sort_merge_passes: u32,
+    /// [`statement_flag`] bits.
+    pub flags: u32,
+}
+
+/// Bits of [`StatementStats::flags`].
+pub mod statement_flag {
+    pub const CPU_MEASURED: u32 = 1;
+    pub const NO_INDEX_USED: u32 = 2;
+    pub const NO_GOOD_INDEX_USED: u32 = 4;
+    pub const SELECT_FULL_JOIN: u32 = 8;
+    pub const SELECT_SCAN: u32 = 16;
+    pub const FILESORT: u32 = 32;
+    pub const FILESORT_ON_DISK: u32 = 64;
+}
+
+impl QueryStats {
+    /// Adds one statement's figures.
+    #[inline(always)]
+    pub fn add_statement(&mut self, s: &StatementStats) {
+        use statement_flag as f;
+        let flag = |bit: u32| u64::from(s.flags & bit != 0);
+        self.rows_sent = self.rows_sent.wrapping_add(s.rows_sent);
+        self.rows_examined = self.rows_examined.wrapping_add(s.rows_examined);
+        self.rows_affected = self.rows_affected.wrapping_add(s.rows_affected);
+        self.lock_ns = self.lock_ns.wrapping_add(s.lock_ns);
+        self.cpu_ns = self.cpu_ns.wrapping_add(s.cpu_ns);
+        self.cpu_statements = self.cpu_statements.wrapping_add(flag(f::CPU_MEASURED));
+        self.no_index_used = self.no_index_used.wrapping_add(flag(f::NO_INDEX_USED));
+        self.no_good_index_used = self.no_good_index_used.wrapping_add(flag(f::NO_GOOD_INDEX_USED));
+        self.tmp_tables = self.tmp_tables.wrapping_add(u64::from(s.tmp_tables));
+        self.tmp_disk_tables = self.tmp_disk_tables.wrapping_add(u64::from(s.tmp_disk_tables));
+        self.sort_merge_passes = self.sort_merge_passes.wrapping_add(u64::from(s.sort_merge_passes));
+        self.select_full_join = self.select_full_join.wrapping_add(flag(f::SELECT_FULL_JOIN));
+        self.select_scan = self.select_scan.wrapping_add(flag(f::SELECT_SCAN));
+        self.filesort = self.filesort.wrapping_add(flag(f::FILESORT));
+        self.filesort_on_disk = self.filesort_on_disk.wrapping_add(flag(f::FILESORT_ON_DISK));
+    }
+}
+
 /// Accounts (user and client host) a kernel digest slot tells apart per
 /// CPU; statements of further accounts are counted without one.
 pub const SLOT_ACCOUNTS: usize = 4;
@@ -563,7 +616,7 @@ pub struct StatementEvent {
     pub captured_len: u32,
     pub flags: u32,
     /// The server's figures for this statement (lock time included).
-    pub stats: QueryStats,
+    pub stats: StatementStats,
     /// Hashes of the current schema and of the connection's account (0:
     /// none or unknown), named by [`NameRecord`]s.
     pub schema_hash: u64,

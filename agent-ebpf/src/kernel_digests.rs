@@ -3,7 +3,7 @@
 //! registered costs a map lookup and a few adds instead of a ring-buffer
 //! record and the agent's work on it.
 use agent_common::{
-    CONTROL_EPOCH, CONTROL_OPAQUE_ONES, CONTROL_SHEDDING, CONTROL_SLOTS, MAX_TEXT, QueryStats, SLOT_ACCOUNTS, SlotStats,
+    CONTROL_EPOCH, CONTROL_OPAQUE_ONES, CONTROL_SHEDDING, CONTROL_SLOTS, MAX_TEXT, SLOT_ACCOUNTS, SlotStats, StatementStats,
     kernel_digests::{BUCKETS, KnownSet, LOW_POWER, POWERS, bucket_at, entry_slot, known_set},
     text_hash::{HashState, step},
 };
@@ -181,7 +181,7 @@ pub fn record(
     duration_ns: u64,
     slots: u32,
     sets: u32,
-    query: &QueryStats,
+    query: &StatementStats,
     account: u64,
 ) -> Option<bool> {
     let set = KNOWN.get(known_set(hash, sets))?;
@@ -213,7 +213,7 @@ pub fn record(
     stats.count += 1;
     stats.sum_ns += duration_ns;
     stats.buckets[bucket] += 1;
-    stats.stats.add(query);
+    stats.stats.add_statement(query);
     // The agent zeroes a slot when it reads it: the ways start free.
     if account != 0 {
         for way in 0..SLOT_ACCOUNTS {

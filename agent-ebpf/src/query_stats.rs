@@ -9,7 +9,8 @@
 //! statements, so the runtime it gained since its previous statement end
 //! is this statement's. Nothing here is a second trap.
 use agent_common::{
-    EventBuffer, Inflight, QueryStats, STATS_WINDOW, ServerLayout, UNKNOWN, plan, server_status, stat, stats_field,
+    EventBuffer, Inflight, STATS_WINDOW, ServerLayout, StatementStats, UNKNOWN, plan, server_status, stat,
+    statement_flag as bit, stats_field,
 };
 use aya_ebpf::helpers::{bpf_get_current_task, bpf_probe_read_kernel, bpf_probe_read_user_buf};
 
@@ -51,22 +52,33 @@ pub fn read(thd: u64, layout: &ServerLayout, buffer: &mut EventBuffer) {
     if fields & stats_field::ROWS_AFFECTED != 0 {
         stats.rows_affected = word(layout.rows_affected_rel);
     }
+    // Counters a statement cannot push past u32 are kept as u32.
     if fields & stats_field::PLAN != 0 {
         let flags = word(layout.plan_flags_rel);
-        stats.sort_merge_passes = word(layout.plan_flags_rel + 8);
-        stats.tmp_tables = word(layout.plan_flags_rel + 16);
-        stats.tmp_disk_tables = word(layout.plan_flags_rel + 24);
-        stats.select_full_join = u64::from(flags & plan::FULL_JOIN != 0);
-        stats.select_scan = u64::from(flags & plan::FULL_SCAN != 0);
-        stats.filesort = u64::from(flags & plan::FILESORT != 0);
-        stats.filesort_on_disk = u64::from(flags & plan::FILESORT_DISK != 0);
+        stats.sort_merge_passes = word(layout.plan_flags_rel + 8) as u32;
+        stats.tmp_tables = word(layout.plan_flags_rel + 16) as u32;
+        stats.tmp_disk_tables = word(layout.plan_flags_rel + 24) as u32;
+        for (plan_bit, flag) in [
+            (plan::FULL_JOIN, bit::SELECT_FULL_JOIN),
+            (plan::FULL_SCAN, bit::SELECT_SCAN),
+            (plan::FILESORT, bit::FILESORT),
+            (plan::FILESORT_DISK, bit::FILESORT_ON_DISK),
+        ] {
+            if flags & plan_bit != 0 {
+                stats.flags |= flag;
+            }
+        }
     }
     if fields & stats_field::SERVER_STATUS != 0 {
         let rel = layout.server_status_rel;
         // A u32, in the low or the high half of its word (little-endian).
         let status = (word(rel) >> ((rel % 8) * 8)) as u32;
-        stats.no_index_used = u64::from(status & server_status::NO_INDEX_USED != 0);
-        stats.no_good_index_used = u64::from(status & server_status::NO_GOOD_INDEX_USED != 0);
+        if status & server_status::NO_INDEX_USED != 0 {
+            stats.flags |= bit::NO_INDEX_USED;
+        }
+        if status & server_status::NO_GOOD_INDEX_USED != 0 {
+            stats.flags |= bit::NO_GOOD_INDEX_USED;
+        }
     }
     if fields & stats_field::CONNECTION_ID != 0 {
         buffer.header.connection_id = word(layout.connection_id_rel);
@@ -74,10 +86,10 @@ pub fn read(thd: u64, layout: &ServerLayout, buffer: &mut EventBuffer) {
 }
 
 /// The thread's CPU time since its previous statement end, into `stats`
-/// (`cpu_statements` 1 when measured), and the mark for the next one. The
+/// (flagged `CPU_MEASURED` when measured), and the mark for the next one. The
 /// first statement a thread ends after the probes attach has no mark yet.
 #[inline(always)]
-pub fn cpu(layout: &ServerLayout, inflight: &mut Inflight, stats: &mut QueryStats) {
+pub fn cpu(layout: &ServerLayout, inflight: &mut Inflight, stats: &mut StatementStats) {
     let offset = layout.task_runtime_offset;
     if offset == 0 || offset == UNKNOWN {
         return;
@@ -96,6 +108,6 @@ pub fn cpu(layout: &ServerLayout, inflight: &mut Inflight, stats: &mut QueryStat
     inflight.cpu_mark_ns = runtime;
     if mark != 0 && runtime >= mark {
         stats.cpu_ns = runtime - mark;
-        stats.cpu_statements = 1;
+        stats.flags |= bit::CPU_MEASURED;
     }
 }

@@ -11,8 +11,8 @@
 //! CLOSE, PING, QUIT, ...) at the price of a second trap. Placement lives
 //! here only; the agent names the symbols.
 use agent_common::{
-    EVENT_HEADER_LEN, EventBuffer, Inflight, MAX_TEXT, QueryStats, ServerLayout, UNKNOWN, command,
-    flags, kernel_digests::with_schema, stat, wait_class,
+    EVENT_HEADER_LEN, EventBuffer, Inflight, MAX_TEXT, ServerLayout, StatementStats, UNKNOWN, command,
+    flags, kernel_digests::with_schema, stat, statement_flag, wait_class,
 };
 use aya_ebpf::{
     bindings::BPF_RB_NO_WAKEUP,
@@ -211,13 +211,13 @@ fn try_statement_end(ctx: &ProbeContext) -> Result<(), i64> {
     // These steps leave what they learn in the record, not in registers:
     // the verifier does not tell map memory apart by value, so the paths
     // through them merge again instead of multiplying the paths after.
-    buffer.header.stats = QueryStats { lock_ns: lock_us * 1000, ..QueryStats::default() };
+    buffer.header.stats = StatementStats { lock_ns: lock_us * 1000, ..StatementStats::default() };
     query_stats::read(thd, &layout, buffer);
     query_stats::cpu(&layout, inflight, &mut buffer.header.stats);
     names::schema(db, &layout, buffer, inflight);
     names::account(thd, &layout, buffer, inflight);
 
-    let mut event_flags = if buffer.header.stats.cpu_statements != 0 { flags::CPU } else { 0 };
+    let mut event_flags = if buffer.header.stats.flags & statement_flag::CPU_MEASURED != 0 { flags::CPU } else { 0 };
     let mut captured = text_len;
     let limit = layout.text_limit as u64;
     if captured > limit {

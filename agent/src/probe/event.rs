@@ -92,7 +92,11 @@ pub fn decode_statement(record: &[u8]) -> Option<Statement> {
         truncated: header.flags & flags::TRUNCATED != 0,
         text: body[..captured].to_vec(),
         waits: header.waits,
-        stats: header.stats,
+        stats: {
+            let mut sum = QueryStats::default();
+            sum.add_statement(&header.stats);
+            sum
+        },
         schema_hash: header.schema_hash,
         account_hash: header.account_hash,
         schema: None,
