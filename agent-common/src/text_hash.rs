@@ -8,8 +8,12 @@
 //! digests. So whatever is not certainly a literal value is hashed as it
 //! is: double-quoted strings (identifiers under ANSI_QUOTES), backquoted
 //! identifiers, comments (executable ones run), digits inside words
-//! (`t1`, `2events`, `0x1F`) and after `.`, `@` or `?` (`t.5`, `@1`, `?1`). The agent
-//! also checks one fresh sample per hash and window against its digest.
+//! (`t1`, `2events`, `0x1F`) and after `.`, `@` or `?` (`t.5`, `@1`, `?1`).
+//! What is skipped must be read as the normalizer (and MariaDB) reads it:
+//! a quote opens a string wherever MariaDB's lexer says so, so `--` starts
+//! a comment only before a space or a control character, as there. The
+//! agent also checks one fresh sample per hash and window against its
+//! digest.
 //!
 //! Pure and bounded per byte: the kernel runs [`step`] from `bpf_loop`.
 
@@ -40,6 +44,8 @@ mod mode {
     pub const BLOCK_COMMENT: u32 = 8;
     /// A number past its decimal point: another `.` ends it.
     pub const FRACTION: u32 = 9;
+    /// After `--`: a comment if a space or a control character follows.
+    pub const DASH_DASH: u32 = 10;
 }
 
 impl HashState {
@@ -85,8 +91,16 @@ pub fn step(s: &mut HashState, byte: u8) {
                 s.number = mix(s.number, byte);
                 return;
             }
-            // The skipped digits were not a number on their own: keep them.
             s.hash = mix(s.hash, b'0');
+            // A number that ends at its point (`1.` in `1..10`, `0.`x``)
+            // reads differently from one with a fraction followed by a
+            // point (`1.5.10`, `7.5.`x``), which hashes `0` `.`: it hashes
+            // `0` `0`, which nothing else does (a number is never followed
+            // by a digit).
+            if s.mode == mode::FRACTION && prev == b'.' {
+                s.hash = mix(s.hash, b'0');
+            }
+            // The skipped digits were not a number on their own: keep them.
             if is_word(byte) {
                 s.hash ^= s.number;
                 s.hash = s.hash.wrapping_mul(FNV_PRIME);
@@ -122,6 +136,16 @@ pub fn step(s: &mut HashState, byte: u8) {
                 s.mode = mode::CODE;
             }
         }
+        mode::DASH_DASH => {
+            // As in MariaDB: `--'` is code, and its quote opens a string.
+            if byte <= b' ' || byte == 0x7f {
+                s.hash = mix(s.hash, byte);
+                s.mode = if byte == b'\n' { mode::CODE } else { mode::LINE_COMMENT };
+            } else {
+                s.mode = mode::CODE;
+                code(s, prev, byte);
+            }
+        }
         mode::LINE_COMMENT => {
             s.hash = mix(s.hash, byte);
             if byte == b'\n' {
@@ -150,9 +174,7 @@ fn code(s: &mut HashState, prev: u8, byte: u8) {
         b'"' => mode::DOUBLE_QUOTED,
         b'`' => mode::BACKQUOTED,
         b'#' => mode::LINE_COMMENT,
-        // `--` starts a comment only before a space in MySQL; taking every
-        // `--` for one merely hashes more.
-        b'-' if prev == b'-' => mode::LINE_COMMENT,
+        b'-' if prev == b'-' => mode::DASH_DASH,
         b'*' if prev == b'/' => {
             // `/*/` does not close the comment it opens.
             s.prev = 0;

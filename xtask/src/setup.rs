@@ -9,10 +9,13 @@ const BPF_LINKER_VERSION: &str = "0.13.0";
 /// Containers: podman with runc (crun refuses this host's hybrid cgroup
 /// layout), buildah behind `podman build`, debootstrap for base images (no
 /// registry is reachable), podman-compose for the compose file.
-const DEBIAN_PACKAGES: [&str; 15] = [
+/// mariadb-test: MariaDB's own test suite, the statements the digest
+/// agreement test samples.
+const DEBIAN_PACKAGES: [&str; 16] = [
     "mariadb-server",
     "mariadb-client",
     "sysbench",
+    "mariadb-test",
     "protobuf-compiler",
     "bpftool",
     "bpftrace",

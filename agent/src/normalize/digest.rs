@@ -1,191 +1,208 @@
-//! Token stream -> digest text.
-use super::lexer::Tok;
+//! Tokens to digest text, reduced the way the server reduces them as they
+//! arrive (`digest_add_token` in MariaDB's `sql/sql_digest.cc`):
+//! - a number, a string, a placeholder, a user variable's name become `?`;
+//! - a sign folds into the number after it when the token before the sign
+//!   starts an expression (`(`, `,`, an operator, SELECT, AND, DIV, ...):
+//!   `1 DIV -2` is `? DIV ?`, but `a = -1` keeps `= - ?`;
+//! - `?, ?` becomes `?, ...`, `(?)` a row, `(?, ?)` `(...)`, and rows in a
+//!   row `(?) /* , ... */` or `(...) /* , ... */`;
+//! - `NULL` is a value where an expression may start (`= NULL`, `(NULL`),
+//!   a word elsewhere (`IS NULL`, a column's `NOT NULL`); the server takes
+//!   this from its grammar, sqlbee from the token before;
+//! - `NAME_CONST('v', 5)`, which the server writes in place of a stored
+//!   program's variable, is one value, so a statement inside a procedure
+//!   reads and groups like its literal twin.
+//!
+//! The text names every token differently, so two statements share a text
+//! exactly when they share a token stream, as the server's digest (a hash
+//! of its token stream) does: keywords in upper case (a synonym by its
+//! common name, `SCHEMA` as `DATABASE`), names in backquotes with their case,
+//! operators as written (`<>` as `!=`, the same token).
+use super::keywords::{self, Kw};
+use super::lexer::{Lexer, Tok};
 
 /// Digest texts longer than this are cut (at a token boundary) and end in
 /// `...`; statements that differ only past this point share a digest.
 pub const MAX_DIGEST_TEXT: usize = 4096;
 
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum Out {
-    Word(String),
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Out<'a> {
+    Keyword(Kw),
+    Ident(&'a [u8]),
+    /// `?`
     Value,
-    Open,
-    Close,
-    Comma,
-    Punct(String),
-    /// `(...)`: a list of two or more values.
-    List,
-    /// `?, ...`: two or more values in a row outside parentheses.
-    ValueRun,
-    /// ` /* , ... */`: further rows after the first.
-    MoreRows,
+    /// `?, ...`: two or more values in a row.
+    Values,
+    /// `(?)`
+    Row,
+    /// `(?) /* , ... */`
+    Rows,
+    /// `(...)`: a row of two or more values.
+    Tuple,
+    /// `(...) /* , ... */`
+    Tuples,
+    HexString,
+    Charset,
+    Op(&'static str),
+    Char(u8),
 }
 
-pub fn build(tokens: &[Tok]) -> String {
-    let folded = fold_values(tokens);
-    let lists = collapse_lists(folded);
-    let rows = collapse_rows(lists);
-    render(&rows)
-}
-
-/// Keywords that a value may follow directly (`THEN -1`, `BETWEEN -5`).
-/// Any other keyword is taken as an operand: sqlparser's list holds common
-/// column names (`id`, `value`, `status`), and `value - 1` is a subtraction.
-const TAKES_OPERAND: &[&str] = &[
-    "ALL", "AND", "ANY", "BETWEEN", "BY", "CASE", "DEFAULT", "DISTINCT", "DISTINCTROW", "DIV",
-    "ELSE", "ELSEIF", "ESCAPE", "HAVING", "IN", "INTERVAL", "IS", "LIKE", "LIMIT", "MAXVALUE",
-    "MINVALUE", "MOD", "NOT", "OFFSET", "ON", "OR", "REGEXP", "RETURN", "RLIKE", "SELECT", "SOME",
-    "THEN", "UNTIL", "WHEN", "WHERE", "WHILE", "WITH", "XOR",
-];
-
-fn is_operand(out: Option<&Out>) -> bool {
-    match out {
-        Some(Out::Value | Out::Close | Out::List) => true,
-        Some(Out::Word(w)) => w.starts_with('`') || !TAKES_OPERAND.contains(&w.as_str()),
-        _ => false,
-    }
-}
-
-/// `NULL` is a value (`= NULL`, `VALUES (1, NULL)`) except where it is
-/// syntax: `IS [NOT] NULL` and the column attributes `NOT NULL`, `INT NULL`
-/// (the server's digests draw the same line).
-fn null_is_value(prev: Option<&Out>) -> bool {
-    !is_operand(prev) && !matches!(prev, Some(Out::Word(w)) if w == "IS" || w == "NOT")
-}
-
-/// Where MariaDB's digest folds a sign into the value after it: at the
-/// start, after `(`, `,`, another sign, and after SELECT, AND, OR, XOR and
-/// BETWEEN. After `=`, `<`, WHERE or THEN it keeps `- ?` (checked against
-/// `events_statements_summary_by_digest` of MariaDB 10.11).
-fn sign_folds(prev: Option<&Out>) -> bool {
-    match prev {
-        None | Some(Out::Open | Out::Comma) => true,
-        Some(Out::Punct(p)) => p == "-" || p == "+",
-        Some(Out::Word(w)) => matches!(w.as_str(), "SELECT" | "AND" | "OR" | "XOR" | "BETWEEN"),
-        _ => false,
-    }
-}
-
-/// Literals and placeholders become one value marker; a sign folds into
-/// the value it precedes where `sign_folds` says so.
-fn fold_values(tokens: &[Tok]) -> Vec<Out> {
-    let mut out: Vec<Out> = Vec::with_capacity(tokens.len());
-    let mut i = 0;
-    while i < tokens.len() {
-        match &tokens[i] {
-            Tok::Punct(p) if (p == "-" || p == "+") && sign_folds(out.last()) => {
-                // Skip a run of signs if a value follows it.
-                let mut j = i;
-                while matches!(tokens.get(j), Some(Tok::Punct(s)) if s == "-" || s == "+") {
-                    j += 1;
-                }
-                if matches!(tokens.get(j), Some(Tok::Value | Tok::Placeholder)) {
-                    i = j;
-                    continue;
-                }
-                out.push(Out::Punct(p.clone()));
-            }
-            Tok::Value | Tok::Placeholder => out.push(Out::Value),
-            Tok::Keyword(k) if k == "NULL" && null_is_value(out.last()) => out.push(Out::Value),
-            Tok::Keyword(k) => out.push(Out::Word(k.clone())),
-            Tok::Ident(name) => out.push(Out::Word(format!("`{}`", name.replace('`', "``")))),
-            Tok::Open => out.push(Out::Open),
-            Tok::Close => out.push(Out::Close),
-            Tok::Comma => out.push(Out::Comma),
-            Tok::Punct(p) => out.push(Out::Punct(p.clone())),
-        }
-        i += 1;
-    }
-    while matches!(out.last(), Some(Out::Punct(p)) if p == ";") {
-        out.pop();
-    }
-    out
-}
-
-/// Length of a run `?, ?, ...` starting at `i`, in values.
-fn value_run(input: &[Out], i: usize) -> (usize, usize) {
-    let (mut j, mut values) = (i, 0);
-    while input.get(j) == Some(&Out::Value) {
-        values += 1;
-        j += 1;
-        if input.get(j) == Some(&Out::Comma) && input.get(j + 1) == Some(&Out::Value) {
-            j += 1;
-        } else {
-            break;
-        }
-    }
-    (values, j)
-}
-
-/// `( ?, ?, ... )` with two or more values -> `(...)`; two or more values
-/// elsewhere (`SELECT 1, 2`, `LIMIT 5, 10`) -> `?, ...`, as the server does.
-fn collapse_lists(input: Vec<Out>) -> Vec<Out> {
-    let mut out = Vec::with_capacity(input.len());
-    let mut i = 0;
-    while i < input.len() {
-        if input[i] == Out::Value {
-            let (values, end) = value_run(&input, i);
-            if values >= 2 {
-                out.push(Out::ValueRun);
-                i = end;
-                continue;
-            }
-        }
-        if input[i] == Out::Open {
-            let (values, j) = value_run(&input, i + 1);
-            if values >= 2 && input.get(j) == Some(&Out::Close) {
-                out.push(Out::List);
-                i = j + 1;
-                continue;
-            }
-        }
-        out.push(input[i].clone());
-        i += 1;
-    }
-    out
-}
-
-/// Length of a row (`(...)` or `(?)`) starting at `i`, or 0.
-fn row_len(input: &[Out], i: usize) -> usize {
-    match input.get(i) {
-        Some(Out::List) => 1,
-        Some(Out::Open)
-            if input.get(i + 1) == Some(&Out::Value) && input.get(i + 2) == Some(&Out::Close) =>
+/// The digest text of one statement.
+pub fn build(raw: &[u8]) -> String {
+    let mut builder = Builder { out: Vec::with_capacity(32) };
+    let mut lexer = Lexer::new(raw);
+    while let Some(tok) = lexer.next() {
+        if let Tok::Ident(name) = tok
+            && name.eq_ignore_ascii_case(b"NAME_CONST")
+            && skip_call(&mut lexer)
         {
-            3
-        }
-        _ => 0,
-    }
-}
-
-/// Two or more rows separated by commas -> the first row and a marker.
-fn collapse_rows(input: Vec<Out>) -> Vec<Out> {
-    let mut out = Vec::with_capacity(input.len());
-    let mut i = 0;
-    while i < input.len() {
-        let first = row_len(&input, i);
-        if first > 0 {
-            let mut j = i + first;
-            let mut rows = 1;
-            while input.get(j) == Some(&Out::Comma) {
-                let next = row_len(&input, j + 1);
-                if next == 0 {
-                    break;
-                }
-                rows += 1;
-                j += 1 + next;
-            }
-            out.extend_from_slice(&input[i..i + first]);
-            if rows > 1 {
-                out.push(Out::MoreRows);
-            }
-            i = j;
+            builder.value();
             continue;
         }
-        out.push(input[i].clone());
-        i += 1;
+        builder.push(tok);
     }
-    out
+    while builder.out.last() == Some(&Out::Char(b';')) {
+        builder.out.pop();
+    }
+    render(&builder.out)
+}
+
+/// Skips `( ... )` with what is nested in it, if a `(` comes next.
+fn skip_call(lexer: &mut Lexer) -> bool {
+    let mut ahead = lexer.clone();
+    if ahead.next() != Some(Tok::Char(b'(')) {
+        return false;
+    }
+    let mut depth = 1u32;
+    for tok in ahead.by_ref() {
+        match tok {
+            Tok::Char(b'(') => depth += 1,
+            Tok::Char(b')') => {
+                depth -= 1;
+                if depth == 0 {
+                    break;
+                }
+            }
+            _ => {}
+        }
+    }
+    *lexer = ahead;
+    true
+}
+
+/// Tokens after which a sign belongs to the number that follows
+/// (`m_start_expr` of MariaDB's `gen_lex_token.cc`).
+fn starts_expression(out: Option<&Out>) -> bool {
+    use keywords::*;
+    match out {
+        Some(Out::Char(c)) => b"(,|&+-*/%^".contains(c),
+        Some(Out::Op(op)) => matches!(*op, "||" | "&&" | "<<" | ">>"),
+        Some(Out::Keyword(k)) => [
+            EVERY, AT, STARTS, ENDS, DEFAULT, RETURN, IF, ELSEIF, CASE, WHEN, WHILE, UNTIL, SELECT, OR, XOR, AND,
+            NOT, BETWEEN, LIKE, REGEXP, INTERVAL, DIV, MOD,
+        ]
+        .contains(k),
+        _ => false,
+    }
+}
+
+/// Tokens after which an expression may start, so that `NULL` there is a
+/// value: those above, comparisons, and the clauses that take an
+/// expression.
+fn opens_expression(out: &[Out]) -> bool {
+    use keywords::*;
+    let last = out.last();
+    starts_expression(last)
+        || match last {
+            None => true,
+            Some(Out::Char(c)) => b"=<>!~:".contains(c),
+            Some(Out::Op(_)) => true,
+            Some(Out::Keyword(k)) => [
+                WHERE, HAVING, ON, THEN, ELSE, DO, BY, DISTINCT, ALL, ESCAPE, USING, IN, FROM, FOR, RETURNING, SQL_CALC_FOUND_ROWS,
+                HIGH_PRIORITY, STRAIGHT_JOIN, SQL_SMALL_RESULT, SQL_BIG_RESULT, SQL_BUFFER_RESULT, SQL_NO_CACHE,
+                SQL_CACHE, AGAINST,
+            ]
+            .contains(k),
+            _ => false,
+        }
+}
+
+struct Builder<'a> {
+    out: Vec<Out<'a>>,
+}
+
+impl<'a> Builder<'a> {
+    fn last_two(&self) -> (Option<&Out<'a>>, Option<&Out<'a>>) {
+        let n = self.out.len();
+        (self.out.last(), n.checked_sub(2).and_then(|i| self.out.get(i)))
+    }
+
+    fn push(&mut self, tok: Tok<'a>) {
+        match tok {
+            Tok::Number => {
+                // `- - 1` after an operator is one value.
+                while let (Some(Out::Char(b'-' | b'+')), before) = self.last_two()
+                    && starts_expression(before)
+                {
+                    self.out.pop();
+                }
+                self.value();
+            }
+            Tok::Value => self.value(),
+            Tok::Keyword(keywords::NULL) => {
+                let value = match self.out.split_last() {
+                    // `NOT NULL`: a value where NOT starts an expression
+                    // (`WHERE NOT NULL`), a column's attribute elsewhere.
+                    Some((Out::Keyword(keywords::NOT), before)) => {
+                        before.last() != Some(&Out::Keyword(keywords::IS)) && opens_expression(before)
+                    }
+                    _ => opens_expression(&self.out),
+                };
+                if value {
+                    self.value();
+                } else {
+                    self.out.push(Out::Keyword(keywords::NULL));
+                }
+            }
+            Tok::Char(b')') => self.close(),
+            Tok::Keyword(k) => self.out.push(Out::Keyword(k)),
+            Tok::Ident(name) => self.out.push(Out::Ident(name)),
+            Tok::HexString => self.out.push(Out::HexString),
+            Tok::Charset => self.out.push(Out::Charset),
+            Tok::Op(op) => self.out.push(Out::Op(op)),
+            Tok::Char(c) => self.out.push(Out::Char(c)),
+        }
+    }
+
+    /// A value, joining `?, ?` into `?, ...`.
+    fn value(&mut self) {
+        if let (Some(Out::Char(b',')), Some(Out::Value | Out::Values)) = self.last_two() {
+            self.out.truncate(self.out.len() - 2);
+            self.out.push(Out::Values);
+        } else {
+            self.out.push(Out::Value);
+        }
+    }
+
+    /// `)`, closing `(?)` and `(?, ...)` into rows, and rows in a row.
+    fn close(&mut self) {
+        let (row, rows) = match self.last_two() {
+            (Some(Out::Value), Some(Out::Char(b'('))) => (Out::Row, Out::Rows),
+            (Some(Out::Values), Some(Out::Char(b'('))) => (Out::Tuple, Out::Tuples),
+            _ => {
+                self.out.push(Out::Char(b')'));
+                return;
+            }
+        };
+        self.out.truncate(self.out.len() - 2);
+        match self.last_two() {
+            (Some(Out::Char(b',')), Some(before)) if *before == row || *before == rows => {
+                self.out.truncate(self.out.len() - 2);
+                self.out.push(rows);
+            }
+            _ => self.out.push(row),
+        }
+    }
 }
 
 fn render(items: &[Out]) -> String {
@@ -194,19 +211,35 @@ fn render(items: &[Out]) -> String {
     let mut glue_next = true;
     // The longest token-boundary prefix that still has room for `CUT`.
     let mut cut_at = 0;
+    let mut name = String::new();
     for item in items {
         let (piece, glue_before, glue_after) = match item {
-            Out::Word(w) => (w.as_str(), false, false),
+            Out::Keyword(k) => (k.name(), false, false),
+            Out::Ident(raw) => {
+                name.clear();
+                name.push('`');
+                name.push_str(&String::from_utf8_lossy(raw));
+                name.push('`');
+                (name.as_str(), false, false)
+            }
             Out::Value => ("?", false, false),
-            Out::Open => ("(", false, true),
-            Out::Close => (")", true, false),
-            Out::Comma => (",", true, false),
-            Out::List => ("(...)", false, false),
-            Out::ValueRun => ("?, ...", false, false),
-            Out::MoreRows => ("/* , ... */", false, false),
-            Out::Punct(p) => {
-                let tight = matches!(p.as_str(), "." | "@");
-                (p.as_str(), p == ".", tight)
+            Out::Values => ("?, ...", false, false),
+            Out::Row => ("(?)", false, false),
+            Out::Rows => ("(?) /* , ... */", false, false),
+            Out::Tuple => ("(...)", false, false),
+            Out::Tuples => ("(...) /* , ... */", false, false),
+            Out::HexString => ("X'?'", false, false),
+            Out::Charset => ("_charset", false, false),
+            Out::Op(op) => (*op, false, false),
+            Out::Char(c) => {
+                let piece = char_str(*c);
+                match c {
+                    b'(' => (piece, false, true),
+                    b')' | b',' => (piece, true, false),
+                    b'.' => (piece, true, true),
+                    b'@' => (piece, false, true),
+                    _ => (piece, false, false),
+                }
             }
         };
         let space = !text.is_empty() && !glue_next && !glue_before;
@@ -225,4 +258,19 @@ fn render(items: &[Out]) -> String {
         }
     }
     text
+}
+
+/// One character as text; a byte that is not ASCII (a stray piece of a
+/// multi-byte character) as the replacement character.
+fn char_str(c: u8) -> &'static str {
+    static ASCII: [u8; 128] = {
+        let mut all = [0u8; 128];
+        let mut i = 0;
+        while i < 128 {
+            all[i] = i as u8;
+            i += 1;
+        }
+        all
+    };
+    ASCII.get(c as usize..=c as usize).and_then(|one| std::str::from_utf8(one).ok()).unwrap_or("\u{fffd}")
 }

@@ -1,343 +1,520 @@
-//! Two ways from raw text to the same token stream: sqlparser's tokenizer
-//! (MySQL dialect) for text it accepts, and a byte lexer for the rest
-//! (invalid UTF-8, a statement cut at the capture limit, syntax sqlparser
-//! does not know). Both classify words with sqlparser's keyword list, so a
-//! statement yields the same digest whichever path it takes.
-use sqlparser::{
-    dialect::MySqlDialect,
-    keywords::ALL_KEYWORDS,
-    tokenizer::{Token, Tokenizer, Whitespace},
-};
+//! Raw text to tokens, read the way MariaDB's own lexer reads it
+//! (`Lex_input_stream::lex_one_token` in `sql/sql_lex.cc`, default
+//! `sql_mode`, a UTF-8 connection): the server computes its digests over
+//! those tokens, so reading them alike is what makes sqlbee group
+//! statements as the server does.
+//!
+//! Where the server gives up (an unterminated string, quote or comment: a
+//! syntax error, so no digest at all), the rest of the text is one token,
+//! which keeps the kernel's text hash sound: that hash skips the content of
+//! a string to the end of the text too (`agent_common::text_hash`).
+//!
+//! Never fails and never panics: any bytes give some tokens.
+use super::keywords::{self, Kw, WORDS};
 
-/// Tokens that matter for a digest; whitespace and comments are gone.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Tok {
-    /// Unquoted keyword, upper-cased.
-    Keyword(String),
-    /// Identifier (quoted or not) without its quotes.
-    Ident(String),
-    /// Any literal value.
+/// One token. Borrowed from the text: lexing allocates nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tok<'a> {
+    Keyword(Kw),
+    /// An identifier as written, without its backquotes (doubled backquotes
+    /// inside stay doubled, as the server keeps them).
+    Ident(&'a [u8]),
+    /// A number: a sign before it may fold into it.
+    Number,
+    /// Any other value: a string, a placeholder, the name of a user
+    /// variable (`@a`, which the server reads as a value, so `@a` and `@b`
+    /// share a digest), a host name (`user@host`).
     Value,
-    /// A `?` placeholder of a prepared statement.
-    Placeholder,
-    Open,
-    Close,
-    Comma,
-    /// Operators and other punctuation, as written.
-    Punct(String),
+    /// `X'..'`: the server keeps it apart from other values.
+    HexString,
+    /// A character set introducer (`_utf8mb4'a'`, `_latin1 0x41`); all of
+    /// them read alike.
+    Charset,
+    /// An operator of more than one character.
+    Op(&'static str),
+    /// Any other character.
+    Char(u8),
 }
 
-/// Executable comments nest at most this deep before we stop expanding.
-const MAX_COMMENT_DEPTH: u32 = 4;
+/// The server version that executable comments (`/*!50100 ... */`) are
+/// compared with (`MYSQL_VERSION_ID`; 101199 is 10.11.99): the server runs
+/// the body of those for its version and below. The 10.11 series it is:
+/// the normalizer does not know which server a statement ran on.
+const SERVER_VERSION: u32 = 101_199;
 
-pub fn tokenize_with_sqlparser(text: &str) -> Option<Vec<Tok>> {
-    let mut out = Vec::new();
-    sqlparser_into(text, &mut out, 0).then_some(out)
-}
+/// The character sets a `_name` introducer may name (`SHOW CHARACTER SET`,
+/// plus `utf8` and `filename`), lower case and sorted.
+const CHARSETS: &[&[u8]] = &[
+    b"armscii8", b"ascii", b"big5", b"binary", b"cp1250", b"cp1251", b"cp1256", b"cp1257", b"cp850",
+    b"cp852", b"cp866", b"cp932", b"dec8", b"eucjpms", b"euckr", b"filename", b"gb2312", b"gbk",
+    b"geostd8", b"greek", b"hebrew", b"hp8", b"keybcs2", b"koi8r", b"koi8u", b"latin1", b"latin2",
+    b"latin5", b"latin7", b"macce", b"macroman", b"sjis", b"swe7", b"tis620", b"ucs2", b"ujis",
+    b"utf16", b"utf16le", b"utf32", b"utf8", b"utf8mb3", b"utf8mb4",
+];
 
-fn sqlparser_into(text: &str, out: &mut Vec<Tok>, depth: u32) -> bool {
-    let Ok(tokens) = Tokenizer::new(&MySqlDialect {}, text).tokenize() else {
-        return false;
-    };
-    if misread(&tokens) {
-        return false;
-    }
-    for token in tokens {
-        match token {
-            Token::EOF => {}
-            Token::Whitespace(Whitespace::MultiLineComment(body)) => {
-                if let Some(inner) = executable_comment(&body) {
-                    if depth >= MAX_COMMENT_DEPTH {
-                        continue;
-                    }
-                    if !sqlparser_into(inner, out, depth + 1) {
-                        bytes_into(inner.as_bytes(), out, depth + 1);
-                    }
-                }
-            }
-            Token::Whitespace(_) => {}
-            // MySQL's dialect reads `@var`, `@@session` and `user@host` as
-            // one word and `0b101` as a word too; the byte lexer's reading of
-            // the word's text (`@` punctuation, bit literal) is the one the
-            // server has, so unquoted words go through it.
-            Token::Word(word) if word.quote_style.is_none() => {
-                bytes_into(word.value.as_bytes(), out, depth)
-            }
-            Token::Word(word) => out.push(Tok::Ident(word.value)),
-            Token::Number(..)
-            | Token::SingleQuotedString(_)
-            | Token::DoubleQuotedString(_)
-            | Token::TripleSingleQuotedString(_)
-            | Token::TripleDoubleQuotedString(_)
-            | Token::DollarQuotedString(_)
-            | Token::SingleQuotedByteStringLiteral(_)
-            | Token::DoubleQuotedByteStringLiteral(_)
-            | Token::TripleSingleQuotedByteStringLiteral(_)
-            | Token::TripleDoubleQuotedByteStringLiteral(_)
-            | Token::SingleQuotedRawStringLiteral(_)
-            | Token::DoubleQuotedRawStringLiteral(_)
-            | Token::TripleSingleQuotedRawStringLiteral(_)
-            | Token::TripleDoubleQuotedRawStringLiteral(_)
-            | Token::NationalStringLiteral(_)
-            | Token::QuoteDelimitedStringLiteral(_)
-            | Token::NationalQuoteDelimitedStringLiteral(_)
-            | Token::EscapedStringLiteral(_)
-            | Token::UnicodeStringLiteral(_)
-            | Token::HexStringLiteral(_) => out.push(Tok::Value),
-            // `?12` (a numbered placeholder elsewhere): the byte lexer sees
-            // `?` followed by a number.
-            Token::Placeholder(p) if p.starts_with('?') => {
-                out.push(Tok::Placeholder);
-                if p.len() > 1 {
-                    out.push(Tok::Value);
-                }
-            }
-            Token::Question => out.push(Tok::Placeholder),
-            Token::LParen => out.push(Tok::Open),
-            Token::RParen => out.push(Tok::Close),
-            Token::Comma => out.push(Tok::Comma),
-            other => push_punct(out, &other.to_string()),
-        }
-    }
-    true
-}
+/// Longest keyword: longer words are names without a look-up.
+const MAX_KEYWORD: usize = 32;
 
-/// Whether sqlparser read the text differently from MySQL; the byte lexer,
-/// which follows MySQL, takes such text instead:
-/// - `2events` ends at the `e` sqlparser tried as an exponent: a number (or
-///   after `.`, a word) and a word where MySQL has one identifier;
-/// - `|/`, `||/` and `@?` are PostgreSQL operators, so `a|/*c*/` has no
-///   comment;
-/// - `@` takes the next character into a word whatever it is (`@!`, `@/*`,
-///   `@1.5`), and `@X'41'` hides the literal prefix; only `@name` is read
-///   alike.
-fn misread(tokens: &[Token]) -> bool {
-    let odd_pair = tokens.windows(2).any(|pair| {
-        let first = unquoted(&pair[0]);
-        match &pair[1] {
-            Token::Word(w) if w.quote_style.is_none() && w.value.starts_with(['e', 'E']) => {
-                first.is_some() || matches!(pair[0], Token::Number(_, false))
-            }
-            Token::SingleQuotedString(_) => first.is_some_and(|w| ends_in_literal_prefix(w, b'\'')),
-            Token::DoubleQuotedString(_) => first.is_some_and(|w| ends_in_literal_prefix(w, b'"')),
-            _ => false,
-        }
-    });
-    let odd_token = tokens.iter().any(|t| match t {
-        Token::PGSquareRoot | Token::PGCubeRoot | Token::AtQuestion => true,
-        _ => unquoted(t).is_some_and(|w| w.contains('@') && !at_names_only(w)),
-    });
-    odd_pair || odd_token
-}
-
-fn unquoted(token: &Token) -> Option<&str> {
-    match token {
-        Token::Word(w) if w.quote_style.is_none() => Some(&w.value),
-        _ => None,
-    }
-}
-
-/// Whether every `@` in a word is followed by a name (`@a`, `@@global`,
-/// `user@host`).
-fn at_names_only(word: &str) -> bool {
-    let name_start = |c: char| c.is_alphabetic() || c == '_' || c == '$' || !c.is_ascii();
-    !word.ends_with('@')
-        && word.split('@').skip(1).all(|name| name.is_empty() || name.starts_with(name_start))
-}
-
-/// `@X` before `'41'`: the byte lexer reads `@` and a hex literal.
-fn ends_in_literal_prefix(word: &str, quote: u8) -> bool {
-    word.rsplit_once('@').is_some_and(|(_, name)| is_literal_prefix(name.as_bytes(), quote))
-}
-
-/// Operators that sqlparser splits or joins differently from the byte
-/// lexer are written out one character at a time by both, so the two
-/// paths agree without sharing an operator table. `Token::Char` (a
-/// character sqlparser has no token for) is punctuation too, not a value.
-fn push_punct(out: &mut Vec<Tok>, text: &str) {
-    for c in text.chars() {
-        out.push(Tok::Punct(c.to_string()));
-    }
-}
-
-/// The body of `/*!NNNNN ... */` (run by the server) or `None` for a plain
-/// comment or an optimizer hint.
-fn executable_comment(body: &str) -> Option<&str> {
-    let rest = body.strip_prefix('!')?;
-    Some(rest.trim_start_matches(|c: char| c.is_ascii_digit()))
-}
-
-fn classify_word(value: &str) -> Tok {
-    if is_keyword(value) {
-        Tok::Keyword(value.to_ascii_uppercase())
-    } else {
-        Tok::Ident(value.to_string())
-    }
-}
-
-fn is_keyword(word: &str) -> bool {
-    if word.is_empty() || word.len() > 40 || !word.is_ascii() {
-        return false;
-    }
-    let upper = word.to_ascii_uppercase();
-    ALL_KEYWORDS.binary_search(&upper.as_str()).is_ok()
-}
-
-pub fn tokenize_bytes(raw: &[u8]) -> Vec<Tok> {
-    let mut out = Vec::new();
-    bytes_into(raw, &mut out, 0);
-    out
-}
-
-fn is_word_byte(b: u8) -> bool {
+/// Letters, digits, `_`, `$` and every byte of a multi-byte character.
+#[inline]
+fn is_ident_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b == b'_' || b == b'$' || b >= 0x80
 }
 
-fn bytes_into(raw: &[u8], out: &mut Vec<Tok>, depth: u32) {
-    let mut i = 0;
-    let n = raw.len();
-    // Where the last word or identifier ended: a `.` right there qualifies
-    // it (`t.5`), anywhere else it may start a number (`.5`).
-    let mut word_end = None;
-    while i < n {
-        let b = raw[i];
-        let next = raw.get(i + 1).copied();
-        match b {
-            b' ' | b'\t' | b'\n' | b'\r' | 0x0b | 0x0c => i += 1,
-            b'#' => i = skip_line(raw, i),
-            // Like sqlparser: `--` starts a comment only before whitespace.
-            b'-' if next == Some(b'-') && starts_with_whitespace(&raw[i + 2..]) => {
-                i = skip_line(raw, i)
-            }
-            b'/' if next == Some(b'*') => {
-                let end = find(raw, i + 2, b"*/").unwrap_or(n);
-                let body = &raw[i + 2..end];
-                if let Some(rest) = body.strip_prefix(b"!") {
-                    let start = rest.iter().take_while(|c| c.is_ascii_digit()).count();
-                    if depth < MAX_COMMENT_DEPTH {
-                        bytes_into(&rest[start..], out, depth + 1);
-                    }
+/// MariaDB's `my_isspace` for ASCII.
+#[inline]
+fn is_space(b: u8) -> bool {
+    matches!(b, b' ' | b'\t' | b'\n' | b'\r' | 0x0b | 0x0c)
+}
+
+/// The keyword a word is, if any; `call` when `(` follows right after it
+/// (then function names such as `COUNT` are keywords too).
+fn keyword(word: &[u8], call: bool) -> Option<Kw> {
+    if word.is_empty() || word.len() > MAX_KEYWORD || !word.is_ascii() {
+        return None;
+    }
+    let mut buf = [0u8; MAX_KEYWORD];
+    let upper = &mut buf[..word.len()];
+    upper.copy_from_slice(word);
+    upper.make_ascii_uppercase();
+    let found = WORDS.binary_search_by(|(w, ..)| w.as_bytes().cmp(upper)).ok()?;
+    let (_, kw, function_only) = WORDS[found];
+    (call || !function_only).then_some(kw)
+}
+
+fn is_charset(name: &[u8]) -> bool {
+    if name.len() > 10 {
+        return false;
+    }
+    let mut buf = [0u8; 10];
+    let lower = &mut buf[..name.len()];
+    lower.copy_from_slice(name);
+    lower.make_ascii_lowercase();
+    CHARSETS.binary_search(&&*lower).is_ok()
+}
+
+/// What the previous token leaves for the next one, as the server's
+/// `next_state` does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Next {
+    Any,
+    /// A name was followed by `.`: it is a separator, even before a digit
+    /// (`t.5` names a column, `(t).5`... is a number).
+    Separator,
+    /// After a qualifying `.`: the next word is a name whatever it spells
+    /// (`t.select`), but for a few functions (`db.TRIM(`).
+    Qualified,
+    /// The second `@` of `@@`.
+    SecondAt,
+    /// After `@@`: the next word may be a keyword (`@@session.x`).
+    SystemVariable,
+    /// After the `@` of a user variable: its name, a value.
+    UserVariable,
+}
+
+/// The lexer, an iterator over the tokens of one text.
+#[derive(Clone)]
+pub struct Lexer<'a> {
+    raw: &'a [u8],
+    i: usize,
+    /// Inside the body of an executable comment: `*/` ends it.
+    in_comment: bool,
+    next: Next,
+}
+
+impl<'a> Lexer<'a> {
+    pub fn new(raw: &'a [u8]) -> Self {
+        Self { raw, i: 0, in_comment: false, next: Next::Any }
+    }
+
+    fn peek(&self, ahead: usize) -> u8 {
+        self.raw.get(self.i + ahead).copied().unwrap_or(0)
+    }
+
+    fn ident_end(&self, from: usize) -> usize {
+        from + self.raw[from..].iter().take_while(|&&b| is_ident_byte(b)).count()
+    }
+
+    fn digits_end(&self, from: usize) -> usize {
+        from + self.raw[from..].iter().take_while(|b| b.is_ascii_digit()).count()
+    }
+
+    /// Skips whitespace and comments; false at the end of the text.
+    fn skip_space(&mut self) -> bool {
+        loop {
+            let Some(&b) = self.raw.get(self.i) else { return false };
+            match b {
+                _ if is_space(b) => self.i += 1,
+                b'#' => self.skip_line(),
+                // `--` starts a comment before a space or a control
+                // character, and at the very end (the server sees the
+                // terminating NUL there).
+                b'-' if self.peek(1) == b'-' && {
+                    let next = self.peek(2);
+                    is_space(next) || next < 0x20 || next == 0x7f
+                } =>
+                {
+                    self.skip_line()
                 }
-                i = (end + 2).min(n);
-            }
-            b'\'' | b'"' => {
-                i = skip_quoted(raw, i, b);
-                out.push(Tok::Value);
-            }
-            b'`' => {
-                let (name, end) = quoted_ident(raw, i);
-                out.push(Tok::Ident(name));
-                i = end;
-                word_end = Some(i);
-            }
-            b'0'..=b'9' | b'.'
-                if b != b'.' || (next.is_some_and(|c| c.is_ascii_digit()) && word_end != Some(i)) =>
-            {
-                let bits = raw[i..].starts_with(b"0b");
-                i = lex_number(raw, i, out);
-                // `1abc` is a word, and so is `0b101` to sqlparser.
-                if bits || matches!(out.last(), Some(Tok::Ident(_) | Tok::Keyword(_))) {
-                    word_end = Some(i);
+                b'/' if self.peek(1) == b'*' => self.comment(),
+                b'*' if self.in_comment && self.peek(1) == b'/' => {
+                    self.in_comment = false;
+                    self.i += 2;
                 }
-            }
-            // sqlparser reads `!=` as `<>`, and `!!` as one token (so `!!=`
-            // is not `!` `!=`).
-            b'!' if next == Some(b'=') => {
-                out.extend([Tok::Punct("<".into()), Tok::Punct(">".into())]);
-                i += 2;
-            }
-            b'!' if next == Some(b'!') => {
-                out.extend([Tok::Punct("!".into()), Tok::Punct("!".into())]);
-                i += 2;
-            }
-            // sqlparser reads `?12` as one (numbered) placeholder.
-            b'?' => {
-                out.push(Tok::Placeholder);
-                let digits = raw[i + 1..].iter().take_while(|c| c.is_ascii_digit()).count();
-                if digits > 0 {
-                    out.push(Tok::Value);
-                }
-                i += 1 + digits;
-            }
-            b'(' => {
-                out.push(Tok::Open);
-                i += 1;
-            }
-            b')' => {
-                out.push(Tok::Close);
-                i += 1;
-            }
-            b',' => {
-                out.push(Tok::Comma);
-                i += 1;
-            }
-            _ if is_word_byte(b) => {
-                let start = i;
-                while i < n && is_word_byte(raw[i]) {
-                    i += 1;
-                }
-                let word = &raw[start..i];
-                // X'..', B'..', B"..", N'..' are literals. A `_charset`
-                // introducer stays a word, as sqlparser has it.
-                if let Some(&quote) = raw.get(i).filter(|&&q| is_literal_prefix(word, q)) {
-                    i = skip_quoted(raw, i, quote);
-                    out.push(Tok::Value);
-                } else {
-                    out.push(classify_word(&String::from_utf8_lossy(word)));
-                    word_end = Some(i);
-                }
-            }
-            _ => {
-                // One token per punctuation character (see `push_punct`); a
-                // stray UTF-8 continuation byte is skipped as punctuation.
-                if b.is_ascii() {
-                    out.push(Tok::Punct((b as char).to_string()));
-                }
-                i += 1;
+                _ => return true,
             }
         }
     }
-}
 
-fn is_literal_prefix(word: &[u8], quote: u8) -> bool {
-    match quote {
-        b'\'' => matches!(word, b"x" | b"X" | b"b" | b"B" | b"n" | b"N"),
-        b'"' => matches!(word, b"b" | b"B"),
-        _ => false,
+    fn skip_line(&mut self) {
+        self.i = self.raw[self.i..].iter().position(|&c| c == b'\n').map_or(self.raw.len(), |p| self.i + p + 1);
     }
-}
 
-/// Whether `rest` starts with a whitespace character (sqlparser's
-/// `char::is_whitespace`, so a non-ASCII one such as U+00A0 counts).
-fn starts_with_whitespace(rest: &[u8]) -> bool {
-    let head = &rest[..rest.len().min(4)];
-    let valid = match std::str::from_utf8(head) {
-        Ok(text) => text,
-        Err(e) => std::str::from_utf8(&head[..e.valid_up_to()]).unwrap_or_default(),
-    };
-    valid.chars().next().is_some_and(char::is_whitespace)
-}
+    /// A comment starting at `/*`: an executable one (`/*!`, `/*M!`, with
+    /// an optional 5 or 6 digit version) has its body read as code, every
+    /// other one (optimizer hints too) is skipped. Inside an executable
+    /// comment, another one is a plain comment.
+    fn comment(&mut self) {
+        let mariadb = self.peek(2) == b'M' && self.peek(3) == b'!';
+        if (self.peek(2) == b'!' || mariadb) && !self.in_comment {
+            let start = self.i + if mariadb { 4 } else { 3 };
+            let digits = self.digits_end(start) - start;
+            let runs = if digits >= 5 {
+                let len = if digits >= 6 { 6 } else { 5 };
+                let version: u32 = std::str::from_utf8(&self.raw[start..start + len]).ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+                // MySQL 5.7 and later syntax is left out unless marked
+                // MariaDB's own (`/*M!`).
+                let runs = version <= SERVER_VERSION && (!(50700..=99999).contains(&version) || mariadb);
+                if runs {
+                    self.i = start + len;
+                }
+                runs
+            } else {
+                self.i = start;
+                true
+            };
+            if runs {
+                self.in_comment = true;
+                return;
+            }
+        }
+        self.i = match find(self.raw, self.i + 2, b"*/") {
+            Some(end) => end + 2,
+            None => self.raw.len(),
+        };
+    }
 
-/// A backquoted identifier starting at `i` (doubled backquotes stand for
-/// one) and the index after it; an unterminated one runs to the end.
-fn quoted_ident(raw: &[u8], i: usize) -> (String, usize) {
-    let mut name = Vec::new();
-    let mut j = i + 1;
-    while j < raw.len() {
-        if raw[j] == b'`' {
-            if raw.get(j + 1) != Some(&b'`') {
-                return (String::from_utf8_lossy(&name).into_owned(), j + 1);
+    /// A quoted string starting at `i` (the quote), honouring backslash
+    /// escapes and doubled quotes; an unterminated one runs to the end.
+    fn skip_quoted(&mut self, quote: u8) {
+        let raw = self.raw;
+        let mut j = self.i + 1;
+        while j < raw.len() {
+            match raw[j] {
+                b'\\' => j += 2,
+                c if c == quote => {
+                    if raw.get(j + 1) == Some(&quote) {
+                        j += 2;
+                    } else {
+                        self.i = j + 1;
+                        return;
+                    }
+                }
+                _ => j += 1,
+            }
+        }
+        self.i = raw.len();
+    }
+
+    /// A backquoted name starting at `i`; doubled backquotes stand inside it.
+    fn quoted_ident(&mut self) -> Tok<'a> {
+        let raw = self.raw;
+        let start = self.i + 1;
+        let mut j = start;
+        while j < raw.len() {
+            if raw[j] == b'`' {
+                if raw.get(j + 1) != Some(&b'`') {
+                    self.i = j + 1;
+                    return Tok::Ident(&raw[start..j]);
+                }
+                j += 1;
             }
             j += 1;
         }
-        name.push(raw[j]);
-        j += 1;
+        self.i = raw.len();
+        Tok::Ident(&raw[start..])
     }
-    (String::from_utf8_lossy(&name).into_owned(), raw.len())
+
+    /// A token starting with a digit: a number, or a name such as `1abc`.
+    fn number(&mut self) -> Tok<'a> {
+        let raw = self.raw;
+        let start = self.i;
+        let name = |lexer: &mut Self| {
+            let end = lexer.ident_end(start);
+            lexer.i = end;
+            lexer.qualifies(end);
+            Tok::Ident(&raw[start..end])
+        };
+        if raw[start] == b'0' && matches!(self.peek(1), b'x' | b'b') {
+            let hex = self.peek(1) == b'x';
+            let digits = raw[start + 2..]
+                .iter()
+                .take_while(|&&c| if hex { c.is_ascii_hexdigit() } else { c == b'0' || c == b'1' })
+                .count();
+            let end = start + 2 + digits;
+            if digits > 0 && !raw.get(end).is_some_and(|&c| is_ident_byte(c)) {
+                self.i = end;
+                return Tok::Number;
+            }
+            return name(self);
+        }
+        let end = self.digits_end(start);
+        match raw.get(end).copied() {
+            Some(b'e' | b'E') => {
+                let sign = usize::from(matches!(raw.get(end + 1), Some(b'+' | b'-')));
+                if raw.get(end + 1 + sign).is_some_and(u8::is_ascii_digit) {
+                    self.i = self.exponent_end(end + 1 + sign);
+                    Tok::Number
+                } else {
+                    name(self)
+                }
+            }
+            Some(c) if is_ident_byte(c) => name(self),
+            Some(b'.') if raw.get(end + 1) != Some(&b'.') => {
+                self.i = end;
+                self.fraction()
+            }
+            _ => {
+                self.i = end;
+                Tok::Number
+            }
+        }
+    }
+
+    /// The rest of a number from its `.`: digits and an exponent.
+    fn fraction(&mut self) -> Tok<'a> {
+        let raw = self.raw;
+        let end = self.digits_end(self.i + 1);
+        self.i = end;
+        if matches!(raw.get(end), Some(b'e' | b'E')) {
+            let sign = usize::from(matches!(raw.get(end + 1), Some(b'+' | b'-')));
+            // Without a digit the server refuses the statement; the number
+            // ends before the `e` here.
+            if raw.get(end + 1 + sign).is_some_and(u8::is_ascii_digit) {
+                self.i = self.exponent_end(end + 1 + sign);
+            }
+        }
+        Tok::Number
+    }
+
+    /// The end of an exponent's digits starting at `from`, with a `.` and
+    /// digits after them: the server reads `1e-5.5` as two numbers (and
+    /// refuses the statement), but the kernel's text hash skips `5.5` after
+    /// the sign as one, so that `1e-5.5` and `1e-5` hash alike; they must
+    /// read alike here too.
+    fn exponent_end(&self, from: usize) -> usize {
+        let end = self.digits_end(from);
+        if self.raw.get(end) == Some(&b'.') { self.digits_end(end + 1) } else { end }
+    }
+
+    /// After a name that ends at `end`: a `.` right there followed by a
+    /// name character qualifies it.
+    fn qualifies(&mut self, end: usize) {
+        if self.raw.get(end) == Some(&b'.') && self.raw.get(end + 1).is_some_and(|&c| is_ident_byte(c)) {
+            self.next = Next::Separator;
+        }
+    }
+
+    /// A word starting with a letter, `_`, `$` or a multi-byte character.
+    fn word(&mut self) -> Tok<'a> {
+        let raw = self.raw;
+        let start = self.i;
+        let first = raw[start];
+        let quote = raw.get(start + 1).copied();
+        if quote == Some(b'\'') {
+            match first {
+                b'x' | b'X' => {
+                    self.i += 1;
+                    self.skip_quoted(b'\'');
+                    return Tok::HexString;
+                }
+                b'b' | b'B' => {
+                    self.i += 1;
+                    self.skip_quoted(b'\'');
+                    return Tok::Number;
+                }
+                b'n' | b'N' => {
+                    self.i += 1;
+                    self.skip_quoted(b'\'');
+                    return Tok::Value;
+                }
+                _ => {}
+            }
+        }
+        let end = self.ident_end(start);
+        self.i = end;
+        let word = &raw[start..end];
+        if raw.get(end) == Some(&b'.') && raw.get(end + 1).is_some_and(|&c| is_ident_byte(c)) {
+            // `db.t`: a qualifier is a name, never a keyword.
+            self.next = Next::Separator;
+            return Tok::Ident(word);
+        }
+        if let Some(kw) = keyword(word, raw.get(end) == Some(&b'(')) {
+            return Tok::Keyword(kw);
+        }
+        if first == b'_' && word.is_ascii() && is_charset(&word[1..]) {
+            return Tok::Charset;
+        }
+        Tok::Ident(word)
+    }
+
+    /// A word right after a qualifying `.` or after `@@`.
+    fn name_after(&mut self, keywords: bool) -> Tok<'a> {
+        let raw = self.raw;
+        let start = self.i;
+        let end = self.ident_end(start);
+        self.i = end;
+        let word = &raw[start..end];
+        if raw.get(end) == Some(&b'.') {
+            self.next = Next::Separator;
+        }
+        let call = raw.get(end) == Some(&b'(');
+        let kw = if keywords {
+            keyword(word, call)
+        } else if call {
+            // `db.TRIM(`: the functions the grammar spells with keywords.
+            const QUALIFIED: [&[u8]; 4] = [b"SUBSTRING", b"SUBSTR", b"TRIM", b"REPLACE"];
+            QUALIFIED.iter().any(|f| f.eq_ignore_ascii_case(word)).then(|| keyword(word, true)).flatten()
+        } else {
+            None
+        };
+        kw.map_or(Tok::Ident(word), Tok::Keyword)
+    }
+
+    /// The comparison operators MariaDB reads as one token.
+    fn comparison(&mut self, c: u8) -> Tok<'a> {
+        let next = self.peek(1);
+        let op = match (c, next) {
+            (b'<', b'=') if self.peek(2) == b'>' => "<=>",
+            (b'<', b'=') => "<=",
+            (b'<', b'>') | (b'!', b'=') => "!=",
+            (b'<', b'<') => "<<",
+            (b'>', b'=') => ">=",
+            (b'>', b'>') => ">>",
+            _ => {
+                self.i += 1;
+                return Tok::Char(c);
+            }
+        };
+        self.i += op.len();
+        Tok::Op(op)
+    }
 }
 
-fn skip_line(raw: &[u8], i: usize) -> usize {
-    raw[i..].iter().position(|&c| c == b'\n').map_or(raw.len(), |p| i + p + 1)
+impl<'a> Iterator for Lexer<'a> {
+    type Item = Tok<'a>;
+
+    fn next(&mut self) -> Option<Tok<'a>> {
+        let raw = self.raw;
+        let at_name = raw.get(self.i).is_some_and(|&c| is_ident_byte(c));
+        match std::mem::replace(&mut self.next, Next::Any) {
+            Next::Any => {}
+            Next::Separator => {
+                self.i += 1;
+                if raw.get(self.i).is_some_and(|&c| is_ident_byte(c)) {
+                    self.next = Next::Qualified;
+                }
+                return Some(Tok::Char(b'.'));
+            }
+            Next::Qualified if at_name => return Some(self.name_after(false)),
+            Next::SecondAt => {
+                self.i += 1;
+                if raw.get(self.i) != Some(&b'`') {
+                    self.next = Next::SystemVariable;
+                }
+                return Some(Tok::Char(b'@'));
+            }
+            Next::SystemVariable if at_name => return Some(self.name_after(true)),
+            Next::UserVariable => {
+                // The server reads the name as a host name, a value
+                // (letters, digits, `.`, `_`, `$`, multi-byte characters),
+                // empty before a space.
+                let len = raw[self.i..]
+                    .iter()
+                    .take_while(|&&b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'$') || b >= 0x80)
+                    .count();
+                self.i += len;
+                return Some(Tok::Value);
+            }
+            Next::Qualified | Next::SystemVariable => {}
+        }
+        if !self.skip_space() {
+            return None;
+        }
+        let c = raw[self.i];
+        let next = self.peek(1);
+        let tok = match c {
+            b'\'' | b'"' => {
+                self.skip_quoted(c);
+                Tok::Value
+            }
+            b'`' => self.quoted_ident(),
+            b'0'..=b'9' => self.number(),
+            b'.' if next.is_ascii_digit() => self.fraction(),
+            b'.' if next == b'.' => {
+                self.i += 2;
+                Tok::Op("..")
+            }
+            b'.' => {
+                self.i += 1;
+                if raw.get(self.i).is_some_and(|&c| is_ident_byte(c)) {
+                    self.next = Next::Qualified;
+                }
+                Tok::Char(b'.')
+            }
+            _ if is_ident_byte(c) => self.word(),
+            b'@' => {
+                self.i += 1;
+                self.next = match next {
+                    // Two tokens, as the server has them.
+                    b'@' => Next::SecondAt,
+                    // `@'a'`, `` @`a` ``: a string or a name follows.
+                    b'\'' | b'"' | b'`' => Next::Any,
+                    _ => Next::UserVariable,
+                };
+                Tok::Char(b'@')
+            }
+            b'<' | b'>' | b'=' | b'!' => self.comparison(c),
+            b'&' | b'|' if next == c => {
+                self.i += 2;
+                Tok::Op(if c == b'&' { "&&" } else { "||" })
+            }
+            b':' if next == b'=' => {
+                self.i += 2;
+                Tok::Op(":=")
+            }
+            // MySQL's JSON operators; MariaDB has none, and reads `-` `>`.
+            b'-' if next == b'>' => {
+                let op = if self.peek(2) == b'>' { "->>" } else { "->" };
+                self.i += op.len();
+                Tok::Op(op)
+            }
+            b'?' => {
+                self.i += 1;
+                Tok::Value
+            }
+            // `\N` is NULL.
+            b'\\' if next == b'N' => {
+                self.i += 2;
+                Tok::Keyword(keywords::NULL)
+            }
+            _ => {
+                self.i += 1;
+                Tok::Char(c)
+            }
+        };
+        Some(tok)
+    }
 }
 
 fn find(raw: &[u8], from: usize, needle: &[u8]) -> Option<usize> {
@@ -345,67 +522,4 @@ fn find(raw: &[u8], from: usize, needle: &[u8]) -> Option<usize> {
         return None;
     }
     raw[from..].windows(needle.len()).position(|w| w == needle).map(|p| from + p)
-}
-
-/// End of a quoted string starting at `i` (the quote), honouring backslash
-/// escapes and doubled quotes; an unterminated string runs to the end.
-fn skip_quoted(raw: &[u8], i: usize, quote: u8) -> usize {
-    let mut j = i + 1;
-    while j < raw.len() {
-        match raw[j] {
-            b'\\' => j += 2,
-            c if c == quote => {
-                if raw.get(j + 1) == Some(&quote) {
-                    j += 2;
-                } else {
-                    return j + 1;
-                }
-            }
-            _ => j += 1,
-        }
-    }
-    raw.len()
-}
-
-/// A number starting at `i` (a digit, or `.` before a digit), split the way
-/// sqlparser splits it: `0x` (lower case only, as in MySQL) takes hex digits,
-/// `0b` binary digits, a decimal takes one `.` and an exponent.
-fn lex_number(raw: &[u8], i: usize, out: &mut Vec<Tok>) -> usize {
-    let n = raw.len();
-    let digits_from = |from: usize, accept: fn(&u8) -> bool| {
-        from + raw[from..].iter().take_while(|c| accept(c)).count()
-    };
-    let is_bit = |c: &u8| matches!(c, b'0' | b'1');
-    let mut j;
-    if raw[i..].starts_with(b"0x") {
-        out.push(Tok::Value);
-        return digits_from(i + 2, u8::is_ascii_hexdigit);
-    } else if raw[i..].starts_with(b"0b") && raw.get(i + 2).is_some_and(is_bit) {
-        j = digits_from(i + 2, is_bit);
-    } else {
-        j = digits_from(i, u8::is_ascii_digit);
-        if raw.get(j) == Some(&b'.') {
-            j = digits_from(j + 1, u8::is_ascii_digit);
-        }
-        if matches!(raw.get(j), Some(b'e' | b'E')) {
-            let sign = usize::from(matches!(raw.get(j + 1), Some(b'+' | b'-')));
-            if raw.get(j + 1 + sign).is_some_and(u8::is_ascii_digit) {
-                // sqlparser takes an `L` suffix (a long literal) here.
-                out.push(Tok::Value);
-                let end = digits_from(j + 1 + sign, u8::is_ascii_digit);
-                return end + usize::from(raw.get(end) == Some(&b'L'));
-            }
-        }
-    }
-    // `1abc` (and `0b12`) is an identifier in MySQL, not a number followed
-    // by a word.
-    if j < n && is_word_byte(raw[j]) {
-        while j < n && is_word_byte(raw[j]) {
-            j += 1;
-        }
-        out.push(classify_word(&String::from_utf8_lossy(&raw[i..j])));
-        return j;
-    }
-    out.push(Tok::Value);
-    j
 }

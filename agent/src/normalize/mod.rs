@@ -3,35 +3,30 @@
 //! Pure and synchronous: the aggregate stage calls it for every statement,
 //! so results are cached by a hash of the raw text (prepared statements and
 //! ORM traffic repeat their text exactly). Never fails and never panics:
-//! anything sqlparser cannot tokenize (MariaDB-only syntax, truncated text,
-//! invalid UTF-8) goes through a byte lexer that yields the same tokens.
+//! any bytes (invalid UTF-8, a statement cut at the capture limit) give a
+//! digest.
 //!
-//! Rules, chosen to group statements the way the server's own
-//! `events_statements_summary_by_digest` does (MariaDB 10.11; a test
-//! compares the two):
-//! - literals (numbers, strings, hex/bit values) and `NULL` used as a value
-//!   become `?`; `IS [NOT] NULL`, `NOT NULL`, TRUE and FALSE stay words;
-//! - a sign folds into the literal after it where MariaDB folds it (after
-//!   `(`, `,`, a sign, SELECT, AND, OR, XOR, BETWEEN) and stays `- ?`
-//!   elsewhere (`= -1`);
-//! - a parenthesised list of two or more values becomes `(...)`, two or
-//!   more rows (`VALUES (..),(..)`) become `(...) /* , ... */`, and two or
-//!   more values in a row elsewhere (`SELECT 1, 2`, `LIMIT 5, 10`) `?, ...`;
-//! - comments are dropped, optimizer hints (`/*+ ... */`) too; the body of
-//!   an executable comment (`/*!50100 ... */`) is kept because the server
-//!   runs it;
-//! - keywords are upper-cased, identifiers keep their case and are quoted
-//!   with backticks, whitespace is one space between tokens.
+//! Statements are grouped the way the server's own digests
+//! (`events_statements_summary_by_digest`) group them: the text is read as
+//! MariaDB's lexer reads it (`lexer`, with MariaDB's keywords in
+//! `keywords`) and reduced as the server reduces its tokens (`digest`).
+//! So literals become `?`, lists and rows of them collapse, keywords are
+//! upper case, names keep their case in backquotes, comments go but the
+//! body of an executable comment (`/*!50100 ... */`) stays, and `@a` and
+//! `@b` share a digest (`@?`) as they do in the server. A test compares the
+//! grouping with a real server's on thousands of statements of MariaDB's
+//! own test suite (`agent/tests/digest_agreement.rs`).
 //!
-//! Known differences from the server: hex strings `X'..'` group with other
-//! literals (MariaDB keeps them apart as `(unknown)`), and function names
-//! that are not sqlparser keywords keep their case (`now()` vs `NOW()`).
+//! The kernel's text hash (`agent_common::text_hash`) groups statements
+//! before they reach the normalizer; it may split what the normalizer
+//! groups, never merge what it keeps apart.
 //!
 //! `redact` is the other way out for statement text: samples and error
 //! messages with their literal values replaced, in the statement's shape.
 
 mod cache;
 mod digest;
+mod keywords;
 mod lexer;
 pub mod redact;
 
@@ -83,13 +78,16 @@ impl Normalizer {
     }
 }
 
+/// MariaDB's keywords as the normalizer knows them: each word, upper case,
+/// and whether it is one only right before `(` (`COUNT(`). A test compares
+/// them with a server's `information_schema.KEYWORDS`.
+pub fn keyword_list() -> impl Iterator<Item = (&'static str, bool)> {
+    keywords::WORDS.iter().map(|&(word, _, function_only)| (word, function_only))
+}
+
 /// Digest text of one statement, without caching.
 pub fn digest_text(raw: &[u8]) -> String {
-    let tokens = match std::str::from_utf8(raw) {
-        Ok(text) => lexer::tokenize_with_sqlparser(text).unwrap_or_else(|| lexer::tokenize_bytes(raw)),
-        Err(_) => lexer::tokenize_bytes(raw),
-    };
-    digest::build(&tokens)
+    digest::build(raw)
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
-//! Normalizer tests: a grouped corpus of real-world statements, agreement
-//! of the sqlparser and byte lexers, hostile input, and property tests.
+//! Normalizer tests: a grouped corpus of real-world statements, spellings
+//! MariaDB's lexer reads in its own way, the kernel hash's contract,
+//! hostile input, and property tests.
 
 mod bad_input;
 mod corpus;

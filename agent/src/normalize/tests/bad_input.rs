@@ -44,8 +44,8 @@ fn every_prefix_of_every_corpus_statement_digests() {
 
 #[test]
 fn invalid_utf8_in_a_literal_or_comment_changes_nothing() {
-    // Binary values and Latin-1 text arrive as they are; sqlparser declines
-    // them and the byte lexer must give the digest of a valid twin.
+    // Binary values and Latin-1 text arrive as they are, and must give the
+    // digest of a valid twin.
     let cases: &[(&[u8], &str)] = &[
         (b"SELECT s FROM t WHERE s = '\xff\xfe' AND k", "SELECT s FROM t WHERE s = 'x' AND k"),
         // Latin-1 text, and a UTF-8 character cut in two.
