@@ -90,6 +90,37 @@ pub mod flags {
     /// `QueryStats::cpu_ns` was measured (the thread had ended a
     /// statement before, since the probes attached).
     pub const CPU: u32 = 32;
+    /// A statement a stored program ran (procedure, function, trigger,
+    /// event), timed from its own start; `program_hash`, `program_kind` and
+    /// `parent_start_ns` say which program and which client statement.
+    pub const NESTED: u32 = 64;
+}
+
+/// Where a statement came from (`StatementEvent::source`).
+pub mod source {
+    /// A client's statement, or one a client's statement ran.
+    pub const CLIENT: u32 = 0;
+    /// The replica's applier (`system_thread` SLAVE_SQL).
+    pub const REPLICA: u32 = 1;
+    /// The event scheduler (`system_thread` EVENT_WORKER).
+    pub const EVENT: u32 = 2;
+    /// `THD::system_thread` values (MariaDB `enum_thread_type`).
+    pub const SYSTEM_THREAD_SLAVE_SQL: u32 = 4;
+    pub const SYSTEM_THREAD_EVENT_WORKER: u32 = 16;
+}
+
+/// The kind of stored program a nested statement ran in
+/// (`StatementEvent::program_kind`).
+pub mod program_kind {
+    pub const UNKNOWN: u32 = 0;
+    pub const PROCEDURE: u32 = 1;
+    pub const FUNCTION: u32 = 2;
+    pub const TRIGGER: u32 = 3;
+    pub const EVENT: u32 = 4;
+    /// A `BEGIN NOT ATOMIC ... END` block a client sent: no name.
+    pub const ANONYMOUS: u32 = 5;
+    /// `sp_head::m_flags` bit the event scheduler sets on an event's body.
+    pub const EVENT_BODY_FLAG: u32 = 0x100;
 }
 
 /// Indices of the per-CPU health counters: one `STATS` value per CPU
@@ -120,7 +151,20 @@ pub mod stat {
     pub const CALIBRATION_HITS: u32 = 9;
     /// Name records (schemas, accounts) lost because their ring was full.
     pub const NAMES_DROPPED: u32 = 10;
-    pub const SLOTS: u32 = 11;
+    /// Statements stored programs ran, each ended (and sent) on its own.
+    pub const NESTED: u32 = 11;
+    /// Nested statement ends whose start was not seen (they began before
+    /// the probes attached): counted, not timed.
+    pub const NESTED_UNMATCHED: u32 = 12;
+    /// Statement-end hits inside a stored program (the slow-log path of a
+    /// nested statement, already counted as nested): not counted again.
+    pub const NESTED_LOG_HITS: u32 = 13;
+    /// Statements the replica's applier ran: apart from client statements.
+    pub const REPLICA: u32 = 14;
+    /// Second statement-end hits of one statement (`EXECUTE IMMEDIATE`
+    /// reaches the end twice with one query id): not counted again.
+    pub const DUPLICATE_HITS: u32 = 15;
+    pub const SLOTS: u32 = 16;
 }
 
 /// One CPU's health counters, indexed by [`stat`].
@@ -204,6 +248,27 @@ pub struct ServerLayout {
     pub sctx_offset: u32,
     pub sctx_user_offset: u32,
     pub sctx_host_offset: u32,
+    /// Relative to `stats_base`, like the counters.
+    pub system_thread_rel: u32,
+    pub query_id_rel: u32,
+    /// Non-zero when the nested-statement probes are attached.
+    pub nested_probes: u32,
+    /// `THD::spcont` (the running program's `sp_rcontext*`), its `m_sp`
+    /// (`sp_head*`), and in `sp_head` the schema and name (`{char*,
+    /// size_t}`), the handler pointer and the flags; `UNKNOWN` for
+    /// `spcont_offset` leaves programs unnamed.
+    pub spcont_offset: u32,
+    pub rcontext_sp_offset: u32,
+    pub sp_db_offset: u32,
+    pub sp_name_offset: u32,
+    pub sp_handler_offset: u32,
+    pub sp_flags_offset: u32,
+    /// Run-time addresses of the server's `sp_handler_procedure`,
+    /// `sp_handler_function` and `sp_handler_trigger`: `sp_head::m_handler`
+    /// points to one of them, which says the program's kind.
+    pub handler_procedure: u64,
+    pub handler_function: u64,
+    pub handler_trigger: u64,
 }
 
 /// A layout offset the agent could not learn for this build.
@@ -221,6 +286,10 @@ pub mod stats_field {
     pub const PLAN: u32 = 8;
     pub const SERVER_STATUS: u32 = 16;
     pub const CONNECTION_ID: u32 = 32;
+    /// `system_thread` (u32): the replica's applier, the event scheduler.
+    pub const SYSTEM_THREAD: u32 = 64;
+    /// `query_id` (u64): tells a second end of one statement.
+    pub const QUERY_ID: u32 = 128;
 }
 
 /// Bits of the server's `query_plan_flags` (MariaDB `sql/log_slow.h`,
@@ -363,6 +432,34 @@ pub const MAX_HOST: usize = 128;
 pub mod name_kind {
     pub const SCHEMA: u32 = 1;
     pub const ACCOUNT: u32 = 2;
+    /// A stored program: `name` its schema, `host` its name.
+    pub const PROGRAM: u32 = 3;
+}
+
+/// Nested statements tracked at once per thread (a program calling a
+/// program ...); deeper ones are counted, not timed.
+pub const MAX_FRAMES: usize = 8;
+/// Slots of the frame stacks (`FRAMES`): a thread uses `tid % FRAME_SLOTS`.
+pub const FRAME_SLOTS: u32 = 8192;
+
+/// A nested statement in progress: the stack pointer at its start (which
+/// names its frame), when it started, and its thread's CPU time then.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Frame {
+    pub entry_sp: u64,
+    pub start_ns: u64,
+    pub cpu_ns: u64,
+}
+
+/// How many nested statements are in progress on one thread; the frames
+/// themselves are in `FRAME_ENTRIES` at `slot * MAX_FRAMES + level`
+/// (outermost first), where a map lookup checks the index at run time.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FrameStack {
+    pub tid: u32,
+    pub depth: u32,
 }
 
 /// What a schema or account hash stands for. Sent once per connection and
@@ -594,6 +691,16 @@ pub struct Inflight {
     pub named_connection: u64,
     pub account_hash: u64,
     pub schema_hash: u64,
+    /// Stack pointer at the start of the innermost nested statement in
+    /// progress (0: none): a statement end deeper in the stack is inside a
+    /// stored program.
+    pub nested_sp: u64,
+    /// `start_utime` of the client statement whose programs ran nested
+    /// statements: its end goes out as a record, so they find their parent.
+    pub nested_parent_us: u64,
+    /// The last statement's query id and the last program named here.
+    pub last_query_id: u64,
+    pub program_hash: u64,
 }
 
 /// Fixed head of every ring-buffer record; `captured_len` text bytes follow.
@@ -621,6 +728,13 @@ pub struct StatementEvent {
     /// none or unknown), named by [`NameRecord`]s.
     pub schema_hash: u64,
     pub account_hash: u64,
+    /// A nested statement's program (hash, named by a [`NameRecord`]) and
+    /// the start of the client statement that ran it; 0 otherwise.
+    pub program_hash: u64,
+    pub parent_start_ns: u64,
+    /// [`source`] and, for a nested statement, [`program_kind`].
+    pub source: u32,
+    pub program_kind: u32,
     /// When `error_code` was raised: matches the error sample.
     pub error_ns: u64,
     /// Time this statement waited, per wait class (ns).
@@ -644,6 +758,8 @@ pub struct EventBuffer {
     pub window: [u64; STATS_WINDOW / 8],
     /// A name record being assembled.
     pub name: NameRecord,
+    /// The statement's query id, from the counters' window (not sent).
+    pub query_id: u64,
 }
 
 #[cfg(feature = "user")]
@@ -657,4 +773,6 @@ mod pod {
     unsafe impl aya::Pod for super::LongWait {}
     unsafe impl aya::Pod for super::SlotStats {}
     unsafe impl aya::Pod for super::NameRecord {}
+    unsafe impl aya::Pod for super::FrameStack {}
+    unsafe impl aya::Pod for super::Frame {}
 }

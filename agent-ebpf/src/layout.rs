@@ -32,6 +32,18 @@ static LAYOUT: ServerLayout = ServerLayout {
     sctx_offset: agent_common::UNKNOWN,
     sctx_user_offset: 0,
     sctx_host_offset: 0,
+    system_thread_rel: 0,
+    query_id_rel: 0,
+    nested_probes: 0,
+    spcont_offset: agent_common::UNKNOWN,
+    rcontext_sp_offset: 0,
+    sp_db_offset: 0,
+    sp_name_offset: 0,
+    sp_handler_offset: 0,
+    sp_flags_offset: 0,
+    handler_procedure: 0,
+    handler_function: 0,
+    handler_trigger: 0,
 };
 
 #[inline(always)]

@@ -36,6 +36,7 @@ mod maps;
 mod names;
 mod query_stats;
 mod statements;
+mod stored_programs;
 mod waits;
 
 #[cfg(not(test))]

@@ -48,7 +48,7 @@ const PRIME: u64 = 0x9e37_79b9_7f4a_7c15;
 /// never 0. No branch depends on the name, so the verifier walks one path
 /// instead of one per length.
 #[inline(always)]
-fn hash_bytes<const N: usize>(bytes: &[u8; N], full_len: u64, seed: u64) -> u64 {
+pub fn hash_bytes<const N: usize>(bytes: &[u8; N], full_len: u64, seed: u64) -> u64 {
     let mut hash = seed ^ full_len.wrapping_mul(PRIME);
     let words = bytes.as_ptr() as *const u64;
     for word in 0..N / 8 {
@@ -62,7 +62,7 @@ fn hash_bytes<const N: usize>(bytes: &[u8; N], full_len: u64, seed: u64) -> u64 
 /// Zeroes a name buffer word by word (BPF has no memset, and a zeroed
 /// array built on the stack would not fit there).
 #[inline(always)]
-fn clear<const N: usize>(bytes: &mut [u8; N]) {
+pub fn clear<const N: usize>(bytes: &mut [u8; N]) {
     let words = bytes.as_mut_ptr() as *mut u64;
     for word in 0..N / 8 {
         // SAFETY: word `word` of an `N`-byte array; unaligned write.
@@ -163,7 +163,7 @@ fn read_str<const N: usize>(pointer: u64, dest: &mut [u8; N]) -> usize {
 }
 
 #[inline(always)]
-fn send(record: &NameRecord) {
+pub fn send(record: &NameRecord) {
     if NAMES.output(record, BPF_RB_NO_WAKEUP as u64).is_err() {
         bump_stat(stat::NAMES_DROPPED);
     }

@@ -9,7 +9,7 @@
 //! statements, so the runtime it gained since its previous statement end
 //! is this statement's. Nothing here is a second trap.
 use agent_common::{
-    EventBuffer, Inflight, STATS_WINDOW, ServerLayout, StatementStats, UNKNOWN, plan, server_status, stat,
+    EventBuffer, Inflight, STATS_WINDOW, ServerLayout, StatementStats, UNKNOWN, plan, server_status, source, stat,
     statement_flag as bit, stats_field,
 };
 use aya_ebpf::helpers::{bpf_get_current_task, bpf_probe_read_kernel, bpf_probe_read_user_buf};
@@ -19,11 +19,15 @@ use crate::maps::bump_stat;
 const WORDS: usize = STATS_WINDOW / 8;
 
 /// Copies the window and reads this build's counters out of it into the
-/// record's `stats`, and the connection id into its header when the window
-/// holds it (0 otherwise). A failed copy leaves them 0 and is counted.
+/// record's `stats`, and the connection id and the source (the replica's
+/// applier, the event scheduler) into its header and the query id into
+/// the buffer when the window holds them (0 otherwise). A failed copy
+/// leaves them 0 and is counted.
 #[inline(always)]
 pub fn read(thd: u64, layout: &ServerLayout, buffer: &mut EventBuffer) {
     buffer.header.connection_id = 0;
+    buffer.header.source = source::CLIENT;
+    buffer.query_id = 0;
     let fields = layout.stats_fields;
     if fields == 0 {
         return;
@@ -80,9 +84,37 @@ pub fn read(thd: u64, layout: &ServerLayout, buffer: &mut EventBuffer) {
             stats.flags |= bit::NO_GOOD_INDEX_USED;
         }
     }
-    if fields & stats_field::CONNECTION_ID != 0 {
-        buffer.header.connection_id = word(layout.connection_id_rel);
+    let connection = if fields & stats_field::CONNECTION_ID != 0 { word(layout.connection_id_rel) } else { 0 };
+    let system_thread = if fields & stats_field::SYSTEM_THREAD != 0 {
+        let rel = layout.system_thread_rel;
+        (word(rel) >> ((rel % 8) * 8)) as u32
+    } else {
+        0
+    };
+    let query_id = if fields & stats_field::QUERY_ID != 0 { word(layout.query_id_rel) } else { 0 };
+    buffer.header.connection_id = connection;
+    buffer.header.source = match system_thread {
+        source::SYSTEM_THREAD_SLAVE_SQL => source::REPLICA,
+        source::SYSTEM_THREAD_EVENT_WORKER => source::EVENT,
+        _ => source::CLIENT,
+    };
+    buffer.query_id = query_id;
+}
+
+/// The current thread's on-CPU time so far (ns), 0 when unknown.
+#[inline(always)]
+pub fn runtime(layout: &ServerLayout) -> u64 {
+    let offset = layout.task_runtime_offset;
+    if offset == 0 || offset == UNKNOWN {
+        return 0;
     }
+    let task = unsafe { bpf_get_current_task() };
+    if task == 0 {
+        return 0;
+    }
+    // SAFETY: a read of kernel memory through the helper, which fails
+    // cleanly on a bad address.
+    unsafe { bpf_probe_read_kernel((task + offset as u64) as *const u64) }.unwrap_or(0)
 }
 
 /// The thread's CPU time since its previous statement end, into `stats`
@@ -90,17 +122,7 @@ pub fn read(thd: u64, layout: &ServerLayout, buffer: &mut EventBuffer) {
 /// first statement a thread ends after the probes attach has no mark yet.
 #[inline(always)]
 pub fn cpu(layout: &ServerLayout, inflight: &mut Inflight, stats: &mut StatementStats) {
-    let offset = layout.task_runtime_offset;
-    if offset == 0 || offset == UNKNOWN {
-        return;
-    }
-    let task = unsafe { bpf_get_current_task() };
-    if task == 0 {
-        return;
-    }
-    // SAFETY: a read of kernel memory through the helper, which fails
-    // cleanly on a bad address.
-    let runtime = unsafe { bpf_probe_read_kernel((task + offset as u64) as *const u64) }.unwrap_or(0);
+    let runtime = runtime(layout);
     if runtime == 0 {
         return;
     }

@@ -12,7 +12,7 @@
 //! here only; the agent names the symbols.
 use agent_common::{
     EVENT_HEADER_LEN, EventBuffer, Inflight, MAX_TEXT, ServerLayout, StatementStats, UNKNOWN, command,
-    flags, kernel_digests::with_schema, stat, statement_flag, wait_class,
+    flags, kernel_digests::with_schema, source, stat, statement_flag, wait_class,
 };
 use aya_ebpf::{
     bindings::BPF_RB_NO_WAKEUP,
@@ -118,7 +118,7 @@ const THD_WINDOW_WORDS: usize = 16;
 /// for statements that are sent. The offsets are constants to the
 /// verifier, so it keeps one branch.
 #[inline(always)]
-fn read_command_and_times(thd: u64, layout: &ServerLayout) -> [u64; 3] {
+pub fn read_command_and_times(thd: u64, layout: &ServerLayout) -> [u64; 3] {
     let command = layout.command_offset as u64;
     let start = layout.start_utime_offset as u64;
     let lock = layout.lock_utime_offset as u64;
@@ -148,7 +148,7 @@ fn read_command_and_times(thd: u64, layout: &ServerLayout) -> [u64; 3] {
 /// `{const char*, size_t}`: one copy when they lie close together (in
 /// MariaDB 10.11 and 11.8 they are 56 bytes apart), two otherwise.
 #[inline(always)]
-fn read_text_and_schema(thd: u64, layout: &ServerLayout) -> ([u64; 2], [u64; 2]) {
+pub fn read_text_and_schema(thd: u64, layout: &ServerLayout) -> ([u64; 2], [u64; 2]) {
     let query = layout.query_offset as u64;
     let db = layout.db_offset;
     if db == UNKNOWN {
@@ -167,7 +167,7 @@ fn read_text_and_schema(thd: u64, layout: &ServerLayout) -> ([u64; 2], [u64; 2])
 }
 
 #[inline(always)]
-fn read_thd_u64(thd: u64, offset: u32) -> u64 {
+pub fn read_thd_u64(thd: u64, offset: u32) -> u64 {
     unsafe { bpf_probe_read_user((thd + offset as u64) as *const u64) }.unwrap_or(0)
 }
 
@@ -183,15 +183,53 @@ fn try_statement_end(ctx: &ProbeContext) -> Result<(), i64> {
     // Every count below goes into this one block: each further map value
     // touched is another cache line to fetch at every statement.
     let stats = stats().ok_or(0i64)?;
-    stats[stat::STATEMENTS as usize] += 1;
+    let inflight = owned_slot(tid).ok_or(0i64)?;
+    // Inside a stored program (the statement-end path of a statement a
+    // procedure, function, trigger or event ran): the nested probes count
+    // it on its own; here it is not a client's statement. Its end is
+    // deeper in the stack than the start of the nested statement running.
+    if inflight.nested_sp != 0 {
+        // SAFETY: a read of the probe context at a fixed offset.
+        let sp = unsafe { (*ctx.regs).rsp };
+        if inflight.nested_sp > sp {
+            stats[stat::NESTED_LOG_HITS as usize] += 1;
+            return Ok(());
+        }
+        // That nested statement is over (its end was not seen).
+        inflight.nested_sp = 0;
+    }
 
     let [command, start_us, lock_utime] = read_command_and_times(thd, &layout);
     let command = command as u32 & 0xff;
-    if layout.command_probe == 0 {
-        match command {
-            command::QUERY => stats[stat::QUERY_STATEMENTS as usize] += 1,
-            command::STMT_EXECUTE => stats[stat::EXECUTE_STATEMENTS as usize] += 1,
-            _ => bump(&COMMANDS, command),
+    let buffer = SCRATCH.get_ptr_mut(0).ok_or(0i64)?;
+    let buffer = unsafe { &mut *buffer };
+    let ([text_ptr, text_len], db) = read_text_and_schema(thd, &layout);
+    // Built in place: the BPF stack (512 bytes) has no room for copies.
+    // These steps leave what they learn in the record, not in registers:
+    // the verifier does not tell map memory apart by value, so the paths
+    // through them merge again instead of multiplying the paths after.
+    buffer.header.stats = StatementStats::default();
+    query_stats::read(thd, &layout, buffer);
+    // One statement reaching its end twice (EXECUTE IMMEDIATE) keeps its
+    // query id: counted once.
+    if buffer.query_id != 0 {
+        if inflight.last_query_id == buffer.query_id && inflight.thd == thd {
+            stats[stat::DUPLICATE_HITS as usize] += 1;
+            return Ok(());
+        }
+        inflight.last_query_id = buffer.query_id;
+    }
+    // The replica's applier is counted apart from what clients sent.
+    if buffer.header.source == source::REPLICA {
+        stats[stat::REPLICA as usize] += 1;
+    } else {
+        stats[stat::STATEMENTS as usize] += 1;
+        if layout.command_probe == 0 {
+            match command {
+                command::QUERY => stats[stat::QUERY_STATEMENTS as usize] += 1,
+                command::STMT_EXECUTE => stats[stat::EXECUTE_STATEMENTS as usize] += 1,
+                _ => bump(&COMMANDS, command),
+            }
         }
     }
     let now_us = now / 1000;
@@ -201,45 +239,20 @@ fn try_statement_end(ctx: &ProbeContext) -> Result<(), i64> {
     }
     let start_ns = start_us * 1000;
     let lock_us = lock_utime.saturating_sub(start_us);
-
-    let inflight = owned_slot(tid).ok_or(0i64)?;
-    let buffer = SCRATCH.get_ptr_mut(0).ok_or(0i64)?;
-    let buffer = unsafe { &mut *buffer };
-
-    let ([text_ptr, text_len], db) = read_text_and_schema(thd, &layout);
-    // Built in place: the BPF stack (512 bytes) has no room for copies.
-    // These steps leave what they learn in the record, not in registers:
-    // the verifier does not tell map memory apart by value, so the paths
-    // through them merge again instead of multiplying the paths after.
-    buffer.header.stats = StatementStats { lock_ns: lock_us * 1000, ..StatementStats::default() };
-    query_stats::read(thd, &layout, buffer);
+    buffer.header.stats.lock_ns = lock_us * 1000;
     query_stats::cpu(&layout, inflight, &mut buffer.header.stats);
     names::schema(db, &layout, buffer, inflight);
     names::account(thd, &layout, buffer, inflight);
+    buffer.header.program_hash = 0;
+    buffer.header.parent_start_ns = 0;
+    buffer.header.program_kind = 0;
+    // Statements its programs ran end before it and name it as their
+    // parent: its record must go out, not into a kernel digest.
+    let ran_programs = inflight.nested_parent_us == start_us;
 
     let mut event_flags = if buffer.header.stats.flags & statement_flag::CPU_MEASURED != 0 { flags::CPU } else { 0 };
-    let mut captured = text_len;
-    let limit = layout.text_limit as u64;
-    if captured > limit {
-        captured = limit;
-        event_flags |= flags::TRUNCATED;
-    }
-    if captured > MAX_TEXT as u64 {
-        captured = MAX_TEXT as u64;
-        event_flags |= flags::TRUNCATED;
-    }
-    if text_ptr == 0 || text_len == 0 {
-        captured = 0;
-        event_flags |= flags::NO_TEXT;
-    } else {
-        // The mask restates the bound in a form the verifier tracks.
-        let n = (captured as usize) & (MAX_TEXT * 2 - 1);
-        if n > MAX_TEXT || unsafe { bpf_probe_read_user_buf(text_ptr as *const u8, &mut buffer.text[..n]) }.is_err() {
-            stats[stat::READ_FAILED as usize] += 1;
-            captured = 0;
-            event_flags |= flags::NO_TEXT;
-        }
-    }
+    let (mut captured, text_flags) = capture_text(text_ptr, text_len, &layout, buffer, stats);
+    event_flags |= text_flags;
     // What the optional probes recorded counts only when it happened
     // after this statement began.
     let (error_code, error_ns) =
@@ -304,6 +317,8 @@ fn try_statement_end(ctx: &ProbeContext) -> Result<(), i64> {
     if text_hash != 0
         && error_code == 0
         && !waited
+        && !ran_programs
+        && buffer.header.source == source::CLIENT
         && let Some(first) =
             kernel_digests::record(
                 text_hash,
@@ -346,10 +361,46 @@ fn try_statement_end(ctx: &ProbeContext) -> Result<(), i64> {
     Ok(())
 }
 
+/// Copies the statement text (at most the configured limit) into the
+/// record; the bytes copied and the flags that say what became of it.
+#[inline(always)]
+pub fn capture_text(
+    text_ptr: u64,
+    text_len: u64,
+    layout: &ServerLayout,
+    buffer: &mut EventBuffer,
+    stats: &mut agent_common::StatBlock,
+) -> (u64, u32) {
+    let mut event_flags = 0;
+    let mut captured = text_len;
+    let limit = layout.text_limit as u64;
+    if captured > limit {
+        captured = limit;
+        event_flags |= flags::TRUNCATED;
+    }
+    if captured > MAX_TEXT as u64 {
+        captured = MAX_TEXT as u64;
+        event_flags |= flags::TRUNCATED;
+    }
+    if text_ptr == 0 || text_len == 0 {
+        captured = 0;
+        event_flags |= flags::NO_TEXT;
+    } else {
+        // The mask restates the bound in a form the verifier tracks.
+        let n = (captured as usize) & (MAX_TEXT * 2 - 1);
+        if n > MAX_TEXT || unsafe { bpf_probe_read_user_buf(text_ptr as *const u8, &mut buffer.text[..n]) }.is_err() {
+            stats[stat::READ_FAILED as usize] += 1;
+            captured = 0;
+            event_flags |= flags::NO_TEXT;
+        }
+    }
+    (captured, event_flags)
+}
+
 /// Copies the record (header and `captured` text bytes) to the ring
 /// buffer; false when it is full.
 #[inline(always)]
-fn send(buffer: &EventBuffer, captured: u64) -> bool {
+pub fn send(buffer: &EventBuffer, captured: u64) -> bool {
     let total = (EVENT_HEADER_LEN + captured as usize) & (MAX_TEXT * 2 - 1);
     // SAFETY: `total` is at most the size of the buffer, checked below.
     let bytes = unsafe { core::slice::from_raw_parts(buffer as *const _ as *const u8, total) };

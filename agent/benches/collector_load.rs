@@ -111,6 +111,7 @@ fn window(agent: u64, end_ms: i64, window_ms: i64, digests: u64, seed: &mut u64)
                 AccountCount { user: "app".into(), host: format!("10.0.{}.{}", agent % 200, d % 4), count: count - count / 4 },
                 AccountCount { user: "report".into(), host: "10.1.0.9".into(), count: count / 4 },
             ],
+            ..Default::default()
         });
     }
     InstanceWindow {

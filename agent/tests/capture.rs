@@ -177,11 +177,12 @@ fn statement_running_at_attach_is_timed_from_its_real_start() {
     // `calibrate` traps on a function of the agent itself, never on mysqld.
     let mut programs: Vec<String> = agent.programs().into_iter().filter(|p| p != "calibrate").collect();
     programs.sort();
-    // account_change traps only when a connection logs in or changes user.
+    // account_change traps only when a connection logs in or changes
+    // user, nested_start and nested_end only in stored programs.
     assert_eq!(
         programs,
-        ["account_change", "error_raised", "statement_end"],
-        "only the statement end, the error funnel and logins by default"
+        ["account_change", "error_raised", "nested_end", "nested_start", "statement_end"],
+        "only the statement end, the error funnel, logins and stored programs by default"
     );
     sleeper.join().unwrap();
     let out = agent.stop();
@@ -250,6 +251,9 @@ fn errors_are_counted_and_statements_kept() {
 /// as a connection pool would. SIGSTOP freezes it around the status reads
 /// so the server's counters and the agent's cover the same statements.
 fn sysbench_started_before_agent(ps_mode: &'static str) {
+    // Each drives its server as fast as it goes: on two cores, two of them
+    // side by side starve their agents.
+    let _serial = common::one_at_a_time();
     let server = PrivateServer::start(&format!("sysbench-{ps_mode}"), &[]).unwrap();
     // Read-only: a paused writer could leave a statement blocked on its
     // row lock across the attach or the stop, and the server counts

@@ -178,6 +178,8 @@ fn batches_decode_validate_and_store_or_are_refused() {
         .top(&sqlbee::collector::store::TopQuery {
             instance: None,
             schema: None,
+            nested: true,
+            program: None,
             since_unix_ms: 0,
             order_by: sqlbee::collector::store::OrderBy::P99,
             limit: 100,

@@ -26,7 +26,7 @@ use tracing::warn;
 use crate::{
     normalize::{Digest, Normalizer, Samples},
     budget::ProbeCost,
-    probe::{Account, Counters, Figures, KernelDigest, ProbeBatch, Statement},
+    probe::{Account, Counters, Figures, KernelDigest, ProbeBatch, Program, Statement},
 };
 
 /// Longest sample text kept per digest.
@@ -37,9 +37,34 @@ pub const OVERFLOW_DIGEST: u64 = 0;
 /// are counted in `other_accounts`.
 pub const MAX_ACCOUNTS: usize = 32;
 
-/// A digest row's key: the schema it ran in (none: no current database)
-/// and its digest, as in performance_schema.
-pub type DigestKey = (Option<Arc<str>>, u64);
+/// Where a row's statements came from: a client (top level), a stored
+/// program (nested: which one, and the digest of the client statement that
+/// ran it), the replica applier or the event scheduler.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Lineage {
+    /// `agent_common::source`.
+    pub source: u32,
+    pub nested: bool,
+    pub program: Option<Arc<Program>>,
+    /// None for a top-level row, an event's statements, or a nested
+    /// statement whose parent's record never came.
+    pub parent_digest: Option<u64>,
+}
+
+impl Lineage {
+    /// `client`, `replica` or `event`.
+    pub fn source_name(&self) -> &'static str {
+        match self.source {
+            agent_common::source::REPLICA => "replica",
+            agent_common::source::EVENT => "event",
+            _ => "client",
+        }
+    }
+}
+
+/// A digest row's key: the schema it ran in (none: no current database),
+/// its digest, as in performance_schema, and its lineage.
+pub type DigestKey = (Option<Arc<str>>, u64, Lineage);
 
 #[derive(Clone, Debug)]
 pub struct DigestStats {
@@ -47,6 +72,8 @@ pub struct DigestStats {
     pub digest_text: Arc<str>,
     /// The current database the statements ran in.
     pub schema: Option<Arc<str>>,
+    /// Top level, or which program ran them for which client statement.
+    pub lineage: Lineage,
     /// The server's figures summed over the statements (with CPU time).
     pub stats: QueryStats,
     /// Statements per account, at most `MAX_ACCOUNTS`; the rest of `count`
@@ -78,11 +105,12 @@ pub struct WaitStats {
 }
 
 impl DigestStats {
-    fn new(digest: &Digest, schema: Option<Arc<str>>) -> Self {
+    fn new(digest: &Digest, schema: Option<Arc<str>>, lineage: Lineage) -> Self {
         Self {
             digest: digest.id,
             digest_text: digest.text.clone(),
             schema,
+            lineage,
             stats: QueryStats::default(),
             accounts: HashMap::new(),
             count: 0,
@@ -192,6 +220,15 @@ pub struct Summary {
     pub overflow_statements: u64,
     /// Statements counted by the kernel digests instead of sent.
     pub aggregated_in_kernel: u64,
+    /// Statements stored programs ran (not in `statements`, which counts
+    /// what clients sent), and those of them whose start was not seen
+    /// (counted here, in no row).
+    pub nested_statements: u64,
+    pub nested_unmatched: u64,
+    /// Statements the replica's applier ran (not in `statements`).
+    pub replica_statements: u64,
+    /// Second ends of one statement, not counted again.
+    pub duplicate_hits: u64,
     /// What the probes cost the server in this window (summed over the
     /// window's reads; the attached fraction is the last one).
     pub probe_cost: Option<ProbeCost>,
@@ -223,16 +260,18 @@ impl InstanceWindow {
         &mut self,
         digest: &Digest,
         schema: &Option<Arc<str>>,
+        lineage: &Lineage,
         max_digests: usize,
         statements: u64,
     ) -> &mut DigestStats {
-        let key = (schema.clone(), digest.id);
+        let key = (schema.clone(), digest.id, lineage.clone());
         if self.digests.contains_key(&key) || self.digests.len() < max_digests {
-            return self.digests.entry(key).or_insert_with(|| DigestStats::new(digest, schema.clone()));
+            return self.digests.entry(key).or_insert_with(|| DigestStats::new(digest, schema.clone(), lineage.clone()));
         }
         self.summary.overflow_statements += statements;
         self.overflow.get_or_insert_with(|| {
-            DigestStats::new(&Digest { id: OVERFLOW_DIGEST, text: Arc::from("(overflow: digest limit reached)") }, None)
+            let overflow = Digest { id: OVERFLOW_DIGEST, text: Arc::from("(overflow: digest limit reached)") };
+            DigestStats::new(&overflow, None, Lineage::default())
         })
     }
 }
@@ -271,10 +310,21 @@ pub struct Aggregator {
     hash_conflicts: u64,
     /// What becomes of statement text before it is kept as a sample.
     samples: Samples,
+    /// Nested statements waiting for their client statement's record (it
+    /// ends after them), by server, THD and the client statement's start,
+    /// with the number of window closes they have waited.
+    pending: HashMap<ParentKey, (Vec<Statement>, u32)>,
 }
 
 /// One attached server generation: instance, pid, start time.
 type ServerKey = (String, u32, u64);
+
+/// A client statement as its nested statements name it.
+type ParentKey = (ServerKey, u64, u64);
+
+/// Bound on nested statements waiting for parents, so a parent that never
+/// comes cannot grow memory: past it they are counted without one.
+const MAX_PENDING: usize = 100_000;
 
 /// The digest and schema of a registered text hash (the kernel mixes the
 /// schema into it) and its latest sample.
@@ -296,6 +346,7 @@ impl Aggregator {
             kernel_texts: HashMap::new(),
             hash_conflicts: 0,
             samples: Samples::default(),
+            pending: HashMap::new(),
         }
     }
 
@@ -323,10 +374,22 @@ impl Aggregator {
         }
         let key = (instance, batch.server.pid, batch.server.start_ticks);
         let texts = self.kernel_texts.entry(key.clone()).or_default();
-        for statement in &batch.statements {
-            let digest = digest_of(&mut self.normalizer, statement);
+        let pending_total: usize = self.pending.values().map(|(v, _)| v.len()).sum();
+        for statement in batch.statements {
+            let digest = digest_of(&mut self.normalizer, &statement);
             if statement.sample {
-                check_sample(texts, statement, &digest, &mut self.hash_conflicts, self.samples);
+                check_sample(texts, &statement, &digest, &mut self.hash_conflicts, self.samples);
+                continue;
+            }
+            if statement.nested {
+                // Its client statement ends after it: wait for its record,
+                // unless it has none (the event scheduler's).
+                if statement.parent_start_ns != 0 && pending_total < MAX_PENDING {
+                    let parent = (key.clone(), statement.thd, statement.parent_start_ns);
+                    self.pending.entry(parent).or_default().0.push(statement);
+                } else {
+                    record_nested(window, &mut self.normalizer, statement, None, self.max_digests, self.samples);
+                }
                 continue;
             }
             if statement.text_hash != 0 {
@@ -336,8 +399,14 @@ impl Aggregator {
                     sample: self.samples.statement(&statement.text, MAX_SAMPLE),
                 });
             }
-            locks.statement(statement, &digest, self.samples);
-            window.stats_for(&digest, &statement.schema, self.max_digests, 1).record(statement, self.samples);
+            let lineage = Lineage { source: statement.source, ..Lineage::default() };
+            if let Some((children, _)) = self.pending.remove(&(key.clone(), statement.thd, statement.start_ns)) {
+                for child in children {
+                    record_nested(window, &mut self.normalizer, child, Some(digest.id), self.max_digests, self.samples);
+                }
+            }
+            locks.statement(&statement, &digest, self.samples);
+            window.stats_for(&digest, &statement.schema, &lineage, self.max_digests, 1).record(&statement, self.samples);
         }
         for kernel in &batch.kernel {
             // Cannot happen (a hash is forgotten only after its last
@@ -355,7 +424,7 @@ impl Aggregator {
                 }
             };
             window
-                .stats_for(&text.digest, &text.schema, self.max_digests, kernel.count)
+                .stats_for(&text.digest, &text.schema, &Lineage::default(), self.max_digests, kernel.count)
                 .record_kernel(kernel, &text.sample);
         }
         for hash in &batch.forgotten {
@@ -381,6 +450,10 @@ impl Aggregator {
             window.summary.unmatched += delta.unmatched;
             window.summary.read_failures += delta.read_failed;
             window.summary.aggregated_in_kernel += delta.counted_in_kernel;
+            window.summary.nested_statements += delta.nested;
+            window.summary.nested_unmatched += delta.nested_unmatched;
+            window.summary.replica_statements += delta.replica;
+            window.summary.duplicate_hits += delta.duplicate_hits;
             if batch.detached {
                 self.last_counters.remove(&key);
             } else {
@@ -391,12 +464,29 @@ impl Aggregator {
 
     /// Closes the current window and starts the next one at `now`.
     pub fn flush(&mut self, now: SystemTime) -> Vec<WindowReport> {
+        // Nested statements whose parent did not come within a whole window
+        // (its record was lost) are counted without one.
+        let overdue: Vec<ParentKey> =
+            self.pending.iter().filter(|(_, (_, waited))| *waited >= 1).map(|(k, _)| k.clone()).collect();
+        for parent in overdue {
+            if let Some((children, _)) = self.pending.remove(&parent) {
+                let window = self.windows.entry(parent.0.0.clone()).or_default();
+                for child in children {
+                    record_nested(window, &mut self.normalizer, child, None, self.max_digests, self.samples);
+                }
+            }
+        }
+        for (_, waited) in self.pending.values_mut() {
+            *waited += 1;
+        }
         let start = std::mem::replace(&mut self.window_start, now);
         let mut reports = Vec::new();
         for (instance, mut window) in std::mem::take(&mut self.windows) {
             let mut digests: Vec<DigestStats> = window.digests.into_values().collect();
             digests.extend(window.overflow.take());
-            digests.sort_by(|a, b| b.sum_ns.cmp(&a.sum_ns).then(a.digest.cmp(&b.digest)).then(a.schema.cmp(&b.schema)));
+            digests.sort_by(|a, b| {
+                b.sum_ns.cmp(&a.sum_ns).then(a.digest.cmp(&b.digest)).then(a.schema.cmp(&b.schema)).then(a.lineage.cmp(&b.lineage))
+            });
             window.summary.commands = window
                 .command_counts
                 .iter()
@@ -418,6 +508,21 @@ impl Aggregator {
     pub fn normalizer(&self) -> &Normalizer {
         &self.normalizer
     }
+}
+
+/// A stored program's statement into its row: its program and its parent
+/// client statement's digest (None when that is unknown).
+fn record_nested(
+    window: &mut InstanceWindow,
+    normalizer: &mut Normalizer,
+    statement: Statement,
+    parent_digest: Option<u64>,
+    max_digests: usize,
+    samples: Samples,
+) {
+    let digest = digest_of(normalizer, &statement);
+    let lineage = Lineage { source: statement.source, nested: true, program: statement.program.clone(), parent_digest };
+    window.stats_for(&digest, &statement.schema, &lineage, max_digests, 1).record(&statement, samples);
 }
 
 fn digest_of(normalizer: &mut Normalizer, statement: &Statement) -> Digest {

@@ -53,6 +53,17 @@ const THD_CURRENT_DB: &str = "thd_current_db";
 const THD_USER_NAME: &str = "thd_user_name";
 const SECURITY_CONTEXT_SKIP_GRANTS: &str = "_ZN16Security_context11skip_grantsEv";
 const ACL_AUTHENTICATE: &str = "_Z16acl_authenticateP3THDj";
+const THD_IS_CONNECTED: &str = "thd_is_connected";
+const THD_QUERY_ID: &str = "thd_query_id";
+const SP_INSTR_STMT_EXECUTE: &str = "_ZN13sp_instr_stmt7executeEP3THDPj";
+const ADD_SLOW_QUERY_STATE: &str = "_ZN3THD20add_slow_query_stateEP19Sub_statement_state";
+const SELECT_SEND_ABORT: &str = "_ZN11select_send16abort_result_setEv";
+const QUERY_LOG_WRITE: &str = "_ZN15MYSQL_QUERY_LOG5writeEP3THDlPKcmyybS3_m";
+const SP_HEAD_INIT_PSI_SHARE: &str = "_ZN7sp_head14init_psi_shareEv";
+const SP_HEAD_IS_INVOKED: &str = "_ZNK7sp_head10is_invokedEv";
+const SP_HANDLER_PROCEDURE: &str = "sp_handler_procedure";
+const SP_HANDLER_FUNCTION: &str = "sp_handler_function";
+const SP_HANDLER_TRIGGER: &str = "sp_handler_trigger";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Flavor {
@@ -79,6 +90,26 @@ pub struct ProbePoints {
     /// `acl_authenticate`: a login or a change of user, after which the
     /// connection's account is read again.
     pub account_change: Option<ProbePoint>,
+    /// A stored program's statement: the entry of `sp_instr_stmt::execute`
+    /// (its start) and its call of `THD::add_slow_query_state` (its end).
+    pub nested: Option<(ProbePoint, ProbePoint)>,
+}
+
+/// Where the running stored program is named: `THD::spcont` ->
+/// `sp_rcontext::m_sp` -> `sp_head`'s schema, name, handler and flags, and
+/// the handlers (`sp_handler_procedure`, `_function`, `_trigger`) whose
+/// addresses say the program's kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProgramLayout {
+    pub spcont: u32,
+    pub rcontext_sp: u32,
+    pub sp_db: u32,
+    pub sp_name: u32,
+    pub sp_handler: u32,
+    pub sp_flags: u32,
+    pub procedure: StaticVariable,
+    pub function: StaticVariable,
+    pub trigger: StaticVariable,
 }
 
 /// What names a build to an operator: its GNU build id and the version
@@ -107,6 +138,8 @@ pub struct BinaryInfo {
     /// Per-statement figures this build does not let sqlbee read, each with
     /// why: they are left out of every record, never guessed.
     pub missing_fields: Vec<(&'static str, String)>,
+    /// How to name the stored program a nested statement runs in.
+    pub programs: Option<ProgramLayout>,
 }
 
 /// An 8-byte variable of the binary, by link-time address.
@@ -209,9 +242,26 @@ pub fn inspect_binary(exe: &Path) -> Result<BinaryInfo, DiscoverError> {
         waits: (lookup(THD_WAIT_BEGIN).is_some() && lookup(THD_WAIT_END).is_some())
             .then(|| (point(THD_WAIT_BEGIN), point(THD_WAIT_END))),
         account_change: lookup(ACL_AUTHENTICATE).is_some().then(|| point(ACL_AUTHENTICATE)),
+        nested: None,
     };
+    let mut points = points;
+    let mut missing_nested = None;
+    match nested_points(&elf) {
+        Ok((start, end)) => {
+            let start = ProbePoint { symbol: SP_INSTR_STMT_EXECUTE, offset: start };
+            points.nested = Some((start, ProbePoint { symbol: SP_INSTR_STMT_EXECUTE, offset: end }));
+        }
+        Err(why) => missing_nested = Some(why),
+    }
     let long_code = |symbol: &'static str| function_bytes(&elf, symbol, 64).unwrap_or_default();
-    let fields = statement_fields(&long_code, connection_id_offset);
+    let mut fields = statement_fields(&long_code, connection_id_offset);
+    if let Some(why) = missing_nested {
+        fields.missing.push(("statements inside stored programs (they are not counted apart)", why));
+    }
+    let programs = program_layout(&elf);
+    if programs.is_none() && points.nested.is_some() {
+        fields.missing.push(("stored program names", "the code that locates them does not match a known pattern".into()));
+    }
     let build_id = elf.build_id().ok().flatten().map(hex_plain);
     let query_counter = static_u64(&elf, GLOBAL_QUERY_ID);
     Ok(BinaryInfo {
@@ -239,6 +289,76 @@ pub fn inspect_binary(exe: &Path) -> Result<BinaryInfo, DiscoverError> {
         single_stepped,
         query_counter,
         missing_fields: fields.missing,
+        programs,
+    })
+}
+
+/// The start and end probe offsets of a stored program's statement in
+/// `sp_instr_stmt::execute`: its entry (past an `endbr64`), and its one
+/// `call THD::add_slow_query_state` (a `call rel32`, which the kernel
+/// emulates). The end is where the statement's own counters are complete.
+fn nested_points(elf: &object::File<'_>) -> Result<(u64, u64), String> {
+    let execute = find_symbol(elf, SP_INSTR_STMT_EXECUTE).ok_or_else(|| format!("no `{SP_INSTR_STMT_EXECUTE}`"))?;
+    let target = find_symbol(elf, ADD_SLOW_QUERY_STATE).ok_or_else(|| format!("no `{ADD_SLOW_QUERY_STATE}`"))?.address();
+    let code = function_bytes(elf, SP_INSTR_STMT_EXECUTE, execute.size())
+        .ok_or_else(|| format!("`{SP_INSTR_STMT_EXECUTE}` has no code to read"))?;
+    let start = emulated_offset(&code[..code.len().min(16)])
+        .ok_or_else(|| format!("`{SP_INSTR_STMT_EXECUTE}` starts with an instruction the kernel would single-step"))?;
+    let calls: Vec<u64> = (0..code.len().saturating_sub(4))
+        .filter(|&at| code[at] == 0xe8)
+        .filter(|&at| {
+            let rel = i32::from_le_bytes([code[at + 1], code[at + 2], code[at + 3], code[at + 4]]);
+            (execute.address() + at as u64 + 5).wrapping_add(rel as i64 as u64) == target
+        })
+        .map(|at| at as u64)
+        .collect();
+    match calls[..] {
+        [end] => Ok((start, end)),
+        _ => Err(format!("`{SP_INSTR_STMT_EXECUTE}` calls `{ADD_SLOW_QUERY_STATE}` {} times, not once", calls.len())),
+    }
+}
+
+/// Decodes where the running program's name and kind live (see
+/// `ProgramLayout`); None when any piece does not match.
+fn program_layout(elf: &object::File<'_>) -> Option<ProgramLayout> {
+    let code = |symbol: &str, len: u64| function_bytes(elf, symbol, len).unwrap_or_default();
+    // select_send::abort_result_set: `mov 0x8(%rdi),%rax` (its THD), then
+    // `mov spcont(%rax),%rax`.
+    let spcont = find_disp(&code(SELECT_SEND_ABORT, 48), &[0x48, 0x8b, 0x47, 0x08, 0x48, 0x8b, 0x80])?;
+    // MYSQL_QUERY_LOG::write names the routine: `mov spcont(%r13|%r14),%rax`,
+    // then `mov m_sp(%rax),%rax` within a few instructions.
+    let write = code(QUERY_LOG_WRITE, 4096);
+    let spcont_bytes = spcont.to_le_bytes();
+    let at = write.windows(7).position(|w| {
+        w[0] == 0x49 && w[1] == 0x8b && (w[2] == 0x85 || w[2] == 0x86) && w[3..7] == spcont_bytes
+    })?;
+    let after = &write[at + 7..(at + 24).min(write.len())];
+    let rcontext_sp = after.windows(4).find(|w| w[..3] == [0x48, 0x8b, 0x40]).map(|w| u32::from(w[3]))?;
+    // sp_head::init_psi_share loads m_name {str, len}, m_db {str, len}
+    // (disp8 from %rdi) and m_handler (disp32).
+    let init = code(SP_HEAD_INIT_PSI_SHARE, 64);
+    let disp8 = |prefix: &[u8]| init.windows(prefix.len() + 1).find(|w| w[..prefix.len()] == *prefix).map(|w| u32::from(w[prefix.len()]));
+    let sp_name = disp8(&[0x4c, 0x8b, 0x77])?;
+    let sp_db = disp8(&[0x4c, 0x8b, 0x67])?;
+    if disp8(&[0x4c, 0x8b, 0x7f]) != Some(sp_name + 8) || disp8(&[0x44, 0x8b, 0x6f]) != Some(sp_db + 8) {
+        return None;
+    }
+    let sp_handler = find_disp(&init, &[0x48, 0x8b, 0xbf])?;
+    // sp_head::is_invoked tests a bit of m_flags.
+    let sp_flags = match strip_endbr(&code(SP_HEAD_IS_INVOKED, 16)) {
+        [0x8b, 0x87, a, b, c, d, ..] | [0x0f, 0xb6, 0x87, a, b, c, d, ..] => u32::try_from(i32::from_le_bytes([*a, *b, *c, *d])).ok()?,
+        _ => return None,
+    };
+    Some(ProgramLayout {
+        spcont,
+        rcontext_sp,
+        sp_db,
+        sp_name,
+        sp_handler,
+        sp_flags,
+        procedure: static_u64(elf, SP_HANDLER_PROCEDURE)?,
+        function: static_u64(elf, SP_HANDLER_FUNCTION)?,
+        trigger: static_u64(elf, SP_HANDLER_TRIGGER)?,
     })
 }
 
@@ -289,6 +409,13 @@ fn statement_fields(code: &dyn Fn(&'static str) -> Vec<u8>, connection_id_offset
     let status = find_disp_imm8(&body(SET_NO_INDEX_USED), &[0x83, 0x8f], 0x20)
         .filter(|at| find_disp_imm8(&body(SET_NO_GOOD_INDEX_USED), &[0x83, 0x8f], 0x10) == Some(*at));
     let status = found("no_index_used, no_good_index_used", SET_NO_INDEX_USED, status);
+    // thd_is_connected starts by loading system_thread (a u32).
+    let system_thread = match strip_endbr(&body(THD_IS_CONNECTED)) {
+        [0x8b, 0x97, a, b, c, d, ..] => u32::try_from(i32::from_le_bytes([*a, *b, *c, *d])).ok(),
+        _ => None,
+    };
+    let system_thread = found("source (replica applier, event scheduler)", THD_IS_CONNECTED, system_thread);
+    let query_id = found("query id (second ends of one statement)", THD_QUERY_ID, decode_mov_rdi(&body(THD_QUERY_ID)));
 
     // One window over all of them (and the connection id when it fits).
     let spans: Vec<(u32, u32, u32)> = [
@@ -297,12 +424,17 @@ fn statement_fields(code: &dyn Fn(&'static str) -> Vec<u8>, connection_id_offset
         (stats_field::ROWS_AFFECTED, affected, 8),
         (stats_field::PLAN, plan, 32),
         (stats_field::SERVER_STATUS, status, 4),
+        (stats_field::SYSTEM_THREAD, system_thread, 4),
+        (stats_field::QUERY_ID, query_id, 8),
     ]
     .into_iter()
     .filter_map(|(bit, at, len)| Some((bit, at?, len)))
-    .filter(|(bit, at, _)| if *bit == stats_field::SERVER_STATUS { at % 4 == 0 } else { at % 8 == 0 })
+    .filter(|(bit, at, _)| {
+        if *bit == stats_field::SERVER_STATUS || *bit == stats_field::SYSTEM_THREAD { at % 4 == 0 } else { at % 8 == 0 }
+    })
     .collect();
-    let mut layout = ServerLayout { db_offset: UNKNOWN, sctx_offset: UNKNOWN, ..ServerLayout::default() };
+    let mut layout =
+        ServerLayout { db_offset: UNKNOWN, sctx_offset: UNKNOWN, spcont_offset: UNKNOWN, ..ServerLayout::default() };
     if let (Some(low), Some(high)) =
         (spans.iter().map(|s| s.1 & !7).min(), spans.iter().map(|s| s.1 + s.2).max())
     {
@@ -317,6 +449,8 @@ fn statement_fields(code: &dyn Fn(&'static str) -> Vec<u8>, connection_id_offset
                     stats_field::ROWS_EXAMINED => layout.rows_examined_rel = rel,
                     stats_field::ROWS_AFFECTED => layout.rows_affected_rel = rel,
                     stats_field::PLAN => layout.plan_flags_rel = rel,
+                    stats_field::SYSTEM_THREAD => layout.system_thread_rel = rel,
+                    stats_field::QUERY_ID => layout.query_id_rel = rel,
                     _ => layout.server_status_rel = rel,
                 }
             }

@@ -258,3 +258,47 @@ mod tests {
         assert!(err.to_string().contains("no process with pid"), "{err}");
     }
 }
+
+/// Where a static variable of a server's binary lives in its memory: the
+/// executable's mapping from file offset 0 gives the load bias. None when
+/// the process or its mapping cannot be read.
+pub fn runtime_address(pid: u32, variable: super::StaticVariable) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    let inode = fs::metadata(format!("/proc/{pid}/exe")).ok()?.ino();
+    let maps = fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+    let start = image_start(&maps, inode)?;
+    start.checked_sub(variable.first_segment)?.checked_add(variable.address)
+}
+
+/// Start of the mapping of file offset 0 of the file with this inode.
+fn image_start(maps: &str, inode: u64) -> Option<u64> {
+    maps.lines()
+        .filter_map(|line| {
+            let mut fields = line.split_ascii_whitespace();
+            let range = fields.next()?;
+            let _perms = fields.next()?;
+            let offset = u64::from_str_radix(fields.next()?, 16).ok()?;
+            let _dev = fields.next()?;
+            let ino: u64 = fields.next()?.parse().ok()?;
+            let start = u64::from_str_radix(range.split('-').next()?, 16).ok()?;
+            (offset == 0 && ino == inode).then_some(start)
+        })
+        .min()
+}
+
+#[cfg(test)]
+mod image_tests {
+    use super::*;
+
+    #[test]
+    fn finds_the_image_by_inode_and_offset() {
+        let maps = "\
+55d1c8a00000-55d1c8c00000 r--p 00000000 fe:01 1234 /usr/sbin/mariadbd
+55d1c8c00000-55d1c9e00000 r-xp 00200000 fe:01 1234 /usr/sbin/mariadbd
+7f0000000000-7f0000001000 r--p 00000000 fe:01 999 /usr/lib/libc.so.6
+";
+        assert_eq!(image_start(maps, 1234), Some(0x55d1c8a00000));
+        assert_eq!(image_start(maps, 999), Some(0x7f0000000000));
+        assert_eq!(image_start(maps, 5), None);
+    }
+}

@@ -34,6 +34,11 @@ pub fn window_to_json(report: &WindowReport) -> Vec<Value> {
                 "digest": format!("{:016x}", d.digest),
                 "digest_text": &*d.digest_text,
                 "schema": d.schema.as_deref(),
+                "nested": d.lineage.nested,
+                "program": d.lineage.program.as_ref().map(|p| p.name.clone()),
+                "program_kind": d.lineage.program.as_ref().map(|p| p.kind),
+                "parent_digest": d.lineage.parent_digest.map(|p| format!("{p:016x}")),
+                "source": d.lineage.source_name(),
                 "count": d.count,
                 "errors": d.errors,
                 "error_codes": d.error_codes.iter().map(|(c, n)| (c.to_string(), json!(n))).collect::<serde_json::Map<_, _>>(),
@@ -96,6 +101,10 @@ pub fn window_to_json(report: &WindowReport) -> Vec<Value> {
         "read_failures": s.read_failures,
         "overflow_statements": s.overflow_statements,
         "aggregated_in_kernel": s.aggregated_in_kernel,
+        "nested_statements": s.nested_statements,
+        "nested_unmatched": s.nested_unmatched,
+        "replica_statements": s.replica_statements,
+        "duplicate_hits": s.duplicate_hits,
         "probes": s.probe_cost.as_ref().map(|c| json!({
             "attached_fraction": c.attached_fraction,
             "program_ns": c.program_ns,
@@ -229,6 +238,12 @@ pub fn write_table(out: &mut impl Write, report: &WindowReport, rows: usize) -> 
         let mut text: String = d.digest_text.chars().take(100).collect();
         if text.len() < d.digest_text.len() {
             text.push_str("...");
+        }
+        // Statements of stored programs: marked, with their program.
+        if let Some(program) = &d.lineage.program {
+            text = format!("  -> [{} {}] {text}", program.kind, program.name);
+        } else if d.lineage.source != agent_common::source::CLIENT {
+            text = format!("[{}] {text}", d.lineage.source_name());
         }
         writeln!(
             out,

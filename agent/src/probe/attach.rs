@@ -89,6 +89,8 @@ const MAX_PENDING_MESSAGES: usize = 4096;
 impl AttachedServer {
     pub fn attach(server: ServerProcess, binary: BinaryInfo, config: ProbeConfig) -> Result<Self, ProbeError> {
         let pid = server.pid;
+        let base = binary.programs.and_then(|p| with_programs(pid, binary.layout, &p)).unwrap_or(binary.layout);
+        let layout = ServerLayout { nested_probes: u32::from(binary.points.nested.is_some()), ..base };
         let layout = ServerLayout {
             text_limit: config.text_limit.min(MAX_TEXT as u32),
             long_wait_us: config.long_wait_us,
@@ -97,7 +99,7 @@ impl AttachedServer {
             wait_probes: u32::from(config.waits && binary.points.waits.is_some()),
             known_sets: known_sets(config.digest_slots.max(1)),
             task_runtime_offset: config.task_runtime_offset,
-            ..binary.layout
+            ..layout
         };
         let mut ebpf = EbpfLoader::new()
             .override_global("LAYOUT", &layout, true)
@@ -115,6 +117,11 @@ impl AttachedServer {
         }
         if let Some((begin, end)) = binary.points.waits.filter(|_| config.waits) {
             points.extend([("wait_begin", begin), ("wait_end", end)]);
+        }
+        // Statements of stored programs: two traps each, none for a
+        // statement that runs no program.
+        if let Some((start, end)) = binary.points.nested {
+            points.extend([("nested_start", start), ("nested_end", end)]);
         }
         // Logins and changes of user are rare: one trap each keeps the
         // account of a connection right after a COM_CHANGE_USER.
@@ -219,6 +226,10 @@ impl AttachedServer {
                     }
                     statement.schema = self.names.schema(statement.schema_hash);
                     statement.account = self.names.account(statement.account_hash);
+                    if statement.nested {
+                        statement.program =
+                            Some(Arc::new(self.names.program(statement.program_hash, statement.program_kind)));
+                    }
                     if statement.error_code != 0
                         && let Some(message) = self.messages.remove(&(statement.tid, statement.error_ns))
                         && message.code == statement.error_code
@@ -367,6 +378,24 @@ impl AttachedServer {
         let commands = sum_per_cpu(&self.ebpf, "COMMANDS", COMMAND_SLOTS)?;
         Ok(Counters::from_stats(commands, &sum_stats(&self.ebpf)?))
     }
+}
+
+/// The server's layout with where its running program is named, the
+/// handlers' addresses located in this process; None when they cannot be.
+fn with_programs(pid: u32, layout: ServerLayout, programs: &crate::discover::ProgramLayout) -> Option<ServerLayout> {
+    let locate = |v| crate::discover::runtime_address(pid, v);
+    Some(ServerLayout {
+        spcont_offset: programs.spcont,
+        rcontext_sp_offset: programs.rcontext_sp,
+        sp_db_offset: programs.sp_db,
+        sp_name_offset: programs.sp_name,
+        sp_handler_offset: programs.sp_handler,
+        sp_flags_offset: programs.sp_flags,
+        handler_procedure: locate(programs.procedure)?,
+        handler_function: locate(programs.function)?,
+        handler_trigger: locate(programs.trigger)?,
+        ..layout
+    })
 }
 
 type Release = (Box<dyn Send>, Arc<AtomicUsize>);

@@ -3,7 +3,7 @@ use std::sync::Arc;
 
 use agent_common::{ErrorSample, EVENT_HEADER_LEN, QueryStats, StatementEvent, flags, wait_class};
 
-use super::names::Account;
+use super::names::{Account, Program};
 
 /// One finished statement as the kernel saw it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -32,6 +32,17 @@ pub struct Statement {
     pub account_hash: u64,
     pub schema: Option<Arc<str>>,
     pub account: Option<Arc<Account>>,
+    /// Run by a stored program (see `Program`): timed from its own start.
+    pub nested: bool,
+    /// `agent_common::source`: a client's, the replica applier's or the
+    /// event scheduler's.
+    pub source: u32,
+    /// The program a nested statement ran in: its hash, kind and name.
+    pub program_hash: u64,
+    pub program_kind: u32,
+    pub program: Option<Arc<Program>>,
+    /// Start of the client statement whose program ran this one (0: none).
+    pub parent_start_ns: u64,
     /// When the error was raised; names its message sample.
     pub error_ns: u64,
     /// The message the server sent with `error_code`, when sampled.
@@ -101,6 +112,12 @@ pub fn decode_statement(record: &[u8]) -> Option<Statement> {
         account_hash: header.account_hash,
         schema: None,
         account: None,
+        nested: header.flags & flags::NESTED != 0,
+        source: header.source,
+        program_hash: header.program_hash,
+        program_kind: header.program_kind,
+        program: None,
+        parent_start_ns: header.parent_start_ns,
         error_ns: header.error_ns,
         error_message: None,
         text_hash: header.text_hash,

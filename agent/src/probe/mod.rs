@@ -17,7 +17,7 @@ pub use calibrate::hold_task_events_on;
 pub use link_mode::multi_links;
 pub use attach::{AttachedServer, ProbeConfig};
 pub use event::{ErrorMessage, Statement, decode_error, decode_statement};
-pub use names::{Account, UNKNOWN_SCHEMA};
+pub use names::{Account, Program, UNKNOWN_SCHEMA};
 pub use supervisor::Supervisor;
 
 use agent_common::{COMMAND_SLOTS, command, stat};
@@ -104,6 +104,13 @@ pub struct Counters {
     pub errors: u64,
     /// Statements counted into kernel digests instead of sent.
     pub counted_in_kernel: u64,
+    /// Statements stored programs ran, those whose start was not seen,
+    /// statements the replica applier ran, and second ends of one
+    /// statement (not counted again).
+    pub nested: u64,
+    pub nested_unmatched: u64,
+    pub replica: u64,
+    pub duplicate_hits: u64,
 }
 
 impl Default for Counters {
@@ -117,6 +124,10 @@ impl Default for Counters {
             read_failed: 0,
             errors: 0,
             counted_in_kernel: 0,
+            nested: 0,
+            nested_unmatched: 0,
+            replica: 0,
+            duplicate_hits: 0,
         }
     }
 }
@@ -143,6 +154,10 @@ impl Counters {
             read_failed: at(stat::READ_FAILED),
             errors: at(stat::ERRORS),
             counted_in_kernel: at(stat::KERNEL_COUNTED),
+            nested: at(stat::NESTED),
+            nested_unmatched: at(stat::NESTED_UNMATCHED),
+            replica: at(stat::REPLICA),
+            duplicate_hits: at(stat::DUPLICATE_HITS),
         }
     }
 
@@ -163,6 +178,10 @@ impl Counters {
             read_failed: self.read_failed.saturating_sub(earlier.read_failed),
             errors: self.errors.saturating_sub(earlier.errors),
             counted_in_kernel: self.counted_in_kernel.saturating_sub(earlier.counted_in_kernel),
+            nested: self.nested.saturating_sub(earlier.nested),
+            nested_unmatched: self.nested_unmatched.saturating_sub(earlier.nested_unmatched),
+            replica: self.replica.saturating_sub(earlier.replica),
+            duplicate_hits: self.duplicate_hits.saturating_sub(earlier.duplicate_hits),
         }
     }
 }

@@ -12,6 +12,26 @@ pub struct Account {
     pub host: String,
 }
 
+/// A stored program: `schema.name`, and its kind.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Program {
+    pub name: String,
+    /// `procedure`, `function`, `trigger`, `event`, `anonymous` or `unknown`.
+    pub kind: &'static str,
+}
+
+pub fn program_kind_name(kind: u32) -> &'static str {
+    use agent_common::program_kind as k;
+    match kind {
+        k::PROCEDURE => "procedure",
+        k::FUNCTION => "function",
+        k::TRIGGER => "trigger",
+        k::EVENT => "event",
+        k::ANONYMOUS => "anonymous",
+        _ => "unknown",
+    }
+}
+
 /// Names kept per server; past this, the table starts over (names come
 /// again with each new connection).
 const MAX_NAMES: usize = 65_536;
@@ -23,6 +43,8 @@ pub const UNKNOWN_SCHEMA: &str = "(unknown schema)";
 pub struct Names {
     schemas: HashMap<u64, Arc<str>>,
     accounts: HashMap<u64, Arc<Account>>,
+    /// Programs by hash: `schema.name`.
+    programs: HashMap<u64, Arc<str>>,
 }
 
 impl Names {
@@ -34,13 +56,18 @@ impl Names {
         // SAFETY: length checked; plain integers and bytes.
         let name: NameRecord = unsafe { std::ptr::read_unaligned(record.as_ptr().cast()) };
         let text = |bytes: &[u8], len: u32| String::from_utf8_lossy(&bytes[..(len as usize).min(bytes.len())]).into_owned();
-        if self.schemas.len() + self.accounts.len() >= MAX_NAMES {
+        if self.schemas.len() + self.accounts.len() + self.programs.len() >= MAX_NAMES {
             self.schemas.clear();
             self.accounts.clear();
+            self.programs.clear();
         }
         match name.kind {
             name_kind::SCHEMA => {
                 self.schemas.insert(name.hash, Arc::from(text(&name.name, name.name_len)));
+            }
+            name_kind::PROGRAM => {
+                let qualified = format!("{}.{}", text(&name.name, name.name_len), text(&name.host, name.host_len));
+                self.programs.insert(name.hash, Arc::from(qualified));
             }
             name_kind::ACCOUNT => {
                 let account = Account { user: text(&name.name, name.name_len), host: text(&name.host, name.host_len) };
@@ -58,6 +85,14 @@ impl Names {
 
     pub fn account(&self, hash: u64) -> Option<Arc<Account>> {
         self.accounts.get(&hash).cloned()
+    }
+
+    /// The program a nested statement ran in; one whose name was lost (or
+    /// a block with none) is named by its kind.
+    pub fn program(&self, hash: u64, kind: u32) -> Program {
+        let kind = program_kind_name(kind);
+        let name = self.programs.get(&hash).map_or_else(|| format!("({kind})"), |n| n.to_string());
+        Program { name, kind }
     }
 }
 

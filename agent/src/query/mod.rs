@@ -55,6 +55,13 @@ pub struct TopArgs {
     /// Only statements that ran in this schema (current database).
     #[arg(long)]
     pub schema: Option<String>,
+    /// Also the statements stored programs ran (procedures, functions,
+    /// triggers, events), each under the client statement that ran it.
+    #[arg(long)]
+    pub nested: bool,
+    /// Only the statements of this stored program (`schema.name`).
+    #[arg(long)]
+    pub program: Option<String>,
     /// Rank by total time, average, p99, count, errors, time waited, rows
     /// examined, CPU time or temporary tables on disk.
     #[arg(long, default_value = "total", value_parser = PossibleValuesParser::new(api::ORDER_KEYS))]
@@ -180,6 +187,8 @@ pub fn top(args: TopArgs) -> Result<(), QueryError> {
     let request = TopRequest {
         instance: args.instance.clone().unwrap_or_default(),
         schema: args.schema.clone().unwrap_or_default(),
+        nested: args.nested,
+        program: args.program.clone().unwrap_or_default(),
         since_unix_ms: since_unix_ms(&args.since)?,
         order_by: args.order_by.clone(),
         limit: args.limit,

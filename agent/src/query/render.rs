@@ -16,6 +16,11 @@ pub fn top_json(digests: &[TopDigest]) -> Value {
                     "digest": format!("{:016x}", d.digest),
                     "digest_text": d.digest_text,
                     "schema": d.schema,
+                    "nested": d.nested,
+                    "program": (!d.program.is_empty()).then_some(&d.program),
+                    "program_kind": (!d.program_kind.is_empty()).then_some(&d.program_kind),
+                    "parent_digest": (d.parent_digest != 0).then(|| format!("{:016x}", d.parent_digest)),
+                    "source": if d.source.is_empty() { "client" } else { &d.source },
                     "count": d.count,
                     "errors": d.errors,
                     "sum_ns": d.sum_ns,
@@ -173,7 +178,22 @@ pub fn write_top_table(out: &mut impl Write, digests: &[TopDigest]) -> std::io::
         "count", "errors", "total_ms", "avg_ms", "p50_ms", "p95_ms", "p99_ms", "max_ms", "wait_ms", "top_wait",
         "rows_exam", "cpu_ms", "tmp_disk", "inst", "digest", "schema"
     )?;
-    for d in digests {
+    // Nested rows right under the client statement that ran them; the
+    // rest (their parent is not in this answer, or they have none) after.
+    let mut shown = vec![false; digests.len()];
+    let mut order = Vec::with_capacity(digests.len());
+    for (i, d) in digests.iter().enumerate().filter(|(_, d)| !d.nested) {
+        order.push(i);
+        shown[i] = true;
+        for (k, child) in digests.iter().enumerate() {
+            if child.nested && !shown[k] && child.parent_digest == d.digest {
+                order.push(k);
+                shown[k] = true;
+            }
+        }
+    }
+    order.extend((0..digests.len()).filter(|k| !shown[*k]));
+    for d in order.into_iter().map(|k| &digests[k]) {
         let avg = d.sum_ns.checked_div(d.count).unwrap_or(0);
         let waited = d.waits.iter().fold(0u64, |a, w| a.saturating_add(w.sum_ns));
         let stats = d.stats.clone().unwrap_or_default();
@@ -197,13 +217,27 @@ pub fn write_top_table(out: &mut impl Write, digests: &[TopDigest]) -> std::io::
             d.instances.len(),
             d.digest,
             cut(if d.schema.is_empty() { "-" } else { &d.schema }, 12),
-            cut(&d.digest_text, 100)
+            lineage_text(d)
         )?;
     }
     if digests.is_empty() {
         writeln!(out, "(no digests in this range)")?;
     }
     out.flush()
+}
+
+/// The digest text, marked when a stored program ran the statements
+/// (`-> [procedure shop.p_restock] ...`) or they are not a client's.
+fn lineage_text(d: &TopDigest) -> String {
+    let text = cut(&d.digest_text, 100);
+    if d.nested {
+        let program = if d.program.is_empty() { "?" } else { &d.program };
+        format!("  -> [{} {program}] {text}", if d.program_kind.is_empty() { "program" } else { &d.program_kind })
+    } else if !d.source.is_empty() && d.source != "client" {
+        format!("[{}] {text}", d.source)
+    } else {
+        text
+    }
 }
 
 /// `HH:MM:SS` (UTC) of a time in ms since the epoch.

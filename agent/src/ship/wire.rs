@@ -55,7 +55,13 @@ fn accounts(d: &DigestStats) -> Vec<AccountCount> {
 }
 
 fn digest(d: &DigestStats, cost: Option<&ProbeCost>, figures: Figures) -> WireDigest {
+    let lineage = &d.lineage;
     WireDigest {
+        nested: lineage.nested,
+        program: lineage.program.as_ref().map(|p| p.name.clone()).unwrap_or_default(),
+        program_kind: lineage.program.as_ref().map(|p| p.kind.to_string()).unwrap_or_default(),
+        parent_digest: lineage.parent_digest.unwrap_or(0),
+        source: lineage.source_name().into(),
         schema: d.schema.as_deref().unwrap_or_default().to_string(),
         stats: Some(query_stats(d, figures)),
         accounts: accounts(d),
@@ -157,6 +163,9 @@ pub fn instance_window(report: &WindowReport, host: Option<&HostMetrics>) -> Ins
         probes: cost.map(|c| probe_cost(c, s.statements)),
         process: host.and_then(|h| h.processes.iter().find(|p| p.pid == s.pid)).map(process),
         aggregated_in_kernel: s.aggregated_in_kernel,
+        nested_statements: s.nested_statements,
+        nested_unmatched: s.nested_unmatched,
+        replica_statements: s.replica_statements,
         instance: Some(ServerInstance {
             name: report.instance.clone(),
             pid: s.pid,

@@ -71,6 +71,8 @@ pub fn top_query(request: TopRequest) -> Result<TopQuery, Status> {
     Ok(TopQuery {
         instance: non_empty(request.instance),
         schema: non_empty(request.schema),
+        nested: request.nested,
+        program: non_empty(request.program),
         since_unix_ms: since(request.since_unix_ms)?,
         order_by,
         limit,

@@ -55,6 +55,10 @@ pub struct TopQuery {
     pub instance: Option<String>,
     /// None: every schema.
     pub schema: Option<String>,
+    /// Also the statements stored programs ran (default: client ones).
+    pub nested: bool,
+    /// Only this program's statements (`schema.name`).
+    pub program: Option<String>,
     /// Windows ending at or after this (ms since epoch); 0: all.
     pub since_unix_ms: i64,
     pub order_by: OrderBy,

@@ -339,6 +339,9 @@ fn digest(at: &str, d: &DigestStats) -> Result<(), Invalid> {
     }
     waits(&format!("{at}.waits"), &d.waits, d.count)?;
     name_len(&format!("{at}.schema"), &d.schema)?;
+    name_len(&format!("{at}.program"), &d.program)?;
+    name_len(&format!("{at}.program_kind"), &d.program_kind)?;
+    name_len(&format!("{at}.source"), &d.source)?;
     if let Some(stats) = &d.stats {
         figures(&format!("{at}.stats"), stats, d.count)?;
     }

@@ -30,8 +30,33 @@ struct Merging {
     sampled: bool,
 }
 
-/// A digest row's key in answers: its schema and digest.
-type RowKey = (String, u64);
+/// A digest row's key in answers: its schema, digest and lineage (nested,
+/// program, program kind, parent digest, source).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+struct RowKey {
+    schema: String,
+    digest: u64,
+    nested: bool,
+    program: String,
+    program_kind: String,
+    parent_digest: u64,
+    source: String,
+}
+
+/// The key's columns, in `RowKey` order after the digest.
+const KEY_COLUMNS: &str = "schema, digest, nested, program, program_kind, parent_digest, source";
+
+fn row_key(row: &rusqlite::Row<'_>, first: usize) -> rusqlite::Result<RowKey> {
+    Ok(RowKey {
+        schema: row.get(first)?,
+        digest: u(row.get(first + 1)?),
+        nested: row.get(first + 2)?,
+        program: row.get(first + 3)?,
+        program_kind: row.get(first + 4)?,
+        parent_digest: u(row.get(first + 5)?),
+        source: row.get(first + 6)?,
+    })
+}
 
 /// The filters of a `top` scan as SQL and the values they bind, in order
 /// after the ones the statement itself binds first.
@@ -43,11 +68,15 @@ struct Filters {
 fn filters(query: &TopQuery, first: usize) -> Filters {
     let mut sql = String::new();
     let mut values = Vec::new();
-    for (column, value) in [("instance", &query.instance), ("schema", &query.schema)] {
+    for (column, value) in [("instance", &query.instance), ("schema", &query.schema), ("program", &query.program)] {
         if let Some(value) = value {
             sql.push_str(&format!(" AND {column} = ?{}", first + values.len()));
             values.push(value.clone());
         }
+    }
+    // Client statements only, unless asked (a program's are nested).
+    if !query.nested && query.program.is_none() {
+        sql.push_str(" AND nested = 0");
     }
     Filters { sql, values }
 }
@@ -66,13 +95,12 @@ pub(super) fn top(tx: &rusqlite::Transaction<'_>, query: &TopQuery) -> Result<Ve
     };
     {
         let columns = format!(
-            "digest, instance, count, errors, sum_ns, min_ns, max_ns, estimated_count, schema, coalesce({figure_column}, 0)"
+            "instance, count, errors, sum_ns, min_ns, max_ns, estimated_count, coalesce({figure_column}, 0), {KEY_COLUMNS}"
         );
         let mut stmt = scan(tx, query, &columns, "").map_err(err)?;
         let mut rows = stmt.raw_query();
         while let Some(row) = rows.next().map_err(err)? {
-            let digest = u(row.get(0).map_err(err)?);
-            let name = row.get_ref(1).map_err(err)?.as_str().map_err(|e| err(e.into()))?;
+            let name = row.get_ref(0).map_err(err)?.as_str().map_err(|e| err(e.into()))?;
             let id = match name_ids.get(name) {
                 Some(id) => *id,
                 None => {
@@ -82,40 +110,46 @@ pub(super) fn top(tx: &rusqlite::Transaction<'_>, query: &TopQuery) -> Result<Ve
                     id
                 }
             };
-            let schema: String = row.get(8).map_err(err)?;
-            let entry = digests.entry((schema, digest)).or_default();
+            let key = row_key(row, 8).map_err(err)?;
+            let entry = digests.entry(key).or_default();
             entry.instances.insert(id);
-            let (count, estimated) = (u(row.get(2).map_err(err)?), u(row.get(7).map_err(err)?));
+            let (count, estimated) = (u(row.get(1).map_err(err)?), u(row.get(6).map_err(err)?));
             entry.sampled |= estimated > 0;
             entry.estimated = entry.estimated.saturating_add(if estimated > 0 { estimated } else { count });
-            entry.rank = entry.rank.saturating_add(u(row.get(9).map_err(err)?));
+            entry.rank = entry.rank.saturating_add(u(row.get(7).map_err(err)?));
             entry.totals.add(
                 count,
+                u(row.get(2).map_err(err)?),
                 u(row.get(3).map_err(err)?),
                 u(row.get(4).map_err(err)?),
                 u(row.get(5).map_err(err)?),
-                u(row.get(6).map_err(err)?),
             );
         }
     }
-    // The same filters after the row key (?1 digest, ?2 since, ?3 schema).
-    let by_row = filters(&TopQuery { schema: None, ..query.clone() }, 4);
+    // The instance filter after the row key (?1 digest, ?2 since, ?3-?8
+    // the rest of the key).
+    let by_row = filters(&TopQuery { schema: None, program: None, nested: true, ..query.clone() }, 9);
+    let key_match = "digest = ?1 AND window_end >= ?2 AND schema = ?3 AND nested = ?4 AND program = ?5
+         AND program_kind = ?6 AND parent_digest = ?7 AND source = ?8";
     let by_row_sql = format!(
-        "SELECT histogram, error_codes, waits, figures, accounts FROM digest_windows
-         WHERE digest = ?1 AND window_end >= ?2 AND schema = ?3{}",
+        "SELECT histogram, error_codes, waits, figures, accounts FROM digest_windows WHERE {key_match}{}",
         by_row.sql
     );
     let sample_sql = format!(
-        "SELECT sample FROM digest_windows WHERE digest = ?1 AND window_end >= ?2 AND schema = ?3{} AND sample <> ''
-         ORDER BY window_end DESC LIMIT 1",
+        "SELECT sample FROM digest_windows WHERE {key_match}{} AND sample <> '' ORDER BY window_end DESC LIMIT 1",
         by_row.sql
     );
     let bind = |stmt: &mut rusqlite::Statement<'_>, key: &RowKey| -> rusqlite::Result<()> {
-        stmt.raw_bind_parameter(1, i(key.1))?;
+        stmt.raw_bind_parameter(1, i(key.digest))?;
         stmt.raw_bind_parameter(2, query.since_unix_ms)?;
-        stmt.raw_bind_parameter(3, &key.0)?;
+        stmt.raw_bind_parameter(3, &key.schema)?;
+        stmt.raw_bind_parameter(4, key.nested)?;
+        stmt.raw_bind_parameter(5, &key.program)?;
+        stmt.raw_bind_parameter(6, &key.program_kind)?;
+        stmt.raw_bind_parameter(7, i(key.parent_digest))?;
+        stmt.raw_bind_parameter(8, &key.source)?;
         for (n, value) in by_row.values.iter().enumerate() {
-            stmt.raw_bind_parameter(4 + n, value)?;
+            stmt.raw_bind_parameter(9 + n, value)?;
         }
         Ok(())
     };
@@ -125,11 +159,11 @@ pub(super) fn top(tx: &rusqlite::Transaction<'_>, query: &TopQuery) -> Result<Ve
     let mut histograms: HashMap<RowKey, Histogram> = HashMap::new();
     match query.order_by {
         OrderBy::P99 => {
-            let mut stmt = scan(tx, query, "digest, schema, histogram", "").map_err(err)?;
+            let mut stmt = scan(tx, query, &format!("histogram, {KEY_COLUMNS}"), "").map_err(err)?;
             let mut rows = stmt.raw_query();
             while let Some(row) = rows.next().map_err(err)? {
-                let key = (row.get(1).map_err(err)?, u(row.get(0).map_err(err)?));
-                let bytes = row.get_ref(2).map_err(err)?.as_blob().map_err(|e| err(e.into()))?;
+                let key = row_key(row, 1).map_err(err)?;
+                let bytes = row.get_ref(0).map_err(err)?.as_blob().map_err(|e| err(e.into()))?;
                 add_blob(histograms.entry(key).or_default(), bytes)?;
             }
             for (key, m) in digests.iter_mut() {
@@ -137,11 +171,11 @@ pub(super) fn top(tx: &rusqlite::Transaction<'_>, query: &TopQuery) -> Result<Ve
             }
         }
         OrderBy::Wait => {
-            let mut stmt = scan(tx, query, "digest, schema, waits", " AND waits <> x''").map_err(err)?;
+            let mut stmt = scan(tx, query, &format!("waits, {KEY_COLUMNS}"), " AND waits <> x''").map_err(err)?;
             let mut rows = stmt.raw_query();
             while let Some(row) = rows.next().map_err(err)? {
-                let key: RowKey = (row.get(1).map_err(err)?, u(row.get(0).map_err(err)?));
-                let bytes = row.get_ref(2).map_err(err)?.as_blob().map_err(|e| err(e.into()))?;
+                let key = row_key(row, 1).map_err(err)?;
+                let bytes = row.get_ref(0).map_err(err)?.as_blob().map_err(|e| err(e.into()))?;
                 let waited = blob::decode_waits(bytes)
                     .ok_or(StoreError::Corrupt { what: "waits" })?
                     .iter()
@@ -155,7 +189,8 @@ pub(super) fn top(tx: &rusqlite::Transaction<'_>, query: &TopQuery) -> Result<Ve
     }
     let mut ranked: Vec<(RowKey, Merging)> = digests.into_iter().collect();
     ranked.sort_by(|(ka, a), (kb, b)| {
-        merge::compare(query.order_by, (ka.1, &a.totals, a.rank), (kb.1, &b.totals, b.rank)).then_with(|| ka.0.cmp(&kb.0))
+        merge::compare(query.order_by, (ka.digest, &a.totals, a.rank), (kb.digest, &b.totals, b.rank))
+            .then_with(|| ka.cmp(kb))
     });
     ranked.truncate(query.limit);
 
@@ -167,7 +202,7 @@ pub(super) fn top(tx: &rusqlite::Transaction<'_>, query: &TopQuery) -> Result<Ve
         tx.prepare_cached("SELECT code, message FROM error_samples WHERE digest = ?1").map_err(err)?;
     let mut out = Vec::with_capacity(ranked.len());
     for (key, m) in ranked {
-        let digest = key.1;
+        let digest = key.digest;
         let preloaded = histograms.remove(&key);
         let mut histogram = Histogram::default();
         let mut waits = MergedWaits::default();
@@ -216,7 +251,12 @@ pub(super) fn top(tx: &rusqlite::Transaction<'_>, query: &TopQuery) -> Result<Ve
         out.push(TopDigest {
             digest,
             digest_text,
-            schema: key.0,
+            schema: key.schema,
+            nested: key.nested,
+            program: key.program,
+            program_kind: key.program_kind,
+            parent_digest: key.parent_digest,
+            source: key.source,
             count: t.count,
             errors: t.errors,
             sum_ns: t.sum_ns,

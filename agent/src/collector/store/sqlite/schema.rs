@@ -23,7 +23,11 @@ use rusqlite::{Connection, TransactionBehavior};
 /// - 8: `digest_windows.schema`, the rank figures `rows_examined`, `cpu_ns`
 ///   and `tmp_disk_tables`, and the `figures` and `accounts` blobs (ALTER
 ///   TABLE; older rows read "no schema" and figures unknown).
-pub const SCHEMA_VERSION: i64 = 8;
+/// - 9: `digest_windows.nested`, `program`, `program_kind`,
+///   `parent_digest` and `source` (ALTER TABLE; older rows read as client
+///   statements at top level), and `instance_windows.nested_statements`
+///   and `replica_statements`.
+pub const SCHEMA_VERSION: i64 = 9;
 
 pub(super) const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS agents (
@@ -85,7 +89,9 @@ CREATE TABLE IF NOT EXISTS instance_windows (
     dropped_events      INTEGER NOT NULL,
     dropped_in_agent    INTEGER NOT NULL,
     unmatched           INTEGER NOT NULL,
-    overflow_statements INTEGER NOT NULL
+    overflow_statements INTEGER NOT NULL,
+    nested_statements   INTEGER NOT NULL DEFAULT 0,
+    replica_statements  INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS instance_windows_end ON instance_windows (window_end);
 CREATE INDEX IF NOT EXISTS instance_windows_instance ON instance_windows (instance, window_end);
@@ -127,7 +133,12 @@ CREATE TABLE IF NOT EXISTS digest_windows (
     cpu_ns      INTEGER,
     tmp_disk_tables INTEGER,
     figures     BLOB NOT NULL DEFAULT x'',
-    accounts    BLOB NOT NULL DEFAULT x''
+    accounts    BLOB NOT NULL DEFAULT x'',
+    nested      INTEGER NOT NULL DEFAULT 0,
+    program     TEXT NOT NULL DEFAULT '',
+    program_kind TEXT NOT NULL DEFAULT '',
+    parent_digest INTEGER NOT NULL DEFAULT 0,
+    source      TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS digest_windows_end ON digest_windows (window_end);
 CREATE INDEX IF NOT EXISTS digest_windows_instance ON digest_windows (instance, window_end);
@@ -248,6 +259,22 @@ pub(super) fn migrate(conn: &mut Connection) -> rusqlite::Result<Result<i64, i64
         tx.execute_batch(
             "ALTER TABLE agent_instances ADD COLUMN container_id TEXT NOT NULL DEFAULT '';
              ALTER TABLE agent_instances ADD COLUMN container TEXT NOT NULL DEFAULT '';",
+        )?;
+    }
+    // Version 8 -> 9.
+    if !has_column(&tx, "digest_windows", "nested")? {
+        tx.execute_batch(
+            "ALTER TABLE digest_windows ADD COLUMN nested INTEGER NOT NULL DEFAULT 0;
+             ALTER TABLE digest_windows ADD COLUMN program TEXT NOT NULL DEFAULT '';
+             ALTER TABLE digest_windows ADD COLUMN program_kind TEXT NOT NULL DEFAULT '';
+             ALTER TABLE digest_windows ADD COLUMN parent_digest INTEGER NOT NULL DEFAULT 0;
+             ALTER TABLE digest_windows ADD COLUMN source TEXT NOT NULL DEFAULT '';",
+        )?;
+    }
+    if !has_column(&tx, "instance_windows", "nested_statements")? {
+        tx.execute_batch(
+            "ALTER TABLE instance_windows ADD COLUMN nested_statements INTEGER NOT NULL DEFAULT 0;
+             ALTER TABLE instance_windows ADD COLUMN replica_statements INTEGER NOT NULL DEFAULT 0;",
         )?;
     }
     // Version 7 -> 8.

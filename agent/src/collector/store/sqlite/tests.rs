@@ -111,7 +111,7 @@ fn costs_hosts_and_latest() {
     let other = TotalsQuery { instance: Some("elsewhere:1".into()), since_unix_ms: 0 };
     assert!(store.costs(&other).unwrap().is_empty());
 
-    let top = store.top(&TopQuery { instance: None, schema: None, since_unix_ms: 0, order_by: OrderBy::Total, limit: 5 }).unwrap();
+    let top = store.top(&TopQuery { instance: None, schema: None, nested: false, program: None, since_unix_ms: 0, order_by: OrderBy::Total, limit: 5 }).unwrap();
     assert_eq!((top[0].count, top[0].estimated_count), (4, 8));
 
     let instances = store.instances().unwrap();
@@ -137,7 +137,7 @@ fn once_merged_and_pruned() {
     assert!(!store.put(&batch(2, 1000, &[(10, 2), (40, 1)]), 1000).unwrap().duplicate);
     assert!(store.put(&batch(2, 1000, &[(10, 2), (40, 1)]), 1001).unwrap().duplicate);
     assert!(!store.put(&batch(3, 2000, &[(40, 1), (60, 1)]), 2000).unwrap().duplicate);
-    let query = TopQuery { instance: None, schema: None, since_unix_ms: 0, order_by: OrderBy::P99, limit: 20 };
+    let query = TopQuery { instance: None, schema: None, nested: false, program: None, since_unix_ms: 0, order_by: OrderBy::P99, limit: 20 };
     let top = store.top(&query).unwrap();
     assert_eq!(top.len(), 1);
     let d = &top[0];
@@ -205,7 +205,7 @@ fn waits_and_error_codes_merge() {
     store.put(&first, 2001).unwrap();
     // Without waits (an old agent).
     store.put(&waiting(3, "h:1", 3000, vec![], vec![]), 3000).unwrap();
-    let query = TopQuery { instance: None, schema: None, since_unix_ms: 0, order_by: OrderBy::Total, limit: 20 };
+    let query = TopQuery { instance: None, schema: None, nested: false, program: None, since_unix_ms: 0, order_by: OrderBy::Total, limit: 20 };
     let d = store.top(&query).unwrap().into_iter().find(|d| d.digest == 7).unwrap();
     assert_eq!(d.count, 15);
     assert_eq!(
@@ -316,7 +316,7 @@ fn version_2_files_get_lock_waits() {
     let store = SqliteStore::open(&path).unwrap();
     let version: i64 = lock(&store.writer).query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
     assert_eq!(version, SCHEMA_VERSION);
-    let query = TopQuery { instance: None, schema: None, since_unix_ms: 0, order_by: OrderBy::Total, limit: 20 };
+    let query = TopQuery { instance: None, schema: None, nested: false, program: None, since_unix_ms: 0, order_by: OrderBy::Total, limit: 20 };
     assert_eq!(store.top(&query).unwrap()[0].count, 5);
     let all = LocksQuery { instance: None, since_unix_ms: 0, limit: 100 };
     assert!(store.locks(&all).unwrap().is_empty());
@@ -330,7 +330,7 @@ fn version_2_files_get_lock_waits() {
 /// The version-3 schema, from today's: without the cost tables and
 /// digest_windows' columns from estimated_count on.
 fn schema_v3() -> String {
-    let later_columns = ",\n    estimated_count INTEGER NOT NULL DEFAULT 0,\n    schema      TEXT NOT NULL DEFAULT '',\n    rows_examined INTEGER,\n    cpu_ns      INTEGER,\n    tmp_disk_tables INTEGER,\n    figures     BLOB NOT NULL DEFAULT x'',\n    accounts    BLOB NOT NULL DEFAULT x''\n";
+    let later_columns = ",\n    estimated_count INTEGER NOT NULL DEFAULT 0,\n    schema      TEXT NOT NULL DEFAULT '',\n    rows_examined INTEGER,\n    cpu_ns      INTEGER,\n    tmp_disk_tables INTEGER,\n    figures     BLOB NOT NULL DEFAULT x'',\n    accounts    BLOB NOT NULL DEFAULT x'',\n    nested      INTEGER NOT NULL DEFAULT 0,\n    program     TEXT NOT NULL DEFAULT '',\n    program_kind TEXT NOT NULL DEFAULT '',\n    parent_digest INTEGER NOT NULL DEFAULT 0,\n    source      TEXT NOT NULL DEFAULT ''\n";
     let without_estimates = SCHEMA.replace(later_columns, "\n");
     assert_ne!(without_estimates, SCHEMA, "the estimated_count column moved; update this test");
     let start = without_estimates.find("-- What the probes cost each instance window").unwrap();
@@ -342,7 +342,7 @@ fn schema_v3() -> String {
 fn version_3_files_get_costs() {
     let (dir, path) = old_store("v3", &schema_v3(), &format!("{ONE_V2_ROW} PRAGMA user_version = 3;"));
     let store = SqliteStore::open(&path).unwrap();
-    let query = TopQuery { instance: None, schema: None, since_unix_ms: 0, order_by: OrderBy::Total, limit: 20 };
+    let query = TopQuery { instance: None, schema: None, nested: false, program: None, since_unix_ms: 0, order_by: OrderBy::Total, limit: 20 };
     let d = store.top(&query).unwrap().remove(0);
     // An old row is exact: no estimate.
     assert_eq!((d.count, d.estimated_count), (5, 0));
@@ -379,7 +379,7 @@ fn version_1_files_are_upgraded_in_place() {
     let store = SqliteStore::open(&path).unwrap();
     let version: i64 = lock(&store.writer).query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
     assert_eq!(version, SCHEMA_VERSION);
-    let query = TopQuery { instance: None, schema: None, since_unix_ms: 0, order_by: OrderBy::Wait, limit: 20 };
+    let query = TopQuery { instance: None, schema: None, nested: false, program: None, since_unix_ms: 0, order_by: OrderBy::Wait, limit: 20 };
     let d = store.top(&query).unwrap().remove(0);
     assert_eq!((d.digest, d.count, d.digest_text.as_str(), d.sample.as_str()), (7, 5, "SELECT ?", "SELECT 1"));
     assert!(d.waits.is_empty());

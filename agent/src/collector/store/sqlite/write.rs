@@ -58,8 +58,9 @@ pub(super) fn batch(
     }
     let mut insert_window = tx.prepare_cached(
         "INSERT INTO instance_windows (agent_id, sequence, instance, pid, start_time_unix_ms, window_start,
-             window_end, statements, events, dropped_events, dropped_in_agent, unmatched, overflow_statements)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+             window_end, statements, events, dropped_events, dropped_in_agent, unmatched, overflow_statements,
+             nested_statements, replica_statements)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
     )?;
     // Same command twice in one window (should not happen) adds up.
     let mut insert_command = tx.prepare_cached(
@@ -83,8 +84,9 @@ pub(super) fn batch(
     let mut insert_digest = tx.prepare_cached(
         "INSERT INTO digest_windows (window_id, instance, window_end, digest, count, errors, sum_ns, min_ns,
              max_ns, histogram, error_codes, sample, truncated, waits, estimated_count, schema, rows_examined,
-             cpu_ns, tmp_disk_tables, figures, accounts)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)",
+             cpu_ns, tmp_disk_tables, figures, accounts, nested, program, program_kind, parent_digest, source)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21,
+             ?22, ?23, ?24, ?25, ?26)",
     )?;
     let mut insert_cost = tx.prepare_cached(
         "INSERT INTO instance_costs (window_id, aggregated_in_kernel, probes, process) VALUES (?1, ?2, ?3, ?4)",
@@ -132,6 +134,8 @@ pub(super) fn batch(
             i(w.dropped_in_agent),
             i(w.unmatched),
             i(w.overflow_statements),
+            i(w.nested_statements),
+            i(w.replica_statements),
         ])?;
         let window_id = tx.last_insert_rowid();
         for c in &w.commands {
@@ -197,6 +201,11 @@ pub(super) fn batch(
                 d.stats.as_ref().and_then(|s| s.tmp_disk_tables).map(i),
                 d.stats.as_ref().map(Message::encode_to_vec).unwrap_or_default(),
                 accounts_blob(&d.accounts),
+                d.nested,
+                d.program,
+                d.program_kind,
+                i(d.parent_digest),
+                d.source,
             ])?;
         }
     }
