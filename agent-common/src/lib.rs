@@ -691,6 +691,13 @@ pub struct Inflight {
     pub named_connection: u64,
     pub account_hash: u64,
     pub schema_hash: u64,
+    /// The THD and `{pointer, length}` of the schema name `schema_hash` was
+    /// read from: while they stay, the name is not read again. The server
+    /// overwrites a name in place only in `THD::set_db`, whose probe clears
+    /// `schema_ptr`.
+    pub schema_thd: u64,
+    pub schema_ptr: u64,
+    pub schema_len: u64,
     /// Stack pointer at the start of the innermost nested statement in
     /// progress (0: none): a statement end deeper in the stack is inside a
     /// stored program.

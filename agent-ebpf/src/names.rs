@@ -28,6 +28,19 @@ pub static NAMES: RingBuf = RingBuf::with_byte_size(256 * 1024, 0);
 
 uprobe_pair! {
     account_change, account_change_perf => on_account_change;
+    schema_change, schema_change_perf => on_schema_change;
+}
+
+/// `THD::set_db(const LEX_CSTRING*)`: `USE` and its kin, the one place the
+/// server may write a new name over the old one in place. Its thread reads
+/// the name again at its next statement end.
+#[inline(always)]
+fn on_schema_change(_ctx: ProbeContext) -> u32 {
+    let tid = bpf_get_current_pid_tgid() as u32;
+    if let Some(inflight) = owned_slot(tid) {
+        inflight.schema_ptr = 0;
+    }
+    0
 }
 
 /// `acl_authenticate(THD*, uint)`: a connection logs in, or changes user.
@@ -72,10 +85,23 @@ pub fn clear<const N: usize>(bytes: &mut [u8; N]) {
 
 /// The current schema's hash into the record (0: no schema, or this
 /// build's is unknown), with its name sent when this thread has not sent
-/// it since it changed.
+/// it since it changed. The name is read only when its THD, address or
+/// length changed, or `THD::set_db` ran on this thread since: reading it
+/// touches another line of the server's heap at every statement. (A
+/// thread pool that moves a THD to another thread, where it changes schema
+/// in place, and back could leave its first thread's copy stale; one
+/// thread per connection, the default, cannot.)
 #[inline(always)]
-pub fn schema(db: [u64; 2], layout: &ServerLayout, buffer: &mut EventBuffer, inflight: &mut Inflight) {
+pub fn schema(thd: u64, db: [u64; 2], layout: &ServerLayout, buffer: &mut EventBuffer, inflight: &mut Inflight) {
+    let [pointer, length] = db;
+    if pointer != 0 && pointer == inflight.schema_ptr && length == inflight.schema_len && thd == inflight.schema_thd {
+        buffer.header.schema_hash = inflight.schema_hash;
+        return;
+    }
     buffer.header.schema_hash = schema_hash(db, layout, buffer, inflight);
+    inflight.schema_thd = thd;
+    inflight.schema_ptr = pointer;
+    inflight.schema_len = length;
 }
 
 #[inline(always)]

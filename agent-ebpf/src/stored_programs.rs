@@ -159,7 +159,7 @@ fn try_nested_end(ctx: &ProbeContext) -> Result<(), i64> {
         buffer.header.stats.cpu_ns = runtime - frame.cpu_ns;
         buffer.header.stats.flags |= agent_common::statement_flag::CPU_MEASURED;
     }
-    names::schema(db, &layout, buffer, inflight);
+    names::schema(thd, db, &layout, buffer, inflight);
     names::account(thd, &layout, buffer, inflight);
     program(thd, &layout, buffer, inflight);
     inflight.nested_parent_us = parent_start_us;

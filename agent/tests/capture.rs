@@ -178,11 +178,12 @@ fn statement_running_at_attach_is_timed_from_its_real_start() {
     let mut programs: Vec<String> = agent.programs().into_iter().filter(|p| p != "calibrate").collect();
     programs.sort();
     // account_change traps only when a connection logs in or changes
-    // user, nested_start and nested_end only in stored programs.
+    // user, schema_change only on USE and its kin, nested_start and
+    // nested_end only in stored programs.
     assert_eq!(
         programs,
-        ["account_change", "error_raised", "nested_end", "nested_start", "statement_end"],
-        "only the statement end, the error funnel, logins and stored programs by default"
+        ["account_change", "error_raised", "nested_end", "nested_start", "schema_change", "statement_end"],
+        "only the statement end, the error funnel, logins, schema changes and stored programs by default"
     );
     sleeper.join().unwrap();
     let out = agent.stop();

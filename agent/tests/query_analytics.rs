@@ -414,3 +414,45 @@ fn cpu_time_is_the_statements_own() {
     assert!(idle_latency >= 3 * 300_000_000, "{idle_latency}");
     assert!(idle * 20 <= idle_latency, "SLEEP: cpu {idle} ns of {idle_latency} ns");
 }
+
+/// One connection that switches schema between statements, by `USE` and by
+/// the protocol's COM_INIT_DB, between two names of the same length: the
+/// kernel keeps a thread's schema until the server changes it, and each
+/// statement still lands on the schema it ran in.
+#[test]
+fn schema_follows_every_change_on_one_connection() {
+    if !privileged("schema_follows_every_change_on_one_connection") {
+        return;
+    }
+    let _serial = common::one_at_a_time();
+    let server = PrivateServer::start("analytics-use", &[]).unwrap();
+    for schema in SCHEMAS {
+        server.sql(&format!("CREATE DATABASE {schema}")).unwrap();
+    }
+    let agent = Agent::start(server.dir(), &[format!("--pid={}", server.pid()), "--window=500ms".into()]);
+    let mut conn = connect(&server, SCHEMAS[0]);
+    const ROUNDS: u64 = 25;
+    for _ in 0..ROUNDS {
+        for schema in SCHEMAS {
+            conn.query_drop(format!("USE {schema}")).unwrap();
+            conn.query_drop("SELECT 1 AS q_after_use").unwrap();
+        }
+        for schema in SCHEMAS.iter().rev() {
+            conn.select_db(schema).unwrap();
+            conn.query_drop("SELECT 1 AS q_after_init_db").unwrap();
+        }
+    }
+    std::thread::sleep(Duration::from_millis(700));
+    let out = agent.stop();
+    assert!(out.success, "{}", out.stderr);
+    for marker in ["q_after_use", "q_after_init_db"] {
+        for schema in SCHEMAS {
+            let count: u64 = out
+                .of_type("digest")
+                .filter(|d| d["schema"] == schema && d["digest_text"].as_str().is_some_and(|t| t.contains(marker)))
+                .map(|d| d["count"].as_u64().unwrap())
+                .sum();
+            assert_eq!(count, ROUNDS, "{marker} in {schema}");
+        }
+    }
+}

@@ -54,6 +54,7 @@ const THD_USER_NAME: &str = "thd_user_name";
 const SECURITY_CONTEXT_SKIP_GRANTS: &str = "_ZN16Security_context11skip_grantsEv";
 const ACL_AUTHENTICATE: &str = "_Z16acl_authenticateP3THDj";
 const THD_IS_CONNECTED: &str = "thd_is_connected";
+const THD_SET_DB: &str = "_ZN3THD6set_dbEPK25st_mysql_const_lex_string";
 const THD_QUERY_ID: &str = "thd_query_id";
 const SP_INSTR_STMT_EXECUTE: &str = "_ZN13sp_instr_stmt7executeEP3THDPj";
 const ADD_SLOW_QUERY_STATE: &str = "_ZN3THD20add_slow_query_stateEP19Sub_statement_state";
@@ -90,6 +91,9 @@ pub struct ProbePoints {
     /// `acl_authenticate`: a login or a change of user, after which the
     /// connection's account is read again.
     pub account_change: Option<ProbePoint>,
+    /// `THD::set_db`: the one place the server overwrites a schema name in
+    /// place, after which the name is read again.
+    pub schema_change: Option<ProbePoint>,
     /// A stored program's statement: the entry of `sp_instr_stmt::execute`
     /// (its start) and its call of `THD::add_slow_query_state` (its end).
     pub nested: Option<(ProbePoint, ProbePoint)>,
@@ -242,6 +246,7 @@ pub fn inspect_binary(exe: &Path) -> Result<BinaryInfo, DiscoverError> {
         waits: (lookup(THD_WAIT_BEGIN).is_some() && lookup(THD_WAIT_END).is_some())
             .then(|| (point(THD_WAIT_BEGIN), point(THD_WAIT_END))),
         account_change: lookup(ACL_AUTHENTICATE).is_some().then(|| point(ACL_AUTHENTICATE)),
+        schema_change: lookup(THD_SET_DB).is_some().then(|| point(THD_SET_DB)),
         nested: None,
     };
     let mut points = points;

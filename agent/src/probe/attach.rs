@@ -99,6 +99,9 @@ impl AttachedServer {
             wait_probes: u32::from(config.waits && binary.points.waits.is_some()),
             known_sets: known_sets(config.digest_slots.max(1)),
             task_runtime_offset: config.task_runtime_offset,
+            // The name is cached on the probe of THD::set_db: without it,
+            // no schema.
+            db_offset: if binary.points.schema_change.is_some() { layout.db_offset } else { agent_common::UNKNOWN },
             ..layout
         };
         let mut ebpf = EbpfLoader::new()
@@ -117,6 +120,13 @@ impl AttachedServer {
         }
         if let Some((begin, end)) = binary.points.waits.filter(|_| config.waits) {
             points.extend([("wait_begin", begin), ("wait_end", end)]);
+        }
+        // `USE` is rare next to statements: one trap each spares every
+        // statement a read of the schema's name. Without the probe the name
+        // could change in place unseen, so the schema is left out.
+        match binary.points.schema_change {
+            Some(point) if layout.db_offset != agent_common::UNKNOWN => points.push(("schema_change", point)),
+            _ => {}
         }
         // Statements of stored programs: two traps each, none for a
         // statement that runs no program.
