@@ -7,7 +7,7 @@ use clap::{Parser, Subcommand};
 #[cfg(feature = "collector")]
 use sqlbee::{
     collector::{self, CollectorArgs},
-    query::{self, HostsArgs, InstancesArgs, LocksArgs, TopArgs},
+    query::{self, HostsArgs, InstancesArgs, LocksArgs, SeriesArgs, TopArgs},
 };
 
 #[derive(Parser)]
@@ -33,6 +33,9 @@ enum Role {
     /// The slowest digests across the fleet, from a collector.
     #[cfg(feature = "collector")]
     Top(TopArgs),
+    /// One digest's, the instances' or the agents' cost over time, step by step.
+    #[cfg(feature = "collector")]
+    Series(SeriesArgs),
     /// Agents and server instances a collector knows, with lag and gaps.
     #[cfg(feature = "collector")]
     Instances(InstancesArgs),
@@ -84,6 +87,8 @@ fn main() -> anyhow::Result<()> {
         Role::Collector(args) => collector::main(args).context("collector failed")?,
         #[cfg(feature = "collector")]
         Role::Top(args) => query::top(args).context("top failed")?,
+        #[cfg(feature = "collector")]
+        Role::Series(args) => query::series(args).context("series failed")?,
         #[cfg(feature = "collector")]
         Role::Instances(args) => query::instances(args).context("instances failed")?,
         #[cfg(feature = "collector")]

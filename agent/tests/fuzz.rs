@@ -181,6 +181,7 @@ fn batches_decode_validate_and_store_or_are_refused() {
             nested: true,
             program: None,
             since_unix_ms: 0,
+            until_unix_ms: i64::MAX,
             order_by: sqlbee::collector::store::OrderBy::P99,
             limit: 100,
         })

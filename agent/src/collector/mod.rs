@@ -53,9 +53,16 @@ pub struct CollectorArgs {
     /// a client certificate from every caller (mTLS).
     #[arg(long, env = "SQLBEE_COLLECTOR_TLS_CLIENT_CA", requires = "tls_cert")]
     pub tls_client_ca: Option<PathBuf>,
-    /// Keep windows this long (10s, 5m, 2h, 7d).
+    /// Keep raw windows (and lock waits, hosts and costs) this long (10s,
+    /// 5m, 2h, 7d).
     #[arg(long, env = "SQLBEE_COLLECTOR_RETENTION", default_value = "7d", value_parser = duration::parse)]
     pub retention: Duration,
+    /// Keep the one-minute rollups of digests this long.
+    #[arg(long, env = "SQLBEE_COLLECTOR_RETENTION_MINUTE", default_value = "14d", value_parser = duration::parse)]
+    pub retention_minute: Duration,
+    /// Keep the one-hour rollups of digests this long.
+    #[arg(long, env = "SQLBEE_COLLECTOR_RETENTION_HOUR", default_value = "90d", value_parser = duration::parse)]
+    pub retention_hour: Duration,
     /// How often to delete data past the retention.
     #[arg(long, env = "SQLBEE_COLLECTOR_PRUNE_INTERVAL", default_value = "10m", value_parser = duration::parse)]
     pub prune_interval: Duration,
@@ -140,8 +147,14 @@ pub fn main(args: CollectorArgs) -> Result<(), CollectorError> {
 }
 
 async fn run(args: CollectorArgs) -> Result<(), CollectorError> {
-    if args.retention.is_zero() {
-        return Err(CollectorError::Zero { field: "--retention" });
+    for (field, value) in [
+        ("--retention", args.retention),
+        ("--retention-minute", args.retention_minute),
+        ("--retention-hour", args.retention_hour),
+    ] {
+        if value.is_zero() {
+            return Err(CollectorError::Zero { field });
+        }
     }
     if args.prune_interval.is_zero() {
         return Err(CollectorError::Zero { field: "--prune-interval" });
@@ -158,7 +171,7 @@ async fn run(args: CollectorArgs) -> Result<(), CollectorError> {
         listen: args.listen,
         tls,
         auth,
-        retention: args.retention,
+        retention: store::Retention { raw: args.retention, minute: args.retention_minute, hour: args.retention_hour },
         prune_interval: args.prune_interval,
         ready_file: args.ready_file,
         pushes_in_flight: args.max_pushes_in_flight,

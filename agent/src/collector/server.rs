@@ -23,7 +23,7 @@ use super::{
     decode_status::DecodeErrorsAsInvalid,
     ingest::IngestService,
     query_api::QueryService,
-    store::{Store, retention},
+    store::{Retention, Store, retention},
 };
 
 /// Largest request accepted (after gzip decompression; tonic stops
@@ -56,7 +56,7 @@ pub struct Settings {
     pub listen: SocketAddr,
     pub tls: Option<Tls>,
     pub auth: Auth,
-    pub retention: Duration,
+    pub retention: Retention,
     pub prune_interval: Duration,
     pub ready_file: Option<PathBuf>,
     /// Admission limits (`admission::Admit`).
@@ -95,7 +95,7 @@ pub async fn serve(
     health.set_serving::<IngestServer<IngestService>>().await;
     health.set_serving::<QueryServer<QueryService>>().await;
 
-    let ingest = IngestServer::new(IngestService::new(store.clone(), settings.retention))
+    let ingest = IngestServer::new(IngestService::new(store.clone(), settings.retention.raw))
         .accept_compressed(CompressionEncoding::Gzip)
         .max_decoding_message_size(MAX_MESSAGE);
     let query = QueryServer::new(QueryService::new(store.clone()))
@@ -123,7 +123,9 @@ pub async fn serve(
         tls = settings.tls.is_some(),
         mtls = settings.tls.as_ref().is_some_and(|t| t.client_ca.is_some()),
         tokens = settings.auth.token_count(),
-        retention_s = settings.retention.as_secs(),
+        retention_s = settings.retention.raw.as_secs(),
+        retention_minute_s = settings.retention.minute.as_secs(),
+        retention_hour_s = settings.retention.hour.as_secs(),
         "collector listening"
     );
     if settings.tls.is_none() && settings.auth.token_count() > 0 {

@@ -1,15 +1,16 @@
-//! Query tools against a collector: `sqlbee top`, `sqlbee instances`,
-//! `sqlbee locks` and `sqlbee hosts`. They reach the collector only
+//! Query tools against a collector: `sqlbee top`, `sqlbee series`,
+//! `sqlbee instances`, `sqlbee locks` and `sqlbee hosts`. They reach the collector only
 //! through the query API's client (`collector::query_api::client`) and the
 //! wire types; `render` prints. This module parses flags and makes one call.
 mod cells;
 pub mod render;
 pub mod render_cost;
+pub mod render_series;
 
 use std::{path::PathBuf, time::Duration};
 
 use clap::builder::PossibleValuesParser;
-use sqlbee_proto::v1::{HostsRequest, InstancesRequest, LocksRequest, TopRequest};
+use sqlbee_proto::v1::{HostsRequest, InstancesRequest, LocksRequest, SeriesRequest, TopRequest};
 use tonic::{Code, Status};
 
 use sqlbee_common::{clock::now_unix_ms, duration};
@@ -49,9 +50,14 @@ pub struct TopArgs {
     /// Only this server instance (host:port); default every instance.
     #[arg(long)]
     pub instance: Option<String>,
-    /// Windows that ended within this long ago (10s, 5m, 2h, 7d), or `all`.
+    /// Windows that ended within this long ago (10s, 5m, 2h, 7d), `all`,
+    /// or a time in milliseconds since the epoch.
     #[arg(long, default_value = "1h")]
     pub since: String,
+    /// Windows that ended before this long ago (10s, 5m, 2h, 7d), `now`,
+    /// or a time in milliseconds since the epoch.
+    #[arg(long, default_value = "now")]
+    pub until: String,
     /// Only statements that ran in this schema (current database).
     #[arg(long)]
     pub schema: Option<String>,
@@ -69,6 +75,45 @@ pub struct TopArgs {
     /// Digests to show (1..=10000).
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub limit: u32,
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SeriesOf {
+    /// One digest (needs --digest).
+    Digest,
+    /// Every client statement: the instances' rate and latency.
+    Statements,
+    /// The agents' own cost and the probes' cost to the servers.
+    Cost,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct SeriesArgs {
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+    /// The digest (16 hex digits, as `top` prints it); implies --of digest.
+    #[arg(long)]
+    pub digest: Option<String>,
+    /// What to follow; default `digest` with --digest, else `statements`.
+    #[arg(long, value_enum)]
+    pub of: Option<SeriesOf>,
+    /// Only this server instance; default every instance.
+    #[arg(long)]
+    pub instance: Option<String>,
+    /// Only statements that ran in this schema.
+    #[arg(long)]
+    pub schema: Option<String>,
+    /// Start: this long ago (10s, 5m, 2h, 7d) or milliseconds since the epoch.
+    #[arg(long, default_value = "1h")]
+    pub since: String,
+    /// End: this long ago, `now`, or milliseconds since the epoch.
+    #[arg(long, default_value = "now")]
+    pub until: String,
+    /// Length of one point (10s, 1m, 1h); default about 60 points.
+    #[arg(long)]
+    pub step: Option<String>,
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
 }
@@ -119,8 +164,12 @@ pub struct InstancesArgs {
 pub enum QueryError {
     #[error(transparent)]
     Client(#[from] ClientError),
-    #[error("--since: {0}")]
+    #[error("--since, --until or --step: {0}")]
     Since(#[from] duration::DurationError),
+    #[error("--digest: {0:?} is not a digest id (16 hex digits, as `sqlbee top` prints it)")]
+    Digest(String),
+    #[error("--of digest needs --digest")]
+    NoDigest,
     #[error("the collector answered {what} with {:?}: {}{}", .status.code(), .status.message(), hint(.status.code()))]
     Rpc { what: &'static str, status: Status },
     #[error("cannot start the async runtime: {source}")]
@@ -175,12 +224,29 @@ fn runtime() -> Result<tokio::runtime::Runtime, QueryError> {
     tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|source| QueryError::Runtime { source })
 }
 
+/// A point in time as the flags take it: a duration back from now, or
+/// milliseconds since the epoch (all digits, as the UI's links carry it).
+fn time_unix_ms(text: &str, now: i64) -> Result<i64, QueryError> {
+    if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
+        return Ok(text.parse::<i64>().unwrap_or(i64::MAX));
+    }
+    let back = duration::parse(text)?;
+    Ok(now.saturating_sub(back.as_millis().min(i64::MAX as u128) as i64).max(0))
+}
+
 fn since_unix_ms(since: &str) -> Result<i64, QueryError> {
     if since == "all" {
         return Ok(0);
     }
-    let back = duration::parse(since)?;
-    Ok(now_unix_ms().saturating_sub(back.as_millis() as i64).max(0))
+    time_unix_ms(since, now_unix_ms())
+}
+
+/// The wire's `until_unix_ms`: 0 for now (no end).
+fn until_unix_ms(until: &str) -> Result<i64, QueryError> {
+    if until == "now" {
+        return Ok(0);
+    }
+    time_unix_ms(until, now_unix_ms())
 }
 
 pub fn top(args: TopArgs) -> Result<(), QueryError> {
@@ -190,6 +256,7 @@ pub fn top(args: TopArgs) -> Result<(), QueryError> {
         nested: args.nested,
         program: args.program.clone().unwrap_or_default(),
         since_unix_ms: since_unix_ms(&args.since)?,
+        until_unix_ms: until_unix_ms(&args.until)?,
         order_by: args.order_by.clone(),
         limit: args.limit,
     };
@@ -205,6 +272,38 @@ pub fn top(args: TopArgs) -> Result<(), QueryError> {
         ),
         Format::Table => render::write_top_table(&mut out, &answer.digests)
             .and_then(|()| render_cost::write_costs(&mut out, &answer.costs)),
+    }
+    .map_err(|source| QueryError::Output { source })
+}
+
+pub fn series(args: SeriesArgs) -> Result<(), QueryError> {
+    let digest = args
+        .digest
+        .as_deref()
+        .map(|d| u64::from_str_radix(d.trim_start_matches("0x"), 16).map_err(|_| QueryError::Digest(d.to_string())))
+        .transpose()?;
+    let of = match (args.of, digest) {
+        (Some(SeriesOf::Digest) | None, Some(_)) => "digest",
+        (Some(SeriesOf::Digest), None) => return Err(QueryError::NoDigest),
+        (Some(SeriesOf::Statements) | None, _) => "statements",
+        (Some(SeriesOf::Cost), _) => "cost",
+    };
+    let step_ms = args.step.as_deref().map(duration::parse).transpose()?.map_or(0, |d| d.as_millis() as i64);
+    let request = SeriesRequest {
+        of: of.to_string(),
+        digest: digest.unwrap_or(0),
+        instance: args.instance.clone().unwrap_or_default(),
+        schema: args.schema.clone().unwrap_or_default(),
+        since_unix_ms: since_unix_ms(&args.since)?,
+        until_unix_ms: until_unix_ms(&args.until)?,
+        step_ms,
+    };
+    let answer = call(&args.connect, "Series", |mut client| async move { client.series(request).await })?;
+    let mut out = std::io::stdout().lock();
+    let cost = of == "cost";
+    match args.format {
+        Format::Json => render::write_json(&mut out, &render_series::series_json(&answer, cost)),
+        Format::Table => render_series::write_series_table(&mut out, &answer, cost),
     }
     .map_err(|source| QueryError::Output { source })
 }

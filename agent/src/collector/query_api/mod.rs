@@ -5,14 +5,15 @@ pub mod client;
 
 use std::sync::Arc;
 
+use sqlbee_common::clock::now_unix_ms;
 use sqlbee_proto::v1::{
-    HostsRequest, HostsResponse, InstancesRequest, InstancesResponse, LocksRequest, LocksResponse, TopRequest,
-    TopResponse, TotalsRequest, TotalsResponse, query_server::Query,
+    HostsRequest, HostsResponse, InstancesRequest, InstancesResponse, LocksRequest, LocksResponse, SeriesRequest,
+    SeriesResponse, TopRequest, TopResponse, TotalsRequest, TotalsResponse, query_server::Query,
 };
 use tonic::{Request, Response, Status};
 
 use crate::collector::{
-    store::{HostsQuery, LocksQuery, OrderBy, Store, TopQuery, TotalsQuery},
+    store::{HostsQuery, LocksQuery, OrderBy, SeriesOf, SeriesQuery, Store, TopQuery, TotalsQuery, rollup},
     store_task::blocking,
 };
 
@@ -20,6 +21,12 @@ pub const DEFAULT_LIMIT: usize = 20;
 pub const DEFAULT_LOCKS_LIMIT: usize = 100;
 pub const DEFAULT_HOSTS_LIMIT: usize = 100;
 pub const MAX_LIMIT: usize = 10_000;
+/// A series answers at most this many points: a plot needs no more, and
+/// a tiny step over a long range must not make the collector build
+/// millions of them.
+pub const MAX_POINTS: i64 = 2_000;
+/// The points a series gets when the request names no step.
+pub const DEFAULT_POINTS: i64 = 60;
 
 pub struct QueryService {
     store: Arc<dyn Store>,
@@ -41,6 +48,80 @@ fn since(ms: i64) -> Result<i64, Status> {
         return Err(Status::invalid_argument(format!("since_unix_ms: {ms} is negative; 0 means all")));
     }
     Ok(ms)
+}
+
+/// The end of a range: 0 means no end.
+fn until(ms: i64, since: i64) -> Result<i64, Status> {
+    match ms {
+        0 => Ok(i64::MAX),
+        ms if ms <= since => {
+            Err(Status::invalid_argument(format!("until_unix_ms: {ms} is not after since_unix_ms {since}")))
+        }
+        ms => Ok(ms),
+    }
+}
+
+/// The step a series is cut into: the one asked for, or about
+/// `DEFAULT_POINTS` over the range rounded up to a whole 10 s, minute or
+/// hour, so the rollups can answer.
+fn step(requested: i64, since: i64, until: i64) -> Result<i64, Status> {
+    let span = until.saturating_sub(since);
+    let step = match requested {
+        n if n < 0 => return Err(Status::invalid_argument(format!("step_ms: {n} is negative; 0 picks one"))),
+        0 => {
+            let raw = (span / DEFAULT_POINTS).max(1);
+            let unit = if raw > rollup::HOUR_MS {
+                rollup::HOUR_MS
+            } else if raw > rollup::MINUTE_MS {
+                rollup::MINUTE_MS
+            } else {
+                10_000
+            };
+            ((raw + unit - 1) / unit).saturating_mul(unit)
+        }
+        n => n,
+    };
+    if span / step > MAX_POINTS {
+        return Err(Status::invalid_argument(format!(
+            "step_ms: {step} ms over {span} ms is more than {MAX_POINTS} points; use a longer step or a shorter range"
+        )));
+    }
+    Ok(step)
+}
+
+pub fn series_query(request: SeriesRequest, now_unix_ms: i64) -> Result<SeriesQuery, Status> {
+    let of = match request.of.as_str() {
+        "digest" if request.digest == 0 => {
+            return Err(Status::invalid_argument("digest: of = digest needs a digest id"));
+        }
+        "digest" => SeriesOf::Digest(request.digest),
+        "" | "statements" => SeriesOf::Statements,
+        "cost" => SeriesOf::Cost,
+        other => {
+            return Err(Status::invalid_argument(format!(
+                "of: unknown series {other:?}; expected digest, statements or cost"
+            )));
+        }
+    };
+    let since_unix_ms = since(request.since_unix_ms)?;
+    if since_unix_ms == 0 {
+        return Err(Status::invalid_argument("since_unix_ms: a series needs a start"));
+    }
+    let until_unix_ms = match request.until_unix_ms {
+        0 => now_unix_ms.max(since_unix_ms + 1),
+        ms => until(ms, since_unix_ms)?,
+    };
+    let step_ms = step(request.step_ms, since_unix_ms, until_unix_ms)?;
+    Ok(SeriesQuery {
+        of,
+        instance: non_empty(request.instance),
+        schema: non_empty(request.schema),
+        // Steps start on multiples of the step, so a refreshed plot keeps
+        // its points and the rollups line up with them.
+        since_unix_ms: since_unix_ms.div_euclid(step_ms) * step_ms,
+        until_unix_ms,
+        step_ms,
+    })
 }
 
 fn limit(requested: u32, default: usize) -> Result<usize, Status> {
@@ -68,12 +149,14 @@ pub fn top_query(request: TopRequest) -> Result<TopQuery, Status> {
         ))
     })?;
     let limit = limit(request.limit, DEFAULT_LIMIT)?;
+    let since_unix_ms = since(request.since_unix_ms)?;
     Ok(TopQuery {
+        until_unix_ms: until(request.until_unix_ms, since_unix_ms)?,
         instance: non_empty(request.instance),
         schema: non_empty(request.schema),
         nested: request.nested,
         program: non_empty(request.program),
-        since_unix_ms: since(request.since_unix_ms)?,
+        since_unix_ms,
         order_by,
         limit,
     })
@@ -84,7 +167,11 @@ impl Query for QueryService {
     async fn top(&self, request: Request<TopRequest>) -> Result<Response<TopResponse>, Status> {
         let query = top_query(request.into_inner())?;
         let store = self.store.clone();
-        let costs_query = TotalsQuery { instance: query.instance.clone(), since_unix_ms: query.since_unix_ms };
+        let costs_query = TotalsQuery {
+            instance: query.instance.clone(),
+            since_unix_ms: query.since_unix_ms,
+            until_unix_ms: query.until_unix_ms,
+        };
         let digests = blocking({
             let store = store.clone();
             move || store.top(&query)
@@ -102,7 +189,12 @@ impl Query for QueryService {
 
     async fn totals(&self, request: Request<TotalsRequest>) -> Result<Response<TotalsResponse>, Status> {
         let request = request.into_inner();
-        let query = TotalsQuery { instance: non_empty(request.instance), since_unix_ms: since(request.since_unix_ms)? };
+        let since_unix_ms = since(request.since_unix_ms)?;
+        let query = TotalsQuery {
+            instance: non_empty(request.instance),
+            since_unix_ms,
+            until_unix_ms: until(request.until_unix_ms, since_unix_ms)?,
+        };
         let store = self.store.clone();
         Ok(Response::new(blocking(move || store.totals(&query)).await?))
     }
@@ -124,5 +216,13 @@ impl Query for QueryService {
         let store = self.store.clone();
         let windows = blocking(move || store.hosts(&query)).await?;
         Ok(Response::new(HostsResponse { windows }))
+    }
+
+    async fn series(&self, request: Request<SeriesRequest>) -> Result<Response<SeriesResponse>, Status> {
+        let query = series_query(request.into_inner(), now_unix_ms())?;
+        let step_ms = query.step_ms;
+        let store = self.store.clone();
+        let points = blocking(move || store.series(&query)).await?;
+        Ok(Response::new(SeriesResponse { points, step_ms }))
     }
 }

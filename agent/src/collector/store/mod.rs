@@ -6,9 +6,12 @@
 pub mod blob;
 pub mod merge;
 pub mod retention;
+pub mod rollup;
 pub mod sqlite;
 
-use sqlbee_proto::v1::{AgentWindowRow, Batch, CostSummary, InstanceInfo, LockWaitRow, TopDigest, TotalsResponse};
+use sqlbee_proto::v1::{
+    AgentWindowRow, Batch, CostSummary, InstanceInfo, LockWaitRow, SeriesPoint, TopDigest, TotalsResponse,
+};
 
 pub use sqlite::SqliteStore;
 
@@ -61,6 +64,8 @@ pub struct TopQuery {
     pub program: Option<String>,
     /// Windows ending at or after this (ms since epoch); 0: all.
     pub since_unix_ms: i64,
+    /// Windows ending before this; `i64::MAX`: no end.
+    pub until_unix_ms: i64,
     pub order_by: OrderBy,
     pub limit: usize,
 }
@@ -69,6 +74,67 @@ pub struct TopQuery {
 pub struct TotalsQuery {
     pub instance: Option<String>,
     pub since_unix_ms: i64,
+    /// Windows ending before this; `i64::MAX`: no end.
+    pub until_unix_ms: i64,
+}
+
+/// What a series follows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SeriesOf {
+    /// One digest's client statements (every schema unless filtered).
+    Digest(u64),
+    /// Every client statement: an instance's rate and latency.
+    Statements,
+    /// The agents' own cost and the probes' cost to the servers.
+    Cost,
+}
+
+/// A time series: one point per step from `since` (rounded down to a
+/// multiple of the step) to `until`, each point holding the windows that
+/// ended in its step. Empty steps are points with zero counts, so a plot
+/// shows a gap as zero rather than a line across it.
+#[derive(Clone, Debug)]
+pub struct SeriesQuery {
+    pub of: SeriesOf,
+    /// None: every instance (for `Cost`, the agents that served it).
+    pub instance: Option<String>,
+    pub schema: Option<String>,
+    pub since_unix_ms: i64,
+    pub until_unix_ms: i64,
+    pub step_ms: i64,
+}
+
+/// How long each level of detail is kept: raw windows, and the minute and
+/// hour rollups (see [`rollup`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Retention {
+    pub raw: std::time::Duration,
+    pub minute: std::time::Duration,
+    pub hour: std::time::Duration,
+}
+
+impl Retention {
+    /// Each level's cutoff (ms since epoch) at `now_unix_ms`.
+    pub fn cutoffs(&self, now_unix_ms: i64) -> PruneCutoffs {
+        let before = |d: std::time::Duration| now_unix_ms.saturating_sub(d.as_millis().min(i64::MAX as u128) as i64);
+        PruneCutoffs { raw: before(self.raw), minute: before(self.minute), hour: before(self.hour) }
+    }
+}
+
+/// Data older than these (ms since epoch) goes: raw windows and everything
+/// else by `raw`, each rollup level by its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PruneCutoffs {
+    pub raw: i64,
+    pub minute: i64,
+    pub hour: i64,
+}
+
+impl PruneCutoffs {
+    /// One cutoff for every level.
+    pub fn all(older_than_unix_ms: i64) -> PruneCutoffs {
+        PruneCutoffs { raw: older_than_unix_ms, minute: older_than_unix_ms, hour: older_than_unix_ms }
+    }
 }
 
 /// Lock waits, newest first.
@@ -137,6 +203,7 @@ pub struct PruneOutcome {
     pub error_samples: u64,
     pub lock_waits: u64,
     pub agent_windows: u64,
+    pub rollup_rows: u64,
 }
 
 /// A backend's own error, kept as the cause: the trait and its callers
@@ -191,10 +258,13 @@ pub trait Store: Send + Sync {
     fn totals(&self, query: &TotalsQuery) -> Result<TotalsResponse, StoreError>;
     /// Lock waits newest first (by start, then arrival), at most `limit`.
     fn locks(&self, query: &LocksQuery) -> Result<Vec<LockWaitRow>, StoreError>;
-    /// Deletes windows that ended before `older_than_unix_ms`, lock waits
-    /// that started before it, and the
-    /// exactly-once records of batches whose windows are all gone.
-    fn prune(&self, older_than_unix_ms: i64) -> Result<PruneOutcome, StoreError>;
+    /// One point per step, oldest first (see [`SeriesQuery`]).
+    fn series(&self, query: &SeriesQuery) -> Result<Vec<SeriesPoint>, StoreError>;
+    /// Deletes windows that ended before `cutoffs.raw`, lock waits that
+    /// started before it, the exactly-once records of batches whose
+    /// windows are all gone, and rollup rows older than their level's
+    /// cutoff.
+    fn prune(&self, cutoffs: &PruneCutoffs) -> Result<PruneOutcome, StoreError>;
 }
 
 /// Opens the store named by `--store`: `sqlite:PATH`, or

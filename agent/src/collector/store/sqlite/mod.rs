@@ -12,6 +12,7 @@
 mod costs;
 mod read;
 mod schema;
+mod series;
 mod write;
 #[cfg(test)]
 mod tests;
@@ -24,9 +25,14 @@ use std::{
 };
 
 use rusqlite::{Connection, TransactionBehavior};
-use sqlbee_proto::v1::{AgentWindowRow, Batch, CostSummary, InstanceInfo, LockWaitRow, TopDigest, TotalsResponse};
+use sqlbee_proto::v1::{
+    AgentWindowRow, Batch, CostSummary, InstanceInfo, LockWaitRow, SeriesPoint, TopDigest, TotalsResponse,
+};
 
-use super::{HostsQuery, IngestOutcome, LocksQuery, PruneOutcome, Store, StoreError, TopQuery, TotalsQuery};
+use super::{
+    HostsQuery, IngestOutcome, LocksQuery, PruneCutoffs, PruneOutcome, SeriesQuery, Store, StoreError, TopQuery,
+    TotalsQuery,
+};
 
 pub use schema::{Durability, SCHEMA_VERSION};
 
@@ -173,7 +179,13 @@ impl Store for SqliteStore {
         read::locks(&tx, query)
     }
 
-    fn prune(&self, older_than_unix_ms: i64) -> Result<PruneOutcome, StoreError> {
-        write::prune(&self.writer, older_than_unix_ms)
+    fn series(&self, query: &SeriesQuery) -> Result<Vec<SeriesPoint>, StoreError> {
+        let mut conn = lock(&self.reader);
+        let tx = conn.transaction().map_err(|e| error("series", e))?;
+        series::series(&tx, query)
+    }
+
+    fn prune(&self, cutoffs: &PruneCutoffs) -> Result<PruneOutcome, StoreError> {
+        write::prune(&self.writer, cutoffs)
     }
 }

@@ -98,7 +98,7 @@ fn costs_hosts_and_latest() {
     let (store, dir) = temp_store("costs");
     store.put(&costed(1, 1000, 0.5, "exact"), 1000).unwrap();
     store.put(&costed(2, 2000, 1.5, "no-samples"), 2000).unwrap();
-    let all = TotalsQuery { instance: None, since_unix_ms: 0 };
+    let all = TotalsQuery { instance: None, since_unix_ms: 0, until_unix_ms: i64::MAX };
     let costs = store.costs(&all).unwrap();
     assert_eq!(costs.len(), 1, "{costs:?}");
     let c = &costs[0];
@@ -108,10 +108,10 @@ fn costs_hosts_and_latest() {
     assert!((c.agent_cores_per_10k_qps - 0.02 / 4.0 * 1e4).abs() < 1e-6, "{c:?}");
     assert!((c.server_extra_cores_per_10k_qps - 0.004 / 8.0 * 1e4).abs() < 1e-6, "{c:?}");
     assert_eq!((c.agent_max_rss_bytes, c.latest_shedding.as_str(), c.host.as_str()), (2 << 20, "no-samples", "h"));
-    let other = TotalsQuery { instance: Some("elsewhere:1".into()), since_unix_ms: 0 };
+    let other = TotalsQuery { instance: Some("elsewhere:1".into()), since_unix_ms: 0, until_unix_ms: i64::MAX };
     assert!(store.costs(&other).unwrap().is_empty());
 
-    let top = store.top(&TopQuery { instance: None, schema: None, nested: false, program: None, since_unix_ms: 0, order_by: OrderBy::Total, limit: 5 }).unwrap();
+    let top = store.top(&TopQuery { instance: None, schema: None, nested: false, program: None, since_unix_ms: 0, until_unix_ms: i64::MAX, order_by: OrderBy::Total, limit: 5 }).unwrap();
     assert_eq!((top[0].count, top[0].estimated_count), (4, 8));
 
     let instances = store.instances().unwrap();
@@ -125,7 +125,7 @@ fn costs_hosts_and_latest() {
     assert_eq!(hosts[0].window.as_ref().and_then(|w| w.host.as_ref()).map(|h| h.load1), Some(2.0));
     assert!(store.hosts(&HostsQuery { host: Some("other".into()), since_unix_ms: 0, limit: 10 }).unwrap().is_empty());
 
-    let pruned = store.prune(1500).unwrap();
+    let pruned = store.prune(&PruneCutoffs::all(1500)).unwrap();
     assert_eq!((pruned.agent_windows, pruned.instance_windows), (1, 1));
     assert_eq!(store.costs(&all).unwrap()[0].windows, 1);
     let _ = std::fs::remove_dir_all(dir);
@@ -137,7 +137,7 @@ fn once_merged_and_pruned() {
     assert!(!store.put(&batch(2, 1000, &[(10, 2), (40, 1)]), 1000).unwrap().duplicate);
     assert!(store.put(&batch(2, 1000, &[(10, 2), (40, 1)]), 1001).unwrap().duplicate);
     assert!(!store.put(&batch(3, 2000, &[(40, 1), (60, 1)]), 2000).unwrap().duplicate);
-    let query = TopQuery { instance: None, schema: None, nested: false, program: None, since_unix_ms: 0, order_by: OrderBy::P99, limit: 20 };
+    let query = TopQuery { instance: None, schema: None, nested: false, program: None, since_unix_ms: 0, until_unix_ms: i64::MAX, order_by: OrderBy::P99, limit: 20 };
     let top = store.top(&query).unwrap();
     assert_eq!(top.len(), 1);
     let d = &top[0];
@@ -145,14 +145,14 @@ fn once_merged_and_pruned() {
     assert_eq!((d.digest, d.count, d.sum_ns, d.max_ns), (u64::MAX - 1, 5, u64::MAX, u64::MAX / 4));
     assert_eq!(d.p50_ns, sqlbee_common::histogram::bucket_high(40));
     assert_eq!(d.p99_ns, sqlbee_common::histogram::bucket_high(60));
-    let totals = store.totals(&TotalsQuery { instance: Some("h:1".into()), since_unix_ms: 1500 }).unwrap();
+    let totals = store.totals(&TotalsQuery { instance: Some("h:1".into()), since_unix_ms: 1500, until_unix_ms: i64::MAX }).unwrap();
     // The gap has no window times: it counts at the time it was received.
     assert_eq!((totals.statements, totals.digest_count, totals.lost_statements), (2, 1, 0));
-    let totals = store.totals(&TotalsQuery { instance: None, since_unix_ms: 0 }).unwrap();
+    let totals = store.totals(&TotalsQuery { instance: None, since_unix_ms: 0, until_unix_ms: i64::MAX }).unwrap();
     assert_eq!((totals.statements, totals.commands[0].count, totals.lost_statements), (5, 5, 5));
     let instances = store.instances().unwrap();
     assert_eq!((instances[0].pid, instances[0].batches, instances[0].gaps), (3, 2, 1));
-    let pruned = store.prune(1500).unwrap();
+    let pruned = store.prune(&PruneCutoffs::all(1500)).unwrap();
     assert_eq!((pruned.digest_windows, pruned.instance_windows, pruned.batches), (1, 1, 1));
     assert_eq!(store.top(&query).unwrap()[0].count, 2);
     std::fs::remove_dir_all(dir).ok();
@@ -205,7 +205,7 @@ fn waits_and_error_codes_merge() {
     store.put(&first, 2001).unwrap();
     // Without waits (an old agent).
     store.put(&waiting(3, "h:1", 3000, vec![], vec![]), 3000).unwrap();
-    let query = TopQuery { instance: None, schema: None, nested: false, program: None, since_unix_ms: 0, order_by: OrderBy::Total, limit: 20 };
+    let query = TopQuery { instance: None, schema: None, nested: false, program: None, since_unix_ms: 0, until_unix_ms: i64::MAX, order_by: OrderBy::Total, limit: 20 };
     let d = store.top(&query).unwrap().into_iter().find(|d| d.digest == 7).unwrap();
     assert_eq!(d.count, 15);
     assert_eq!(
@@ -232,7 +232,7 @@ fn waits_and_error_codes_merge() {
     assert_eq!(by_wait[0].waits[0], wait("commit", 10_000, 10_000, 1));
 
     // Samples go with their windows.
-    let pruned = store.prune(1500).unwrap();
+    let pruned = store.prune(&PruneCutoffs::all(1500)).unwrap();
     assert_eq!(pruned.error_samples, 1);
     let d = store.top(&query).unwrap().into_iter().find(|d| d.digest == 7).unwrap();
     assert_eq!(d.error_codes, vec![error(1213, 1, "Deadlock found when trying to get lock")]);
@@ -281,7 +281,7 @@ fn lock_waits_newest_first_filtered_and_pruned() {
     assert_eq!(one.len(), 2);
     assert_eq!(store.locks(&LocksQuery { since_unix_ms: 1200, ..all.clone() }).unwrap().len(), 2);
     assert_eq!(store.locks(&LocksQuery { limit: 1, ..all.clone() }).unwrap().len(), 1);
-    assert_eq!(store.prune(1300).unwrap().lock_waits, 2);
+    assert_eq!(store.prune(&PruneCutoffs::all(1300)).unwrap().lock_waits, 2);
     assert_eq!(store.locks(&all).unwrap().len(), 1);
     std::fs::remove_dir_all(dir).ok();
 }
@@ -316,7 +316,7 @@ fn version_2_files_get_lock_waits() {
     let store = SqliteStore::open(&path).unwrap();
     let version: i64 = lock(&store.writer).query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
     assert_eq!(version, SCHEMA_VERSION);
-    let query = TopQuery { instance: None, schema: None, nested: false, program: None, since_unix_ms: 0, order_by: OrderBy::Total, limit: 20 };
+    let query = TopQuery { instance: None, schema: None, nested: false, program: None, since_unix_ms: 0, until_unix_ms: i64::MAX, order_by: OrderBy::Total, limit: 20 };
     assert_eq!(store.top(&query).unwrap()[0].count, 5);
     let all = LocksQuery { instance: None, since_unix_ms: 0, limit: 100 };
     assert!(store.locks(&all).unwrap().is_empty());
@@ -342,12 +342,12 @@ fn schema_v3() -> String {
 fn version_3_files_get_costs() {
     let (dir, path) = old_store("v3", &schema_v3(), &format!("{ONE_V2_ROW} PRAGMA user_version = 3;"));
     let store = SqliteStore::open(&path).unwrap();
-    let query = TopQuery { instance: None, schema: None, nested: false, program: None, since_unix_ms: 0, order_by: OrderBy::Total, limit: 20 };
+    let query = TopQuery { instance: None, schema: None, nested: false, program: None, since_unix_ms: 0, until_unix_ms: i64::MAX, order_by: OrderBy::Total, limit: 20 };
     let d = store.top(&query).unwrap().remove(0);
     // An old row is exact: no estimate.
     assert_eq!((d.count, d.estimated_count), (5, 0));
     store.put(&costed(1, 2000, 0.25, "exact"), 2000).unwrap();
-    assert_eq!(store.costs(&TotalsQuery { instance: None, since_unix_ms: 0 }).unwrap()[0].windows, 1);
+    assert_eq!(store.costs(&TotalsQuery { instance: None, since_unix_ms: 0, until_unix_ms: i64::MAX }).unwrap()[0].windows, 1);
     std::fs::remove_dir_all(dir).ok();
 }
 
@@ -379,7 +379,7 @@ fn version_1_files_are_upgraded_in_place() {
     let store = SqliteStore::open(&path).unwrap();
     let version: i64 = lock(&store.writer).query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
     assert_eq!(version, SCHEMA_VERSION);
-    let query = TopQuery { instance: None, schema: None, nested: false, program: None, since_unix_ms: 0, order_by: OrderBy::Wait, limit: 20 };
+    let query = TopQuery { instance: None, schema: None, nested: false, program: None, since_unix_ms: 0, until_unix_ms: i64::MAX, order_by: OrderBy::Wait, limit: 20 };
     let d = store.top(&query).unwrap().remove(0);
     assert_eq!((d.digest, d.count, d.digest_text.as_str(), d.sample.as_str()), (7, 5, "SELECT ?", "SELECT 1"));
     assert!(d.waits.is_empty());

@@ -7,7 +7,7 @@ use rusqlite::{Connection, TransactionBehavior, params};
 use sqlbee_proto::v1::{Batch, Blocker};
 
 use super::{error, i, lock};
-use crate::collector::store::{IngestOutcome, PruneOutcome, StoreError, blob};
+use crate::collector::store::{IngestOutcome, PruneCutoffs, PruneOutcome, StoreError, blob};
 
 /// Rows deleted per prune transaction, so ingest never waits long.
 const PRUNE_CHUNK: i64 = 5000;
@@ -309,7 +309,8 @@ fn blockers_json(blockers: &[Blocker]) -> String {
     .to_string()
 }
 
-pub(super) fn prune(writer: &Mutex<Connection>, older_than_unix_ms: i64) -> Result<PruneOutcome, StoreError> {
+pub(super) fn prune(writer: &Mutex<Connection>, cutoffs: &PruneCutoffs) -> Result<PruneOutcome, StoreError> {
+    let older_than_unix_ms = cutoffs.raw;
     let err = |e| error("prune", e);
     let mut outcome = PruneOutcome::default();
     // Chunks in separate transactions: the writer lock is released in
