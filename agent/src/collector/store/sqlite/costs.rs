@@ -43,10 +43,10 @@ pub fn summaries(tx: &Transaction<'_>, query: &TotalsQuery) -> Result<Vec<CostSu
             .prepare_cached(
                 "SELECT w.agent_id, w.instance, w.statements, coalesce(c.probes, x'')
                  FROM instance_windows w LEFT JOIN instance_costs c ON c.window_id = w.id
-                 WHERE w.window_end >= ?1",
+                 WHERE w.window_end >= ?1 AND w.window_end < ?2",
             )
             .map_err(&err)?;
-        let mut rows = stmt.query([query.since_unix_ms]).map_err(&err)?;
+        let mut rows = stmt.query([query.since_unix_ms, query.until_unix_ms]).map_err(&err)?;
         while let Some(row) = rows.next().map_err(&err)? {
             let agent = agents.entry(row.get(0).map_err(&err)?).or_default();
             let statements = row.get::<_, i64>(2).map_err(&err)? as u64;
@@ -70,10 +70,10 @@ pub fn summaries(tx: &Transaction<'_>, query: &TotalsQuery) -> Result<Vec<CostSu
         .prepare_cached(
             "SELECT a.agent_id, coalesce(g.host, ''), a.window_start, a.window_end, a.cost
              FROM agent_windows a LEFT JOIN agents g ON g.agent_id = a.agent_id
-             WHERE a.window_end >= ?1 ORDER BY a.window_end",
+             WHERE a.window_end >= ?1 AND a.window_end < ?2 ORDER BY a.window_end",
         )
         .map_err(&err)?;
-    let mut rows = stmt.query([query.since_unix_ms]).map_err(&err)?;
+    let mut rows = stmt.query([query.since_unix_ms, query.until_unix_ms]).map_err(&err)?;
     while let Some(row) = rows.next().map_err(&err)? {
         let id: String = row.get(0).map_err(&err)?;
         // With an instance filter, only agents that watch it.

@@ -10,7 +10,9 @@
 //! value above 2^63 stays exact and a sum can never overflow inside SQLite.
 //! No rusqlite type leaves this folder: errors become `StoreError` here.
 mod costs;
+mod digest_rows;
 mod read;
+mod rollups;
 mod schema;
 mod series;
 mod write;
@@ -132,6 +134,9 @@ impl Store for SqliteStore {
                 epoch: batch.epoch,
                 sequence: batch.sequence,
             });
+        }
+        if !outcome.duplicate {
+            write::rollups(&tx, batch)?;
         }
         tx.commit().map_err(err)?;
         Ok(outcome)

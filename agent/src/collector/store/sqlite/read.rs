@@ -9,9 +9,9 @@ use sqlbee_proto::v1::{
     Blocker, CommandCount, DigestStats, InstanceInfo, LockWait, LockWaitRow, QueryStats, TopDigest, TotalsResponse,
 };
 
-use super::{error, i, instance_filter, u};
+use super::{digest_rows, error, i, instance_filter, u};
 use crate::collector::store::{
-    LocksQuery, OrderBy, StoreError, TopQuery, TotalsQuery, blob,
+    LocksQuery, OrderBy, StoreError, TopQuery, TotalsQuery, blob, rollup,
     merge::{self, DigestTotals, MergedAccounts, MergedErrors, MergedWaits},
 };
 
@@ -66,7 +66,7 @@ struct Filters {
 }
 
 fn filters(query: &TopQuery, first: usize) -> Filters {
-    let mut sql = String::new();
+    let mut sql = String::from("1");
     let mut values = Vec::new();
     for (column, value) in [("instance", &query.instance), ("schema", &query.schema), ("program", &query.program)] {
         if let Some(value) = value {
@@ -83,6 +83,7 @@ fn filters(query: &TopQuery, first: usize) -> Filters {
 
 pub(super) fn top(tx: &rusqlite::Transaction<'_>, query: &TopQuery) -> Result<Vec<TopDigest>, StoreError> {
     let err = |e| error("top", e);
+    let spans = rollup::plan(query.since_unix_ms, query.until_unix_ms, None);
     // Step 1: scalar sums per (schema, digest), without reading any blob.
     let mut names: Vec<String> = Vec::new();
     let mut name_ids: HashMap<String, u32> = HashMap::new();
@@ -97,7 +98,7 @@ pub(super) fn top(tx: &rusqlite::Transaction<'_>, query: &TopQuery) -> Result<Ve
         let columns = format!(
             "instance, count, errors, sum_ns, min_ns, max_ns, estimated_count, coalesce({figure_column}, 0), {KEY_COLUMNS}"
         );
-        let mut stmt = scan(tx, query, &columns, "").map_err(err)?;
+        let mut stmt = scan(tx, query, &spans, &columns, "").map_err(err)?;
         let mut rows = stmt.raw_query();
         while let Some(row) = rows.next().map_err(err)? {
             let name = row.get_ref(0).map_err(err)?.as_str().map_err(|e| err(e.into()))?;
@@ -126,30 +127,27 @@ pub(super) fn top(tx: &rusqlite::Transaction<'_>, query: &TopQuery) -> Result<Ve
             );
         }
     }
-    // The instance filter after the row key (?1 digest, ?2 since, ?3-?8
-    // the rest of the key).
-    let by_row = filters(&TopQuery { schema: None, program: None, nested: true, ..query.clone() }, 9);
-    let key_match = "digest = ?1 AND window_end >= ?2 AND schema = ?3 AND nested = ?4 AND program = ?5
-         AND program_kind = ?6 AND parent_digest = ?7 AND source = ?8";
-    let by_row_sql = format!(
-        "SELECT histogram, error_codes, waits, figures, accounts FROM digest_windows WHERE {key_match}{}",
+    // The instance filter after the row key (?1 digest, ?2-?7 the rest of
+    // the key).
+    let by_row = filters(&TopQuery { schema: None, program: None, nested: true, ..query.clone() }, 8);
+    let key_match = format!(
+        "digest = ?1 AND schema = ?2 AND nested = ?3 AND program = ?4 AND program_kind = ?5 AND parent_digest = ?6
+         AND source = ?7 AND {}",
         by_row.sql
     );
-    let sample_sql = format!(
-        "SELECT sample FROM digest_windows WHERE {key_match}{} AND sample <> '' ORDER BY window_end DESC LIMIT 1",
-        by_row.sql
-    );
+    let rows = digest_rows::union(&spans, &key_match);
+    let by_row_sql = format!("SELECT histogram, error_codes, waits, figures, accounts FROM {rows}");
+    let sample_sql = format!("SELECT sample FROM {rows} WHERE sample <> '' ORDER BY sample_end DESC LIMIT 1");
     let bind = |stmt: &mut rusqlite::Statement<'_>, key: &RowKey| -> rusqlite::Result<()> {
         stmt.raw_bind_parameter(1, i(key.digest))?;
-        stmt.raw_bind_parameter(2, query.since_unix_ms)?;
-        stmt.raw_bind_parameter(3, &key.schema)?;
-        stmt.raw_bind_parameter(4, key.nested)?;
-        stmt.raw_bind_parameter(5, &key.program)?;
-        stmt.raw_bind_parameter(6, &key.program_kind)?;
-        stmt.raw_bind_parameter(7, i(key.parent_digest))?;
-        stmt.raw_bind_parameter(8, &key.source)?;
+        stmt.raw_bind_parameter(2, &key.schema)?;
+        stmt.raw_bind_parameter(3, key.nested)?;
+        stmt.raw_bind_parameter(4, &key.program)?;
+        stmt.raw_bind_parameter(5, &key.program_kind)?;
+        stmt.raw_bind_parameter(6, i(key.parent_digest))?;
+        stmt.raw_bind_parameter(7, &key.source)?;
         for (n, value) in by_row.values.iter().enumerate() {
-            stmt.raw_bind_parameter(9 + n, value)?;
+            stmt.raw_bind_parameter(8 + n, value)?;
         }
         Ok(())
     };
@@ -159,7 +157,7 @@ pub(super) fn top(tx: &rusqlite::Transaction<'_>, query: &TopQuery) -> Result<Ve
     let mut histograms: HashMap<RowKey, Histogram> = HashMap::new();
     match query.order_by {
         OrderBy::P99 => {
-            let mut stmt = scan(tx, query, &format!("histogram, {KEY_COLUMNS}"), "").map_err(err)?;
+            let mut stmt = scan(tx, query, &spans, &format!("histogram, {KEY_COLUMNS}"), "").map_err(err)?;
             let mut rows = stmt.raw_query();
             while let Some(row) = rows.next().map_err(err)? {
                 let key = row_key(row, 1).map_err(err)?;
@@ -171,7 +169,7 @@ pub(super) fn top(tx: &rusqlite::Transaction<'_>, query: &TopQuery) -> Result<Ve
             }
         }
         OrderBy::Wait => {
-            let mut stmt = scan(tx, query, &format!("waits, {KEY_COLUMNS}"), " AND waits <> x''").map_err(err)?;
+            let mut stmt = scan(tx, query, &spans, &format!("waits, {KEY_COLUMNS}"), " AND waits <> x''").map_err(err)?;
             let mut rows = stmt.raw_query();
             while let Some(row) = rows.next().map_err(err)? {
                 let key = row_key(row, 1).map_err(err)?;
@@ -277,19 +275,20 @@ pub(super) fn top(tx: &rusqlite::Transaction<'_>, query: &TopQuery) -> Result<Ve
     Ok(out)
 }
 
-/// Every digest row in range of `query`, for the steps that read all digests.
+/// Every digest row in range of `query` (raw or rolled up, per `spans`),
+/// for the steps that read all digests.
 fn scan<'t>(
     tx: &'t rusqlite::Transaction<'_>,
     query: &TopQuery,
+    spans: &[rollup::Span],
     columns: &str,
     extra: &str,
 ) -> rusqlite::Result<rusqlite::Statement<'t>> {
-    let filters = filters(query, 2);
-    let mut stmt =
-        tx.prepare(&format!("SELECT {columns} FROM digest_windows WHERE window_end >= ?1{}{extra}", filters.sql))?;
-    stmt.raw_bind_parameter(1, query.since_unix_ms)?;
+    let filters = filters(query, 1);
+    let rows = digest_rows::union(spans, &format!("{}{extra}", filters.sql));
+    let mut stmt = tx.prepare(&format!("SELECT {columns} FROM {rows}"))?;
     for (n, value) in filters.values.iter().enumerate() {
-        stmt.raw_bind_parameter(2 + n, value)?;
+        stmt.raw_bind_parameter(1 + n, value)?;
     }
     Ok(stmt)
 }
@@ -445,7 +444,9 @@ pub(super) fn totals(tx: &rusqlite::Transaction<'_>, query: &TotalsQuery) -> rus
         Ok(())
     };
     let mut stmt = tx.prepare(&format!(
-        "SELECT statements, dropped_events, unmatched FROM instance_windows WHERE window_end >= ?1{}",
+        "SELECT statements, dropped_events, unmatched FROM instance_windows WHERE window_end >= ?1
+         AND window_end < {}{}",
+        query.until_unix_ms,
         instance_filter(&query.instance, "instance")
     ))?;
     bind(&mut stmt)?;
@@ -458,7 +459,8 @@ pub(super) fn totals(tx: &rusqlite::Transaction<'_>, query: &TotalsQuery) -> rus
     let mut commands: BTreeMap<String, u64> = BTreeMap::new();
     let mut stmt = tx.prepare(&format!(
         "SELECT c.command, c.count FROM window_commands c JOIN instance_windows w ON w.id = c.window_id
-         WHERE w.window_end >= ?1{}",
+         WHERE w.window_end >= ?1 AND w.window_end < {}{}",
+        query.until_unix_ms,
         instance_filter(&query.instance, "w.instance")
     ))?;
     bind(&mut stmt)?;
@@ -468,11 +470,12 @@ pub(super) fn totals(tx: &rusqlite::Transaction<'_>, query: &TotalsQuery) -> rus
         *slot = slot.saturating_add(u(row.get(1)?));
     }
     out.commands = commands.into_iter().map(|(command, count)| CommandCount { command, count }).collect();
-    let mut stmt = tx.prepare(&format!(
-        "SELECT count(DISTINCT digest) FROM digest_windows WHERE window_end >= ?1{}",
-        instance_filter(&query.instance, "instance")
-    ))?;
-    bind(&mut stmt)?;
+    let spans = rollup::plan(query.since_unix_ms, query.until_unix_ms, None);
+    let rows = digest_rows::union(&spans, if query.instance.is_some() { "instance = ?1" } else { "1" });
+    let mut stmt = tx.prepare(&format!("SELECT count(DISTINCT digest) FROM {rows}"))?;
+    if let Some(instance) = &query.instance {
+        stmt.raw_bind_parameter(1, instance)?;
+    }
     if let Some(row) = stmt.raw_query().next()? {
         out.digest_count = u(row.get(0)?);
     }
@@ -481,7 +484,9 @@ pub(super) fn totals(tx: &rusqlite::Transaction<'_>, query: &TotalsQuery) -> rus
     // is placed at the time it was reported.
     let mut stmt = tx.prepare(&format!(
         "SELECT lost_statements FROM gaps WHERE
-             (CASE WHEN last_window_end_unix_ms > 0 THEN last_window_end_unix_ms ELSE received_unix_ms END) >= ?1{}",
+             (CASE WHEN last_window_end_unix_ms > 0 THEN last_window_end_unix_ms ELSE received_unix_ms END) >= ?1
+             AND (CASE WHEN last_window_end_unix_ms > 0 THEN last_window_end_unix_ms ELSE received_unix_ms END) < {}{}",
+        query.until_unix_ms,
         if query.instance.is_some() {
             " AND agent_id IN (SELECT agent_id FROM agent_instances WHERE instance = ?2)"
         } else {

@@ -27,7 +27,9 @@ use rusqlite::{Connection, TransactionBehavior};
 ///   `parent_digest` and `source` (ALTER TABLE; older rows read as client
 ///   statements at top level), and `instance_windows.nested_statements`
 ///   and `replica_statements`.
-pub const SCHEMA_VERSION: i64 = 9;
+/// - 10: `digest_rollups` (a new table, filled by windows stored from then
+///   on; older windows stay readable raw until the retention removes them).
+pub const SCHEMA_VERSION: i64 = 10;
 
 pub(super) const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS agents (
@@ -143,6 +145,46 @@ CREATE TABLE IF NOT EXISTS digest_windows (
 CREATE INDEX IF NOT EXISTS digest_windows_end ON digest_windows (window_end);
 CREATE INDEX IF NOT EXISTS digest_windows_instance ON digest_windows (instance, window_end);
 CREATE INDEX IF NOT EXISTS digest_windows_digest ON digest_windows (digest, window_end);
+
+-- The digest rows of every window added up per bucket of one minute
+-- (level 60000) and one hour (level 3600000) as they arrive: a bucket
+-- holds the windows whose end falls in [bucket, bucket + level), the
+-- rule raw reads filter by, so a range cut along bucket edges reads the
+-- same statements either way. Columns mean what they mean in
+-- digest_windows; estimated_count is the scaled count of all its windows
+-- when any was sampled (0: every window exact), accounts keeps every
+-- account (no top-N cut, so merges stay exact), and sample is the newest
+-- window's (sample_end: that window's end).
+CREATE TABLE IF NOT EXISTS digest_rollups (
+    level           INTEGER NOT NULL,
+    bucket          INTEGER NOT NULL,
+    instance        TEXT NOT NULL,
+    schema          TEXT NOT NULL,
+    digest          INTEGER NOT NULL,
+    nested          INTEGER NOT NULL,
+    program         TEXT NOT NULL,
+    program_kind    TEXT NOT NULL,
+    parent_digest   INTEGER NOT NULL,
+    source          TEXT NOT NULL,
+    count           INTEGER NOT NULL,
+    errors          INTEGER NOT NULL,
+    sum_ns          INTEGER NOT NULL,
+    min_ns          INTEGER NOT NULL,
+    max_ns          INTEGER NOT NULL,
+    estimated_count INTEGER NOT NULL,
+    rows_examined   INTEGER,
+    cpu_ns          INTEGER,
+    tmp_disk_tables INTEGER,
+    histogram       BLOB NOT NULL,
+    error_codes     BLOB NOT NULL,
+    waits           BLOB NOT NULL,
+    figures         BLOB NOT NULL,
+    accounts        BLOB NOT NULL,
+    sample          TEXT NOT NULL,
+    sample_end      INTEGER NOT NULL,
+    PRIMARY KEY (level, bucket, instance, schema, digest, nested, program, program_kind, parent_digest, source)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS digest_rollups_digest ON digest_rollups (digest, level, bucket);
 
 -- Texts once per digest: the id is a hash of the text, the same everywhere.
 CREATE TABLE IF NOT EXISTS digest_texts (
@@ -298,6 +340,14 @@ pub(super) fn migrate(conn: &mut Connection) -> rusqlite::Result<Result<i64, i64
              ALTER TABLE agent_instances ADD COLUMN untraced_since_unix_ms INTEGER NOT NULL DEFAULT 0;
              ALTER TABLE agent_instances ADD COLUMN untraced_seen_unix_ms INTEGER NOT NULL DEFAULT 0;",
         )?;
+    }
+    // Version 9 -> 10: the rollups start with every window already stored.
+    if found > 0 && found < 10 {
+        let rows = super::rollups::backfill(&tx).map_err(|e| match e {
+            super::rollups::RollupError::Sqlite(e) => e,
+            corrupt => rusqlite::Error::ToSqlConversionFailure(Box::new(corrupt)),
+        })?;
+        tracing::info!(rows, "rolled up the digest rows stored before rollups existed");
     }
     if found != SCHEMA_VERSION {
         tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;

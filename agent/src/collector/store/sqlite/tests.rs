@@ -153,8 +153,17 @@ fn once_merged_and_pruned() {
     let instances = store.instances().unwrap();
     assert_eq!((instances[0].pid, instances[0].batches, instances[0].gaps), (3, 2, 1));
     let pruned = store.prune(&PruneCutoffs::all(1500)).unwrap();
-    assert_eq!((pruned.digest_windows, pruned.instance_windows, pruned.batches), (1, 1, 1));
-    assert_eq!(store.top(&query).unwrap()[0].count, 2);
+    assert_eq!((pruned.digest_windows, pruned.instance_windows, pruned.batches, pruned.rollup_rows), (1, 1, 1, 0));
+    // Raw windows are gone before 1500; the minute and hour buckets they
+    // were rolled into reach past the cutoff and stay whole.
+    let raw = TopQuery { since_unix_ms: 0, until_unix_ms: 30_000, ..query.clone() };
+    assert_eq!(store.top(&raw).unwrap()[0].count, 2);
+    assert_eq!(store.top(&query).unwrap()[0].count, 5);
+    let pruned = store.prune(&PruneCutoffs { raw: 1500, minute: 60_000, hour: 1500 }).unwrap();
+    assert_eq!(pruned.rollup_rows, 1, "the minute bucket [0, 60 s) is past its retention");
+    let pruned = store.prune(&PruneCutoffs::all(rollup::HOUR_MS)).unwrap();
+    assert_eq!((pruned.digest_windows, pruned.rollup_rows), (1, 1));
+    assert!(store.top(&query).unwrap().is_empty());
     std::fs::remove_dir_all(dir).ok();
 }
 
@@ -231,10 +240,11 @@ fn waits_and_error_codes_merge() {
     assert_eq!(by_wait.iter().map(|d| d.digest).collect::<Vec<_>>(), vec![7, 8]);
     assert_eq!(by_wait[0].waits[0], wait("commit", 10_000, 10_000, 1));
 
-    // Samples go with their windows.
+    // Samples go with their windows (read raw: the rollups keep the codes).
     let pruned = store.prune(&PruneCutoffs::all(1500)).unwrap();
     assert_eq!(pruned.error_samples, 1);
-    let d = store.top(&query).unwrap().into_iter().find(|d| d.digest == 7).unwrap();
+    let raw = TopQuery { until_unix_ms: 30_000, ..query.clone() };
+    let d = store.top(&raw).unwrap().into_iter().find(|d| d.digest == 7).unwrap();
     assert_eq!(d.error_codes, vec![error(1213, 1, "Deadlock found when trying to get lock")]);
     std::fs::remove_dir_all(dir).ok();
 }
@@ -398,5 +408,146 @@ fn version_1_files_are_upgraded_in_place() {
         SqliteStore::open(&path),
         Err(StoreError::Version { found, known: SCHEMA_VERSION, .. }) if found == SCHEMA_VERSION + 1
     ));
+    std::fs::remove_dir_all(dir).ok();
+}
+
+/// Windows of 10 s over three hours and a bit, two instances, two digests,
+/// histograms and errors that differ window by window.
+fn spread_batches() -> Vec<Batch> {
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let start = 5 * rollup::HOUR_MS - 7 * rollup::MINUTE_MS - 3_000;
+    let mut out = Vec::new();
+    for n in 0..(3 * 360 + 100) {
+        let end = start + n * 10_000;
+        let mut b = batch(n as u64 + 1, end, &[]);
+        b.gaps.clear();
+        b.windows[0].instance.as_mut().unwrap().name = if n % 3 == 0 { "h:2".into() } else { "h:1".into() };
+        let mut digests = Vec::new();
+        for digest in [7u64, 8] {
+            let buckets: Vec<(u32, u64)> = (0..3).map(|k| (30 + (next() % 40) as u32 + k * 41, 1 + next() % 9)).collect();
+            let mut buckets = buckets;
+            buckets.sort();
+            buckets.dedup_by_key(|b| b.0);
+            let count: u64 = buckets.iter().map(|b| b.1).sum();
+            let min = sqlbee_common::histogram::bucket_high(buckets[0].0 as usize) - 1;
+            let max = sqlbee_common::histogram::bucket_high(buckets.last().unwrap().0 as usize);
+            digests.push(DigestStats {
+                digest,
+                digest_text: format!("SELECT {digest}"),
+                count,
+                errors: next() % 2,
+                sum_ns: count * (min / 2 + max / 2),
+                min_ns: min,
+                max_ns: max,
+                histogram: Some(Histogram {
+                    scheme: 1,
+                    buckets: buckets.iter().map(|&(index, count)| Bucket { index, count }).collect(),
+                }),
+                ..Default::default()
+            });
+        }
+        b.windows[0].statements = digests.iter().map(|d| d.count).sum();
+        b.windows[0].digests = digests;
+        out.push(b);
+    }
+    out
+}
+
+/// What the raw windows say about `digest` over [since, until): totals and
+/// the merged histogram's percentiles, computed here from what was sent.
+fn expected(batches: &[Batch], digest: u64, instance: Option<&str>, since: i64, until: i64) -> (u64, u64, u64, u64, u64, [u64; 3]) {
+    let mut totals = merge::DigestTotals::default();
+    let mut histogram = sqlbee_common::histogram::Histogram::default();
+    for w in batches.iter().flat_map(|b| &b.windows) {
+        if w.window_end_unix_ms < since || w.window_end_unix_ms >= until {
+            continue;
+        }
+        if instance.is_some_and(|i| w.instance.as_ref().unwrap().name != i) {
+            continue;
+        }
+        for d in w.digests.iter().filter(|d| d.digest == digest) {
+            totals.add(d.count, d.errors, d.sum_ns, d.min_ns, d.max_ns);
+            for b in &d.histogram.as_ref().unwrap().buckets {
+                histogram.add_bucket(b.index as usize, b.count);
+            }
+        }
+    }
+    let p = |q| merge::percentile(&histogram, q, &totals);
+    (totals.count, totals.errors, totals.sum_ns, totals.min_ns, totals.max_ns, [p(0.5), p(0.95), p(0.99)])
+}
+
+#[test]
+fn rollups_answer_what_the_raw_windows_hold() {
+    let (store, dir) = temp_store("rollups");
+    let batches = spread_batches();
+    for b in &batches {
+        store.put(b, b.created_unix_ms).unwrap();
+    }
+    let first = batches[0].created_unix_ms;
+    let last = batches.last().unwrap().created_unix_ms;
+    let query = TopQuery {
+        instance: None,
+        schema: None,
+        nested: false,
+        program: None,
+        since_unix_ms: 0,
+        until_unix_ms: i64::MAX,
+        order_by: OrderBy::Total,
+        limit: 20,
+    };
+    // Every range shape: all, hours and minutes with ragged edges, within
+    // one minute, and one instance.
+    let ranges = [
+        (0, i64::MAX, None),
+        (first + 4_321, last - 17_000, None),
+        (5 * rollup::HOUR_MS, 7 * rollup::HOUR_MS, None),
+        (6 * rollup::HOUR_MS + 5_000, 6 * rollup::HOUR_MS + 45_000, None),
+        (first, last + 1, Some("h:2")),
+    ];
+    for (since, until, instance) in ranges {
+        let spans = rollup::plan(since, until, None);
+        let answer = store
+            .top(&TopQuery { since_unix_ms: since, until_unix_ms: until, instance: instance.map(str::to_string), ..query.clone() })
+            .unwrap();
+        for digest in [7, 8] {
+            let d = answer.iter().find(|d| d.digest == digest).unwrap_or_else(|| panic!("{digest} missing for {spans:?}"));
+            let got = (d.count, d.errors, d.sum_ns, d.min_ns, d.max_ns, [d.p50_ns, d.p95_ns, d.p99_ns]);
+            assert_eq!(got, expected(&batches, digest, instance, since, until), "digest {digest} over {spans:?}");
+        }
+    }
+    // The week-long shape reads hour buckets, not windows.
+    assert!(rollup::plan(0, i64::MAX, None).iter().any(|s| s.level == Some(rollup::HOUR_MS)));
+
+    // A series: per-step points equal the raw windows of their step, and
+    // add up to the range's total.
+    for step in [10_000, rollup::MINUTE_MS, 5 * rollup::MINUTE_MS, rollup::HOUR_MS] {
+        let since = first.div_euclid(step) * step;
+        let until = last + 1;
+        let series = SeriesQuery {
+            of: SeriesOf::Digest(7),
+            instance: None,
+            schema: None,
+            since_unix_ms: since,
+            until_unix_ms: until,
+            step_ms: step,
+        };
+        let points = store.series(&series).unwrap();
+        assert_eq!(points.len() as i64, (until - since + step - 1) / step);
+        for p in &points {
+            let e = expected(&batches, 7, None, p.start_unix_ms, p.end_unix_ms);
+            assert_eq!((p.count, p.errors, p.sum_ns, [p.p50_ns, p.p95_ns, p.p99_ns]), (e.0, e.1, e.2, e.5), "step {step}");
+        }
+        let total: u64 = points.iter().map(|p| p.count).sum();
+        assert_eq!(total, expected(&batches, 7, None, since, until).0);
+        let all = store.series(&SeriesQuery { of: SeriesOf::Statements, ..series.clone() }).unwrap();
+        let both: u64 = all.iter().map(|p| p.count).sum();
+        assert_eq!(both, expected(&batches, 7, None, since, until).0 + expected(&batches, 8, None, since, until).0);
+    }
     std::fs::remove_dir_all(dir).ok();
 }

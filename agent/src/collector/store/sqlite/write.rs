@@ -4,10 +4,10 @@ use std::{collections::BTreeMap, sync::Mutex};
 
 use prost::Message;
 use rusqlite::{Connection, TransactionBehavior, params};
-use sqlbee_proto::v1::{Batch, Blocker};
+use sqlbee_proto::v1::{Batch, Blocker, DigestStats};
 
-use super::{error, i, lock};
-use crate::collector::store::{IngestOutcome, PruneCutoffs, PruneOutcome, StoreError, blob};
+use super::{error, i, lock, rollups};
+use crate::collector::store::{IngestOutcome, PruneCutoffs, PruneOutcome, StoreError, blob, rollup};
 
 /// Rows deleted per prune transaction, so ingest never waits long.
 const PRUNE_CHUNK: i64 = 5000;
@@ -163,22 +163,12 @@ pub(super) fn batch(
         ])?;
         for d in &w.digests {
             insert_text.execute(params![i(d.digest), d.digest_text])?;
-            let histogram = d
-                .histogram
-                .as_ref()
-                .map(|h| blob::encode(h.buckets.iter().map(|b| (u64::from(b.index), b.count))))
-                .unwrap_or_default();
-            // Increasing codes, as the blob wants; a code sent twice adds up.
-            let mut codes: BTreeMap<u32, u64> = BTreeMap::new();
             for e in &d.error_codes {
-                let slot = codes.entry(e.code).or_default();
-                *slot = slot.saturating_add(e.count);
                 if !e.sample_message.is_empty() {
                     upsert_sample.execute(params![i(d.digest), e.code, e.sample_message, w.window_end_unix_ms])?;
                 }
             }
-            let error_codes = blob::encode(codes.into_iter().map(|(code, count)| (u64::from(code), count)));
-            let waits = blob::encode_waits(d.waits.iter().map(|w| (w.class.as_str(), w.sum_ns, w.max_ns, w.statements)));
+            let Blobs { histogram, error_codes, waits } = blobs(d);
             insert_digest.execute(params![
                 window_id,
                 server.name,
@@ -283,6 +273,70 @@ pub(super) fn batch(
     Ok(IngestOutcome { duplicate: false, conflict: false })
 }
 
+/// A digest row's histogram, error codes and waits as stored.
+struct Blobs {
+    histogram: Vec<u8>,
+    error_codes: Vec<u8>,
+    waits: Vec<u8>,
+}
+
+fn blobs(d: &DigestStats) -> Blobs {
+    let histogram = d
+        .histogram
+        .as_ref()
+        .map(|h| blob::encode(h.buckets.iter().map(|b| (u64::from(b.index), b.count))))
+        .unwrap_or_default();
+    // Increasing codes, as the blob wants; a code sent twice adds up.
+    let mut codes: BTreeMap<u32, u64> = BTreeMap::new();
+    for e in &d.error_codes {
+        let slot = codes.entry(e.code).or_default();
+        *slot = slot.saturating_add(e.count);
+    }
+    let error_codes = blob::encode(codes.into_iter().map(|(code, count)| (u64::from(code), count)));
+    let waits = blob::encode_waits(d.waits.iter().map(|w| (w.class.as_str(), w.sum_ns, w.max_ns, w.statements)));
+    Blobs { histogram, error_codes, waits }
+}
+
+/// Adds a stored batch's digest rows to their minute and hour buckets, in
+/// the batch's transaction.
+pub(super) fn rollups(tx: &rusqlite::Transaction<'_>, batch: &Batch) -> Result<(), StoreError> {
+    for w in &batch.windows {
+        let instance = w.instance.as_ref().map(|s| s.name.as_str()).unwrap_or_default();
+        for d in &w.digests {
+            let Blobs { histogram, error_codes, waits } = blobs(d);
+            let accounts = accounts_blob(&d.accounts);
+            let row = rollups::Row {
+                window_end: w.window_end_unix_ms,
+                instance,
+                schema: &d.schema,
+                digest: d.digest,
+                nested: d.nested,
+                program: &d.program,
+                program_kind: &d.program_kind,
+                parent_digest: d.parent_digest,
+                source: &d.source,
+                count: d.count,
+                errors: d.errors,
+                sum_ns: d.sum_ns,
+                min_ns: d.min_ns,
+                max_ns: d.max_ns,
+                estimated_count: d.estimated_count,
+                stats: d.stats.as_ref(),
+                histogram: &histogram,
+                error_codes: &error_codes,
+                waits: &waits,
+                accounts: &accounts,
+                sample: &d.sample,
+            };
+            rollups::add(tx, &row).map_err(|e| match e {
+                rollups::RollupError::Sqlite(e) => error("ingest", e),
+                rollups::RollupError::Corrupt(what) => StoreError::Corrupt { what },
+            })?;
+        }
+    }
+    Ok(())
+}
+
 /// A digest's accounts as stored: a `DigestStats` holding only them.
 pub(super) fn accounts_blob(accounts: &[sqlbee_proto::v1::AccountCount]) -> Vec<u8> {
     if accounts.is_empty() {
@@ -315,14 +369,14 @@ pub(super) fn prune(writer: &Mutex<Connection>, cutoffs: &PruneCutoffs) -> Resul
     let mut outcome = PruneOutcome::default();
     // Chunks in separate transactions: the writer lock is released in
     // between, so a large prune delays a batch by one chunk at most.
-    let chunked = |sql: &str| -> Result<u64, StoreError> {
+    let chunked_before = |sql: &str, cutoff: i64| -> Result<u64, StoreError> {
         let mut total = 0;
         loop {
             let mut conn = lock(writer);
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(err)?;
             let mut deleted = 0;
             for statement in sql.split(';').map(str::trim).filter(|s| !s.is_empty()) {
-                deleted = tx.execute(statement, params![older_than_unix_ms, PRUNE_CHUNK]).map_err(err)?;
+                deleted = tx.execute(statement, params![cutoff, PRUNE_CHUNK]).map_err(err)?;
             }
             tx.commit().map_err(err)?;
             total += deleted as u64;
@@ -331,6 +385,19 @@ pub(super) fn prune(writer: &Mutex<Connection>, cutoffs: &PruneCutoffs) -> Resul
             }
         }
     };
+    let chunked = |sql: &str| chunked_before(sql, older_than_unix_ms);
+    // A bucket goes once all of it is past its level's retention.
+    for (level, cutoff) in [(rollup::MINUTE_MS, cutoffs.minute), (rollup::HOUR_MS, cutoffs.hour)] {
+        outcome.rollup_rows += chunked_before(
+            &format!(
+                "DELETE FROM digest_rollups WHERE (level, bucket, instance, schema, digest, nested, program,
+                     program_kind, parent_digest, source) IN
+                    (SELECT level, bucket, instance, schema, digest, nested, program, program_kind, parent_digest,
+                         source FROM digest_rollups WHERE level = {level} AND bucket <= ?1 - {level} LIMIT ?2)"
+            ),
+            cutoff,
+        )?;
+    }
     outcome.digest_windows = chunked(
         "DELETE FROM digest_windows WHERE rowid IN
             (SELECT rowid FROM digest_windows WHERE window_end < ?1 LIMIT ?2)",
@@ -365,7 +432,8 @@ pub(super) fn prune(writer: &Mutex<Connection>, cutoffs: &PruneCutoffs) -> Resul
          DELETE FROM agents WHERE last_seen_unix_ms < {cut}
              AND NOT EXISTS (SELECT 1 FROM batches b WHERE b.agent_id = agents.agent_id);
          DELETE FROM digest_texts WHERE NOT EXISTS
-             (SELECT 1 FROM digest_windows d WHERE d.digest = digest_texts.digest);",
+             (SELECT 1 FROM digest_windows d WHERE d.digest = digest_texts.digest)
+             AND NOT EXISTS (SELECT 1 FROM digest_rollups r WHERE r.digest = digest_texts.digest);",
         cut = older_than_unix_ms
     ))
     .map_err(err)?;

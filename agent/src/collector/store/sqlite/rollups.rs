@@ -1,0 +1,315 @@
+//! Keeps `digest_rollups` up to date as windows arrive: each digest row a
+//! batch stores is added to its minute and its hour bucket in the same
+//! transaction, so the rollups never lag the raw windows and a batch
+//! stored once is rolled up once. Merges follow `store::merge`: sums
+//! saturate, min and max are exact, histograms, error codes, waits and
+//! figures add per key.
+use std::collections::BTreeMap;
+
+use prost::Message as _;
+use rusqlite::{OptionalExtension, params};
+use sqlbee_proto::v1::{DigestStats, QueryStats};
+
+use super::{i, u};
+use crate::collector::store::{blob, merge, rollup};
+
+/// One digest row as stored raw, blobs encoded as in `digest_windows`.
+pub(super) struct Row<'a> {
+    pub window_end: i64,
+    pub instance: &'a str,
+    pub schema: &'a str,
+    pub digest: u64,
+    pub nested: bool,
+    pub program: &'a str,
+    pub program_kind: &'a str,
+    pub parent_digest: u64,
+    pub source: &'a str,
+    pub count: u64,
+    pub errors: u64,
+    pub sum_ns: u64,
+    pub min_ns: u64,
+    pub max_ns: u64,
+    pub estimated_count: u64,
+    pub stats: Option<&'a QueryStats>,
+    pub histogram: &'a [u8],
+    pub error_codes: &'a [u8],
+    pub waits: &'a [u8],
+    pub accounts: &'a [u8],
+    pub sample: &'a str,
+}
+
+/// A bucket row read back, to be merged with a new window.
+struct Stored {
+    count: u64,
+    errors: u64,
+    sum_ns: u64,
+    min_ns: u64,
+    max_ns: u64,
+    estimated_count: u64,
+    histogram: Vec<u8>,
+    error_codes: Vec<u8>,
+    waits: Vec<u8>,
+    figures: Vec<u8>,
+    accounts: Vec<u8>,
+    sample: String,
+    sample_end: i64,
+}
+
+/// What went wrong adding a row: SQLite, or a stored blob that does not
+/// decode (the row is left as it was and the batch fails).
+#[derive(Debug, thiserror::Error)]
+pub(super) enum RollupError {
+    #[error(transparent)]
+    Sqlite(#[from] rusqlite::Error),
+    #[error("stored rollup {0} is corrupt")]
+    Corrupt(&'static str),
+}
+
+const KEY: &str = "level = ?1 AND bucket = ?2 AND instance = ?3 AND schema = ?4 AND digest = ?5 AND nested = ?6
+     AND program = ?7 AND program_kind = ?8 AND parent_digest = ?9 AND source = ?10";
+
+pub(super) fn add(tx: &rusqlite::Transaction<'_>, row: &Row<'_>) -> Result<(), RollupError> {
+    let figures = row.stats.map(|s| s.encode_to_vec()).unwrap_or_default();
+    for level in rollup::LEVELS {
+        let bucket = rollup::bucket(row.window_end, level);
+        let key = params![
+            level,
+            bucket,
+            row.instance,
+            row.schema,
+            i(row.digest),
+            row.nested,
+            row.program,
+            row.program_kind,
+            i(row.parent_digest),
+            row.source
+        ];
+        let stored = tx
+            .prepare_cached(&format!(
+                "SELECT count, errors, sum_ns, min_ns, max_ns, estimated_count, histogram, error_codes, waits,
+                        figures, accounts, sample, sample_end
+                 FROM digest_rollups WHERE {KEY}"
+            ))?
+            .query_row(key, |r| {
+                Ok(Stored {
+                    count: u(r.get(0)?),
+                    errors: u(r.get(1)?),
+                    sum_ns: u(r.get(2)?),
+                    min_ns: u(r.get(3)?),
+                    max_ns: u(r.get(4)?),
+                    estimated_count: u(r.get(5)?),
+                    histogram: r.get(6)?,
+                    error_codes: r.get(7)?,
+                    waits: r.get(8)?,
+                    figures: r.get(9)?,
+                    accounts: r.get(10)?,
+                    sample: r.get(11)?,
+                    sample_end: r.get(12)?,
+                })
+            })
+            .optional()?;
+        let merged = match stored {
+            None => Stored {
+                count: row.count,
+                errors: row.errors,
+                sum_ns: row.sum_ns,
+                min_ns: row.min_ns,
+                max_ns: row.max_ns,
+                estimated_count: row.estimated_count,
+                histogram: row.histogram.to_vec(),
+                error_codes: row.error_codes.to_vec(),
+                waits: row.waits.to_vec(),
+                figures: figures.clone(),
+                accounts: row.accounts.to_vec(),
+                sample: row.sample.to_string(),
+                sample_end: if row.sample.is_empty() { 0 } else { row.window_end },
+            },
+            Some(stored) => merged(stored, row, &figures)?,
+        };
+        let stats = if merged.figures.is_empty() {
+            QueryStats::default()
+        } else {
+            QueryStats::decode(merged.figures.as_slice()).map_err(|_| RollupError::Corrupt("figures"))?
+        };
+        tx.prepare_cached(
+            "INSERT OR REPLACE INTO digest_rollups (level, bucket, instance, schema, digest, nested, program,
+                 program_kind, parent_digest, source, count, errors, sum_ns, min_ns, max_ns, estimated_count,
+                 rows_examined, cpu_ns, tmp_disk_tables, histogram, error_codes, waits, figures, accounts, sample,
+                 sample_end)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20,
+                 ?21, ?22, ?23, ?24, ?25, ?26)",
+        )?
+        .execute(params![
+            level,
+            bucket,
+            row.instance,
+            row.schema,
+            i(row.digest),
+            row.nested,
+            row.program,
+            row.program_kind,
+            i(row.parent_digest),
+            row.source,
+            i(merged.count),
+            i(merged.errors),
+            i(merged.sum_ns),
+            i(merged.min_ns),
+            i(merged.max_ns),
+            i(merged.estimated_count),
+            stats.rows_examined.map(i),
+            stats.cpu_ns.map(i),
+            stats.tmp_disk_tables.map(i),
+            merged.histogram,
+            merged.error_codes,
+            merged.waits,
+            merged.figures,
+            merged.accounts,
+            merged.sample,
+            merged.sample_end,
+        ])?;
+    }
+    Ok(())
+}
+
+fn merged(stored: Stored, row: &Row<'_>, figures: &[u8]) -> Result<Stored, RollupError> {
+    let mut totals = merge::DigestTotals::default();
+    totals.add(stored.count, stored.errors, stored.sum_ns, stored.min_ns, stored.max_ns);
+    totals.add(row.count, row.errors, row.sum_ns, row.min_ns, row.max_ns);
+    // An empty row (count 0) carries no latency: keep the other's min/max.
+    let (min_ns, max_ns) = if totals.count == 0 { (0, 0) } else { (totals.min_ns, totals.max_ns) };
+    // Scaled counts: once any window sampled, the bucket holds the scaled
+    // count of every window (an exact window's scaled count is its count).
+    let scaled = |estimated: u64, count: u64| if estimated > 0 { estimated } else { count };
+    let estimated_count = if stored.estimated_count > 0 || row.estimated_count > 0 {
+        scaled(stored.estimated_count, stored.count).saturating_add(scaled(row.estimated_count, row.count))
+    } else {
+        0
+    };
+    let histogram = add_pairs(&stored.histogram, row.histogram, blob::decode, "histogram")?;
+    let error_codes = add_pairs(&stored.error_codes, row.error_codes, blob::decode_any_order, "error codes")?;
+    let mut waits = merge::MergedWaits::default();
+    for bytes in [stored.waits.as_slice(), row.waits] {
+        for (class, sum_ns, max_ns, statements) in blob::decode_waits(bytes).ok_or(RollupError::Corrupt("waits"))? {
+            waits.add(&class, sum_ns, max_ns, statements);
+        }
+    }
+    let waits = waits.into_stats();
+    let waits = blob::encode_waits(waits.iter().map(|w| (w.class.as_str(), w.sum_ns, w.max_ns, w.statements)));
+    let figures = if stored.figures.is_empty() {
+        figures.to_vec()
+    } else if figures.is_empty() {
+        stored.figures
+    } else {
+        let mut total = QueryStats::decode(stored.figures.as_slice()).map_err(|_| RollupError::Corrupt("figures"))?;
+        merge::add_stats(&mut total, &QueryStats::decode(figures).map_err(|_| RollupError::Corrupt("figures"))?);
+        total.encode_to_vec()
+    };
+    let accounts = if stored.accounts.is_empty() {
+        row.accounts.to_vec()
+    } else if row.accounts.is_empty() {
+        stored.accounts
+    } else {
+        let mut counts: BTreeMap<(String, String), u64> = BTreeMap::new();
+        for bytes in [stored.accounts.as_slice(), row.accounts] {
+            for a in DigestStats::decode(bytes).map_err(|_| RollupError::Corrupt("accounts"))?.accounts {
+                let slot = counts.entry((a.user, a.host)).or_default();
+                *slot = slot.saturating_add(a.count);
+            }
+        }
+        let accounts = counts
+            .into_iter()
+            .map(|((user, host), count)| sqlbee_proto::v1::AccountCount { user, host, count })
+            .collect::<Vec<_>>();
+        super::write::accounts_blob(&accounts)
+    };
+    // The newest window's sample, whatever order windows arrive in.
+    let (sample, sample_end) = if !row.sample.is_empty() && row.window_end >= stored.sample_end {
+        (row.sample.to_string(), row.window_end)
+    } else {
+        (stored.sample, stored.sample_end)
+    };
+    Ok(Stored {
+        count: totals.count,
+        errors: totals.errors,
+        sum_ns: totals.sum_ns,
+        min_ns,
+        max_ns,
+        estimated_count,
+        histogram,
+        error_codes,
+        waits,
+        figures,
+        accounts,
+        sample,
+        sample_end,
+    })
+}
+
+/// Two (key, count) blobs added per key, written back increasing.
+fn add_pairs(
+    a: &[u8],
+    b: &[u8],
+    decode: fn(&[u8]) -> Option<Vec<(u64, u64)>>,
+    what: &'static str,
+) -> Result<Vec<u8>, RollupError> {
+    let mut sums: BTreeMap<u64, u64> = BTreeMap::new();
+    for bytes in [a, b] {
+        for (key, count) in decode(bytes).ok_or(RollupError::Corrupt(what))? {
+            let slot = sums.entry(key).or_default();
+            *slot = slot.saturating_add(count);
+        }
+    }
+    Ok(blob::encode(sums))
+}
+
+/// Rolls up every digest row of a file written before rollups existed, in
+/// the upgrade's transaction, so ranges read from rollups still see them.
+pub(super) fn backfill(tx: &rusqlite::Transaction<'_>) -> Result<u64, RollupError> {
+    let mut stmt = tx.prepare(
+        "SELECT window_end, instance, schema, digest, nested, program, program_kind, parent_digest, source, count,
+                errors, sum_ns, min_ns, max_ns, estimated_count, figures, histogram, error_codes, waits, accounts,
+                sample
+         FROM digest_windows",
+    )?;
+    let mut rows = stmt.raw_query();
+    let mut added = 0;
+    while let Some(r) = rows.next()? {
+        let (instance, schema, program, program_kind, source, sample): (String, String, String, String, String, String) =
+            (r.get(1)?, r.get(2)?, r.get(5)?, r.get(6)?, r.get(8)?, r.get(20)?);
+        let (figures, histogram, error_codes, waits, accounts): (Vec<u8>, Vec<u8>, Vec<u8>, Vec<u8>, Vec<u8>) =
+            (r.get(15)?, r.get(16)?, r.get(17)?, r.get(18)?, r.get(19)?);
+        let stats = if figures.is_empty() {
+            None
+        } else {
+            Some(QueryStats::decode(figures.as_slice()).map_err(|_| RollupError::Corrupt("figures"))?)
+        };
+        add(
+            tx,
+            &Row {
+                window_end: r.get(0)?,
+                instance: &instance,
+                schema: &schema,
+                digest: u(r.get(3)?),
+                nested: r.get(4)?,
+                program: &program,
+                program_kind: &program_kind,
+                parent_digest: u(r.get(7)?),
+                source: &source,
+                count: u(r.get(9)?),
+                errors: u(r.get(10)?),
+                sum_ns: u(r.get(11)?),
+                min_ns: u(r.get(12)?),
+                max_ns: u(r.get(13)?),
+                estimated_count: u(r.get(14)?),
+                stats: stats.as_ref(),
+                histogram: &histogram,
+                error_codes: &error_codes,
+                waits: &waits,
+                accounts: &accounts,
+                sample: &sample,
+            },
+        )?;
+        added += 1;
+    }
+    Ok(added)
+}
