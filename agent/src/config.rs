@@ -69,7 +69,10 @@ pub struct AgentOptions {
     /// Stdout format; default jsonl, or none when --collector is given.
     #[arg(long, value_enum, env = "SQLBEE_OUTPUT")]
     pub output: Option<OutputFormat>,
-    /// Ship windows to this collector (http://host:port or https://...).
+    /// Ship windows to this collector (http://host:port or https://...),
+    /// or to the first of a comma-separated list that answers: the agent
+    /// fails over to the next when one is down, and stays where it
+    /// succeeds.
     #[arg(long, env = "SQLBEE_COLLECTOR", value_parser = collector_url)]
     pub collector: Option<String>,
     /// Where the agent keeps its id, batch counter and spool.
@@ -241,12 +244,16 @@ fn fraction(value: &str) -> Result<f64, String> {
     }
 }
 
-fn collector_url(url: &str) -> Result<String, String> {
-    if url.starts_with("http://") || url.starts_with("https://") {
-        Ok(url.to_string())
-    } else {
-        Err(format!("{url:?} must start with http:// or https://"))
+fn collector_url(urls: &str) -> Result<String, String> {
+    for url in urls.split(',') {
+        if url.is_empty() {
+            return Err(format!("{urls:?} has an empty URL; separate collectors with single commas"));
+        }
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            return Err(format!("{url:?} must start with http:// or https://"));
+        }
     }
+    Ok(urls.to_string())
 }
 
 /// Slots that fit 32 MiB of kernel digests (two epochs, one copy per CPU),
@@ -294,24 +301,28 @@ impl AgentOptions {
         };
         let ship = match &self.collector {
             None => None,
-            Some(url) => {
+            Some(urls) => {
                 let token = self.token_file.as_deref().map(crate::client::read_token_file).transpose()?;
-                let target = crate::client::ClientOptions {
-                    url: url.clone(),
-                    token,
-                    ca_cert: self.ca_cert.clone(),
-                    client_cert: self.client_cert.clone(),
-                    client_key: self.client_key.clone(),
-                    request_timeout: Some(Duration::from_secs(10)),
-                    ..Default::default()
-                };
-                // Checked now so a bad URL or TLS file stops the agent at start.
-                crate::client::endpoint(&target)?;
-                if target.token.is_some() && url.starts_with("http://") {
-                    tracing::warn!(collector = %url, "the bearer token travels in clear text: use https:// with --ca-cert");
+                let mut targets = Vec::new();
+                for url in urls.split(',') {
+                    let target = crate::client::ClientOptions {
+                        url: url.to_string(),
+                        token: token.clone(),
+                        ca_cert: self.ca_cert.clone(),
+                        client_cert: self.client_cert.clone(),
+                        client_key: self.client_key.clone(),
+                        request_timeout: Some(Duration::from_secs(10)),
+                        ..Default::default()
+                    };
+                    // Checked now so a bad URL or TLS file stops the agent at start.
+                    crate::client::endpoint(&target)?;
+                    if target.token.is_some() && url.starts_with("http://") {
+                        tracing::warn!(collector = %url, "the bearer token travels in clear text: use https:// with --ca-cert");
+                    }
+                    targets.push(target);
                 }
                 Some(crate::ship::ShipConfig {
-                    target,
+                    targets,
                     state_dir: self.state_dir.clone(),
                     spool_limit_bytes: self.spool_limit,
                     disk_floor: crate::ship::DiskFloor { percent: self.spool_min_free_percent, bytes: self.spool_min_free_bytes },

@@ -839,3 +839,80 @@ fn a_server_that_cannot_be_traced_is_reported_beside_a_traced_one() {
     let table = String::from_utf8_lossy(&table.stdout);
     assert!(table.contains("NOT TRACED") && table.contains(&untraced_name), "{table}");
 }
+
+/// Two collectors share one store; the agent is given both. The first is
+/// killed -9 during a sysbench run: the agent fails over to the second,
+/// which ends up holding exactly what the server executed, each batch
+/// once. `sqlbee series` over the same data adds up to `top`'s totals.
+#[test]
+fn the_agent_fails_over_between_collectors_that_share_a_store() {
+    if !privileged("the_agent_fails_over_between_collectors_that_share_a_store") {
+        return;
+    }
+    let _serial = common::one_at_a_time();
+    let server = PrivateServer::start("ship-failover", &[]).unwrap();
+    let store_dir = common::collector::TempDir::new("shared-store");
+    let store = store_dir.path().join("fleet.db");
+    let mut first = Collector::start_on_store(&store, &[]);
+    let second = Collector::start_on_store(&store, &[]);
+    let state = server.dir().join("agent-state");
+    let run = common::Workload::sysbench(&server, "oltp_read_write", 4, 120, "auto");
+    std::thread::sleep(Duration::from_millis(1000));
+    run.pause();
+    let before = common::status_before_agent(&server);
+    let mut args = ship_args(&server, &first, &state, "1s");
+    args[1] = format!("--collector={},{}", first.http_url(), second.http_url());
+    let agent = Agent::start(server.dir(), &args);
+    run.resume();
+    std::thread::sleep(Duration::from_secs(4));
+    let taken_by_first = first.totals().statements;
+    first.kill9();
+    std::thread::sleep(Duration::from_secs(6));
+    run.pause();
+    let out = agent.stop();
+    let after = server.global_status().unwrap();
+    drop(run);
+    assert!(out.success, "{}", out.stderr);
+    assert!(spool_files(&state).is_empty(), "spool not drained: {}", out.stderr);
+    assert!(taken_by_first > 0, "the first collector took nothing before it was killed: {}", out.stderr);
+    assert!(out.stderr.contains("collector did not take the batch"), "no failover logged: {}", out.stderr);
+
+    let totals = second.totals();
+    assert_eq!(totals.lost, 0);
+    assert!(totals.statements > taken_by_first, "the second collector stored nothing new: {}", totals.statements);
+    let get = |c: &str| totals.commands.get(c).copied().unwrap_or(0);
+    assert_eq!(get("COM_STMT_EXECUTE"), delta(&before, &after, "Com_stmt_execute"));
+    let questions: u64 =
+        totals.commands.iter().filter(|(c, _)| !NOT_QUESTIONS.contains(&c.as_str())).map(|(_, n)| n).sum();
+    assert_eq!(questions + 2, delta(&before, &after, "Questions"), "{:?}", totals.commands);
+    let counts = second.top_counts();
+    assert_eq!(counts.values().sum::<u64>(), totals.in_digests());
+    assert_eq!(counts.get("COMMIT").copied(), Some(delta(&before, &after, "Com_commit")));
+
+    // Series: one digest's points and every statement's points add up to
+    // what top counts over the same range.
+    let url = second.http_url();
+    let top = top_json(&url, &["--limit", "10000"]);
+    let commit = top.as_array().unwrap().iter().find(|r| r["digest_text"] == "COMMIT").expect("COMMIT in top");
+    let series = |extra: &[&str]| -> serde_json::Value {
+        let mut args = vec!["series", "--collector", &url, "--since", "10m", "--step", "10s", "--format", "json"];
+        args.extend_from_slice(extra);
+        let out = sqlbee_query(&args);
+        assert!(out.status.success(), "series failed: {}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let sum = |answer: &serde_json::Value| -> u64 {
+        answer["points"].as_array().unwrap().iter().map(|p| p["count"].as_u64().unwrap()).sum()
+    };
+    let points = series(&["--digest", commit["digest"].as_str().unwrap()]);
+    assert_eq!(points["step_ms"], 10_000);
+    // Ten minutes from a start rounded down to a whole step.
+    assert!((60..=61).contains(&points["points"].as_array().unwrap().len()), "{points:#}");
+    assert_eq!(sum(&points), commit["count"].as_u64().unwrap(), "{points:#}");
+    let everything = series(&["--of", "statements"]);
+    let in_top: u64 = top.as_array().unwrap().iter().map(|r| r["count"].as_u64().unwrap()).sum();
+    assert_eq!(sum(&everything), in_top);
+    let cost = series(&["--of", "cost"]);
+    let windows: u64 = cost["points"].as_array().unwrap().iter().map(|p| p["windows"].as_u64().unwrap()).sum();
+    assert!(windows > 0, "no agent windows in the cost series: {cost:#}");
+}

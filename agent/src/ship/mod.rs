@@ -51,6 +51,8 @@ pub struct ClosedWindows {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ShipError {
+    #[error("no collector to ship to (--collector is empty)")]
+    NoCollector,
     #[error("agent state file {path}: {source} (is --state-dir writable?)")]
     State {
         path: PathBuf,
@@ -97,7 +99,8 @@ where
 
 #[derive(Clone, Debug)]
 pub struct ShipConfig {
-    pub target: crate::client::ClientOptions,
+    /// The collectors, in the order they are tried (at least one).
+    pub targets: Vec<crate::client::ClientOptions>,
     pub state_dir: PathBuf,
     /// Spool, `rejected/` and `corrupt/` together.
     pub spool_limit_bytes: u64,
@@ -197,7 +200,7 @@ impl ShipStage {
         let mut spool = Spool::open(&config.state_dir, config.spool_limit_bytes)?.with_floor(config.disk_floor).with_health(health.clone());
         let identity = Identity::load(&config.state_dir, spool.highest_sequence() + 1)?;
         let backlog = spool.len();
-        tracing::info!(agent_id = %identity.agent_id, collector = %config.target.url, backlog, "shipping to collector");
+        tracing::info!(agent_id = %identity.agent_id, collectors = %config.targets.iter().map(|t| t.url.as_str()).collect::<Vec<_>>().join(","), backlog, "shipping to collector");
         spool.corrupt_records = 0;
         let spool = Arc::new(Mutex::new(spool));
         let identity = Arc::new(Mutex::new(identity));
@@ -225,7 +228,7 @@ impl ShipStage {
                         identity,
                         health,
                         wake: wake.clone(),
-                        target: config.target.clone(),
+                        targets: config.targets.clone(),
                         replay_interval: config.replay_interval,
                     };
                     let sending = tokio::spawn(sender.supervise(stop, config.shutdown_grace));

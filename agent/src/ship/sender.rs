@@ -17,6 +17,12 @@
 //!
 //! A backlog replays at a bounded rate so a fleet coming back at once does
 //! not flood the collector.
+//!
+//! With several collectors, a batch a collector did not take is sent to
+//! the next one at once; the backoff starts only when every collector
+//! failed in a row. The sender stays with a collector while it takes
+//! batches. Collectors that share a store keep exactly-once there, so a
+//! batch sent to two of them is still stored once.
 use std::{
     sync::{Arc, Mutex},
     time::Duration,
@@ -92,7 +98,7 @@ pub struct Sender {
     pub identity: Arc<Mutex<Identity>>,
     pub health: Arc<ShipHealth>,
     pub wake: Arc<Notify>,
-    pub target: ClientOptions,
+    pub targets: Vec<ClientOptions>,
     pub replay_interval: Duration,
 }
 
@@ -130,10 +136,21 @@ impl Sender {
     /// Sends until the spool is empty and a stop is asked for (then it
     /// gives up after `grace`, leaving the rest spooled for the next start).
     pub async fn run(self, mut stop: watch::Receiver<bool>, grace: Duration) -> Result<(), ShipError> {
-        let token = BearerToken::new(self.target.token.as_deref())?;
-        let mut client: Client = IngestClient::with_interceptor(endpoint(&self.target)?.connect_lazy(), token)
-            .send_compressed(CompressionEncoding::Gzip)
-            .max_encoding_message_size(64 << 20);
+        let mut clients: Vec<Client> = Vec::with_capacity(self.targets.len());
+        for target in &self.targets {
+            let token = BearerToken::new(target.token.as_deref())?;
+            clients.push(
+                IngestClient::with_interceptor(endpoint(target)?.connect_lazy(), token)
+                    .send_compressed(CompressionEncoding::Gzip)
+                    .max_encoding_message_size(64 << 20),
+            );
+        }
+        if clients.is_empty() {
+            return Err(ShipError::NoCollector);
+        }
+        let mut current = 0usize;
+        // Collectors that failed since the last batch one of them took.
+        let mut failed_in_row = 0usize;
         let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(10));
         let mut disk_backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
         let mut stop_requested = *stop.borrow();
@@ -170,7 +187,7 @@ impl Sender {
             let mut request = tonic::Request::new(batch.clone());
             request.set_timeout(Duration::from_secs(10));
             let sent_ms = now_unix_ms();
-            let pushed = client.push(request).await;
+            let pushed = clients[current].push(request).await;
             if pushed.is_err() {
                 // Waiting for a retry is not being in flight. An
                 // acknowledged batch stays protected until it is deleted.
@@ -211,6 +228,7 @@ impl Sender {
                     }
                     backoff.reset();
                     disk_backoff.reset();
+                    failed_in_row = 0;
                     if backlog > 1 && !self.replay_interval.is_zero() {
                         // Bounded replay rate for a backlog.
                         pause(self.replay_interval, &mut stop, &mut stop_requested).await;
@@ -218,8 +236,15 @@ impl Sender {
                 }
                 Err(status) => match verdict(status.code()) {
                     Verdict::Retry => {
-                        let delay = backoff.next_delay();
-                        warn!(sequence = entry.sequence, code = ?status.code(), message = status.message(),
+                        failed_in_row += 1;
+                        let from = current;
+                        current = (current + 1) % clients.len();
+                        // The next collector at once; a pause only once
+                        // every one of them failed in a row.
+                        let delay =
+                            if failed_in_row % clients.len() == 0 { backoff.next_delay() } else { Duration::ZERO };
+                        warn!(sequence = entry.sequence, collector = %self.targets[from].url, code = ?status.code(),
+                            message = status.message(), next = %self.targets[current].url,
                             retry_in_ms = delay.as_millis() as u64, backlog, "collector did not take the batch; it stays spooled");
                         pause(delay, &mut stop, &mut stop_requested).await;
                     }
