@@ -283,7 +283,10 @@ pub fn top_json(url: &str, extra: &[&str]) -> Value {
 /// `sqlbee top --format json ...` whole ({digests, costs}), parsed; panics
 /// with stderr on failure.
 pub fn top_answer(url: &str, extra: &[&str]) -> Value {
-    let mut args = vec!["top", "--collector", url, "--format", "json", "--since", "all"];
+    let mut args = vec!["top", "--collector", url, "--format", "json"];
+    if !extra.contains(&"--since") {
+        args.extend(["--since", "all"]);
+    }
     args.extend_from_slice(extra);
     let out = sqlbee_query(&args);
     assert!(out.status.success(), "sqlbee top failed: {}", String::from_utf8_lossy(&out.stderr));

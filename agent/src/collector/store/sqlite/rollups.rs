@@ -220,7 +220,7 @@ fn merged(stored: Stored, row: &Row<'_>, figures: &[u8]) -> Result<Stored, Rollu
             .into_iter()
             .map(|((user, host), count)| sqlbee_proto::v1::AccountCount { user, host, count })
             .collect::<Vec<_>>();
-        super::write::accounts_blob(&accounts)
+        super::accounts_blob(&accounts)
     };
     // The newest window's sample, whatever order windows arrive in.
     let (sample, sample_end) = if !row.sample.is_empty() && row.window_end >= stored.sample_end {
@@ -265,6 +265,8 @@ fn add_pairs(
 /// Rolls up every digest row of a file written before rollups existed, in
 /// the upgrade's transaction, so ranges read from rollups still see them.
 pub(super) fn backfill(tx: &rusqlite::Transaction<'_>) -> Result<u64, RollupError> {
+    // Rebuilt whole, never added to: running it twice cannot double a count.
+    tx.execute("DELETE FROM digest_rollups", [])?;
     let mut stmt = tx.prepare(
         "SELECT window_end, instance, schema, digest, nested, program, program_kind, parent_digest, source, count,
                 errors, sum_ns, min_ns, max_ns, estimated_count, figures, histogram, error_codes, waits, accounts,

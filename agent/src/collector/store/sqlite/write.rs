@@ -6,7 +6,7 @@ use prost::Message;
 use rusqlite::{Connection, TransactionBehavior, params};
 use sqlbee_proto::v1::{Batch, Blocker, DigestStats};
 
-use super::{error, i, lock, rollups};
+use super::{accounts_blob, error, i, lock, rollups};
 use crate::collector::store::{IngestOutcome, PruneCutoffs, PruneOutcome, StoreError, blob, rollup};
 
 /// Rows deleted per prune transaction, so ingest never waits long.
@@ -337,13 +337,6 @@ pub(super) fn rollups(tx: &rusqlite::Transaction<'_>, batch: &Batch) -> Result<(
     Ok(())
 }
 
-/// A digest's accounts as stored: a `DigestStats` holding only them.
-pub(super) fn accounts_blob(accounts: &[sqlbee_proto::v1::AccountCount]) -> Vec<u8> {
-    if accounts.is_empty() {
-        return Vec::new();
-    }
-    sqlbee_proto::v1::DigestStats { accounts: accounts.to_vec(), ..Default::default() }.encode_to_vec()
-}
 
 /// Blockers as stored: a JSON array, u64 ids exact (JSON numbers, not i64).
 fn blockers_json(blockers: &[Blocker]) -> String {
