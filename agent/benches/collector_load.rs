@@ -11,6 +11,8 @@
 //! connections at once and `--max-pushes=N` sets the collector's admission
 //! limit (`-senders-N-max-pushes-M` in the name), to measure what
 //! admission control costs when more agents push at once than it admits.
+//! `--store=LOCATION` stores elsewhere than a fresh SQLite file (for
+//! example `clickhouse://127.0.0.1:8123/bench`); the report names it.
 use std::{
     fmt::Write as _,
     process::{Command, Stdio},
@@ -134,13 +136,19 @@ fn main() {
     let senders = option("--senders=").unwrap_or(8).max(1);
     let max_pushes = option("--max-pushes=");
     let store_options = if normal { "?synchronous=normal" } else { "" };
+    let store_location = std::env::args().find_map(|a| a.strip_prefix("--store=").map(str::to_string));
     let dir = std::env::temp_dir().join(format!("sqlbee-collector-load-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let ready = dir.join("ready");
     let mut collector = Command::new(env!("CARGO_BIN_EXE_sqlbee"))
         .args(["collector", "--listen", "127.0.0.1:0", "--retention", "30d"])
-        .arg(format!("--store=sqlite:{}{store_options}", dir.join("store.db").display()))
+        .arg(
+            store_location
+                .clone()
+                .map(|l| format!("--store={l}"))
+                .unwrap_or_else(|| format!("--store=sqlite:{}{store_options}", dir.join("store.db").display())),
+        )
         .arg("--ready-file")
         .arg(&ready)
         .args(max_pushes.map(|n| format!("--max-pushes-in-flight={n}")))
@@ -227,14 +235,25 @@ fn main() {
         ("top, all instances, order by total", vec!["--order-by", "total"]),
         ("top, all instances, order by p99", vec!["--order-by", "p99"]),
         ("top, one instance", vec!["--instance", "db7:3306"]),
+        ("top, last 7 days", vec!["--since", "7d"]),
+        ("top, last 7 days, order by p99", vec!["--since", "7d", "--order-by", "p99"]),
         ("top, last 24 hours", vec!["--since", "24h"]),
         ("top, last hour", vec!["--since", "1h"]),
+        ("series, every statement, 7 days by the hour", vec!["series", "--since", "7d", "--step", "1h"]),
+        ("series, one digest, 24 hours by the minute", vec!["series", "--since", "24h", "--step", "1m", "--digest", "9e3779b97f4a7c15"]),
     ] {
         let mut runs = Vec::new();
         let mut failure = None;
         for _ in 0..repeats {
             let t = Instant::now();
-            let mut args = vec!["top", "--collector", &url, "--format", "json", "--limit", "20"];
+            let (command, extra) = match extra.split_first() {
+                Some((&"series", rest)) => ("series", rest),
+                _ => ("top", extra.as_slice()),
+            };
+            let mut args = vec![command, "--collector", &url, "--format", "json"];
+            if command == "top" {
+                args.extend(["--limit", "20"]);
+            }
             if !extra.contains(&"--since") {
                 args.extend(["--since", "all"]);
             }
@@ -271,10 +290,15 @@ fn main() {
         md,
         "{agents} simulated agents, {hours} h of {window_s} s windows each ({windows_per_agent} windows per agent), \
          {digests} digests per window, {WINDOWS_PER_BATCH} windows per batch, {senders} concurrent gRPC senders, \
-         admission limit {} pushes in flight, SQLite store (WAL, synchronous={}), {} cores shared by the load \
-         generator and the collector.\n",
+         admission limit {} pushes in flight, {}, {} cores shared by the load generator and the collector.\n",
         max_pushes.map_or("8 (default)".to_string(), |n| n.to_string()),
-        if normal { "NORMAL" } else { "FULL, durable acknowledgements" },
+        match &store_location {
+            Some(location) => format!("store `{}`", location.split('?').next().unwrap_or("")),
+            None => format!(
+                "SQLite store (WAL, synchronous={})",
+                if normal { "NORMAL" } else { "FULL, durable acknowledgements" }
+            ),
+        },
         std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0)
     );
     let _ = writeln!(md, "| measure | value |\n|---|---|");
@@ -291,7 +315,7 @@ fn main() {
     let _ = writeln!(md, "| store size on disk | {:.1} MiB |", db_bytes as f64 / (1 << 20) as f64);
     let _ = writeln!(
         md,
-        "\n`sqlbee top` wall time over the stored data (the CLI process included; median and max of {repeats}):\n"
+        "\n`sqlbee top` and `sqlbee series` wall time over the stored data (the CLI process included; median and max of {repeats}):\n"
     );
     let _ = writeln!(md, "| query | median ms | max ms |\n|---|---|---|\n{timings}");
     println!("{md}");
@@ -299,6 +323,9 @@ fn main() {
     let out = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../benches/results");
     std::fs::create_dir_all(&out).unwrap();
     let mut mode = if normal { "-normal" } else { "" }.to_string();
+    if let Some(location) = &store_location {
+        mode += &format!("-{}", location.split(':').next().unwrap_or("store"));
+    }
     if senders != 8 || max_pushes.is_some() {
         mode += &format!("-senders-{senders}-max-pushes-{}", max_pushes.unwrap_or(8));
     }
