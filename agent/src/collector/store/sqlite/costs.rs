@@ -10,7 +10,7 @@ use sqlbee_proto::v1::{
     AgentCost, AgentWindow, AgentWindowRow, CostSummary, HostMetrics, InstanceCost, ProbeCost, ProcessMetrics,
 };
 
-use crate::collector::store::{HostsQuery, StoreError, TotalsQuery};
+use crate::collector::store::{HostsQuery, StoreError, TotalsQuery, rollup};
 
 fn decode<M: Message + Default>(bytes: &[u8], what: &'static str) -> Result<Option<M>, StoreError> {
     if bytes.is_empty() {
@@ -26,27 +26,25 @@ fn sqlite(action: &'static str) -> impl Fn(rusqlite::Error) -> StoreError {
 /// Per agent over the range: its own windows, and the statements and probe
 /// cost of its instance windows. An agent's own CPU is shared by all the
 /// instances it watches, so it is divided by all their statements, while
-/// the probes' cost counts only instances matching the filter.
+/// the probes' cost counts only instances matching the filter. Each part
+/// of the range is read raw or from the cost rollups (`rollup::plan`).
 pub fn summaries(tx: &Transaction<'_>, query: &TotalsQuery) -> Result<Vec<CostSummary>, StoreError> {
-    #[derive(Default)]
-    struct Agent {
-        summary: CostSummary,
-        /// Had a window of the filtered instance (any, without a filter).
-        matched: bool,
-        /// Statements of the matching instances, scaled where sampled.
-        estimated: u64,
-    }
     let err = sqlite("costs");
     let mut agents: HashMap<String, Agent> = HashMap::new();
-    {
-        let mut stmt = tx
-            .prepare_cached(
-                "SELECT w.agent_id, w.instance, w.statements, coalesce(c.probes, x'')
+    let spans = rollup::plan(query.since_unix_ms, query.until_unix_ms, None);
+    for span in &spans {
+        let rows = match span.level {
+            None => "SELECT w.agent_id, w.instance, w.statements, coalesce(c.probes, x''), 0.0, 0, 0
                  FROM instance_windows w LEFT JOIN instance_costs c ON c.window_id = w.id
-                 WHERE w.window_end >= ?1 AND w.window_end < ?2",
-            )
-            .map_err(&err)?;
-        let mut rows = stmt.query([query.since_unix_ms, query.until_unix_ms]).map_err(&err)?;
+                 WHERE w.window_end >= ?1 AND w.window_end < ?2"
+                .to_string(),
+            Some(level) => format!(
+                "SELECT agent_id, instance, statements, x'', probe_cpu_seconds, estimated, probed_windows
+                 FROM instance_cost_rollups WHERE level = {level} AND bucket >= ?1 AND bucket < ?2"
+            ),
+        };
+        let mut stmt = tx.prepare_cached(&rows).map_err(&err)?;
+        let mut rows = stmt.query([span.start, span.end]).map_err(&err)?;
         while let Some(row) = rows.next().map_err(&err)? {
             let agent = agents.entry(row.get(0).map_err(&err)?).or_default();
             let statements = row.get::<_, i64>(2).map_err(&err)? as u64;
@@ -64,36 +62,55 @@ pub fn summaries(tx: &Transaction<'_>, query: &TotalsQuery) -> Result<Vec<CostSu
                 let estimated = if p.estimated_statements == 0 { statements } else { p.estimated_statements };
                 agent.estimated = agent.estimated.saturating_add(estimated);
             }
+            if row.get::<_, i64>(6).map_err(&err)? > 0 {
+                agent.summary.probe_cpu_seconds += row.get::<_, f64>(4).map_err(&err)?;
+                agent.estimated = agent.estimated.saturating_add(row.get::<_, i64>(5).map_err(&err)? as u64);
+            }
         }
     }
-    let mut stmt = tx
-        .prepare_cached(
-            "SELECT a.agent_id, coalesce(g.host, ''), a.window_start, a.window_end, a.cost
-             FROM agent_windows a LEFT JOIN agents g ON g.agent_id = a.agent_id
-             WHERE a.window_end >= ?1 AND a.window_end < ?2 ORDER BY a.window_end",
-        )
-        .map_err(&err)?;
-    let mut rows = stmt.query([query.since_unix_ms, query.until_unix_ms]).map_err(&err)?;
-    while let Some(row) = rows.next().map_err(&err)? {
-        let id: String = row.get(0).map_err(&err)?;
-        // With an instance filter, only agents that watch it.
-        if query.instance.is_some() && !agents.get(&id).is_some_and(|a| a.matched) {
-            continue;
+    for span in &spans {
+        let rows = match span.level {
+            None => "SELECT a.agent_id, coalesce(g.host, ''), a.window_start, a.window_end, a.cost
+                 FROM agent_windows a LEFT JOIN agents g ON g.agent_id = a.agent_id
+                 WHERE a.window_end >= ?1 AND a.window_end < ?2 ORDER BY a.window_end"
+                .to_string(),
+            Some(level) => format!(
+                "SELECT r.agent_id, coalesce(g.host, ''), r.windows, r.seconds, r.cpu_seconds, r.max_rss_bytes,
+                        r.dropped_events, r.shedding_windows, r.latest_shedding, r.latest_end
+                 FROM agent_cost_rollups r LEFT JOIN agents g ON g.agent_id = r.agent_id
+                 WHERE r.level = {level} AND r.bucket >= ?1 AND r.bucket < ?2 ORDER BY r.bucket"
+            ),
+        };
+        let mut stmt = tx.prepare_cached(&rows).map_err(&err)?;
+        let mut rows = stmt.query([span.start, span.end]).map_err(&err)?;
+        while let Some(row) = rows.next().map_err(&err)? {
+            let id: String = row.get(0).map_err(&err)?;
+            // With an instance filter, only agents that watch it.
+            if query.instance.is_some() && !agents.get(&id).is_some_and(|a| a.matched) {
+                continue;
+            }
+            let host: String = row.get(1).map_err(&err)?;
+            let window = if span.level.is_none() {
+                let blob = row.get_ref(4).map_err(&err)?.as_blob().map_err(|e| err(e.into()))?;
+                let Some(cost) = decode::<AgentCost>(blob, "agent cost")? else { continue };
+                let (start, end): (i64, i64) = (row.get(2).map_err(&err)?, row.get(3).map_err(&err)?);
+                AgentCosts::of_window(&cost, start, end)
+            } else {
+                AgentCosts {
+                    windows: row.get::<_, i64>(2).map_err(&err)? as u64,
+                    seconds: row.get(3).map_err(&err)?,
+                    cpu_seconds: row.get(4).map_err(&err)?,
+                    max_rss_bytes: row.get::<_, i64>(5).map_err(&err)? as u64,
+                    dropped_events: row.get::<_, i64>(6).map_err(&err)? as u64,
+                    shedding_windows: row.get::<_, i64>(7).map_err(&err)? as u64,
+                    latest_shedding: row.get(8).map_err(&err)?,
+                    latest_end: row.get(9).map_err(&err)?,
+                }
+            };
+            let agent = agents.entry(id).or_default();
+            agent.summary.host = host;
+            agent.add(window);
         }
-        let blob = row.get_ref(4).map_err(&err)?.as_blob().map_err(|e| err(e.into()))?;
-        let Some(cost) = decode::<AgentCost>(blob, "agent cost")? else { continue };
-        let seconds = (row.get::<_, i64>(3).map_err(&err)? - row.get::<_, i64>(2).map_err(&err)?).max(0) as f64 / 1e3;
-        let s = &mut agents.entry(id).or_default().summary;
-        s.host = row.get(1).map_err(&err)?;
-        s.windows += 1;
-        s.seconds += seconds;
-        s.agent_cpu_seconds += cost.cpu_cores * seconds;
-        s.agent_max_rss_bytes = s.agent_max_rss_bytes.max(cost.rss_bytes);
-        s.dropped_events = s.dropped_events.saturating_add(cost.dropped_events);
-        if !cost.shedding.is_empty() && cost.shedding != "exact" {
-            s.shedding_windows += 1;
-        }
-        s.latest_shedding = cost.shedding;
     }
     let mut out: Vec<CostSummary> = agents
         .into_iter()
@@ -112,6 +129,62 @@ pub fn summaries(tx: &Transaction<'_>, query: &TotalsQuery) -> Result<Vec<CostSu
         .collect();
     out.sort_by(|a, b| a.host.cmp(&b.host).then_with(|| a.agent_id.cmp(&b.agent_id)));
     Ok(out)
+}
+
+#[derive(Default)]
+struct Agent {
+    summary: CostSummary,
+    /// Had a window of the filtered instance (any, without a filter).
+    matched: bool,
+    /// Statements of the matching instances, scaled where sampled.
+    estimated: u64,
+    /// End of the window `latest_shedding` came from.
+    latest_end: i64,
+}
+
+impl Agent {
+    fn add(&mut self, c: AgentCosts) {
+        let s = &mut self.summary;
+        s.windows += c.windows;
+        s.seconds += c.seconds;
+        s.agent_cpu_seconds += c.cpu_seconds;
+        s.agent_max_rss_bytes = s.agent_max_rss_bytes.max(c.max_rss_bytes);
+        s.dropped_events = s.dropped_events.saturating_add(c.dropped_events);
+        s.shedding_windows += c.shedding_windows;
+        if c.latest_end >= self.latest_end {
+            self.latest_end = c.latest_end;
+            s.latest_shedding = c.latest_shedding;
+        }
+    }
+}
+
+/// An agent's own windows added up: one window, or a rollup bucket of them.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(super) struct AgentCosts {
+    pub windows: u64,
+    pub seconds: f64,
+    pub cpu_seconds: f64,
+    pub max_rss_bytes: u64,
+    pub dropped_events: u64,
+    pub shedding_windows: u64,
+    pub latest_shedding: String,
+    pub latest_end: i64,
+}
+
+impl AgentCosts {
+    pub(super) fn of_window(cost: &AgentCost, start: i64, end: i64) -> AgentCosts {
+        let seconds = (end - start).max(0) as f64 / 1e3;
+        AgentCosts {
+            windows: 1,
+            seconds,
+            cpu_seconds: cost.cpu_cores * seconds,
+            max_rss_bytes: cost.rss_bytes,
+            dropped_events: cost.dropped_events,
+            shedding_windows: u64::from(!cost.shedding.is_empty() && cost.shedding != "exact"),
+            latest_shedding: cost.shedding.clone(),
+            latest_end: end,
+        }
+    }
 }
 
 /// The newest window's cost of one instance as one agent reported it.

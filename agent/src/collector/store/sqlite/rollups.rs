@@ -8,9 +8,9 @@ use std::collections::BTreeMap;
 
 use prost::Message as _;
 use rusqlite::{OptionalExtension, params};
-use sqlbee_proto::v1::{DigestStats, QueryStats};
+use sqlbee_proto::v1::{AgentCost, DigestStats, ProbeCost, QueryStats};
 
-use super::{i, u};
+use super::{costs::AgentCosts, i, u};
 use crate::collector::store::{blob, merge, rollup};
 
 /// One digest row as stored raw, blobs encoded as in `digest_windows`.
@@ -262,11 +262,117 @@ fn add_pairs(
     Ok(blob::encode(sums))
 }
 
-/// Rolls up every digest row of a file written before rollups existed, in
-/// the upgrade's transaction, so ranges read from rollups still see them.
+/// Adds one instance window's statements and probe cost to its buckets.
+pub(super) fn add_instance_cost(
+    tx: &rusqlite::Transaction<'_>,
+    agent_id: &str,
+    instance: &str,
+    window_end: i64,
+    statements: u64,
+    probes: Option<&ProbeCost>,
+) -> rusqlite::Result<()> {
+    let (probed, cpu, estimated) = match probes {
+        Some(p) => (1, p.probe_cpu_seconds, if p.estimated_statements == 0 { statements } else { p.estimated_statements }),
+        None => (0, 0.0, 0),
+    };
+    for level in rollup::LEVELS {
+        tx.prepare_cached(
+            "INSERT INTO instance_cost_rollups (level, bucket, agent_id, instance, windows, statements,
+                 probed_windows, probe_cpu_seconds, estimated)
+             VALUES (?1, ?2, ?3, ?4, 1, ?5, ?6, ?7, ?8)
+             ON CONFLICT DO UPDATE SET windows = windows + 1,
+                 statements = min(statements + excluded.statements, 9223372036854775807),
+                 probed_windows = probed_windows + excluded.probed_windows,
+                 probe_cpu_seconds = probe_cpu_seconds + excluded.probe_cpu_seconds,
+                 estimated = min(estimated + excluded.estimated, 9223372036854775807)",
+        )?
+        .execute(params![
+            level,
+            rollup::bucket(window_end, level),
+            agent_id,
+            instance,
+            i(statements.min(i64::MAX as u64)),
+            probed,
+            cpu,
+            i(estimated.min(i64::MAX as u64))
+        ])?;
+    }
+    Ok(())
+}
+
+/// Adds one of an agent's own windows to its buckets.
+pub(super) fn add_agent_cost(
+    tx: &rusqlite::Transaction<'_>,
+    agent_id: &str,
+    window_end: i64,
+    costs: &AgentCosts,
+) -> rusqlite::Result<()> {
+    for level in rollup::LEVELS {
+        tx.prepare_cached(
+            "INSERT INTO agent_cost_rollups (level, bucket, agent_id, windows, seconds, cpu_seconds, max_rss_bytes,
+                 dropped_events, shedding_windows, latest_shedding, latest_end)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
+             ON CONFLICT DO UPDATE SET windows = windows + excluded.windows,
+                 seconds = seconds + excluded.seconds,
+                 cpu_seconds = cpu_seconds + excluded.cpu_seconds,
+                 max_rss_bytes = max(max_rss_bytes, excluded.max_rss_bytes),
+                 dropped_events = min(dropped_events + excluded.dropped_events, 9223372036854775807),
+                 shedding_windows = shedding_windows + excluded.shedding_windows,
+                 latest_shedding = CASE WHEN excluded.latest_end >= latest_end
+                     THEN excluded.latest_shedding ELSE latest_shedding END,
+                 latest_end = max(latest_end, excluded.latest_end)",
+        )?
+        .execute(params![
+            level,
+            rollup::bucket(window_end, level),
+            agent_id,
+            i(costs.windows),
+            costs.seconds,
+            costs.cpu_seconds,
+            i(costs.max_rss_bytes.min(i64::MAX as u64)),
+            i(costs.dropped_events.min(i64::MAX as u64)),
+            i(costs.shedding_windows),
+            costs.latest_shedding,
+            costs.latest_end,
+        ])?;
+    }
+    Ok(())
+}
+
+/// Rolls up every digest row and cost of a file written before rollups
+/// existed, in the upgrade's transaction, so ranges read from rollups
+/// still see them.
 pub(super) fn backfill(tx: &rusqlite::Transaction<'_>) -> Result<u64, RollupError> {
     // Rebuilt whole, never added to: running it twice cannot double a count.
-    tx.execute("DELETE FROM digest_rollups", [])?;
+    tx.execute_batch("DELETE FROM digest_rollups; DELETE FROM instance_cost_rollups; DELETE FROM agent_cost_rollups;")?;
+    {
+        let mut stmt = tx.prepare(
+            "SELECT w.agent_id, w.instance, w.window_end, w.statements, coalesce(c.probes, x'')
+             FROM instance_windows w LEFT JOIN instance_costs c ON c.window_id = w.id",
+        )?;
+        let mut rows = stmt.raw_query();
+        while let Some(r) = rows.next()? {
+            let probes: Vec<u8> = r.get(4)?;
+            let probes = if probes.is_empty() {
+                None
+            } else {
+                Some(ProbeCost::decode(probes.as_slice()).map_err(|_| RollupError::Corrupt("probe cost"))?)
+            };
+            let (agent, instance): (String, String) = (r.get(0)?, r.get(1)?);
+            add_instance_cost(tx, &agent, &instance, r.get(2)?, u(r.get(3)?), probes.as_ref())?;
+        }
+        let mut stmt = tx.prepare("SELECT agent_id, window_start, window_end, cost FROM agent_windows")?;
+        let mut rows = stmt.raw_query();
+        while let Some(r) = rows.next()? {
+            let cost: Vec<u8> = r.get(3)?;
+            if cost.is_empty() {
+                continue;
+            }
+            let cost = AgentCost::decode(cost.as_slice()).map_err(|_| RollupError::Corrupt("agent cost"))?;
+            let (agent, start, end): (String, i64, i64) = (r.get(0)?, r.get(1)?, r.get(2)?);
+            add_agent_cost(tx, &agent, end, &AgentCosts::of_window(&cost, start, end))?;
+        }
+    }
     let mut stmt = tx.prepare(
         "SELECT window_end, instance, schema, digest, nested, program, program_kind, parent_digest, source, count,
                 errors, sum_ns, min_ns, max_ns, estimated_count, figures, histogram, error_codes, waits, accounts,

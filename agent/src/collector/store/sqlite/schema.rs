@@ -27,8 +27,8 @@ use rusqlite::{Connection, TransactionBehavior};
 ///   `parent_digest` and `source` (ALTER TABLE; older rows read as client
 ///   statements at top level), and `instance_windows.nested_statements`
 ///   and `replica_statements`.
-/// - 10: `digest_rollups` (a new table, filled by windows stored from then
-///   on; older windows stay readable raw until the retention removes them).
+/// - 10: `digest_rollups`, `instance_cost_rollups` and `agent_cost_rollups`
+///   (new tables; an upgraded file's stored windows are rolled up at once).
 pub const SCHEMA_VERSION: i64 = 10;
 
 pub(super) const SCHEMA: &str = "
@@ -185,6 +185,38 @@ CREATE TABLE IF NOT EXISTS digest_rollups (
     PRIMARY KEY (level, bucket, instance, schema, digest, nested, program, program_kind, parent_digest, source)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS digest_rollups_digest ON digest_rollups (digest, level, bucket);
+
+-- What watching cost, per bucket as digest_rollups: per (agent, instance)
+-- the statements of its windows and, over the windows that carried a probe
+-- cost (probed_windows), the probes' CPU and the statements scaled where
+-- sampled; per agent its own windows added up, with the shedding step of
+-- the newest (latest_end: that window's end).
+CREATE TABLE IF NOT EXISTS instance_cost_rollups (
+    level             INTEGER NOT NULL,
+    bucket            INTEGER NOT NULL,
+    agent_id          TEXT NOT NULL,
+    instance          TEXT NOT NULL,
+    windows           INTEGER NOT NULL,
+    statements        INTEGER NOT NULL,
+    probed_windows    INTEGER NOT NULL,
+    probe_cpu_seconds REAL NOT NULL,
+    estimated         INTEGER NOT NULL,
+    PRIMARY KEY (level, bucket, agent_id, instance)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS agent_cost_rollups (
+    level            INTEGER NOT NULL,
+    bucket           INTEGER NOT NULL,
+    agent_id         TEXT NOT NULL,
+    windows          INTEGER NOT NULL,
+    seconds          REAL NOT NULL,
+    cpu_seconds      REAL NOT NULL,
+    max_rss_bytes    INTEGER NOT NULL,
+    dropped_events   INTEGER NOT NULL,
+    shedding_windows INTEGER NOT NULL,
+    latest_shedding  TEXT NOT NULL,
+    latest_end       INTEGER NOT NULL,
+    PRIMARY KEY (level, bucket, agent_id)
+) WITHOUT ROWID;
 
 -- Texts once per digest: the id is a hash of the text, the same everywhere.
 CREATE TABLE IF NOT EXISTS digest_texts (

@@ -127,7 +127,12 @@ fn costs_hosts_and_latest() {
 
     let pruned = store.prune(&PruneCutoffs::all(1500)).unwrap();
     assert_eq!((pruned.agent_windows, pruned.instance_windows), (1, 1));
-    assert_eq!(store.costs(&all).unwrap()[0].windows, 1);
+    // Raw, one window is left; the rollups, whose buckets reach past the
+    // cutoff, still hold both.
+    let raw = TotalsQuery { until_unix_ms: 30_000, ..all.clone() };
+    assert_eq!(store.costs(&raw).unwrap()[0].windows, 1);
+    let c = &store.costs(&all).unwrap()[0];
+    assert_eq!((c.windows, c.statements, c.shedding_windows, c.latest_shedding.as_str()), (2, 4, 1, "no-samples"));
     let _ = std::fs::remove_dir_all(dir);
 }
 

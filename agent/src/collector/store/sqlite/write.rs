@@ -6,7 +6,7 @@ use prost::Message;
 use rusqlite::{Connection, TransactionBehavior, params};
 use sqlbee_proto::v1::{Batch, Blocker, DigestStats};
 
-use super::{accounts_blob, error, i, lock, rollups};
+use super::{accounts_blob, costs::AgentCosts, error, i, lock, rollups};
 use crate::collector::store::{IngestOutcome, PruneCutoffs, PruneOutcome, StoreError, blob, rollup};
 
 /// Rows deleted per prune transaction, so ingest never waits long.
@@ -300,8 +300,18 @@ fn blobs(d: &DigestStats) -> Blobs {
 /// Adds a stored batch's digest rows to their minute and hour buckets, in
 /// the batch's transaction.
 pub(super) fn rollups(tx: &rusqlite::Transaction<'_>, batch: &Batch) -> Result<(), StoreError> {
+    let agent_id = batch.agent.as_ref().map(|a| a.agent_id.as_str()).unwrap_or_default();
+    let err = |e| error("ingest", e);
+    for w in &batch.agent_windows {
+        if let Some(cost) = &w.cost {
+            let costs = AgentCosts::of_window(cost, w.window_start_unix_ms, w.window_end_unix_ms);
+            rollups::add_agent_cost(tx, agent_id, w.window_end_unix_ms, &costs).map_err(err)?;
+        }
+    }
     for w in &batch.windows {
         let instance = w.instance.as_ref().map(|s| s.name.as_str()).unwrap_or_default();
+        rollups::add_instance_cost(tx, agent_id, instance, w.window_end_unix_ms, w.statements, w.probes.as_ref())
+            .map_err(err)?;
         for d in &w.digests {
             let Blobs { histogram, error_codes, waits } = blobs(d);
             let accounts = accounts_blob(&d.accounts);
@@ -381,6 +391,17 @@ pub(super) fn prune(writer: &Mutex<Connection>, cutoffs: &PruneCutoffs) -> Resul
     let chunked = |sql: &str| chunked_before(sql, older_than_unix_ms);
     // A bucket goes once all of it is past its level's retention.
     for (level, cutoff) in [(rollup::MINUTE_MS, cutoffs.minute), (rollup::HOUR_MS, cutoffs.hour)] {
+        outcome.rollup_rows += chunked_before(
+            &format!(
+                "DELETE FROM instance_cost_rollups WHERE (level, bucket, agent_id, instance) IN
+                    (SELECT level, bucket, agent_id, instance FROM instance_cost_rollups
+                     WHERE level = {level} AND bucket <= ?1 - {level} LIMIT ?2);
+                 DELETE FROM agent_cost_rollups WHERE (level, bucket, agent_id) IN
+                    (SELECT level, bucket, agent_id FROM agent_cost_rollups
+                     WHERE level = {level} AND bucket <= ?1 - {level} LIMIT ?2)"
+            ),
+            cutoff,
+        )?;
         outcome.rollup_rows += chunked_before(
             &format!(
                 "DELETE FROM digest_rollups WHERE (level, bucket, instance, schema, digest, nested, program,
