@@ -108,7 +108,7 @@ async fn batches_are_stored_once_and_histograms_merge_exactly() {
     // 3 ms bucket's upper bound; the 1 ms statements of window A are out.
     assert_eq!((recent.digests[0].count, recent.digests[0].p50_ns), (40, 3_145_727));
 
-    let totals = query.totals(TotalsRequest { instance: INSTANCE.into(), since_unix_ms: 0 }).await.unwrap().into_inner();
+    let totals = query.totals(TotalsRequest { instance: INSTANCE.into(), since_unix_ms: 0, until_unix_ms: 0 }).await.unwrap().into_inner();
     assert_eq!((totals.statements, totals.digest_count), (101, 2));
     assert_eq!(totals.commands.len(), 1);
     assert_eq!((totals.commands[0].command.as_str(), totals.commands[0].count), ("COM_QUERY", 101));
@@ -697,6 +697,9 @@ async fn bad_waits_and_error_messages_are_refused_and_not_stored() {
 /// rows are still served and new ones carry waits and messages.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn version_1_store_is_upgraded_and_keeps_its_data() {
+    if !sqlite_store("version_1_store_is_upgraded_and_keeps_its_data", "it rewrites the SQLite file") {
+        return;
+    }
     let mut collector = Collector::start(&[]);
     let url = collector.http_url();
     let mut ingest = ingest_client(&plain(&url)).await;
@@ -968,6 +971,9 @@ async fn bad_lock_waits_are_refused_and_not_stored() {
 /// upgraded when a newer collector opens it, keeping its data.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn version_2_store_is_upgraded_and_keeps_its_data() {
+    if !sqlite_store("version_2_store_is_upgraded_and_keeps_its_data", "it rewrites the SQLite file") {
+        return;
+    }
     let mut collector = Collector::start(&[]);
     let url = collector.http_url();
     let mut ingest = ingest_client(&plain(&url)).await;
@@ -1258,6 +1264,12 @@ async fn epochs_keep_new_data_and_a_changed_replay_is_an_error() {
 /// stored. Needs root to mount a small tmpfs.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_full_store_disk_refuses_for_now_and_keeps_what_it_acknowledged() {
+    if !sqlite_store(
+        "a_full_store_disk_refuses_for_now_and_keeps_what_it_acknowledged",
+        "it fills the filesystem under the SQLite file",
+    ) {
+        return;
+    }
     if !common::privileged("a_full_store_disk_refuses_for_now_and_keeps_what_it_acknowledged") {
         return;
     }

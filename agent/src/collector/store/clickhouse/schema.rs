@@ -149,7 +149,7 @@ pub(super) fn tables() -> Vec<(&'static str, String)> {
 }
 
 /// Tables whose rows age, with the column retention goes by.
-pub(super) const AGING: [(&str, &str); 10] = [
+pub(super) const AGING: [(&str, &str); 9] = [
     ("digest_windows", "window_end"),
     ("instance_windows", "window_end"),
     ("agent_windows", "window_end"),
@@ -158,8 +158,7 @@ pub(super) const AGING: [(&str, &str); 10] = [
     ("digest_texts", "window_end"),
     ("untraced", "seen_unix_ms"),
     ("gaps", "keep_until_unix_ms"),
-    ("agent_seen", "received_unix_ms"),
-    // Last: a record goes only after every row it vouches for.
+    // A record goes only after every row it vouches for.
     ("batches", "keep_until_unix_ms"),
 ];
 

@@ -434,7 +434,45 @@ pub(super) fn prune(db: &Client, cutoffs: &PruneCutoffs) -> Result<PruneOutcome,
             _ => {}
         }
     }
+    prune_agents(db, cut)?;
     Ok(outcome)
+}
+
+/// An agent stays listed while it has batch records (as in the SQLite
+/// store): of its sightings older than the cutoff, the one that names it
+/// (newest sequence) and the newest one stay; an agent without records
+/// goes entirely.
+fn prune_agents(db: &Client, cut: i64) -> Result<(), StoreError> {
+    let bad = malformed("prune");
+    let mut rows = db
+        .select(
+            "SELECT agent_id, argMax(sequence, (sequence, received_unix_ms)),
+                    argMax(received_unix_ms, (sequence, received_unix_ms)), max(received_unix_ms)
+             FROM agent_seen WHERE agent_id IN (SELECT agent_id FROM batches) GROUP BY agent_id",
+        )
+        .map_err(|e| error("prune", e))?;
+    let mut keep = Vec::new();
+    while !rows.done() {
+        let agent = quote(&rows.string().map_err(&bad)?);
+        let (sequence, at, newest) = (rows.u64().map_err(&bad)?, rows.i64().map_err(&bad)?, rows.i64().map_err(&bad)?);
+        keep.push(format!("({agent}, {sequence}, {at})"));
+        keep.push(format!("({agent}, toUInt64(0), {newest})"));
+    }
+    let condition = if keep.is_empty() {
+        format!("received_unix_ms < {cut}")
+    } else {
+        // The newest sighting is kept whatever its sequence.
+        format!(
+            "received_unix_ms < {cut} AND (agent_id, sequence, received_unix_ms) NOT IN ({keep})
+             AND (agent_id, toUInt64(0), received_unix_ms) NOT IN ({keep})",
+            keep = keep.join(", ")
+        )
+    };
+    if count(db, &format!("SELECT count() FROM agent_seen WHERE {condition}"))? > 0 {
+        db.execute(&format!("ALTER TABLE agent_seen DELETE WHERE {condition}")).map_err(|e| error("prune", e))?;
+        wait_for_mutations(db, "agent_seen")?;
+    }
+    Ok(())
 }
 
 fn wait_for_mutations(db: &Client, table: &str) -> Result<(), StoreError> {
