@@ -132,33 +132,25 @@ fn test(args: &[String]) -> anyhow::Result<()> {
     // The container tests run the images as users get them.
     xtask::image::build()?;
     println!("==> cargo test (privileged tests required)");
-    let mut child = cargo()
-        .args(["test", "--no-fail-fast", "--workspace", "--exclude", "agent-ebpf", "--"])
+    let mut all = cargo();
+    all.args(["test", "--no-fail-fast", "--workspace", "--exclude", "agent-ebpf", "--"])
         .args(args)
         .env("SQLBEE_REQUIRE_PRIVILEGED", "1")
-        .env("SQLBEE_COLLECTOR_ONLY_BIN", &collector_only)
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .context("running cargo test")?;
-    // Pass the output through and add up every test binary's result line,
-    // so the run ends with one total instead of the last binary's count.
-    let (mut passed, mut failed, mut ignored) = (0u64, 0u64, 0u64);
-    let stdout = child.stdout.take().context("cargo test stdout")?;
-    for line in std::io::BufRead::lines(std::io::BufReader::new(stdout)) {
-        let line = line?;
-        println!("{line}");
-        if let Some(rest) = line.strip_prefix("test result: ") {
-            let count = |word: &str| -> u64 {
-                rest.split(';')
-                    .find_map(|part| part.trim().strip_suffix(word)?.trim().rsplit(' ').next()?.parse().ok())
-                    .unwrap_or(0)
-            };
-            passed += count("passed");
-            failed += count("failed");
-            ignored += count("ignored");
-        }
-    }
-    let status = child.wait()?;
+        .env("SQLBEE_COLLECTOR_ONLY_BIN", &collector_only);
+    let mut totals = [0u64; 3];
+    let status = counted(&mut all, &mut totals)?;
+    // The collector suite once more against ClickHouse, with the same
+    // assertions (a fresh database per collector on a private server).
+    println!("==> cargo test --test collector with SQLBEE_TEST_STORE=clickhouse");
+    let mut clickhouse = cargo();
+    clickhouse
+        .args(["test", "--no-fail-fast", "-p", "sqlbee", "--test", "collector", "--"])
+        .args(args)
+        .env("SQLBEE_REQUIRE_PRIVILEGED", "1")
+        .env("SQLBEE_TEST_STORE", "clickhouse");
+    let clickhouse = counted(&mut clickhouse, &mut totals)?;
+    let status = if clickhouse.success() { status } else { clickhouse };
+    let [passed, failed, ignored] = totals;
     // The micro-benchmarks once each (criterion's test mode), so they keep
     // compiling and working between benchmark runs.
     println!("==> cargo test --bench hot_path (each micro-benchmark once)");
@@ -177,4 +169,27 @@ fn test(args: &[String]) -> anyhow::Result<()> {
         bail!("the micro-benchmarks failed in test mode, or a benchmark no longer builds");
     }
     Ok(())
+}
+
+/// Runs `cargo test`, passing its output through and adding up every test
+/// binary's result line into `totals` (passed, failed, ignored), so the run
+/// ends with one total instead of the last binary's count.
+fn counted(cmd: &mut std::process::Command, totals: &mut [u64; 3]) -> anyhow::Result<std::process::ExitStatus> {
+    let mut child = cmd.stdout(std::process::Stdio::piped()).spawn().context("running cargo test")?;
+    let stdout = child.stdout.take().context("cargo test stdout")?;
+    for line in std::io::BufRead::lines(std::io::BufReader::new(stdout)) {
+        let line = line?;
+        println!("{line}");
+        if let Some(rest) = line.strip_prefix("test result: ") {
+            let count = |word: &str| -> u64 {
+                rest.split(';')
+                    .find_map(|part| part.trim().strip_suffix(word)?.trim().rsplit(' ').next()?.parse().ok())
+                    .unwrap_or(0)
+            };
+            for (slot, word) in totals.iter_mut().zip(["passed", "failed", "ignored"]) {
+                *slot += count(word);
+            }
+        }
+    }
+    Ok(child.wait()?)
 }

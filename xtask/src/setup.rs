@@ -11,7 +11,7 @@ const BPF_LINKER_VERSION: &str = "0.13.0";
 /// registry is reachable), podman-compose for the compose file.
 /// mariadb-test: MariaDB's own test suite, the statements the digest
 /// agreement test samples.
-const DEBIAN_PACKAGES: [&str; 16] = [
+const DEBIAN_PACKAGES: [&str; 18] = [
     "mariadb-server",
     "mariadb-client",
     "sysbench",
@@ -30,6 +30,9 @@ const DEBIAN_PACKAGES: [&str; 16] = [
     "catatonit",
     // Containers on one podman network find each other by name (CNI).
     "golang-github-containernetworking-plugin-dnsname",
+    // The ClickHouse store's tests start a private server (18.16).
+    "clickhouse-server",
+    "clickhouse-client",
 ];
 
 pub fn run() -> anyhow::Result<()> {

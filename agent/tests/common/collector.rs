@@ -1,6 +1,9 @@
 //! A real `sqlbee collector` process on a private port and store, plus
 //! builders for batches and clients, for tests of the collector and of
-//! anything that ships to one.
+//! anything that ships to one. The store is a SQLite file in the
+//! collector's directory, or with SQLBEE_TEST_STORE=clickhouse a fresh
+//! database on the test process's private ClickHouse server
+//! (`xtask::clickhouse`).
 use std::{
     path::{Path, PathBuf},
     process::{Child, Command, Output},
@@ -44,6 +47,32 @@ impl Drop for TempDir {
     }
 }
 
+/// True when the tests run against ClickHouse (SQLBEE_TEST_STORE=clickhouse).
+pub fn clickhouse_store() -> bool {
+    std::env::var("SQLBEE_TEST_STORE").is_ok_and(|s| s == "clickhouse")
+}
+
+/// False, after saying why, when `test` checks the SQLite file itself and
+/// the tests run against ClickHouse.
+pub fn sqlite_store(test: &str, why: &str) -> bool {
+    if clickhouse_store() {
+        eprintln!("skipping {test} with SQLBEE_TEST_STORE=clickhouse: {why}");
+        return false;
+    }
+    true
+}
+
+/// A fresh store for one collector: a SQLite file in `dir`, or a new
+/// database on the shared ClickHouse server.
+fn default_store(dir: &Path) -> String {
+    if clickhouse_store() {
+        let server = xtask::clickhouse::PrivateClickHouse::shared()
+            .unwrap_or_else(|why| panic!("SQLBEE_TEST_STORE=clickhouse, but there is no ClickHouse server: {why}"));
+        return server.location(&server.fresh_database("collector"));
+    }
+    format!("sqlite:{}", dir.join("store.db").display())
+}
+
 pub fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64
 }
@@ -55,7 +84,8 @@ pub struct Collector {
     pub dir: TempDir,
     stderr: PathBuf,
     args: Vec<String>,
-    store: PathBuf,
+    /// `--store`, kept across restarts.
+    store: String,
     /// The `sqlbee` binary that runs it.
     pub binary: PathBuf,
 }
@@ -83,7 +113,10 @@ impl Collector {
         let mut collector = Collector {
             child: None,
             addr: "127.0.0.1:0".into(),
-            store: store.unwrap_or_else(|| dir.path().join("store.db")),
+            store: match store {
+                Some(path) => format!("sqlite:{}", path.display()),
+                None => default_store(dir.path()),
+            },
             dir,
             stderr,
             args: args.to_vec(),
@@ -101,7 +134,7 @@ impl Collector {
             .arg("collector")
             .args(["--listen", &self.addr])
             .arg("--store")
-            .arg(format!("sqlite:{}", self.store.display()))
+            .arg(&self.store)
             .arg("--ready-file")
             .arg(&ready)
             .args(&self.args)

@@ -4,6 +4,7 @@
 //! (agent_id, sequence) at most once and must never decide what is valid.
 //! Calls block: the services run them on tokio's blocking pool.
 pub mod blob;
+pub mod clickhouse;
 pub mod merge;
 pub mod retention;
 pub mod rollup;
@@ -220,7 +221,10 @@ pub enum StoreError {
     },
     #[error("the store at {path} has schema version {found}, written by a newer collector (this one knows {known})")]
     Version { path: String, found: i64, known: i64 },
-    #[error("unsupported store location {location:?}: expected sqlite:PATH or sqlite:PATH?synchronous=normal")]
+    #[error(
+        "unsupported store location {location:?}: expected sqlite:PATH, sqlite:PATH?synchronous=normal or \
+         clickhouse://HOST:HTTP_PORT/DATABASE (options: ?user=U&password_file=PATH&tls=1&ca=PATH)"
+    )]
     Location { location: String },
     #[error("the store is full (disk or quota): {source}")]
     Full {
@@ -269,7 +273,9 @@ pub trait Store: Send + Sync {
 
 /// Opens the store named by `--store`: `sqlite:PATH`, or
 /// `sqlite:PATH?synchronous=normal` to trade the durability of the last
-/// acknowledged batches on power loss for ingest rate.
+/// acknowledged batches on power loss for ingest rate; or
+/// `clickhouse://HOST:HTTP_PORT/DATABASE` with `user`, `password_file`,
+/// `tls=1` and `ca` options, shared by any number of collectors.
 pub fn open(location: &str) -> Result<Box<dyn Store>, StoreError> {
     let bad = || StoreError::Location { location: location.to_string() };
     match location.split_once(':') {
@@ -284,6 +290,10 @@ pub fn open(location: &str) -> Result<Box<dyn Store>, StoreError> {
                 _ => return Err(bad()),
             };
             Ok(Box::new(SqliteStore::open_with(std::path::Path::new(path), durability)?))
+        }
+        Some(("clickhouse", rest)) => {
+            let location = clickhouse::Location::parse(rest).ok_or_else(bad)?;
+            Ok(Box::new(clickhouse::ClickHouseStore::open(&location)?))
         }
         _ => Err(bad()),
     }

@@ -1,0 +1,361 @@
+//! The one door to ClickHouse: its HTTP interface, blocking, through
+//! `ureq`. Statements go in the POST body; an INSERT names its table and
+//! columns in the URL and carries `RowBinary` rows in the body. Values are
+//! bound here, on the client side (`quote`), because 18.16 reads unknown
+//! URL parameters as settings. SELECTs send `wait_end_of_query=1` so that
+//! an error arrives as a non-200 answer, never in the middle of rows.
+//!
+//! The password travels only in the `X-ClickHouse-Key` header: no URL,
+//! log line or error carries it.
+use std::{sync::Arc, time::Duration};
+
+/// What a call to ClickHouse failed with.
+#[derive(Debug, thiserror::Error)]
+pub enum HttpError {
+    #[error("cannot reach ClickHouse at {url}: {source}")]
+    Transport {
+        url: String,
+        #[source]
+        source: Box<ureq::Error>,
+    },
+    #[error("ClickHouse at {url} answered {status}: {message}")]
+    Server { url: String, status: u16, message: String },
+    #[error("cannot read the CA file {path}: {source}")]
+    Ca {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the CA file {path} holds no PEM certificate")]
+    NoCa { path: String },
+}
+
+impl HttpError {
+    /// ClickHouse's own error code (`Code: N.`), when it gave one.
+    pub fn code(&self) -> Option<u32> {
+        let HttpError::Server { message, .. } = self else { return None };
+        let rest = message.split("Code: ").nth(1)?;
+        rest.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
+    }
+
+    /// A full disk (NOT_ENOUGH_SPACE) or an exceeded quota or memory limit:
+    /// nothing an agent can fix by changing its batch.
+    pub fn is_full(&self) -> bool {
+        matches!(self.code(), Some(243 | 201 | 241))
+    }
+}
+
+/// How to reach the server: base URL (`http://host:port/`), credentials
+/// and the database queries run in.
+#[derive(Clone)]
+pub struct Endpoint {
+    pub base: String,
+    pub user: Option<String>,
+    pub password: Option<String>,
+    /// PEM CA certificates to trust instead of the built-in roots.
+    pub ca: Option<std::path::PathBuf>,
+}
+
+impl std::fmt::Debug for Endpoint {
+    // The password is left out on purpose.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint").field("base", &self.base).field("user", &self.user).finish_non_exhaustive()
+    }
+}
+
+pub struct Client {
+    agent: ureq::Agent,
+    endpoint: Endpoint,
+    /// Unqualified table names resolve here; None before it exists.
+    database: Option<String>,
+}
+
+/// Long enough for a large prune or a scan of a week; a hung server still
+/// ends the call.
+const TIMEOUT: Duration = Duration::from_secs(300);
+
+impl Client {
+    pub fn new(endpoint: Endpoint, database: Option<String>) -> Result<Client, HttpError> {
+        let mut tls = ureq::tls::TlsConfig::builder();
+        if let Some(path) = &endpoint.ca {
+            let shown = path.display().to_string();
+            let pem = std::fs::read(path).map_err(|source| HttpError::Ca { path: shown.clone(), source })?;
+            let certs: Vec<ureq::tls::Certificate<'static>> = ureq::tls::parse_pem(&pem)
+                .filter_map(|item| match item {
+                    Ok(ureq::tls::PemItem::Certificate(cert)) => Some(cert),
+                    _ => None,
+                })
+                .collect();
+            if certs.is_empty() {
+                return Err(HttpError::NoCa { path: shown });
+            }
+            tls = tls.root_certs(ureq::tls::RootCerts::Specific(Arc::new(certs)));
+        }
+        let agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(TIMEOUT))
+            .tls_config(tls.build())
+            .build()
+            .new_agent();
+        Ok(Client { agent, endpoint, database })
+    }
+
+    pub fn with_database(&self, database: &str) -> Client {
+        Client { agent: self.agent.clone(), endpoint: self.endpoint.clone(), database: Some(database.to_string()) }
+    }
+
+    fn post(&self, query_in_url: Option<&str>, select: bool, body: &[u8]) -> Result<Vec<u8>, HttpError> {
+        let url = &self.endpoint.base;
+        let mut request = self.agent.post(url.as_str());
+        if let Some(database) = &self.database {
+            request = request.query("database", database);
+        }
+        if let Some(query) = query_in_url {
+            request = request.query("query", query);
+        }
+        if select {
+            request = request.query("wait_end_of_query", "1");
+        }
+        if let Some(user) = &self.endpoint.user {
+            request = request.header("X-ClickHouse-User", user);
+        }
+        if let Some(password) = &self.endpoint.password {
+            request = request.header("X-ClickHouse-Key", password);
+        }
+        let transport = |source: ureq::Error| HttpError::Transport { url: url.clone(), source: Box::new(source) };
+        let mut response = request.send(body).map_err(transport)?;
+        let status = response.status().as_u16();
+        let bytes = response.body_mut().with_config().limit(u64::MAX).read_to_vec().map_err(transport)?;
+        if status != 200 {
+            let mut message = String::from_utf8_lossy(&bytes).trim().to_string();
+            if message.len() > 2000 {
+                let mut cut = 2000;
+                while !message.is_char_boundary(cut) {
+                    cut -= 1;
+                }
+                message.truncate(cut);
+                message.push_str("...");
+            }
+            return Err(HttpError::Server { url: url.clone(), status, message });
+        }
+        Ok(bytes)
+    }
+
+    /// A statement that returns nothing (DDL, ALTER).
+    pub fn execute(&self, sql: &str) -> Result<(), HttpError> {
+        tracing::trace!(sql, "clickhouse execute");
+        self.post(None, false, sql.as_bytes()).map(drop)
+    }
+
+    /// A SELECT answered in `RowBinary`.
+    pub fn select(&self, sql: &str) -> Result<Rows, HttpError> {
+        tracing::trace!(sql, "clickhouse select");
+        let body = format!("{sql}\nFORMAT RowBinary");
+        Ok(Rows { bytes: self.post(None, true, body.as_bytes())?, at: 0 })
+    }
+
+    /// Inserts `rows` (RowBinary, in `columns` order) into `table`.
+    pub fn insert(&self, table: &str, columns: &str, rows: &RowWriter) -> Result<(), HttpError> {
+        if rows.count == 0 {
+            return Ok(());
+        }
+        let query = format!("INSERT INTO {table} ({columns}) FORMAT RowBinary");
+        self.post(Some(&query), false, &rows.bytes).map(drop)
+    }
+}
+
+/// A string literal for ClickHouse SQL: quoted, with `\` and `'` escaped
+/// (ClickHouse reads backslash escapes in literals).
+pub fn quote(value: &str) -> String {
+    let mut out = String::with_capacity(value.len() + 2);
+    out.push('\'');
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\'' => out.push_str("\\'"),
+            '\0' => out.push_str("\\0"),
+            c => out.push(c),
+        }
+    }
+    out.push('\'');
+    out
+}
+
+/// Rows in ClickHouse's `RowBinary` format: integers little-endian,
+/// strings and arrays behind a LEB128 length, Nullable behind one flag byte.
+#[derive(Default)]
+pub struct RowWriter {
+    bytes: Vec<u8>,
+    count: usize,
+}
+
+impl RowWriter {
+    /// Marks the end of a row (only counted: RowBinary has no separator).
+    pub fn end_row(&mut self) {
+        self.count += 1;
+    }
+
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    pub fn u8(&mut self, v: u8) -> &mut Self {
+        self.bytes.push(v);
+        self
+    }
+
+    pub fn u32(&mut self, v: u32) -> &mut Self {
+        self.bytes.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+
+    pub fn u64(&mut self, v: u64) -> &mut Self {
+        self.bytes.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+
+    pub fn i64(&mut self, v: i64) -> &mut Self {
+        self.bytes.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+
+    fn len_prefix(&mut self, mut n: usize) {
+        while n >= 0x80 {
+            self.bytes.push((n as u8) | 0x80);
+            n >>= 7;
+        }
+        self.bytes.push(n as u8);
+    }
+
+    pub fn bytes(&mut self, v: &[u8]) -> &mut Self {
+        self.len_prefix(v.len());
+        self.bytes.extend_from_slice(v);
+        self
+    }
+
+    pub fn str(&mut self, v: &str) -> &mut Self {
+        self.bytes(v.as_bytes())
+    }
+
+    pub fn opt_u64(&mut self, v: Option<u64>) -> &mut Self {
+        match v {
+            Some(v) => self.u8(0).u64(v),
+            None => self.u8(1),
+        }
+    }
+
+    pub fn array<T>(&mut self, items: &[T], mut each: impl FnMut(&mut Self, &T)) -> &mut Self {
+        self.len_prefix(items.len());
+        for item in items {
+            each(self, item);
+        }
+        self
+    }
+}
+
+/// A `RowBinary` answer, read column by column in the SELECT's order.
+pub struct Rows {
+    bytes: Vec<u8>,
+    at: usize,
+}
+
+/// The answer was shorter than its columns or held a bad length: a bug or
+/// a server that answered in another format.
+#[derive(Debug, thiserror::Error)]
+#[error("ClickHouse's RowBinary answer ended early or is malformed at byte {at}")]
+pub struct Malformed {
+    pub at: usize,
+}
+
+impl Rows {
+    pub fn done(&self) -> bool {
+        self.at >= self.bytes.len()
+    }
+
+    fn take(&mut self, n: usize) -> Result<&[u8], Malformed> {
+        let end = self.at.checked_add(n).filter(|&end| end <= self.bytes.len()).ok_or(Malformed { at: self.at })?;
+        let out = &self.bytes[self.at..end];
+        self.at = end;
+        Ok(out)
+    }
+
+    fn fixed<const N: usize>(&mut self) -> Result<[u8; N], Malformed> {
+        let at = self.at;
+        self.take(N)?.try_into().map_err(|_| Malformed { at })
+    }
+
+    pub fn u8(&mut self) -> Result<u8, Malformed> {
+        Ok(self.fixed::<1>()?[0])
+    }
+
+    pub fn u32(&mut self) -> Result<u32, Malformed> {
+        Ok(u32::from_le_bytes(self.fixed()?))
+    }
+
+    pub fn u64(&mut self) -> Result<u64, Malformed> {
+        Ok(u64::from_le_bytes(self.fixed()?))
+    }
+
+    pub fn i64(&mut self) -> Result<i64, Malformed> {
+        Ok(i64::from_le_bytes(self.fixed()?))
+    }
+
+    fn len_prefix(&mut self) -> Result<usize, Malformed> {
+        let mut value = 0usize;
+        for shift in (0..64).step_by(7) {
+            let byte = self.u8()?;
+            value |= usize::from(byte & 0x7f).checked_shl(shift).ok_or(Malformed { at: self.at })?;
+            if byte & 0x80 == 0 {
+                return Ok(value);
+            }
+        }
+        Err(Malformed { at: self.at })
+    }
+
+    pub fn bytes(&mut self) -> Result<Vec<u8>, Malformed> {
+        let n = self.len_prefix()?;
+        Ok(self.take(n)?.to_vec())
+    }
+
+    pub fn string(&mut self) -> Result<String, Malformed> {
+        let at = self.at;
+        String::from_utf8(self.bytes()?).map_err(|_| Malformed { at })
+    }
+
+    pub fn array<T>(&mut self, mut each: impl FnMut(&mut Self) -> Result<T, Malformed>) -> Result<Vec<T>, Malformed> {
+        let n = self.len_prefix()?;
+        if n > self.bytes.len() - self.at {
+            return Err(Malformed { at: self.at });
+        }
+        (0..n).map(|_| each(self)).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting_escapes_what_ends_a_literal() {
+        assert_eq!(quote("a'b\\c"), r"'a\'b\\c'");
+        assert_eq!(quote(""), "''");
+    }
+
+    #[test]
+    fn row_binary_round_trip() {
+        let mut w = RowWriter::default();
+        w.u64(u64::MAX).i64(-5).str("hé").opt_u64(None).opt_u64(Some(7)).array(&[1u32, 300], |w, v| {
+            w.u32(*v);
+        });
+        w.bytes(&vec![0xff; 200]);
+        let mut r = Rows { bytes: w.bytes.clone(), at: 0 };
+        assert_eq!(r.u64().unwrap(), u64::MAX);
+        assert_eq!(r.i64().unwrap(), -5);
+        assert_eq!(r.string().unwrap(), "hé");
+        assert_eq!((r.u8().unwrap(), r.u8().unwrap(), r.u64().unwrap()), (1, 0, 7));
+        assert_eq!(r.array(|r| r.u32()).unwrap(), vec![1, 300]);
+        assert_eq!(r.bytes().unwrap().len(), 200);
+        assert!(r.done());
+        assert!(r.u8().is_err());
+    }
+}

@@ -1,0 +1,242 @@
+//! ClickHouse store: any number of collectors share one database over
+//! ClickHouse's HTTP interface (`http`). `schema` creates and versions the
+//! tables, `write` stores batches and prunes, `read` and `costs` answer
+//! queries and `series` time series. Merges happen in Rust with the shared
+//! `merge`, exactly as the SQLite store does, so both answer alike; values
+//! are UInt64 columns read back bit-exact, and no sum runs in SQL (it would
+//! wrap where `merge` saturates). No ClickHouse type leaves this folder.
+//!
+//! ## Exactly once without transactions
+//!
+//! ClickHouse 18.16 has neither transactions nor insert deduplication for
+//! plain MergeTree, and a collector may die (kill -9) between any two
+//! inserts, or two collectors may store the same batch at the same time.
+//! So nothing is decided in a collector's memory; the rule lives in the
+//! rows:
+//!
+//! - every attempt to store a batch draws an `ingest_id` (a UInt64: the
+//!   time in its high bits, random low bits), and every row it writes
+//!   carries the batch identity (agent_id, epoch, sequence) and that id;
+//! - the data rows are inserted first, the batch record (identity,
+//!   ingest_id, content_hash, received time, time range) last;
+//! - a batch counts only through its *winning* record, the one with the
+//!   smallest ingest_id for its identity, and every read keeps only rows
+//!   whose (identity, ingest_id) is a winner (`winners`).
+//!
+//! An attempt killed before its record is written left rows no record
+//! vouches for: they never count and age out with their day. Two attempts
+//! that both wrote a record (two collectors racing, or a retry after a
+//! record whose acknowledgement was lost) each wrote the whole batch, and
+//! only the smaller id's rows count: never both, never half. Before writing,
+//! an attempt looks up the identity's records: the same content hash is a
+//! duplicate (nothing written), another hash `StoreError::Conflict`. After
+//! writing its record it looks again: if a smaller id with other content
+//! won, it answers Conflict (its rows never count); with the same content,
+//! duplicate. What this cannot order is two attempts with *different*
+//! content for one identity whose look-ups both ran before either record
+//! existed (two agents sharing a state directory, in the same instant):
+//! exactly one content counts, but both may be acknowledged.
+//!
+//! Retention drops whole day partitions and deletes the rest of the
+//! boundary day with `ALTER TABLE ... DELETE` (a mutation, waited for), in
+//! `write::prune`.
+mod costs;
+mod http;
+mod read;
+mod schema;
+mod series;
+mod write;
+#[cfg(test)]
+mod tests;
+
+use std::path::PathBuf;
+
+use sqlbee_proto::v1::{
+    AgentWindowRow, Batch, CostSummary, InstanceInfo, LockWaitRow, SeriesPoint, TopDigest, TotalsResponse,
+};
+
+use super::{
+    HostsQuery, IngestOutcome, LocksQuery, PruneCutoffs, PruneOutcome, SeriesQuery, Store, StoreError, TopQuery,
+    TotalsQuery,
+};
+pub use schema::SCHEMA_VERSION;
+
+/// Where the store lives, from `clickhouse://HOST:PORT/DATABASE?options`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Location {
+    pub host_port: String,
+    pub database: String,
+    pub user: Option<String>,
+    /// A file holding the password (its first line), never the password.
+    pub password_file: Option<PathBuf>,
+    pub tls: bool,
+    pub ca: Option<PathBuf>,
+}
+
+impl Location {
+    /// None when `rest` (after `clickhouse:`) is not such a location.
+    pub fn parse(rest: &str) -> Option<Location> {
+        let rest = rest.strip_prefix("//")?;
+        let (path, options) = rest.split_once('?').unwrap_or((rest, ""));
+        let (host_port, database) = path.split_once('/')?;
+        let port_ok = host_port.rsplit_once(':').is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+        // The name goes into SQL unquoted: letters, digits and underscores.
+        let name_ok = !database.is_empty()
+            && database.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            && !database.starts_with(|c: char| c.is_ascii_digit());
+        if !port_ok || !name_ok {
+            return None;
+        }
+        let mut out = Location {
+            host_port: host_port.to_string(),
+            database: database.to_string(),
+            user: None,
+            password_file: None,
+            tls: false,
+            ca: None,
+        };
+        for option in options.split('&').filter(|o| !o.is_empty()) {
+            match option.split_once('=')? {
+                ("user", v) if !v.is_empty() => out.user = Some(v.to_string()),
+                ("password_file", v) if !v.is_empty() => out.password_file = Some(PathBuf::from(v)),
+                ("tls", "1" | "true") => out.tls = true,
+                ("tls", "0" | "false") => out.tls = false,
+                ("ca", v) if !v.is_empty() => out.ca = Some(PathBuf::from(v)),
+                _ => return None,
+            }
+        }
+        Some(out)
+    }
+
+    /// How the store is named in errors and logs: no credentials in it.
+    pub fn shown(&self) -> String {
+        format!("clickhouse://{}/{}", self.host_port, self.database)
+    }
+}
+
+/// A ClickHouse failure as a store error: a full disk or quota told apart
+/// from the rest (a client retries both; an operator must know which).
+pub(super) fn error(action: &'static str, source: http::HttpError) -> StoreError {
+    if source.is_full() { StoreError::Full { source: source.into() } } else { StoreError::Backend { action, source: source.into() } }
+}
+
+pub(super) fn malformed(action: &'static str) -> impl Fn(http::Malformed) -> StoreError {
+    move |source| StoreError::Backend { action, source: source.into() }
+}
+
+/// The rows of winning attempts only (see the module comment): rows whose
+/// (identity, ingest_id) is the smallest ingest_id of its identity, among
+/// the batches with a row in `[since, until)`. The minimum is taken over
+/// every record of those identities, wherever their ranges fall.
+pub(super) fn winners(since: i64, until: i64) -> String {
+    let range = if since == i64::MIN && until == i64::MAX {
+        String::new()
+    } else {
+        format!(
+            " WHERE (agent_id, epoch, sequence) IN (SELECT agent_id, epoch, sequence FROM batches
+                 WHERE last_unix_ms >= {since} AND first_unix_ms < {until})"
+        )
+    };
+    format!(
+        "(agent_id, epoch, sequence, ingest_id) IN (SELECT agent_id, epoch, sequence, min(ingest_id)
+             FROM batches{range} GROUP BY agent_id, epoch, sequence)"
+    )
+}
+
+/// `AND column = 'value'` for each filter given.
+pub(super) fn equals(filters: &[(&str, &Option<String>)]) -> String {
+    filters
+        .iter()
+        .filter_map(|(column, value)| value.as_ref().map(|v| format!(" AND {column} = {}", http::quote(v))))
+        .collect()
+}
+
+pub struct ClickHouseStore {
+    db: http::Client,
+    shown: String,
+}
+
+impl ClickHouseStore {
+    pub fn open(location: &Location) -> Result<ClickHouseStore, StoreError> {
+        let shown = location.shown();
+        let open_err = |source: http::HttpError| StoreError::Open { path: shown.clone(), source: source.into() };
+        let password = match &location.password_file {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|source| StoreError::Open {
+                    path: shown.clone(),
+                    source: format!("cannot read the password file {}: {source}", path.display()).into(),
+                })?;
+                Some(text.lines().next().unwrap_or("").to_string())
+            }
+            None => None,
+        };
+        let scheme = if location.tls { "https" } else { "http" };
+        let endpoint = http::Endpoint {
+            base: format!("{scheme}://{}/", location.host_port),
+            user: location.user.clone(),
+            password,
+            ca: location.ca.clone(),
+        };
+        let server = http::Client::new(endpoint, None).map_err(open_err)?;
+        let found = match schema::migrate(&server, &location.database).map_err(open_err)? {
+            Ok(found) => found,
+            Err(found) => {
+                return Err(StoreError::Version {
+                    path: shown,
+                    found: i64::from(found),
+                    known: i64::from(SCHEMA_VERSION),
+                });
+            }
+        };
+        if found == 0 {
+            tracing::info!(store = %shown, version = SCHEMA_VERSION, "created the ClickHouse store's tables");
+        }
+        Ok(ClickHouseStore { db: server.with_database(&location.database), shown })
+    }
+}
+
+impl Store for ClickHouseStore {
+    fn ingest(&self, batch: &Batch, received_unix_ms: i64, content_hash: u64) -> Result<IngestOutcome, StoreError> {
+        write::ingest(&self.db, batch, received_unix_ms, content_hash)
+    }
+
+    fn top(&self, query: &TopQuery) -> Result<Vec<TopDigest>, StoreError> {
+        read::top(&self.db, query)
+    }
+
+    fn instances(&self) -> Result<Vec<InstanceInfo>, StoreError> {
+        let mut out = read::instances(&self.db)?;
+        for info in &mut out {
+            if !info.instance.is_empty() {
+                info.latest = costs::latest(&self.db, &info.agent_id, &info.instance)?;
+            }
+        }
+        Ok(out)
+    }
+
+    fn costs(&self, query: &TotalsQuery) -> Result<Vec<CostSummary>, StoreError> {
+        costs::summaries(&self.db, query)
+    }
+
+    fn hosts(&self, query: &HostsQuery) -> Result<Vec<AgentWindowRow>, StoreError> {
+        costs::hosts(&self.db, query)
+    }
+
+    fn totals(&self, query: &TotalsQuery) -> Result<TotalsResponse, StoreError> {
+        read::totals(&self.db, query)
+    }
+
+    fn locks(&self, query: &LocksQuery) -> Result<Vec<LockWaitRow>, StoreError> {
+        read::locks(&self.db, query)
+    }
+
+    fn series(&self, query: &SeriesQuery) -> Result<Vec<SeriesPoint>, StoreError> {
+        series::series(&self.db, query)
+    }
+
+    fn prune(&self, cutoffs: &PruneCutoffs) -> Result<PruneOutcome, StoreError> {
+        let outcome = write::prune(&self.db, cutoffs)?;
+        tracing::debug!(store = %self.shown, ?outcome, "pruned");
+        Ok(outcome)
+    }
+}

@@ -1,0 +1,548 @@
+//! Answers: digests merged over windows and instances (`Top`), instances,
+//! lock waits and exact totals. Rows of winning attempts only (`winners`);
+//! every sum, min, max and merge runs in Rust (`merge`), as in the SQLite
+//! store, so u64 values and saturation behave the same.
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use prost::Message as _;
+use sqlbee_common::histogram::Histogram;
+use sqlbee_proto::v1::{
+    Blocker, CommandCount, DigestStats, InstanceInfo, LockWait, LockWaitRow, QueryStats, TopDigest, TotalsResponse,
+};
+
+use super::{
+    equals, error,
+    http::{Client, Malformed, Rows, quote},
+    malformed, winners,
+};
+use crate::collector::store::{
+    LocksQuery, OrderBy, StoreError, TopQuery, TotalsQuery,
+    merge::{self, DigestTotals, MergedAccounts, MergedErrors, MergedWaits},
+};
+
+/// A digest row's key in answers: schema, digest and lineage.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(super) struct RowKey {
+    pub schema: String,
+    pub digest: u64,
+    pub nested: bool,
+    pub program: String,
+    pub program_kind: String,
+    pub parent_digest: u64,
+    pub source: String,
+}
+
+pub(super) fn read_key(r: &mut Rows) -> Result<RowKey, Malformed> {
+    Ok(RowKey {
+        schema: r.string()?,
+        digest: r.u64()?,
+        nested: r.u8()? != 0,
+        program: r.string()?,
+        program_kind: r.string()?,
+        parent_digest: r.u64()?,
+        source: r.string()?,
+    })
+}
+
+/// Everything one digest row brings to a merge.
+pub(super) struct DigestRow {
+    pub instance: String,
+    pub key: RowKey,
+    pub window_end: i64,
+    pub count: u64,
+    pub errors: u64,
+    pub sum_ns: u64,
+    pub min_ns: u64,
+    pub max_ns: u64,
+    pub estimated: u64,
+    pub hist: Vec<(u32, u64)>,
+}
+
+/// The columns `read_digest_row` reads, in its order.
+pub(super) const DIGEST_COLUMNS: &str = "instance, schema, digest, nested, program, program_kind, parent_digest,
+    source, window_end, count, errors, sum_ns, min_ns, max_ns, estimated_count, hist_index, hist_count";
+
+pub(super) fn read_digest_row(r: &mut Rows) -> Result<DigestRow, Malformed> {
+    let instance = r.string()?;
+    let key = read_key(r)?;
+    let window_end = r.i64()?;
+    let (count, errors, sum_ns, min_ns, max_ns, estimated) = (r.u64()?, r.u64()?, r.u64()?, r.u64()?, r.u64()?, r.u64()?);
+    let index = r.array(|r| r.u32())?;
+    let counts = r.array(|r| r.u64())?;
+    if index.len() != counts.len() {
+        return Err(Malformed { at: 0 });
+    }
+    let hist = index.into_iter().zip(counts).collect();
+    Ok(DigestRow { instance, key, window_end, count, errors, sum_ns, min_ns, max_ns, estimated, hist })
+}
+
+pub(super) fn add_hist(h: &mut Histogram, buckets: &[(u32, u64)]) {
+    for &(index, count) in buckets {
+        h.add_bucket(index as usize, count);
+    }
+}
+
+/// Per key while merging.
+#[derive(Default)]
+struct Merging {
+    totals: DigestTotals,
+    instances: BTreeSet<String>,
+    rank: u64,
+    estimated: u64,
+    sampled: bool,
+    histogram: Histogram,
+    waits: MergedWaits,
+    errors: MergedErrors,
+    stats: QueryStats,
+    accounts: MergedAccounts,
+    /// The newest window's non-empty sample.
+    sample: Option<(i64, String)>,
+}
+
+/// The top query's filters on digest_windows, range and winners included.
+pub(super) fn top_where(query: &TopQuery) -> String {
+    let mut sql = format!(
+        "window_end >= {} AND window_end < {}{}",
+        query.since_unix_ms,
+        query.until_unix_ms,
+        equals(&[("instance", &query.instance), ("schema", &query.schema), ("program", &query.program)])
+    );
+    // Client statements only, unless asked (a program's are nested).
+    if !query.nested && query.program.is_none() {
+        sql.push_str(" AND nested = 0");
+    }
+    sql.push_str(" AND ");
+    sql.push_str(&winners(query.since_unix_ms, query.until_unix_ms));
+    sql
+}
+
+pub(super) fn top(db: &Client, query: &TopQuery) -> Result<Vec<TopDigest>, StoreError> {
+    let bad = malformed("top");
+    let figure = match query.order_by {
+        OrderBy::RowsExamined => "ifNull(rows_examined, 0)",
+        OrderBy::Cpu => "ifNull(cpu_ns, 0)",
+        OrderBy::TmpDisk => "ifNull(tmp_disk_tables, 0)",
+        _ => "toUInt64(0)",
+    };
+    let mut rows = db
+        .select(&format!(
+            "SELECT {DIGEST_COLUMNS}, {figure}, error_code, error_count, wait_class, wait_sum_ns, wait_max_ns,
+                    wait_statements, figures, accounts, sample
+             FROM digest_windows WHERE {}",
+            top_where(query)
+        ))
+        .map_err(|e| error("top", e))?;
+    let mut digests: HashMap<RowKey, Merging> = HashMap::new();
+    while !rows.done() {
+        let row = read_digest_row(&mut rows).map_err(&bad)?;
+        let figure = rows.u64().map_err(&bad)?;
+        let codes = rows.array(|r| r.u32()).map_err(&bad)?;
+        let code_counts = rows.array(|r| r.u64()).map_err(&bad)?;
+        let classes = rows.array(|r| r.string()).map_err(&bad)?;
+        let wait_sums = rows.array(|r| r.u64()).map_err(&bad)?;
+        let wait_maxes = rows.array(|r| r.u64()).map_err(&bad)?;
+        let wait_statements = rows.array(|r| r.u64()).map_err(&bad)?;
+        let figures = rows.bytes().map_err(&bad)?;
+        let accounts = rows.bytes().map_err(&bad)?;
+        let sample = rows.string().map_err(&bad)?;
+        if codes.len() != code_counts.len() {
+            return Err(StoreError::Corrupt { what: "error codes" });
+        }
+        if [wait_sums.len(), wait_maxes.len(), wait_statements.len()].iter().any(|&n| n != classes.len()) {
+            return Err(StoreError::Corrupt { what: "waits" });
+        }
+        let m = digests.entry(row.key).or_default();
+        if !m.instances.contains(&row.instance) {
+            m.instances.insert(row.instance);
+        }
+        m.sampled |= row.estimated > 0;
+        m.estimated = m.estimated.saturating_add(if row.estimated > 0 { row.estimated } else { row.count });
+        if query.order_by != OrderBy::Wait {
+            m.rank = m.rank.saturating_add(figure);
+        }
+        m.totals.add(row.count, row.errors, row.sum_ns, row.min_ns, row.max_ns);
+        add_hist(&mut m.histogram, &row.hist);
+        for (code, count) in codes.into_iter().zip(code_counts) {
+            m.errors.add(code, count);
+        }
+        for (n, class) in classes.iter().enumerate() {
+            m.waits.add(class, wait_sums[n], wait_maxes[n], wait_statements[n]);
+        }
+        if !figures.is_empty() {
+            let row = QueryStats::decode(figures.as_slice()).map_err(|_| StoreError::Corrupt { what: "figures" })?;
+            merge::add_stats(&mut m.stats, &row);
+        }
+        if !accounts.is_empty() {
+            let holder =
+                DigestStats::decode(accounts.as_slice()).map_err(|_| StoreError::Corrupt { what: "accounts" })?;
+            m.accounts.add(&holder.accounts);
+        }
+        if !sample.is_empty() && m.sample.as_ref().is_none_or(|(end, _)| row.window_end > *end) {
+            m.sample = Some((row.window_end, sample));
+        }
+    }
+    for m in digests.values_mut() {
+        match query.order_by {
+            OrderBy::P99 => m.rank = merge::percentile(&m.histogram, 0.99, &m.totals),
+            OrderBy::Wait => m.rank = m.waits.total_ns(),
+            _ => {}
+        }
+    }
+    let mut ranked: Vec<(RowKey, Merging)> = digests.into_iter().collect();
+    ranked.sort_by(|(ka, a), (kb, b)| {
+        merge::compare(query.order_by, (ka.digest, &a.totals, a.rank), (kb.digest, &b.totals, b.rank))
+            .then_with(|| ka.cmp(kb))
+    });
+    ranked.truncate(query.limit);
+    let ids: BTreeSet<u64> = ranked.iter().map(|(k, _)| k.digest).collect();
+    let texts = texts(db, &ids)?;
+    let mut messages = messages(db, &ids)?;
+    let mut out = Vec::with_capacity(ranked.len());
+    for (key, m) in ranked {
+        let digest = key.digest;
+        let t = &m.totals;
+        out.push(TopDigest {
+            digest,
+            digest_text: texts.get(&digest).cloned().unwrap_or_default(),
+            schema: key.schema,
+            nested: key.nested,
+            program: key.program,
+            program_kind: key.program_kind,
+            parent_digest: key.parent_digest,
+            source: key.source,
+            count: t.count,
+            errors: t.errors,
+            sum_ns: t.sum_ns,
+            min_ns: t.min_ns,
+            max_ns: t.max_ns,
+            p50_ns: merge::percentile(&m.histogram, 0.50, t),
+            p95_ns: merge::percentile(&m.histogram, 0.95, t),
+            p99_ns: merge::percentile(&m.histogram, 0.99, t),
+            sample: m.sample.map(|(_, s)| s).unwrap_or_default(),
+            instances: m.instances.into_iter().collect(),
+            waits: m.waits.into_stats(),
+            error_codes: m.errors.into_counts(|code| messages.remove(&(digest, code)).unwrap_or_default()),
+            estimated_count: if m.sampled { m.estimated } else { 0 },
+            stats: Some(m.stats),
+            accounts: m.accounts.into_top(),
+        });
+    }
+    Ok(out)
+}
+
+fn id_list(ids: &BTreeSet<u64>) -> String {
+    ids.iter().map(u64::to_string).collect::<Vec<_>>().join(", ")
+}
+
+pub(super) fn texts(db: &Client, ids: &BTreeSet<u64>) -> Result<HashMap<u64, String>, StoreError> {
+    let mut out = HashMap::new();
+    if ids.is_empty() {
+        return Ok(out);
+    }
+    let mut rows = db
+        .select(&format!("SELECT digest, any(text) FROM digest_texts WHERE digest IN ({}) GROUP BY digest", id_list(ids)))
+        .map_err(|e| error("top", e))?;
+    while !rows.done() {
+        let digest = rows.u64().map_err(malformed("top"))?;
+        out.insert(digest, rows.string().map_err(malformed("top"))?);
+    }
+    Ok(out)
+}
+
+/// The newest message per (digest, code): by window end, then by arrival.
+fn messages(db: &Client, ids: &BTreeSet<u64>) -> Result<HashMap<(u64, u32), String>, StoreError> {
+    let mut out = HashMap::new();
+    if ids.is_empty() {
+        return Ok(out);
+    }
+    let mut rows = db
+        .select(&format!(
+            "SELECT digest, code, argMax(message, (window_end, ingest_id, position)) FROM error_samples
+             WHERE digest IN ({}) AND {} GROUP BY digest, code",
+            id_list(ids),
+            winners(i64::MIN, i64::MAX)
+        ))
+        .map_err(|e| error("top", e))?;
+    let bad = malformed("top");
+    while !rows.done() {
+        let (digest, code) = (rows.u64().map_err(&bad)?, rows.u32().map_err(&bad)?);
+        out.insert((digest, code), rows.string().map_err(&bad)?);
+    }
+    Ok(out)
+}
+
+/// Gaps counted once per (agent, sequence range): the first copy stored.
+/// (agent_id, lost_statements, placed at).
+fn gaps(db: &Client, action: &'static str) -> Result<Vec<(String, u64, i64)>, StoreError> {
+    let mut rows = db
+        .select(&format!(
+            "SELECT agent_id, argMin(lost_statements, (received_unix_ms, ingest_id)),
+                    argMin(if(last_window_end_unix_ms > 0, last_window_end_unix_ms, received_unix_ms),
+                           (received_unix_ms, ingest_id))
+             FROM gaps WHERE {} GROUP BY agent_id, first_sequence, last_sequence",
+            winners(i64::MIN, i64::MAX)
+        ))
+        .map_err(|e| error(action, e))?;
+    let bad = malformed(action);
+    let mut out = Vec::new();
+    while !rows.done() {
+        out.push((rows.string().map_err(&bad)?, rows.u64().map_err(&bad)?, rows.i64().map_err(&bad)?));
+    }
+    Ok(out)
+}
+
+pub(super) fn instances(db: &Client) -> Result<Vec<InstanceInfo>, StoreError> {
+    let bad = malformed("instances");
+    let err = |e| error("instances", e);
+    let mut batches: HashMap<String, u64> = HashMap::new();
+    let mut rows = db
+        .select("SELECT agent_id, count() FROM (SELECT DISTINCT agent_id, epoch, sequence FROM batches) GROUP BY agent_id")
+        .map_err(err)?;
+    while !rows.done() {
+        let agent = rows.string().map_err(&bad)?;
+        batches.insert(agent, rows.u64().map_err(&bad)?);
+    }
+    let mut gap_totals: HashMap<String, (u64, u64)> = HashMap::new();
+    for (agent, lost, _) in gaps(db, "instances")? {
+        let entry = gap_totals.entry(agent).or_default();
+        entry.0 += 1;
+        entry.1 = entry.1.saturating_add(lost);
+    }
+    // Host and version follow the newest sequence.
+    let mut rows = db
+        .select(
+            "SELECT agent_id, argMax(host, (sequence, received_unix_ms)), argMax(version, (sequence, received_unix_ms)),
+                    max(received_unix_ms), max(sequence)
+             FROM agent_seen GROUP BY agent_id",
+        )
+        .map_err(err)?;
+    let mut agents = Vec::new();
+    while !rows.done() {
+        agents.push((
+            rows.string().map_err(&bad)?,
+            rows.string().map_err(&bad)?,
+            rows.string().map_err(&bad)?,
+            rows.i64().map_err(&bad)?,
+            rows.u64().map_err(&bad)?,
+        ));
+    }
+    // Per (agent, instance): the newest instance window's word, and the
+    // newest untraced report's; the newer of the two names the server.
+    #[derive(Default, Clone)]
+    struct Server {
+        at: i64,
+        pid: u32,
+        container_id: String,
+        container: String,
+        build_id: String,
+        server_version: String,
+    }
+    let read_server = |rows: &mut Rows| -> Result<Server, Malformed> {
+        Ok(Server {
+            at: rows.i64()?,
+            pid: rows.u32()?,
+            container_id: {
+                // The server's start time: InstanceInfo has no field for it.
+                rows.i64()?;
+                rows.string()?
+            },
+            container: rows.string()?,
+            build_id: rows.string()?,
+            server_version: rows.string()?,
+        })
+    };
+    let newest = |at: &str| {
+        format!(
+            "max({at}), argMax(pid, {at}), argMax(start_time_unix_ms, {at}), argMax(container_id, {at}),
+             argMax(container, {at}), argMax(build_id, {at}), argMax(server_version, {at})"
+        )
+    };
+    let all = winners(i64::MIN, i64::MAX);
+    let mut servers: BTreeMap<(String, String), (Option<Server>, Option<(Server, String, String, i64)>)> =
+        BTreeMap::new();
+    let mut rows = db
+        .select(&format!(
+            "SELECT agent_id, instance, {} FROM instance_windows WHERE {all} GROUP BY agent_id, instance",
+            newest("window_end")
+        ))
+        .map_err(err)?;
+    while !rows.done() {
+        let key = (rows.string().map_err(&bad)?, rows.string().map_err(&bad)?);
+        servers.entry(key).or_default().0 = Some(read_server(&mut rows).map_err(&bad)?);
+    }
+    let mut rows = db
+        .select(&format!(
+            "SELECT agent_id, instance, {}, argMax(reason, seen_unix_ms), argMax(kind, seen_unix_ms),
+                    argMax(since_unix_ms, seen_unix_ms)
+             FROM untraced WHERE {all} GROUP BY agent_id, instance",
+            newest("seen_unix_ms")
+        ))
+        .map_err(err)?;
+    while !rows.done() {
+        let key = (rows.string().map_err(&bad)?, rows.string().map_err(&bad)?);
+        let server = read_server(&mut rows).map_err(&bad)?;
+        let (reason, kind, since) = (rows.string().map_err(&bad)?, rows.string().map_err(&bad)?, rows.i64().map_err(&bad)?);
+        servers.entry(key).or_default().1 = Some((server, reason, kind, since));
+    }
+    let mut by_agent: HashMap<String, Vec<InstanceInfo>> = HashMap::new();
+    for ((agent_id, instance), (traced, untraced)) in servers {
+        let last_window_end = traced.as_ref().map_or(0, |s| s.at);
+        let seen = untraced.as_ref().map_or(0, |u| u.0.at);
+        let mut info = InstanceInfo { instance, last_window_end_unix_ms: last_window_end, untraced_seen_unix_ms: seen, ..Default::default() };
+        let named_by = match (&traced, &untraced) {
+            (Some(t), Some(u)) if u.0.at > t.at => Some(&u.0),
+            (Some(t), _) => Some(t),
+            (None, Some(u)) => Some(&u.0),
+            (None, None) => None,
+        };
+        if let Some(s) = named_by.cloned() {
+            info.pid = s.pid;
+            info.container_id = s.container_id;
+            info.container = s.container;
+            info.build_id = s.build_id;
+            info.server_version = s.server_version;
+        }
+        if let Some((_, reason, kind, since)) = untraced
+            && seen > last_window_end
+        {
+            info.untraced_reason = reason;
+            info.untraced_kind = kind;
+            info.untraced_since_unix_ms = since;
+        }
+        by_agent.entry(agent_id).or_default().push(info);
+    }
+    let mut out = Vec::new();
+    for (agent_id, host, version, last_seen, last_sequence) in agents {
+        let instances = by_agent.remove(&agent_id).unwrap_or_else(|| vec![InstanceInfo::default()]);
+        for mut info in instances {
+            info.agent_id = agent_id.clone();
+            info.host = host.clone();
+            info.version = version.clone();
+            info.last_seen_unix_ms = last_seen;
+            info.last_sequence = last_sequence;
+            info.batches = batches.get(&agent_id).copied().unwrap_or(0);
+            let (count, lost) = gap_totals.get(&agent_id).copied().unwrap_or_default();
+            info.gaps = count;
+            info.lost_statements = lost;
+            out.push(info);
+        }
+    }
+    out.sort_by(|a, b| (&a.instance, &a.agent_id).cmp(&(&b.instance, &b.agent_id)));
+    Ok(out)
+}
+
+fn blockers_of(text: &str) -> Option<Vec<Blocker>> {
+    let value: serde_json::Value = serde_json::from_str(text).ok()?;
+    value
+        .as_array()?
+        .iter()
+        .map(|b| {
+            Some(Blocker {
+                connection_id: b.get("connection_id")?.as_u64()?,
+                transaction: b.get("transaction")?.as_bool()?,
+                started_unix_ms: b.get("started_unix_ms")?.as_i64()?,
+                statements: b
+                    .get("statements")?
+                    .as_array()?
+                    .iter()
+                    .map(|s| s.as_str().map(str::to_string))
+                    .collect::<Option<Vec<_>>>()?,
+            })
+        })
+        .collect()
+}
+
+pub(super) fn locks(db: &Client, query: &LocksQuery) -> Result<Vec<LockWaitRow>, StoreError> {
+    let bad = malformed("locks");
+    let mut rows = db
+        .select(&format!(
+            "SELECT agent_id, instance, start_unix_ms, duration_ns, class, connection_id, digest, digest_text,
+                    sample, blocker_kind, blockers
+             FROM lock_waits WHERE start_unix_ms >= {}{} AND {}
+             ORDER BY start_unix_ms DESC, received_unix_ms DESC, ingest_id DESC, position DESC LIMIT {}",
+            query.since_unix_ms,
+            equals(&[("instance", &query.instance)]),
+            winners(query.since_unix_ms, i64::MAX),
+            query.limit
+        ))
+        .map_err(|e| error("locks", e))?;
+    let mut out = Vec::new();
+    while !rows.done() {
+        let agent_id = rows.string().map_err(&bad)?;
+        let instance = rows.string().map_err(&bad)?;
+        let mut wait = LockWait {
+            start_unix_ms: rows.i64().map_err(&bad)?,
+            duration_ns: rows.u64().map_err(&bad)?,
+            class: rows.string().map_err(&bad)?,
+            connection_id: rows.u64().map_err(&bad)?,
+            digest: rows.u64().map_err(&bad)?,
+            digest_text: rows.string().map_err(&bad)?,
+            sample: rows.string().map_err(&bad)?,
+            blocker_kind: rows.string().map_err(&bad)?,
+            blockers: Vec::new(),
+        };
+        let blockers = rows.string().map_err(&bad)?;
+        wait.blockers = blockers_of(&blockers).ok_or(StoreError::Corrupt { what: "lock_waits.blockers" })?;
+        out.push(LockWaitRow { agent_id, instance, wait: Some(wait) });
+    }
+    Ok(out)
+}
+
+pub(super) fn totals(db: &Client, query: &TotalsQuery) -> Result<TotalsResponse, StoreError> {
+    let bad = malformed("totals");
+    let err = |e| error("totals", e);
+    let (since, until) = (query.since_unix_ms, query.until_unix_ms);
+    let range = format!(
+        "window_end >= {since} AND window_end < {until}{} AND {}",
+        equals(&[("instance", &query.instance)]),
+        winners(since, until)
+    );
+    let mut out = TotalsResponse::default();
+    let mut commands: BTreeMap<String, u64> = BTreeMap::new();
+    let mut rows = db
+        .select(&format!(
+            "SELECT statements, dropped_events, unmatched, command, command_count FROM instance_windows WHERE {range}"
+        ))
+        .map_err(err)?;
+    while !rows.done() {
+        out.statements = out.statements.saturating_add(rows.u64().map_err(&bad)?);
+        out.dropped_events = out.dropped_events.saturating_add(rows.u64().map_err(&bad)?);
+        out.unmatched = out.unmatched.saturating_add(rows.u64().map_err(&bad)?);
+        let names = rows.array(|r| r.string()).map_err(&bad)?;
+        let counts = rows.array(|r| r.u64()).map_err(&bad)?;
+        for (name, count) in names.into_iter().zip(counts) {
+            let slot = commands.entry(name).or_default();
+            *slot = slot.saturating_add(count);
+        }
+    }
+    out.commands = commands.into_iter().map(|(command, count)| CommandCount { command, count }).collect();
+    let mut rows = db.select(&format!("SELECT uniqExact(digest) FROM digest_windows WHERE {range}")).map_err(err)?;
+    out.digest_count = rows.u64().map_err(&bad)?;
+    // Gaps belong to agents, not instances: with an instance filter, count
+    // the gaps of the agents that served it.
+    let agents: Option<BTreeSet<String>> = match &query.instance {
+        Some(instance) => {
+            let all = winners(i64::MIN, i64::MAX);
+            let mut rows = db
+                .select(&format!(
+                    "SELECT DISTINCT agent_id FROM (SELECT agent_id FROM instance_windows
+                         WHERE instance = {name} AND {all}
+                     UNION ALL SELECT agent_id FROM untraced WHERE instance = {name} AND {all})",
+                    name = quote(instance)
+                ))
+                .map_err(err)?;
+            let mut set = BTreeSet::new();
+            while !rows.done() {
+                set.insert(rows.string().map_err(&bad)?);
+            }
+            Some(set)
+        }
+        None => None,
+    };
+    for (agent, lost, at) in gaps(db, "totals")? {
+        if at >= since && at < until && agents.as_ref().is_none_or(|a| a.contains(&agent)) {
+            out.lost_statements = out.lost_statements.saturating_add(lost);
+        }
+    }
+    Ok(out)
+}

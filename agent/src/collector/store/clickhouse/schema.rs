@@ -1,0 +1,187 @@
+//! The database's tables and their version. The collector creates the
+//! database and what is missing on open; a database written by a newer
+//! collector is refused, not guessed at.
+//!
+//! SQL that runs on ClickHouse 18.16 and on current versions alike:
+//! new-style `MergeTree` with `PARTITION BY` and `ORDER BY`, plain types
+//! (no LowCardinality, DateTime64, Map or codecs, no TTL). Every table with
+//! rows that age is partitioned by day (`intDiv(ms, 86400000)`, free of any
+//! time zone), so retention drops whole days (see `write::prune`).
+//!
+//! Every row a batch brings carries the batch's identity (agent_id, epoch,
+//! sequence) and the `ingest_id` of the attempt that wrote it; a row counts
+//! only if its attempt is its batch's winner (see the module comment of
+//! `clickhouse`).
+
+use super::http::{Client, HttpError};
+
+/// Bumped when the schema changes. 1: first version.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Columns every batch row starts with.
+pub(super) const IDENTITY: &str = "agent_id String, epoch UInt64, sequence UInt64, ingest_id UInt64";
+
+fn day(column: &str) -> String {
+    format!("intDiv({column}, 86400000)")
+}
+
+pub(super) fn tables() -> Vec<(&'static str, String)> {
+    let table = |name: &'static str, columns: &str, partition: Option<&str>, order: &str| {
+        let partition = partition.map(|c| format!(" PARTITION BY {}", day(c))).unwrap_or_default();
+        (name, format!("CREATE TABLE IF NOT EXISTS {name} ({columns}) ENGINE = MergeTree{partition} ORDER BY ({order})"))
+    };
+    vec![
+        table("schema_version", "version UInt32, written_unix_ms Int64", None, "version"),
+        // The exactly-once record: one per attempt that got this far. The
+        // range covers every time of every row the batch brought (window
+        // ends, lock wait starts, gaps), so reads can pick the records of a
+        // range; keep_until is the newest of it and the receive time, so a
+        // record outlives all its rows.
+        table(
+            "batches",
+            &format!(
+                "{IDENTITY}, content_hash UInt64, received_unix_ms Int64, first_unix_ms Int64, last_unix_ms Int64,
+                 keep_until_unix_ms Int64"
+            ),
+            Some("keep_until_unix_ms"),
+            "agent_id, epoch, sequence, ingest_id",
+        ),
+        // Every stored or duplicate batch proves its agent alive.
+        table(
+            "agent_seen",
+            "agent_id String, host String, version String, sequence UInt64, received_unix_ms Int64",
+            Some("received_unix_ms"),
+            "agent_id, received_unix_ms",
+        ),
+        // Instance windows with their commands (parallel arrays, one entry
+        // per command) and what the probes cost (encoded sqlbee.v1.ProbeCost
+        // and ProcessMetrics, empty when absent).
+        table(
+            "instance_windows",
+            &format!(
+                "{IDENTITY}, position UInt32, instance String, pid UInt32, start_time_unix_ms Int64,
+                 container_id String, container String, build_id String, server_version String,
+                 window_start Int64, window_end Int64, statements UInt64, events UInt64, dropped_events UInt64,
+                 dropped_in_agent UInt64, unmatched UInt64, overflow_statements UInt64, nested_statements UInt64,
+                 replica_statements UInt64, command Array(String), command_count Array(UInt64), has_cost UInt8,
+                 aggregated_in_kernel UInt64, probes String, process String"
+            ),
+            Some("window_end"),
+            "instance, window_end",
+        ),
+        // One row per digest row of an instance window. The histogram,
+        // error codes (increasing) and waits are parallel arrays; figures
+        // is an encoded sqlbee.v1.QueryStats and accounts an encoded
+        // DigestStats holding only its accounts (both empty when absent);
+        // three figures are repeated as columns (NULL: unknown) to rank by.
+        table(
+            "digest_windows",
+            &format!(
+                "{IDENTITY}, instance String, window_end Int64, digest UInt64, schema String, nested UInt8,
+                 program String, program_kind String, parent_digest UInt64, source String, count UInt64,
+                 errors UInt64, sum_ns UInt64, min_ns UInt64, max_ns UInt64, estimated_count UInt64,
+                 truncated UInt64, hist_index Array(UInt32), hist_count Array(UInt64), error_code Array(UInt32),
+                 error_count Array(UInt64), wait_class Array(String), wait_sum_ns Array(UInt64),
+                 wait_max_ns Array(UInt64), wait_statements Array(UInt64), rows_examined Nullable(UInt64),
+                 cpu_ns Nullable(UInt64), tmp_disk_tables Nullable(UInt64), figures String, accounts String,
+                 sample String"
+            ),
+            Some("window_end"),
+            "instance, window_end, digest",
+        ),
+        // Texts by digest id (a hash of the text, the same everywhere): any
+        // copy will do, so these rows need no winner.
+        table("digest_texts", "digest UInt64, text String, window_end Int64", Some("window_end"), "digest"),
+        // The message of each error code a window carried; the newest wins.
+        table(
+            "error_samples",
+            &format!("{IDENTITY}, digest UInt64, code UInt32, message String, window_end Int64, position UInt32"),
+            Some("window_end"),
+            "digest, code",
+        ),
+        table(
+            "lock_waits",
+            &format!(
+                "{IDENTITY}, position UInt32, received_unix_ms Int64, instance String, start_unix_ms Int64,
+                 duration_ns UInt64, class String, connection_id UInt64, digest UInt64, digest_text String,
+                 sample String, blocker_kind String, blockers String"
+            ),
+            Some("start_unix_ms"),
+            "start_unix_ms",
+        ),
+        // An agent's own windows: cost (encoded sqlbee.v1.AgentCost) and
+        // host (encoded HostMetrics), each empty when absent.
+        table(
+            "agent_windows",
+            &format!(
+                "{IDENTITY}, position UInt32, received_unix_ms Int64, window_start Int64, window_end Int64,
+                 cost String, host String"
+            ),
+            Some("window_end"),
+            "agent_id, window_end",
+        ),
+        // Servers an agent window reported it could not trace.
+        table(
+            "untraced",
+            &format!(
+                "{IDENTITY}, instance String, pid UInt32, start_time_unix_ms Int64, container_id String,
+                 container String, build_id String, server_version String, reason String, kind String,
+                 since_unix_ms Int64, seen_unix_ms Int64"
+            ),
+            Some("seen_unix_ms"),
+            "agent_id, instance",
+        ),
+        // What agents lost. A gap resent in a later batch is the same gap
+        // (agent and sequence range) and counts once. It is placed at its
+        // last window's end, or at its receive time without one; keep_until
+        // is the newer of that end and the receive time.
+        table(
+            "gaps",
+            &format!(
+                "{IDENTITY}, first_sequence UInt64, last_sequence UInt64, batches UInt64, lost_statements UInt64,
+                 lost_windows UInt32, first_window_start_unix_ms Int64, last_window_end_unix_ms Int64,
+                 reason String, received_unix_ms Int64, keep_until_unix_ms Int64"
+            ),
+            Some("keep_until_unix_ms"),
+            "agent_id, first_sequence, last_sequence",
+        ),
+    ]
+}
+
+/// Tables whose rows age, with the column retention goes by.
+pub(super) const AGING: [(&str, &str); 9] = [
+    ("digest_windows", "window_end"),
+    ("instance_windows", "window_end"),
+    ("agent_windows", "window_end"),
+    ("lock_waits", "start_unix_ms"),
+    ("error_samples", "window_end"),
+    ("digest_texts", "window_end"),
+    ("untraced", "seen_unix_ms"),
+    ("gaps", "keep_until_unix_ms"),
+    // A record goes only after every row it vouches for.
+    ("batches", "keep_until_unix_ms"),
+];
+
+/// Creates the database and what it lacks. Ok(version found: 0 for a new
+/// database), or Err(version found) when a newer collector wrote it.
+pub(super) fn migrate(server: &Client, database: &str) -> Result<Result<u32, u32>, HttpError> {
+    server.execute(&format!("CREATE DATABASE IF NOT EXISTS {database}"))?;
+    let db = server.with_database(database);
+    let (_, create_version) = &tables()[0];
+    db.execute(create_version)?;
+    let mut rows = db.select("SELECT toUInt32(max(version)) FROM schema_version")?;
+    let found = rows.u32().map_err(|e| HttpError::Server { url: String::new(), status: 200, message: e.to_string() })?;
+    if found > SCHEMA_VERSION {
+        return Ok(Err(found));
+    }
+    for (_, create) in tables().iter().skip(1) {
+        db.execute(create)?;
+    }
+    if found < SCHEMA_VERSION {
+        db.execute(&format!(
+            "INSERT INTO schema_version (version, written_unix_ms) VALUES ({SCHEMA_VERSION}, {})",
+            sqlbee_common::clock::now_unix_ms()
+        ))?;
+    }
+    Ok(Ok(found))
+}

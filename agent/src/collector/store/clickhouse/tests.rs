@@ -1,0 +1,426 @@
+//! The ClickHouse store against a private clickhouse-server (one per test
+//! process, a fresh database per store; see `xtask::clickhouse`): the
+//! SQLite store's semantics, and exactly-once under a kill between inserts
+//! and under two collectors storing one batch at once.
+use std::sync::Arc;
+
+use sqlbee_proto::v1::{
+    AgentCost, AgentIdentity, AgentWindow, Blocker, Bucket, CommandCount, ErrorCount, Gap, Histogram, HostMetrics,
+    InstanceWindow, LockWait, ProbeCost, ProcessMetrics, ServerInstance, WaitStats,
+};
+use xtask::clickhouse::{PASSWORD, PASSWORD_USER, for_test};
+
+use super::{ClickHouseStore, Location, SCHEMA_VERSION, write};
+use crate::collector::store::*;
+
+trait Put {
+    fn put(&self, batch: &Batch, received_unix_ms: i64) -> Result<IngestOutcome, StoreError>;
+}
+
+impl Put for ClickHouseStore {
+    fn put(&self, batch: &Batch, received_unix_ms: i64) -> Result<IngestOutcome, StoreError> {
+        self.ingest(batch, received_unix_ms, content_hash(batch))
+    }
+}
+
+/// A store on a fresh database, or None (the test skips, saying why).
+fn store(test: &str) -> Option<(ClickHouseStore, Location)> {
+    let server = for_test(test)?;
+    let database = server.fresh_database(test);
+    let location = Location::parse(&server.location(&database)["clickhouse:".len()..]).expect("a location");
+    Some((ClickHouseStore::open(&location).expect("opening the store"), location))
+}
+
+fn batch(sequence: u64, end: i64, buckets: &[(u32, u64)]) -> Batch {
+    let count = buckets.iter().map(|b| b.1).sum();
+    Batch {
+        agent: Some(AgentIdentity { host: "h".into(), agent_id: "a".into(), version: "v".into() }),
+        sequence,
+        created_unix_ms: end,
+        epoch: 0,
+        windows: vec![InstanceWindow {
+            instance: Some(ServerInstance { name: "h:1".into(), pid: sequence as u32, start_time_unix_ms: 0, ..Default::default() }),
+            window_start_unix_ms: end - 10,
+            window_end_unix_ms: end,
+            digests: vec![sqlbee_proto::v1::DigestStats {
+                digest: u64::MAX - 1,
+                digest_text: "SELECT ?".into(),
+                count,
+                sum_ns: u64::MAX / 2 + 10,
+                min_ns: 1,
+                max_ns: u64::MAX / 4,
+                histogram: Some(Histogram {
+                    scheme: 1,
+                    buckets: buckets.iter().map(|&(index, count)| Bucket { index, count }).collect(),
+                }),
+                ..Default::default()
+            }],
+            commands: vec![CommandCount { command: "COM_QUERY".into(), count }],
+            statements: count,
+            ..Default::default()
+        }],
+        gaps: vec![Gap { first_sequence: 1, last_sequence: 1, lost_statements: 5, ..Default::default() }],
+        agent_windows: vec![],
+    }
+}
+
+fn everything(since: i64) -> TopQuery {
+    TopQuery {
+        instance: None,
+        schema: None,
+        nested: false,
+        program: None,
+        since_unix_ms: since,
+        until_unix_ms: i64::MAX,
+        order_by: OrderBy::Total,
+        limit: 20,
+    }
+}
+
+#[test]
+fn locations_parse_and_never_show_a_password_file_s_content() {
+    let l = Location::parse("//db.example:8123/sqlbee?user=u&password_file=/run/pw&tls=1&ca=/etc/ca.pem").unwrap();
+    assert_eq!((l.host_port.as_str(), l.database.as_str(), l.user.as_deref(), l.tls), ("db.example:8123", "sqlbee", Some("u"), true));
+    assert_eq!(l.shown(), "clickhouse://db.example:8123/sqlbee");
+    for bad in ["//h:1/", "//h/db", "//h:1/d-b", "//h:1/db?password=x", "h:1/db", "//h:1/1db", "//h:x/db"] {
+        assert!(Location::parse(bad).is_none(), "{bad}");
+    }
+    assert!(matches!(open("clickhouse://h:1/a?password=secret"), Err(StoreError::Location { .. })));
+}
+
+#[test]
+fn once_merged_and_pruned() {
+    let Some((store, _)) = store("once") else { return };
+    assert!(!store.put(&batch(2, 1000, &[(10, 2), (40, 1)]), 1000).unwrap().duplicate);
+    assert!(store.put(&batch(2, 1000, &[(10, 2), (40, 1)]), 1001).unwrap().duplicate);
+    assert!(!store.put(&batch(3, 2000, &[(40, 1), (60, 1)]), 2000).unwrap().duplicate);
+    let changed = batch(3, 2000, &[(40, 2)]);
+    assert!(matches!(store.put(&changed, 2001), Err(StoreError::Conflict { sequence: 3, .. })));
+    let query = TopQuery { order_by: OrderBy::P99, ..everything(0) };
+    let top = store.top(&query).unwrap();
+    assert_eq!(top.len(), 1);
+    let d = &top[0];
+    // u64 values above i64::MAX come back exact; the sum saturates.
+    assert_eq!((d.digest, d.count, d.sum_ns, d.max_ns), (u64::MAX - 1, 5, u64::MAX, u64::MAX / 4));
+    assert_eq!(d.p50_ns, sqlbee_common::histogram::bucket_high(40));
+    assert_eq!(d.p99_ns, sqlbee_common::histogram::bucket_high(60));
+    assert_eq!(d.digest_text, "SELECT ?");
+    let totals = store.totals(&TotalsQuery { instance: Some("h:1".into()), since_unix_ms: 1500, until_unix_ms: i64::MAX }).unwrap();
+    assert_eq!((totals.statements, totals.digest_count, totals.lost_statements), (2, 1, 0));
+    let totals = store.totals(&TotalsQuery { instance: None, since_unix_ms: 0, until_unix_ms: i64::MAX }).unwrap();
+    assert_eq!((totals.statements, totals.commands[0].count, totals.lost_statements), (5, 5, 5));
+    // The end of the range is exclusive.
+    let before = store.totals(&TotalsQuery { instance: None, since_unix_ms: 0, until_unix_ms: 2000 }).unwrap();
+    assert_eq!(before.statements, 3);
+    assert_eq!(store.top(&TopQuery { until_unix_ms: 2000, ..everything(0) }).unwrap()[0].count, 3);
+    let instances = store.instances().unwrap();
+    assert_eq!((instances[0].pid, instances[0].batches, instances[0].gaps), (3, 2, 1));
+    assert_eq!((instances[0].host.as_str(), instances[0].last_sequence, instances[0].last_seen_unix_ms), ("h", 3, 2000));
+    let pruned = store.prune(&PruneCutoffs::all(1500)).unwrap();
+    assert_eq!((pruned.digest_windows, pruned.instance_windows, pruned.batches), (1, 1, 1));
+    assert_eq!(store.top(&query).unwrap()[0].count, 2);
+}
+
+/// `batch` plus what the agent measured (see the SQLite store's tests).
+fn costed(sequence: u64, end: i64, agent_cpu: f64, shedding: &str) -> Batch {
+    let mut b = batch(sequence, end, &[(10, 2)]);
+    let w = &mut b.windows[0];
+    w.probes = Some(ProbeCost {
+        attached_fraction: 0.5,
+        probe_cpu_seconds: 0.002,
+        extra_cores_per_10k_qps: 0.3,
+        estimated_statements: 4,
+        ..Default::default()
+    });
+    w.process = Some(ProcessMetrics { pid: 7, status: "running".into(), rss_bytes: Some(5 << 20), ..Default::default() });
+    w.aggregated_in_kernel = 1;
+    w.digests[0].estimated_count = 4;
+    b.agent_windows = vec![AgentWindow {
+        window_start_unix_ms: end - 10,
+        window_end_unix_ms: end,
+        cost: Some(AgentCost { cpu_cores: agent_cpu, rss_bytes: sequence << 20, shedding: shedding.into(), ..Default::default() }),
+        host: Some(HostMetrics { load1: sequence as f64, ..Default::default() }),
+        untraced: Vec::new(),
+    }];
+    b
+}
+
+#[test]
+fn costs_hosts_and_latest() {
+    let Some((store, _)) = store("costs") else { return };
+    store.put(&costed(1, 1000, 0.5, "exact"), 1000).unwrap();
+    store.put(&costed(2, 2000, 1.5, "no-samples"), 2000).unwrap();
+    let all = TotalsQuery { instance: None, since_unix_ms: 0, until_unix_ms: i64::MAX };
+    let costs = store.costs(&all).unwrap();
+    assert_eq!(costs.len(), 1, "{costs:?}");
+    let c = &costs[0];
+    assert_eq!((c.windows, c.statements, c.shedding_windows), (2, 4, 1));
+    assert!((c.agent_cpu_seconds - 0.02).abs() < 1e-9, "{c:?}");
+    assert!((c.agent_cores_per_10k_qps - 0.02 / 4.0 * 1e4).abs() < 1e-6, "{c:?}");
+    assert!((c.server_extra_cores_per_10k_qps - 0.004 / 8.0 * 1e4).abs() < 1e-6, "{c:?}");
+    assert_eq!((c.agent_max_rss_bytes, c.latest_shedding.as_str(), c.host.as_str()), (2 << 20, "no-samples", "h"));
+    let other = TotalsQuery { instance: Some("elsewhere:1".into()), since_unix_ms: 0, until_unix_ms: i64::MAX };
+    assert!(store.costs(&other).unwrap().is_empty());
+
+    let top = store.top(&everything(0)).unwrap();
+    assert_eq!((top[0].count, top[0].estimated_count), (4, 8));
+
+    let instances = store.instances().unwrap();
+    let latest = instances[0].latest.as_ref().expect("a cost");
+    assert_eq!((latest.window_end_unix_ms, latest.agent_cpu_cores, latest.shedding.as_str()), (2000, 1.5, "no-samples"));
+    assert_eq!((latest.attached_fraction, latest.aggregated_in_kernel), (0.5, 1));
+    assert_eq!(latest.server.as_ref().and_then(|p| p.rss_bytes), Some(5 << 20));
+
+    let hosts = store.hosts(&HostsQuery { host: None, since_unix_ms: 1500, limit: 10 }).unwrap();
+    assert_eq!(hosts.len(), 1);
+    assert_eq!(hosts[0].window.as_ref().and_then(|w| w.host.as_ref()).map(|h| h.load1), Some(2.0));
+    assert!(store.hosts(&HostsQuery { host: Some("other".into()), since_unix_ms: 0, limit: 10 }).unwrap().is_empty());
+    assert_eq!(store.hosts(&HostsQuery { host: Some("h".into()), since_unix_ms: 0, limit: 10 }).unwrap().len(), 2);
+
+    let series = store
+        .series(&SeriesQuery { of: SeriesOf::Cost, instance: None, schema: None, since_unix_ms: 0, until_unix_ms: 3000, step_ms: 1000 })
+        .unwrap();
+    assert_eq!(series.iter().map(|p| p.windows).collect::<Vec<_>>(), vec![0, 1, 1]);
+    assert!((series[1].agent_cpu_cores - 0.5 * 0.01).abs() < 1e-9, "{series:?}");
+    assert_eq!(series[2].agent_max_rss_bytes, 2 << 20);
+
+    let pruned = store.prune(&PruneCutoffs::all(1500)).unwrap();
+    assert_eq!((pruned.agent_windows, pruned.instance_windows), (1, 1));
+    assert_eq!(store.costs(&all).unwrap()[0].windows, 1);
+}
+
+fn wait(class: &str, sum_ns: u64, max_ns: u64, statements: u64) -> WaitStats {
+    WaitStats { class: class.into(), sum_ns, max_ns, statements }
+}
+
+fn error(code: u32, count: u64, message: &str) -> ErrorCount {
+    ErrorCount { code, count, sample_message: message.into() }
+}
+
+fn waiting(sequence: u64, instance: &str, end: i64, waits: Vec<WaitStats>, errors: Vec<ErrorCount>) -> Batch {
+    let mut b = batch(sequence, end, &[(10, 5)]);
+    let w = &mut b.windows[0];
+    w.instance.as_mut().unwrap().name = instance.into();
+    let d = &mut w.digests[0];
+    d.digest = 7;
+    d.sum_ns = 1_000_000;
+    d.max_ns = 500_000;
+    d.errors = errors.iter().map(|e| e.count).sum();
+    d.waits = waits;
+    d.error_codes = errors;
+    b.gaps.clear();
+    b
+}
+
+#[test]
+fn waits_and_error_codes_merge() {
+    let Some((store, _)) = store("waits") else { return };
+    let first = waiting(
+        1,
+        "h:1",
+        1000,
+        vec![wait("row_lock", 300, 200, 2), wait("disk_io", 40, 30, 1)],
+        vec![error(1213, 1, "Deadlock (old)"), error(1062, 1, "Duplicate entry"), error(1213, 1, "")],
+    );
+    let second = waiting(
+        2,
+        "h:2",
+        2000,
+        vec![wait("row_lock", 500, 450, 1), wait("some_new_class", 7, 7, 1)],
+        vec![error(1213, 1, "Deadlock found when trying to get lock")],
+    );
+    store.put(&second, 2000).unwrap();
+    store.put(&first, 2001).unwrap();
+    store.put(&waiting(3, "h:1", 3000, vec![], vec![]), 3000).unwrap();
+    let query = everything(0);
+    let d = store.top(&query).unwrap().into_iter().find(|d| d.digest == 7).unwrap();
+    assert_eq!(d.count, 15);
+    assert_eq!(d.instances, vec!["h:1".to_string(), "h:2".to_string()]);
+    assert_eq!(d.waits, vec![wait("row_lock", 800, 450, 3), wait("disk_io", 40, 30, 1), wait("some_new_class", 7, 7, 1)]);
+    assert_eq!(
+        d.error_codes,
+        vec![error(1213, 3, "Deadlock found when trying to get lock"), error(1062, 1, "Duplicate entry")]
+    );
+    let only = TopQuery { instance: Some("h:1".into()), ..query.clone() };
+    let d = store.top(&only).unwrap().remove(0);
+    assert_eq!(d.waits, vec![wait("row_lock", 300, 200, 2), wait("disk_io", 40, 30, 1)]);
+    assert_eq!(d.error_codes[0].count, 2);
+
+    store.put(&waiting(4, "h:1", 3000, vec![wait("commit", 10_000, 10_000, 1)], vec![]), 3000).unwrap();
+    let mut other = waiting(5, "h:1", 3000, vec![], vec![]);
+    other.windows[0].digests[0].digest = 8;
+    store.put(&other, 3000).unwrap();
+    let by_wait = store.top(&TopQuery { order_by: OrderBy::Wait, ..query.clone() }).unwrap();
+    assert_eq!(by_wait.iter().map(|d| d.digest).collect::<Vec<_>>(), vec![7, 8]);
+    assert_eq!(by_wait[0].waits[0], wait("commit", 10_000, 10_000, 1));
+    // Every order key answers, ties by digest.
+    for key in OrderBy::NAMES {
+        let top = store.top(&TopQuery { order_by: OrderBy::parse(key).unwrap(), ..query.clone() }).unwrap();
+        assert_eq!(top.len(), 2, "{key}");
+    }
+
+    let pruned = store.prune(&PruneCutoffs::all(1500)).unwrap();
+    assert_eq!(pruned.error_samples, 1);
+    let d = store.top(&query).unwrap().into_iter().find(|d| d.digest == 7).unwrap();
+    assert_eq!(d.error_codes, vec![error(1213, 1, "Deadlock found when trying to get lock")]);
+}
+
+fn lock_wait(start: i64, connection_id: u64, blockers: Vec<Blocker>) -> LockWait {
+    LockWait {
+        start_unix_ms: start,
+        duration_ns: u64::MAX - 3,
+        class: "row_lock".into(),
+        connection_id,
+        digest: u64::MAX - 5,
+        digest_text: "UPDATE t SET a = ? WHERE id = ?".into(),
+        sample: "UPDATE t SET a = 1 WHERE id = 'it''s'".into(),
+        blocker_kind: "candidates".into(),
+        blockers,
+    }
+}
+
+#[test]
+fn lock_waits_newest_first_filtered_and_pruned() {
+    let Some((store, _)) = store("locks") else { return };
+    let blocker = Blocker {
+        connection_id: u64::MAX,
+        transaction: true,
+        started_unix_ms: 900,
+        statements: vec!["SELECT * FROM t WHERE id = ? FOR UPDATE".into(), "UPDATE t SET b = ?".into()],
+    };
+    let mut b = batch(1, 2000, &[(10, 1)]);
+    b.windows[0].lock_waits = vec![lock_wait(1000, 1, vec![blocker.clone()]), lock_wait(1500, 2, vec![])];
+    let mut other = batch(2, 2000, &[(10, 1)]);
+    other.windows[0].instance.as_mut().unwrap().name = "h'2".into();
+    other.windows[0].lock_waits = vec![lock_wait(1200, 3, vec![])];
+    store.put(&b, 2000).unwrap();
+    store.put(&other, 2000).unwrap();
+    store.put(&b, 2001).unwrap();
+    let all = LocksQuery { instance: None, since_unix_ms: 0, limit: 100 };
+    let rows = store.locks(&all).unwrap();
+    let ids: Vec<u64> = rows.iter().map(|r| r.wait.as_ref().unwrap().connection_id).collect();
+    assert_eq!(ids, vec![2, 3, 1]);
+    assert_eq!((rows[1].instance.as_str(), rows[1].agent_id.as_str()), ("h'2", "a"));
+    assert_eq!(rows[2].wait, Some(lock_wait(1000, 1, vec![blocker])));
+    // A quote in a filter is bound, not spliced.
+    assert_eq!(store.locks(&LocksQuery { instance: Some("h'2".into()), ..all.clone() }).unwrap().len(), 1);
+    assert_eq!(store.locks(&LocksQuery { instance: Some("h:1".into()), ..all.clone() }).unwrap().len(), 2);
+    assert_eq!(store.locks(&LocksQuery { since_unix_ms: 1200, ..all.clone() }).unwrap().len(), 2);
+    assert_eq!(store.locks(&LocksQuery { limit: 1, ..all.clone() }).unwrap().len(), 1);
+    assert_eq!(store.prune(&PruneCutoffs::all(1300)).unwrap().lock_waits, 2);
+    assert_eq!(store.locks(&all).unwrap().len(), 1);
+}
+
+/// A collector killed between the data rows and the batch record leaves
+/// rows no record vouches for: they never count, and the agent's retry
+/// is stored as new.
+#[test]
+fn a_kill_between_inserts_counts_nothing_and_the_retry_counts_once() {
+    let Some((store, _)) = store("kill") else { return };
+    let b = batch(1, 1000, &[(10, 3)]);
+    write::data_rows(&store.db, &b, write::new_ingest_id(1), 1000).unwrap();
+    assert!(store.top(&everything(0)).unwrap().is_empty());
+    assert_eq!(store.totals(&TotalsQuery { instance: None, since_unix_ms: 0, until_unix_ms: i64::MAX }).unwrap().statements, 0);
+    assert!(!store.put(&b, 1001).unwrap().duplicate);
+    assert_eq!(store.top(&everything(0)).unwrap()[0].count, 3);
+    // Killed after the record, before the answer: the retry is a duplicate.
+    assert!(store.put(&b, 1002).unwrap().duplicate);
+    let totals = store.totals(&TotalsQuery { instance: None, since_unix_ms: 0, until_unix_ms: i64::MAX }).unwrap();
+    assert_eq!((totals.statements, totals.lost_statements), (3, 5));
+    assert_eq!(store.instances().unwrap()[0].batches, 1);
+}
+
+/// Two attempts that both got their record in (a race the look-up before
+/// writing cannot see): only the smaller ingest_id's rows count, whatever
+/// order the records arrived in.
+#[test]
+fn two_records_of_one_batch_count_once() {
+    let Some((store, _)) = store("race") else { return };
+    let b = batch(1, 1000, &[(10, 3)]);
+    let hash = content_hash(&b);
+    let (small, large) = (write::new_ingest_id(5), write::new_ingest_id(9));
+    write::data_rows(&store.db, &b, large, 1000).unwrap();
+    write::record(&store.db, &b, large, 1000, hash).unwrap();
+    write::data_rows(&store.db, &b, small, 1000).unwrap();
+    write::record(&store.db, &b, small, 1000, hash).unwrap();
+    let d = store.top(&everything(0)).unwrap().remove(0);
+    assert_eq!(d.count, 3);
+    let locks_and_gaps = store.totals(&TotalsQuery { instance: None, since_unix_ms: 0, until_unix_ms: i64::MAX }).unwrap();
+    assert_eq!((locks_and_gaps.statements, locks_and_gaps.lost_statements), (3, 5));
+    assert!(store.put(&b, 1001).unwrap().duplicate);
+}
+
+/// Real collectors, one database: every thread stores every batch at the
+/// same time; each batch counts exactly once.
+#[test]
+fn collectors_sharing_a_database_store_each_batch_once() {
+    let Some((first, location)) = store("shared") else { return };
+    let stores: Vec<Arc<ClickHouseStore>> =
+        std::iter::once(Arc::new(first)).chain((0..3).map(|_| Arc::new(ClickHouseStore::open(&location).unwrap()))).collect();
+    let batches: Vec<Batch> = (1..=6).map(|n| batch(n, 1000 * n as i64, &[(10, n), (20, 1)])).collect();
+    let threads: Vec<_> = stores
+        .iter()
+        .map(|store| {
+            let store = store.clone();
+            let batches = batches.clone();
+            std::thread::spawn(move || {
+                batches.iter().map(|b| store.put(b, 10_000).unwrap().duplicate).filter(|d| !d).count()
+            })
+        })
+        .collect();
+    let stored: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    assert!(stored >= batches.len(), "each batch is new to at least one collector: {stored}");
+    let d = stores[0].top(&everything(0)).unwrap().remove(0);
+    assert_eq!(d.count, (1..=6).map(|n| n + 1).sum::<u64>());
+    assert_eq!(stores[1].instances().unwrap()[0].batches, 6);
+}
+
+#[test]
+fn series_have_one_point_per_step_with_merged_percentiles() {
+    let Some((store, _)) = store("series") else { return };
+    store.put(&batch(1, 1500, &[(10, 2)]), 1500).unwrap();
+    store.put(&batch(2, 1700, &[(40, 1)]), 1700).unwrap();
+    let mut other = batch(3, 3500, &[(60, 1)]);
+    other.windows[0].digests[0].digest = 9;
+    store.put(&other, 3500).unwrap();
+    let query = SeriesQuery { of: SeriesOf::Statements, instance: None, schema: None, since_unix_ms: 1000, until_unix_ms: 4000, step_ms: 1000 };
+    let points = store.series(&query).unwrap();
+    assert_eq!(points.iter().map(|p| (p.start_unix_ms, p.count)).collect::<Vec<_>>(), vec![(1000, 3), (2000, 0), (3000, 1)]);
+    assert_eq!(points[0].p99_ns, sqlbee_common::histogram::bucket_high(40));
+    assert_eq!(points[0].p50_ns, sqlbee_common::histogram::bucket_high(10));
+    assert_eq!(points[0].histogram.as_ref().unwrap().buckets.len(), 2);
+    let one = store.series(&SeriesQuery { of: SeriesOf::Digest(9), ..query.clone() }).unwrap();
+    assert_eq!(one.iter().map(|p| p.count).collect::<Vec<_>>(), vec![0, 0, 1]);
+    let elsewhere = store.series(&SeriesQuery { instance: Some("h:9".into()), ..query }).unwrap();
+    assert!(elsewhere.iter().all(|p| p.count == 0));
+}
+
+#[test]
+fn a_newer_database_is_refused_and_a_password_never_shows() {
+    let Some((store, location)) = store("version") else { return };
+    store.db.execute(&format!("INSERT INTO schema_version VALUES ({}, 0)", SCHEMA_VERSION + 1)).unwrap();
+    let found = SCHEMA_VERSION as i64 + 1;
+    assert!(matches!(
+        ClickHouseStore::open(&location),
+        Err(StoreError::Version { found: f, .. }) if f == found
+    ));
+
+    let dir = std::env::temp_dir().join(format!("sqlbee-ch-pw-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let good = dir.join("good");
+    let wrong = dir.join("wrong");
+    std::fs::write(&good, format!("{PASSWORD}\n")).unwrap();
+    std::fs::write(&wrong, "wrong-secret-123\n").unwrap();
+    let with = |file: &std::path::Path| Location {
+        database: format!("{}_pw", location.database),
+        user: Some(PASSWORD_USER.into()),
+        password_file: Some(file.to_path_buf()),
+        ..location.clone()
+    };
+    let store = ClickHouseStore::open(&with(&good)).expect("the right password opens the store");
+    store.put(&batch(1, 1000, &[(10, 1)]), 1000).unwrap();
+    let refused = ClickHouseStore::open(&with(&wrong)).err().expect("a wrong password is refused");
+    let shown = format!("{refused} {refused:?}");
+    assert!(!shown.contains("wrong-secret-123") && !shown.contains(PASSWORD), "{shown}");
+    let _ = std::fs::remove_dir_all(dir);
+}
