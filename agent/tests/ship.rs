@@ -840,21 +840,36 @@ fn a_server_that_cannot_be_traced_is_reported_beside_a_traced_one() {
     assert!(table.contains("NOT TRACED") && table.contains(&untraced_name), "{table}");
 }
 
-/// Two collectors share one store; the agent is given both. The first is
-/// killed -9 during a sysbench run: the agent fails over to the second,
-/// which ends up holding exactly what the server executed, each batch
-/// once. `sqlbee series` over the same data adds up to `top`'s totals.
+/// Two collectors share one SQLite file; see `fail_over`.
 #[test]
 fn the_agent_fails_over_between_collectors_that_share_a_store() {
     if !privileged("the_agent_fails_over_between_collectors_that_share_a_store") {
         return;
     }
+    let store_dir = common::collector::TempDir::new("shared-store");
+    fail_over(&format!("sqlite:{}", store_dir.path().join("fleet.db").display()));
+}
+
+/// Two collectors share one ClickHouse database; see `fail_over`.
+#[test]
+fn the_agent_fails_over_between_collectors_that_share_one_clickhouse() {
+    if !privileged("the_agent_fails_over_between_collectors_that_share_one_clickhouse") {
+        return;
+    }
+    let server = xtask::clickhouse::PrivateClickHouse::shared()
+        .unwrap_or_else(|why| panic!("no ClickHouse server for the failover test: {why}"));
+    fail_over(&server.location(&server.fresh_database("failover")));
+}
+
+/// Two collectors share one store; the agent is given both. The first is
+/// killed -9 during a sysbench run: the agent fails over to the second,
+/// which ends up holding exactly what the server executed, each batch
+/// once. `sqlbee series` over the same data adds up to `top`'s totals.
+fn fail_over(store: &str) {
     let _serial = common::one_at_a_time();
     let server = PrivateServer::start("ship-failover", &[]).unwrap();
-    let store_dir = common::collector::TempDir::new("shared-store");
-    let store = store_dir.path().join("fleet.db");
-    let mut first = Collector::start_on_store(&store, &[]);
-    let second = Collector::start_on_store(&store, &[]);
+    let mut first = Collector::start_at(store, &[]);
+    let second = Collector::start_at(store, &[]);
     let state = server.dir().join("agent-state");
     let run = common::Workload::sysbench(&server, "oltp_read_write", 4, 120, "auto");
     std::thread::sleep(Duration::from_millis(1000));

@@ -104,19 +104,21 @@ impl Collector {
 
     /// With its SQLite file at `store` (a small filesystem, say).
     pub fn start_on_store(store: &Path, args: &[String]) -> Collector {
-        Self::start_with(Path::new(env!("CARGO_BIN_EXE_sqlbee")), Some(store.to_path_buf()), args)
+        Self::start_with(Path::new(env!("CARGO_BIN_EXE_sqlbee")), Some(format!("sqlite:{}", store.display())), args)
     }
 
-    fn start_with(binary: &Path, store: Option<PathBuf>, args: &[String]) -> Collector {
+    /// With `--store location` (another collector's store, say).
+    pub fn start_at(location: &str, args: &[String]) -> Collector {
+        Self::start_with(Path::new(env!("CARGO_BIN_EXE_sqlbee")), Some(location.to_string()), args)
+    }
+
+    fn start_with(binary: &Path, store: Option<String>, args: &[String]) -> Collector {
         let dir = TempDir::new("collector");
         let stderr = dir.path().join("collector.log");
         let mut collector = Collector {
             child: None,
             addr: "127.0.0.1:0".into(),
-            store: match store {
-                Some(path) => format!("sqlite:{}", path.display()),
-                None => default_store(dir.path()),
-            },
+            store: store.unwrap_or_else(|| default_store(dir.path())),
             dir,
             stderr,
             args: args.to_vec(),
