@@ -5,6 +5,59 @@
 //!
 //! Wait stats (`encode_waits`) are packed the same way, one entry after the
 //! other: class length, class bytes (UTF-8), sum_ns, max_ns, statements.
+//!
+//! Two more stored encodings every backend shares: a digest's accounts
+//! (an encoded `DigestStats` holding only them) and a lock wait's blockers
+//! (a JSON array).
+
+/// A digest's accounts as stored: a `DigestStats` holding only them,
+/// empty for none.
+pub fn encode_accounts(accounts: &[sqlbee_proto::v1::AccountCount]) -> Vec<u8> {
+    if accounts.is_empty() {
+        return Vec::new();
+    }
+    prost::Message::encode_to_vec(&sqlbee_proto::v1::DigestStats { accounts: accounts.to_vec(), ..Default::default() })
+}
+
+/// Blockers as stored: a JSON array, u64 ids exact (JSON numbers, not i64).
+pub fn encode_blockers(blockers: &[sqlbee_proto::v1::Blocker]) -> String {
+    serde_json::Value::Array(
+        blockers
+            .iter()
+            .map(|b| {
+                serde_json::json!({
+                    "connection_id": b.connection_id,
+                    "transaction": b.transaction,
+                    "started_unix_ms": b.started_unix_ms,
+                    "statements": b.statements,
+                })
+            })
+            .collect(),
+    )
+    .to_string()
+}
+
+/// Reads back what `encode_blockers` wrote; None when it is not that.
+pub fn decode_blockers(text: &str) -> Option<Vec<sqlbee_proto::v1::Blocker>> {
+    let value: serde_json::Value = serde_json::from_str(text).ok()?;
+    value
+        .as_array()?
+        .iter()
+        .map(|b| {
+            Some(sqlbee_proto::v1::Blocker {
+                connection_id: b.get("connection_id")?.as_u64()?,
+                transaction: b.get("transaction")?.as_bool()?,
+                started_unix_ms: b.get("started_unix_ms")?.as_i64()?,
+                statements: b
+                    .get("statements")?
+                    .as_array()?
+                    .iter()
+                    .map(|s| s.as_str().map(str::to_string))
+                    .collect::<Option<Vec<_>>>()?,
+            })
+        })
+        .collect()
+}
 
 pub fn encode(pairs: impl IntoIterator<Item = (u64, u64)>) -> Vec<u8> {
     let mut out = Vec::new();

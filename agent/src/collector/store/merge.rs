@@ -6,7 +6,7 @@
 //! the longest wait is the max) and error codes per code.
 use std::{cmp::Ordering, collections::BTreeMap};
 
-use sqlbee_proto::v1::{AccountCount, ErrorCount, QueryStats, WaitStats};
+use sqlbee_proto::v1::{AccountCount, CostSummary, ErrorCount, QueryStats, WaitStats};
 
 use sqlbee_common::histogram::Histogram;
 
@@ -180,6 +180,20 @@ impl MergedAccounts {
         out.truncate(TOP_ACCOUNTS);
         out
     }
+}
+
+/// An agent's cost over a range, finished: its own CPU over all the
+/// statements it saw, and the probes' CPU over the statements (scaled
+/// where sampled) of the instances that matched, each per 10k QPS.
+pub fn cost_summary(agent_id: String, mut s: CostSummary, estimated: u64) -> CostSummary {
+    if s.statements > 0 {
+        s.agent_cores_per_10k_qps = s.agent_cpu_seconds / s.statements as f64 * 10_000.0;
+    }
+    if estimated > 0 {
+        s.server_extra_cores_per_10k_qps = s.probe_cpu_seconds / estimated as f64 * 10_000.0;
+    }
+    s.agent_id = agent_id;
+    s
 }
 
 /// Descending by the order key; ties by digest id so answers are stable.

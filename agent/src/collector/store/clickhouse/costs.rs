@@ -13,7 +13,7 @@ use super::{
     http::{Client, quote},
     malformed, winners,
 };
-use crate::collector::store::{HostsQuery, StoreError, TotalsQuery};
+use crate::collector::store::{HostsQuery, StoreError, TotalsQuery, merge};
 
 fn decode<M: Message + Default>(bytes: &[u8], what: &'static str) -> Result<Option<M>, StoreError> {
     if bytes.is_empty() {
@@ -101,17 +101,7 @@ pub(super) fn summaries(db: &Client, query: &TotalsQuery) -> Result<Vec<CostSumm
     let mut out: Vec<CostSummary> = agents
         .into_iter()
         .filter(|(_, a)| a.summary.windows > 0)
-        .map(|(id, a)| {
-            let mut s = a.summary;
-            if s.statements > 0 {
-                s.agent_cores_per_10k_qps = s.agent_cpu_seconds / s.statements as f64 * 10_000.0;
-            }
-            if a.estimated > 0 {
-                s.server_extra_cores_per_10k_qps = s.probe_cpu_seconds / a.estimated as f64 * 10_000.0;
-            }
-            s.agent_id = id;
-            s
-        })
+        .map(|(id, a)| merge::cost_summary(id, a.summary, a.estimated))
         .collect();
     out.sort_by(|a, b| a.host.cmp(&b.host).then_with(|| a.agent_id.cmp(&b.agent_id)));
     Ok(out)

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use prost::Message as _;
 use sqlbee_common::histogram::Histogram;
 use sqlbee_proto::v1::{
-    Blocker, CommandCount, DigestStats, InstanceInfo, LockWait, LockWaitRow, QueryStats, TopDigest, TotalsResponse,
+    CommandCount, DigestStats, InstanceInfo, LockWait, LockWaitRow, QueryStats, TopDigest, TotalsResponse,
 };
 
 use super::{
@@ -16,7 +16,7 @@ use super::{
     malformed, winners,
 };
 use crate::collector::store::{
-    LocksQuery, OrderBy, StoreError, TopQuery, TotalsQuery,
+    LocksQuery, OrderBy, StoreError, TopQuery, TotalsQuery, blob,
     merge::{self, DigestTotals, MergedAccounts, MergedErrors, MergedWaits},
 };
 
@@ -431,27 +431,6 @@ pub(super) fn instances(db: &Client) -> Result<Vec<InstanceInfo>, StoreError> {
     Ok(out)
 }
 
-fn blockers_of(text: &str) -> Option<Vec<Blocker>> {
-    let value: serde_json::Value = serde_json::from_str(text).ok()?;
-    value
-        .as_array()?
-        .iter()
-        .map(|b| {
-            Some(Blocker {
-                connection_id: b.get("connection_id")?.as_u64()?,
-                transaction: b.get("transaction")?.as_bool()?,
-                started_unix_ms: b.get("started_unix_ms")?.as_i64()?,
-                statements: b
-                    .get("statements")?
-                    .as_array()?
-                    .iter()
-                    .map(|s| s.as_str().map(str::to_string))
-                    .collect::<Option<Vec<_>>>()?,
-            })
-        })
-        .collect()
-}
-
 pub(super) fn locks(db: &Client, query: &LocksQuery) -> Result<Vec<LockWaitRow>, StoreError> {
     let bad = malformed("locks");
     let mut rows = db
@@ -482,7 +461,7 @@ pub(super) fn locks(db: &Client, query: &LocksQuery) -> Result<Vec<LockWaitRow>,
             blockers: Vec::new(),
         };
         let blockers = rows.string().map_err(&bad)?;
-        wait.blockers = blockers_of(&blockers).ok_or(StoreError::Corrupt { what: "lock_waits.blockers" })?;
+        wait.blockers = blob::decode_blockers(&blockers).ok_or(StoreError::Corrupt { what: "lock_waits.blockers" })?;
         out.push(LockWaitRow { agent_id, instance, wait: Some(wait) });
     }
     Ok(out)

@@ -8,7 +8,7 @@ use std::{
 };
 
 use prost::Message as _;
-use sqlbee_proto::v1::{Batch, Blocker};
+use sqlbee_proto::v1::Batch;
 
 use super::{
     error,
@@ -16,7 +16,7 @@ use super::{
     malformed,
     schema::AGING,
 };
-use crate::collector::store::{IngestOutcome, PruneCutoffs, PruneOutcome, StoreError};
+use crate::collector::store::{IngestOutcome, PruneCutoffs, PruneOutcome, StoreError, blob};
 
 const DAY_MS: i64 = 86_400_000;
 
@@ -166,7 +166,7 @@ pub(super) fn data_rows(db: &Client, batch: &Batch, ingest_id: u64, received: i6
             identity(&mut locks);
             locks.u32(locks.len() as u32).i64(received).str(&server.name).i64(l.start_unix_ms).u64(l.duration_ns);
             locks.str(&l.class).u64(l.connection_id).u64(l.digest).str(&l.digest_text).str(&l.sample);
-            locks.str(&l.blocker_kind).str(&blockers_json(&l.blockers));
+            locks.str(&l.blocker_kind).str(&blob::encode_blockers(&l.blockers));
             locks.end_row();
         }
         // Same command twice in one window (should not happen) adds up.
@@ -258,7 +258,7 @@ pub(super) fn data_rows(db: &Client, batch: &Batch, ingest_id: u64, received: i6
             digests.opt_u64(stats.and_then(|s| s.cpu_ns));
             digests.opt_u64(stats.and_then(|s| s.tmp_disk_tables));
             digests.bytes(&stats.map(|s| s.encode_to_vec()).unwrap_or_default());
-            digests.bytes(&accounts_blob(&d.accounts));
+            digests.bytes(&blob::encode_accounts(&d.accounts));
             digests.str(&d.sample);
             digests.end_row();
         }
@@ -346,32 +346,6 @@ pub(super) fn data_rows(db: &Client, batch: &Batch, ingest_id: u64, received: i6
         db.insert(table, &columns, rows).map_err(|e| error("ingest", e))?;
     }
     Ok(())
-}
-
-/// A digest's accounts as stored: a `DigestStats` holding only them.
-fn accounts_blob(accounts: &[sqlbee_proto::v1::AccountCount]) -> Vec<u8> {
-    if accounts.is_empty() {
-        return Vec::new();
-    }
-    sqlbee_proto::v1::DigestStats { accounts: accounts.to_vec(), ..Default::default() }.encode_to_vec()
-}
-
-/// Blockers as stored: a JSON array, u64 ids exact (JSON numbers).
-fn blockers_json(blockers: &[Blocker]) -> String {
-    serde_json::Value::Array(
-        blockers
-            .iter()
-            .map(|b| {
-                serde_json::json!({
-                    "connection_id": b.connection_id,
-                    "transaction": b.transaction,
-                    "started_unix_ms": b.started_unix_ms,
-                    "statements": b.statements,
-                })
-            })
-            .collect(),
-    )
-    .to_string()
 }
 
 fn count(db: &Client, sql: &str) -> Result<u64, StoreError> {

@@ -10,7 +10,7 @@ use sqlbee_proto::v1::{
     AgentCost, AgentWindow, AgentWindowRow, CostSummary, HostMetrics, InstanceCost, ProbeCost, ProcessMetrics,
 };
 
-use crate::collector::store::{HostsQuery, StoreError, TotalsQuery, rollup};
+use crate::collector::store::{HostsQuery, StoreError, TotalsQuery, merge, rollup};
 
 fn decode<M: Message + Default>(bytes: &[u8], what: &'static str) -> Result<Option<M>, StoreError> {
     if bytes.is_empty() {
@@ -115,17 +115,7 @@ pub fn summaries(tx: &Transaction<'_>, query: &TotalsQuery) -> Result<Vec<CostSu
     let mut out: Vec<CostSummary> = agents
         .into_iter()
         .filter(|(_, a)| a.summary.windows > 0)
-        .map(|(id, a)| {
-            let mut s = a.summary;
-            if s.statements > 0 {
-                s.agent_cores_per_10k_qps = s.agent_cpu_seconds / s.statements as f64 * 10_000.0;
-            }
-            if a.estimated > 0 {
-                s.server_extra_cores_per_10k_qps = s.probe_cpu_seconds / a.estimated as f64 * 10_000.0;
-            }
-            s.agent_id = id;
-            s
-        })
+        .map(|(id, a)| merge::cost_summary(id, a.summary, a.estimated))
         .collect();
     out.sort_by(|a, b| a.host.cmp(&b.host).then_with(|| a.agent_id.cmp(&b.agent_id)));
     Ok(out)

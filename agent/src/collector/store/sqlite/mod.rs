@@ -90,14 +90,6 @@ pub(super) fn lock(m: &Mutex<Connection>) -> MutexGuard<'_, Connection> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// A digest's accounts as stored: a `DigestStats` holding only them.
-pub(super) fn accounts_blob(accounts: &[sqlbee_proto::v1::AccountCount]) -> Vec<u8> {
-    if accounts.is_empty() {
-        return Vec::new();
-    }
-    prost::Message::encode_to_vec(&sqlbee_proto::v1::DigestStats { accounts: accounts.to_vec(), ..Default::default() })
-}
-
 /// `AND <column> = ?2` when an instance filter is given.
 pub(super) fn instance_filter(instance: &Option<String>, column: &str) -> String {
     if instance.is_some() { format!(" AND {column} = ?2") } else { String::new() }

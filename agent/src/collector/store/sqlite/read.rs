@@ -6,7 +6,7 @@ use rusqlite::OptionalExtension;
 use sqlbee_common::histogram::Histogram;
 use prost::Message as _;
 use sqlbee_proto::v1::{
-    Blocker, CommandCount, DigestStats, InstanceInfo, LockWait, LockWaitRow, QueryStats, TopDigest, TotalsResponse,
+    CommandCount, DigestStats, InstanceInfo, LockWait, LockWaitRow, QueryStats, TopDigest, TotalsResponse,
 };
 
 use super::{digest_rows, error, i, instance_filter, u};
@@ -377,27 +377,6 @@ pub(super) fn instances(tx: &rusqlite::Transaction<'_>) -> rusqlite::Result<Vec<
     Ok(out)
 }
 
-fn blockers_of(text: &str) -> Option<Vec<Blocker>> {
-    let value: serde_json::Value = serde_json::from_str(text).ok()?;
-    value
-        .as_array()?
-        .iter()
-        .map(|b| {
-            Some(Blocker {
-                connection_id: b.get("connection_id")?.as_u64()?,
-                transaction: b.get("transaction")?.as_bool()?,
-                started_unix_ms: b.get("started_unix_ms")?.as_i64()?,
-                statements: b
-                    .get("statements")?
-                    .as_array()?
-                    .iter()
-                    .map(|s| s.as_str().map(str::to_string))
-                    .collect::<Option<Vec<_>>>()?,
-            })
-        })
-        .collect()
-}
-
 pub(super) fn locks(tx: &rusqlite::Transaction<'_>, query: &LocksQuery) -> Result<Vec<LockWaitRow>, StoreError> {
     let err = |e| error("locks", e);
     let mut stmt = tx
@@ -427,7 +406,7 @@ pub(super) fn locks(tx: &rusqlite::Transaction<'_>, query: &LocksQuery) -> Resul
             digest_text: row.get(7).map_err(err)?,
             sample: row.get(8).map_err(err)?,
             blocker_kind: row.get(9).map_err(err)?,
-            blockers: blockers_of(&blockers).ok_or(StoreError::Corrupt { what: "lock_waits.blockers" })?,
+            blockers: blob::decode_blockers(&blockers).ok_or(StoreError::Corrupt { what: "lock_waits.blockers" })?,
         };
         out.push(LockWaitRow { agent_id: row.get(0).map_err(err)?, instance: row.get(1).map_err(err)?, wait: Some(wait) });
     }

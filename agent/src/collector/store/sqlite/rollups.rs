@@ -220,7 +220,7 @@ fn merged(stored: Stored, row: &Row<'_>, figures: &[u8]) -> Result<Stored, Rollu
             .into_iter()
             .map(|((user, host), count)| sqlbee_proto::v1::AccountCount { user, host, count })
             .collect::<Vec<_>>();
-        super::accounts_blob(&accounts)
+        blob::encode_accounts(&accounts)
     };
     // The newest window's sample, whatever order windows arrive in.
     let (sample, sample_end) = if !row.sample.is_empty() && row.window_end >= stored.sample_end {

@@ -4,9 +4,9 @@ use std::{collections::BTreeMap, sync::Mutex};
 
 use prost::Message;
 use rusqlite::{Connection, TransactionBehavior, params};
-use sqlbee_proto::v1::{Batch, Blocker, DigestStats};
+use sqlbee_proto::v1::{Batch, DigestStats};
 
-use super::{accounts_blob, costs::AgentCosts, error, i, lock, rollups};
+use super::{costs::AgentCosts, error, i, lock, rollups};
 use crate::collector::store::{IngestOutcome, PruneCutoffs, PruneOutcome, StoreError, blob, rollup};
 
 /// Rows deleted per prune transaction, so ingest never waits long.
@@ -117,7 +117,7 @@ pub(super) fn batch(
                 l.digest_text,
                 l.sample,
                 l.blocker_kind,
-                blockers_json(&l.blockers),
+                blob::encode_blockers(&l.blockers),
             ])?;
         }
         insert_window.execute(params![
@@ -190,7 +190,7 @@ pub(super) fn batch(
                 d.stats.as_ref().and_then(|s| s.cpu_ns).map(i),
                 d.stats.as_ref().and_then(|s| s.tmp_disk_tables).map(i),
                 d.stats.as_ref().map(Message::encode_to_vec).unwrap_or_default(),
-                accounts_blob(&d.accounts),
+                blob::encode_accounts(&d.accounts),
                 d.nested,
                 d.program,
                 d.program_kind,
@@ -314,7 +314,7 @@ pub(super) fn rollups(tx: &rusqlite::Transaction<'_>, batch: &Batch) -> Result<(
             .map_err(err)?;
         for d in &w.digests {
             let Blobs { histogram, error_codes, waits } = blobs(d);
-            let accounts = accounts_blob(&d.accounts);
+            let accounts = blob::encode_accounts(&d.accounts);
             let row = rollups::Row {
                 window_end: w.window_end_unix_ms,
                 instance,
@@ -347,24 +347,6 @@ pub(super) fn rollups(tx: &rusqlite::Transaction<'_>, batch: &Batch) -> Result<(
     Ok(())
 }
 
-
-/// Blockers as stored: a JSON array, u64 ids exact (JSON numbers, not i64).
-fn blockers_json(blockers: &[Blocker]) -> String {
-    serde_json::Value::Array(
-        blockers
-            .iter()
-            .map(|b| {
-                serde_json::json!({
-                    "connection_id": b.connection_id,
-                    "transaction": b.transaction,
-                    "started_unix_ms": b.started_unix_ms,
-                    "statements": b.statements,
-                })
-            })
-            .collect(),
-    )
-    .to_string()
-}
 
 pub(super) fn prune(writer: &Mutex<Connection>, cutoffs: &PruneCutoffs) -> Result<PruneOutcome, StoreError> {
     let older_than_unix_ms = cutoffs.raw;
