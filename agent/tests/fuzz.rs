@@ -177,6 +177,7 @@ fn batches_decode_validate_and_store_or_are_refused() {
     store
         .top(&sqlbee::collector::store::TopQuery {
             instance: None,
+            digest: None,
             schema: None,
             nested: true,
             program: None,

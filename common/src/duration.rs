@@ -26,6 +26,17 @@ pub fn parse(value: &str) -> Result<Duration, DurationError> {
     Ok(Duration::from_millis(ms))
 }
 
+/// A point in time as flags and URLs give it: that long before
+/// `now_unix_ms` (`10s`, `7d`), or milliseconds since the epoch (all
+/// digits). Never before the epoch.
+pub fn unix_ms_ago(text: &str, now_unix_ms: i64) -> Result<i64, DurationError> {
+    if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
+        return Ok(text.parse::<i64>().unwrap_or(i64::MAX));
+    }
+    let back = parse(text)?;
+    Ok(now_unix_ms.saturating_sub(back.as_millis().min(i64::MAX as u128) as i64).max(0))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -163,7 +163,7 @@ impl Auth {
         Gate { auth: self.clone(), role }
     }
 
-    fn check(&self, role: Role, header: Option<&[u8]>) -> Result<Option<BoundAgents>, Status> {
+    pub(super) fn check(&self, role: Role, header: Option<&[u8]>) -> Result<Option<BoundAgents>, Status> {
         let Some(tokens) = self.current() else { return Ok(None) };
         let Some(header) = header else {
             return Err(Status::unauthenticated(

@@ -5,6 +5,7 @@
 mod admission;
 mod auth;
 mod decode_status;
+mod http;
 mod ingest;
 pub mod query_api;
 mod server;
@@ -70,6 +71,14 @@ pub struct CollectorArgs {
     /// connections.
     #[arg(long, env = "SQLBEE_COLLECTOR_READY_FILE")]
     pub ready_file: Option<PathBuf>,
+    /// Address of the web UI and its JSON (`/api/`): IP:PORT, or `none`.
+    /// Over TLS with --tls-cert/--tls-key; with --tokens it asks for a
+    /// read token.
+    #[arg(long, env = "SQLBEE_COLLECTOR_HTTP_LISTEN", default_value = "127.0.0.1:7879")]
+    pub http_listen: String,
+    /// Written with the web UI's URL once it accepts connections.
+    #[arg(long, env = "SQLBEE_COLLECTOR_HTTP_READY_FILE")]
+    pub http_ready_file: Option<PathBuf>,
     /// Pushes decoded at once; more are answered RESOURCE_EXHAUSTED (the
     /// agents retry). Each may hold up to 32 MiB decoded.
     #[arg(long, env = "SQLBEE_COLLECTOR_MAX_PUSHES", default_value_t = server::INGEST_IN_FLIGHT,
@@ -126,6 +135,8 @@ pub enum CollectorError {
     Serve { cause: tonic::transport::Error },
     #[error("the store could not be opened: {reason}")]
     StoreTask { reason: String },
+    #[error(transparent)]
+    Http(#[from] http::HttpError),
 }
 
 pub fn main(args: CollectorArgs) -> Result<(), CollectorError> {
@@ -135,7 +146,9 @@ pub fn main(args: CollectorArgs) -> Result<(), CollectorError> {
     // never take the last thread from ingest.
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
-        .max_blocking_threads((args.max_pushes_in_flight + args.max_queries_in_flight + 4).min(512))
+        .max_blocking_threads(
+            (args.max_pushes_in_flight + args.max_queries_in_flight + http::UI_QUERIES_IN_FLIGHT + 4).min(512),
+        )
         .thread_name("sqlbee-collector")
         .enable_all()
         .build()
@@ -163,6 +176,11 @@ async fn run(args: CollectorArgs) -> Result<(), CollectorError> {
         Some(path) => Auth::from_file(path)?,
         None => Auth::open(),
     };
+    let http = http::HttpServer::bind(&http::HttpSettings {
+        listen: args.http_listen.clone(),
+        tls: args.tls_cert.clone().zip(args.tls_key.clone()),
+        client_ca: args.tls_client_ca.clone(),
+    })?;
     let tls = match (args.tls_cert, args.tls_key) {
         (Some(cert), Some(key)) => Some(Tls { cert, key, client_ca: args.tls_client_ca }),
         _ => None,
@@ -174,6 +192,8 @@ async fn run(args: CollectorArgs) -> Result<(), CollectorError> {
         retention: store::Retention { raw: args.retention, minute: args.retention_minute, hour: args.retention_hour },
         prune_interval: args.prune_interval,
         ready_file: args.ready_file,
+        http,
+        http_ready_file: args.http_ready_file,
         pushes_in_flight: args.max_pushes_in_flight,
         queries_in_flight: args.max_queries_in_flight,
     };

@@ -21,6 +21,7 @@ use super::{
     admission::Admit,
     auth::{Auth, Role},
     decode_status::DecodeErrorsAsInvalid,
+    http::{HttpServer, Ui},
     ingest::IngestService,
     query_api::QueryService,
     store::{Retention, Store, retention},
@@ -59,6 +60,9 @@ pub struct Settings {
     pub retention: Retention,
     pub prune_interval: Duration,
     pub ready_file: Option<PathBuf>,
+    /// The web UI's bound listener; None: `--http-listen none`.
+    pub http: Option<HttpServer>,
+    pub http_ready_file: Option<PathBuf>,
     /// Admission limits (`admission::Admit`).
     pub pushes_in_flight: usize,
     pub queries_in_flight: usize,
@@ -135,14 +139,34 @@ pub async fn serve(
         tracing::warn!(%local, "listening beyond this host without authentication: anyone who reaches it can \
             send batches and read every agent's data (give --tokens)");
     }
+    let (stop_ui, mut ui_stopping) = tokio::sync::watch::channel(false);
+    let ui = match settings.http {
+        Some(http) => {
+            if !http.local_addr().ip().is_loopback() && settings.auth.token_count() == 0 && !http.is_tls() {
+                tracing::warn!(addr = %http.local_addr(), "web UI served beyond this host without tokens or TLS: \
+                    anyone who reaches it reads the fleet's data (give --tokens and --tls-cert)");
+            }
+            let url = http.url();
+            let pages = Arc::new(Ui::new(QueryService::new(store.clone()), settings.auth.clone(), http.is_tls()));
+            let task = tokio::spawn(http.serve(pages, async move {
+                let _ = ui_stopping.wait_for(|stop| *stop).await;
+            }));
+            if let Some(path) = &settings.http_ready_file {
+                write_ready(path, &url)?;
+            }
+            Some(task)
+        }
+        None => None,
+    };
     if let Some(path) = &settings.ready_file {
-        write_ready(path, local)?;
+        write_ready(path, &local.to_string())?;
     }
 
     let pruner = tokio::spawn(retention::run(store, settings.retention, settings.prune_interval));
     let result = router
         .serve_with_incoming_shutdown(incoming, async move {
             shutdown.await;
+            let _ = stop_ui.send(true);
             tracing::info!("stopping: finishing requests in flight");
             health.set_not_serving::<IngestServer<IngestService>>().await;
             health.set_not_serving::<QueryServer<QueryService>>().await;
@@ -150,15 +174,22 @@ pub async fn serve(
         .await
         .map_err(|cause| CollectorError::Serve { cause });
     pruner.abort();
+    if let Some(ui) = ui {
+        match ui.await {
+            Ok(Err(error)) => tracing::warn!(%error, "web UI stopped with an error"),
+            Err(error) => tracing::warn!(%error, "web UI task failed"),
+            Ok(Ok(())) => {}
+        }
+    }
     result
 }
 
 /// Written whole (temp file, then rename) so a reader never sees half an
-/// address. Holds the bound address: with `--listen 127.0.0.1:0` this is
-/// how a caller learns the port.
-fn write_ready(path: &Path, local: SocketAddr) -> Result<(), CollectorError> {
+/// address. Holds the bound address (or the UI's URL): with `--listen
+/// 127.0.0.1:0` this is how a caller learns the port.
+fn write_ready(path: &Path, address: &str) -> Result<(), CollectorError> {
     let err = |source| CollectorError::ReadyFile { path: path.display().to_string(), source };
     let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, format!("{local}\n")).map_err(err)?;
+    std::fs::write(&tmp, format!("{address}\n")).map_err(err)?;
     std::fs::rename(&tmp, path).map_err(err)
 }

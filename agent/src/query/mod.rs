@@ -16,6 +16,7 @@ use tonic::{Code, Status};
 use sqlbee_common::{clock::now_unix_ms, duration};
 
 use crate::collector::query_api::client::{self as api, Client, ClientError, ClientOptions};
+use crate::collector::query_api::json;
 
 /// How to reach a collector; shared by every query command.
 #[derive(clap::Args, Debug, Clone)]
@@ -61,6 +62,10 @@ pub struct TopArgs {
     /// Only statements that ran in this schema (current database).
     #[arg(long)]
     pub schema: Option<String>,
+    /// Only this digest (16 hex digits, as `top` prints it): its rows per
+    /// schema and lineage, nested ones included.
+    #[arg(long)]
+    pub digest: Option<String>,
     /// Also the statements stored programs ran (procedures, functions,
     /// triggers, events), each under the client statement that ran it.
     #[arg(long)]
@@ -227,11 +232,7 @@ fn runtime() -> Result<tokio::runtime::Runtime, QueryError> {
 /// A point in time as the flags take it: a duration back from now, or
 /// milliseconds since the epoch (all digits, as the UI's links carry it).
 fn time_unix_ms(text: &str, now: i64) -> Result<i64, QueryError> {
-    if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
-        return Ok(text.parse::<i64>().unwrap_or(i64::MAX));
-    }
-    let back = duration::parse(text)?;
-    Ok(now.saturating_sub(back.as_millis().min(i64::MAX as u128) as i64).max(0))
+    Ok(duration::unix_ms_ago(text, now)?)
 }
 
 fn since_unix_ms(since: &str) -> Result<i64, QueryError> {
@@ -249,11 +250,18 @@ fn until_unix_ms(until: &str) -> Result<i64, QueryError> {
     time_unix_ms(until, now_unix_ms())
 }
 
+fn digest_id(text: Option<&str>) -> Result<Option<u64>, QueryError> {
+    text.map(|d| u64::from_str_radix(d.trim_start_matches("0x"), 16).map_err(|_| QueryError::Digest(d.to_string())))
+        .transpose()
+}
+
 pub fn top(args: TopArgs) -> Result<(), QueryError> {
+    let digest = digest_id(args.digest.as_deref())?;
     let request = TopRequest {
         instance: args.instance.clone().unwrap_or_default(),
         schema: args.schema.clone().unwrap_or_default(),
-        nested: args.nested,
+        digest: digest.unwrap_or(0),
+        nested: args.nested || digest.is_some(),
         program: args.program.clone().unwrap_or_default(),
         since_unix_ms: since_unix_ms(&args.since)?,
         until_unix_ms: until_unix_ms(&args.until)?,
@@ -266,8 +274,8 @@ pub fn top(args: TopArgs) -> Result<(), QueryError> {
         Format::Json => render::write_json(
             &mut out,
             &serde_json::json!({
-                "digests": render::top_json(&answer.digests),
-                "costs": render_cost::costs_json(&answer.costs),
+                "digests": json::top_json(&answer.digests),
+                "costs": json::costs_json(&answer.costs),
             }),
         ),
         Format::Table => render::write_top_table(&mut out, &answer.digests)
@@ -277,11 +285,7 @@ pub fn top(args: TopArgs) -> Result<(), QueryError> {
 }
 
 pub fn series(args: SeriesArgs) -> Result<(), QueryError> {
-    let digest = args
-        .digest
-        .as_deref()
-        .map(|d| u64::from_str_radix(d.trim_start_matches("0x"), 16).map_err(|_| QueryError::Digest(d.to_string())))
-        .transpose()?;
+    let digest = digest_id(args.digest.as_deref())?;
     let of = match (args.of, digest) {
         (Some(SeriesOf::Digest) | None, Some(_)) => "digest",
         (Some(SeriesOf::Digest), None) => return Err(QueryError::NoDigest),
@@ -302,7 +306,7 @@ pub fn series(args: SeriesArgs) -> Result<(), QueryError> {
     let mut out = std::io::stdout().lock();
     let cost = of == "cost";
     match args.format {
-        Format::Json => render::write_json(&mut out, &render_series::series_json(&answer, cost)),
+        Format::Json => render::write_json(&mut out, &json::series_json(&answer, cost)),
         Format::Table => render_series::write_series_table(&mut out, &answer, cost),
     }
     .map_err(|source| QueryError::Output { source })
@@ -315,7 +319,7 @@ pub fn instances(args: InstancesArgs) -> Result<(), QueryError> {
     let now = now_unix_ms();
     let mut out = std::io::stdout().lock();
     match args.format {
-        Format::Json => render::write_json(&mut out, &render::instances_json(&instances, now)),
+        Format::Json => render::write_json(&mut out, &json::instances_json(&instances, now)),
         Format::Table => render::write_instances_table(&mut out, &instances, now),
     }
     .map_err(|source| QueryError::Output { source })
@@ -330,7 +334,7 @@ pub fn locks(args: LocksArgs) -> Result<(), QueryError> {
     let waits = call(&args.connect, "Locks", |mut client| async move { client.locks(request).await })?.waits;
     let mut out = std::io::stdout().lock();
     match args.format {
-        Format::Json => render::write_json(&mut out, &render::locks_json(&waits)),
+        Format::Json => render::write_json(&mut out, &json::locks_json(&waits)),
         Format::Table => render::write_locks_table(&mut out, &waits),
     }
     .map_err(|source| QueryError::Output { source })
@@ -345,7 +349,7 @@ pub fn hosts(args: HostsArgs) -> Result<(), QueryError> {
     let windows = call(&args.connect, "Hosts", |mut client| async move { client.hosts(request).await })?.windows;
     let mut out = std::io::stdout().lock();
     match args.format {
-        Format::Json => render::write_json(&mut out, &render_cost::hosts_json(&windows)),
+        Format::Json => render::write_json(&mut out, &json::hosts_json(&windows)),
         Format::Table => render_cost::write_hosts_table(&mut out, &windows),
     }
     .map_err(|source| QueryError::Output { source })

@@ -2,141 +2,11 @@
 //! takes the answer, writes to the given writer.
 use std::io::Write;
 
-use serde_json::{Map, Value, json};
-use sqlbee_proto::v1::{Blocker, InstanceInfo, LockWaitRow, QueryStats, TopDigest, WaitStats};
+use serde_json::Value;
+use sqlbee_proto::v1::{Blocker, InstanceInfo, LockWaitRow, TopDigest, WaitStats};
 
 use super::cells::{cut, time};
-
-pub fn top_json(digests: &[TopDigest]) -> Value {
-    Value::Array(
-        digests
-            .iter()
-            .map(|d| {
-                let mut row = json!({
-                    "digest": format!("{:016x}", d.digest),
-                    "digest_text": d.digest_text,
-                    "schema": d.schema,
-                    "nested": d.nested,
-                    "program": (!d.program.is_empty()).then_some(&d.program),
-                    "program_kind": (!d.program_kind.is_empty()).then_some(&d.program_kind),
-                    "parent_digest": (d.parent_digest != 0).then(|| format!("{:016x}", d.parent_digest)),
-                    "source": if d.source.is_empty() { "client" } else { &d.source },
-                    "count": d.count,
-                    "errors": d.errors,
-                    "sum_ns": d.sum_ns,
-                    "min_ns": d.min_ns,
-                    "max_ns": d.max_ns,
-                    "p50_ns": d.p50_ns,
-                    "p95_ns": d.p95_ns,
-                    "p99_ns": d.p99_ns,
-                    "sample": d.sample,
-                    "instances": d.instances,
-                    "waits": d.waits.iter().map(|w| {
-                        (w.class.clone(), json!({"sum_ns": w.sum_ns, "max_ns": w.max_ns, "statements": w.statements}))
-                    }).collect::<Map<_, _>>(),
-                    "error_codes": d.error_codes.iter().map(|e| {
-                        (e.code.to_string(), json!({"count": e.count, "sample_message": e.sample_message}))
-                    }).collect::<Map<_, _>>(),
-                    // Budget mode: the count scaled to whole windows.
-                    "estimated_count": (d.estimated_count > 0).then_some(d.estimated_count),
-                    "accounts": d.accounts.iter().map(|a| json!({"user": a.user, "host": a.host, "count": a.count})).collect::<Vec<_>>(),
-                });
-                stats_json(&mut row, d.stats.as_ref());
-                row
-            })
-            .collect(),
-    )
-}
-
-/// The server's figures of a row, each null when no window carried it.
-fn stats_json(row: &mut Value, stats: Option<&QueryStats>) {
-    let s = stats.cloned().unwrap_or_default();
-    let object = row.as_object_mut().expect("a digest row is an object");
-    for (name, value) in [
-        ("rows_sent", s.rows_sent),
-        ("rows_examined", s.rows_examined),
-        ("rows_affected", s.rows_affected),
-        ("lock_ns", s.lock_ns),
-        ("cpu_ns", s.cpu_ns),
-        ("cpu_statements", s.cpu_statements),
-        ("no_index_used", s.no_index_used),
-        ("no_good_index_used", s.no_good_index_used),
-        ("tmp_tables", s.tmp_tables),
-        ("tmp_disk_tables", s.tmp_disk_tables),
-        ("sort_merge_passes", s.sort_merge_passes),
-        ("select_full_join", s.select_full_join),
-        ("select_scan", s.select_scan),
-        ("filesort", s.filesort),
-        ("filesort_on_disk", s.filesort_on_disk),
-    ] {
-        object.insert(name.into(), json!(value));
-    }
-}
-
-pub fn instances_json(instances: &[InstanceInfo], now_unix_ms: i64) -> Value {
-    Value::Array(
-        instances
-            .iter()
-            .map(|i| {
-                json!({
-                    "agent_id": i.agent_id,
-                    "host": i.host,
-                    "instance": i.instance,
-                    "pid": i.pid,
-                    "container_id": i.container_id,
-                    "container": i.container,
-                    "version": i.version,
-                    "server_version": i.server_version,
-                    "build_id": i.build_id,
-                    "traced": i.untraced_reason.is_empty(),
-                    "untraced": (!i.untraced_reason.is_empty()).then(|| json!({
-                        "reason": i.untraced_reason,
-                        "kind": i.untraced_kind,
-                        "since_unix_ms": i.untraced_since_unix_ms,
-                        "reported_unix_ms": i.untraced_seen_unix_ms,
-                    })),
-                    "last_seen_unix_ms": i.last_seen_unix_ms,
-                    "last_window_end_unix_ms": i.last_window_end_unix_ms,
-                    "lag_ms": lag_ms(i, now_unix_ms),
-                    "last_sequence": i.last_sequence,
-                    "batches": i.batches,
-                    "gaps": i.gaps,
-                    "lost_statements": i.lost_statements,
-                    "latest": i.latest.as_ref().map(super::render_cost::instance_cost_json),
-                })
-            })
-            .collect(),
-    )
-}
-
-pub fn locks_json(rows: &[LockWaitRow]) -> Value {
-    Value::Array(
-        rows.iter()
-            .map(|r| {
-                let w = r.wait.clone().unwrap_or_default();
-                json!({
-                    "instance": r.instance,
-                    "agent_id": r.agent_id,
-                    "start_unix_ms": w.start_unix_ms,
-                    "start": time(w.start_unix_ms),
-                    "duration_ns": w.duration_ns,
-                    "class": w.class,
-                    "connection_id": w.connection_id,
-                    "digest": format!("{:016x}", w.digest),
-                    "digest_text": w.digest_text,
-                    "sample": w.sample,
-                    "blocker_kind": w.blocker_kind,
-                    "blockers": w.blockers.iter().map(|b| json!({
-                        "connection_id": b.connection_id,
-                        "transaction": b.transaction,
-                        "started_unix_ms": b.started_unix_ms,
-                        "statements": b.statements,
-                    })).collect::<Vec<_>>(),
-                })
-            })
-            .collect(),
-    )
-}
+use crate::collector::query_api::json::lag_ms;
 
 pub fn write_json(out: &mut impl Write, value: &Value) -> std::io::Result<()> {
     serde_json::to_writer_pretty(&mut *out, value)?;
@@ -298,13 +168,6 @@ pub fn write_locks_table(out: &mut impl Write, rows: &[LockWaitRow]) -> std::io:
     out.flush()
 }
 
-/// How long ago the agent's newest window for the instance ended; `None`
-/// before its first window. Left negative when the agent's clock is ahead
-/// of ours, so skew shows instead of reading as "no lag".
-fn lag_ms(i: &InstanceInfo, now_unix_ms: i64) -> Option<i64> {
-    (i.last_window_end_unix_ms > 0).then(|| now_unix_ms - i.last_window_end_unix_ms)
-}
-
 pub fn write_instances_table(out: &mut impl Write, instances: &[InstanceInfo], now_unix_ms: i64) -> std::io::Result<()> {
     writeln!(
         out,
@@ -367,7 +230,10 @@ pub fn write_instances_table(out: &mut impl Write, instances: &[InstanceInfo], n
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
+    use crate::collector::query_api::json::{instances_json, locks_json, top_json};
 
     #[test]
     fn digest_is_16_hex_digits() {

@@ -3,8 +3,7 @@
 //! and the agents' own windows for `sqlbee hosts`. Pure, like `render`.
 use std::io::Write;
 
-use serde_json::{Value, json};
-use sqlbee_proto::v1::{AgentWindowRow, CostSummary, InstanceCost, InstanceInfo, ProcessMetrics};
+use sqlbee_proto::v1::{AgentWindowRow, CostSummary, InstanceCost, InstanceInfo};
 
 use super::cells::{cut, time};
 
@@ -12,31 +11,6 @@ const MIB: f64 = 1024.0 * 1024.0;
 
 fn mib(bytes: u64) -> String {
     format!("{:.1}", bytes as f64 / MIB)
-}
-
-pub fn costs_json(costs: &[CostSummary]) -> Value {
-    Value::Array(
-        costs
-            .iter()
-            .map(|c| {
-                json!({
-                    "agent_id": c.agent_id,
-                    "host": c.host,
-                    "windows": c.windows,
-                    "seconds": c.seconds,
-                    "statements": c.statements,
-                    "agent_cpu_seconds": c.agent_cpu_seconds,
-                    "agent_cores_per_10k_qps": c.agent_cores_per_10k_qps,
-                    "agent_max_rss_bytes": c.agent_max_rss_bytes,
-                    "probe_cpu_seconds": c.probe_cpu_seconds,
-                    "server_extra_cores_per_10k_qps": c.server_extra_cores_per_10k_qps,
-                    "shedding_windows": c.shedding_windows,
-                    "latest_shedding": c.latest_shedding,
-                    "dropped_events": c.dropped_events,
-                })
-            })
-            .collect(),
-    )
 }
 
 /// The footer of `sqlbee top`: one line per agent.
@@ -70,36 +44,6 @@ pub fn write_costs(out: &mut impl Write, costs: &[CostSummary]) -> std::io::Resu
         )?;
     }
     Ok(())
-}
-
-fn process_json(p: &ProcessMetrics) -> Value {
-    json!({
-        "pid": p.pid,
-        "status": p.status,
-        "cpu_cores": p.cpu_cores,
-        "rss_bytes": p.rss_bytes,
-        "threads": p.threads,
-        "open_files": p.open_files,
-        "read_bytes": p.read_bytes,
-        "write_bytes": p.write_bytes,
-    })
-}
-
-pub fn instance_cost_json(c: &InstanceCost) -> Value {
-    json!({
-        "window_end_unix_ms": c.window_end_unix_ms,
-        "statements_per_s": c.statements_per_s,
-        "agent_cpu_cores": c.agent_cpu_cores,
-        "agent_cores_per_10k_qps": c.agent_cores_per_10k_qps,
-        "agent_rss_bytes": c.agent_rss_bytes,
-        "shedding": c.shedding,
-        "events_per_s": c.events_per_s,
-        "dropped_events": c.dropped_events,
-        "server_extra_cores_per_10k_qps": c.server_extra_cores_per_10k_qps,
-        "attached_fraction": c.attached_fraction,
-        "aggregated_in_kernel": c.aggregated_in_kernel,
-        "server": c.server.as_ref().map(process_json),
-    })
 }
 
 /// Under `sqlbee instances`: the newest window's cost of each instance.
@@ -144,65 +88,6 @@ pub fn write_instance_costs(out: &mut impl Write, instances: &[InstanceInfo]) ->
         )?;
     }
     Ok(())
-}
-
-pub fn hosts_json(rows: &[AgentWindowRow]) -> Value {
-    Value::Array(
-        rows.iter()
-            .map(|r| {
-                let w = r.window.clone().unwrap_or_default();
-                let cost = w.cost.unwrap_or_default();
-                let host = w.host.unwrap_or_default();
-                json!({
-                    "agent_id": r.agent_id,
-                    "host": r.host,
-                    "window_start_unix_ms": w.window_start_unix_ms,
-                    "window_end_unix_ms": w.window_end_unix_ms,
-                    "agent": {
-                        "cpu_cores": cost.cpu_cores,
-                        "cpu_source": cost.cpu_source,
-                        "rss_bytes": cost.rss_bytes,
-                        "statements_per_s": cost.statements_per_s,
-                        "cores_per_10k_qps": cost.cores_per_10k_qps,
-                        "cpu_limit_cores": cost.cpu_limit_cores,
-                        "memory_limit_bytes": cost.memory_limit_bytes,
-                        "shedding": cost.shedding,
-                        "events_per_s": cost.events_per_s,
-                        "dropped_events": cost.dropped_events,
-                    },
-                    "ship": {
-                        "sender_restarts": cost.sender_restarts,
-                        "spool_io_errors": cost.spool_io_errors,
-                        "clock_skew_ms": cost.clock_skew_ms,
-                        "clock_correction_ms": cost.clock_correction_ms,
-                    },
-                    "online_cores": host.online_cores,
-                    "cpu": host.cpu.map(|c| json!({
-                        "user": c.user, "nice": c.nice, "system": c.system, "idle": c.idle,
-                        "iowait": c.iowait, "irq": c.irq, "softirq": c.softirq, "steal": c.steal,
-                    })),
-                    "memory": {
-                        "total_bytes": host.memory_total_bytes,
-                        "available_bytes": host.memory_available_bytes,
-                        "free_bytes": host.memory_free_bytes,
-                        "cached_bytes": host.memory_cached_bytes,
-                        "swap_total_bytes": host.swap_total_bytes,
-                        "swap_free_bytes": host.swap_free_bytes,
-                    },
-                    "load": [host.load1, host.load5, host.load15],
-                    "disks": host.disks.iter().map(|d| json!({
-                        "device": d.device, "reads": d.reads, "writes": d.writes,
-                        "read_bytes": d.read_bytes, "write_bytes": d.write_bytes, "io_time_ms": d.io_time_ms,
-                    })).collect::<Vec<_>>(),
-                    "interfaces": host.interfaces.iter().map(|n| json!({
-                        "interface": n.interface, "rx_bytes": n.rx_bytes, "rx_packets": n.rx_packets,
-                        "rx_errors": n.rx_errors, "rx_drops": n.rx_drops, "tx_bytes": n.tx_bytes,
-                        "tx_packets": n.tx_packets, "tx_errors": n.tx_errors, "tx_drops": n.tx_drops,
-                    })).collect::<Vec<_>>(),
-                })
-            })
-            .collect(),
-    )
 }
 
 pub fn write_hosts_table(out: &mut impl Write, rows: &[AgentWindowRow]) -> std::io::Result<()> {
@@ -272,6 +157,7 @@ mod tests {
     use sqlbee_proto::v1::{AgentCost, AgentWindow, CpuModes, DiskIo, HostMetrics};
 
     use super::*;
+    use crate::collector::query_api::json::{costs_json, hosts_json};
 
     #[test]
     fn costs_footer_names_the_shedding_windows() {

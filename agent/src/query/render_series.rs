@@ -1,49 +1,10 @@
 //! `sqlbee series` answers as JSON or a table: one line per step.
 use std::io::Write;
 
-use serde_json::{Value, json};
 use sqlbee_proto::v1::SeriesResponse;
 
 use super::cells::time;
-
-/// Statements per second over one point.
-fn rate(count: u64, start: i64, end: i64) -> f64 {
-    let seconds = (end - start) as f64 / 1000.0;
-    if seconds > 0.0 { count as f64 / seconds } else { 0.0 }
-}
-
-pub fn series_json(answer: &SeriesResponse, cost: bool) -> Value {
-    let points: Vec<Value> = answer
-        .points
-        .iter()
-        .map(|p| {
-            if cost {
-                json!({
-                    "start_unix_ms": p.start_unix_ms,
-                    "end_unix_ms": p.end_unix_ms,
-                    "windows": p.windows,
-                    "agent_cpu_cores": p.agent_cpu_cores,
-                    "agent_max_rss_bytes": p.agent_max_rss_bytes,
-                    "probe_cpu_seconds": p.probe_cpu_seconds,
-                })
-            } else {
-                json!({
-                    "start_unix_ms": p.start_unix_ms,
-                    "end_unix_ms": p.end_unix_ms,
-                    "count": p.count,
-                    "per_s": rate(p.count, p.start_unix_ms, p.end_unix_ms),
-                    "errors": p.errors,
-                    "sum_ns": p.sum_ns,
-                    "p50_ns": p.p50_ns,
-                    "p95_ns": p.p95_ns,
-                    "p99_ns": p.p99_ns,
-                    "max_ns": p.max_ns,
-                })
-            }
-        })
-        .collect();
-    json!({ "step_ms": answer.step_ms, "points": points })
-}
+use crate::collector::query_api::json::rate;
 
 fn ms(ns: u64) -> String {
     format!("{:.3}", ns as f64 / 1e6)

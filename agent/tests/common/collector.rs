@@ -88,6 +88,9 @@ pub struct Collector {
     store: String,
     /// The `sqlbee` binary that runs it.
     pub binary: PathBuf,
+    /// The web UI's URL (`http://127.0.0.1:PORT/`), on a port of its own
+    /// unless the test's arguments say otherwise.
+    pub ui: String,
 }
 
 impl Collector {
@@ -123,6 +126,7 @@ impl Collector {
             stderr,
             args: args.to_vec(),
             binary: binary.to_path_buf(),
+            ui: String::new(),
         };
         collector.spawn();
         collector
@@ -130,8 +134,13 @@ impl Collector {
 
     fn spawn(&mut self) {
         let ready = self.dir.path().join("ready");
+        let ui_ready = self.dir.path().join("ui-ready");
         let _ = std::fs::remove_file(&ready);
+        let _ = std::fs::remove_file(&ui_ready);
         let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.stderr).unwrap();
+        // Many collectors run at once in tests: each UI on a port of its own.
+        let ui_listen: &[&str] =
+            if self.args.iter().any(|a| a.starts_with("--http-listen")) { &[] } else { &["--http-listen", "127.0.0.1:0"] };
         let child = Command::new(&self.binary)
             .arg("collector")
             .args(["--listen", &self.addr])
@@ -139,6 +148,9 @@ impl Collector {
             .arg(&self.store)
             .arg("--ready-file")
             .arg(&ready)
+            .arg("--http-ready-file")
+            .arg(&ui_ready)
+            .args(ui_listen)
             .args(&self.args)
             .env("SQLBEE_LOG", "info,sqlbee=debug")
             .stdout(std::process::Stdio::null())
@@ -152,6 +164,7 @@ impl Collector {
                 && !text.trim().is_empty()
             {
                 self.addr = text.trim().to_string();
+                self.ui = std::fs::read_to_string(&ui_ready).unwrap_or_default().trim().to_string();
                 break;
             }
             if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {

@@ -3,6 +3,7 @@
 //! agent's JSON lines.
 #![allow(dead_code)]
 
+pub mod browser;
 pub mod collector;
 
 use std::{

@@ -2,6 +2,7 @@
 //! pool. Owns the request defaults and limits (limit 20 digests or 100 lock
 //! waits, at most 10 000).
 pub mod client;
+pub mod json;
 
 use std::sync::Arc;
 
@@ -153,6 +154,7 @@ pub fn top_query(request: TopRequest) -> Result<TopQuery, Status> {
     Ok(TopQuery {
         until_unix_ms: until(request.until_unix_ms, since_unix_ms)?,
         instance: non_empty(request.instance),
+        digest: (request.digest != 0).then_some(request.digest),
         schema: non_empty(request.schema),
         nested: request.nested,
         program: non_empty(request.program),

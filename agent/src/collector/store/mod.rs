@@ -57,6 +57,8 @@ impl OrderBy {
 pub struct TopQuery {
     /// None: every instance.
     pub instance: Option<String>,
+    /// None: every digest.
+    pub digest: Option<u64>,
     /// None: every schema.
     pub schema: Option<String>,
     /// Also the statements stored programs ran (default: client ones).

@@ -107,6 +107,9 @@ pub(super) fn top_where(query: &TopQuery) -> String {
         query.until_unix_ms,
         equals(&[("instance", &query.instance), ("schema", &query.schema), ("program", &query.program)])
     );
+    if let Some(digest) = query.digest {
+        sql.push_str(&format!(" AND digest = {digest}"));
+    }
     // Client statements only, unless asked (a program's are nested).
     if !query.nested && query.program.is_none() {
         sql.push_str(" AND nested = 0");

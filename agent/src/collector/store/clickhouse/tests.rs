@@ -67,6 +67,7 @@ fn batch(sequence: u64, end: i64, buckets: &[(u32, u64)]) -> Batch {
 fn everything(since: i64) -> TopQuery {
     TopQuery {
         instance: None,
+        digest: None,
         schema: None,
         nested: false,
         program: None,

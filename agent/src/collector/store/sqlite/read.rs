@@ -74,6 +74,10 @@ fn filters(query: &TopQuery, first: usize) -> Filters {
             values.push(value.clone());
         }
     }
+    if let Some(digest) = query.digest {
+        // Stored as its i64 bit pattern; an integer literal needs no binding.
+        sql.push_str(&format!(" AND digest = {}", i(digest)));
+    }
     // Client statements only, unless asked (a program's are nested).
     if !query.nested && query.program.is_none() {
         sql.push_str(" AND nested = 0");
@@ -129,7 +133,7 @@ pub(super) fn top(tx: &rusqlite::Transaction<'_>, query: &TopQuery) -> Result<Ve
     }
     // The instance filter after the row key (?1 digest, ?2-?7 the rest of
     // the key).
-    let by_row = filters(&TopQuery { schema: None, program: None, nested: true, ..query.clone() }, 8);
+    let by_row = filters(&TopQuery { schema: None, digest: None, program: None, nested: true, ..query.clone() }, 8);
     let key_match = format!(
         "digest = ?1 AND schema = ?2 AND nested = ?3 AND program = ?4 AND program_kind = ?5 AND parent_digest = ?6
          AND source = ?7 AND {}",

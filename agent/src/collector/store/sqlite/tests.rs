@@ -111,7 +111,7 @@ fn costs_hosts_and_latest() {
     let other = TotalsQuery { instance: Some("elsewhere:1".into()), since_unix_ms: 0, until_unix_ms: i64::MAX };
     assert!(store.costs(&other).unwrap().is_empty());
 
-    let top = store.top(&TopQuery { instance: None, schema: None, nested: false, program: None, since_unix_ms: 0, until_unix_ms: i64::MAX, order_by: OrderBy::Total, limit: 5 }).unwrap();
+    let top = store.top(&TopQuery { instance: None, digest: None, schema: None, nested: false, program: None, since_unix_ms: 0, until_unix_ms: i64::MAX, order_by: OrderBy::Total, limit: 5 }).unwrap();
     assert_eq!((top[0].count, top[0].estimated_count), (4, 8));
 
     let instances = store.instances().unwrap();
@@ -142,7 +142,7 @@ fn once_merged_and_pruned() {
     assert!(!store.put(&batch(2, 1000, &[(10, 2), (40, 1)]), 1000).unwrap().duplicate);
     assert!(store.put(&batch(2, 1000, &[(10, 2), (40, 1)]), 1001).unwrap().duplicate);
     assert!(!store.put(&batch(3, 2000, &[(40, 1), (60, 1)]), 2000).unwrap().duplicate);
-    let query = TopQuery { instance: None, schema: None, nested: false, program: None, since_unix_ms: 0, until_unix_ms: i64::MAX, order_by: OrderBy::P99, limit: 20 };
+    let query = TopQuery { instance: None, digest: None, schema: None, nested: false, program: None, since_unix_ms: 0, until_unix_ms: i64::MAX, order_by: OrderBy::P99, limit: 20 };
     let top = store.top(&query).unwrap();
     assert_eq!(top.len(), 1);
     let d = &top[0];
@@ -219,7 +219,7 @@ fn waits_and_error_codes_merge() {
     store.put(&first, 2001).unwrap();
     // Without waits (an old agent).
     store.put(&waiting(3, "h:1", 3000, vec![], vec![]), 3000).unwrap();
-    let query = TopQuery { instance: None, schema: None, nested: false, program: None, since_unix_ms: 0, until_unix_ms: i64::MAX, order_by: OrderBy::Total, limit: 20 };
+    let query = TopQuery { instance: None, digest: None, schema: None, nested: false, program: None, since_unix_ms: 0, until_unix_ms: i64::MAX, order_by: OrderBy::Total, limit: 20 };
     let d = store.top(&query).unwrap().into_iter().find(|d| d.digest == 7).unwrap();
     assert_eq!(d.count, 15);
     assert_eq!(
@@ -331,7 +331,7 @@ fn version_2_files_get_lock_waits() {
     let store = SqliteStore::open(&path).unwrap();
     let version: i64 = lock(&store.writer).query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
     assert_eq!(version, SCHEMA_VERSION);
-    let query = TopQuery { instance: None, schema: None, nested: false, program: None, since_unix_ms: 0, until_unix_ms: i64::MAX, order_by: OrderBy::Total, limit: 20 };
+    let query = TopQuery { instance: None, digest: None, schema: None, nested: false, program: None, since_unix_ms: 0, until_unix_ms: i64::MAX, order_by: OrderBy::Total, limit: 20 };
     assert_eq!(store.top(&query).unwrap()[0].count, 5);
     let all = LocksQuery { instance: None, since_unix_ms: 0, limit: 100 };
     assert!(store.locks(&all).unwrap().is_empty());
@@ -357,7 +357,7 @@ fn schema_v3() -> String {
 fn version_3_files_get_costs() {
     let (dir, path) = old_store("v3", &schema_v3(), &format!("{ONE_V2_ROW} PRAGMA user_version = 3;"));
     let store = SqliteStore::open(&path).unwrap();
-    let query = TopQuery { instance: None, schema: None, nested: false, program: None, since_unix_ms: 0, until_unix_ms: i64::MAX, order_by: OrderBy::Total, limit: 20 };
+    let query = TopQuery { instance: None, digest: None, schema: None, nested: false, program: None, since_unix_ms: 0, until_unix_ms: i64::MAX, order_by: OrderBy::Total, limit: 20 };
     let d = store.top(&query).unwrap().remove(0);
     // An old row is exact: no estimate.
     assert_eq!((d.count, d.estimated_count), (5, 0));
@@ -394,7 +394,7 @@ fn version_1_files_are_upgraded_in_place() {
     let store = SqliteStore::open(&path).unwrap();
     let version: i64 = lock(&store.writer).query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
     assert_eq!(version, SCHEMA_VERSION);
-    let query = TopQuery { instance: None, schema: None, nested: false, program: None, since_unix_ms: 0, until_unix_ms: i64::MAX, order_by: OrderBy::Wait, limit: 20 };
+    let query = TopQuery { instance: None, digest: None, schema: None, nested: false, program: None, since_unix_ms: 0, until_unix_ms: i64::MAX, order_by: OrderBy::Wait, limit: 20 };
     let d = store.top(&query).unwrap().remove(0);
     assert_eq!((d.digest, d.count, d.digest_text.as_str(), d.sample.as_str()), (7, 5, "SELECT ?", "SELECT 1"));
     assert!(d.waits.is_empty());
@@ -498,6 +498,7 @@ fn rollups_answer_what_the_raw_windows_hold() {
     let last = batches.last().unwrap().created_unix_ms;
     let query = TopQuery {
         instance: None,
+        digest: None,
         schema: None,
         nested: false,
         program: None,

@@ -1,0 +1,122 @@
+//! `/api/`: the Query service's answers as JSON, in the shapes `sqlbee ...
+//! --format json` prints (`query_api::json`), with the same parameters as
+//! the pages' URLs (`since`, `until`, `instance`, and per endpoint
+//! `order`, `limit`, `schema`, `digest`, `of`, `step`).
+use serde_json::{Value, json};
+use sqlbee_common::duration;
+use sqlbee_proto::v1::{HostsRequest, LocksRequest, SeriesRequest, TopRequest, TotalsRequest};
+
+use super::{
+    Ui,
+    params::{BadParam, Params, Range},
+    page_error::PageError,
+};
+use crate::collector::query_api::json as shape;
+
+fn number(params: &Params, name: &'static str) -> Result<u32, BadParam> {
+    params.get(name).map_or(Ok(0), |text| {
+        text.parse().map_err(|_| BadParam { name, value: text.to_string(), expected: "a whole number" })
+    })
+}
+
+fn digest(params: &Params) -> Result<u64, BadParam> {
+    params.get("digest").map_or(Ok(0), |text| {
+        u64::from_str_radix(text, 16).map_err(|_| BadParam {
+            name: "digest",
+            value: text.to_string(),
+            expected: "16 hex digits, as `top` writes a digest",
+        })
+    })
+}
+
+fn text(params: &Params, name: &str) -> String {
+    params.get(name).unwrap_or_default().to_string()
+}
+
+/// None: no such endpoint.
+pub async fn answer(ui: &Ui, path: &str, params: &Params, now: i64) -> Option<Result<Value, PageError>> {
+    let result = async {
+        let range = Range::from(params, now)?;
+        let instance = text(params, "instance");
+        Ok(match path {
+            "/api/top" => {
+                let digest = digest(params)?;
+                let answer = ui
+                    .top(TopRequest {
+                        instance,
+                        since_unix_ms: range.since_unix_ms,
+                        until_unix_ms: range.until_unix_ms,
+                        order_by: params.get("order").unwrap_or("total").to_string(),
+                        limit: number(params, "limit")?,
+                        schema: text(params, "schema"),
+                        nested: params.get("nested") == Some("1") || digest != 0,
+                        program: text(params, "program"),
+                        digest,
+                    })
+                    .await?;
+                json!({"digests": shape::top_json(&answer.digests), "costs": shape::costs_json(&answer.costs)})
+            }
+            "/api/series" => {
+                let step_ms = match params.get("step") {
+                    Some(step) => duration::parse(step)
+                        .map_err(|_| BadParam { name: "step", value: step.to_string(), expected: "a duration (10s, 1m, 1h)" })?
+                        .as_millis() as i64,
+                    None => 0,
+                };
+                let digest = digest(params)?;
+                let of = params.get("of").unwrap_or(if digest != 0 { "digest" } else { "statements" }).to_string();
+                let cost = of == "cost";
+                let answer = ui
+                    .series(SeriesRequest {
+                        of,
+                        digest,
+                        instance,
+                        schema: text(params, "schema"),
+                        since_unix_ms: range.since_unix_ms,
+                        until_unix_ms: range.until_unix_ms,
+                        step_ms,
+                    })
+                    .await?;
+                shape::series_json(&answer, cost)
+            }
+            "/api/instances" => shape::instances_json(&ui.instances().await?, now),
+            "/api/locks" => {
+                let answer = ui
+                    .locks(LocksRequest { instance, since_unix_ms: range.since_unix_ms, limit: number(params, "limit")? })
+                    .await?;
+                shape::locks_json(&answer.waits)
+            }
+            "/api/hosts" => {
+                let answer = ui
+                    .hosts(HostsRequest {
+                        host: text(params, "host"),
+                        since_unix_ms: range.since_unix_ms,
+                        limit: number(params, "limit")?,
+                    })
+                    .await?;
+                shape::hosts_json(&answer.windows)
+            }
+            "/api/totals" => {
+                let t = ui
+                    .totals(TotalsRequest {
+                        instance,
+                        since_unix_ms: range.since_unix_ms,
+                        until_unix_ms: range.until_unix_ms,
+                    })
+                    .await?;
+                json!({
+                    "statements": t.statements,
+                    "digest_count": t.digest_count,
+                    "commands": t.commands.iter().map(|c| (c.command.clone(), json!(c.count))).collect::<serde_json::Map<_, _>>(),
+                    "dropped_events": t.dropped_events,
+                    "lost_statements": t.lost_statements,
+                    "unmatched": t.unmatched,
+                })
+            }
+            _ => return Ok::<Option<Value>, PageError>(None),
+        })
+        .map(Some)
+    }
+    .await;
+    result.transpose()
+}

@@ -1,0 +1,109 @@
+//! The web UI and the same answers as JSON under `/api/`, served by the
+//! collector on its own HTTP listener (`--http-listen`, default
+//! 127.0.0.1:7879). Pages are HTML rendered here, with plots as inline SVG
+//! (`svg`), so the binary carries the whole UI: no CDN, no npm, no
+//! JavaScript library.
+//!
+//! Every page and endpoint reads through the Query service
+//! (`query_api::QueryService`), called in process: the UI sees what `sqlbee
+//! top` sees, with the same defaults and limits, and never reaches into a
+//! store or into ingest. Reading needs a read token when tokens are
+//! configured (`session`).
+mod api;
+mod html;
+mod page_error;
+mod pages;
+mod params;
+mod routes;
+mod server;
+mod session;
+mod svg;
+
+use std::sync::Arc;
+
+use sqlbee_proto::v1::{
+    HostsRequest, HostsResponse, InstancesRequest, InstanceInfo, LocksRequest, LocksResponse, SeriesRequest,
+    SeriesResponse, TopRequest, TopResponse, TotalsRequest, TotalsResponse, query_server::Query,
+};
+use tokio::sync::Semaphore;
+use tonic::{Request, Status};
+
+pub use server::{HttpServer, HttpSettings};
+
+use super::{auth::Auth, query_api::QueryService};
+
+/// Store calls the UI makes at once. Each holds a blocking thread, and the
+/// collector sizes its pool for these on top of ingest's and the gRPC
+/// queries', so a busy page never takes a thread ingest needs.
+pub const UI_QUERIES_IN_FLIGHT: usize = 2;
+
+#[derive(Debug, thiserror::Error)]
+pub enum HttpError {
+    #[error("--http-listen {addr:?}: expected IP:PORT (127.0.0.1:7879) or `none`")]
+    InvalidAddress { addr: String },
+    #[error("cannot listen on {addr} for the web UI: {source} (choose another --http-listen, or `none`)")]
+    Bind {
+        addr: std::net::SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot read {path} for the web UI's TLS: {source}")]
+    ReadFile {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the web UI's TLS certificate or key in {path} is not usable PEM: {reason}")]
+    Pem { path: String, reason: String },
+    #[error("the web UI's TLS setup failed: {reason}")]
+    Tls { reason: String },
+}
+
+/// What every request handler shares.
+pub struct Ui {
+    query: QueryService,
+    sessions: session::Sessions,
+    /// Served over TLS: cookies get `Secure`.
+    secure: bool,
+    gate: Semaphore,
+}
+
+impl Ui {
+    pub fn new(query: QueryService, auth: Auth, secure: bool) -> Ui {
+        Ui { query, sessions: session::Sessions::new(auth), secure, gate: Semaphore::new(UI_QUERIES_IN_FLIGHT) }
+    }
+
+    async fn ask<T, F>(&self, call: F) -> Result<T, Status>
+    where
+        F: Future<Output = Result<tonic::Response<T>, Status>>,
+    {
+        let _permit = self.gate.acquire().await.map_err(|_| Status::unavailable("the collector is stopping"))?;
+        call.await.map(tonic::Response::into_inner)
+    }
+
+    async fn top(&self, request: TopRequest) -> Result<TopResponse, Status> {
+        self.ask(self.query.top(Request::new(request))).await
+    }
+
+    async fn series(&self, request: SeriesRequest) -> Result<SeriesResponse, Status> {
+        self.ask(self.query.series(Request::new(request))).await
+    }
+
+    async fn instances(&self) -> Result<Vec<InstanceInfo>, Status> {
+        Ok(self.ask(self.query.instances(Request::new(InstancesRequest {}))).await?.instances)
+    }
+
+    async fn locks(&self, request: LocksRequest) -> Result<LocksResponse, Status> {
+        self.ask(self.query.locks(Request::new(request))).await
+    }
+
+    async fn hosts(&self, request: HostsRequest) -> Result<HostsResponse, Status> {
+        self.ask(self.query.hosts(Request::new(request))).await
+    }
+
+    async fn totals(&self, request: TotalsRequest) -> Result<TotalsResponse, Status> {
+        self.ask(self.query.totals(Request::new(request))).await
+    }
+}
+
+pub type Shared = Arc<Ui>;

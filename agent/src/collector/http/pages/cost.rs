@@ -1,0 +1,61 @@
+//! What watching costs over time: the agents' CPU and memory, and the CPU
+//! the probes take inside the servers they watch, with the per-agent
+//! summary `sqlbee top` prints.
+use sqlbee_proto::v1::TopRequest;
+
+use super::{PageHead, Rendered, instance_names, plot_range, rate_line, seconds, series_request};
+use crate::collector::http::{
+    Ui,
+    html::Nav,
+    params::View,
+    svg::{self, Unit},
+};
+
+pub async fn render(ui: &Ui, view: &View) -> Rendered {
+    let series = ui.series(series_request(view, "cost", 0, "")).await?;
+    let (x0, x1) = plot_range(view, &series);
+    // Cost points carry no statement count: a step with no agent window
+    // is a gap.
+    let cost_line = |label: &str, value: &dyn Fn(&sqlbee_proto::v1::SeriesPoint) -> f64| svg::Line {
+        label: label.to_string(),
+        points: series
+            .points
+            .iter()
+            .map(|p| (p.start_unix_ms + (p.end_unix_ms - p.start_unix_ms) / 2, (p.windows > 0).then(|| value(p))))
+            .collect(),
+    };
+    let mut body = String::from("<section class=\"plots\">");
+    body.push_str(&svg::line_chart(
+        "CPU",
+        Unit::Cores,
+        &[
+            cost_line("agents", &|p| p.agent_cpu_cores),
+            cost_line("probes in mysqld", &|p| p.probe_cpu_seconds / seconds(p)),
+        ],
+        x0,
+        x1,
+    ));
+    body.push_str(&svg::line_chart(
+        "Largest agent memory",
+        Unit::Bytes,
+        &[cost_line("agent RSS", &|p| p.agent_max_rss_bytes as f64)],
+        x0,
+        x1,
+    ));
+    body.push_str(&svg::line_chart("Agent windows", Unit::Count, &[rate_line("windows", &series, |p| p.windows as f64)], x0, x1));
+    body.push_str("</section>");
+    let top = ui
+        .top(TopRequest {
+            instance: view.instance.clone().unwrap_or_default(),
+            since_unix_ms: view.range.since_unix_ms,
+            until_unix_ms: view.range.until_unix_ms,
+            limit: 1,
+            ..Default::default()
+        })
+        .await?;
+    super::top::costs(&mut body, &top.costs);
+    if top.costs.is_empty() {
+        body.push_str("<p>No agent reported its cost in this range.</p>");
+    }
+    Ok((PageHead { title: "Agent cost".into(), nav: Nav::Cost, instances: instance_names(ui).await?, keep: Vec::new() }, body))
+}

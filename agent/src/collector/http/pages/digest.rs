@@ -1,0 +1,270 @@
+//! One digest: its latency percentiles and rate over time, a latency
+//! heatmap, its errors by code with a sample message each, its waits by
+//! class, the server's figures, the accounts that ran it, a redacted
+//! sample, and the instances it runs on. A digest that ran in several
+//! schemas (or inside stored programs) shows one row per schema and
+//! lineage; the plots cover every one of them unless a schema is chosen.
+use std::{collections::BTreeMap, fmt::Write};
+
+use sqlbee_proto::v1::{QueryStats, TopDigest, TopRequest};
+
+use super::{PageHead, Rendered, heat_columns, instance_names, line, plot_range, rate_line, seconds, series_request};
+use crate::collector::http::{
+    Ui,
+    html::{self, Nav, esc},
+    params::{Params, View, digest_id},
+    svg::{self, Unit},
+};
+
+/// Rows (schemas and lineages) a digest page lists.
+const MAX_ROWS: u32 = 100;
+
+pub async fn render(ui: &Ui, view: &View, params: &Params) -> Rendered {
+    let id = digest_id(params)?;
+    let hex = html::digest_hex(id);
+    let schema = params.get("schema").unwrap_or("").to_string();
+    let answer = ui
+        .top(TopRequest {
+            instance: view.instance.clone().unwrap_or_default(),
+            since_unix_ms: view.range.since_unix_ms,
+            until_unix_ms: view.range.until_unix_ms,
+            limit: MAX_ROWS,
+            schema: schema.clone(),
+            digest: id,
+            nested: true,
+            ..Default::default()
+        })
+        .await?;
+    let mut keep = vec![("id", hex.clone())];
+    if !schema.is_empty() {
+        keep.push(("schema", schema.clone()));
+    }
+    let head = |title: String, instances| PageHead { title, nav: Nav::Digest, instances, keep: keep.clone() };
+    let instances = instance_names(ui).await?;
+    let Some(first) = answer.digests.first() else {
+        let body = html::notice(&format!(
+            "No statement of digest {hex}{} ran in this range{}. Try a longer range.",
+            if schema.is_empty() { String::new() } else { format!(" in schema {schema}") },
+            view.instance.as_deref().map_or(String::new(), |i| format!(" on {i}")),
+        ));
+        return Ok((head(format!("Digest {hex}"), instances), body));
+    };
+
+    let mut body = String::new();
+    let _ = write!(body, "<pre class=\"digest-text\" id=\"digest-text\">{}</pre>", esc(&first.digest_text));
+    let sample = answer.digests.iter().map(|d| d.sample.as_str()).find(|s| !s.is_empty());
+    if let Some(sample) = sample {
+        let _ = write!(body, "<p class=\"label\">Sample (redacted unless the agent runs with --samples raw)</p><pre class=\"sample\">{}</pre>", esc(sample));
+    }
+
+    let series = ui.series(series_request(view, "digest", id, &schema)).await?;
+    let (x0, x1) = plot_range(view, &series);
+    body.push_str("<section class=\"plots\">");
+    body.push_str(&svg::line_chart(
+        "Latency percentiles",
+        Unit::Nanos,
+        &[
+            line("p50", &series, |p| p.p50_ns as f64),
+            line("p95", &series, |p| p.p95_ns as f64),
+            line("p99", &series, |p| p.p99_ns as f64),
+        ],
+        x0,
+        x1,
+    ));
+    body.push_str(&svg::line_chart(
+        "Rate",
+        Unit::PerSecond,
+        &[
+            rate_line("statements/s", &series, |p| p.count as f64 / seconds(p)),
+            rate_line("errors/s", &series, |p| p.errors as f64 / seconds(p)),
+        ],
+        x0,
+        x1,
+    ));
+    body.push_str(&svg::heatmap("Latency heatmap", &heat_columns(&series), x0, x1));
+    body.push_str("</section>");
+
+    rows(&mut body, view, &answer.digests);
+    errors(&mut body, &answer.digests);
+    waits(&mut body, &answer.digests);
+    figures(&mut body, &answer.digests);
+    accounts(&mut body, &answer.digests);
+    instances_on(&mut body, view, &answer.digests);
+    Ok((head(format!("Digest {hex}"), instances), body))
+}
+
+fn rows(body: &mut String, view: &View, digests: &[TopDigest]) {
+    body.push_str(
+        "<h2>Where it ran</h2><table class=\"data\" id=\"rows\"><thead><tr><th>Schema</th><th>Source</th><th>Count</th>\
+         <th>Errors</th><th>Total</th><th>Avg</th><th>p50</th><th>p95</th><th>p99</th><th>Max</th></tr></thead><tbody>",
+    );
+    for d in digests {
+        let source = if d.program.is_empty() {
+            if d.source.is_empty() { "client".to_string() } else { d.source.clone() }
+        } else {
+            format!("{} {}", d.program_kind, d.program)
+        };
+        let parent = if d.parent_digest != 0 {
+            let link = view.link("/digest", &[("id", &html::digest_hex(d.parent_digest))]);
+            format!(" (run by <a href=\"{}\">{}</a>)", esc(&link), html::digest_hex(d.parent_digest))
+        } else {
+            String::new()
+        };
+        let avg = if d.count > 0 { d.sum_ns as f64 / d.count as f64 } else { 0.0 };
+        let _ = write!(
+            body,
+            "<tr data-schema=\"{}\" data-count=\"{}\" data-errors=\"{}\" data-sum-ns=\"{}\" data-p99-ns=\"{}\">\
+             <td>{}</td><td>{}{parent}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>\
+             <td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
+            esc(&d.schema),
+            d.count,
+            d.errors,
+            d.sum_ns,
+            d.p99_ns,
+            esc(&d.schema),
+            esc(&source),
+            html::count(d.count),
+            html::count(d.errors),
+            html::duration_ns(d.sum_ns as f64),
+            html::duration_ns(avg),
+            html::duration_ns(d.p50_ns as f64),
+            html::duration_ns(d.p95_ns as f64),
+            html::duration_ns(d.p99_ns as f64),
+            html::duration_ns(d.max_ns as f64),
+        );
+    }
+    body.push_str("</tbody></table>");
+}
+
+fn errors(body: &mut String, digests: &[TopDigest]) {
+    let mut by_code: BTreeMap<u32, (u64, String)> = BTreeMap::new();
+    for e in digests.iter().flat_map(|d| &d.error_codes) {
+        let entry = by_code.entry(e.code).or_default();
+        entry.0 += e.count;
+        if entry.1.is_empty() {
+            entry.1 = e.sample_message.clone();
+        }
+    }
+    body.push_str("<h2>Errors</h2>");
+    if by_code.is_empty() {
+        body.push_str("<p>No errors in this range.</p>");
+        return;
+    }
+    body.push_str("<table class=\"data\" id=\"errors\"><thead><tr><th>Code</th><th>Count</th><th>Sample message</th></tr></thead><tbody>");
+    for (code, (count, message)) in by_code {
+        let _ = write!(
+            body,
+            "<tr data-code=\"{code}\" data-count=\"{count}\"><td>{code}</td><td class=\"num\">{}</td><td>{}</td></tr>",
+            html::count(count),
+            esc(&message)
+        );
+    }
+    body.push_str("</tbody></table>");
+}
+
+fn waits(body: &mut String, digests: &[TopDigest]) {
+    let mut by_class: BTreeMap<&str, (u64, u64, u64)> = BTreeMap::new();
+    for w in digests.iter().flat_map(|d| &d.waits) {
+        let entry = by_class.entry(&w.class).or_default();
+        entry.0 += w.statements;
+        entry.1 += w.sum_ns;
+        entry.2 = entry.2.max(w.max_ns);
+    }
+    body.push_str("<h2>Waits</h2>");
+    if by_class.is_empty() {
+        body.push_str("<p>No waits in this range.</p>");
+        return;
+    }
+    body.push_str("<table class=\"data\" id=\"waits\"><thead><tr><th>Class</th><th>Statements that waited</th><th>Total</th><th>Longest</th></tr></thead><tbody>");
+    for (class, (statements, sum, max)) in by_class {
+        let _ = write!(
+            body,
+            "<tr><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
+            esc(class),
+            html::count(statements),
+            html::duration_ns(sum as f64),
+            html::duration_ns(max as f64)
+        );
+    }
+    body.push_str("</tbody></table>");
+}
+
+fn figures(body: &mut String, digests: &[TopDigest]) {
+    let mut sum = QueryStats::default();
+    let add = |a: &mut Option<u64>, b: Option<u64>| {
+        if let Some(b) = b {
+            *a = Some(a.unwrap_or(0) + b);
+        }
+    };
+    for s in digests.iter().filter_map(|d| d.stats.as_ref()) {
+        add(&mut sum.rows_examined, s.rows_examined);
+        add(&mut sum.rows_sent, s.rows_sent);
+        add(&mut sum.rows_affected, s.rows_affected);
+        add(&mut sum.lock_ns, s.lock_ns);
+        add(&mut sum.cpu_ns, s.cpu_ns);
+        add(&mut sum.no_index_used, s.no_index_used);
+        add(&mut sum.no_good_index_used, s.no_good_index_used);
+        add(&mut sum.tmp_tables, s.tmp_tables);
+        add(&mut sum.tmp_disk_tables, s.tmp_disk_tables);
+        add(&mut sum.sort_merge_passes, s.sort_merge_passes);
+        add(&mut sum.select_full_join, s.select_full_join);
+        add(&mut sum.select_scan, s.select_scan);
+    }
+    let rows: [(&str, Option<String>); 12] = [
+        ("Rows examined", sum.rows_examined.map(html::count)),
+        ("Rows sent", sum.rows_sent.map(html::count)),
+        ("Rows affected", sum.rows_affected.map(html::count)),
+        ("Lock time", sum.lock_ns.map(|v| html::duration_ns(v as f64))),
+        ("CPU time", sum.cpu_ns.map(|v| html::duration_ns(v as f64))),
+        ("No index used", sum.no_index_used.map(html::count)),
+        ("No good index used", sum.no_good_index_used.map(html::count)),
+        ("Temporary tables", sum.tmp_tables.map(html::count)),
+        ("Temporary tables on disk", sum.tmp_disk_tables.map(html::count)),
+        ("Sort merge passes", sum.sort_merge_passes.map(html::count)),
+        ("Full joins", sum.select_full_join.map(html::count)),
+        ("Full scans", sum.select_scan.map(html::count)),
+    ];
+    if rows.iter().all(|(_, v)| v.is_none()) {
+        return;
+    }
+    body.push_str("<h2>What the server did</h2><table class=\"data kv\" id=\"figures\"><tbody>");
+    for (name, value) in rows.iter().filter_map(|(n, v)| v.as_ref().map(|v| (n, v))) {
+        let _ = write!(body, "<tr><th>{name}</th><td class=\"num\">{value}</td></tr>");
+    }
+    body.push_str("</tbody></table>");
+}
+
+fn accounts(body: &mut String, digests: &[TopDigest]) {
+    let mut by_account: BTreeMap<(String, String), u64> = BTreeMap::new();
+    for a in digests.iter().flat_map(|d| &d.accounts) {
+        *by_account.entry((a.user.clone(), a.host.clone())).or_default() += a.count;
+    }
+    if by_account.is_empty() {
+        return;
+    }
+    let mut sorted: Vec<_> = by_account.into_iter().collect();
+    sorted.sort_by(|a, b| b.1.cmp(&a.1));
+    body.push_str("<h2>Accounts</h2><table class=\"data\" id=\"accounts\"><thead><tr><th>User</th><th>Client host</th><th>Statements</th></tr></thead><tbody>");
+    for ((user, host), count) in sorted {
+        let _ = write!(
+            body,
+            "<tr><td>{}</td><td>{}</td><td class=\"num\">{}</td></tr>",
+            esc(&user),
+            esc(&host),
+            html::count(count)
+        );
+    }
+    body.push_str("</tbody></table>");
+}
+
+fn instances_on(body: &mut String, view: &View, digests: &[TopDigest]) {
+    let mut names: Vec<&str> = digests.iter().flat_map(|d| d.instances.iter().map(String::as_str)).collect();
+    names.sort_unstable();
+    names.dedup();
+    body.push_str("<h2>Instances</h2><ul class=\"instances\" id=\"instances\">");
+    for name in names {
+        let scoped = View { instance: Some(name.to_string()), ..view.clone() };
+        let _ = write!(body, "<li><a href=\"{}\">{}</a></li>", esc(&scoped.link("/top", &[])), esc(name));
+    }
+    body.push_str("</ul>");
+}

@@ -1,0 +1,128 @@
+//! The fleet overview: every instance with its rate, p99 and errors over
+//! the range, what watching it costs, when it was last heard from, and
+//! its gaps; above them the fleet's rate and latency over time.
+use std::fmt::Write;
+
+use sqlbee_proto::v1::InstanceInfo;
+
+use super::{PageHead, Rendered, heat_columns, line, merged, plot_range, rate_line, seconds, series_request};
+use crate::collector::http::{
+    Ui,
+    html::{self, Nav, esc},
+    params::View,
+    svg::{self, Unit},
+};
+
+/// An instance not heard from for this long is marked stale.
+const STALE_MS: i64 = 5 * 60_000;
+
+pub async fn render(ui: &Ui, view: &View, now: i64) -> Rendered {
+    let instances = ui.instances().await?;
+    let mut names: Vec<String> = instances.iter().map(|i| i.instance.clone()).filter(|n| !n.is_empty()).collect();
+    names.sort();
+    names.dedup();
+
+    let fleet = ui.series(series_request(view, "statements", 0, "")).await?;
+    let (x0, x1) = plot_range(view, &fleet);
+    let mut body = String::from("<section class=\"plots\">");
+    body.push_str(&svg::line_chart(
+        "Statements per second",
+        Unit::PerSecond,
+        &[
+            rate_line("statements/s", &fleet, |p| p.count as f64 / seconds(p)),
+            rate_line("errors/s", &fleet, |p| p.errors as f64 / seconds(p)),
+        ],
+        x0,
+        x1,
+    ));
+    body.push_str(&svg::line_chart(
+        "Latency",
+        Unit::Nanos,
+        &[
+            line("p50", &fleet, |p| p.p50_ns as f64),
+            line("p95", &fleet, |p| p.p95_ns as f64),
+            line("p99", &fleet, |p| p.p99_ns as f64),
+        ],
+        x0,
+        x1,
+    ));
+    body.push_str(&svg::heatmap("Latency heatmap", &heat_columns(&fleet), x0, x1));
+    body.push_str("</section>");
+
+    let shown: Vec<&InstanceInfo> = instances
+        .iter()
+        .filter(|i| view.instance.as_deref().is_none_or(|want| i.instance == want))
+        .collect();
+    body.push_str(
+        "<table class=\"data\" id=\"instances\"><thead><tr><th>Instance</th><th>Host</th><th>Server</th>\
+         <th>Statements/s</th><th>p99</th><th>Errors</th><th>Trend</th><th>Agent cores</th><th>Agent memory</th>\
+         <th>Agent cores / 10k QPS</th><th>mysqld extra cores / 10k QPS</th><th>Last seen</th><th>Gaps</th>\
+         <th>Lost statements</th><th>Status</th></tr></thead><tbody>",
+    );
+    if shown.is_empty() {
+        body.push_str("<tr><td colspan=\"15\">No agent has sent a batch to this collector yet.</td></tr>");
+    }
+    for info in shown {
+        row(ui, view, info, now, &mut body).await?;
+    }
+    body.push_str("</tbody></table>");
+    Ok((PageHead { title: "Fleet".into(), nav: Nav::Fleet, instances: names, keep: Vec::new() }, body))
+}
+
+async fn row(ui: &Ui, view: &View, info: &InstanceInfo, now: i64, body: &mut String) -> Result<(), super::PageError> {
+    // The range's own figures for this instance: one series, summed.
+    let (count, errors, p99, trend, seconds_covered) = if info.instance.is_empty() {
+        (0, 0, 0, Vec::new(), 1.0)
+    } else {
+        let mut request = series_request(view, "statements", 0, "");
+        request.instance = info.instance.clone();
+        let series = ui.series(request).await?;
+        let count: u64 = series.points.iter().map(|p| p.count).sum();
+        let errors: u64 = series.points.iter().map(|p| p.errors).sum();
+        let (x0, x1) = plot_range(view, &series);
+        let trend: Vec<f64> = series.points.iter().map(|p| p.count as f64 / seconds(p)).collect();
+        (count, errors, merged(&series.points).quantile(0.99), trend, ((x1 - x0).max(1)) as f64 / 1000.0)
+    };
+    let latest = info.latest.clone().unwrap_or_default();
+    let stale = info.last_seen_unix_ms > 0 && now - info.last_seen_unix_ms > STALE_MS;
+    let status = if !info.untraced_reason.is_empty() {
+        format!("<span class=\"bad\">not traced: {}</span>", esc(&info.untraced_reason))
+    } else if stale {
+        "<span class=\"warn\">stale</span>".to_string()
+    } else {
+        "<span class=\"ok\">traced</span>".to_string()
+    };
+    let name = if info.instance.is_empty() { format!("(agent {})", info.agent_id) } else { info.instance.clone() };
+    let link = view.link("/top", &[]);
+    let link = if info.instance.is_empty() {
+        link
+    } else {
+        let scoped = View { instance: Some(info.instance.clone()), ..view.clone() };
+        scoped.link("/top", &[])
+    };
+    let _ = write!(
+        body,
+        "<tr data-instance=\"{}\" data-count=\"{count}\" data-errors=\"{errors}\" data-p99-ns=\"{p99}\">\
+         <td><a href=\"{}\">{}</a></td><td>{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>\
+         <td class=\"num\">{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{:.4}</td>\
+         <td class=\"num\">{:.4}</td><td title=\"{}\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{status}</td></tr>",
+        esc(&info.instance),
+        esc(&link),
+        esc(&name),
+        esc(&info.host),
+        esc(&html::cut(&info.server_version, 40)),
+        html::number(count as f64 / seconds_covered),
+        html::duration_ns(p99 as f64),
+        html::count(errors),
+        svg::sparkline(&trend),
+        html::number(latest.agent_cpu_cores),
+        html::bytes(latest.agent_rss_bytes as f64),
+        latest.agent_cores_per_10k_qps,
+        latest.server_extra_cores_per_10k_qps,
+        html::time(info.last_seen_unix_ms),
+        html::ago(info.last_seen_unix_ms, now),
+        html::count(info.gaps),
+        html::count(info.lost_statements),
+    );
+    Ok(())
+}

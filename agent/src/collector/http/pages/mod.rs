@@ -1,0 +1,166 @@
+//! One module per page. Each asks the Query service for what it shows and
+//! returns the page's HTML; none holds state between requests.
+mod cost;
+mod digest;
+mod fleet;
+mod hosts;
+mod locks;
+pub mod login;
+mod top;
+
+use sqlbee_common::histogram::Histogram;
+use sqlbee_proto::v1::{self as wire, SeriesPoint, SeriesRequest, SeriesResponse};
+
+use super::{
+    Ui,
+    html::{self, Header, Nav},
+    params::{Params, View},
+    page_error::PageError,
+    svg::{Column, Line},
+};
+
+/// A plot over "all" starts this long before its end: the hour rollups'
+/// default retention, so nothing kept is cut off.
+const ALL_PLOT_MS: i64 = 90 * 86_400_000;
+
+/// None: no page at `path`.
+pub async fn render(
+    ui: &Ui,
+    path: &str,
+    view: &View,
+    params: &Params,
+    now: i64,
+    signed_in: bool,
+) -> Option<Result<String, PageError>> {
+    let page = match path {
+        "/" => fleet::render(ui, view, now).await,
+        "/top" => top::render(ui, view, params).await,
+        "/digest" => digest::render(ui, view, params).await,
+        "/locks" => locks::render(ui, view).await,
+        "/hosts" => hosts::render(ui, view, now).await,
+        "/cost" => cost::render(ui, view).await,
+        _ => return None,
+    };
+    Some(page.map(|(header, body)| {
+        let instances = header.instances;
+        html::page(
+            &Header {
+                title: &header.title,
+                nav: header.nav,
+                path,
+                view: Some(view),
+                instances: &instances,
+                keep: &header.keep.iter().map(|(n, v)| (*n, v.as_str())).collect::<Vec<_>>(),
+                signed_in,
+            },
+            &body,
+        )
+    }))
+}
+
+/// What a page tells the shell about itself.
+pub struct PageHead {
+    pub title: String,
+    pub nav: Nav,
+    pub instances: Vec<String>,
+    /// Its own parameters, kept when the range or instance changes.
+    pub keep: Vec<(&'static str, String)>,
+}
+
+pub type Rendered = Result<(PageHead, String), PageError>;
+
+/// Instance names for the filter, each once, in order.
+async fn instance_names(ui: &Ui) -> Result<Vec<String>, PageError> {
+    let mut names: Vec<String> =
+        ui.instances().await?.into_iter().map(|i| i.instance).filter(|name| !name.is_empty()).collect();
+    names.sort();
+    names.dedup();
+    Ok(names)
+}
+
+/// The start a plot of this view uses.
+fn plot_since(view: &View) -> i64 {
+    match view.range.since_unix_ms {
+        0 => view.range.end_unix_ms - ALL_PLOT_MS,
+        since => since,
+    }
+}
+
+/// A series of the view's range (about 60 steps, chosen by the Query
+/// service so the rollups answer).
+fn series_request(view: &View, of: &str, digest: u64, schema: &str) -> SeriesRequest {
+    SeriesRequest {
+        of: of.to_string(),
+        digest,
+        instance: view.instance.clone().unwrap_or_default(),
+        schema: schema.to_string(),
+        since_unix_ms: plot_since(view),
+        until_unix_ms: view.range.until_unix_ms,
+        step_ms: 0,
+    }
+}
+
+fn histogram(wire: Option<&wire::Histogram>) -> Histogram {
+    let mut h = Histogram::default();
+    for b in wire.map_or(&[][..], |w| &w.buckets[..]) {
+        h.add_bucket(b.index as usize, b.count);
+    }
+    h
+}
+
+/// Every point's histogram merged: exact quantiles over the whole range.
+fn merged(points: &[SeriesPoint]) -> Histogram {
+    let mut all = Histogram::default();
+    for p in points {
+        all.merge(&histogram(p.histogram.as_ref()));
+    }
+    all
+}
+
+fn midpoint(p: &SeriesPoint) -> i64 {
+    p.start_unix_ms + (p.end_unix_ms - p.start_unix_ms) / 2
+}
+
+fn seconds(p: &SeriesPoint) -> f64 {
+    ((p.end_unix_ms - p.start_unix_ms).max(1)) as f64 / 1000.0
+}
+
+/// A line of one figure per step; steps without statements are gaps.
+fn line(label: &str, series: &SeriesResponse, value: impl Fn(&SeriesPoint) -> f64) -> Line {
+    Line {
+        label: label.to_string(),
+        points: series.points.iter().map(|p| (midpoint(p), (p.count > 0).then(|| value(p)))).collect(),
+    }
+}
+
+/// A line that is zero, not a gap, where a step had nothing.
+fn rate_line(label: &str, series: &SeriesResponse, value: impl Fn(&SeriesPoint) -> f64) -> Line {
+    Line { label: label.to_string(), points: series.points.iter().map(|p| (midpoint(p), Some(value(p)))).collect() }
+}
+
+fn heat_columns(series: &SeriesResponse) -> Vec<Column> {
+    series
+        .points
+        .iter()
+        .map(|p| Column {
+            start: p.start_unix_ms,
+            end: p.end_unix_ms,
+            buckets: histogram(p.histogram.as_ref())
+                .buckets()
+                .map(|(i, n)| {
+                    (
+                        agent_common::histogram::bucket_low(i),
+                        agent_common::histogram::bucket_high(i),
+                        n,
+                    )
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+fn plot_range(view: &View, series: &SeriesResponse) -> (i64, i64) {
+    let start = series.points.first().map_or(plot_since(view), |p| p.start_unix_ms);
+    let end = series.points.last().map_or(view.range.end_unix_ms, |p| p.end_unix_ms);
+    (start, end.max(start + 1))
+}

@@ -1,0 +1,309 @@
+//! Query answers as JSON: the one shape `sqlbee top|series|instances|locks|hosts
+//! --format json` prints and the web UI's `/api/` serves, so a script
+//! written against one reads the other. Pure: takes the answer, returns a
+//! value.
+use serde_json::{Map, Value, json};
+use sqlbee_common::clock;
+use sqlbee_proto::v1::{
+    AgentWindowRow, CostSummary, InstanceCost, InstanceInfo, LockWaitRow, ProcessMetrics, QueryStats, SeriesResponse,
+    TopDigest,
+};
+
+/// An RFC 3339 time for ms since the epoch; `-` for none.
+fn time(ms: i64) -> String {
+    if ms <= 0 {
+        return "-".into();
+    }
+    clock::rfc3339(clock::from_unix_ms(ms))
+}
+
+pub fn top_json(digests: &[TopDigest]) -> Value {
+    Value::Array(
+        digests
+            .iter()
+            .map(|d| {
+                let mut row = json!({
+                    "digest": format!("{:016x}", d.digest),
+                    "digest_text": d.digest_text,
+                    "schema": d.schema,
+                    "nested": d.nested,
+                    "program": (!d.program.is_empty()).then_some(&d.program),
+                    "program_kind": (!d.program_kind.is_empty()).then_some(&d.program_kind),
+                    "parent_digest": (d.parent_digest != 0).then(|| format!("{:016x}", d.parent_digest)),
+                    "source": if d.source.is_empty() { "client" } else { &d.source },
+                    "count": d.count,
+                    "errors": d.errors,
+                    "sum_ns": d.sum_ns,
+                    "min_ns": d.min_ns,
+                    "max_ns": d.max_ns,
+                    "p50_ns": d.p50_ns,
+                    "p95_ns": d.p95_ns,
+                    "p99_ns": d.p99_ns,
+                    "sample": d.sample,
+                    "instances": d.instances,
+                    "waits": d.waits.iter().map(|w| {
+                        (w.class.clone(), json!({"sum_ns": w.sum_ns, "max_ns": w.max_ns, "statements": w.statements}))
+                    }).collect::<Map<_, _>>(),
+                    "error_codes": d.error_codes.iter().map(|e| {
+                        (e.code.to_string(), json!({"count": e.count, "sample_message": e.sample_message}))
+                    }).collect::<Map<_, _>>(),
+                    // Budget mode: the count scaled to whole windows.
+                    "estimated_count": (d.estimated_count > 0).then_some(d.estimated_count),
+                    "accounts": d.accounts.iter().map(|a| json!({"user": a.user, "host": a.host, "count": a.count})).collect::<Vec<_>>(),
+                });
+                stats_json(&mut row, d.stats.as_ref());
+                row
+            })
+            .collect(),
+    )
+}
+
+/// The server's figures of a row, each null when no window carried it.
+fn stats_json(row: &mut Value, stats: Option<&QueryStats>) {
+    let s = stats.cloned().unwrap_or_default();
+    let object = row.as_object_mut().expect("a digest row is an object");
+    for (name, value) in [
+        ("rows_sent", s.rows_sent),
+        ("rows_examined", s.rows_examined),
+        ("rows_affected", s.rows_affected),
+        ("lock_ns", s.lock_ns),
+        ("cpu_ns", s.cpu_ns),
+        ("cpu_statements", s.cpu_statements),
+        ("no_index_used", s.no_index_used),
+        ("no_good_index_used", s.no_good_index_used),
+        ("tmp_tables", s.tmp_tables),
+        ("tmp_disk_tables", s.tmp_disk_tables),
+        ("sort_merge_passes", s.sort_merge_passes),
+        ("select_full_join", s.select_full_join),
+        ("select_scan", s.select_scan),
+        ("filesort", s.filesort),
+        ("filesort_on_disk", s.filesort_on_disk),
+    ] {
+        object.insert(name.into(), json!(value));
+    }
+}
+
+pub fn instances_json(instances: &[InstanceInfo], now_unix_ms: i64) -> Value {
+    Value::Array(
+        instances
+            .iter()
+            .map(|i| {
+                json!({
+                    "agent_id": i.agent_id,
+                    "host": i.host,
+                    "instance": i.instance,
+                    "pid": i.pid,
+                    "container_id": i.container_id,
+                    "container": i.container,
+                    "version": i.version,
+                    "server_version": i.server_version,
+                    "build_id": i.build_id,
+                    "traced": i.untraced_reason.is_empty(),
+                    "untraced": (!i.untraced_reason.is_empty()).then(|| json!({
+                        "reason": i.untraced_reason,
+                        "kind": i.untraced_kind,
+                        "since_unix_ms": i.untraced_since_unix_ms,
+                        "reported_unix_ms": i.untraced_seen_unix_ms,
+                    })),
+                    "last_seen_unix_ms": i.last_seen_unix_ms,
+                    "last_window_end_unix_ms": i.last_window_end_unix_ms,
+                    "lag_ms": lag_ms(i, now_unix_ms),
+                    "last_sequence": i.last_sequence,
+                    "batches": i.batches,
+                    "gaps": i.gaps,
+                    "lost_statements": i.lost_statements,
+                    "latest": i.latest.as_ref().map(instance_cost_json),
+                })
+            })
+            .collect(),
+    )
+}
+
+pub fn locks_json(rows: &[LockWaitRow]) -> Value {
+    Value::Array(
+        rows.iter()
+            .map(|r| {
+                let w = r.wait.clone().unwrap_or_default();
+                json!({
+                    "instance": r.instance,
+                    "agent_id": r.agent_id,
+                    "start_unix_ms": w.start_unix_ms,
+                    "start": time(w.start_unix_ms),
+                    "duration_ns": w.duration_ns,
+                    "class": w.class,
+                    "connection_id": w.connection_id,
+                    "digest": format!("{:016x}", w.digest),
+                    "digest_text": w.digest_text,
+                    "sample": w.sample,
+                    "blocker_kind": w.blocker_kind,
+                    "blockers": w.blockers.iter().map(|b| json!({
+                        "connection_id": b.connection_id,
+                        "transaction": b.transaction,
+                        "started_unix_ms": b.started_unix_ms,
+                        "statements": b.statements,
+                    })).collect::<Vec<_>>(),
+                })
+            })
+            .collect(),
+    )
+}
+
+/// How long ago the agent's newest window for the instance ended; `None`
+/// before its first window. Left negative when the agent's clock is ahead
+/// of ours, so skew shows instead of reading as "no lag".
+pub fn lag_ms(i: &InstanceInfo, now_unix_ms: i64) -> Option<i64> {
+    (i.last_window_end_unix_ms > 0).then(|| now_unix_ms - i.last_window_end_unix_ms)
+}
+
+pub fn costs_json(costs: &[CostSummary]) -> Value {
+    Value::Array(
+        costs
+            .iter()
+            .map(|c| {
+                json!({
+                    "agent_id": c.agent_id,
+                    "host": c.host,
+                    "windows": c.windows,
+                    "seconds": c.seconds,
+                    "statements": c.statements,
+                    "agent_cpu_seconds": c.agent_cpu_seconds,
+                    "agent_cores_per_10k_qps": c.agent_cores_per_10k_qps,
+                    "agent_max_rss_bytes": c.agent_max_rss_bytes,
+                    "probe_cpu_seconds": c.probe_cpu_seconds,
+                    "server_extra_cores_per_10k_qps": c.server_extra_cores_per_10k_qps,
+                    "shedding_windows": c.shedding_windows,
+                    "latest_shedding": c.latest_shedding,
+                    "dropped_events": c.dropped_events,
+                })
+            })
+            .collect(),
+    )
+}
+
+fn process_json(p: &ProcessMetrics) -> Value {
+    json!({
+        "pid": p.pid,
+        "status": p.status,
+        "cpu_cores": p.cpu_cores,
+        "rss_bytes": p.rss_bytes,
+        "threads": p.threads,
+        "open_files": p.open_files,
+        "read_bytes": p.read_bytes,
+        "write_bytes": p.write_bytes,
+    })
+}
+
+pub fn instance_cost_json(c: &InstanceCost) -> Value {
+    json!({
+        "window_end_unix_ms": c.window_end_unix_ms,
+        "statements_per_s": c.statements_per_s,
+        "agent_cpu_cores": c.agent_cpu_cores,
+        "agent_cores_per_10k_qps": c.agent_cores_per_10k_qps,
+        "agent_rss_bytes": c.agent_rss_bytes,
+        "shedding": c.shedding,
+        "events_per_s": c.events_per_s,
+        "dropped_events": c.dropped_events,
+        "server_extra_cores_per_10k_qps": c.server_extra_cores_per_10k_qps,
+        "attached_fraction": c.attached_fraction,
+        "aggregated_in_kernel": c.aggregated_in_kernel,
+        "server": c.server.as_ref().map(process_json),
+    })
+}
+
+pub fn hosts_json(rows: &[AgentWindowRow]) -> Value {
+    Value::Array(
+        rows.iter()
+            .map(|r| {
+                let w = r.window.clone().unwrap_or_default();
+                let cost = w.cost.unwrap_or_default();
+                let host = w.host.unwrap_or_default();
+                json!({
+                    "agent_id": r.agent_id,
+                    "host": r.host,
+                    "window_start_unix_ms": w.window_start_unix_ms,
+                    "window_end_unix_ms": w.window_end_unix_ms,
+                    "agent": {
+                        "cpu_cores": cost.cpu_cores,
+                        "cpu_source": cost.cpu_source,
+                        "rss_bytes": cost.rss_bytes,
+                        "statements_per_s": cost.statements_per_s,
+                        "cores_per_10k_qps": cost.cores_per_10k_qps,
+                        "cpu_limit_cores": cost.cpu_limit_cores,
+                        "memory_limit_bytes": cost.memory_limit_bytes,
+                        "shedding": cost.shedding,
+                        "events_per_s": cost.events_per_s,
+                        "dropped_events": cost.dropped_events,
+                    },
+                    "ship": {
+                        "sender_restarts": cost.sender_restarts,
+                        "spool_io_errors": cost.spool_io_errors,
+                        "clock_skew_ms": cost.clock_skew_ms,
+                        "clock_correction_ms": cost.clock_correction_ms,
+                    },
+                    "online_cores": host.online_cores,
+                    "cpu": host.cpu.map(|c| json!({
+                        "user": c.user, "nice": c.nice, "system": c.system, "idle": c.idle,
+                        "iowait": c.iowait, "irq": c.irq, "softirq": c.softirq, "steal": c.steal,
+                    })),
+                    "memory": {
+                        "total_bytes": host.memory_total_bytes,
+                        "available_bytes": host.memory_available_bytes,
+                        "free_bytes": host.memory_free_bytes,
+                        "cached_bytes": host.memory_cached_bytes,
+                        "swap_total_bytes": host.swap_total_bytes,
+                        "swap_free_bytes": host.swap_free_bytes,
+                    },
+                    "load": [host.load1, host.load5, host.load15],
+                    "disks": host.disks.iter().map(|d| json!({
+                        "device": d.device, "reads": d.reads, "writes": d.writes,
+                        "read_bytes": d.read_bytes, "write_bytes": d.write_bytes, "io_time_ms": d.io_time_ms,
+                    })).collect::<Vec<_>>(),
+                    "interfaces": host.interfaces.iter().map(|n| json!({
+                        "interface": n.interface, "rx_bytes": n.rx_bytes, "rx_packets": n.rx_packets,
+                        "rx_errors": n.rx_errors, "rx_drops": n.rx_drops, "tx_bytes": n.tx_bytes,
+                        "tx_packets": n.tx_packets, "tx_errors": n.tx_errors, "tx_drops": n.tx_drops,
+                    })).collect::<Vec<_>>(),
+                })
+            })
+            .collect(),
+    )
+}
+
+/// Statements per second over one point.
+pub fn rate(count: u64, start: i64, end: i64) -> f64 {
+    let seconds = (end - start) as f64 / 1000.0;
+    if seconds > 0.0 { count as f64 / seconds } else { 0.0 }
+}
+
+pub fn series_json(answer: &SeriesResponse, cost: bool) -> Value {
+    let points: Vec<Value> = answer
+        .points
+        .iter()
+        .map(|p| {
+            if cost {
+                json!({
+                    "start_unix_ms": p.start_unix_ms,
+                    "end_unix_ms": p.end_unix_ms,
+                    "windows": p.windows,
+                    "agent_cpu_cores": p.agent_cpu_cores,
+                    "agent_max_rss_bytes": p.agent_max_rss_bytes,
+                    "probe_cpu_seconds": p.probe_cpu_seconds,
+                })
+            } else {
+                json!({
+                    "start_unix_ms": p.start_unix_ms,
+                    "end_unix_ms": p.end_unix_ms,
+                    "count": p.count,
+                    "per_s": rate(p.count, p.start_unix_ms, p.end_unix_ms),
+                    "errors": p.errors,
+                    "sum_ns": p.sum_ns,
+                    "p50_ns": p.p50_ns,
+                    "p95_ns": p.p95_ns,
+                    "p99_ns": p.p99_ns,
+                    "max_ns": p.max_ns,
+                })
+            }
+        })
+        .collect();
+    json!({ "step_ms": answer.step_ms, "points": points })
+}
