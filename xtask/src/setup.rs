@@ -11,7 +11,7 @@ const BPF_LINKER_VERSION: &str = "0.13.0";
 /// registry is reachable), podman-compose for the compose file.
 /// mariadb-test: MariaDB's own test suite, the statements the digest
 /// agreement test samples.
-const DEBIAN_PACKAGES: [&str; 18] = [
+const DEBIAN_PACKAGES: [&str; 19] = [
     "mariadb-server",
     "mariadb-client",
     "sysbench",
@@ -33,6 +33,8 @@ const DEBIAN_PACKAGES: [&str; 18] = [
     // The ClickHouse store's tests start a private server (18.16).
     "clickhouse-server",
     "clickhouse-client",
+    // The web UI's tests open every page in headless Chromium.
+    "chromium",
 ];
 
 pub fn run() -> anyhow::Result<()> {
