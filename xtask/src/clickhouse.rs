@@ -294,3 +294,19 @@ pub fn for_test(test: &str) -> Option<&'static PrivateClickHouse> {
         }
     }
 }
+
+/// A server of its own for a test named `test` that stops and starts it,
+/// or None after saying why it skips (a failure under
+/// SQLBEE_REQUIRE_PRIVILEGED, as in `for_test`).
+pub fn private_for_test(test: &str) -> Option<PrivateClickHouse> {
+    match PrivateClickHouse::private(test) {
+        Ok(server) => Some(server),
+        Err(why) => {
+            if std::env::var_os("SQLBEE_REQUIRE_PRIVILEGED").is_some() {
+                panic!("{test}: needs a ClickHouse server, and SQLBEE_REQUIRE_PRIVILEGED is set: {why:#}");
+            }
+            eprintln!("skipping {test}: {why:#}");
+            None
+        }
+    }
+}
