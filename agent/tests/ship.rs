@@ -1,6 +1,8 @@
 //! Agent -> collector over real gRPC with a real SQLite store: exact totals
 //! end to end, through a collector outage, an agent crash, a full spool, a
-//! corrupt spool record and a collector that refuses the agent's batches.
+//! corrupt spool record and a collector that refuses the agent's batches;
+//! and with collectors that share a store (SQLite or ClickHouse) through a
+//! failover and an outage of ClickHouse itself.
 mod common;
 
 use std::{
@@ -50,18 +52,23 @@ impl Stored for Collector {
 
 /// Exact totals over gRPC, with a read token if the collector wants one.
 fn totals_of(collector: &Collector, token: Option<&str>) -> Totals {
+    let t = totals_call(collector, token).unwrap_or_else(|status| panic!("totals: {status:?}"));
+    Totals {
+        statements: t.statements,
+        unmatched: t.unmatched,
+        commands: t.commands.into_iter().map(|c| (c.command, c.count)).collect(),
+        lost: t.lost_statements,
+    }
+}
+
+/// The Totals call as the collector answers it, a failure included.
+fn totals_call(collector: &Collector, token: Option<&str>) -> Result<sqlbee_proto::v1::TotalsResponse, tonic::Status> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     runtime.block_on(async {
         let mut options = plain(&collector.http_url());
         options.token = token.map(str::to_string);
         let mut client = query_client(&options).await;
-        let t = client.totals(TotalsRequest::default()).await.unwrap().into_inner();
-        Totals {
-            statements: t.statements,
-            unmatched: t.unmatched,
-            commands: t.commands.into_iter().map(|c| (c.command, c.count)).collect(),
-            lost: t.lost_statements,
-        }
+        client.totals(TotalsRequest::default()).await.map(|r| r.into_inner())
     })
 }
 
@@ -859,6 +866,77 @@ fn the_agent_fails_over_between_collectors_that_share_one_clickhouse() {
     let server = xtask::clickhouse::PrivateClickHouse::shared()
         .unwrap_or_else(|why| panic!("no ClickHouse server for the failover test: {why}"));
     fail_over(&server.location(&server.fresh_database("failover")));
+}
+
+/// The collector's ClickHouse is killed during a sysbench run and kept
+/// down for a while: the collector answers UNAVAILABLE to reads and to the
+/// agent's pushes, the agent keeps its batches spooled and retries, and
+/// once ClickHouse is back on the same data the collector holds exactly
+/// what the server executed. A kill can land between a batch's inserts or
+/// after its record before the answer: the retry must count such a batch
+/// once, never twice, never half.
+#[test]
+fn clickhouse_stopped_and_restarted_under_load_loses_and_doubles_nothing() {
+    if !privileged("clickhouse_stopped_and_restarted_under_load_loses_and_doubles_nothing") {
+        return;
+    }
+    let _serial = common::one_at_a_time();
+    // Its own server: stopping the shared one would fail every other
+    // ClickHouse test in this process.
+    let clickhouse = xtask::clickhouse::PrivateClickHouse::private("outage")
+        .unwrap_or_else(|why| panic!("no ClickHouse server for the outage test: {why:#}"));
+    let server = PrivateServer::start("ship-ch-outage", &[]).unwrap();
+    let collector = Collector::start_at(&clickhouse.location("sqlbee_outage"), &[]);
+    let state = server.dir().join("agent-state");
+    let run = common::Workload::sysbench(&server, "oltp_read_write", 4, 180, "auto");
+    std::thread::sleep(Duration::from_millis(1000));
+    run.pause();
+    let before = common::status_before_agent(&server);
+    let agent = Agent::start(server.dir(), &ship_args(&server, &collector, &state, "1s"));
+    run.resume();
+    wait_for("batches stored before the outage", Duration::from_secs(30), &agent, || {
+        collector.totals().statements > 0
+    });
+    std::thread::sleep(Duration::from_secs(2));
+
+    clickhouse.stop().unwrap();
+    let down = Instant::now();
+    let refused = totals_call(&collector, None).expect_err("the collector answered a read with its store down");
+    assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
+    assert!(refused.message().contains("cannot reach ClickHouse"), "names the cause: {refused:?}");
+    wait_for("the agent's push answered UNAVAILABLE", Duration::from_secs(20), &agent, || {
+        common::strip_ansi(&agent.stderr_text()).contains("code=Unavailable")
+    });
+    std::thread::sleep(Duration::from_secs(8).saturating_sub(down.elapsed()));
+    assert!(!spool_files(&state).is_empty(), "batches must pile up in the spool during the outage: {}", agent.progress());
+    let refused = totals_call(&collector, None).expect_err("the collector answered a read with its store down");
+    assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
+
+    clickhouse.start().unwrap();
+    // Load goes on while the backlog drains (the agent's backoff is up to
+    // 10 s, its replay rate bounded).
+    wait_for("the spool to drain after ClickHouse came back", Duration::from_secs(60), &agent, || {
+        spool_files(&state).len() <= 1
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    run.pause();
+    let out = agent.stop();
+    let after = server.global_status().unwrap();
+    drop(run);
+    assert!(out.success, "{}", out.stderr);
+    assert!(spool_files(&state).is_empty(), "spool not drained: {}", out.stderr);
+
+    let totals = collector.totals();
+    assert_eq!(totals.lost, 0);
+    assert!(totals.statements > 2000, "too little traffic: {}", totals.statements);
+    let get = |c: &str| totals.commands.get(c).copied().unwrap_or(0);
+    assert_eq!(get("COM_STMT_EXECUTE"), delta(&before, &after, "Com_stmt_execute"));
+    let questions: u64 =
+        totals.commands.iter().filter(|(c, _)| !NOT_QUESTIONS.contains(&c.as_str())).map(|(_, n)| n).sum();
+    assert_eq!(questions + 2, delta(&before, &after, "Questions"), "{:?}", totals.commands);
+    let counts = collector.top_counts();
+    assert_eq!(counts.values().sum::<u64>(), totals.in_digests());
+    assert_eq!(counts.get("COMMIT").copied(), Some(delta(&before, &after, "Com_commit")));
 }
 
 /// Two collectors share one store; the agent is given both. The first is

@@ -1,21 +1,26 @@
-//! A private ClickHouse server for the ClickHouse store's tests: one per
-//! test process, on free ports, with its data, logs and a copy of the
-//! packaged config under one temporary directory. Each store under test
-//! gets a fresh database on it (`fresh_database`), so tests never see each
-//! other's rows. `SQLBEE_TEST_CLICKHOUSE=http://HOST:PORT` uses a running
-//! server instead.
+//! Private ClickHouse servers for the ClickHouse store's tests, on free
+//! ports, each with its data, logs and a copy of the packaged config under
+//! one temporary directory. One is shared by the whole test process
+//! (`shared`): each store under test gets a fresh database on it
+//! (`fresh_database`), so tests never see each other's rows.
+//! `SQLBEE_TEST_CLICKHOUSE=http://HOST:PORT` uses a running server instead.
+//! A test that stops the server under a collector gets one of its own
+//! (`private`), which `stop` and `start` again on the same data and ports.
 //!
-//! The server is started from a thread that lives as long as the process
-//! and asks the kernel to kill it when that thread ends (PR_SET_PDEATHSIG),
-//! so a finished or crashed test binary never leaves one behind.
+//! Each server is run by a thread that owns its process and asks the
+//! kernel to kill it when that thread ends (PR_SET_PDEATHSIG), so a
+//! finished or crashed test binary never leaves one behind. The shared
+//! server's thread lives as long as the process; a private one's ends, and
+//! kills its server, when the `PrivateClickHouse` is dropped.
 use std::{
     fs,
     net::TcpListener,
     path::{Path, PathBuf},
-    process::{Command, Stdio},
+    process::{Child, Command, Stdio},
     sync::{
-        OnceLock,
+        Mutex, OnceLock,
         atomic::{AtomicU32, Ordering},
+        mpsc,
     },
     time::{Duration, Instant},
 };
@@ -32,6 +37,18 @@ pub struct PrivateClickHouse {
     pub url: String,
     pub host_port: String,
     pub dir: Option<PathBuf>,
+    /// The thread that runs the server; None for one found through
+    /// SQLBEE_TEST_CLICKHOUSE, which is not ours to stop.
+    runner: Option<Mutex<mpsc::Sender<Order>>>,
+    /// Removed on drop: only a private server's.
+    remove_dir: bool,
+}
+
+/// What the runner thread is asked to do; each order carries where to
+/// answer.
+enum Order {
+    Start(mpsc::Sender<std::io::Result<u32>>),
+    Stop(mpsc::Sender<()>),
 }
 
 static SHARED: OnceLock<Result<PrivateClickHouse, String>> = OnceLock::new();
@@ -41,7 +58,17 @@ impl PrivateClickHouse {
     /// The process's server, started on first use. Err says why there is
     /// none (not installed, failed to start).
     pub fn shared() -> Result<&'static PrivateClickHouse, String> {
-        SHARED.get_or_init(|| Self::start().map_err(|e| format!("{e:#}"))).as_ref().map_err(Clone::clone)
+        SHARED.get_or_init(|| Self::start_shared().map_err(|e| format!("{e:#}"))).as_ref().map_err(Clone::clone)
+    }
+
+    /// A server of the caller's own, which it may `stop` and `start`
+    /// (never SQLBEE_TEST_CLICKHOUSE's: that one is not ours to stop).
+    pub fn private(name: &str) -> anyhow::Result<PrivateClickHouse> {
+        let clean: String = name.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
+        let n = DATABASES.fetch_add(1, Ordering::Relaxed);
+        let mut server = Self::launch(&format!("sqlbee-clickhouse-{}-{clean}-{n}", std::process::id()))?;
+        server.remove_dir = true;
+        Ok(server)
     }
 
     /// A database name nobody used yet: the store creates it.
@@ -76,17 +103,76 @@ impl PrivateClickHouse {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
-    fn start() -> anyhow::Result<PrivateClickHouse> {
+    /// Kills the server (SIGKILL: an outage as abrupt as a crash, in the
+    /// middle of whatever insert it was taking) and waits until it is gone
+    /// and its port refuses connections.
+    pub fn stop(&self) -> anyhow::Result<()> {
+        let (tx, rx) = mpsc::channel();
+        self.order(Order::Stop(tx))?;
+        rx.recv().context("the clickhouse-server runner thread is gone")?;
+        let started = Instant::now();
+        while std::net::TcpStream::connect(&self.host_port).is_ok() {
+            if started.elapsed() > Duration::from_secs(10) {
+                bail!("{} still accepts connections 10 s after its server was killed", self.host_port);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(())
+    }
+
+    /// Starts the server again on the same data directory and ports, and
+    /// waits until it answers.
+    pub fn start(&self) -> anyhow::Result<()> {
+        let (tx, rx) = mpsc::channel();
+        self.order(Order::Start(tx))?;
+        rx.recv().context("the clickhouse-server runner thread is gone")?.context("starting clickhouse-server")?;
+        self.wait_ready()
+    }
+
+    fn order(&self, order: Order) -> anyhow::Result<()> {
+        let Some(runner) = &self.runner else {
+            bail!("{} is SQLBEE_TEST_CLICKHOUSE's server, not ours to stop or start", self.url);
+        };
+        runner
+            .lock()
+            .map_err(|_| anyhow::anyhow!("the runner's lock is poisoned"))?
+            .send(order)
+            .map_err(|_| anyhow::anyhow!("the clickhouse-server runner thread is gone"))
+    }
+
+    fn wait_ready(&self) -> anyhow::Result<()> {
+        let started = Instant::now();
+        loop {
+            if self.sql("SELECT 1").is_ok_and(|out| out.trim() == "1") {
+                return Ok(());
+            }
+            if started.elapsed() > Duration::from_secs(60) {
+                let dir = self.dir.clone().unwrap_or_default();
+                let log = fs::read_to_string(dir.join("log/clickhouse-server.err.log")).unwrap_or_default();
+                bail!("clickhouse-server did not answer within 60 s: {}", log.lines().rev().take(20).collect::<Vec<_>>().join("\n"));
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    fn start_shared() -> anyhow::Result<PrivateClickHouse> {
         if let Ok(url) = std::env::var("SQLBEE_TEST_CLICKHOUSE") {
             let url = url.trim_end_matches('/').to_string();
             let host_port = url.split("://").nth(1).unwrap_or(&url).to_string();
-            return Ok(PrivateClickHouse { url, host_port, dir: None });
+            return Ok(PrivateClickHouse { url, host_port, dir: None, runner: None, remove_dir: false });
         }
+        Self::launch(&format!("sqlbee-clickhouse-{}", std::process::id()))
+    }
+
+    /// Writes a config for free ports under a new temporary directory
+    /// named `dir_name`, starts the server's runner thread and the server,
+    /// and waits until it answers.
+    fn launch(dir_name: &str) -> anyhow::Result<PrivateClickHouse> {
         let packaged = Path::new("/etc/clickhouse-server/config.xml");
         if !packaged.exists() || Command::new("clickhouse-server").arg("--help").output().is_err() {
             bail!("clickhouse-server is not installed: run `./x setup` (installs Debian's clickhouse-server)");
         }
-        let dir = std::env::temp_dir().join(format!("sqlbee-clickhouse-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(dir_name);
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(dir.join("log"))?;
         let ports = [free_port()?, free_port()?, free_port()?];
@@ -113,56 +199,77 @@ impl PrivateClickHouse {
              <profile>default</profile><quota>default</quota></{PASSWORD_USER}>"
         );
         fs::write(dir.join("users.xml"), users.replacen("<users>", &with_password, 1))?;
-        let (tx, rx) = std::sync::mpsc::channel();
-        let config_path = dir.join("config.xml");
-        let stderr_path = dir.join("log/stderr.log");
-        std::thread::Builder::new().name("clickhouse-server".into()).spawn(move || {
-            let log = fs::File::create(&stderr_path);
-            let spawned = log.and_then(|log| {
-                let mut cmd = Command::new("clickhouse-server");
-                cmd.arg(format!("--config-file={}", config_path.display()))
-                    .stdin(Stdio::null())
-                    .stdout(Stdio::null())
-                    .stderr(log);
-                use std::os::unix::process::CommandExt as _;
-                // SAFETY: prctl is async-signal-safe and touches only the child.
-                unsafe {
-                    cmd.pre_exec(|| {
-                        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                        Ok(())
-                    });
-                }
-                cmd.spawn()
-            });
-            match spawned {
-                Ok(child) => {
-                    let _ = tx.send(Ok(child.id()));
-                    // This thread must outlive the server (see the module comment).
-                    loop {
-                        std::thread::park();
-                    }
-                }
-                Err(e) => {
-                    let _ = tx.send(Err(e));
-                }
-            }
-        })?;
-        rx.recv()?.context("starting clickhouse-server")?;
+        let (orders, inbox) = mpsc::channel();
+        let (config_path, stderr_path) = (dir.join("config.xml"), dir.join("log/stderr.log"));
+        std::thread::Builder::new()
+            .name("clickhouse-server".into())
+            .spawn(move || run_server(&config_path, &stderr_path, inbox))?;
         let server = PrivateClickHouse {
             url: format!("http://127.0.0.1:{}", ports[0]),
             host_port: format!("127.0.0.1:{}", ports[0]),
-            dir: Some(dir.clone()),
+            dir: Some(dir),
+            runner: Some(Mutex::new(orders)),
+            remove_dir: false,
         };
-        let started = Instant::now();
-        loop {
-            if server.sql("SELECT 1").is_ok_and(|out| out.trim() == "1") {
-                return Ok(server);
+        server.start()?;
+        Ok(server)
+    }
+}
+
+/// The runner thread: starts and kills the server as ordered, and kills it
+/// when every sender is gone. The server must be its child, spawned on this
+/// thread (see the module comment).
+fn run_server(config: &Path, stderr: &Path, inbox: mpsc::Receiver<Order>) {
+    let mut running: Option<Child> = None;
+    let kill = |running: &mut Option<Child>| {
+        if let Some(mut child) = running.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    };
+    while let Ok(order) = inbox.recv() {
+        match order {
+            Order::Start(answer) => {
+                kill(&mut running);
+                let spawned = fs::OpenOptions::new().create(true).append(true).open(stderr).and_then(|log| {
+                    let mut cmd = Command::new("clickhouse-server");
+                    cmd.arg(format!("--config-file={}", config.display()))
+                        .stdin(Stdio::null())
+                        .stdout(Stdio::null())
+                        .stderr(log);
+                    use std::os::unix::process::CommandExt as _;
+                    // SAFETY: prctl is async-signal-safe and touches only the child.
+                    unsafe {
+                        cmd.pre_exec(|| {
+                            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                            Ok(())
+                        });
+                    }
+                    cmd.spawn()
+                });
+                let _ = answer.send(spawned.map(|child| {
+                    let pid = child.id();
+                    running = Some(child);
+                    pid
+                }));
             }
-            if started.elapsed() > Duration::from_secs(60) {
-                let log = fs::read_to_string(dir.join("log/clickhouse-server.err.log")).unwrap_or_default();
-                bail!("clickhouse-server did not answer within 60 s: {}", log.lines().rev().take(20).collect::<Vec<_>>().join("\n"));
+            Order::Stop(answer) => {
+                kill(&mut running);
+                let _ = answer.send(());
             }
-            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    kill(&mut running);
+}
+
+impl Drop for PrivateClickHouse {
+    fn drop(&mut self) {
+        if self.remove_dir {
+            // Its server must be gone before its files.
+            let _ = self.stop();
+            if let Some(dir) = &self.dir {
+                let _ = fs::remove_dir_all(dir);
+            }
         }
     }
 }
@@ -183,6 +290,22 @@ pub fn for_test(test: &str) -> Option<&'static PrivateClickHouse> {
                 panic!("{test}: needs a ClickHouse server, and SQLBEE_REQUIRE_PRIVILEGED is set: {why}");
             }
             eprintln!("skipping {test}: {why}");
+            None
+        }
+    }
+}
+
+/// A server of its own for a test named `test` that stops and starts it,
+/// or None after saying why it skips (a failure under
+/// SQLBEE_REQUIRE_PRIVILEGED, as in `for_test`).
+pub fn private_for_test(test: &str) -> Option<PrivateClickHouse> {
+    match PrivateClickHouse::private(test) {
+        Ok(server) => Some(server),
+        Err(why) => {
+            if std::env::var_os("SQLBEE_REQUIRE_PRIVILEGED").is_some() {
+                panic!("{test}: needs a ClickHouse server, and SQLBEE_REQUIRE_PRIVILEGED is set: {why:#}");
+            }
+            eprintln!("skipping {test}: {why:#}");
             None
         }
     }

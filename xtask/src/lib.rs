@@ -1,7 +1,8 @@
 //! Shared by `cargo xtask` and the integration tests: the things a test or
-//! demo needs around sqlbee (a private MariaDB, a private ClickHouse, sysbench, tool paths) and
+//! demo needs around sqlbee (a private MariaDB, a private ClickHouse, chdb, sysbench, tool paths) and
 //! the overhead benchmark, which a smoke test drives through this library.
 pub mod bench;
+pub mod chdb;
 pub mod clickhouse;
 pub mod image;
 pub mod mariadb;

@@ -3,7 +3,10 @@
 use std::{fs, path::Path, process::Command};
 
 use anyhow::{Context as _, bail};
-use xtask::paths::{TOOLCHAIN, llvm_prefix, tools_dir};
+use xtask::{
+    chdb,
+    paths::{TOOLCHAIN, llvm_prefix, tools_dir},
+};
 
 const BPF_LINKER_VERSION: &str = "0.13.0";
 /// Containers: podman with runc (crun refuses this host's hybrid cgroup
@@ -11,7 +14,7 @@ const BPF_LINKER_VERSION: &str = "0.13.0";
 /// registry is reachable), podman-compose for the compose file.
 /// mariadb-test: MariaDB's own test suite, the statements the digest
 /// agreement test samples.
-const DEBIAN_PACKAGES: [&str; 19] = [
+const DEBIAN_PACKAGES: [&str; 20] = [
     "mariadb-server",
     "mariadb-client",
     "sysbench",
@@ -35,12 +38,15 @@ const DEBIAN_PACKAGES: [&str; 19] = [
     "clickhouse-client",
     // The web UI's tests open every page in headless Chromium.
     "chromium",
+    // Debian's python3 makes the virtualenv chdb goes in.
+    "python3-venv",
 ];
 
 pub fn run() -> anyhow::Result<()> {
-    toolchain().context("setup step 1/3 (pinned nightly toolchain)")?;
-    bpf_linker().context("setup step 2/3 (bpf-linker)")?;
-    debian_packages().context("setup step 3/3 (Debian packages)")?;
+    toolchain().context("setup step 1/4 (pinned nightly toolchain)")?;
+    bpf_linker().context("setup step 2/4 (bpf-linker)")?;
+    debian_packages().context("setup step 3/4 (Debian packages)")?;
+    chdb_venv().context("setup step 4/4 (chdb)")?;
     Ok(())
 }
 
@@ -131,4 +137,26 @@ fn debian_packages() -> anyhow::Result<()> {
             .env("DEBIAN_FRONTEND", "noninteractive"),
         "apt-get install",
     )
+}
+
+/// chdb (current ClickHouse in-process, from PyPI) in a virtualenv of its
+/// own, made by Debian's python3 so no other Python on the machine decides
+/// what it runs on; the ClickHouse store's tests replay their SQL on it.
+fn chdb_venv() -> anyhow::Result<()> {
+    if let Ok(python) = chdb::installed() {
+        println!("ok  chdb {} ({})", chdb::VERSION, python.display());
+        return Ok(());
+    }
+    let venv = chdb::venv();
+    println!("==> python3 -m venv {} and pip install chdb=={}", venv.display(), chdb::VERSION);
+    run_checked(Command::new("/usr/bin/python3").args(["-m", "venv", "--clear"]).arg(&venv), "python3 -m venv")?;
+    run_checked(
+        Command::new(venv.join("bin/pip"))
+            .args(["install", "--quiet", "--disable-pip-version-check"])
+            .arg(format!("chdb=={}", chdb::VERSION)),
+        "pip install chdb",
+    )?;
+    chdb::installed()?;
+    println!("ok  chdb {}", chdb::VERSION);
+    Ok(())
 }

@@ -138,6 +138,8 @@ impl Client {
             }
             return Err(HttpError::Server { url: url.clone(), status, message });
         }
+        #[cfg(test)]
+        recording::sent(self.database.as_deref(), query_in_url, body, select.then_some(bytes.len()));
         Ok(bytes)
     }
 
@@ -161,6 +163,53 @@ impl Client {
         }
         let query = format!("INSERT INTO {table} ({columns}) FORMAT RowBinary");
         self.post(Some(&query), false, &rows.bytes).map(drop)
+    }
+}
+
+/// What the store sent, for a test that replays its SQL on a current
+/// ClickHouse (`chdb`): each statement 18.16 took, in order, with the
+/// database it ran in, an INSERT's rows and a SELECT's answer length. Test
+/// builds only, and only on a thread that asked for it, so the collector
+/// never pays for it.
+#[cfg(test)]
+pub mod recording {
+    use std::cell::RefCell;
+
+    #[derive(Clone, Debug)]
+    pub struct Sent {
+        pub database: Option<String>,
+        /// The statement; for a SELECT with its `FORMAT RowBinary`.
+        pub sql: String,
+        /// An INSERT's rows, in `RowBinary`.
+        pub rows: Option<Vec<u8>>,
+        /// A SELECT's answer, in bytes.
+        pub answer_len: Option<usize>,
+    }
+
+    thread_local! {
+        static SENT: RefCell<Option<Vec<Sent>>> = const { RefCell::new(None) };
+    }
+
+    /// Records what this thread sends from now on.
+    pub fn start() {
+        SENT.with(|s| *s.borrow_mut() = Some(Vec::new()));
+    }
+
+    /// What this thread sent since `start`, and stops recording.
+    pub fn take() -> Vec<Sent> {
+        SENT.with(|s| s.borrow_mut().take().unwrap_or_default())
+    }
+
+    pub(super) fn sent(database: Option<&str>, query_in_url: Option<&str>, body: &[u8], answer_len: Option<usize>) {
+        SENT.with(|s| {
+            if let Some(sent) = s.borrow_mut().as_mut() {
+                let (sql, rows) = match query_in_url {
+                    Some(query) => (query.to_string(), Some(body.to_vec())),
+                    None => (String::from_utf8_lossy(body).into_owned(), None),
+                };
+                sent.push(Sent { database: database.map(str::to_string), sql, rows, answer_len });
+            }
+        });
     }
 }
 

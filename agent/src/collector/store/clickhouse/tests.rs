@@ -1,7 +1,9 @@
 //! The ClickHouse store against a private clickhouse-server (one per test
 //! process, a fresh database per store; see `xtask::clickhouse`): the
-//! SQLite store's semantics, and exactly-once under a kill between inserts
-//! and under two collectors storing one batch at once.
+//! SQLite store's semantics, exactly-once under a kill between inserts
+//! and under two collectors storing one batch at once, a server stopped
+//! and started again under a store, and every statement the store sends
+//! replayed on current ClickHouse (chdb, see `xtask::chdb`).
 use std::sync::Arc;
 
 use sqlbee_proto::v1::{
@@ -424,4 +426,168 @@ fn a_newer_database_is_refused_and_a_password_never_shows() {
     let shown = format!("{refused} {refused:?}");
     assert!(!shown.contains("wrong-secret-123") && !shown.contains(PASSWORD), "{shown}");
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// ClickHouse stopped under a store: writes and reads fail with the
+/// cause named, as UNAVAILABLE, which agents retry; started again on its
+/// data, the same store goes on, the batch that failed is stored once.
+#[test]
+fn a_stopped_clickhouse_is_unavailable_and_the_store_goes_on_when_it_is_back() {
+    let test = "a_stopped_clickhouse_is_unavailable_and_the_store_goes_on_when_it_is_back";
+    let Some(server) = xtask::clickhouse::private_for_test(test) else { return };
+    let location = Location::parse(&server.location("sqlbee_stopped")["clickhouse:".len()..]).unwrap();
+    let store = ClickHouseStore::open(&location).unwrap();
+    store.put(&batch(1, 1000, &[(10, 2)]), 1000).unwrap();
+    server.stop().unwrap();
+    let unavailable = |result: Result<(), StoreError>, what: &str| {
+        let status = crate::collector::store_task::status(result.expect_err(what));
+        assert_eq!(status.code(), tonic::Code::Unavailable, "{what}: {status:?}");
+        assert!(status.message().contains("cannot reach ClickHouse"), "{what}: {status:?}");
+    };
+    unavailable(store.put(&batch(2, 2000, &[(10, 3)]), 2000).map(drop), "an ingest with ClickHouse stopped");
+    unavailable(store.top(&everything(0)).map(drop), "a top with ClickHouse stopped");
+    unavailable(store.prune(&PruneCutoffs::all(0)).map(drop), "a prune with ClickHouse stopped");
+    server.start().unwrap();
+    assert!(!store.put(&batch(2, 2000, &[(10, 3)]), 2001).unwrap().duplicate);
+    assert!(store.put(&batch(1, 1000, &[(10, 2)]), 2002).unwrap().duplicate);
+    assert_eq!(store.top(&everything(0)).unwrap()[0].count, 5);
+}
+
+/// A batch with a row for every table: digests with waits, error codes,
+/// the server's figures and accounts, a nested program's statement, a lock
+/// wait with blockers, an agent window with its cost, host and an
+/// untraced server, and a gap.
+fn every_kind_of_row(sequence: u64, end: i64) -> Batch {
+    let mut b = costed(sequence, end, 0.5, "exact");
+    let w = &mut b.windows[0];
+    let d = &mut w.digests[0];
+    d.schema = "app".into();
+    d.waits = vec![wait("row_lock", 300, 200, 2)];
+    d.error_codes = vec![error(1213, 1, "Deadlock found when trying to get lock")];
+    d.errors = 1;
+    d.stats = Some(sqlbee_proto::v1::QueryStats {
+        rows_examined: Some(40),
+        cpu_ns: Some(9000),
+        tmp_disk_tables: Some(1),
+        ..Default::default()
+    });
+    d.accounts = vec![sqlbee_proto::v1::AccountCount { user: "app".into(), host: "10.0.0.%".into(), count: 2 }];
+    let mut nested = d.clone();
+    nested.digest = 11;
+    nested.digest_text = "UPDATE t SET a = ?".into();
+    nested.nested = true;
+    nested.program = "app.p".into();
+    nested.program_kind = "procedure".into();
+    nested.parent_digest = d.digest;
+    w.digests.push(nested);
+    let blocker = Blocker { connection_id: 9, transaction: true, started_unix_ms: end - 5, statements: vec!["UPDATE t SET b = ?".into()] };
+    w.lock_waits = vec![lock_wait(end - 2, 1, vec![blocker])];
+    b.agent_windows[0].untraced = vec![sqlbee_proto::v1::UntracedServer {
+        instance: Some(ServerInstance { name: "h:2".into(), pid: 77, ..Default::default() }),
+        reason: "no log_slow_statement in /usr/sbin/mariadbd".into(),
+        kind: "missing_symbol".into(),
+        since_unix_ms: end - 100,
+        attempts: 1,
+    }];
+    b.gaps[0].last_window_end_unix_ms = end - 20;
+    b
+}
+
+/// The store's SQL runs on current ClickHouse too. Every statement the
+/// store sends Debian's 18.16 while it goes through its paces (create and
+/// reopen, ingest of every kind of row, duplicates and conflicts, every
+/// read with every order key and filter, series of each kind, a prune that
+/// drops day partitions and deletes in its boundary day) is replayed in
+/// order on chdb, current ClickHouse in-process, which must take each one
+/// and answer each SELECT with as many bytes as 18.16 did.
+#[test]
+fn every_statement_the_store_sends_runs_on_current_clickhouse() {
+    const DAY: i64 = 86_400_000;
+    let test = "every_statement_the_store_sends_runs_on_current_clickhouse";
+    let Some(python) = xtask::chdb::for_test(test) else { return };
+    super::http::recording::start();
+    let Some((store, location)) = store("chdb") else { return };
+    let store = {
+        drop(store);
+        // Opening a database that exists takes another path than creating it.
+        ClickHouseStore::open(&location).unwrap()
+    };
+    let (early, late) = (DAY + 1000, 3 * DAY + 5000);
+    assert!(!store.put(&every_kind_of_row(1, early), early).unwrap().duplicate);
+    assert!(!store.put(&every_kind_of_row(2, late - 3000), late - 3000).unwrap().duplicate);
+    assert!(!store.put(&waiting(3, "h'1", late, vec![wait("disk_io", 40, 30, 1)], vec![]), late).unwrap().duplicate);
+    assert!(store.put(&every_kind_of_row(2, late - 3000), late).unwrap().duplicate);
+    let changed = waiting(3, "h'1", late, vec![], vec![]);
+    assert!(matches!(store.put(&changed, late), Err(StoreError::Conflict { .. })));
+
+    let reads = |store: &ClickHouseStore| {
+        let all = everything(0);
+        for key in OrderBy::NAMES {
+            let order_by = OrderBy::parse(key).unwrap();
+            assert!(!store.top(&TopQuery { order_by, ..all.clone() }).unwrap().is_empty(), "{key}");
+        }
+        let filtered = TopQuery {
+            instance: Some("h:1".into()),
+            schema: Some("app".into()),
+            since_unix_ms: early,
+            until_unix_ms: late,
+            ..all.clone()
+        };
+        store.top(&filtered).unwrap();
+        store.top(&TopQuery { nested: true, ..all.clone() }).unwrap();
+        store.top(&TopQuery { program: Some("app.p".into()), ..all.clone() }).unwrap();
+        for instance in [None, Some("h:1".to_string()), Some("h'1".to_string())] {
+            let totals = TotalsQuery { instance: instance.clone(), since_unix_ms: 0, until_unix_ms: i64::MAX };
+            store.totals(&totals).unwrap();
+            store.totals(&TotalsQuery { since_unix_ms: early, until_unix_ms: late, ..totals.clone() }).unwrap();
+            store.costs(&totals).unwrap();
+            for of in [SeriesOf::Digest(u64::MAX - 1), SeriesOf::Statements, SeriesOf::Cost] {
+                let schema = instance.as_ref().map(|_| "app".to_string());
+                let query = SeriesQuery { of, instance: instance.clone(), schema, since_unix_ms: 0, until_unix_ms: 4 * DAY, step_ms: DAY };
+                assert_eq!(store.series(&query).unwrap().len(), 4);
+            }
+            store.locks(&LocksQuery { instance, since_unix_ms: 0, limit: 10 }).unwrap();
+        }
+        store.locks(&LocksQuery { instance: None, since_unix_ms: late - 4000, limit: 1 }).unwrap();
+        for host in [None, Some("h".to_string())] {
+            store.hosts(&HostsQuery { host, since_unix_ms: 0, limit: 10 }).unwrap();
+        }
+        assert!(!store.instances().unwrap().is_empty());
+    };
+    reads(&store);
+    // Before the cutoff: day 1 whole (a dropped partition) and part of day 3 (a delete).
+    let pruned = store.prune(&PruneCutoffs::all(late - 1000)).unwrap();
+    assert!(pruned.digest_windows >= 3 && pruned.batches == 2, "{pruned:?}");
+    reads(&store);
+
+    let sent = super::http::recording::take();
+    for needed in ["CREATE DATABASE", "DROP PARTITION", "DELETE WHERE", "FROM system.mutations", "argMax("] {
+        assert!(sent.iter().any(|s| s.sql.contains(needed)), "no statement with {needed:?} was recorded");
+    }
+    for (table, _) in super::schema::tables() {
+        assert!(
+            sent.iter().any(|s| s.sql.starts_with(&format!("INSERT INTO {table} ")) && s.rows.as_ref().is_some_and(|r| !r.is_empty()))
+                || table == "schema_version",
+            "no rows were inserted into {table}"
+        );
+    }
+    let statements: Vec<xtask::chdb::Statement> = sent
+        .into_iter()
+        .map(|s| xtask::chdb::Statement { database: s.database, sql: s.sql, rows: s.rows, answer_len: s.answer_len })
+        .collect();
+    let count = statements.len();
+    let version = xtask::chdb::replay(&python, &statements).unwrap_or_else(|e| panic!("{e}"));
+    eprintln!("{count} statements ran on ClickHouse 18.16 and on {version} (chdb)");
+
+    // The replay fails on SQL only 18.16 takes: the old MergeTree syntax,
+    // which current versions refuse.
+    let old_syntax = format!("CREATE TABLE {}.old_syntax (d Date, a UInt64) ENGINE = MergeTree(d, (a), 8192)", location.database);
+    store.db.execute(&old_syntax).expect("18.16 takes the old MergeTree syntax");
+    let create = format!("CREATE DATABASE IF NOT EXISTS {}", location.database);
+    let statements = [create, old_syntax]
+        .map(|sql| xtask::chdb::Statement { database: None, sql, rows: None, answer_len: None });
+    match xtask::chdb::replay(&python, &statements) {
+        Err(xtask::chdb::ChdbError::Refused { index: 1, error, .. }) => assert!(error.contains("deprecated"), "{error}"),
+        other => panic!("the old MergeTree syntax must be refused: {other:?}"),
+    }
 }
