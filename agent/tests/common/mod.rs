@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod collector;
+pub mod prometheus;
 
 use std::{
     collections::HashMap,
