@@ -19,6 +19,7 @@ const DEBIAN_PACKAGES: [&str; 18] = [
     "protobuf-compiler",
     "bpftool",
     "bpftrace",
+    // prometheus and promtool: what the metrics tests scrape and parse with.
     "prometheus",
     "podman",
     "buildah",
