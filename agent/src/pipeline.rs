@@ -247,6 +247,7 @@ fn aggregate_loop(
     ship: Option<ShipStage>,
     metrics_page: Option<MetricsPage>,
 ) -> Result<(), PipelineError> {
+    let mut metrics = metrics_page.map(|page| (page, agent_metrics::AgentMetrics::new(config.wait_probes)));
     let mut aggregator = Aggregator::new(Normalizer::new(config.normalize_cache), config.options.max_digests, SystemTime::now())
         .with_samples(config.options.samples);
     let stdout = std::io::stdout();
@@ -258,8 +259,8 @@ fn aggregate_loop(
                 let reports = aggregator.flush(at);
                 let sum = |f: fn(&crate::aggregate::Summary) -> u64| reports.iter().map(|r| f(&r.summary)).sum();
                 cost.attribute(sum(|s| s.statements), sum(|s| s.events), sum(|s| s.dropped_events));
-                if let Some(page) = &metrics_page {
-                    let text = agent_metrics::render(&cost, host.as_ref(), &reports, &untraced);
+                if let Some((page, metrics)) = &mut metrics {
+                    let text = metrics.render(&cost, host.as_ref(), &reports, &untraced, ship.as_ref().map(ShipStage::totals));
                     *page.lock().unwrap_or_else(|e| e.into_inner()) = text;
                 }
                 let mut out = stdout.lock();

@@ -22,6 +22,7 @@ const DEBIAN_PACKAGES: [&str; 20] = [
     "protobuf-compiler",
     "bpftool",
     "bpftrace",
+    // prometheus and promtool: what the metrics tests scrape and parse with.
     "prometheus",
     "podman",
     "buildah",

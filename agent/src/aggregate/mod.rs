@@ -229,6 +229,9 @@ pub struct Summary {
     pub replica_statements: u64,
     /// Second ends of one statement, not counted again.
     pub duplicate_hits: u64,
+    /// Statement records the kernel sent without their text because the
+    /// agent was shedding (counted under a placeholder digest).
+    pub shed_statements: u64,
     /// What the probes cost the server in this window (summed over the
     /// window's reads; the attached fraction is the last one).
     pub probe_cost: Option<ProbeCost>,
@@ -380,6 +383,9 @@ impl Aggregator {
             if statement.sample {
                 check_sample(texts, &statement, &digest, &mut self.hash_conflicts, self.samples);
                 continue;
+            }
+            if statement.shed {
+                window.summary.shed_statements += 1;
             }
             if statement.nested {
                 // Its client statement ends after it: wait for its record,

@@ -13,6 +13,10 @@ pub struct CostSample {
     pub cpu_cores: f64,
     /// Where `cpu_cores` came from: "cgroup" or "process".
     pub cpu_source: &'static str,
+    /// The same source's CPU time since it began counting (the agent's
+    /// start, or its cgroup's creation), for a Prometheus counter.
+    #[serde(skip)]
+    pub cpu_seconds_total: f64,
     pub rss_bytes: u64,
     /// Statements per second the agent observed over the window.
     pub statements_per_s: f64,
@@ -55,6 +59,7 @@ impl CostMeter {
         let now = Instant::now();
         let mut sample = CostSample {
             cpu_source,
+            cpu_seconds_total: cpu_ns as f64 / 1e9,
             rss_bytes: rss_bytes(),
             cpu_limit_cores: budget.and_then(Applied::cpu_cores),
             memory_limit_bytes: budget.and_then(Applied::memory_bytes),

@@ -2,20 +2,312 @@
 //! the window produced: its cost, the host, and a bounded top of digests.
 //! Digest labels are limited to `TOP_DIGESTS` per instance so a workload
 //! with unbounded distinct statements cannot blow up series cardinality.
-use crate::{aggregate::WindowReport, budget::CostSample, host::HostMetrics, probe::UntracedServer};
+//!
+//! Two kinds of series: gauges of the last window (kept as they were, for
+//! the dashboards built on them), and counters and a latency histogram
+//! that add every window up since the agent started, for `rate()` and
+//! `histogram_quantile()`. The counters live here, in `AgentMetrics`, and
+//! nowhere else: they restart at zero with the agent, as Prometheus
+//! counters may.
+use std::collections::{BTreeMap, HashMap};
+
+use agent_common::wait_class;
+use sqlbee_common::histogram::{Histogram, bucket_high, bucket_of};
+
+use crate::{
+    aggregate::{DigestStats, WindowReport},
+    budget::CostSample,
+    host::HostMetrics,
+    probe::UntracedServer,
+    ship::ShipTotals,
+};
 
 use super::{Encoder, MetricType};
 
 /// Digests exported per instance (by statements in the window).
 pub const TOP_DIGESTS: usize = 20;
 
-pub fn render(
+/// Digests per instance that keep a counter: each digest that made a
+/// window's top `TOP_DIGESTS` counts from then on, and the ones longest out
+/// of the top are forgotten past this many (their series end).
+pub const TRACKED_DIGESTS: usize = 5 * TOP_DIGESTS;
+
+/// The latency histogram's `le` bounds, as asked for (ns): 100 us to 10 s.
+const NOMINAL_BOUNDS_NS: [u64; 16] = [
+    100_000, 250_000, 500_000, 1_000_000, 2_500_000, 5_000_000, 10_000_000, 25_000_000, 50_000_000, 100_000_000,
+    250_000_000, 500_000_000, 1_000_000_000, 2_500_000_000, 5_000_000_000, 10_000_000_000,
+];
+
+/// The `le` bounds actually exported, as scheme bucket indices: each is the
+/// scheme bucket edge nearest its nominal bound, and the label says that
+/// edge exactly (`bucket_high` of the index, in seconds), never the round
+/// number. The agent keeps latencies only as scheme buckets, so a count
+/// "at or below 100 us" could not be told when 100 us falls inside a
+/// bucket; at an edge it is exact. The price is bounds like
+/// `0.000098303` for 100 us and `1.006632959` for 1 s: within 6.25% of the nominal value (half a
+/// bucket, which is an eighth of its power of two).
+pub const LATENCY_BOUNDS: [usize; NOMINAL_BOUNDS_NS.len()] = {
+    let mut bounds = [0; NOMINAL_BOUNDS_NS.len()];
+    let mut i = 0;
+    while i < bounds.len() {
+        bounds[i] = nearest_edge(NOMINAL_BOUNDS_NS[i]);
+        i += 1;
+    }
+    bounds
+};
+
+/// The bucket whose upper edge is nearest to `ns`: the one holding it, or
+/// the one before when `ns` is nearer that bucket's low end.
+const fn nearest_edge(ns: u64) -> usize {
+    let holding = bucket_of(ns);
+    if holding == 0 || ns - bucket_high(holding - 1) > bucket_high(holding) - ns { holding } else { holding - 1 }
+}
+
+/// The `le` label value of a bound (seconds).
+pub fn latency_bound_seconds(index: usize) -> f64 {
+    bucket_high(index) as f64 / 1e9
+}
+
+/// Everything the counters have added up since the agent started, and
+/// what the page needs to render them.
+pub struct AgentMetrics {
+    /// The wait-class probes are attached: without them a wait counter
+    /// would say 0 for "not measured".
+    wait_probes: bool,
+    windows: u64,
+    instances: BTreeMap<String, InstanceTotals>,
+}
+
+/// One server instance's totals. Counted from client statements at the
+/// top level, as `statements` (the kernel's exact count) is: statements
+/// stored programs, the replica applier and the event scheduler ran are
+/// not in these, so the histogram and the errors answer for the same
+/// statements as the statement counter.
+#[derive(Default)]
+struct InstanceTotals {
+    statements: u64,
+    errors: u64,
+    /// Statements whose duration the agent has, and their sum.
+    latency: Histogram,
+    latency_sum_ns: u128,
+    waits_ns: [u128; wait_class::COUNT],
+    dropped_events: u64,
+    unmatched: u64,
+    read_failures: u64,
+    overflow_statements: u64,
+    shed_statements: u64,
+    /// None until the probes' cost was first measured (not in every mode).
+    probe_cpu_s: Option<f64>,
+    digests: HashMap<DigestKey, DigestTotals>,
+}
+
+/// A digest row's identity on the page: schema and digest id.
+type DigestKey = (Option<std::sync::Arc<str>>, u64);
+
+struct DigestTotals {
+    text: String,
+    statements: u64,
+    errors: u64,
+    sum_ns: u128,
+    /// The last window (`AgentMetrics::windows`) it was in the top.
+    last_top: u64,
+}
+
+/// Client statements at the top level, the ones `statements` counts.
+fn client_top_level(d: &DigestStats) -> bool {
+    !d.lineage.nested && d.lineage.source == agent_common::source::CLIENT
+}
+
+impl AgentMetrics {
+    pub fn new(wait_probes: bool) -> AgentMetrics {
+        AgentMetrics { wait_probes, windows: 0, instances: BTreeMap::new() }
+    }
+
+    /// Adds one closed window to the totals.
+    fn add(&mut self, reports: &[WindowReport]) {
+        self.windows += 1;
+        for r in reports {
+            let t = self.instances.entry(r.instance.clone()).or_default();
+            let s = &r.summary;
+            t.statements += s.statements;
+            t.dropped_events += s.dropped_events;
+            t.unmatched += s.unmatched;
+            t.read_failures += s.read_failures;
+            t.overflow_statements += s.overflow_statements;
+            t.shed_statements += s.shed_statements;
+            if let Some(c) = &s.probe_cost {
+                *t.probe_cpu_s.get_or_insert(0.0) += c.probe_cpu_s();
+            }
+            let mut window_digests: HashMap<DigestKey, (u64, u64, u64, &str)> = HashMap::new();
+            for d in r.digests.iter().filter(|d| client_top_level(d)) {
+                t.errors += d.errors;
+                t.latency.merge(&d.histogram);
+                t.latency_sum_ns += d.sum_ns as u128;
+                for (total, w) in t.waits_ns.iter_mut().zip(&d.waits) {
+                    *total += w.sum_ns as u128;
+                }
+                // A digest can have several rows (one per lineage); on the
+                // page it is one series.
+                let e = window_digests.entry((d.schema.clone(), d.digest)).or_insert((0, 0, 0, &*d.digest_text));
+                e.0 += d.count;
+                e.1 += d.errors;
+                e.2 += d.sum_ns;
+            }
+            let mut top: Vec<_> = window_digests.iter().collect();
+            top.sort_by(|a, b| b.1.0.cmp(&a.1.0).then(a.0.cmp(b.0)));
+            for (key, (_, _, _, text)) in top.into_iter().take(TOP_DIGESTS) {
+                t.digests
+                    .entry(key.clone())
+                    .or_insert_with(|| DigestTotals { text: short(text), statements: 0, errors: 0, sum_ns: 0, last_top: 0 })
+                    .last_top = self.windows;
+            }
+            for (key, (count, errors, sum_ns, _)) in &window_digests {
+                if let Some(d) = t.digests.get_mut(key) {
+                    d.statements += count;
+                    d.errors += errors;
+                    d.sum_ns += *sum_ns as u128;
+                }
+            }
+            if t.digests.len() > TRACKED_DIGESTS {
+                let mut by_age: Vec<(u64, DigestKey)> = t.digests.iter().map(|(k, d)| (d.last_top, k.clone())).collect();
+                by_age.sort();
+                for (_, key) in by_age.into_iter().take(t.digests.len() - TRACKED_DIGESTS) {
+                    t.digests.remove(&key);
+                }
+            }
+        }
+    }
+
+    /// Adds the window up, then renders the page: the window's gauges and
+    /// the totals. `ship`: the ship path's totals, when the agent ships.
+    pub fn render(
+        &mut self,
+        cost: &CostSample,
+        host: Option<&HostMetrics>,
+        reports: &[WindowReport],
+        untraced: &[UntracedServer],
+        ship: Option<ShipTotals>,
+    ) -> String {
+        self.add(reports);
+        let mut enc = Encoder::new();
+        self.encode_totals(&mut enc, cost, ship);
+        encode_window(&mut enc, cost, host, reports, untraced);
+        enc.finish()
+    }
+
+    fn encode_totals(&self, enc: &mut Encoder, cost: &CostSample, ship: Option<ShipTotals>) {
+        enc.family("sqlbee_agent_windows_total", "Windows the agent closed; the page changes once per window.", MetricType::Counter)
+            .sample(&[], self.windows);
+        enc.family(
+            "sqlbee_agent_cpu_seconds_total",
+            "CPU time the agent used, seconds (source: its cgroup, counted since the cgroup began, or the process).",
+            MetricType::Counter,
+        )
+        .sample(&[("source", cost.cpu_source)], cost.cpu_seconds_total);
+        let per_instance: [(&str, &str, fn(&InstanceTotals) -> u64); 7] = [
+            ("sqlbee_statements_total", "Statements clients ran, exact (the kernel counts each one, whatever was dropped or sampled).", |t| t.statements),
+            ("sqlbee_statement_errors_total", "Client statements that ended with an error.", |t| t.errors),
+            ("sqlbee_dropped_events_total", "Statement records lost in the kernel ring buffer (their statements stay counted, without a duration).", |t| t.dropped_events),
+            ("sqlbee_unmatched_statements_total", "Statements counted without a duration: their start was not seen (they began before the probes attached).", |t| t.unmatched),
+            ("sqlbee_shed_statements_total", "Statement records sent without their text while the agent was shedding load.", |t| t.shed_statements),
+            ("sqlbee_overflow_statements_total", "Statements counted in the overflow row because a window reached its digest limit.", |t| t.overflow_statements),
+            ("sqlbee_read_failures_total", "Reads of server memory by the probes that failed.", |t| t.read_failures),
+        ];
+        for (name, help, value) in per_instance {
+            let mut f = enc.family(name, help, MetricType::Counter);
+            for (instance, t) in &self.instances {
+                f.sample(&[("instance", instance)], value(t));
+            }
+        }
+        {
+            let mut f = enc.family(
+                "sqlbee_statement_latency_seconds",
+                "Latency of client statements that have one (statements_total less dropped and unmatched). Each le is a \
+                 bucket edge of the agent's histogram scheme, near 100us..10s, so every count is exact.",
+                MetricType::Histogram,
+            );
+            let mut buckets = Vec::with_capacity(LATENCY_BOUNDS.len());
+            for (instance, t) in &self.instances {
+                buckets.clear();
+                let mut scheme = t.latency.buckets().peekable();
+                let mut cumulative = 0u64;
+                for &bound in &LATENCY_BOUNDS {
+                    while let Some((_, count)) = scheme.next_if(|(index, _)| *index <= bound) {
+                        cumulative = cumulative.saturating_add(count);
+                    }
+                    buckets.push((latency_bound_seconds(bound), cumulative));
+                }
+                f.histogram(&[("instance", instance)], &buckets, t.latency_sum_ns as f64 / 1e9, t.latency.total());
+            }
+        }
+        if self.wait_probes {
+            let mut f = enc.family(
+                "sqlbee_wait_seconds_total",
+                "Time client statements waited, by wait class (row_lock, metadata_lock and table_lock are lock waits).",
+                MetricType::Counter,
+            );
+            for (instance, t) in &self.instances {
+                for (class, ns) in wait_class::NAMES.iter().zip(t.waits_ns) {
+                    f.sample(&[("instance", instance), ("class", class)], ns as f64 / 1e9);
+                }
+            }
+        }
+        {
+            let mut f = enc.family(
+                "sqlbee_mysqld_probe_cpu_seconds_total",
+                "CPU the probes took from mysqld (program time plus one trap per run), seconds.",
+                MetricType::Counter,
+            );
+            for (instance, t) in &self.instances {
+                if let Some(s) = t.probe_cpu_s {
+                    f.sample(&[("instance", instance)], s);
+                }
+            }
+        }
+        let digest_families: [(&str, &str, fn(&DigestTotals) -> f64); 3] = [
+            ("sqlbee_digest_statements_total", "Client statements of a digest, counted from the first window it was in the top 20 of its instance.", |d| d.statements as f64),
+            ("sqlbee_digest_errors_total", "Client statements of a top digest that ended with an error.", |d| d.errors as f64),
+            ("sqlbee_digest_latency_seconds_total", "Total latency of a top digest's client statements, seconds.", |d| d.sum_ns as f64 / 1e9),
+        ];
+        for (name, help, value) in digest_families {
+            let mut f = enc.family(name, help, MetricType::Counter);
+            for (instance, t) in &self.instances {
+                for ((schema, digest), d) in &t.digests {
+                    let digest = format!("{digest:016x}");
+                    let labels =
+                        [("instance", instance.as_str()), ("schema", schema.as_deref().unwrap_or("")), ("digest", &digest), ("text", &d.text)];
+                    f.sample(&labels, value(d));
+                }
+            }
+        }
+        if let Some(ship) = ship {
+            let counters: [(&str, &str, u64); 8] = [
+                ("sqlbee_ship_batches_spooled_total", "Batches written to the spool (fsync'd) to be shipped.", ship.spooled),
+                ("sqlbee_ship_batches_delivered_total", "Batches a collector acknowledged.", ship.delivered),
+                ("sqlbee_ship_push_failures_total", "Pushes to a collector that failed; the batch stays spooled and is sent again.", ship.push_failures),
+                ("sqlbee_ship_batches_rejected_total", "Batches a collector refused as invalid (kept in the spool's rejected/).", ship.rejected),
+                ("sqlbee_ship_batches_lost_total", "Batches dropped before shipping (full spool, free-space floor, failed write); the collector learns of them as gaps.", ship.lost_batches),
+                ("sqlbee_ship_lost_statements_total", "Statements in the batches dropped before shipping.", ship.lost_statements),
+                ("sqlbee_ship_sender_restarts_total", "Times the sender task had to be restarted.", ship.sender_restarts),
+                ("sqlbee_ship_spool_io_errors_total", "Spool disk errors the ship path lived through.", ship.spool_io_errors),
+            ];
+            for (name, help, value) in counters {
+                enc.family(name, help, MetricType::Counter).sample(&[], value);
+            }
+            enc.family("sqlbee_ship_backlog_batches", "Batches in the spool waiting for a collector.", MetricType::Gauge)
+                .sample(&[], ship.backlog);
+        }
+    }
+}
+
+/// The last window's gauges.
+fn encode_window(
+    enc: &mut Encoder,
     cost: &CostSample,
     host: Option<&HostMetrics>,
     reports: &[WindowReport],
     untraced: &[UntracedServer],
-) -> String {
-    let mut enc = Encoder::new();
+) {
     enc.family("sqlbee_agent_cpu_cores", "CPU the agent used over the last window, cores.", MetricType::Gauge)
         .sample(&[("source", cost.cpu_source)], cost.cpu_cores);
     enc.family("sqlbee_agent_rss_bytes", "Resident memory of the agent.", MetricType::Gauge).sample(&[], cost.rss_bytes);
@@ -181,10 +473,157 @@ pub fn render(
             }
         }
     }
-    enc.finish()
 }
 
 /// Digest texts can be long; a label keeps the head.
 fn short(text: &str) -> String {
     text.chars().take(120).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{sync::Arc, time::SystemTime};
+
+    use super::*;
+    use crate::aggregate::{Lineage, Summary};
+
+    fn row(digest: u64, latencies_ns: &[u64], errors: u64, lineage: Lineage) -> DigestStats {
+        let mut histogram = Histogram::default();
+        latencies_ns.iter().for_each(|ns| histogram.record(*ns));
+        DigestStats {
+            digest,
+            digest_text: Arc::from(format!("SELECT {digest}")),
+            schema: Some(Arc::from("app")),
+            lineage,
+            stats: Default::default(),
+            accounts: Default::default(),
+            count: latencies_ns.len() as u64,
+            errors,
+            error_codes: Default::default(),
+            sum_ns: latencies_ns.iter().sum(),
+            min_ns: latencies_ns.iter().copied().min().unwrap_or(0),
+            max_ns: latencies_ns.iter().copied().max().unwrap_or(0),
+            histogram,
+            sample: String::new(),
+            truncated: 0,
+            waits: Default::default(),
+            error_messages: Default::default(),
+        }
+    }
+
+    fn report(instance: &str, statements: u64, digests: Vec<DigestStats>) -> WindowReport {
+        let now = SystemTime::now();
+        WindowReport {
+            instance: instance.into(),
+            window_start: now,
+            window_end: now,
+            digests,
+            summary: Summary { statements, ..Summary::default() },
+            lock_waits: Vec::new(),
+        }
+    }
+
+    /// The value of the one line that starts with `series ` (name and
+    /// labels exactly as written).
+    fn value(page: &str, series: &str) -> f64 {
+        let values: Vec<f64> =
+            page.lines().filter_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok()).collect();
+        assert_eq!(values.len(), 1, "{series} in:\n{page}");
+        values[0]
+    }
+
+    #[test]
+    fn latency_bounds_are_scheme_edges_near_their_nominal_values() {
+        for (i, (&bound, &nominal)) in LATENCY_BOUNDS.iter().zip(&NOMINAL_BOUNDS_NS).enumerate() {
+            let edge = bucket_high(bound);
+            // The edge closes its bucket: the next nanosecond is in the next one.
+            assert_eq!((bucket_of(edge), bucket_of(edge + 1)), (bound, bound + 1));
+            let off = (edge as f64 - nominal as f64).abs() / nominal as f64;
+            assert!(off <= 0.0625, "{nominal} ns exported as {edge} ns ({:.1}% off)", off * 100.0);
+            assert!(i == 0 || LATENCY_BOUNDS[i - 1] < bound);
+        }
+        assert_eq!(latency_bound_seconds(LATENCY_BOUNDS[0]), 0.000098303);
+        assert_eq!(latency_bound_seconds(LATENCY_BOUNDS[12]), 1.006632959);
+    }
+
+    #[test]
+    fn counters_add_windows_up_and_the_histogram_is_cumulative_and_exact() {
+        let mut metrics = AgentMetrics::new(false);
+        let cost = CostSample { cpu_source: "process", cpu_seconds_total: 1.25, ..Default::default() };
+        let first = bucket_high(LATENCY_BOUNDS[0]);
+        let nested = Lineage { nested: true, ..Lineage::default() };
+        let replica = Lineage { source: agent_common::source::REPLICA, ..Lineage::default() };
+        // At the first edge, one past it, far past the last; errors; and
+        // rows of nested and replica statements, which are not counted.
+        let window = [
+            report("db1:3306", 4, vec![
+                row(1, &[first, first + 1, 20_000_000_000], 1, Lineage::default()),
+                row(2, &[1_000], 0, Lineage::default()),
+                row(3, &[5, 5, 5], 3, nested),
+                row(4, &[7], 0, replica),
+            ]),
+            report("db2:3306", 0, vec![]),
+        ];
+        metrics.render(&cost, None, &window, &[], None);
+        let page = metrics.render(&cost, None, &window, &[], None);
+        let db1 = "{instance=\"db1:3306\"}";
+        assert_eq!(value(&page, &format!("sqlbee_statements_total{db1}")), 8.0);
+        assert_eq!(value(&page, &format!("sqlbee_statement_errors_total{db1}")), 2.0);
+        assert_eq!(value(&page, "sqlbee_agent_windows_total"), 2.0);
+        assert_eq!(value(&page, "sqlbee_agent_cpu_seconds_total{source=\"process\"}"), 1.25);
+        let bucket = |le: &str| value(&page, &format!("sqlbee_statement_latency_seconds_bucket{{instance=\"db1:3306\",le=\"{le}\"}}"));
+        assert_eq!(bucket("0.000098303"), 4.0, "1 us and the edge itself, twice");
+        assert_eq!(bucket("0.000245759"), 6.0, "one past the edge");
+        assert_eq!(bucket("9.663676415"), 6.0);
+        assert_eq!(bucket("+Inf"), 8.0);
+        assert_eq!(value(&page, &format!("sqlbee_statement_latency_seconds_count{db1}")), 8.0);
+        let sum = 2.0 * (2 * first + 1 + 20_000_000_000 + 1_000) as f64 / 1e9;
+        assert_eq!(value(&page, &format!("sqlbee_statement_latency_seconds_sum{db1}")), sum);
+        assert_eq!(value(&page, "sqlbee_statement_latency_seconds_count{instance=\"db2:3306\"}"), 0.0);
+        assert_eq!(page.matches("sqlbee_statement_latency_seconds_bucket{instance=\"db2:3306\"").count(), 17);
+        assert!(!page.contains("sqlbee_wait_seconds_total{"), "no wait probes, no wait counter:\n{page}");
+        assert!(!page.contains("sqlbee_ship_"), "no shipping, no ship counters:\n{page}");
+        let digest = |id: u64| {
+            format!("{{instance=\"db1:3306\",schema=\"app\",digest=\"{id:016x}\",text=\"SELECT {id}\"}}")
+        };
+        assert_eq!(value(&page, &format!("sqlbee_digest_statements_total{}", digest(1))), 6.0);
+        assert_eq!(value(&page, &format!("sqlbee_digest_errors_total{}", digest(1))), 2.0);
+        assert!(
+            !page.contains(&format!("sqlbee_digest_statements_total{}", digest(3))),
+            "nested rows are not client statements:\n{page}"
+        );
+    }
+
+    #[test]
+    fn digest_counters_stay_bounded_and_count_from_entering_the_top() {
+        let mut metrics = AgentMetrics::new(true);
+        let cost = CostSample::default();
+        // Digest 7 leads every window; new digests fill the rest of each
+        // top; digest 1 is in the top of the first window only, digest 2
+        // only in the last, though both run in every window.
+        let windows = TRACKED_DIGESTS / TOP_DIGESTS + 1;
+        let mut page = String::new();
+        for w in 0..windows as u64 {
+            let last = w + 1 == windows as u64;
+            let mut rows: Vec<_> =
+                (0..TOP_DIGESTS as u64 - 1).map(|i| row(1000 + w * 100 + i, &[1_000; 3], 0, Lineage::default())).collect();
+            rows.push(row(7, &[1_000; 9], 0, Lineage::default()));
+            rows.push(row(1, &vec![1_000; if w == 0 { 4 } else { 1 }], 0, Lineage::default()));
+            rows.push(row(2, &vec![1_000; if last { 5 } else { 1 }], 0, Lineage::default()));
+            page = metrics.render(&cost, None, &[report("db1:3306", 0, rows)], &[], None);
+        }
+        let counter = |id: u64| {
+            page.lines()
+                .find(|l| l.starts_with("sqlbee_digest_statements_total{") && l.contains(&format!("digest=\"{id:016x}\"")))
+                .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+        };
+        assert_eq!(page.lines().filter(|l| l.starts_with("sqlbee_digest_statements_total{")).count(), TRACKED_DIGESTS);
+        assert_eq!(counter(7), Some(9.0 * windows as f64), "in the top from the start");
+        assert_eq!(counter(2), Some(5.0), "counted from the window it entered the top");
+        assert_eq!(counter(1), None, "longest out of the top, forgotten first");
+        assert_eq!(
+            page.lines().filter(|l| l.starts_with("sqlbee_wait_seconds_total{instance=\"db1:3306\"")).count(),
+            wait_class::COUNT
+        );
+    }
 }

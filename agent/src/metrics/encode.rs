@@ -11,6 +11,9 @@ pub enum MetricType {
     /// Only goes up (resets when the agent restarts); name it `..._total`.
     Counter,
     Gauge,
+    /// Cumulative `_bucket{le}` series ending in `+Inf`, then `_sum` and
+    /// `_count`; add its samples with `Family::histogram`.
+    Histogram,
 }
 
 impl MetricType {
@@ -18,6 +21,7 @@ impl MetricType {
         match self {
             MetricType::Counter => "counter",
             MetricType::Gauge => "gauge",
+            MetricType::Histogram => "histogram",
         }
     }
 }
@@ -41,11 +45,18 @@ impl Encoder {
     pub fn family(&mut self, name: &str, help: &str, kind: MetricType) -> Family<'_> {
         debug_assert!(valid_metric_name(name), "invalid metric name {name:?}");
         let name = sanitize(name, true);
-        if !self.families.insert(name.clone()) {
+        // A histogram's series names would clash with families named like
+        // them, which Prometheus also refuses.
+        let taken = match kind {
+            MetricType::Histogram => ["", "_bucket", "_sum", "_count"].iter().map(|s| format!("{name}{s}")).collect(),
+            _ => vec![name.clone()],
+        };
+        if taken.iter().any(|n| self.families.contains(n)) {
             debug_assert!(false, "metric family {name} encoded twice");
             tracing::warn!(%name, "metric family encoded twice; dropping the second one");
             return Family { out: None, name };
         }
+        self.families.extend(taken);
         let _ = writeln!(self.out, "# HELP {name} {}", escape(help, false));
         let _ = writeln!(self.out, "# TYPE {name} {}", kind.as_str());
         Family { out: Some(&mut self.out), name }
@@ -67,27 +78,62 @@ impl Family<'_> {
     /// One sample: `name{labels} value`. Label names must be valid and
     /// distinct; values are escaped.
     pub fn sample(&mut self, labels: &[(&str, &str)], value: impl SampleValue) -> &mut Self {
-        let Some(out) = self.out.as_deref_mut() else { return self };
-        out.push_str(&self.name);
-        if !labels.is_empty() {
-            out.push('{');
-            for (i, (label, value)) in labels.iter().enumerate() {
-                debug_assert!(valid_label_name(label), "invalid label name {label:?} on {}", self.name);
-                if i > 0 {
-                    out.push(',');
-                }
-                out.push_str(&sanitize(label, false));
-                out.push_str("=\"");
-                out.push_str(&escape(value, true));
-                out.push('"');
-            }
-            out.push('}');
+        if let Some(out) = self.out.as_deref_mut() {
+            line(out, &self.name, "", labels, None, &value);
         }
-        out.push(' ');
-        value.write_to(out);
-        out.push('\n');
         self
     }
+
+    /// One histogram of a `MetricType::Histogram` family: `buckets` are
+    /// (upper bound, count of values at or below it), bounds increasing and
+    /// counts cumulative; the `+Inf` bucket is `count` and is written here.
+    /// `le` is the bound exactly as given, so a caller whose data cannot
+    /// answer for a bound must not offer it (see `agent_metrics`).
+    pub fn histogram(&mut self, labels: &[(&str, &str)], buckets: &[(f64, u64)], sum: f64, count: u64) -> &mut Self {
+        debug_assert!(
+            buckets.windows(2).all(|w| w[0].0 < w[1].0 && w[0].1 <= w[1].1) && buckets.last().is_none_or(|b| b.1 <= count),
+            "histogram {} is not cumulative over increasing bounds: {buckets:?} of {count}",
+            self.name
+        );
+        let Some(out) = self.out.as_deref_mut() else { return self };
+        let mut le = String::new();
+        for (bound, cumulative) in buckets.iter().copied().chain([(f64::INFINITY, count)]) {
+            le.clear();
+            // Plain decimals (Display), not the exponent form small
+            // samples get: `le` is a label, read by people as well.
+            let _ = if bound.is_finite() { write!(le, "{bound}") } else { write!(le, "+Inf") };
+            line(out, &self.name, "_bucket", labels, Some(&le), &cumulative);
+        }
+        line(out, &self.name, "_sum", labels, None, &sum);
+        line(out, &self.name, "_count", labels, None, &count);
+        self
+    }
+}
+
+/// `name{labels[,le]} value`, for a plain sample or one series of a
+/// histogram.
+fn line(out: &mut String, name: &str, suffix: &str, labels: &[(&str, &str)], le: Option<&str>, value: &dyn SampleValue) {
+    out.push_str(name);
+    out.push_str(suffix);
+    let le = le.map(|le| ("le", le));
+    if !labels.is_empty() || le.is_some() {
+        out.push('{');
+        for (i, (label, value)) in labels.iter().chain(le.as_ref()).enumerate() {
+            debug_assert!(valid_label_name(label), "invalid label name {label:?} on {name}");
+            debug_assert!(le.is_none() || i == labels.len() || *label != "le", "a histogram's own label `le` given on {name}");
+            if i > 0 {
+                out.push(',');
+            }
+            out.push_str(&sanitize(label, false));
+            out.push_str("=\"");
+            out.push_str(&escape(value, true));
+            out.push('"');
+        }
+        out.push('}');
+    }
+    out.push(' ');
+    value.write_to(out);
+    out.push('\n');
 }
 
 /// A number as the format spells it.
@@ -200,6 +246,45 @@ mod tests {
              sqlbee_odd_values{v=\"nan\"} NaN\n\
              sqlbee_odd_values{v=\"neg\"} -3\n"
         );
+    }
+
+    #[test]
+    fn histograms_end_in_inf_then_sum_and_count() {
+        let mut enc = Encoder::new();
+        enc.family("sqlbee_latency_seconds", "Latency.", MetricType::Histogram)
+            .histogram(&[("instance", "db1:3306")], &[(0.000098303, 3), (0.25, 5)], 1.5, 6)
+            .histogram(&[], &[(0.25, 0)], 0.0, 0);
+        assert_eq!(
+            enc.finish(),
+            "# HELP sqlbee_latency_seconds Latency.\n\
+             # TYPE sqlbee_latency_seconds histogram\n\
+             sqlbee_latency_seconds_bucket{instance=\"db1:3306\",le=\"0.000098303\"} 3\n\
+             sqlbee_latency_seconds_bucket{instance=\"db1:3306\",le=\"0.25\"} 5\n\
+             sqlbee_latency_seconds_bucket{instance=\"db1:3306\",le=\"+Inf\"} 6\n\
+             sqlbee_latency_seconds_sum{instance=\"db1:3306\"} 1.5\n\
+             sqlbee_latency_seconds_count{instance=\"db1:3306\"} 6\n\
+             sqlbee_latency_seconds_bucket{le=\"0.25\"} 0\n\
+             sqlbee_latency_seconds_bucket{le=\"+Inf\"} 0\n\
+             sqlbee_latency_seconds_sum 0.0\n\
+             sqlbee_latency_seconds_count 0\n"
+        );
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "not cumulative")]
+    fn a_histogram_that_is_not_cumulative_is_a_bug() {
+        let mut enc = Encoder::new();
+        enc.family("h", "h", MetricType::Histogram).histogram(&[], &[(0.1, 5), (0.2, 3)], 1.0, 5);
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "encoded twice")]
+    fn a_family_named_like_a_histogram_series_is_a_bug() {
+        let mut enc = Encoder::new();
+        enc.family("h", "h", MetricType::Histogram);
+        enc.family("h_count", "h", MetricType::Gauge);
     }
 
     #[test]

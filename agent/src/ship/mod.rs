@@ -25,6 +25,7 @@ use std::{
 };
 
 pub use disk_floor::DiskFloor;
+pub use health::ShipTotals;
 use health::ShipHealth;
 use identity::Identity;
 use prost::Message;
@@ -174,6 +175,7 @@ impl Batcher {
             // carried are pending again.
             spool.append(sequence, &batch.encode_to_vec())?;
             if spool.holds(sequence) {
+                self.health.spooled();
                 spool.forget_pending_gaps(&carried)?;
             } else if carries_health {
                 self.health.give_back(health);
@@ -187,6 +189,7 @@ impl Batcher {
 pub struct ShipStage {
     tx: Option<mpsc::Sender<ClosedWindows>>,
     thread: Option<std::thread::JoinHandle<Result<(), ShipError>>>,
+    health: Arc<ShipHealth>,
     /// Held until the stage is dropped: one agent per state directory.
     _lock: StateLock,
 }
@@ -204,6 +207,7 @@ impl ShipStage {
         spool.corrupt_records = 0;
         let spool = Arc::new(Mutex::new(spool));
         let identity = Arc::new(Mutex::new(identity));
+        health.backlog(backlog as u64);
         let mut batcher = Batcher {
             agent: AgentIdentity {
                 host: config.host.clone(),
@@ -216,6 +220,7 @@ impl ShipStage {
             max_batch_bytes: config.max_batch_bytes,
         };
         let (tx, mut rx) = mpsc::channel::<ClosedWindows>(64);
+        let sender_health = health.clone();
         let thread = std::thread::Builder::new()
             .name("ship".into())
             .spawn(move || {
@@ -226,7 +231,7 @@ impl ShipStage {
                     let sender = sender::Sender {
                         spool,
                         identity,
-                        health,
+                        health: sender_health,
                         wake: wake.clone(),
                         targets: config.targets.clone(),
                         replay_interval: config.replay_interval,
@@ -250,7 +255,12 @@ impl ShipStage {
                 })
             })
             .map_err(ShipError::Runtime)?;
-        Ok(Self { tx: Some(tx), thread: Some(thread), _lock: lock })
+        Ok(Self { tx: Some(tx), thread: Some(thread), health, _lock: lock })
+    }
+
+    /// What the ship path did since start, for the Prometheus page.
+    pub fn totals(&self) -> ShipTotals {
+        self.health.totals()
     }
 
     /// Hands closed windows over; waits only if 64 window sets are queued.

@@ -174,6 +174,7 @@ impl Sender {
                     continue;
                 }
             };
+            self.health.backlog(backlog as u64);
             let Some((entry, batch)) = next else {
                 if stop_requested {
                     return Ok(());
@@ -195,6 +196,7 @@ impl Sender {
             }
             match pushed {
                 Ok(response) => {
+                    self.health.delivered();
                     let ack = response.into_inner();
                     if ack.duplicate {
                         info!(sequence = ack.sequence, "collector already had this batch");
@@ -236,6 +238,7 @@ impl Sender {
                 }
                 Err(status) => match verdict(status.code()) {
                     Verdict::Retry => {
+                        self.health.push_failed();
                         failed_in_row += 1;
                         let from = current;
                         current = (current + 1) % clients.len();
@@ -249,6 +252,7 @@ impl Sender {
                         pause(delay, &mut stop, &mut stop_requested).await;
                     }
                     Verdict::Reject => {
+                        self.health.rejected();
                         error!(sequence = entry.sequence, code = ?status.code(), message = status.message(),
                             "collector refused the batch as invalid; kept in rejected/ for inspection");
                         let reason = format!("{:?}: {}", status.code(), status.message());

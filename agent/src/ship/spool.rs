@@ -359,6 +359,7 @@ impl Spool {
     /// Logs the gaps of one append and queues them for the next batch.
     fn report(&mut self, lost: Losses) -> Result<Option<Gap>, ShipError> {
         for g in &lost.gaps {
+            self.health.lost(g.batches, g.lost_statements);
             tracing::warn!(first = g.first_sequence, last = g.last_sequence, batches = g.batches,
                 lost_statements = g.lost_statements, reason = %g.reason, "batches lost before shipping");
         }

@@ -5,6 +5,7 @@
 
 pub mod browser;
 pub mod collector;
+pub mod prometheus;
 
 use std::{
     collections::HashMap,
