@@ -19,11 +19,15 @@ enum Task {
     /// Install what is missing: pinned nightly, bpf-linker, MariaDB, sysbench.
     Setup,
     /// Set up, start a private MariaDB, trace it under a short mixed
-    /// workload and print the top digests.
+    /// workload, ship to an embedded collector, print the top digests and
+    /// serve the web UI until Ctrl-C.
     Demo {
         /// Seconds of sysbench per protocol (prepared, then text).
         #[arg(long, default_value_t = 10)]
         seconds: u32,
+        /// End once the table is printed instead of serving the web UI.
+        #[arg(long)]
+        no_serve: bool,
     },
     /// Overhead of sqlbee and its alternatives on sysbench, in alternating
     /// control/treatment pairs over a thread sweep, plus criterion
@@ -67,9 +71,9 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Task::Setup => setup::run(),
-        Task::Demo { seconds } => {
+        Task::Demo { seconds, no_serve } => {
             setup::run()?;
-            demo::run(seconds)
+            demo::run(seconds, !no_serve)
         }
         Task::Bench(args) => {
             setup::run()?;
