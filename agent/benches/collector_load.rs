@@ -13,6 +13,9 @@
 //! admission control costs when more agents push at once than it admits.
 //! `--store=LOCATION` stores elsewhere than a fresh SQLite file (for
 //! example `clickhouse://127.0.0.1:8123/bench`); the report names it.
+//! With Debian's `chromium` installed, each web UI page is then opened over
+//! the whole span and its load time read from the browser's navigation
+//! timing.
 use std::{
     fmt::Write as _,
     process::{Command, Stdio},
@@ -48,6 +51,56 @@ fn cpu_seconds(pid: u32) -> f64 {
     let field = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
     let ticks = field(11) + field(12);
     ticks as f64 / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+}
+
+/// One attribute of a dumped page.
+fn attribute(dom: &str, name: &str) -> Option<f64> {
+    let start = dom.find(&format!("{name}=\""))? + name.len() + 2;
+    dom[start..start + dom[start..].find('"')?].parse().ok()
+}
+
+/// Opens each UI page over the whole span `repeats` times in headless
+/// Chromium; table rows of response and load times.
+fn page_timings(ui: &str, hours: u64, repeats: usize, dir: &std::path::Path) -> String {
+    if ui.is_empty() || !std::path::Path::new("/usr/bin/chromium").exists() {
+        return String::new();
+    }
+    let span = format!("since={hours}h");
+    let mut rows = String::new();
+    for (label, path) in [
+        ("fleet", format!("?{span}")),
+        ("top digests (50 rows, a sparkline each)", format!("top?{span}")),
+        ("top digests by p99", format!("top?{span}&order=p99")),
+        ("one digest", format!("digest?{span}&id=9e3779b97f4a7c15")),
+        ("lock waits", format!("locks?{span}")),
+        ("hosts", format!("hosts?{span}")),
+        ("agent cost", format!("cost?{span}")),
+    ] {
+        let mut response = Vec::new();
+        let mut load = Vec::new();
+        for _ in 0..repeats {
+            let out = Command::new("/usr/bin/chromium")
+                .args(["--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=120000", "--dump-dom"])
+                .arg(format!("--user-data-dir={}", dir.join("chromium").display()))
+                .arg(format!("{ui}{path}"))
+                .stderr(Stdio::null())
+                .output()
+                .unwrap();
+            let dom = String::from_utf8_lossy(&out.stdout);
+            if let (Some(r), Some(l)) = (attribute(&dom, "data-response-ms"), attribute(&dom, "data-load-ms")) {
+                response.push(r);
+                load.push(l);
+            }
+        }
+        if load.is_empty() {
+            let _ = writeln!(rows, "| {label} | no timing (page did not load) | | |");
+            continue;
+        }
+        response.sort_by(|a, b| a.total_cmp(b));
+        load.sort_by(|a, b| a.total_cmp(b));
+        let _ = writeln!(rows, "| {label} | {:.0} | {:.0} | {:.0} |", response[response.len() / 2], load[load.len() / 2], load[load.len() - 1]);
+    }
+    rows
 }
 
 fn window(agent: u64, end_ms: i64, window_ms: i64, digests: u64, seed: &mut u64) -> InstanceWindow {
@@ -151,6 +204,8 @@ fn main() {
         )
         .arg("--ready-file")
         .arg(&ready)
+        .args(["--http-listen", "127.0.0.1:0", "--http-ready-file"])
+        .arg(dir.join("ui-ready"))
         .args(max_pushes.map(|n| format!("--max-pushes-in-flight={n}")))
         .env("SQLBEE_LOG", "warn")
         .stdout(Stdio::null())
@@ -160,6 +215,7 @@ fn main() {
         std::thread::sleep(Duration::from_millis(20));
     }
     let url = format!("http://{}", std::fs::read_to_string(&ready).unwrap().trim());
+    let ui = std::fs::read_to_string(dir.join("ui-ready")).unwrap_or_default().trim().to_string();
     let pid = collector.id();
     let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64;
     let windows_per_agent = hours * 3600 / window_s;
@@ -280,6 +336,7 @@ fn main() {
             }
         }
     }
+    let pages = page_timings(&ui, hours, repeats, &dir);
     unsafe { libc::kill(pid as i32, libc::SIGTERM) };
     let _ = collector.wait();
     let _ = std::fs::remove_dir_all(&dir);
@@ -318,6 +375,14 @@ fn main() {
         "\n`sqlbee top` and `sqlbee series` wall time over the stored data (the CLI process included; median and max of {repeats}):\n"
     );
     let _ = writeln!(md, "| query | median ms | max ms |\n|---|---|---|\n{timings}");
+    if !pages.is_empty() {
+        let _ = writeln!(
+            md,
+            "Web UI pages over the whole span in headless Chromium: the browser's navigation timing, from \
+             navigation start to the response's end and to the end of the load event (median and max of {repeats}):\n"
+        );
+        let _ = writeln!(md, "| page | response ms (median) | load ms (median) | load ms (max) |\n|---|---|---|---|\n{pages}");
+    }
     println!("{md}");
     let date = String::from_utf8(Command::new("date").arg("+%Y-%m-%d").output().unwrap().stdout).unwrap();
     let out = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../benches/results");

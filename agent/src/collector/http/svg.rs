@@ -96,6 +96,15 @@ fn open(out: &mut String, title: &str, class: &str) {
     );
 }
 
+fn empty(out: &mut String) {
+    let _ = write!(
+        out,
+        "<text class=\"empty\" x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">no data in this range</text>",
+        WIDTH / 2.0,
+        HEIGHT / 2.0
+    );
+}
+
 fn time_axis(out: &mut String, x0: i64, x1: i64) {
     let base = HEIGHT - BOTTOM;
     let _ = write!(out, "<line class=\"axis\" x1=\"{LEFT}\" y1=\"{base}\" x2=\"{}\" y2=\"{base}\"/>", WIDTH - RIGHT);
@@ -142,12 +151,7 @@ pub fn line_chart(title: &str, unit: Unit, lines: &[Line], x0: i64, x1: i64) -> 
     time_axis(&mut out, x0, x1);
     let has_data = lines.iter().any(|l| l.points.iter().any(|(_, v)| v.is_some()));
     if !has_data {
-        let _ = write!(
-            out,
-            "<text class=\"empty\" x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">no data in this range</text>",
-            WIDTH / 2.0,
-            HEIGHT / 2.0
-        );
+        empty(&mut out);
     }
     for (n, line) in lines.iter().enumerate() {
         // A gap ends a run: each run is its own polyline.
@@ -234,12 +238,7 @@ pub fn heatmap(title: &str, columns: &[Column], x0: i64, x1: i64) -> String {
     }
     time_axis(&mut out, x0, x1);
     if most == 0 {
-        let _ = write!(
-            out,
-            "<text class=\"empty\" x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">no data in this range</text>",
-            WIDTH / 2.0,
-            HEIGHT / 2.0
-        );
+        empty(&mut out);
     }
     for column in columns {
         let (xa, xb) = (x_of(column.start, x0, x1), x_of(column.end, x0, x1));

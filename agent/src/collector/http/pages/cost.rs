@@ -3,7 +3,7 @@
 //! summary `sqlbee top` prints.
 use sqlbee_proto::v1::TopRequest;
 
-use super::{PageHead, Rendered, instance_names, plot_range, rate_line, seconds, series_request};
+use super::{PageHead, Rendered, instance_names, plot_range, rate_line, seconds, series_request, top_request};
 use crate::collector::http::{
     Ui,
     html::Nav,
@@ -45,13 +45,7 @@ pub async fn render(ui: &Ui, view: &View) -> Rendered {
     body.push_str(&svg::line_chart("Agent windows", Unit::Count, &[rate_line("windows", &series, |p| p.windows as f64)], x0, x1));
     body.push_str("</section>");
     let top = ui
-        .top(TopRequest {
-            instance: view.instance.clone().unwrap_or_default(),
-            since_unix_ms: view.range.since_unix_ms,
-            until_unix_ms: view.range.until_unix_ms,
-            limit: 1,
-            ..Default::default()
-        })
+        .top(TopRequest { limit: 1, ..top_request(view) })
         .await?;
     super::top::costs(&mut body, &top.costs);
     if top.costs.is_empty() {

@@ -8,12 +8,11 @@ use std::{collections::BTreeMap, fmt::Write};
 
 use sqlbee_proto::v1::{QueryStats, TopDigest, TopRequest};
 
-use super::{PageHead, Rendered, heat_columns, instance_names, line, plot_range, rate_line, seconds, series_request};
+use super::{PageHead, Rendered, instance_names, series_request, statement_plots, top_request};
 use crate::collector::http::{
     Ui,
     html::{self, Nav, esc},
     params::{Params, View, digest_id},
-    svg::{self, Unit},
 };
 
 /// Rows (schemas and lineages) a digest page lists.
@@ -24,16 +23,7 @@ pub async fn render(ui: &Ui, view: &View, params: &Params) -> Rendered {
     let hex = html::digest_hex(id);
     let schema = params.get("schema").unwrap_or("").to_string();
     let answer = ui
-        .top(TopRequest {
-            instance: view.instance.clone().unwrap_or_default(),
-            since_unix_ms: view.range.since_unix_ms,
-            until_unix_ms: view.range.until_unix_ms,
-            limit: MAX_ROWS,
-            schema: schema.clone(),
-            digest: id,
-            nested: true,
-            ..Default::default()
-        })
+        .top(TopRequest { limit: MAX_ROWS, schema: schema.clone(), digest: id, nested: true, ..top_request(view) })
         .await?;
     let mut keep = vec![("id", hex.clone())];
     if !schema.is_empty() {
@@ -58,31 +48,7 @@ pub async fn render(ui: &Ui, view: &View, params: &Params) -> Rendered {
     }
 
     let series = ui.series(series_request(view, "digest", id, &schema)).await?;
-    let (x0, x1) = plot_range(view, &series);
-    body.push_str("<section class=\"plots\">");
-    body.push_str(&svg::line_chart(
-        "Latency percentiles",
-        Unit::Nanos,
-        &[
-            line("p50", &series, |p| p.p50_ns as f64),
-            line("p95", &series, |p| p.p95_ns as f64),
-            line("p99", &series, |p| p.p99_ns as f64),
-        ],
-        x0,
-        x1,
-    ));
-    body.push_str(&svg::line_chart(
-        "Rate",
-        Unit::PerSecond,
-        &[
-            rate_line("statements/s", &series, |p| p.count as f64 / seconds(p)),
-            rate_line("errors/s", &series, |p| p.errors as f64 / seconds(p)),
-        ],
-        x0,
-        x1,
-    ));
-    body.push_str(&svg::heatmap("Latency heatmap", &heat_columns(&series), x0, x1));
-    body.push_str("</section>");
+    body.push_str(&statement_plots(view, &series));
 
     rows(&mut body, view, &answer.digests);
     errors(&mut body, &answer.digests);

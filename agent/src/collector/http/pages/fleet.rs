@@ -5,12 +5,12 @@ use std::fmt::Write;
 
 use sqlbee_proto::v1::InstanceInfo;
 
-use super::{PageHead, Rendered, heat_columns, line, merged, plot_range, rate_line, seconds, series_request};
+use super::{PageHead, Rendered, merged, plot_range, seconds, series_request, statement_plots};
 use crate::collector::http::{
     Ui,
     html::{self, Nav, esc},
     params::View,
-    svg::{self, Unit},
+    svg,
 };
 
 /// An instance not heard from for this long is marked stale.
@@ -23,31 +23,7 @@ pub async fn render(ui: &Ui, view: &View, now: i64) -> Rendered {
     names.dedup();
 
     let fleet = ui.series(series_request(view, "statements", 0, "")).await?;
-    let (x0, x1) = plot_range(view, &fleet);
-    let mut body = String::from("<section class=\"plots\">");
-    body.push_str(&svg::line_chart(
-        "Statements per second",
-        Unit::PerSecond,
-        &[
-            rate_line("statements/s", &fleet, |p| p.count as f64 / seconds(p)),
-            rate_line("errors/s", &fleet, |p| p.errors as f64 / seconds(p)),
-        ],
-        x0,
-        x1,
-    ));
-    body.push_str(&svg::line_chart(
-        "Latency",
-        Unit::Nanos,
-        &[
-            line("p50", &fleet, |p| p.p50_ns as f64),
-            line("p95", &fleet, |p| p.p95_ns as f64),
-            line("p99", &fleet, |p| p.p99_ns as f64),
-        ],
-        x0,
-        x1,
-    ));
-    body.push_str(&svg::heatmap("Latency heatmap", &heat_columns(&fleet), x0, x1));
-    body.push_str("</section>");
+    let mut body = statement_plots(view, &fleet);
 
     let shown: Vec<&InstanceInfo> = instances
         .iter()

@@ -9,14 +9,14 @@ pub mod login;
 mod top;
 
 use sqlbee_common::histogram::Histogram;
-use sqlbee_proto::v1::{self as wire, SeriesPoint, SeriesRequest, SeriesResponse};
+use sqlbee_proto::v1::{self as wire, SeriesPoint, SeriesRequest, SeriesResponse, TopRequest};
 
 use super::{
     Ui,
     html::{self, Header, Nav},
     params::{Params, View},
     page_error::PageError,
-    svg::{Column, Line},
+    svg::{self, Column, Line, Unit},
 };
 
 /// A plot over "all" starts this long before its end: the hour rollups'
@@ -163,4 +163,45 @@ fn plot_range(view: &View, series: &SeriesResponse) -> (i64, i64) {
     let start = series.points.first().map_or(plot_since(view), |p| p.start_unix_ms);
     let end = series.points.last().map_or(view.range.end_unix_ms, |p| p.end_unix_ms);
     (start, end.max(start + 1))
+}
+
+/// A Top request over the view's range and instance.
+fn top_request(view: &View) -> TopRequest {
+    TopRequest {
+        instance: view.instance.clone().unwrap_or_default(),
+        since_unix_ms: view.range.since_unix_ms,
+        until_unix_ms: view.range.until_unix_ms,
+        ..Default::default()
+    }
+}
+
+/// The plots of a statement series: rate and errors, latency percentiles,
+/// and the latency heatmap.
+fn statement_plots(view: &View, series: &SeriesResponse) -> String {
+    let (x0, x1) = plot_range(view, series);
+    let mut out = String::from("<section class=\"plots\">");
+    out.push_str(&svg::line_chart(
+        "Rate",
+        Unit::PerSecond,
+        &[
+            rate_line("statements/s", series, |p| p.count as f64 / seconds(p)),
+            rate_line("errors/s", series, |p| p.errors as f64 / seconds(p)),
+        ],
+        x0,
+        x1,
+    ));
+    out.push_str(&svg::line_chart(
+        "Latency percentiles",
+        Unit::Nanos,
+        &[
+            line("p50", series, |p| p.p50_ns as f64),
+            line("p95", series, |p| p.p95_ns as f64),
+            line("p99", series, |p| p.p99_ns as f64),
+        ],
+        x0,
+        x1,
+    ));
+    out.push_str(&svg::heatmap("Latency heatmap", &heat_columns(series), x0, x1));
+    out.push_str("</section>");
+    out
 }

@@ -6,7 +6,7 @@ use std::fmt::Write;
 
 use sqlbee_proto::v1::{TopDigest, TopRequest, TotalsRequest};
 
-use super::{PageHead, Rendered, instance_names, seconds, series_request};
+use super::{PageHead, Rendered, instance_names, seconds, series_request, top_request};
 use crate::collector::{
     http::{
         Ui,
@@ -52,15 +52,7 @@ pub async fn render(ui: &Ui, view: &View, params: &Params) -> Rendered {
     };
     let schema = params.get("schema").unwrap_or("").to_string();
     let answer = ui
-        .top(TopRequest {
-            instance: view.instance.clone().unwrap_or_default(),
-            since_unix_ms: view.range.since_unix_ms,
-            until_unix_ms: view.range.until_unix_ms,
-            order_by: order.to_string(),
-            limit,
-            schema: schema.clone(),
-            ..Default::default()
-        })
+        .top(TopRequest { order_by: order.to_string(), limit, schema: schema.clone(), ..top_request(view) })
         .await?;
     let totals = ui
         .totals(TotalsRequest {
