@@ -5,7 +5,7 @@ use std::fmt::Write;
 
 use sqlbee_proto::v1::InstanceInfo;
 
-use super::{PageHead, Rendered, merged, plot_range, seconds, series_request, statement_plots};
+use super::{PageHead, Rendered, merged, plot_range, seconds, series_request, sparkline_request, statement_plots};
 use crate::collector::http::{
     Ui,
     html::{self, Nav, esc},
@@ -50,7 +50,7 @@ async fn row(ui: &Ui, view: &View, info: &InstanceInfo, now: i64, body: &mut Str
     let (count, errors, p99, trend, seconds_covered) = if info.instance.is_empty() {
         (0, 0, 0, Vec::new(), 1.0)
     } else {
-        let mut request = series_request(view, "statements", 0, "");
+        let mut request = sparkline_request(view, "statements", 0, "");
         request.instance = info.instance.clone();
         let series = ui.series(request).await?;
         let count: u64 = series.points.iter().map(|p| p.count).sum();

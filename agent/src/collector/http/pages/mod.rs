@@ -86,8 +86,25 @@ fn plot_since(view: &View) -> i64 {
     }
 }
 
-/// A series of the view's range (about 60 steps, chosen by the Query
-/// service so the rollups answer).
+/// Steps of whole hours over a long range and whole minutes over a
+/// shorter one: the hour and minute rollups then answer each step whole,
+/// where a step of 24 minutes would make a day's plot read every minute
+/// bucket. 0 (under an hour) lets the Query service choose.
+fn step_ms(view: &View, points: i64) -> i64 {
+    const MINUTE: i64 = 60_000;
+    const HOUR: i64 = 3_600_000;
+    let span = view.range.end_unix_ms - plot_since(view);
+    let raw = (span / points).max(1);
+    if span >= 12 * HOUR {
+        (raw + HOUR - 1) / HOUR * HOUR
+    } else if span >= HOUR {
+        (raw + MINUTE - 1) / MINUTE * MINUTE
+    } else {
+        0
+    }
+}
+
+/// A series of the view's range, about 60 steps.
 fn series_request(view: &View, of: &str, digest: u64, schema: &str) -> SeriesRequest {
     SeriesRequest {
         of: of.to_string(),
@@ -96,8 +113,13 @@ fn series_request(view: &View, of: &str, digest: u64, schema: &str) -> SeriesReq
         schema: schema.to_string(),
         since_unix_ms: plot_since(view),
         until_unix_ms: view.range.until_unix_ms,
-        step_ms: 0,
+        step_ms: step_ms(view, 60),
     }
+}
+
+/// A series for a table row's sparkline: fewer, coarser steps.
+fn sparkline_request(view: &View, of: &str, digest: u64, schema: &str) -> SeriesRequest {
+    SeriesRequest { step_ms: step_ms(view, 24), ..series_request(view, of, digest, schema) }
 }
 
 fn histogram(wire: Option<&wire::Histogram>) -> Histogram {

@@ -6,7 +6,7 @@ use std::fmt::Write;
 
 use sqlbee_proto::v1::{TopDigest, TopRequest, TotalsRequest};
 
-use super::{PageHead, Rendered, instance_names, seconds, series_request, top_request};
+use super::{PageHead, Rendered, instance_names, seconds, sparkline_request, top_request};
 use crate::collector::{
     http::{
         Ui,
@@ -88,9 +88,7 @@ pub async fn render(ui: &Ui, view: &View, params: &Params) -> Rendered {
         body.push_str("<tr><td colspan=\"14\">No statements in this range.</td></tr>");
     }
     for d in &answer.digests {
-        let mut request = series_request(view, "digest", d.digest, &d.schema);
-        request.schema = d.schema.clone();
-        let series = ui.series(request).await?;
+        let series = ui.series(sparkline_request(view, "digest", d.digest, &d.schema)).await?;
         let trend: Vec<f64> = series.points.iter().map(|p| p.count as f64 / seconds(p)).collect();
         let covered: f64 = series.points.iter().map(seconds).sum::<f64>().max(1.0);
         let stats = d.stats.clone().unwrap_or_default();
