@@ -1,5 +1,5 @@
 //! Wires the gRPC server: listener, TLS/mTLS, health, auth in front of
-//! Ingest and Query, the retention task, and a clean stop. Knows every
+//! Ingest and Query, the retention and rollup tasks, and a clean stop. Knows every
 //! collector part; holds no logic of its own.
 use std::{
     future::Future,
@@ -24,7 +24,7 @@ use super::{
     http::{HttpServer, Ui},
     ingest::IngestService,
     query_api::QueryService,
-    store::{Retention, Store, retention},
+    store::{Retention, Store, retention, rollup_pass},
 };
 
 /// Largest request accepted (after gzip decompression; tonic stops
@@ -162,6 +162,7 @@ pub async fn serve(
         write_ready(path, &local.to_string())?;
     }
 
+    let roller = tokio::spawn(rollup_pass::run(store.clone(), rollup_pass::EVERY));
     let pruner = tokio::spawn(retention::run(store, settings.retention, settings.prune_interval));
     let result = router
         .serve_with_incoming_shutdown(incoming, async move {
@@ -174,6 +175,7 @@ pub async fn serve(
         .await
         .map_err(|cause| CollectorError::Serve { cause });
     pruner.abort();
+    roller.abort();
     if let Some(ui) = ui {
         match ui.await {
             Ok(Err(error)) => tracing::warn!(%error, "web UI stopped with an error"),

@@ -174,11 +174,16 @@ impl MergedAccounts {
 
     /// The most frequent `TOP_ACCOUNTS`, ties by name.
     pub fn into_top(self) -> Vec<AccountCount> {
-        let mut out: Vec<AccountCount> =
-            self.counts.into_iter().map(|((user, host), count)| AccountCount { user, host, count }).collect();
+        let mut out = self.into_all();
         out.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| (&a.user, &a.host).cmp(&(&b.user, &b.host))));
         out.truncate(TOP_ACCOUNTS);
         out
+    }
+
+    /// Every account, by name: what a rollup keeps, so a later merge
+    /// ranks them as the raw rows would.
+    pub fn into_all(self) -> Vec<AccountCount> {
+        self.counts.into_iter().map(|((user, host), count)| AccountCount { user, host, count }).collect()
     }
 }
 

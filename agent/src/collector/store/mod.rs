@@ -8,6 +8,7 @@ pub mod clickhouse;
 pub mod merge;
 pub mod retention;
 pub mod rollup;
+pub mod rollup_pass;
 pub mod sqlite;
 
 use sqlbee_proto::v1::{
@@ -266,6 +267,12 @@ pub trait Store: Send + Sync {
     fn locks(&self, query: &LocksQuery) -> Result<Vec<LockWaitRow>, StoreError>;
     /// One point per step, oldest first (see [`SeriesQuery`]).
     fn series(&self, query: &SeriesQuery) -> Result<Vec<SeriesPoint>, StoreError>;
+    /// Rolls up what arrived since the last pass, for a store that does
+    /// not roll windows up as they arrive; how many buckets are still due
+    /// (more than one pass takes). The SQLite store rolls up in `ingest`.
+    fn roll_up(&self) -> Result<usize, StoreError> {
+        Ok(0)
+    }
     /// Deletes windows that ended before `cutoffs.raw`, lock waits that
     /// started before it, the exactly-once records of batches whose
     /// windows are all gone, and rollup rows older than their level's

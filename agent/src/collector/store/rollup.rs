@@ -33,8 +33,13 @@ pub struct Span {
 /// `step`, only levels that divide it are used, so no bucket straddles two
 /// steps of a series.
 pub fn plan(since: i64, until: i64, step: Option<i64>) -> Vec<Span> {
+    plan_levels(since, until, step, &LEVELS)
+}
+
+/// `plan` over the levels a store keeps (finest first).
+pub fn plan_levels(since: i64, until: i64, step: Option<i64>, kept: &[i64]) -> Vec<Span> {
     let levels: Vec<i64> =
-        LEVELS.iter().copied().filter(|level| step.is_none_or(|step| step > 0 && step % level == 0)).collect();
+        kept.iter().copied().filter(|level| step.is_none_or(|step| step > 0 && step % level == 0)).collect();
     let mut out = Vec::new();
     split(since, until, &levels, &mut out);
     out

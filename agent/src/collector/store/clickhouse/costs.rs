@@ -10,8 +10,10 @@ use sqlbee_proto::v1::{
 
 use super::{
     error,
-    http::{Client, quote},
-    malformed, winners,
+    http::{Client, Rows, quote},
+    malformed,
+    rollups::{self, Table},
+    winners,
 };
 use crate::collector::store::{HostsQuery, StoreError, TotalsQuery, merge};
 
@@ -35,6 +37,74 @@ fn hosts_by_agent(db: &Client, action: &'static str) -> Result<HashMap<String, S
     Ok(out)
 }
 
+/// An agent window's columns as the raw table gives them and as a rollup
+/// row does (see `read_agent_row`).
+pub(super) const AGENT_RAW: &str = "agent_id, window_start, window_end, cost, toUInt8(0) AS rolled,
+    toUInt64(0) AS windows, toUInt64(0) AS costless_windows, toUInt64(0) AS shedding_windows,
+    toFloat64(0) AS cpu_seconds, received_unix_ms, ingest_id, position";
+pub(super) const AGENT_ROLLUP: &str = "agent_id, window_start, window_end, cost, toUInt8(1) AS rolled, windows,
+    costless_windows, shedding_windows, cpu_seconds, toInt64(0) AS received_unix_ms, toUInt64(0) AS ingest_id,
+    toUInt32(0) AS position";
+/// Oldest first, as the agent sent them.
+pub(super) const AGENT_ORDER: &str = "ORDER BY window_end, received_unix_ms, ingest_id, position";
+
+/// What a rollup row of an agent's windows adds up.
+pub(super) struct Rolled {
+    /// Windows with a cost (the row's span and cost are theirs).
+    pub windows: u64,
+    pub costless_windows: u64,
+    pub shedding_windows: u64,
+    pub cpu_seconds: f64,
+}
+
+/// One of an agent's windows, or a bucket of them.
+pub(super) struct AgentRow {
+    pub agent_id: String,
+    pub start: i64,
+    pub end: i64,
+    /// None: no cost (a raw window without one, a bucket of such).
+    pub cost: Option<AgentCost>,
+    pub rolled: Option<Rolled>,
+}
+
+impl AgentRow {
+    pub fn seconds(&self) -> f64 {
+        (self.end - self.start).max(0) as f64 / 1e3
+    }
+
+    pub fn cpu_seconds(&self, cost: &AgentCost) -> f64 {
+        match &self.rolled {
+            Some(r) => r.cpu_seconds,
+            None => cost.cpu_cores * self.seconds(),
+        }
+    }
+}
+
+/// Reads the columns of `AGENT_RAW` / `AGENT_ROLLUP`.
+pub(super) fn read_agent_row(rows: &mut Rows) -> Result<AgentRow, StoreError> {
+    let bad = malformed("agent windows");
+    let agent_id = rows.string().map_err(&bad)?;
+    let (start, end) = (rows.i64().map_err(&bad)?, rows.i64().map_err(&bad)?);
+    let blob = rows.bytes().map_err(&bad)?;
+    let rolled = rows.u8().map_err(&bad)? != 0;
+    let (windows, costless_windows) = (rows.u64().map_err(&bad)?, rows.u64().map_err(&bad)?);
+    let (shedding_windows, cpu_seconds) = (rows.u64().map_err(&bad)?, rows.f64().map_err(&bad)?);
+    let (_received, _ingest_id, _position) = (rows.i64().map_err(&bad)?, rows.u64().map_err(&bad)?, rows.u32().map_err(&bad)?);
+    let cost = decode::<AgentCost>(&blob, "agent cost")?;
+    if !rolled {
+        return Ok(AgentRow { agent_id, start, end, cost, rolled: None });
+    }
+    // A bucket's cost may encode to nothing (all zero) and still be one.
+    let cost = (windows > 0).then(|| cost.unwrap_or_default());
+    Ok(AgentRow {
+        agent_id,
+        start,
+        end,
+        cost,
+        rolled: Some(Rolled { windows, costless_windows, shedding_windows, cpu_seconds }),
+    })
+}
+
 /// Per agent over the range (see the SQLite store's `summaries`): the
 /// agent's CPU is divided by all its instances' statements, the probes'
 /// cost counts only instances matching the filter.
@@ -47,12 +117,10 @@ pub(super) fn summaries(db: &Client, query: &TotalsQuery) -> Result<Vec<CostSumm
     }
     let bad = malformed("costs");
     let err = |e| error("costs", e);
-    let (since, until) = (query.since_unix_ms, query.until_unix_ms);
-    let range = format!("window_end >= {since} AND window_end < {until} AND {}", winners(since, until));
+    let sources = rollups::sources(db, query.since_unix_ms, query.until_unix_ms, None, "costs")?;
     let mut agents: HashMap<String, Agent> = HashMap::new();
-    let mut rows = db
-        .select(&format!("SELECT agent_id, instance, statements, probes FROM instance_windows WHERE {range}"))
-        .map_err(err)?;
+    let mut rows =
+        db.select(&sources.union(Table::Instances, "agent_id, instance, statements, probes", "")).map_err(err)?;
     while !rows.done() {
         let agent = agents.entry(rows.string().map_err(&bad)?).or_default();
         let instance = rows.string().map_err(&bad)?;
@@ -71,32 +139,29 @@ pub(super) fn summaries(db: &Client, query: &TotalsQuery) -> Result<Vec<CostSumm
     }
     let hosts = hosts_by_agent(db, "costs")?;
     let mut rows = db
-        .select(&format!(
-            "SELECT agent_id, window_start, window_end, cost FROM agent_windows WHERE {range}
-             ORDER BY window_end, received_unix_ms, ingest_id, position"
-        ))
+        .select(&format!("{} {AGENT_ORDER}", sources.union_of(Table::Agents, AGENT_RAW, AGENT_ROLLUP, "")))
         .map_err(err)?;
     while !rows.done() {
-        let id = rows.string().map_err(&bad)?;
-        let (start, end) = (rows.i64().map_err(&bad)?, rows.i64().map_err(&bad)?);
-        let blob = rows.bytes().map_err(&bad)?;
-        if query.instance.is_some() && !agents.get(&id).is_some_and(|a| a.matched) {
+        let row = read_agent_row(&mut rows)?;
+        if query.instance.is_some() && !agents.get(&row.agent_id).is_some_and(|a| a.matched) {
             continue;
         }
-        let Some(cost) = decode::<AgentCost>(&blob, "agent cost")? else { continue };
-        let seconds = (end - start).max(0) as f64 / 1e3;
-        let host = hosts.get(&id).cloned().unwrap_or_default();
-        let s = &mut agents.entry(id).or_default().summary;
+        let Some(cost) = &row.cost else { continue };
+        let (windows, shedding_windows) = match &row.rolled {
+            Some(r) => (r.windows, r.shedding_windows),
+            None => (1, u64::from(!cost.shedding.is_empty() && cost.shedding != "exact")),
+        };
+        let (seconds, cpu_seconds) = (row.seconds(), row.cpu_seconds(cost));
+        let host = hosts.get(&row.agent_id).cloned().unwrap_or_default();
+        let s = &mut agents.entry(row.agent_id).or_default().summary;
         s.host = host;
-        s.windows += 1;
+        s.windows += windows;
         s.seconds += seconds;
-        s.agent_cpu_seconds += cost.cpu_cores * seconds;
+        s.agent_cpu_seconds += cpu_seconds;
         s.agent_max_rss_bytes = s.agent_max_rss_bytes.max(cost.rss_bytes);
         s.dropped_events = s.dropped_events.saturating_add(cost.dropped_events);
-        if !cost.shedding.is_empty() && cost.shedding != "exact" {
-            s.shedding_windows += 1;
-        }
-        s.latest_shedding = cost.shedding;
+        s.shedding_windows += shedding_windows;
+        s.latest_shedding = cost.shedding.clone();
     }
     let mut out: Vec<CostSummary> = agents
         .into_iter()

@@ -268,6 +268,11 @@ impl RowWriter {
         self
     }
 
+    pub fn f64(&mut self, v: f64) -> &mut Self {
+        self.bytes.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+
     fn len_prefix(&mut self, mut n: usize) {
         while n >= 0x80 {
             self.bytes.push((n as u8) | 0x80);
@@ -347,6 +352,10 @@ impl Rows {
 
     pub fn i64(&mut self) -> Result<i64, Malformed> {
         Ok(i64::from_le_bytes(self.fixed()?))
+    }
+
+    pub fn f64(&mut self) -> Result<f64, Malformed> {
+        Ok(f64::from_le_bytes(self.fixed()?))
     }
 
     fn len_prefix(&mut self) -> Result<usize, Malformed> {

@@ -37,12 +37,17 @@
 //! existed (two agents sharing a state directory, in the same instant):
 //! exactly one content counts, but both may be acknowledged.
 //!
+//! Hour rollups are written by a pass every collector runs, kept exact by
+//! the same rows-carry-the-rule idea (`rollups`).
+//!
 //! Retention drops whole day partitions and deletes the rest of the
 //! boundary day with `ALTER TABLE ... DELETE` (a mutation, waited for), in
 //! `write::prune`.
 mod costs;
+mod digest_rows;
 mod http;
 mod read;
+mod rollups;
 mod schema;
 mod series;
 mod write;
@@ -232,6 +237,14 @@ impl Store for ClickHouseStore {
 
     fn series(&self, query: &SeriesQuery) -> Result<Vec<SeriesPoint>, StoreError> {
         series::series(&self.db, query)
+    }
+
+    fn roll_up(&self) -> Result<usize, StoreError> {
+        let outcome = rollups::roll_up(&self.db, rollups::SETTLE_MS)?;
+        if outcome.buckets > 0 {
+            tracing::info!(store = %self.shown, buckets = outcome.buckets, rows = outcome.rows, left = outcome.left, "rolled up");
+        }
+        Ok(outcome.left)
     }
 
     fn prune(&self, cutoffs: &PruneCutoffs) -> Result<PruneOutcome, StoreError> {

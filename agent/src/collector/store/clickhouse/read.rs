@@ -1,112 +1,25 @@
-//! Answers: digests merged over windows and instances (`Top`), instances,
-//! lock waits and exact totals. Rows of winning attempts only (`winners`);
-//! every sum, min, max and merge runs in Rust (`merge`), as in the SQLite
-//! store, so u64 values and saturation behave the same.
+//! Answers: digests merged over windows, rollups and instances (`Top`),
+//! instances, lock waits and exact totals. Rows of winning attempts only
+//! (`winners`, `rollups`); every sum, min, max and merge runs in Rust
+//! (`digest_rows`, `merge`), as in the SQLite store, so u64 values and
+//! saturation behave the same.
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use prost::Message as _;
-use sqlbee_common::histogram::Histogram;
-use sqlbee_proto::v1::{
-    CommandCount, DigestStats, InstanceInfo, LockWait, LockWaitRow, QueryStats, TopDigest, TotalsResponse,
-};
+use sqlbee_proto::v1::{CommandCount, InstanceInfo, LockWait, LockWaitRow, TopDigest, TotalsResponse};
 
 use super::{
+    digest_rows::{DIGEST_COLUMNS, MERGE_COLUMNS, Merging, RowKey, read_full_row},
     equals, error,
     http::{Client, Malformed, Rows, quote},
-    malformed, winners,
+    malformed,
+    rollups::{self, Table},
+    winners,
 };
-use crate::collector::store::{
-    LocksQuery, OrderBy, StoreError, TopQuery, TotalsQuery, blob,
-    merge::{self, DigestTotals, MergedAccounts, MergedErrors, MergedWaits},
-};
+use crate::collector::store::{LocksQuery, OrderBy, StoreError, TopQuery, TotalsQuery, blob, merge};
 
-/// A digest row's key in answers: schema, digest and lineage.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub(super) struct RowKey {
-    pub schema: String,
-    pub digest: u64,
-    pub nested: bool,
-    pub program: String,
-    pub program_kind: String,
-    pub parent_digest: u64,
-    pub source: String,
-}
-
-pub(super) fn read_key(r: &mut Rows) -> Result<RowKey, Malformed> {
-    Ok(RowKey {
-        schema: r.string()?,
-        digest: r.u64()?,
-        nested: r.u8()? != 0,
-        program: r.string()?,
-        program_kind: r.string()?,
-        parent_digest: r.u64()?,
-        source: r.string()?,
-    })
-}
-
-/// Everything one digest row brings to a merge.
-pub(super) struct DigestRow {
-    pub instance: String,
-    pub key: RowKey,
-    pub window_end: i64,
-    pub count: u64,
-    pub errors: u64,
-    pub sum_ns: u64,
-    pub min_ns: u64,
-    pub max_ns: u64,
-    pub estimated: u64,
-    pub hist: Vec<(u32, u64)>,
-}
-
-/// The columns `read_digest_row` reads, in its order.
-pub(super) const DIGEST_COLUMNS: &str = "instance, schema, digest, nested, program, program_kind, parent_digest,
-    source, window_end, count, errors, sum_ns, min_ns, max_ns, estimated_count, hist_index, hist_count";
-
-pub(super) fn read_digest_row(r: &mut Rows) -> Result<DigestRow, Malformed> {
-    let instance = r.string()?;
-    let key = read_key(r)?;
-    let window_end = r.i64()?;
-    let (count, errors, sum_ns, min_ns, max_ns, estimated) = (r.u64()?, r.u64()?, r.u64()?, r.u64()?, r.u64()?, r.u64()?);
-    let index = r.array(|r| r.u32())?;
-    let counts = r.array(|r| r.u64())?;
-    if index.len() != counts.len() {
-        return Err(Malformed { at: 0 });
-    }
-    let hist = index.into_iter().zip(counts).collect();
-    Ok(DigestRow { instance, key, window_end, count, errors, sum_ns, min_ns, max_ns, estimated, hist })
-}
-
-pub(super) fn add_hist(h: &mut Histogram, buckets: &[(u32, u64)]) {
-    for &(index, count) in buckets {
-        h.add_bucket(index as usize, count);
-    }
-}
-
-/// Per key while merging.
-#[derive(Default)]
-struct Merging {
-    totals: DigestTotals,
-    instances: BTreeSet<String>,
-    rank: u64,
-    estimated: u64,
-    sampled: bool,
-    histogram: Histogram,
-    waits: MergedWaits,
-    errors: MergedErrors,
-    stats: QueryStats,
-    accounts: MergedAccounts,
-    /// The newest window's non-empty sample.
-    sample: Option<(i64, String)>,
-}
-
-/// The top query's filters on digest_windows, range and winners included.
-pub(super) fn top_where(query: &TopQuery) -> String {
-    let mut sql = format!(
-        "window_end >= {} AND window_end < {}{}",
-        query.since_unix_ms,
-        query.until_unix_ms,
-        equals(&[("instance", &query.instance), ("schema", &query.schema), ("program", &query.program)])
-    );
+/// The top query's filters on digest rows (the range apart).
+pub(super) fn top_filters(query: &TopQuery) -> String {
+    let mut sql = equals(&[("instance", &query.instance), ("schema", &query.schema), ("program", &query.program)]);
     if let Some(digest) = query.digest {
         sql.push_str(&format!(" AND digest = {digest}"));
     }
@@ -114,8 +27,6 @@ pub(super) fn top_where(query: &TopQuery) -> String {
     if !query.nested && query.program.is_none() {
         sql.push_str(" AND nested = 0");
     }
-    sql.push_str(" AND ");
-    sql.push_str(&winners(query.since_unix_ms, query.until_unix_ms));
     sql
 }
 
@@ -127,62 +38,19 @@ pub(super) fn top(db: &Client, query: &TopQuery) -> Result<Vec<TopDigest>, Store
         OrderBy::TmpDisk => "ifNull(tmp_disk_tables, 0)",
         _ => "toUInt64(0)",
     };
-    let mut rows = db
-        .select(&format!(
-            "SELECT {DIGEST_COLUMNS}, {figure}, error_code, error_count, wait_class, wait_sum_ns, wait_max_ns,
-                    wait_statements, figures, accounts, sample
-             FROM digest_windows WHERE {}",
-            top_where(query)
-        ))
-        .map_err(|e| error("top", e))?;
+    let sources = rollups::sources(db, query.since_unix_ms, query.until_unix_ms, None, "top")?;
+    let columns = format!("{DIGEST_COLUMNS}, {MERGE_COLUMNS}, {figure} AS figure");
+    let mut rows =
+        db.select(&sources.union(Table::Digests, &columns, &top_filters(query))).map_err(|e| error("top", e))?;
     let mut digests: HashMap<RowKey, Merging> = HashMap::new();
     while !rows.done() {
-        let row = read_digest_row(&mut rows).map_err(&bad)?;
+        let full = read_full_row(&mut rows, &bad)?;
         let figure = rows.u64().map_err(&bad)?;
-        let codes = rows.array(|r| r.u32()).map_err(&bad)?;
-        let code_counts = rows.array(|r| r.u64()).map_err(&bad)?;
-        let classes = rows.array(|r| r.string()).map_err(&bad)?;
-        let wait_sums = rows.array(|r| r.u64()).map_err(&bad)?;
-        let wait_maxes = rows.array(|r| r.u64()).map_err(&bad)?;
-        let wait_statements = rows.array(|r| r.u64()).map_err(&bad)?;
-        let figures = rows.bytes().map_err(&bad)?;
-        let accounts = rows.bytes().map_err(&bad)?;
-        let sample = rows.string().map_err(&bad)?;
-        if codes.len() != code_counts.len() {
-            return Err(StoreError::Corrupt { what: "error codes" });
-        }
-        if [wait_sums.len(), wait_maxes.len(), wait_statements.len()].iter().any(|&n| n != classes.len()) {
-            return Err(StoreError::Corrupt { what: "waits" });
-        }
-        let m = digests.entry(row.key).or_default();
-        if !m.instances.contains(&row.instance) {
-            m.instances.insert(row.instance);
-        }
-        m.sampled |= row.estimated > 0;
-        m.estimated = m.estimated.saturating_add(if row.estimated > 0 { row.estimated } else { row.count });
+        let m = digests.entry(full.row.key.clone()).or_default();
         if query.order_by != OrderBy::Wait {
             m.rank = m.rank.saturating_add(figure);
         }
-        m.totals.add(row.count, row.errors, row.sum_ns, row.min_ns, row.max_ns);
-        add_hist(&mut m.histogram, &row.hist);
-        for (code, count) in codes.into_iter().zip(code_counts) {
-            m.errors.add(code, count);
-        }
-        for (n, class) in classes.iter().enumerate() {
-            m.waits.add(class, wait_sums[n], wait_maxes[n], wait_statements[n]);
-        }
-        if !figures.is_empty() {
-            let row = QueryStats::decode(figures.as_slice()).map_err(|_| StoreError::Corrupt { what: "figures" })?;
-            merge::add_stats(&mut m.stats, &row);
-        }
-        if !accounts.is_empty() {
-            let holder =
-                DigestStats::decode(accounts.as_slice()).map_err(|_| StoreError::Corrupt { what: "accounts" })?;
-            m.accounts.add(&holder.accounts);
-        }
-        if !sample.is_empty() && m.sample.as_ref().is_none_or(|(end, _)| row.window_end > *end) {
-            m.sample = Some((row.window_end, sample));
-        }
+        m.add(full)?;
     }
     for m in digests.values_mut() {
         match query.order_by {
@@ -474,16 +342,15 @@ pub(super) fn totals(db: &Client, query: &TotalsQuery) -> Result<TotalsResponse,
     let bad = malformed("totals");
     let err = |e| error("totals", e);
     let (since, until) = (query.since_unix_ms, query.until_unix_ms);
-    let range = format!(
-        "window_end >= {since} AND window_end < {until}{} AND {}",
-        equals(&[("instance", &query.instance)]),
-        winners(since, until)
-    );
+    let sources = rollups::sources(db, since, until, None, "totals")?;
+    let filters = equals(&[("instance", &query.instance)]);
     let mut out = TotalsResponse::default();
     let mut commands: BTreeMap<String, u64> = BTreeMap::new();
     let mut rows = db
-        .select(&format!(
-            "SELECT statements, dropped_events, unmatched, command, command_count FROM instance_windows WHERE {range}"
+        .select(&sources.union(
+            Table::Instances,
+            "statements, dropped_events, unmatched, command, command_count",
+            &filters,
         ))
         .map_err(err)?;
     while !rows.done() {
@@ -498,7 +365,9 @@ pub(super) fn totals(db: &Client, query: &TotalsQuery) -> Result<TotalsResponse,
         }
     }
     out.commands = commands.into_iter().map(|(command, count)| CommandCount { command, count }).collect();
-    let mut rows = db.select(&format!("SELECT uniqExact(digest) FROM digest_windows WHERE {range}")).map_err(err)?;
+    let mut rows = db
+        .select(&format!("SELECT uniqExact(digest) FROM ({})", sources.union(Table::Digests, "digest", &filters)))
+        .map_err(err)?;
     out.digest_count = rows.u64().map_err(&bad)?;
     // Gaps belong to agents, not instances: with an instance filter, count
     // the gaps of the agents that served it.

@@ -15,8 +15,10 @@
 
 use super::http::{Client, HttpError};
 
-/// Bumped when the schema changes. 1: first version.
-pub const SCHEMA_VERSION: u32 = 1;
+/// Bumped when the schema changes. 1: first version. 2: hour rollups
+/// (`digest_rollups`, `instance_rollups`, `agent_rollups`, `rollup_marks`)
+/// and the server's insert time of each batch record (`batches.inserted`).
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// Columns every batch row starts with.
 pub(super) const IDENTITY: &str = "agent_id String, epoch UInt64, sequence UInt64, ingest_id UInt64";
@@ -41,7 +43,7 @@ pub(super) fn tables() -> Vec<(&'static str, String)> {
             "batches",
             &format!(
                 "{IDENTITY}, content_hash UInt64, received_unix_ms Int64, first_unix_ms Int64, last_unix_ms Int64,
-                 keep_until_unix_ms Int64"
+                 keep_until_unix_ms Int64, {INSERTED}, {WINDOW_HOURS}"
             ),
             Some("keep_until_unix_ms"),
             "agent_id, epoch, sequence, ingest_id",
@@ -84,7 +86,7 @@ pub(super) fn tables() -> Vec<(&'static str, String)> {
                  error_count Array(UInt64), wait_class Array(String), wait_sum_ns Array(UInt64),
                  wait_max_ns Array(UInt64), wait_statements Array(UInt64), rows_examined Nullable(UInt64),
                  cpu_ns Nullable(UInt64), tmp_disk_tables Nullable(UInt64), figures String, accounts String,
-                 sample String"
+                 sample String, {SAMPLE_END}"
             ),
             Some("window_end"),
             "instance, window_end, digest",
@@ -145,8 +147,60 @@ pub(super) fn tables() -> Vec<(&'static str, String)> {
             Some("keep_until_unix_ms"),
             "agent_id, first_sequence, last_sequence",
         ),
+        // Hour rollups (see `rollups`): each row merges a bucket's winning
+        // rows of one key, written by the pass whose cutoff it carries;
+        // rows count only under their bucket's newest mark. The columns
+        // are the raw tables' own, so reads take both alike.
+        table(
+            "digest_rollups",
+            "bucket Int64, cutoff Int64, instance String, window_end Int64, sample_end Int64, digest UInt64,
+             schema String, nested UInt8, program String, program_kind String, parent_digest UInt64, source String,
+             count UInt64, errors UInt64, sum_ns UInt64, min_ns UInt64, max_ns UInt64, estimated_count UInt64,
+             truncated UInt64, hist_index Array(UInt32), hist_count Array(UInt64), error_code Array(UInt32),
+             error_count Array(UInt64), wait_class Array(String), wait_sum_ns Array(UInt64),
+             wait_max_ns Array(UInt64), wait_statements Array(UInt64), rows_examined Nullable(UInt64),
+             cpu_ns Nullable(UInt64), tmp_disk_tables Nullable(UInt64), figures String, accounts String,
+             sample String",
+            Some("bucket"),
+            "bucket, cutoff, instance, digest",
+        ),
+        table(
+            "instance_rollups",
+            "bucket Int64, cutoff Int64, agent_id String, instance String, window_start Int64, window_end Int64,
+             statements UInt64, dropped_events UInt64, unmatched UInt64, command Array(String),
+             command_count Array(UInt64), probes String",
+            Some("bucket"),
+            "bucket, cutoff, agent_id, instance",
+        ),
+        table(
+            "agent_rollups",
+            "bucket Int64, cutoff Int64, agent_id String, window_start Int64, window_end Int64, cost String,
+             windows UInt64, costless_windows UInt64, shedding_windows UInt64, cpu_seconds Float64",
+            Some("bucket"),
+            "bucket, cutoff, agent_id",
+        ),
+        // A bucket's rollup is complete once its mark exists: the pass
+        // writes it after every row.
+        table("rollup_marks", "bucket Int64, cutoff Int64, written_unix_ms Int64", Some("bucket"), "bucket, cutoff"),
     ]
 }
+
+/// When the server stored a batch record, by its own clock: the rollups
+/// tell what they hold by it (see `rollups`).
+const INSERTED: &str = "inserted DateTime DEFAULT now()";
+
+/// The hours (ms / 3600000) the batch's windows end in. A version 1
+/// record reads as every hour of its time range, capped at 100 days.
+const WINDOW_HOURS: &str = "window_hours Array(Int64) DEFAULT arrayMap(i -> intDiv(first_unix_ms, 3600000) + toInt64(i),
+    range(toUInt64(least(greatest(intDiv(last_unix_ms, 3600000) - intDiv(first_unix_ms, 3600000) + 1, 0), 2400))))";
+
+/// Where a raw row's sample came from: its own window (a rollup row keeps
+/// the newest sample's end in a column of this name).
+const SAMPLE_END: &str = "sample_end Int64 ALIAS window_end";
+
+/// Rollup tables, pruned by the hour level's retention.
+pub(super) const ROLLUP_AGING: [(&str, &str); 4] =
+    [("digest_rollups", "bucket"), ("instance_rollups", "bucket"), ("agent_rollups", "bucket"), ("rollup_marks", "bucket")];
 
 /// Tables whose rows age, with the column retention goes by.
 pub(super) const AGING: [(&str, &str); 9] = [
@@ -177,6 +231,14 @@ pub(super) fn migrate(server: &Client, database: &str) -> Result<Result<u32, u32
     for (_, create) in tables().iter().skip(1) {
         db.execute(create)?;
     }
+    if (1..2).contains(&found) {
+        // Version 1's records read as inserted now (the column's default
+        // on old parts), so the rollups leave them to raw reads until
+        // retention takes them: counted once either way.
+        add_column(&db, "batches", "inserted", INSERTED)?;
+        add_column(&db, "batches", "window_hours", WINDOW_HOURS)?;
+        add_column(&db, "digest_windows", "sample_end", SAMPLE_END)?;
+    }
     if found < SCHEMA_VERSION {
         db.execute(&format!(
             "INSERT INTO schema_version (version, written_unix_ms) VALUES ({SCHEMA_VERSION}, {})",
@@ -184,4 +246,18 @@ pub(super) fn migrate(server: &Client, database: &str) -> Result<Result<u32, u32
         ))?;
     }
     Ok(Ok(found))
+}
+
+/// Adds a column to a table written by an older collector, unless a
+/// collector upgrading beside this one added it first.
+fn add_column(db: &Client, table: &str, name: &str, definition: &str) -> Result<(), HttpError> {
+    let mut rows = db.select(&format!(
+        "SELECT count() FROM system.columns WHERE database = currentDatabase() AND table = '{table}'
+         AND name = '{name}'"
+    ))?;
+    let has = rows.u64().map_err(|e| HttpError::Server { url: String::new(), status: 200, message: e.to_string() })?;
+    if has == 0 {
+        db.execute(&format!("ALTER TABLE {table} ADD COLUMN {definition}"))?;
+    }
+    Ok(())
 }

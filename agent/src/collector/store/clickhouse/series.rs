@@ -1,16 +1,16 @@
-//! Time series from raw winning rows: one point per step from `since` to
+//! Time series from winning rows and hour rollups: one point per step from `since` to
 //! `until`, each holding the windows that ended in it, empty steps as
 //! zero points; percentiles from the merged histograms (`merge`).
 use prost::Message as _;
 use sqlbee_common::histogram::Histogram;
-use sqlbee_proto::v1::{AgentCost, Bucket, Histogram as WireHistogram, ProbeCost, SeriesPoint};
+use sqlbee_proto::v1::{Bucket, Histogram as WireHistogram, ProbeCost, SeriesPoint};
 
 use super::{
-    equals, error,
+    costs, equals, error,
     http::{Client, quote},
     malformed,
-    read::{DIGEST_COLUMNS, add_hist, read_digest_row},
-    winners,
+    digest_rows::{DIGEST_COLUMNS, add_hist, read_digest_row},
+    rollups::{self, Table},
 };
 use crate::collector::store::{
     SeriesOf, SeriesQuery, StoreError,
@@ -36,7 +36,8 @@ pub(super) fn series(db: &Client, query: &SeriesQuery) -> Result<Vec<SeriesPoint
     let mut steps: Vec<Step> = Vec::new();
     steps.resize_with(points, Step::default);
     let slot = |end: i64| usize::try_from((end - since).div_euclid(step)).ok().filter(|&i| i < points);
-    let range = format!("window_end >= {since} AND window_end < {until}");
+    // Buckets that divide the step answer for their part of it.
+    let sources = rollups::sources(db, since, until, Some(step), "series")?;
     let bad = malformed("series");
     let err = |e| error("series", e);
     match query.of {
@@ -45,13 +46,9 @@ pub(super) fn series(db: &Client, query: &SeriesQuery) -> Result<Vec<SeriesPoint
                 SeriesOf::Digest(d) => format!(" AND digest = {d}"),
                 _ => String::new(),
             };
-            let mut rows = db
-                .select(&format!(
-                    "SELECT {DIGEST_COLUMNS} FROM digest_windows WHERE {range}{digest}{} AND nested = 0 AND {}",
-                    equals(&[("instance", &query.instance), ("schema", &query.schema)]),
-                    winners(since, until)
-                ))
-                .map_err(err)?;
+            let filters =
+                format!("{digest}{} AND nested = 0", equals(&[("instance", &query.instance), ("schema", &query.schema)]));
+            let mut rows = db.select(&sources.union(Table::Digests, DIGEST_COLUMNS, &filters)).map_err(err)?;
             while !rows.done() {
                 let row = read_digest_row(&mut rows).map_err(&bad)?;
                 let Some(i) = slot(row.window_end) else { continue };
@@ -63,33 +60,29 @@ pub(super) fn series(db: &Client, query: &SeriesQuery) -> Result<Vec<SeriesPoint
             // With an instance, the agents that served it in the range.
             let agents = match &query.instance {
                 Some(instance) => format!(
-                    " AND agent_id IN (SELECT agent_id FROM instance_windows WHERE instance = {} AND {range})",
+                    " AND agent_id IN (SELECT agent_id FROM instance_windows
+                         WHERE instance = {} AND window_end >= {since} AND window_end < {until})",
                     quote(instance)
                 ),
                 None => String::new(),
             };
             let mut rows = db
-                .select(&format!(
-                    "SELECT window_start, window_end, cost FROM agent_windows WHERE {range}{agents} AND {}",
-                    winners(since, until)
-                ))
+                .select(&sources.union_of(Table::Agents, costs::AGENT_RAW, costs::AGENT_ROLLUP, &agents))
                 .map_err(err)?;
             while !rows.done() {
-                let (start, end) = (rows.i64().map_err(&bad)?, rows.i64().map_err(&bad)?);
-                let cost = rows.bytes().map_err(&bad)?;
-                let Some(i) = slot(end) else { continue };
-                steps[i].windows += 1;
-                if !cost.is_empty() {
-                    let cost = AgentCost::decode(cost.as_slice()).map_err(|_| StoreError::Corrupt { what: "agent cost" })?;
-                    steps[i].agent_cpu_seconds += cost.cpu_cores * ((end - start).max(0) as f64 / 1e3);
+                let row = costs::read_agent_row(&mut rows)?;
+                let Some(i) = slot(row.end) else { continue };
+                steps[i].windows += row.rolled.as_ref().map_or(1, |r| r.windows + r.costless_windows);
+                if let Some(cost) = &row.cost {
+                    steps[i].agent_cpu_seconds += row.cpu_seconds(cost);
                     steps[i].agent_max_rss = steps[i].agent_max_rss.max(cost.rss_bytes);
                 }
             }
             let mut rows = db
-                .select(&format!(
-                    "SELECT window_end, probes FROM instance_windows WHERE {range}{} AND probes != '' AND {}",
-                    equals(&[("instance", &query.instance)]),
-                    winners(since, until)
+                .select(&sources.union(
+                    Table::Instances,
+                    "window_end, probes",
+                    &format!("{} AND probes != ''", equals(&[("instance", &query.instance)])),
                 ))
                 .map_err(err)?;
             while !rows.done() {

@@ -13,8 +13,8 @@ use sqlbee_proto::v1::Batch;
 use super::{
     error,
     http::{Client, RowWriter, quote},
-    malformed,
-    schema::AGING,
+    malformed, rollups,
+    schema::{AGING, ROLLUP_AGING},
 };
 use crate::collector::store::{IngestOutcome, PruneCutoffs, PruneOutcome, StoreError, blob};
 
@@ -134,14 +134,27 @@ pub(super) fn record(
 ) -> Result<(), StoreError> {
     let agent = batch.agent.clone().unwrap_or_default();
     let (first, last) = time_range(batch, received);
+    // The hours its windows end in, which a rollup covers (see `rollups`).
+    let hours: std::collections::BTreeSet<i64> = batch
+        .windows
+        .iter()
+        .map(|w| w.window_end_unix_ms)
+        .chain(batch.agent_windows.iter().map(|w| w.window_end_unix_ms))
+        .map(|end| end.div_euclid(rollups::LEVEL))
+        .collect();
+    let hours: Vec<i64> = hours.into_iter().collect();
     let mut w = RowWriter::default();
     w.str(&agent.agent_id).u64(batch.epoch).u64(batch.sequence).u64(ingest_id);
     w.u64(content_hash).i64(received).i64(first).i64(last).i64(last.max(received));
+    w.array(&hours, |w, h| {
+        w.i64(*h);
+    });
     w.end_row();
+    // `inserted` is left to the server's clock.
     db.insert(
         "batches",
         "agent_id, epoch, sequence, ingest_id, content_hash, received_unix_ms, first_unix_ms, last_unix_ms,
-         keep_until_unix_ms",
+         keep_until_unix_ms, window_hours",
         &w,
     )
     .map_err(|e| error("ingest", e))
@@ -353,17 +366,18 @@ fn count(db: &Client, sql: &str) -> Result<u64, StoreError> {
     rows.u64().map_err(malformed("prune"))
 }
 
-/// Deletes what is older than the raw cutoff (rollups have no rows yet).
-/// Whole days go as partitions, cheap at any size; the part of the cutoff's
-/// own day that is older goes by a mutation, waited for so the answer
-/// after a prune no longer shows it. Counts are of rows deleted, losers'
-/// rows included.
+/// Deletes what is older than the raw cutoff, and hour rollups older than
+/// theirs. Whole days go as partitions, cheap at any size; the part of the
+/// cutoff's own day that is older goes by a mutation, waited for so the
+/// answer after a prune no longer shows it. Counts are of rows deleted,
+/// losers' rows included.
 pub(super) fn prune(db: &Client, cutoffs: &PruneCutoffs) -> Result<PruneOutcome, StoreError> {
-    let cut = cutoffs.raw;
-    let cut_day = cut.div_euclid(DAY_MS);
     let mut outcome = PruneOutcome::default();
     let err = |e| error("prune", e);
-    for (table, column) in AGING {
+    let raw = AGING.iter().map(|&(table, column)| (table, column, cutoffs.raw));
+    let rolled = ROLLUP_AGING.iter().map(|&(table, column)| (table, column, cutoffs.hour));
+    for (table, column, cut) in raw.chain(rolled) {
+        let cut_day = cut.div_euclid(DAY_MS);
         let deleted = if table == "error_samples" {
             // One sample per (digest, code), as old as its newest window.
             count(
@@ -405,10 +419,11 @@ pub(super) fn prune(db: &Client, cutoffs: &PruneCutoffs) -> Result<PruneOutcome,
             "lock_waits" => outcome.lock_waits = deleted,
             "error_samples" => outcome.error_samples = deleted,
             "batches" => outcome.batches = deleted,
+            "digest_rollups" | "instance_rollups" | "agent_rollups" => outcome.rollup_rows += deleted,
             _ => {}
         }
     }
-    prune_agents(db, cut)?;
+    prune_agents(db, cutoffs.raw)?;
     Ok(outcome)
 }
 

@@ -1,0 +1,468 @@
+//! Hour rollups in a store that many collectors share, exact without
+//! transactions, and the reads that use them.
+//!
+//! A pass (`roll_up`, run by every collector now and then) merges one hour
+//! bucket's rows into one row per key, from the batches whose first record
+//! the server stored before the pass's *cutoff* (`batches.inserted`, the
+//! server's clock, minus `SETTLE_MS` so every insert stamped before it is
+//! visible), each batch through its winning attempt among those records.
+//! It writes the rows under that cutoff, then the bucket's *mark*
+//! (bucket, cutoff) last: rows without a mark (a pass killed half way) or
+//! under an older mark never count.
+//!
+//! A read splits its range with `rollup::plan_levels`. A bucket with marks
+//! is read as its newest mark's rollup rows plus the *delta*: raw rows of
+//! the batches whose every record was stored at or after that cutoff (a
+//! late batch, an agent's spool after an outage), through their winners.
+//! Every batch falls on exactly one side, so it counts once however late
+//! it comes and however often passes run; a bucket without a mark is read
+//! raw. The one assumption: an insert the server stamped is visible within
+//! `SETTLE_MS` of the stamp.
+//!
+//! Each batch record lists the hours its windows end in (`window_hours`),
+//! so a pass finds the buckets that changed since their mark and a read
+//! finds the late batches of a bucket without scanning rows.
+use std::collections::{BTreeMap, HashMap};
+
+use prost::Message as _;
+use sqlbee_proto::v1::{AgentCost, ProbeCost};
+
+use super::{
+    error,
+    http::{Client, RowWriter},
+    malformed,
+    digest_rows::{DIGEST_COLUMNS, MERGE_COLUMNS, Merging, RowKey, read_full_row},
+    winners,
+};
+use crate::collector::store::{StoreError, rollup};
+
+/// The one level this store keeps: its raw windows are an agent's (10 s
+/// to a minute), so a minute level would save little.
+pub(super) const LEVEL: i64 = rollup::HOUR_MS;
+/// How long after the server stamps an insert it is surely visible.
+pub(super) const SETTLE_MS: i64 = 5 * 60_000;
+/// Buckets one pass rolls at most, oldest first; the next pass goes on.
+const BUCKETS_PER_PASS: usize = 24;
+
+/// The raw table and the rollup table of one kind of row.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Table {
+    Digests,
+    Instances,
+    Agents,
+}
+
+impl Table {
+    fn raw(self) -> &'static str {
+        match self {
+            Table::Digests => "digest_windows",
+            Table::Instances => "instance_windows",
+            Table::Agents => "agent_windows",
+        }
+    }
+
+    fn rollup(self) -> &'static str {
+        match self {
+            Table::Digests => "digest_rollups",
+            Table::Instances => "instance_rollups",
+            Table::Agents => "agent_rollups",
+        }
+    }
+}
+
+/// Where a range's rows are: raw windows ending in `raw` (each [start,
+/// end)), and marked buckets as (bucket start, cutoff).
+#[derive(Debug, Default)]
+pub(super) struct Sources {
+    raw: Vec<(i64, i64)>,
+    marks: Vec<(i64, i64)>,
+}
+
+/// The marks of `[since, until)` and the raw parts around them; with
+/// `step`, buckets are used only if they divide it.
+pub(super) fn sources(
+    db: &Client,
+    since: i64,
+    until: i64,
+    step: Option<i64>,
+    action: &'static str,
+) -> Result<Sources, StoreError> {
+    let mut out = Sources::default();
+    for span in rollup::plan_levels(since, until, step, &[LEVEL]) {
+        if span.level.is_none() {
+            out.push_raw(span.start, span.end);
+            continue;
+        }
+        let mut rows = db
+            .select(&format!(
+                "SELECT bucket, max(cutoff) FROM rollup_marks WHERE bucket >= {} AND bucket < {}
+                 GROUP BY bucket ORDER BY bucket",
+                span.start, span.end
+            ))
+            .map_err(|e| error(action, e))?;
+        let mut at = span.start;
+        while !rows.done() {
+            let bucket = rows.i64().map_err(malformed(action))?;
+            let cutoff = rows.i64().map_err(malformed(action))?;
+            out.push_raw(at, bucket);
+            out.marks.push((bucket, cutoff));
+            at = bucket.saturating_add(LEVEL);
+        }
+        out.push_raw(at, span.end);
+    }
+    Ok(out)
+}
+
+impl Sources {
+    fn push_raw(&mut self, start: i64, end: i64) {
+        if start >= end {
+            return;
+        }
+        match self.raw.last_mut() {
+            Some(last) if last.1 == start => last.1 = end,
+            _ => self.raw.push((start, end)),
+        }
+    }
+
+    /// A SELECT of `columns` from every part (the same names in the raw
+    /// and the rollup table), each filtered by `filters` (` AND ...`).
+    pub(super) fn union(&self, table: Table, columns: &str, filters: &str) -> String {
+        self.union_of(table, columns, columns, filters)
+    }
+
+    /// As `union`, with the raw table's and the rollup table's own column
+    /// lists (the same names and types, in the same order).
+    pub(super) fn union_of(&self, table: Table, raw_columns: &str, rollup_columns: &str, filters: &str) -> String {
+        let (raw, rollup) = (table.raw(), table.rollup());
+        let mut parts = Vec::new();
+        if let (Some(first), Some(last)) = (self.raw.first(), self.raw.last()) {
+            let ranges: Vec<String> =
+                self.raw.iter().map(|(a, b)| format!("(window_end >= {a} AND window_end < {b})")).collect();
+            parts.push(format!(
+                "SELECT {raw_columns} FROM {raw} WHERE ({}){filters} AND {}",
+                ranges.join(" OR "),
+                winners(first.0, last.1)
+            ));
+        }
+        if let (Some(first), Some(last)) = (self.marks.first(), self.marks.last()) {
+            let marks: Vec<String> = self.marks.iter().map(|(b, c)| format!("({b}, {c})")).collect();
+            parts.push(format!(
+                "SELECT {rollup_columns} FROM {rollup} WHERE (bucket, cutoff) IN ({}){filters}",
+                marks.join(", ")
+            ));
+            let hours: Vec<String> = self.marks.iter().map(|(b, _)| format!("toInt64({})", b / LEVEL)).collect();
+            let cutoffs: Vec<String> = self.marks.iter().map(|(_, c)| format!("toInt64({c})")).collect();
+            let (hours, cutoffs) = (hours.join(", "), cutoffs.join(", "));
+            let (lo, hi) = (first.0, last.0 + LEVEL);
+            parts.push(format!(
+                "SELECT {raw_columns} FROM {raw} WHERE window_end >= {lo} AND window_end < {hi}{filters}
+                 AND (agent_id, epoch, sequence, ingest_id, intDiv(window_end, {LEVEL})) IN (
+                     SELECT agent_id, epoch, sequence, min(ingest_id), h FROM batches ARRAY JOIN window_hours AS h
+                     WHERE keep_until_unix_ms >= {lo} AND has([{hours}], h)
+                     GROUP BY agent_id, epoch, sequence, h
+                     HAVING toInt64(toUInt32(min(inserted))) * 1000
+                         >= transform(h, [{hours}], [{cutoffs}], toInt64({})))",
+                i64::MAX
+            ));
+        }
+        if parts.is_empty() {
+            return format!("SELECT {raw_columns} FROM {raw} WHERE 0");
+        }
+        format!("SELECT * FROM ({})", parts.join("\nUNION ALL\n"))
+    }
+}
+
+/// What a pass did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RollupOutcome {
+    pub buckets: usize,
+    pub rows: u64,
+    /// Buckets still due after this pass (it rolls at most
+    /// `BUCKETS_PER_PASS`).
+    pub left: usize,
+}
+
+/// Rolls up the buckets that ended before the cutoff and have batches
+/// stored since their newest mark (or no mark), oldest first.
+pub(super) fn roll_up(db: &Client, settle_ms: i64) -> Result<RollupOutcome, StoreError> {
+    let bad = malformed("roll up");
+    let err = |e| error("roll up", e);
+    let now_s = db.select("SELECT toInt64(toUInt32(now()))").map_err(err)?.i64().map_err(&bad)?;
+    let cutoff_s = now_s - settle_ms.max(0) / 1000;
+    let cutoff = cutoff_s.saturating_mul(1000);
+    let mut marks: HashMap<i64, i64> = HashMap::new();
+    let mut rows = db.select("SELECT bucket, max(cutoff) FROM rollup_marks GROUP BY bucket").map_err(err)?;
+    while !rows.done() {
+        let bucket = rows.i64().map_err(&bad)?;
+        marks.insert(bucket, rows.i64().map_err(&bad)?);
+    }
+    let mut rows = db
+        .select(&format!(
+            "SELECT h, toInt64(toUInt32(max(inserted))) FROM batches ARRAY JOIN window_hours AS h
+             WHERE inserted < toDateTime({cutoff_s}) GROUP BY h HAVING (h + 1) * {LEVEL} <= {cutoff} ORDER BY h"
+        ))
+        .map_err(err)?;
+    let mut due = Vec::new();
+    while !rows.done() {
+        let bucket = rows.i64().map_err(&bad)?.saturating_mul(LEVEL);
+        let newest_ms = rows.i64().map_err(&bad)?.saturating_mul(1000);
+        if marks.get(&bucket).is_none_or(|&mark| newest_ms >= mark) {
+            due.push(bucket);
+        }
+    }
+    let mut outcome = RollupOutcome { left: due.len().saturating_sub(BUCKETS_PER_PASS), ..Default::default() };
+    for bucket in due.into_iter().take(BUCKETS_PER_PASS) {
+        outcome.rows += roll_bucket(db, bucket, cutoff_s)?;
+        outcome.buckets += 1;
+    }
+    Ok(outcome)
+}
+
+/// One bucket's rollup rows under `cutoff_s`, then its mark.
+fn roll_bucket(db: &Client, bucket: i64, cutoff_s: i64) -> Result<u64, StoreError> {
+    let err = |e| error("roll up", e);
+    let end = bucket + LEVEL;
+    let counted = format!(
+        "window_end >= {bucket} AND window_end < {end} AND (agent_id, epoch, sequence, ingest_id) IN (
+             SELECT agent_id, epoch, sequence, min(ingest_id) FROM batches
+             WHERE keep_until_unix_ms >= {bucket} AND has(window_hours, toInt64({})) AND inserted < toDateTime({cutoff_s})
+             GROUP BY agent_id, epoch, sequence)",
+        bucket / LEVEL
+    );
+    let cutoff = cutoff_s * 1000;
+    let digests = roll_digests(db, &counted, bucket, cutoff)?;
+    let instances = roll_instances(db, &counted, bucket, cutoff)?;
+    let agents = roll_agents(db, &counted, bucket, cutoff)?;
+    let mut mark = RowWriter::default();
+    mark.i64(bucket).i64(cutoff).i64(sqlbee_common::clock::now_unix_ms());
+    mark.end_row();
+    db.insert("rollup_marks", "bucket, cutoff, written_unix_ms", &mark).map_err(err)?;
+    tracing::debug!(bucket, cutoff, digests, instances, agents, "rolled up");
+    Ok(digests + instances + agents)
+}
+
+pub(super) fn roll_digests(db: &Client, counted: &str, bucket: i64, cutoff: i64) -> Result<u64, StoreError> {
+    let bad = malformed("roll up");
+    let mut rows = db
+        .select(&format!("SELECT {DIGEST_COLUMNS}, {MERGE_COLUMNS} FROM digest_windows WHERE {counted}"))
+        .map_err(|e| error("roll up", e))?;
+    let mut merged: HashMap<(String, RowKey), Merging> = HashMap::new();
+    while !rows.done() {
+        let full = read_full_row(&mut rows, &bad)?;
+        merged.entry((full.row.instance.clone(), full.row.key.clone())).or_default().add(full)?;
+    }
+    let mut w = RowWriter::default();
+    for ((instance, key), m) in merged {
+        let t = &m.totals;
+        let (min_ns, max_ns) = if t.count == 0 { (0, 0) } else { (t.min_ns, t.max_ns) };
+        let (sample_end, sample) = m.sample.unwrap_or_default();
+        w.i64(bucket).i64(cutoff).str(&instance).i64(m.newest_end).i64(sample_end).u64(key.digest).str(&key.schema);
+        w.u8(u8::from(key.nested)).str(&key.program).str(&key.program_kind).u64(key.parent_digest).str(&key.source);
+        w.u64(t.count).u64(t.errors).u64(t.sum_ns).u64(min_ns).u64(max_ns);
+        w.u64(if m.sampled { m.estimated } else { 0 }).u64(m.truncated);
+        let buckets: Vec<(usize, u64)> = m.histogram.buckets().collect();
+        w.array(&buckets, |w, b| {
+            w.u32(b.0 as u32);
+        });
+        w.array(&buckets, |w, b| {
+            w.u64(b.1);
+        });
+        let errors = m.errors.into_counts(|_| String::new());
+        w.array(&errors, |w, e| {
+            w.u32(e.code);
+        });
+        w.array(&errors, |w, e| {
+            w.u64(e.count);
+        });
+        let waits = m.waits.into_stats();
+        w.array(&waits, |w, x| {
+            w.str(&x.class);
+        });
+        w.array(&waits, |w, x| {
+            w.u64(x.sum_ns);
+        });
+        w.array(&waits, |w, x| {
+            w.u64(x.max_ns);
+        });
+        w.array(&waits, |w, x| {
+            w.u64(x.statements);
+        });
+        w.opt_u64(m.stats.rows_examined).opt_u64(m.stats.cpu_ns).opt_u64(m.stats.tmp_disk_tables);
+        w.bytes(&m.stats.encode_to_vec());
+        w.bytes(&crate::collector::store::blob::encode_accounts(&m.accounts.into_all()));
+        w.str(&sample);
+        w.end_row();
+    }
+    db.insert(
+        "digest_rollups",
+        "bucket, cutoff, instance, window_end, sample_end, digest, schema, nested, program, program_kind,
+         parent_digest, source, count, errors, sum_ns, min_ns, max_ns, estimated_count, truncated, hist_index,
+         hist_count, error_code, error_count, wait_class, wait_sum_ns, wait_max_ns, wait_statements, rows_examined,
+         cpu_ns, tmp_disk_tables, figures, accounts, sample",
+        &w,
+    )
+    .map_err(|e| error("roll up", e))?;
+    Ok(w.len() as u64)
+}
+
+/// Per (agent, instance), windows with probe costs and windows without
+/// apart, so a reader's "probed statements" stay exact.
+#[derive(Default)]
+struct InstanceBucket {
+    window_start: i64,
+    window_end: i64,
+    statements: u64,
+    dropped_events: u64,
+    unmatched: u64,
+    commands: BTreeMap<String, u64>,
+    probe_cpu_seconds: f64,
+    estimated: u64,
+}
+
+fn roll_instances(db: &Client, counted: &str, bucket: i64, cutoff: i64) -> Result<u64, StoreError> {
+    let bad = malformed("roll up");
+    let mut rows = db
+        .select(&format!(
+            "SELECT agent_id, instance, window_start, window_end, statements, dropped_events, unmatched, command,
+                    command_count, probes
+             FROM instance_windows WHERE {counted}"
+        ))
+        .map_err(|e| error("roll up", e))?;
+    let mut merged: BTreeMap<(String, String, bool), InstanceBucket> = BTreeMap::new();
+    while !rows.done() {
+        let (agent, instance) = (rows.string().map_err(&bad)?, rows.string().map_err(&bad)?);
+        let (start, end) = (rows.i64().map_err(&bad)?, rows.i64().map_err(&bad)?);
+        let statements = rows.u64().map_err(&bad)?;
+        let (dropped, unmatched) = (rows.u64().map_err(&bad)?, rows.u64().map_err(&bad)?);
+        let names = rows.array(|r| r.string()).map_err(&bad)?;
+        let counts = rows.array(|r| r.u64()).map_err(&bad)?;
+        let probes = decode_probes(&rows.bytes().map_err(&bad)?)?;
+        let b = merged.entry((agent, instance, probes.is_some())).or_insert_with(|| InstanceBucket {
+            window_start: start,
+            window_end: end,
+            ..Default::default()
+        });
+        b.window_start = b.window_start.min(start);
+        b.window_end = b.window_end.max(end);
+        b.statements = b.statements.saturating_add(statements);
+        b.dropped_events = b.dropped_events.saturating_add(dropped);
+        b.unmatched = b.unmatched.saturating_add(unmatched);
+        for (name, count) in names.into_iter().zip(counts) {
+            let slot = b.commands.entry(name).or_default();
+            *slot = slot.saturating_add(count);
+        }
+        if let Some(p) = probes {
+            b.probe_cpu_seconds += p.probe_cpu_seconds;
+            let estimated = if p.estimated_statements == 0 { statements } else { p.estimated_statements };
+            b.estimated = b.estimated.saturating_add(estimated);
+        }
+    }
+    let mut w = RowWriter::default();
+    for ((agent, instance, probed), b) in merged {
+        w.i64(bucket).i64(cutoff).str(&agent).str(&instance).i64(b.window_start).i64(b.window_end);
+        w.u64(b.statements).u64(b.dropped_events).u64(b.unmatched);
+        let (names, counts): (Vec<String>, Vec<u64>) = b.commands.into_iter().unzip();
+        w.array(&names, |w, n| {
+            w.str(n);
+        });
+        w.array(&counts, |w, c| {
+            w.u64(*c);
+        });
+        let probes = if probed {
+            ProbeCost { probe_cpu_seconds: b.probe_cpu_seconds, estimated_statements: b.estimated, ..Default::default() }
+                .encode_to_vec()
+        } else {
+            Vec::new()
+        };
+        w.bytes(&probes);
+        w.end_row();
+    }
+    db.insert(
+        "instance_rollups",
+        "bucket, cutoff, agent_id, instance, window_start, window_end, statements, dropped_events, unmatched,
+         command, command_count, probes",
+        &w,
+    )
+    .map_err(|e| error("roll up", e))?;
+    Ok(w.len() as u64)
+}
+
+fn decode_probes(bytes: &[u8]) -> Result<Option<ProbeCost>, StoreError> {
+    if bytes.is_empty() {
+        return Ok(None);
+    }
+    ProbeCost::decode(bytes).map(Some).map_err(|_| StoreError::Corrupt { what: "probe cost" })
+}
+
+/// Per agent: windows with a cost (a summary counts only these) and
+/// windows without (a series counts both).
+#[derive(Default)]
+struct AgentBucket {
+    windows: u64,
+    costless_windows: u64,
+    ms: i64,
+    cpu_seconds: f64,
+    max_rss: u64,
+    dropped_events: u64,
+    shedding_windows: u64,
+    latest_shedding: String,
+    latest_end: i64,
+}
+
+fn roll_agents(db: &Client, counted: &str, bucket: i64, cutoff: i64) -> Result<u64, StoreError> {
+    let bad = malformed("roll up");
+    let mut rows = db
+        .select(&format!(
+            "SELECT agent_id, window_start, window_end, cost FROM agent_windows WHERE {counted}
+             ORDER BY window_end, received_unix_ms, ingest_id, position"
+        ))
+        .map_err(|e| error("roll up", e))?;
+    let mut merged: BTreeMap<String, AgentBucket> = BTreeMap::new();
+    while !rows.done() {
+        let agent = rows.string().map_err(&bad)?;
+        let (start, end) = (rows.i64().map_err(&bad)?, rows.i64().map_err(&bad)?);
+        let cost = rows.bytes().map_err(&bad)?;
+        let b = merged.entry(agent).or_default();
+        // As the readers do: an empty encoding is a window without a cost.
+        if cost.is_empty() {
+            b.costless_windows += 1;
+            continue;
+        }
+        let cost = AgentCost::decode(cost.as_slice()).map_err(|_| StoreError::Corrupt { what: "agent cost" })?;
+        let ms = (end - start).max(0);
+        b.windows += 1;
+        b.latest_end = b.latest_end.max(end);
+        b.ms = b.ms.saturating_add(ms);
+        b.cpu_seconds += cost.cpu_cores * (ms as f64 / 1e3);
+        b.max_rss = b.max_rss.max(cost.rss_bytes);
+        b.dropped_events = b.dropped_events.saturating_add(cost.dropped_events);
+        if !cost.shedding.is_empty() && cost.shedding != "exact" {
+            b.shedding_windows += 1;
+        }
+        b.latest_shedding = cost.shedding;
+    }
+    let mut w = RowWriter::default();
+    for (agent, b) in merged {
+        let seconds = b.ms as f64 / 1e3;
+        let cost = AgentCost {
+            cpu_cores: if seconds > 0.0 { b.cpu_seconds / seconds } else { 0.0 },
+            rss_bytes: b.max_rss,
+            dropped_events: b.dropped_events,
+            shedding: b.latest_shedding,
+            ..Default::default()
+        };
+        // Costless windows alone are placed at the bucket's start.
+        let end = if b.windows > 0 { b.latest_end } else { bucket };
+        w.i64(bucket).i64(cutoff).str(&agent).i64(end - b.ms).i64(end).bytes(&cost.encode_to_vec());
+        w.u64(b.windows).u64(b.costless_windows).u64(b.shedding_windows).f64(b.cpu_seconds);
+        w.end_row();
+    }
+    db.insert(
+        "agent_rollups",
+        "bucket, cutoff, agent_id, window_start, window_end, cost, windows, costless_windows, shedding_windows,
+         cpu_seconds",
+        &w,
+    )
+    .map_err(|e| error("roll up", e))?;
+    Ok(w.len() as u64)
+}
