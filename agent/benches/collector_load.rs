@@ -13,6 +13,10 @@
 //! admission control costs when more agents push at once than it admits.
 //! `--store=LOCATION` stores elsewhere than a fresh SQLite file (for
 //! example `clickhouse://127.0.0.1:8123/bench`); the report names it.
+//! `--store=clickhouse` starts a private ClickHouse server for the run
+//! (`xtask::clickhouse`, rollups settling in 5 s), reports its CPU beside
+//! the collector's, and waits for the hour rollups to be written before
+//! the queries are timed.
 //! With Debian's `chromium` installed, each web UI page is then opened over
 //! the whole span and its load time read from the browser's navigation
 //! timing.
@@ -41,6 +45,17 @@ fn proc_field(pid: u32, file: &str, key: &str) -> u64 {
         .ok()
         .and_then(|s| s.lines().find(|l| l.starts_with(key)).and_then(|l| l.split_whitespace().nth(1)?.parse().ok()))
         .unwrap_or(0)
+}
+
+/// The process whose command line holds `path` (a server started with its
+/// own directory), if any.
+fn pid_with_arg(path: &std::path::Path) -> Option<u32> {
+    let wanted = path.to_string_lossy().into_owned();
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|entry| {
+        let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+        let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+        (String::from_utf8_lossy(&cmdline).contains(&wanted) && !cmdline.starts_with(b"/bin/sh")).then_some(pid)
+    })
 }
 
 fn cpu_seconds(pid: u32) -> f64 {
@@ -189,7 +204,15 @@ fn main() {
     let senders = option("--senders=").unwrap_or(8).max(1);
     let max_pushes = option("--max-pushes=");
     let store_options = if normal { "?synchronous=normal" } else { "" };
-    let store_location = std::env::args().find_map(|a| a.strip_prefix("--store=").map(str::to_string));
+    let mut store_location = std::env::args().find_map(|a| a.strip_prefix("--store=").map(str::to_string));
+    let clickhouse = if store_location.as_deref() == Some("clickhouse") {
+        let server = xtask::clickhouse::PrivateClickHouse::private("collector_load").expect("a private ClickHouse");
+        store_location = Some(format!("{}?rollup_settle_s=5", server.location("load")));
+        Some(server)
+    } else {
+        None
+    };
+    let clickhouse_pid = clickhouse.as_ref().and_then(|c| c.dir.as_ref()).and_then(|dir| pid_with_arg(dir));
     let dir = std::env::temp_dir().join(format!("sqlbee-collector-load-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
@@ -229,6 +252,7 @@ fn main() {
     let batches = Arc::new(AtomicU64::new(0));
     let busy = Arc::new(AtomicU64::new(0));
     let cpu0 = cpu_seconds(pid);
+    let clickhouse_cpu0 = clickhouse_pid.map(cpu_seconds).unwrap_or(0.0);
     let started = Instant::now();
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     runtime.block_on(async {
@@ -282,6 +306,20 @@ fn main() {
     });
     let elapsed = started.elapsed().as_secs_f64();
     let cpu = cpu_seconds(pid) - cpu0;
+    let clickhouse_cpu = clickhouse_pid.map(cpu_seconds).unwrap_or(0.0) - clickhouse_cpu0;
+    // The hours that ended before the rollups' cutoff are rolled up by the
+    // collector's pass; the queries are timed once they are.
+    let rolled = clickhouse.as_ref().map(|server| {
+        let waited = Instant::now();
+        let (cpu_before, hours_due) = (cpu_seconds(pid), hours.saturating_sub(1));
+        let marks = || {
+            server.sql("SELECT uniqExact(bucket) FROM load.rollup_marks").ok().and_then(|s| s.trim().parse::<u64>().ok()).unwrap_or(0)
+        };
+        while marks() < hours_due && waited.elapsed() < Duration::from_secs(1800) {
+            std::thread::sleep(Duration::from_secs(2));
+        }
+        (marks(), waited.elapsed().as_secs_f64(), cpu_seconds(pid) - cpu_before)
+    });
     let rss_kib = proc_field(pid, "status", "VmHWM:");
     let (rows, batches) = (rows.load(Ordering::Relaxed), batches.load(Ordering::Relaxed));
     let db_bytes: u64 = std::fs::read_dir(&dir).unwrap().flatten().filter_map(|e| e.metadata().ok()).map(|m| m.len()).sum();
@@ -369,7 +407,31 @@ fn main() {
     let _ = writeln!(md, "| collector CPU | {cpu:.1} s ({:.2} cores) |", cpu / elapsed);
     let _ = writeln!(md, "| digest rows/s per collector core-second | {:.0} |", rows as f64 / cpu.max(0.001));
     let _ = writeln!(md, "| collector peak RSS | {:.1} MiB |", rss_kib as f64 / 1024.0);
-    let _ = writeln!(md, "| store size on disk | {:.1} MiB |", db_bytes as f64 / (1 << 20) as f64);
+    match (&clickhouse, clickhouse_pid) {
+        (Some(server), Some(_)) => {
+            let _ = writeln!(md, "| ClickHouse server CPU | {clickhouse_cpu:.1} s ({:.2} cores) |", clickhouse_cpu / elapsed);
+            let _ = writeln!(
+                md,
+                "| batches per core-second, collector and ClickHouse together | {:.0} |",
+                batches as f64 / (cpu + clickhouse_cpu).max(0.001)
+            );
+            let bytes = server
+                .sql("SELECT sum(bytes_on_disk) FROM system.parts WHERE database = 'load' AND active")
+                .ok()
+                .and_then(|s| s.trim().parse::<u64>().ok())
+                .unwrap_or(0);
+            let _ = writeln!(md, "| store size on disk | {:.1} MiB |", bytes as f64 / (1 << 20) as f64);
+        }
+        _ => {
+            let _ = writeln!(md, "| store size on disk | {:.1} MiB |", db_bytes as f64 / (1 << 20) as f64);
+        }
+    }
+    if let Some((marks, waited, cpu)) = rolled {
+        let _ = writeln!(
+            md,
+            "| hour rollups written after the ingest | {marks} hours in {waited:.0} s (collector CPU {cpu:.1} s) |"
+        );
+    }
     let _ = writeln!(
         md,
         "\n`sqlbee top` and `sqlbee series` wall time over the stored data (the CLI process included; median and max of {repeats}):\n"

@@ -284,7 +284,8 @@ pub trait Store: Send + Sync {
 /// `sqlite:PATH?synchronous=normal` to trade the durability of the last
 /// acknowledged batches on power loss for ingest rate; or
 /// `clickhouse://HOST:HTTP_PORT/DATABASE` with `user`, `password_file`,
-/// `tls=1` and `ca` options, shared by any number of collectors.
+/// `tls=1`, `ca` and `rollup_settle_s` options, shared by any number of
+/// collectors.
 pub fn open(location: &str) -> Result<Box<dyn Store>, StoreError> {
     let bad = || StoreError::Location { location: location.to_string() };
     match location.split_once(':') {

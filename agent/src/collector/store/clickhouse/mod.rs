@@ -76,6 +76,9 @@ pub struct Location {
     pub password_file: Option<PathBuf>,
     pub tls: bool,
     pub ca: Option<PathBuf>,
+    /// How long after the server stamps an insert it is surely visible to
+    /// a rollup pass (`rollup_settle_s`; see `rollups`).
+    pub rollup_settle_ms: i64,
 }
 
 impl Location {
@@ -99,6 +102,7 @@ impl Location {
             password_file: None,
             tls: false,
             ca: None,
+            rollup_settle_ms: rollups::SETTLE_MS,
         };
         for option in options.split('&').filter(|o| !o.is_empty()) {
             match option.split_once('=')? {
@@ -107,6 +111,7 @@ impl Location {
                 ("tls", "1" | "true") => out.tls = true,
                 ("tls", "0" | "false") => out.tls = false,
                 ("ca", v) if !v.is_empty() => out.ca = Some(PathBuf::from(v)),
+                ("rollup_settle_s", v) => out.rollup_settle_ms = v.parse::<u32>().ok()?.max(1) as i64 * 1000,
                 _ => return None,
             }
         }
@@ -159,6 +164,7 @@ pub(super) fn equals(filters: &[(&str, &Option<String>)]) -> String {
 pub struct ClickHouseStore {
     db: http::Client,
     shown: String,
+    rollup_settle_ms: i64,
 }
 
 impl ClickHouseStore {
@@ -196,7 +202,7 @@ impl ClickHouseStore {
         if found == 0 {
             tracing::info!(store = %shown, version = SCHEMA_VERSION, "created the ClickHouse store's tables");
         }
-        Ok(ClickHouseStore { db: server.with_database(&location.database), shown })
+        Ok(ClickHouseStore { db: server.with_database(&location.database), shown, rollup_settle_ms: location.rollup_settle_ms })
     }
 }
 
@@ -240,7 +246,7 @@ impl Store for ClickHouseStore {
     }
 
     fn roll_up(&self) -> Result<usize, StoreError> {
-        let outcome = rollups::roll_up(&self.db, rollups::SETTLE_MS)?;
+        let outcome = rollups::roll_up(&self.db, self.rollup_settle_ms)?;
         if outcome.buckets > 0 {
             tracing::info!(store = %self.shown, buckets = outcome.buckets, rows = outcome.rows, left = outcome.left, "rolled up");
         }
