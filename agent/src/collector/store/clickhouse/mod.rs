@@ -37,6 +37,9 @@
 //! existed (two agents sharing a state directory, in the same instant):
 //! exactly one content counts, but both may be acknowledged.
 //!
+//! Batches that arrive while others are written are written with them in
+//! one INSERT per table (`group_commit`), each with its own outcome.
+//!
 //! Hour rollups are written by a pass every collector runs, kept exact by
 //! the same rows-carry-the-rule idea (`rollups`).
 //!
@@ -45,6 +48,7 @@
 //! `write::prune`.
 mod costs;
 mod digest_rows;
+mod group_commit;
 mod http;
 mod read;
 mod rollups;
@@ -165,6 +169,7 @@ pub struct ClickHouseStore {
     db: http::Client,
     shown: String,
     rollup_settle_ms: i64,
+    groups: group_commit::GroupCommit,
 }
 
 impl ClickHouseStore {
@@ -202,13 +207,18 @@ impl ClickHouseStore {
         if found == 0 {
             tracing::info!(store = %shown, version = SCHEMA_VERSION, "created the ClickHouse store's tables");
         }
-        Ok(ClickHouseStore { db: server.with_database(&location.database), shown, rollup_settle_ms: location.rollup_settle_ms })
+        Ok(ClickHouseStore {
+            db: server.with_database(&location.database),
+            shown,
+            rollup_settle_ms: location.rollup_settle_ms,
+            groups: group_commit::GroupCommit::default(),
+        })
     }
 }
 
 impl Store for ClickHouseStore {
     fn ingest(&self, batch: &Batch, received_unix_ms: i64, content_hash: u64) -> Result<IngestOutcome, StoreError> {
-        write::ingest(&self.db, batch, received_unix_ms, content_hash)
+        self.groups.ingest(&self.db, batch, received_unix_ms, content_hash)
     }
 
     fn top(&self, query: &TopQuery) -> Result<Vec<TopDigest>, StoreError> {

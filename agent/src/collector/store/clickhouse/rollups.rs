@@ -6,9 +6,10 @@
 //! the server stored before the pass's *cutoff* (`batches.inserted`, the
 //! server's clock, minus `SETTLE_MS` so every insert stamped before it is
 //! visible), each batch through its winning attempt among those records.
-//! It writes the rows under that cutoff, then the bucket's *mark*
-//! (bucket, cutoff) last: rows without a mark (a pass killed half way) or
-//! under an older mark never count.
+//! It writes the rows under a *pass id* (the cutoff second in its high
+//! bits, random low bits, so two passes in one second differ), then the
+//! bucket's *mark* (bucket, pass id) last: rows without a mark (a pass
+//! killed half way) or under an older mark never count.
 //!
 //! A read splits its range with `rollup::plan_levels`. A bucket with marks
 //! is read as its newest mark's rollup rows plus the *delta*: raw rows of
@@ -41,6 +42,20 @@ use crate::collector::store::{StoreError, rollup};
 pub(super) const LEVEL: i64 = rollup::HOUR_MS;
 /// How long after the server stamps an insert it is surely visible.
 pub(super) const SETTLE_MS: i64 = 5 * 60_000;
+/// Random low bits of a pass id.
+const PASS_RANDOM_BITS: u32 = 22;
+
+/// A pass id for a cutoff (seconds): ordered by cutoff, unique per pass.
+pub(super) fn pass_id(cutoff_s: i64) -> i64 {
+    // The same draw as an ingest attempt's id: time high, random low.
+    let random = super::write::new_ingest_id(0) as i64 & ((1 << PASS_RANDOM_BITS) - 1);
+    (cutoff_s.max(0) << PASS_RANDOM_BITS) | random
+}
+
+/// The cutoff (seconds) a pass id carries.
+fn cutoff_of(pass: i64) -> i64 {
+    pass >> PASS_RANDOM_BITS
+}
 /// Buckets one pass rolls at most, oldest first; the next pass goes on.
 const BUCKETS_PER_PASS: usize = 24;
 
@@ -71,7 +86,7 @@ impl Table {
 }
 
 /// Where a range's rows are: raw windows ending in `raw` (each [start,
-/// end)), and marked buckets as (bucket start, cutoff).
+/// end)), and marked buckets as (bucket start, newest pass id).
 #[derive(Debug, Default)]
 pub(super) struct Sources {
     raw: Vec<(i64, i64)>,
@@ -95,7 +110,7 @@ pub(super) fn sources(
         }
         let mut rows = db
             .select(&format!(
-                "SELECT bucket, max(cutoff) FROM rollup_marks WHERE bucket >= {} AND bucket < {}
+                "SELECT bucket, max(pass) FROM rollup_marks WHERE bucket >= {} AND bucket < {}
                  GROUP BY bucket ORDER BY bucket",
                 span.start, span.end
             ))
@@ -103,9 +118,9 @@ pub(super) fn sources(
         let mut at = span.start;
         while !rows.done() {
             let bucket = rows.i64().map_err(malformed(action))?;
-            let cutoff = rows.i64().map_err(malformed(action))?;
+            let pass = rows.i64().map_err(malformed(action))?;
             out.push_raw(at, bucket);
-            out.marks.push((bucket, cutoff));
+            out.marks.push((bucket, pass));
             at = bucket.saturating_add(LEVEL);
         }
         out.push_raw(at, span.end);
@@ -147,11 +162,11 @@ impl Sources {
         if let (Some(first), Some(last)) = (self.marks.first(), self.marks.last()) {
             let marks: Vec<String> = self.marks.iter().map(|(b, c)| format!("({b}, {c})")).collect();
             parts.push(format!(
-                "SELECT {rollup_columns} FROM {rollup} WHERE (bucket, cutoff) IN ({}){filters}",
+                "SELECT {rollup_columns} FROM {rollup} WHERE (bucket, pass) IN ({}){filters}",
                 marks.join(", ")
             ));
             let hours: Vec<String> = self.marks.iter().map(|(b, _)| format!("toInt64({})", b / LEVEL)).collect();
-            let cutoffs: Vec<String> = self.marks.iter().map(|(_, c)| format!("toInt64({c})")).collect();
+            let cutoffs: Vec<String> = self.marks.iter().map(|(_, p)| format!("toInt64({})", cutoff_of(*p))).collect();
             let (hours, cutoffs) = (hours.join(", "), cutoffs.join(", "));
             let (lo, hi) = (first.0, last.0 + LEVEL);
             parts.push(format!(
@@ -160,8 +175,7 @@ impl Sources {
                      SELECT agent_id, epoch, sequence, min(ingest_id), h FROM batches ARRAY JOIN window_hours AS h
                      WHERE keep_until_unix_ms >= {lo} AND has([{hours}], h)
                      GROUP BY agent_id, epoch, sequence, h
-                     HAVING toInt64(toUInt32(min(inserted))) * 1000
-                         >= transform(h, [{hours}], [{cutoffs}], toInt64({})))",
+                     HAVING toInt64(toUInt32(min(inserted))) >= transform(h, [{hours}], [{cutoffs}], toInt64({})))",
                 i64::MAX
             ));
         }
@@ -191,7 +205,7 @@ pub(super) fn roll_up(db: &Client, settle_ms: i64) -> Result<RollupOutcome, Stor
     let cutoff_s = now_s - settle_ms.max(0) / 1000;
     let cutoff = cutoff_s.saturating_mul(1000);
     let mut marks: HashMap<i64, i64> = HashMap::new();
-    let mut rows = db.select("SELECT bucket, max(cutoff) FROM rollup_marks GROUP BY bucket").map_err(err)?;
+    let mut rows = db.select("SELECT bucket, max(pass) FROM rollup_marks GROUP BY bucket").map_err(err)?;
     while !rows.done() {
         let bucket = rows.i64().map_err(&bad)?;
         marks.insert(bucket, rows.i64().map_err(&bad)?);
@@ -205,8 +219,8 @@ pub(super) fn roll_up(db: &Client, settle_ms: i64) -> Result<RollupOutcome, Stor
     let mut due = Vec::new();
     while !rows.done() {
         let bucket = rows.i64().map_err(&bad)?.saturating_mul(LEVEL);
-        let newest_ms = rows.i64().map_err(&bad)?.saturating_mul(1000);
-        if marks.get(&bucket).is_none_or(|&mark| newest_ms >= mark) {
+        let newest_s = rows.i64().map_err(&bad)?;
+        if marks.get(&bucket).is_none_or(|&pass| newest_s >= cutoff_of(pass)) {
             due.push(bucket);
         }
     }
@@ -218,8 +232,9 @@ pub(super) fn roll_up(db: &Client, settle_ms: i64) -> Result<RollupOutcome, Stor
     Ok(outcome)
 }
 
-/// One bucket's rollup rows under `cutoff_s`, then its mark.
-fn roll_bucket(db: &Client, bucket: i64, cutoff_s: i64) -> Result<u64, StoreError> {
+/// One bucket's rollup rows of the batches stored before `cutoff_s`, under
+/// a pass id of their own, then its mark.
+pub(super) fn roll_bucket(db: &Client, bucket: i64, cutoff_s: i64) -> Result<u64, StoreError> {
     let err = |e| error("roll up", e);
     let end = bucket + LEVEL;
     let counted = format!(
@@ -229,19 +244,19 @@ fn roll_bucket(db: &Client, bucket: i64, cutoff_s: i64) -> Result<u64, StoreErro
              GROUP BY agent_id, epoch, sequence)",
         bucket / LEVEL
     );
-    let cutoff = cutoff_s * 1000;
-    let digests = roll_digests(db, &counted, bucket, cutoff)?;
-    let instances = roll_instances(db, &counted, bucket, cutoff)?;
-    let agents = roll_agents(db, &counted, bucket, cutoff)?;
+    let pass = pass_id(cutoff_s);
+    let digests = roll_digests(db, &counted, bucket, pass)?;
+    let instances = roll_instances(db, &counted, bucket, pass)?;
+    let agents = roll_agents(db, &counted, bucket, pass)?;
     let mut mark = RowWriter::default();
-    mark.i64(bucket).i64(cutoff).i64(sqlbee_common::clock::now_unix_ms());
+    mark.i64(bucket).i64(pass).i64(sqlbee_common::clock::now_unix_ms());
     mark.end_row();
-    db.insert("rollup_marks", "bucket, cutoff, written_unix_ms", &mark).map_err(err)?;
-    tracing::debug!(bucket, cutoff, digests, instances, agents, "rolled up");
+    db.insert("rollup_marks", "bucket, pass, written_unix_ms", &mark).map_err(err)?;
+    tracing::debug!(bucket, cutoff_s, pass, digests, instances, agents, "rolled up");
     Ok(digests + instances + agents)
 }
 
-pub(super) fn roll_digests(db: &Client, counted: &str, bucket: i64, cutoff: i64) -> Result<u64, StoreError> {
+pub(super) fn roll_digests(db: &Client, counted: &str, bucket: i64, pass: i64) -> Result<u64, StoreError> {
     let bad = malformed("roll up");
     let mut rows = db
         .select(&format!("SELECT {DIGEST_COLUMNS}, {MERGE_COLUMNS} FROM digest_windows WHERE {counted}"))
@@ -256,7 +271,7 @@ pub(super) fn roll_digests(db: &Client, counted: &str, bucket: i64, cutoff: i64)
         let t = &m.totals;
         let (min_ns, max_ns) = if t.count == 0 { (0, 0) } else { (t.min_ns, t.max_ns) };
         let (sample_end, sample) = m.sample.unwrap_or_default();
-        w.i64(bucket).i64(cutoff).str(&instance).i64(m.newest_end).i64(sample_end).u64(key.digest).str(&key.schema);
+        w.i64(bucket).i64(pass).str(&instance).i64(m.newest_end).i64(sample_end).u64(key.digest).str(&key.schema);
         w.u8(u8::from(key.nested)).str(&key.program).str(&key.program_kind).u64(key.parent_digest).str(&key.source);
         w.u64(t.count).u64(t.errors).u64(t.sum_ns).u64(min_ns).u64(max_ns);
         w.u64(if m.sampled { m.estimated } else { 0 }).u64(m.truncated);
@@ -295,7 +310,7 @@ pub(super) fn roll_digests(db: &Client, counted: &str, bucket: i64, cutoff: i64)
     }
     db.insert(
         "digest_rollups",
-        "bucket, cutoff, instance, window_end, sample_end, digest, schema, nested, program, program_kind,
+        "bucket, pass, instance, window_end, sample_end, digest, schema, nested, program, program_kind,
          parent_digest, source, count, errors, sum_ns, min_ns, max_ns, estimated_count, truncated, hist_index,
          hist_count, error_code, error_count, wait_class, wait_sum_ns, wait_max_ns, wait_statements, rows_examined,
          cpu_ns, tmp_disk_tables, figures, accounts, sample",
@@ -319,7 +334,7 @@ struct InstanceBucket {
     estimated: u64,
 }
 
-fn roll_instances(db: &Client, counted: &str, bucket: i64, cutoff: i64) -> Result<u64, StoreError> {
+fn roll_instances(db: &Client, counted: &str, bucket: i64, pass: i64) -> Result<u64, StoreError> {
     let bad = malformed("roll up");
     let mut rows = db
         .select(&format!(
@@ -359,7 +374,7 @@ fn roll_instances(db: &Client, counted: &str, bucket: i64, cutoff: i64) -> Resul
     }
     let mut w = RowWriter::default();
     for ((agent, instance, probed), b) in merged {
-        w.i64(bucket).i64(cutoff).str(&agent).str(&instance).i64(b.window_start).i64(b.window_end);
+        w.i64(bucket).i64(pass).str(&agent).str(&instance).i64(b.window_start).i64(b.window_end);
         w.u64(b.statements).u64(b.dropped_events).u64(b.unmatched);
         let (names, counts): (Vec<String>, Vec<u64>) = b.commands.into_iter().unzip();
         w.array(&names, |w, n| {
@@ -379,7 +394,7 @@ fn roll_instances(db: &Client, counted: &str, bucket: i64, cutoff: i64) -> Resul
     }
     db.insert(
         "instance_rollups",
-        "bucket, cutoff, agent_id, instance, window_start, window_end, statements, dropped_events, unmatched,
+        "bucket, pass, agent_id, instance, window_start, window_end, statements, dropped_events, unmatched,
          command, command_count, probes",
         &w,
     )
@@ -409,7 +424,7 @@ struct AgentBucket {
     latest_end: i64,
 }
 
-fn roll_agents(db: &Client, counted: &str, bucket: i64, cutoff: i64) -> Result<u64, StoreError> {
+fn roll_agents(db: &Client, counted: &str, bucket: i64, pass: i64) -> Result<u64, StoreError> {
     let bad = malformed("roll up");
     let mut rows = db
         .select(&format!(
@@ -453,13 +468,13 @@ fn roll_agents(db: &Client, counted: &str, bucket: i64, cutoff: i64) -> Result<u
         };
         // Costless windows alone are placed at the bucket's start.
         let end = if b.windows > 0 { b.latest_end } else { bucket };
-        w.i64(bucket).i64(cutoff).str(&agent).i64(end - b.ms).i64(end).bytes(&cost.encode_to_vec());
+        w.i64(bucket).i64(pass).str(&agent).i64(end - b.ms).i64(end).bytes(&cost.encode_to_vec());
         w.u64(b.windows).u64(b.costless_windows).u64(b.shedding_windows).f64(b.cpu_seconds);
         w.end_row();
     }
     db.insert(
         "agent_rollups",
-        "bucket, cutoff, agent_id, window_start, window_end, cost, windows, costless_windows, shedding_windows,
+        "bucket, pass, agent_id, window_start, window_end, cost, windows, costless_windows, shedding_windows,
          cpu_seconds",
         &w,
     )

@@ -148,12 +148,12 @@ pub(super) fn tables() -> Vec<(&'static str, String)> {
             "agent_id, first_sequence, last_sequence",
         ),
         // Hour rollups (see `rollups`): each row merges a bucket's winning
-        // rows of one key, written by the pass whose cutoff it carries;
+        // rows of one key, written by the pass whose id it carries;
         // rows count only under their bucket's newest mark. The columns
         // are the raw tables' own, so reads take both alike.
         table(
             "digest_rollups",
-            "bucket Int64, cutoff Int64, instance String, window_end Int64, sample_end Int64, digest UInt64,
+            "bucket Int64, pass Int64, instance String, window_end Int64, sample_end Int64, digest UInt64,
              schema String, nested UInt8, program String, program_kind String, parent_digest UInt64, source String,
              count UInt64, errors UInt64, sum_ns UInt64, min_ns UInt64, max_ns UInt64, estimated_count UInt64,
              truncated UInt64, hist_index Array(UInt32), hist_count Array(UInt64), error_code Array(UInt32),
@@ -162,26 +162,26 @@ pub(super) fn tables() -> Vec<(&'static str, String)> {
              cpu_ns Nullable(UInt64), tmp_disk_tables Nullable(UInt64), figures String, accounts String,
              sample String",
             Some("bucket"),
-            "bucket, cutoff, instance, digest",
+            "bucket, pass, instance, digest",
         ),
         table(
             "instance_rollups",
-            "bucket Int64, cutoff Int64, agent_id String, instance String, window_start Int64, window_end Int64,
+            "bucket Int64, pass Int64, agent_id String, instance String, window_start Int64, window_end Int64,
              statements UInt64, dropped_events UInt64, unmatched UInt64, command Array(String),
              command_count Array(UInt64), probes String",
             Some("bucket"),
-            "bucket, cutoff, agent_id, instance",
+            "bucket, pass, agent_id, instance",
         ),
         table(
             "agent_rollups",
-            "bucket Int64, cutoff Int64, agent_id String, window_start Int64, window_end Int64, cost String,
+            "bucket Int64, pass Int64, agent_id String, window_start Int64, window_end Int64, cost String,
              windows UInt64, costless_windows UInt64, shedding_windows UInt64, cpu_seconds Float64",
             Some("bucket"),
-            "bucket, cutoff, agent_id",
+            "bucket, pass, agent_id",
         ),
         // A bucket's rollup is complete once its mark exists: the pass
         // writes it after every row.
-        table("rollup_marks", "bucket Int64, cutoff Int64, written_unix_ms Int64", Some("bucket"), "bucket, cutoff"),
+        table("rollup_marks", "bucket Int64, pass Int64, written_unix_ms Int64", Some("bucket"), "bucket, pass"),
     ]
 }
 

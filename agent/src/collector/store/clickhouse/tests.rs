@@ -378,6 +378,50 @@ fn collectors_sharing_a_database_store_each_batch_once() {
     assert_eq!(stores[1].instances().unwrap()[0].batches, 6);
 }
 
+/// Batches pushed at once are written in groups, and each still gets its
+/// own outcome: distinct batches stored, a replay of one a duplicate, other
+/// content under one identity a conflict, and the counts exact.
+#[test]
+fn concurrent_batches_are_written_in_groups_each_with_its_own_outcome() {
+    let Some((store, _)) = store("groups") else { return };
+    let store = Arc::new(store);
+    let threads: Vec<_> = (0..8u64)
+        .map(|t| {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                let mut outcomes = Vec::new();
+                for k in 0..10 {
+                    outcomes.push(store.put(&batch(t * 10 + k + 1, 1000 + k as i64, &[(10, 1)]), 1000));
+                }
+                outcomes.push(store.put(&batch(1000, 5000, &[(10, 2)]), 5000));
+                outcomes.push(store.put(&batch(2000, 6000, &[(10, t + 1)]), 6000));
+                outcomes
+            })
+        })
+        .collect();
+    let (mut stored, mut duplicates, mut conflicts) = (0, 0, 0);
+    for t in threads {
+        for outcome in t.join().unwrap() {
+            match outcome {
+                Ok(o) if o.duplicate => duplicates += 1,
+                Ok(_) => stored += 1,
+                Err(StoreError::Conflict { sequence: 2000, .. }) => conflicts += 1,
+                Err(e) => panic!("{e}"),
+            }
+        }
+    }
+    assert_eq!((stored, duplicates, conflicts), (82, 7, 7));
+    let top = store.top(&everything(0)).unwrap();
+    // 80 batches of 1, the replayed batch's 2, and one content of the
+    // conflicting batch (1 to 8 statements).
+    assert!((83..=90).contains(&top[0].count), "{top:?}");
+    let won = top[0].count - 82;
+    let instances = store.instances().unwrap();
+    assert_eq!(instances[0].batches, 82);
+    let totals = store.totals(&TotalsQuery { instance: None, since_unix_ms: 6000, until_unix_ms: 6001 }).unwrap();
+    assert_eq!(totals.statements, won);
+}
+
 #[test]
 fn series_have_one_point_per_step_with_merged_percentiles() {
     let Some((store, _)) = store("series") else { return };
@@ -603,14 +647,22 @@ fn rollups_answer_exactly_what_the_raw_windows_answer() {
     assert_eq!(count_of(&rolled, "SELECT count() FROM rollup_marks"), 3);
     assert_eq!((answers(&rolled, since, until), cost_answers(&rolled, since, until)), expected);
 
-    // A pass that died before its mark: its rows never count.
+    // Two passes over one bucket with one cutoff (two collectors in the
+    // same second): each marks its own rows, and reads take one pass's.
     let cutoff_s = count_of(&rolled, "SELECT toUInt64(toUInt32(now()))") as i64;
+    for _ in 0..2 {
+        assert!(rollups::roll_bucket(&rolled.db, base, cutoff_s).unwrap() > 0);
+    }
+    assert_eq!(count_of(&rolled, "SELECT count() FROM rollup_marks"), 5);
+    assert_eq!((answers(&rolled, since, until), cost_answers(&rolled, since, until)), expected);
+
+    // A pass that died before its mark: its rows never count.
     let counted = format!(
         "window_end >= {base} AND window_end < {} AND (agent_id, epoch, sequence, ingest_id) IN (
              SELECT agent_id, epoch, sequence, min(ingest_id) FROM batches GROUP BY agent_id, epoch, sequence)",
         base + hour
     );
-    assert!(rollups::roll_digests(&rolled.db, &counted, base, cutoff_s * 1000 + 1).unwrap() > 0);
+    assert!(rollups::roll_digests(&rolled.db, &counted, base, rollups::pass_id(cutoff_s + 1)).unwrap() > 0);
     assert_eq!((answers(&rolled, since, until), cost_answers(&rolled, since, until)), expected);
 
     // Retention takes the raw windows; the hour rollups stay and answer.

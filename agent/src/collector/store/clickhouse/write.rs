@@ -2,7 +2,7 @@
 //! ingest_id (see the module comment of `clickhouse` for why that is
 //! exact); and pruning by dropping day partitions.
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, HashMap},
     hash::{BuildHasher as _, Hasher as _},
     sync::atomic::{AtomicU64, Ordering},
 };
@@ -32,18 +32,33 @@ pub(super) fn new_ingest_id(now_unix_ms: i64) -> u64 {
     ((now_unix_ms.max(0) as u64) << 22) | random
 }
 
-/// (ingest_id, content_hash) of every record of one batch identity.
-fn records(db: &Client, agent_id: &str, epoch: u64, sequence: u64) -> Result<Vec<(u64, u64)>, StoreError> {
+/// A batch's (agent_id, epoch, sequence).
+pub(super) type Identity = (String, u64, u64);
+
+pub(super) fn identity_of(batch: &Batch) -> Identity {
+    (batch.agent.as_ref().map(|a| a.agent_id.clone()).unwrap_or_default(), batch.epoch, batch.sequence)
+}
+
+/// (ingest_id, content_hash) of every record of each identity, smallest
+/// ingest_id first.
+fn records(db: &Client, ids: &[&Identity]) -> Result<HashMap<Identity, Vec<(u64, u64)>>, StoreError> {
+    let mut out: HashMap<Identity, Vec<(u64, u64)>> = HashMap::new();
+    if ids.is_empty() {
+        return Ok(out);
+    }
+    let list: Vec<String> = ids.iter().map(|(agent, epoch, sequence)| format!("({}, {epoch}, {sequence})", quote(agent))).collect();
     let mut rows = db
         .select(&format!(
-            "SELECT ingest_id, content_hash FROM batches
-             WHERE agent_id = {} AND epoch = {epoch} AND sequence = {sequence} ORDER BY ingest_id",
-            quote(agent_id)
+            "SELECT agent_id, epoch, sequence, ingest_id, content_hash FROM batches
+             WHERE (agent_id, epoch, sequence) IN ({}) ORDER BY ingest_id",
+            list.join(", ")
         ))
         .map_err(|e| error("ingest", e))?;
-    let mut out = Vec::new();
+    let bad = malformed("ingest");
     while !rows.done() {
-        out.push((rows.u64().map_err(malformed("ingest"))?, rows.u64().map_err(malformed("ingest"))?));
+        let id = (rows.string().map_err(&bad)?, rows.u64().map_err(&bad)?, rows.u64().map_err(&bad)?);
+        let record = (rows.u64().map_err(&bad)?, rows.u64().map_err(&bad)?);
+        out.entry(id).or_default().push(record);
     }
     Ok(out)
 }
@@ -53,55 +68,102 @@ fn same_content(stored: u64, incoming: u64) -> bool {
     stored == 0 || incoming == 0 || stored == incoming
 }
 
-pub(super) fn ingest(db: &Client, batch: &Batch, received: i64, content_hash: u64) -> Result<IngestOutcome, StoreError> {
-    let agent = batch.agent.clone().unwrap_or_default();
-    let (epoch, sequence) = (batch.epoch, batch.sequence);
-    let conflict =
-        || StoreError::Conflict { agent_id: agent.agent_id.clone(), epoch, sequence };
-    let before = records(db, &agent.agent_id, epoch, sequence)?;
-    if let Some(&(_, stored)) = before.first() {
-        if !same_content(stored, content_hash) {
-            return Err(conflict());
-        }
-        seen(db, batch, received)?;
-        return Ok(IngestOutcome { duplicate: true, conflict: false });
+/// A batch to store and what the collector knows of it.
+pub(super) struct Pending<'a> {
+    pub batch: &'a Batch,
+    pub received: i64,
+    pub content_hash: u64,
+}
+
+/// Stores a group of batches with distinct identities in one pass: one
+/// look-up of their records, one INSERT per table for all their rows, one
+/// for their records, one look-up again. Each batch gets its own outcome,
+/// as if stored alone (see the module comment of `clickhouse`); a failure
+/// of a shared step fails every batch it carried, none of which counts
+/// before its record exists.
+pub(super) fn ingest_group(db: &Client, group: &[Pending<'_>]) -> Vec<Result<IngestOutcome, StoreError>> {
+    match store_group(db, group) {
+        Ok(out) => out,
+        Err(e) => group.iter().map(|_| Err(shared(&e))).collect(),
     }
-    let ingest_id = new_ingest_id(sqlbee_common::clock::now_unix_ms());
-    data_rows(db, batch, ingest_id, received)?;
-    record(db, batch, ingest_id, received, content_hash)?;
-    let after = records(db, &agent.agent_id, epoch, sequence)?;
-    match after.first() {
-        Some(&(winner, _)) if winner == ingest_id => {}
-        Some(&(winner, stored)) => {
-            if !same_content(stored, content_hash) {
-                tracing::warn!(agent_id = %agent.agent_id, epoch, sequence, winner, ingest_id,
-                    "another collector stored other content for this batch at the same time");
-                return Err(conflict());
+}
+
+/// The same failure for each batch of a group.
+fn shared(e: &StoreError) -> StoreError {
+    match e {
+        StoreError::Full { source } => StoreError::Full { source: source.to_string().into() },
+        StoreError::Backend { action, source } => StoreError::Backend { action, source: source.to_string().into() },
+        StoreError::Corrupt { what } => StoreError::Corrupt { what },
+        other => StoreError::Backend { action: "ingest", source: other.to_string().into() },
+    }
+}
+
+fn store_group(db: &Client, group: &[Pending<'_>]) -> Result<Vec<Result<IngestOutcome, StoreError>>, StoreError> {
+    let ids: Vec<Identity> = group.iter().map(|p| identity_of(p.batch)).collect();
+    let conflict = |(agent_id, epoch, sequence): &Identity| StoreError::Conflict {
+        agent_id: agent_id.clone(),
+        epoch: *epoch,
+        sequence: *sequence,
+    };
+    let duplicate = IngestOutcome { duplicate: true, conflict: false };
+    let before = records(db, &ids.iter().collect::<Vec<_>>())?;
+    let mut out: Vec<Option<Result<IngestOutcome, StoreError>>> = group.iter().map(|_| None).collect();
+    let (mut rows, mut recorded, mut seen) = (DataRows::default(), RowWriter::default(), RowWriter::default());
+    let mut attempts: Vec<(usize, u64)> = Vec::new();
+    for (i, p) in group.iter().enumerate() {
+        match before.get(&ids[i]).and_then(|r| r.first()) {
+            Some(&(_, stored)) if !same_content(stored, p.content_hash) => out[i] = Some(Err(conflict(&ids[i]))),
+            Some(_) => {
+                add_seen(&mut seen, p);
+                out[i] = Some(Ok(duplicate));
             }
-            // Another collector stored the same batch at the same time:
-            // its rows count, these never will.
-            tracing::debug!(agent_id = %agent.agent_id, epoch, sequence, winner, ingest_id, "lost a race to store the same batch");
-            seen(db, batch, received)?;
-            return Ok(IngestOutcome { duplicate: true, conflict: false });
+            None => {
+                let ingest_id = new_ingest_id(sqlbee_common::clock::now_unix_ms());
+                rows.add(p.batch, ingest_id, p.received);
+                add_record(&mut recorded, p, ingest_id);
+                attempts.push((i, ingest_id));
+            }
         }
-        None => {
-            return Err(StoreError::Backend {
-                action: "ingest",
-                source: "the batch record just written is not in the batches table".into(),
+    }
+    if !attempts.is_empty() {
+        rows.insert(db)?;
+        insert_records(db, &recorded)?;
+        let after = records(db, &attempts.iter().map(|(i, _)| &ids[*i]).collect::<Vec<_>>())?;
+        for (i, ingest_id) in attempts {
+            let (agent_id, epoch, sequence) = &ids[i];
+            out[i] = Some(match after.get(&ids[i]).and_then(|r| r.first()) {
+                Some(&(winner, _)) if winner == ingest_id => {
+                    add_seen(&mut seen, &group[i]);
+                    Ok(IngestOutcome { duplicate: false, conflict: false })
+                }
+                Some(&(winner, stored)) if !same_content(stored, group[i].content_hash) => {
+                    tracing::warn!(%agent_id, epoch, sequence, winner, ingest_id,
+                        "another collector stored other content for this batch at the same time");
+                    Err(conflict(&ids[i]))
+                }
+                Some(&(winner, _)) => {
+                    // Another collector stored the same batch at the same
+                    // time: its rows count, these never will.
+                    tracing::debug!(%agent_id, epoch, sequence, winner, ingest_id, "lost a race to store the same batch");
+                    add_seen(&mut seen, &group[i]);
+                    Ok(duplicate)
+                }
+                None => Err(StoreError::Backend {
+                    action: "ingest",
+                    source: "the batch record just written is not in the batches table".into(),
+                }),
             });
         }
     }
-    seen(db, batch, received)?;
-    Ok(IngestOutcome { duplicate: false, conflict: false })
+    db.insert("agent_seen", "agent_id, host, version, sequence, received_unix_ms", &seen).map_err(|e| error("ingest", e))?;
+    Ok(out.into_iter().map(|o| o.unwrap_or(Err(StoreError::Backend { action: "ingest", source: "no outcome".into() }))).collect())
 }
 
 /// The agent's last word, stored or duplicate (never for a conflict).
-fn seen(db: &Client, batch: &Batch, received: i64) -> Result<(), StoreError> {
-    let agent = batch.agent.clone().unwrap_or_default();
-    let mut w = RowWriter::default();
-    w.str(&agent.agent_id).str(&agent.host).str(&agent.version).u64(batch.sequence).i64(received);
+fn add_seen(w: &mut RowWriter, p: &Pending<'_>) {
+    let agent = p.batch.agent.clone().unwrap_or_default();
+    w.str(&agent.agent_id).str(&agent.host).str(&agent.version).u64(p.batch.sequence).i64(p.received);
     w.end_row();
-    db.insert("agent_seen", "agent_id, host, version, sequence, received_unix_ms", &w).map_err(|e| error("ingest", e))
 }
 
 /// The times the batch's rows are placed at: (first, last).
@@ -125,6 +187,8 @@ fn gap_keep_until(g: &sqlbee_proto::v1::Gap, received: i64) -> i64 {
     received.max(g.last_window_end_unix_ms)
 }
 
+/// One batch's record (see `add_record`), written alone.
+#[cfg(test)]
 pub(super) fn record(
     db: &Client,
     batch: &Batch,
@@ -132,9 +196,18 @@ pub(super) fn record(
     received: i64,
     content_hash: u64,
 ) -> Result<(), StoreError> {
+    let mut w = RowWriter::default();
+    add_record(&mut w, &Pending { batch, received, content_hash }, ingest_id);
+    insert_records(db, &w)
+}
+
+/// The exactly-once record of an attempt: identity, attempt, content hash,
+/// received time, time range and the hours its windows end in (which a
+/// rollup covers; see `rollups`).
+fn add_record(w: &mut RowWriter, p: &Pending<'_>, ingest_id: u64) {
+    let batch = p.batch;
     let agent = batch.agent.clone().unwrap_or_default();
-    let (first, last) = time_range(batch, received);
-    // The hours its windows end in, which a rollup covers (see `rollups`).
+    let (first, last) = time_range(batch, p.received);
     let hours: std::collections::BTreeSet<i64> = batch
         .windows
         .iter()
@@ -143,222 +216,246 @@ pub(super) fn record(
         .map(|end| end.div_euclid(rollups::LEVEL))
         .collect();
     let hours: Vec<i64> = hours.into_iter().collect();
-    let mut w = RowWriter::default();
     w.str(&agent.agent_id).u64(batch.epoch).u64(batch.sequence).u64(ingest_id);
-    w.u64(content_hash).i64(received).i64(first).i64(last).i64(last.max(received));
+    w.u64(p.content_hash).i64(p.received).i64(first).i64(last).i64(last.max(p.received));
     w.array(&hours, |w, h| {
         w.i64(*h);
     });
     w.end_row();
+}
+
+fn insert_records(db: &Client, w: &RowWriter) -> Result<(), StoreError> {
     // `inserted` is left to the server's clock.
     db.insert(
         "batches",
         "agent_id, epoch, sequence, ingest_id, content_hash, received_unix_ms, first_unix_ms, last_unix_ms,
          keep_until_unix_ms, window_hours",
-        &w,
+        w,
     )
     .map_err(|e| error("ingest", e))
 }
 
-/// Every row of the batch under `ingest_id`, none of which counts before
-/// its record exists.
-pub(super) fn data_rows(db: &Client, batch: &Batch, ingest_id: u64, received: i64) -> Result<(), StoreError> {
-    let agent = batch.agent.clone().unwrap_or_default();
-    let identity = |w: &mut RowWriter| {
-        w.str(&agent.agent_id).u64(batch.epoch).u64(batch.sequence).u64(ingest_id);
-    };
-    let mut windows = RowWriter::default();
-    let mut digests = RowWriter::default();
-    let mut texts = RowWriter::default();
-    let mut samples = RowWriter::default();
-    let mut locks = RowWriter::default();
-    let mut text_seen = std::collections::HashSet::new();
-    for (position, w) in batch.windows.iter().enumerate() {
-        let server = w.instance.clone().unwrap_or_default();
-        for l in &w.lock_waits {
-            identity(&mut locks);
-            locks.u32(locks.len() as u32).i64(received).str(&server.name).i64(l.start_unix_ms).u64(l.duration_ns);
-            locks.str(&l.class).u64(l.connection_id).u64(l.digest).str(&l.digest_text).str(&l.sample);
-            locks.str(&l.blocker_kind).str(&blob::encode_blockers(&l.blockers));
-            locks.end_row();
-        }
-        // Same command twice in one window (should not happen) adds up.
-        let mut commands: BTreeMap<&str, u64> = BTreeMap::new();
-        for c in &w.commands {
-            let slot = commands.entry(c.command.as_str()).or_default();
-            *slot = slot.saturating_add(c.count);
-        }
-        let names: Vec<&str> = commands.keys().copied().collect();
-        let counts: Vec<u64> = commands.values().copied().collect();
-        identity(&mut windows);
-        windows.u32(position as u32).str(&server.name).u32(server.pid).i64(server.start_time_unix_ms);
-        windows.str(&server.container_id).str(&server.container).str(&server.build_id).str(&server.server_version);
-        windows.i64(w.window_start_unix_ms).i64(w.window_end_unix_ms);
-        for v in [
-            w.statements,
-            w.events,
-            w.dropped_events,
-            w.dropped_in_agent,
-            w.unmatched,
-            w.overflow_statements,
-            w.nested_statements,
-            w.replica_statements,
-        ] {
-            windows.u64(v);
-        }
-        windows.array(&names, |w, n| {
-            w.str(n);
-        });
-        windows.array(&counts, |w, n| {
-            w.u64(*n);
-        });
-        let has_cost = w.probes.is_some() || w.process.is_some() || w.aggregated_in_kernel > 0;
-        windows.u8(u8::from(has_cost)).u64(w.aggregated_in_kernel);
-        windows.bytes(&w.probes.as_ref().map(|m| m.encode_to_vec()).unwrap_or_default());
-        windows.bytes(&w.process.as_ref().map(|m| m.encode_to_vec()).unwrap_or_default());
-        windows.end_row();
-        for d in &w.digests {
-            if text_seen.insert(d.digest) {
-                texts.u64(d.digest).str(&d.digest_text).i64(w.window_end_unix_ms);
-                texts.end_row();
+/// The data rows of a group of batches, each under its attempt's
+/// `ingest_id`, none of which counts before its record exists: one INSERT
+/// per table for the whole group.
+#[derive(Default)]
+pub(super) struct DataRows {
+    windows: RowWriter,
+    digests: RowWriter,
+    texts: RowWriter,
+    samples: RowWriter,
+    locks: RowWriter,
+    agent_windows: RowWriter,
+    untraced: RowWriter,
+    gaps: RowWriter,
+    /// A digest's text is written once per group: any copy will do.
+    text_seen: std::collections::HashSet<u64>,
+}
+
+impl DataRows {
+    pub(super) fn add(&mut self, batch: &Batch, ingest_id: u64, received: i64) {
+        let DataRows { windows, digests, texts, samples, locks, agent_windows, untraced, gaps, text_seen } = self;
+        let agent = batch.agent.clone().unwrap_or_default();
+        let identity = |w: &mut RowWriter| {
+            w.str(&agent.agent_id).u64(batch.epoch).u64(batch.sequence).u64(ingest_id);
+        };
+        for (position, w) in batch.windows.iter().enumerate() {
+            let server = w.instance.clone().unwrap_or_default();
+            for l in &w.lock_waits {
+                identity(locks);
+                let at = locks.len() as u32;
+                locks.u32(at).i64(received).str(&server.name).i64(l.start_unix_ms).u64(l.duration_ns);
+                locks.str(&l.class).u64(l.connection_id).u64(l.digest).str(&l.digest_text).str(&l.sample);
+                locks.str(&l.blocker_kind).str(&blob::encode_blockers(&l.blockers));
+                locks.end_row();
             }
-            // Increasing codes; a code sent twice adds up, its last
-            // non-empty message stands for it.
-            let mut codes: BTreeMap<u32, u64> = BTreeMap::new();
-            for e in &d.error_codes {
-                let slot = codes.entry(e.code).or_default();
-                *slot = slot.saturating_add(e.count);
-                if !e.sample_message.is_empty() {
-                    identity(&mut samples);
-                    samples.u64(d.digest).u32(e.code).str(&e.sample_message).i64(w.window_end_unix_ms);
-                    samples.u32(samples.len() as u32);
-                    samples.end_row();
+            // Same command twice in one window (should not happen) adds up.
+            let mut commands: BTreeMap<&str, u64> = BTreeMap::new();
+            for c in &w.commands {
+                let slot = commands.entry(c.command.as_str()).or_default();
+                *slot = slot.saturating_add(c.count);
+            }
+            let names: Vec<&str> = commands.keys().copied().collect();
+            let counts: Vec<u64> = commands.values().copied().collect();
+            identity(windows);
+            windows.u32(position as u32).str(&server.name).u32(server.pid).i64(server.start_time_unix_ms);
+            windows.str(&server.container_id).str(&server.container).str(&server.build_id).str(&server.server_version);
+            windows.i64(w.window_start_unix_ms).i64(w.window_end_unix_ms);
+            for v in [
+                w.statements,
+                w.events,
+                w.dropped_events,
+                w.dropped_in_agent,
+                w.unmatched,
+                w.overflow_statements,
+                w.nested_statements,
+                w.replica_statements,
+            ] {
+                windows.u64(v);
+            }
+            windows.array(&names, |w, n| {
+                w.str(n);
+            });
+            windows.array(&counts, |w, n| {
+                w.u64(*n);
+            });
+            let has_cost = w.probes.is_some() || w.process.is_some() || w.aggregated_in_kernel > 0;
+            windows.u8(u8::from(has_cost)).u64(w.aggregated_in_kernel);
+            windows.bytes(&w.probes.as_ref().map(|m| m.encode_to_vec()).unwrap_or_default());
+            windows.bytes(&w.process.as_ref().map(|m| m.encode_to_vec()).unwrap_or_default());
+            windows.end_row();
+            for d in &w.digests {
+                if text_seen.insert(d.digest) {
+                    texts.u64(d.digest).str(&d.digest_text).i64(w.window_end_unix_ms);
+                    texts.end_row();
                 }
+                // Increasing codes; a code sent twice adds up, its last
+                // non-empty message stands for it.
+                let mut codes: BTreeMap<u32, u64> = BTreeMap::new();
+                for e in &d.error_codes {
+                    let slot = codes.entry(e.code).or_default();
+                    *slot = slot.saturating_add(e.count);
+                    if !e.sample_message.is_empty() {
+                        identity(samples);
+                        samples.u64(d.digest).u32(e.code).str(&e.sample_message).i64(w.window_end_unix_ms);
+                        let at = samples.len() as u32;
+                        samples.u32(at);
+                        samples.end_row();
+                    }
+                }
+                let buckets = d.histogram.as_ref().map(|h| h.buckets.as_slice()).unwrap_or_default();
+                identity(digests);
+                digests.str(&server.name).i64(w.window_end_unix_ms).u64(d.digest).str(&d.schema).u8(u8::from(d.nested));
+                digests.str(&d.program).str(&d.program_kind).u64(d.parent_digest).str(&d.source);
+                digests.u64(d.count).u64(d.errors).u64(d.sum_ns).u64(d.min_ns).u64(d.max_ns);
+                digests.u64(d.estimated_count).u64(d.truncated);
+                digests.array(buckets, |w, b| {
+                    w.u32(b.index);
+                });
+                digests.array(buckets, |w, b| {
+                    w.u64(b.count);
+                });
+                let codes: Vec<(u32, u64)> = codes.into_iter().collect();
+                digests.array(&codes, |w, c| {
+                    w.u32(c.0);
+                });
+                digests.array(&codes, |w, c| {
+                    w.u64(c.1);
+                });
+                digests.array(&d.waits, |w, x| {
+                    w.str(&x.class);
+                });
+                digests.array(&d.waits, |w, x| {
+                    w.u64(x.sum_ns);
+                });
+                digests.array(&d.waits, |w, x| {
+                    w.u64(x.max_ns);
+                });
+                digests.array(&d.waits, |w, x| {
+                    w.u64(x.statements);
+                });
+                let stats = d.stats.as_ref();
+                digests.opt_u64(stats.and_then(|s| s.rows_examined));
+                digests.opt_u64(stats.and_then(|s| s.cpu_ns));
+                digests.opt_u64(stats.and_then(|s| s.tmp_disk_tables));
+                digests.bytes(&stats.map(|s| s.encode_to_vec()).unwrap_or_default());
+                digests.bytes(&blob::encode_accounts(&d.accounts));
+                digests.str(&d.sample);
+                digests.end_row();
             }
-            let buckets = d.histogram.as_ref().map(|h| h.buckets.as_slice()).unwrap_or_default();
-            identity(&mut digests);
-            digests.str(&server.name).i64(w.window_end_unix_ms).u64(d.digest).str(&d.schema).u8(u8::from(d.nested));
-            digests.str(&d.program).str(&d.program_kind).u64(d.parent_digest).str(&d.source);
-            digests.u64(d.count).u64(d.errors).u64(d.sum_ns).u64(d.min_ns).u64(d.max_ns);
-            digests.u64(d.estimated_count).u64(d.truncated);
-            digests.array(buckets, |w, b| {
-                w.u32(b.index);
-            });
-            digests.array(buckets, |w, b| {
-                w.u64(b.count);
-            });
-            let codes: Vec<(u32, u64)> = codes.into_iter().collect();
-            digests.array(&codes, |w, c| {
-                w.u32(c.0);
-            });
-            digests.array(&codes, |w, c| {
-                w.u64(c.1);
-            });
-            digests.array(&d.waits, |w, x| {
-                w.str(&x.class);
-            });
-            digests.array(&d.waits, |w, x| {
-                w.u64(x.sum_ns);
-            });
-            digests.array(&d.waits, |w, x| {
-                w.u64(x.max_ns);
-            });
-            digests.array(&d.waits, |w, x| {
-                w.u64(x.statements);
-            });
-            let stats = d.stats.as_ref();
-            digests.opt_u64(stats.and_then(|s| s.rows_examined));
-            digests.opt_u64(stats.and_then(|s| s.cpu_ns));
-            digests.opt_u64(stats.and_then(|s| s.tmp_disk_tables));
-            digests.bytes(&stats.map(|s| s.encode_to_vec()).unwrap_or_default());
-            digests.bytes(&blob::encode_accounts(&d.accounts));
-            digests.str(&d.sample);
-            digests.end_row();
+        }
+        for (position, w) in batch.agent_windows.iter().enumerate() {
+            identity(agent_windows);
+            agent_windows.u32(position as u32).i64(received).i64(w.window_start_unix_ms).i64(w.window_end_unix_ms);
+            agent_windows.bytes(&w.cost.as_ref().map(|m| m.encode_to_vec()).unwrap_or_default());
+            agent_windows.bytes(&w.host.as_ref().map(|m| m.encode_to_vec()).unwrap_or_default());
+            agent_windows.end_row();
+            for u in &w.untraced {
+                let server = u.instance.clone().unwrap_or_default();
+                identity(untraced);
+                untraced.str(&server.name).u32(server.pid).i64(server.start_time_unix_ms).str(&server.container_id);
+                untraced.str(&server.container).str(&server.build_id).str(&server.server_version);
+                untraced.str(&u.reason).str(&u.kind).i64(u.since_unix_ms).i64(w.window_end_unix_ms);
+                untraced.end_row();
+            }
+        }
+        for g in &batch.gaps {
+            identity(gaps);
+            gaps.u64(g.first_sequence).u64(g.last_sequence).u64(g.batches).u64(g.lost_statements).u32(g.lost_windows);
+            gaps.i64(g.first_window_start_unix_ms).i64(g.last_window_end_unix_ms).str(&g.reason).i64(received);
+            gaps.i64(gap_keep_until(g, received));
+            gaps.end_row();
         }
     }
-    let mut agent_windows = RowWriter::default();
-    let mut untraced = RowWriter::default();
-    for (position, w) in batch.agent_windows.iter().enumerate() {
-        identity(&mut agent_windows);
-        agent_windows.u32(position as u32).i64(received).i64(w.window_start_unix_ms).i64(w.window_end_unix_ms);
-        agent_windows.bytes(&w.cost.as_ref().map(|m| m.encode_to_vec()).unwrap_or_default());
-        agent_windows.bytes(&w.host.as_ref().map(|m| m.encode_to_vec()).unwrap_or_default());
-        agent_windows.end_row();
-        for u in &w.untraced {
-            let server = u.instance.clone().unwrap_or_default();
-            identity(&mut untraced);
-            untraced.str(&server.name).u32(server.pid).i64(server.start_time_unix_ms).str(&server.container_id);
-            untraced.str(&server.container).str(&server.build_id).str(&server.server_version);
-            untraced.str(&u.reason).str(&u.kind).i64(u.since_unix_ms).i64(w.window_end_unix_ms);
-            untraced.end_row();
+
+    pub(super) fn insert(&self, db: &Client) -> Result<(), StoreError> {
+        const ID: &str = "agent_id, epoch, sequence, ingest_id";
+        let inserts: [(&str, String, &RowWriter); 8] = [
+            (
+                "instance_windows",
+                format!(
+                    "{ID}, position, instance, pid, start_time_unix_ms, container_id, container, build_id, server_version,
+                     window_start, window_end, statements, events, dropped_events, dropped_in_agent, unmatched,
+                     overflow_statements, nested_statements, replica_statements, command, command_count, has_cost,
+                     aggregated_in_kernel, probes, process"
+                ),
+                &self.windows,
+            ),
+            (
+                "digest_windows",
+                format!(
+                    "{ID}, instance, window_end, digest, schema, nested, program, program_kind, parent_digest, source,
+                     count, errors, sum_ns, min_ns, max_ns, estimated_count, truncated, hist_index, hist_count,
+                     error_code, error_count, wait_class, wait_sum_ns, wait_max_ns, wait_statements, rows_examined,
+                     cpu_ns, tmp_disk_tables, figures, accounts, sample"
+                ),
+                &self.digests,
+            ),
+            ("digest_texts", "digest, text, window_end".into(), &self.texts),
+            ("error_samples", format!("{ID}, digest, code, message, window_end, position"), &self.samples),
+            (
+                "lock_waits",
+                format!(
+                    "{ID}, position, received_unix_ms, instance, start_unix_ms, duration_ns, class, connection_id,
+                     digest, digest_text, sample, blocker_kind, blockers"
+                ),
+                &self.locks,
+            ),
+            (
+                "agent_windows",
+                format!("{ID}, position, received_unix_ms, window_start, window_end, cost, host"),
+                &self.agent_windows,
+            ),
+            (
+                "untraced",
+                format!(
+                    "{ID}, instance, pid, start_time_unix_ms, container_id, container, build_id, server_version,
+                     reason, kind, since_unix_ms, seen_unix_ms"
+                ),
+                &self.untraced,
+            ),
+            (
+                "gaps",
+                format!(
+                    "{ID}, first_sequence, last_sequence, batches, lost_statements, lost_windows,
+                     first_window_start_unix_ms, last_window_end_unix_ms, reason, received_unix_ms, keep_until_unix_ms"
+                ),
+                &self.gaps,
+            ),
+        ];
+        for (table, columns, rows) in inserts {
+            db.insert(table, &columns, rows).map_err(|e| error("ingest", e))?;
         }
+        Ok(())
     }
-    let mut gaps = RowWriter::default();
-    for g in &batch.gaps {
-        identity(&mut gaps);
-        gaps.u64(g.first_sequence).u64(g.last_sequence).u64(g.batches).u64(g.lost_statements).u32(g.lost_windows);
-        gaps.i64(g.first_window_start_unix_ms).i64(g.last_window_end_unix_ms).str(&g.reason).i64(received);
-        gaps.i64(gap_keep_until(g, received));
-        gaps.end_row();
-    }
-    const ID: &str = "agent_id, epoch, sequence, ingest_id";
-    let inserts: [(&str, String, &RowWriter); 8] = [
-        (
-            "instance_windows",
-            format!(
-                "{ID}, position, instance, pid, start_time_unix_ms, container_id, container, build_id, server_version,
-                 window_start, window_end, statements, events, dropped_events, dropped_in_agent, unmatched,
-                 overflow_statements, nested_statements, replica_statements, command, command_count, has_cost,
-                 aggregated_in_kernel, probes, process"
-            ),
-            &windows,
-        ),
-        (
-            "digest_windows",
-            format!(
-                "{ID}, instance, window_end, digest, schema, nested, program, program_kind, parent_digest, source,
-                 count, errors, sum_ns, min_ns, max_ns, estimated_count, truncated, hist_index, hist_count,
-                 error_code, error_count, wait_class, wait_sum_ns, wait_max_ns, wait_statements, rows_examined,
-                 cpu_ns, tmp_disk_tables, figures, accounts, sample"
-            ),
-            &digests,
-        ),
-        ("digest_texts", "digest, text, window_end".into(), &texts),
-        ("error_samples", format!("{ID}, digest, code, message, window_end, position"), &samples),
-        (
-            "lock_waits",
-            format!(
-                "{ID}, position, received_unix_ms, instance, start_unix_ms, duration_ns, class, connection_id,
-                 digest, digest_text, sample, blocker_kind, blockers"
-            ),
-            &locks,
-        ),
-        (
-            "agent_windows",
-            format!("{ID}, position, received_unix_ms, window_start, window_end, cost, host"),
-            &agent_windows,
-        ),
-        (
-            "untraced",
-            format!(
-                "{ID}, instance, pid, start_time_unix_ms, container_id, container, build_id, server_version,
-                 reason, kind, since_unix_ms, seen_unix_ms"
-            ),
-            &untraced,
-        ),
-        (
-            "gaps",
-            format!(
-                "{ID}, first_sequence, last_sequence, batches, lost_statements, lost_windows,
-                 first_window_start_unix_ms, last_window_end_unix_ms, reason, received_unix_ms, keep_until_unix_ms"
-            ),
-            &gaps,
-        ),
-    ];
-    for (table, columns, rows) in inserts {
-        db.insert(table, &columns, rows).map_err(|e| error("ingest", e))?;
-    }
-    Ok(())
+}
+
+/// Every row of one batch under `ingest_id` (see `DataRows`).
+#[cfg(test)]
+pub(super) fn data_rows(db: &Client, batch: &Batch, ingest_id: u64, received: i64) -> Result<(), StoreError> {
+    let mut rows = DataRows::default();
+    rows.add(batch, ingest_id, received);
+    rows.insert(db)
 }
 
 fn count(db: &Client, sql: &str) -> Result<u64, StoreError> {

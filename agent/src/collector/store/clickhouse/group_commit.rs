@@ -1,0 +1,104 @@
+//! Group commit: ClickHouse takes a few large inserts far better than many
+//! small ones (each INSERT is a part on disk, merged later), so batches
+//! that arrive while a group is being written wait and are written
+//! together by the next group, each with its own outcome. No timer: a lone
+//! batch is written at once, and groups grow only as the store falls
+//! behind. A batch is acknowledged only after its group's records are
+//! written and checked, as when stored alone.
+use std::{
+    collections::{HashSet, VecDeque},
+    panic::{AssertUnwindSafe, catch_unwind},
+    sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError},
+};
+
+use sqlbee_proto::v1::Batch;
+
+use super::{
+    http::Client,
+    write::{self, Pending, identity_of},
+};
+use crate::collector::store::{IngestOutcome, StoreError};
+
+/// Batches one group carries at most.
+const MAX_GROUP: usize = 64;
+
+type Outcome = Result<IngestOutcome, StoreError>;
+
+struct Slot {
+    batch: Batch,
+    received: i64,
+    content_hash: u64,
+    outcome: Mutex<Option<Outcome>>,
+}
+
+#[derive(Default)]
+struct Queue {
+    waiting: VecDeque<Arc<Slot>>,
+    /// A caller is writing a group.
+    writing: bool,
+}
+
+#[derive(Default)]
+pub(super) struct GroupCommit {
+    queue: Mutex<Queue>,
+    written: Condvar,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl GroupCommit {
+    /// Stores `batch` in the next group; the caller that finds no group
+    /// being written writes one itself.
+    pub(super) fn ingest(&self, db: &Client, batch: &Batch, received: i64, content_hash: u64) -> Outcome {
+        let slot = Arc::new(Slot { batch: batch.clone(), received, content_hash, outcome: Mutex::new(None) });
+        let mut queue = lock(&self.queue);
+        queue.waiting.push_back(slot.clone());
+        loop {
+            if let Some(outcome) = lock(&slot.outcome).take() {
+                return outcome;
+            }
+            if queue.writing {
+                queue = self.written.wait(queue).unwrap_or_else(PoisonError::into_inner);
+                continue;
+            }
+            queue.writing = true;
+            let group = take_group(&mut queue.waiting);
+            drop(queue);
+            let pending: Vec<Pending<'_>> = group
+                .iter()
+                .map(|s| Pending { batch: &s.batch, received: s.received, content_hash: s.content_hash })
+                .collect();
+            let outcomes = catch_unwind(AssertUnwindSafe(|| write::ingest_group(db, &pending)))
+                .unwrap_or_else(|_| group.iter().map(|_| Err(failed())).collect());
+            for (s, outcome) in group.iter().zip(outcomes) {
+                *lock(&s.outcome) = Some(outcome);
+            }
+            queue = lock(&self.queue);
+            queue.writing = false;
+            self.written.notify_all();
+        }
+    }
+}
+
+fn failed() -> StoreError {
+    StoreError::Backend { action: "ingest", source: "writing its group failed".into() }
+}
+
+/// The oldest waiting batches, one per identity (a second copy of one
+/// waits for the next group, so the first copy's record decides it).
+fn take_group(waiting: &mut VecDeque<Arc<Slot>>) -> Vec<Arc<Slot>> {
+    let mut seen = HashSet::new();
+    let mut group = Vec::new();
+    let mut later = VecDeque::new();
+    while let Some(slot) = waiting.pop_front() {
+        if group.len() < MAX_GROUP && seen.insert(identity_of(&slot.batch)) {
+            group.push(slot);
+        } else {
+            later.push_back(slot);
+        }
+    }
+    *waiting = later;
+    group
+}
