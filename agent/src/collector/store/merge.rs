@@ -172,6 +172,14 @@ impl MergedAccounts {
         }
     }
 
+    /// As `add`, taking the names instead of copying them.
+    pub fn add_owned(&mut self, accounts: Vec<AccountCount>) {
+        for a in accounts {
+            let slot = self.counts.entry((a.user, a.host)).or_default();
+            *slot = slot.saturating_add(a.count);
+        }
+    }
+
     /// The most frequent `TOP_ACCOUNTS`, ties by name.
     pub fn into_top(self) -> Vec<AccountCount> {
         let mut out = self.into_all();

@@ -147,7 +147,9 @@ impl Merging {
     /// Adds one row: a raw window or a rollup alike.
     pub(super) fn add(&mut self, full: FullRow) -> Result<(), StoreError> {
         let row = full.row;
-        if !self.instances.contains(&row.instance) {
+        // Rows come ordered by instance: the newest member is the one to
+        // check first.
+        if self.instances.last() != Some(&row.instance) && !self.instances.contains(&row.instance) {
             self.instances.insert(row.instance);
         }
         self.sampled |= row.estimated > 0;
@@ -168,7 +170,7 @@ impl Merging {
         if !full.accounts.is_empty() {
             let holder =
                 DigestStats::decode(full.accounts.as_slice()).map_err(|_| StoreError::Corrupt { what: "accounts" })?;
-            self.accounts.add(&holder.accounts);
+            self.accounts.add_owned(holder.accounts);
         }
         if !full.sample.is_empty() && self.sample.as_ref().is_none_or(|(end, _)| full.sample_end > *end) {
             self.sample = Some((full.sample_end, full.sample));

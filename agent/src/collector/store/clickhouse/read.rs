@@ -46,7 +46,11 @@ pub(super) fn top(db: &Client, query: &TopQuery) -> Result<Vec<TopDigest>, Store
     while !rows.done() {
         let full = read_full_row(&mut rows, &bad)?;
         let figure = rows.u64().map_err(&bad)?;
-        let m = digests.entry(full.row.key.clone()).or_default();
+        // Looked up before it is copied: most rows find their key.
+        if !digests.contains_key(&full.row.key) {
+            digests.insert(full.row.key.clone(), Merging::default());
+        }
+        let Some(m) = digests.get_mut(&full.row.key) else { continue };
         if query.order_by != OrderBy::Wait {
             m.rank = m.rank.saturating_add(figure);
         }
