@@ -186,7 +186,11 @@ impl PrivateClickHouse {
             .replace("<listen_host>::1</listen_host>", "")
             .replace("/var/lib/clickhouse/", &format!("{}/data/", dir.display()))
             .replace("/var/log/clickhouse-server/", &format!("{}/log/", dir.display()))
-            .replace("<level>warning</level>", "<level>error</level>");
+            .replace("<level>warning</level>", "<level>error</level>")
+            // Parts merged away are deleted after 30 s, not 8 minutes: a
+            // load run writes many small parts, and their old copies would
+            // fill a small disk long before they go.
+            .replace("</yandex>", "    <merge_tree><old_parts_lifetime>30</old_parts_lifetime></merge_tree>\n</yandex>");
         for (port, tag) in ports.iter().zip(["http_port", "tcp_port", "interserver_http_port"]) {
             if !config.contains(&format!("<{tag}>{port}</{tag}>")) {
                 bail!("the packaged config has no <{tag}> to move to a private port");
