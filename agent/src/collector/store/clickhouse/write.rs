@@ -13,7 +13,7 @@ use sqlbee_proto::v1::Batch;
 use super::{
     error,
     http::{Client, RowWriter, quote},
-    malformed, rollups,
+    malformed,
     schema::{AGING, ROLLUP_AGING},
 };
 use crate::collector::store::{IngestOutcome, PruneCutoffs, PruneOutcome, StoreError, blob};
@@ -213,7 +213,7 @@ fn add_record(w: &mut RowWriter, p: &Pending<'_>, ingest_id: u64) {
         .iter()
         .map(|w| w.window_end_unix_ms)
         .chain(batch.agent_windows.iter().map(|w| w.window_end_unix_ms))
-        .map(|end| end.div_euclid(rollups::LEVEL))
+        .map(|end| end.div_euclid(crate::collector::store::rollup::HOUR_MS))
         .collect();
     let hours: Vec<i64> = hours.into_iter().collect();
     w.str(&agent.agent_id).u64(batch.epoch).u64(batch.sequence).u64(ingest_id);
