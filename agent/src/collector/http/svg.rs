@@ -137,15 +137,7 @@ pub fn line_chart(title: &str, unit: Unit, lines: &[Line], x0: i64, x1: i64) -> 
     let mut tick = 0.0;
     while tick <= top + step / 2.0 {
         let y = y_of(tick);
-        let _ = write!(
-            out,
-            "<line class=\"grid\" x1=\"{LEFT}\" y1=\"{y:.1}\" x2=\"{}\" y2=\"{y:.1}\"/>\
-             <text class=\"tick\" x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
-            WIDTH - RIGHT,
-            LEFT - 6.0,
-            y + 4.0,
-            esc(&unit.tick(tick))
-        );
+        y_tick(&mut out, y, &esc(&unit.tick(tick)));
         tick += step;
     }
     time_axis(&mut out, x0, x1);
@@ -225,15 +217,7 @@ pub fn heatmap(title: &str, columns: &[Column], x0: i64, x1: i64) -> String {
     let mut decade = lo;
     while decade <= hi {
         let y = y_of(10f64.powf(decade));
-        let _ = write!(
-            out,
-            "<line class=\"grid\" x1=\"{LEFT}\" y1=\"{y:.1}\" x2=\"{}\" y2=\"{y:.1}\"/>\
-             <text class=\"tick\" x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
-            WIDTH - RIGHT,
-            LEFT - 6.0,
-            y + 4.0,
-            duration_short(10f64.powf(decade))
-        );
+        y_tick(&mut out, y, &duration_short(10f64.powf(decade)));
         decade += 1.0;
     }
     time_axis(&mut out, x0, x1);
@@ -280,6 +264,19 @@ pub fn sparkline(values: &[f64]) -> String {
     format!("<svg class=\"spark\" viewBox=\"0 0 {W} {H}\" aria-hidden=\"true\"><polyline points=\"{}\"/></svg>", points.join(" "))
 }
 
+/// A horizontal grid line at `y` with its label (already escaped) left of
+/// the plot.
+fn y_tick(out: &mut String, y: f64, label: &str) {
+    let _ = write!(
+        out,
+        "<line class=\"grid\" x1=\"{LEFT}\" y1=\"{y:.1}\" x2=\"{}\" y2=\"{y:.1}\"/>\
+         <text class=\"tick\" x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{label}</text>",
+        WIDTH - RIGHT,
+        LEFT - 6.0,
+        y + 4.0,
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -300,3 +297,4 @@ mod tests {
         assert!(!svg.contains("<p99>"));
     }
 }
+

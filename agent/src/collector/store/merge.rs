@@ -195,6 +195,18 @@ impl MergedAccounts {
     }
 }
 
+/// The statements a window's probe cost is spread over: the agent's
+/// scaled count where it sampled, else the statements it counted.
+pub fn probed_statements(statements: u64, probes: &sqlbee_proto::v1::ProbeCost) -> u64 {
+    if probes.estimated_statements == 0 { statements } else { probes.estimated_statements }
+}
+
+/// Whether an agent window shed work: any mode but exact (empty: an agent
+/// from before budget mode).
+pub fn shedding(mode: &str) -> bool {
+    !mode.is_empty() && mode != "exact"
+}
+
 /// An agent's cost over a range, finished: its own CPU over all the
 /// statements it saw, and the probes' CPU over the statements (scaled
 /// where sampled) of the instances that matched, each per 10k QPS.

@@ -133,7 +133,7 @@ pub(super) fn summaries(db: &Client, query: &TotalsQuery) -> Result<Vec<CostSumm
         agent.matched = true;
         if let Some(p) = decode::<ProbeCost>(&probes, "probe cost")? {
             agent.summary.probe_cpu_seconds += p.probe_cpu_seconds;
-            let estimated = if p.estimated_statements == 0 { statements } else { p.estimated_statements };
+            let estimated = merge::probed_statements(statements, &p);
             agent.estimated = agent.estimated.saturating_add(estimated);
         }
     }
@@ -149,7 +149,7 @@ pub(super) fn summaries(db: &Client, query: &TotalsQuery) -> Result<Vec<CostSumm
         let Some(cost) = &row.cost else { continue };
         let (windows, shedding_windows) = match &row.rolled {
             Some(r) => (r.windows, r.shedding_windows),
-            None => (1, u64::from(!cost.shedding.is_empty() && cost.shedding != "exact")),
+            None => (1, u64::from(merge::shedding(&cost.shedding))),
         };
         let (seconds, cpu_seconds) = (row.seconds(), row.cpu_seconds(cost));
         let host = hosts.get(&row.agent_id).cloned().unwrap_or_default();

@@ -35,7 +35,7 @@ use super::{
     digest_rows::{DIGEST_COLUMNS, MERGE_COLUMNS, Merging, RowKey, read_full_row},
     winners,
 };
-use crate::collector::store::{StoreError, rollup};
+use crate::collector::store::{StoreError, merge, rollup};
 
 /// The one level this store keeps: its raw windows are an agent's (10 s
 /// to a minute), so a minute level would save little.
@@ -368,7 +368,7 @@ fn roll_instances(db: &Client, counted: &str, bucket: i64, pass: i64) -> Result<
         }
         if let Some(p) = probes {
             b.probe_cpu_seconds += p.probe_cpu_seconds;
-            let estimated = if p.estimated_statements == 0 { statements } else { p.estimated_statements };
+            let estimated = merge::probed_statements(statements, &p);
             b.estimated = b.estimated.saturating_add(estimated);
         }
     }
@@ -451,7 +451,7 @@ fn roll_agents(db: &Client, counted: &str, bucket: i64, pass: i64) -> Result<u64
         b.cpu_seconds += cost.cpu_cores * (ms as f64 / 1e3);
         b.max_rss = b.max_rss.max(cost.rss_bytes);
         b.dropped_events = b.dropped_events.saturating_add(cost.dropped_events);
-        if !cost.shedding.is_empty() && cost.shedding != "exact" {
+        if merge::shedding(&cost.shedding) {
             b.shedding_windows += 1;
         }
         b.latest_shedding = cost.shedding;

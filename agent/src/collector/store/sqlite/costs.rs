@@ -59,7 +59,7 @@ pub fn summaries(tx: &Transaction<'_>, query: &TotalsQuery) -> Result<Vec<CostSu
             // side of the server's cost per statement.
             if let Some(p) = decode::<ProbeCost>(probes, "probe cost")? {
                 agent.summary.probe_cpu_seconds += p.probe_cpu_seconds;
-                let estimated = if p.estimated_statements == 0 { statements } else { p.estimated_statements };
+                let estimated = merge::probed_statements(statements, &p);
                 agent.estimated = agent.estimated.saturating_add(estimated);
             }
             if row.get::<_, i64>(6).map_err(&err)? > 0 {
@@ -170,7 +170,7 @@ impl AgentCosts {
             cpu_seconds: cost.cpu_cores * seconds,
             max_rss_bytes: cost.rss_bytes,
             dropped_events: cost.dropped_events,
-            shedding_windows: u64::from(!cost.shedding.is_empty() && cost.shedding != "exact"),
+            shedding_windows: u64::from(merge::shedding(&cost.shedding)),
             latest_shedding: cost.shedding.clone(),
             latest_end: end,
         }

@@ -272,7 +272,7 @@ pub(super) fn add_instance_cost(
     probes: Option<&ProbeCost>,
 ) -> rusqlite::Result<()> {
     let (probed, cpu, estimated) = match probes {
-        Some(p) => (1, p.probe_cpu_seconds, if p.estimated_statements == 0 { statements } else { p.estimated_statements }),
+        Some(p) => (1, p.probe_cpu_seconds, merge::probed_statements(statements, p)),
         None => (0, 0.0, 0),
     };
     for level in rollup::LEVELS {
