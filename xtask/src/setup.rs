@@ -14,7 +14,7 @@ const BPF_LINKER_VERSION: &str = "0.13.0";
 /// registry is reachable), podman-compose for the compose file.
 /// mariadb-test: MariaDB's own test suite, the statements the digest
 /// agreement test samples.
-const DEBIAN_PACKAGES: [&str; 20] = [
+const DEBIAN_PACKAGES: [&str; 21] = [
     "mariadb-server",
     "mariadb-client",
     "sysbench",
@@ -37,6 +37,8 @@ const DEBIAN_PACKAGES: [&str; 20] = [
     // The ClickHouse store's tests start a private server (18.16).
     "clickhouse-server",
     "clickhouse-client",
+    // What xtask::clickhouse runs checks with over the HTTP interface.
+    "curl",
     // The web UI's tests open every page in headless Chromium.
     "chromium",
     // Debian's python3 makes the virtualenv chdb goes in.
