@@ -86,11 +86,13 @@ impl Table {
 }
 
 /// Where a range's rows are: raw windows ending in `raw` (each [start,
-/// end)), and marked buckets as (bucket start, newest pass id).
+/// end)), marked buckets as (bucket start, newest pass id), and the marked
+/// buckets that have a delta (batches stored at or after their cutoff).
 #[derive(Debug, Default)]
 pub(super) struct Sources {
     raw: Vec<(i64, i64)>,
     marks: Vec<(i64, i64)>,
+    late: Vec<i64>,
 }
 
 /// The marks of `[since, until)` and the raw parts around them; with
@@ -125,7 +127,39 @@ pub(super) fn sources(
         }
         out.push_raw(at, span.end);
     }
+    out.late = late_buckets(db, &out.marks, action)?;
     Ok(out)
+}
+
+/// The marked buckets that have batches stored at or after their cutoff,
+/// looked up in the batch records alone: a read scans raw rows only for
+/// these, not for every marked bucket (most have none).
+fn late_buckets(db: &Client, marks: &[(i64, i64)], action: &'static str) -> Result<Vec<i64>, StoreError> {
+    let Some(&(lo, _)) = marks.first() else { return Ok(Vec::new()) };
+    let mut rows = db
+        .select(&format!("SELECT DISTINCT h FROM ({}) ORDER BY h", delta_batches(marks, lo)))
+        .map_err(|e| error(action, e))?;
+    let mut late = Vec::new();
+    while !rows.done() {
+        late.push(rows.i64().map_err(malformed(action))?.saturating_mul(LEVEL));
+    }
+    Ok(late)
+}
+
+/// The winning attempt (agent_id, epoch, sequence, ingest_id, hour `h`) of
+/// every batch with windows in a bucket of `marks` whose every record was
+/// stored at or after that bucket's cutoff; `lo` is the first bucket.
+fn delta_batches(marks: &[(i64, i64)], lo: i64) -> String {
+    let hours: Vec<String> = marks.iter().map(|(b, _)| format!("toInt64({})", b / LEVEL)).collect();
+    let cutoffs: Vec<String> = marks.iter().map(|(_, p)| format!("toInt64({})", cutoff_of(*p))).collect();
+    let (hours, cutoffs) = (hours.join(", "), cutoffs.join(", "));
+    format!(
+        "SELECT agent_id, epoch, sequence, min(ingest_id), h FROM batches ARRAY JOIN window_hours AS h
+         WHERE keep_until_unix_ms >= {lo} AND has([{hours}], h)
+         GROUP BY agent_id, epoch, sequence, h
+         HAVING toInt64(toUInt32(min(inserted))) >= transform(h, [{hours}], [{cutoffs}], toInt64({}))",
+        i64::MAX
+    )
 }
 
 impl Sources {
@@ -159,24 +193,24 @@ impl Sources {
                 winners(first.0, last.1)
             ));
         }
-        if let (Some(first), Some(last)) = (self.marks.first(), self.marks.last()) {
+        if !self.marks.is_empty() {
             let marks: Vec<String> = self.marks.iter().map(|(b, c)| format!("({b}, {c})")).collect();
             parts.push(format!(
                 "SELECT {rollup_columns} FROM {rollup} WHERE (bucket, pass) IN ({}){filters}",
                 marks.join(", ")
             ));
-            let hours: Vec<String> = self.marks.iter().map(|(b, _)| format!("toInt64({})", b / LEVEL)).collect();
-            let cutoffs: Vec<String> = self.marks.iter().map(|(_, p)| format!("toInt64({})", cutoff_of(*p))).collect();
-            let (hours, cutoffs) = (hours.join(", "), cutoffs.join(", "));
-            let (lo, hi) = (first.0, last.0 + LEVEL);
+        }
+        // Only the buckets with a delta: the scan of their raw rows is what
+        // a read of rollups would otherwise spend most of its time on.
+        let late: Vec<(i64, i64)> = self.marks.iter().filter(|(b, _)| self.late.binary_search(b).is_ok()).copied().collect();
+        if let Some(&(lo, _)) = late.first() {
+            let ranges: Vec<String> =
+                late.iter().map(|(b, _)| format!("(window_end >= {b} AND window_end < {})", b + LEVEL)).collect();
             parts.push(format!(
-                "SELECT {raw_columns} FROM {raw} WHERE window_end >= {lo} AND window_end < {hi}{filters}
-                 AND (agent_id, epoch, sequence, ingest_id, intDiv(window_end, {LEVEL})) IN (
-                     SELECT agent_id, epoch, sequence, min(ingest_id), h FROM batches ARRAY JOIN window_hours AS h
-                     WHERE keep_until_unix_ms >= {lo} AND has([{hours}], h)
-                     GROUP BY agent_id, epoch, sequence, h
-                     HAVING toInt64(toUInt32(min(inserted))) >= transform(h, [{hours}], [{cutoffs}], toInt64({})))",
-                i64::MAX
+                "SELECT {raw_columns} FROM {raw} WHERE ({}){filters}
+                 AND (agent_id, epoch, sequence, ingest_id, intDiv(window_end, {LEVEL})) IN ({})",
+                ranges.join(" OR "),
+                delta_batches(&late, lo)
             ));
         }
         if parts.is_empty() {
