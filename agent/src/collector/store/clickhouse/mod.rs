@@ -40,8 +40,9 @@
 //! Batches that arrive while others are written are written with them in
 //! one INSERT per table (`group_commit`), each with its own outcome.
 //!
-//! Hour rollups are written by a pass every collector runs, kept exact by
-//! the same rows-carry-the-rule idea (`rollups`).
+//! Rollups (ten minutes, hours, days) are written by a pass every
+//! collector runs, kept exact by the same rows-carry-the-rule idea
+//! (`rollups`).
 //!
 //! Retention drops whole day partitions and deletes the rest of the
 //! boundary day with `ALTER TABLE ... DELETE` (a mutation, waited for), in

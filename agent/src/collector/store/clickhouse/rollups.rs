@@ -1,29 +1,32 @@
-//! Hour rollups in a store that many collectors share, exact without
-//! transactions, and the reads that use them.
+//! Rollups at three levels in a store that many collectors share, exact
+//! without transactions, and the reads that use them.
 //!
-//! A pass (`roll_up`, run by every collector now and then) merges one hour
+//! A pass (`roll_up`, run by every collector now and then) merges one
 //! bucket's rows into one row per key, from the batches whose first record
 //! the server stored before the pass's *cutoff* (`batches.inserted`, the
 //! server's clock, minus `SETTLE_MS` so every insert stamped before it is
 //! visible), each batch through its winning attempt among those records.
 //! It writes the rows under a *pass id* (the cutoff second in its high
 //! bits, random low bits, so two passes in one second differ), then the
-//! bucket's *mark* (bucket, pass id) last: rows without a mark (a pass
-//! killed half way) or under an older mark never count.
+//! bucket's *mark* (level, bucket, pass id) last: rows without a mark (a
+//! pass killed half way) or under an older mark never count.
 //!
-//! A read splits its range with `rollup::plan_levels`. A bucket with marks
-//! is read as its newest mark's rollup rows plus the *delta*: raw rows of
-//! the batches whose every record was stored at or after that cutoff (a
-//! late batch, an agent's spool after an outage), through their winners.
-//! Every batch falls on exactly one side, so it counts once however late
-//! it comes and however often passes run; a bucket without a mark is read
-//! raw. The one assumption: an insert the server stamped is visible within
-//! `SETTLE_MS` of the stamp.
+//! A read splits its range with `rollup::plan_levels`, coarsest level
+//! first. A bucket with marks is read as its newest mark's rollup rows plus
+//! the *delta*: raw rows of the batches whose every record was stored at
+//! or after that cutoff (a late batch, an agent's spool after an outage),
+//! through their winners. Every batch falls on exactly one side, so it
+//! counts once however late it comes and however often passes run. A
+//! bucket without a mark is read at the next finer level, and raw below
+//! the finest. The one assumption: an insert the server stamped is visible
+//! within `SETTLE_MS` of the stamp.
 //!
 //! Each batch record lists the hours its windows end in (`window_hours`),
 //! so a pass finds the buckets that changed since their mark and a read
-//! finds the late batches of a bucket without scanning rows.
-use std::collections::{BTreeMap, HashMap};
+//! finds the late batches of a bucket without scanning rows. A ten-minute
+//! bucket is found through its hour: a batch of that hour makes all six
+//! due, and those without rows get a mark and no rows.
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use prost::Message as _;
 use sqlbee_proto::v1::{AgentCost, ProbeCost};
@@ -37,9 +40,12 @@ use super::{
 };
 use crate::collector::store::{StoreError, merge, rollup};
 
-/// The one level this store keeps: its raw windows are an agent's (10 s
-/// to a minute), so a minute level would save little.
-pub(super) const LEVEL: i64 = rollup::HOUR_MS;
+const HOUR: i64 = rollup::HOUR_MS;
+/// The levels this store keeps, finest first, each dividing the next. Days
+/// keep a week's range to a few rows per key, and ten minutes keep its
+/// ragged edges to a few raw windows (an hour at each end would be most
+/// of the rows read).
+pub(super) const LEVELS: [i64; 3] = [10 * rollup::MINUTE_MS, HOUR, 24 * HOUR];
 /// How long after the server stamps an insert it is surely visible.
 pub(super) const SETTLE_MS: i64 = 5 * 60_000;
 /// Random low bits of a pass id.
@@ -56,7 +62,8 @@ pub(super) fn pass_id(cutoff_s: i64) -> i64 {
 fn cutoff_of(pass: i64) -> i64 {
     pass >> PASS_RANDOM_BITS
 }
-/// Buckets one pass rolls at most, oldest first; the next pass goes on.
+/// Buckets one pass rolls at most, finest level first, oldest first; the
+/// next pass goes on.
 const BUCKETS_PER_PASS: usize = 24;
 
 /// The raw table and the rollup table of one kind of row.
@@ -85,18 +92,49 @@ impl Table {
     }
 }
 
+/// A rollup bucket: its level and start (ms).
+type Bucket = (i64, i64);
+
 /// Where a range's rows are: raw windows ending in `raw` (each [start,
-/// end)), marked buckets as (bucket start, newest pass id), and the marked
-/// buckets that have a delta (batches stored at or after their cutoff).
+/// end)), marked buckets with their newest pass id, and the marked buckets
+/// that have a delta (batches stored at or after their cutoff).
 #[derive(Debug, Default)]
 pub(super) struct Sources {
     raw: Vec<(i64, i64)>,
-    marks: Vec<(i64, i64)>,
-    late: Vec<i64>,
+    marks: Vec<(Bucket, i64)>,
+    late: BTreeSet<Bucket>,
+}
+
+/// The SQL array of the `level` buckets a batch record's windows end in,
+/// from its `window_hours` (finer than an hour: every bucket of each hour).
+fn record_buckets(level: i64) -> String {
+    if level >= HOUR {
+        format!("arrayMap(h -> intDiv(h * {HOUR}, {level}) * {level}, window_hours)")
+    } else {
+        let per = HOUR / level;
+        format!(
+            "arrayMap(x -> window_hours[intDiv(x, {per}) + 1] * {HOUR} + toInt64(x % {per}) * {level},
+                      range(toUInt64(length(window_hours) * {per})))"
+        )
+    }
+}
+
+/// The newest pass of each marked bucket that `filter` selects.
+fn newest_marks(db: &Client, filter: &str, action: &'static str) -> Result<BTreeMap<Bucket, i64>, StoreError> {
+    let bad = malformed(action);
+    let mut rows = db
+        .select(&format!("SELECT level, bucket, max(pass) FROM rollup_marks WHERE {filter} GROUP BY level, bucket"))
+        .map_err(|e| error(action, e))?;
+    let mut marks = BTreeMap::new();
+    while !rows.done() {
+        let bucket = (rows.i64().map_err(&bad)?, rows.i64().map_err(&bad)?);
+        marks.insert(bucket, rows.i64().map_err(&bad)?);
+    }
+    Ok(marks)
 }
 
 /// The marks of `[since, until)` and the raw parts around them; with
-/// `step`, buckets are used only if they divide it.
+/// `step`, only levels that divide it.
 pub(super) fn sources(
     db: &Client,
     since: i64,
@@ -104,65 +142,38 @@ pub(super) fn sources(
     step: Option<i64>,
     action: &'static str,
 ) -> Result<Sources, StoreError> {
+    let levels: Vec<i64> = LEVELS.into_iter().filter(|l| step.is_none_or(|s| s > 0 && s % l == 0)).collect();
     let mut out = Sources::default();
-    for span in rollup::plan_levels(since, until, step, &[LEVEL]) {
-        if span.level.is_none() {
-            out.push_raw(span.start, span.end);
-            continue;
-        }
-        let mut rows = db
-            .select(&format!(
-                "SELECT bucket, max(pass) FROM rollup_marks WHERE bucket >= {} AND bucket < {}
-                 GROUP BY bucket ORDER BY bucket",
-                span.start, span.end
-            ))
-            .map_err(|e| error(action, e))?;
-        let mut at = span.start;
-        while !rows.done() {
-            let bucket = rows.i64().map_err(malformed(action))?;
-            let pass = rows.i64().map_err(malformed(action))?;
-            out.push_raw(at, bucket);
-            out.marks.push((bucket, pass));
-            at = bucket.saturating_add(LEVEL);
-        }
-        out.push_raw(at, span.end);
-    }
+    let marks = if levels.is_empty() || since >= until {
+        BTreeMap::new()
+    } else {
+        newest_marks(db, &format!("bucket >= {since} AND bucket < {until}"), action)?
+    };
+    out.place(since, until, &levels, &marks);
     out.late = late_buckets(db, &out.marks, action)?;
     Ok(out)
 }
 
-/// The marked buckets that have batches stored at or after their cutoff,
-/// looked up in the batch records alone: a read scans raw rows only for
-/// these, not for every marked bucket (most have none).
-fn late_buckets(db: &Client, marks: &[(i64, i64)], action: &'static str) -> Result<Vec<i64>, StoreError> {
-    let Some(&(lo, _)) = marks.first() else { return Ok(Vec::new()) };
-    let mut rows = db
-        .select(&format!("SELECT DISTINCT h FROM ({}) ORDER BY h", delta_batches(marks, lo)))
-        .map_err(|e| error(action, e))?;
-    let mut late = Vec::new();
-    while !rows.done() {
-        late.push(rows.i64().map_err(malformed(action))?.saturating_mul(LEVEL));
-    }
-    Ok(late)
-}
-
-/// The winning attempt (agent_id, epoch, sequence, ingest_id, hour `h`) of
-/// every batch with windows in a bucket of `marks` whose every record was
-/// stored at or after that bucket's cutoff; `lo` is the first bucket.
-fn delta_batches(marks: &[(i64, i64)], lo: i64) -> String {
-    let hours: Vec<String> = marks.iter().map(|(b, _)| format!("toInt64({})", b / LEVEL)).collect();
-    let cutoffs: Vec<String> = marks.iter().map(|(_, p)| format!("toInt64({})", cutoff_of(*p))).collect();
-    let (hours, cutoffs) = (hours.join(", "), cutoffs.join(", "));
-    format!(
-        "SELECT agent_id, epoch, sequence, min(ingest_id), h FROM batches ARRAY JOIN window_hours AS h
-         WHERE keep_until_unix_ms >= {lo} AND has([{hours}], h)
-         GROUP BY agent_id, epoch, sequence, h
-         HAVING toInt64(toUInt32(min(inserted))) >= transform(h, [{hours}], [{cutoffs}], toInt64({}))",
-        i64::MAX
-    )
-}
-
 impl Sources {
+    /// Covers `[since, until)` with the coarsest marked buckets, a gap
+    /// between them with finer ones, and raw windows below the finest.
+    fn place(&mut self, since: i64, until: i64, levels: &[i64], marks: &BTreeMap<Bucket, i64>) {
+        for span in rollup::plan_levels(since, until, None, levels) {
+            let Some(level) = span.level else {
+                self.push_raw(span.start, span.end);
+                continue;
+            };
+            let finer: Vec<i64> = levels.iter().copied().filter(|&l| l < level).collect();
+            let mut at = span.start;
+            for (&(_, bucket), &pass) in marks.range((level, span.start)..(level, span.end)) {
+                self.place(at, bucket, &finer, marks);
+                self.marks.push(((level, bucket), pass));
+                at = bucket.saturating_add(level);
+            }
+            self.place(at, span.end, &finer, marks);
+        }
+    }
+
     fn push_raw(&mut self, start: i64, end: i64) {
         if start >= end {
             return;
@@ -194,23 +205,31 @@ impl Sources {
             ));
         }
         if !self.marks.is_empty() {
-            let marks: Vec<String> = self.marks.iter().map(|(b, c)| format!("({b}, {c})")).collect();
+            let marks: Vec<String> = self.marks.iter().map(|((l, b), p)| format!("({l}, {b}, {p})")).collect();
             parts.push(format!(
-                "SELECT {rollup_columns} FROM {rollup} WHERE (bucket, pass) IN ({}){filters}",
+                "SELECT {rollup_columns} FROM {rollup} WHERE (level, bucket, pass) IN ({}){filters}",
                 marks.join(", ")
             ));
         }
-        // Only the buckets with a delta: the scan of their raw rows is what
-        // a read of rollups would otherwise spend most of its time on.
-        let late: Vec<(i64, i64)> = self.marks.iter().filter(|(b, _)| self.late.binary_search(b).is_ok()).copied().collect();
-        if let Some(&(lo, _)) = late.first() {
+        // Raw rows only of the buckets with a delta: scanning every marked
+        // bucket's would cost a read of rollups most of its time.
+        for level in LEVELS {
+            let late: Vec<(i64, i64)> = self
+                .marks
+                .iter()
+                .filter(|((l, b), _)| *l == level && self.late.contains(&(*l, *b)))
+                .map(|((_, b), p)| (*b, *p))
+                .collect();
+            if late.is_empty() {
+                continue;
+            }
             let ranges: Vec<String> =
-                late.iter().map(|(b, _)| format!("(window_end >= {b} AND window_end < {})", b + LEVEL)).collect();
+                late.iter().map(|(b, _)| format!("(window_end >= {b} AND window_end < {})", b + level)).collect();
             parts.push(format!(
                 "SELECT {raw_columns} FROM {raw} WHERE ({}){filters}
-                 AND (agent_id, epoch, sequence, ingest_id, intDiv(window_end, {LEVEL})) IN ({})",
+                 AND (agent_id, epoch, sequence, ingest_id, intDiv(window_end, {level}) * {level}) IN ({})",
                 ranges.join(" OR "),
-                delta_batches(&late, lo)
+                delta_batches(level, &late)
             ));
         }
         if parts.is_empty() {
@@ -218,6 +237,45 @@ impl Sources {
         }
         format!("SELECT * FROM ({})", parts.join("\nUNION ALL\n"))
     }
+}
+
+/// The marked buckets that have batches stored at or after their cutoff,
+/// looked up in the batch records alone.
+fn late_buckets(db: &Client, marks: &[(Bucket, i64)], action: &'static str) -> Result<BTreeSet<Bucket>, StoreError> {
+    let mut parts = Vec::new();
+    for level in LEVELS {
+        let of: Vec<(i64, i64)> = marks.iter().filter(|((l, _), _)| *l == level).map(|((_, b), p)| (*b, *p)).collect();
+        if !of.is_empty() {
+            parts.push(format!("SELECT DISTINCT toInt64({level}), b FROM ({})", delta_batches(level, &of)));
+        }
+    }
+    let mut late = BTreeSet::new();
+    if parts.is_empty() {
+        return Ok(late);
+    }
+    let mut rows = db.select(&parts.join("\nUNION ALL\n")).map_err(|e| error(action, e))?;
+    while !rows.done() {
+        late.insert((rows.i64().map_err(malformed(action))?, rows.i64().map_err(malformed(action))?));
+    }
+    Ok(late)
+}
+
+/// The winning attempt (agent_id, epoch, sequence, ingest_id, bucket `b`)
+/// of every batch with windows in a `level` bucket of `marks` (bucket,
+/// pass) whose every record was stored at or after that bucket's cutoff.
+fn delta_batches(level: i64, marks: &[(i64, i64)]) -> String {
+    let lo = marks.iter().map(|(b, _)| *b).min().unwrap_or(0);
+    let buckets: Vec<String> = marks.iter().map(|(b, _)| format!("toInt64({b})")).collect();
+    let cutoffs: Vec<String> = marks.iter().map(|(_, p)| format!("toInt64({})", cutoff_of(*p))).collect();
+    let (buckets, cutoffs) = (buckets.join(", "), cutoffs.join(", "));
+    format!(
+        "SELECT agent_id, epoch, sequence, min(ingest_id), b FROM batches ARRAY JOIN {} AS b
+         WHERE keep_until_unix_ms >= {lo} AND has([{buckets}], b)
+         GROUP BY agent_id, epoch, sequence, b
+         HAVING toInt64(toUInt32(min(inserted))) >= transform(b, [{buckets}], [{cutoffs}], toInt64({}))",
+        record_buckets(level),
+        i64::MAX
+    )
 }
 
 /// What a pass did.
@@ -231,81 +289,99 @@ pub struct RollupOutcome {
 }
 
 /// Rolls up the buckets that ended before the cutoff and have batches
-/// stored since their newest mark (or no mark), oldest first.
+/// stored since their newest mark (or no mark): finest level first, oldest
+/// first.
 pub(super) fn roll_up(db: &Client, settle_ms: i64) -> Result<RollupOutcome, StoreError> {
     let bad = malformed("roll up");
     let err = |e| error("roll up", e);
     let now_s = db.select("SELECT toInt64(toUInt32(now()))").map_err(err)?.i64().map_err(&bad)?;
     let cutoff_s = now_s - settle_ms.max(0) / 1000;
     let cutoff = cutoff_s.saturating_mul(1000);
-    let mut marks: HashMap<i64, i64> = HashMap::new();
-    let mut rows = db.select("SELECT bucket, max(pass) FROM rollup_marks GROUP BY bucket").map_err(err)?;
-    while !rows.done() {
-        let bucket = rows.i64().map_err(&bad)?;
-        marks.insert(bucket, rows.i64().map_err(&bad)?);
-    }
-    let mut rows = db
-        .select(&format!(
-            "SELECT h, toInt64(toUInt32(max(inserted))) FROM batches ARRAY JOIN window_hours AS h
-             WHERE inserted < toDateTime({cutoff_s}) GROUP BY h HAVING (h + 1) * {LEVEL} <= {cutoff} ORDER BY h"
-        ))
-        .map_err(err)?;
+    let marks = newest_marks(db, "1", "roll up")?;
     let mut due = Vec::new();
-    while !rows.done() {
-        let bucket = rows.i64().map_err(&bad)?.saturating_mul(LEVEL);
-        let newest_s = rows.i64().map_err(&bad)?;
-        if marks.get(&bucket).is_none_or(|&pass| newest_s >= cutoff_of(pass)) {
-            due.push(bucket);
+    for level in LEVELS {
+        let mut rows = db
+            .select(&format!(
+                "SELECT b, toInt64(toUInt32(max(inserted))) FROM batches ARRAY JOIN {} AS b
+                 WHERE inserted < toDateTime({cutoff_s}) GROUP BY b HAVING b + {level} <= {cutoff} ORDER BY b",
+                record_buckets(level)
+            ))
+            .map_err(err)?;
+        while !rows.done() {
+            let bucket = rows.i64().map_err(&bad)?;
+            let newest_s = rows.i64().map_err(&bad)?;
+            if marks.get(&(level, bucket)).is_none_or(|&pass| newest_s >= cutoff_of(pass)) {
+                due.push((level, bucket));
+            }
         }
     }
     let mut outcome = RollupOutcome { left: due.len().saturating_sub(BUCKETS_PER_PASS), ..Default::default() };
-    for bucket in due.into_iter().take(BUCKETS_PER_PASS) {
-        outcome.rows += roll_bucket(db, bucket, cutoff_s)?;
+    for (level, bucket) in due.into_iter().take(BUCKETS_PER_PASS) {
+        outcome.rows += roll_bucket(db, level, bucket, cutoff_s)?;
         outcome.buckets += 1;
     }
     Ok(outcome)
 }
 
-/// One bucket's rollup rows of the batches stored before `cutoff_s`, under
-/// a pass id of their own, then its mark.
-pub(super) fn roll_bucket(db: &Client, bucket: i64, cutoff_s: i64) -> Result<u64, StoreError> {
-    let err = |e| error("roll up", e);
-    let end = bucket + LEVEL;
-    let counted = format!(
-        "window_end >= {bucket} AND window_end < {end} AND (agent_id, epoch, sequence, ingest_id) IN (
+/// The rows of `[start, end)` (within one hour) of the batches stored
+/// before `cutoff_s`, each through its winning record among those.
+pub(super) fn counted(start: i64, end: i64, cutoff_s: i64) -> String {
+    format!(
+        "window_end >= {start} AND window_end < {end} AND (agent_id, epoch, sequence, ingest_id) IN (
              SELECT agent_id, epoch, sequence, min(ingest_id) FROM batches
-             WHERE keep_until_unix_ms >= {bucket} AND has(window_hours, toInt64({})) AND inserted < toDateTime({cutoff_s})
+             WHERE keep_until_unix_ms >= {start} AND has(window_hours, toInt64({}))
+             AND inserted < toDateTime({cutoff_s})
              GROUP BY agent_id, epoch, sequence)",
-        bucket / LEVEL
-    );
+        start.div_euclid(HOUR)
+    )
+}
+
+/// One bucket's rollup rows of the batches stored before `cutoff_s`, under
+/// a pass id of their own, then its mark. A bucket longer than an hour is
+/// read an hour at a time, so a collector holds one hour's raw rows.
+pub(super) fn roll_bucket(db: &Client, level: i64, bucket: i64, cutoff_s: i64) -> Result<u64, StoreError> {
+    let err = |e| error("roll up", e);
+    let step = level.min(HOUR);
+    let chunks: Vec<String> =
+        (0..level / step).map(|n| counted(bucket + n * step, bucket + (n + 1) * step, cutoff_s)).collect();
     let pass = pass_id(cutoff_s);
-    let digests = roll_digests(db, &counted, bucket, pass)?;
-    let instances = roll_instances(db, &counted, bucket, pass)?;
-    let agents = roll_agents(db, &counted, bucket, pass)?;
+    let digests = roll_digests(db, &chunks, (level, bucket), pass)?;
+    let instances = roll_instances(db, &chunks, (level, bucket), pass)?;
+    let agents = roll_agents(db, &chunks, (level, bucket), pass)?;
     let mut mark = RowWriter::default();
-    mark.i64(bucket).i64(pass).i64(sqlbee_common::clock::now_unix_ms());
+    mark.i64(level).i64(bucket).i64(pass).i64(sqlbee_common::clock::now_unix_ms());
     mark.end_row();
-    db.insert("rollup_marks", "bucket, pass, written_unix_ms", &mark).map_err(err)?;
-    tracing::debug!(bucket, cutoff_s, pass, digests, instances, agents, "rolled up");
+    db.insert("rollup_marks", "level, bucket, pass, written_unix_ms", &mark).map_err(err)?;
+    tracing::debug!(level, bucket, cutoff_s, pass, digests, instances, agents, "rolled up");
     Ok(digests + instances + agents)
 }
 
-pub(super) fn roll_digests(db: &Client, counted: &str, bucket: i64, pass: i64) -> Result<u64, StoreError> {
+/// Each chunk is a `counted` filter; the chunks of a bucket go in time
+/// order.
+pub(super) fn roll_digests(
+    db: &Client,
+    chunks: &[String],
+    (level, bucket): Bucket,
+    pass: i64,
+) -> Result<u64, StoreError> {
     let bad = malformed("roll up");
-    let mut rows = db
-        .select(&format!("SELECT {DIGEST_COLUMNS}, {MERGE_COLUMNS} FROM digest_windows WHERE {counted}"))
-        .map_err(|e| error("roll up", e))?;
     let mut merged: HashMap<(String, RowKey), Merging> = HashMap::new();
-    while !rows.done() {
-        let full = read_full_row(&mut rows, &bad)?;
-        merged.entry((full.row.instance.clone(), full.row.key.clone())).or_default().add(full)?;
+    for counted in chunks {
+        let mut rows = db
+            .select(&format!("SELECT {DIGEST_COLUMNS}, {MERGE_COLUMNS} FROM digest_windows WHERE {counted}"))
+            .map_err(|e| error("roll up", e))?;
+        while !rows.done() {
+            let full = read_full_row(&mut rows, &bad)?;
+            merged.entry((full.row.instance.clone(), full.row.key.clone())).or_default().add(full)?;
+        }
     }
     let mut w = RowWriter::default();
     for ((instance, key), m) in merged {
         let t = &m.totals;
         let (min_ns, max_ns) = if t.count == 0 { (0, 0) } else { (t.min_ns, t.max_ns) };
         let (sample_end, sample) = m.sample.unwrap_or_default();
-        w.i64(bucket).i64(pass).str(&instance).i64(m.newest_end).i64(sample_end).u64(key.digest).str(&key.schema);
+        w.i64(level).i64(bucket).i64(pass).str(&instance).i64(m.newest_end).i64(sample_end);
+        w.u64(key.digest).str(&key.schema);
         w.u8(u8::from(key.nested)).str(&key.program).str(&key.program_kind).u64(key.parent_digest).str(&key.source);
         w.u64(t.count).u64(t.errors).u64(t.sum_ns).u64(min_ns).u64(max_ns);
         w.u64(if m.sampled { m.estimated } else { 0 }).u64(m.truncated);
@@ -344,7 +420,7 @@ pub(super) fn roll_digests(db: &Client, counted: &str, bucket: i64, pass: i64) -
     }
     db.insert(
         "digest_rollups",
-        "bucket, pass, instance, window_end, sample_end, digest, schema, nested, program, program_kind,
+        "level, bucket, pass, instance, window_end, sample_end, digest, schema, nested, program, program_kind,
          parent_digest, source, count, errors, sum_ns, min_ns, max_ns, estimated_count, truncated, hist_index,
          hist_count, error_code, error_count, wait_class, wait_sum_ns, wait_max_ns, wait_statements, rows_examined,
          cpu_ns, tmp_disk_tables, figures, accounts, sample",
@@ -368,47 +444,49 @@ struct InstanceBucket {
     estimated: u64,
 }
 
-fn roll_instances(db: &Client, counted: &str, bucket: i64, pass: i64) -> Result<u64, StoreError> {
+fn roll_instances(db: &Client, chunks: &[String], (level, bucket): Bucket, pass: i64) -> Result<u64, StoreError> {
     let bad = malformed("roll up");
-    let mut rows = db
-        .select(&format!(
-            "SELECT agent_id, instance, window_start, window_end, statements, dropped_events, unmatched, command,
-                    command_count, probes
-             FROM instance_windows WHERE {counted}"
-        ))
-        .map_err(|e| error("roll up", e))?;
     let mut merged: BTreeMap<(String, String, bool), InstanceBucket> = BTreeMap::new();
-    while !rows.done() {
-        let (agent, instance) = (rows.string().map_err(&bad)?, rows.string().map_err(&bad)?);
-        let (start, end) = (rows.i64().map_err(&bad)?, rows.i64().map_err(&bad)?);
-        let statements = rows.u64().map_err(&bad)?;
-        let (dropped, unmatched) = (rows.u64().map_err(&bad)?, rows.u64().map_err(&bad)?);
-        let names = rows.array(|r| r.string()).map_err(&bad)?;
-        let counts = rows.array(|r| r.u64()).map_err(&bad)?;
-        let probes = decode_probes(&rows.bytes().map_err(&bad)?)?;
-        let b = merged.entry((agent, instance, probes.is_some())).or_insert_with(|| InstanceBucket {
-            window_start: start,
-            window_end: end,
-            ..Default::default()
-        });
-        b.window_start = b.window_start.min(start);
-        b.window_end = b.window_end.max(end);
-        b.statements = b.statements.saturating_add(statements);
-        b.dropped_events = b.dropped_events.saturating_add(dropped);
-        b.unmatched = b.unmatched.saturating_add(unmatched);
-        for (name, count) in names.into_iter().zip(counts) {
-            let slot = b.commands.entry(name).or_default();
-            *slot = slot.saturating_add(count);
-        }
-        if let Some(p) = probes {
-            b.probe_cpu_seconds += p.probe_cpu_seconds;
-            let estimated = merge::probed_statements(statements, &p);
-            b.estimated = b.estimated.saturating_add(estimated);
+    for counted in chunks {
+        let mut rows = db
+            .select(&format!(
+                "SELECT agent_id, instance, window_start, window_end, statements, dropped_events, unmatched, command,
+                        command_count, probes
+                 FROM instance_windows WHERE {counted}"
+            ))
+            .map_err(|e| error("roll up", e))?;
+        while !rows.done() {
+            let (agent, instance) = (rows.string().map_err(&bad)?, rows.string().map_err(&bad)?);
+            let (start, end) = (rows.i64().map_err(&bad)?, rows.i64().map_err(&bad)?);
+            let statements = rows.u64().map_err(&bad)?;
+            let (dropped, unmatched) = (rows.u64().map_err(&bad)?, rows.u64().map_err(&bad)?);
+            let names = rows.array(|r| r.string()).map_err(&bad)?;
+            let counts = rows.array(|r| r.u64()).map_err(&bad)?;
+            let probes = decode_probes(&rows.bytes().map_err(&bad)?)?;
+            let b = merged.entry((agent, instance, probes.is_some())).or_insert_with(|| InstanceBucket {
+                window_start: start,
+                window_end: end,
+                ..Default::default()
+            });
+            b.window_start = b.window_start.min(start);
+            b.window_end = b.window_end.max(end);
+            b.statements = b.statements.saturating_add(statements);
+            b.dropped_events = b.dropped_events.saturating_add(dropped);
+            b.unmatched = b.unmatched.saturating_add(unmatched);
+            for (name, count) in names.into_iter().zip(counts) {
+                let slot = b.commands.entry(name).or_default();
+                *slot = slot.saturating_add(count);
+            }
+            if let Some(p) = probes {
+                b.probe_cpu_seconds += p.probe_cpu_seconds;
+                let estimated = merge::probed_statements(statements, &p);
+                b.estimated = b.estimated.saturating_add(estimated);
+            }
         }
     }
     let mut w = RowWriter::default();
     for ((agent, instance, probed), b) in merged {
-        w.i64(bucket).i64(pass).str(&agent).str(&instance).i64(b.window_start).i64(b.window_end);
+        w.i64(level).i64(bucket).i64(pass).str(&agent).str(&instance).i64(b.window_start).i64(b.window_end);
         w.u64(b.statements).u64(b.dropped_events).u64(b.unmatched);
         let (names, counts): (Vec<String>, Vec<u64>) = b.commands.into_iter().unzip();
         w.array(&names, |w, n| {
@@ -428,7 +506,7 @@ fn roll_instances(db: &Client, counted: &str, bucket: i64, pass: i64) -> Result<
     }
     db.insert(
         "instance_rollups",
-        "bucket, pass, agent_id, instance, window_start, window_end, statements, dropped_events, unmatched,
+        "level, bucket, pass, agent_id, instance, window_start, window_end, statements, dropped_events, unmatched,
          command, command_count, probes",
         &w,
     )
@@ -458,37 +536,39 @@ struct AgentBucket {
     latest_end: i64,
 }
 
-fn roll_agents(db: &Client, counted: &str, bucket: i64, pass: i64) -> Result<u64, StoreError> {
+fn roll_agents(db: &Client, chunks: &[String], (level, bucket): Bucket, pass: i64) -> Result<u64, StoreError> {
     let bad = malformed("roll up");
-    let mut rows = db
-        .select(&format!(
-            "SELECT agent_id, window_start, window_end, cost FROM agent_windows WHERE {counted}
-             ORDER BY window_end, received_unix_ms, ingest_id, position"
-        ))
-        .map_err(|e| error("roll up", e))?;
     let mut merged: BTreeMap<String, AgentBucket> = BTreeMap::new();
-    while !rows.done() {
-        let agent = rows.string().map_err(&bad)?;
-        let (start, end) = (rows.i64().map_err(&bad)?, rows.i64().map_err(&bad)?);
-        let cost = rows.bytes().map_err(&bad)?;
-        let b = merged.entry(agent).or_default();
-        // As the readers do: an empty encoding is a window without a cost.
-        if cost.is_empty() {
-            b.costless_windows += 1;
-            continue;
+    for counted in chunks {
+        let mut rows = db
+            .select(&format!(
+                "SELECT agent_id, window_start, window_end, cost FROM agent_windows WHERE {counted}
+                 ORDER BY window_end, received_unix_ms, ingest_id, position"
+            ))
+            .map_err(|e| error("roll up", e))?;
+        while !rows.done() {
+            let agent = rows.string().map_err(&bad)?;
+            let (start, end) = (rows.i64().map_err(&bad)?, rows.i64().map_err(&bad)?);
+            let cost = rows.bytes().map_err(&bad)?;
+            let b = merged.entry(agent).or_default();
+            // As the readers do: an empty encoding is a window without a cost.
+            if cost.is_empty() {
+                b.costless_windows += 1;
+                continue;
+            }
+            let cost = AgentCost::decode(cost.as_slice()).map_err(|_| StoreError::Corrupt { what: "agent cost" })?;
+            let ms = (end - start).max(0);
+            b.windows += 1;
+            b.latest_end = b.latest_end.max(end);
+            b.ms = b.ms.saturating_add(ms);
+            b.cpu_seconds += cost.cpu_cores * (ms as f64 / 1e3);
+            b.max_rss = b.max_rss.max(cost.rss_bytes);
+            b.dropped_events = b.dropped_events.saturating_add(cost.dropped_events);
+            if merge::shedding(&cost.shedding) {
+                b.shedding_windows += 1;
+            }
+            b.latest_shedding = cost.shedding;
         }
-        let cost = AgentCost::decode(cost.as_slice()).map_err(|_| StoreError::Corrupt { what: "agent cost" })?;
-        let ms = (end - start).max(0);
-        b.windows += 1;
-        b.latest_end = b.latest_end.max(end);
-        b.ms = b.ms.saturating_add(ms);
-        b.cpu_seconds += cost.cpu_cores * (ms as f64 / 1e3);
-        b.max_rss = b.max_rss.max(cost.rss_bytes);
-        b.dropped_events = b.dropped_events.saturating_add(cost.dropped_events);
-        if merge::shedding(&cost.shedding) {
-            b.shedding_windows += 1;
-        }
-        b.latest_shedding = cost.shedding;
     }
     let mut w = RowWriter::default();
     for (agent, b) in merged {
@@ -502,13 +582,13 @@ fn roll_agents(db: &Client, counted: &str, bucket: i64, pass: i64) -> Result<u64
         };
         // Costless windows alone are placed at the bucket's start.
         let end = if b.windows > 0 { b.latest_end } else { bucket };
-        w.i64(bucket).i64(pass).str(&agent).i64(end - b.ms).i64(end).bytes(&cost.encode_to_vec());
+        w.i64(level).i64(bucket).i64(pass).str(&agent).i64(end - b.ms).i64(end).bytes(&cost.encode_to_vec());
         w.u64(b.windows).u64(b.costless_windows).u64(b.shedding_windows).f64(b.cpu_seconds);
         w.end_row();
     }
     db.insert(
         "agent_rollups",
-        "bucket, pass, agent_id, window_start, window_end, cost, windows, costless_windows, shedding_windows,
+        "level, bucket, pass, agent_id, window_start, window_end, cost, windows, costless_windows, shedding_windows,
          cpu_seconds",
         &w,
     )

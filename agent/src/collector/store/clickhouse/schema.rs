@@ -18,7 +18,8 @@ use super::http::{Client, HttpError};
 /// Bumped when the schema changes. 1: first version. 2: hour rollups
 /// (`digest_rollups`, `instance_rollups`, `agent_rollups`, `rollup_marks`)
 /// and the server's insert time of each batch record (`batches.inserted`).
-pub const SCHEMA_VERSION: u32 = 2;
+/// 3: rollups at ten minutes and a day beside the hour (`level`).
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// Columns every batch row starts with.
 pub(super) const IDENTITY: &str = "agent_id String, epoch UInt64, sequence UInt64, ingest_id UInt64";
@@ -147,43 +148,58 @@ pub(super) fn tables() -> Vec<(&'static str, String)> {
             Some("keep_until_unix_ms"),
             "agent_id, first_sequence, last_sequence",
         ),
-        // Hour rollups (see `rollups`): each row merges a bucket's winning
-        // rows of one key, written by the pass whose id it carries;
-        // rows count only under their bucket's newest mark. The columns
-        // are the raw tables' own, so reads take both alike.
+        // Rollups (see `rollups`): each row merges a bucket's winning rows
+        // of one key, written by the pass whose id it carries; rows count
+        // only under their bucket's newest mark. The columns are the raw
+        // tables' own, so reads take both alike.
         table(
             "digest_rollups",
-            "bucket Int64, pass Int64, instance String, window_end Int64, sample_end Int64, digest UInt64,
-             schema String, nested UInt8, program String, program_kind String, parent_digest UInt64, source String,
-             count UInt64, errors UInt64, sum_ns UInt64, min_ns UInt64, max_ns UInt64, estimated_count UInt64,
-             truncated UInt64, hist_index Array(UInt32), hist_count Array(UInt64), error_code Array(UInt32),
-             error_count Array(UInt64), wait_class Array(String), wait_sum_ns Array(UInt64),
-             wait_max_ns Array(UInt64), wait_statements Array(UInt64), rows_examined Nullable(UInt64),
-             cpu_ns Nullable(UInt64), tmp_disk_tables Nullable(UInt64), figures String, accounts String,
-             sample String",
+            &format!(
+                "{ROLLUP_LEVEL}, bucket Int64, pass Int64, instance String, window_end Int64, sample_end Int64,
+                 digest UInt64, schema String, nested UInt8, program String, program_kind String,
+                 parent_digest UInt64, source String, count UInt64, errors UInt64, sum_ns UInt64, min_ns UInt64,
+                 max_ns UInt64, estimated_count UInt64, truncated UInt64, hist_index Array(UInt32),
+                 hist_count Array(UInt64), error_code Array(UInt32), error_count Array(UInt64),
+                 wait_class Array(String), wait_sum_ns Array(UInt64), wait_max_ns Array(UInt64),
+                 wait_statements Array(UInt64), rows_examined Nullable(UInt64), cpu_ns Nullable(UInt64),
+                 tmp_disk_tables Nullable(UInt64), figures String, accounts String, sample String"
+            ),
             Some("bucket"),
             "bucket, pass, instance, digest",
         ),
         table(
             "instance_rollups",
-            "bucket Int64, pass Int64, agent_id String, instance String, window_start Int64, window_end Int64,
-             statements UInt64, dropped_events UInt64, unmatched UInt64, command Array(String),
-             command_count Array(UInt64), probes String",
+            &format!(
+                "{ROLLUP_LEVEL}, bucket Int64, pass Int64, agent_id String, instance String, window_start Int64,
+                 window_end Int64, statements UInt64, dropped_events UInt64, unmatched UInt64, command Array(String),
+                 command_count Array(UInt64), probes String"
+            ),
             Some("bucket"),
             "bucket, pass, agent_id, instance",
         ),
         table(
             "agent_rollups",
-            "bucket Int64, pass Int64, agent_id String, window_start Int64, window_end Int64, cost String,
-             windows UInt64, costless_windows UInt64, shedding_windows UInt64, cpu_seconds Float64",
+            &format!(
+                "{ROLLUP_LEVEL}, bucket Int64, pass Int64, agent_id String, window_start Int64, window_end Int64,
+                 cost String, windows UInt64, costless_windows UInt64, shedding_windows UInt64, cpu_seconds Float64"
+            ),
             Some("bucket"),
             "bucket, pass, agent_id",
         ),
         // A bucket's rollup is complete once its mark exists: the pass
         // writes it after every row.
-        table("rollup_marks", "bucket Int64, pass Int64, written_unix_ms Int64", Some("bucket"), "bucket, pass"),
+        table(
+            "rollup_marks",
+            &format!("{ROLLUP_LEVEL}, bucket Int64, pass Int64, written_unix_ms Int64"),
+            Some("bucket"),
+            "bucket, pass",
+        ),
     ]
 }
+
+/// A rollup row's and mark's level (bucket length, ms); version 2 wrote
+/// hours only.
+const ROLLUP_LEVEL: &str = "level Int64 DEFAULT 3600000";
 
 /// When the server stored a batch record, by its own clock: the rollups
 /// tell what they hold by it (see `rollups`).
@@ -198,7 +214,7 @@ const WINDOW_HOURS: &str = "window_hours Array(Int64) DEFAULT arrayMap(i -> intD
 /// the newest sample's end in a column of this name).
 const SAMPLE_END: &str = "sample_end Int64 ALIAS window_end";
 
-/// Rollup tables, pruned by the hour level's retention.
+/// Rollup tables, every level pruned by the hour level's retention.
 pub(super) const ROLLUP_AGING: [(&str, &str); 4] =
     [("digest_rollups", "bucket"), ("instance_rollups", "bucket"), ("agent_rollups", "bucket"), ("rollup_marks", "bucket")];
 
@@ -238,6 +254,11 @@ pub(super) fn migrate(server: &Client, database: &str) -> Result<Result<u32, u32
         add_column(&db, "batches", "inserted", INSERTED)?;
         add_column(&db, "batches", "window_hours", WINDOW_HOURS)?;
         add_column(&db, "digest_windows", "sample_end", SAMPLE_END)?;
+    }
+    if (1..3).contains(&found) {
+        for table in ["digest_rollups", "instance_rollups", "agent_rollups", "rollup_marks"] {
+            add_column(&db, table, "level", ROLLUP_LEVEL)?;
+        }
     }
     if found < SCHEMA_VERSION {
         db.execute(&format!(

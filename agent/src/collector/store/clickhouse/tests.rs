@@ -13,7 +13,7 @@ use sqlbee_proto::v1::{
 use xtask::clickhouse::{PASSWORD, PASSWORD_USER, for_test};
 
 use super::{ClickHouseStore, Location, SCHEMA_VERSION, rollups, write};
-use crate::collector::store::*;
+use crate::collector::store::{rollup::HOUR_MS as HOUR, *};
 
 trait Put {
     fn put(&self, batch: &Batch, received_unix_ms: i64) -> Result<IngestOutcome, StoreError>;
@@ -555,7 +555,7 @@ fn answers(store: &ClickHouseStore, since: i64, until: i64) -> String {
         let totals = TotalsQuery { instance: instance.clone(), since_unix_ms: since, until_unix_ms: until };
         out += &format!("totals {instance:?}: {:?}\n", store.totals(&totals).unwrap());
         for of in [SeriesOf::Statements, SeriesOf::Digest(u64::MAX - 1), SeriesOf::Digest(11)] {
-            for step in [rollups::LEVEL, rollups::LEVEL / 3] {
+            for step in [HOUR, HOUR / 3, 24 * HOUR] {
                 let query = SeriesQuery { of, instance: instance.clone(), schema: None, since_unix_ms: since, until_unix_ms: until, step_ms: step };
                 out += &format!("series {of:?} {step}: {:?}\n", store.series(&query).unwrap());
             }
@@ -577,7 +577,7 @@ fn cost_answers(store: &ClickHouseStore, since: i64, until: i64) -> String {
                 c.agent_cores_per_10k_qps, c.server_extra_cores_per_10k_qps
             );
         }
-        let query = SeriesQuery { of: SeriesOf::Cost, instance, schema: None, since_unix_ms: since, until_unix_ms: until, step_ms: rollups::LEVEL };
+        let query = SeriesQuery { of: SeriesOf::Cost, instance, schema: None, since_unix_ms: since, until_unix_ms: until, step_ms: HOUR };
         for p in store.series(&query).unwrap() {
             out += &format!(
                 "{} w{} cpu{:.9} rss{} probe{:.9}\n",
@@ -588,17 +588,28 @@ fn cost_answers(store: &ClickHouseStore, since: i64, until: i64) -> String {
     out
 }
 
-/// Rollups answer what the raw windows answer: one store rolls its hours
+/// Rollups answer what the raw windows answer: one store rolls its buckets
 /// up, its twin with the same batches never does, and every read of both
 /// must agree, through a late batch into a rolled hour, a duplicate, a
-/// second pass, and a pass that died before its mark. Once retention has
-/// taken the raw windows, the rollups still answer.
+/// second pass, and a pass that died before its mark. Reads cover a range
+/// of whole hours, one with a whole day (read from the day's rollup) and
+/// one with ragged ends (ten-minute rollups and raw windows). Once
+/// retention has taken the raw windows, the rollups still answer.
 #[test]
 fn rollups_answer_exactly_what_the_raw_windows_answer() {
     let Some((rolled, _)) = store("rolled") else { return };
     let Some((raw, _)) = store("raw") else { return };
-    let hour = rollups::LEVEL;
+    let hour = HOUR;
     let base = 400_000 * hour;
+    // Hours, the day around base (base - 16 h to base + 8 h), ragged ends.
+    let ranges =
+        [(base - hour, base + 3 * hour), (base - 48 * hour, base + 48 * hour), (base + 907_000, base + 95 * 60_000)];
+    let every = |store: &ClickHouseStore| -> String {
+        ranges.iter().map(|&(since, until)| answers(store, since, until) + &cost_answers(store, since, until)).collect()
+    };
+    let marks = |store: &ClickHouseStore, level: i64| {
+        count_of(store, &format!("SELECT count() FROM rollup_marks WHERE level = {level}"))
+    };
     let batches: Vec<Batch> = (0..6)
         .map(|k| {
             let end = base + k * hour / 3 + 1000;
@@ -616,19 +627,20 @@ fn rollups_answer_exactly_what_the_raw_windows_answer() {
             assert!(!store.put(b, base + 3 * hour).unwrap().duplicate);
         }
     }
-    let (since, until) = (base - hour, base + 3 * hour);
-    let expected = (answers(&raw, since, until), cost_answers(&raw, since, until));
+    let (since, until) = ranges[0];
+    let expected = every(&raw);
     let count = |store: &ClickHouseStore| store.top(&TopQuery { since_unix_ms: since, until_unix_ms: until, ..everything(0) }).unwrap()[0].count;
     let total = count(&raw);
     assert!(total > 0);
 
     // The server stamps inserts by the second; a pass counts those before its own.
     std::thread::sleep(std::time::Duration::from_millis(1100));
+    // Two hours with windows: twelve ten-minute buckets, two hours, a day.
     let pass = rollups::roll_up(&rolled.db, 0).unwrap();
-    assert_eq!((pass.buckets, pass.left), (2, 0), "{pass:?}");
-    assert_eq!(count_of(&rolled, "SELECT count() FROM rollup_marks"), 2);
-    assert!(count_of(&rolled, "SELECT count() FROM digest_rollups") >= 3);
-    assert_eq!((answers(&rolled, since, until), cost_answers(&rolled, since, until)), expected);
+    assert_eq!((pass.buckets, pass.left), (15, 0), "{pass:?}");
+    assert_eq!([10 * 60_000, hour, 24 * hour].map(|level| marks(&rolled, level)), [12, 2, 1]);
+    assert!(count_of(&rolled, "SELECT count() FROM digest_rollups WHERE level = 86400000") >= 3);
+    assert_eq!(every(&rolled), expected);
     assert_eq!(rollups::roll_up(&rolled.db, 0).unwrap().buckets, 0, "nothing new, nothing due");
 
     // A late batch into the first hour (its rows are the delta) and a replay.
@@ -637,33 +649,33 @@ fn rollups_answer_exactly_what_the_raw_windows_answer() {
         assert!(!store.put(&late, base + 4 * hour).unwrap().duplicate);
         assert!(store.put(&batches[1], base + 4 * hour).unwrap().duplicate);
     }
-    let expected = (answers(&raw, since, until), cost_answers(&raw, since, until));
+    let expected = every(&raw);
     assert_eq!(count(&raw), total + 2);
-    assert_eq!((answers(&rolled, since, until), cost_answers(&rolled, since, until)), expected);
+    assert_eq!(every(&rolled), expected);
 
-    // The next pass rolls the first hour again, under a newer mark.
+    // The next pass rolls the first hour again, its ten-minute buckets and
+    // its day, under newer marks.
     std::thread::sleep(std::time::Duration::from_millis(1100));
-    assert_eq!(rollups::roll_up(&rolled.db, 0).unwrap().buckets, 1);
-    assert_eq!(count_of(&rolled, "SELECT count() FROM rollup_marks"), 3);
-    assert_eq!((answers(&rolled, since, until), cost_answers(&rolled, since, until)), expected);
+    assert_eq!(rollups::roll_up(&rolled.db, 0).unwrap().buckets, 8);
+    assert_eq!(count_of(&rolled, "SELECT count() FROM rollup_marks"), 23);
+    assert_eq!(every(&rolled), expected);
 
     // Two passes over one bucket with one cutoff (two collectors in the
     // same second): each marks its own rows, and reads take one pass's.
     let cutoff_s = count_of(&rolled, "SELECT toUInt64(toUInt32(now()))") as i64;
     for _ in 0..2 {
-        assert!(rollups::roll_bucket(&rolled.db, base, cutoff_s).unwrap() > 0);
+        assert!(rollups::roll_bucket(&rolled.db, hour, base, cutoff_s).unwrap() > 0);
     }
-    assert_eq!(count_of(&rolled, "SELECT count() FROM rollup_marks"), 5);
-    assert_eq!((answers(&rolled, since, until), cost_answers(&rolled, since, until)), expected);
+    assert_eq!(count_of(&rolled, "SELECT count() FROM rollup_marks"), 25);
+    assert_eq!(every(&rolled), expected);
 
     // A pass that died before its mark: its rows never count.
-    let counted = format!(
-        "window_end >= {base} AND window_end < {} AND (agent_id, epoch, sequence, ingest_id) IN (
-             SELECT agent_id, epoch, sequence, min(ingest_id) FROM batches GROUP BY agent_id, epoch, sequence)",
-        base + hour
-    );
-    assert!(rollups::roll_digests(&rolled.db, &counted, base, rollups::pass_id(cutoff_s + 1)).unwrap() > 0);
-    assert_eq!((answers(&rolled, since, until), cost_answers(&rolled, since, until)), expected);
+    let counted = [rollups::counted(base, base + hour, cutoff_s + 1)];
+    let day = base - 16 * hour;
+    for bucket in [(hour, base), (24 * hour, day)] {
+        assert!(rollups::roll_digests(&rolled.db, &counted, bucket, rollups::pass_id(cutoff_s + 1)).unwrap() > 0);
+    }
+    assert_eq!(every(&rolled), expected);
 
     // Retention takes the raw windows; the hour rollups stay and answer.
     let cutoffs = PruneCutoffs { raw: base + 3 * hour, minute: base + 3 * hour, hour: base - hour };
@@ -683,7 +695,7 @@ fn rollups_answer_exactly_what_the_raw_windows_answer() {
 #[test]
 fn a_version_1_database_is_upgraded_in_place() {
     let Some((store, location)) = store("upgrade") else { return };
-    let hour = rollups::LEVEL;
+    let hour = HOUR;
     let base = 400_000 * hour;
     store.put(&every_kind_of_row(1, base + 1000), base + hour).unwrap();
     let v1 = [
@@ -709,11 +721,26 @@ fn a_version_1_database_is_upgraded_in_place() {
     assert_eq!(count(&store), 2);
     store.put(&every_kind_of_row(2, base + 2000), base + hour).unwrap();
     std::thread::sleep(std::time::Duration::from_millis(1100));
+    // Its hour, the hour's six ten-minute buckets and its day.
     let pass = rollups::roll_up(&store.db, 0).unwrap();
-    assert_eq!(pass.buckets, 1, "{pass:?}");
+    assert_eq!(pass.buckets, 8, "{pass:?}");
     assert_eq!(count(&store), 4);
     let totals = store.totals(&TotalsQuery { instance: None, since_unix_ms: base, until_unix_ms: base + hour }).unwrap();
     assert_eq!(totals.statements, 4);
+
+    // Version 2 kept hours only, with no level: its rows and marks read as
+    // hours once the column is added.
+    let marks = count_of(&store, "SELECT count() FROM rollup_marks");
+    for table in ["digest_rollups", "instance_rollups", "agent_rollups", "rollup_marks"] {
+        store.db.execute(&format!("ALTER TABLE {table} DROP COLUMN level")).unwrap();
+    }
+    store.db.execute("DROP TABLE schema_version").unwrap();
+    store.db.execute(&super::schema::tables()[0].1).unwrap();
+    store.db.execute("INSERT INTO schema_version (version, written_unix_ms) VALUES (2, 0)").unwrap();
+    drop(store);
+    let store = ClickHouseStore::open(&location).unwrap();
+    assert_eq!(count_of(&store, "SELECT toUInt64(max(version)) FROM schema_version"), u64::from(SCHEMA_VERSION));
+    assert_eq!(count_of(&store, &format!("SELECT count() FROM rollup_marks WHERE level = {hour}")), marks);
 }
 
 /// The store's SQL runs on current ClickHouse too. Every statement the
