@@ -270,7 +270,7 @@ fn delta_batches(level: i64, marks: &[(i64, i64)]) -> String {
     let (buckets, cutoffs) = (buckets.join(", "), cutoffs.join(", "));
     format!(
         "SELECT agent_id, epoch, sequence, min(ingest_id), b FROM batches ARRAY JOIN {} AS b
-         WHERE keep_until_unix_ms >= {lo} AND has([{buckets}], b)
+         WHERE keep_until_unix_ms >= {lo} AND b IN ({buckets})
          GROUP BY agent_id, epoch, sequence, b
          HAVING toInt64(toUInt32(min(inserted))) >= transform(b, [{buckets}], [{cutoffs}], toInt64({}))",
         record_buckets(level),

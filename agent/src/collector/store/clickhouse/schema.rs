@@ -33,6 +33,7 @@ pub(super) fn tables() -> Vec<(&'static str, String)> {
         let partition = partition.map(|c| format!(" PARTITION BY {}", day(c))).unwrap_or_default();
         (name, format!("CREATE TABLE IF NOT EXISTS {name} ({columns}) ENGINE = MergeTree{partition} ORDER BY ({order})"))
     };
+    let fine_grained = |(name, sql): (&'static str, String)| (name, sql + " SETTINGS index_granularity = 1024");
     vec![
         table("schema_version", "version UInt32, written_unix_ms Int64", None, "version"),
         // The exactly-once record: one per attempt that got this far. The
@@ -77,7 +78,10 @@ pub(super) fn tables() -> Vec<(&'static str, String)> {
         // is an encoded sqlbee.v1.QueryStats and accounts an encoded
         // DigestStats holding only its accounts (both empty when absent);
         // three figures are repeated as columns (NULL: unknown) to rank by.
-        table(
+        // Granules of 1024 rows, not 8192: one holds less of an instance's
+        // time, so the raw ends of a range read fewer rows (a sixth in the
+        // load bench: 100 agents, 60 s windows of 20 digests).
+        fine_grained(table(
             "digest_windows",
             &format!(
                 "{IDENTITY}, instance String, window_end Int64, digest UInt64, schema String, nested UInt8,
@@ -91,7 +95,7 @@ pub(super) fn tables() -> Vec<(&'static str, String)> {
             ),
             Some("window_end"),
             "instance, window_end, digest",
-        ),
+        )),
         // Texts by digest id (a hash of the text, the same everywhere): any
         // copy will do, so these rows need no winner.
         table("digest_texts", "digest UInt64, text String, window_end Int64", Some("window_end"), "digest"),
