@@ -144,12 +144,21 @@ pub(super) fn malformed(action: &'static str) -> impl Fn(http::Malformed) -> Sto
 /// the batches with a row in `[since, until)`. The minimum is taken over
 /// every record of those identities, wherever their ranges fall.
 pub(super) fn winners(since: i64, until: i64) -> String {
-    let range = if since == i64::MIN && until == i64::MAX {
+    winners_of(&[(since, until)])
+}
+
+/// `winners` of the batches with rows in any of `ranges` (each [since,
+/// until)): a read of two ragged ends need not gather every batch between.
+pub(super) fn winners_of(ranges: &[(i64, i64)]) -> String {
+    let range = if ranges.iter().any(|&(since, until)| since == i64::MIN && until == i64::MAX) {
         String::new()
     } else {
+        let any: Vec<String> =
+            ranges.iter().map(|(a, b)| format!("(last_unix_ms >= {a} AND first_unix_ms < {b})")).collect();
         format!(
             " WHERE (agent_id, epoch, sequence) IN (SELECT agent_id, epoch, sequence FROM batches
-                 WHERE last_unix_ms >= {since} AND first_unix_ms < {until})"
+                 WHERE {})",
+            any.join(" OR ")
         )
     };
     format!(

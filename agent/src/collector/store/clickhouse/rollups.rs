@@ -36,7 +36,7 @@ use super::{
     http::{Client, RowWriter},
     malformed,
     digest_rows::{DIGEST_COLUMNS, MERGE_COLUMNS, Merging, RowKey, read_full_row},
-    winners,
+    winners_of,
 };
 use crate::collector::store::{StoreError, merge, rollup};
 
@@ -195,13 +195,13 @@ impl Sources {
     pub(super) fn union_of(&self, table: Table, raw_columns: &str, rollup_columns: &str, filters: &str) -> String {
         let (raw, rollup) = (table.raw(), table.rollup());
         let mut parts = Vec::new();
-        if let (Some(first), Some(last)) = (self.raw.first(), self.raw.last()) {
+        if !self.raw.is_empty() {
             let ranges: Vec<String> =
                 self.raw.iter().map(|(a, b)| format!("(window_end >= {a} AND window_end < {b})")).collect();
             parts.push(format!(
                 "SELECT {raw_columns} FROM {raw} WHERE ({}){filters} AND {}",
                 ranges.join(" OR "),
-                winners(first.0, last.1)
+                winners_of(&self.raw)
             ));
         }
         if !self.marks.is_empty() {
@@ -265,12 +265,17 @@ fn late_buckets(db: &Client, marks: &[(Bucket, i64)], action: &'static str) -> R
 /// pass) whose every record was stored at or after that bucket's cutoff.
 fn delta_batches(level: i64, marks: &[(i64, i64)]) -> String {
     let lo = marks.iter().map(|(b, _)| *b).min().unwrap_or(0);
+    // A late batch has every record stored at or after its bucket's cutoff,
+    // so at least one after the oldest: only those batches are gathered.
+    let oldest = marks.iter().map(|(_, p)| cutoff_of(*p)).min().unwrap_or(0);
     let buckets: Vec<String> = marks.iter().map(|(b, _)| format!("toInt64({b})")).collect();
     let cutoffs: Vec<String> = marks.iter().map(|(_, p)| format!("toInt64({})", cutoff_of(*p))).collect();
     let (buckets, cutoffs) = (buckets.join(", "), cutoffs.join(", "));
     format!(
         "SELECT agent_id, epoch, sequence, min(ingest_id), b FROM batches ARRAY JOIN {} AS b
          WHERE keep_until_unix_ms >= {lo} AND b IN ({buckets})
+         AND (agent_id, epoch, sequence) IN (SELECT agent_id, epoch, sequence FROM batches
+             WHERE keep_until_unix_ms >= {lo} AND inserted >= toDateTime({oldest}))
          GROUP BY agent_id, epoch, sequence, b
          HAVING toInt64(toUInt32(min(inserted))) >= transform(b, [{buckets}], [{cutoffs}], toInt64({}))",
         record_buckets(level),
