@@ -500,6 +500,11 @@ fn main() {
     let mut mode = if normal { "-normal" } else { "" }.to_string();
     if let Some(location) = &store_location {
         mode += &format!("-{}", location.split(':').next().unwrap_or("store"));
+        // A server the bench did not start has its own history: its results
+        // never replace those of the bench's private server.
+        if clickhouse.is_none() {
+            mode += "-external";
+        }
     }
     if senders != 8 || max_pushes.is_some() {
         mode += &format!("-senders-{senders}-max-pushes-{}", max_pushes.unwrap_or(8));
