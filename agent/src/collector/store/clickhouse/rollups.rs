@@ -214,12 +214,8 @@ impl Sources {
         // Raw rows only of the buckets with a delta: scanning every marked
         // bucket's would cost a read of rollups most of its time.
         for level in LEVELS {
-            let late: Vec<(i64, i64)> = self
-                .marks
-                .iter()
-                .filter(|((l, b), _)| *l == level && self.late.contains(&(*l, *b)))
-                .map(|((_, b), p)| (*b, *p))
-                .collect();
+            let late: Vec<(i64, i64)> =
+                of_level(&self.marks, level).filter(|(b, _)| self.late.contains(&(level, *b))).collect();
             if late.is_empty() {
                 continue;
             }
@@ -239,12 +235,17 @@ impl Sources {
     }
 }
 
+/// The (bucket, pass) of each mark of `level`.
+fn of_level(marks: &[(Bucket, i64)], level: i64) -> impl Iterator<Item = (i64, i64)> + '_ {
+    marks.iter().filter(move |((l, _), _)| *l == level).map(|((_, b), p)| (*b, *p))
+}
+
 /// The marked buckets that have batches stored at or after their cutoff,
 /// looked up in the batch records alone.
 fn late_buckets(db: &Client, marks: &[(Bucket, i64)], action: &'static str) -> Result<BTreeSet<Bucket>, StoreError> {
     let mut parts = Vec::new();
     for level in LEVELS {
-        let of: Vec<(i64, i64)> = marks.iter().filter(|((l, _), _)| *l == level).map(|((_, b), p)| (*b, *p)).collect();
+        let of: Vec<(i64, i64)> = of_level(marks, level).collect();
         if !of.is_empty() {
             parts.push(format!("SELECT DISTINCT toInt64({level}), b FROM ({})", delta_batches(level, &of)));
         }
