@@ -61,7 +61,7 @@ pub struct CollectorArgs {
     /// Keep the one-minute rollups of digests this long.
     #[arg(long, env = "SQLBEE_COLLECTOR_RETENTION_MINUTE", default_value = "14d", value_parser = duration::parse)]
     pub retention_minute: Duration,
-    /// Keep the one-hour rollups of digests this long.
+    /// Keep the one-hour and one-day rollups of digests this long.
     #[arg(long, env = "SQLBEE_COLLECTOR_RETENTION_HOUR", default_value = "90d", value_parser = duration::parse)]
     pub retention_hour: Duration,
     /// How often to delete data past the retention.

@@ -63,15 +63,17 @@ fn until(ms: i64, since: i64) -> Result<i64, Status> {
 }
 
 /// The step a series is cut into: the one asked for, or about
-/// `DEFAULT_POINTS` over the range rounded up to a whole 10 s, minute or
-/// hour, so the rollups can answer.
+/// `DEFAULT_POINTS` over the range rounded up to a whole 10 s, minute, hour
+/// or day, so the rollups can answer.
 fn step(requested: i64, since: i64, until: i64) -> Result<i64, Status> {
     let span = until.saturating_sub(since);
     let step = match requested {
         n if n < 0 => return Err(Status::invalid_argument(format!("step_ms: {n} is negative; 0 picks one"))),
         0 => {
             let raw = (span / DEFAULT_POINTS).max(1);
-            let unit = if raw > rollup::HOUR_MS {
+            let unit = if raw > rollup::DAY_MS {
+                rollup::DAY_MS
+            } else if raw > rollup::HOUR_MS {
                 rollup::HOUR_MS
             } else if raw > rollup::MINUTE_MS {
                 rollup::MINUTE_MS

@@ -109,7 +109,7 @@ pub struct SeriesQuery {
 }
 
 /// How long each level of detail is kept: raw windows, and the minute and
-/// hour rollups (see [`rollup`]).
+/// hour rollups (see [`rollup`]). Day rollups go with the hours.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Retention {
     pub raw: std::time::Duration,

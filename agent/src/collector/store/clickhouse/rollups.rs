@@ -45,7 +45,7 @@ const HOUR: i64 = rollup::HOUR_MS;
 /// keep a week's range to a few rows per key, and ten minutes keep its
 /// ragged edges to a few raw windows (an hour at each end would be most
 /// of the rows read).
-pub(super) const LEVELS: [i64; 3] = [10 * rollup::MINUTE_MS, HOUR, 24 * HOUR];
+pub(super) const LEVELS: [i64; 3] = [10 * rollup::MINUTE_MS, HOUR, rollup::DAY_MS];
 /// How long after the server stamps an insert it is surely visible.
 pub(super) const SETTLE_MS: i64 = 5 * 60_000;
 /// Random low bits of a pass id.

@@ -16,9 +16,7 @@ use super::{
     malformed,
     schema::{AGING, ROLLUP_AGING},
 };
-use crate::collector::store::{IngestOutcome, PruneCutoffs, PruneOutcome, StoreError, blob};
-
-const DAY_MS: i64 = 86_400_000;
+use crate::collector::store::{IngestOutcome, PruneCutoffs, PruneOutcome, StoreError, blob, rollup::DAY_MS};
 
 /// A fresh ingest_id: milliseconds in the high 42 bits (earlier attempts
 /// tend to win, so a record that was answered stays the winner), random

@@ -1,5 +1,5 @@
 //! Keeps `digest_rollups` up to date as windows arrive: each digest row a
-//! batch stores is added to its minute and its hour bucket in the same
+//! batch stores is added to its minute, hour and day bucket in the same
 //! transaction, so the rollups never lag the raw windows and a batch
 //! stored once is rolled up once. Merges follow `store::merge`: sums
 //! saturate, min and max are exact, histograms, error codes, waits and
@@ -69,8 +69,12 @@ const KEY: &str = "level = ?1 AND bucket = ?2 AND instance = ?3 AND schema = ?4 
      AND program = ?7 AND program_kind = ?8 AND parent_digest = ?9 AND source = ?10";
 
 pub(super) fn add(tx: &rusqlite::Transaction<'_>, row: &Row<'_>) -> Result<(), RollupError> {
+    add_to(tx, row, &rollup::LEVELS)
+}
+
+fn add_to(tx: &rusqlite::Transaction<'_>, row: &Row<'_>, levels: &[i64]) -> Result<(), RollupError> {
     let figures = row.stats.map(|s| s.encode_to_vec()).unwrap_or_default();
-    for level in rollup::LEVELS {
+    for &level in levels {
         let bucket = rollup::bucket(row.window_end, level);
         let key = params![
             level,
@@ -262,6 +266,27 @@ fn add_pairs(
     Ok(blob::encode(sums))
 }
 
+const INSTANCE_COST_COLUMNS: &str =
+    "level, bucket, agent_id, instance, windows, statements, probed_windows, probe_cpu_seconds, estimated";
+/// Adds a row to the bucket it lands in. Sums that pass i64 saturate
+/// (SQLite turns an overflowing `+` into a real, which `min` clamps).
+const INSTANCE_COST_MERGE: &str = "ON CONFLICT DO UPDATE SET windows = windows + excluded.windows,
+    statements = min(statements + excluded.statements, 9223372036854775807),
+    probed_windows = probed_windows + excluded.probed_windows,
+    probe_cpu_seconds = probe_cpu_seconds + excluded.probe_cpu_seconds,
+    estimated = min(estimated + excluded.estimated, 9223372036854775807)";
+const AGENT_COST_COLUMNS: &str = "level, bucket, agent_id, windows, seconds, cpu_seconds, max_rss_bytes,
+    dropped_events, shedding_windows, latest_shedding, latest_end";
+const AGENT_COST_MERGE: &str = "ON CONFLICT DO UPDATE SET windows = windows + excluded.windows,
+    seconds = seconds + excluded.seconds,
+    cpu_seconds = cpu_seconds + excluded.cpu_seconds,
+    max_rss_bytes = max(max_rss_bytes, excluded.max_rss_bytes),
+    dropped_events = min(dropped_events + excluded.dropped_events, 9223372036854775807),
+    shedding_windows = shedding_windows + excluded.shedding_windows,
+    latest_shedding = CASE WHEN excluded.latest_end >= latest_end
+        THEN excluded.latest_shedding ELSE latest_shedding END,
+    latest_end = max(latest_end, excluded.latest_end)";
+
 /// Adds one instance window's statements and probe cost to its buckets.
 pub(super) fn add_instance_cost(
     tx: &rusqlite::Transaction<'_>,
@@ -276,16 +301,10 @@ pub(super) fn add_instance_cost(
         None => (0, 0.0, 0),
     };
     for level in rollup::LEVELS {
-        tx.prepare_cached(
-            "INSERT INTO instance_cost_rollups (level, bucket, agent_id, instance, windows, statements,
-                 probed_windows, probe_cpu_seconds, estimated)
-             VALUES (?1, ?2, ?3, ?4, 1, ?5, ?6, ?7, ?8)
-             ON CONFLICT DO UPDATE SET windows = windows + 1,
-                 statements = min(statements + excluded.statements, 9223372036854775807),
-                 probed_windows = probed_windows + excluded.probed_windows,
-                 probe_cpu_seconds = probe_cpu_seconds + excluded.probe_cpu_seconds,
-                 estimated = min(estimated + excluded.estimated, 9223372036854775807)",
-        )?
+        tx.prepare_cached(&format!(
+            "INSERT INTO instance_cost_rollups ({INSTANCE_COST_COLUMNS})
+             VALUES (?1, ?2, ?3, ?4, 1, ?5, ?6, ?7, ?8) {INSTANCE_COST_MERGE}"
+        ))?
         .execute(params![
             level,
             rollup::bucket(window_end, level),
@@ -308,20 +327,10 @@ pub(super) fn add_agent_cost(
     costs: &AgentCosts,
 ) -> rusqlite::Result<()> {
     for level in rollup::LEVELS {
-        tx.prepare_cached(
-            "INSERT INTO agent_cost_rollups (level, bucket, agent_id, windows, seconds, cpu_seconds, max_rss_bytes,
-                 dropped_events, shedding_windows, latest_shedding, latest_end)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
-             ON CONFLICT DO UPDATE SET windows = windows + excluded.windows,
-                 seconds = seconds + excluded.seconds,
-                 cpu_seconds = cpu_seconds + excluded.cpu_seconds,
-                 max_rss_bytes = max(max_rss_bytes, excluded.max_rss_bytes),
-                 dropped_events = min(dropped_events + excluded.dropped_events, 9223372036854775807),
-                 shedding_windows = shedding_windows + excluded.shedding_windows,
-                 latest_shedding = CASE WHEN excluded.latest_end >= latest_end
-                     THEN excluded.latest_shedding ELSE latest_shedding END,
-                 latest_end = max(latest_end, excluded.latest_end)",
-        )?
+        tx.prepare_cached(&format!(
+            "INSERT INTO agent_cost_rollups ({AGENT_COST_COLUMNS})
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) {AGENT_COST_MERGE}"
+        ))?
         .execute(params![
             level,
             rollup::bucket(window_end, level),
@@ -382,41 +391,131 @@ pub(super) fn backfill(tx: &rusqlite::Transaction<'_>) -> Result<u64, RollupErro
     let mut rows = stmt.raw_query();
     let mut added = 0;
     while let Some(r) = rows.next()? {
-        let (instance, schema, program, program_kind, source, sample): (String, String, String, String, String, String) =
-            (r.get(1)?, r.get(2)?, r.get(5)?, r.get(6)?, r.get(8)?, r.get(20)?);
-        let (figures, histogram, error_codes, waits, accounts): (Vec<u8>, Vec<u8>, Vec<u8>, Vec<u8>, Vec<u8>) =
-            (r.get(15)?, r.get(16)?, r.get(17)?, r.get(18)?, r.get(19)?);
+        add(tx, &StoredRow::read(r)?.row(r.get(0)?))?;
+        added += 1;
+    }
+    Ok(added)
+}
+
+/// A digest row read back whole, from `digest_windows` or `digest_rollups`
+/// with the columns in `backfill`'s order (the first, its end or bucket,
+/// is read by the caller).
+struct StoredRow {
+    instance: String,
+    schema: String,
+    digest: u64,
+    nested: bool,
+    program: String,
+    program_kind: String,
+    parent_digest: u64,
+    source: String,
+    count: u64,
+    errors: u64,
+    sum_ns: u64,
+    min_ns: u64,
+    max_ns: u64,
+    estimated_count: u64,
+    stats: Option<QueryStats>,
+    histogram: Vec<u8>,
+    error_codes: Vec<u8>,
+    waits: Vec<u8>,
+    accounts: Vec<u8>,
+    sample: String,
+}
+
+impl StoredRow {
+    fn read(r: &rusqlite::Row<'_>) -> Result<StoredRow, RollupError> {
+        let figures: Vec<u8> = r.get(15)?;
         let stats = if figures.is_empty() {
             None
         } else {
             Some(QueryStats::decode(figures.as_slice()).map_err(|_| RollupError::Corrupt("figures"))?)
         };
-        add(
-            tx,
-            &Row {
-                window_end: r.get(0)?,
-                instance: &instance,
-                schema: &schema,
-                digest: u(r.get(3)?),
-                nested: r.get(4)?,
-                program: &program,
-                program_kind: &program_kind,
-                parent_digest: u(r.get(7)?),
-                source: &source,
-                count: u(r.get(9)?),
-                errors: u(r.get(10)?),
-                sum_ns: u(r.get(11)?),
-                min_ns: u(r.get(12)?),
-                max_ns: u(r.get(13)?),
-                estimated_count: u(r.get(14)?),
-                stats: stats.as_ref(),
-                histogram: &histogram,
-                error_codes: &error_codes,
-                waits: &waits,
-                accounts: &accounts,
-                sample: &sample,
-            },
-        )?;
+        Ok(StoredRow {
+            instance: r.get(1)?,
+            schema: r.get(2)?,
+            digest: u(r.get(3)?),
+            nested: r.get(4)?,
+            program: r.get(5)?,
+            program_kind: r.get(6)?,
+            parent_digest: u(r.get(7)?),
+            source: r.get(8)?,
+            count: u(r.get(9)?),
+            errors: u(r.get(10)?),
+            sum_ns: u(r.get(11)?),
+            min_ns: u(r.get(12)?),
+            max_ns: u(r.get(13)?),
+            estimated_count: u(r.get(14)?),
+            stats,
+            histogram: r.get(16)?,
+            error_codes: r.get(17)?,
+            waits: r.get(18)?,
+            accounts: r.get(19)?,
+            sample: r.get(20)?,
+        })
+    }
+
+    fn row(&self, window_end: i64) -> Row<'_> {
+        Row {
+            window_end,
+            instance: &self.instance,
+            schema: &self.schema,
+            digest: self.digest,
+            nested: self.nested,
+            program: &self.program,
+            program_kind: &self.program_kind,
+            parent_digest: self.parent_digest,
+            source: &self.source,
+            count: self.count,
+            errors: self.errors,
+            sum_ns: self.sum_ns,
+            min_ns: self.min_ns,
+            max_ns: self.max_ns,
+            estimated_count: self.estimated_count,
+            stats: self.stats.as_ref(),
+            histogram: &self.histogram,
+            error_codes: &self.error_codes,
+            waits: &self.waits,
+            accounts: &self.accounts,
+            sample: &self.sample,
+        }
+    }
+}
+
+/// Builds the day buckets of a file written before they existed from its
+/// hour buckets, in the upgrade's transaction. Hours are kept longer than
+/// raw windows, so they, not the windows, hold every day still covered.
+/// Rebuilt whole, never added to: running it twice cannot double a count.
+pub(super) fn days_from_hours(tx: &rusqlite::Transaction<'_>) -> Result<u64, RollupError> {
+    let (day, hour) = (rollup::DAY_MS, rollup::HOUR_MS);
+    for table in ["digest_rollups", "instance_cost_rollups", "agent_cost_rollups"] {
+        tx.execute(&format!("DELETE FROM {table} WHERE level = ?1"), [day])?;
+    }
+    // `WHERE true` tells SQLite's parser the ON CONFLICT is the upsert's.
+    let day_of = format!("bucket - ((bucket % {day}) + {day}) % {day}");
+    tx.execute_batch(&format!(
+        "INSERT INTO instance_cost_rollups ({INSTANCE_COST_COLUMNS})
+             SELECT {day}, {day_of}, agent_id, instance, windows, statements, probed_windows, probe_cpu_seconds,
+                 estimated
+             FROM instance_cost_rollups WHERE level = {hour} AND true {INSTANCE_COST_MERGE};
+         INSERT INTO agent_cost_rollups ({AGENT_COST_COLUMNS})
+             SELECT {day}, {day_of}, agent_id, windows, seconds, cpu_seconds, max_rss_bytes, dropped_events,
+                 shedding_windows, latest_shedding, latest_end
+             FROM agent_cost_rollups WHERE level = {hour} AND true {AGENT_COST_MERGE};"
+    ))?;
+    let mut stmt = tx.prepare(
+        "SELECT bucket, instance, schema, digest, nested, program, program_kind, parent_digest, source, count,
+                errors, sum_ns, min_ns, max_ns, estimated_count, figures, histogram, error_codes, waits, accounts,
+                sample, sample_end
+         FROM digest_rollups WHERE level = ?1",
+    )?;
+    let mut rows = stmt.query([hour])?;
+    let mut added = 0;
+    while let Some(r) = rows.next()? {
+        // The sample keeps its own window's end so the newest still wins;
+        // both ends lie in the hour, so in the same day.
+        let (bucket, sample_end): (i64, i64) = (r.get(0)?, r.get(21)?);
+        add_to(tx, &StoredRow::read(r)?.row(if sample_end > 0 { sample_end } else { bucket }), &[day])?;
         added += 1;
     }
     Ok(added)

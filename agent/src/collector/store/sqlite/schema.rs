@@ -29,7 +29,9 @@ use rusqlite::{Connection, TransactionBehavior};
 ///   and `replica_statements`.
 /// - 10: `digest_rollups`, `instance_cost_rollups` and `agent_cost_rollups`
 ///   (new tables; an upgraded file's stored windows are rolled up at once).
-pub const SCHEMA_VERSION: i64 = 10;
+/// - 11: day buckets in the three rollup tables (no new column; a
+///   version-10 file's days are built from its hour buckets at once).
+pub const SCHEMA_VERSION: i64 = 11;
 
 pub(super) const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS agents (
@@ -380,6 +382,14 @@ pub(super) fn migrate(conn: &mut Connection) -> rusqlite::Result<Result<i64, i64
             corrupt => rusqlite::Error::ToSqlConversionFailure(Box::new(corrupt)),
         })?;
         tracing::info!(rows, "rolled up the digest rows stored before rollups existed");
+    }
+    // Version 10 -> 11 (older files got their days from the backfill).
+    if found == 10 {
+        let rows = super::rollups::days_from_hours(&tx).map_err(|e| match e {
+            super::rollups::RollupError::Sqlite(e) => e,
+            corrupt => rusqlite::Error::ToSqlConversionFailure(Box::new(corrupt)),
+        })?;
+        tracing::info!(rows, "rolled the stored hour buckets up into days");
     }
     if found != SCHEMA_VERSION {
         tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;

@@ -159,15 +159,18 @@ fn once_merged_and_pruned() {
     assert_eq!((instances[0].pid, instances[0].batches, instances[0].gaps), (3, 2, 1));
     let pruned = store.prune(&PruneCutoffs::all(1500)).unwrap();
     assert_eq!((pruned.digest_windows, pruned.instance_windows, pruned.batches, pruned.rollup_rows), (1, 1, 1, 0));
-    // Raw windows are gone before 1500; the minute and hour buckets they
-    // were rolled into reach past the cutoff and stay whole.
+    // Raw windows are gone before 1500; the minute, hour and day buckets
+    // they were rolled into reach past the cutoff and stay whole.
     let raw = TopQuery { since_unix_ms: 0, until_unix_ms: 30_000, ..query.clone() };
     assert_eq!(store.top(&raw).unwrap()[0].count, 2);
     assert_eq!(store.top(&query).unwrap()[0].count, 5);
     let pruned = store.prune(&PruneCutoffs { raw: 1500, minute: 60_000, hour: 1500 }).unwrap();
     assert_eq!(pruned.rollup_rows, 1, "the minute bucket [0, 60 s) is past its retention");
     let pruned = store.prune(&PruneCutoffs::all(rollup::HOUR_MS)).unwrap();
-    assert_eq!((pruned.digest_windows, pruned.rollup_rows), (1, 1));
+    assert_eq!((pruned.digest_windows, pruned.rollup_rows), (1, 1), "the hour bucket goes, the day stays");
+    assert_eq!(store.top(&query).unwrap()[0].count, 5);
+    let pruned = store.prune(&PruneCutoffs::all(rollup::DAY_MS)).unwrap();
+    assert_eq!(pruned.rollup_rows, 1);
     assert!(store.top(&query).unwrap().is_empty());
     std::fs::remove_dir_all(dir).ok();
 }
@@ -416,9 +419,9 @@ fn version_1_files_are_upgraded_in_place() {
     std::fs::remove_dir_all(dir).ok();
 }
 
-/// Windows of 10 s over three hours and a bit, two instances, two digests,
-/// histograms and errors that differ window by window.
-fn spread_batches() -> Vec<Batch> {
+/// `count` windows `spacing` ms apart from `start`, two instances, two
+/// digests, histograms and errors that differ window by window.
+fn spread_batches(start: i64, count: i64, spacing: i64) -> Vec<Batch> {
     let mut seed = 0x2545_f491_4f6c_dd1du64;
     let mut next = move || {
         seed ^= seed << 13;
@@ -426,10 +429,9 @@ fn spread_batches() -> Vec<Batch> {
         seed ^= seed << 17;
         seed
     };
-    let start = 5 * rollup::HOUR_MS - 7 * rollup::MINUTE_MS - 3_000;
     let mut out = Vec::new();
-    for n in 0..(3 * 360 + 100) {
-        let end = start + n * 10_000;
+    for n in 0..count {
+        let end = start + n * spacing;
         let mut b = batch(n as u64 + 1, end, &[]);
         b.gaps.clear();
         b.windows[0].instance.as_mut().unwrap().name = if n % 3 == 0 { "h:2".into() } else { "h:1".into() };
@@ -459,6 +461,13 @@ fn spread_batches() -> Vec<Batch> {
         }
         b.windows[0].statements = digests.iter().map(|d| d.count).sum();
         b.windows[0].digests = digests;
+        b.agent_windows = vec![AgentWindow {
+            window_start_unix_ms: end - spacing,
+            window_end_unix_ms: end,
+            cost: Some(AgentCost { cpu_cores: 0.25 * (1 + n % 4) as f64, rss_bytes: 30 << 20, ..Default::default() }),
+            host: None,
+            untraced: Vec::new(),
+        }];
         out.push(b);
     }
     out
@@ -487,15 +496,9 @@ fn expected(batches: &[Batch], digest: u64, instance: Option<&str>, since: i64, 
     (totals.count, totals.errors, totals.sum_ns, totals.min_ns, totals.max_ns, [p(0.5), p(0.95), p(0.99)])
 }
 
-#[test]
-fn rollups_answer_what_the_raw_windows_hold() {
-    let (store, dir) = temp_store("rollups");
-    let batches = spread_batches();
-    for b in &batches {
-        store.put(b, b.created_unix_ms).unwrap();
-    }
-    let first = batches[0].created_unix_ms;
-    let last = batches.last().unwrap().created_unix_ms;
+/// Every read of `ranges` (top per digest, costs) and series at `steps`
+/// equal what the raw windows of `batches` hold.
+fn assert_rollups_match(store: &SqliteStore, batches: &[Batch], ranges: &[(i64, i64, Option<&str>)], steps: &[i64]) {
     let query = TopQuery {
         instance: None,
         digest: None,
@@ -507,16 +510,7 @@ fn rollups_answer_what_the_raw_windows_hold() {
         order_by: OrderBy::Total,
         limit: 20,
     };
-    // Every range shape: all, hours and minutes with ragged edges, within
-    // one minute, and one instance.
-    let ranges = [
-        (0, i64::MAX, None),
-        (first + 4_321, last - 17_000, None),
-        (5 * rollup::HOUR_MS, 7 * rollup::HOUR_MS, None),
-        (6 * rollup::HOUR_MS + 5_000, 6 * rollup::HOUR_MS + 45_000, None),
-        (first, last + 1, Some("h:2")),
-    ];
-    for (since, until, instance) in ranges {
+    for &(since, until, instance) in ranges {
         let spans = rollup::plan(since, until, None);
         let answer = store
             .top(&TopQuery { since_unix_ms: since, until_unix_ms: until, instance: instance.map(str::to_string), ..query.clone() })
@@ -524,15 +518,31 @@ fn rollups_answer_what_the_raw_windows_hold() {
         for digest in [7, 8] {
             let d = answer.iter().find(|d| d.digest == digest).unwrap_or_else(|| panic!("{digest} missing for {spans:?}"));
             let got = (d.count, d.errors, d.sum_ns, d.min_ns, d.max_ns, [d.p50_ns, d.p95_ns, d.p99_ns]);
-            assert_eq!(got, expected(&batches, digest, instance, since, until), "digest {digest} over {spans:?}");
+            assert_eq!(got, expected(batches, digest, instance, since, until), "digest {digest} over {spans:?}");
         }
+        // The agent's cost counts all its windows and statements in range,
+        // whichever instance the filter names.
+        let windows: Vec<&Batch> =
+            batches.iter().filter(|b| (since..until).contains(&b.windows[0].window_end_unix_ms)).collect();
+        let costs = store
+            .costs(&TotalsQuery { instance: instance.map(str::to_string), since_unix_ms: since, until_unix_ms: until })
+            .unwrap();
+        assert_eq!(costs.len(), 1, "costs over {spans:?}");
+        let statements: u64 = windows.iter().map(|b| b.windows[0].statements).sum();
+        assert_eq!((costs[0].windows, costs[0].statements), (windows.len() as u64, statements), "costs over {spans:?}");
+        let cpu: f64 = windows
+            .iter()
+            .map(|b| &b.agent_windows[0])
+            .map(|a| a.cost.as_ref().unwrap().cpu_cores * (a.window_end_unix_ms - a.window_start_unix_ms) as f64 / 1e3)
+            .sum();
+        assert!((costs[0].agent_cpu_seconds - cpu).abs() < 1e-6 * cpu.max(1.0), "{costs:?} over {spans:?}");
     }
-    // The week-long shape reads hour buckets, not windows.
-    assert!(rollup::plan(0, i64::MAX, None).iter().any(|s| s.level == Some(rollup::HOUR_MS)));
 
     // A series: per-step points equal the raw windows of their step, and
     // add up to the range's total.
-    for step in [10_000, rollup::MINUTE_MS, 5 * rollup::MINUTE_MS, rollup::HOUR_MS] {
+    let first = batches[0].created_unix_ms;
+    let last = batches.last().unwrap().created_unix_ms;
+    for &step in steps {
         let since = first.div_euclid(step) * step;
         let until = last + 1;
         let series = SeriesQuery {
@@ -546,14 +556,125 @@ fn rollups_answer_what_the_raw_windows_hold() {
         let points = store.series(&series).unwrap();
         assert_eq!(points.len() as i64, (until - since + step - 1) / step);
         for p in &points {
-            let e = expected(&batches, 7, None, p.start_unix_ms, p.end_unix_ms);
+            let e = expected(batches, 7, None, p.start_unix_ms, p.end_unix_ms);
             assert_eq!((p.count, p.errors, p.sum_ns, [p.p50_ns, p.p95_ns, p.p99_ns]), (e.0, e.1, e.2, e.5), "step {step}");
         }
         let total: u64 = points.iter().map(|p| p.count).sum();
-        assert_eq!(total, expected(&batches, 7, None, since, until).0);
+        assert_eq!(total, expected(batches, 7, None, since, until).0);
         let all = store.series(&SeriesQuery { of: SeriesOf::Statements, ..series.clone() }).unwrap();
         let both: u64 = all.iter().map(|p| p.count).sum();
-        assert_eq!(both, expected(&batches, 7, None, since, until).0 + expected(&batches, 8, None, since, until).0);
+        assert_eq!(both, expected(batches, 7, None, since, until).0 + expected(batches, 8, None, since, until).0);
     }
+}
+
+#[test]
+fn rollups_answer_what_the_raw_windows_hold() {
+    let (store, dir) = temp_store("rollups");
+    // Windows of 10 s over three hours and a bit.
+    let batches = spread_batches(5 * rollup::HOUR_MS - 7 * rollup::MINUTE_MS - 3_000, 3 * 360 + 100, 10_000);
+    for b in &batches {
+        store.put(b, b.created_unix_ms).unwrap();
+    }
+    let first = batches[0].created_unix_ms;
+    let last = batches.last().unwrap().created_unix_ms;
+    // Every range shape: all, hours and minutes with ragged edges, within
+    // one minute, and one instance.
+    let ranges = [
+        (0, i64::MAX, None),
+        (first + 4_321, last - 17_000, None),
+        (5 * rollup::HOUR_MS, 7 * rollup::HOUR_MS, None),
+        (6 * rollup::HOUR_MS + 5_000, 6 * rollup::HOUR_MS + 45_000, None),
+        (first, last + 1, Some("h:2")),
+    ];
+    // The week-long shape reads day buckets, not windows.
+    assert!(rollup::plan(0, i64::MAX, None).iter().any(|s| s.level == Some(rollup::DAY_MS)));
+    assert_rollups_match(&store, &batches, &ranges, &[10_000, rollup::MINUTE_MS, 5 * rollup::MINUTE_MS, rollup::HOUR_MS]);
+    std::fs::remove_dir_all(dir).ok();
+}
+
+/// Windows about five minutes apart over thirty hours, so a whole day
+/// lies inside them with hours and minutes on either side.
+fn day_batches() -> Vec<Batch> {
+    spread_batches(rollup::DAY_MS - 3 * rollup::HOUR_MS - 7 * rollup::MINUTE_MS - 3_000, 360, 299_000)
+}
+
+fn day_ranges(batches: &[Batch]) -> Vec<(i64, i64, Option<&'static str>)> {
+    let first = batches[0].created_unix_ms;
+    let last = batches.last().unwrap().created_unix_ms;
+    assert!(first < rollup::DAY_MS && last >= 2 * rollup::DAY_MS);
+    vec![
+        (0, i64::MAX, None),
+        (first + 4_321, last - 17_000, None),
+        (rollup::DAY_MS, 2 * rollup::DAY_MS, None),
+        (rollup::DAY_MS - 3 * rollup::MINUTE_MS, 2 * rollup::DAY_MS + rollup::HOUR_MS + 1_000, Some("h:1")),
+    ]
+}
+
+#[test]
+fn day_rollups_answer_what_the_raw_windows_hold() {
+    let (store, dir) = temp_store("day-rollups");
+    let batches = day_batches();
+    for b in &batches {
+        store.put(b, b.created_unix_ms).unwrap();
+    }
+    let ranges = day_ranges(&batches);
+    assert!(rollup::plan(ranges[1].0, ranges[1].1, None).iter().any(|s| s.level == Some(rollup::DAY_MS)));
+    assert_rollups_match(&store, &batches, &ranges, &[rollup::HOUR_MS, rollup::DAY_MS]);
+    std::fs::remove_dir_all(dir).ok();
+}
+
+#[test]
+fn version_10_files_get_days_from_their_hours() {
+    let (store, dir) = temp_store("v10-days");
+    let batches = day_batches();
+    for b in &batches {
+        store.put(b, b.created_unix_ms).unwrap();
+    }
+    // What a version-10 collector left: minutes and hours, no days. Raw
+    // windows past the hours' edges are pruned, so only hours can rebuild
+    // the days.
+    let day_rows = |store: &SqliteStore| -> i64 {
+        lock(&store.writer)
+            .query_row(
+                "SELECT (SELECT count(*) FROM digest_rollups WHERE level = ?1)
+                      + (SELECT count(*) FROM instance_cost_rollups WHERE level = ?1)
+                      + (SELECT count(*) FROM agent_cost_rollups WHERE level = ?1)",
+                [rollup::DAY_MS],
+                |r| r.get(0),
+            )
+            .unwrap()
+    };
+    let before = day_rows(&store);
+    assert!(before > 0);
+    lock(&store.writer)
+        .execute_batch(&format!(
+            "DELETE FROM digest_rollups WHERE level = {day}; DELETE FROM instance_cost_rollups WHERE level = {day};
+             DELETE FROM agent_cost_rollups WHERE level = {day}; PRAGMA user_version = 10;",
+            day = rollup::DAY_MS
+        ))
+        .unwrap();
+    drop(store);
+    let store = SqliteStore::open(&dir.join("s.db")).unwrap();
+    assert_eq!(day_rows(&store), before);
+    let ranges = day_ranges(&batches);
+    assert_rollups_match(&store, &batches, &ranges, &[rollup::HOUR_MS, rollup::DAY_MS]);
+    // Rollups outlive the raw windows: with the day's windows pruned, the
+    // day still counts all of them.
+    let cutoff = 2 * rollup::DAY_MS;
+    store.prune(&PruneCutoffs { raw: cutoff, minute: 0, hour: 0 }).unwrap();
+    let day = store
+        .top(&TopQuery {
+            instance: None,
+            digest: Some(7),
+            schema: None,
+            nested: false,
+            program: None,
+            since_unix_ms: rollup::DAY_MS,
+            until_unix_ms: 2 * rollup::DAY_MS,
+            order_by: OrderBy::Total,
+            limit: 5,
+        })
+        .unwrap();
+    assert_eq!(day[0].count, expected(&batches, 7, None, rollup::DAY_MS, 2 * rollup::DAY_MS).0);
     std::fs::remove_dir_all(dir).ok();
 }

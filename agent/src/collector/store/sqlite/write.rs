@@ -372,7 +372,11 @@ pub(super) fn prune(writer: &Mutex<Connection>, cutoffs: &PruneCutoffs) -> Resul
     };
     let chunked = |sql: &str| chunked_before(sql, older_than_unix_ms);
     // A bucket goes once all of it is past its level's retention.
-    for (level, cutoff) in [(rollup::MINUTE_MS, cutoffs.minute), (rollup::HOUR_MS, cutoffs.hour)] {
+    // Days follow the hour retention: a day bucket outliving its hours
+    // would answer for ranges whose edges can no longer be read.
+    for (level, cutoff) in
+        [(rollup::MINUTE_MS, cutoffs.minute), (rollup::HOUR_MS, cutoffs.hour), (rollup::DAY_MS, cutoffs.hour)]
+    {
         outcome.rollup_rows += chunked_before(
             &format!(
                 "DELETE FROM instance_cost_rollups WHERE (level, bucket, agent_id, instance) IN
