@@ -157,8 +157,11 @@ fn test(args: &[String]) -> anyhow::Result<()> {
     let [passed, failed, ignored] = totals;
     // The micro-benchmarks once each (criterion's test mode), so they keep
     // compiling and working between benchmark runs.
-    println!("==> cargo test --bench hot_path (each micro-benchmark once)");
-    let mut benches = cargo().args(["test", "-p", "sqlbee", "--bench", "hot_path"]).status().context("running cargo test")?;
+    println!("==> cargo test --bench hot_path --bench collector_ingest (each micro-benchmark once)");
+    let mut benches = cargo()
+        .args(["test", "-p", "sqlbee", "--bench", "hot_path", "--bench", "collector_ingest"])
+        .status()
+        .context("running cargo test")?;
     // The other benchmarks take minutes to run; compiling them keeps them
     // from falling behind the types they use.
     if benches.success() {

@@ -2,9 +2,11 @@
 //! probes and the agent cost, the server process and the host. Every one of
 //! them is optional (older agents send none); what is present must be a
 //! finite, non-negative number in its range and bounded in size.
+use std::fmt::Display;
+
 use sqlbee_proto::v1::{AgentWindow, HostMetrics, ProbeCost, ProcessMetrics};
 
-use super::{Invalid, MAX_NAME, TimeRange, invalid, name_len};
+use super::{Invalid, MAX_NAME, TimeRange, invalid, name_len, path::Path};
 
 /// Disks or interfaces in one host sample (the agent keeps at most 64).
 pub const MAX_DEVICES: usize = 1024;
@@ -14,7 +16,7 @@ pub const MAX_AGENT_WINDOW_MS: i64 = 24 * 3600 * 1000;
 /// far above anything real, low enough that sums stay finite.
 pub const MAX_AMOUNT: f64 = 1e12;
 
-fn amount(field: String, value: f64) -> Result<(), Invalid> {
+fn amount(field: impl Display, value: f64) -> Result<(), Invalid> {
     if !value.is_finite() || !(0.0..=MAX_AMOUNT).contains(&value) {
         return Err(invalid(field, format!("{value} is not a finite number in 0..={MAX_AMOUNT:e}")));
     }
@@ -22,32 +24,32 @@ fn amount(field: String, value: f64) -> Result<(), Invalid> {
 }
 
 /// `statements`: the window's count, which an estimate may only scale up.
-pub(super) fn probe_cost(at: &str, c: &ProbeCost, statements: u64) -> Result<(), Invalid> {
+pub(super) fn probe_cost(at: &Path<'_>, c: &ProbeCost, statements: u64) -> Result<(), Invalid> {
     if c.estimated_statements != 0 && c.estimated_statements < statements {
         return Err(invalid(
-            format!("{at}.estimated_statements"),
+            at.field("estimated_statements"),
             format!("{} is below the window's statements {statements}", c.estimated_statements),
         ));
     }
-    amount(format!("{at}.attached_fraction"), c.attached_fraction)?;
+    amount(at.field("attached_fraction"), c.attached_fraction)?;
     if c.attached_fraction > 1.0 {
-        return Err(invalid(format!("{at}.attached_fraction"), format!("{} is above 1", c.attached_fraction)));
+        return Err(invalid(at.field("attached_fraction"), format!("{} is above 1", c.attached_fraction)));
     }
-    amount(format!("{at}.probe_cpu_seconds"), c.probe_cpu_seconds)?;
+    amount(at.field("probe_cpu_seconds"), c.probe_cpu_seconds)?;
     if let Some(n) = c.server_statements {
-        amount(format!("{at}.server_statements"), n as f64)?;
+        amount(at.field("server_statements"), n as f64)?;
     }
     if let Some(ns) = c.learned_statement_ns {
-        amount(format!("{at}.learned_statement_ns"), ns as f64)?;
+        amount(at.field("learned_statement_ns"), ns as f64)?;
     }
-    amount(format!("{at}.server_cpu_seconds"), c.server_cpu_seconds)?;
-    amount(format!("{at}.extra_cores_per_10k_qps"), c.extra_cores_per_10k_qps)
+    amount(at.field("server_cpu_seconds"), c.server_cpu_seconds)?;
+    amount(at.field("extra_cores_per_10k_qps"), c.extra_cores_per_10k_qps)
 }
 
-pub(super) fn process(at: &str, p: &ProcessMetrics) -> Result<(), Invalid> {
-    name_len(&format!("{at}.status"), &p.status)?;
+pub(super) fn process(at: &Path<'_>, p: &ProcessMetrics) -> Result<(), Invalid> {
+    name_len(at.field("status"), &p.status)?;
     if let Some(cores) = p.cpu_cores {
-        amount(format!("{at}.cpu_cores"), cores)?;
+        amount(at.field("cpu_cores"), cores)?;
     }
     Ok(())
 }
@@ -56,7 +58,7 @@ pub(super) fn process(at: &str, p: &ProcessMetrics) -> Result<(), Invalid> {
 /// otherwise count twice.
 pub(super) fn agent_windows(windows: &[AgentWindow], range: TimeRange) -> Result<(), Invalid> {
     for (i, w) in windows.iter().enumerate() {
-        agent_window(&format!("agent_windows[{i}]"), w, range)?;
+        agent_window(&Path::Root("agent_windows").index(i), w, range)?;
     }
     let mut spans: Vec<(i64, i64, usize)> =
         windows.iter().enumerate().map(|(i, w)| (w.window_start_unix_ms, w.window_end_unix_ms, i)).collect();
@@ -69,20 +71,20 @@ pub(super) fn agent_windows(windows: &[AgentWindow], range: TimeRange) -> Result
     Ok(())
 }
 
-fn agent_window(at: &str, w: &AgentWindow, range: TimeRange) -> Result<(), Invalid> {
-    range.check(format!("{at}.window_start_unix_ms"), w.window_start_unix_ms)?;
-    range.check(format!("{at}.window_end_unix_ms"), w.window_end_unix_ms)?;
+fn agent_window(at: &Path<'_>, w: &AgentWindow, range: TimeRange) -> Result<(), Invalid> {
+    range.check(at.field("window_start_unix_ms"), w.window_start_unix_ms)?;
+    range.check(at.field("window_end_unix_ms"), w.window_end_unix_ms)?;
     if w.window_start_unix_ms > w.window_end_unix_ms {
         return Err(invalid(
-            format!("{at}.window_end_unix_ms"),
+            at.field("window_end_unix_ms"),
             format!("{} is before window_start_unix_ms {}", w.window_end_unix_ms, w.window_start_unix_ms),
         ));
     }
     if w.window_end_unix_ms - w.window_start_unix_ms > MAX_AGENT_WINDOW_MS {
-        return Err(invalid(format!("{at}.window_end_unix_ms"), "the window is longer than a day"));
+        return Err(invalid(at.field("window_end_unix_ms"), "the window is longer than a day"));
     }
     if let Some(c) = &w.cost {
-        let at = format!("{at}.cost");
+        let at = at.field("cost");
         for (name, value) in [
             ("cpu_cores", c.cpu_cores),
             ("statements_per_s", c.statements_per_s),
@@ -90,18 +92,18 @@ fn agent_window(at: &str, w: &AgentWindow, range: TimeRange) -> Result<(), Inval
             ("cpu_limit_cores", c.cpu_limit_cores),
             ("events_per_s", c.events_per_s),
         ] {
-            amount(format!("{at}.{name}"), value)?;
+            amount(at.field(name), value)?;
         }
-        name_len(&format!("{at}.cpu_source"), &c.cpu_source)?;
-        name_len(&format!("{at}.shedding"), &c.shedding)?;
+        name_len(at.field("cpu_source"), &c.cpu_source)?;
+        name_len(at.field("shedding"), &c.shedding)?;
     }
     if let Some(h) = &w.host {
-        host(&format!("{at}.host"), h)?;
+        host(&at.field("host"), h)?;
     }
     Ok(())
 }
 
-fn host(at: &str, h: &HostMetrics) -> Result<(), Invalid> {
+fn host(at: &Path<'_>, h: &HostMetrics) -> Result<(), Invalid> {
     if let Some(cpu) = &h.cpu {
         for (name, value) in [
             ("user", cpu.user),
@@ -113,31 +115,31 @@ fn host(at: &str, h: &HostMetrics) -> Result<(), Invalid> {
             ("softirq", cpu.softirq),
             ("steal", cpu.steal),
         ] {
-            amount(format!("{at}.cpu.{name}"), value)?;
+            amount(at.field("cpu").field(name), value)?;
         }
     }
     for (name, value) in [("load1", h.load1), ("load5", h.load5), ("load15", h.load15)] {
-        amount(format!("{at}.{name}"), value)?;
+        amount(at.field(name), value)?;
     }
     if h.disks.len() > MAX_DEVICES {
-        return Err(invalid(format!("{at}.disks"), format!("{} disks, at most {MAX_DEVICES}", h.disks.len())));
+        return Err(invalid(at.field("disks"), format!("{} disks, at most {MAX_DEVICES}", h.disks.len())));
     }
     if h.interfaces.len() > MAX_DEVICES {
         return Err(invalid(
-            format!("{at}.interfaces"),
+            at.field("interfaces"),
             format!("{} interfaces, at most {MAX_DEVICES}", h.interfaces.len()),
         ));
     }
     for (i, d) in h.disks.iter().enumerate() {
-        device_name(format!("{at}.disks[{i}].device"), &d.device)?;
+        device_name(at.field("disks").index(i).field("device"), &d.device)?;
     }
     for (i, n) in h.interfaces.iter().enumerate() {
-        device_name(format!("{at}.interfaces[{i}].interface"), &n.interface)?;
+        device_name(at.field("interfaces").index(i).field("interface"), &n.interface)?;
     }
     Ok(())
 }
 
-fn device_name(field: String, name: &str) -> Result<(), Invalid> {
+fn device_name(field: impl Display, name: &str) -> Result<(), Invalid> {
     if name.is_empty() {
         return Err(invalid(field, "empty"));
     }

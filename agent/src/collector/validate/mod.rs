@@ -7,8 +7,9 @@
 //! decoding, and `status::DecodeErrorsAsInvalid` turns that into
 //! INVALID_ARGUMENT as well.
 mod measures;
+mod path;
 
-use std::time::Duration;
+use std::{fmt::Display, time::Duration};
 
 use sqlbee_proto::v1::{
     AccountCount, Batch, DigestStats, Gap, Histogram, InstanceWindow, LockWait, QueryStats, ServerInstance,
@@ -16,6 +17,8 @@ use sqlbee_proto::v1::{
 };
 
 use sqlbee_common::{clock, histogram};
+
+use self::path::Path;
 
 pub const MAX_AGENT_ID: usize = 128;
 pub const MAX_WINDOWS: usize = 10_000;
@@ -58,8 +61,8 @@ pub struct Invalid {
     pub problem: String,
 }
 
-fn invalid(field: impl Into<String>, problem: impl Into<String>) -> Invalid {
-    Invalid { field: field.into(), problem: problem.into() }
+fn invalid(field: impl Display, problem: impl Into<String>) -> Invalid {
+    Invalid { field: field.to_string(), problem: problem.into() }
 }
 
 pub fn batch(batch: &Batch, now_unix_ms: i64) -> Result<(), Invalid> {
@@ -90,20 +93,20 @@ pub fn batch(batch: &Batch, now_unix_ms: i64) -> Result<(), Invalid> {
         high: now_unix_ms.saturating_add(MAX_FUTURE.as_millis() as i64),
     };
     for (i, w) in batch.windows.iter().enumerate() {
-        window(&format!("windows[{i}]"), w, range)?;
+        window(&Path::Root("windows").index(i), w, range)?;
     }
     for (i, g) in batch.gaps.iter().enumerate() {
-        gap(&format!("gaps[{i}]"), g)?;
+        gap(&Path::Root("gaps").index(i), g)?;
     }
     for (i, w) in batch.agent_windows.iter().enumerate() {
         if w.untraced.len() > MAX_UNTRACED {
             return Err(invalid(
-                format!("agent_windows[{i}].untraced"),
+                Path::Root("agent_windows").index(i).field("untraced"),
                 format!("{} servers, at most {MAX_UNTRACED}", w.untraced.len()),
             ));
         }
         for (k, u) in w.untraced.iter().enumerate() {
-            untraced(&format!("agent_windows[{i}].untraced[{k}]"), u, range)?;
+            untraced(&Path::Root("agent_windows").index(i).field("untraced").index(k), u, range)?;
         }
     }
     if batch.agent_windows.len() > MAX_WINDOWS {
@@ -123,7 +126,7 @@ struct TimeRange {
 }
 
 impl TimeRange {
-    fn check(&self, field: String, ms: i64) -> Result<(), Invalid> {
+    fn check(&self, field: impl Display, ms: i64) -> Result<(), Invalid> {
         if ms < self.low || ms > self.high {
             return Err(invalid(
                 field,
@@ -146,24 +149,24 @@ fn time(ms: i64) -> String {
     clock::rfc3339(clock::from_unix_ms(ms))
 }
 
-fn name_len(field: &str, value: &str) -> Result<(), Invalid> {
+fn name_len(field: impl Display, value: &str) -> Result<(), Invalid> {
     if value.len() > MAX_NAME {
         return Err(invalid(field, format!("{} bytes, at most {MAX_NAME}", value.len())));
     }
     Ok(())
 }
 
-fn text_len(field: String, value: &str) -> Result<(), Invalid> {
+fn text_len(field: impl Display, value: &str) -> Result<(), Invalid> {
     if value.len() > MAX_TEXT {
         return Err(invalid(field, format!("{} bytes, at most {MAX_TEXT}", value.len())));
     }
     Ok(())
 }
 
-fn server_instance<'a>(at: &str, instance: Option<&'a ServerInstance>) -> Result<&'a ServerInstance, Invalid> {
-    let instance = instance.ok_or_else(|| invalid(format!("{at}.instance"), "missing"))?;
+fn server_instance<'a>(at: &Path<'_>, instance: Option<&'a ServerInstance>) -> Result<&'a ServerInstance, Invalid> {
+    let instance = instance.ok_or_else(|| invalid(at.field("instance"), "missing"))?;
     if instance.name.is_empty() {
-        return Err(invalid(format!("{at}.instance.name"), "empty; expected host:port or a socket path"));
+        return Err(invalid(at.field("instance").field("name"), "empty; expected host:port or a socket path"));
     }
     for (name, value) in [
         ("name", &instance.name),
@@ -172,100 +175,100 @@ fn server_instance<'a>(at: &str, instance: Option<&'a ServerInstance>) -> Result
         ("build_id", &instance.build_id),
         ("server_version", &instance.server_version),
     ] {
-        name_len(&format!("{at}.instance.{name}"), value)?;
+        name_len(at.field("instance").field(name), value)?;
     }
     Ok(instance)
 }
 
-fn untraced(at: &str, u: &UntracedServer, range: TimeRange) -> Result<(), Invalid> {
+fn untraced(at: &Path<'_>, u: &UntracedServer, range: TimeRange) -> Result<(), Invalid> {
     server_instance(at, u.instance.as_ref())?;
     if u.reason.len() > MAX_REASON {
-        return Err(invalid(format!("{at}.reason"), format!("{} bytes, at most {MAX_REASON}", u.reason.len())));
+        return Err(invalid(at.field("reason"), format!("{} bytes, at most {MAX_REASON}", u.reason.len())));
     }
-    name_len(&format!("{at}.kind"), &u.kind)?;
+    name_len(at.field("kind"), &u.kind)?;
     // A server may stay untraced for longer than windows are kept.
     if u.since_unix_ms < 0 || u.since_unix_ms > range.high {
-        return Err(invalid(format!("{at}.since_unix_ms"), format!("{} is not a time the agent saw", u.since_unix_ms)));
+        return Err(invalid(at.field("since_unix_ms"), format!("{} is not a time the agent saw", u.since_unix_ms)));
     }
     Ok(())
 }
 
-fn window(at: &str, w: &InstanceWindow, range: TimeRange) -> Result<(), Invalid> {
+fn window(at: &Path<'_>, w: &InstanceWindow, range: TimeRange) -> Result<(), Invalid> {
     server_instance(at, w.instance.as_ref())?;
-    range.check(format!("{at}.window_start_unix_ms"), w.window_start_unix_ms)?;
-    range.check(format!("{at}.window_end_unix_ms"), w.window_end_unix_ms)?;
+    range.check(at.field("window_start_unix_ms"), w.window_start_unix_ms)?;
+    range.check(at.field("window_end_unix_ms"), w.window_end_unix_ms)?;
     if w.window_start_unix_ms >= w.window_end_unix_ms {
         return Err(invalid(
-            format!("{at}.window_end_unix_ms"),
+            at.field("window_end_unix_ms"),
             format!("{} is not after window_start_unix_ms {}", w.window_end_unix_ms, w.window_start_unix_ms),
         ));
     }
     for (i, c) in w.commands.iter().enumerate() {
         if c.command.is_empty() {
-            return Err(invalid(format!("{at}.commands[{i}].command"), "empty"));
+            return Err(invalid(at.field("commands").index(i).field("command"), "empty"));
         }
-        name_len(&format!("{at}.commands[{i}].command"), &c.command)?;
+        name_len(at.field("commands").index(i).field("command"), &c.command)?;
     }
     for (i, d) in w.digests.iter().enumerate() {
-        digest(&format!("{at}.digests[{i}]"), d)?;
+        digest(&at.field("digests").index(i), d)?;
     }
     if w.lock_waits.len() > MAX_LOCK_WAITS {
         return Err(invalid(
-            format!("{at}.lock_waits"),
+            at.field("lock_waits"),
             format!("{} lock waits in one window, at most {MAX_LOCK_WAITS}", w.lock_waits.len()),
         ));
     }
     for (i, l) in w.lock_waits.iter().enumerate() {
-        lock_wait(&format!("{at}.lock_waits[{i}]"), l, range)?;
+        lock_wait(&at.field("lock_waits").index(i), l, range)?;
     }
     if let Some(c) = &w.probes {
-        measures::probe_cost(&format!("{at}.probes"), c, w.statements)?;
+        measures::probe_cost(&at.field("probes"), c, w.statements)?;
     }
     if let Some(p) = &w.process {
-        measures::process(&format!("{at}.process"), p)?;
+        measures::process(&at.field("process"), p)?;
     }
     Ok(())
 }
 
 /// Old agents send no lock waits: an empty list is always valid.
-fn lock_wait(at: &str, l: &LockWait, range: TimeRange) -> Result<(), Invalid> {
-    range.check(format!("{at}.start_unix_ms"), l.start_unix_ms)?;
+fn lock_wait(at: &Path<'_>, l: &LockWait, range: TimeRange) -> Result<(), Invalid> {
+    range.check(at.field("start_unix_ms"), l.start_unix_ms)?;
     if l.duration_ns == 0 {
-        return Err(invalid(format!("{at}.duration_ns"), "0; a reported wait has a duration"));
+        return Err(invalid(at.field("duration_ns"), "0; a reported wait has a duration"));
     }
     if l.class.is_empty() {
-        return Err(invalid(format!("{at}.class"), "empty; expected a wait class such as row_lock"));
+        return Err(invalid(at.field("class"), "empty; expected a wait class such as row_lock"));
     }
     if l.class.len() > MAX_WAIT_CLASS {
-        return Err(invalid(format!("{at}.class"), format!("{} bytes, at most {MAX_WAIT_CLASS}", l.class.len())));
+        return Err(invalid(at.field("class"), format!("{} bytes, at most {MAX_WAIT_CLASS}", l.class.len())));
     }
-    text_len(format!("{at}.digest_text"), &l.digest_text)?;
-    text_len(format!("{at}.sample"), &l.sample)?;
+    text_len(at.field("digest_text"), &l.digest_text)?;
+    text_len(at.field("sample"), &l.sample)?;
     if l.blocker_kind.len() > MAX_BLOCKER_KIND {
         return Err(invalid(
-            format!("{at}.blocker_kind"),
+            at.field("blocker_kind"),
             format!("{} bytes, at most {MAX_BLOCKER_KIND}", l.blocker_kind.len()),
         ));
     }
     if l.blockers.len() > MAX_BLOCKERS {
-        return Err(invalid(format!("{at}.blockers"), format!("{} blockers, at most {MAX_BLOCKERS}", l.blockers.len())));
+        return Err(invalid(at.field("blockers"), format!("{} blockers, at most {MAX_BLOCKERS}", l.blockers.len())));
     }
     for (i, b) in l.blockers.iter().enumerate() {
         if b.statements.len() > MAX_BLOCKER_STATEMENTS {
             return Err(invalid(
-                format!("{at}.blockers[{i}].statements"),
+                at.field("blockers").index(i).field("statements"),
                 format!("{} statements, at most {MAX_BLOCKER_STATEMENTS}", b.statements.len()),
             ));
         }
         for (j, s) in b.statements.iter().enumerate() {
-            text_len(format!("{at}.blockers[{i}].statements[{j}]"), s)?;
+            text_len(at.field("blockers").index(i).field("statements").index(j), s)?;
         }
     }
     Ok(())
 }
 
 /// Figures that count statements cannot exceed the statements counted.
-fn figures(at: &str, s: &QueryStats, count: u64) -> Result<(), Invalid> {
+fn figures(at: &Path<'_>, s: &QueryStats, count: u64) -> Result<(), Invalid> {
     for (name, value) in [
         ("cpu_statements", s.cpu_statements),
         ("no_index_used", s.no_index_used),
@@ -278,20 +281,20 @@ fn figures(at: &str, s: &QueryStats, count: u64) -> Result<(), Invalid> {
         if let Some(value) = value
             && value > count
         {
-            return Err(invalid(format!("{at}.{name}"), format!("{value} statements, above count {count}")));
+            return Err(invalid(at.field(name), format!("{value} statements, above count {count}")));
         }
     }
     Ok(())
 }
 
-fn accounts(at: &str, accounts: &[AccountCount], count: u64) -> Result<(), Invalid> {
+fn accounts(at: &Path<'_>, accounts: &[AccountCount], count: u64) -> Result<(), Invalid> {
     if accounts.len() > MAX_ACCOUNTS {
         return Err(invalid(at, format!("{} accounts, at most {MAX_ACCOUNTS}", accounts.len())));
     }
     let mut sum = 0u64;
     for (i, a) in accounts.iter().enumerate() {
-        name_len(&format!("{at}[{i}].user"), &a.user)?;
-        name_len(&format!("{at}[{i}].host"), &a.host)?;
+        name_len(at.index(i).field("user"), &a.user)?;
+        name_len(at.index(i).field("host"), &a.host)?;
         sum = sum.saturating_add(a.count);
     }
     if sum > count {
@@ -300,83 +303,83 @@ fn accounts(at: &str, accounts: &[AccountCount], count: u64) -> Result<(), Inval
     Ok(())
 }
 
-fn digest(at: &str, d: &DigestStats) -> Result<(), Invalid> {
-    text_len(format!("{at}.digest_text"), &d.digest_text)?;
-    text_len(format!("{at}.sample"), &d.sample)?;
+fn digest(at: &Path<'_>, d: &DigestStats) -> Result<(), Invalid> {
+    text_len(at.field("digest_text"), &d.digest_text)?;
+    text_len(at.field("sample"), &d.sample)?;
     if d.count > 0 && d.min_ns > d.max_ns {
-        return Err(invalid(format!("{at}.min_ns"), format!("{} is above max_ns {}", d.min_ns, d.max_ns)));
+        return Err(invalid(at.field("min_ns"), format!("{} is above max_ns {}", d.min_ns, d.max_ns)));
     }
     if d.count > 0 && d.sum_ns < d.max_ns {
-        return Err(invalid(format!("{at}.sum_ns"), format!("{} is below max_ns {}", d.sum_ns, d.max_ns)));
+        return Err(invalid(at.field("sum_ns"), format!("{} is below max_ns {}", d.sum_ns, d.max_ns)));
     }
     if d.errors > d.count {
-        return Err(invalid(format!("{at}.errors"), format!("{} is above count {}", d.errors, d.count)));
+        return Err(invalid(at.field("errors"), format!("{} is above count {}", d.errors, d.count)));
     }
     if d.estimated_count != 0 && d.estimated_count < d.count {
         return Err(invalid(
-            format!("{at}.estimated_count"),
+            at.field("estimated_count"),
             format!("{} is below count {}; an estimate scales the count up", d.estimated_count, d.count),
         ));
     }
     if d.truncated > d.count {
-        return Err(invalid(format!("{at}.truncated"), format!("{} is above count {}", d.truncated, d.count)));
+        return Err(invalid(at.field("truncated"), format!("{} is above count {}", d.truncated, d.count)));
     }
     let coded = d.error_codes.iter().try_fold(0u64, |sum, e| sum.checked_add(e.count));
     match coded {
         Some(coded) if coded <= d.errors => {}
         Some(coded) => {
-            return Err(invalid(format!("{at}.error_codes"), format!("counts sum to {coded}, above errors {}", d.errors)));
+            return Err(invalid(at.field("error_codes"), format!("counts sum to {coded}, above errors {}", d.errors)));
         }
-        None => return Err(invalid(format!("{at}.error_codes"), "counts overflow 64 bits")),
+        None => return Err(invalid(at.field("error_codes"), "counts overflow 64 bits")),
     }
     for (i, e) in d.error_codes.iter().enumerate() {
         if e.sample_message.len() > MAX_ERROR_MESSAGE {
             return Err(invalid(
-                format!("{at}.error_codes[{i}].sample_message"),
+                at.field("error_codes").index(i).field("sample_message"),
                 format!("{} bytes, at most {MAX_ERROR_MESSAGE}", e.sample_message.len()),
             ));
         }
     }
-    waits(&format!("{at}.waits"), &d.waits, d.count)?;
-    name_len(&format!("{at}.schema"), &d.schema)?;
-    name_len(&format!("{at}.program"), &d.program)?;
-    name_len(&format!("{at}.program_kind"), &d.program_kind)?;
-    name_len(&format!("{at}.source"), &d.source)?;
+    waits(&at.field("waits"), &d.waits, d.count)?;
+    name_len(at.field("schema"), &d.schema)?;
+    name_len(at.field("program"), &d.program)?;
+    name_len(at.field("program_kind"), &d.program_kind)?;
+    name_len(at.field("source"), &d.source)?;
     if let Some(stats) = &d.stats {
-        figures(&format!("{at}.stats"), stats, d.count)?;
+        figures(&at.field("stats"), stats, d.count)?;
     }
-    accounts(&format!("{at}.accounts"), &d.accounts, d.count)?;
+    accounts(&at.field("accounts"), &d.accounts, d.count)?;
     match &d.histogram {
         None if d.count == 0 => Ok(()),
-        None => Err(invalid(format!("{at}.histogram"), format!("missing; count is {}", d.count))),
-        Some(h) => histogram_of(&format!("{at}.histogram"), h, d.count),
+        None => Err(invalid(at.field("histogram"), format!("missing; count is {}", d.count))),
+        Some(h) => histogram_of(&at.field("histogram"), h, d.count),
     }
 }
 
 /// Old agents send no waits: an empty list is always valid.
-fn waits(at: &str, waits: &[WaitStats], count: u64) -> Result<(), Invalid> {
+fn waits(at: &Path<'_>, waits: &[WaitStats], count: u64) -> Result<(), Invalid> {
     if waits.len() > MAX_WAITS {
         return Err(invalid(at, format!("{} wait classes, at most {MAX_WAITS}", waits.len())));
     }
     for (i, w) in waits.iter().enumerate() {
         if w.class.is_empty() {
-            return Err(invalid(format!("{at}[{i}].class"), "empty; expected a wait class such as row_lock"));
+            return Err(invalid(at.index(i).field("class"), "empty; expected a wait class such as row_lock"));
         }
         if w.class.len() > MAX_WAIT_CLASS {
-            return Err(invalid(format!("{at}[{i}].class"), format!("{} bytes, at most {MAX_WAIT_CLASS}", w.class.len())));
+            return Err(invalid(at.index(i).field("class"), format!("{} bytes, at most {MAX_WAIT_CLASS}", w.class.len())));
         }
         if let Some(j) = waits[..i].iter().position(|o| o.class == w.class) {
             return Err(invalid(
-                format!("{at}[{i}].class"),
+                at.index(i).field("class"),
                 format!("{:?} already appears at {at}[{j}]; one entry per class", w.class),
             ));
         }
         if w.max_ns > w.sum_ns {
-            return Err(invalid(format!("{at}[{i}].max_ns"), format!("{} is above sum_ns {}", w.max_ns, w.sum_ns)));
+            return Err(invalid(at.index(i).field("max_ns"), format!("{} is above sum_ns {}", w.max_ns, w.sum_ns)));
         }
         if w.statements > count {
             return Err(invalid(
-                format!("{at}[{i}].statements"),
+                at.index(i).field("statements"),
                 format!("{} is above the digest's count {count}", w.statements),
             ));
         }
@@ -384,11 +387,11 @@ fn waits(at: &str, waits: &[WaitStats], count: u64) -> Result<(), Invalid> {
     Ok(())
 }
 
-fn histogram_of(at: &str, h: &Histogram, count: u64) -> Result<(), Invalid> {
+fn histogram_of(at: &Path<'_>, h: &Histogram, count: u64) -> Result<(), Invalid> {
     let empty = h.buckets.is_empty() && count == 0;
     if h.scheme != histogram::SCHEME && !empty {
         return Err(invalid(
-            format!("{at}.scheme"),
+            at.field("scheme"),
             format!("{} is not supported; this collector knows scheme {}", h.scheme, histogram::SCHEME),
         ));
     }
@@ -397,42 +400,42 @@ fn histogram_of(at: &str, h: &Histogram, count: u64) -> Result<(), Invalid> {
     for (i, b) in h.buckets.iter().enumerate() {
         if b.index as usize >= histogram::BUCKETS {
             return Err(invalid(
-                format!("{at}.buckets[{i}].index"),
+                at.field("buckets").index(i).field("index"),
                 format!("{} is out of range; scheme {} has {} buckets", b.index, histogram::SCHEME, histogram::BUCKETS),
             ));
         }
         if last.is_some_and(|l| b.index <= l) {
             return Err(invalid(
-                format!("{at}.buckets[{i}].index"),
+                at.field("buckets").index(i).field("index"),
                 format!("{} does not follow {}; indices must be strictly increasing", b.index, last.unwrap_or(0)),
             ));
         }
         last = Some(b.index);
-        sum = sum.checked_add(b.count).ok_or_else(|| invalid(format!("{at}.buckets"), "counts overflow 64 bits"))?;
+        sum = sum.checked_add(b.count).ok_or_else(|| invalid(at.field("buckets"), "counts overflow 64 bits"))?;
     }
     if sum != count {
-        return Err(invalid(format!("{at}.buckets"), format!("counts sum to {sum} but the digest's count is {count}")));
+        return Err(invalid(at.field("buckets"), format!("counts sum to {sum} but the digest's count is {count}")));
     }
     Ok(())
 }
 
-fn gap(at: &str, g: &Gap) -> Result<(), Invalid> {
+fn gap(at: &Path<'_>, g: &Gap) -> Result<(), Invalid> {
     if g.first_sequence == 0 {
-        return Err(invalid(format!("{at}.first_sequence"), "0; sequences start at 1"));
+        return Err(invalid(at.field("first_sequence"), "0; sequences start at 1"));
     }
     if g.first_sequence > g.last_sequence {
         return Err(invalid(
-            format!("{at}.last_sequence"),
+            at.field("last_sequence"),
             format!("{} is below first_sequence {}", g.last_sequence, g.first_sequence),
         ));
     }
     if g.first_window_start_unix_ms > g.last_window_end_unix_ms {
         return Err(invalid(
-            format!("{at}.last_window_end_unix_ms"),
+            at.field("last_window_end_unix_ms"),
             format!("{} is before first_window_start_unix_ms {}", g.last_window_end_unix_ms, g.first_window_start_unix_ms),
         ));
     }
-    name_len(&format!("{at}.reason"), &g.reason)
+    name_len(at.field("reason"), &g.reason)
 }
 
 #[cfg(test)]
