@@ -165,7 +165,7 @@ fn batches_decode_validate_and_store_or_are_refused() {
         // duplicate of, or a conflict with, an earlier input.
         batch.epoch = accepted;
         let hash = sqlbee::collector::store::content_hash(&batch);
-        match store.ingest(&batch, now, hash) {
+        match store.ingest(batch, now, hash) {
             Ok(_) => stored += 1,
             Err(e) => panic!("a valid batch was not stored: {e}"),
         }

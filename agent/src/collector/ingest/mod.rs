@@ -70,7 +70,7 @@ impl Ingest for IngestService {
         let sequence = batch.sequence;
         let store = self.store.clone();
         let agent = batch.agent.as_ref().map(|a| a.agent_id.clone()).unwrap_or_default();
-        let outcome = blocking(move || store.ingest(&batch, now, content_hash))
+        let outcome = blocking(move || store.ingest(batch, now, content_hash))
             .await
             .inspect_err(|s| {
                 if s.code() == tonic::Code::AlreadyExists {

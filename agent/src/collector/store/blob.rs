@@ -13,10 +13,26 @@
 /// A digest's accounts as stored: a `DigestStats` holding only them,
 /// empty for none.
 pub fn encode_accounts(accounts: &[sqlbee_proto::v1::AccountCount]) -> Vec<u8> {
-    if accounts.is_empty() {
-        return Vec::new();
+    let mut out = Vec::with_capacity(accounts_len(accounts));
+    encode_accounts_into(accounts, &mut out);
+    out
+}
+
+/// `DigestStats.accounts`' field number: a message of that field alone is
+/// the field's entries one after the other.
+const ACCOUNTS_FIELD: u32 = 16;
+
+/// The length of `encode_accounts(accounts)`.
+pub fn accounts_len(accounts: &[sqlbee_proto::v1::AccountCount]) -> usize {
+    prost::encoding::message::encoded_len_repeated(ACCOUNTS_FIELD, accounts)
+}
+
+/// `encode_accounts` appended to `out`, without copying the accounts into
+/// a message first (the collector writes one per digest row).
+pub fn encode_accounts_into(accounts: &[sqlbee_proto::v1::AccountCount], out: &mut Vec<u8>) {
+    for account in accounts {
+        prost::encoding::message::encode(ACCOUNTS_FIELD, account, out);
     }
-    prost::Message::encode_to_vec(&sqlbee_proto::v1::DigestStats { accounts: accounts.to_vec(), ..Default::default() })
 }
 
 /// Blockers as stored: a JSON array, u64 ids exact (JSON numbers, not i64).
@@ -152,6 +168,22 @@ fn read_varint(bytes: &mut &[u8]) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn accounts_are_a_digest_holding_only_them() {
+        use prost::Message as _;
+        use sqlbee_proto::v1::{AccountCount, DigestStats};
+        let accounts = vec![
+            AccountCount { user: "app".into(), host: "10.0.0.7".into(), count: 300 },
+            AccountCount { user: String::new(), host: "h".into(), count: 0 },
+            AccountCount { user: "report".into(), host: String::new(), count: u64::MAX },
+        ];
+        let bytes = encode_accounts(&accounts);
+        assert_eq!(bytes.len(), accounts_len(&accounts));
+        assert_eq!(bytes, DigestStats { accounts: accounts.clone(), ..Default::default() }.encode_to_vec());
+        assert_eq!(DigestStats::decode(bytes.as_slice()).unwrap().accounts, accounts);
+        assert!(encode_accounts(&[]).is_empty());
+    }
 
     #[test]
     fn round_trip() {

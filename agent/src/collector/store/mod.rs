@@ -254,8 +254,9 @@ pub trait Store: Send + Sync {
     /// (agent_id, epoch, sequence) was stored before: a duplicate when
     /// `content_hash` (see [`content_hash`]) matches, `StoreError::Conflict`
     /// when it does not. `received_unix_ms` is the collector's clock, used
-    /// for last-seen and retention.
-    fn ingest(&self, batch: &Batch, received_unix_ms: i64, content_hash: u64) -> Result<IngestOutcome, StoreError>;
+    /// for last-seen and retention. Takes the batch whole, so a store that
+    /// queues it (ClickHouse's group commit) need not copy it.
+    fn ingest(&self, batch: Batch, received_unix_ms: i64, content_hash: u64) -> Result<IngestOutcome, StoreError>;
     fn top(&self, query: &TopQuery) -> Result<Vec<TopDigest>, StoreError>;
     /// Every agent/instance pair, each with its newest window's cost.
     fn instances(&self) -> Result<Vec<InstanceInfo>, StoreError>;

@@ -51,8 +51,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl GroupCommit {
     /// Stores `batch` in the next group; the caller that finds no group
     /// being written writes one itself.
-    pub(super) fn ingest(&self, db: &Client, batch: &Batch, received: i64, content_hash: u64) -> Outcome {
-        let slot = Arc::new(Slot { batch: batch.clone(), received, content_hash, outcome: Mutex::new(None) });
+    pub(super) fn ingest(&self, db: &Client, batch: Batch, received: i64, content_hash: u64) -> Outcome {
+        let slot = Arc::new(Slot { batch, received, content_hash, outcome: Mutex::new(None) });
         let mut queue = lock(&self.queue);
         queue.waiting.push_back(slot.clone());
         loop {

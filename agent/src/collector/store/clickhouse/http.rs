@@ -287,6 +287,27 @@ impl RowWriter {
         self
     }
 
+    /// A String column of `len` bytes that `write` appends in place (an
+    /// encoded message, without a buffer of its own).
+    pub fn encoded(&mut self, len: usize, write: impl FnOnce(&mut Vec<u8>)) -> &mut Self {
+        self.len_prefix(len);
+        let start = self.bytes.len();
+        write(&mut self.bytes);
+        debug_assert_eq!(self.bytes.len() - start, len, "the length written ahead of an encoding");
+        self
+    }
+
+    /// A message encoded as a String column, empty for none.
+    pub fn message<M: prost::Message>(&mut self, m: Option<&M>) -> &mut Self {
+        match m {
+            // A Vec grows to any length, so encoding into one cannot fail.
+            Some(m) => self.encoded(m.encoded_len(), |out| {
+                let _ = m.encode(out);
+            }),
+            None => self.bytes(&[]),
+        }
+    }
+
     pub fn str(&mut self, v: &str) -> &mut Self {
         self.bytes(v.as_bytes())
     }

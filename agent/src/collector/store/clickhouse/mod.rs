@@ -227,7 +227,7 @@ impl ClickHouseStore {
 }
 
 impl Store for ClickHouseStore {
-    fn ingest(&self, batch: &Batch, received_unix_ms: i64, content_hash: u64) -> Result<IngestOutcome, StoreError> {
+    fn ingest(&self, batch: Batch, received_unix_ms: i64, content_hash: u64) -> Result<IngestOutcome, StoreError> {
         self.groups.ingest(&self.db, batch, received_unix_ms, content_hash)
     }
 

@@ -7,7 +7,6 @@ use std::{
     sync::atomic::{AtomicU64, Ordering},
 };
 
-use prost::Message as _;
 use sqlbee_proto::v1::Batch;
 
 use super::{
@@ -299,8 +298,7 @@ impl DataRows {
             });
             let has_cost = w.probes.is_some() || w.process.is_some() || w.aggregated_in_kernel > 0;
             windows.u8(u8::from(has_cost)).u64(w.aggregated_in_kernel);
-            windows.bytes(&w.probes.as_ref().map(|m| m.encode_to_vec()).unwrap_or_default());
-            windows.bytes(&w.process.as_ref().map(|m| m.encode_to_vec()).unwrap_or_default());
+            windows.message(w.probes.as_ref()).message(w.process.as_ref());
             windows.end_row();
             for d in &w.digests {
                 if text_seen.insert(d.digest) {
@@ -356,8 +354,8 @@ impl DataRows {
                 digests.opt_u64(stats.and_then(|s| s.rows_examined));
                 digests.opt_u64(stats.and_then(|s| s.cpu_ns));
                 digests.opt_u64(stats.and_then(|s| s.tmp_disk_tables));
-                digests.bytes(&stats.map(|s| s.encode_to_vec()).unwrap_or_default());
-                digests.bytes(&blob::encode_accounts(&d.accounts));
+                digests.message(stats);
+                digests.encoded(blob::accounts_len(&d.accounts), |out| blob::encode_accounts_into(&d.accounts, out));
                 digests.str(&d.sample);
                 digests.end_row();
             }
@@ -365,8 +363,7 @@ impl DataRows {
         for (position, w) in batch.agent_windows.iter().enumerate() {
             identity(agent_windows);
             agent_windows.u32(position as u32).i64(received).i64(w.window_start_unix_ms).i64(w.window_end_unix_ms);
-            agent_windows.bytes(&w.cost.as_ref().map(|m| m.encode_to_vec()).unwrap_or_default());
-            agent_windows.bytes(&w.host.as_ref().map(|m| m.encode_to_vec()).unwrap_or_default());
+            agent_windows.message(w.cost.as_ref()).message(w.host.as_ref());
             agent_windows.end_row();
             for u in &w.untraced {
                 let server = u.instance.clone().unwrap_or_default();

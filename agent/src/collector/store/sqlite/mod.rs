@@ -122,11 +122,11 @@ impl SqliteStore {
 }
 
 impl Store for SqliteStore {
-    fn ingest(&self, batch: &Batch, received_unix_ms: i64, content_hash: u64) -> Result<IngestOutcome, StoreError> {
+    fn ingest(&self, batch: Batch, received_unix_ms: i64, content_hash: u64) -> Result<IngestOutcome, StoreError> {
         let mut conn = lock(&self.writer);
         let err = |e| error("ingest", e);
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(err)?;
-        let outcome = write::batch(&tx, batch, received_unix_ms, content_hash).map_err(err)?;
+        let outcome = write::batch(&tx, &batch, received_unix_ms, content_hash).map_err(err)?;
         if outcome.conflict {
             // Dropping the transaction rolls back what it touched.
             return Err(StoreError::Conflict {
@@ -136,7 +136,7 @@ impl Store for SqliteStore {
             });
         }
         if !outcome.duplicate {
-            write::rollups(&tx, batch)?;
+            write::rollups(&tx, &batch)?;
         }
         tx.commit().map_err(err)?;
         Ok(outcome)

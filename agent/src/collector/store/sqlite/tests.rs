@@ -18,7 +18,7 @@ trait Put {
 
 impl Put for SqliteStore {
     fn put(&self, batch: &Batch, received_unix_ms: i64) -> Result<IngestOutcome, StoreError> {
-        self.ingest(batch, received_unix_ms, content_hash(batch))
+        self.ingest(batch.clone(), received_unix_ms, content_hash(batch))
     }
 }
 
