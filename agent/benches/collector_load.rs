@@ -11,6 +11,9 @@
 //! connections at once and `--max-pushes=N` sets the collector's admission
 //! limit (`-senders-N-max-pushes-M` in the name), to measure what
 //! admission control costs when more agents push at once than it admits.
+//! `--collectors=N` (ClickHouse only) spreads the senders over N
+//! collectors sharing the store and reports each one's CPU
+//! (`-collectors-N` in the name).
 //! `--store=LOCATION` stores elsewhere than a fresh SQLite file (for
 //! example `clickhouse://127.0.0.1:8123/bench`); the report names it.
 //! `--store=clickhouse` starts a private ClickHouse server for the run
@@ -124,6 +127,7 @@ fn main() {
     let option = |name: &str| std::env::args().find_map(|a| a.strip_prefix(name)?.parse::<u64>().ok());
     let senders = option("--senders=").unwrap_or(8).max(1);
     let max_pushes = option("--max-pushes=");
+    let collectors = option("--collectors=").unwrap_or(1).max(1) as usize;
     let store_options = if normal { "?synchronous=normal" } else { "" };
     let mut store_location = std::env::args().find_map(|a| a.strip_prefix("--store=").map(str::to_string));
     let clickhouse = if store_location.as_deref() == Some("clickhouse") {
@@ -168,11 +172,26 @@ fn main() {
     // On ClickHouse the rollup pass waits until the ingest is over (a day
     // arriving in minutes would be rolled again and again, as no live
     // fleet's is), so the ingest's cost and the rollups' are told apart.
-    let (mut collector, url, _) = match &clickhouse {
-        Some(_) => start_collector(&location.replace("rollup_settle_s=5", "rollup_settle_s=4000000000")),
-        None => start_collector(&location),
+    let ingest_location = match &clickhouse {
+        Some(_) => location.replace("rollup_settle_s=5", "rollup_settle_s=4000000000"),
+        None => {
+            assert_eq!(collectors, 1, "--collectors=N shares one store among N collectors: use --store=clickhouse");
+            location.clone()
+        }
     };
+    let (mut collector, url, _) = start_collector(&ingest_location);
     let pid = collector.id();
+    // With --collectors=N the senders are spread over N collectors of one
+    // store, as agents would be; each one's CPU is read on its own.
+    let others: Vec<(std::process::Child, String)> = (1..collectors)
+        .map(|_| {
+            let (child, url, _) = start_collector(&ingest_location);
+            (child, url)
+        })
+        .collect();
+    let urls: Vec<String> = std::iter::once(url.clone()).chain(others.iter().map(|(_, url)| url.clone())).collect();
+    let pids: Vec<u32> = std::iter::once(pid).chain(others.iter().map(|(child, _)| child.id())).collect();
+    let per_collector: Arc<Vec<AtomicU64>> = Arc::new((0..collectors).map(|_| AtomicU64::new(0)).collect());
     let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64;
     let windows_per_agent = hours * 3600 / window_s;
     // Each batch carries 10 windows of one agent (about 100 s of a real
@@ -184,7 +203,7 @@ fn main() {
     let rows = Arc::new(AtomicU64::new(0));
     let batches = Arc::new(AtomicU64::new(0));
     let busy = Arc::new(AtomicU64::new(0));
-    let cpu0 = cpu_seconds(pid);
+    let cpu0: Vec<f64> = pids.iter().map(|&pid| cpu_seconds(pid)).collect();
     let clickhouse_cpu0 = clickhouse_pid.map(cpu_seconds).unwrap_or(0.0);
     let started = Instant::now();
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
@@ -192,7 +211,9 @@ fn main() {
         let mut tasks = Vec::new();
         // Concurrent senders, each owning a slice of the agents.
         for lane in 0..senders {
-            let (url, rows, batches, busy) = (url.clone(), rows.clone(), batches.clone(), busy.clone());
+            let target = lane as usize % collectors;
+            let (url, rows, batches, busy) = (urls[target].clone(), rows.clone(), batches.clone(), busy.clone());
+            let per_collector = per_collector.clone();
             tasks.push(tokio::spawn(async move {
                 let mut client = IngestClient::connect(url).await.unwrap().max_encoding_message_size(64 << 20);
                 let mut seed = 0x2545_f491_4f6c_dd1du64 ^ lane;
@@ -229,6 +250,7 @@ fn main() {
                         }
                         rows.fetch_add(n, Ordering::Relaxed);
                         batches.fetch_add(1, Ordering::Relaxed);
+                        per_collector[target].fetch_add(1, Ordering::Relaxed);
                     }
                 }
             }));
@@ -238,7 +260,12 @@ fn main() {
         }
     });
     let elapsed = started.elapsed().as_secs_f64();
-    let cpu = cpu_seconds(pid) - cpu0;
+    let cpus: Vec<f64> = pids.iter().zip(&cpu0).map(|(&pid, before)| cpu_seconds(pid) - before).collect();
+    let cpu: f64 = cpus.iter().sum();
+    for (mut child, _) in others {
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let _ = child.wait();
+    }
     let clickhouse_cpu = clickhouse_pid.map(cpu_seconds).unwrap_or(0.0) - clickhouse_cpu0;
     // The hours that ended before the rollups' cutoff are rolled up by the
     // collector's pass; the queries are timed once they are.
@@ -370,6 +397,17 @@ fn main() {
     let _ = writeln!(md, "| batches/s | {:.0} |", batches as f64 / elapsed);
     let _ = writeln!(md, "| RESOURCE_EXHAUSTED answers (retried) | {} |", busy.load(Ordering::Relaxed));
     let _ = writeln!(md, "| batches per collector core-second | {:.0} |", batches as f64 / cpu.max(0.001));
+    if collectors > 1 {
+        let each: Vec<String> = cpus
+            .iter()
+            .zip(per_collector.iter())
+            .map(|(cpu, n)| {
+                let n = n.load(Ordering::Relaxed);
+                format!("{n} batches, {cpu:.1} s CPU ({:.0} per core-second)", n as f64 / cpu.max(0.001))
+            })
+            .collect();
+        let _ = writeln!(md, "| collectors sharing the store, each | {} |", each.join("; "));
+    }
     let _ = writeln!(md, "| digest rows/s | {:.0} |", rows as f64 / elapsed);
     let _ = writeln!(md, "| collector CPU | {cpu:.1} s ({:.2} cores) |", cpu / elapsed);
     let _ = writeln!(md, "| digest rows/s per collector core-second | {:.0} |", rows as f64 / cpu.max(0.001));
@@ -426,6 +464,9 @@ fn main() {
         if clickhouse.is_none() {
             mode += "-external";
         }
+    }
+    if collectors > 1 {
+        mode += &format!("-collectors-{collectors}");
     }
     if senders != 8 || max_pushes.is_some() {
         mode += &format!("-senders-{senders}-max-pushes-{}", max_pushes.unwrap_or(8));
