@@ -491,17 +491,18 @@ pub(super) fn days_from_hours(tx: &rusqlite::Transaction<'_>) -> Result<u64, Rol
     for table in ["digest_rollups", "instance_cost_rollups", "agent_cost_rollups"] {
         tx.execute(&format!("DELETE FROM {table} WHERE level = ?1"), [day])?;
     }
-    // `WHERE true` tells SQLite's parser the ON CONFLICT is the upsert's.
+    // The SELECT ends in a WHERE so that SQLite's parser reads the ON
+    // CONFLICT as the upsert's, not as a join's constraint.
     let day_of = format!("bucket - ((bucket % {day}) + {day}) % {day}");
     tx.execute_batch(&format!(
         "INSERT INTO instance_cost_rollups ({INSTANCE_COST_COLUMNS})
              SELECT {day}, {day_of}, agent_id, instance, windows, statements, probed_windows, probe_cpu_seconds,
                  estimated
-             FROM instance_cost_rollups WHERE level = {hour} AND true {INSTANCE_COST_MERGE};
+             FROM instance_cost_rollups WHERE level = {hour} {INSTANCE_COST_MERGE};
          INSERT INTO agent_cost_rollups ({AGENT_COST_COLUMNS})
              SELECT {day}, {day_of}, agent_id, windows, seconds, cpu_seconds, max_rss_bytes, dropped_events,
                  shedding_windows, latest_shedding, latest_end
-             FROM agent_cost_rollups WHERE level = {hour} AND true {AGENT_COST_MERGE};"
+             FROM agent_cost_rollups WHERE level = {hour} {AGENT_COST_MERGE};"
     ))?;
     let mut stmt = tx.prepare(
         "SELECT bucket, instance, schema, digest, nested, program, program_kind, parent_digest, source, count,

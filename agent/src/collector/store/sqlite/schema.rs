@@ -377,18 +377,12 @@ pub(super) fn migrate(conn: &mut Connection) -> rusqlite::Result<Result<i64, i64
     }
     // Version 9 -> 10: the rollups start with every window already stored.
     if found > 0 && found < 10 {
-        let rows = super::rollups::backfill(&tx).map_err(|e| match e {
-            super::rollups::RollupError::Sqlite(e) => e,
-            corrupt => rusqlite::Error::ToSqlConversionFailure(Box::new(corrupt)),
-        })?;
+        let rows = super::rollups::backfill(&tx).map_err(rollup_error)?;
         tracing::info!(rows, "rolled up the digest rows stored before rollups existed");
     }
     // Version 10 -> 11 (older files got their days from the backfill).
     if found == 10 {
-        let rows = super::rollups::days_from_hours(&tx).map_err(|e| match e {
-            super::rollups::RollupError::Sqlite(e) => e,
-            corrupt => rusqlite::Error::ToSqlConversionFailure(Box::new(corrupt)),
-        })?;
+        let rows = super::rollups::days_from_hours(&tx).map_err(rollup_error)?;
         tracing::info!(rows, "rolled the stored hour buckets up into days");
     }
     if found != SCHEMA_VERSION {
@@ -396,6 +390,15 @@ pub(super) fn migrate(conn: &mut Connection) -> rusqlite::Result<Result<i64, i64
     }
     tx.commit()?;
     Ok(Ok(found))
+}
+
+/// A rollup rebuilt during an upgrade fails the upgrade as SQLite would,
+/// a corrupt stored blob included.
+fn rollup_error(e: super::rollups::RollupError) -> rusqlite::Error {
+    match e {
+        super::rollups::RollupError::Sqlite(e) => e,
+        corrupt => rusqlite::Error::ToSqlConversionFailure(Box::new(corrupt)),
+    }
 }
 
 fn has_column(tx: &rusqlite::Transaction<'_>, table: &str, column: &str) -> rusqlite::Result<bool> {
