@@ -2,6 +2,8 @@
 //! rules; domain <-> wire conversions live with the stages that use them.
 #![allow(clippy::all)]
 
+pub mod codec;
+
 pub mod v1 {
     tonic::include_proto!("sqlbee.v1");
 }

@@ -15,7 +15,7 @@ use sqlbee_proto::v1::Batch;
 
 use super::{
     http::Client,
-    write::{self, Pending, identity_of},
+    write::{self, DataRows, Pending, identity_of},
 };
 use crate::collector::store::{IngestOutcome, StoreError};
 
@@ -36,6 +36,8 @@ struct Queue {
     waiting: VecDeque<Arc<Slot>>,
     /// A caller is writing a group.
     writing: bool,
+    /// The row buffers the writer borrows, kept from group to group.
+    rows: DataRows,
 }
 
 #[derive(Default)]
@@ -65,17 +67,19 @@ impl GroupCommit {
             }
             queue.writing = true;
             let group = take_group(&mut queue.waiting);
+            let mut rows = std::mem::take(&mut queue.rows);
             drop(queue);
             let pending: Vec<Pending<'_>> = group
                 .iter()
                 .map(|s| Pending { batch: &s.batch, received: s.received, content_hash: s.content_hash })
                 .collect();
-            let outcomes = catch_unwind(AssertUnwindSafe(|| write::ingest_group(db, &pending)))
+            let outcomes = catch_unwind(AssertUnwindSafe(|| write::ingest_group(db, &pending, &mut rows)))
                 .unwrap_or_else(|_| group.iter().map(|_| Err(failed())).collect());
             for (s, outcome) in group.iter().zip(outcomes) {
                 *lock(&s.outcome) = Some(outcome);
             }
             queue = lock(&self.queue);
+            queue.rows = rows;
             queue.writing = false;
             self.written.notify_all();
         }

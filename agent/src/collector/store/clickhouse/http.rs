@@ -248,6 +248,13 @@ impl RowWriter {
         self.count
     }
 
+    /// Forgets the rows but keeps the buffer, up to `keep` bytes of it.
+    pub fn clear(&mut self, keep: usize) {
+        self.bytes.clear();
+        self.bytes.shrink_to(keep);
+        self.count = 0;
+    }
+
     pub fn u8(&mut self, v: u8) -> &mut Self {
         self.bytes.push(v);
         self

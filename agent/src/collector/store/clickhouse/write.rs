@@ -78,8 +78,13 @@ pub(super) struct Pending<'a> {
 /// as if stored alone (see the module comment of `clickhouse`); a failure
 /// of a shared step fails every batch it carried, none of which counts
 /// before its record exists.
-pub(super) fn ingest_group(db: &Client, group: &[Pending<'_>]) -> Vec<Result<IngestOutcome, StoreError>> {
-    match store_group(db, group) {
+pub(super) fn ingest_group(
+    db: &Client,
+    group: &[Pending<'_>],
+    rows: &mut DataRows,
+) -> Vec<Result<IngestOutcome, StoreError>> {
+    rows.clear();
+    match store_group(db, group, rows) {
         Ok(out) => out,
         Err(e) => group.iter().map(|_| Err(shared(&e))).collect(),
     }
@@ -95,7 +100,11 @@ fn shared(e: &StoreError) -> StoreError {
     }
 }
 
-fn store_group(db: &Client, group: &[Pending<'_>]) -> Result<Vec<Result<IngestOutcome, StoreError>>, StoreError> {
+fn store_group(
+    db: &Client,
+    group: &[Pending<'_>],
+    rows: &mut DataRows,
+) -> Result<Vec<Result<IngestOutcome, StoreError>>, StoreError> {
     let ids: Vec<Identity> = group.iter().map(|p| identity_of(p.batch)).collect();
     let conflict = |(agent_id, epoch, sequence): &Identity| StoreError::Conflict {
         agent_id: agent_id.clone(),
@@ -105,7 +114,7 @@ fn store_group(db: &Client, group: &[Pending<'_>]) -> Result<Vec<Result<IngestOu
     let duplicate = IngestOutcome { duplicate: true, conflict: false };
     let before = records(db, &ids.iter().collect::<Vec<_>>())?;
     let mut out: Vec<Option<Result<IngestOutcome, StoreError>>> = group.iter().map(|_| None).collect();
-    let (mut rows, mut recorded, mut seen) = (DataRows::default(), RowWriter::default(), RowWriter::default());
+    let (mut recorded, mut seen) = (RowWriter::default(), RowWriter::default());
     let mut attempts: Vec<(usize, u64)> = Vec::new();
     for (i, p) in group.iter().enumerate() {
         match before.get(&ids[i]).and_then(|r| r.first()) {
@@ -234,7 +243,10 @@ fn insert_records(db: &Client, w: &RowWriter) -> Result<(), StoreError> {
 
 /// The data rows of a group of batches, each under its attempt's
 /// `ingest_id`, none of which counts before its record exists: one INSERT
-/// per table for the whole group.
+/// per table for the whole group. Group commit keeps one and reuses its
+/// buffers: a group's rows run to megabytes, and growing fresh buffers to
+/// that size for every group cost more in copies and page faults than
+/// writing the rows.
 #[derive(Default)]
 pub(super) struct DataRows {
     windows: RowWriter,
@@ -249,7 +261,19 @@ pub(super) struct DataRows {
     text_seen: std::collections::HashSet<u64>,
 }
 
+/// Bytes a table's buffer keeps between groups: a full group of a typical
+/// fleet fits, and one outsized group does not pin its memory for good.
+const KEEP_BYTES: usize = 16 << 20;
+
 impl DataRows {
+    fn clear(&mut self) {
+        let DataRows { windows, digests, texts, samples, locks, agent_windows, untraced, gaps, text_seen } = self;
+        for w in [windows, digests, texts, samples, locks, agent_windows, untraced, gaps] {
+            w.clear(KEEP_BYTES);
+        }
+        text_seen.clear();
+    }
+
     pub(super) fn add(&mut self, batch: &Batch, ingest_id: u64, received: i64) {
         let DataRows { windows, digests, texts, samples, locks, agent_windows, untraced, gaps, text_seen } = self;
         let agent = batch.agent.clone().unwrap_or_default();
