@@ -14,6 +14,8 @@
 //! `--collectors=N` (ClickHouse only) spreads the senders over N
 //! collectors sharing the store and reports each one's CPU
 //! (`-collectors-N` in the name).
+//! `--gzip` sends every batch gzip-compressed, as the agent's shipper
+//! does, so the collector inflates each one (`-gzip` in the name).
 //! `--store=LOCATION` stores elsewhere than a fresh SQLite file (for
 //! example `clickhouse://127.0.0.1:8123/bench`); the report names it.
 //! `--store=clickhouse` starts a private ClickHouse server for the run
@@ -128,6 +130,7 @@ fn main() {
     let senders = option("--senders=").unwrap_or(8).max(1);
     let max_pushes = option("--max-pushes=");
     let collectors = option("--collectors=").unwrap_or(1).max(1) as usize;
+    let gzip = std::env::args().any(|a| a == "--gzip");
     let store_options = if normal { "?synchronous=normal" } else { "" };
     let mut store_location = std::env::args().find_map(|a| a.strip_prefix("--store=").map(str::to_string));
     let clickhouse = if store_location.as_deref() == Some("clickhouse") {
@@ -216,6 +219,9 @@ fn main() {
             let per_collector = per_collector.clone();
             tasks.push(tokio::spawn(async move {
                 let mut client = IngestClient::connect(url).await.unwrap().max_encoding_message_size(64 << 20);
+                if gzip {
+                    client = client.send_compressed(tonic::codec::CompressionEncoding::Gzip);
+                }
                 let mut seed = 0x2545_f491_4f6c_dd1du64 ^ lane;
                 for b in 0..batches_per_agent {
                     for agent in (lane..agents).step_by(senders as usize) {
@@ -378,8 +384,9 @@ fn main() {
     let _ = writeln!(
         md,
         "{agents} simulated agents, {hours} h of {window_s} s windows each ({windows_per_agent} windows per agent), \
-         {digests} digests per window, {WINDOWS_PER_BATCH} windows per batch, {senders} concurrent gRPC senders, \
+         {digests} digests per window, {WINDOWS_PER_BATCH} windows per batch{}, {senders} concurrent gRPC senders, \
          admission limit {} pushes in flight, {}, {} cores shared by the load generator and the collector.\n",
+        if gzip { " sent gzip-compressed as the agent sends them" } else { " sent uncompressed" },
         max_pushes.map_or("8 (default)".to_string(), |n| n.to_string()),
         match &store_location {
             Some(location) => format!("store `{}`", location.split('?').next().unwrap_or("")),
@@ -470,6 +477,9 @@ fn main() {
     }
     if senders != 8 || max_pushes.is_some() {
         mode += &format!("-senders-{senders}-max-pushes-{}", max_pushes.unwrap_or(8));
+    }
+    if gzip {
+        mode += "-gzip";
     }
     std::fs::write(out.join(format!("{}-collector-load-{hours}h{mode}.md", date.trim())), md).unwrap();
 }
