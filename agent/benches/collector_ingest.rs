@@ -1,5 +1,5 @@
 //! What the collector spends on one batch before any store sees it, stage
-//! by stage: decoding the protobuf, the content hash exactly-once keys on,
+//! by stage: inflating it (agents send gzip), decoding the protobuf, the content hash exactly-once keys on,
 //! and validation. The batch is the one `collector_load` sends (10 windows
 //! of 20 digest rows with figures, accounts and samples), so a stage's
 //! time here times 1000 is its share of a collector core-second at 1000
@@ -26,6 +26,22 @@ fn benches(c: &mut Criterion) {
         agent_windows: vec![],
     };
     let bytes = batch.encode_to_vec();
+    // Through flate2, as tonic inflates a gzip request, with whichever
+    // backend the build selects for it.
+    let gzipped = {
+        use std::io::Write as _;
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        gz.write_all(&bytes).unwrap();
+        gz.finish().unwrap()
+    };
+    let mut inflated = Vec::with_capacity(bytes.len());
+    c.bench_function("inflate_batch", |b| {
+        b.iter(|| {
+            use std::io::Read as _;
+            inflated.clear();
+            flate2::read::GzDecoder::new(black_box(gzipped.as_slice())).read_to_end(&mut inflated).unwrap();
+        })
+    });
     validate::batch(&batch, now_ms).expect("the load batch is valid");
     c.bench_function("decode_batch", |b| b.iter(|| Batch::decode(black_box(bytes.as_slice())).unwrap()));
     c.bench_function("content_hash_batch", |b| b.iter(|| content_hash(black_box(&batch))));
