@@ -15,11 +15,12 @@ use prost::{
 };
 use tonic::{
     Status,
-    codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder},
+    codec::{Codec, DecodeBuf, Decoder},
 };
+use tonic_prost::ProstEncoder;
 
-/// `application/grpc+proto`, as `tonic_prost::ProstCodec`, with the decoder
-/// below. The generated services name it (see build.rs).
+/// `application/grpc+proto`, as `tonic_prost::ProstCodec`: its encoder, and
+/// the decoder below. The generated services name it (see build.rs).
 pub struct SliceCodec<T, U>(PhantomData<(T, U)>);
 
 impl<T, U> Default for SliceCodec<T, U> {
@@ -35,28 +36,15 @@ where
 {
     type Encode = T;
     type Decode = U;
-    type Encoder = MessageEncoder<T>;
+    type Encoder = ProstEncoder<T>;
     type Decoder = SliceDecoder<U>;
 
     fn encoder(&mut self) -> Self::Encoder {
-        MessageEncoder(PhantomData)
+        ProstEncoder::default()
     }
 
     fn decoder(&mut self) -> Self::Decoder {
         SliceDecoder(PhantomData)
-    }
-}
-
-pub struct MessageEncoder<T>(PhantomData<T>);
-
-impl<T: Message> Encoder for MessageEncoder<T> {
-    type Item = T;
-    type Error = Status;
-
-    fn encode(&mut self, item: T, buf: &mut EncodeBuf<'_>) -> Result<(), Status> {
-        // EncodeBuf grows as needed, so prost's only error (no room) cannot
-        // happen; a Status keeps the stream alive if it ever did.
-        item.encode(buf).map_err(|e| Status::internal(format!("encoding a message: {e}")))
     }
 }
 
