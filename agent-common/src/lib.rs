@@ -241,6 +241,10 @@ pub struct ServerLayout {
     /// Offset of `se.sum_exec_runtime` in the running kernel's
     /// `task_struct`, from its BTF; 0 leaves CPU time out.
     pub task_runtime_offset: u32,
+    /// 1: read that field through the BTF pointer `bpf_get_current_task_btf`
+    /// gives (kernel 5.11+), a plain load the verifier checks against
+    /// `task_struct`; 0: through `bpf_probe_read_kernel`.
+    pub task_btf: u32,
     /// Offset of `THD::security_ctx` (a pointer to the connection's
     /// `Security_context` at a top-level statement), and in that context the
     /// pointers to the user and the client host (`host_or_ip`); `UNKNOWN`

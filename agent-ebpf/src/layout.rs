@@ -29,6 +29,7 @@ static LAYOUT: ServerLayout = ServerLayout {
     server_status_rel: 0,
     connection_id_rel: 0,
     task_runtime_offset: 0,
+    task_btf: 0,
     sctx_offset: agent_common::UNKNOWN,
     sctx_user_offset: 0,
     sctx_host_offset: 0,

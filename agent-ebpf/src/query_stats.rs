@@ -12,7 +12,9 @@ use agent_common::{
     EventBuffer, Inflight, STATS_WINDOW, ServerLayout, StatementStats, UNKNOWN, plan, server_status, source, stat,
     statement_flag as bit, stats_field,
 };
-use aya_ebpf::helpers::{bpf_get_current_task, bpf_probe_read_kernel, bpf_probe_read_user_buf};
+use aya_ebpf::helpers::{
+    bpf_get_current_task, bpf_probe_read_kernel, bpf_probe_read_user_buf, generated::bpf_get_current_task_btf,
+};
 
 use crate::maps::bump_stat;
 
@@ -101,12 +103,22 @@ pub fn read(thd: u64, layout: &ServerLayout, buffer: &mut EventBuffer) {
     buffer.query_id = query_id;
 }
 
-/// The current thread's on-CPU time so far (ns), 0 when unknown.
+/// The current thread's on-CPU time so far (ns), 0 when unknown. Through
+/// the task's BTF pointer it is one load; through `bpf_probe_read_kernel`
+/// (kernels before 5.11) a helper call, about 0.1 us dearer per statement
+/// on the VM of `benches/results`.
 #[inline(always)]
 pub fn runtime(layout: &ServerLayout) -> u64 {
     let offset = layout.task_runtime_offset;
     if offset == 0 || offset == UNKNOWN {
         return 0;
+    }
+    if layout.task_btf != 0 {
+        // SAFETY: a trusted pointer to the current task; the verifier checks
+        // the load (the offset is a constant to it) against the kernel's BTF
+        // of `task_struct`, and a fault reads 0 instead of faulting.
+        let task = unsafe { bpf_get_current_task_btf() } as *const u8;
+        return unsafe { core::ptr::read_volatile(task.add(offset as usize) as *const u64) };
     }
     let task = unsafe { bpf_get_current_task() };
     if task == 0 {

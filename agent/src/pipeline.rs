@@ -124,6 +124,7 @@ pub fn run_agent(config: AgentConfig, signalled: &'static AtomicBool) -> Result<
         overhead_budget: config.options.mysqld_overhead_budget,
         duty_period: config.options.duty_period,
         task_runtime_offset,
+        task_btf: discover::has_current_task_btf(),
     }, prepared.stats);
 
     // Explicit pids must work at start: a wrong pid or binary is an error.

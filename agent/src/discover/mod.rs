@@ -11,7 +11,7 @@ mod process;
 pub use binary::{
     BinaryIdentity, BinaryInfo, Flavor, ProbePoint, ProbePoints, ProgramLayout, StaticVariable, identify_binary, inspect_binary,
 };
-pub use kernel_btf::{BtfError, task_runtime_offset};
+pub use kernel_btf::{BtfError, has_current_task_btf, task_runtime_offset};
 pub use process::{Container, ServerProcess, cpu_seconds, find_servers, runtime_address, server_by_pid, threads_cpu_ns};
 
 use std::path::PathBuf;

@@ -55,6 +55,8 @@ pub struct ProbeConfig {
     /// Offset of `se.sum_exec_runtime` in this kernel's `task_struct` (0:
     /// unknown, CPU time left out).
     pub task_runtime_offset: u32,
+    /// The kernel has `bpf_get_current_task_btf` (see `ServerLayout::task_btf`).
+    pub task_btf: bool,
 }
 
 pub struct AttachedServer {
@@ -99,6 +101,7 @@ impl AttachedServer {
             wait_probes: u32::from(config.waits && binary.points.waits.is_some()),
             known_sets: known_sets(config.digest_slots.max(1)),
             task_runtime_offset: config.task_runtime_offset,
+            task_btf: u32::from(config.task_btf),
             // The name is cached on the probe of THD::set_db: without it,
             // no schema.
             db_offset: if binary.points.schema_change.is_some() { layout.db_offset } else { agent_common::UNKNOWN },

@@ -220,6 +220,12 @@ impl ArmRun {
     pub fn qps(&self) -> f64 {
         self.questions as f64 / self.seconds
     }
+
+    /// The tracer's programs' run time per statement: the part of mysqld's
+    /// CPU its program bodies add on top of the trap.
+    pub fn bpf_ns_per_statement(&self) -> f64 {
+        self.bpf_ns as f64 / self.questions as f64
+    }
 }
 
 /// What was known about one server, for the report.

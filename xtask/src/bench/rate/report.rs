@@ -41,6 +41,10 @@ impl<'a> Rounds<'a> {
         self.by_round(arm, ArmRun::ns_per_statement)
     }
 
+    fn bpf_ns(&self, arm: &str) -> Vec<(u32, f64)> {
+        self.by_round(arm, ArmRun::bpf_ns_per_statement)
+    }
+
     fn has(&self, arm: &str) -> bool {
         self.runs.iter().any(|r| r.arm == arm)
     }
@@ -51,6 +55,15 @@ impl<'a> Rounds<'a> {
             return None;
         }
         bootstrap(&paired(&self.ns(arm), &self.ns(other)))
+    }
+
+    /// The paired difference of `arm`'s program time to `other`'s, per
+    /// statement.
+    fn bpf_versus(&self, arm: &str, other: &str) -> Option<Estimate> {
+        if !self.has(other) || arm == other {
+            return None;
+        }
+        bootstrap(&paired(&self.bpf_ns(arm), &self.bpf_ns(other)))
     }
 
     fn median_of(&self, arm: &str, value: impl Fn(&ArmRun) -> f64) -> Option<f64> {
@@ -69,6 +82,11 @@ struct Row {
     agent_cores_per_10k: Option<f64>,
     bpf_runs: Option<f64>,
     bpf_ns: Option<f64>,
+    /// Program time per statement, alone and paired with the floor's and
+    /// the baseline binary's, round by round.
+    bpf: Option<Estimate>,
+    bpf_vs_floor: Option<Estimate>,
+    bpf_vs_baseline: Option<Estimate>,
     ok: usize,
     total: usize,
 }
@@ -82,20 +100,21 @@ fn rows(plan: &Plan, server: &ServerInfo, rounds: &Rounds) -> Vec<Row> {
             let name = arm.name.as_str();
             let has_tracer = arm.treatment.is_some_and(|t| t.has_tracer());
             let per_statement = |f: fn(&ArmRun) -> f64| if has_tracer { rounds.median_of(name, f) } else { None };
+            let baseline = format!("{name}{}", super::BASELINE_SUFFIX);
+            let compared = arm.is_agent() && !arm.baseline;
             Row {
                 arm: arm.clone(),
                 ns: bootstrap(&rounds.ns(name).into_iter().map(|(_, v)| v).collect::<Vec<_>>()),
                 vs_control: rounds.versus(name, CONTROL),
                 vs_floor: if arm.is_agent() { rounds.versus(name, FLOOR) } else { None },
-                vs_baseline: if arm.is_agent() && !arm.baseline {
-                    rounds.versus(name, &format!("{name}{}", super::BASELINE_SUFFIX))
-                } else {
-                    None
-                },
+                vs_baseline: if compared { rounds.versus(name, &baseline) } else { None },
                 qps: rounds.median_of(name, ArmRun::qps),
                 agent_cores_per_10k: per_statement(|r| r.agent_cpu_s * 10_000.0 / r.questions as f64),
                 bpf_runs: per_statement(|r| r.bpf_runs as f64 / r.questions as f64),
-                bpf_ns: per_statement(|r| r.bpf_ns as f64 / r.questions as f64),
+                bpf_ns: per_statement(ArmRun::bpf_ns_per_statement),
+                bpf: if has_tracer { bootstrap(&rounds.bpf_ns(name).into_iter().map(|(_, v)| v).collect::<Vec<_>>()) } else { None },
+                bpf_vs_floor: if arm.is_agent() { rounds.bpf_versus(name, FLOOR) } else { None },
+                bpf_vs_baseline: if compared { rounds.bpf_versus(name, &baseline) } else { None },
                 ok: rounds.ok(name).count(),
                 total: rounds.runs.iter().filter(|r| r.arm == name).count(),
             }
@@ -206,6 +225,7 @@ fn server_section(md: &mut String, plan: &Plan, server: &ServerInfo, runs: &[Arm
             row.total,
         );
     }
+    program_time_table(md, &rows);
     let ok: Vec<&&ArmRun> = rounds.runs.iter().filter(|r| r.ok()).collect();
     let check = median(&ok.iter().map(|r| r.ticks_ns_per_statement() / r.ns_per_statement()).collect::<Vec<_>>());
     let statements = median(&ok.iter().map(|r| r.questions as f64 / r.statements.max(1) as f64).collect::<Vec<_>>());
@@ -251,6 +271,31 @@ fn server_section(md: &mut String, plan: &Plan, server: &ServerInfo, runs: &[Arm
     }
 }
 
+/// Program time, the steadiest figure: the same trap costs every agent arm
+/// alike, so differences in what the programs do show here first.
+fn program_time_table(md: &mut String, rows: &[Row]) {
+    let traced: Vec<&Row> = rows.iter().filter(|r| r.bpf.is_some()).collect();
+    if traced.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        md,
+        "\nProgram time: BPF run time per statement, by round (the programs' share of the mysqld CPU above; the trap \
+         is the same for every uprobe arm and is not in it), with paired differences.\n"
+    );
+    let _ = writeln!(md, "| arm | BPF ns/stmt [CI] | vs floor ns/stmt [CI] | vs baseline ns/stmt [CI] |\n|---|---|---|---|");
+    for row in traced {
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} |",
+            row.arm.name,
+            show(row.bpf, 0, false),
+            show(row.bpf_vs_floor, 0, true),
+            show(row.bpf_vs_baseline, 0, true),
+        );
+    }
+}
+
 /// The table in sentences: what each difference is and whether the rounds
 /// resolve it.
 fn reading(rows: &[Row]) -> Vec<String> {
@@ -289,6 +334,15 @@ fn reading(rows: &[Row]) -> Vec<String> {
         if let Some(e) = row.vs_baseline {
             lines.push(format!(
                 "`{name}` vs the same arm with the baseline binary: {:+.0} ns per statement [{:+.0}, {:+.0}], {}.",
+                e.median,
+                e.lo,
+                e.hi,
+                verdict(&e)
+            ));
+        }
+        if let Some(e) = row.bpf_vs_baseline {
+            lines.push(format!(
+                "`{name}` vs the baseline binary in program time: {:+.0} ns per statement [{:+.0}, {:+.0}], {}.",
                 e.median,
                 e.lo,
                 e.hi,
@@ -363,6 +417,21 @@ mod tests {
         assert!(d.resolved());
         assert!(rounds.versus("sqlbee", "bpftrace-count").is_none(), "no floor arm, no column");
         assert_eq!(Rounds::of(&runs, "11.8").ns("control"), vec![]);
+    }
+
+    #[test]
+    fn program_time_pairs_rounds_with_the_baseline() {
+        let mut runs = Vec::new();
+        for round in 0..6u64 {
+            // Program time drifts by 50 ns per statement per round; the new
+            // binary's programs run 300 ns longer in every round.
+            runs.push(ArmRun { bpf_ns: 2_000_000 + round * 50_000, ..run(round as u32, "sqlbee@baseline", 1) });
+            runs.push(ArmRun { bpf_ns: 2_300_000 + round * 50_000, ..run(round as u32, "sqlbee", 1) });
+        }
+        let rounds = Rounds::of(&runs, "10.11");
+        let d = rounds.bpf_versus("sqlbee", "sqlbee@baseline").unwrap();
+        assert_eq!((d.median, d.lo, d.hi, d.n), (300.0, 300.0, 300.0, 6));
+        assert!(rounds.bpf_versus("sqlbee", "bpftrace-count").is_none());
     }
 
     #[test]
