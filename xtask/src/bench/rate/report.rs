@@ -280,8 +280,8 @@ fn program_time_table(md: &mut String, rows: &[Row]) {
     }
     let _ = writeln!(
         md,
-        "\nProgram time: BPF run time per statement, by round (the programs' share of the mysqld CPU above; the trap \
-         is the same for every uprobe arm and is not in it), with paired differences.\n"
+        "\nProgram time: BPF run time per statement, by round (the programs' share of the mysqld CPU above; the trap, \
+         whose price depends only on where the probe sits, is not in it), with paired differences.\n"
     );
     let _ = writeln!(md, "| arm | BPF ns/stmt [CI] | vs floor ns/stmt [CI] | vs baseline ns/stmt [CI] |\n|---|---|---|---|");
     for row in traced {
