@@ -301,6 +301,7 @@ pub fn series(args: SeriesArgs) -> Result<(), QueryError> {
         since_unix_ms: since_unix_ms(&args.since)?,
         until_unix_ms: until_unix_ms(&args.until)?,
         step_ms,
+        by_instance: false,
     };
     let answer = call(&args.connect, "Series", |mut client| async move { client.series(request).await })?;
     let mut out = std::io::stdout().lock();

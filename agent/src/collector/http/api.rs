@@ -75,6 +75,7 @@ pub async fn answer(ui: &Ui, path: &str, params: &Params, now: i64) -> Option<Re
                         since_unix_ms: range.since_unix_ms,
                         until_unix_ms: range.until_unix_ms,
                         step_ms,
+                        by_instance: false,
                     })
                     .await?;
                 shape::series_json(&answer, cost)

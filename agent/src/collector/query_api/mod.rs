@@ -223,10 +223,19 @@ impl Query for QueryService {
     }
 
     async fn series(&self, request: Request<SeriesRequest>) -> Result<Response<SeriesResponse>, Status> {
-        let query = series_query(request.into_inner(), now_unix_ms())?;
+        let request = request.into_inner();
+        let by_instance = request.by_instance;
+        let query = series_query(request, now_unix_ms())?;
         let step_ms = query.step_ms;
         let store = self.store.clone();
+        if by_instance {
+            if matches!(query.of, SeriesOf::Cost) {
+                return Err(Status::invalid_argument("by_instance: only of = digest or statements is split by instance"));
+            }
+            let instances = blocking(move || store.series_by_instance(&query)).await?;
+            return Ok(Response::new(SeriesResponse { points: Vec::new(), step_ms, instances }));
+        }
         let points = blocking(move || store.series(&query)).await?;
-        Ok(Response::new(SeriesResponse { points, step_ms }))
+        Ok(Response::new(SeriesResponse { points, step_ms, instances: Vec::new() }))
     }
 }

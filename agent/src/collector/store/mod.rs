@@ -12,7 +12,7 @@ pub mod rollup_pass;
 pub mod sqlite;
 
 use sqlbee_proto::v1::{
-    AgentWindowRow, Batch, CostSummary, InstanceInfo, LockWaitRow, SeriesPoint, TopDigest, TotalsResponse,
+    AgentWindowRow, Batch, CostSummary, InstanceInfo, InstanceSeries, LockWaitRow, SeriesPoint, TopDigest, TotalsResponse,
 };
 
 pub use sqlite::SqliteStore;
@@ -268,6 +268,10 @@ pub trait Store: Send + Sync {
     fn locks(&self, query: &LocksQuery) -> Result<Vec<LockWaitRow>, StoreError>;
     /// One point per step, oldest first (see [`SeriesQuery`]).
     fn series(&self, query: &SeriesQuery) -> Result<Vec<SeriesPoint>, StoreError>;
+    /// The statement or digest series of `query` for every instance (or
+    /// the one it names) in one read, by instance name; instances without a
+    /// window in the range are left out. Cost series are not split.
+    fn series_by_instance(&self, query: &SeriesQuery) -> Result<Vec<InstanceSeries>, StoreError>;
     /// Rolls up what arrived since the last pass, for a store that does
     /// not roll windows up as they arrive; how many buckets are still due
     /// (more than one pass takes). The SQLite store rolls up in `ingest`.

@@ -1,9 +1,9 @@
 //! The fleet overview: every instance with its rate, p99 and errors over
 //! the range, what watching it costs, when it was last heard from, and
 //! its gaps; above them the fleet's rate and latency over time.
-use std::fmt::Write;
+use std::{collections::HashMap, fmt::Write};
 
-use sqlbee_proto::v1::InstanceInfo;
+use sqlbee_proto::v1::{InstanceInfo, SeriesRequest, SeriesResponse};
 
 use super::{PageHead, Rendered, merged, plot_range, seconds, series_request, sparkline_request, statement_plots};
 use crate::collector::http::{
@@ -38,21 +38,28 @@ pub async fn render(ui: &Ui, view: &View, now: i64) -> Rendered {
     if shown.is_empty() {
         body.push_str("<tr><td colspan=\"15\">No agent has sent a batch to this collector yet.</td></tr>");
     }
+    // Every instance's row figures in one read: a series per instance
+    // would be one store query per row.
+    let split = ui.series(SeriesRequest { by_instance: true, ..sparkline_request(view, "statements", 0, "") }).await?;
+    let mut series: HashMap<String, SeriesResponse> = split
+        .instances
+        .into_iter()
+        .map(|s| (s.instance, SeriesResponse { points: s.points, step_ms: split.step_ms, instances: Vec::new() }))
+        .collect();
     for info in shown {
-        row(ui, view, info, now, &mut body).await?;
+        let own = series.remove(&info.instance).unwrap_or(SeriesResponse { step_ms: split.step_ms, ..Default::default() });
+        row(view, info, &own, now, &mut body);
     }
     body.push_str("</tbody></table>");
     Ok((PageHead { title: "Fleet".into(), nav: Nav::Fleet, instances: names, keep: Vec::new() }, body))
 }
 
-async fn row(ui: &Ui, view: &View, info: &InstanceInfo, now: i64, body: &mut String) -> Result<(), super::PageError> {
-    // The range's own figures for this instance: one series, summed.
+/// One instance's row; `series` is its statements over the range.
+fn row(view: &View, info: &InstanceInfo, series: &SeriesResponse, now: i64, body: &mut String) {
+    // The range's own figures for this instance: its series, summed.
     let (count, errors, p99, trend, seconds_covered) = if info.instance.is_empty() {
         (0, 0, 0, Vec::new(), 1.0)
     } else {
-        let mut request = sparkline_request(view, "statements", 0, "");
-        request.instance = info.instance.clone();
-        let series = ui.series(request).await?;
         let count: u64 = series.points.iter().map(|p| p.count).sum();
         let errors: u64 = series.points.iter().map(|p| p.errors).sum();
         let (x0, x1) = plot_range(view, &series);
@@ -100,5 +107,4 @@ async fn row(ui: &Ui, view: &View, info: &InstanceInfo, now: i64, body: &mut Str
         html::count(info.gaps),
         html::count(info.lost_statements),
     );
-    Ok(())
 }

@@ -114,6 +114,7 @@ fn series_request(view: &View, of: &str, digest: u64, schema: &str) -> SeriesReq
         since_unix_ms: plot_since(view),
         until_unix_ms: view.range.until_unix_ms,
         step_ms: step_ms(view, 60),
+        by_instance: false,
     }
 }
 

@@ -62,7 +62,7 @@ mod tests;
 use std::path::PathBuf;
 
 use sqlbee_proto::v1::{
-    AgentWindowRow, Batch, CostSummary, InstanceInfo, LockWaitRow, SeriesPoint, TopDigest, TotalsResponse,
+    AgentWindowRow, Batch, CostSummary, InstanceInfo, InstanceSeries, LockWaitRow, SeriesPoint, TopDigest, TotalsResponse,
 };
 
 use super::{
@@ -263,6 +263,10 @@ impl Store for ClickHouseStore {
 
     fn series(&self, query: &SeriesQuery) -> Result<Vec<SeriesPoint>, StoreError> {
         series::series(&self.db, query)
+    }
+
+    fn series_by_instance(&self, query: &SeriesQuery) -> Result<Vec<InstanceSeries>, StoreError> {
+        series::by_instance(&self.db, query)
     }
 
     fn roll_up(&self) -> Result<usize, StoreError> {

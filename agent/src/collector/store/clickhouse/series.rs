@@ -1,9 +1,11 @@
 //! Time series from winning rows and hour rollups: one point per step from `since` to
 //! `until`, each holding the windows that ended in it, empty steps as
 //! zero points; percentiles from the merged histograms (`merge`).
+use std::collections::BTreeMap;
+
 use prost::Message as _;
 use sqlbee_common::histogram::Histogram;
-use sqlbee_proto::v1::{Bucket, Histogram as WireHistogram, ProbeCost, SeriesPoint};
+use sqlbee_proto::v1::{Bucket, Histogram as WireHistogram, InstanceSeries, ProbeCost, SeriesPoint};
 
 use super::{
     costs, equals, error,
@@ -27,75 +29,127 @@ struct Step {
     windows: u64,
 }
 
-pub(super) fn series(db: &Client, query: &SeriesQuery) -> Result<Vec<SeriesPoint>, StoreError> {
+/// How many points `query` has; 0 for an empty range.
+fn point_count(query: &SeriesQuery) -> usize {
     let (since, until, step) = (query.since_unix_ms, query.until_unix_ms, query.step_ms);
     if step <= 0 || until <= since {
-        return Ok(Vec::new());
+        return 0;
     }
-    let points = usize::try_from((until - since - 1) / step + 1).unwrap_or(usize::MAX);
+    usize::try_from((until - since - 1) / step + 1).unwrap_or(usize::MAX)
+}
+
+fn empty_steps(points: usize) -> Vec<Step> {
     let mut steps: Vec<Step> = Vec::new();
     steps.resize_with(points, Step::default);
+    steps
+}
+
+pub(super) fn series(db: &Client, query: &SeriesQuery) -> Result<Vec<SeriesPoint>, StoreError> {
+    let points = point_count(query);
+    if points == 0 {
+        return Ok(Vec::new());
+    }
+    let steps = match query.of {
+        SeriesOf::Digest(_) | SeriesOf::Statements => {
+            statements(db, query, false)?.pop().map_or_else(|| empty_steps(points), |(_, steps)| steps)
+        }
+        SeriesOf::Cost => costs(db, query)?,
+    };
+    Ok(finish(query, steps))
+}
+
+/// Each instance's statement or digest series; cost series are not split
+/// (the query API refuses to ask).
+pub(super) fn by_instance(db: &Client, query: &SeriesQuery) -> Result<Vec<InstanceSeries>, StoreError> {
+    if point_count(query) == 0 || matches!(query.of, SeriesOf::Cost) {
+        return Ok(Vec::new());
+    }
+    Ok(statements(db, query, true)?
+        .into_iter()
+        .map(|(instance, steps)| InstanceSeries { instance, points: finish(query, steps) })
+        .collect())
+}
+
+/// The steps of `query`'s digest rows, one set per instance when `split`,
+/// else one under an empty name; none without a row in the range.
+fn statements(db: &Client, query: &SeriesQuery, split: bool) -> Result<Vec<(String, Vec<Step>)>, StoreError> {
+    let (since, until, step) = (query.since_unix_ms, query.until_unix_ms, query.step_ms);
+    let points = point_count(query);
     let slot = |end: i64| usize::try_from((end - since).div_euclid(step)).ok().filter(|&i| i < points);
     // Buckets that divide the step answer for their part of it.
     let sources = rollups::sources(db, since, until, Some(step), "series")?;
     let bad = malformed("series");
+    let digest = match query.of {
+        SeriesOf::Digest(d) => format!(" AND digest = {d}"),
+        _ => String::new(),
+    };
+    let filters = format!("{digest}{} AND nested = 0", equals(&[("instance", &query.instance), ("schema", &query.schema)]));
+    let mut rows = db.select(&sources.union(Table::Digests, DIGEST_COLUMNS, &filters)).map_err(|e| error("series", e))?;
+    let mut by_instance: BTreeMap<String, Vec<Step>> = BTreeMap::new();
+    while !rows.done() {
+        let row = read_digest_row(&mut rows).map_err(&bad)?;
+        let Some(i) = slot(row.window_end) else { continue };
+        let instance = if split { row.instance } else { String::new() };
+        let steps = by_instance.entry(instance).or_insert_with(|| empty_steps(points));
+        steps[i].totals.add(row.count, row.errors, row.sum_ns, row.min_ns, row.max_ns);
+        add_hist(&mut steps[i].histogram, &row.hist);
+    }
+    Ok(by_instance.into_iter().collect())
+}
+
+/// The steps of a cost series.
+fn costs(db: &Client, query: &SeriesQuery) -> Result<Vec<Step>, StoreError> {
+    let (since, until, step) = (query.since_unix_ms, query.until_unix_ms, query.step_ms);
+    let points = point_count(query);
+    let mut steps = empty_steps(points);
+    let slot = |end: i64| usize::try_from((end - since).div_euclid(step)).ok().filter(|&i| i < points);
+    let sources = rollups::sources(db, since, until, Some(step), "series")?;
+    let bad = malformed("series");
     let err = |e| error("series", e);
-    match query.of {
-        SeriesOf::Digest(_) | SeriesOf::Statements => {
-            let digest = match query.of {
-                SeriesOf::Digest(d) => format!(" AND digest = {d}"),
-                _ => String::new(),
-            };
-            let filters =
-                format!("{digest}{} AND nested = 0", equals(&[("instance", &query.instance), ("schema", &query.schema)]));
-            let mut rows = db.select(&sources.union(Table::Digests, DIGEST_COLUMNS, &filters)).map_err(err)?;
-            while !rows.done() {
-                let row = read_digest_row(&mut rows).map_err(&bad)?;
-                let Some(i) = slot(row.window_end) else { continue };
-                steps[i].totals.add(row.count, row.errors, row.sum_ns, row.min_ns, row.max_ns);
-                add_hist(&mut steps[i].histogram, &row.hist);
-            }
-        }
-        SeriesOf::Cost => {
-            // With an instance, the agents that served it in the range.
-            let agents = match &query.instance {
-                Some(instance) => format!(
-                    " AND agent_id IN (SELECT agent_id FROM instance_windows
-                         WHERE instance = {} AND window_end >= {since} AND window_end < {until})",
-                    quote(instance)
-                ),
-                None => String::new(),
-            };
-            let mut rows = db
-                .select(&sources.union_of(Table::Agents, costs::AGENT_RAW, costs::AGENT_ROLLUP, &agents))
-                .map_err(err)?;
-            while !rows.done() {
-                let row = costs::read_agent_row(&mut rows)?;
-                let Some(i) = slot(row.end) else { continue };
-                steps[i].windows += row.rolled.as_ref().map_or(1, |r| r.windows + r.costless_windows);
-                if let Some(cost) = &row.cost {
-                    steps[i].agent_cpu_seconds += row.cpu_seconds(cost);
-                    steps[i].agent_max_rss = steps[i].agent_max_rss.max(cost.rss_bytes);
-                }
-            }
-            let mut rows = db
-                .select(&sources.union(
-                    Table::Instances,
-                    "window_end, probes",
-                    &format!("{} AND probes != ''", equals(&[("instance", &query.instance)])),
-                ))
-                .map_err(err)?;
-            while !rows.done() {
-                let end = rows.i64().map_err(&bad)?;
-                let probes = rows.bytes().map_err(&bad)?;
-                let Some(i) = slot(end) else { continue };
-                let p = ProbeCost::decode(probes.as_slice()).map_err(|_| StoreError::Corrupt { what: "probe cost" })?;
-                steps[i].probe_cpu_seconds += p.probe_cpu_seconds;
-            }
+    // With an instance, the agents that served it in the range.
+    let agents = match &query.instance {
+        Some(instance) => format!(
+            " AND agent_id IN (SELECT agent_id FROM instance_windows
+                 WHERE instance = {} AND window_end >= {since} AND window_end < {until})",
+            quote(instance)
+        ),
+        None => String::new(),
+    };
+    let mut rows = db
+        .select(&sources.union_of(Table::Agents, costs::AGENT_RAW, costs::AGENT_ROLLUP, &agents))
+        .map_err(err)?;
+    while !rows.done() {
+        let row = costs::read_agent_row(&mut rows)?;
+        let Some(i) = slot(row.end) else { continue };
+        steps[i].windows += row.rolled.as_ref().map_or(1, |r| r.windows + r.costless_windows);
+        if let Some(cost) = &row.cost {
+            steps[i].agent_cpu_seconds += row.cpu_seconds(cost);
+            steps[i].agent_max_rss = steps[i].agent_max_rss.max(cost.rss_bytes);
         }
     }
+    let mut rows = db
+        .select(&sources.union(
+            Table::Instances,
+            "window_end, probes",
+            &format!("{} AND probes != ''", equals(&[("instance", &query.instance)])),
+        ))
+        .map_err(err)?;
+    while !rows.done() {
+        let end = rows.i64().map_err(&bad)?;
+        let probes = rows.bytes().map_err(&bad)?;
+        let Some(i) = slot(end) else { continue };
+        let p = ProbeCost::decode(probes.as_slice()).map_err(|_| StoreError::Corrupt { what: "probe cost" })?;
+        steps[i].probe_cpu_seconds += p.probe_cpu_seconds;
+    }
+    Ok(steps)
+}
+
+/// Points from steps: percentiles from the merged histograms, cores from
+/// CPU seconds over the step.
+fn finish(query: &SeriesQuery, steps: Vec<Step>) -> Vec<SeriesPoint> {
+    let (since, until, step) = (query.since_unix_ms, query.until_unix_ms, query.step_ms);
     let step_seconds = step as f64 / 1e3;
-    Ok(steps
+    steps
         .into_iter()
         .enumerate()
         .map(|(i, s)| {
@@ -120,5 +174,5 @@ pub(super) fn series(db: &Client, query: &SeriesQuery) -> Result<Vec<SeriesPoint
                 windows: s.windows,
             }
         })
-        .collect())
+        .collect()
 }

@@ -28,7 +28,7 @@ use std::{
 
 use rusqlite::{Connection, TransactionBehavior};
 use sqlbee_proto::v1::{
-    AgentWindowRow, Batch, CostSummary, InstanceInfo, LockWaitRow, SeriesPoint, TopDigest, TotalsResponse,
+    AgentWindowRow, Batch, CostSummary, InstanceInfo, InstanceSeries, LockWaitRow, SeriesPoint, TopDigest, TotalsResponse,
 };
 
 use super::{
@@ -188,6 +188,12 @@ impl Store for SqliteStore {
         let mut conn = lock(&self.reader);
         let tx = conn.transaction().map_err(|e| error("series", e))?;
         series::series(&tx, query)
+    }
+
+    fn series_by_instance(&self, query: &SeriesQuery) -> Result<Vec<InstanceSeries>, StoreError> {
+        let mut conn = lock(&self.reader);
+        let tx = conn.transaction().map_err(|e| error("series", e))?;
+        series::by_instance(&tx, query)
     }
 
     fn prune(&self, cutoffs: &PruneCutoffs) -> Result<PruneOutcome, StoreError> {

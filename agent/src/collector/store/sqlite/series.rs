@@ -2,9 +2,11 @@
 //! it. Digest and statement series read raw windows and rollup buckets
 //! through `digest_rows` with the levels that divide the step, so no
 //! bucket straddles two points; cost series read the agents' windows.
+use std::collections::BTreeMap;
+
 use prost::Message as _;
 use sqlbee_common::histogram::Histogram;
-use sqlbee_proto::v1::{AgentCost, Bucket, Histogram as WireHistogram, ProbeCost, SeriesPoint};
+use sqlbee_proto::v1::{AgentCost, Bucket, Histogram as WireHistogram, InstanceSeries, ProbeCost, SeriesPoint};
 
 use super::{digest_rows, error, i, u};
 use crate::collector::store::{SeriesOf, SeriesQuery, StoreError, blob, merge, rollup};
@@ -33,20 +35,34 @@ fn point_of(query: &SeriesQuery, window_end: i64, points: usize) -> Option<usize
 
 pub(super) fn series(tx: &rusqlite::Transaction<'_>, query: &SeriesQuery) -> Result<Vec<SeriesPoint>, StoreError> {
     match query.of {
-        SeriesOf::Digest(digest) => statements(tx, query, Some(digest)),
-        SeriesOf::Statements => statements(tx, query, None),
+        SeriesOf::Digest(_) | SeriesOf::Statements => {
+            Ok(statements(tx, query, false)?.pop().map_or_else(|| empty_points(query), |s| s.points))
+        }
         SeriesOf::Cost => costs(tx, query),
     }
 }
 
+/// Each instance's statement or digest series; cost series are not split
+/// (the query API refuses to ask).
+pub(super) fn by_instance(tx: &rusqlite::Transaction<'_>, query: &SeriesQuery) -> Result<Vec<InstanceSeries>, StoreError> {
+    match query.of {
+        SeriesOf::Digest(_) | SeriesOf::Statements => statements(tx, query, true),
+        SeriesOf::Cost => Ok(Vec::new()),
+    }
+}
+
+type Steps = Vec<(merge::DigestTotals, Histogram)>;
+
+/// The series of `query`, one per instance when `split`, else one under
+/// an empty name; none without a window in the range.
 fn statements(
     tx: &rusqlite::Transaction<'_>,
     query: &SeriesQuery,
-    digest: Option<u64>,
-) -> Result<Vec<SeriesPoint>, StoreError> {
+    split: bool,
+) -> Result<Vec<InstanceSeries>, StoreError> {
     let err = |e| error("series", e);
-    let mut points = empty_points(query);
-    let mut merged: Vec<(merge::DigestTotals, Histogram)> = vec![Default::default(); points.len()];
+    let points = empty_points(query).len();
+    let mut by_instance: BTreeMap<String, Steps> = BTreeMap::new();
     // Client statements: what a program runs is inside its caller's time.
     let mut condition = String::from("nested = 0");
     let mut values: Vec<rusqlite::types::Value> = Vec::new();
@@ -54,7 +70,7 @@ fn statements(
         values.push(value);
         condition.push_str(&format!(" AND {column} = ?{}", values.len()));
     };
-    if let Some(digest) = digest {
+    if let SeriesOf::Digest(digest) = query.of {
         bind("digest", i(digest).into(), &mut condition);
     }
     if let Some(instance) = &query.instance {
@@ -66,15 +82,20 @@ fn statements(
     let spans = rollup::plan(query.since_unix_ms, query.until_unix_ms, Some(query.step_ms));
     let rows = digest_rows::union(&spans, &condition);
     let mut stmt = tx
-        .prepare(&format!("SELECT window_end, count, errors, sum_ns, min_ns, max_ns, histogram FROM {rows}"))
+        .prepare(&format!("SELECT window_end, count, errors, sum_ns, min_ns, max_ns, histogram, instance FROM {rows}"))
         .map_err(err)?;
     for (n, value) in values.iter().enumerate() {
         stmt.raw_bind_parameter(n + 1, value).map_err(err)?;
     }
     let mut rows = stmt.raw_query();
     while let Some(row) = rows.next().map_err(err)? {
-        let Some(index) = point_of(query, row.get(0).map_err(err)?, points.len()) else { continue };
-        let (totals, histogram) = &mut merged[index];
+        let Some(index) = point_of(query, row.get(0).map_err(err)?, points) else { continue };
+        let instance = if split { row.get_ref(7).map_err(err)?.as_str().map_err(|e| err(e.into()))? } else { "" };
+        let steps = match by_instance.get_mut(instance) {
+            Some(steps) => steps,
+            None => by_instance.entry(instance.to_string()).or_insert_with(|| vec![Default::default(); points]),
+        };
+        let (totals, histogram) = &mut steps[index];
         totals.add(
             u(row.get(1).map_err(err)?),
             u(row.get(2).map_err(err)?),
@@ -87,7 +108,14 @@ fn statements(
             histogram.add_bucket(usize::try_from(bucket).unwrap_or(usize::MAX), count);
         }
     }
-    for (point, (totals, histogram)) in points.iter_mut().zip(merged) {
+    Ok(by_instance.into_iter().map(|(instance, steps)| InstanceSeries { instance, points: finish(query, steps) }).collect())
+}
+
+/// Points with the figures of their steps, percentiles from the merged
+/// histograms.
+fn finish(query: &SeriesQuery, steps: Steps) -> Vec<SeriesPoint> {
+    let mut points = empty_points(query);
+    for (point, (totals, histogram)) in points.iter_mut().zip(steps) {
         point.count = totals.count;
         point.errors = totals.errors;
         point.sum_ns = totals.sum_ns;
@@ -102,7 +130,7 @@ fn statements(
             });
         }
     }
-    Ok(points)
+    points
 }
 
 /// The agents' cores summed over agents and averaged over each step, their
