@@ -90,6 +90,8 @@ fn every_page_shows_what_the_agent_shipped() {
         for (attr, field) in [("data-count", "count"), ("data-errors", "errors"), ("data-sum-ns", "sum_ns"), ("data-p99-ns", "p99_ns")] {
             assert_eq!(row[attr], d[field].as_u64().unwrap().to_string(), "{field} of {}", d["digest_text"]);
         }
+        // The sparkline's series (all rows' read at once) is this row's own.
+        assert_eq!(row["data-trend-count"], row["data-count"], "the sparkline of {}", d["digest_text"]);
     }
     let insert = digests.iter().find(|d| d["digest_text"] == "INSERT INTO `shop`.`orders` VALUES (...)").expect("the insert digest");
     assert_eq!(insert["count"], 150);

@@ -302,6 +302,7 @@ pub fn series(args: SeriesArgs) -> Result<(), QueryError> {
         until_unix_ms: until_unix_ms(&args.until)?,
         step_ms,
         by_instance: false,
+        by_digests: Vec::new(),
     };
     let answer = call(&args.connect, "Series", |mut client| async move { client.series(request).await })?;
     let mut out = std::io::stdout().lock();

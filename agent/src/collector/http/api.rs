@@ -76,6 +76,7 @@ pub async fn answer(ui: &Ui, path: &str, params: &Params, now: i64) -> Option<Re
                         until_unix_ms: range.until_unix_ms,
                         step_ms,
                         by_instance: false,
+                        by_digests: Vec::new(),
                     })
                     .await?;
                 shape::series_json(&answer, cost)

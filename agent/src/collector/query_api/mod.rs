@@ -28,6 +28,9 @@ pub const MAX_LIMIT: usize = 10_000;
 pub const MAX_POINTS: i64 = 2_000;
 /// The points a series gets when the request names no step.
 pub const DEFAULT_POINTS: i64 = 60;
+/// Digests one series read may split by: a page's table, not a fleet's
+/// catalogue.
+pub const MAX_SPLIT_DIGESTS: usize = 1_000;
 
 pub struct QueryService {
     store: Arc<dyn Store>,
@@ -223,19 +226,37 @@ impl Query for QueryService {
     }
 
     async fn series(&self, request: Request<SeriesRequest>) -> Result<Response<SeriesResponse>, Status> {
-        let request = request.into_inner();
+        let mut request = request.into_inner();
         let by_instance = request.by_instance;
+        let by_digests = std::mem::take(&mut request.by_digests);
         let query = series_query(request, now_unix_ms())?;
         let step_ms = query.step_ms;
         let store = self.store.clone();
+        let empty = SeriesResponse { step_ms, ..SeriesResponse::default() };
+        if by_instance && !by_digests.is_empty() {
+            return Err(Status::invalid_argument("by_instance, by_digests: a series splits one way at a time"));
+        }
         if by_instance {
             if matches!(query.of, SeriesOf::Cost) {
                 return Err(Status::invalid_argument("by_instance: only of = digest or statements is split by instance"));
             }
             let instances = blocking(move || store.series_by_instance(&query)).await?;
-            return Ok(Response::new(SeriesResponse { points: Vec::new(), step_ms, instances }));
+            return Ok(Response::new(SeriesResponse { instances, ..empty }));
+        }
+        if !by_digests.is_empty() {
+            if query.of != SeriesOf::Statements {
+                return Err(Status::invalid_argument("by_digests: only of = statements is split by digest"));
+            }
+            if by_digests.len() > MAX_SPLIT_DIGESTS {
+                return Err(Status::invalid_argument(format!(
+                    "by_digests: {} digests, more than {MAX_SPLIT_DIGESTS} in one read",
+                    by_digests.len()
+                )));
+            }
+            let digests = blocking(move || store.series_by_digest(&query, &by_digests)).await?;
+            return Ok(Response::new(SeriesResponse { digests, ..empty }));
         }
         let points = blocking(move || store.series(&query)).await?;
-        Ok(Response::new(SeriesResponse { points, step_ms, instances: Vec::new() }))
+        Ok(Response::new(SeriesResponse { points, ..empty }))
     }
 }

@@ -12,7 +12,7 @@ pub mod rollup_pass;
 pub mod sqlite;
 
 use sqlbee_proto::v1::{
-    AgentWindowRow, Batch, CostSummary, InstanceInfo, InstanceSeries, LockWaitRow, SeriesPoint, TopDigest, TotalsResponse,
+    AgentWindowRow, Batch, CostSummary, DigestSeries, InstanceInfo, InstanceSeries, LockWaitRow, SeriesPoint, TopDigest, TotalsResponse,
 };
 
 pub use sqlite::SqliteStore;
@@ -91,6 +91,15 @@ pub enum SeriesOf {
     Statements,
     /// The agents' own cost and the probes' cost to the servers.
     Cost,
+}
+
+/// How a series read is split: not at all, by instance, or by (digest,
+/// schema) among these digests.
+#[derive(Clone, Copy, Debug)]
+pub enum SeriesSplit<'a> {
+    Whole,
+    ByInstance,
+    ByDigest(&'a [u64]),
 }
 
 /// A time series: one point per step from `since` (rounded down to a
@@ -272,6 +281,10 @@ pub trait Store: Send + Sync {
     /// the one it names) in one read, by instance name; instances without a
     /// window in the range are left out. Cost series are not split.
     fn series_by_instance(&self, query: &SeriesQuery) -> Result<Vec<InstanceSeries>, StoreError>;
+    /// The statement series of `query` for each (digest, schema) of
+    /// `digests` in one read; pairs without a window in the range are left
+    /// out. Only `SeriesOf::Statements` is split.
+    fn series_by_digest(&self, query: &SeriesQuery, digests: &[u64]) -> Result<Vec<DigestSeries>, StoreError>;
     /// Rolls up what arrived since the last pass, for a store that does
     /// not roll windows up as they arrive; how many buckets are still due
     /// (more than one pass takes). The SQLite store rolls up in `ingest`.

@@ -44,7 +44,7 @@ pub async fn render(ui: &Ui, view: &View, now: i64) -> Rendered {
     let mut series: HashMap<String, SeriesResponse> = split
         .instances
         .into_iter()
-        .map(|s| (s.instance, SeriesResponse { points: s.points, step_ms: split.step_ms, instances: Vec::new() }))
+        .map(|s| (s.instance, SeriesResponse { points: s.points, step_ms: split.step_ms, ..SeriesResponse::default() }))
         .collect();
     for info in shown {
         let own = series.remove(&info.instance).unwrap_or(SeriesResponse { step_ms: split.step_ms, ..Default::default() });

@@ -115,6 +115,7 @@ fn series_request(view: &View, of: &str, digest: u64, schema: &str) -> SeriesReq
         until_unix_ms: view.range.until_unix_ms,
         step_ms: step_ms(view, 60),
         by_instance: false,
+        by_digests: Vec::new(),
     }
 }
 

@@ -2,9 +2,9 @@
 //! each row with a sparkline of its rate and a link to its own page.
 //! Every row carries its exact figures in data attributes: what the cells
 //! show rounded, scripts and tests read whole.
-use std::fmt::Write;
+use std::{collections::HashMap, fmt::Write};
 
-use sqlbee_proto::v1::{TopDigest, TopRequest, TotalsRequest};
+use sqlbee_proto::v1::{SeriesPoint, SeriesRequest, SeriesResponse, TopDigest, TopRequest, TotalsRequest};
 
 use super::{PageHead, Rendered, instance_names, seconds, sparkline_request, top_request};
 use crate::collector::{
@@ -87,9 +87,28 @@ pub async fn render(ui: &Ui, view: &View, params: &Params) -> Rendered {
     if answer.digests.is_empty() {
         body.push_str("<tr><td colspan=\"14\">No statements in this range.</td></tr>");
     }
+    // Every row's sparkline in one read: a series per row would be one
+    // store query each.
+    let mut split = SeriesRequest {
+        by_digests: answer.digests.iter().map(|d| d.digest).collect(),
+        ..sparkline_request(view, "statements", 0, &schema)
+    };
+    let sparklines = if split.by_digests.is_empty() {
+        SeriesResponse::default()
+    } else {
+        split.by_digests.sort_unstable();
+        split.by_digests.dedup();
+        ui.series(split).await?
+    };
+    let mut series_of: HashMap<(u64, String), Vec<SeriesPoint>> =
+        sparklines.digests.into_iter().map(|s| ((s.digest, s.schema), s.points)).collect();
     for d in &answer.digests {
-        let series = ui.series(sparkline_request(view, "digest", d.digest, &d.schema)).await?;
+        let series = SeriesResponse {
+            points: series_of.remove(&(d.digest, d.schema.clone())).unwrap_or_default(),
+            ..SeriesResponse::default()
+        };
         let trend: Vec<f64> = series.points.iter().map(|p| p.count as f64 / seconds(p)).collect();
+        let trend_count: u64 = series.points.iter().map(|p| p.count).sum();
         let covered: f64 = series.points.iter().map(seconds).sum::<f64>().max(1.0);
         let stats = d.stats.clone().unwrap_or_default();
         let avg = if d.count > 0 { d.sum_ns as f64 / d.count as f64 } else { 0.0 };
@@ -97,7 +116,7 @@ pub async fn render(ui: &Ui, view: &View, params: &Params) -> Rendered {
         let _ = write!(
             body,
             "<tr data-digest=\"{}\" data-schema=\"{}\" data-count=\"{}\" data-errors=\"{}\" data-sum-ns=\"{}\" \
-             data-p99-ns=\"{}\" data-wait-ns=\"{}\"><td class=\"sql\"><a href=\"{}\">{}</a></td><td>{}</td>\
+             data-p99-ns=\"{}\" data-wait-ns=\"{}\" data-trend-count=\"{trend_count}\"><td class=\"sql\"><a href=\"{}\">{}</a></td><td>{}</td>\
              <td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>\
              <td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>\
              <td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td><td class=\"num\">{}</td></tr>",

@@ -62,7 +62,7 @@ mod tests;
 use std::path::PathBuf;
 
 use sqlbee_proto::v1::{
-    AgentWindowRow, Batch, CostSummary, InstanceInfo, InstanceSeries, LockWaitRow, SeriesPoint, TopDigest, TotalsResponse,
+    AgentWindowRow, Batch, CostSummary, DigestSeries, InstanceInfo, InstanceSeries, LockWaitRow, SeriesPoint, TopDigest, TotalsResponse,
 };
 
 use super::{
@@ -267,6 +267,10 @@ impl Store for ClickHouseStore {
 
     fn series_by_instance(&self, query: &SeriesQuery) -> Result<Vec<InstanceSeries>, StoreError> {
         series::by_instance(&self.db, query)
+    }
+
+    fn series_by_digest(&self, query: &SeriesQuery, digests: &[u64]) -> Result<Vec<DigestSeries>, StoreError> {
+        series::by_digest(&self.db, query, digests)
     }
 
     fn roll_up(&self) -> Result<usize, StoreError> {

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use prost::Message as _;
 use sqlbee_common::histogram::Histogram;
-use sqlbee_proto::v1::{Bucket, Histogram as WireHistogram, InstanceSeries, ProbeCost, SeriesPoint};
+use sqlbee_proto::v1::{Bucket, DigestSeries, Histogram as WireHistogram, InstanceSeries, ProbeCost, SeriesPoint};
 
 use super::{
     costs, equals, error,
@@ -15,7 +15,7 @@ use super::{
     rollups::{self, Table},
 };
 use crate::collector::store::{
-    SeriesOf, SeriesQuery, StoreError,
+    SeriesOf, SeriesQuery, SeriesSplit, StoreError,
     merge::{self, DigestTotals},
 };
 
@@ -51,7 +51,7 @@ pub(super) fn series(db: &Client, query: &SeriesQuery) -> Result<Vec<SeriesPoint
     }
     let steps = match query.of {
         SeriesOf::Digest(_) | SeriesOf::Statements => {
-            statements(db, query, false)?.pop().map_or_else(|| empty_steps(points), |(_, steps)| steps)
+            statements(db, query, SeriesSplit::Whole)?.pop_first().map_or_else(|| empty_steps(points), |(_, steps)| steps)
         }
         SeriesOf::Cost => costs(db, query)?,
     };
@@ -64,37 +64,64 @@ pub(super) fn by_instance(db: &Client, query: &SeriesQuery) -> Result<Vec<Instan
     if point_count(query) == 0 || matches!(query.of, SeriesOf::Cost) {
         return Ok(Vec::new());
     }
-    Ok(statements(db, query, true)?
+    Ok(statements(db, query, SeriesSplit::ByInstance)?
         .into_iter()
-        .map(|(instance, steps)| InstanceSeries { instance, points: finish(query, steps) })
+        .map(|(key, steps)| InstanceSeries { instance: key.instance, points: finish(query, steps) })
         .collect())
 }
 
-/// The steps of `query`'s digest rows, one set per instance when `split`,
-/// else one under an empty name; none without a row in the range.
-fn statements(db: &Client, query: &SeriesQuery, split: bool) -> Result<Vec<(String, Vec<Step>)>, StoreError> {
+/// Each (digest, schema)'s statement series among `digests`.
+pub(super) fn by_digest(db: &Client, query: &SeriesQuery, digests: &[u64]) -> Result<Vec<DigestSeries>, StoreError> {
+    if point_count(query) == 0 || query.of != SeriesOf::Statements || digests.is_empty() {
+        return Ok(Vec::new());
+    }
+    Ok(statements(db, query, SeriesSplit::ByDigest(digests))?
+        .into_iter()
+        .map(|(key, steps)| DigestSeries { digest: key.digest, schema: key.schema, points: finish(query, steps) })
+        .collect())
+}
+
+/// What a split series is keyed by: the parts the split does not use stay
+/// empty.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+struct SplitKey {
+    instance: String,
+    digest: u64,
+    schema: String,
+}
+
+/// The steps of `query`'s digest rows, one set per key of `split` (one
+/// under an empty key when whole); none without a row in the range.
+fn statements(db: &Client, query: &SeriesQuery, split: SeriesSplit<'_>) -> Result<BTreeMap<SplitKey, Vec<Step>>, StoreError> {
     let (since, until, step) = (query.since_unix_ms, query.until_unix_ms, query.step_ms);
     let points = point_count(query);
     let slot = |end: i64| usize::try_from((end - since).div_euclid(step)).ok().filter(|&i| i < points);
     // Buckets that divide the step answer for their part of it.
     let sources = rollups::sources(db, since, until, Some(step), "series")?;
     let bad = malformed("series");
-    let digest = match query.of {
-        SeriesOf::Digest(d) => format!(" AND digest = {d}"),
+    let digest = match (query.of, split) {
+        (SeriesOf::Digest(d), _) => format!(" AND digest = {d}"),
+        (_, SeriesSplit::ByDigest(digests)) => {
+            format!(" AND digest IN ({})", digests.iter().map(u64::to_string).collect::<Vec<_>>().join(", "))
+        }
         _ => String::new(),
     };
     let filters = format!("{digest}{} AND nested = 0", equals(&[("instance", &query.instance), ("schema", &query.schema)]));
     let mut rows = db.select(&sources.union(Table::Digests, DIGEST_COLUMNS, &filters)).map_err(|e| error("series", e))?;
-    let mut by_instance: BTreeMap<String, Vec<Step>> = BTreeMap::new();
+    let mut by_key: BTreeMap<SplitKey, Vec<Step>> = BTreeMap::new();
     while !rows.done() {
         let row = read_digest_row(&mut rows).map_err(&bad)?;
         let Some(i) = slot(row.window_end) else { continue };
-        let instance = if split { row.instance } else { String::new() };
-        let steps = by_instance.entry(instance).or_insert_with(|| empty_steps(points));
+        let key = match split {
+            SeriesSplit::Whole => SplitKey::default(),
+            SeriesSplit::ByInstance => SplitKey { instance: row.instance, ..SplitKey::default() },
+            SeriesSplit::ByDigest(_) => SplitKey { digest: row.key.digest, schema: row.key.schema, ..SplitKey::default() },
+        };
+        let steps = by_key.entry(key).or_insert_with(|| empty_steps(points));
         steps[i].totals.add(row.count, row.errors, row.sum_ns, row.min_ns, row.max_ns);
         add_hist(&mut steps[i].histogram, &row.hist);
     }
-    Ok(by_instance.into_iter().collect())
+    Ok(by_key)
 }
 
 /// The steps of a cost series.

@@ -6,10 +6,10 @@ use std::collections::BTreeMap;
 
 use prost::Message as _;
 use sqlbee_common::histogram::Histogram;
-use sqlbee_proto::v1::{AgentCost, Bucket, Histogram as WireHistogram, InstanceSeries, ProbeCost, SeriesPoint};
+use sqlbee_proto::v1::{AgentCost, Bucket, DigestSeries, Histogram as WireHistogram, InstanceSeries, ProbeCost, SeriesPoint};
 
 use super::{digest_rows, error, i, u};
-use crate::collector::store::{SeriesOf, SeriesQuery, StoreError, blob, merge, rollup};
+use crate::collector::store::{SeriesOf, SeriesQuery, SeriesSplit, StoreError, blob, merge, rollup};
 
 /// The points of `query`, empty, with their times set.
 fn empty_points(query: &SeriesQuery) -> Vec<SeriesPoint> {
@@ -35,9 +35,9 @@ fn point_of(query: &SeriesQuery, window_end: i64, points: usize) -> Option<usize
 
 pub(super) fn series(tx: &rusqlite::Transaction<'_>, query: &SeriesQuery) -> Result<Vec<SeriesPoint>, StoreError> {
     match query.of {
-        SeriesOf::Digest(_) | SeriesOf::Statements => {
-            Ok(statements(tx, query, false)?.pop().map_or_else(|| empty_points(query), |s| s.points))
-        }
+        SeriesOf::Digest(_) | SeriesOf::Statements => Ok(statements(tx, query, SeriesSplit::Whole)?
+            .pop_first()
+            .map_or_else(|| empty_points(query), |(_, steps)| finish(query, steps))),
         SeriesOf::Cost => costs(tx, query),
     }
 }
@@ -45,24 +45,51 @@ pub(super) fn series(tx: &rusqlite::Transaction<'_>, query: &SeriesQuery) -> Res
 /// Each instance's statement or digest series; cost series are not split
 /// (the query API refuses to ask).
 pub(super) fn by_instance(tx: &rusqlite::Transaction<'_>, query: &SeriesQuery) -> Result<Vec<InstanceSeries>, StoreError> {
-    match query.of {
-        SeriesOf::Digest(_) | SeriesOf::Statements => statements(tx, query, true),
-        SeriesOf::Cost => Ok(Vec::new()),
+    if matches!(query.of, SeriesOf::Cost) {
+        return Ok(Vec::new());
     }
+    Ok(statements(tx, query, SeriesSplit::ByInstance)?
+        .into_iter()
+        .map(|(key, steps)| InstanceSeries { instance: key.instance, points: finish(query, steps) })
+        .collect())
+}
+
+/// Each (digest, schema)'s statement series among `digests`.
+pub(super) fn by_digest(
+    tx: &rusqlite::Transaction<'_>,
+    query: &SeriesQuery,
+    digests: &[u64],
+) -> Result<Vec<DigestSeries>, StoreError> {
+    if query.of != SeriesOf::Statements || digests.is_empty() {
+        return Ok(Vec::new());
+    }
+    Ok(statements(tx, query, SeriesSplit::ByDigest(digests))?
+        .into_iter()
+        .map(|(key, steps)| DigestSeries { digest: key.digest, schema: key.schema, points: finish(query, steps) })
+        .collect())
 }
 
 type Steps = Vec<(merge::DigestTotals, Histogram)>;
 
-/// The series of `query`, one per instance when `split`, else one under
-/// an empty name; none without a window in the range.
+/// What a split series is keyed by: the parts the split does not use stay
+/// empty.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+struct SplitKey {
+    instance: String,
+    digest: u64,
+    schema: String,
+}
+
+/// The steps of `query`, one set per key of `split` (one under an empty
+/// key when whole); none without a window in the range.
 fn statements(
     tx: &rusqlite::Transaction<'_>,
     query: &SeriesQuery,
-    split: bool,
-) -> Result<Vec<InstanceSeries>, StoreError> {
+    split: SeriesSplit<'_>,
+) -> Result<BTreeMap<SplitKey, Steps>, StoreError> {
     let err = |e| error("series", e);
     let points = empty_points(query).len();
-    let mut by_instance: BTreeMap<String, Steps> = BTreeMap::new();
+    let mut by_key: BTreeMap<SplitKey, Steps> = BTreeMap::new();
     // Client statements: what a program runs is inside its caller's time.
     let mut condition = String::from("nested = 0");
     let mut values: Vec<rusqlite::types::Value> = Vec::new();
@@ -79,10 +106,20 @@ fn statements(
     if let Some(schema) = &query.schema {
         bind("schema", schema.clone().into(), &mut condition);
     }
+    if let SeriesSplit::ByDigest(digests) = split {
+        let mut any = Vec::new();
+        for &digest in digests {
+            values.push(i(digest).into());
+            any.push(format!("?{}", values.len()));
+        }
+        condition.push_str(&format!(" AND digest IN ({})", any.join(", ")));
+    }
     let spans = rollup::plan(query.since_unix_ms, query.until_unix_ms, Some(query.step_ms));
     let rows = digest_rows::union(&spans, &condition);
     let mut stmt = tx
-        .prepare(&format!("SELECT window_end, count, errors, sum_ns, min_ns, max_ns, histogram, instance FROM {rows}"))
+        .prepare(&format!(
+            "SELECT window_end, count, errors, sum_ns, min_ns, max_ns, histogram, instance, digest, schema FROM {rows}"
+        ))
         .map_err(err)?;
     for (n, value) in values.iter().enumerate() {
         stmt.raw_bind_parameter(n + 1, value).map_err(err)?;
@@ -90,11 +127,14 @@ fn statements(
     let mut rows = stmt.raw_query();
     while let Some(row) = rows.next().map_err(err)? {
         let Some(index) = point_of(query, row.get(0).map_err(err)?, points) else { continue };
-        let instance = if split { row.get_ref(7).map_err(err)?.as_str().map_err(|e| err(e.into()))? } else { "" };
-        let steps = match by_instance.get_mut(instance) {
-            Some(steps) => steps,
-            None => by_instance.entry(instance.to_string()).or_insert_with(|| vec![Default::default(); points]),
+        let key = match split {
+            SeriesSplit::Whole => SplitKey::default(),
+            SeriesSplit::ByInstance => SplitKey { instance: row.get(7).map_err(err)?, ..SplitKey::default() },
+            SeriesSplit::ByDigest(_) => {
+                SplitKey { digest: u(row.get(8).map_err(err)?), schema: row.get(9).map_err(err)?, ..SplitKey::default() }
+            }
         };
+        let steps = by_key.entry(key).or_insert_with(|| vec![Default::default(); points]);
         let (totals, histogram) = &mut steps[index];
         totals.add(
             u(row.get(1).map_err(err)?),
@@ -108,7 +148,7 @@ fn statements(
             histogram.add_bucket(usize::try_from(bucket).unwrap_or(usize::MAX), count);
         }
     }
-    Ok(by_instance.into_iter().map(|(instance, steps)| InstanceSeries { instance, points: finish(query, steps) }).collect())
+    Ok(by_key)
 }
 
 /// Points with the figures of their steps, percentiles from the merged
