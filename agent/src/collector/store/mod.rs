@@ -10,6 +10,8 @@ pub mod retention;
 pub mod rollup;
 pub mod rollup_pass;
 pub mod sqlite;
+#[cfg(test)]
+mod shared_tests;
 
 use sqlbee_proto::v1::{
     AgentWindowRow, Batch, CostSummary, DigestSeries, InstanceInfo, InstanceSeries, LockWaitRow, SeriesPoint, TopDigest, TotalsResponse,

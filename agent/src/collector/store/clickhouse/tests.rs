@@ -442,63 +442,16 @@ fn series_have_one_point_per_step_with_merged_percentiles() {
     assert!(elsewhere.iter().all(|p| p.count == 0));
 }
 
-/// The fleet page's one read: each instance's series is the one a
-/// filtered read gives, and together they are the whole fleet's.
 #[test]
 fn series_split_by_instance_add_up_to_the_fleet() {
     let Some((store, _)) = store("series-by-instance") else { return };
-    store.put(&batch(1, 1500, &[(10, 2)]), 1500).unwrap();
-    let mut other = batch(2, 2500, &[(40, 3)]);
-    other.windows[0].instance.as_mut().unwrap().name = "h:2".into();
-    store.put(&other, 2500).unwrap();
-    store.put(&batch(3, 3500, &[(60, 1)]), 3500).unwrap();
-    let query = SeriesQuery { of: SeriesOf::Statements, instance: None, schema: None, since_unix_ms: 1000, until_unix_ms: 4000, step_ms: 1000 };
-    let split = store.series_by_instance(&query).unwrap();
-    assert_eq!(split.iter().map(|s| s.instance.as_str()).collect::<Vec<_>>(), ["h:1", "h:2"]);
-    for s in &split {
-        assert_eq!(s.points, store.series(&SeriesQuery { instance: Some(s.instance.clone()), ..query.clone() }).unwrap(), "{}", s.instance);
-    }
-    let fleet = store.series(&query).unwrap();
-    for (i, point) in fleet.iter().enumerate() {
-        assert_eq!(point.count, split.iter().map(|s| s.points[i].count).sum::<u64>(), "step {i}");
-    }
-    assert_eq!(fleet.iter().map(|p| p.count).sum::<u64>(), 6);
-    let named = store.series_by_instance(&SeriesQuery { instance: Some("h:2".into()), ..query.clone() }).unwrap();
-    assert_eq!((named.len(), named[0].instance.as_str(), named[0].points[1].count), (1, "h:2", 3));
-    let digest = store.series_by_instance(&SeriesQuery { of: SeriesOf::Digest(u64::MAX - 1), ..query.clone() }).unwrap();
-    assert_eq!(digest, split, "every row is that digest");
-    assert!(store.series_by_instance(&SeriesQuery { of: SeriesOf::Digest(9), ..query.clone() }).unwrap().is_empty());
-    assert!(store.series_by_instance(&SeriesQuery { since_unix_ms: 5000, until_unix_ms: 6000, ..query }).unwrap().is_empty());
+    shared_tests::series_split_by_instance_add_up_to_the_fleet(&store, batch);
 }
 
-/// The top page's one read: each (digest, schema) among the digests asked
-/// for gets the series a filtered read gives, and no other pair comes.
 #[test]
 fn series_split_by_digest_match_filtered_reads() {
     let Some((store, _)) = store("series-by-digest") else { return };
-    store.put(&batch(1, 1500, &[(10, 2)]), 1500).unwrap();
-    let mut shop = batch(2, 2500, &[(40, 3)]);
-    shop.windows[0].digests[0].digest = 9;
-    shop.windows[0].digests[0].schema = "shop".into();
-    store.put(&shop, 2500).unwrap();
-    let mut bare = batch(3, 3500, &[(60, 1)]);
-    bare.windows[0].digests[0].digest = 9;
-    store.put(&bare, 3500).unwrap();
-    let query = SeriesQuery { of: SeriesOf::Statements, instance: None, schema: None, since_unix_ms: 1000, until_unix_ms: 4000, step_ms: 1000 };
-    let split = store.series_by_digest(&query, &[9, u64::MAX - 1]).unwrap();
-    let keys: Vec<(u64, &str)> = split.iter().map(|s| (s.digest, s.schema.as_str())).collect();
-    assert_eq!(keys, [(9, ""), (9, "shop"), (u64::MAX - 1, "")]);
-    for s in &split {
-        let filtered = SeriesQuery { of: SeriesOf::Digest(s.digest), schema: Some(s.schema.clone()), ..query.clone() };
-        assert_eq!(s.points, store.series(&filtered).unwrap(), "{} {:?}", s.digest, s.schema);
-    }
-    assert_eq!(split.iter().map(|s| s.points.iter().map(|p| p.count).sum::<u64>()).collect::<Vec<_>>(), [1, 3, 2]);
-    let asked = store.series_by_digest(&query, &[9]).unwrap();
-    assert_eq!(asked.iter().map(|s| (s.digest, s.schema.as_str())).collect::<Vec<_>>(), [(9, ""), (9, "shop")]);
-    let in_shop = store.series_by_digest(&SeriesQuery { schema: Some("shop".into()), ..query.clone() }, &[9, u64::MAX - 1]).unwrap();
-    assert_eq!(in_shop.len(), 1);
-    assert!(store.series_by_digest(&query, &[]).unwrap().is_empty());
-    assert!(store.series_by_digest(&SeriesQuery { of: SeriesOf::Cost, ..query }, &[9]).unwrap().is_empty());
+    shared_tests::series_split_by_digest_match_filtered_reads(&store, batch);
 }
 
 #[test]

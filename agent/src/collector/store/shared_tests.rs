@@ -1,0 +1,67 @@
+//! Assertions both stores must pass, each run by a store's own tests on
+//! its own instance: the same reads give the same answers.
+use sqlbee_proto::v1::Batch;
+
+use super::*;
+
+/// A store test's batch maker: one window of one digest (`u64::MAX - 1`,
+/// schema "", instance `h:1`) ending at `end`, with these histogram
+/// buckets.
+pub(super) type MakeBatch = fn(u64, i64, &[(u32, u64)]) -> Batch;
+
+/// The fleet page's one read: each instance's series is the one a
+/// filtered read gives, and together they are the whole fleet's.
+pub(super) fn series_split_by_instance_add_up_to_the_fleet(store: &dyn Store, batch: MakeBatch) {
+    let put = |b: &Batch, at: i64| store.ingest(b.clone(), at, content_hash(b)).unwrap();
+    put(&batch(1, 1500, &[(10, 2)]), 1500);
+    let mut other = batch(2, 2500, &[(40, 3)]);
+    other.windows[0].instance.as_mut().unwrap().name = "h:2".into();
+    put(&other, 2500);
+    put(&batch(3, 3500, &[(60, 1)]), 3500);
+    let query = SeriesQuery { of: SeriesOf::Statements, instance: None, schema: None, since_unix_ms: 1000, until_unix_ms: 4000, step_ms: 1000 };
+    let split = store.series_by_instance(&query).unwrap();
+    assert_eq!(split.iter().map(|s| s.instance.as_str()).collect::<Vec<_>>(), ["h:1", "h:2"]);
+    for s in &split {
+        assert_eq!(s.points, store.series(&SeriesQuery { instance: Some(s.instance.clone()), ..query.clone() }).unwrap(), "{}", s.instance);
+    }
+    let fleet = store.series(&query).unwrap();
+    for (i, point) in fleet.iter().enumerate() {
+        assert_eq!(point.count, split.iter().map(|s| s.points[i].count).sum::<u64>(), "step {i}");
+    }
+    assert_eq!(fleet.iter().map(|p| p.count).sum::<u64>(), 6);
+    let named = store.series_by_instance(&SeriesQuery { instance: Some("h:2".into()), ..query.clone() }).unwrap();
+    assert_eq!((named.len(), named[0].instance.as_str(), named[0].points[1].count), (1, "h:2", 3));
+    let digest = store.series_by_instance(&SeriesQuery { of: SeriesOf::Digest(u64::MAX - 1), ..query.clone() }).unwrap();
+    assert_eq!(digest, split, "every row is that digest");
+    assert!(store.series_by_instance(&SeriesQuery { of: SeriesOf::Digest(9), ..query.clone() }).unwrap().is_empty());
+    assert!(store.series_by_instance(&SeriesQuery { since_unix_ms: 5000, until_unix_ms: 6000, ..query }).unwrap().is_empty());
+}
+
+/// The top page's one read: each (digest, schema) among the digests asked
+/// for gets the series a filtered read gives, and no other pair comes.
+pub(super) fn series_split_by_digest_match_filtered_reads(store: &dyn Store, batch: MakeBatch) {
+    let put = |b: &Batch, at: i64| store.ingest(b.clone(), at, content_hash(b)).unwrap();
+    put(&batch(1, 1500, &[(10, 2)]), 1500);
+    let mut shop = batch(2, 2500, &[(40, 3)]);
+    shop.windows[0].digests[0].digest = 9;
+    shop.windows[0].digests[0].schema = "shop".into();
+    put(&shop, 2500);
+    let mut bare = batch(3, 3500, &[(60, 1)]);
+    bare.windows[0].digests[0].digest = 9;
+    put(&bare, 3500);
+    let query = SeriesQuery { of: SeriesOf::Statements, instance: None, schema: None, since_unix_ms: 1000, until_unix_ms: 4000, step_ms: 1000 };
+    let split = store.series_by_digest(&query, &[9, u64::MAX - 1]).unwrap();
+    let keys: Vec<(u64, &str)> = split.iter().map(|s| (s.digest, s.schema.as_str())).collect();
+    assert_eq!(keys, [(9, ""), (9, "shop"), (u64::MAX - 1, "")]);
+    for s in &split {
+        let filtered = SeriesQuery { of: SeriesOf::Digest(s.digest), schema: Some(s.schema.clone()), ..query.clone() };
+        assert_eq!(s.points, store.series(&filtered).unwrap(), "{} {:?}", s.digest, s.schema);
+    }
+    assert_eq!(split.iter().map(|s| s.points.iter().map(|p| p.count).sum::<u64>()).collect::<Vec<_>>(), [1, 3, 2]);
+    let asked = store.series_by_digest(&query, &[9]).unwrap();
+    assert_eq!(asked.iter().map(|s| (s.digest, s.schema.as_str())).collect::<Vec<_>>(), [(9, ""), (9, "shop")]);
+    let in_shop = store.series_by_digest(&SeriesQuery { schema: Some("shop".into()), ..query.clone() }, &[9, u64::MAX - 1]).unwrap();
+    assert_eq!(in_shop.len(), 1);
+    assert!(store.series_by_digest(&query, &[]).unwrap().is_empty());
+    assert!(store.series_by_digest(&SeriesQuery { of: SeriesOf::Cost, ..query }, &[9]).unwrap().is_empty());
+}
