@@ -15,8 +15,8 @@ use rcgen::{
 use serde_json::Value;
 use sqlbee::{client::ClientOptions, collector::store::sqlite::SCHEMA_VERSION};
 use sqlbee_proto::v1::{
-    Blocker, DigestStats, ErrorCount, InstancesRequest, LockWait, LocksRequest, PushResponse, TopRequest, TotalsRequest,
-    WaitStats,
+    Blocker, DigestStats, ErrorCount, InstancesRequest, LockWait, LocksRequest, PushResponse, SeriesPoint, SeriesRequest,
+    TopRequest, TotalsRequest, WaitStats,
 };
 use tonic::{Code, codec::CompressionEncoding};
 
@@ -112,6 +112,31 @@ async fn batches_are_stored_once_and_histograms_merge_exactly() {
     assert_eq!((totals.statements, totals.digest_count), (101, 2));
     assert_eq!(totals.commands.len(), 1);
     assert_eq!((totals.commands[0].command.as_str(), totals.commands[0].count), ("COM_QUERY", 101));
+
+    // Series split by instance and by digest, as the web UI's tables read
+    // them: each split adds up to the whole, and the splits it cannot make
+    // are refused.
+    let whole = SeriesRequest { of: "statements".into(), since_unix_ms: now - 3_600_000, ..Default::default() };
+    let counted = |points: &[SeriesPoint]| points.iter().map(|p| p.count).sum::<u64>();
+    let all = query.series(whole.clone()).await.unwrap().into_inner();
+    assert_eq!(counted(&all.points), 101);
+    let instances = query.series(SeriesRequest { by_instance: true, ..whole.clone() }).await.unwrap().into_inner();
+    assert!(instances.points.is_empty());
+    assert_eq!(instances.instances.iter().map(|s| (s.instance.as_str(), counted(&s.points))).collect::<Vec<_>>(), [(INSTANCE, 101)]);
+    let digests = query.series(SeriesRequest { by_digests: vec![update, select], ..whole.clone() }).await.unwrap().into_inner();
+    let mut per_digest: Vec<(u64, u64)> = digests.digests.iter().map(|s| (s.digest, counted(&s.points))).collect();
+    per_digest.sort_unstable();
+    assert_eq!(per_digest, [(select, 100), (update, 1)]);
+    for (request, needle) in [
+        (SeriesRequest { of: "cost".into(), by_instance: true, ..whole.clone() }, "by_instance"),
+        (SeriesRequest { of: "digest".into(), digest: select, by_digests: vec![select], ..whole.clone() }, "by_digests"),
+        (SeriesRequest { by_digests: (1..=1001).collect(), ..whole.clone() }, "1000"),
+        (SeriesRequest { by_instance: true, by_digests: vec![select], ..whole.clone() }, "one way"),
+    ] {
+        let err = query.series(request).await.unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+        assert!(err.message().contains(needle), "{needle:?} not in {:?}", err.message());
+    }
 
     let instances = query.instances(InstancesRequest {}).await.unwrap().into_inner().instances;
     assert_eq!(instances.len(), 1, "{instances:?}");
