@@ -11,7 +11,6 @@ differently, and exits 1.
 import json
 import os
 import sys
-import tempfile
 import time
 
 from chdb import session
@@ -50,7 +49,8 @@ def run(s, directory, statement):
 
 
 def main(directory):
-    s = session.Session(tempfile.mkdtemp(prefix="sqlbee-chdb-"))
+    # The session's files live in DIR, which the caller removes.
+    s = session.Session(os.path.join(directory, "chdb"))
     version = str(s.query("SELECT version()", "TSV")).strip()
     current = None
     with open(os.path.join(directory, "statements.jsonl")) as lines:

@@ -172,6 +172,7 @@ impl PrivateClickHouse {
         if !packaged.exists() || Command::new("clickhouse-server").arg("--help").output().is_err() {
             bail!("clickhouse-server is not installed: run `./x setup` (installs Debian's clickhouse-server)");
         }
+        remove_orphaned_dirs();
         let dir = std::env::temp_dir().join(dir_name);
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(dir.join("log"))?;
@@ -264,6 +265,22 @@ fn run_server(config: &Path, stderr: &Path, inbox: mpsc::Receiver<Order>) {
         }
     }
     kill(&mut running);
+}
+
+/// The shared server is a static, and statics are never dropped: its
+/// server dies with the test process, but its directory (100 MiB and more)
+/// stays. Directories whose process is gone are removed before a new one
+/// is made, so test runs do not fill the disk one by one.
+fn remove_orphaned_dirs() {
+    let Ok(entries) = fs::read_dir(std::env::temp_dir()) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix("sqlbee-clickhouse-")) else { continue };
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else { continue };
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = fs::remove_dir_all(entry.path());
+        }
+    }
 }
 
 impl Drop for PrivateClickHouse {

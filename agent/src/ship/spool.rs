@@ -599,6 +599,12 @@ mod tests {
         dir
     }
 
+    /// A spool with no free-space floor: these tests are about the spool,
+    /// not about how full the disk of the machine running them is.
+    fn open(dir: &Path, limit_bytes: u64) -> Spool {
+        Spool::open(dir, limit_bytes).unwrap().with_floor(DiskFloor { percent: 0, bytes: 0 })
+    }
+
     fn batch(sequence: u64, statements: u64) -> Vec<u8> {
         Batch {
             sequence,
@@ -625,7 +631,7 @@ mod tests {
     fn full_spool_drops_oldest_and_records_the_gap() {
         let dir = temp_dir("full");
         let one = encode_record(&batch(1, 7)).len() as u64;
-        let mut spool = Spool::open(&dir, one * 2).unwrap();
+        let mut spool = open(&dir, one * 2);
         for seq in 1..=5 {
             spool.append(seq, &batch(seq, 7)).unwrap();
         }
@@ -647,7 +653,7 @@ mod tests {
     #[test]
     fn corrupt_record_is_moved_aside_and_counted() {
         let dir = temp_dir("corrupt");
-        let mut spool = Spool::open(&dir, 1 << 20).unwrap();
+        let mut spool = open(&dir, 1 << 20);
         spool.append(1, &batch(1, 1)).unwrap();
         spool.append(2, &batch(2, 2)).unwrap();
         let entries = spool.entries();
@@ -670,7 +676,7 @@ mod tests {
     #[test]
     fn open_rebuilds_the_index_from_the_directory() {
         let dir = temp_dir("reopen");
-        let mut spool = Spool::open(&dir, 1 << 20).unwrap();
+        let mut spool = open(&dir, 1 << 20);
         for seq in 1..=3 {
             spool.append(seq, &batch(seq, seq)).unwrap();
         }
@@ -681,7 +687,7 @@ mod tests {
         fs::write(dir.join("rejected").join(format!("{:020}.batch", 9)), encode_record(&batch(9, 1))).unwrap();
         fs::write(dir.join("rejected").join(format!("{:020}.reason.txt", 9)), "refused").unwrap();
 
-        let mut spool = Spool::open(&dir, 1 << 20).unwrap();
+        let mut spool = open(&dir, 1 << 20);
         assert_eq!(spool.entries(), before, "same sequences, paths and sizes");
         for e in &before {
             assert_eq!(e.bytes, fs::metadata(&e.path).unwrap().len());
@@ -696,7 +702,7 @@ mod tests {
         assert_eq!(sequences(&spool), [1, 2, 3]);
         spool.append(10, &batch(10, 1)).unwrap();
         assert_eq!((sequences(&spool), spool.highest_sequence()), (vec![1, 2, 3, 10], 10));
-        assert_eq!(sequences(&Spool::open(&dir, 1 << 20).unwrap()), [1, 2, 3, 5, 10]);
+        assert_eq!(sequences(&open(&dir, 1 << 20)), [1, 2, 3, 5, 10]);
         fs::remove_dir_all(dir).ok();
     }
 
@@ -704,21 +710,21 @@ mod tests {
     fn limit_drops_the_oldest_of_a_reopened_spool() {
         let dir = temp_dir("limit-reopen");
         let one = encode_record(&batch(1, 3)).len() as u64;
-        let mut spool = Spool::open(&dir, 1 << 20).unwrap();
+        let mut spool = open(&dir, 1 << 20);
         for seq in 1..=4 {
             spool.append(seq, &batch(seq, 3)).unwrap();
         }
         drop(spool);
         // A smaller limit at the next start: the sizes come from the index
         // built at open.
-        let mut spool = Spool::open(&dir, one * 2).unwrap();
+        let mut spool = open(&dir, one * 2);
         let gap = spool.append(5, &batch(5, 3)).unwrap().expect("a gap");
         assert_eq!((gap.first_sequence, gap.last_sequence, gap.batches, gap.lost_statements), (1, 3, 3, 9));
         assert_eq!(sequences(&spool), [4, 5]);
         let on_disk = fs::read_dir(dir.join("spool")).unwrap().count();
         assert_eq!(on_disk, 2, "dropped batches leave the disk too");
         // A batch alone over the limit stays: the newest is never dropped.
-        let mut tiny = Spool::open(&dir, 1).unwrap();
+        let mut tiny = open(&dir, 1);
         tiny.append(6, &batch(6, 3)).unwrap();
         assert_eq!(sequences(&tiny), [6]);
         fs::remove_dir_all(dir).ok();
@@ -727,7 +733,7 @@ mod tests {
     #[test]
     fn remove_and_reject_update_the_index() {
         let dir = temp_dir("remove-reject");
-        let mut spool = Spool::open(&dir, 1 << 20).unwrap();
+        let mut spool = open(&dir, 1 << 20);
         for seq in 1..=3 {
             spool.append(seq, &batch(seq, seq)).unwrap();
         }
@@ -752,7 +758,7 @@ mod tests {
     fn file_deleted_behind_the_spools_back_is_done() {
         let dir = temp_dir("vanished");
         let one = encode_record(&batch(1, 1)).len() as u64;
-        let mut spool = Spool::open(&dir, 1 << 20).unwrap();
+        let mut spool = open(&dir, 1 << 20);
         for seq in 1..=5 {
             spool.append(seq, &batch(seq, 1)).unwrap();
         }
@@ -771,7 +777,7 @@ mod tests {
         assert_eq!(fs::read_dir(dir.join("rejected")).unwrap().count(), 0, "no note without its batch");
 
         // The limit: a vanished oldest batch frees its room without a gap.
-        let mut spool = Spool::open(&dir, one * 2).unwrap();
+        let mut spool = open(&dir, one * 2);
         spool.append(6, &batch(6, 1)).unwrap();
         fs::remove_file(&spool.oldest().unwrap().path).unwrap();
         assert!(spool.append(7, &batch(7, 1)).unwrap().is_none());
@@ -784,7 +790,7 @@ mod tests {
     fn the_limit_covers_set_aside_files_and_spares_the_batch_in_flight() {
         let dir = temp_dir("aside-limit");
         let one = encode_record(&batch(1, 1)).len() as u64;
-        let mut spool = Spool::open(&dir, 1 << 20).unwrap();
+        let mut spool = open(&dir, 1 << 20);
         for seq in 1..=3 {
             spool.append(seq, &batch(seq, 1)).unwrap();
         }
@@ -795,7 +801,7 @@ mod tests {
         drop(spool);
         // Reopened with room for three records: the rejected batch and its
         // note count, and go first.
-        let mut spool = Spool::open(&dir, one * 3).unwrap();
+        let mut spool = open(&dir, one * 3);
         assert!(spool.used_bytes() > one * 3 - one, "{}", spool.used_bytes());
         let (in_flight, _) = spool.next_batch().unwrap().unwrap();
         assert_eq!(in_flight.sequence, 2);
@@ -815,7 +821,7 @@ mod tests {
     #[test]
     fn the_free_space_floor_keeps_the_batch_out_and_reports_it() {
         let dir = temp_dir("floor");
-        let mut spool = Spool::open(&dir, 1 << 20).unwrap();
+        let mut spool = open(&dir, 1 << 20);
         spool.append(1, &batch(1, 4)).unwrap();
         // A floor of the whole filesystem: nothing more may be written.
         let mut spool = spool.with_floor(DiskFloor { percent: 100, bytes: u64::MAX });
