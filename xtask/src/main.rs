@@ -127,11 +127,35 @@ fn fuzz(seconds: u32, seed: Option<u64>, executions: Option<u64>) -> anyhow::Res
     Ok(())
 }
 
+/// The agent's spool keeps 1 GiB free (or 10% of a small disk) and the
+/// tests start ClickHouse and MariaDB on temporary directories: on a disk
+/// short of room, tests of outages fail for a reason that is not theirs.
+/// Said up front, so such a failure is read for what it is.
+fn warn_if_disk_is_short() {
+    const ENOUGH: u64 = 4 << 30;
+    let dir = std::env::temp_dir();
+    let Ok(c_path) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else { return };
+    let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid NUL-terminated path and a zeroed out-parameter.
+    if unsafe { libc::statvfs(c_path.as_ptr(), &mut stat) } != 0 {
+        return;
+    }
+    let available = stat.f_bavail as u64 * stat.f_frsize as u64;
+    if available < ENOUGH {
+        eprintln!(
+            "warning: only {:.1} GiB free on {}; the agent's spool writes nothing below 1 GiB free, and tests that need the spool may fail for that",
+            available as f64 / (1u64 << 30) as f64,
+            dir.display()
+        );
+    }
+}
+
 fn test(args: &[String]) -> anyhow::Result<()> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         bail!("the test suite attaches eBPF programs and needs root; run it as root (sudo ./x test)");
     }
+    warn_if_disk_is_short();
     let collector_only = collector_only::build()?;
     // The container tests run the images as users get them.
     xtask::image::build()?;
