@@ -9,6 +9,11 @@ use super::*;
 /// buckets.
 pub(super) type MakeBatch = fn(u64, i64, &[(u32, u64)]) -> Batch;
 
+/// A store test's batch with costs: `MakeBatch`'s window, measured, and
+/// the agent's own window ending with it (sequence, end, the agent's CPU
+/// cores, shedding).
+pub(super) type MakeCostedBatch = fn(u64, i64, f64, &str) -> Batch;
+
 /// The fleet page's one read: each instance's series is the one a
 /// filtered read gives, and together they are the whole fleet's.
 pub(super) fn series_split_by_instance_add_up_to_the_fleet(store: &dyn Store, batch: MakeBatch) {
@@ -64,4 +69,36 @@ pub(super) fn series_split_by_digest_match_filtered_reads(store: &dyn Store, bat
     assert_eq!(in_shop.len(), 1);
     assert!(store.series_by_digest(&query, &[]).unwrap().is_empty());
     assert!(store.series_by_digest(&SeriesQuery { of: SeriesOf::Cost, ..query }, &[9]).unwrap().is_empty());
+}
+
+/// Each instance's newest cost comes with its own agent's window that
+/// ended closest to it: one inside the band read for the whole fleet, one
+/// hours away that only the lookup of a single agent finds.
+pub(super) fn latest_cost_takes_each_agents_nearest_window(store: &dyn Store, costed: MakeCostedBatch) {
+    let put = |b: &Batch, at: i64| store.ingest(b.clone(), at, content_hash(b)).unwrap();
+    const T: i64 = 100 * 3_600_000;
+    let of_agent = |mut b: Batch, agent: &str| {
+        b.agent.as_mut().expect("an identity").agent_id = agent.into();
+        b
+    };
+    let agent_only = |sequence, end, cpu, agent| {
+        let mut b = of_agent(costed(sequence, end, cpu, "exact"), agent);
+        b.windows.clear();
+        b
+    };
+    put(&of_agent(costed(1, T, 1.0, "exact"), "near"), T);
+    put(&agent_only(2, T + 40 * 60_000, 9.0, "near"), T);
+    let mut far = of_agent(costed(1, T, 2.0, "exact"), "far");
+    far.agent_windows.clear();
+    put(&far, T);
+    put(&agent_only(2, T - 3 * 3_600_000, 3.0, "far"), T);
+    put(&agent_only(3, T + 5 * 3_600_000, 4.0, "far"), T);
+    let instances = store.instances().unwrap();
+    let cpu = |agent: &str| {
+        let info = instances.iter().find(|i| i.agent_id == agent && !i.instance.is_empty()).expect("the agent's instance");
+        let latest = info.latest.as_ref().expect("a cost");
+        (latest.window_end_unix_ms, latest.agent_cpu_cores)
+    };
+    assert_eq!(cpu("near"), (T, 1.0), "{instances:?}");
+    assert_eq!(cpu("far"), (T, 3.0), "{instances:?}");
 }

@@ -172,36 +172,147 @@ pub(super) fn summaries(db: &Client, query: &TotalsQuery) -> Result<Vec<CostSumm
     Ok(out)
 }
 
-/// The newest window's cost of one instance as one agent reported it.
-pub(super) fn latest(db: &Client, agent_id: &str, instance: &str) -> Result<Option<InstanceCost>, StoreError> {
+/// How far from an instance's newest window its agent's own window is
+/// first looked for: an agent reports both in the same batch, so the
+/// nearest is almost always within it, and a band keeps the read small.
+const NEAR_MS: i64 = 15 * 60 * 1000;
+
+/// The newest cost window of an instance, as stored.
+struct CostWindow {
+    start: i64,
+    end: i64,
+    statements: u64,
+    in_kernel: u64,
+    probes: Vec<u8>,
+    process: Vec<u8>,
+}
+
+/// The newest window's cost of every instance, keyed by (agent, instance),
+/// each with its agent's own window that ended closest to it: two grouped
+/// reads for the fleet, not two per instance (each of which gathered the
+/// winners of every batch stored; a week of 100 agents took seconds).
+pub(super) fn latest(db: &Client) -> Result<HashMap<(String, String), InstanceCost>, StoreError> {
+    let windows = newest_cost_windows(db)?;
+    let targets: Vec<(&str, i64)> = windows.iter().map(|((agent, _), w)| (agent.as_str(), w.end)).collect();
+    let agent_costs = nearest_agent_costs(db, &targets)?;
+    let mut out = HashMap::new();
+    for ((agent_id, instance), w) in windows {
+        let cost = agent_costs.get(&(agent_id.clone(), w.end)).cloned().flatten();
+        out.insert((agent_id, instance), instance_cost(w, cost)?);
+    }
+    Ok(out)
+}
+
+fn newest_cost_windows(db: &Client) -> Result<HashMap<(String, String), CostWindow>, StoreError> {
     let bad = malformed("instances");
-    let err = |e| error("instances", e);
-    let all = winners(i64::MIN, i64::MAX);
+    // One row's columns together (a tuple), so a tie on window_end cannot
+    // mix two rows.
     let mut rows = db
         .select(&format!(
-            "SELECT window_start, window_end, statements, aggregated_in_kernel, probes, process FROM instance_windows
-             WHERE agent_id = {} AND instance = {} AND has_cost = 1 AND {all}
-             ORDER BY window_end DESC LIMIT 1",
-            quote(agent_id),
-            quote(instance)
+            "SELECT agent_id, instance,
+                    argMax((window_start, window_end, statements, aggregated_in_kernel, probes, process),
+                           (window_end, ingest_id, position))
+             FROM instance_windows WHERE has_cost = 1 AND instance != '' AND {}
+             GROUP BY agent_id, instance",
+            winners(i64::MIN, i64::MAX)
         ))
-        .map_err(err)?;
-    if rows.done() {
-        return Ok(None);
+        .map_err(|e| error("instances", e))?;
+    let mut out = HashMap::new();
+    while !rows.done() {
+        let key = (rows.string().map_err(&bad)?, rows.string().map_err(&bad)?);
+        let (start, end) = (rows.i64().map_err(&bad)?, rows.i64().map_err(&bad)?);
+        let (statements, in_kernel) = (rows.u64().map_err(&bad)?, rows.u64().map_err(&bad)?);
+        let (probes, process) = (rows.bytes().map_err(&bad)?, rows.bytes().map_err(&bad)?);
+        out.insert(key, CostWindow { start, end, statements, in_kernel, probes, process });
     }
-    let (start, end) = (rows.i64().map_err(&bad)?, rows.i64().map_err(&bad)?);
-    let (statements, in_kernel) = (rows.u64().map_err(&bad)?, rows.u64().map_err(&bad)?);
-    let probes: Option<ProbeCost> = decode(&rows.bytes().map_err(&bad)?, "probe cost")?;
-    let process = rows.bytes().map_err(&bad)?;
+    Ok(out)
+}
+
+/// For each (agent, time): the agent's own window that ended closest to
+/// it, by |end - time| and then the earlier end, as a decoded cost (None
+/// for a window without one). A pair with no window within `NEAR_MS` is
+/// looked up alone over all time.
+fn nearest_agent_costs(
+    db: &Client,
+    targets: &[(&str, i64)],
+) -> Result<HashMap<(String, i64), Option<AgentCost>>, StoreError> {
+    let bad = malformed("instances");
+    let err = |e| error("instances", e);
+    let mut out: HashMap<(String, i64), (i64, Option<AgentCost>)> = HashMap::new();
+    let consider = |out: &mut HashMap<(String, i64), (i64, Option<AgentCost>)>,
+                        agent: &str,
+                        target: i64,
+                        end: i64,
+                        cost: &[u8]|
+     -> Result<(), StoreError> {
+        let better = match out.get(&(agent.to_string(), target)) {
+            Some(&(best, _)) => ((end - target).abs(), end) < ((best - target).abs(), best),
+            None => true,
+        };
+        if better {
+            out.insert((agent.to_string(), target), (end, decode::<AgentCost>(cost, "agent cost")?));
+        }
+        Ok(())
+    };
+    if !targets.is_empty() {
+        let near: Vec<String> = targets
+            .iter()
+            .map(|(agent, t)| format!("(agent_id = {} AND window_end BETWEEN {} AND {})", quote(agent), t - NEAR_MS, t + NEAR_MS))
+            .collect();
+        let bands: Vec<(i64, i64)> = targets.iter().map(|(_, t)| (t - NEAR_MS, t + NEAR_MS + 1)).collect();
+        let mut rows = db
+            .select(&format!(
+                "SELECT agent_id, window_end, cost FROM agent_windows WHERE ({}) AND {}",
+                near.join(" OR "),
+                super::winners_of(&bands)
+            ))
+            .map_err(err)?;
+        let mut by_agent: HashMap<&str, Vec<i64>> = HashMap::new();
+        for (agent, t) in targets {
+            by_agent.entry(agent).or_default().push(*t);
+        }
+        while !rows.done() {
+            let agent = rows.string().map_err(&bad)?;
+            let end = rows.i64().map_err(&bad)?;
+            let cost = rows.bytes().map_err(&bad)?;
+            for &t in by_agent.get(agent.as_str()).into_iter().flatten() {
+                if (end - t).abs() <= NEAR_MS {
+                    consider(&mut out, &agent, t, end, &cost)?;
+                }
+            }
+        }
+    }
+    let all = winners(i64::MIN, i64::MAX);
+    for &(agent, t) in targets {
+        if out.contains_key(&(agent.to_string(), t)) {
+            continue;
+        }
+        let mut rows = db
+            .select(&format!(
+                "SELECT window_end, cost FROM agent_windows WHERE agent_id = {} AND {all}
+                 ORDER BY abs(window_end - {t}), window_end LIMIT 1",
+                quote(agent)
+            ))
+            .map_err(err)?;
+        if !rows.done() {
+            let end = rows.i64().map_err(&bad)?;
+            consider(&mut out, agent, t, end, &rows.bytes().map_err(&bad)?)?;
+        }
+    }
+    Ok(out.into_iter().map(|(key, (_, cost))| (key, cost)).collect())
+}
+
+fn instance_cost(w: CostWindow, agent_cost: Option<AgentCost>) -> Result<InstanceCost, StoreError> {
+    let probes: Option<ProbeCost> = decode(&w.probes, "probe cost")?;
     let mut out = InstanceCost {
-        window_end_unix_ms: end,
-        aggregated_in_kernel: in_kernel,
-        server: decode::<ProcessMetrics>(&process, "process metrics")?,
+        window_end_unix_ms: w.end,
+        aggregated_in_kernel: w.in_kernel,
+        server: decode::<ProcessMetrics>(&w.process, "process metrics")?,
         ..Default::default()
     };
-    let seconds = (end - start).max(0) as f64 / 1e3;
+    let seconds = (w.end - w.start).max(0) as f64 / 1e3;
     if seconds > 0.0 {
-        out.statements_per_s = statements as f64 / seconds;
+        out.statements_per_s = w.statements as f64 / seconds;
     }
     // Agents before budget mode were always attached.
     out.attached_fraction = 1.0;
@@ -209,26 +320,15 @@ pub(super) fn latest(db: &Client, agent_id: &str, instance: &str) -> Result<Opti
         out.server_extra_cores_per_10k_qps = p.extra_cores_per_10k_qps;
         out.attached_fraction = p.attached_fraction;
     }
-    // The agent's own window that ended closest to this one.
-    let mut rows = db
-        .select(&format!(
-            "SELECT window_end, cost FROM agent_windows WHERE agent_id = {} AND {all}
-             ORDER BY abs(window_end - {end}), window_end LIMIT 1",
-            quote(agent_id)
-        ))
-        .map_err(err)?;
-    if !rows.done() {
-        let _at = rows.i64().map_err(&bad)?;
-        if let Some(cost) = decode::<AgentCost>(&rows.bytes().map_err(&bad)?, "agent cost")? {
-            out.agent_cpu_cores = cost.cpu_cores;
-            out.agent_cores_per_10k_qps = cost.cores_per_10k_qps;
-            out.agent_rss_bytes = cost.rss_bytes;
-            out.shedding = cost.shedding;
-            out.events_per_s = cost.events_per_s;
-            out.dropped_events = cost.dropped_events;
-        }
+    if let Some(cost) = agent_cost {
+        out.agent_cpu_cores = cost.cpu_cores;
+        out.agent_cores_per_10k_qps = cost.cores_per_10k_qps;
+        out.agent_rss_bytes = cost.rss_bytes;
+        out.shedding = cost.shedding;
+        out.events_per_s = cost.events_per_s;
+        out.dropped_events = cost.dropped_events;
     }
-    Ok(Some(out))
+    Ok(out)
 }
 
 /// Agents' own windows, newest first.

@@ -237,10 +237,9 @@ impl Store for ClickHouseStore {
 
     fn instances(&self) -> Result<Vec<InstanceInfo>, StoreError> {
         let mut out = read::instances(&self.db)?;
+        let mut latest = costs::latest(&self.db)?;
         for info in &mut out {
-            if !info.instance.is_empty() {
-                info.latest = costs::latest(&self.db, &info.agent_id, &info.instance)?;
-            }
+            info.latest = latest.remove(&(info.agent_id.clone(), info.instance.clone()));
         }
         Ok(out)
     }

@@ -455,6 +455,12 @@ fn series_split_by_digest_match_filtered_reads() {
 }
 
 #[test]
+fn latest_cost_takes_each_agents_nearest_window() {
+    let Some((store, _)) = store("latest") else { return };
+    shared_tests::latest_cost_takes_each_agents_nearest_window(&store, costed);
+}
+
+#[test]
 fn a_newer_database_is_refused_and_a_password_never_shows() {
     let Some((store, location)) = store("version") else { return };
     store.db.execute(&format!("INSERT INTO schema_version VALUES ({}, 0)", SCHEMA_VERSION + 1)).unwrap();

@@ -695,3 +695,11 @@ fn series_split_by_digest_match_filtered_reads() {
     drop(store);
     std::fs::remove_dir_all(dir).ok();
 }
+
+#[test]
+fn latest_cost_takes_each_agents_nearest_window() {
+    let (store, dir) = temp_store("latest");
+    shared_tests::latest_cost_takes_each_agents_nearest_window(&store, costed);
+    drop(store);
+    std::fs::remove_dir_all(dir).ok();
+}
