@@ -198,14 +198,16 @@ pub fn content_hash(batch: &Batch) -> u64 {
         hasher.update(&(part.len() as u64).to_le_bytes());
         hasher.update(&part);
     };
+    // encode_raw writes the very bytes encode does, without first walking
+    // the whole message for its length (a tenth of ingest's CPU went here).
     for w in &batch.windows {
-        add(1, &|out| w.encode(out).unwrap_or_default());
+        add(1, &|out| w.encode_raw(out));
     }
     for g in &batch.gaps {
-        add(2, &|out| g.encode(out).unwrap_or_default());
+        add(2, &|out| g.encode_raw(out));
     }
     for a in &batch.agent_windows {
-        add(3, &|out| a.encode(out).unwrap_or_default());
+        add(3, &|out| a.encode_raw(out));
     }
     hasher.digest().max(1)
 }
@@ -326,5 +328,40 @@ pub fn open(location: &str) -> Result<Box<dyn Store>, StoreError> {
             Ok(Box::new(clickhouse::ClickHouseStore::open(&location)?))
         }
         _ => Err(bad()),
+    }
+}
+
+#[cfg(test)]
+mod content_hash_tests {
+    use sqlbee_proto::v1::{AgentCost, AgentWindow, DigestStats, Gap, InstanceWindow, ServerInstance};
+
+    use super::*;
+
+    /// Stores keep the hash of every batch they took, and a replay through
+    /// a newer collector must still match it: the value is pinned.
+    #[test]
+    fn content_hash_is_the_same_in_every_version() {
+        let batch = Batch {
+            sequence: 7,
+            windows: vec![InstanceWindow {
+                instance: Some(ServerInstance { name: "db:3306".into(), pid: 42, ..Default::default() }),
+                window_start_unix_ms: 1000,
+                window_end_unix_ms: 61_000,
+                statements: 12,
+                digests: vec![DigestStats { digest: 9, digest_text: "SELECT ?".into(), count: 12, sum_ns: 3456, ..Default::default() }],
+                ..Default::default()
+            }],
+            gaps: vec![Gap { first_sequence: 3, last_sequence: 4, lost_statements: 10, ..Default::default() }],
+            agent_windows: vec![AgentWindow {
+                window_end_unix_ms: 61_000,
+                cost: Some(AgentCost { cpu_cores: 0.25, ..Default::default() }),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        assert_eq!(content_hash(&batch), 12_549_979_062_949_168_462);
+        let mut resent = batch.clone();
+        resent.sequence = 8;
+        assert_eq!(content_hash(&resent), content_hash(&batch), "the identity is not content");
     }
 }
