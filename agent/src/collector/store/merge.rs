@@ -221,6 +221,39 @@ pub fn cost_summary(agent_id: String, mut s: CostSummary, estimated: u64) -> Cos
     s
 }
 
+/// An instance's newest cost window as an answer: its rate over the
+/// window, the probes' figures, and the agent's own cost from the window
+/// of its that ended closest (None: the agent reported none).
+pub fn instance_cost(
+    (start, end, statements): (i64, i64, u64),
+    aggregated_in_kernel: u64,
+    probes: Option<sqlbee_proto::v1::ProbeCost>,
+    server: Option<sqlbee_proto::v1::ProcessMetrics>,
+    agent_cost: Option<sqlbee_proto::v1::AgentCost>,
+) -> sqlbee_proto::v1::InstanceCost {
+    let mut out =
+        sqlbee_proto::v1::InstanceCost { window_end_unix_ms: end, aggregated_in_kernel, server, ..Default::default() };
+    let seconds = (end - start).max(0) as f64 / 1e3;
+    if seconds > 0.0 {
+        out.statements_per_s = statements as f64 / seconds;
+    }
+    // Agents before budget mode were always attached.
+    out.attached_fraction = 1.0;
+    if let Some(p) = probes {
+        out.server_extra_cores_per_10k_qps = p.extra_cores_per_10k_qps;
+        out.attached_fraction = p.attached_fraction;
+    }
+    if let Some(cost) = agent_cost {
+        out.agent_cpu_cores = cost.cpu_cores;
+        out.agent_cores_per_10k_qps = cost.cores_per_10k_qps;
+        out.agent_rss_bytes = cost.rss_bytes;
+        out.shedding = cost.shedding;
+        out.events_per_s = cost.events_per_s;
+        out.dropped_events = cost.dropped_events;
+    }
+    out
+}
+
 /// Descending by the order key; ties by digest id so answers are stable.
 /// The third element is the key computed from more than the totals: each
 /// digest's p99 when ordering by `p99`, its total wait when by `wait`,

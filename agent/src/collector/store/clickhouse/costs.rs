@@ -303,32 +303,13 @@ fn nearest_agent_costs(
 }
 
 fn instance_cost(w: CostWindow, agent_cost: Option<AgentCost>) -> Result<InstanceCost, StoreError> {
-    let probes: Option<ProbeCost> = decode(&w.probes, "probe cost")?;
-    let mut out = InstanceCost {
-        window_end_unix_ms: w.end,
-        aggregated_in_kernel: w.in_kernel,
-        server: decode::<ProcessMetrics>(&w.process, "process metrics")?,
-        ..Default::default()
-    };
-    let seconds = (w.end - w.start).max(0) as f64 / 1e3;
-    if seconds > 0.0 {
-        out.statements_per_s = w.statements as f64 / seconds;
-    }
-    // Agents before budget mode were always attached.
-    out.attached_fraction = 1.0;
-    if let Some(p) = probes {
-        out.server_extra_cores_per_10k_qps = p.extra_cores_per_10k_qps;
-        out.attached_fraction = p.attached_fraction;
-    }
-    if let Some(cost) = agent_cost {
-        out.agent_cpu_cores = cost.cpu_cores;
-        out.agent_cores_per_10k_qps = cost.cores_per_10k_qps;
-        out.agent_rss_bytes = cost.rss_bytes;
-        out.shedding = cost.shedding;
-        out.events_per_s = cost.events_per_s;
-        out.dropped_events = cost.dropped_events;
-    }
-    Ok(out)
+    Ok(merge::instance_cost(
+        (w.start, w.end, w.statements),
+        w.in_kernel,
+        decode::<ProbeCost>(&w.probes, "probe cost")?,
+        decode::<ProcessMetrics>(&w.process, "process metrics")?,
+        agent_cost,
+    ))
 }
 
 /// Agents' own windows, newest first.

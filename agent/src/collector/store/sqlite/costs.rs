@@ -200,23 +200,6 @@ pub fn latest(tx: &Transaction<'_>, agent_id: &str, instance: &str) -> Result<Op
         .optional()
         .map_err(&err)?;
     let Some((start, end, statements, in_kernel, probes, process)) = window else { return Ok(None) };
-    let probes: Option<ProbeCost> = decode(&probes, "probe cost")?;
-    let mut out = InstanceCost {
-        window_end_unix_ms: end,
-        aggregated_in_kernel: in_kernel,
-        server: decode::<ProcessMetrics>(&process, "process metrics")?,
-        ..Default::default()
-    };
-    let seconds = (end - start).max(0) as f64 / 1e3;
-    if seconds > 0.0 {
-        out.statements_per_s = statements as f64 / seconds;
-    }
-    // Agents before budget mode were always attached.
-    out.attached_fraction = 1.0;
-    if let Some(p) = probes {
-        out.server_extra_cores_per_10k_qps = p.extra_cores_per_10k_qps;
-        out.attached_fraction = p.attached_fraction;
-    }
     // The agent's own window that ended closest to this one: the nearest
     // on each side, each found through the (agent_id, window_end) index.
     let mut nearest: Option<(i64, Vec<u8>)> = None;
@@ -238,16 +221,14 @@ pub fn latest(tx: &Transaction<'_>, agent_id: &str, instance: &str) -> Result<Op
             nearest = Some((at, cost));
         }
     }
-    let agent_cost = nearest.map(|(_, cost)| cost);
-    if let Some(cost) = agent_cost.map(|c| decode::<AgentCost>(&c, "agent cost")).transpose()?.flatten() {
-        out.agent_cpu_cores = cost.cpu_cores;
-        out.agent_cores_per_10k_qps = cost.cores_per_10k_qps;
-        out.agent_rss_bytes = cost.rss_bytes;
-        out.shedding = cost.shedding;
-        out.events_per_s = cost.events_per_s;
-        out.dropped_events = cost.dropped_events;
-    }
-    Ok(Some(out))
+    let agent_cost = nearest.map(|(_, cost)| decode::<AgentCost>(&cost, "agent cost")).transpose()?.flatten();
+    Ok(Some(merge::instance_cost(
+        (start, end, statements),
+        in_kernel,
+        decode::<ProbeCost>(&probes, "probe cost")?,
+        decode::<ProcessMetrics>(&process, "process metrics")?,
+        agent_cost,
+    )))
 }
 
 /// Agents' own windows, newest first.
