@@ -7,7 +7,11 @@
 //!
 //! The password travels only in the `X-ClickHouse-Key` header: no URL,
 //! log line or error carries it.
-use std::{sync::Arc, time::Duration};
+use std::{
+    io::Read as _,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
 
 /// What a call to ClickHouse failed with.
 #[derive(Debug, thiserror::Error)]
@@ -68,6 +72,37 @@ pub struct Client {
     endpoint: Endpoint,
     /// Unqualified table names resolve here; None before it exists.
     database: Option<String>,
+    spare: Arc<Spare>,
+}
+
+/// Answer buffers kept between calls. A rollup pass reads answers of
+/// megabytes, and growing a fresh buffer for each cost a page fault per
+/// page and a copy per doubling: a fifth of the collector's CPU while
+/// rollups ran beside the ingest.
+#[derive(Default)]
+struct Spare(Mutex<Vec<Vec<u8>>>);
+
+/// How many buffers are kept, and the largest kept: one outsized answer
+/// does not pin its memory for good.
+const SPARE_BUFFERS: usize = 4;
+const SPARE_MAX_BYTES: usize = 16 << 20;
+
+impl Spare {
+    fn take(&self) -> Vec<u8> {
+        self.0.lock().ok().and_then(|mut kept| kept.pop()).unwrap_or_default()
+    }
+
+    fn give_back(&self, mut bytes: Vec<u8>) {
+        if bytes.capacity() == 0 || bytes.capacity() > SPARE_MAX_BYTES {
+            return;
+        }
+        bytes.clear();
+        if let Ok(mut kept) = self.0.lock()
+            && kept.len() < SPARE_BUFFERS
+        {
+            kept.push(bytes);
+        }
+    }
 }
 
 /// Long enough for a large prune or a scan of a week; a hung server still
@@ -97,11 +132,16 @@ impl Client {
             .tls_config(tls.build())
             .build()
             .new_agent();
-        Ok(Client { agent, endpoint, database })
+        Ok(Client { agent, endpoint, database, spare: Arc::default() })
     }
 
     pub fn with_database(&self, database: &str) -> Client {
-        Client { agent: self.agent.clone(), endpoint: self.endpoint.clone(), database: Some(database.to_string()) }
+        Client {
+            agent: self.agent.clone(),
+            endpoint: self.endpoint.clone(),
+            database: Some(database.to_string()),
+            spare: self.spare.clone(),
+        }
     }
 
     fn post(&self, query_in_url: Option<&str>, select: bool, body: &[u8]) -> Result<Vec<u8>, HttpError> {
@@ -125,7 +165,14 @@ impl Client {
         let transport = |source: ureq::Error| HttpError::Transport { url: url.clone(), source: Box::new(source) };
         let mut response = request.send(body).map_err(transport)?;
         let status = response.status().as_u16();
-        let bytes = response.body_mut().with_config().limit(u64::MAX).read_to_vec().map_err(transport)?;
+        let mut bytes = self.spare.take();
+        response
+            .body_mut()
+            .with_config()
+            .limit(u64::MAX)
+            .reader()
+            .read_to_end(&mut bytes)
+            .map_err(|e| transport(ureq::Error::from(e)))?;
         if status != 200 {
             let mut message = String::from_utf8_lossy(&bytes).trim().to_string();
             if message.len() > 2000 {
@@ -146,14 +193,14 @@ impl Client {
     /// A statement that returns nothing (DDL, ALTER).
     pub fn execute(&self, sql: &str) -> Result<(), HttpError> {
         tracing::trace!(sql, "clickhouse execute");
-        self.post(None, false, sql.as_bytes()).map(drop)
+        self.post(None, false, sql.as_bytes()).map(|answer| self.spare.give_back(answer))
     }
 
     /// A SELECT answered in `RowBinary`.
     pub fn select(&self, sql: &str) -> Result<Rows, HttpError> {
         tracing::trace!(sql, "clickhouse select");
         let body = format!("{sql}\nFORMAT RowBinary");
-        Ok(Rows { bytes: self.post(None, true, body.as_bytes())?, at: 0 })
+        Ok(Rows { bytes: self.post(None, true, body.as_bytes())?, at: 0, spare: Some(self.spare.clone()) })
     }
 
     /// Inserts `rows` (RowBinary, in `columns` order) into `table`.
@@ -162,7 +209,7 @@ impl Client {
             return Ok(());
         }
         let query = format!("INSERT INTO {table} ({columns}) FORMAT RowBinary");
-        self.post(Some(&query), false, &rows.bytes).map(drop)
+        self.post(Some(&query), false, &rows.bytes).map(|answer| self.spare.give_back(answer))
     }
 }
 
@@ -339,6 +386,16 @@ impl RowWriter {
 pub struct Rows {
     bytes: Vec<u8>,
     at: usize,
+    /// Where the buffer goes back when the answer has been read.
+    spare: Option<Arc<Spare>>,
+}
+
+impl Drop for Rows {
+    fn drop(&mut self) {
+        if let Some(spare) = self.spare.take() {
+            spare.give_back(std::mem::take(&mut self.bytes));
+        }
+    }
 }
 
 /// The answer was shorter than its columns or held a bad length: a bug or
@@ -434,7 +491,7 @@ mod tests {
             w.u32(*v);
         });
         w.bytes(&vec![0xff; 200]);
-        let mut r = Rows { bytes: w.bytes.clone(), at: 0 };
+        let mut r = Rows { bytes: w.bytes.clone(), at: 0, spare: None };
         assert_eq!(r.u64().unwrap(), u64::MAX);
         assert_eq!(r.i64().unwrap(), -5);
         assert_eq!(r.string().unwrap(), "hé");
