@@ -177,6 +177,9 @@ pub(super) fn summaries(db: &Client, query: &TotalsQuery) -> Result<Vec<CostSumm
 /// nearest is almost always within it, and a band keeps the read small.
 const NEAR_MS: i64 = 15 * 60 * 1000;
 
+/// Instances whose agents' windows one statement looks for.
+const NEAR_PER_QUERY: usize = 200;
+
 /// The newest cost window of an instance, as stored.
 struct CostWindow {
     start: i64,
@@ -254,12 +257,18 @@ fn nearest_agent_costs(
         }
         Ok(())
     };
-    if !targets.is_empty() {
-        let near: Vec<String> = targets
+    let mut by_agent: HashMap<&str, Vec<i64>> = HashMap::new();
+    for (agent, t) in targets {
+        by_agent.entry(agent).or_default().push(*t);
+    }
+    // Chunks keep each statement well under ClickHouse's max_query_size
+    // (256 KiB by default) for a fleet of thousands of instances.
+    for chunk in targets.chunks(NEAR_PER_QUERY) {
+        let near: Vec<String> = chunk
             .iter()
             .map(|(agent, t)| format!("(agent_id = {} AND window_end BETWEEN {} AND {})", quote(agent), t - NEAR_MS, t + NEAR_MS))
             .collect();
-        let bands: Vec<(i64, i64)> = targets.iter().map(|(_, t)| (t - NEAR_MS, t + NEAR_MS + 1)).collect();
+        let bands: Vec<(i64, i64)> = chunk.iter().map(|(_, t)| (t - NEAR_MS, t + NEAR_MS + 1)).collect();
         let mut rows = db
             .select(&format!(
                 "SELECT agent_id, window_end, cost FROM agent_windows WHERE ({}) AND {}",
@@ -267,10 +276,6 @@ fn nearest_agent_costs(
                 super::winners_of(&bands)
             ))
             .map_err(err)?;
-        let mut by_agent: HashMap<&str, Vec<i64>> = HashMap::new();
-        for (agent, t) in targets {
-            by_agent.entry(agent).or_default().push(*t);
-        }
         while !rows.done() {
             let agent = rows.string().map_err(&bad)?;
             let end = rows.i64().map_err(&bad)?;
