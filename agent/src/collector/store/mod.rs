@@ -104,6 +104,15 @@ pub enum SeriesSplit<'a> {
     ByDigest(&'a [u64]),
 }
 
+/// What one series of a split read is keyed by, in both stores: the
+/// parts the split does not use stay empty.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct SplitKey {
+    pub instance: String,
+    pub digest: u64,
+    pub schema: String,
+}
+
 /// A time series: one point per step from `since` (rounded down to a
 /// multiple of the step) to `until`, each point holding the windows that
 /// ended in its step. Empty steps are points with zero counts, so a plot

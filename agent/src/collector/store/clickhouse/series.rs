@@ -15,7 +15,7 @@ use super::{
     rollups::{self, Table},
 };
 use crate::collector::store::{
-    SeriesOf, SeriesQuery, SeriesSplit, StoreError,
+    SeriesOf, SeriesQuery, SeriesSplit, SplitKey, StoreError,
     merge::{self, DigestTotals},
 };
 
@@ -79,15 +79,6 @@ pub(super) fn by_digest(db: &Client, query: &SeriesQuery, digests: &[u64]) -> Re
         .into_iter()
         .map(|(key, steps)| DigestSeries { digest: key.digest, schema: key.schema, points: finish(query, steps) })
         .collect())
-}
-
-/// What a split series is keyed by: the parts the split does not use stay
-/// empty.
-#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
-struct SplitKey {
-    instance: String,
-    digest: u64,
-    schema: String,
 }
 
 /// The steps of `query`'s digest rows, one set per key of `split` (one

@@ -9,7 +9,7 @@ use sqlbee_common::histogram::Histogram;
 use sqlbee_proto::v1::{AgentCost, Bucket, DigestSeries, Histogram as WireHistogram, InstanceSeries, ProbeCost, SeriesPoint};
 
 use super::{digest_rows, error, i, u};
-use crate::collector::store::{SeriesOf, SeriesQuery, SeriesSplit, StoreError, blob, merge, rollup};
+use crate::collector::store::{SeriesOf, SeriesQuery, SeriesSplit, SplitKey, StoreError, blob, merge, rollup};
 
 /// The points of `query`, empty, with their times set.
 fn empty_points(query: &SeriesQuery) -> Vec<SeriesPoint> {
@@ -70,15 +70,6 @@ pub(super) fn by_digest(
 }
 
 type Steps = Vec<(merge::DigestTotals, Histogram)>;
-
-/// What a split series is keyed by: the parts the split does not use stay
-/// empty.
-#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
-struct SplitKey {
-    instance: String,
-    digest: u64,
-    schema: String,
-}
 
 /// The steps of `query`, one set per key of `split` (one under an empty
 /// key when whole); none without a window in the range.
