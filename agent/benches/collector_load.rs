@@ -14,6 +14,11 @@
 //! `--collectors=N` (ClickHouse only) spreads the senders over N
 //! collectors sharing the store and reports each one's CPU
 //! (`-collectors-N` in the name).
+//! `--collector-cpus=C` caps each collector at C cores while it ingests
+//! (its own cgroup v1 `cpu` group with a CFS quota), so that the
+//! collectors, not ClickHouse or the load generator, set the rate: run it
+//! with `--collectors=1` and `--collectors=2` to see what a second replica
+//! adds (`-cpus-C` in the name).
 //! `--gzip` sends every batch gzip-compressed, as the agent's shipper
 //! does, so the collector inflates each one (`-gzip` in the name).
 //! `--store=LOCATION` stores elsewhere than a fresh SQLite file (for
@@ -22,6 +27,9 @@
 //! (`xtask::clickhouse`, rollups settling in 5 s), reports its CPU beside
 //! the collector's, and waits for the rollups (ten minutes, hours, days)
 //! to be written before the queries are timed.
+//! `SQLBEE_BENCH_COLLECTOR_BIN=PATH` runs another `sqlbee` binary as the
+//! collector and the CLI (an older build, to compare two builds on the
+//! same data); the report names it.
 //! With Debian's `chromium` installed, each web UI page is then opened over
 //! the whole span and its load time read from the browser's navigation
 //! timing.
@@ -122,6 +130,60 @@ fn page_timings(ui: &str, hours: u64, repeats: usize, dir: &std::path::Path) -> 
     rows
 }
 
+/// A CPU cap on one process: a cgroup v1 `cpu` group of its own with a CFS
+/// quota (this host has the v1 controller, see the shared platform notes).
+/// Dropping it moves the process back and removes the group.
+struct CpuCap {
+    dir: std::path::PathBuf,
+    parent: std::path::PathBuf,
+    pid: u32,
+}
+
+impl CpuCap {
+    const PERIOD_US: f64 = 100_000.0;
+
+    /// The quota per period for `cores` (the kernel takes 1 ms at least).
+    fn quota_us(cores: f64) -> f64 {
+        (cores * Self::PERIOD_US).round().max(1000.0)
+    }
+
+    fn new(pid: u32, cores: f64, n: usize) -> CpuCap {
+        let own = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+        let relative = own
+            .lines()
+            .find_map(|line| {
+                let mut fields = line.splitn(3, ':');
+                let (_, controllers, path) = (fields.next()?, fields.next()?, fields.next()?);
+                controllers.split(',').any(|c| c == "cpu").then(|| path.trim_start_matches('/').to_string())
+            })
+            .expect("--collector-cpus needs the cgroup v1 cpu controller");
+        let parent = std::path::Path::new("/sys/fs/cgroup/cpu").join(relative);
+        let dir = parent.join(format!("sqlbee-collector-load-{}-{n}", std::process::id()));
+        let write = |file: &str, value: String| {
+            std::fs::write(dir.join(file), &value).unwrap_or_else(|e| panic!("writing {value} to {file} in {}: {e}", dir.display()))
+        };
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("creating {} (--collector-cpus needs root): {e}", dir.display()));
+        write("cpu.cfs_period_us", format!("{}", Self::PERIOD_US));
+        write("cpu.cfs_quota_us", format!("{}", Self::quota_us(cores)));
+        write("cgroup.procs", pid.to_string());
+        CpuCap { dir, parent, pid }
+    }
+}
+
+impl Drop for CpuCap {
+    fn drop(&mut self) {
+        // An exited process has left already.
+        let _ = std::fs::write(self.parent.join("cgroup.procs"), self.pid.to_string());
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+/// The `sqlbee` binary the run measures: this build's unless
+/// `SQLBEE_BENCH_COLLECTOR_BIN` names another.
+fn sqlbee_bin() -> std::path::PathBuf {
+    std::env::var_os("SQLBEE_BENCH_COLLECTOR_BIN").map_or_else(|| env!("CARGO_BIN_EXE_sqlbee").into(), Into::into)
+}
+
 fn main() {
     let (agents, hours, window_s, digests) = (arg(0, 100), arg(1, 24), arg(2, 60), arg(3, 20));
     let repeats = arg(4, 3).max(1) as usize;
@@ -131,6 +193,9 @@ fn main() {
     let max_pushes = option("--max-pushes=");
     let collectors = option("--collectors=").unwrap_or(1).max(1) as usize;
     let gzip = std::env::args().any(|a| a == "--gzip");
+    let cpu_cap = std::env::args()
+        .find_map(|a| a.strip_prefix("--collector-cpus=")?.parse::<f64>().ok())
+        .filter(|c| *c > 0.0);
     let store_options = if normal { "?synchronous=normal" } else { "" };
     let mut store_location = std::env::args().find_map(|a| a.strip_prefix("--store=").map(str::to_string));
     let clickhouse = if store_location.as_deref() == Some("clickhouse") {
@@ -150,7 +215,7 @@ fn main() {
         let ui_ready = dir.join("ui-ready");
         let _ = std::fs::remove_file(&ready);
         let _ = std::fs::remove_file(&ui_ready);
-        let collector = Command::new(env!("CARGO_BIN_EXE_sqlbee"))
+        let collector = Command::new(sqlbee_bin())
             .args(["collector", "--listen", "127.0.0.1:0", "--retention", "30d"])
             .arg(format!("--store={location}"))
             .arg("--ready-file")
@@ -194,6 +259,8 @@ fn main() {
         .collect();
     let urls: Vec<String> = std::iter::once(url.clone()).chain(others.iter().map(|(_, url)| url.clone())).collect();
     let pids: Vec<u32> = std::iter::once(pid).chain(others.iter().map(|(child, _)| child.id())).collect();
+    let caps: Vec<CpuCap> =
+        cpu_cap.map(|cores| pids.iter().enumerate().map(|(n, &pid)| CpuCap::new(pid, cores, n)).collect()).unwrap_or_default();
     let per_collector: Arc<Vec<AtomicU64>> = Arc::new((0..collectors).map(|_| AtomicU64::new(0)).collect());
     let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64;
     let windows_per_agent = hours * 3600 / window_s;
@@ -268,6 +335,8 @@ fn main() {
     let elapsed = started.elapsed().as_secs_f64();
     let cpus: Vec<f64> = pids.iter().zip(&cpu0).map(|(&pid, before)| cpu_seconds(pid) - before).collect();
     let cpu: f64 = cpus.iter().sum();
+    // The rollups and the queries run uncapped.
+    drop(caps);
     for (mut child, _) in others {
         unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
         let _ = child.wait();
@@ -352,7 +421,7 @@ fn main() {
                 args.extend(["--since", "all"]);
             }
             args.extend(extra.iter().copied());
-            let out = Command::new(env!("CARGO_BIN_EXE_sqlbee")).args(&args).output().unwrap();
+            let out = Command::new(sqlbee_bin()).args(&args).output().unwrap();
             let ms = t.elapsed().as_secs_f64() * 1000.0;
             // A query past the client's deadline is a result too: say so
             // and go on with the others.
@@ -397,6 +466,18 @@ fn main() {
         },
         std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0)
     );
+    if std::env::var_os("SQLBEE_BENCH_COLLECTOR_BIN").is_some() {
+        let _ = writeln!(md, "Collector and CLI binary: `{}`.\n", sqlbee_bin().display());
+    }
+    if let Some(cores) = cpu_cap {
+        let _ = writeln!(
+            md,
+            "Each collector was capped at {cores} cores while it ingested (a cgroup v1 CFS quota of {} us per {} us); \
+             the rollups and the queries ran uncapped.\n",
+            CpuCap::quota_us(cores),
+            CpuCap::PERIOD_US
+        );
+    }
     let _ = writeln!(md, "| measure | value |\n|---|---|");
     let _ = writeln!(md, "| batches stored | {batches} |");
     let _ = writeln!(md, "| digest rows stored | {rows} |");
@@ -477,6 +558,9 @@ fn main() {
     }
     if senders != 8 || max_pushes.is_some() {
         mode += &format!("-senders-{senders}-max-pushes-{}", max_pushes.unwrap_or(8));
+    }
+    if let Some(cores) = cpu_cap {
+        mode += &format!("-cpus-{cores}");
     }
     if gzip {
         mode += "-gzip";

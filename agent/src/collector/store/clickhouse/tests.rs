@@ -702,6 +702,28 @@ fn rollups_answer_exactly_what_the_raw_windows_answer() {
     }
     assert!(raw.top(&everything(0)).unwrap().is_empty());
     assert_eq!(count(&rolled), total + 2);
+
+    // The ten-minute level goes by the minute cutoff, a whole day at a
+    // time (never newer than the raw cutoff); its marks with it. Hours and
+    // days stay and still answer.
+    let ten_minutes = |store: &ClickHouseStore, table: &str| {
+        count_of(store, &format!("SELECT count() FROM {table} WHERE level = {}", 10 * 60_000))
+    };
+    let hour_marks = marks(&rolled, hour);
+    assert!(ten_minutes(&rolled, "digest_rollups") > 0 && ten_minutes(&rolled, "rollup_marks") > 0);
+    let windows_day_ends = (base + 2 * hour).div_euclid(24 * hour) * 24 * hour + 24 * hour;
+    let same_day = PruneCutoffs { raw: windows_day_ends - 1, minute: windows_day_ends - 1, hour: base - 48 * hour };
+    assert_eq!(rolled.prune(&same_day).unwrap().rollup_rows, 0, "the cutoff's own day stays");
+    assert!(ten_minutes(&rolled, "digest_rollups") > 0);
+    let next_day = PruneCutoffs { raw: windows_day_ends + hour, minute: windows_day_ends + hour, hour: base - 48 * hour };
+    let pruned = rolled.prune(&next_day).unwrap();
+    assert!(pruned.rollup_rows > 0, "{pruned:?}");
+    for table in ["digest_rollups", "instance_rollups", "agent_rollups", "rollup_marks"] {
+        assert_eq!(ten_minutes(&rolled, table), 0, "{table}");
+    }
+    assert_eq!(marks(&rolled, hour), hour_marks);
+    assert_eq!(count(&rolled), total + 2);
+
     let pruned = rolled.prune(&PruneCutoffs::all(base + 3 * hour)).unwrap();
     assert!(pruned.rollup_rows > 0, "{pruned:?}");
     assert!(rolled.top(&everything(0)).unwrap().is_empty());
@@ -828,13 +850,15 @@ fn every_statement_the_store_sends_runs_on_current_clickhouse() {
     assert!(rollups::roll_up(&store.db, 0).unwrap().buckets >= 2);
     assert!(!store.put(&every_kind_of_row(4, early + 2000), late).unwrap().duplicate);
     reads(&store);
-    // Before the cutoff: day 1 whole (a dropped partition) and part of day 3 (a delete).
-    let pruned = store.prune(&PruneCutoffs::all(late - 1000)).unwrap();
+    // Before the cutoff: day 1 whole (a dropped partition) and part of day 3
+    // (a delete); day 1's ten-minute rollups by a delete of their own, the
+    // hours kept.
+    let pruned = store.prune(&PruneCutoffs { raw: late - 1000, minute: late - 1000, hour: 0 }).unwrap();
     assert!(pruned.digest_windows >= 3 && pruned.batches == 2, "{pruned:?}");
     reads(&store);
 
     let sent = super::http::recording::take();
-    for needed in ["CREATE DATABASE", "DROP PARTITION", "DELETE WHERE", "FROM system.mutations", "argMax("] {
+    for needed in ["CREATE DATABASE", "DROP PARTITION", "DELETE WHERE", "DELETE WHERE level", "FROM system.mutations", "argMax("] {
         assert!(sent.iter().any(|s| s.sql.contains(needed)), "no statement with {needed:?} was recorded");
     }
     for (table, _) in super::schema::tables() {

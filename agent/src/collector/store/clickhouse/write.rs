@@ -13,6 +13,7 @@ use super::{
     error,
     http::{Client, RowWriter, quote},
     malformed,
+    rollups::LEVELS,
     schema::{AGING, ROLLUP_AGING},
 };
 use crate::collector::store::{IngestOutcome, PruneCutoffs, PruneOutcome, StoreError, blob, rollup::DAY_MS};
@@ -485,8 +486,9 @@ fn count(db: &Client, sql: &str) -> Result<u64, StoreError> {
 /// Deletes what is older than the raw cutoff, and hour rollups older than
 /// theirs. Whole days go as partitions, cheap at any size; the part of the
 /// cutoff's own day that is older goes by a mutation, waited for so the
-/// answer after a prune no longer shows it. Counts are of rows deleted,
-/// losers' rows included.
+/// answer after a prune no longer shows it. Ten-minute rollups older than
+/// the minute cutoff go too (see `prune_ten_minutes`). Counts are of rows
+/// deleted, losers' rows included.
 pub(super) fn prune(db: &Client, cutoffs: &PruneCutoffs) -> Result<PruneOutcome, StoreError> {
     let mut outcome = PruneOutcome::default();
     let err = |e| error("prune", e);
@@ -538,9 +540,37 @@ pub(super) fn prune(db: &Client, cutoffs: &PruneCutoffs) -> Result<PruneOutcome,
             "digest_rollups" | "instance_rollups" | "agent_rollups" => outcome.rollup_rows += deleted,
             _ => {}
         }
+        let ten_minutes = prune_ten_minutes(db, table, cutoffs)?;
+        if table != "rollup_marks" {
+            outcome.rollup_rows += ten_minutes;
+        }
     }
     prune_agents(db, cutoffs.raw)?;
     Ok(outcome)
+}
+
+/// The ten-minute level of a rollup table, by the minute cutoff, when that
+/// is later than the hour level's. Its partitions hold every level of a day,
+/// so these rows go by a mutation, and ClickHouse 18.16 rewrites every part
+/// of the table for one: they go whole days at a time (the days before the
+/// cutoff's own), so that is once a day, not at every prune. Their marks go
+/// with them: those buckets are then read at the next finer level, as before
+/// they were rolled up. Never newer than the raw cutoff: a bucket whose
+/// batch records are still kept and whose mark is gone would be rolled up
+/// again by the next pass. Rows deleted.
+fn prune_ten_minutes(db: &Client, table: &str, cutoffs: &PruneCutoffs) -> Result<u64, StoreError> {
+    let Some(&(_, column)) = ROLLUP_AGING.iter().find(|(t, _)| *t == table) else { return Ok(0) };
+    let cut = cutoffs.minute.min(cutoffs.raw).div_euclid(DAY_MS) * DAY_MS;
+    if cut <= cutoffs.hour {
+        return Ok(0);
+    }
+    let old = format!("level = {} AND {column} < {cut}", LEVELS[0]);
+    let deleted = count(db, &format!("SELECT count() FROM {table} WHERE {old}"))?;
+    if deleted > 0 {
+        db.execute(&format!("ALTER TABLE {table} DELETE WHERE {old}")).map_err(|e| error("prune", e))?;
+        wait_for_mutations(db, table)?;
+    }
+    Ok(deleted)
 }
 
 /// An agent stays listed while it has batch records (as in the SQLite
