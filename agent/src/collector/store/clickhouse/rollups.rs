@@ -36,16 +36,12 @@ use super::{
     http::{Client, RowWriter},
     malformed,
     digest_rows::{DIGEST_COLUMNS, MERGE_COLUMNS, Merging, RowKey, read_full_row},
+    schema::LEVELS,
     winners_of,
 };
 use crate::collector::store::{StoreError, merge, rollup};
 
 const HOUR: i64 = rollup::HOUR_MS;
-/// The levels this store keeps, finest first, each dividing the next. Days
-/// keep a week's range to a few rows per key, and ten minutes keep its
-/// ragged edges to a few raw windows (an hour at each end would be most
-/// of the rows read).
-pub(super) const LEVELS: [i64; 3] = [10 * rollup::MINUTE_MS, HOUR, rollup::DAY_MS];
 /// How long after the server stamps an insert it is surely visible.
 pub(super) const SETTLE_MS: i64 = 5 * 60_000;
 /// Random low bits of a pass id.

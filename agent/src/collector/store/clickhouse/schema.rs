@@ -14,6 +14,7 @@
 //! `clickhouse`).
 
 use super::http::{Client, HttpError};
+use crate::collector::store::rollup;
 
 /// Bumped when the schema changes. 1: first version. 2: hour rollups
 /// (`digest_rollups`, `instance_rollups`, `agent_rollups`, `rollup_marks`)
@@ -200,6 +201,13 @@ pub(super) fn tables() -> Vec<(&'static str, String)> {
         ),
     ]
 }
+
+/// The rollup levels this store keeps (bucket lengths, ms), finest first,
+/// each dividing the next. Days keep a week's range to a few rows per key,
+/// and ten minutes keep its ragged edges to a few raw windows (an hour at
+/// each end would be most of the rows read). Rolling up and retention
+/// (`write::prune`) both name them.
+pub(super) const LEVELS: [i64; 3] = [10 * rollup::MINUTE_MS, rollup::HOUR_MS, rollup::DAY_MS];
 
 /// A rollup row's and mark's level (bucket length, ms); version 2 wrote
 /// hours only.

@@ -13,8 +13,7 @@ use super::{
     error,
     http::{Client, RowWriter, quote},
     malformed,
-    rollups::LEVELS,
-    schema::{AGING, ROLLUP_AGING},
+    schema::{AGING, LEVELS, ROLLUP_AGING},
 };
 use crate::collector::store::{IngestOutcome, PruneCutoffs, PruneOutcome, StoreError, blob, rollup::DAY_MS};
 
