@@ -539,7 +539,9 @@ pub(super) fn prune(db: &Client, cutoffs: &PruneCutoffs) -> Result<PruneOutcome,
             "digest_rollups" | "instance_rollups" | "agent_rollups" => outcome.rollup_rows += deleted,
             _ => {}
         }
-        let ten_minutes = prune_ten_minutes(db, table, cutoffs)?;
+    }
+    for &(table, column) in &ROLLUP_AGING {
+        let ten_minutes = prune_ten_minutes(db, table, column, cutoffs)?;
         if table != "rollup_marks" {
             outcome.rollup_rows += ten_minutes;
         }
@@ -557,8 +559,7 @@ pub(super) fn prune(db: &Client, cutoffs: &PruneCutoffs) -> Result<PruneOutcome,
 /// they were rolled up. Never newer than the raw cutoff: a bucket whose
 /// batch records are still kept and whose mark is gone would be rolled up
 /// again by the next pass. Rows deleted.
-fn prune_ten_minutes(db: &Client, table: &str, cutoffs: &PruneCutoffs) -> Result<u64, StoreError> {
-    let Some(&(_, column)) = ROLLUP_AGING.iter().find(|(t, _)| *t == table) else { return Ok(0) };
+fn prune_ten_minutes(db: &Client, table: &str, column: &str, cutoffs: &PruneCutoffs) -> Result<u64, StoreError> {
     let cut = cutoffs.minute.min(cutoffs.raw).div_euclid(DAY_MS) * DAY_MS;
     if cut <= cutoffs.hour {
         return Ok(0);
