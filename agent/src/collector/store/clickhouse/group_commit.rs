@@ -5,6 +5,11 @@
 //! batch is written at once, and groups grow only as the store falls
 //! behind. A batch is acknowledged only after its group's records are
 //! written and checked, as when stored alone.
+//!
+//! Each waiting caller sleeps on its own slot's condition variable, and a
+//! finished group wakes only its own callers and the one caller that
+//! writes next: with many pushes in flight, waking every waiter at every
+//! group cost a context switch per waiter per group.
 use std::{
     collections::{HashSet, VecDeque},
     panic::{AssertUnwindSafe, catch_unwind},
@@ -29,6 +34,9 @@ struct Slot {
     received: i64,
     content_hash: u64,
     outcome: Mutex<Option<Outcome>>,
+    /// Its caller waits here (with the queue's lock) for its outcome or
+    /// for its turn to write.
+    wake: Condvar,
 }
 
 #[derive(Default)]
@@ -43,7 +51,6 @@ struct Queue {
 #[derive(Default)]
 pub(super) struct GroupCommit {
     queue: Mutex<Queue>,
-    written: Condvar,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -54,7 +61,7 @@ impl GroupCommit {
     /// Stores `batch` in the next group; the caller that finds no group
     /// being written writes one itself.
     pub(super) fn ingest(&self, db: &Client, batch: Batch, received: i64, content_hash: u64) -> Outcome {
-        let slot = Arc::new(Slot { batch, received, content_hash, outcome: Mutex::new(None) });
+        let slot = Arc::new(Slot { batch, received, content_hash, outcome: Mutex::new(None), wake: Condvar::new() });
         let mut queue = lock(&self.queue);
         queue.waiting.push_back(slot.clone());
         loop {
@@ -62,7 +69,7 @@ impl GroupCommit {
                 return outcome;
             }
             if queue.writing {
-                queue = self.written.wait(queue).unwrap_or_else(PoisonError::into_inner);
+                queue = slot.wake.wait(queue).unwrap_or_else(PoisonError::into_inner);
                 continue;
             }
             queue.writing = true;
@@ -81,7 +88,14 @@ impl GroupCommit {
             queue = lock(&self.queue);
             queue.rows = rows;
             queue.writing = false;
-            self.written.notify_all();
+            // Under the queue's lock, after the outcomes are set: a caller
+            // either sees its outcome or is already asleep on its slot.
+            for s in &group {
+                s.wake.notify_one();
+            }
+            if let Some(next) = queue.waiting.front() {
+                next.wake.notify_one();
+            }
         }
     }
 }
