@@ -1,6 +1,8 @@
 //! What the collector spends on one batch before any store sees it, stage
-//! by stage: inflating it (agents send gzip), decoding the protobuf, the content hash exactly-once keys on,
-//! and validation. The batch is the one `collector_load` sends (10 windows
+//! by stage: inflating it (agents send gzip), decoding the protobuf, the
+//! content hash exactly-once keys on (taken by the agent now, and by the
+//! collector only for agents from before `Batch.content_hash`), and
+//! validation. The batch is the one `collector_load` sends (10 windows
 //! of 20 digest rows with figures, accounts and samples), so a stage's
 //! time here times 1000 is its share of a collector core-second at 1000
 //! batches/s. `cargo bench -p sqlbee --bench collector_ingest`.
@@ -8,7 +10,8 @@ use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use prost::Message as _;
-use sqlbee::collector::{store::content_hash, validate};
+use sqlbee::collector::validate;
+use sqlbee_proto::content_hash;
 use sqlbee_proto::v1::{AgentIdentity, Batch};
 
 mod load_batch;
@@ -24,6 +27,7 @@ fn benches(c: &mut Criterion) {
         windows: (0..10).map(|w| load_batch::window(7, now_ms - (10 - w) * 60_000, 60_000, 20, &mut seed)).collect(),
         gaps: vec![],
         agent_windows: vec![],
+        content_hash: 0,
     };
     let bytes = batch.encode_to_vec();
     // Through flate2, as tonic inflates a gzip request, with whichever

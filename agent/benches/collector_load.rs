@@ -301,7 +301,7 @@ fn main() {
                             })
                             .collect();
                         let n: u64 = windows.iter().map(|w| w.digests.len() as u64).sum();
-                        let batch = Batch {
+                        let mut batch = Batch {
                             agent: Some(AgentIdentity { host: format!("host{agent}"), agent_id: format!("load-{agent}"), version: "load".into() }),
                             sequence: b + 1,
                             created_unix_ms: now_ms,
@@ -309,7 +309,11 @@ fn main() {
                             windows,
                             gaps: vec![],
                             agent_windows: vec![],
+                            content_hash: 0,
                         };
+                        // As a current agent does (a collector from before
+                        // the field ignores it and hashes the batch itself).
+                        batch.content_hash = sqlbee_proto::content_hash(&batch);
                         // As an agent does: a busy collector is asked again.
                         loop {
                             match client.push(batch.clone()).await {

@@ -1294,6 +1294,37 @@ async fn epochs_keep_new_data_and_a_changed_replay_is_an_error() {
     assert!(collector.stderr_text().contains("other content"), "the collector reports it too");
 }
 
+/// A batch carries the hash of its content, taken by the agent that made
+/// it; for the batches of agents from before that field the collector
+/// takes it itself, with the same function. So a replay matches whichever
+/// of the two stored the batch, and other content under a stored key is a
+/// conflict either way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_carries_its_content_hash_and_older_agents_still_match() {
+    let collector = Collector::start(&[]);
+    let url = collector.http_url();
+    let mut ingest = ingest_client(&plain(&url)).await;
+    let now = now_ms();
+    let make = |sequence: u64, durations: &[u64]| {
+        batch("agent-hash", sequence, vec![window(INSTANCE, 3, now - 5000, vec![digest(0xf, "SELECT ?", durations)])])
+    };
+    let hashed = |mut b: sqlbee_proto::v1::Batch| {
+        b.content_hash = sqlbee_proto::content_hash(&b);
+        b
+    };
+    // Stored with the agent's hash; the same batch without one matches it.
+    assert!(!push(&mut ingest, hashed(make(1, &[1000]))).await.unwrap().duplicate);
+    assert!(push(&mut ingest, make(1, &[1000])).await.unwrap().duplicate);
+    // Stored without a hash; the same batch with one matches it.
+    assert!(!push(&mut ingest, make(2, &[1000, 1000])).await.unwrap().duplicate);
+    assert!(push(&mut ingest, hashed(make(2, &[1000, 1000]))).await.unwrap().duplicate);
+    for other in [hashed(make(1, &[9000])), make(1, &[9000]), hashed(make(2, &[9000])), make(2, &[9000])] {
+        let err = push(&mut ingest, other).await.unwrap_err();
+        assert_eq!(err.code(), Code::AlreadyExists, "{err:?}");
+    }
+    assert_eq!(row(&top_json(&url, &[]), 0xf)["count"], 3, "batch 1 once, batch 2 once, no conflict");
+}
+
 /// The store's filesystem fills up: the collector answers
 /// RESOURCE_EXHAUSTED (which the agent retries), never INTERNAL or
 /// INVALID_ARGUMENT; every batch it acknowledged is still there after a

@@ -209,6 +209,14 @@ fn collector_outage_loses_and_doubles_nothing() {
     collector.kill9();
     std::thread::sleep(Duration::from_secs(21));
     assert!(!spool_files(&state).is_empty(), "batches must pile up in the spool during the outage: {}", agent.progress());
+    // Each carries the hash of its content, taken when it was made, which
+    // its replays carry unchanged.
+    for file in spool_files(&state) {
+        let record = std::fs::read(&file).unwrap();
+        let batch = Batch::decode(sqlbee::ship::spool::decode_record(&record).unwrap()).unwrap();
+        assert_ne!(batch.content_hash, 0, "{}", file.display());
+        assert_eq!(batch.content_hash, sqlbee_proto::content_hash(&batch), "{}", file.display());
+    }
     collector.restart();
     std::thread::sleep(Duration::from_secs(4));
     run.pause();

@@ -3,6 +3,9 @@
 #![allow(clippy::all)]
 
 pub mod codec;
+mod content_hash;
+
+pub use content_hash::content_hash;
 
 pub mod v1 {
     tonic::include_proto!("sqlbee.v1");

@@ -159,7 +159,7 @@ impl Batcher {
                 tracing::error!(error = %err, sequence, "could not persist the batch counter; going on");
             }
             let carries_health = !agent_windows.is_empty();
-            let batch = Batch {
+            let mut batch = Batch {
                 agent: Some(self.agent.clone()),
                 sequence,
                 created_unix_ms: sqlbee_common::clock::now_unix_ms(),
@@ -167,7 +167,12 @@ impl Batcher {
                 windows,
                 gaps,
                 agent_windows: std::mem::take(&mut agent_windows),
+                content_hash: 0,
             };
+            // Taken once here, where the batch is made, so the collector
+            // need not encode it again to hash it; every copy sent later
+            // (a replay, a renumbered batch) carries it unchanged.
+            batch.content_hash = sqlbee_proto::content_hash(&batch);
             drop(identity);
             // Appending may drop older batches and so add new gaps: only
             // the gaps this batch carries leave the pending list. A batch

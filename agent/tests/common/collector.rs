@@ -306,6 +306,9 @@ pub fn batch(agent_id: &str, sequence: u64, windows: Vec<InstanceWindow>) -> Bat
         gaps: vec![],
         agent_windows: vec![],
         epoch: 0,
+        // As agents from before the field: the collector hashes the
+        // content itself, so a test may change a batch after making it.
+        content_hash: 0,
     }
 }
 

@@ -191,34 +191,13 @@ pub struct IngestOutcome {
     pub conflict: bool,
 }
 
-/// What makes a replay the same batch: a stable hash of what it carries
-/// (windows, gaps, agent windows, as received, before anything is left
-/// out), the same in every collector version and backend. The identity
-/// and the time it was created are left out: they are not its content.
-/// 0 is kept for "unknown".
+/// A batch's content hash (see [`sqlbee_proto::content_hash`]): the one
+/// its agent sent, or for agents from before that, taken here.
 pub fn content_hash(batch: &Batch) -> u64 {
-    use prost::Message as _;
-    let mut hasher = xxhash_rust::xxh3::Xxh3::new();
-    let mut part = Vec::new();
-    let mut add = |tag: u8, message: &dyn Fn(&mut Vec<u8>)| {
-        part.clear();
-        message(&mut part);
-        hasher.update(&[tag]);
-        hasher.update(&(part.len() as u64).to_le_bytes());
-        hasher.update(&part);
-    };
-    // encode_raw writes the very bytes encode does, without first walking
-    // the whole message for its length (a tenth of ingest's CPU went here).
-    for w in &batch.windows {
-        add(1, &|out| w.encode_raw(out));
+    match batch.content_hash {
+        0 => sqlbee_proto::content_hash(batch),
+        claimed => claimed,
     }
-    for g in &batch.gaps {
-        add(2, &|out| g.encode_raw(out));
-    }
-    for a in &batch.agent_windows {
-        add(3, &|out| a.encode_raw(out));
-    }
-    hasher.digest().max(1)
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -337,40 +316,5 @@ pub fn open(location: &str) -> Result<Box<dyn Store>, StoreError> {
             Ok(Box::new(clickhouse::ClickHouseStore::open(&location)?))
         }
         _ => Err(bad()),
-    }
-}
-
-#[cfg(test)]
-mod content_hash_tests {
-    use sqlbee_proto::v1::{AgentCost, AgentWindow, DigestStats, Gap, InstanceWindow, ServerInstance};
-
-    use super::*;
-
-    /// Stores keep the hash of every batch they took, and a replay through
-    /// a newer collector must still match it: the value is pinned.
-    #[test]
-    fn content_hash_is_the_same_in_every_version() {
-        let batch = Batch {
-            sequence: 7,
-            windows: vec![InstanceWindow {
-                instance: Some(ServerInstance { name: "db:3306".into(), pid: 42, ..Default::default() }),
-                window_start_unix_ms: 1000,
-                window_end_unix_ms: 61_000,
-                statements: 12,
-                digests: vec![DigestStats { digest: 9, digest_text: "SELECT ?".into(), count: 12, sum_ns: 3456, ..Default::default() }],
-                ..Default::default()
-            }],
-            gaps: vec![Gap { first_sequence: 3, last_sequence: 4, lost_statements: 10, ..Default::default() }],
-            agent_windows: vec![AgentWindow {
-                window_end_unix_ms: 61_000,
-                cost: Some(AgentCost { cpu_cores: 0.25, ..Default::default() }),
-                ..Default::default()
-            }],
-            ..Default::default()
-        };
-        assert_eq!(content_hash(&batch), 12_549_979_062_949_168_462);
-        let mut resent = batch.clone();
-        resent.sequence = 8;
-        assert_eq!(content_hash(&resent), content_hash(&batch), "the identity is not content");
     }
 }

@@ -455,6 +455,7 @@ mod tests {
             sequence: 1,
             created_unix_ms: NOW,
             epoch: 0,
+            content_hash: 0,
             windows: vec![InstanceWindow {
                 instance: Some(ServerInstance { name: "h:3306".into(), pid: 7, start_time_unix_ms: NOW - 1000, ..Default::default() }),
                 window_start_unix_ms: NOW - 10_000,

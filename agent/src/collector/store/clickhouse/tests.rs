@@ -40,6 +40,7 @@ fn batch(sequence: u64, end: i64, buckets: &[(u32, u64)]) -> Batch {
         sequence,
         created_unix_ms: end,
         epoch: 0,
+        content_hash: 0,
         windows: vec![InstanceWindow {
             instance: Some(ServerInstance { name: "h:1".into(), pid: sequence as u32, start_time_unix_ms: 0, ..Default::default() }),
             window_start_unix_ms: end - 10,
