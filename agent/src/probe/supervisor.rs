@@ -13,7 +13,7 @@ use std::{
     time::{Duration, Instant, SystemTime},
 };
 
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::{AttachedServer, ProbeBatch, ProbeConfig, ProbeError, UntracedServer, calibrate, link_mode};
 use crate::{
@@ -70,7 +70,7 @@ impl Supervisor {
             None
         } else {
             // The first one on a host can wait seconds for the kernel.
-            tracing::debug!("opening the per-task perf event");
+            debug!("opening the per-task perf event");
             calibrate::hold_task_events_on()
                 .map_err(|e| warn!(error = %e, "no per-task perf event; attaching may wait for the kernel under load"))
                 .ok()
@@ -123,6 +123,7 @@ impl Supervisor {
                 "probe points start with an instruction the kernel must single-step; each hit costs ~15x more");
         }
         let pid = server.pid;
+        debug!(pid, layout = ?binary.layout, "layout learned from the binary");
         let mut attached = AttachedServer::attach(server, binary, self.config)?;
         attached.set_shedding(self.shedding)?;
         let budget = self.config.overhead_budget.map(|budget| DutyConfig { budget, period: self.config.duty_period });
@@ -177,7 +178,7 @@ impl Supervisor {
                     let reason = err.to_string();
                     match &earlier {
                         Some(r) if r.untraced.reason == reason => {
-                            tracing::debug!(pid = server.pid, attempts, retry_s = retry.as_secs(), "still cannot trace this server")
+                            debug!(pid = server.pid, attempts, retry_s = retry.as_secs(), "still cannot trace this server")
                         }
                         _ => warn!(pid = server.pid, instance = %server.instance, error = %err, kind = err.kind(),
                             retry_s = retry.as_secs(), "cannot trace this server; reported in every window and tried again"),
