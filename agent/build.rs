@@ -7,10 +7,8 @@ fn main() -> anyhow::Result<()> {
     use anyhow::{Context as _, anyhow};
 
     let manifest_dir = std::path::PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?);
-    let ebpf_dir = manifest_dir
-        .parent()
-        .ok_or_else(|| anyhow!("agent crate has no parent directory"))?
-        .join("agent-ebpf");
+    let ebpf_dir =
+        manifest_dir.parent().ok_or_else(|| anyhow!("agent crate has no parent directory"))?.join("agent-ebpf");
     let root_dir = ebpf_dir.to_str().ok_or_else(|| anyhow!("non UTF-8 path {}", ebpf_dir.display()))?;
     // aya-build watches the eBPF crate only; the types and functions it
     // shares with the agent change the programs as well.

@@ -6,8 +6,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for proto in protos {
         println!("cargo::rerun-if-changed={proto}");
     }
-    tonic_prost_build::configure()
-        .codec_path("crate::codec::SliceCodec")
-        .compile_protos(&protos, &["."])?;
+    tonic_prost_build::configure().codec_path("crate::codec::SliceCodec").compile_protos(&protos, &["."])?;
     Ok(())
 }

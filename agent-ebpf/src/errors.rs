@@ -37,8 +37,8 @@ fn on_error_raised(ctx: ProbeContext) -> u32 {
     // that failed before any statement ended) is stale and replaced.
     if inflight.error_code != 0 && inflight.thd != 0 {
         let layout = layout();
-        let start_us =
-            unsafe { bpf_probe_read_user((inflight.thd + layout.start_utime_offset as u64) as *const u64) }.unwrap_or(0);
+        let start_us = unsafe { bpf_probe_read_user((inflight.thd + layout.start_utime_offset as u64) as *const u64) }
+            .unwrap_or(0);
         if inflight.error_ns >= start_us * 1000 {
             return 0;
         }

@@ -3,7 +3,8 @@
 //! registered costs a map lookup and a few adds instead of a ring-buffer
 //! record and the agent's work on it.
 use agent_common::{
-    CONTROL_EPOCH, CONTROL_OPAQUE_ONES, CONTROL_SHEDDING, CONTROL_SLOTS, MAX_TEXT, SLOT_ACCOUNTS, SlotStats, StatementStats,
+    CONTROL_EPOCH, CONTROL_OPAQUE_ONES, CONTROL_SHEDDING, CONTROL_SLOTS, MAX_TEXT, SLOT_ACCOUNTS, SlotStats,
+    StatementStats,
     kernel_digests::{BUCKETS, KnownSet, LOW_POWER, POWERS, bucket_at, entry_slot, known_set},
     text_hash::{HashState, step},
 };

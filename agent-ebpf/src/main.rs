@@ -28,9 +28,9 @@ macro_rules! uprobe_pair {
     };
 }
 
-mod kernel_digests;
 mod calibrate;
 mod errors;
+mod kernel_digests;
 mod layout;
 mod maps;
 mod names;

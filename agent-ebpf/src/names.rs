@@ -9,9 +9,7 @@
 //! connection (its id comes with the counters' window) and again after
 //! `acl_authenticate`, which a `COM_CHANGE_USER` runs on the connection's
 //! own thread.
-use agent_common::{
-    EventBuffer, Inflight, MAX_HOST, MAX_NAME, NameRecord, ServerLayout, UNKNOWN, name_kind, stat,
-};
+use agent_common::{EventBuffer, Inflight, MAX_HOST, MAX_NAME, NameRecord, ServerLayout, UNKNOWN, name_kind, stat};
 use aya_ebpf::{
     bindings::BPF_RB_NO_WAKEUP,
     helpers::{bpf_get_current_pid_tgid, bpf_probe_read_user, bpf_probe_read_user_buf, bpf_probe_read_user_str_bytes},
@@ -140,7 +138,13 @@ pub fn account(thd: u64, layout: &ServerLayout, buffer: &mut EventBuffer, inflig
 }
 
 #[inline(always)]
-fn account_hash(thd: u64, connection: u64, layout: &ServerLayout, buffer: &mut EventBuffer, inflight: &mut Inflight) -> u64 {
+fn account_hash(
+    thd: u64,
+    connection: u64,
+    layout: &ServerLayout,
+    buffer: &mut EventBuffer,
+    inflight: &mut Inflight,
+) -> u64 {
     if layout.sctx_offset == UNKNOWN || connection == 0 {
         return 0;
     }

@@ -11,8 +11,8 @@
 //! CLOSE, PING, QUIT, ...) at the price of a second trap. Placement lives
 //! here only; the agent names the symbols.
 use agent_common::{
-    EVENT_HEADER_LEN, EventBuffer, Inflight, MAX_TEXT, ServerLayout, StatementStats, UNKNOWN, command,
-    flags, kernel_digests::with_schema, source, stat, statement_flag, wait_class,
+    EVENT_HEADER_LEN, EventBuffer, Inflight, MAX_TEXT, ServerLayout, StatementStats, UNKNOWN, command, flags,
+    kernel_digests::with_schema, source, stat, statement_flag, wait_class,
 };
 use aya_ebpf::{
     bindings::BPF_RB_NO_WAKEUP,
@@ -255,8 +255,11 @@ fn try_statement_end(ctx: &ProbeContext) -> Result<(), i64> {
     event_flags |= text_flags;
     // What the optional probes recorded counts only when it happened
     // after this statement began.
-    let (error_code, error_ns) =
-        if inflight.error_code != 0 && inflight.error_ns >= start_ns { (inflight.error_code, inflight.error_ns) } else { (0, 0) };
+    let (error_code, error_ns) = if inflight.error_code != 0 && inflight.error_ns >= start_ns {
+        (inflight.error_code, inflight.error_ns)
+    } else {
+        (0, 0)
+    };
     if error_code != 0 {
         event_flags |= flags::ERROR;
     }
@@ -319,15 +322,14 @@ fn try_statement_end(ctx: &ProbeContext) -> Result<(), i64> {
         && !waited
         && !ran_programs
         && buffer.header.source == source::CLIENT
-        && let Some(first) =
-            kernel_digests::record(
-                text_hash,
-                duration_ns,
-                digest_slots,
-                layout.known_sets,
-                &buffer.header.stats,
-                buffer.header.account_hash,
-            )
+        && let Some(first) = kernel_digests::record(
+            text_hash,
+            duration_ns,
+            digest_slots,
+            layout.known_sets,
+            &buffer.header.stats,
+            buffer.header.account_hash,
+        )
     {
         stats[stat::KERNEL_COUNTED as usize] += 1;
         if first && kernel_digests::shedding_step() == 0 {

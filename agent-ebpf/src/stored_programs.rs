@@ -220,7 +220,8 @@ fn program(thd: u64, layout: &ServerLayout, buffer: &mut EventBuffer, inflight: 
     }
     let handler = read(sp + layout.sp_handler_offset as u64);
     let sp_flags = read(sp + layout.sp_flags_offset as u64) as u32;
-    let [db, db_len] = unsafe { bpf_probe_read_user((sp + layout.sp_db_offset as u64) as *const [u64; 2]) }.unwrap_or([0, 0]);
+    let [db, db_len] =
+        unsafe { bpf_probe_read_user((sp + layout.sp_db_offset as u64) as *const [u64; 2]) }.unwrap_or([0, 0]);
     let [name, name_len] =
         unsafe { bpf_probe_read_user((sp + layout.sp_name_offset as u64) as *const [u64; 2]) }.unwrap_or([0, 0]);
     buffer.header.program_kind = if handler == layout.handler_trigger {

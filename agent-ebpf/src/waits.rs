@@ -44,7 +44,8 @@ fn on_wait_begin(ctx: ProbeContext) -> u32 {
         // Waits belong to the statement that began at `start_utime`; a
         // connection idling for its next command still shows the previous
         // statement's start, so its wait never reaches the next statement.
-        let epoch = unsafe { bpf_probe_read_user((thd + layout().start_utime_offset as u64) as *const u64) }.unwrap_or(0);
+        let epoch =
+            unsafe { bpf_probe_read_user((thd + layout().start_utime_offset as u64) as *const u64) }.unwrap_or(0);
         let class = wait_class::of(wait_type);
         if class == wait_class::NETWORK && epoch == inflight.ended_epoch_us {
             return 0;

@@ -125,7 +125,13 @@ fn page_timings(ui: &str, hours: u64, repeats: usize, dir: &std::path::Path) -> 
         }
         response.sort_by(|a, b| a.total_cmp(b));
         load.sort_by(|a, b| a.total_cmp(b));
-        let _ = writeln!(rows, "| {label} | {:.0} | {:.0} | {:.0} |", response[response.len() / 2], load[load.len() / 2], load[load.len() - 1]);
+        let _ = writeln!(
+            rows,
+            "| {label} | {:.0} | {:.0} | {:.0} |",
+            response[response.len() / 2],
+            load[load.len() / 2],
+            load[load.len() - 1]
+        );
     }
     rows
 }
@@ -160,9 +166,11 @@ impl CpuCap {
         let parent = std::path::Path::new("/sys/fs/cgroup/cpu").join(relative);
         let dir = parent.join(format!("sqlbee-collector-load-{}-{n}", std::process::id()));
         let write = |file: &str, value: String| {
-            std::fs::write(dir.join(file), &value).unwrap_or_else(|e| panic!("writing {value} to {file} in {}: {e}", dir.display()))
+            std::fs::write(dir.join(file), &value)
+                .unwrap_or_else(|e| panic!("writing {value} to {file} in {}: {e}", dir.display()))
         };
-        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("creating {} (--collector-cpus needs root): {e}", dir.display()));
+        std::fs::create_dir_all(&dir)
+            .unwrap_or_else(|e| panic!("creating {} (--collector-cpus needs root): {e}", dir.display()));
         write("cpu.cfs_period_us", format!("{}", Self::PERIOD_US));
         write("cpu.cfs_quota_us", format!("{}", Self::quota_us(cores)));
         write("cgroup.procs", pid.to_string());
@@ -193,9 +201,8 @@ fn main() {
     let max_pushes = option("--max-pushes=");
     let collectors = option("--collectors=").unwrap_or(1).max(1) as usize;
     let gzip = std::env::args().any(|a| a == "--gzip");
-    let cpu_cap = std::env::args()
-        .find_map(|a| a.strip_prefix("--collector-cpus=")?.parse::<f64>().ok())
-        .filter(|c| *c > 0.0);
+    let cpu_cap =
+        std::env::args().find_map(|a| a.strip_prefix("--collector-cpus=")?.parse::<f64>().ok()).filter(|c| *c > 0.0);
     let store_options = if normal { "?synchronous=normal" } else { "" };
     let mut store_location = std::env::args().find_map(|a| a.strip_prefix("--store=").map(str::to_string));
     let clickhouse = if store_location.as_deref() == Some("clickhouse") {
@@ -234,9 +241,8 @@ fn main() {
         let ui = std::fs::read_to_string(&ui_ready).unwrap_or_default().trim().to_string();
         (collector, url, ui)
     };
-    let location = store_location
-        .clone()
-        .unwrap_or_else(|| format!("sqlite:{}{store_options}", dir.join("store.db").display()));
+    let location =
+        store_location.clone().unwrap_or_else(|| format!("sqlite:{}{store_options}", dir.join("store.db").display()));
     // On ClickHouse the rollup pass waits until the ingest is over (a day
     // arriving in minutes would be rolled again and again, as no live
     // fleet's is), so the ingest's cost and the rollups' are told apart.
@@ -259,8 +265,9 @@ fn main() {
         .collect();
     let urls: Vec<String> = std::iter::once(url.clone()).chain(others.iter().map(|(_, url)| url.clone())).collect();
     let pids: Vec<u32> = std::iter::once(pid).chain(others.iter().map(|(child, _)| child.id())).collect();
-    let caps: Vec<CpuCap> =
-        cpu_cap.map(|cores| pids.iter().enumerate().map(|(n, &pid)| CpuCap::new(pid, cores, n)).collect()).unwrap_or_default();
+    let caps: Vec<CpuCap> = cpu_cap
+        .map(|cores| pids.iter().enumerate().map(|(n, &pid)| CpuCap::new(pid, cores, n)).collect())
+        .unwrap_or_default();
     let per_collector: Arc<Vec<AtomicU64>> = Arc::new((0..collectors).map(|_| AtomicU64::new(0)).collect());
     let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64;
     let windows_per_agent = hours * 3600 / window_s;
@@ -302,7 +309,11 @@ fn main() {
                             .collect();
                         let n: u64 = windows.iter().map(|w| w.digests.len() as u64).sum();
                         let mut batch = Batch {
-                            agent: Some(AgentIdentity { host: format!("host{agent}"), agent_id: format!("load-{agent}"), version: "load".into() }),
+                            agent: Some(AgentIdentity {
+                                host: format!("host{agent}"),
+                                agent_id: format!("load-{agent}"),
+                                version: "load".into(),
+                            }),
                             sequence: b + 1,
                             created_unix_ms: now_ms,
                             epoch: 0,
@@ -395,7 +406,8 @@ fn main() {
     });
     let rss_kib = proc_field(pid, "status", "VmHWM:");
     let (rows, batches) = (rows.load(Ordering::Relaxed), batches.load(Ordering::Relaxed));
-    let db_bytes: u64 = std::fs::read_dir(&dir).unwrap().flatten().filter_map(|e| e.metadata().ok()).map(|m| m.len()).sum();
+    let db_bytes: u64 =
+        std::fs::read_dir(&dir).unwrap().flatten().filter_map(|e| e.metadata().ok()).map(|m| m.len()).sum();
 
     let mut timings = String::new();
     for (label, extra) in [
@@ -407,7 +419,10 @@ fn main() {
         ("top, last 24 hours", vec!["--since", "24h"]),
         ("top, last hour", vec!["--since", "1h"]),
         ("series, every statement, 7 days by the hour", vec!["series", "--since", "7d", "--step", "1h"]),
-        ("series, one digest, 24 hours by the minute", vec!["series", "--since", "24h", "--step", "1m", "--digest", "9e3779b97f4a7c15"]),
+        (
+            "series, one digest, 24 hours by the minute",
+            vec!["series", "--since", "24h", "--step", "1m", "--digest", "9e3779b97f4a7c15"],
+        ),
     ] {
         let mut runs = Vec::new();
         let mut failure = None;
@@ -506,7 +521,11 @@ fn main() {
     let _ = writeln!(md, "| collector peak RSS | {:.1} MiB |", rss_kib as f64 / 1024.0);
     match (&clickhouse, clickhouse_pid) {
         (Some(server), Some(_)) => {
-            let _ = writeln!(md, "| ClickHouse server CPU | {clickhouse_cpu:.1} s ({:.2} cores) |", clickhouse_cpu / elapsed);
+            let _ = writeln!(
+                md,
+                "| ClickHouse server CPU | {clickhouse_cpu:.1} s ({:.2} cores) |",
+                clickhouse_cpu / elapsed
+            );
             let _ = writeln!(
                 md,
                 "| batches per core-second, collector and ClickHouse together | {:.0} |",
@@ -542,7 +561,10 @@ fn main() {
             "Web UI pages over the whole span in headless Chromium: the browser's navigation timing, from \
              navigation start to the response's end and to the end of the load event (median and max of {repeats}):\n"
         );
-        let _ = writeln!(md, "| page | response ms (median) | load ms (median) | load ms (max) |\n|---|---|---|---|\n{pages}");
+        let _ = writeln!(
+            md,
+            "| page | response ms (median) | load ms (median) | load ms (max) |\n|---|---|---|---|\n{pages}"
+        );
     }
     println!("{md}");
     let date = String::from_utf8(Command::new("date").arg("+%Y-%m-%d").output().unwrap().stdout).unwrap();

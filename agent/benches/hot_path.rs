@@ -20,7 +20,12 @@ const ORM_QUERY: &[u8] = b"SELECT u.id, u.name, o.total FROM users u JOIN orders
     WHERE u.status = 'active' AND o.created_at > '2026-01-01' AND o.id IN (1, 2, 3, 4, 5) ORDER BY o.total DESC LIMIT 20";
 
 fn record(text: &[u8]) -> Vec<u8> {
-    let header = StatementEvent { captured_len: text.len() as u32, text_len: text.len() as u32, command: 3, ..Default::default() };
+    let header = StatementEvent {
+        captured_len: text.len() as u32,
+        text_len: text.len() as u32,
+        command: 3,
+        ..Default::default()
+    };
     let mut bytes = vec![0u8; EVENT_HEADER_LEN];
     // SAFETY: the vector holds exactly one header.
     unsafe { std::ptr::write_unaligned(bytes.as_mut_ptr().cast(), header) };
@@ -99,18 +104,24 @@ fn benches(c: &mut Criterion) {
     let many: Vec<Statement> = (0..200u64)
         .flat_map(|d| {
             let text = format!("SELECT c FROM sbtest{d} WHERE id=?").into_bytes();
-            statements[..5].iter().map(move |s| Statement { text: text.clone(), text_len: text.len() as u32, ..s.clone() })
+            statements[..5].iter().map(move |s| Statement {
+                text: text.clone(),
+                text_len: text.len() as u32,
+                ..s.clone()
+            })
         })
         .collect();
     aggregator.ingest(batch(many));
     let reports = aggregator.flush(SystemTime::now());
-    let encode = || Batch {
-        agent: Some(AgentIdentity { host: "bench".into(), agent_id: "bench".into(), version: "0".into() }),
-        sequence: 1,
-        windows: reports.iter().map(|r| instance_window(r, None)).collect(),
-        ..Default::default()
-    }
-    .encode_to_vec();
+    let encode = || {
+        Batch {
+            agent: Some(AgentIdentity { host: "bench".into(), agent_id: "bench".into(), version: "0".into() }),
+            sequence: 1,
+            windows: reports.iter().map(|r| instance_window(r, None)).collect(),
+            ..Default::default()
+        }
+        .encode_to_vec()
+    };
     c.bench_function("batch_encode_200_digests", |b| b.iter(encode));
 
     // Spool: durable append (write, fsync, rename) and replay (read, check,

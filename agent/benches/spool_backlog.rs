@@ -47,7 +47,11 @@ fn payload(sequence: u64) -> Vec<u8> {
             digests,
             ..Default::default()
         }],
-        agent_windows: vec![AgentWindow { window_start_unix_ms: start, window_end_unix_ms: start + 10_000, ..Default::default() }],
+        agent_windows: vec![AgentWindow {
+            window_start_unix_ms: start,
+            window_end_unix_ms: start + 10_000,
+            ..Default::default()
+        }],
         ..Default::default()
     }
     .encode_to_vec()

@@ -325,7 +325,10 @@ impl AgentOptions {
                     targets,
                     state_dir: self.state_dir.clone(),
                     spool_limit_bytes: self.spool_limit,
-                    disk_floor: crate::ship::DiskFloor { percent: self.spool_min_free_percent, bytes: self.spool_min_free_bytes },
+                    disk_floor: crate::ship::DiskFloor {
+                        percent: self.spool_min_free_percent,
+                        bytes: self.spool_min_free_bytes,
+                    },
                     max_batch_bytes: 4 << 20,
                     replay_interval: Duration::from_secs(1) / self.replay_rate.max(1),
                     shutdown_grace: Duration::from_secs(5),
@@ -367,7 +370,8 @@ fn command() -> clap::Command {
 /// names its key and the file.
 fn file_args(path: &std::path::Path, matches: &clap::ArgMatches) -> Result<Vec<OsString>, ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.into(), source })?;
-    let table: toml::Table = toml::from_str(&text).map_err(|source| ConfigError::Parse { path: path.into(), source })?;
+    let table: toml::Table =
+        toml::from_str(&text).map_err(|source| ConfigError::Parse { path: path.into(), source })?;
     let command = command();
     let known = || {
         command.get_arguments().filter(|a| a.get_id() != "config").map(|a| a.get_id().to_string()).collect::<Vec<_>>()
@@ -380,10 +384,9 @@ fn file_args(path: &std::path::Path, matches: &clap::ArgMatches) -> Result<Vec<O
             (_, value) => (key, value),
         };
         let bad = |detail: String| ConfigError::FileValue { path: path.into(), key: key.clone(), detail };
-        let arg = command
-            .get_arguments()
-            .find(|a| a.get_id() == key.as_str() && key != "config")
-            .ok_or_else(|| ConfigError::UnknownKey { path: path.into(), key: key.clone(), known: known().join(", ") })?;
+        let arg = command.get_arguments().find(|a| a.get_id() == key.as_str() && key != "config").ok_or_else(|| {
+            ConfigError::UnknownKey { path: path.into(), key: key.clone(), known: known().join(", ") }
+        })?;
         if matches!(matches.value_source(&key), Some(ValueSource::CommandLine | ValueSource::EnvVariable)) {
             continue;
         }
@@ -409,7 +412,12 @@ fn file_args(path: &std::path::Path, matches: &clap::ArgMatches) -> Result<Vec<O
         // Checked alone, so the message is about this key.
         if let Err(e) = command.clone().try_get_matches_from(&args) {
             let detail = e.render().to_string();
-            return Err(bad(detail.lines().next().unwrap_or("invalid value").trim_start_matches("error: ").to_string()));
+            return Err(bad(detail
+                .lines()
+                .next()
+                .unwrap_or("invalid value")
+                .trim_start_matches("error: ")
+                .to_string()));
         }
         out.extend(args);
     }
@@ -449,7 +457,12 @@ impl AgentConfig {
         let ms = o.duty_period.as_millis() as u64;
         range("duty_period", ms, (100..=600_000).contains(&ms), "100ms..=10min")?;
         let ms = o.drain_interval.as_millis() as u64;
-        range("drain_interval", ms, (1..=10_000).contains(&ms) && o.drain_interval <= o.window, "1ms..=10s and at most the window")?;
+        range(
+            "drain_interval",
+            ms,
+            (1..=10_000).contains(&ms) && o.drain_interval <= o.window,
+            "1ms..=10s and at most the window",
+        )?;
         Ok(())
     }
 }

@@ -22,10 +22,10 @@ use tracing::{info, warn};
 use crate::{
     aggregate::Aggregator,
     budget::{Applied, BudgetError, CostMeter, CostSample, SelfLimit, Shedder},
-    host::{HostMetrics, HostSampler},
-    metrics::{MetricsError, MetricsServer, agent_metrics},
     config::{AgentConfig, OutputFormat},
     discover::{self, DiscoverError, ServerProcess},
+    host::{HostMetrics, HostSampler},
+    metrics::{MetricsError, MetricsServer, agent_metrics},
     normalize::Normalizer,
     output,
     privileges::{self, PrivilegeError},
@@ -78,8 +78,10 @@ const CHANNEL_BATCHES: usize = 256;
 pub fn run_agent(config: AgentConfig, signalled: &'static AtomicBool) -> Result<(), PipelineError> {
     let host = crate::procfs::hostname();
     if config.options.samples == crate::normalize::Samples::Raw {
-        warn!("--samples raw: statement samples and error messages keep their literal values (passwords and keys \
-            excepted) and leave this host as they are; the default, redacted, replaces them with ?");
+        warn!(
+            "--samples raw: statement samples and error messages keep their literal values (passwords and keys \
+            excepted) and leave this host as they are; the default, redacted, replaces them with ?"
+        );
     }
     // First, before any thread exists: the cgroup then holds all of them.
     // Dropped when this function returns, which leaves and removes it.
@@ -114,18 +116,21 @@ pub fn run_agent(config: AgentConfig, signalled: &'static AtomicBool) -> Result<
             0
         }
     };
-    let mut supervisor = Supervisor::new(ProbeConfig {
-        text_limit: config.options.text_limit,
-        ring_bytes: config.options.ring_bytes,
-        waits: config.wait_probes,
-        commands: config.command_probe,
-        long_wait_us: config.long_wait_us,
-        digest_slots: config.kernel_digests,
-        overhead_budget: config.options.mysqld_overhead_budget,
-        duty_period: config.options.duty_period,
-        task_runtime_offset,
-        task_btf: discover::has_current_task_btf(),
-    }, prepared.stats);
+    let mut supervisor = Supervisor::new(
+        ProbeConfig {
+            text_limit: config.options.text_limit,
+            ring_bytes: config.options.ring_bytes,
+            waits: config.wait_probes,
+            commands: config.command_probe,
+            long_wait_us: config.long_wait_us,
+            digest_slots: config.kernel_digests,
+            overhead_budget: config.options.mysqld_overhead_budget,
+            duty_period: config.options.duty_period,
+            task_runtime_offset,
+            task_btf: discover::has_current_task_btf(),
+        },
+        prepared.stats,
+    );
 
     // Explicit pids must work at start: a wrong pid or binary is an error.
     let mut watched_instances = Vec::new();
@@ -249,8 +254,9 @@ fn aggregate_loop(
     metrics_page: Option<MetricsPage>,
 ) -> Result<(), PipelineError> {
     let mut metrics = metrics_page.map(|page| (page, agent_metrics::AgentMetrics::new(config.wait_probes)));
-    let mut aggregator = Aggregator::new(Normalizer::new(config.normalize_cache), config.options.max_digests, SystemTime::now())
-        .with_samples(config.options.samples);
+    let mut aggregator =
+        Aggregator::new(Normalizer::new(config.normalize_cache), config.options.max_digests, SystemTime::now())
+            .with_samples(config.options.samples);
     let stdout = std::io::stdout();
     let mut window_start = SystemTime::now();
     while let Ok(message) = rx.recv() {
@@ -261,7 +267,8 @@ fn aggregate_loop(
                 let sum = |f: fn(&crate::aggregate::Summary) -> u64| reports.iter().map(|r| f(&r.summary)).sum();
                 cost.attribute(sum(|s| s.statements), sum(|s| s.events), sum(|s| s.dropped_events));
                 if let Some((page, metrics)) = &mut metrics {
-                    let text = metrics.render(&cost, host.as_ref(), &reports, &untraced, ship.as_ref().map(ShipStage::totals));
+                    let text =
+                        metrics.render(&cost, host.as_ref(), &reports, &untraced, ship.as_ref().map(ShipStage::totals));
                     *page.lock().unwrap_or_else(|e| e.into_inner()) = text;
                 }
                 let mut out = stdout.lock();
@@ -294,7 +301,11 @@ fn aggregate_loop(
 
 /// Binds now (a taken port is an error at start) and serves from a thread
 /// with its own small runtime until `stop` is set.
-fn serve_metrics(addr: &str, page: MetricsPage, stop: Arc<AtomicBool>) -> Result<thread::JoinHandle<()>, PipelineError> {
+fn serve_metrics(
+    addr: &str,
+    page: MetricsPage,
+    stop: Arc<AtomicBool>,
+) -> Result<thread::JoinHandle<()>, PipelineError> {
     let server = MetricsServer::bind(addr)?;
     info!(addr = %server.local_addr(), "serving Prometheus metrics");
     let handle = thread::Builder::new().name("metrics".into()).spawn(move || {

@@ -140,7 +140,9 @@ pub fn keep_only(mask: u64) -> Result<u64, PrivilegeError> {
 fn bounding_set() -> u64 {
     std::fs::read_to_string("/proc/thread-self/status")
         .ok()
-        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("CapBnd:").and_then(|v| u64::from_str_radix(v.trim(), 16).ok())))
+        .and_then(|s| {
+            s.lines().find_map(|l| l.strip_prefix("CapBnd:").and_then(|v| u64::from_str_radix(v.trim(), 16).ok()))
+        })
         .unwrap_or(u64::MAX)
 }
 

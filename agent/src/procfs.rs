@@ -55,9 +55,7 @@ pub fn boot_time_unix_ms() -> i64 {
 
 /// This host's name as the kernel has it (`localhost` if unreadable).
 pub fn hostname() -> String {
-    fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .unwrap_or_else(|_| "localhost".into())
+    fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_else(|_| "localhost".into())
 }
 
 #[cfg(test)]

@@ -192,7 +192,9 @@ fn collector_and_query_tools_stay_in_their_rooms() {
     for (module, targets) in graph.iter().filter(|(m, _)| m.starts_with("collector::http")) {
         let foreign: Vec<&String> = targets
             .iter()
-            .filter(|t| !["collector::http", "collector::query_api", "collector::auth"].iter().any(|ok| t.starts_with(ok)))
+            .filter(|t| {
+                !["collector::http", "collector::query_api", "collector::auth"].iter().any(|ok| t.starts_with(ok))
+            })
             .collect();
         assert!(foreign.is_empty(), "{module} reaches past the query API: {foreign:?}");
     }

@@ -132,7 +132,10 @@ fn cost_bench_runs_every_step() {
         assert_eq!(run.reported_step, run.step, "{run:?}");
     }
     let markdown = std::fs::read_to_string(&outcome.report).unwrap();
-    assert_eq!(markdown.lines().filter(|l| l.starts_with("| 500 ") || l.starts_with("| max ")).count(), outcome.runs.len());
+    assert_eq!(
+        markdown.lines().filter(|l| l.starts_with("| 500 ") || l.starts_with("| max ")).count(),
+        outcome.runs.len()
+    );
     let csv = std::fs::read_to_string(&outcome.csv).unwrap();
     assert_eq!(csv.lines().count(), outcome.runs.len() + 1);
     let _ = std::fs::remove_dir_all(&out_dir);

@@ -47,10 +47,8 @@ fn agent_runs_in_its_own_limited_cgroup_and_reports_its_cost() {
     let server = PrivateServer::start("budget", &[]).unwrap();
     // What an agent killed with SIGKILL leaves behind, with a pid that can
     // never be alive (above the kernel's PID_MAX_LIMIT): removed at start.
-    let stale: Vec<_> = ["cpu", "memory"]
-        .iter()
-        .map(|c| controller_dir(std::process::id(), c).join("sqlbee-4194999"))
-        .collect();
+    let stale: Vec<_> =
+        ["cpu", "memory"].iter().map(|c| controller_dir(std::process::id(), c).join("sqlbee-4194999")).collect();
     for dir in &stale {
         std::fs::create_dir_all(dir).unwrap();
         // Only groups older than a minute are left over, not being set up.
@@ -111,15 +109,19 @@ fn agent_runs_in_its_own_limited_cgroup_and_reports_its_cost() {
     assert!(agents.iter().all(|a| a["cpu_source"] == "cgroup" && a["rss_bytes"].as_u64().unwrap() > 0));
     assert!(agents.iter().all(|a| a["cpu_cores"].as_f64().unwrap() <= 0.5 * 1.2), "{agents:#?}");
     // The statements the windows saw, as rates, add up to what ran.
-    let seen: f64 = agents.iter().map(|a| a["statements_per_s"].as_f64().unwrap() * a["window_seconds"].as_f64().unwrap()).sum();
+    let seen: f64 =
+        agents.iter().map(|a| a["statements_per_s"].as_f64().unwrap() * a["window_seconds"].as_f64().unwrap()).sum();
     assert!((seen - STATEMENTS as f64).abs() <= 3.0, "windows saw {seen} statements of {STATEMENTS}");
     assert!(agents.iter().any(|a| a["cores_per_10k_qps"].as_f64().unwrap() > 0.0), "{agents:#?}");
     let host: Vec<_> = out.of_type("host").collect();
     assert!(!host.is_empty());
     let server_pid = server.pid() as u64;
     assert!(
-        host.iter().any(|h| h["processes"].as_array().unwrap().iter().any(|p| p["pid"].as_u64() == Some(server_pid)
-            && p["rss_bytes"].as_u64().unwrap_or(0) > 0)),
+        host.iter().any(|h| h["processes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["pid"].as_u64() == Some(server_pid) && p["rss_bytes"].as_u64().unwrap_or(0) > 0)),
         "{host:#?}"
     );
 }
@@ -134,7 +136,12 @@ fn a_taken_metrics_port_is_a_clear_error_at_start() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = taken.local_addr().unwrap().port();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_sqlbee"))
-        .args(["agent", &format!("--pid={}", server.pid()), &format!("--metrics-listen=127.0.0.1:{port}"), "--duration=1s"])
+        .args([
+            "agent",
+            &format!("--pid={}", server.pid()),
+            &format!("--metrics-listen=127.0.0.1:{port}"),
+            "--duration=1s",
+        ])
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -219,17 +226,16 @@ fn budget_mode_detaches_and_reattaches_and_flags_estimates() {
     // Questions also counts the two status reads around the agent's life.
     let questions = common::delta(&before, &after, "Questions") as f64 - 2.0;
     let summaries: Vec<_> = out.of_type("summary").collect();
-    let server_counted: f64 = summaries.iter().map(|s| s["probes"]["server_statements"].as_u64().unwrap_or(0) as f64).sum();
+    let server_counted: f64 =
+        summaries.iter().map(|s| s["probes"]["server_statements"].as_u64().unwrap_or(0) as f64).sum();
     assert!(
         (server_counted - questions).abs() <= 0.01 * questions + 10.0,
         "the server's counter adds up to {server_counted}, Questions to {questions}: {}",
         out.stderr
     );
     let counted: f64 = summaries.iter().map(|s| s["statements"].as_u64().unwrap() as f64).sum();
-    let estimated: f64 = summaries
-        .iter()
-        .map(|s| s["estimated_statements"].as_u64().or(s["statements"].as_u64()).unwrap() as f64)
-        .sum();
+    let estimated: f64 =
+        summaries.iter().map(|s| s["estimated_statements"].as_u64().or(s["statements"].as_u64()).unwrap() as f64).sum();
     assert!(counted < 0.8 * questions, "probes counted {counted} of {questions}: hardly a sample");
     assert!(
         (estimated - questions).abs() <= 0.2 * questions,
@@ -338,7 +344,12 @@ impl Burners {
                 // quota the agent leaves, without starving the agent of the
                 // little it needs to notice and shed (at equal priority two
                 // spinners left it a few windows in 20 s, or none).
-                .map(|_| std::process::Command::new("nice").args(["-n", "19", "sh", "-c", "while :; do :; done"]).spawn().unwrap())
+                .map(|_| {
+                    std::process::Command::new("nice")
+                        .args(["-n", "19", "sh", "-c", "while :; do :; done"])
+                        .spawn()
+                        .unwrap()
+                })
                 .collect(),
         );
         for child in &burners.0 {
@@ -376,8 +387,10 @@ fn tiny_budget_holds_the_quota_sheds_and_counts_stay_exact() {
     std::thread::sleep(Duration::from_millis(1000));
     run.pause();
     let before = common::status_before_agent(&server);
-    let agent =
-        Agent::start(server.dir(), &[format!("--pid={}", server.pid()), "--window=1s".into(), "--cpu-limit=0.1".into()]);
+    let agent = Agent::start(
+        server.dir(),
+        &[format!("--pid={}", server.pid()), "--window=1s".into(), "--cpu-limit=0.1".into()],
+    );
     let burners = Burners::start_in_cgroup_of(agent.pid(), 2);
     let cpuacct = controller_dir(agent.pid(), "cpuacct").join("cpuacct.usage");
     let read_ns = || std::fs::read_to_string(&cpuacct).unwrap().trim().parse::<u64>().unwrap();
@@ -449,7 +462,12 @@ fn reported_cost_and_rate_agree_with_the_kernel_and_the_server() {
     // Every statement sent to the agent, so that it has real work to account.
     let agent = Agent::start(
         server.dir(),
-        &[format!("--pid={}", server.pid()), "--window=1s".into(), "--kernel-digests=0".into(), "--command-probe".into()],
+        &[
+            format!("--pid={}", server.pid()),
+            "--window=1s".into(),
+            "--kernel-digests=0".into(),
+            "--command-probe".into(),
+        ],
     );
     let cpu_before = kernel_cpu_s(agent.pid());
     run.resume();
@@ -478,8 +496,12 @@ fn reported_cost_and_rate_agree_with_the_kernel_and_the_server() {
         out.stderr
     );
 
-    let seen: f64 = lines.iter().map(|l| l["statements_per_s"].as_f64().unwrap() * l["window_seconds"].as_f64().unwrap()).sum();
+    let seen: f64 =
+        lines.iter().map(|l| l["statements_per_s"].as_f64().unwrap() * l["window_seconds"].as_f64().unwrap()).sum();
     // Questions also counts the two status reads around the agent's life.
     let questions = common::delta(&before, &after, "Questions") as f64 - 2.0;
-    assert!((seen - questions).abs() <= 0.01 * questions + 2.0, "agent rate adds up to {seen:.0} statements, Questions to {questions}");
+    assert!(
+        (seen - questions).abs() <= 0.01 * questions + 2.0,
+        "agent rate adds up to {seen:.0} statements, Questions to {questions}"
+    );
 }

@@ -35,7 +35,10 @@ fn exact_counts_for_text_and_prepared_statements() {
     let server = PrivateServer::start("exact", &[]).unwrap();
     let rows: Vec<String> = (1..=100).map(|i| format!("({i}, 0)")).collect();
     server
-        .sql(&format!("CREATE DATABASE app; CREATE TABLE app.t (id INT PRIMARY KEY, v INT); INSERT INTO app.t VALUES {}", rows.join(",")))
+        .sql(&format!(
+            "CREATE DATABASE app; CREATE TABLE app.t (id INT PRIMARY KEY, v INT); INSERT INTO app.t VALUES {}",
+            rows.join(",")
+        ))
         .unwrap();
     let before = common::status_before_agent(&server);
     let agent = Agent::start(server.dir(), &with(agent_args(&server), "--command-probe"));
@@ -85,7 +88,11 @@ fn exact_counts_for_text_and_prepared_statements() {
         out.of_type("summary").map(|s| s["probes"]["server_statements"].as_u64().unwrap_or(0)).sum();
     let skipped = get("COM_STMT_PREPARE") + get("COM_STMT_CLOSE") + get("COM_STMT_RESET");
     assert_eq!(skipped, 2);
-    assert_eq!(server_counted + 2, delta(&before, &after, "Questions") + skipped, "the server's counter over the windows");
+    assert_eq!(
+        server_counted + 2,
+        delta(&before, &after, "Questions") + skipped,
+        "the server's counter over the windows"
+    );
     // Every statement the kernel saw arrived as an event and in a digest
     // (unmatched: statement ends whose start fell before the attach).
     let statements = out.summary_total(None, "statements") - out.summary_total(None, "unmatched");
@@ -307,7 +314,11 @@ fn sysbench_started_before_agent(ps_mode: &'static str) {
     let server_counted: u64 =
         out.of_type("summary").map(|s| s["probes"]["server_statements"].as_u64().unwrap_or(0)).sum();
     let skipped = get("COM_STMT_PREPARE") + get("COM_STMT_CLOSE") + get("COM_STMT_RESET");
-    assert_eq!(server_counted + 2, delta(&before, &after, "Questions") + skipped, "the server's counter over the windows");
+    assert_eq!(
+        server_counted + 2,
+        delta(&before, &after, "Questions") + skipped,
+        "the server's counter over the windows"
+    );
     assert_eq!(out.summary_total(None, "statements") - out.summary_total(None, "unmatched"), total);
     assert!(out.summary_total(None, "unmatched") <= 1, "only a statement ending at the attach may be unmatched");
     assert_eq!(out.summary_total(None, "dropped_events"), 0);
@@ -500,7 +511,11 @@ fn row_lock_wait_is_timed_on_the_waiting_statement() {
     assert!((450_000_000..=700_000_000).contains(&duration), "{r:#?}");
     let holder_txn = r["blockers"].as_array().unwrap().iter().find(|b| {
         b["transaction"] == true
-            && b["statements"].as_array().unwrap().iter().any(|s| s == "SELECT `v` FROM `app`.`r` WHERE ID = ? FOR UPDATE")
+            && b["statements"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|s| s == "SELECT `v` FROM `app`.`r` WHERE ID = ? FOR UPDATE")
     });
     assert!(holder_txn.is_some(), "{r:#?}");
 }
@@ -511,7 +526,9 @@ fn metadata_lock_wait_is_timed_on_the_alter() {
         return;
     }
     let server = PrivateServer::start("mdl", &[]).unwrap();
-    server.sql("CREATE DATABASE app; CREATE TABLE app.m (id INT PRIMARY KEY) ENGINE=InnoDB; INSERT INTO app.m VALUES (1)").unwrap();
+    server
+        .sql("CREATE DATABASE app; CREATE TABLE app.m (id INT PRIMARY KEY) ENGINE=InnoDB; INSERT INTO app.m VALUES (1)")
+        .unwrap();
     let agent = Agent::start(server.dir(), &with(agent_args(&server), "--wait-probes"));
     let mut holder = connect(&server);
     holder.query_drop("BEGIN").unwrap();

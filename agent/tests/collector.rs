@@ -15,8 +15,8 @@ use rcgen::{
 use serde_json::Value;
 use sqlbee::{client::ClientOptions, collector::store::sqlite::SCHEMA_VERSION};
 use sqlbee_proto::v1::{
-    Blocker, DigestStats, ErrorCount, InstancesRequest, LockWait, LocksRequest, PushResponse, SeriesPoint, SeriesRequest,
-    TopRequest, TotalsRequest, WaitStats,
+    Blocker, DigestStats, ErrorCount, InstancesRequest, LockWait, LocksRequest, PushResponse, SeriesPoint,
+    SeriesRequest, TopRequest, TotalsRequest, WaitStats,
 };
 use tonic::{Code, codec::CompressionEncoding};
 
@@ -58,7 +58,12 @@ async fn batches_are_stored_once_and_histograms_merge_exactly() {
     let first = batch(
         "agent-1",
         1,
-        vec![window(INSTANCE, 100, now - 10_000, vec![digest(select, "SELECT ?", &a), digest(update, "UPDATE t SET a = ?", &[5_000])])],
+        vec![window(
+            INSTANCE,
+            100,
+            now - 10_000,
+            vec![digest(select, "SELECT ?", &a), digest(update, "UPDATE t SET a = ?", &[5_000])],
+        )],
     );
     let second = batch("agent-1", 2, vec![window(INSTANCE, 101, now, vec![digest(select, "SELECT ?", &b)])]);
     assert_eq!(ack(push(&mut ingest, first.clone()).await.unwrap()), (1, false));
@@ -108,7 +113,11 @@ async fn batches_are_stored_once_and_histograms_merge_exactly() {
     // 3 ms bucket's upper bound; the 1 ms statements of window A are out.
     assert_eq!((recent.digests[0].count, recent.digests[0].p50_ns), (40, 3_145_727));
 
-    let totals = query.totals(TotalsRequest { instance: INSTANCE.into(), since_unix_ms: 0, ..Default::default() }).await.unwrap().into_inner();
+    let totals = query
+        .totals(TotalsRequest { instance: INSTANCE.into(), since_unix_ms: 0, ..Default::default() })
+        .await
+        .unwrap()
+        .into_inner();
     assert_eq!((totals.statements, totals.digest_count), (101, 2));
     assert_eq!(totals.commands.len(), 1);
     assert_eq!((totals.commands[0].command.as_str(), totals.commands[0].count), ("COM_QUERY", 101));
@@ -122,14 +131,21 @@ async fn batches_are_stored_once_and_histograms_merge_exactly() {
     assert_eq!(counted(&all.points), 101);
     let instances = query.series(SeriesRequest { by_instance: true, ..whole.clone() }).await.unwrap().into_inner();
     assert!(instances.points.is_empty());
-    assert_eq!(instances.instances.iter().map(|s| (s.instance.as_str(), counted(&s.points))).collect::<Vec<_>>(), [(INSTANCE, 101)]);
-    let digests = query.series(SeriesRequest { by_digests: vec![update, select], ..whole.clone() }).await.unwrap().into_inner();
+    assert_eq!(
+        instances.instances.iter().map(|s| (s.instance.as_str(), counted(&s.points))).collect::<Vec<_>>(),
+        [(INSTANCE, 101)]
+    );
+    let digests =
+        query.series(SeriesRequest { by_digests: vec![update, select], ..whole.clone() }).await.unwrap().into_inner();
     let mut per_digest: Vec<(u64, u64)> = digests.digests.iter().map(|s| (s.digest, counted(&s.points))).collect();
     per_digest.sort_unstable();
     assert_eq!(per_digest, [(select, 100), (update, 1)]);
     for (request, needle) in [
         (SeriesRequest { of: "cost".into(), by_instance: true, ..whole.clone() }, "by_instance"),
-        (SeriesRequest { of: "digest".into(), digest: select, by_digests: vec![select], ..whole.clone() }, "by_digests"),
+        (
+            SeriesRequest { of: "digest".into(), digest: select, by_digests: vec![select], ..whole.clone() },
+            "by_digests",
+        ),
         (SeriesRequest { by_digests: (1..=1001).collect(), ..whole.clone() }, "1000"),
         (SeriesRequest { by_instance: true, by_digests: vec![select], ..whole.clone() }, "one way"),
     ] {
@@ -224,9 +240,13 @@ async fn tokens_are_required_when_configured() {
 async fn ingest_and_read_tokens_are_separate_and_reload_on_sighup() {
     let dir = TempDir::new("roles");
     let tokens = dir.path().join("tokens");
-    std::fs::write(&tokens, "ingest host-token agents=web-1
+    std::fs::write(
+        &tokens,
+        "ingest host-token agents=web-1
 read reader-token
-").unwrap();
+",
+    )
+    .unwrap();
     let collector = Collector::start(&["--tokens".into(), tokens.display().to_string()]);
     let url = collector.http_url();
     let as_token = |t: &str| ClientOptions { token: Some(t.into()), ..plain(&url) };
@@ -253,14 +273,22 @@ read reader-token
         unsafe { libc::kill(pid as i32, libc::SIGHUP) };
         std::thread::sleep(Duration::from_millis(300));
     };
-    std::fs::write(&tokens, "read new-reader
-").unwrap();
+    std::fs::write(
+        &tokens,
+        "read new-reader
+",
+    )
+    .unwrap();
     hup(&collector);
     assert!(query_client(&as_token("new-reader")).await.instances(InstancesRequest {}).await.is_ok());
     let err = query_client(&as_token("reader-token")).await.instances(InstancesRequest {}).await.unwrap_err();
     assert_eq!(err.code(), Code::Unauthenticated, "the old token is gone: {err:?}");
-    std::fs::write(&tokens, "garbage line with too many fields
-").unwrap();
+    std::fs::write(
+        &tokens,
+        "garbage line with too many fields
+",
+    )
+    .unwrap();
     hup(&collector);
     assert!(query_client(&as_token("new-reader")).await.instances(InstancesRequest {}).await.is_ok(), "kept");
     assert!(collector.stderr_text().contains("not reloaded"), "{}", collector.stderr_text());
@@ -500,17 +528,21 @@ async fn retention_prunes_old_windows() {
     let (old, fresh, ancient) = (1, 2, 3);
     let b1 = batch("agent-r", 1, vec![window(INSTANCE, 1, now - 100, vec![digest(old, "SELECT old", &[1000])])]);
     // Ends in the future (allowed clock skew), so it outlives the test.
-    let b2 = batch("agent-r", 2, vec![window(INSTANCE, 1, now + 600_000, vec![digest(fresh, "SELECT fresh", &[1000])])]);
+    let b2 =
+        batch("agent-r", 2, vec![window(INSTANCE, 1, now + 600_000, vec![digest(fresh, "SELECT fresh", &[1000])])]);
     // Valid (within 30 days) but already past retention: accepted, not kept.
-    let b3 = batch("agent-r", 3, vec![window(INSTANCE, 1, now - 86_400_000, vec![digest(ancient, "SELECT ancient", &[1000])])]);
+    let b3 = batch(
+        "agent-r",
+        3,
+        vec![window(INSTANCE, 1, now - 86_400_000, vec![digest(ancient, "SELECT ancient", &[1000])])],
+    );
     for b in [b1.clone(), b2, b3] {
         assert!(!push(&mut ingest, b).await.unwrap().duplicate);
     }
     // Raw windows: a range shorter than a minute is read raw, never from
     // the rollups (which keep their own, longer, retention).
-    let raw_around = |t: i64| {
-        top_json(&url, &["--since", &(t - 29_000).to_string(), "--until", &(t + 29_000).to_string()])
-    };
+    let raw_around =
+        |t: i64| top_json(&url, &["--since", &(t - 29_000).to_string(), "--until", &(t + 29_000).to_string()]);
     let (old_end, fresh_end) = (now - 100, now + 600_000);
     assert!(has_digest(&raw_around(old_end), old) && has_digest(&raw_around(fresh_end), fresh));
     let top = top_json(&url, &[]);
@@ -586,7 +618,10 @@ async fn waits_and_error_samples_merge_across_windows_and_instances() {
                     "UPDATE t SET a = ? WHERE id = ?",
                     &[400 * ms, 300 * ms, 2 * ms],
                     vec![wait("row_lock", 300 * ms, 200 * ms, 2), wait("disk_io", 5 * ms, 3 * ms, 1)],
-                    vec![error(1213, 1, "an older deadlock"), error(1205, 1, "Lock wait timeout exceeded; try restarting transaction")],
+                    vec![
+                        error(1213, 1, "an older deadlock"),
+                        error(1205, 1, "Lock wait timeout exceeded; try restarting transaction"),
+                    ],
                 ),
                 // An old agent's digest: no waits, no error messages.
                 digest(select, "SELECT * FROM big", &[900 * ms, 900 * ms]),
@@ -718,7 +753,16 @@ async fn bad_waits_and_error_messages_are_refused_and_not_stored() {
     // Nothing was stored, not even the sequence: the good batch with the
     // same sequence is new.
     assert!(top_json(&url, &[]).as_array().unwrap().is_empty());
-    assert!(query_client(&plain(&url)).await.instances(InstancesRequest {}).await.unwrap().into_inner().instances.is_empty());
+    assert!(
+        query_client(&plain(&url))
+            .await
+            .instances(InstancesRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+            .instances
+            .is_empty()
+    );
     assert!(!push(&mut ingest, good()).await.unwrap().duplicate);
     let d = top_json(&url, &[]);
     assert_eq!(row(&d, 11)["waits"]["row_lock"]["sum_ns"], 800);
@@ -745,7 +789,12 @@ async fn version_1_store_is_upgraded_and_keeps_its_data() {
     let old = batch(
         "agent-v1",
         1,
-        vec![window(INSTANCE, 1, now - 10_000, vec![waiting(id, "INSERT INTO t VALUES (?)", &[1000, 2000], vec![], vec![error(1062, 1, "")])])],
+        vec![window(
+            INSTANCE,
+            1,
+            now - 10_000,
+            vec![waiting(id, "INSERT INTO t VALUES (?)", &[1000, 2000], vec![], vec![error(1062, 1, "")])],
+        )],
     );
     assert!(!push(&mut ingest, old.clone()).await.unwrap().duplicate);
     drop(ingest);
@@ -850,7 +899,12 @@ fn lock_wait(start: i64, connection_id: u64, blockers: Vec<Blocker>) -> LockWait
 }
 
 fn blocker(connection_id: u64, transaction: bool, started: i64, statements: &[&str]) -> Blocker {
-    Blocker { connection_id, transaction, started_unix_ms: started, statements: statements.iter().map(|s| s.to_string()).collect() }
+    Blocker {
+        connection_id,
+        transaction,
+        started_unix_ms: started,
+        statements: statements.iter().map(|s| s.to_string()).collect(),
+    }
 }
 
 /// `sqlbee locks --format json ...`, parsed; panics with stderr on failure.
@@ -1019,7 +1073,12 @@ async fn version_2_store_is_upgraded_and_keeps_its_data() {
     let old = batch(
         "agent-v2",
         1,
-        vec![window(INSTANCE, 1, now - 10_000, vec![waiting(id, "SELECT ?", &[1000, 2000], vec![wait("row_lock", 900, 900, 1)], vec![])])],
+        vec![window(
+            INSTANCE,
+            1,
+            now - 10_000,
+            vec![waiting(id, "SELECT ?", &[1000, 2000], vec![wait("row_lock", 900, 900, 1)], vec![])],
+        )],
     );
     assert!(!push(&mut ingest, old.clone()).await.unwrap().duplicate);
     drop(ingest);
@@ -1188,9 +1247,12 @@ async fn acknowledged_batches_survive_a_kill_right_after_the_answer() {
     let now = now_ms();
     for sequence in 1..=20u64 {
         let end = now - 20_000 + sequence as i64 * 500;
-        let pushed = push(&mut ingest, batch("agent-kill", sequence, vec![window(INSTANCE, 100, end, vec![digest(0x77, "SELECT ?", &[1000; 3])])]))
-            .await
-            .unwrap();
+        let pushed = push(
+            &mut ingest,
+            batch("agent-kill", sequence, vec![window(INSTANCE, 100, end, vec![digest(0x77, "SELECT ?", &[1000; 3])])]),
+        )
+        .await
+        .unwrap();
         assert!(!pushed.duplicate);
     }
     collector.kill9();
@@ -1203,7 +1265,15 @@ async fn acknowledged_batches_survive_a_kill_right_after_the_answer() {
 /// Peak resident memory of a process (VmHWM), bytes.
 fn peak_rss(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let kib: u64 = status.lines().find_map(|l| l.strip_prefix("VmHWM:")).unwrap().trim().trim_end_matches(" kB").trim().parse().unwrap();
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .unwrap()
+        .trim()
+        .trim_end_matches(" kB")
+        .trim()
+        .parse()
+        .unwrap();
     kib * 1024
 }
 
@@ -1382,7 +1452,11 @@ async fn a_full_store_disk_refuses_for_now_and_keeps_what_it_acknowledged() {
     let mut ingest = ingest_client(&plain(&collector.http_url())).await;
     let count = |top: &Value| -> u64 { (0..40).map(|i| row(top, 0x1000 + i)["count"].as_u64().unwrap()).sum() };
     let top = top_json(&collector.http_url(), &["--limit", "100"]);
-    assert_eq!(count(&top), acknowledged.len() as u64 * 80, "every acknowledged batch survives the full disk and a kill");
+    assert_eq!(
+        count(&top),
+        acknowledged.len() as u64 * 80,
+        "every acknowledged batch survives the full disk and a kill"
+    );
     for sequence in refused.iter().copied() {
         let ack = push(&mut ingest, make(sequence)).await.unwrap();
         assert!(!ack.duplicate, "a refused batch was not stored");
@@ -1402,7 +1476,8 @@ async fn a_clock_ahead_is_corrected_not_refused() {
     let mut ingest = ingest_client(&plain(&url)).await;
     let ahead = 90 * 60_000;
     let now = now_ms();
-    let mut b = batch("agent-ahead", 1, vec![window(INSTANCE, 100, now + ahead, vec![digest(0x99, "SELECT ?", &[1000; 4])])]);
+    let mut b =
+        batch("agent-ahead", 1, vec![window(INSTANCE, 100, now + ahead, vec![digest(0x99, "SELECT ?", &[1000; 4])])]);
     b.created_unix_ms = now + ahead;
     b.agent_windows = vec![sqlbee_proto::v1::AgentWindow {
         window_start_unix_ms: now + ahead - 10_000,

@@ -66,11 +66,19 @@ impl Container {
     fn wait_for_server(&self) {
         let started = Instant::now();
         loop {
-            let ok = podman().args(["exec", &self.name, "mariadb", "-e", "SELECT 1"]).output().is_ok_and(|o| o.status.success());
+            let ok = podman()
+                .args(["exec", &self.name, "mariadb", "-e", "SELECT 1"])
+                .output()
+                .is_ok_and(|o| o.status.success());
             if ok {
                 return;
             }
-            assert!(started.elapsed() < Duration::from_secs(60), "MariaDB in {} did not start:\n{}", self.name, self.logs().1);
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "MariaDB in {} did not start:\n{}",
+                self.name,
+                self.logs().1
+            );
             std::thread::sleep(Duration::from_millis(250));
         }
     }
@@ -95,7 +103,6 @@ impl Container {
         run(podman().args(["stop", "--time", "30", &self.name]));
         self.logs()
     }
-
 }
 
 impl Drop for Container {
@@ -163,8 +170,20 @@ fn sidecar_counts_exactly_under_the_containers_limits() {
     let agent = Container::run(
         "sqlbee-sidecar",
         &[
-            "--pid", &pid_ns, "--cpus", "1", "--memory", "1g", "--user", "0", "--cap-drop", "all", "--cap-add",
-            &capabilities, "-v", &volume,
+            "--pid",
+            &pid_ns,
+            "--cpus",
+            "1",
+            "--memory",
+            "1g",
+            "--user",
+            "0",
+            "--cap-drop",
+            "all",
+            "--cap-add",
+            &capabilities,
+            "-v",
+            &volume,
         ],
         SQLBEE_IMAGE,
         &["agent", "--output", "jsonl", "--window", "1s", "--ready-file", "/state/ready"],
@@ -203,7 +222,22 @@ fn node_agent_tells_two_containers_on_3306_and_the_host_apart() {
     let capabilities = common::agent_capabilities().join(",");
     let agent = Container::run(
         "sqlbee-node-agent",
-        &["--pid", "host", "--cpus", "1", "--memory", "1g", "--user", "0", "--cap-drop", "all", "--cap-add", &capabilities, "-v", &volume],
+        &[
+            "--pid",
+            "host",
+            "--cpus",
+            "1",
+            "--memory",
+            "1g",
+            "--user",
+            "0",
+            "--cap-drop",
+            "all",
+            "--cap-add",
+            &capabilities,
+            "-v",
+            &volume,
+        ],
         SQLBEE_IMAGE,
         &["agent", "--output", "jsonl", "--window", "1s", "--ready-file", "/state/ready"],
     );
@@ -212,7 +246,9 @@ fn node_agent_tells_two_containers_on_3306_and_the_host_apart() {
     // others that happen to run too are no concern of this test).
     let attached = std::fs::read_to_string(state.join("ready")).unwrap();
     let pid_of = |c: &Container| {
-        String::from_utf8_lossy(&run(podman().args(["inspect", "--format", "{{.State.Pid}}", &c.name])).stdout).trim().to_string()
+        String::from_utf8_lossy(&run(podman().args(["inspect", "--format", "{{.State.Pid}}", &c.name])).stdout)
+            .trim()
+            .to_string()
     };
     for pid in [pid_of(&a), pid_of(&b), host.pid().to_string()] {
         assert!(attached.lines().any(|l| l.trim() == pid), "server {pid} attached: {attached}\n{}", agent.logs().1);
@@ -228,7 +264,10 @@ fn node_agent_tells_two_containers_on_3306_and_the_host_apart() {
     let (stdout, stderr) = agent.stop();
     let lines = jsonl(&stdout);
     let mut per_instance: HashMap<String, u64> = HashMap::new();
-    for l in lines.iter().filter(|l| l["type"] == "digest" && l["digest_text"].as_str().is_some_and(|t| t.contains("node_probe"))) {
+    for l in lines
+        .iter()
+        .filter(|l| l["type"] == "digest" && l["digest_text"].as_str().is_some_and(|t| t.contains("node_probe")))
+    {
         *per_instance.entry(l["instance"].as_str().unwrap().to_string()).or_default() += l["count"].as_u64().unwrap();
     }
     let host_name = std::fs::read_to_string("/etc/hostname").unwrap().trim().to_string();
@@ -242,11 +281,23 @@ fn node_agent_tells_two_containers_on_3306_and_the_host_apart() {
     assert_eq!(per_instance, expected, "agent stderr:\n{stderr}");
     // Container and id travel as fields of their own.
     for (container, instance) in [(&a, format!("{}:3306", a.name)), (&b, format!("{}:3306", b.name))] {
-        let id = String::from_utf8_lossy(&run(podman().args(["inspect", "--format", "{{.Id}}", &container.name])).stdout).trim().to_string();
-        let summary = lines.iter().find(|l| l["type"] == "summary" && l["instance"] == instance.as_str()).expect("a summary line");
-        assert_eq!((summary["container"].as_str(), summary["container_id"].as_str()), (Some(container.name.as_str()), Some(id.as_str())));
+        let id =
+            String::from_utf8_lossy(&run(podman().args(["inspect", "--format", "{{.Id}}", &container.name])).stdout)
+                .trim()
+                .to_string();
+        let summary = lines
+            .iter()
+            .find(|l| l["type"] == "summary" && l["instance"] == instance.as_str())
+            .expect("a summary line");
+        assert_eq!(
+            (summary["container"].as_str(), summary["container_id"].as_str()),
+            (Some(container.name.as_str()), Some(id.as_str()))
+        );
     }
-    let on_host = lines.iter().find(|l| l["type"] == "summary" && l["instance"].as_str().is_some_and(|i| i.starts_with(&host_name))).unwrap();
+    let on_host = lines
+        .iter()
+        .find(|l| l["type"] == "summary" && l["instance"].as_str().is_some_and(|i| i.starts_with(&host_name)))
+        .unwrap();
     assert_eq!(on_host["container_id"], "", "the host's server is in no container");
 }
 
@@ -312,7 +363,9 @@ fn the_compose_services_count_exactly_through_the_collector() {
     let _serial = common::one_at_a_time();
     let compose = common::docker("compose.yaml");
     let caps = &common::lists(&compose, "cap_add:")[0];
-    let value = |key: &str| compose.lines().find_map(|l| l.trim().strip_prefix(key)).unwrap().trim().trim_matches('"').to_string();
+    let value = |key: &str| {
+        compose.lines().find_map(|l| l.trim().strip_prefix(key)).unwrap().trim().trim_matches('"').to_string()
+    };
     let network = format!("sqlbee-compose-{}", std::process::id());
     struct Network(String);
     impl Drop for Network {
@@ -334,7 +387,14 @@ fn the_compose_services_count_exactly_through_the_collector() {
     db.wait_for_server();
     let pid_ns = format!("container:{}", db.name);
     let mut args: Vec<String> = vec![net.clone(), "--pid".into(), pid_ns, "--user".into(), value("user:")];
-    args.extend(["--cpus".into(), value("cpus:"), "--memory".into(), value("mem_limit:"), "--cap-drop".into(), "all".into()]);
+    args.extend([
+        "--cpus".into(),
+        value("cpus:"),
+        "--memory".into(),
+        value("mem_limit:"),
+        "--cap-drop".into(),
+        "all".into(),
+    ]);
     for cap in caps {
         args.extend(["--cap-add".into(), cap.clone()]);
     }
@@ -356,11 +416,19 @@ fn the_compose_services_count_exactly_through_the_collector() {
 
     // The collector runs as nobody, and holds every statement.
     let collector_pid =
-        String::from_utf8_lossy(&run(podman().args(["inspect", "--format", "{{.State.Pid}}", &collector.name])).stdout).trim().to_string();
+        String::from_utf8_lossy(&run(podman().args(["inspect", "--format", "{{.State.Pid}}", &collector.name])).stdout)
+            .trim()
+            .to_string();
     let status = std::fs::read_to_string(format!("/proc/{collector_pid}/status")).unwrap();
-    let uid = status.lines().find_map(|l| l.strip_prefix("Uid:")).unwrap().split_whitespace().next().unwrap().to_string();
+    let uid =
+        status.lines().find_map(|l| l.strip_prefix("Uid:")).unwrap().split_whitespace().next().unwrap().to_string();
     assert_eq!(uid, "65534", "the collector runs unprivileged");
-    let port = String::from_utf8_lossy(&run(podman().args(["port", &collector.name, "7878"])).stdout).trim().rsplit(':').next().unwrap().to_string();
+    let port = String::from_utf8_lossy(&run(podman().args(["port", &collector.name, "7878"])).stdout)
+        .trim()
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .to_string();
     let url = format!("http://127.0.0.1:{port}");
     let top = common::collector::top_json(&url, &["--limit", "100"]);
     let stored: u64 = top
@@ -396,7 +464,8 @@ fn a_chrooted_server_attaches_and_counts_exactly() {
     std::fs::create_dir_all(&root).unwrap();
     let id = String::from_utf8_lossy(&run(podman().args(["create", MARIADB_IMAGE])).stdout).trim().to_string();
     let mut export = podman().args(["export", &id]).stdout(std::process::Stdio::piped()).spawn().unwrap();
-    let untar = Command::new("tar").arg("-x").arg("-C").arg(&root).stdin(export.stdout.take().unwrap()).status().unwrap();
+    let untar =
+        Command::new("tar").arg("-x").arg("-C").arg(&root).stdin(export.stdout.take().unwrap()).status().unwrap();
     assert!(export.wait().unwrap().success() && untar.success(), "unpacking the image");
     let _ = podman().args(["rm", &id]).output();
     struct Mounted(Vec<PathBuf>, Option<std::process::Child>);
@@ -421,14 +490,28 @@ fn a_chrooted_server_attaches_and_counts_exactly() {
     let in_root = |args: &[&str]| Command::new("chroot").arg(&root).args(args).output().unwrap();
     // No resolver in the chroot: the install script's host name check
     // would stop it.
-    let init = in_root(&["mariadb-install-db", "--user=mysql", "--datadir=/var/lib/mysql", "--skip-test-db", "--skip-name-resolve", "--force"]);
+    let init = in_root(&[
+        "mariadb-install-db",
+        "--user=mysql",
+        "--datadir=/var/lib/mysql",
+        "--skip-test-db",
+        "--skip-name-resolve",
+        "--force",
+    ]);
     assert!(init.status.success(), "{}", String::from_utf8_lossy(&init.stderr));
     std::fs::create_dir_all(root.join("run/mysqld")).unwrap();
     let chown = in_root(&["chown", "mysql:mysql", "/run/mysqld"]);
     assert!(chown.status.success());
     let server = Command::new("chroot")
         .arg(&root)
-        .args(["mariadbd", "--user=mysql", "--datadir=/var/lib/mysql", "--socket=/run/mysqld/mysqld.sock", "--skip-networking", "--skip-name-resolve"])
+        .args([
+            "mariadbd",
+            "--user=mysql",
+            "--datadir=/var/lib/mysql",
+            "--socket=/run/mysqld/mysqld.sock",
+            "--skip-networking",
+            "--skip-name-resolve",
+        ])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -468,7 +551,8 @@ fn mariadb_11_8_is_counted_exactly_through_a_restart() {
     if !images_ready("mariadb_11_8_is_counted_exactly_through_a_restart") {
         return;
     }
-    let exists = podman().args(["image", "exists", xtask::image::MARIADB_11_8_IMAGE]).status().is_ok_and(|s| s.success());
+    let exists =
+        podman().args(["image", "exists", xtask::image::MARIADB_11_8_IMAGE]).status().is_ok_and(|s| s.success());
     assert!(exists, "{} is missing: ./x image builds it", xtask::image::MARIADB_11_8_IMAGE);
     let _serial = common::one_at_a_time();
     let db = Container::run("sqlbee-mariadb-11-8", &["-p", "127.0.0.1::3306"], xtask::image::MARIADB_11_8_IMAGE, &[]);
@@ -476,16 +560,30 @@ fn mariadb_11_8_is_counted_exactly_through_a_restart() {
     let version = db.sql("SELECT VERSION()");
     assert!(version.starts_with("11.8."), "{version}");
     db.sql("CREATE USER sqlbee@'%' IDENTIFIED BY 'sqlbee'; GRANT ALL ON *.* TO sqlbee@'%'; CREATE DATABASE app; CREATE TABLE app.t (id INT PRIMARY KEY, v INT); INSERT INTO app.t VALUES (1, 0), (2, 0), (3, 0)");
-    let port: u16 = String::from_utf8_lossy(&run(podman().args(["port", &db.name, "3306"])).stdout).trim().rsplit(':').next().unwrap().parse().unwrap();
+    let port: u16 = String::from_utf8_lossy(&run(podman().args(["port", &db.name, "3306"])).stdout)
+        .trim()
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
     let connect = || {
-        let opts = mysql::OptsBuilder::new().ip_or_hostname(Some("127.0.0.1")).tcp_port(port).user(Some("sqlbee")).pass(Some("sqlbee"));
+        let opts = mysql::OptsBuilder::new()
+            .ip_or_hostname(Some("127.0.0.1"))
+            .tcp_port(port)
+            .user(Some("sqlbee"))
+            .pass(Some("sqlbee"));
         mysql::Conn::new(opts).unwrap()
     };
     use mysql::prelude::Queryable;
     let mut conn = connect();
     // Prepared before the agent attaches: still named by its text.
     let early = conn.prep("UPDATE app.t SET v = v + ? WHERE id = ?").unwrap();
-    let pid = || String::from_utf8_lossy(&run(podman().args(["inspect", "--format", "{{.State.Pid}}", &db.name])).stdout).trim().to_string();
+    let pid = || {
+        String::from_utf8_lossy(&run(podman().args(["inspect", "--format", "{{.State.Pid}}", &db.name])).stdout)
+            .trim()
+            .to_string()
+    };
     let dir = state_dir("mariadb-11-8");
     let before = db.status();
     // With the wait probes: on this CET build every probe point sits past
@@ -517,7 +615,11 @@ fn mariadb_11_8_is_counted_exactly_through_a_restart() {
     let restarted = pid();
     let started = Instant::now();
     while !common::strip_ansi(&agent.stderr_text()).contains(&format!("attached pid={restarted} ")) {
-        assert!(started.elapsed() < Duration::from_secs(60), "the restarted server was not attached:\n{}", agent.stderr_text());
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the restarted server was not attached:\n{}",
+            agent.stderr_text()
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     const AFTER_RESTART: u64 = 33;
@@ -529,12 +631,18 @@ fn mariadb_11_8_is_counted_exactly_through_a_restart() {
     std::thread::sleep(Duration::from_millis(800));
     let out = agent.stop();
     assert!(out.success, "{}", out.stderr);
-    let count = |needle: &str| -> u64 { out.digest_counts(None).iter().filter(|(t, _)| t.contains(needle)).map(|(_, n)| n).sum() };
+    let count = |needle: &str| -> u64 {
+        out.digest_counts(None).iter().filter(|(t, _)| t.contains(needle)).map(|(_, n)| n).sum()
+    };
     assert_eq!(common::delta(&before, &after, "Com_stmt_execute"), 2 * PREPARED, "the server's own count");
     assert_eq!(count("text_118"), TEXT + AFTER_RESTART, "{}", out.stderr);
     assert_eq!(count("SET `v` = `v` + ?"), PREPARED, "prepared before the attach: {}", out.stderr);
     assert_eq!(count("SELECT `v` FROM `app`.`t`"), PREPARED, "{}", out.stderr);
-    let errors: u64 = out.of_type("digest").filter(|l| l["digest_text"].as_str().is_some_and(|t| t.contains("no_such_table"))).map(|l| l["errors"].as_u64().unwrap()).sum();
+    let errors: u64 = out
+        .of_type("digest")
+        .filter(|l| l["digest_text"].as_str().is_some_and(|t| t.contains("no_such_table")))
+        .map(|l| l["errors"].as_u64().unwrap())
+        .sum();
     assert_eq!(errors, ERRORS, "{}", out.stderr);
     let attaches = common::strip_ansi(&out.stderr).lines().filter(|l| l.contains("attached pid=")).count();
     assert!(attaches >= 2, "the restarted server was attached again:\n{}", out.stderr);

@@ -12,7 +12,6 @@ fn values(text: &str, key: &str) -> Vec<String> {
     text.lines().filter_map(|l| l.trim().strip_prefix(key)).map(|v| v.trim().trim_matches('"').to_string()).collect()
 }
 
-
 #[test]
 fn systemd_accepts_the_units() {
     let dir = std::env::temp_dir().join(format!("sqlbee-units-{}", std::process::id()));
@@ -61,7 +60,9 @@ fn compose_manifests_and_docs_name_the_same_capabilities_images_and_limits() {
     // Same images: the agent's, and the test MariaDB by default.
     assert!(values(&sidecar, "image:").contains(&"localhost/sqlbee:latest".to_string()));
     assert!(values(&sidecar, "image:").contains(&"localhost/sqlbee-test-mariadb:latest".to_string()));
-    assert!(compose.contains("localhost/sqlbee-test-mariadb:latest") && compose.contains("image: localhost/sqlbee:latest"));
+    assert!(
+        compose.contains("localhost/sqlbee-test-mariadb:latest") && compose.contains("image: localhost/sqlbee:latest")
+    );
 
     // The docs' table: every capability given, and which the agent keeps.
     let rows: Vec<(String, bool)> = readme

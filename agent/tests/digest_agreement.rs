@@ -117,7 +117,8 @@ const CORPUS: &[&str] = &[
 ];
 
 fn server_digests(server: &PrivateServer) -> Vec<String> {
-    let opts = mysql::OptsBuilder::new().socket(Some(server.socket.to_str().unwrap())).user(Some("root")).db_name(Some("app"));
+    let opts =
+        mysql::OptsBuilder::new().socket(Some(server.socket.to_str().unwrap())).user(Some("root")).db_name(Some("app"));
     let mut worker = mysql::Conn::new(opts.clone()).unwrap();
     let mut observer = mysql::Conn::new(opts).unwrap();
     let thread: u64 = worker
@@ -165,8 +166,10 @@ fn grouping_agrees_with_performance_schema() {
     .unwrap();
     server.sql(SCHEMA).unwrap();
     let theirs = server_digests(&server);
-    let ours: Vec<u64> =
-        CORPUS.iter().map(|s| sqlbee::normalize::Digest::from_text(&sqlbee::normalize::digest_text(s.as_bytes())).id).collect();
+    let ours: Vec<u64> = CORPUS
+        .iter()
+        .map(|s| sqlbee::normalize::Digest::from_text(&sqlbee::normalize::digest_text(s.as_bytes())).id)
+        .collect();
 
     let mut disagreements = Vec::new();
     for i in 0..CORPUS.len() {
@@ -213,20 +216,93 @@ const REQUIRED_AGREEMENT: f64 = 0.99;
 /// command missing here costs nothing but a sample slot: the server does not
 /// parse it, so it gets no digest and is left out.
 const MYSQLTEST_COMMANDS: &[&str] = &[
-    "append_file", "assert", "cat_file", "change_user", "character_set", "chmod", "connect", "connection",
-    "copy_file", "copy_files_wildcard", "dec", "delimiter", "die", "diff_files", "dirty_close", "disable_abort_on_error",
-    "disable_connect_log", "disable_info", "disable_metadata", "disable_parsing", "disable_ps_protocol",
-    "disable_query_log", "disable_reconnect", "disable_result_log", "disable_warnings", "disconnect", "echo",
-    "enable_abort_on_error", "enable_connect_log", "enable_info", "enable_metadata", "enable_parsing",
-    "enable_ps_protocol", "enable_query_log", "enable_reconnect", "enable_result_log", "enable_warnings",
-    "end_timer", "error", "exec", "exec_in_background", "execw", "exit", "expr", "file_exists",
-    "horizontal_results", "inc", "let", "list_files", "list_files_append_file", "list_files_write_file",
-    "lowercase_result", "mkdir", "move_file", "output", "partially_sorted_result", "perl", "ping",
-    "query_get_value", "real_sleep", "reap", "remove_file", "remove_files_wildcard", "replace_column",
-    "replace_numeric_round", "replace_regex", "replace_result", "reset_connection", "result_format",
-    "rmdir", "save_master_pos", "send_quit", "send_shutdown", "shutdown_server", "skip", "sleep",
-    "sorted_result", "source", "start_timer", "sync_slave_with_master", "sync_with_master", "system",
-    "vertical_results", "wait_for_slave_to_stop", "while", "if", "write_file",
+    "append_file",
+    "assert",
+    "cat_file",
+    "change_user",
+    "character_set",
+    "chmod",
+    "connect",
+    "connection",
+    "copy_file",
+    "copy_files_wildcard",
+    "dec",
+    "delimiter",
+    "die",
+    "diff_files",
+    "dirty_close",
+    "disable_abort_on_error",
+    "disable_connect_log",
+    "disable_info",
+    "disable_metadata",
+    "disable_parsing",
+    "disable_ps_protocol",
+    "disable_query_log",
+    "disable_reconnect",
+    "disable_result_log",
+    "disable_warnings",
+    "disconnect",
+    "echo",
+    "enable_abort_on_error",
+    "enable_connect_log",
+    "enable_info",
+    "enable_metadata",
+    "enable_parsing",
+    "enable_ps_protocol",
+    "enable_query_log",
+    "enable_reconnect",
+    "enable_result_log",
+    "enable_warnings",
+    "end_timer",
+    "error",
+    "exec",
+    "exec_in_background",
+    "execw",
+    "exit",
+    "expr",
+    "file_exists",
+    "horizontal_results",
+    "inc",
+    "let",
+    "list_files",
+    "list_files_append_file",
+    "list_files_write_file",
+    "lowercase_result",
+    "mkdir",
+    "move_file",
+    "output",
+    "partially_sorted_result",
+    "perl",
+    "ping",
+    "query_get_value",
+    "real_sleep",
+    "reap",
+    "remove_file",
+    "remove_files_wildcard",
+    "replace_column",
+    "replace_numeric_round",
+    "replace_regex",
+    "replace_result",
+    "reset_connection",
+    "result_format",
+    "rmdir",
+    "save_master_pos",
+    "send_quit",
+    "send_shutdown",
+    "shutdown_server",
+    "skip",
+    "sleep",
+    "sorted_result",
+    "source",
+    "start_timer",
+    "sync_slave_with_master",
+    "sync_with_master",
+    "system",
+    "vertical_results",
+    "wait_for_slave_to_stop",
+    "while",
+    "if",
+    "write_file",
 ];
 
 /// Commands whose argument is a statement sent as it is (after variable
@@ -312,7 +388,9 @@ fn script_statements(text: &str, out: &mut Vec<String>) {
                             }
                             let opens_block = || {
                                 let head = bytes[start..i].trim_ascii_start();
-                                [&b"while"[..], b"if"].iter().any(|w| head.len() >= w.len() && head[..w.len()].eq_ignore_ascii_case(w))
+                                [&b"while"[..], b"if"]
+                                    .iter()
+                                    .any(|w| head.len() >= w.len() && head[..w.len()].eq_ignore_ascii_case(w))
                             };
                             if c == b'{' && opens_block() {
                                 command = "if";
@@ -402,10 +480,7 @@ fn read_suite() -> Vec<String> {
     }
     let mut seen = HashSet::new();
     statements.retain(|s| {
-        !s.is_empty()
-            && s.len() <= MAX_STATEMENT
-            && !s.contains(['$', '\0', '\u{fffd}'])
-            && seen.insert(s.clone())
+        !s.is_empty() && s.len() <= MAX_STATEMENT && !s.contains(['$', '\0', '\u{fffd}']) && seen.insert(s.clone())
     });
     statements
 }
@@ -461,7 +536,10 @@ fn run_on_server(server: &PrivateServer, statements: &[String]) -> Vec<Option<Se
         });
         let worker = worker.expect("connecting as the corpus user");
         let thread: u64 = observer
-            .exec_first("SELECT THREAD_ID FROM performance_schema.threads WHERE PROCESSLIST_ID = ?", (worker.connection_id(),))
+            .exec_first(
+                "SELECT THREAD_ID FROM performance_schema.threads WHERE PROCESSLIST_ID = ?",
+                (worker.connection_id(),),
+            )
             .unwrap()
             .expect("the worker's performance_schema thread");
         let last: Option<u64> = observer
@@ -554,7 +632,10 @@ fn keywords_agree_with_the_server(server: &PrivateServer) {
     let ours: HashSet<String> = always.into_iter().map(|(w, _)| w.to_string()).collect();
     let missing: Vec<&String> = words.difference(&ours).collect();
     let extra: Vec<&String> = ours.difference(&words).collect();
-    assert!(missing.is_empty() && extra.is_empty(), "keywords: the server's not in sqlbee {missing:?}, sqlbee's not in the server {extra:?}");
+    assert!(
+        missing.is_empty() && extra.is_empty(),
+        "keywords: the server's not in sqlbee {missing:?}, sqlbee's not in the server {extra:?}"
+    );
     let unknown: Vec<&str> = only_calls.iter().map(|&(w, _)| w).filter(|w| !functions.contains(*w)).collect();
     assert!(unknown.is_empty(), "function keywords the server does not list: {unknown:?}");
 }
@@ -588,9 +669,8 @@ fn compare(statements: &[&str], theirs: &[&str], ours: &[sqlbee::normalize::Dige
             agreeing += 1;
             continue;
         }
-        let show = |j: usize| {
-            format!("    {}\n      server: {}\n      sqlbee: {}", statements[j], theirs[j], ours[j].text)
-        };
+        let show =
+            |j: usize| format!("    {}\n      server: {}\n      sqlbee: {}", statements[j], theirs[j], ours[j].text);
         if let Some(&j) = server_group.iter().find(|j| !our_group.contains(j))
             && reported.insert((i.min(j), i.max(j)))
         {

@@ -115,14 +115,19 @@ fn run(name: &str, corpus: &[Vec<u8>], mut target: impl FnMut(&[u8])) -> u64 {
         }
         executions += 1;
     }
-    println!("fuzz {name}: {executions} executions in {:.1} s, seed {}, no finding", started.elapsed().as_secs_f64(), seed());
+    println!(
+        "fuzz {name}: {executions} executions in {:.1} s, seed {}, no finding",
+        started.elapsed().as_secs_f64(),
+        seed()
+    );
     executions
 }
 
 fn batches() -> Vec<Vec<u8>> {
     use common::collector::{batch, digest, window};
     let now = common::collector::now_ms();
-    let mut with_waits = batch("fuzz-agent", 2, vec![window("db1:3306", 7, now, vec![digest(3, "UPDATE t SET a = ?", &[900, 4000])])]);
+    let mut with_waits =
+        batch("fuzz-agent", 2, vec![window("db1:3306", 7, now, vec![digest(3, "UPDATE t SET a = ?", &[900, 4000])])]);
     with_waits.windows[0].digests[0].waits =
         vec![sqlbee_proto::v1::WaitStats { class: "row_lock".into(), sum_ns: 800, max_ns: 700, statements: 1 }];
     with_waits.windows[0].lock_waits = vec![sqlbee_proto::v1::LockWait {

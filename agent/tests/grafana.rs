@@ -147,7 +147,11 @@ fn dashboard_expressions(dashboard: &Value) -> Vec<(String, String)> {
         if let Some(expr) = inner {
             out.push((format!("variable {}", variable["name"]), expr.to_string()));
         } else {
-            assert!(query.starts_with("label_values("), "variable {}: a query this test cannot read: {query}", variable["name"]);
+            assert!(
+                query.starts_with("label_values("),
+                "variable {}: a query this test cannot read: {query}",
+                variable["name"]
+            );
         }
     }
     out
@@ -162,8 +166,13 @@ fn promtool_parses(dir: &Path, n: usize, expr: &str) -> Result<(), String> {
     let rules = dir.join(format!("expr-{n}.rules.yml"));
     // A JSON string is a YAML double-quoted scalar.
     let quoted = serde_json::to_string(expr).unwrap();
-    std::fs::write(&rules, format!("groups:\n  - name: dashboard\n    rules:\n      - record: dashboard:expr_{n}\n        expr: {quoted}\n"))
-        .unwrap();
+    std::fs::write(
+        &rules,
+        format!(
+            "groups:\n  - name: dashboard\n    rules:\n      - record: dashboard:expr_{n}\n        expr: {quoted}\n"
+        ),
+    )
+    .unwrap();
     let out = Command::new(PROMTOOL).args(["check", "rules"]).arg(&rules).output().expect("running promtool");
     if out.status.success() {
         Ok(())
@@ -174,9 +183,33 @@ fn promtool_parses(dir: &Path, n: usize, expr: &str) -> Result<(), String> {
 
 /// Words that can stand where a metric name could but are not one.
 const NOT_METRICS: [&str; 27] = [
-    "by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and", "or", "unless", "offset", "inf",
-    "nan", "sum", "min", "max", "avg", "group", "stddev", "stdvar", "count", "count_values", "bottomk", "topk",
-    "quantile", "limitk", "limit_ratio",
+    "by",
+    "without",
+    "on",
+    "ignoring",
+    "group_left",
+    "group_right",
+    "bool",
+    "and",
+    "or",
+    "unless",
+    "offset",
+    "inf",
+    "nan",
+    "sum",
+    "min",
+    "max",
+    "avg",
+    "group",
+    "stddev",
+    "stdvar",
+    "count",
+    "count_values",
+    "bottomk",
+    "topk",
+    "quantile",
+    "limitk",
+    "limit_ratio",
 ];
 
 /// The metric names an expression selects: identifiers that are not
@@ -255,7 +288,8 @@ fn dashboard_expressions_parse_and_name_what_the_agent_exports() {
     if !privileged("dashboard_expressions_parse_and_name_what_the_agent_exports") {
         return;
     }
-    let Some(prometheus_binary) = prometheus_binary("dashboard_expressions_parse_and_name_what_the_agent_exports") else {
+    let Some(prometheus_binary) = prometheus_binary("dashboard_expressions_parse_and_name_what_the_agent_exports")
+    else {
         return;
     };
     let _serial = common::one_at_a_time();
@@ -331,7 +365,10 @@ fn dashboard_expressions_parse_and_name_what_the_agent_exports() {
     let select = after
         .series
         .iter()
-        .find(|(s, _)| s.starts_with("sqlbee_digest_statements_total{") && s.contains("text=\"SELECT `v` FROM `app`.`t` WHERE ID = ?\""))
+        .find(|(s, _)| {
+            s.starts_with("sqlbee_digest_statements_total{")
+                && s.contains("text=\"SELECT `v` FROM `app`.`t` WHERE ID = ?\"")
+        })
         .map(|(s, _)| s.clone())
         .unwrap_or_else(|| panic!("no counter for the SELECT digest:\n{}", after.text));
     // New in this workload: its counter starts with the window it entered
@@ -344,7 +381,8 @@ fn dashboard_expressions_parse_and_name_what_the_agent_exports() {
     // when nothing was dropped and none was unmatched.
     for page in [&before, &after] {
         let count = page.get(&series("sqlbee_statement_latency_seconds_count"));
-        let untimed = page.get(&series("sqlbee_dropped_events_total")) + page.get(&series("sqlbee_unmatched_statements_total"));
+        let untimed =
+            page.get(&series("sqlbee_dropped_events_total")) + page.get(&series("sqlbee_unmatched_statements_total"));
         assert_eq!(count, page.get(&series("sqlbee_statements_total")) - untimed, "{}", page.text);
         let buckets = page.buckets(&labels);
         assert_eq!(buckets.len(), 17, "{buckets:?}");
@@ -355,10 +393,15 @@ fn dashboard_expressions_parse_and_name_what_the_agent_exports() {
     assert_eq!(grew(&series("sqlbee_statement_latency_seconds_count")), grew(&series("sqlbee_statements_total")));
     // The waiting UPDATE took about half a second, the rest far less.
     let le = |page: &Page, le: &str| page.buckets(&labels).into_iter().find(|(b, _)| b == le).unwrap().1;
-    let slow = (le(&after, "1.006632959") - le(&after, "0.251658239")) - (le(&before, "1.006632959") - le(&before, "0.251658239"));
+    let slow = (le(&after, "1.006632959") - le(&after, "0.251658239"))
+        - (le(&before, "1.006632959") - le(&before, "0.251658239"));
     assert!(slow >= 1.0, "the lock wait's statement in 0.25..1 s: {:?}", after.buckets(&labels));
     assert!(grew(&series("sqlbee_statement_latency_seconds_sum")) >= 0.45);
-    let cpu = after.series.keys().find(|s| s.starts_with("sqlbee_agent_cpu_seconds_total{")).expect("the agent's CPU counter");
+    let cpu = after
+        .series
+        .keys()
+        .find(|s| s.starts_with("sqlbee_agent_cpu_seconds_total{"))
+        .expect("the agent's CPU counter");
     assert!(grew(cpu) > 0.0, "{}", after.text);
     assert!(after.get("sqlbee_ship_batches_delivered_total") >= 1.0, "{}", after.text);
 
@@ -394,7 +437,8 @@ fn dashboard_expressions_parse_and_name_what_the_agent_exports() {
             conn.query_drop(format!("SELECT v FROM app.t WHERE id = {}", i % 3 + 1)).unwrap();
         }
         let _ = conn.query_drop("SELECT v FROM app.missing");
-        answers = expressions.iter().map(|(place, expr)| (place.clone(), prometheus.query(&substituted(expr)))).collect();
+        answers =
+            expressions.iter().map(|(place, expr)| (place.clone(), prometheus.query(&substituted(expr)))).collect();
         if answers.values().all(|a| a.as_ref().is_ok_and(|r| !r.is_empty())) {
             break;
         }

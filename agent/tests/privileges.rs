@@ -4,7 +4,10 @@
 //! exactly. Needs root: it starts real servers and attaches eBPF programs.
 mod common;
 
-use std::{collections::HashMap, time::{Duration, Instant}};
+use std::{
+    collections::HashMap,
+    time::{Duration, Instant},
+};
 
 use common::{Agent, PrivateServer, privileged};
 
@@ -42,13 +45,18 @@ fn the_agent_keeps_only_the_documented_capabilities() {
     // before the last threads start: wait for the aggregate thread.
     let tasks_dir = format!("/proc/{}/task", agent.pid());
     let thread_named = |name: &str| {
-        std::fs::read_dir(&tasks_dir).unwrap().flatten().any(|t| {
-            std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim_end() == name)
-        })
+        std::fs::read_dir(&tasks_dir)
+            .unwrap()
+            .flatten()
+            .any(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim_end() == name))
     };
     let started = Instant::now();
     while !thread_named("aggregate") {
-        assert!(started.elapsed() < Duration::from_secs(10), "the agent's threads did not start:\n{}", agent.stderr_text());
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the agent's threads did not start:\n{}",
+            agent.stderr_text()
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     let tasks: Vec<_> = std::fs::read_dir(&tasks_dir).unwrap().flatten().collect();
@@ -64,7 +72,11 @@ fn the_agent_keeps_only_the_documented_capabilities() {
     let second = PrivateServer::start("caps-second", &[]).unwrap();
     let started = Instant::now();
     while !common::strip_ansi(&agent.stderr_text()).contains(&format!("pid={}", second.pid())) {
-        assert!(started.elapsed() < Duration::from_secs(30), "the later server was not attached:\n{}", agent.stderr_text());
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the later server was not attached:\n{}",
+            agent.stderr_text()
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     std::thread::sleep(Duration::from_millis(500));
@@ -75,6 +87,7 @@ fn the_agent_keeps_only_the_documented_capabilities() {
     std::thread::sleep(Duration::from_millis(800));
     let out = agent.stop();
     assert!(out.success, "{}", out.stderr);
-    let counted: u64 = out.digest_counts(None).iter().filter(|(t, _)| t.contains("after_the_drop")).map(|(_, n)| n).sum();
+    let counted: u64 =
+        out.digest_counts(None).iter().filter(|(t, _)| t.contains("after_the_drop")).map(|(_, n)| n).sum();
     assert_eq!(counted, EXECUTED, "{}", out.stderr);
 }

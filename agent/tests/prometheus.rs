@@ -25,8 +25,7 @@ fn counting_render(served: Arc<Mutex<Vec<u64>>>) -> Render {
         let value = served.len() as u64 + 1;
         served.push(value);
         let mut enc = Encoder::new();
-        enc.family("sqlbee_test_scrapes_total", "Scrapes served by this test.", MetricType::Counter)
-            .sample(&[], value);
+        enc.family("sqlbee_test_scrapes_total", "Scrapes served by this test.", MetricType::Counter).sample(&[], value);
         enc.family("sqlbee_test_escape_info", "A label with \"quotes\", a \\ and\na newline.", MetricType::Gauge)
             .sample(&[("text", TRICKY)], 0.25);
         enc.finish()
@@ -55,10 +54,7 @@ fn prometheus_scrapes_what_we_serve() {
     });
     let (labels, value) = prometheus.query_one("sqlbee_test_scrapes_total").unwrap();
     let served_now = served.lock().unwrap().clone();
-    assert!(
-        served_now.iter().any(|v| *v as f64 == value),
-        "prometheus stored {value}, but we served {served_now:?}"
-    );
+    assert!(served_now.iter().any(|v| *v as f64 == value), "prometheus stored {value}, but we served {served_now:?}");
     assert_eq!(labels["job"], "sqlbee");
     assert_eq!(labels["instance"], target.to_string());
 

@@ -33,7 +33,11 @@ struct Shape {
 /// disk (a TEXT column), and writes with known affected rows.
 const SHAPES: &[Shape] = &[
     Shape { marker: "q_scan", sql: "SELECT id AS q_scan FROM t WHERE a = ?", values: &[5, 7, 11] },
-    Shape { marker: "q_join", sql: "SELECT t.id AS q_join FROM t JOIN u ON t.a = u.a WHERE u.id < ?", values: &[10, 50] },
+    Shape {
+        marker: "q_join",
+        sql: "SELECT t.id AS q_join FROM t JOIN u ON t.a = u.a WHERE u.id < ?",
+        values: &[10, 50],
+    },
     Shape { marker: "q_sort", sql: "SELECT id AS q_sort FROM t WHERE id > ? ORDER BY b", values: &[0, 1000] },
     Shape { marker: "q_tmp", sql: "SELECT c AS q_tmp, COUNT(*) FROM t WHERE id > ? GROUP BY c", values: &[0, 2500] },
     Shape { marker: "q_point", sql: "SELECT b AS q_point FROM t WHERE id = ?", values: &[1, 2, 3, 4] },
@@ -248,9 +252,18 @@ fn server_figures(
                 .collect();
             let text: BTreeMap<&'static str, u64> = FIGURES.iter().zip(text).map(|((_, ours), v)| (*ours, v)).collect();
             let mut figures = prepared_figures(&entries, thread, shape.marker);
-            assert_eq!(figures["count"], shape.values.len() as u64, "{}: prepared executions in the slow log", shape.marker);
+            assert_eq!(
+                figures["count"],
+                shape.values.len() as u64,
+                "{}: prepared executions in the slow log",
+                shape.marker
+            );
             for flag in ["no_index_used", "no_good_index_used"] {
-                assert!(text[flag] == 0 || text[flag] == text["count"], "{}: {flag} differs between statements", shape.marker);
+                assert!(
+                    text[flag] == 0 || text[flag] == text["count"],
+                    "{}: {flag} differs between statements",
+                    shape.marker
+                );
                 figures.insert(flag, if text[flag] == 0 { 0 } else { figures["count"] });
             }
             for (field, value) in &text {
@@ -316,7 +329,9 @@ fn figures_equal_performance_schema(kernel_digests: bool) {
         assert!(figures["count"] > 0, "{key:?} never reached performance_schema");
         assert_eq!(got.get(key), Some(figures), "{key:?}: agent (left) against performance_schema (right)");
     }
-    for field in ["rows_examined", "rows_affected", "no_index_used", "tmp_disk_tables", "sort_merge_passes", "select_full_join"] {
+    for field in
+        ["rows_examined", "rows_affected", "no_index_used", "tmp_disk_tables", "sort_merge_passes", "select_full_join"]
+    {
         assert!(expected.values().any(|f| f[field] > 0), "the corpus never hit {field}: {expected:#?}");
     }
     if kernel_digests {
@@ -348,12 +363,19 @@ fn stored_figures_equal(collector: &Collector, agent: &BTreeMap<(String, &'stati
             let mut figures: BTreeMap<&'static str, u64> = FIGURES.iter().map(|(_, ours)| (*ours, 0)).collect();
             for row in rows.iter().filter(|r| r["digest_text"].as_str().is_some_and(|t| t.contains(shape.marker))) {
                 for (_, field) in FIGURES {
-                    *figures.get_mut(field).unwrap() += row[field].as_u64().unwrap_or_else(|| panic!("{field}: {row:#}"));
+                    *figures.get_mut(field).unwrap() +=
+                        row[field].as_u64().unwrap_or_else(|| panic!("{field}: {row:#}"));
                 }
-                let accounts: u64 = row["accounts"].as_array().unwrap().iter().map(|a| a["count"].as_u64().unwrap()).sum();
+                let accounts: u64 =
+                    row["accounts"].as_array().unwrap().iter().map(|a| a["count"].as_u64().unwrap()).sum();
                 assert_eq!(accounts, row["count"].as_u64().unwrap(), "{row:#}");
             }
-            assert_eq!(Some(&figures), agent.get(&(schema.to_string(), shape.marker)), "{schema} {}: stored", shape.marker);
+            assert_eq!(
+                Some(&figures),
+                agent.get(&(schema.to_string(), shape.marker)),
+                "{schema} {}: stored",
+                shape.marker
+            );
         }
     }
     for (order, field) in [("rows_examined", "rows_examined"), ("cpu", "cpu_ns"), ("tmp_disk", "tmp_disk_tables")] {

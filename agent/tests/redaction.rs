@@ -13,14 +13,18 @@ use std::{os::unix::fs::PermissionsExt, path::Path, time::Duration};
 use common::{Agent, PrivateServer, collector::Collector, collector::sqlbee_query, privileged};
 use mysql::prelude::Queryable;
 
-const SECRETS: [&str; 6] =
-    ["Pw-S3cret", "ann.secret@example.com", "4111111111111111", "Secret-Card-9", "Hush-Key-7", "bob.hidden@corp.example"];
+const SECRETS: [&str; 6] = [
+    "Pw-S3cret",
+    "ann.secret@example.com",
+    "4111111111111111",
+    "Secret-Card-9",
+    "Hush-Key-7",
+    "bob.hidden@corp.example",
+];
 
 fn connect(server: &PrivateServer) -> mysql::Conn {
-    let opts = mysql::OptsBuilder::new()
-        .socket(Some(server.socket.to_str().unwrap()))
-        .user(Some("root"))
-        .prefer_socket(true);
+    let opts =
+        mysql::OptsBuilder::new().socket(Some(server.socket.to_str().unwrap())).user(Some("root")).prefer_socket(true);
     mysql::Conn::new(opts).unwrap()
 }
 
@@ -144,8 +148,7 @@ fn no_literal_leaves_by_default_and_counts_stay_exact() {
         "no redacted lock-wait sample: {waits:#?}"
     );
     for sql in passwords {
-        let statement =
-            sql.split_whitespace().take_while(|w| !w.contains(['\'', '('])).collect::<Vec<_>>().join(" ");
+        let statement = sql.split_whitespace().take_while(|w| !w.contains(['\'', '('])).collect::<Vec<_>>().join(" ");
         assert!(
             out.of_type("digest").any(|d| d["sample"].as_str().is_some_and(|s| s.starts_with(&statement))),
             "{statement} was not counted with a sample"

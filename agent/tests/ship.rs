@@ -164,7 +164,10 @@ fn costs_and_host_reach_the_collector(collector: &Collector, server: &PrivateSer
     assert!(c["agent_cpu_seconds"].as_f64().unwrap() > 0.0, "{c:#}");
     let rss = c["agent_max_rss_bytes"].as_u64().unwrap();
     assert!(rss > (1 << 20) && rss < (1 << 30), "{c:#}");
-    assert!(c["probe_cpu_seconds"].as_f64().unwrap() > 0.0 && c["server_extra_cores_per_10k_qps"].as_f64().unwrap() > 0.0, "{c:#}");
+    assert!(
+        c["probe_cpu_seconds"].as_f64().unwrap() > 0.0 && c["server_extra_cores_per_10k_qps"].as_f64().unwrap() > 0.0,
+        "{c:#}"
+    );
     assert_eq!(c["latest_shedding"], "exact", "{c:#}");
 
     let instances = collector.instances();
@@ -208,7 +211,11 @@ fn collector_outage_loses_and_doubles_nothing() {
     std::thread::sleep(Duration::from_secs(3));
     collector.kill9();
     std::thread::sleep(Duration::from_secs(21));
-    assert!(!spool_files(&state).is_empty(), "batches must pile up in the spool during the outage: {}", agent.progress());
+    assert!(
+        !spool_files(&state).is_empty(),
+        "batches must pile up in the spool during the outage: {}",
+        agent.progress()
+    );
     // Each carries the hash of its content, taken when it was made, which
     // its replays carry unchanged.
     for file in spool_files(&state) {
@@ -404,7 +411,11 @@ fn refusals_other_than_invalid_are_retried_until_the_collector_takes_them() {
     wait_for("a backlog of refused batches", Duration::from_secs(20), &agent, || spool_files(&state).len() >= 3);
     let log = common::strip_ansi(&agent.stderr_text());
     assert!(log.contains("collector did not take the batch") && log.contains("Unauthenticated"), "{log}");
-    assert!(rejected_files(&state).is_empty(), "an unknown token must not set batches aside: {:?}", rejected_files(&state));
+    assert!(
+        rejected_files(&state).is_empty(),
+        "an unknown token must not set batches aside: {:?}",
+        rejected_files(&state)
+    );
 
     // The operator adds the agent's token; the collector reloads it.
     std::fs::write(&tokens, "right-token\nlate-token\n").unwrap();
@@ -434,7 +445,9 @@ fn collector_only_build_counts_a_sysbench_run_exactly() {
             std::env::var_os("SQLBEE_REQUIRE_PRIVILEGED").is_none(),
             "SQLBEE_COLLECTOR_ONLY_BIN is not set: run the suite through ./x test, which builds the collector-only binary"
         );
-        eprintln!("skipping collector_only_build_counts_a_sysbench_run_exactly: SQLBEE_COLLECTOR_ONLY_BIN not set (./x test sets it)");
+        eprintln!(
+            "skipping collector_only_build_counts_a_sysbench_run_exactly: SQLBEE_COLLECTOR_ONLY_BIN not set (./x test sets it)"
+        );
         return;
     };
     let refused = std::process::Command::new(&binary).args(["agent", "--pid", "1"]).output().unwrap();
@@ -596,7 +609,11 @@ fn a_full_disk_under_the_state_dir_loses_only_what_it_reports() {
     let free_with_filler = disk.available();
     run(15);
     std::thread::sleep(Duration::from_millis(600));
-    assert!(disk.available() >= free_with_filler, "the agent wrote below the floor: {} < {free_with_filler}", disk.available());
+    assert!(
+        disk.available() >= free_with_filler,
+        "the agent wrote below the floor: {} < {free_with_filler}",
+        disk.available()
+    );
     let log = common::strip_ansi(&agent.stderr_text());
     assert!(log.contains("free-space floor"), "{log}");
     std::fs::remove_file(&filler).unwrap();
@@ -762,7 +779,10 @@ fn copied_or_reset_state_never_loses_batches_as_duplicates() {
         assert_eq!(stored, n, "{alias}: {counts:#?}");
     }
     let errors = collector.stderr_text();
-    assert!(errors.contains("ALREADY_EXISTS") || errors.contains("other content"), "the collector reports the conflict too:\n{errors}");
+    assert!(
+        errors.contains("ALREADY_EXISTS") || errors.contains("other content"),
+        "the collector reports the conflict too:\n{errors}"
+    );
 }
 
 /// A copy of the server binary whose statement-end symbol is renamed in
@@ -818,7 +838,11 @@ fn a_server_that_cannot_be_traced_is_reported_beside_a_traced_one() {
     });
     let page = common::http_get(port, "/metrics");
     let line = page.lines().find(|l| l.starts_with("sqlbee_server_untraced{") && l.contains(&untraced_name)).unwrap();
-    assert!(line.contains("kind=\"missing_symbol\"") && line.contains(&format!("version=\"{}", version.split('-').next().unwrap())), "{line}");
+    assert!(
+        line.contains("kind=\"missing_symbol\"")
+            && line.contains(&format!("version=\"{}", version.split('-').next().unwrap())),
+        "{line}"
+    );
     assert!(page.contains("sqlbee_servers_untraced 1"), "{page}");
     std::thread::sleep(Duration::from_millis(1200));
     let out = agent.stop();
@@ -835,13 +859,18 @@ fn a_server_that_cannot_be_traced_is_reported_beside_a_traced_one() {
         assert!(r["reason"].as_str().unwrap().contains("log_slow_statement"), "{r:#}");
         assert!(r["reason"].as_str().unwrap().contains(&copy.display().to_string()), "names the file: {r:#}");
         assert!(version.starts_with(r["version"].as_str().unwrap()), "{r:#} vs {version}");
-        assert!(r["build_id"].as_str().is_some_and(|b| b.len() == 40 && b.bytes().all(|c| c.is_ascii_hexdigit())), "{r:#}");
+        assert!(
+            r["build_id"].as_str().is_some_and(|b| b.len() == 40 && b.bytes().all(|c| c.is_ascii_hexdigit())),
+            "{r:#}"
+        );
     }
     let summary = out.of_type("summary").find(|s| s["instance"] == common::instance_of(&traced).as_str()).unwrap();
     assert!(version.starts_with(summary["version"].as_str().unwrap()), "{summary:#}");
 
     let instances = collector.instances();
-    let find = |name: &str| instances.iter().find(|i| i["instance"] == name).unwrap_or_else(|| panic!("{name}: {instances:#?}"));
+    let find = |name: &str| {
+        instances.iter().find(|i| i["instance"] == name).unwrap_or_else(|| panic!("{name}: {instances:#?}"))
+    };
     let stored = find(&untraced_name);
     assert_eq!(stored["traced"], false, "{stored:#}");
     assert_eq!(stored["untraced"]["kind"], "missing_symbol", "{stored:#}");
@@ -902,9 +931,7 @@ fn clickhouse_stopped_and_restarted_under_load_loses_and_doubles_nothing() {
     let before = common::status_before_agent(&server);
     let agent = Agent::start(server.dir(), &ship_args(&server, &collector, &state, "1s"));
     run.resume();
-    wait_for("batches stored before the outage", Duration::from_secs(30), &agent, || {
-        collector.totals().statements > 0
-    });
+    wait_for("batches stored before the outage", Duration::from_secs(30), &agent, || collector.totals().statements > 0);
     std::thread::sleep(Duration::from_secs(2));
 
     clickhouse.stop().unwrap();
@@ -916,7 +943,11 @@ fn clickhouse_stopped_and_restarted_under_load_loses_and_doubles_nothing() {
         common::strip_ansi(&agent.stderr_text()).contains("code=Unavailable")
     });
     std::thread::sleep(Duration::from_secs(8).saturating_sub(down.elapsed()));
-    assert!(!spool_files(&state).is_empty(), "batches must pile up in the spool during the outage: {}", agent.progress());
+    assert!(
+        !spool_files(&state).is_empty(),
+        "batches must pile up in the spool during the outage: {}",
+        agent.progress()
+    );
     let refused = totals_call(&collector, None).expect_err("the collector answered a read with its store down");
     assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
 

@@ -61,7 +61,8 @@ const MULTI: u64 = 5;
 const EXECUTES: u64 = 7;
 
 fn connect(server: &PrivateServer) -> mysql::Conn {
-    let opts = mysql::OptsBuilder::new().socket(Some(server.socket.to_str().unwrap())).user(Some("root")).prefer_socket(true);
+    let opts =
+        mysql::OptsBuilder::new().socket(Some(server.socket.to_str().unwrap())).user(Some("root")).prefer_socket(true);
     mysql::Conn::new(opts).unwrap()
 }
 
@@ -82,12 +83,17 @@ impl<'a> Rows<'a> {
     }
 
     fn count<'b>(rows: impl Iterator<Item = &'b Value>, needle: &str) -> u64 {
-        rows.filter(|d| d["digest_text"].as_str().is_some_and(|t| t.contains(needle))).map(|d| d["count"].as_u64().unwrap()).sum()
+        rows.filter(|d| d["digest_text"].as_str().is_some_and(|t| t.contains(needle)))
+            .map(|d| d["count"].as_u64().unwrap())
+            .sum()
     }
 
     /// Digest text of a top-level row, by its digest id.
     fn text_of(&self, digest: &str) -> Option<String> {
-        self.out.of_type("digest").find(|d| d["digest"] == digest).and_then(|d| d["digest_text"].as_str().map(str::to_string))
+        self.out
+            .of_type("digest")
+            .find(|d| d["digest"] == digest)
+            .and_then(|d| d["digest_text"].as_str().map(str::to_string))
     }
 
     /// Per parent digest text: the nested statements of `program` it ran.
@@ -192,7 +198,8 @@ fn programs_are_counted_apart(disabled: &str) {
     assert_eq!(ran, events, "the event's inserts");
     assert!(events >= 2, "the event ran {events} times");
     // Nested statements are counted apart, every one in a row.
-    let nested_rows: u64 = out.of_type("digest").filter(|d| d["nested"] == true).map(|d| d["count"].as_u64().unwrap()).sum();
+    let nested_rows: u64 =
+        out.of_type("digest").filter(|d| d["nested"] == true).map(|d| d["count"].as_u64().unwrap()).sum();
     assert_eq!(out.summary_total(None, "nested_statements"), nested_rows + out.summary_total(None, "nested_unmatched"));
     assert_eq!(nested_rows, 3 * CALLS + UPDATES + CALLS + FUNCTION_ROWS * FUNCTION_RUNS + events);
     // Digest text reads like the source: variables are values, operators
@@ -212,10 +219,15 @@ fn programs_are_counted_apart(disabled: &str) {
     assert_eq!(count(&stored_all), top + nested_rows);
     let restock = top_json(&url, &["--program", "shop.p_restock", "--limit", "1000"]);
     assert_eq!(count(&restock), 3 * CALLS, "{restock:#}");
-    assert!(restock.as_array().unwrap().iter().all(|r| r["program_kind"] == "procedure" && r["parent_digest"].is_string()));
+    assert!(
+        restock.as_array().unwrap().iter().all(|r| r["program_kind"] == "procedure" && r["parent_digest"].is_string())
+    );
     let table = sqlbee_query(&["top", "--collector", &url, "--since", "all", "--nested", "--limit", "1000"]);
     let table = String::from_utf8_lossy(&table.stdout);
-    assert!(table.contains("-> [procedure shop.p_restock]") && table.contains("-> [trigger shop.trg_audit]"), "{table}");
+    assert!(
+        table.contains("-> [procedure shop.p_restock]") && table.contains("-> [trigger shop.trg_audit]"),
+        "{table}"
+    );
 }
 
 #[test]
@@ -259,7 +271,10 @@ fn a_sleeping_trigger_is_not_counted_twice() {
     let sum = |rows: Vec<&Value>| -> (u64, u64) {
         rows.iter().fold((0, 0), |(n, ns), d| (n + d["count"].as_u64().unwrap(), ns + d["sum_ns"].as_u64().unwrap()))
     };
-    let updates = sum(out.of_type("digest").filter(|d| d["nested"] == false && d["digest_text"].as_str().is_some_and(|t| t.contains("`slow`"))).collect());
+    let updates = sum(out
+        .of_type("digest")
+        .filter(|d| d["nested"] == false && d["digest_text"].as_str().is_some_and(|t| t.contains("`slow`")))
+        .collect());
     let sleeps = sum(out.of_type("digest").filter(|d| d["program"] == "shop.trg_slow").collect());
     assert_eq!((updates.0, sleeps.0), (N, N));
     let slept = N * 100_000_000;
@@ -279,7 +294,8 @@ fn a_replicas_applier_is_kept_apart() {
     }
     let _serial = common::one_at_a_time();
     let primary =
-        PrivateServer::start("primary", &["--log-bin=primary-bin", "--binlog-format=STATEMENT", "--server-id=1"]).unwrap();
+        PrivateServer::start("primary", &["--log-bin=primary-bin", "--binlog-format=STATEMENT", "--server-id=1"])
+            .unwrap();
     let replica = PrivateServer::start("replica", &["--server-id=2", "--relay-log=replica-relay"]).unwrap();
     primary
         .sql("CREATE USER repl@'127.0.0.1' IDENTIFIED BY 'repl'; GRANT REPLICATION SLAVE ON *.* TO repl@'127.0.0.1';")
@@ -319,7 +335,9 @@ fn a_replicas_applier_is_kept_apart() {
     assert!(out.success, "{}", out.stderr);
     let applied: u64 = out
         .of_type("digest")
-        .filter(|d| d["source"] == "replica" && d["digest_text"].as_str().is_some_and(|t| t.contains("INSERT INTO `rep`.`t`")))
+        .filter(|d| {
+            d["source"] == "replica" && d["digest_text"].as_str().is_some_and(|t| t.contains("INSERT INTO `rep`.`t`"))
+        })
         .map(|d| d["count"].as_u64().unwrap())
         .sum();
     assert_eq!(applied, N, "{:#?}", out.of_type("digest").collect::<Vec<_>>());
@@ -332,7 +350,9 @@ fn a_replicas_applier_is_kept_apart() {
         .sum();
     assert_eq!(client, CLIENT);
     assert!(
-        !out.of_type("digest").any(|d| d["source"] == "client" && d["digest_text"].as_str().is_some_and(|t| t.contains("INSERT INTO `rep`"))),
+        !out.of_type("digest")
+            .any(|d| d["source"] == "client"
+                && d["digest_text"].as_str().is_some_and(|t| t.contains("INSERT INTO `rep`"))),
         "the applier's statements are not a client's"
     );
 }

@@ -44,7 +44,9 @@ fn agent_args(server: &PrivateServer, collector: &Collector, state: &Path) -> Ve
 
 #[test]
 fn every_page_shows_what_the_agent_shipped() {
-    if !privileged("every_page_shows_what_the_agent_shipped") || !browser::available("every_page_shows_what_the_agent_shipped") {
+    if !privileged("every_page_shows_what_the_agent_shipped")
+        || !browser::available("every_page_shows_what_the_agent_shipped")
+    {
         return;
     }
     let _serial = common::one_at_a_time();
@@ -85,17 +87,27 @@ fn every_page_shows_what_the_agent_shipped() {
     for d in digests {
         let row = shown
             .iter()
-            .find(|r| r["data-digest"] == d["digest"].as_str().unwrap() && r["data-schema"] == d["schema"].as_str().unwrap())
+            .find(|r| {
+                r["data-digest"] == d["digest"].as_str().unwrap() && r["data-schema"] == d["schema"].as_str().unwrap()
+            })
             .unwrap_or_else(|| panic!("digest {} is not on the page", d["digest_text"]));
-        for (attr, field) in [("data-count", "count"), ("data-errors", "errors"), ("data-sum-ns", "sum_ns"), ("data-p99-ns", "p99_ns")] {
+        for (attr, field) in
+            [("data-count", "count"), ("data-errors", "errors"), ("data-sum-ns", "sum_ns"), ("data-p99-ns", "p99_ns")]
+        {
             assert_eq!(row[attr], d[field].as_u64().unwrap().to_string(), "{field} of {}", d["digest_text"]);
         }
         // The sparkline's series (all rows' read at once) is this row's own.
         assert_eq!(row["data-trend-count"], row["data-count"], "the sparkline of {}", d["digest_text"]);
     }
-    let insert = digests.iter().find(|d| d["digest_text"] == "INSERT INTO `shop`.`orders` VALUES (...)").expect("the insert digest");
+    let insert = digests
+        .iter()
+        .find(|d| d["digest_text"] == "INSERT INTO `shop`.`orders` VALUES (...)")
+        .expect("the insert digest");
     assert_eq!(insert["count"], 150);
-    let select = digests.iter().find(|d| d["digest_text"] == "SELECT `total` FROM `shop`.`orders` WHERE ID = ?").expect("the select digest");
+    let select = digests
+        .iter()
+        .find(|d| d["digest_text"] == "SELECT `total` FROM `shop`.`orders` WHERE ID = ?")
+        .expect("the select digest");
     assert_eq!(select["count"], 70);
     let missing = digests.iter().find(|d| d["errors"] == 4).expect("the failing statement");
     assert!(top.dom.contains("INSERT INTO `shop`.`orders` VALUES (...)"), "the top page names the workload's digests");
@@ -118,7 +130,11 @@ fn every_page_shows_what_the_agent_shipped() {
     let errors = browser::load(&format!("{}digest?{range}&id={}", collector.ui, missing["digest"].as_str().unwrap()));
     let codes = rows(&errors.dom, "errors");
     assert_eq!(codes.len(), 1, "one error code");
-    assert_eq!((codes[0]["data-code"].as_str(), codes[0]["data-count"].as_str()), ("1146", "4"), "ER_NO_SUCH_TABLE four times");
+    assert_eq!(
+        (codes[0]["data-code"].as_str(), codes[0]["data-count"].as_str()),
+        ("1146", "4"),
+        "ER_NO_SUCH_TABLE four times"
+    );
     let errors_table = &errors.dom[errors.dom.find("id=\"errors\"").unwrap()..];
     let errors_table = &errors_table[..errors_table.find("</table>").unwrap()];
     assert!(errors_table.contains("Table '?'"), "with the server's message, redacted: {errors_table}");
@@ -179,7 +195,12 @@ fn reply(response: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> Rep
     let mut response = response.expect("request");
     let header = |name: &str| response.headers().get(name).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
     let (location, cookie) = (header("location"), header("set-cookie"));
-    Reply { status: response.status().as_u16(), location, cookie, body: response.body_mut().read_to_string().unwrap_or_default() }
+    Reply {
+        status: response.status().as_u16(),
+        location,
+        cookie,
+        body: response.body_mut().read_to_string().unwrap_or_default(),
+    }
 }
 
 fn tokens_file(dir: &Path) -> std::path::PathBuf {
@@ -205,7 +226,10 @@ fn the_ui_asks_for_a_read_token() {
     assert_eq!(first.location, "/login?next=%2Ftop%3Fsince%3D1h");
     let login = browser::load(&format!("{ui}/top"));
     assert!(login.console.is_empty(), "{:#?}", login.console);
-    assert!(login.dom.contains("<form class=\"login\"") && login.dom.contains("type=\"password\""), "the browser lands on the login page");
+    assert!(
+        login.dom.contains("<form class=\"login\"") && login.dom.contains("type=\"password\""),
+        "the browser lands on the login page"
+    );
     assert_eq!(reply(http.get(format!("{ui}/api/top")).call()).status, 401);
 
     // Wrong tokens are refused: unknown, and one that may only ingest.
@@ -215,11 +239,15 @@ fn the_ui_asks_for_a_read_token() {
         assert!(refused.cookie.is_empty(), "no session for {token}");
         assert!(refused.body.contains("Sign-in refused") && refused.body.contains(why), "{token}: {}", refused.body);
     }
-    assert_eq!(reply(http.get(format!("{ui}/api/top")).header("authorization", "Bearer agent-51b2e0").call()).status, 401);
+    assert_eq!(
+        reply(http.get(format!("{ui}/api/top")).header("authorization", "Bearer agent-51b2e0").call()).status,
+        401
+    );
 
     // The read token: a session cookie that scripts cannot read and other
     // sites cannot send, then the page asked for.
-    let signed = reply(http.post(format!("{ui}/login")).send_form([("token", "reader-7f3a9c"), ("next", "/top?since=6h")]));
+    let signed =
+        reply(http.post(format!("{ui}/login")).send_form([("token", "reader-7f3a9c"), ("next", "/top?since=6h")]));
     assert_eq!((signed.status, signed.location.as_str()), (303, "/top?since=6h"));
     assert!(signed.cookie.contains("HttpOnly") && signed.cookie.contains("SameSite=Strict"), "{}", signed.cookie);
     assert!(!signed.cookie.contains("Secure"), "plain HTTP: no Secure flag, or the browser would drop it");
@@ -227,13 +255,19 @@ fn the_ui_asks_for_a_read_token() {
     let page = reply(http.get(format!("{ui}/top?since=6h")).header("cookie", &cookie).call());
     assert_eq!(page.status, 200);
     assert!(page.body.contains("<h1>Top digests</h1>"));
-    assert_eq!(reply(http.get(format!("{ui}/api/top")).header("authorization", "Bearer reader-7f3a9c").call()).status, 200);
+    assert_eq!(
+        reply(http.get(format!("{ui}/api/top")).header("authorization", "Bearer reader-7f3a9c").call()).status,
+        200
+    );
     // A login link cannot send the browser off-site.
-    let offsite = reply(http.post(format!("{ui}/login")).send_form([("token", "reader-7f3a9c"), ("next", "//evil.example/")]));
+    let offsite =
+        reply(http.post(format!("{ui}/login")).send_form([("token", "reader-7f3a9c"), ("next", "//evil.example/")]));
     assert_eq!(offsite.location, "/");
 
     // Hostile parameters come back as text, never as markup.
-    let hostile = reply(http.get(format!("{ui}/top?instance=%3Cscript%3Ealert(1)%3C%2Fscript%3E")).header("cookie", &cookie).call());
+    let hostile = reply(
+        http.get(format!("{ui}/top?instance=%3Cscript%3Ealert(1)%3C%2Fscript%3E")).header("cookie", &cookie).call(),
+    );
     assert_eq!(hostile.status, 200);
     assert!(!hostile.body.contains("<script>alert(1)"), "reflected markup");
     assert!(hostile.body.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
@@ -264,7 +298,11 @@ fn under_tls_the_session_cookie_is_secure() {
         "--tls-key".into(),
         key_path.display().to_string(),
     ]);
-    assert!(collector.ui.starts_with("https://"), "the UI is served over TLS with the collector's certificate: {}", collector.ui);
+    assert!(
+        collector.ui.starts_with("https://"),
+        "the UI is served over TLS with the collector's certificate: {}",
+        collector.ui
+    );
     let https = client(true);
     let signed = reply(https.post(format!("{}login", collector.ui)).send_form([("token", "reader-7f3a9c")]));
     assert_eq!(signed.status, 303);

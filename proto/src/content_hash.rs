@@ -52,7 +52,13 @@ mod tests {
                 window_start_unix_ms: 1000,
                 window_end_unix_ms: 61_000,
                 statements: 12,
-                digests: vec![DigestStats { digest: 9, digest_text: "SELECT ?".into(), count: 12, sum_ns: 3456, ..Default::default() }],
+                digests: vec![DigestStats {
+                    digest: 9,
+                    digest_text: "SELECT ?".into(),
+                    count: 12,
+                    sum_ns: 3456,
+                    ..Default::default()
+                }],
                 ..Default::default()
             }],
             gaps: vec![Gap { first_sequence: 3, last_sequence: 4, lost_statements: 10, ..Default::default() }],

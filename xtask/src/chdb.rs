@@ -134,7 +134,10 @@ pub fn replay(python: &Path, statements: &[Statement]) -> Result<String, ChdbErr
             error: refused["error"].as_str().unwrap_or_default().to_string(),
         })
     } else {
-        Err(ChdbError::Failed { status: out.status, output: format!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr)) })
+        Err(ChdbError::Failed {
+            status: out.status,
+            output: format!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr)),
+        })
     };
     let _ = std::fs::remove_dir_all(&dir);
     result

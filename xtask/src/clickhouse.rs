@@ -149,7 +149,10 @@ impl PrivateClickHouse {
             if started.elapsed() > Duration::from_secs(60) {
                 let dir = self.dir.clone().unwrap_or_default();
                 let log = fs::read_to_string(dir.join("log/clickhouse-server.err.log")).unwrap_or_default();
-                bail!("clickhouse-server did not answer within 60 s: {}", log.lines().rev().take(20).collect::<Vec<_>>().join("\n"));
+                bail!(
+                    "clickhouse-server did not answer within 60 s: {}",
+                    log.lines().rev().take(20).collect::<Vec<_>>().join("\n")
+                );
             }
             std::thread::sleep(Duration::from_millis(200));
         }
@@ -191,7 +194,10 @@ impl PrivateClickHouse {
             // Parts merged away are deleted after 30 s, not 8 minutes: a
             // load run writes many small parts, and their old copies would
             // fill a small disk long before they go.
-            .replace("</yandex>", "    <merge_tree><old_parts_lifetime>30</old_parts_lifetime></merge_tree>\n</yandex>");
+            .replace(
+                "</yandex>",
+                "    <merge_tree><old_parts_lifetime>30</old_parts_lifetime></merge_tree>\n</yandex>",
+            );
         for (port, tag) in ports.iter().zip(["http_port", "tcp_port", "interserver_http_port"]) {
             if !config.contains(&format!("<{tag}>{port}</{tag}>")) {
                 bail!("the packaged config has no <{tag}> to move to a private port");

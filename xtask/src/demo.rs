@@ -159,7 +159,9 @@ fn watch(sqlbee: &std::path::Path, server: &PrivateServer, seconds: u32, collect
     server.sql("SELECT SLEEP(0.5)")?;
     let _ = server.sql("SELECT * FROM sbtest.no_such_table");
     server.sql("CREATE TABLE IF NOT EXISTS sbtest.demo (id INT PRIMARY KEY, note VARCHAR(64))")?;
-    server.sql("INSERT INTO sbtest.demo VALUES (1, 'a'), (2, 'b'), (3, 'c') ON DUPLICATE KEY UPDATE note = VALUES(note)")?;
+    server.sql(
+        "INSERT INTO sbtest.demo VALUES (1, 'a'), (2, 'b'), (3, 'c') ON DUPLICATE KEY UPDATE note = VALUES(note)",
+    )?;
     server.sql("SELECT note FROM sbtest.demo WHERE id IN (1, 2, 3)")?;
 
     // SAFETY: plain kill(2) on our own child.

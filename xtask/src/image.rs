@@ -110,7 +110,10 @@ fn sqlbee_image() -> anyhow::Result<()> {
     }
     let etc = rootfs.join("etc");
     fs::create_dir_all(&etc)?;
-    fs::write(etc.join("passwd"), "root:x:0:0:root:/:/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin\n")?;
+    fs::write(
+        etc.join("passwd"),
+        "root:x:0:0:root:/:/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin\n",
+    )?;
     fs::write(etc.join("group"), "root:x:0:\nnogroup:x:65534:\n")?;
     for dir in ["tmp", "var/lib/sqlbee", "run"] {
         fs::create_dir_all(rootfs.join(dir))?;
@@ -122,7 +125,10 @@ fn sqlbee_image() -> anyhow::Result<()> {
     fs::set_permissions(context.join("collector-data"), fs::Permissions::from_mode(0o700))?;
     println!("==> podman build {SQLBEE_IMAGE}");
     run(
-        podman().args(["build", "--quiet", "-t", SQLBEE_IMAGE, "-f"]).arg(root.join("docker/Containerfile")).arg(&context),
+        podman()
+            .args(["build", "--quiet", "-t", SQLBEE_IMAGE, "-f"])
+            .arg(root.join("docker/Containerfile"))
+            .arg(&context),
         "podman build",
     )
 }

@@ -190,7 +190,8 @@ fn test(args: &[String]) -> anyhow::Result<()> {
     // from falling behind the types they use.
     if benches.success() {
         println!("==> cargo test --benches --no-run (every benchmark still builds)");
-        benches = cargo().args(["test", "-p", "sqlbee", "--benches", "--no-run"]).status().context("running cargo test")?;
+        benches =
+            cargo().args(["test", "-p", "sqlbee", "--benches", "--no-run"]).status().context("running cargo test")?;
     }
     println!("tests: {passed} passed, {failed} failed, {ignored} skipped");
     if !status.success() || failed > 0 {

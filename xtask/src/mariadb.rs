@@ -34,12 +34,18 @@ fn free_port() -> anyhow::Result<u16> {
 /// A system database installed once per machine and MariaDB version, then
 /// copied: `mariadb-install-db` takes seconds, a copy milliseconds.
 fn template_datadir() -> anyhow::Result<PathBuf> {
-    let version = Command::new("mariadbd").arg("--version").output().context(
-        "mariadbd not found: run `./x setup` (installs Debian's mariadb-server)",
-    )?;
+    let version = Command::new("mariadbd")
+        .arg("--version")
+        .output()
+        .context("mariadbd not found: run `./x setup` (installs Debian's mariadb-server)")?;
     let version = String::from_utf8_lossy(&version.stdout);
-    let tag: String = version.split_whitespace().nth(2).unwrap_or("unknown").chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '.' { c } else { '_' }).collect();
+    let tag: String = version
+        .split_whitespace()
+        .nth(2)
+        .unwrap_or("unknown")
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '.' { c } else { '_' })
+        .collect();
     let base = std::env::temp_dir().join(format!("sqlbee-mariadb-template-{tag}"));
     let ready = base.join(".ready");
     if ready.exists() {
@@ -102,7 +108,12 @@ impl PrivateServer {
             .arg(format!("--socket={}", self.socket.display()))
             .arg(format!("--port={}", self.port))
             .arg(format!("--pid-file={}", self.dir.join("mysqld.pid").display()))
-            .args(["--bind-address=127.0.0.1", "--skip-log-bin", "--innodb-buffer-pool-size=256M", "--max-connections=500"])
+            .args([
+                "--bind-address=127.0.0.1",
+                "--skip-log-bin",
+                "--innodb-buffer-pool-size=256M",
+                "--max-connections=500",
+            ])
             .args(&self.extra_args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())

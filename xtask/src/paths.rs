@@ -10,9 +10,7 @@ fn home() -> PathBuf {
 
 /// Root of sqlbee's installed tools (`SQLBEE_TOOLS_DIR` overrides).
 pub fn tools_root() -> PathBuf {
-    std::env::var_os("SQLBEE_TOOLS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| home().join(".local/share/sqlbee"))
+    std::env::var_os("SQLBEE_TOOLS_DIR").map(PathBuf::from).unwrap_or_else(|| home().join(".local/share/sqlbee"))
 }
 
 /// Directory whose `bin/` holds bpf-linker.

@@ -74,8 +74,18 @@ fn toolchain() -> anyhow::Result<()> {
     println!("==> installing toolchain {TOOLCHAIN} with rust-src");
     run_checked(
         Command::new("rustup").args([
-            "toolchain", "install", TOOLCHAIN, "--profile", "minimal", "--component", "rust-src",
-            "--component", "clippy", "--component", "rustfmt", "--no-self-update",
+            "toolchain",
+            "install",
+            TOOLCHAIN,
+            "--profile",
+            "minimal",
+            "--component",
+            "rust-src",
+            "--component",
+            "clippy",
+            "--component",
+            "rustfmt",
+            "--no-self-update",
         ]),
         "rustup toolchain install",
     )

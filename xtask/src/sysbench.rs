@@ -30,7 +30,9 @@ impl Target {
     /// for sysbench, `--` for the mariadb client.
     fn args(&self, prefix: &str) -> Vec<String> {
         match self {
-            Target::Socket(socket) => vec![format!("{prefix}socket={}", socket.display()), format!("{prefix}user=root")],
+            Target::Socket(socket) => {
+                vec![format!("{prefix}socket={}", socket.display()), format!("{prefix}user=root")]
+            }
             Target::Tcp { host, port, user, password } => vec![
                 format!("{prefix}host={host}"),
                 format!("{prefix}port={port}"),
@@ -117,7 +119,8 @@ impl Sysbench {
         if !out.status.success() {
             // sysbench reports some fatal errors (a --rate it cannot keep
             // up with) on stdout.
-            let text = String::from_utf8_lossy(if out.stderr.is_empty() { &out.stdout } else { &out.stderr }).into_owned();
+            let text =
+                String::from_utf8_lossy(if out.stderr.is_empty() { &out.stdout } else { &out.stderr }).into_owned();
             let tail: Vec<&str> = text.lines().rev().filter(|l| !l.trim().is_empty()).take(3).collect();
             bail!("sysbench run failed ({}): {}", out.status, tail.into_iter().rev().collect::<Vec<_>>().join(" / "));
         }

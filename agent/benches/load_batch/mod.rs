@@ -67,14 +67,23 @@ pub fn window(agent: u64, end_ms: i64, window_ms: i64, digests: u64, seed: &mut 
                 filesort_on_disk: Some(0),
             }),
             accounts: vec![
-                AccountCount { user: "app".into(), host: format!("10.0.{}.{}", agent % 200, d % 4), count: count - count / 4 },
+                AccountCount {
+                    user: "app".into(),
+                    host: format!("10.0.{}.{}", agent % 200, d % 4),
+                    count: count - count / 4,
+                },
                 AccountCount { user: "report".into(), host: "10.1.0.9".into(), count: count / 4 },
             ],
             ..Default::default()
         });
     }
     InstanceWindow {
-        instance: Some(ServerInstance { name: format!("db{agent}:3306"), pid: 1000 + agent as u32, start_time_unix_ms: 1, ..Default::default() }),
+        instance: Some(ServerInstance {
+            name: format!("db{agent}:3306"),
+            pid: 1000 + agent as u32,
+            start_time_unix_ms: 1,
+            ..Default::default()
+        }),
         window_start_unix_ms: end_ms - window_ms,
         window_end_unix_ms: end_ms,
         digests: rows,

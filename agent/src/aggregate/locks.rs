@@ -360,10 +360,7 @@ mod tests {
         let record = feed.only_record();
         assert_eq!(
             blockers(&record),
-            [
-                (2, false, 50, vec!["ALTER TABLE `t` ADD COLUMN `b` INT"]),
-                (5, false, 100, vec!["SELECT ?"]),
-            ]
+            [(2, false, 50, vec!["ALTER TABLE `t` ADD COLUMN `b` INT"]), (5, false, 100, vec!["SELECT ?"]),]
         );
         assert_eq!((record.start_ns, record.duration_ns, record.connection_id), (100 * MS, 100 * MS, 1));
         assert_eq!(record.class, "row_lock");

@@ -15,17 +15,17 @@ use std::{
 };
 
 pub use commands::command_name;
-pub use locks::{Blocker, LockWaitRecord};
-use locks::LockTracker;
 use commands::{COM_QUERY, COM_STMT_EXECUTE};
+use locks::LockTracker;
+pub use locks::{Blocker, LockWaitRecord};
 use sqlbee_common::histogram::Histogram;
 
 use agent_common::kernel_digests::FIRST_AGENT_BUCKET;
 use tracing::warn;
 
 use crate::{
-    normalize::{Digest, Normalizer, Samples},
     budget::ProbeCost,
+    normalize::{Digest, Normalizer, Samples},
     probe::{Account, Counters, Figures, KernelDigest, ProbeBatch, Program, Statement},
 };
 
@@ -192,7 +192,6 @@ impl DigestStats {
     }
 }
 
-
 /// Health and exact totals of one instance over one window.
 #[derive(Clone, Debug, Default)]
 pub struct Summary {
@@ -269,7 +268,10 @@ impl InstanceWindow {
     ) -> &mut DigestStats {
         let key = (schema.clone(), digest.id, lineage.clone());
         if self.digests.contains_key(&key) || self.digests.len() < max_digests {
-            return self.digests.entry(key).or_insert_with(|| DigestStats::new(digest, schema.clone(), lineage.clone()));
+            return self
+                .digests
+                .entry(key)
+                .or_insert_with(|| DigestStats::new(digest, schema.clone(), lineage.clone()));
         }
         self.summary.overflow_statements += statements;
         self.overflow.get_or_insert_with(|| {
@@ -412,7 +414,9 @@ impl Aggregator {
                 }
             }
             locks.statement(&statement, &digest, self.samples);
-            window.stats_for(&digest, &statement.schema, &lineage, self.max_digests, 1).record(&statement, self.samples);
+            window
+                .stats_for(&digest, &statement.schema, &lineage, self.max_digests, 1)
+                .record(&statement, self.samples);
         }
         for kernel in &batch.kernel {
             // Cannot happen (a hash is forgotten only after its last
@@ -491,13 +495,14 @@ impl Aggregator {
             let mut digests: Vec<DigestStats> = window.digests.into_values().collect();
             digests.extend(window.overflow.take());
             digests.sort_by(|a, b| {
-                b.sum_ns.cmp(&a.sum_ns).then(a.digest.cmp(&b.digest)).then(a.schema.cmp(&b.schema)).then(a.lineage.cmp(&b.lineage))
+                b.sum_ns
+                    .cmp(&a.sum_ns)
+                    .then(a.digest.cmp(&b.digest))
+                    .then(a.schema.cmp(&b.schema))
+                    .then(a.lineage.cmp(&b.lineage))
             });
-            window.summary.commands = window
-                .command_counts
-                .iter()
-                .map(|(c, n)| (command_name(*c).into_owned(), *n))
-                .collect();
+            window.summary.commands =
+                window.command_counts.iter().map(|(c, n)| (command_name(*c).into_owned(), *n)).collect();
             let lock_waits = self.locks.get_mut(&instance).map(LockTracker::take_records).unwrap_or_default();
             reports.push(WindowReport {
                 instance,

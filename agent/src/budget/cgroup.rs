@@ -6,23 +6,19 @@ use std::{
 
 use cgroups_rs::CgroupPid;
 use cgroups_rs::fs::{
-    Cgroup,
-    cgroup::get_cgroups_relative_paths,
-    cpu::CpuController,
-    cpuacct::CpuAcctController,
-    hierarchies,
+    Cgroup, cgroup::get_cgroups_relative_paths, cpu::CpuController, cpuacct::CpuAcctController, hierarchies,
     memory::MemController,
 };
 
 use super::{
-    BudgetConfig, BudgetError, cgroup_keeper,
+    BudgetConfig, BudgetError,
     cgroup_files::{PERIOD_US, parse_cpu_max, quota_us, usage_ns},
+    cgroup_keeper,
     cgroup_v2::{self, CurrentLimit, Plan},
 };
 
 /// A dead agent's cgroup this old is left over, not being set up.
 const STALE_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
-
 
 /// What `SelfLimit::apply` did.
 pub enum Applied {
@@ -91,8 +87,11 @@ impl SelfLimit {
         let name = format!("sqlbee-{}", std::process::id());
         let hierarchy = hierarchies::auto();
         let v2 = hierarchy.v2();
-        let relative = get_cgroups_relative_paths()
-            .map_err(|e| BudgetError::Cgroup { what: "reading /proc/self/cgroup", path: name.clone(), detail: e.to_string() })?;
+        let relative = get_cgroups_relative_paths().map_err(|e| BudgetError::Cgroup {
+            what: "reading /proc/self/cgroup",
+            path: name.clone(),
+            detail: e.to_string(),
+        })?;
         // v2: where the agent's own cgroup goes (below its current one, or
         // below the root).
         let mut v2_parent = relative.get("").cloned().unwrap_or_default();
@@ -138,9 +137,7 @@ impl SelfLimit {
             .ok();
         let own = SelfLimit { cgroup, config, paths, keeper };
         own.set_limits()?;
-        own.cgroup
-            .add_task_by_tgid(CgroupPid::from(std::process::id() as u64))
-            .map_err(|e| own.error("joining", e))?;
+        own.cgroup.add_task_by_tgid(CgroupPid::from(std::process::id() as u64)).map_err(|e| own.error("joining", e))?;
         tracing::info!(cpu_cores = config.cpu_cores, memory_bytes = config.memory_bytes, paths = ?own.paths, "agent runs in its own cgroup");
         Ok(Applied::Own(own))
     }
@@ -148,7 +145,8 @@ impl SelfLimit {
     fn set_limits(&self) -> Result<(), BudgetError> {
         let cpu: &CpuController = self.cgroup.controller_of().ok_or(BudgetError::NoController { controller: "cpu" })?;
         let quota = quota_us(self.config.cpu_cores) as i64;
-        cpu.set_cfs_quota_and_period(Some(quota), Some(PERIOD_US)).map_err(|e| self.error("setting the CPU quota", e))?;
+        cpu.set_cfs_quota_and_period(Some(quota), Some(PERIOD_US))
+            .map_err(|e| self.error("setting the CPU quota", e))?;
         // A new cgroup weighs as much as one thread of its parent: next to
         // a busy mysqld (dozens of threads at the parent's level) the agent
         // got 0.013 cores here where it used 0.07 outside a cgroup, and its
@@ -219,7 +217,8 @@ fn remove_stale_siblings(paths: &[PathBuf]) {
         let Ok(entries) = std::fs::read_dir(parent) else { continue };
         for entry in entries.flatten() {
             let name = entry.file_name();
-            let Some(pid) = name.to_str().and_then(|n| n.strip_prefix("sqlbee-")).and_then(|p| p.parse::<u32>().ok()) else {
+            let Some(pid) = name.to_str().and_then(|n| n.strip_prefix("sqlbee-")).and_then(|p| p.parse::<u32>().ok())
+            else {
                 continue;
             };
             if pid == own || Path::new(&format!("/proc/{pid}")).exists() {
@@ -235,7 +234,9 @@ fn remove_stale_siblings(paths: &[PathBuf]) {
                 continue;
             }
             match std::fs::remove_dir(&dir) {
-                Ok(()) => tracing::info!(path = %dir.display(), "removed the cgroup of an agent that did not exit cleanly"),
+                Ok(()) => {
+                    tracing::info!(path = %dir.display(), "removed the cgroup of an agent that did not exit cleanly")
+                }
                 Err(e) => tracing::warn!(path = %dir.display(), error = %e, "could not remove a stale agent cgroup"),
             }
         }
@@ -327,4 +328,3 @@ pub fn current_limits() -> (Option<f64>, Option<u64>) {
     }
     (cpu, memory)
 }
-

@@ -159,7 +159,8 @@ mod tests {
     #[test]
     fn root_gets_a_child_and_limits_are_kept() {
         assert_eq!(plan(Path::new("/nonexistent"), "/", 7), Plan::Child);
-        let root = tree("limited", &[("cpu.max", "50000 100000\n"), ("memory.max", "max\n"), ("cgroup.procs", "7\n9\n")]);
+        let root =
+            tree("limited", &[("cpu.max", "50000 100000\n"), ("memory.max", "max\n"), ("cgroup.procs", "7\n9\n")]);
         assert_eq!(plan(&root, UNIT, 7), Plan::Inherit);
         let root = tree("memlimited", &[("cpu.max", "max 100000\n"), ("memory.max", "1073741824\n")]);
         assert_eq!(plan(&root, UNIT, 7), Plan::Inherit);
@@ -167,7 +168,8 @@ mod tests {
 
     #[test]
     fn a_shared_cgroup_gets_a_child_of_the_root_where_the_root_hands_out_cpu_and_memory() {
-        let files = [("cpu.max", "max 100000\n"), ("memory.max", "max\n"), ("cgroup.controllers", "cpu io memory pids\n")];
+        let files =
+            [("cpu.max", "max 100000\n"), ("memory.max", "max\n"), ("cgroup.controllers", "cpu io memory pids\n")];
         let root = tree("session", &[files[0], files[1], files[2], ("cgroup.procs", "7\n1234\n")]);
         std::fs::write(root.join("cgroup.subtree_control"), "cpuset cpu io memory pids\n").unwrap();
         assert_eq!(plan(&root, UNIT, 7), Plan::RootChild);
@@ -180,7 +182,8 @@ mod tests {
 
     #[test]
     fn shared_or_undelegated_cgroups_are_refused() {
-        let files = [("cpu.max", "max 100000\n"), ("memory.max", "max\n"), ("cgroup.controllers", "cpu io memory pids\n")];
+        let files =
+            [("cpu.max", "max 100000\n"), ("memory.max", "max\n"), ("cgroup.controllers", "cpu io memory pids\n")];
         let root = tree("shared", &[files[0], files[1], files[2], ("cgroup.procs", "7\n1234\n")]);
         match plan(&root, UNIT, 7) {
             Plan::Refuse(why) => assert!(why.contains("1234") && why.contains("--no-cgroup"), "{why}"),
@@ -206,7 +209,8 @@ mod tests {
             ],
         );
         let Plan::Current(dir) = plan(&root, UNIT, 7) else { panic!("expected Current") };
-        let limit = CurrentLimit::apply(dir.clone(), BudgetConfig { cpu_cores: 0.25, memory_bytes: 256 << 20 }).unwrap();
+        let limit =
+            CurrentLimit::apply(dir.clone(), BudgetConfig { cpu_cores: 0.25, memory_bytes: 256 << 20 }).unwrap();
         assert_eq!(std::fs::read_to_string(dir.join("cpu.max")).unwrap(), "25000 100000");
         assert_eq!(std::fs::read_to_string(dir.join("memory.max")).unwrap(), (256u64 << 20).to_string());
         assert_eq!(limit.cpu_usage_ns(), Some(1_500_000));

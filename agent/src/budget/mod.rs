@@ -13,8 +13,8 @@
 //! `cgroup_v2`).
 pub mod calibrate;
 mod cgroup;
-mod cgroup_keeper;
 mod cgroup_files;
+mod cgroup_keeper;
 mod cgroup_v2;
 mod cost;
 mod duty;

@@ -280,8 +280,16 @@ mod tests {
         assert_eq!((exact.estimate(30), exact.estimate_total(100)), (30, 100));
 
         let mut merged = cost.clone();
-        merged.merge(&ProbeCost { statements: 50, server_statements: Some(500), server_statements_attached: Some(400), ..cost });
-        assert_eq!((merged.statements, merged.server_statements, merged.statement_share()), (150, Some(1500), Some(1.0 / 3.0)));
+        merged.merge(&ProbeCost {
+            statements: 50,
+            server_statements: Some(500),
+            server_statements_attached: Some(400),
+            ..cost
+        });
+        assert_eq!(
+            (merged.statements, merged.server_statements, merged.statement_share()),
+            (150, Some(1500), Some(1.0 / 3.0))
+        );
     }
 
     #[test]

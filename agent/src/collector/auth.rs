@@ -99,7 +99,8 @@ fn parse(path: &Path) -> Result<Vec<Token>, AuthError> {
             continue;
         }
         let fields: Vec<&str> = line.split_whitespace().collect();
-        let bad_line = || AuthError::BadLine { path: shown.clone(), line: n + 1, found: line.chars().take(16).collect() };
+        let bad_line =
+            || AuthError::BadLine { path: shown.clone(), line: n + 1, found: line.chars().take(16).collect() };
         let (role, secret, rest) = match fields.as_slice() {
             [secret] => ("both", *secret, &[][..]),
             [role, secret, rest @ ..] if rest.len() <= 1 => (*role, *secret, rest),

@@ -83,7 +83,8 @@ mod tests {
         let decode = Status::internal("failed to decode Protobuf message: Batch.windows: invalid string value");
         assert_eq!(reclassify(&decode).unwrap().code(), Code::InvalidArgument);
         assert!(reclassify(&decode).unwrap().message().contains("Batch.windows"));
-        let big = Status::out_of_range("Error, decoded message length too large: found 40 bytes, the limit is: 32 bytes");
+        let big =
+            Status::out_of_range("Error, decoded message length too large: found 40 bytes, the limit is: 32 bytes");
         assert_eq!(reclassify(&big).unwrap().code(), Code::InvalidArgument);
         let bomb = Status::resource_exhausted("Error decompressing: size limit, of 32 bytes, exceeded");
         assert_eq!(reclassify(&bomb).unwrap().code(), Code::InvalidArgument);

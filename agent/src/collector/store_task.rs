@@ -26,4 +26,3 @@ pub async fn blocking<T: Send + 'static>(
         .map_err(|e| Status::unavailable(format!("store task failed: {e}; retry later")))?
         .map_err(status)
 }
-

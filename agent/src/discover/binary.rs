@@ -161,10 +161,10 @@ pub fn inspect_binary(exe: &Path) -> Result<BinaryInfo, DiscoverError> {
     let file = File::open(exe).map_err(|source| DiscoverError::Binary { path: path.into(), source })?;
     // SAFETY: read-only private mapping; a binary replaced underneath us at
     // worst yields garbage that the ELF parser rejects.
-    let map = unsafe { memmap2::Mmap::map(&file) }
-        .map_err(|source| DiscoverError::Binary { path: path.into(), source })?;
-    let elf = object::File::parse(&*map)
-        .map_err(|e| DiscoverError::NotElf { path: path.into(), reason: e.to_string() })?;
+    let map =
+        unsafe { memmap2::Mmap::map(&file) }.map_err(|source| DiscoverError::Binary { path: path.into(), source })?;
+    let elf =
+        object::File::parse(&*map).map_err(|e| DiscoverError::NotElf { path: path.into(), reason: e.to_string() })?;
     if elf.architecture() != object::Architecture::X86_64 {
         return Err(DiscoverError::Unsupported {
             path: path.into(),
@@ -215,20 +215,20 @@ pub fn inspect_binary(exe: &Path) -> Result<BinaryInfo, DiscoverError> {
             symbol: THD_GET_THREAD_ID,
             bytes: hex(&code(THD_GET_THREAD_ID)),
         })?;
-    let command_offset =
-        decode_mov32_rdi(&code(THD_CURRENT_COMMAND)).ok_or_else(|| DiscoverError::UnknownLayout {
-            path: path.into(),
-            field: "the command offset",
-            symbol: THD_CURRENT_COMMAND,
-            bytes: hex(&code(THD_CURRENT_COMMAND)),
-        })?;
-    let lock_utime_offset = decode_add_rsi_to_rdi(&code(THD_STORAGE_LOCK_WAIT))
-        .filter(|off| *off >= 8)
-        .ok_or_else(|| DiscoverError::UnknownLayout {
-            path: path.into(),
-            field: "the statement start time offset",
-            symbol: THD_STORAGE_LOCK_WAIT,
-            bytes: hex(&code(THD_STORAGE_LOCK_WAIT)),
+    let command_offset = decode_mov32_rdi(&code(THD_CURRENT_COMMAND)).ok_or_else(|| DiscoverError::UnknownLayout {
+        path: path.into(),
+        field: "the command offset",
+        symbol: THD_CURRENT_COMMAND,
+        bytes: hex(&code(THD_CURRENT_COMMAND)),
+    })?;
+    let lock_utime_offset =
+        decode_add_rsi_to_rdi(&code(THD_STORAGE_LOCK_WAIT)).filter(|off| *off >= 8).ok_or_else(|| {
+            DiscoverError::UnknownLayout {
+                path: path.into(),
+                field: "the statement start time offset",
+                symbol: THD_STORAGE_LOCK_WAIT,
+                bytes: hex(&code(THD_STORAGE_LOCK_WAIT)),
+            }
         })?;
 
     let mut single_stepped = Vec::new();
@@ -265,7 +265,9 @@ pub fn inspect_binary(exe: &Path) -> Result<BinaryInfo, DiscoverError> {
     }
     let programs = program_layout(&elf);
     if programs.is_none() && points.nested.is_some() {
-        fields.missing.push(("stored program names", "the code that locates them does not match a known pattern".into()));
+        fields
+            .missing
+            .push(("stored program names", "the code that locates them does not match a known pattern".into()));
     }
     let build_id = elf.build_id().ok().flatten().map(hex_plain);
     let query_counter = static_u64(&elf, GLOBAL_QUERY_ID);
@@ -304,7 +306,8 @@ pub fn inspect_binary(exe: &Path) -> Result<BinaryInfo, DiscoverError> {
 /// emulates). The end is where the statement's own counters are complete.
 fn nested_points(elf: &object::File<'_>) -> Result<(u64, u64), String> {
     let execute = find_symbol(elf, SP_INSTR_STMT_EXECUTE).ok_or_else(|| format!("no `{SP_INSTR_STMT_EXECUTE}`"))?;
-    let target = find_symbol(elf, ADD_SLOW_QUERY_STATE).ok_or_else(|| format!("no `{ADD_SLOW_QUERY_STATE}`"))?.address();
+    let target =
+        find_symbol(elf, ADD_SLOW_QUERY_STATE).ok_or_else(|| format!("no `{ADD_SLOW_QUERY_STATE}`"))?.address();
     let code = function_bytes(elf, SP_INSTR_STMT_EXECUTE, execute.size())
         .ok_or_else(|| format!("`{SP_INSTR_STMT_EXECUTE}` has no code to read"))?;
     let start = emulated_offset(&code[..code.len().min(16)])
@@ -334,15 +337,17 @@ fn program_layout(elf: &object::File<'_>) -> Option<ProgramLayout> {
     // then `mov m_sp(%rax),%rax` within a few instructions.
     let write = code(QUERY_LOG_WRITE, 4096);
     let spcont_bytes = spcont.to_le_bytes();
-    let at = write.windows(7).position(|w| {
-        w[0] == 0x49 && w[1] == 0x8b && (w[2] == 0x85 || w[2] == 0x86) && w[3..7] == spcont_bytes
-    })?;
+    let at = write
+        .windows(7)
+        .position(|w| w[0] == 0x49 && w[1] == 0x8b && (w[2] == 0x85 || w[2] == 0x86) && w[3..7] == spcont_bytes)?;
     let after = &write[at + 7..(at + 24).min(write.len())];
     let rcontext_sp = after.windows(4).find(|w| w[..3] == [0x48, 0x8b, 0x40]).map(|w| u32::from(w[3]))?;
     // sp_head::init_psi_share loads m_name {str, len}, m_db {str, len}
     // (disp8 from %rdi) and m_handler (disp32).
     let init = code(SP_HEAD_INIT_PSI_SHARE, 64);
-    let disp8 = |prefix: &[u8]| init.windows(prefix.len() + 1).find(|w| w[..prefix.len()] == *prefix).map(|w| u32::from(w[prefix.len()]));
+    let disp8 = |prefix: &[u8]| {
+        init.windows(prefix.len() + 1).find(|w| w[..prefix.len()] == *prefix).map(|w| u32::from(w[prefix.len()]))
+    };
     let sp_name = disp8(&[0x4c, 0x8b, 0x77])?;
     let sp_db = disp8(&[0x4c, 0x8b, 0x67])?;
     if disp8(&[0x4c, 0x8b, 0x7f]) != Some(sp_name + 8) || disp8(&[0x44, 0x8b, 0x6f]) != Some(sp_db + 8) {
@@ -351,7 +356,9 @@ fn program_layout(elf: &object::File<'_>) -> Option<ProgramLayout> {
     let sp_handler = find_disp(&init, &[0x48, 0x8b, 0xbf])?;
     // sp_head::is_invoked tests a bit of m_flags.
     let sp_flags = match strip_endbr(&code(SP_HEAD_IS_INVOKED, 16)) {
-        [0x8b, 0x87, a, b, c, d, ..] | [0x0f, 0xb6, 0x87, a, b, c, d, ..] => u32::try_from(i32::from_le_bytes([*a, *b, *c, *d])).ok()?,
+        [0x8b, 0x87, a, b, c, d, ..] | [0x0f, 0xb6, 0x87, a, b, c, d, ..] => {
+            u32::try_from(i32::from_le_bytes([*a, *b, *c, *d])).ok()?
+        }
         _ => return None,
     };
     Some(ProgramLayout {
@@ -410,7 +417,8 @@ fn statement_fields(code: &dyn Fn(&'static str) -> Vec<u8>, connection_id_offset
             && find_disp_imm8(&tmp, &[0x48, 0x83, 0x87], 1) == Some(plan + 16)
             && find_disp_imm8(&disk, &[0x48, 0x83, 0x87], 1) == Some(plan + 24)
     });
-    let plan = found("tmp_tables, tmp_disk_tables, sort_merge_passes, select_scan, select_full_join", INC_TMP_TABLES, plan);
+    let plan =
+        found("tmp_tables, tmp_disk_tables, sort_merge_passes, select_scan, select_full_join", INC_TMP_TABLES, plan);
     let status = find_disp_imm8(&body(SET_NO_INDEX_USED), &[0x83, 0x8f], 0x20)
         .filter(|at| find_disp_imm8(&body(SET_NO_GOOD_INDEX_USED), &[0x83, 0x8f], 0x10) == Some(*at));
     let status = found("no_index_used, no_good_index_used", SET_NO_INDEX_USED, status);
@@ -440,9 +448,7 @@ fn statement_fields(code: &dyn Fn(&'static str) -> Vec<u8>, connection_id_offset
     .collect();
     let mut layout =
         ServerLayout { db_offset: UNKNOWN, sctx_offset: UNKNOWN, spcont_offset: UNKNOWN, ..ServerLayout::default() };
-    if let (Some(low), Some(high)) =
-        (spans.iter().map(|s| s.1 & !7).min(), spans.iter().map(|s| s.1 + s.2).max())
-    {
+    if let (Some(low), Some(high)) = (spans.iter().map(|s| s.1 & !7).min(), spans.iter().map(|s| s.1 + s.2).max()) {
         if high - low <= STATS_WINDOW as u32 {
             layout.stats_base = low;
             layout.stats_len = (high - low).div_ceil(8) * 8;
@@ -459,15 +465,21 @@ fn statement_fields(code: &dyn Fn(&'static str) -> Vec<u8>, connection_id_offset
                     _ => layout.server_status_rel = rel,
                 }
             }
-            if connection_id_offset >= low && connection_id_offset + 8 <= low + layout.stats_len && connection_id_offset % 8 == 0 {
+            if connection_id_offset >= low
+                && connection_id_offset + 8 <= low + layout.stats_len
+                && connection_id_offset % 8 == 0
+            {
                 layout.stats_fields |= stats_field::CONNECTION_ID;
                 layout.connection_id_rel = connection_id_offset - low;
             }
         } else {
-            missing.push(("rows, temporary tables, sorts, index use", format!(
-                "the server keeps them {} bytes apart, more than the {STATS_WINDOW} the statement program copies",
-                high - low
-            )));
+            missing.push((
+                "rows, temporary tables, sorts, index use",
+                format!(
+                    "the server keeps them {} bytes apart, more than the {STATS_WINDOW} the statement program copies",
+                    high - low
+                ),
+            ));
         }
     }
     match decode_lea_rdi(&body(THD_CURRENT_DB)) {
@@ -596,9 +608,7 @@ fn missing(path: &Path, symbol: &'static str, what: &'static str) -> DiscoverErr
 }
 
 fn find_symbol<'d, 'f>(elf: &'f object::File<'d>, name: &str) -> Option<object::Symbol<'d, 'f>> {
-    elf.dynamic_symbols()
-        .chain(elf.symbols())
-        .find(|s| s.is_definition() && s.name() == Ok(name))
+    elf.dynamic_symbols().chain(elf.symbols()).find(|s| s.is_definition() && s.name() == Ok(name))
 }
 
 fn function_bytes(elf: &object::File<'_>, name: &str, len: u64) -> Option<Vec<u8>> {

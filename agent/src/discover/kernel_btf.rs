@@ -92,7 +92,8 @@ fn u32_at(bytes: &[u8], at: usize) -> Option<u32> {
 impl<'a> Btf<'a> {
     fn parse(data: &'a [u8]) -> Result<Btf<'a>, BtfError> {
         let bad = BtfError::Malformed;
-        let magic = u16::from_le_bytes(data.get(0..2).ok_or(bad("short header"))?.try_into().map_err(|_| bad("header"))?);
+        let magic =
+            u16::from_le_bytes(data.get(0..2).ok_or(bad("short header"))?.try_into().map_err(|_| bad("header"))?);
         if magic != MAGIC {
             return Err(bad("bad magic (a big-endian or non-BTF file?)"));
         }
@@ -113,11 +114,11 @@ impl<'a> Btf<'a> {
             let refers = u32_at(types, at + 8).ok_or(bad("truncated type"))?;
             let (vlen, kind, kind_flag) = ((info & 0xffff) as usize, (info >> 24) & 0x1f, info >> 31 == 1);
             let extra = match kind {
-                1 | 14 | 17 => 4,                        // int, var, decl tag
-                3 => 12,                                 // array
-                4 | 5 | 15 | 19 => 12 * vlen,            // struct, union, datasec, enum64
-                6 | 13 => 8 * vlen,                      // enum, func proto
-                2 | 7..=12 | 16 | 18 => 0,               // ptr, fwd, typedef, qualifiers, func, float, type tag
+                1 | 14 | 17 => 4,             // int, var, decl tag
+                3 => 12,                      // array
+                4 | 5 | 15 | 19 => 12 * vlen, // struct, union, datasec, enum64
+                6 | 13 => 8 * vlen,           // enum, func proto
+                2 | 7..=12 | 16 | 18 => 0,    // ptr, fwd, typedef, qualifiers, func, float, type tag
                 _ => return Err(bad("unknown type kind")),
             };
             index.push(Type { at, kind, kind_flag, name, vlen, refers });
@@ -198,7 +199,9 @@ mod tests {
     /// at byte 24 (through an anonymous union for good measure).
     fn blob() -> Vec<u8> {
         let strings = b"\0int\0inner\0a\0sum_exec_runtime\0task_struct\0se\0pad\0inner_t\0".to_vec();
-        let at = |s: &str| strings.windows(s.len() + 1).position(|w| &w[1..] == s.as_bytes() && w[0] == 0).unwrap() as u32 + 1;
+        let at = |s: &str| {
+            strings.windows(s.len() + 1).position(|w| &w[1..] == s.as_bytes() && w[0] == 0).unwrap() as u32 + 1
+        };
         let mut types = Vec::new();
         let mut push = |words: &[u32]| words.iter().for_each(|w| types.extend_from_slice(&w.to_le_bytes()));
         // 1: int (8 bytes)

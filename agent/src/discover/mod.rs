@@ -9,10 +9,13 @@ mod kernel_btf;
 mod process;
 
 pub use binary::{
-    BinaryIdentity, BinaryInfo, Flavor, ProbePoint, ProbePoints, ProgramLayout, StaticVariable, identify_binary, inspect_binary,
+    BinaryIdentity, BinaryInfo, Flavor, ProbePoint, ProbePoints, ProgramLayout, StaticVariable, identify_binary,
+    inspect_binary,
 };
 pub use kernel_btf::{BtfError, has_current_task_btf, task_runtime_offset};
-pub use process::{Container, ServerProcess, cpu_seconds, find_servers, runtime_address, server_by_pid, threads_cpu_ns};
+pub use process::{
+    Container, ServerProcess, cpu_seconds, find_servers, runtime_address, server_by_pid, threads_cpu_ns,
+};
 
 use std::path::PathBuf;
 
@@ -40,9 +43,7 @@ pub enum DiscoverError {
          a build without it cannot be traced"
     )]
     MissingSymbol { path: PathBuf, symbol: &'static str, what: &'static str },
-    #[error(
-        "{path} looks like {flavor}: {detail}. sqlbee supports MariaDB 10.x/11.x binaries today"
-    )]
+    #[error("{path} looks like {flavor}: {detail}. sqlbee supports MariaDB 10.x/11.x binaries today")]
     Unsupported { path: PathBuf, flavor: &'static str, detail: String },
     #[error(
         "could not learn {field} from `{symbol}` in {path}: its code does not match a known \

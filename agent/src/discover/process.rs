@@ -92,7 +92,8 @@ fn conmon_name(proc_dir: &Path) -> Option<String> {
         }
         if fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim_end() == "conmon") {
             let cmdline = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-            let args: Vec<String> = cmdline.split(|b| *b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+            let args: Vec<String> =
+                cmdline.split(|b| *b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
             return option_value(&args, "--name", Some("-n")).map(str::to_string);
         }
     }
@@ -128,8 +129,7 @@ pub fn find_servers(hostname: &str) -> Vec<ServerProcess> {
         .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
         .filter(|pid| *pid != me)
         .filter(|pid| {
-            fs::read_to_string(format!("/proc/{pid}/comm"))
-                .is_ok_and(|c| SERVER_NAMES.contains(&c.trim_end()))
+            fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| SERVER_NAMES.contains(&c.trim_end()))
         })
         .filter_map(|pid| server_by_pid(pid, hostname).ok())
         .collect();
@@ -157,18 +157,23 @@ pub fn server_by_pid(pid: u32, hostname: &str) -> Result<ServerProcess, Discover
     fs::read_link(&exe_link).map_err(|source| DiscoverError::Proc { path: exe_link.clone(), source })?;
     let binary = exe_link;
     let cmdline = fs::read(proc_dir.join("cmdline")).unwrap_or_default();
-    let args: Vec<String> = cmdline
-        .split(|b| *b == 0)
-        .filter(|a| !a.is_empty())
-        .map(|a| String::from_utf8_lossy(a).into_owned())
-        .collect();
+    let args: Vec<String> =
+        cmdline.split(|b| *b == 0).filter(|a| !a.is_empty()).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
     let start_unix_ms = boot_time_unix_ms() + (start_ticks as i64 * 1000) / clock_ticks_per_second() as i64;
     let container = container_of(&proc_dir);
     let place = match &container {
         Some(c) => c.name.clone(),
         None => host_of(&proc_dir, hostname),
     };
-    Ok(ServerProcess { pid, start_ticks, start_unix_ms, comm, binary, instance: instance_name(&args, &place), container })
+    Ok(ServerProcess {
+        pid,
+        start_ticks,
+        start_unix_ms,
+        comm,
+        binary,
+        instance: instance_name(&args, &place),
+        container,
+    })
 }
 
 /// CPU time (user + system) a process has used so far, seconds.
@@ -246,10 +251,7 @@ mod tests {
         assert_eq!(instance_name(&args(&["mariadbd", "--port", "3311"]), "h"), "h:3311");
         assert_eq!(instance_name(&args(&["mariadbd", "-P3312"]), "h"), "h:3312");
         assert_eq!(instance_name(&args(&["mariadbd"]), "h"), "h:3306");
-        assert_eq!(
-            instance_name(&args(&["mariadbd", "--skip-networking", "--socket=/s.sock"]), "h"),
-            "h:/s.sock"
-        );
+        assert_eq!(instance_name(&args(&["mariadbd", "--skip-networking", "--socket=/s.sock"]), "h"), "h:/s.sock");
     }
 
     #[test]

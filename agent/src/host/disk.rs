@@ -109,8 +109,19 @@ mod tests {
     #[test]
     fn partitions_by_name() {
         let names: HashSet<&str> = [
-            "sda", "sda1", "sdaa", "sdp", "sdp1", "md1", "md10", "nvme0n1", "nvme0n1p2", "nvme0n11", "mmcblk0",
-            "mmcblk0p1", "dm-1",
+            "sda",
+            "sda1",
+            "sdaa",
+            "sdp",
+            "sdp1",
+            "md1",
+            "md10",
+            "nvme0n1",
+            "nvme0n1p2",
+            "nvme0n11",
+            "mmcblk0",
+            "mmcblk0p1",
+            "dm-1",
         ]
         .into();
         let mut partitions: Vec<&str> = names.iter().copied().filter(|n| looks_like_partition(n, &names)).collect();

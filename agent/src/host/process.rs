@@ -188,9 +188,8 @@ fn is_gone(e: &io::Error) -> bool {
 /// through read(2)/write(2) (that includes page-cache hits).
 fn read_io(dir: &Path) -> Option<(u64, u64)> {
     let text = std::fs::read_to_string(dir.join("io")).ok()?;
-    let value = |key: &str| {
-        text.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix(':')?.trim().parse::<u64>().ok())
-    };
+    let value =
+        |key: &str| text.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix(':')?.trim().parse::<u64>().ok());
     Some((value("read_bytes")?, value("write_bytes")?))
 }
 

@@ -34,8 +34,22 @@ pub const TRACKED_DIGESTS: usize = 5 * TOP_DIGESTS;
 
 /// The latency histogram's `le` bounds, as asked for (ns): 100 us to 10 s.
 const NOMINAL_BOUNDS_NS: [u64; 16] = [
-    100_000, 250_000, 500_000, 1_000_000, 2_500_000, 5_000_000, 10_000_000, 25_000_000, 50_000_000, 100_000_000,
-    250_000_000, 500_000_000, 1_000_000_000, 2_500_000_000, 5_000_000_000, 10_000_000_000,
+    100_000,
+    250_000,
+    500_000,
+    1_000_000,
+    2_500_000,
+    5_000_000,
+    10_000_000,
+    25_000_000,
+    50_000_000,
+    100_000_000,
+    250_000_000,
+    500_000_000,
+    1_000_000_000,
+    2_500_000_000,
+    5_000_000_000,
+    10_000_000_000,
 ];
 
 /// The `le` bounds actually exported, as scheme bucket indices: each is the
@@ -158,7 +172,13 @@ impl AgentMetrics {
             for (key, (_, _, _, text)) in top.into_iter().take(TOP_DIGESTS) {
                 t.digests
                     .entry(key.clone())
-                    .or_insert_with(|| DigestTotals { text: short(text), statements: 0, errors: 0, sum_ns: 0, last_top: 0 })
+                    .or_insert_with(|| DigestTotals {
+                        text: short(text),
+                        statements: 0,
+                        errors: 0,
+                        sum_ns: 0,
+                        last_top: 0,
+                    })
                     .last_top = self.windows;
             }
             for (key, (count, errors, sum_ns, _)) in &window_digests {
@@ -169,7 +189,8 @@ impl AgentMetrics {
                 }
             }
             if t.digests.len() > TRACKED_DIGESTS {
-                let mut by_age: Vec<(u64, DigestKey)> = t.digests.iter().map(|(k, d)| (d.last_top, k.clone())).collect();
+                let mut by_age: Vec<(u64, DigestKey)> =
+                    t.digests.iter().map(|(k, d)| (d.last_top, k.clone())).collect();
                 by_age.sort();
                 for (_, key) in by_age.into_iter().take(t.digests.len() - TRACKED_DIGESTS) {
                     t.digests.remove(&key);
@@ -196,8 +217,12 @@ impl AgentMetrics {
     }
 
     fn encode_totals(&self, enc: &mut Encoder, cost: &CostSample, ship: Option<ShipTotals>) {
-        enc.family("sqlbee_agent_windows_total", "Windows the agent closed; the page changes once per window.", MetricType::Counter)
-            .sample(&[], self.windows);
+        enc.family(
+            "sqlbee_agent_windows_total",
+            "Windows the agent closed; the page changes once per window.",
+            MetricType::Counter,
+        )
+        .sample(&[], self.windows);
         enc.family(
             "sqlbee_agent_cpu_seconds_total",
             "CPU time the agent used, seconds (source: its cgroup, counted since the cgroup began, or the process).",
@@ -205,12 +230,32 @@ impl AgentMetrics {
         )
         .sample(&[("source", cost.cpu_source)], cost.cpu_seconds_total);
         let per_instance: [(&str, &str, fn(&InstanceTotals) -> u64); 7] = [
-            ("sqlbee_statements_total", "Statements clients ran, exact (the kernel counts each one, whatever was dropped or sampled).", |t| t.statements),
+            (
+                "sqlbee_statements_total",
+                "Statements clients ran, exact (the kernel counts each one, whatever was dropped or sampled).",
+                |t| t.statements,
+            ),
             ("sqlbee_statement_errors_total", "Client statements that ended with an error.", |t| t.errors),
-            ("sqlbee_dropped_events_total", "Statement records lost in the kernel ring buffer (their statements stay counted, without a duration).", |t| t.dropped_events),
-            ("sqlbee_unmatched_statements_total", "Statements counted without a duration: their start was not seen (they began before the probes attached).", |t| t.unmatched),
-            ("sqlbee_shed_statements_total", "Statement records sent without their text while the agent was shedding load.", |t| t.shed_statements),
-            ("sqlbee_overflow_statements_total", "Statements counted in the overflow row because a window reached its digest limit.", |t| t.overflow_statements),
+            (
+                "sqlbee_dropped_events_total",
+                "Statement records lost in the kernel ring buffer (their statements stay counted, without a duration).",
+                |t| t.dropped_events,
+            ),
+            (
+                "sqlbee_unmatched_statements_total",
+                "Statements counted without a duration: their start was not seen (they began before the probes attached).",
+                |t| t.unmatched,
+            ),
+            (
+                "sqlbee_shed_statements_total",
+                "Statement records sent without their text while the agent was shedding load.",
+                |t| t.shed_statements,
+            ),
+            (
+                "sqlbee_overflow_statements_total",
+                "Statements counted in the overflow row because a window reached its digest limit.",
+                |t| t.overflow_statements,
+            ),
             ("sqlbee_read_failures_total", "Reads of server memory by the probes that failed.", |t| t.read_failures),
         ];
         for (name, help, value) in per_instance {
@@ -265,37 +310,83 @@ impl AgentMetrics {
             }
         }
         let digest_families: [(&str, &str, fn(&DigestTotals) -> f64); 3] = [
-            ("sqlbee_digest_statements_total", "Client statements of a digest, counted from the first window it was in the top 20 of its instance.", |d| d.statements as f64),
-            ("sqlbee_digest_errors_total", "Client statements of a top digest that ended with an error.", |d| d.errors as f64),
-            ("sqlbee_digest_latency_seconds_total", "Total latency of a top digest's client statements, seconds.", |d| d.sum_ns as f64 / 1e9),
+            (
+                "sqlbee_digest_statements_total",
+                "Client statements of a digest, counted from the first window it was in the top 20 of its instance.",
+                |d| d.statements as f64,
+            ),
+            ("sqlbee_digest_errors_total", "Client statements of a top digest that ended with an error.", |d| {
+                d.errors as f64
+            }),
+            (
+                "sqlbee_digest_latency_seconds_total",
+                "Total latency of a top digest's client statements, seconds.",
+                |d| d.sum_ns as f64 / 1e9,
+            ),
         ];
         for (name, help, value) in digest_families {
             let mut f = enc.family(name, help, MetricType::Counter);
             for (instance, t) in &self.instances {
                 for ((schema, digest), d) in &t.digests {
                     let digest = format!("{digest:016x}");
-                    let labels =
-                        [("instance", instance.as_str()), ("schema", schema.as_deref().unwrap_or("")), ("digest", &digest), ("text", &d.text)];
+                    let labels = [
+                        ("instance", instance.as_str()),
+                        ("schema", schema.as_deref().unwrap_or("")),
+                        ("digest", &digest),
+                        ("text", &d.text),
+                    ];
                     f.sample(&labels, value(d));
                 }
             }
         }
         if let Some(ship) = ship {
             let counters: [(&str, &str, u64); 8] = [
-                ("sqlbee_ship_batches_spooled_total", "Batches written to the spool (fsync'd) to be shipped.", ship.spooled),
+                (
+                    "sqlbee_ship_batches_spooled_total",
+                    "Batches written to the spool (fsync'd) to be shipped.",
+                    ship.spooled,
+                ),
                 ("sqlbee_ship_batches_delivered_total", "Batches a collector acknowledged.", ship.delivered),
-                ("sqlbee_ship_push_failures_total", "Pushes to a collector that failed; the batch stays spooled and is sent again.", ship.push_failures),
-                ("sqlbee_ship_batches_rejected_total", "Batches a collector refused as invalid (kept in the spool's rejected/).", ship.rejected),
-                ("sqlbee_ship_batches_lost_total", "Batches dropped before shipping (full spool, free-space floor, failed write); the collector learns of them as gaps.", ship.lost_batches),
-                ("sqlbee_ship_lost_statements_total", "Statements in the batches dropped before shipping.", ship.lost_statements),
-                ("sqlbee_ship_sender_restarts_total", "Times the sender task had to be restarted.", ship.sender_restarts),
-                ("sqlbee_ship_spool_io_errors_total", "Spool disk errors the ship path lived through.", ship.spool_io_errors),
+                (
+                    "sqlbee_ship_push_failures_total",
+                    "Pushes to a collector that failed; the batch stays spooled and is sent again.",
+                    ship.push_failures,
+                ),
+                (
+                    "sqlbee_ship_batches_rejected_total",
+                    "Batches a collector refused as invalid (kept in the spool's rejected/).",
+                    ship.rejected,
+                ),
+                (
+                    "sqlbee_ship_batches_lost_total",
+                    "Batches dropped before shipping (full spool, free-space floor, failed write); the collector learns of them as gaps.",
+                    ship.lost_batches,
+                ),
+                (
+                    "sqlbee_ship_lost_statements_total",
+                    "Statements in the batches dropped before shipping.",
+                    ship.lost_statements,
+                ),
+                (
+                    "sqlbee_ship_sender_restarts_total",
+                    "Times the sender task had to be restarted.",
+                    ship.sender_restarts,
+                ),
+                (
+                    "sqlbee_ship_spool_io_errors_total",
+                    "Spool disk errors the ship path lived through.",
+                    ship.spool_io_errors,
+                ),
             ];
             for (name, help, value) in counters {
                 enc.family(name, help, MetricType::Counter).sample(&[], value);
             }
-            enc.family("sqlbee_ship_backlog_batches", "Batches in the spool waiting for a collector.", MetricType::Gauge)
-                .sample(&[], ship.backlog);
+            enc.family(
+                "sqlbee_ship_backlog_batches",
+                "Batches in the spool waiting for a collector.",
+                MetricType::Gauge,
+            )
+            .sample(&[], ship.backlog);
         }
     }
 }
@@ -310,7 +401,8 @@ fn encode_window(
 ) {
     enc.family("sqlbee_agent_cpu_cores", "CPU the agent used over the last window, cores.", MetricType::Gauge)
         .sample(&[("source", cost.cpu_source)], cost.cpu_cores);
-    enc.family("sqlbee_agent_rss_bytes", "Resident memory of the agent.", MetricType::Gauge).sample(&[], cost.rss_bytes);
+    enc.family("sqlbee_agent_rss_bytes", "Resident memory of the agent.", MetricType::Gauge)
+        .sample(&[], cost.rss_bytes);
     enc.family(
         "sqlbee_agent_cores_per_10k_qps",
         "Agent CPU per 10,000 statements per second over the last window.",
@@ -344,7 +436,8 @@ fn encode_window(
             .sample(&[], limit);
     }
     {
-        let mut f = enc.family("sqlbee_statements_per_second", "Statements per second per instance.", MetricType::Gauge);
+        let mut f =
+            enc.family("sqlbee_statements_per_second", "Statements per second per instance.", MetricType::Gauge);
         for r in reports {
             let seconds = r.window_end.duration_since(r.window_start).map(|d| d.as_secs_f64()).unwrap_or(0.0);
             let rate = if seconds > 0.0 { r.summary.statements as f64 / seconds } else { 0.0 };
@@ -421,12 +514,42 @@ fn encode_window(
         };
         use agent_common::stats_field as f;
         let families: [(&str, &str, fn(&crate::aggregate::DigestStats) -> f64, u32); 6] = [
-            ("sqlbee_digest_statements", "Statements of a top digest in the last window (top 20 per instance).", |d| d.count as f64, 0),
-            ("sqlbee_digest_latency_seconds_sum", "Total latency of a top digest's statements in the last window.", |d| d.sum_ns as f64 / 1e9, 0),
-            ("sqlbee_digest_rows_examined", "Rows a top digest's statements examined in the last window (the server's count).", |d| d.stats.rows_examined as f64, f::ROWS_EXAMINED),
-            ("sqlbee_digest_rows_sent", "Rows a top digest's statements sent in the last window.", |d| d.stats.rows_sent as f64, f::ROWS_SENT),
-            ("sqlbee_digest_cpu_seconds_sum", "On-CPU time of a top digest's statements in the last window.", |d| d.stats.cpu_ns as f64 / 1e9, crate::probe::Figures::CPU),
-            ("sqlbee_digest_tmp_disk_tables", "Temporary tables a top digest's statements created on disk in the last window.", |d| d.stats.tmp_disk_tables as f64, f::PLAN),
+            (
+                "sqlbee_digest_statements",
+                "Statements of a top digest in the last window (top 20 per instance).",
+                |d| d.count as f64,
+                0,
+            ),
+            (
+                "sqlbee_digest_latency_seconds_sum",
+                "Total latency of a top digest's statements in the last window.",
+                |d| d.sum_ns as f64 / 1e9,
+                0,
+            ),
+            (
+                "sqlbee_digest_rows_examined",
+                "Rows a top digest's statements examined in the last window (the server's count).",
+                |d| d.stats.rows_examined as f64,
+                f::ROWS_EXAMINED,
+            ),
+            (
+                "sqlbee_digest_rows_sent",
+                "Rows a top digest's statements sent in the last window.",
+                |d| d.stats.rows_sent as f64,
+                f::ROWS_SENT,
+            ),
+            (
+                "sqlbee_digest_cpu_seconds_sum",
+                "On-CPU time of a top digest's statements in the last window.",
+                |d| d.stats.cpu_ns as f64 / 1e9,
+                crate::probe::Figures::CPU,
+            ),
+            (
+                "sqlbee_digest_tmp_disk_tables",
+                "Temporary tables a top digest's statements created on disk in the last window.",
+                |d| d.stats.tmp_disk_tables as f64,
+                f::PLAN,
+            ),
         ];
         for (name, help, value, needs) in families {
             let mut family = enc.family(name, help, MetricType::Gauge);
@@ -440,7 +563,8 @@ fn encode_window(
     if let Some(host) = host {
         enc.family("sqlbee_host_cores", "Online CPU cores.", MetricType::Gauge).sample(&[], host.cpu.online_cores);
         if let Some(busy) = &host.cpu.busy {
-            let mut f = enc.family("sqlbee_host_cpu_cores", "Host CPU by mode over the last window, cores.", MetricType::Gauge);
+            let mut f =
+                enc.family("sqlbee_host_cpu_cores", "Host CPU by mode over the last window, cores.", MetricType::Gauge);
             for (mode, v) in [
                 ("user", busy.user),
                 ("nice", busy.nice),
@@ -454,7 +578,8 @@ fn encode_window(
                 f.sample(&[("mode", mode)], v);
             }
         }
-        enc.family("sqlbee_host_memory_total_bytes", "Host memory.", MetricType::Gauge).sample(&[], host.memory.total_bytes);
+        enc.family("sqlbee_host_memory_total_bytes", "Host memory.", MetricType::Gauge)
+            .sample(&[], host.memory.total_bytes);
         if let Some(available) = host.memory.available_bytes {
             enc.family("sqlbee_host_memory_available_bytes", "Host memory available.", MetricType::Gauge)
                 .sample(&[], available);
@@ -556,12 +681,16 @@ mod tests {
         // At the first edge, one past it, far past the last; errors; and
         // rows of nested and replica statements, which are not counted.
         let window = [
-            report("db1:3306", 4, vec![
-                row(1, &[first, first + 1, 20_000_000_000], 1, Lineage::default()),
-                row(2, &[1_000], 0, Lineage::default()),
-                row(3, &[5, 5, 5], 3, nested),
-                row(4, &[7], 0, replica),
-            ]),
+            report(
+                "db1:3306",
+                4,
+                vec![
+                    row(1, &[first, first + 1, 20_000_000_000], 1, Lineage::default()),
+                    row(2, &[1_000], 0, Lineage::default()),
+                    row(3, &[5, 5, 5], 3, nested),
+                    row(4, &[7], 0, replica),
+                ],
+            ),
             report("db2:3306", 0, vec![]),
         ];
         metrics.render(&cost, None, &window, &[], None);
@@ -571,7 +700,9 @@ mod tests {
         assert_eq!(value(&page, &format!("sqlbee_statement_errors_total{db1}")), 2.0);
         assert_eq!(value(&page, "sqlbee_agent_windows_total"), 2.0);
         assert_eq!(value(&page, "sqlbee_agent_cpu_seconds_total{source=\"process\"}"), 1.25);
-        let bucket = |le: &str| value(&page, &format!("sqlbee_statement_latency_seconds_bucket{{instance=\"db1:3306\",le=\"{le}\"}}"));
+        let bucket = |le: &str| {
+            value(&page, &format!("sqlbee_statement_latency_seconds_bucket{{instance=\"db1:3306\",le=\"{le}\"}}"))
+        };
         assert_eq!(bucket("0.000098303"), 4.0, "1 us and the edge itself, twice");
         assert_eq!(bucket("0.000245759"), 6.0, "one past the edge");
         assert_eq!(bucket("9.663676415"), 6.0);
@@ -583,9 +714,8 @@ mod tests {
         assert_eq!(page.matches("sqlbee_statement_latency_seconds_bucket{instance=\"db2:3306\"").count(), 17);
         assert!(!page.contains("sqlbee_wait_seconds_total{"), "no wait probes, no wait counter:\n{page}");
         assert!(!page.contains("sqlbee_ship_"), "no shipping, no ship counters:\n{page}");
-        let digest = |id: u64| {
-            format!("{{instance=\"db1:3306\",schema=\"app\",digest=\"{id:016x}\",text=\"SELECT {id}\"}}")
-        };
+        let digest =
+            |id: u64| format!("{{instance=\"db1:3306\",schema=\"app\",digest=\"{id:016x}\",text=\"SELECT {id}\"}}");
         assert_eq!(value(&page, &format!("sqlbee_digest_statements_total{}", digest(1))), 6.0);
         assert_eq!(value(&page, &format!("sqlbee_digest_errors_total{}", digest(1))), 2.0);
         assert!(
@@ -605,8 +735,9 @@ mod tests {
         let mut page = String::new();
         for w in 0..windows as u64 {
             let last = w + 1 == windows as u64;
-            let mut rows: Vec<_> =
-                (0..TOP_DIGESTS as u64 - 1).map(|i| row(1000 + w * 100 + i, &[1_000; 3], 0, Lineage::default())).collect();
+            let mut rows: Vec<_> = (0..TOP_DIGESTS as u64 - 1)
+                .map(|i| row(1000 + w * 100 + i, &[1_000; 3], 0, Lineage::default()))
+                .collect();
             rows.push(row(7, &[1_000; 9], 0, Lineage::default()));
             rows.push(row(1, &vec![1_000; if w == 0 { 4 } else { 1 }], 0, Lineage::default()));
             rows.push(row(2, &vec![1_000; if last { 5 } else { 1 }], 0, Lineage::default()));
@@ -614,7 +745,9 @@ mod tests {
         }
         let counter = |id: u64| {
             page.lines()
-                .find(|l| l.starts_with("sqlbee_digest_statements_total{") && l.contains(&format!("digest=\"{id:016x}\"")))
+                .find(|l| {
+                    l.starts_with("sqlbee_digest_statements_total{") && l.contains(&format!("digest=\"{id:016x}\""))
+                })
                 .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
         };
         assert_eq!(page.lines().filter(|l| l.starts_with("sqlbee_digest_statements_total{")).count(), TRACKED_DIGESTS);

@@ -91,7 +91,8 @@ impl Family<'_> {
     /// answer for a bound must not offer it (see `agent_metrics`).
     pub fn histogram(&mut self, labels: &[(&str, &str)], buckets: &[(f64, u64)], sum: f64, count: u64) -> &mut Self {
         debug_assert!(
-            buckets.windows(2).all(|w| w[0].0 < w[1].0 && w[0].1 <= w[1].1) && buckets.last().is_none_or(|b| b.1 <= count),
+            buckets.windows(2).all(|w| w[0].0 < w[1].0 && w[0].1 <= w[1].1)
+                && buckets.last().is_none_or(|b| b.1 <= count),
             "histogram {} is not cumulative over increasing bounds: {buckets:?} of {count}",
             self.name
         );
@@ -112,7 +113,14 @@ impl Family<'_> {
 
 /// `name{labels[,le]} value`, for a plain sample or one series of a
 /// histogram.
-fn line(out: &mut String, name: &str, suffix: &str, labels: &[(&str, &str)], le: Option<&str>, value: &dyn SampleValue) {
+fn line(
+    out: &mut String,
+    name: &str,
+    suffix: &str,
+    labels: &[(&str, &str)],
+    le: Option<&str>,
+    value: &dyn SampleValue,
+) {
     out.push_str(name);
     out.push_str(suffix);
     let le = le.map(|le| ("le", le));
@@ -120,7 +128,10 @@ fn line(out: &mut String, name: &str, suffix: &str, labels: &[(&str, &str)], le:
         out.push('{');
         for (i, (label, value)) in labels.iter().chain(le.as_ref()).enumerate() {
             debug_assert!(valid_label_name(label), "invalid label name {label:?} on {name}");
-            debug_assert!(le.is_none() || i == labels.len() || *label != "le", "a histogram's own label `le` given on {name}");
+            debug_assert!(
+                le.is_none() || i == labels.len() || *label != "le",
+                "a histogram's own label `le` given on {name}"
+            );
             if i > 0 {
                 out.push(',');
             }

@@ -137,9 +137,7 @@ impl MetricsServer {
         }
 
         let _ = stop_tx.send(true);
-        let drained = tokio::time::timeout(SHUTDOWN_GRACE, async {
-            while connections.join_next().await.is_some() {}
-        });
+        let drained = tokio::time::timeout(SHUTDOWN_GRACE, async { while connections.join_next().await.is_some() {} });
         if drained.await.is_err() {
             tracing::warn!(left = connections.len(), "metrics endpoint: abandoning slow connections");
         }

@@ -45,11 +45,48 @@ const SERVER_VERSION: u32 = 101_199;
 /// The character sets a `_name` introducer may name (`SHOW CHARACTER SET`,
 /// plus `utf8` and `filename`), lower case and sorted.
 const CHARSETS: &[&[u8]] = &[
-    b"armscii8", b"ascii", b"big5", b"binary", b"cp1250", b"cp1251", b"cp1256", b"cp1257", b"cp850",
-    b"cp852", b"cp866", b"cp932", b"dec8", b"eucjpms", b"euckr", b"filename", b"gb2312", b"gbk",
-    b"geostd8", b"greek", b"hebrew", b"hp8", b"keybcs2", b"koi8r", b"koi8u", b"latin1", b"latin2",
-    b"latin5", b"latin7", b"macce", b"macroman", b"sjis", b"swe7", b"tis620", b"ucs2", b"ujis",
-    b"utf16", b"utf16le", b"utf32", b"utf8", b"utf8mb3", b"utf8mb4",
+    b"armscii8",
+    b"ascii",
+    b"big5",
+    b"binary",
+    b"cp1250",
+    b"cp1251",
+    b"cp1256",
+    b"cp1257",
+    b"cp850",
+    b"cp852",
+    b"cp866",
+    b"cp932",
+    b"dec8",
+    b"eucjpms",
+    b"euckr",
+    b"filename",
+    b"gb2312",
+    b"gbk",
+    b"geostd8",
+    b"greek",
+    b"hebrew",
+    b"hp8",
+    b"keybcs2",
+    b"koi8r",
+    b"koi8u",
+    b"latin1",
+    b"latin2",
+    b"latin5",
+    b"latin7",
+    b"macce",
+    b"macroman",
+    b"sjis",
+    b"swe7",
+    b"tis620",
+    b"ucs2",
+    b"ujis",
+    b"utf16",
+    b"utf16le",
+    b"utf32",
+    b"utf8",
+    b"utf8mb3",
+    b"utf8mb4",
 ];
 
 /// Longest keyword: longer words are names without a look-up.
@@ -181,7 +218,8 @@ impl<'a> Lexer<'a> {
             let digits = self.digits_end(start) - start;
             let runs = if digits >= 5 {
                 let len = if digits >= 6 { 6 } else { 5 };
-                let version: u32 = std::str::from_utf8(&self.raw[start..start + len]).ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+                let version: u32 =
+                    std::str::from_utf8(&self.raw[start..start + len]).ok().and_then(|v| v.parse().ok()).unwrap_or(0);
                 // MySQL 5.7 and later syntax is left out unless marked
                 // MariaDB's own (`/*M!`).
                 let runs = version <= SERVER_VERSION && (!(50700..=99999).contains(&version) || mariadb);

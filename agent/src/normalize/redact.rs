@@ -139,7 +139,8 @@ pub fn statement(raw: &[u8]) -> String {
                         end += 1;
                     }
                 }
-                let word: Vec<u8> = raw[i..end].iter().copied().filter(|c| *c != b'.' && *c != b'-' && *c != b'+').collect();
+                let word: Vec<u8> =
+                    raw[i..end].iter().copied().filter(|c| *c != b'.' && *c != b'-' && *c != b'+').collect();
                 if is_number(&word) {
                     out.push(b'?');
                 } else {
@@ -222,12 +223,21 @@ mod tests {
         let cases = [
             ("SELECT * FROM users WHERE email = 'ann@example.com'", "SELECT * FROM users WHERE email = ?"),
             ("select c from t where id in (1, 2, 3)", "select c from t where id in (?, ?, ?)"),
-            ("INSERT INTO t1 (a, b2) VALUES (-1.5e-3, 0xFF), (.5, 0b101)", "INSERT INTO t1 (a, b2) VALUES (-?, ?), (?, ?)"),
-            ("SELECT x'4142', b'01', N'abc', _utf8mb4'abc' COLLATE utf8mb4_bin", "SELECT x?, b?, N?, _utf8mb4? COLLATE utf8mb4_bin"),
+            (
+                "INSERT INTO t1 (a, b2) VALUES (-1.5e-3, 0xFF), (.5, 0b101)",
+                "INSERT INTO t1 (a, b2) VALUES (-?, ?), (?, ?)",
+            ),
+            (
+                "SELECT x'4142', b'01', N'abc', _utf8mb4'abc' COLLATE utf8mb4_bin",
+                "SELECT x?, b?, N?, _utf8mb4? COLLATE utf8mb4_bin",
+            ),
             ("SELECT * FROM `we'ird` WHERE d > DATE '2020-01-01'", "SELECT * FROM `we'ird` WHERE d > DATE ?"),
             ("SELECT 'it''s', \"dq \\\" x\", 2events FROM t3", "SELECT ?, ?, 2events FROM t3"),
             ("SELECT 1 /* user=ann */ -- card 4111\n# 5555\n", "SELECT ? /* ? */ -- ?\n# ?\n"),
-            ("SELECT /*!50100 SQL_NO_CACHE 42 */ @v1, @@max_connections", "SELECT /*!50100 SQL_NO_CACHE ? */ @v1, @@max_connections"),
+            (
+                "SELECT /*!50100 SQL_NO_CACHE 42 */ @v1, @@max_connections",
+                "SELECT /*!50100 SQL_NO_CACHE ? */ @v1, @@max_connections",
+            ),
             ("UPDATE t SET a = ? WHERE id = ?", "UPDATE t SET a = ? WHERE id = ?"),
             ("SELECT 'unterminated and cut at the lim", "SELECT ?"),
         ];
@@ -257,10 +267,7 @@ mod tests {
 
     #[test]
     fn messages_lose_their_quoted_values() {
-        assert_eq!(
-            message("Duplicate entry 'ann@example.com' for key 'email'"),
-            "Duplicate entry '?' for key '?'"
-        );
+        assert_eq!(message("Duplicate entry 'ann@example.com' for key 'email'"), "Duplicate entry '?' for key '?'");
         assert_eq!(message("Unknown column \"4111 1111\" in 'where clause'"), "Unknown column \"?\" in '?'");
         assert_eq!(message("cut in the middle 'ann@exa"), "cut in the middle '?'");
         assert_eq!(Samples::Raw.message("Duplicate entry 'a'"), "Duplicate entry 'a'");

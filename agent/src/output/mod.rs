@@ -200,7 +200,9 @@ fn waits(d: &DigestStats) -> serde_json::Map<String, Value> {
         .iter()
         .zip(wait_class::NAMES)
         .filter(|(w, _)| w.statements > 0)
-        .map(|(w, name)| (name.to_string(), json!({"sum_ns": w.sum_ns, "max_ns": w.max_ns, "statements": w.statements})))
+        .map(|(w, name)| {
+            (name.to_string(), json!({"sum_ns": w.sum_ns, "max_ns": w.max_ns, "statements": w.statements}))
+        })
         .collect()
 }
 
@@ -232,7 +234,11 @@ pub fn write_table(out: &mut impl Write, report: &WindowReport, rows: usize) -> 
         report.digests.len(),
         s.dropped_events,
     )?;
-    writeln!(out, "{:>8} {:>6} {:>10} {:>9} {:>9} {:>9}  digest", "count", "errors", "total_ms", "avg_ms", "p95_ms", "max_ms")?;
+    writeln!(
+        out,
+        "{:>8} {:>6} {:>10} {:>9} {:>9} {:>9}  digest",
+        "count", "errors", "total_ms", "avg_ms", "p95_ms", "max_ms"
+    )?;
     for d in report.digests.iter().take(rows) {
         let avg = if d.count > 0 { d.sum_ns / d.count } else { 0 };
         let mut text: String = d.digest_text.chars().take(100).collect();

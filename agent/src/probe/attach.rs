@@ -22,9 +22,8 @@ use aya::{
 use tracing::warn;
 
 use super::{
-    Counters, ErrorMessage, ProbeError, Statement,
-    kernel_digests::{KernelDigests, KernelDigest},
-    decode_error, decode_statement,
+    Counters, ErrorMessage, ProbeError, Statement, decode_error, decode_statement,
+    kernel_digests::{KernelDigest, KernelDigests},
     link_mode::object_name,
     names::Names,
 };
@@ -115,9 +114,11 @@ impl AttachedServer {
             .load(EBPF_OBJECT)
             .map_err(|source| ProbeError::Load { pid, source })?;
         // Before any program runs: it sets the maps up.
-        let kernel_digests =
-            (config.digest_slots > 0).then(|| KernelDigests::new(&mut ebpf, config.digest_slots, layout.known_sets)).transpose()?;
-        let mut points = vec![("statement_end", binary.points.statement_end), ("error_raised", binary.points.error_raised)];
+        let kernel_digests = (config.digest_slots > 0)
+            .then(|| KernelDigests::new(&mut ebpf, config.digest_slots, layout.known_sets))
+            .transpose()?;
+        let mut points =
+            vec![("statement_end", binary.points.statement_end), ("error_raised", binary.points.error_raised)];
         if config.commands {
             points.push(("command_start", binary.points.command_start));
         }
@@ -145,13 +146,11 @@ impl AttachedServer {
             let program = *program;
             uprobe(&mut ebpf, program, pid)?.load().map_err(|source| ProbeError::Program { pid, program, source })?;
         }
-        let events = ebpf
-            .take_map("EVENTS")
-            .ok_or_else(|| ProbeError::Map { map: "EVENTS", detail: "not in object".into() })?;
+        let events =
+            ebpf.take_map("EVENTS").ok_or_else(|| ProbeError::Map { map: "EVENTS", detail: "not in object".into() })?;
         let events = RingBuf::try_from(events).map_err(|e| ProbeError::Map { map: "EVENTS", detail: e.to_string() })?;
-        let errors = ebpf
-            .take_map("ERRORS")
-            .ok_or_else(|| ProbeError::Map { map: "ERRORS", detail: "not in object".into() })?;
+        let errors =
+            ebpf.take_map("ERRORS").ok_or_else(|| ProbeError::Map { map: "ERRORS", detail: "not in object".into() })?;
         let errors = RingBuf::try_from(errors).map_err(|e| ProbeError::Map { map: "ERRORS", detail: e.to_string() })?;
         let long_waits = ebpf
             .take_map("LONG_WAITS")
@@ -162,7 +161,8 @@ impl AttachedServer {
             ebpf.take_map("NAMES").ok_or_else(|| ProbeError::Map { map: "NAMES", detail: "not in object".into() })?;
         let names_ring =
             RingBuf::try_from(names_ring).map_err(|e| ProbeError::Map { map: "NAMES", detail: e.to_string() })?;
-        let gate = ebpf.take_map("GATE").ok_or_else(|| ProbeError::Map { map: "GATE", detail: "not in object".into() })?;
+        let gate =
+            ebpf.take_map("GATE").ok_or_else(|| ProbeError::Map { map: "GATE", detail: "not in object".into() })?;
         let gate = Array::try_from(gate).map_err(|e| ProbeError::Map { map: "GATE", detail: e.to_string() })?;
         let mut attached = Self {
             server,
@@ -284,9 +284,11 @@ impl AttachedServer {
         let pid = self.server.pid;
         if !attach {
             for (program, link) in self.links.drain(..) {
-                uprobe(&mut self.ebpf, program, pid)?
-                    .detach(link)
-                    .map_err(|source| ProbeError::Program { pid, program, source })?;
+                uprobe(&mut self.ebpf, program, pid)?.detach(link).map_err(|source| ProbeError::Program {
+                    pid,
+                    program,
+                    source,
+                })?;
             }
             return Ok(());
         }
@@ -305,9 +307,11 @@ impl AttachedServer {
         let pid = self.server.pid;
         self.set_gate(false)?;
         for (program, link) in self.links.drain(..) {
-            let link = uprobe(&mut self.ebpf, program, pid)?
-                .take_link(link)
-                .map_err(|source| ProbeError::Program { pid, program, source })?;
+            let link = uprobe(&mut self.ebpf, program, pid)?.take_link(link).map_err(|source| ProbeError::Program {
+                pid,
+                program,
+                source,
+            })?;
             release_later(Box::new(link), self.detaching.clone());
         }
         Ok(())
@@ -464,7 +468,8 @@ fn sum_stats(ebpf: &Ebpf) -> Result<StatBlock, ProbeError> {
 
 fn sum_per_cpu(ebpf: &Ebpf, name: &'static str, slots: u32) -> Result<Vec<u64>, ProbeError> {
     let map = ebpf.map(name).ok_or_else(|| ProbeError::Map { map: name, detail: "not in object".into() })?;
-    let array = PerCpuArray::<_, u64>::try_from(map).map_err(|e| ProbeError::Map { map: name, detail: e.to_string() })?;
+    let array =
+        PerCpuArray::<_, u64>::try_from(map).map_err(|e| ProbeError::Map { map: name, detail: e.to_string() })?;
     (0..slots)
         .map(|i| {
             array

@@ -65,9 +65,11 @@ impl TrapProbe for CalibrationProbe {
 
     fn detach(&mut self) -> Result<(), ProbeError> {
         let Some(link) = self.link.take() else { return Ok(()) };
-        program(&mut self.ebpf)?
-            .detach(link)
-            .map_err(|source| ProbeError::Program { pid: std::process::id(), program: PROGRAM, source })
+        program(&mut self.ebpf)?.detach(link).map_err(|source| ProbeError::Program {
+            pid: std::process::id(),
+            program: PROGRAM,
+            source,
+        })
     }
 }
 
@@ -103,4 +105,3 @@ pub fn hold_task_events_on() -> std::io::Result<std::os::fd::OwnedFd> {
     // SAFETY: a new descriptor that nothing else owns.
     Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) })
 }
-

@@ -1,7 +1,7 @@
 //! Ring-buffer record -> owned statement.
 use std::sync::Arc;
 
-use agent_common::{ErrorSample, EVENT_HEADER_LEN, QueryStats, StatementEvent, flags, wait_class};
+use agent_common::{EVENT_HEADER_LEN, ErrorSample, QueryStats, StatementEvent, flags, wait_class};
 
 use super::names::{Account, Program};
 

@@ -21,7 +21,10 @@ use agent_common::{
 };
 use aya::maps::{Array, MapData, PerCpuArray, PerCpuValues};
 
-use super::{ProbeError, names::{Account, Names}};
+use super::{
+    ProbeError,
+    names::{Account, Names},
+};
 
 /// Statements of one text hash counted in the kernel during one epoch.
 #[derive(Clone, Debug, PartialEq, Eq)]

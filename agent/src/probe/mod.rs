@@ -4,19 +4,19 @@
 //! One program set per server process (its own maps, its own ring buffer),
 //! scoped to that pid so other servers on the host are never trapped.
 //! Reading never blocks the kernel side: records are drained on a timer.
-mod kernel_digests;
 mod attach;
 mod calibrate;
 mod event;
+mod kernel_digests;
 mod link_mode;
 mod names;
 mod supervisor;
 
-pub use kernel_digests::KernelDigest;
-pub use calibrate::hold_task_events_on;
-pub use link_mode::multi_links;
 pub use attach::{AttachedServer, ProbeConfig};
+pub use calibrate::hold_task_events_on;
 pub use event::{ErrorMessage, Statement, decode_error, decode_statement};
+pub use kernel_digests::KernelDigest;
+pub use link_mode::multi_links;
 pub use names::{Account, Program, UNKNOWN_SCHEMA};
 pub use supervisor::Supervisor;
 

@@ -55,7 +55,8 @@ impl Names {
         }
         // SAFETY: length checked; plain integers and bytes.
         let name: NameRecord = unsafe { std::ptr::read_unaligned(record.as_ptr().cast()) };
-        let text = |bytes: &[u8], len: u32| String::from_utf8_lossy(&bytes[..(len as usize).min(bytes.len())]).into_owned();
+        let text =
+            |bytes: &[u8], len: u32| String::from_utf8_lossy(&bytes[..(len as usize).min(bytes.len())]).into_owned();
         if self.schemas.len() + self.accounts.len() + self.programs.len() >= MAX_NAMES {
             self.schemas.clear();
             self.accounts.clear();
@@ -101,7 +102,8 @@ mod tests {
     use super::*;
 
     fn record(kind: u32, hash: u64, name: &str, host: &str) -> Vec<u8> {
-        let mut r = NameRecord { kind, hash, name_len: name.len() as u32, host_len: host.len() as u32, ..Default::default() };
+        let mut r =
+            NameRecord { kind, hash, name_len: name.len() as u32, host_len: host.len() as u32, ..Default::default() };
         r.name[..name.len()].copy_from_slice(name.as_bytes());
         r.host[..host.len()].copy_from_slice(host.as_bytes());
         // SAFETY: a plain `#[repr(C)]` value viewed as its bytes.

@@ -80,15 +80,18 @@ impl Supervisor {
         // start only if the probes are in place before it ends).
         let trap = Arc::new(AtomicU64::new(0));
         let measured = trap.clone();
-        let spawned = std::thread::Builder::new().name("calibrate".into()).spawn(move || {
-            match calibrate::CalibrationProbe::load().and_then(|mut probe| trap_cost(&mut probe)) {
-                Ok(cost) => {
-                    info!(trap_ns = cost.as_nanos() as u64, "measured the price of one uprobe trap on this host");
-                    measured.store(cost.as_nanos() as u64, Ordering::Relaxed);
-                }
-                Err(e) => warn!(error = %e, fallback_ns = FALLBACK_TRAP.as_nanos() as u64, "trap calibration failed"),
-            }
-        });
+        let spawned =
+            std::thread::Builder::new().name("calibrate".into()).spawn(
+                move || match calibrate::CalibrationProbe::load().and_then(|mut probe| trap_cost(&mut probe)) {
+                    Ok(cost) => {
+                        info!(trap_ns = cost.as_nanos() as u64, "measured the price of one uprobe trap on this host");
+                        measured.store(cost.as_nanos() as u64, Ordering::Relaxed);
+                    }
+                    Err(e) => {
+                        warn!(error = %e, fallback_ns = FALLBACK_TRAP.as_nanos() as u64, "trap calibration failed")
+                    }
+                },
+            );
         if let Err(e) = spawned {
             warn!(error = %e, "no calibration thread; the trap price is assumed");
         }
@@ -129,8 +132,11 @@ impl Supervisor {
         let budget = self.config.overhead_budget.map(|budget| DutyConfig { budget, period: self.config.duty_period });
         let counter = attached.binary.query_counter.and_then(|v| QueryCounter::locate(pid, v));
         if counter.is_none() {
-            warn!(pid, "cannot read the server's query counter (global_query_id): windows carry no server count, \
-                and budget mode scales its samples by attached time");
+            warn!(
+                pid,
+                "cannot read the server's query counter (global_query_id): windows carry no server count, \
+                and budget mode scales its samples by attached time"
+            );
         }
         self.overheads.insert(pid, Overhead::new(pid, self.trap.clone(), budget, counter, Instant::now()));
         info!(pid, instance = %attached.server.instance, binary = %attached.server.binary.display(),
@@ -178,12 +184,18 @@ impl Supervisor {
                     let reason = err.to_string();
                     match &earlier {
                         Some(r) if r.untraced.reason == reason => {
-                            debug!(pid = server.pid, attempts, retry_s = retry.as_secs(), "still cannot trace this server")
+                            debug!(
+                                pid = server.pid,
+                                attempts,
+                                retry_s = retry.as_secs(),
+                                "still cannot trace this server"
+                            )
                         }
                         _ => warn!(pid = server.pid, instance = %server.instance, error = %err, kind = err.kind(),
                             retry_s = retry.as_secs(), "cannot trace this server; reported in every window and tried again"),
                     }
-                    let binary = earlier.as_ref().map_or_else(|| identify_binary(&server.binary), |r| r.untraced.binary.clone());
+                    let binary =
+                        earlier.as_ref().map_or_else(|| identify_binary(&server.binary), |r| r.untraced.binary.clone());
                     let since = earlier.as_ref().map_or_else(SystemTime::now, |r| r.untraced.since);
                     let untraced =
                         UntracedServer { server: server.clone(), reason, kind: err.kind(), binary, since, attempts };
@@ -208,7 +220,8 @@ impl Supervisor {
             if let Some(overhead) = self.overheads.get_mut(pid)
                 && let Some(on) = overhead.tick(now)
             {
-                let switched = if on { attached.try_reattach() } else { attached.detach_in_background().map(|()| true) };
+                let switched =
+                    if on { attached.try_reattach() } else { attached.detach_in_background().map(|()| true) };
                 match switched {
                     Ok(true) if on => overhead.attached(Instant::now()),
                     Ok(true) => {}
@@ -314,7 +327,8 @@ fn final_batch(attached: &mut AttachedServer, overhead: Option<Overhead>) -> Pro
     if let Err(e) = attached.collect_all(&mut kernel) {
         warn!(pid = attached.server.pid, error = %e, "reading kernel digests failed");
     }
-    let cost: Option<ProbeCost> = overhead.zip(counters.as_ref()).map(|(mut o, c)| o.close_window(programs, c.statements, Instant::now()));
+    let cost: Option<ProbeCost> =
+        overhead.zip(counters.as_ref()).map(|(mut o, c)| o.close_window(programs, c.statements, Instant::now()));
     ProbeBatch {
         server: attached.server.clone(),
         binary: identity(attached),

@@ -45,8 +45,22 @@ pub fn write_top_table(out: &mut impl Write, digests: &[TopDigest]) -> std::io::
     writeln!(
         out,
         "{:>9} {:>6} {:>11} {:>9} {:>9} {:>9} {:>9} {:>9} {:>11} {:<24} {:>10} {:>9} {:>9} {:>4}  {:<16}  {:<12}  digest_text",
-        "count", "errors", "total_ms", "avg_ms", "p50_ms", "p95_ms", "p99_ms", "max_ms", "wait_ms", "top_wait",
-        "rows_exam", "cpu_ms", "tmp_disk", "inst", "digest", "schema"
+        "count",
+        "errors",
+        "total_ms",
+        "avg_ms",
+        "p50_ms",
+        "p95_ms",
+        "p99_ms",
+        "max_ms",
+        "wait_ms",
+        "top_wait",
+        "rows_exam",
+        "cpu_ms",
+        "tmp_disk",
+        "inst",
+        "digest",
+        "schema"
     )?;
     // Nested rows right under the client statement that ran them; the
     // rest (their parent is not in this answer, or they have none) after.
@@ -168,7 +182,11 @@ pub fn write_locks_table(out: &mut impl Write, rows: &[LockWaitRow]) -> std::io:
     out.flush()
 }
 
-pub fn write_instances_table(out: &mut impl Write, instances: &[InstanceInfo], now_unix_ms: i64) -> std::io::Result<()> {
+pub fn write_instances_table(
+    out: &mut impl Write,
+    instances: &[InstanceInfo],
+    now_unix_ms: i64,
+) -> std::io::Result<()> {
     writeln!(
         out,
         "{:<28} {:<20} {:<16} {:>8} {:<10} {:<24} {:>7} {:<24} {:>10} {:>8} {:>5} {:>10}",
@@ -311,7 +329,8 @@ mod tests {
 
     #[test]
     fn waits_and_error_codes() {
-        let wait = |class: &str, sum_ns, max_ns, statements| WaitStats { class: class.into(), sum_ns, max_ns, statements };
+        let wait =
+            |class: &str, sum_ns, max_ns, statements| WaitStats { class: class.into(), sum_ns, max_ns, statements };
         let d = TopDigest {
             digest: 1,
             count: 10,
@@ -326,7 +345,10 @@ mod tests {
             ..Default::default()
         };
         let json = top_json(std::slice::from_ref(&d));
-        assert_eq!(json[0]["waits"]["row_lock"], json!({"sum_ns": 512_300_000u64, "max_ns": 300_000_000u64, "statements": 4}));
+        assert_eq!(
+            json[0]["waits"]["row_lock"],
+            json!({"sum_ns": 512_300_000u64, "max_ns": 300_000_000u64, "statements": 4})
+        );
         assert_eq!(json[0]["waits"]["disk_io"]["statements"], 2);
         assert_eq!(
             json[0]["error_codes"]["1213"],

@@ -22,7 +22,14 @@ pub fn write_costs(out: &mut impl Write, costs: &[CostSummary]) -> std::io::Resu
     writeln!(
         out,
         "{:<20} {:<16} {:>12} {:>14} {:>15} {:>12} {:>10} {:<18}",
-        "cost: host", "agent", "statements", "agent c/10kQPS", "mysqld +c/10kQPS", "agent_rss_MiB", "dropped", "shedding"
+        "cost: host",
+        "agent",
+        "statements",
+        "agent c/10kQPS",
+        "mysqld +c/10kQPS",
+        "agent_rss_MiB",
+        "dropped",
+        "shedding"
     )?;
     for c in costs {
         let shedding = if c.shedding_windows > 0 {
@@ -113,7 +120,9 @@ pub fn write_hosts_table(out: &mut impl Write, rows: &[AgentWindowRow]) -> std::
         let w = r.window.clone().unwrap_or_default();
         let cost = w.cost.unwrap_or_default();
         let host = w.host.unwrap_or_default();
-        let cpu = |f: fn(&sqlbee_proto::v1::CpuModes) -> f64| host.cpu.as_ref().map_or("-".into(), |c| format!("{:.2}", f(c)));
+        let cpu = |f: fn(&sqlbee_proto::v1::CpuModes) -> f64| {
+            host.cpu.as_ref().map_or("-".into(), |c| format!("{:.2}", f(c)))
+        };
         let total = |f: fn(&sqlbee_proto::v1::DiskIo) -> u64| mib(host.disks.iter().map(f).sum());
         let net = |f: fn(&sqlbee_proto::v1::NetIo) -> u64| mib(host.interfaces.iter().map(f).sum());
         writeln!(

@@ -12,7 +12,11 @@ fn ms(ns: u64) -> String {
 
 pub fn write_series_table(out: &mut impl Write, answer: &SeriesResponse, cost: bool) -> std::io::Result<()> {
     if cost {
-        writeln!(out, "{:<25} {:>7} {:>11} {:>12} {:>13}", "start", "windows", "agent_cores", "agent_rss_mb", "probe_cpu_s")?;
+        writeln!(
+            out,
+            "{:<25} {:>7} {:>11} {:>12} {:>13}",
+            "start", "windows", "agent_cores", "agent_rss_mb", "probe_cpu_s"
+        )?;
         for p in &answer.points {
             writeln!(
                 out,

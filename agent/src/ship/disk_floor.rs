@@ -24,7 +24,8 @@ pub struct Space {
 }
 
 pub fn space(path: &Path) -> io::Result<Space> {
-    let c_path = CString::new(path.as_os_str().as_bytes()).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    let c_path =
+        CString::new(path.as_os_str().as_bytes()).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
     let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
     // SAFETY: a valid NUL-terminated path and a zeroed out-parameter.
     if unsafe { libc::statvfs(c_path.as_ptr(), &mut stat) } != 0 {

@@ -153,7 +153,10 @@ mod tests {
         assert_eq!(first.take_sequence().0, 1);
         assert_eq!(first.take_sequence().0, 2);
         let again = Identity::load(&dir, 1).unwrap();
-        assert_eq!((again.agent_id.as_str(), again.epoch, again.next_sequence), (first.agent_id.as_str(), first.epoch, 3));
+        assert_eq!(
+            (again.agent_id.as_str(), again.epoch, again.next_sequence),
+            (first.agent_id.as_str(), first.epoch, 3)
+        );
         fs::remove_file(dir.join("next-sequence")).unwrap();
         let mut reborn = Identity::load(&dir, 1).unwrap();
         assert_eq!(reborn.agent_id, first.agent_id);

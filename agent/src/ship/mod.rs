@@ -25,13 +25,13 @@ use std::{
 };
 
 pub use disk_floor::DiskFloor;
-pub use health::ShipTotals;
 use health::ShipHealth;
+pub use health::ShipTotals;
 use identity::Identity;
 use prost::Message;
 pub use sender::{Backoff, Verdict, verdict};
-use sqlbee_proto::v1::{AgentIdentity, Batch};
 use spool::Spool;
+use sqlbee_proto::v1::{AgentIdentity, Batch};
 use state_lock::StateLock;
 use tokio::sync::{Notify, mpsc, watch};
 pub use wire::{agent_window, instance_window};
@@ -132,7 +132,8 @@ impl Batcher {
         let windows: Vec<_> = closed.reports.iter().map(|r| instance_window(r, closed.host.as_ref())).collect();
         // The agent's window rides in the first batch of the set.
         let health = self.health.take();
-        let mut agent_windows = vec![agent_window(closed.start, closed.end, &closed.cost, closed.host.as_ref(), health, &closed.untraced)];
+        let mut agent_windows =
+            vec![agent_window(closed.start, closed.end, &closed.cost, closed.host.as_ref(), health, &closed.untraced)];
         // Split so no batch grows past the size limit (one window at least).
         let mut chunks: Vec<Vec<_>> = vec![Vec::new()];
         let mut size = agent_windows[0].encoded_len();
@@ -205,7 +206,9 @@ impl ShipStage {
         identity::private_dir(&config.state_dir)?;
         let lock = StateLock::acquire(&config.state_dir)?;
         let health = Arc::new(ShipHealth::default());
-        let mut spool = Spool::open(&config.state_dir, config.spool_limit_bytes)?.with_floor(config.disk_floor).with_health(health.clone());
+        let mut spool = Spool::open(&config.state_dir, config.spool_limit_bytes)?
+            .with_floor(config.disk_floor)
+            .with_health(health.clone());
         let identity = Identity::load(&config.state_dir, spool.highest_sequence() + 1)?;
         let backlog = spool.len();
         tracing::info!(agent_id = %identity.agent_id, collectors = %config.targets.iter().map(|t| t.url.as_str()).collect::<Vec<_>>().join(","), backlog, "shipping to collector");
@@ -229,7 +232,8 @@ impl ShipStage {
         let thread = std::thread::Builder::new()
             .name("ship".into())
             .spawn(move || {
-                let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(ShipError::Runtime)?;
+                let runtime =
+                    tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(ShipError::Runtime)?;
                 runtime.block_on(async move {
                     let wake = Arc::new(Notify::new());
                     let (stopping, stop) = watch::channel(false);

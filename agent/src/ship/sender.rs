@@ -72,7 +72,10 @@ pub struct Backoff {
 
 impl Backoff {
     pub fn new(base: Duration, cap: Duration) -> Self {
-        let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(1);
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(1);
         Self { attempt: 0, base, cap, seed: seed | 1 }
     }
 
@@ -163,14 +166,18 @@ impl Sender {
             if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
                 let left = on_disk(&self.spool, |s| Ok(s.len())).await.unwrap_or(0);
                 if left > 0 {
-                    warn!(batches = left, "collector not reached before shutdown; batches stay spooled for the next start");
+                    warn!(
+                        batches = left,
+                        "collector not reached before shutdown; batches stay spooled for the next start"
+                    );
                 }
                 return Ok(());
             }
             let (next, backlog) = match on_disk(&self.spool, |s| Ok((s.next_batch()?, s.len()))).await {
                 Ok(next) => next,
                 Err(err) => {
-                    self.disk_error(&err, "reading the next batch", &mut disk_backoff, &mut stop, &mut stop_requested).await;
+                    self.disk_error(&err, "reading the next batch", &mut disk_backoff, &mut stop, &mut stop_requested)
+                        .await;
                     continue;
                 }
             };
@@ -223,7 +230,14 @@ impl Sender {
                         // Until it is deleted it would be sent again: the
                         // collector would take it as a duplicate, so this
                         // only costs time.
-                        self.disk_error(&err, "deleting an acknowledged batch", &mut disk_backoff, &mut stop, &mut stop_requested).await;
+                        self.disk_error(
+                            &err,
+                            "deleting an acknowledged batch",
+                            &mut disk_backoff,
+                            &mut stop,
+                            &mut stop_requested,
+                        )
+                        .await;
                         if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
                             break;
                         }
@@ -257,7 +271,14 @@ impl Sender {
                             "collector refused the batch as invalid; kept in rejected/ for inspection");
                         let reason = format!("{:?}: {}", status.code(), status.message());
                         if let Err(err) = on_disk(&self.spool, move |s| s.reject(&entry, &reason)).await {
-                            self.disk_error(&err, "setting a refused batch aside", &mut disk_backoff, &mut stop, &mut stop_requested).await;
+                            self.disk_error(
+                                &err,
+                                "setting a refused batch aside",
+                                &mut disk_backoff,
+                                &mut stop,
+                                &mut stop_requested,
+                            )
+                            .await;
                         }
                     }
                     Verdict::Rekey => {
@@ -269,7 +290,14 @@ impl Sender {
                         );
                         let identity = self.identity.clone();
                         if let Err(err) = on_disk(&self.spool, move |s| rekey(s, &identity, &entry, batch)).await {
-                            self.disk_error(&err, "renumbering a batch", &mut disk_backoff, &mut stop, &mut stop_requested).await;
+                            self.disk_error(
+                                &err,
+                                "renumbering a batch",
+                                &mut disk_backoff,
+                                &mut stop,
+                                &mut stop_requested,
+                            )
+                            .await;
                         }
                     }
                 },

@@ -155,7 +155,11 @@ impl Spool {
             }
         }
         let mut aside = BTreeMap::new();
-        for file in ["corrupt", "rejected"].iter().filter_map(|d| fs::read_dir(state_dir.join(d)).ok()).flat_map(|rd| rd.flatten()) {
+        for file in ["corrupt", "rejected"]
+            .iter()
+            .filter_map(|d| fs::read_dir(state_dir.join(d)).ok())
+            .flat_map(|rd| rd.flatten())
+        {
             let path = file.path();
             let (Some(sequence), Ok(meta)) = (sequence_of(&path), file.metadata()) else {
                 continue;
@@ -167,8 +171,11 @@ impl Spool {
         let highest = index.keys().next_back().copied().max(aside.keys().next_back().map(|k| k.0)).unwrap_or(0);
         let spooled_bytes = index.values().map(|e| e.bytes).sum();
         let aside_bytes = aside.values().sum();
-        let pending =
-            fs::read(state_dir.join(PENDING_GAPS)).ok().and_then(|b| Batch::decode(b.as_slice()).ok()).map(|b| b.gaps).unwrap_or_default();
+        let pending = fs::read(state_dir.join(PENDING_GAPS))
+            .ok()
+            .and_then(|b| Batch::decode(b.as_slice()).ok())
+            .map(|b| b.gaps)
+            .unwrap_or_default();
         Ok(Self {
             dir,
             state_dir: state_dir.to_path_buf(),
@@ -550,7 +557,12 @@ impl Losses {
         let g = match self.gaps.iter().position(|g| g.reason == reason && g.last_sequence + 1 == sequence) {
             Some(i) => &mut self.gaps[i],
             None => {
-                self.gaps.push(Gap { first_sequence: sequence, last_sequence: sequence, reason: reason.into(), ..Default::default() });
+                self.gaps.push(Gap {
+                    first_sequence: sequence,
+                    last_sequence: sequence,
+                    reason: reason.into(),
+                    ..Default::default()
+                });
                 self.gaps.last_mut().unwrap()
             }
         };
@@ -564,7 +576,9 @@ impl Losses {
         // The agent's own windows (cost, host) are lost too; they widen
         // the gap's time range but hold no statements.
         let spans = batch.windows.iter().map(|w| (w.window_start_unix_ms, w.window_end_unix_ms));
-        for (start, end) in spans.chain(batch.agent_windows.iter().map(|w| (w.window_start_unix_ms, w.window_end_unix_ms))) {
+        for (start, end) in
+            spans.chain(batch.agent_windows.iter().map(|w| (w.window_start_unix_ms, w.window_end_unix_ms)))
+        {
             if g.first_window_start_unix_ms == 0 || start < g.first_window_start_unix_ms {
                 g.first_window_start_unix_ms = start;
             }
@@ -608,7 +622,12 @@ mod tests {
     fn batch(sequence: u64, statements: u64) -> Vec<u8> {
         Batch {
             sequence,
-            windows: vec![InstanceWindow { statements, window_start_unix_ms: 1000, window_end_unix_ms: 2000, ..Default::default() }],
+            windows: vec![InstanceWindow {
+                statements,
+                window_start_unix_ms: 1000,
+                window_end_unix_ms: 2000,
+                ..Default::default()
+            }],
             ..Default::default()
         }
         .encode_to_vec()

@@ -15,9 +15,7 @@ use super::identity::FILE_MODE;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StateLockError {
-    #[error(
-        "the state directory {dir} is in use by another agent ({holder}); give each agent its own --state-dir"
-    )]
+    #[error("the state directory {dir} is in use by another agent ({holder}); give each agent its own --state-dir")]
     InUse { dir: PathBuf, holder: String },
     #[error("cannot lock the state directory {dir}: {source}")]
     Io {
@@ -74,7 +72,10 @@ mod tests {
         // flock locks belong to the open file, so a second open in this
         // process conflicts as another process would.
         let err = StateLock::acquire(&dir).unwrap_err().to_string();
-        assert!(err.contains("in use by another agent") && err.contains(&format!("pid {}", std::process::id())), "{err}");
+        assert!(
+            err.contains("in use by another agent") && err.contains(&format!("pid {}", std::process::id())),
+            "{err}"
+        );
         drop(first);
         StateLock::acquire(&dir).unwrap();
         fs::remove_dir_all(dir).ok();

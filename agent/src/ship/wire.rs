@@ -5,10 +5,11 @@ use std::time::SystemTime;
 use agent_common::wait_class;
 use sqlbee_common::{clock::unix_ms, histogram};
 use sqlbee_proto::v1::{
-    AccountCount, AgentCost, AgentWindow, QueryStats as WireQueryStats, Blocker as WireBlocker, Bucket, CommandCount, CpuModes as WireCpuModes,
+    AccountCount, AgentCost, AgentWindow, Blocker as WireBlocker, Bucket, CommandCount, CpuModes as WireCpuModes,
     DigestStats as WireDigest, DiskIo as WireDiskIo, ErrorCount, Histogram as WireHistogram,
     HostMetrics as WireHostMetrics, InstanceWindow, LockWait, NetIo as WireNetIo, ProbeCost as WireProbeCost,
-    ProcessMetrics as WireProcess, ServerInstance, UntracedServer as WireUntraced, WaitStats,
+    ProcessMetrics as WireProcess, QueryStats as WireQueryStats, ServerInstance, UntracedServer as WireUntraced,
+    WaitStats,
 };
 
 use super::health::HealthReport;
@@ -18,7 +19,6 @@ use crate::{
     host::{HostMetrics, ProcessMetrics, ProcessStatus},
     probe::{Figures, UntracedServer},
 };
-
 
 /// The figures a server's build let the agent read; the rest absent.
 fn query_stats(d: &DigestStats, figures: Figures) -> WireQueryStats {
@@ -93,7 +93,12 @@ fn digest(d: &DigestStats, cost: Option<&ProbeCost>, figures: Figures) -> WireDi
             .iter()
             .zip(wait_class::NAMES)
             .filter(|(w, _)| w.statements > 0)
-            .map(|(w, class)| WaitStats { class: class.to_string(), sum_ns: w.sum_ns, max_ns: w.max_ns, statements: w.statements })
+            .map(|(w, class)| WaitStats {
+                class: class.to_string(),
+                sum_ns: w.sum_ns,
+                max_ns: w.max_ns,
+                statements: w.statements,
+            })
             .collect(),
     }
 }
@@ -178,7 +183,11 @@ pub fn instance_window(report: &WindowReport, host: Option<&HostMetrics>) -> Ins
         window_start_unix_ms: unix_ms(report.window_start),
         window_end_unix_ms: unix_ms(report.window_end),
         digests: report.digests.iter().map(|d| digest(d, cost, s.figures)).collect(),
-        commands: s.commands.iter().map(|(command, count)| CommandCount { command: command.clone(), count: *count }).collect(),
+        commands: s
+            .commands
+            .iter()
+            .map(|(command, count)| CommandCount { command: command.clone(), count: *count })
+            .collect(),
         statements: s.statements,
         events: s.events,
         dropped_events: s.dropped_events,

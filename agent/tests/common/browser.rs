@@ -67,7 +67,12 @@ fn chromium(profile: &Path) -> Command {
 }
 
 fn run(mut cmd: Command, what: &str) -> std::process::Output {
-    let child = cmd.stdin(std::process::Stdio::null()).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().expect("starting chromium");
+    let child = cmd
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("starting chromium");
     let pid = child.id();
     // A hung browser must not hang the suite.
     let watchdog = std::thread::spawn(move || {

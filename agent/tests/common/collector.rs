@@ -139,8 +139,11 @@ impl Collector {
         let _ = std::fs::remove_file(&ui_ready);
         let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.stderr).unwrap();
         // Many collectors run at once in tests: each UI on a port of its own.
-        let ui_listen: &[&str] =
-            if self.args.iter().any(|a| a.starts_with("--http-listen")) { &[] } else { &["--http-listen", "127.0.0.1:0"] };
+        let ui_listen: &[&str] = if self.args.iter().any(|a| a.starts_with("--http-listen")) {
+            &[]
+        } else {
+            &["--http-listen", "127.0.0.1:0"]
+        };
         let child = Command::new(&self.binary)
             .arg("collector")
             .args(["--listen", &self.addr])
@@ -286,7 +289,12 @@ pub fn agent_quantile(durations_ns: &[u64], q: f64) -> u64 {
 pub fn window(instance: &str, pid: u32, end_ms: i64, digests: Vec<DigestStats>) -> InstanceWindow {
     let statements: u64 = digests.iter().map(|d| d.count).sum();
     InstanceWindow {
-        instance: Some(ServerInstance { name: instance.to_string(), pid, start_time_unix_ms: end_ms - 3_600_000, ..Default::default() }),
+        instance: Some(ServerInstance {
+            name: instance.to_string(),
+            pid,
+            start_time_unix_ms: end_ms - 3_600_000,
+            ..Default::default()
+        }),
         window_start_unix_ms: end_ms - 10_000,
         window_end_unix_ms: end_ms,
         digests,
@@ -299,7 +307,11 @@ pub fn window(instance: &str, pid: u32, end_ms: i64, digests: Vec<DigestStats>) 
 
 pub fn batch(agent_id: &str, sequence: u64, windows: Vec<InstanceWindow>) -> Batch {
     Batch {
-        agent: Some(AgentIdentity { host: "test-host".into(), agent_id: agent_id.into(), version: "0.1.0-test".into() }),
+        agent: Some(AgentIdentity {
+            host: "test-host".into(),
+            agent_id: agent_id.into(),
+            version: "0.1.0-test".into(),
+        }),
         sequence,
         created_unix_ms: now_ms(),
         windows,

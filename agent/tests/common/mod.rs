@@ -258,9 +258,22 @@ impl Workload {
 
     /// sysbench `script` on two small tables, prepared and started in the
     /// background with `threads` clients for at most `seconds`.
-    pub fn sysbench(server: &PrivateServer, script: &str, threads: u32, seconds: u32, ps_mode: &'static str) -> Workload {
-        let bench =
-            xtask::sysbench::Sysbench { script: script.into(), tables: 2, table_size: 1000, threads, seconds, ps_mode, rate: 0 };
+    pub fn sysbench(
+        server: &PrivateServer,
+        script: &str,
+        threads: u32,
+        seconds: u32,
+        ps_mode: &'static str,
+    ) -> Workload {
+        let bench = xtask::sysbench::Sysbench {
+            script: script.into(),
+            tables: 2,
+            table_size: 1000,
+            threads,
+            seconds,
+            ps_mode,
+            rate: 0,
+        };
         bench.prepare(server).unwrap();
         Workload::new(bench.spawn(server).unwrap())
     }

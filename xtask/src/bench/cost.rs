@@ -163,7 +163,8 @@ pub fn run(args: &CostArgs) -> anyhow::Result<CostOutcome> {
     for &target in &args.rates {
         for step in std::iter::once("none").chain(args.steps.iter().map(String::as_str)) {
             let done = runs.len();
-            let eta = if done > 0 { started.elapsed().as_secs_f64() / done as f64 * (total - done) as f64 } else { 0.0 };
+            let eta =
+                if done > 0 { started.elapsed().as_secs_f64() / done as f64 * (total - done) as f64 } else { 0.0 };
             let rate_name = if target == 0 { "max".to_string() } else { target.to_string() };
             eprintln!("[run {}/{total}] {rate_name} QPS, agent {step} — ETA {:.0} min", done + 1, eta / 60.0);
             // At least 1: sysbench reads --rate=0 as "unlimited".

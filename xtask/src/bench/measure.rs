@@ -38,13 +38,19 @@ impl RunTimeStats {
         // SAFETY: the kernel reads `size` bytes of `attr`, which outlives
         // the call; on success the returned descriptor is ours to own.
         let fd = unsafe {
-            libc::syscall(libc::SYS_bpf, BPF_ENABLE_STATS, &attr as *const EnableStatsAttr, size_of::<EnableStatsAttr>() as u32)
+            libc::syscall(
+                libc::SYS_bpf,
+                BPF_ENABLE_STATS,
+                &attr as *const EnableStatsAttr,
+                size_of::<EnableStatsAttr>() as u32,
+            )
         };
         if fd >= 0 {
             // SAFETY: a fresh descriptor returned by bpf(2), owned by nobody else.
             return RunTimeStats { _fd: Some(unsafe { OwnedFd::from_raw_fd(fd as i32) }), sysctl: false };
         }
-        let sysctl = Command::new("sysctl").args(["-q", "kernel.bpf_stats_enabled=1"]).status().is_ok_and(|s| s.success());
+        let sysctl =
+            Command::new("sysctl").args(["-q", "kernel.bpf_stats_enabled=1"]).status().is_ok_and(|s| s.success());
         RunTimeStats { _fd: None, sysctl }
     }
 }
@@ -80,7 +86,11 @@ pub fn programs_of(pid: u32) -> Vec<ProgramStats> {
     let names = program_names();
     let mut programs: Vec<ProgramStats> = by_id
         .into_iter()
-        .map(|(id, (hits, ns))| ProgramStats { name: names.get(&id).cloned().unwrap_or_else(|| format!("prog{id}")), hits, ns })
+        .map(|(id, (hits, ns))| ProgramStats {
+            name: names.get(&id).cloned().unwrap_or_else(|| format!("prog{id}")),
+            hits,
+            ns,
+        })
         .collect();
     // sqlbee's `calibrate` traps on a function of the agent itself: it is
     // the agent's cost, not the server's.
@@ -153,10 +163,7 @@ impl CpuReading {
     /// ns on CPU since `earlier`, thread by thread: a thread born since
     /// counts whole, one that exited since is lost (the ticks keep it).
     pub fn ns_since(&self, earlier: &CpuReading) -> u64 {
-        self.tasks_ns
-            .iter()
-            .map(|(tid, &ns)| ns.saturating_sub(earlier.tasks_ns.get(tid).copied().unwrap_or(0)))
-            .sum()
+        self.tasks_ns.iter().map(|(tid, &ns)| ns.saturating_sub(earlier.tasks_ns.get(tid).copied().unwrap_or(0))).sum()
     }
 }
 
@@ -188,9 +195,7 @@ pub fn parse_sysbench(report: &str) -> SysbenchReport {
             .lines()
             .find(|l| l.trim_start().starts_with(key))
             .and_then(|l| {
-                l.split(|c: char| c.is_whitespace() || c == '(')
-                    .filter_map(|w| w.parse::<f64>().ok())
-                    .nth(nth)
+                l.split(|c: char| c.is_whitespace() || c == '(').filter_map(|w| w.parse::<f64>().ok()).nth(nth)
             })
             .unwrap_or(0.0)
     };

@@ -25,8 +25,8 @@ use std::{
 };
 
 use anyhow::{Context as _, bail};
-use measure::{RunTimeStats, cpu_seconds, parse_sysbench, peak_rss_kib, programs_of};
 pub use measure::ProgramStats;
+use measure::{RunTimeStats, cpu_seconds, parse_sysbench, peak_rss_kib, programs_of};
 use treatment::{AgentBinary, Tracer};
 pub use treatment::{Setup, TREATMENTS, Treatment};
 
@@ -235,7 +235,9 @@ impl Plan {
         for script in &args.scripts {
             let lua = script.strip_suffix(TEXT_SUFFIX).unwrap_or(script);
             if !Path::new("/usr/share/sysbench").join(format!("{lua}.lua")).exists() {
-                bail!("--scripts: no sysbench script {lua}.lua in /usr/share/sysbench (e.g. oltp_read_only, oltp_point_select-text)");
+                bail!(
+                    "--scripts: no sysbench script {lua}.lua in /usr/share/sysbench (e.g. oltp_read_only, oltp_point_select-text)"
+                );
             }
         }
         let plan = Plan {
@@ -266,7 +268,15 @@ impl Plan {
             Some(lua) => (lua, "disable"),
             None => (script, "auto"),
         };
-        Sysbench { script: lua.to_string(), tables: self.tables, table_size: self.table_size, threads, seconds, ps_mode, rate: 0 }
+        Sysbench {
+            script: lua.to_string(),
+            tables: self.tables,
+            table_size: self.table_size,
+            threads,
+            seconds,
+            ps_mode,
+            rate: 0,
+        }
     }
 }
 
@@ -317,8 +327,7 @@ struct Progress {
 
 impl Progress {
     fn announce(&self, script: &str, threads: u32, treatment: &str, arm: Arm, pair: u32) {
-        let per_run =
-            if self.done > 0 { self.started.elapsed().as_secs_f64() / self.done as f64 } else { self.guess };
+        let per_run = if self.done > 0 { self.started.elapsed().as_secs_f64() / self.done as f64 } else { self.guess };
         let minutes = (per_run * (self.total - self.done) as f64 / 60.0).round() as u64;
         let eta = match minutes {
             0 => "under 1 min".to_string(),

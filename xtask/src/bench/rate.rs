@@ -146,8 +146,11 @@ fn arms(names: &[String], baseline: bool) -> anyhow::Result<Vec<Arm>> {
             format!("--arms: unknown arm {name:?}; use control or some of {}", names.join(", "))
         })?;
         let arm = Arm { name: name.clone(), treatment: Some(treatment), baseline: false };
-        let twin = (baseline && arm.is_agent())
-            .then(|| Arm { name: format!("{name}{BASELINE_SUFFIX}"), treatment: Some(treatment), baseline: true });
+        let twin = (baseline && arm.is_agent()).then(|| Arm {
+            name: format!("{name}{BASELINE_SUFFIX}"),
+            treatment: Some(treatment),
+            baseline: true,
+        });
         arms.push(arm);
         arms.extend(twin);
     }
@@ -278,10 +281,20 @@ impl Plan {
             None => (args.script.as_str(), "auto"),
         };
         if !Path::new("/usr/share/sysbench").join(format!("{lua}.lua")).exists() {
-            bail!("--script: no sysbench script {lua}.lua in /usr/share/sysbench (e.g. oltp_point_select, oltp_read_only-text)");
+            bail!(
+                "--script: no sysbench script {lua}.lua in /usr/share/sysbench (e.g. oltp_point_select, oltp_read_only-text)"
+            );
         }
-        if args.threads == 0 || args.rate == 0 || args.round_seconds == 0 || args.rounds == 0 || args.tables == 0 || args.table_size == 0 {
-            bail!("--threads, --rate, --round-seconds, --rounds, --tables and --table-size must be at least 1 (sysbench reads --rate=0 as no limit; --saturation-seconds measures that)");
+        if args.threads == 0
+            || args.rate == 0
+            || args.round_seconds == 0
+            || args.rounds == 0
+            || args.tables == 0
+            || args.table_size == 0
+        {
+            bail!(
+                "--threads, --rate, --round-seconds, --rounds, --tables and --table-size must be at least 1 (sysbench reads --rate=0 as no limit; --saturation-seconds measures that)"
+            );
         }
         Ok(Plan {
             name: args.name.clone(),
@@ -318,7 +331,8 @@ impl Plan {
     fn arms_on(&self, kind: Kind) -> (Vec<Arm>, Vec<(String, String)>) {
         let (run, skip): (Vec<Arm>, Vec<Arm>) =
             self.arms.iter().cloned().partition(|a| kind.restartable() || a.server_flags().is_empty());
-        let why = |a: Arm| (a.name, "needs a server restart with other flags; only the host's server does that".to_string());
+        let why =
+            |a: Arm| (a.name, "needs a server restart with other flags; only the host's server does that".to_string());
         (run, skip.into_iter().map(why).collect())
     }
 }
@@ -417,7 +431,13 @@ const BASE_FLAGS: &[&str] = &[
 
 /// Starts one server, prepares and warms it, runs every round on it and
 /// its saturation runs, then stops it (also on error: the server's Drop).
-fn one_server(plan: &Plan, kind: Kind, agents: &Agents, progress: &mut Progress, runs: &mut Vec<ArmRun>) -> anyhow::Result<ServerInfo> {
+fn one_server(
+    plan: &Plan,
+    kind: Kind,
+    agents: &Agents,
+    progress: &mut Progress,
+    runs: &mut Vec<ArmRun>,
+) -> anyhow::Result<ServerInfo> {
     eprintln!("==> MariaDB {} ({})", kind.name(), if kind == Kind::Host { "the host's mariadbd" } else { "container" });
     let (arms, skipped_arms) = plan.arms_on(kind);
     for (arm, why) in &skipped_arms {
@@ -434,18 +454,30 @@ fn one_server(plan: &Plan, kind: Kind, agents: &Agents, progress: &mut Progress,
         });
     };
     let version = server.sql("SELECT VERSION()")?.trim().to_string();
-    eprintln!("    {version}, pid {}; sysbench prepare ({} tables x {} rows)", server.pid(), plan.tables, plan.table_size);
+    eprintln!(
+        "    {version}, pid {}; sysbench prepare ({} tables x {} rows)",
+        server.pid(),
+        plan.tables,
+        plan.table_size
+    );
     plan.sysbench(1, 0).prepare(server.target())?;
     warm(&server, plan).context("warming the server")?;
     let status_cost = status_cost(&server)?;
-    let info = ServerInfo { name: kind.name(), version, origin: server.origin(), status_cost, skipped_arms, skipped: None };
+    let info =
+        ServerInfo { name: kind.name(), version, origin: server.origin(), status_cost, skipped_arms, skipped: None };
 
     let bench = plan.sysbench(plan.round_seconds, plan.rate);
     for round in 0..plan.rounds {
         for (position, &i) in order(arms.len(), round).iter().enumerate() {
             let arm = &arms[i];
             progress.announce(&format!("{} round {}/{} {}", kind.name(), round + 1, plan.rounds, arm.name));
-            let mut run = ArmRun { server: kind.name(), round: Some(round), position: position as u32, arm: arm.name.clone(), ..Default::default() };
+            let mut run = ArmRun {
+                server: kind.name(),
+                round: Some(round),
+                position: position as u32,
+                arm: arm.name.clone(),
+                ..Default::default()
+            };
             one_arm_run(plan, &mut server, agents, arm, &bench, status_cost, &mut run)?;
             runs.push(run);
             progress.done += 1;
@@ -455,7 +487,13 @@ fn one_server(plan: &Plan, kind: Kind, agents: &Agents, progress: &mut Progress,
         let flat_out = plan.sysbench(plan.saturation_seconds, 0);
         for (position, arm) in arms.iter().enumerate() {
             progress.announce(&format!("{} saturation {}", kind.name(), arm.name));
-            let mut run = ArmRun { server: kind.name(), round: None, position: position as u32, arm: arm.name.clone(), ..Default::default() };
+            let mut run = ArmRun {
+                server: kind.name(),
+                round: None,
+                position: position as u32,
+                arm: arm.name.clone(),
+                ..Default::default()
+            };
             one_arm_run(plan, &mut server, agents, arm, &flat_out, status_cost, &mut run)?;
             runs.push(run);
             progress.done += 1;
@@ -489,20 +527,33 @@ fn one_arm_run(
     }
     // Put the server back as the other arms expect it.
     if !restart.is_empty() {
-        server.restart_with(&[]).and_then(|()| warm(server, plan)).context("restarting the server without the arm's flags")?;
+        server
+            .restart_with(&[])
+            .and_then(|()| warm(server, plan))
+            .context("restarting the server without the arm's flags")?;
     }
     if let Some(Setup::ServerSql { off, .. }) = arm.treatment.map(|t| &t.setup)
         && let Err(e) = server.sql(off)
     {
         // Global variables do not survive a restart: the sure way to keep
         // the setting out of the next arms, where the server allows it.
-        server.restart_with(&[]).and_then(|()| warm(server, plan)).with_context(|| format!("turning {} off failed ({e:#})", arm.name))?;
+        server
+            .restart_with(&[])
+            .and_then(|()| warm(server, plan))
+            .with_context(|| format!("turning {} off failed ({e:#})", arm.name))?;
     }
     Ok(())
 }
 
 /// Attach, read, run at the rate, read again, detach.
-fn measured(server: &Server, agents: &Agents, arm: &Arm, bench: &Sysbench, status_cost: u64, run: &mut ArmRun) -> anyhow::Result<()> {
+fn measured(
+    server: &Server,
+    agents: &Agents,
+    arm: &Arm,
+    bench: &Sysbench,
+    status_cost: u64,
+    run: &mut ArmRun,
+) -> anyhow::Result<()> {
     let tag = format!("rate-{}-{}", run.round.map_or("sat".into(), |r| r.to_string()), arm.name.replace('@', "-"));
     let watched = Watched { pid: server.pid(), dir: server.dir() };
     let tracer = match arm.treatment.map(|t| &t.setup) {
@@ -550,7 +601,10 @@ fn bpf_since(now: &[ProgramStats], before: &[ProgramStats]) -> (u64, u64) {
 
 fn questions(server: &Server) -> anyhow::Result<u64> {
     let text = server.sql("SHOW GLOBAL STATUS LIKE 'Questions'")?;
-    text.split_whitespace().nth(1).and_then(|v| v.parse().ok()).with_context(|| format!("Questions unreadable in {text:?}"))
+    text.split_whitespace()
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .with_context(|| format!("Questions unreadable in {text:?}"))
 }
 
 /// How many Questions one status read adds, read on the idle server: the
@@ -574,7 +628,12 @@ fn warm(server: &Server, plan: &Plan) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn write_results(plan: &Plan, agents: &Agents, servers: &[ServerInfo], runs: &[ArmRun]) -> anyhow::Result<(PathBuf, PathBuf)> {
+fn write_results(
+    plan: &Plan,
+    agents: &Agents,
+    servers: &[ServerInfo],
+    runs: &[ArmRun],
+) -> anyhow::Result<(PathBuf, PathBuf)> {
     let dir = &plan.out_dir;
     fs::create_dir_all(dir).with_context(|| format!("creating the result directory {}", dir.display()))?;
     let date = std::process::Command::new("date").arg("+%Y-%m-%d").output().context("running date")?;
@@ -662,7 +721,10 @@ mod tests {
         let plain: Vec<String> = arms(&names, false).unwrap().into_iter().map(|a| a.name).collect();
         assert_eq!(plain, names);
         let with: Vec<String> = arms(&names, true).unwrap().into_iter().map(|a| a.name).collect();
-        assert_eq!(with, ["control", "bpftrace-count", "sqlbee", "sqlbee@baseline", "sqlbee-waits", "sqlbee-waits@baseline"]);
+        assert_eq!(
+            with,
+            ["control", "bpftrace-count", "sqlbee", "sqlbee@baseline", "sqlbee-waits", "sqlbee-waits@baseline"]
+        );
         assert!(arms(&["nope".to_string()], false).is_err());
         assert!(arms(&["sqlbee".to_string(), "sqlbee".to_string()], false).is_err());
     }

@@ -48,7 +48,12 @@ impl Spread {
 fn pairs<'a>(runs: &'a [Run], script: &str, threads: u32, treatment: &str) -> Vec<(&'a Run, &'a Run)> {
     let arm = |pair: u32, arm: Arm| {
         runs.iter().find(|r| {
-            r.ok() && r.script == script && r.threads == threads && r.treatment == treatment && r.pair == pair && r.arm == arm
+            r.ok()
+                && r.script == script
+                && r.threads == threads
+                && r.treatment == treatment
+                && r.pair == pair
+                && r.arm == arm
         })
     };
     let max_pair = runs.iter().map(|r| r.pair + 1).max().unwrap_or(0);
@@ -74,7 +79,13 @@ fn environment() -> String {
     format!("{version}, kernel {}, {cores} cores", kernel.trim())
 }
 
-pub(super) fn markdown(plan: &Plan, sqlbee: &AgentBinary, runs: &[Run], plots: &[(String, String)], micro: &str) -> String {
+pub(super) fn markdown(
+    plan: &Plan,
+    sqlbee: &AgentBinary,
+    runs: &[Run],
+    plots: &[(String, String)],
+    micro: &str,
+) -> String {
     let mut md = String::new();
     let threads: Vec<String> = plan.threads.iter().map(u32::to_string).collect();
     let _ = writeln!(md, "# sqlbee overhead: {}\n", plan.name);
@@ -122,8 +133,9 @@ pub(super) fn markdown(plan: &Plan, sqlbee: &AgentBinary, runs: &[Run], plots: &
                 let qps = Spread::of(p.iter().map(|(c, a)| a.qps / c.qps));
                 let latency = Spread::of(p.iter().map(|(c, a)| a.latency_ms() / c.latency_ms()));
                 let p95 = Spread::of(p.iter().map(|(c, a)| a.p95_ms / c.p95_ms));
-                let extra =
-                    Spread::of(p.iter().map(|(c, a)| per_statement(a.mysqld_cpu_s, a) - per_statement(c.mysqld_cpu_s, c)));
+                let extra = Spread::of(
+                    p.iter().map(|(c, a)| per_statement(a.mysqld_cpu_s, a) - per_statement(c.mysqld_cpu_s, c)),
+                );
                 let mut flags: Vec<String> = Vec::new();
                 if let Some(why) = qps.unresolved(1.0) {
                     flags.push(format!("QPS ratio unresolved: {why}"));
@@ -140,7 +152,8 @@ pub(super) fn markdown(plan: &Plan, sqlbee: &AgentBinary, runs: &[Run], plots: &
                 }
                 let tracer_cols = if t.has_tracer() {
                     let agent_us = Spread::of(p.iter().map(|(_, a)| per_statement(a.agent_cpu_s, a)));
-                    let cores = Spread::of(p.iter().map(|(_, a)| a.agent_cpu_s / a.seconds / a.qps.max(1.0) * 10_000.0));
+                    let cores =
+                        Spread::of(p.iter().map(|(_, a)| a.agent_cpu_s / a.seconds / a.qps.max(1.0) * 10_000.0));
                     let rss = p.iter().map(|(_, a)| a.agent_peak_rss_kib).max().unwrap_or(0) as f64 / 1024.0;
                     let hits = Spread::of(p.iter().map(|(_, a)| a.bpf_hits() as f64 / a.queries.max(1) as f64));
                     let ns = Spread::of(p.iter().map(|(_, a)| a.bpf_ns() as f64 / a.queries.max(1) as f64));
@@ -192,7 +205,10 @@ pub(super) fn markdown(plan: &Plan, sqlbee: &AgentBinary, runs: &[Run], plots: &
     }
     let failed: Vec<&Run> = runs.iter().filter(|r| !r.ok()).collect();
     if !failed.is_empty() {
-        let _ = writeln!(md, "## Failed runs\n\n| script | threads | treatment | arm | pair | reason |\n|---|---|---|---|---|---|");
+        let _ = writeln!(
+            md,
+            "## Failed runs\n\n| script | threads | treatment | arm | pair | reason |\n|---|---|---|---|---|---|"
+        );
         for r in failed {
             let _ = writeln!(
                 md,
@@ -227,7 +243,10 @@ fn single_request(md: &mut String, plan: &Plan, runs: &[Run]) {
          latency divided by the statements run). At one thread nothing queues, so this is the treatment's \
          own cost on a lone request.\n"
     );
-    let _ = writeln!(md, "| script | treatment | control latency/stmt (us) | added latency/stmt (us) | flags |\n|---|---|---|---|---|");
+    let _ = writeln!(
+        md,
+        "| script | treatment | control latency/stmt (us) | added latency/stmt (us) | flags |\n|---|---|---|---|---|"
+    );
     for script in &plan.scripts {
         for t in &plan.treatments {
             let p = pairs(runs, script, 1, t.name);
@@ -244,7 +263,8 @@ fn single_request(md: &mut String, plan: &Plan, runs: &[Run]) {
 fn programs(md: &mut String, plan: &Plan, runs: &[Run]) {
     let mut rows = String::new();
     for t in plan.treatments.iter().filter(|t| t.has_tracer()) {
-        let treated: Vec<&Run> = runs.iter().filter(|r| r.ok() && r.treatment == t.name && r.arm == Arm::Treatment).collect();
+        let treated: Vec<&Run> =
+            runs.iter().filter(|r| r.ok() && r.treatment == t.name && r.arm == Arm::Treatment).collect();
         let statements: u64 = treated.iter().map(|r| r.queries).sum();
         let mut by_name: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
         for p in treated.iter().flat_map(|r| &r.programs) {

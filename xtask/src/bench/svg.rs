@@ -66,10 +66,15 @@ fn label(v: f64) -> String {
 
 impl Chart {
     pub fn render(&self) -> String {
-        let points: Vec<(f64, f64)> =
-            self.series.iter().flat_map(|s| s.points.iter().copied()).filter(|(x, y)| x.is_finite() && y.is_finite()).collect();
+        let points: Vec<(f64, f64)> = self
+            .series
+            .iter()
+            .flat_map(|s| s.points.iter().copied())
+            .filter(|(x, y)| x.is_finite() && y.is_finite())
+            .collect();
         let fx = |x: f64| if self.x_log2 { x.max(f64::MIN_POSITIVE).log2() } else { x };
-        let (mut x_lo, mut x_hi) = points.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), p| (lo.min(fx(p.0)), hi.max(fx(p.0))));
+        let (mut x_lo, mut x_hi) =
+            points.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), p| (lo.min(fx(p.0)), hi.max(fx(p.0))));
         let y_hi = points.iter().fold(0.0f64, |hi, p| hi.max(p.1));
         if points.is_empty() {
             (x_lo, x_hi) = (0.0, 1.0);
@@ -92,13 +97,28 @@ impl Chart {
              font-family=\"sans-serif\" font-size=\"12\">"
         );
         let _ = writeln!(svg, "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>");
-        let _ = writeln!(svg, "<text x=\"{}\" y=\"22\" text-anchor=\"middle\" font-size=\"15\">{}</text>", LEFT + plot_w / 2.0, escape(&self.title));
+        let _ = writeln!(
+            svg,
+            "<text x=\"{}\" y=\"22\" text-anchor=\"middle\" font-size=\"15\">{}</text>",
+            LEFT + plot_w / 2.0,
+            escape(&self.title)
+        );
 
         // Grid and tick labels.
         for y in ticks(0.0, y_hi) {
             let py = sy(y);
-            let _ = writeln!(svg, "<line x1=\"{LEFT}\" y1=\"{py:.1}\" x2=\"{:.1}\" y2=\"{py:.1}\" stroke=\"#e4e4e4\"/>", LEFT + plot_w);
-            let _ = writeln!(svg, "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>", LEFT - 6.0, py + 4.0, label(y));
+            let _ = writeln!(
+                svg,
+                "<line x1=\"{LEFT}\" y1=\"{py:.1}\" x2=\"{:.1}\" y2=\"{py:.1}\" stroke=\"#e4e4e4\"/>",
+                LEFT + plot_w
+            );
+            let _ = writeln!(
+                svg,
+                "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
+                LEFT - 6.0,
+                py + 4.0,
+                label(y)
+            );
         }
         let x_ticks: Vec<f64> = if self.x_log2 {
             let mut xs: Vec<f64> = points.iter().map(|p| p.0).collect();
@@ -110,8 +130,17 @@ impl Chart {
         };
         for x in x_ticks {
             let px = sx(x);
-            let _ = writeln!(svg, "<line x1=\"{px:.1}\" y1=\"{TOP}\" x2=\"{px:.1}\" y2=\"{:.1}\" stroke=\"#e4e4e4\"/>", TOP + plot_h);
-            let _ = writeln!(svg, "<text x=\"{px:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>", TOP + plot_h + 16.0, label(x));
+            let _ = writeln!(
+                svg,
+                "<line x1=\"{px:.1}\" y1=\"{TOP}\" x2=\"{px:.1}\" y2=\"{:.1}\" stroke=\"#e4e4e4\"/>",
+                TOP + plot_h
+            );
+            let _ = writeln!(
+                svg,
+                "<text x=\"{px:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>",
+                TOP + plot_h + 16.0,
+                label(x)
+            );
         }
         let _ = writeln!(
             svg,
@@ -134,18 +163,27 @@ impl Chart {
         // Series, then the legend on the right.
         for (i, series) in self.series.iter().enumerate() {
             let color = COLORS[series.color % COLORS.len()];
-            let mut pts: Vec<(f64, f64)> = series.points.iter().copied().filter(|(x, y)| x.is_finite() && y.is_finite()).collect();
+            let mut pts: Vec<(f64, f64)> =
+                series.points.iter().copied().filter(|(x, y)| x.is_finite() && y.is_finite()).collect();
             pts.sort_by(|a, b| a.0.total_cmp(&b.0));
             if self.lines && pts.len() > 1 {
                 let path: Vec<String> = pts.iter().map(|&(x, y)| format!("{:.1},{:.1}", sx(x), sy(y))).collect();
-                let _ = writeln!(svg, "<polyline fill=\"none\" stroke=\"{color}\" stroke-width=\"2\" points=\"{}\"/>", path.join(" "));
+                let _ = writeln!(
+                    svg,
+                    "<polyline fill=\"none\" stroke=\"{color}\" stroke-width=\"2\" points=\"{}\"/>",
+                    path.join(" ")
+                );
             }
             for &(x, y) in &pts {
                 let _ = writeln!(svg, "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"3.5\" fill=\"{color}\"/>", sx(x), sy(y));
             }
             let ly = TOP + 8.0 + i as f64 * 18.0;
             let lx = LEFT + plot_w + 14.0;
-            let _ = writeln!(svg, "<rect x=\"{lx:.1}\" y=\"{:.1}\" width=\"12\" height=\"12\" fill=\"{color}\"/>", ly - 10.0);
+            let _ = writeln!(
+                svg,
+                "<rect x=\"{lx:.1}\" y=\"{:.1}\" width=\"12\" height=\"12\" fill=\"{color}\"/>",
+                ly - 10.0
+            );
             let _ = writeln!(svg, "<text x=\"{:.1}\" y=\"{ly:.1}\">{}</text>", lx + 18.0, escape(&series.name));
         }
         if points.is_empty() {
@@ -169,7 +207,10 @@ mod tests {
     fn ticks_are_round() {
         assert_eq!(ticks(0.0, 10.0), vec![0.0, 2.0, 4.0, 6.0, 8.0, 10.0]);
         assert_eq!(ticks(0.0, 23_000.0), vec![0.0, 5000.0, 10_000.0, 15_000.0, 20_000.0]);
-        assert_eq!((label(2500.0), label(10_000.0), label(0.05), label(12.5)), ("2.5k".into(), "10k".into(), "0.05".into(), "12.5".into()));
+        assert_eq!(
+            (label(2500.0), label(10_000.0), label(0.05), label(12.5)),
+            ("2.5k".into(), "10k".into(), "0.05".into(), "12.5".into())
+        );
     }
 
     #[test]
@@ -180,7 +221,11 @@ mod tests {
             y_label: "QPS".into(),
             x_log2: true,
             lines: true,
-            series: vec![Series { name: "control".into(), points: vec![(1.0, 100.0), (4.0, 300.0), (16.0, 350.0)], color: 0 }],
+            series: vec![Series {
+                name: "control".into(),
+                points: vec![(1.0, 100.0), (4.0, 300.0), (16.0, 350.0)],
+                color: 0,
+            }],
         };
         let svg = chart.render();
         assert!(svg.starts_with("<svg") && svg.ends_with("</svg>\n"));

@@ -420,7 +420,11 @@ fn mangled_symbol(binary: &Path, name: &str) -> anyhow::Result<String> {
     match found.as_slice() {
         [one] => Ok(one.clone()),
         [] => bail!("{} exports no function {name}: this treatment expects MariaDB's dispatch path", binary.display()),
-        many => bail!("{} has several overloads of {name} ({}); name one in the treatment table", binary.display(), many.join(", ")),
+        many => bail!(
+            "{} has several overloads of {name} ({}); name one in the treatment table",
+            binary.display(),
+            many.join(", ")
+        ),
     }
 }
 

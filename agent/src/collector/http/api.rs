@@ -8,8 +8,8 @@ use sqlbee_proto::v1::{HostsRequest, LocksRequest, SeriesRequest, TopRequest, To
 
 use super::{
     Ui,
-    params::{BadParam, Params, Range},
     page_error::PageError,
+    params::{BadParam, Params, Range},
 };
 use crate::collector::query_api::json as shape;
 

@@ -206,7 +206,8 @@ fn pickers(out: &mut String, header: &Header<'_>, view: &View) {
     out.push_str("<div class=\"pickers\"><span class=\"ranges\">");
     for preset in PRESETS {
         let class = if view.range.since == preset && view.range.until == "now" { " class=\"active\"" } else { "" };
-        let _ = write!(out, "<a href=\"{}\"{class}>{preset}</a>", esc(&view.link_range(header.path, preset, header.keep)));
+        let _ =
+            write!(out, "<a href=\"{}\"{class}>{preset}</a>", esc(&view.link_range(header.path, preset, header.keep)));
     }
     let _ = write!(
         out,
@@ -227,12 +228,8 @@ fn pickers(out: &mut String, header: &Header<'_>, view: &View) {
     for name in header.instances {
         let selected = view.instance.as_deref() == Some(name.as_str());
         listed |= selected;
-        let _ = write!(
-            out,
-            "<option value=\"{0}\"{1}>{0}</option>",
-            esc(name),
-            if selected { " selected" } else { "" }
-        );
+        let _ =
+            write!(out, "<option value=\"{0}\"{1}>{0}</option>", esc(name), if selected { " selected" } else { "" });
     }
     // A shared link may name an instance this collector has not heard of.
     if let (Some(name), false) = (&view.instance, listed) {
@@ -260,7 +257,10 @@ mod tests {
 
     #[test]
     fn escaping_leaves_no_markup() {
-        assert_eq!(esc("<script>alert('x')</script> & \"y\""), "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; &amp; &quot;y&quot;");
+        assert_eq!(
+            esc("<script>alert('x')</script> & \"y\""),
+            "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; &amp; &quot;y&quot;"
+        );
     }
 
     #[test]

@@ -22,7 +22,7 @@ mod svg;
 use std::sync::Arc;
 
 use sqlbee_proto::v1::{
-    HostsRequest, HostsResponse, InstancesRequest, InstanceInfo, LocksRequest, LocksResponse, SeriesRequest,
+    HostsRequest, HostsResponse, InstanceInfo, InstancesRequest, LocksRequest, LocksResponse, SeriesRequest,
     SeriesResponse, TopRequest, TopResponse, TotalsRequest, TotalsResponse, query_server::Query,
 };
 use tokio::sync::Semaphore;

@@ -50,15 +50,13 @@ pub fn decode(text: &str) -> String {
     while i < bytes.len() {
         match bytes[i] {
             b'+' => out.push(b' '),
-            b'%' => {
-                match (bytes.get(i + 1).copied().and_then(hex), bytes.get(i + 2).copied().and_then(hex)) {
-                    (Some(hi), Some(lo)) => {
-                        out.push(hi << 4 | lo);
-                        i += 2;
-                    }
-                    _ => out.push(b'%'),
+            b'%' => match (bytes.get(i + 1).copied().and_then(hex), bytes.get(i + 2).copied().and_then(hex)) {
+                (Some(hi), Some(lo)) => {
+                    out.push(hi << 4 | lo);
+                    i += 2;
                 }
-            }
+                _ => out.push(b'%'),
+            },
             b => out.push(b),
         }
         i += 1;
@@ -149,7 +147,14 @@ impl View {
         self.link_with(path, since, "now", self.instance.as_deref(), extra)
     }
 
-    fn link_with(&self, path: &str, since: &str, until: &str, instance: Option<&str>, extra: &[(&str, &str)]) -> String {
+    fn link_with(
+        &self,
+        path: &str,
+        since: &str,
+        until: &str,
+        instance: Option<&str>,
+        extra: &[(&str, &str)],
+    ) -> String {
         let mut pairs: Vec<(&str, &str)> = vec![("since", since)];
         if until != "now" {
             pairs.push(("until", until));
@@ -202,7 +207,10 @@ mod tests {
     #[test]
     fn links_keep_the_view() {
         let view = View::from(&Params::parse("since=7d&instance=db%3A3306"), 100_000_000_000).unwrap();
-        assert_eq!(view.link("/top", &[("order", "p99"), ("schema", "")]), "/top?since=7d&instance=db%3A3306&order=p99");
+        assert_eq!(
+            view.link("/top", &[("order", "p99"), ("schema", "")]),
+            "/top?since=7d&instance=db%3A3306&order=p99"
+        );
         assert_eq!(view.link_range("/", "1h", &[]), "/?since=1h&instance=db%3A3306");
     }
 

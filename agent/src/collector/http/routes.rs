@@ -146,7 +146,15 @@ pub async fn respond(ui: Shared, request: Request<Incoming>) -> Answer {
         None => html_page(
             StatusCode::NOT_FOUND,
             html::page(
-                &Header { title: "Not found", nav: Nav::Fleet, path: &path, view: None, instances: &[], keep: &[], signed_in },
+                &Header {
+                    title: "Not found",
+                    nav: Nav::Fleet,
+                    path: &path,
+                    view: None,
+                    instances: &[],
+                    keep: &[],
+                    signed_in,
+                },
                 &html::notice(&format!("There is no page at {path}.")),
             ),
         ),
@@ -155,7 +163,15 @@ pub async fn respond(ui: Shared, request: Request<Incoming>) -> Answer {
 
 fn error_page(path: &str, signed_in: bool, error: &PageError) -> Answer {
     let body = html::page(
-        &Header { title: "Cannot show this page", nav: Nav::Fleet, path, view: None, instances: &[], keep: &[], signed_in },
+        &Header {
+            title: "Cannot show this page",
+            nav: Nav::Fleet,
+            path,
+            view: None,
+            instances: &[],
+            keep: &[],
+            signed_in,
+        },
         &html::notice(&error.to_string()),
     );
     html_page(error.status(), body)

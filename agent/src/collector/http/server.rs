@@ -56,9 +56,8 @@ fn acceptor(cert: &Path, key: &Path, client_ca: Option<&Path>) -> Result<TlsAcce
         let path = path.display().to_string();
         move |e: rustls::pki_types::pem::Error| HttpError::Pem { path, reason: e.to_string() }
     };
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&read(cert)?)
-        .collect::<Result<_, _>>()
-        .map_err(pem_err(cert))?;
+    let certs: Vec<CertificateDer<'static>> =
+        CertificateDer::pem_slice_iter(&read(cert)?).collect::<Result<_, _>>().map_err(pem_err(cert))?;
     if certs.is_empty() {
         return Err(HttpError::Pem { path: cert.display().to_string(), reason: "no CERTIFICATE block".into() });
     }
@@ -95,7 +94,8 @@ impl HttpServer {
             return Ok(None);
         }
         let addr: SocketAddr = given.parse().map_err(|_| HttpError::InvalidAddress { addr: given.to_string() })?;
-        let tls = settings.tls.as_ref().map(|(cert, key)| acceptor(cert, key, settings.client_ca.as_deref())).transpose()?;
+        let tls =
+            settings.tls.as_ref().map(|(cert, key)| acceptor(cert, key, settings.client_ca.as_deref())).transpose()?;
         let listener = std::net::TcpListener::bind(addr).map_err(|source| HttpError::Bind { addr, source })?;
         let local = listener.local_addr().map_err(|source| HttpError::Bind { addr, source })?;
         listener.set_nonblocking(true).map_err(|source| HttpError::Bind { addr, source })?;
@@ -117,8 +117,8 @@ impl HttpServer {
     /// Serves until `shutdown` completes.
     pub async fn serve(self, ui: Shared, shutdown: impl Future<Output = ()> + Send) -> Result<(), HttpError> {
         let local = self.local;
-        let listener =
-            tokio::net::TcpListener::from_std(self.listener).map_err(|source| HttpError::Bind { addr: local, source })?;
+        let listener = tokio::net::TcpListener::from_std(self.listener)
+            .map_err(|source| HttpError::Bind { addr: local, source })?;
         let (stop_tx, stop_rx) = watch::channel(false);
         let mut connections = JoinSet::new();
         tracing::info!(url = %format!("{}://{local}/", if self.tls.is_some() { "https" } else { "http" }), "web UI listening");
@@ -152,7 +152,13 @@ impl HttpServer {
     }
 }
 
-async fn connection(stream: TcpStream, peer: SocketAddr, tls: Option<TlsAcceptor>, ui: Shared, stop: watch::Receiver<bool>) {
+async fn connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    tls: Option<TlsAcceptor>,
+    ui: Shared,
+    stop: watch::Receiver<bool>,
+) {
     match tls {
         Some(acceptor) => match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
             Ok(Ok(stream)) => serve_http(TokioIo::new(stream), peer, ui, stop).await,

@@ -63,7 +63,10 @@ impl Sessions {
     fn check_token(&self, token: &[u8]) -> Result<(), Refusal> {
         let mut header = b"Bearer ".to_vec();
         header.extend_from_slice(token);
-        self.auth.check(Role::Read, Some(&header)).map(|_| ()).map_err(|status| Refusal::Refused(status.message().to_string()))
+        self.auth
+            .check(Role::Read, Some(&header))
+            .map(|_| ())
+            .map_err(|status| Refusal::Refused(status.message().to_string()))
     }
 
     /// Signs in with a token: the new session's id, or why not.

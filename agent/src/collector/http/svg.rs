@@ -254,14 +254,21 @@ pub fn sparkline(values: &[f64]) -> String {
     const H: f64 = 24.0;
     let max = values.iter().copied().fold(0.0f64, f64::max);
     if values.len() < 2 || max <= 0.0 {
-        return format!("<svg class=\"spark\" viewBox=\"0 0 {W} {H}\" aria-hidden=\"true\"><line class=\"flat\" x1=\"0\" y1=\"{}\" x2=\"{W}\" y2=\"{}\"/></svg>", H - 1.0, H - 1.0);
+        return format!(
+            "<svg class=\"spark\" viewBox=\"0 0 {W} {H}\" aria-hidden=\"true\"><line class=\"flat\" x1=\"0\" y1=\"{}\" x2=\"{W}\" y2=\"{}\"/></svg>",
+            H - 1.0,
+            H - 1.0
+        );
     }
     let points: Vec<String> = values
         .iter()
         .enumerate()
         .map(|(i, v)| format!("{:.1},{:.1}", i as f64 / (values.len() - 1) as f64 * W, H - 1.0 - v / max * (H - 2.0)))
         .collect();
-    format!("<svg class=\"spark\" viewBox=\"0 0 {W} {H}\" aria-hidden=\"true\"><polyline points=\"{}\"/></svg>", points.join(" "))
+    format!(
+        "<svg class=\"spark\" viewBox=\"0 0 {W} {H}\" aria-hidden=\"true\"><polyline points=\"{}\"/></svg>",
+        points.join(" ")
+    )
 }
 
 /// A horizontal grid line at `y` with its label (already escaped) left of
@@ -290,11 +297,13 @@ mod tests {
 
     #[test]
     fn gaps_split_lines_and_text_is_escaped() {
-        let line = Line { label: "<p99>".into(), points: vec![(0, Some(1.0)), (10, Some(2.0)), (20, None), (30, Some(3.0)), (40, Some(1.0))] };
+        let line = Line {
+            label: "<p99>".into(),
+            points: vec![(0, Some(1.0)), (10, Some(2.0)), (20, None), (30, Some(3.0)), (40, Some(1.0))],
+        };
         let svg = line_chart("t & t", Unit::Count, &[line], 0, 50);
         assert_eq!(svg.matches("<polyline").count(), 2);
         assert!(svg.contains("&lt;p99&gt;") && svg.contains("t &amp; t"));
         assert!(!svg.contains("<p99>"));
     }
 }
-

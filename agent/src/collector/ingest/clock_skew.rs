@@ -60,7 +60,11 @@ mod tests {
         let now = 1_800_000_000_000;
         let batch = |created: i64| Batch {
             created_unix_ms: created,
-            windows: vec![InstanceWindow { window_start_unix_ms: created - 10_000, window_end_unix_ms: created, ..Default::default() }],
+            windows: vec![InstanceWindow {
+                window_start_unix_ms: created - 10_000,
+                window_end_unix_ms: created,
+                ..Default::default()
+            }],
             agent_windows: vec![AgentWindow {
                 window_start_unix_ms: created - 10_000,
                 window_end_unix_ms: created,

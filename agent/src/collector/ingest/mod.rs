@@ -37,7 +37,9 @@ impl Ingest for IngestService {
         let mut batch = request.into_inner();
         if let Some(bound) = bound {
             let agent = batch.agent.as_ref().map(|a| a.agent_id.as_str()).unwrap_or("");
-            bound.check(agent).inspect_err(|_| tracing::warn!(?peer, agent, "refused a batch of an agent its token is not bound to"))?;
+            bound.check(agent).inspect_err(|_| {
+                tracing::warn!(?peer, agent, "refused a batch of an agent its token is not bound to")
+            })?;
         }
         let now = now_unix_ms();
         // Before anything is moved or left out, so a replay hashes alike.
@@ -70,14 +72,17 @@ impl Ingest for IngestService {
         let sequence = batch.sequence;
         let store = self.store.clone();
         let agent = batch.agent.as_ref().map(|a| a.agent_id.clone()).unwrap_or_default();
-        let outcome = blocking(move || store.ingest(batch, now, content_hash))
-            .await
-            .inspect_err(|s| {
-                if s.code() == tonic::Code::AlreadyExists {
-                    tracing::error!(?peer, agent, sequence, "{}", s.message());
-                }
-            })?;
+        let outcome = blocking(move || store.ingest(batch, now, content_hash)).await.inspect_err(|s| {
+            if s.code() == tonic::Code::AlreadyExists {
+                tracing::error!(?peer, agent, sequence, "{}", s.message());
+            }
+        })?;
         tracing::debug!(sequence, duplicate = outcome.duplicate, "batch stored");
-        Ok(Response::new(PushResponse { sequence, duplicate: outcome.duplicate, collector_unix_ms: now_unix_ms(), clock_correction_ms }))
+        Ok(Response::new(PushResponse {
+            sequence,
+            duplicate: outcome.duplicate,
+            collector_unix_ms: now_unix_ms(),
+            clock_correction_ms,
+        }))
     }
 }

@@ -4,8 +4,8 @@
 //! keys and how large an answer may be.
 use tonic::{codec::CompressionEncoding, service::interceptor::InterceptedService, transport::Channel};
 
-pub use crate::client::{ClientError, ClientOptions, read_token_file};
 use crate::client::{self, BearerToken};
+pub use crate::client::{ClientError, ClientOptions, read_token_file};
 use sqlbee_proto::v1::query_client::QueryClient;
 
 /// The `order_by` keys `Top` accepts.

@@ -238,7 +238,9 @@ impl Query for QueryService {
         }
         if by_instance {
             if matches!(query.of, SeriesOf::Cost) {
-                return Err(Status::invalid_argument("by_instance: only of = digest or statements is split by instance"));
+                return Err(Status::invalid_argument(
+                    "by_instance: only of = digest or statements is split by instance",
+                ));
             }
             let instances = blocking(move || store.series_by_instance(&query)).await?;
             return Ok(Response::new(SeriesResponse { instances, ..empty }));

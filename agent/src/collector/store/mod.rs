@@ -9,12 +9,13 @@ pub mod merge;
 pub mod retention;
 pub mod rollup;
 pub mod rollup_pass;
-pub mod sqlite;
 #[cfg(test)]
 mod shared_tests;
+pub mod sqlite;
 
 use sqlbee_proto::v1::{
-    AgentWindowRow, Batch, CostSummary, DigestSeries, InstanceInfo, InstanceSeries, LockWaitRow, SeriesPoint, TopDigest, TotalsResponse,
+    AgentWindowRow, Batch, CostSummary, DigestSeries, InstanceInfo, InstanceSeries, LockWaitRow, SeriesPoint,
+    TopDigest, TotalsResponse,
 };
 
 pub use sqlite::SqliteStore;

@@ -23,11 +23,23 @@ pub(super) fn series_split_by_instance_add_up_to_the_fleet(store: &dyn Store, ba
     other.windows[0].instance.as_mut().unwrap().name = "h:2".into();
     put(&other, 2500);
     put(&batch(3, 3500, &[(60, 1)]), 3500);
-    let query = SeriesQuery { of: SeriesOf::Statements, instance: None, schema: None, since_unix_ms: 1000, until_unix_ms: 4000, step_ms: 1000 };
+    let query = SeriesQuery {
+        of: SeriesOf::Statements,
+        instance: None,
+        schema: None,
+        since_unix_ms: 1000,
+        until_unix_ms: 4000,
+        step_ms: 1000,
+    };
     let split = store.series_by_instance(&query).unwrap();
     assert_eq!(split.iter().map(|s| s.instance.as_str()).collect::<Vec<_>>(), ["h:1", "h:2"]);
     for s in &split {
-        assert_eq!(s.points, store.series(&SeriesQuery { instance: Some(s.instance.clone()), ..query.clone() }).unwrap(), "{}", s.instance);
+        assert_eq!(
+            s.points,
+            store.series(&SeriesQuery { instance: Some(s.instance.clone()), ..query.clone() }).unwrap(),
+            "{}",
+            s.instance
+        );
     }
     let fleet = store.series(&query).unwrap();
     for (i, point) in fleet.iter().enumerate() {
@@ -36,10 +48,16 @@ pub(super) fn series_split_by_instance_add_up_to_the_fleet(store: &dyn Store, ba
     assert_eq!(fleet.iter().map(|p| p.count).sum::<u64>(), 6);
     let named = store.series_by_instance(&SeriesQuery { instance: Some("h:2".into()), ..query.clone() }).unwrap();
     assert_eq!((named.len(), named[0].instance.as_str(), named[0].points[1].count), (1, "h:2", 3));
-    let digest = store.series_by_instance(&SeriesQuery { of: SeriesOf::Digest(u64::MAX - 1), ..query.clone() }).unwrap();
+    let digest =
+        store.series_by_instance(&SeriesQuery { of: SeriesOf::Digest(u64::MAX - 1), ..query.clone() }).unwrap();
     assert_eq!(digest, split, "every row is that digest");
     assert!(store.series_by_instance(&SeriesQuery { of: SeriesOf::Digest(9), ..query.clone() }).unwrap().is_empty());
-    assert!(store.series_by_instance(&SeriesQuery { since_unix_ms: 5000, until_unix_ms: 6000, ..query }).unwrap().is_empty());
+    assert!(
+        store
+            .series_by_instance(&SeriesQuery { since_unix_ms: 5000, until_unix_ms: 6000, ..query })
+            .unwrap()
+            .is_empty()
+    );
 }
 
 /// The top page's one read: each (digest, schema) among the digests asked
@@ -54,7 +72,14 @@ pub(super) fn series_split_by_digest_match_filtered_reads(store: &dyn Store, bat
     let mut bare = batch(3, 3500, &[(60, 1)]);
     bare.windows[0].digests[0].digest = 9;
     put(&bare, 3500);
-    let query = SeriesQuery { of: SeriesOf::Statements, instance: None, schema: None, since_unix_ms: 1000, until_unix_ms: 4000, step_ms: 1000 };
+    let query = SeriesQuery {
+        of: SeriesOf::Statements,
+        instance: None,
+        schema: None,
+        since_unix_ms: 1000,
+        until_unix_ms: 4000,
+        step_ms: 1000,
+    };
     let split = store.series_by_digest(&query, &[9, u64::MAX - 1]).unwrap();
     let keys: Vec<(u64, &str)> = split.iter().map(|s| (s.digest, s.schema.as_str())).collect();
     assert_eq!(keys, [(9, ""), (9, "shop"), (u64::MAX - 1, "")]);
@@ -65,7 +90,9 @@ pub(super) fn series_split_by_digest_match_filtered_reads(store: &dyn Store, bat
     assert_eq!(split.iter().map(|s| s.points.iter().map(|p| p.count).sum::<u64>()).collect::<Vec<_>>(), [1, 3, 2]);
     let asked = store.series_by_digest(&query, &[9]).unwrap();
     assert_eq!(asked.iter().map(|s| (s.digest, s.schema.as_str())).collect::<Vec<_>>(), [(9, ""), (9, "shop")]);
-    let in_shop = store.series_by_digest(&SeriesQuery { schema: Some("shop".into()), ..query.clone() }, &[9, u64::MAX - 1]).unwrap();
+    let in_shop = store
+        .series_by_digest(&SeriesQuery { schema: Some("shop".into()), ..query.clone() }, &[9, u64::MAX - 1])
+        .unwrap();
     assert_eq!(in_shop.len(), 1);
     assert!(store.series_by_digest(&query, &[]).unwrap().is_empty());
     assert!(store.series_by_digest(&SeriesQuery { of: SeriesOf::Cost, ..query }, &[9]).unwrap().is_empty());
@@ -95,7 +122,8 @@ pub(super) fn latest_cost_takes_each_agents_nearest_window(store: &dyn Store, co
     put(&agent_only(3, T + 5 * 3_600_000, 4.0, "far"), T);
     let instances = store.instances().unwrap();
     let cpu = |agent: &str| {
-        let info = instances.iter().find(|i| i.agent_id == agent && !i.instance.is_empty()).expect("the agent's instance");
+        let info =
+            instances.iter().find(|i| i.agent_id == agent && !i.instance.is_empty()).expect("the agent's instance");
         let latest = info.latest.as_ref().expect("a cost");
         (latest.window_end_unix_ms, latest.agent_cpu_cores)
     };

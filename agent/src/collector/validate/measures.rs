@@ -65,7 +65,10 @@ pub(super) fn agent_windows(windows: &[AgentWindow], range: TimeRange) -> Result
     spans.sort();
     for pair in spans.windows(2) {
         if pair[1].0 < pair[0].1 {
-            return Err(invalid(format!("agent_windows[{}]", pair[1].2), format!("overlaps agent_windows[{}]", pair[0].2)));
+            return Err(invalid(
+                format!("agent_windows[{}]", pair[1].2),
+                format!("overlaps agent_windows[{}]", pair[0].2),
+            ));
         }
     }
     Ok(())

@@ -366,7 +366,10 @@ fn waits(at: &Path<'_>, waits: &[WaitStats], count: u64) -> Result<(), Invalid> 
             return Err(invalid(at.index(i).field("class"), "empty; expected a wait class such as row_lock"));
         }
         if w.class.len() > MAX_WAIT_CLASS {
-            return Err(invalid(at.index(i).field("class"), format!("{} bytes, at most {MAX_WAIT_CLASS}", w.class.len())));
+            return Err(invalid(
+                at.index(i).field("class"),
+                format!("{} bytes, at most {MAX_WAIT_CLASS}", w.class.len()),
+            ));
         }
         if let Some(j) = waits[..i].iter().position(|o| o.class == w.class) {
             return Err(invalid(
@@ -432,7 +435,10 @@ fn gap(at: &Path<'_>, g: &Gap) -> Result<(), Invalid> {
     if g.first_window_start_unix_ms > g.last_window_end_unix_ms {
         return Err(invalid(
             at.field("last_window_end_unix_ms"),
-            format!("{} is before first_window_start_unix_ms {}", g.last_window_end_unix_ms, g.first_window_start_unix_ms),
+            format!(
+                "{} is before first_window_start_unix_ms {}",
+                g.last_window_end_unix_ms, g.first_window_start_unix_ms
+            ),
         ));
     }
     name_len(at.field("reason"), &g.reason)
@@ -457,7 +463,12 @@ mod tests {
             epoch: 0,
             content_hash: 0,
             windows: vec![InstanceWindow {
-                instance: Some(ServerInstance { name: "h:3306".into(), pid: 7, start_time_unix_ms: NOW - 1000, ..Default::default() }),
+                instance: Some(ServerInstance {
+                    name: "h:3306".into(),
+                    pid: 7,
+                    start_time_unix_ms: NOW - 1000,
+                    ..Default::default()
+                }),
                 window_start_unix_ms: NOW - 10_000,
                 window_end_unix_ms: NOW,
                 digests: vec![DigestStats {
@@ -640,7 +651,10 @@ mod tests {
         assert_eq!(field_of(&with(&|l| l.digest_text = "x".repeat(MAX_TEXT + 1))), format!("{at}.digest_text"));
         assert_eq!(field_of(&with(&|l| l.sample = "x".repeat(MAX_TEXT + 1))), format!("{at}.sample"));
         let blocker = lock_wait().blockers[0].clone();
-        assert_eq!(field_of(&with(&|l| l.blockers = vec![blocker.clone(); MAX_BLOCKERS + 1])), format!("{at}.blockers"));
+        assert_eq!(
+            field_of(&with(&|l| l.blockers = vec![blocker.clone(); MAX_BLOCKERS + 1])),
+            format!("{at}.blockers")
+        );
         batch(&with(&|l| l.blockers = vec![blocker.clone(); MAX_BLOCKERS]), NOW).unwrap();
         assert_eq!(
             field_of(&with(&|l| l.blockers[0].statements = vec!["SELECT ?".into(); MAX_BLOCKER_STATEMENTS + 1])),

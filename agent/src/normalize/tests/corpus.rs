@@ -101,10 +101,7 @@ pub const GROUPS: &[Group] = &[
     same(&["START TRANSACTION READ ONLY"]),
     same(&["START TRANSACTION WITH CONSISTENT SNAPSHOT"]),
     // ---- locking reads ----
-    same(&[
-        "SELECT c FROM sbtest1 WHERE id=? FOR UPDATE",
-        "SELECT c FROM sbtest1 WHERE id=12 FOR UPDATE",
-    ]),
+    same(&["SELECT c FROM sbtest1 WHERE id=? FOR UPDATE", "SELECT c FROM sbtest1 WHERE id=12 FOR UPDATE"]),
     exact(
         "SELECT ID FROM `jobs` WHERE `state` = ? ORDER BY ID LIMIT ? FOR UPDATE SKIP LOCKED",
         &[
@@ -133,16 +130,10 @@ pub const GROUPS: &[Group] = &[
         "SELECT * FROM `users` WHERE ID IN (?)",
         &["SELECT * FROM users WHERE id IN (7)", "SELECT * FROM users WHERE id IN ('x')"],
     ),
-    same(&[
-        "SELECT * FROM users WHERE id NOT IN (1, 2, 3)",
-        "SELECT * FROM users WHERE id NOT IN (9, 8)",
-    ]),
+    same(&["SELECT * FROM users WHERE id NOT IN (1, 2, 3)", "SELECT * FROM users WHERE id NOT IN (9, 8)"]),
     exact(
         "SELECT `a` FROM `t` WHERE (`a`, `b`) IN ((...) /* , ... */)",
-        &[
-            "SELECT a FROM t WHERE (a, b) IN ((1,2),(3,4))",
-            "SELECT a FROM t WHERE (a, b) IN ((5, 6), (7, 8), (9, 10))",
-        ],
+        &["SELECT a FROM t WHERE (a, b) IN ((1,2),(3,4))", "SELECT a FROM t WHERE (a, b) IN ((5, 6), (7, 8), (9, 10))"],
     ),
     // ---- joins and subqueries ----
     same(&[
@@ -175,13 +166,8 @@ pub const GROUPS: &[Group] = &[
         "SELECT * FROM customers c WHERE EXISTS (SELECT 1 FROM orders o WHERE o.customer_id = c.id AND o.total > 99)",
     ]),
     same(&["SELECT * FROM customers WHERE id IN (SELECT customer_id FROM orders WHERE total > 5)"]),
-    same(&[
-        "SELECT x.n FROM (SELECT COUNT(*) AS n FROM orders GROUP BY customer_id) AS x WHERE x.n > 3",
-    ]),
-    same(&[
-        "SELECT id FROM t1 UNION SELECT id FROM t2",
-        "SELECT id FROM t1\nUNION\nSELECT id FROM t2",
-    ]),
+    same(&["SELECT x.n FROM (SELECT COUNT(*) AS n FROM orders GROUP BY customer_id) AS x WHERE x.n > 3"]),
+    same(&["SELECT id FROM t1 UNION SELECT id FROM t2", "SELECT id FROM t1\nUNION\nSELECT id FROM t2"]),
     same(&["SELECT id FROM t1 UNION ALL SELECT id FROM t2"]),
     same(&[
         "SELECT status, COUNT(*) FROM orders GROUP BY status HAVING COUNT(*) > 5",
@@ -233,18 +219,12 @@ pub const GROUPS: &[Group] = &[
         &["REPLACE INTO kv (k, v) VALUES ('a', 'b')", "replace into kv (k, v) values ('c', 'd')"],
     ),
     same(&["REPLACE INTO kv (k, v) VALUES ('a', 'b'), ('c', 'd')"]),
-    same(&[
-        "INSERT IGNORE INTO kv (k, v) VALUES ('a', 'b')",
-        "INSERT IGNORE INTO kv (k, v) VALUES ('z', '')",
-    ]),
+    same(&["INSERT IGNORE INTO kv (k, v) VALUES ('a', 'b')", "INSERT IGNORE INTO kv (k, v) VALUES ('z', '')"]),
     same(&["INSERT INTO archive SELECT * FROM orders WHERE created_at < '2020-01-01'"]),
     same(&["INSERT INTO kv SET k = 'a', v = 'b'", "INSERT INTO kv SET k='c', v='d'"]),
     exact(
         "INSERT INTO `tags` (NAME) VALUES (?) /* , ... */",
-        &[
-            "INSERT INTO tags (name) VALUES ('a'),('b'),('c')",
-            "INSERT INTO tags (name) VALUES ('a'), ('b')",
-        ],
+        &["INSERT INTO tags (name) VALUES ('a'),('b'),('c')", "INSERT INTO tags (name) VALUES ('a'), ('b')"],
     ),
     exact(
         "INSERT INTO `tags` (NAME) VALUES (?)",
@@ -269,10 +249,7 @@ pub const GROUPS: &[Group] = &[
     // `value` and `id` are MariaDB keywords.
     exact(
         "UPDATE `counters` SET VALUE = VALUE - ? WHERE ID = ?",
-        &[
-            "UPDATE counters SET value = value - 1 WHERE id = 3",
-            "UPDATE counters SET value = value-5 WHERE id = 4",
-        ],
+        &["UPDATE counters SET value = value - 1 WHERE id = 3", "UPDATE counters SET value = value-5 WHERE id = 4"],
     ),
     exact(
         "UPDATE `counters` SET VALUE = VALUE + ? WHERE ID = ?",
@@ -280,10 +257,7 @@ pub const GROUPS: &[Group] = &[
     ),
     exact(
         "UPDATE `accounts` SET `balance` = ? WHERE ID = ?",
-        &[
-            "UPDATE accounts SET balance = 1.5e3 WHERE id = 2",
-            "UPDATE accounts SET balance = .5 WHERE id = 2",
-        ],
+        &["UPDATE accounts SET balance = 1.5e3 WHERE id = 2", "UPDATE accounts SET balance = .5 WHERE id = 2"],
     ),
     exact(
         "UPDATE `accounts` SET `balance` = - ? WHERE ID = ?",
@@ -397,17 +371,17 @@ pub const GROUPS: &[Group] = &[
         ],
     ),
     // MariaDB keeps X'..' apart from every other value.
-    exact("SELECT * FROM `t` WHERE `flags` = X'?'", &["SELECT * FROM t WHERE flags = X'1F'", "SELECT * FROM t WHERE flags = x'ff'"]),
+    exact(
+        "SELECT * FROM `t` WHERE `flags` = X'?'",
+        &["SELECT * FROM t WHERE flags = X'1F'", "SELECT * FROM t WHERE flags = x'ff'"],
+    ),
     exact(
         "SELECT * FROM `t` WHERE `a` IS NULL",
         &["SELECT * FROM t WHERE a IS NULL", "select * from t where a is null"],
     ),
     same(&["SELECT * FROM t WHERE a IS NOT NULL"]),
     same(&["SELECT * FROM t WHERE a = TRUE", "SELECT * FROM t WHERE a = true"]),
-    exact(
-        "SELECT ?",
-        &["SELECT 1", "select 2", "SELECT -1", "SELECT 'one'", "SELECT ?", "SELECT NULL"],
-    ),
+    exact("SELECT ?", &["SELECT 1", "select 2", "SELECT -1", "SELECT 'one'", "SELECT ?", "SELECT NULL"]),
     // A sign after a comma folds; runs of values collapse as in MariaDB.
     exact("SELECT ?, ...", &["SELECT 1, 2", "SELECT 'a', -3", "SELECT 1, 2, 3"]),
     exact("SELECT * FROM `t` WHERE `flags` = - ?", &["SELECT * FROM t WHERE flags = -0.000001"]),
@@ -425,11 +399,7 @@ pub const GROUPS: &[Group] = &[
     // ---- operators ----
     exact(
         "SELECT * FROM `t` WHERE `c` != ?",
-        &[
-            "SELECT * FROM t WHERE c != 1",
-            "SELECT * FROM t WHERE c <> 2",
-            "SELECT * FROM t WHERE c!=3",
-        ],
+        &["SELECT * FROM t WHERE c != 1", "SELECT * FROM t WHERE c <> 2", "SELECT * FROM t WHERE c!=3"],
     ),
     same(&["SELECT * FROM t WHERE c = 1", "SELECT * FROM t WHERE c = NULL"]),
     same(&["SELECT * FROM t WHERE c <=> NULL"]),
@@ -448,12 +418,8 @@ pub const GROUPS: &[Group] = &[
             "SELECT * FROM t WHERE name RLIKE '^x'",
         ],
     ),
-    same(&[
-        "SELECT * FROM articles WHERE MATCH (title, body) AGAINST ('mysql' IN NATURAL LANGUAGE MODE)",
-    ]),
-    same(&[
-        "SELECT * FROM articles WHERE MATCH (title, body) AGAINST ('+mysql -oracle' IN BOOLEAN MODE)",
-    ]),
+    same(&["SELECT * FROM articles WHERE MATCH (title, body) AGAINST ('mysql' IN NATURAL LANGUAGE MODE)"]),
+    same(&["SELECT * FROM articles WHERE MATCH (title, body) AGAINST ('+mysql -oracle' IN BOOLEAN MODE)"]),
     same(&[
         "SELECT CASE WHEN score > 90 THEN 'A' WHEN score > 80 THEN 'B' ELSE 'C' END FROM results",
         "SELECT CASE WHEN score > 50 THEN 'pass' WHEN score > 40 THEN 'retry' ELSE 'fail' END FROM results",
@@ -466,15 +432,9 @@ pub const GROUPS: &[Group] = &[
         "SELECT CAST(a AS DECIMAL(10,2)), CONVERT(b, CHAR) FROM t",
         "SELECT CAST(a AS DECIMAL(12,4)), CONVERT(b, CHAR) FROM t",
     ]),
-    same(&[
-        "SELECT CONCAT(first, ' ', last) FROM people",
-        "SELECT CONCAT(first, '-', last) FROM people",
-    ]),
+    same(&["SELECT CONCAT(first, ' ', last) FROM people", "SELECT CONCAT(first, '-', last) FROM people"]),
     same(&["SELECT GROUP_CONCAT(name ORDER BY name SEPARATOR ', ') FROM tags GROUP BY post_id"]),
-    same(&[
-        "SELECT * FROM t ORDER BY FIELD(id, 3, 1, 2)",
-        "SELECT * FROM t ORDER BY FIELD(id, 9, 8, 7)",
-    ]),
+    same(&["SELECT * FROM t ORDER BY FIELD(id, 3, 1, 2)", "SELECT * FROM t ORDER BY FIELD(id, 9, 8, 7)"]),
     same(&["SELECT * FROM t WHERE a = 'x' COLLATE utf8mb4_bin"]),
     // ---- window functions, CTEs, JSON ----
     exact(
@@ -489,9 +449,7 @@ pub const GROUPS: &[Group] = &[
         "SELECT ts, AVG(v) OVER (ORDER BY ts ROWS BETWEEN 3 PRECEDING AND CURRENT ROW) FROM metrics",
         "SELECT ts, AVG(v) OVER (ORDER BY ts ROWS BETWEEN 10 PRECEDING AND CURRENT ROW) FROM metrics",
     ]),
-    same(&[
-        "SELECT RANK() OVER (ORDER BY score DESC), LAG(score, 1) OVER (ORDER BY ts) FROM results",
-    ]),
+    same(&["SELECT RANK() OVER (ORDER BY score DESC), LAG(score, 1) OVER (ORDER BY ts) FROM results"]),
     same(&[
         "WITH recent AS (SELECT * FROM orders WHERE created_at > '2024-01-01') SELECT COUNT(*) FROM recent",
         "WITH recent AS (SELECT * FROM orders WHERE created_at > '2025-01-01') SELECT COUNT(*) FROM recent",
@@ -500,10 +458,7 @@ pub const GROUPS: &[Group] = &[
         "WITH RECURSIVE seq (n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM seq WHERE n < 10) SELECT * FROM seq",
         "WITH RECURSIVE seq (n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM seq WHERE n < 100) SELECT * FROM seq",
     ]),
-    same(&[
-        "SELECT JSON_EXTRACT(doc, '$.name') FROM docs",
-        "SELECT JSON_EXTRACT(doc, '$.age') FROM docs",
-    ]),
+    same(&["SELECT JSON_EXTRACT(doc, '$.name') FROM docs", "SELECT JSON_EXTRACT(doc, '$.age') FROM docs"]),
     same(&["SELECT doc->'$.name' FROM docs", "SELECT doc -> '$.id' FROM docs"]),
     same(&["SELECT doc->>'$.name' FROM docs"]),
     same(&["SELECT * FROM docs WHERE JSON_CONTAINS(tags, '\"red\"') AND JSON_LENGTH(tags) > 2"]),
@@ -521,21 +476,14 @@ pub const GROUPS: &[Group] = &[
             "INSERT INTO users (email) VALUES (?) RETURNING id, created_at",
         ],
     ),
-    same(&[
-        "DELETE FROM users WHERE id = 5 RETURNING email",
-        "DELETE FROM users WHERE id = 6 RETURNING email",
-    ]),
+    same(&["DELETE FROM users WHERE id = 5 RETURNING email", "DELETE FROM users WHERE id = 6 RETURNING email"]),
     same(&["REPLACE INTO kv (k, v) VALUES ('a', 'b') RETURNING k"]),
+    exact("CREATE SEQUENCE `s` START WITH ? INCREMENT BY ?", &["CREATE SEQUENCE s START WITH 1 INCREMENT BY 1"]),
     exact(
-        "CREATE SEQUENCE `s` START WITH ? INCREMENT BY ?",
-        &[
-            "CREATE SEQUENCE s START WITH 1 INCREMENT BY 1",
-        ],
+        "CREATE SEQUENCE `s` START WITH - ? INCREMENT BY - ?",
+        &["CREATE SEQUENCE s START WITH -100 INCREMENT BY -1"],
     ),
-    exact("CREATE SEQUENCE `s` START WITH - ? INCREMENT BY - ?", &["CREATE SEQUENCE s START WITH -100 INCREMENT BY -1"]),
-    same(&[
-        "CREATE SEQUENCE s START WITH 1 INCREMENT BY 1 MINVALUE -10 MAXVALUE 1000 CACHE 20 CYCLE",
-    ]),
+    same(&["CREATE SEQUENCE s START WITH 1 INCREMENT BY 1 MINVALUE -10 MAXVALUE 1000 CACHE 20 CYCLE"]),
     // NEXTVAL is a MariaDB keyword, so its case does not matter.
     exact("SELECT NEXTVAL (`s`)", &["SELECT NEXTVAL(s)", "SELECT NEXTVAL( s )", "SELECT nextval(s)"]),
     same(&["SELECT NEXT VALUE FOR s", "select next value for s"]),
@@ -544,15 +492,9 @@ pub const GROUPS: &[Group] = &[
     same(&["SELECT * FROM prices FOR SYSTEM_TIME AS OF TIMESTAMP '2024-01-01 00:00:00'"]),
     same(&["DELETE HISTORY FROM prices BEFORE SYSTEM_TIME '2024-01-01 00:00:00'"]),
     same(&["CREATE OR REPLACE TABLE t2 (id INT)"]),
-    same(&[
-        "SELECT id FROM t1 EXCEPT SELECT id FROM t2",
-        "SELECT id FROM t1 EXCEPT SELECT id FROM t2;",
-    ]),
+    same(&["SELECT id FROM t1 EXCEPT SELECT id FROM t2", "SELECT id FROM t1 EXCEPT SELECT id FROM t2;"]),
     same(&["SELECT id FROM t1 INTERSECT SELECT id FROM t2"]),
-    same(&[
-        "SELECT * FROM t WHERE id = 1 FOR UPDATE WAIT 5",
-        "SELECT * FROM t WHERE id = 1 FOR UPDATE WAIT 10",
-    ]),
+    same(&["SELECT * FROM t WHERE id = 1 FOR UPDATE WAIT 5", "SELECT * FROM t WHERE id = 1 FOR UPDATE WAIT 10"]),
     // ---- DDL ----
     exact(
         "CREATE TABLE `t` (ID INT PRIMARY KEY, `c` VARCHAR (?) NOT NULL DEFAULT ?, `price` DECIMAL (...))",
@@ -565,22 +507,20 @@ pub const GROUPS: &[Group] = &[
         "CREATE TABLE IF NOT EXISTS t (id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT, PRIMARY KEY (id)) ENGINE=InnoDB",
     ]),
     // A sign after DEFAULT folds into the number.
-    same(&["CREATE TABLE t (n INT DEFAULT 7)", "CREATE TABLE t (n INT DEFAULT NULL)", "CREATE TABLE t (n INT DEFAULT -1)"]),
+    same(&[
+        "CREATE TABLE t (n INT DEFAULT 7)",
+        "CREATE TABLE t (n INT DEFAULT NULL)",
+        "CREATE TABLE t (n INT DEFAULT -1)",
+    ]),
     // NULL as a column attribute is syntax, not a value.
     exact("CREATE TABLE `t` (`n` INT NULL)", &["CREATE TABLE t (n INT NULL)"]),
     same(&["CREATE TABLE t (n INT NOT NULL)"]),
     same(&["CREATE TEMPORARY TABLE tmp SELECT * FROM t WHERE a = 1"]),
     same(&["CREATE TABLE t2 LIKE t"]),
-    same(&[
-        "ALTER TABLE t ADD COLUMN d DATETIME NULL AFTER c",
-        "alter table t add column d datetime null after c",
-    ]),
+    same(&["ALTER TABLE t ADD COLUMN d DATETIME NULL AFTER c", "alter table t add column d datetime null after c"]),
     same(&["ALTER TABLE t ADD INDEX idx_c (c), ALGORITHM=INPLACE, LOCK=NONE"]),
     same(&["ALTER TABLE t DROP COLUMN d"]),
-    same(&[
-        "ALTER TABLE t MODIFY c VARCHAR(64) NOT NULL",
-        "ALTER TABLE t MODIFY c VARCHAR(128) NOT NULL",
-    ]),
+    same(&["ALTER TABLE t MODIFY c VARCHAR(64) NOT NULL", "ALTER TABLE t MODIFY c VARCHAR(128) NOT NULL"]),
     same(&["ALTER TABLE t RENAME TO t_old"]),
     exact(
         "DROP TABLE IF EXISTS `t`",
@@ -603,14 +543,8 @@ pub const GROUPS: &[Group] = &[
     ]),
     same(&["CREATE PROCEDURE p (IN x INT) SELECT x + 1"]),
     same(&["CREATE TRIGGER trg BEFORE INSERT ON t FOR EACH ROW SET NEW.created_at = NOW()"]),
-    same(&[
-        "CREATE USER 'app'@'%' IDENTIFIED BY 'secret'",
-        "CREATE USER 'app'@'%' IDENTIFIED BY 'other-secret'",
-    ]),
-    same(&[
-        "GRANT SELECT, INSERT ON app.* TO 'app'@'localhost'",
-        "GRANT SELECT, INSERT ON app.* TO 'web'@'10.0.0.1'",
-    ]),
+    same(&["CREATE USER 'app'@'%' IDENTIFIED BY 'secret'", "CREATE USER 'app'@'%' IDENTIFIED BY 'other-secret'"]),
+    same(&["GRANT SELECT, INSERT ON app.* TO 'app'@'localhost'", "GRANT SELECT, INSERT ON app.* TO 'web'@'10.0.0.1'"]),
     same(&["REVOKE ALL PRIVILEGES ON app.* FROM 'app'@'localhost'"]),
     // ---- SET, SHOW, session ----
     same(&["SET autocommit=0", "SET autocommit = 1", "set autocommit=1"]),
@@ -661,10 +595,7 @@ pub const GROUPS: &[Group] = &[
     same(&["ANALYZE TABLE orders"]),
     same(&["OPTIMIZE TABLE orders"]),
     same(&["CHECK TABLE orders"]),
-    same(&[
-        "EXPLAIN SELECT * FROM orders WHERE id = 1",
-        "EXPLAIN SELECT * FROM orders WHERE id = 2",
-    ]),
+    same(&["EXPLAIN SELECT * FROM orders WHERE id = 1", "EXPLAIN SELECT * FROM orders WHERE id = 2"]),
     same(&["EXPLAIN FORMAT=JSON SELECT * FROM orders WHERE id = 1"]),
     same(&["DESCRIBE orders", "describe orders"]),
     same(&["DESC orders"]),
@@ -679,11 +610,7 @@ pub const GROUPS: &[Group] = &[
     // ---- stored programs and prepared statements ----
     exact(
         "CALL `refresh_stats` (...)",
-        &[
-            "CALL refresh_stats(1, 'daily')",
-            "CALL refresh_stats(2, 'weekly')",
-            "call refresh_stats(?, ?)",
-        ],
+        &["CALL refresh_stats(1, 'daily')", "CALL refresh_stats(2, 'weekly')", "call refresh_stats(?, ?)"],
     ),
     same(&["CALL refresh_stats()"]),
     same(&["CALL refresh_stats(7)"]),

@@ -27,10 +27,7 @@ fn statements_of_a_group_share_a_digest() {
             let digest = digest_of(sql);
             if digest != first {
                 let (head, head_text) = (group.statements[0], &first.text);
-                failures.push(format!(
-                    "  {sql:?}\n    => {}\n  but {head:?}\n    => {head_text}",
-                    digest.text
-                ));
+                failures.push(format!("  {sql:?}\n    => {}\n  but {head:?}\n    => {head_text}", digest.text));
             }
         }
     }

@@ -112,7 +112,11 @@ fn rows(plan: &Plan, server: &ServerInfo, rounds: &Rounds) -> Vec<Row> {
                 agent_cores_per_10k: per_statement(|r| r.agent_cpu_s * 10_000.0 / r.questions as f64),
                 bpf_runs: per_statement(|r| r.bpf_runs as f64 / r.questions as f64),
                 bpf_ns: per_statement(ArmRun::bpf_ns_per_statement),
-                bpf: if has_tracer { bootstrap(&rounds.bpf_ns(name).into_iter().map(|(_, v)| v).collect::<Vec<_>>()) } else { None },
+                bpf: if has_tracer {
+                    bootstrap(&rounds.bpf_ns(name).into_iter().map(|(_, v)| v).collect::<Vec<_>>())
+                } else {
+                    None
+                },
                 bpf_vs_floor: if arm.is_agent() { rounds.bpf_versus(name, FLOOR) } else { None },
                 bpf_vs_baseline: if compared { rounds.bpf_versus(name, &baseline) } else { None },
                 ok: rounds.ok(name).count(),
@@ -240,7 +244,14 @@ fn server_section(md: &mut String, plan: &Plan, server: &ServerInfo, runs: &[Arm
         .runs
         .iter()
         .filter(|r| !r.ok())
-        .map(|r| format!("round {} `{}`: {}", r.round.unwrap_or(0) + 1, r.arm, r.error.as_deref().unwrap_or("no statements counted")))
+        .map(|r| {
+            format!(
+                "round {} `{}`: {}",
+                r.round.unwrap_or(0) + 1,
+                r.arm,
+                r.error.as_deref().unwrap_or("no statements counted")
+            )
+        })
         .collect();
     if !failed.is_empty() {
         let _ = writeln!(md, "Failed runs:\n");
@@ -264,8 +275,13 @@ fn server_section(md: &mut String, plan: &Plan, server: &ServerInfo, runs: &[Arm
         );
         let _ = writeln!(md, "| arm | QPS | mysqld ns/stmt | error |\n|---|---|---|---|");
         for r in saturation {
-            let (qps, ns) = if r.ok() { (format!("{:.0}", r.qps()), format!("{:.0}", r.ns_per_statement())) } else { ("-".into(), "-".into()) };
-            let _ = writeln!(md, "| {} | {qps} | {ns} | {} |", r.arm, r.error.as_deref().unwrap_or("").replace('|', "/"));
+            let (qps, ns) = if r.ok() {
+                (format!("{:.0}", r.qps()), format!("{:.0}", r.ns_per_statement()))
+            } else {
+                ("-".into(), "-".into())
+            };
+            let _ =
+                writeln!(md, "| {} | {qps} | {ns} | {} |", r.arm, r.error.as_deref().unwrap_or("").replace('|', "/"));
         }
         md.push('\n');
     }
@@ -283,7 +299,10 @@ fn program_time_table(md: &mut String, rows: &[Row]) {
         "\nProgram time: BPF run time per statement, by round (the programs' share of the mysqld CPU above; the trap, \
          whose price depends only on where the probe sits, is not in it), with paired differences.\n"
     );
-    let _ = writeln!(md, "| arm | BPF ns/stmt [CI] | vs floor ns/stmt [CI] | vs baseline ns/stmt [CI] |\n|---|---|---|---|");
+    let _ = writeln!(
+        md,
+        "| arm | BPF ns/stmt [CI] | vs floor ns/stmt [CI] | vs baseline ns/stmt [CI] |\n|---|---|---|---|"
+    );
     for row in traced {
         let _ = writeln!(
             md,

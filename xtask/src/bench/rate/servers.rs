@@ -31,7 +31,9 @@ impl Kind {
         match name {
             "10.11" => Ok(Kind::Host),
             "11.8" => Ok(Kind::Container),
-            other => bail!("--servers: unknown server {other:?}; expected 10.11 (the host's mariadbd) or 11.8 (the test image)"),
+            other => bail!(
+                "--servers: unknown server {other:?}; expected 10.11 (the host's mariadbd) or 11.8 (the test image)"
+            ),
         }
     }
 
@@ -111,7 +113,9 @@ impl Server {
     pub fn origin(&self) -> String {
         match self {
             Server::Host { .. } => "the host's /usr/sbin/mariadbd (Debian), private datadir, unix socket".into(),
-            Server::Container(c) => format!("{} in container {} (runc, no CPU limit), TCP 127.0.0.1:{}", c.image, c.name, c.port),
+            Server::Container(c) => {
+                format!("{} in container {} (runc, no CPU limit), TCP 127.0.0.1:{}", c.image, c.name, c.port)
+            }
         }
     }
 }
@@ -170,7 +174,11 @@ impl Container {
         // process is the server itself.
         let comm = fs::read_to_string(format!("/proc/{}/comm", container.pid)).unwrap_or_default();
         if comm.trim() != "mariadbd" {
-            bail!("the container's process {} is {:?}, not mariadbd: the image's entrypoint changed?", container.pid, comm.trim());
+            bail!(
+                "the container's process {} is {:?}, not mariadbd: the image's entrypoint changed?",
+                container.pid,
+                comm.trim()
+            );
         }
         Ok(Some(container))
     }
@@ -195,10 +203,12 @@ impl Container {
             if self.exec_sql("SELECT 1").is_ok() {
                 return Ok(());
             }
-            let running = self.podman_output(&["inspect", "--format", "{{.State.Running}}", &self.name]).unwrap_or_default();
+            let running =
+                self.podman_output(&["inspect", "--format", "{{.State.Running}}", &self.name]).unwrap_or_default();
             if running.trim() != "true" || started.elapsed() > limit {
                 let logs = podman().args(["logs", "--tail", "5", &self.name]).output().ok();
-                let tail = logs.map(|o| String::from_utf8_lossy(&o.stderr).trim().replace('\n', " / ")).unwrap_or_default();
+                let tail =
+                    logs.map(|o| String::from_utf8_lossy(&o.stderr).trim().replace('\n', " / ")).unwrap_or_default();
                 bail!("MariaDB in container {} did not start (running: {}): {tail}", self.name, running.trim());
             }
             std::thread::sleep(Duration::from_millis(250));

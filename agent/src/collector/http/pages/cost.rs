@@ -42,14 +42,21 @@ pub async fn render(ui: &Ui, view: &View) -> Rendered {
         x0,
         x1,
     ));
-    body.push_str(&svg::line_chart("Agent windows", Unit::Count, &[rate_line("windows", &series, |p| p.windows as f64)], x0, x1));
+    body.push_str(&svg::line_chart(
+        "Agent windows",
+        Unit::Count,
+        &[rate_line("windows", &series, |p| p.windows as f64)],
+        x0,
+        x1,
+    ));
     body.push_str("</section>");
-    let top = ui
-        .top(TopRequest { limit: 1, ..top_request(view) })
-        .await?;
+    let top = ui.top(TopRequest { limit: 1, ..top_request(view) }).await?;
     super::top::costs(&mut body, &top.costs);
     if top.costs.is_empty() {
         body.push_str("<p>No agent reported its cost in this range.</p>");
     }
-    Ok((PageHead { title: "Agent cost".into(), nav: Nav::Cost, instances: instance_names(ui).await?, keep: Vec::new() }, body))
+    Ok((
+        PageHead { title: "Agent cost".into(), nav: Nav::Cost, instances: instance_names(ui).await?, keep: Vec::new() },
+        body,
+    ))
 }

@@ -44,7 +44,11 @@ pub async fn render(ui: &Ui, view: &View, params: &Params) -> Rendered {
     let _ = write!(body, "<pre class=\"digest-text\" id=\"digest-text\">{}</pre>", esc(&first.digest_text));
     let sample = answer.digests.iter().map(|d| d.sample.as_str()).find(|s| !s.is_empty());
     if let Some(sample) = sample {
-        let _ = write!(body, "<p class=\"label\">Sample (redacted unless the agent runs with --samples raw)</p><pre class=\"sample\">{}</pre>", esc(sample));
+        let _ = write!(
+            body,
+            "<p class=\"label\">Sample (redacted unless the agent runs with --samples raw)</p><pre class=\"sample\">{}</pre>",
+            esc(sample)
+        );
     }
 
     let series = ui.series(series_request(view, "digest", id, &schema)).await?;

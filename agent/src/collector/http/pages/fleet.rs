@@ -25,10 +25,8 @@ pub async fn render(ui: &Ui, view: &View, now: i64) -> Rendered {
     let fleet = ui.series(series_request(view, "statements", 0, "")).await?;
     let mut body = statement_plots(view, &fleet);
 
-    let shown: Vec<&InstanceInfo> = instances
-        .iter()
-        .filter(|i| view.instance.as_deref().is_none_or(|want| i.instance == want))
-        .collect();
+    let shown: Vec<&InstanceInfo> =
+        instances.iter().filter(|i| view.instance.as_deref().is_none_or(|want| i.instance == want)).collect();
     body.push_str(
         "<table class=\"data\" id=\"instances\"><thead><tr><th>Instance</th><th>Host</th><th>Server</th>\
          <th>Statements/s</th><th>p99</th><th>Errors</th><th>Trend</th><th>Agent cores</th><th>Agent memory</th>\
@@ -47,7 +45,8 @@ pub async fn render(ui: &Ui, view: &View, now: i64) -> Rendered {
         .map(|s| (s.instance, SeriesResponse { points: s.points, step_ms: split.step_ms, ..SeriesResponse::default() }))
         .collect();
     for info in shown {
-        let own = series.remove(&info.instance).unwrap_or(SeriesResponse { step_ms: split.step_ms, ..Default::default() });
+        let own =
+            series.remove(&info.instance).unwrap_or(SeriesResponse { step_ms: split.step_ms, ..Default::default() });
         row(view, info, &own, now, &mut body);
     }
     body.push_str("</tbody></table>");

@@ -23,20 +23,28 @@ fn busy(cpu: &CpuModes) -> f64 {
 }
 
 pub async fn render(ui: &Ui, view: &View, now: i64) -> Rendered {
-    let answer = ui.hosts(HostsRequest { host: String::new(), since_unix_ms: view.range.since_unix_ms, limit: WINDOWS }).await?;
+    let answer =
+        ui.hosts(HostsRequest { host: String::new(), since_unix_ms: view.range.since_unix_ms, limit: WINDOWS }).await?;
     let mut by_host: BTreeMap<(String, String), Vec<&AgentWindowRow>> = BTreeMap::new();
     for row in answer.windows.iter().filter(|r| {
-        r.window.as_ref().is_some_and(|w| view.range.until_unix_ms == 0 || w.window_end_unix_ms < view.range.until_unix_ms)
+        r.window
+            .as_ref()
+            .is_some_and(|w| view.range.until_unix_ms == 0 || w.window_end_unix_ms < view.range.until_unix_ms)
     }) {
         by_host.entry((row.host.clone(), row.agent_id.clone())).or_default().push(row);
     }
     let mut body = String::new();
     if by_host.is_empty() {
         body.push_str(&html::notice("No agent reported host metrics in this range."));
-        return Ok((PageHead { title: "Hosts".into(), nav: Nav::Hosts, instances: instance_names(ui).await?, keep: Vec::new() }, body));
+        return Ok((
+            PageHead { title: "Hosts".into(), nav: Nav::Hosts, instances: instance_names(ui).await?, keep: Vec::new() },
+            body,
+        ));
     }
-    let oldest = answer.windows.iter().filter_map(|r| r.window.as_ref()).map(|w| w.window_start_unix_ms).min().unwrap_or(0);
-    let newest = answer.windows.iter().filter_map(|r| r.window.as_ref()).map(|w| w.window_end_unix_ms).max().unwrap_or(now);
+    let oldest =
+        answer.windows.iter().filter_map(|r| r.window.as_ref()).map(|w| w.window_start_unix_ms).min().unwrap_or(0);
+    let newest =
+        answer.windows.iter().filter_map(|r| r.window.as_ref()).map(|w| w.window_end_unix_ms).max().unwrap_or(now);
     let plotted = |value: &dyn Fn(&AgentWindowRow) -> Option<f64>| -> Vec<Line> {
         by_host
             .iter()
@@ -86,12 +94,26 @@ pub async fn render(ui: &Ui, view: &View, now: i64) -> Rendered {
         let disks: Vec<String> = h
             .disks
             .iter()
-            .map(|d| format!("{}: {} read, {} written", esc(&d.device), html::bytes(d.read_bytes as f64 / seconds), html::bytes(d.write_bytes as f64 / seconds)))
+            .map(|d| {
+                format!(
+                    "{}: {} read, {} written",
+                    esc(&d.device),
+                    html::bytes(d.read_bytes as f64 / seconds),
+                    html::bytes(d.write_bytes as f64 / seconds)
+                )
+            })
             .collect();
         let nets: Vec<String> = h
             .interfaces
             .iter()
-            .map(|n| format!("{}: {} in, {} out", esc(&n.interface), html::bytes(n.rx_bytes as f64 / seconds), html::bytes(n.tx_bytes as f64 / seconds)))
+            .map(|n| {
+                format!(
+                    "{}: {} in, {} out",
+                    esc(&n.interface),
+                    html::bytes(n.rx_bytes as f64 / seconds),
+                    html::bytes(n.tx_bytes as f64 / seconds)
+                )
+            })
             .collect();
         let _ = write!(
             body,
@@ -117,5 +139,8 @@ pub async fn render(ui: &Ui, view: &View, now: i64) -> Rendered {
         );
     }
     body.push_str("</tbody></table>");
-    Ok((PageHead { title: "Hosts".into(), nav: Nav::Hosts, instances: instance_names(ui).await?, keep: Vec::new() }, body))
+    Ok((
+        PageHead { title: "Hosts".into(), nav: Nav::Hosts, instances: instance_names(ui).await?, keep: Vec::new() },
+        body,
+    ))
 }

@@ -54,7 +54,11 @@ pub async fn render(ui: &Ui, view: &View) -> Rendered {
             w.connection_id,
             esc(&link),
             esc(&html::cut(&w.digest_text, 120)),
-            if w.sample.is_empty() { String::new() } else { format!("<div class=\"sample\">{}</div>", esc(&html::cut(&w.sample, 200))) },
+            if w.sample.is_empty() {
+                String::new()
+            } else {
+                format!("<div class=\"sample\">{}</div>", esc(&html::cut(&w.sample, 200)))
+            },
         );
         if w.blockers.is_empty() {
             body.push_str("none seen");
@@ -72,7 +76,10 @@ pub async fn render(ui: &Ui, view: &View) -> Rendered {
                     } else {
                         format!(
                             "<ol>{}</ol>",
-                            b.statements.iter().map(|s| format!("<li><code>{}</code></li>", esc(&html::cut(s, 160)))).collect::<String>()
+                            b.statements
+                                .iter()
+                                .map(|s| format!("<li><code>{}</code></li>", esc(&html::cut(s, 160))))
+                                .collect::<String>()
                         )
                     }
                 );
@@ -82,5 +89,13 @@ pub async fn render(ui: &Ui, view: &View) -> Rendered {
         body.push_str("</td></tr>");
     }
     body.push_str("</tbody></table>");
-    Ok((PageHead { title: "Lock waits".into(), nav: Nav::Locks, instances: instance_names(ui).await?, keep: Vec::new() }, body))
+    Ok((
+        PageHead {
+            title: "Lock waits".into(),
+            nav: Nav::Locks,
+            instances: instance_names(ui).await?,
+            keep: Vec::new(),
+        },
+        body,
+    ))
 }

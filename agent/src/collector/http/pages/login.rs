@@ -17,7 +17,15 @@ pub fn render(next: &str, refused: Option<&str>) -> String {
         esc(next)
     ));
     html::page(
-        &Header { title: "Sign in", nav: Nav::Login, path: "/login", view: None, instances: &[], keep: &[], signed_in: false },
+        &Header {
+            title: "Sign in",
+            nav: Nav::Login,
+            path: "/login",
+            view: None,
+            instances: &[],
+            keep: &[],
+            signed_in: false,
+        },
         &body,
     )
 }

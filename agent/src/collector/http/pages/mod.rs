@@ -14,8 +14,8 @@ use sqlbee_proto::v1::{self as wire, SeriesPoint, SeriesRequest, SeriesResponse,
 use super::{
     Ui,
     html::{self, Header, Nav},
-    params::{Params, View},
     page_error::PageError,
+    params::{Params, View},
     svg::{self, Column, Line, Unit},
 };
 
@@ -171,13 +171,7 @@ fn heat_columns(series: &SeriesResponse) -> Vec<Column> {
             end: p.end_unix_ms,
             buckets: histogram(p.histogram.as_ref())
                 .buckets()
-                .map(|(i, n)| {
-                    (
-                        agent_common::histogram::bucket_low(i),
-                        agent_common::histogram::bucket_high(i),
-                        n,
-                    )
-                })
+                .map(|(i, n)| (agent_common::histogram::bucket_low(i), agent_common::histogram::bucket_high(i), n))
                 .collect(),
         })
         .collect()

@@ -40,7 +40,9 @@ fn wait_ns(d: &TopDigest) -> u64 {
 pub async fn render(ui: &Ui, view: &View, params: &Params) -> Rendered {
     let order = params.get("order").unwrap_or("total");
     if !ORDER_KEYS.contains(&order) {
-        return Err(BadParam { name: "order", value: order.to_string(), expected: "one of the column names' keys" }.into());
+        return Err(
+            BadParam { name: "order", value: order.to_string(), expected: "one of the column names' keys" }.into()
+        );
     }
     let limit = match params.get("limit") {
         None => DEFAULT_LIMIT,
@@ -51,9 +53,8 @@ pub async fn render(ui: &Ui, view: &View, params: &Params) -> Rendered {
         })?,
     };
     let schema = params.get("schema").unwrap_or("").to_string();
-    let answer = ui
-        .top(TopRequest { order_by: order.to_string(), limit, schema: schema.clone(), ..top_request(view) })
-        .await?;
+    let answer =
+        ui.top(TopRequest { order_by: order.to_string(), limit, schema: schema.clone(), ..top_request(view) }).await?;
     let totals = ui
         .totals(TotalsRequest {
             instance: view.instance.clone().unwrap_or_default(),
@@ -150,7 +151,10 @@ pub async fn render(ui: &Ui, view: &View, params: &Params) -> Rendered {
     if !schema.is_empty() {
         page_keep.push(("schema", schema));
     }
-    Ok((PageHead { title: "Top digests".into(), nav: Nav::Top, instances: instance_names(ui).await?, keep: page_keep }, body))
+    Ok((
+        PageHead { title: "Top digests".into(), nav: Nav::Top, instances: instance_names(ui).await?, keep: page_keep },
+        body,
+    ))
 }
 
 /// What watching cost over the range, per agent.

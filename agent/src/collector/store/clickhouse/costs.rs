@@ -89,7 +89,8 @@ pub(super) fn read_agent_row(rows: &mut Rows) -> Result<AgentRow, StoreError> {
     let rolled = rows.u8().map_err(&bad)? != 0;
     let (windows, costless_windows) = (rows.u64().map_err(&bad)?, rows.u64().map_err(&bad)?);
     let (shedding_windows, cpu_seconds) = (rows.u64().map_err(&bad)?, rows.f64().map_err(&bad)?);
-    let (_received, _ingest_id, _position) = (rows.i64().map_err(&bad)?, rows.u64().map_err(&bad)?, rows.u32().map_err(&bad)?);
+    let (_received, _ingest_id, _position) =
+        (rows.i64().map_err(&bad)?, rows.u64().map_err(&bad)?, rows.u32().map_err(&bad)?);
     let cost = decode::<AgentCost>(&blob, "agent cost")?;
     if !rolled {
         return Ok(AgentRow { agent_id, start, end, cost, rolled: None });
@@ -243,10 +244,10 @@ fn nearest_agent_costs(
     let err = |e| error("instances", e);
     let mut out: HashMap<(String, i64), (i64, Option<AgentCost>)> = HashMap::new();
     let consider = |out: &mut HashMap<(String, i64), (i64, Option<AgentCost>)>,
-                        agent: &str,
-                        target: i64,
-                        end: i64,
-                        cost: &[u8]|
+                    agent: &str,
+                    target: i64,
+                    end: i64,
+                    cost: &[u8]|
      -> Result<(), StoreError> {
         let better = match out.get(&(agent.to_string(), target)) {
             Some(&(best, _)) => ((end - target).abs(), end) < ((best - target).abs(), best),
@@ -266,7 +267,9 @@ fn nearest_agent_costs(
     for chunk in targets.chunks(NEAR_PER_QUERY) {
         let near: Vec<String> = chunk
             .iter()
-            .map(|(agent, t)| format!("(agent_id = {} AND window_end BETWEEN {} AND {})", quote(agent), t - NEAR_MS, t + NEAR_MS))
+            .map(|(agent, t)| {
+                format!("(agent_id = {} AND window_end BETWEEN {} AND {})", quote(agent), t - NEAR_MS, t + NEAR_MS)
+            })
             .collect();
         let bands: Vec<(i64, i64)> = chunk.iter().map(|(_, t)| (t - NEAR_MS, t + NEAR_MS + 1)).collect();
         let mut rows = db

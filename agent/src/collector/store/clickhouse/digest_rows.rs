@@ -59,7 +59,8 @@ pub(super) fn read_digest_row(r: &mut Rows) -> Result<DigestRow, Malformed> {
     let instance = r.string()?;
     let key = read_key(r)?;
     let window_end = r.i64()?;
-    let (count, errors, sum_ns, min_ns, max_ns, estimated) = (r.u64()?, r.u64()?, r.u64()?, r.u64()?, r.u64()?, r.u64()?);
+    let (count, errors, sum_ns, min_ns, max_ns, estimated) =
+        (r.u64()?, r.u64()?, r.u64()?, r.u64()?, r.u64()?, r.u64()?);
     let index = r.array(|r| r.u32())?;
     let counts = r.array(|r| r.u64())?;
     if index.len() != counts.len() {
@@ -164,7 +165,8 @@ impl Merging {
             self.waits.add(class, *sum_ns, *max_ns, *statements);
         }
         if !full.figures.is_empty() {
-            let row = QueryStats::decode(full.figures.as_slice()).map_err(|_| StoreError::Corrupt { what: "figures" })?;
+            let row =
+                QueryStats::decode(full.figures.as_slice()).map_err(|_| StoreError::Corrupt { what: "figures" })?;
             merge::add_stats(&mut self.stats, &row);
         }
         if !full.accounts.is_empty() {

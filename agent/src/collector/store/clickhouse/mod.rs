@@ -55,14 +55,15 @@ mod read;
 mod rollups;
 mod schema;
 mod series;
-mod write;
 #[cfg(test)]
 mod tests;
+mod write;
 
 use std::path::PathBuf;
 
 use sqlbee_proto::v1::{
-    AgentWindowRow, Batch, CostSummary, DigestSeries, InstanceInfo, InstanceSeries, LockWaitRow, SeriesPoint, TopDigest, TotalsResponse,
+    AgentWindowRow, Batch, CostSummary, DigestSeries, InstanceInfo, InstanceSeries, LockWaitRow, SeriesPoint,
+    TopDigest, TotalsResponse,
 };
 
 use super::{
@@ -92,7 +93,8 @@ impl Location {
         let rest = rest.strip_prefix("//")?;
         let (path, options) = rest.split_once('?').unwrap_or((rest, ""));
         let (host_port, database) = path.split_once('/')?;
-        let port_ok = host_port.rsplit_once(':').is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+        let port_ok =
+            host_port.rsplit_once(':').is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
         // The name goes into SQL unquoted: letters, digits and underscores.
         let name_ok = !database.is_empty()
             && database.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
@@ -132,7 +134,11 @@ impl Location {
 /// A ClickHouse failure as a store error: a full disk or quota told apart
 /// from the rest (a client retries both; an operator must know which).
 pub(super) fn error(action: &'static str, source: http::HttpError) -> StoreError {
-    if source.is_full() { StoreError::Full { source: source.into() } } else { StoreError::Backend { action, source: source.into() } }
+    if source.is_full() {
+        StoreError::Full { source: source.into() }
+    } else {
+        StoreError::Backend { action, source: source.into() }
+    }
 }
 
 pub(super) fn malformed(action: &'static str) -> impl Fn(http::Malformed) -> StoreError {

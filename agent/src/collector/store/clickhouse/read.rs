@@ -115,7 +115,10 @@ pub(super) fn texts(db: &Client, ids: &BTreeSet<u64>) -> Result<HashMap<u64, Str
         return Ok(out);
     }
     let mut rows = db
-        .select(&format!("SELECT digest, any(text) FROM digest_texts WHERE digest IN ({}) GROUP BY digest", id_list(ids)))
+        .select(&format!(
+            "SELECT digest, any(text) FROM digest_texts WHERE digest IN ({}) GROUP BY digest",
+            id_list(ids)
+        ))
         .map_err(|e| error("top", e))?;
     while !rows.done() {
         let digest = rows.u64().map_err(malformed("top"))?;
@@ -171,7 +174,9 @@ pub(super) fn instances(db: &Client) -> Result<Vec<InstanceInfo>, StoreError> {
     let err = |e| error("instances", e);
     let mut batches: HashMap<String, u64> = HashMap::new();
     let mut rows = db
-        .select("SELECT agent_id, count() FROM (SELECT DISTINCT agent_id, epoch, sequence FROM batches) GROUP BY agent_id")
+        .select(
+            "SELECT agent_id, count() FROM (SELECT DISTINCT agent_id, epoch, sequence FROM batches) GROUP BY agent_id",
+        )
         .map_err(err)?;
     while !rows.done() {
         let agent = rows.string().map_err(&bad)?;
@@ -256,14 +261,20 @@ pub(super) fn instances(db: &Client) -> Result<Vec<InstanceInfo>, StoreError> {
     while !rows.done() {
         let key = (rows.string().map_err(&bad)?, rows.string().map_err(&bad)?);
         let server = read_server(&mut rows).map_err(&bad)?;
-        let (reason, kind, since) = (rows.string().map_err(&bad)?, rows.string().map_err(&bad)?, rows.i64().map_err(&bad)?);
+        let (reason, kind, since) =
+            (rows.string().map_err(&bad)?, rows.string().map_err(&bad)?, rows.i64().map_err(&bad)?);
         servers.entry(key).or_default().1 = Some((server, reason, kind, since));
     }
     let mut by_agent: HashMap<String, Vec<InstanceInfo>> = HashMap::new();
     for ((agent_id, instance), (traced, untraced)) in servers {
         let last_window_end = traced.as_ref().map_or(0, |s| s.at);
         let seen = untraced.as_ref().map_or(0, |u| u.0.at);
-        let mut info = InstanceInfo { instance, last_window_end_unix_ms: last_window_end, untraced_seen_unix_ms: seen, ..Default::default() };
+        let mut info = InstanceInfo {
+            instance,
+            last_window_end_unix_ms: last_window_end,
+            untraced_seen_unix_ms: seen,
+            ..Default::default()
+        };
         let named_by = match (&traced, &untraced) {
             (Some(t), Some(u)) if u.0.at > t.at => Some(&u.0),
             (Some(t), _) => Some(t),

@@ -32,10 +32,10 @@ use prost::Message as _;
 use sqlbee_proto::v1::{AgentCost, ProbeCost};
 
 use super::{
+    digest_rows::{DIGEST_COLUMNS, MERGE_COLUMNS, Merging, RowKey, read_full_row},
     error,
     http::{Client, RowWriter},
     malformed,
-    digest_rows::{DIGEST_COLUMNS, MERGE_COLUMNS, Merging, RowKey, read_full_row},
     schema::LEVELS,
     winners_of,
 };
@@ -498,8 +498,12 @@ fn roll_instances(db: &Client, chunks: &[String], (level, bucket): Bucket, pass:
             w.u64(*c);
         });
         let probes = if probed {
-            ProbeCost { probe_cpu_seconds: b.probe_cpu_seconds, estimated_statements: b.estimated, ..Default::default() }
-                .encode_to_vec()
+            ProbeCost {
+                probe_cpu_seconds: b.probe_cpu_seconds,
+                estimated_statements: b.estimated,
+                ..Default::default()
+            }
+            .encode_to_vec()
         } else {
             Vec::new()
         };

@@ -32,7 +32,10 @@ fn day(column: &str) -> String {
 pub(super) fn tables() -> Vec<(&'static str, String)> {
     let table = |name: &'static str, columns: &str, partition: Option<&str>, order: &str| {
         let partition = partition.map(|c| format!(" PARTITION BY {}", day(c))).unwrap_or_default();
-        (name, format!("CREATE TABLE IF NOT EXISTS {name} ({columns}) ENGINE = MergeTree{partition} ORDER BY ({order})"))
+        (
+            name,
+            format!("CREATE TABLE IF NOT EXISTS {name} ({columns}) ENGINE = MergeTree{partition} ORDER BY ({order})"),
+        )
     };
     let fine_grained = |(name, sql): (&'static str, String)| (name, sql + " SETTINGS index_granularity = 1024");
     vec![
@@ -219,7 +222,8 @@ const INSERTED: &str = "inserted DateTime DEFAULT now()";
 
 /// The hours (ms / 3600000) the batch's windows end in. A version 1
 /// record reads as every hour of its time range, capped at 100 days.
-const WINDOW_HOURS: &str = "window_hours Array(Int64) DEFAULT arrayMap(i -> intDiv(first_unix_ms, 3600000) + toInt64(i),
+const WINDOW_HOURS: &str =
+    "window_hours Array(Int64) DEFAULT arrayMap(i -> intDiv(first_unix_ms, 3600000) + toInt64(i),
     range(toUInt64(least(greatest(intDiv(last_unix_ms, 3600000) - intDiv(first_unix_ms, 3600000) + 1, 0), 2400))))";
 
 /// Where a raw row's sample came from: its own window (a rollup row keeps
@@ -227,8 +231,12 @@ const WINDOW_HOURS: &str = "window_hours Array(Int64) DEFAULT arrayMap(i -> intD
 const SAMPLE_END: &str = "sample_end Int64 ALIAS window_end";
 
 /// Rollup tables, every level pruned by the hour level's retention.
-pub(super) const ROLLUP_AGING: [(&str, &str); 4] =
-    [("digest_rollups", "bucket"), ("instance_rollups", "bucket"), ("agent_rollups", "bucket"), ("rollup_marks", "bucket")];
+pub(super) const ROLLUP_AGING: [(&str, &str); 4] = [
+    ("digest_rollups", "bucket"),
+    ("instance_rollups", "bucket"),
+    ("agent_rollups", "bucket"),
+    ("rollup_marks", "bucket"),
+];
 
 /// Tables whose rows age, with the column retention goes by.
 pub(super) const AGING: [(&str, &str); 9] = [
@@ -252,7 +260,8 @@ pub(super) fn migrate(server: &Client, database: &str) -> Result<Result<u32, u32
     let (_, create_version) = &tables()[0];
     db.execute(create_version)?;
     let mut rows = db.select("SELECT toUInt32(max(version)) FROM schema_version")?;
-    let found = rows.u32().map_err(|e| HttpError::Server { url: String::new(), status: 200, message: e.to_string() })?;
+    let found =
+        rows.u32().map_err(|e| HttpError::Server { url: String::new(), status: 200, message: e.to_string() })?;
     if found > SCHEMA_VERSION {
         return Ok(Err(found));
     }

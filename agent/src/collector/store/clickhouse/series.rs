@@ -8,10 +8,11 @@ use sqlbee_common::histogram::Histogram;
 use sqlbee_proto::v1::{Bucket, DigestSeries, Histogram as WireHistogram, InstanceSeries, ProbeCost, SeriesPoint};
 
 use super::{
-    costs, equals, error,
+    costs,
+    digest_rows::{DIGEST_COLUMNS, add_hist, read_digest_row},
+    equals, error,
     http::{Client, quote},
     malformed,
-    digest_rows::{DIGEST_COLUMNS, add_hist, read_digest_row},
     rollups::{self, Table},
 };
 use crate::collector::store::{
@@ -50,9 +51,9 @@ pub(super) fn series(db: &Client, query: &SeriesQuery) -> Result<Vec<SeriesPoint
         return Ok(Vec::new());
     }
     let steps = match query.of {
-        SeriesOf::Digest(_) | SeriesOf::Statements => {
-            statements(db, query, SeriesSplit::Whole)?.pop_first().map_or_else(|| empty_steps(points), |(_, steps)| steps)
-        }
+        SeriesOf::Digest(_) | SeriesOf::Statements => statements(db, query, SeriesSplit::Whole)?
+            .pop_first()
+            .map_or_else(|| empty_steps(points), |(_, steps)| steps),
         SeriesOf::Cost => costs(db, query)?,
     };
     Ok(finish(query, steps))
@@ -83,7 +84,11 @@ pub(super) fn by_digest(db: &Client, query: &SeriesQuery, digests: &[u64]) -> Re
 
 /// The steps of `query`'s digest rows, one set per key of `split` (one
 /// under an empty key when whole); none without a row in the range.
-fn statements(db: &Client, query: &SeriesQuery, split: SeriesSplit<'_>) -> Result<BTreeMap<SplitKey, Vec<Step>>, StoreError> {
+fn statements(
+    db: &Client,
+    query: &SeriesQuery,
+    split: SeriesSplit<'_>,
+) -> Result<BTreeMap<SplitKey, Vec<Step>>, StoreError> {
     let (since, until, step) = (query.since_unix_ms, query.until_unix_ms, query.step_ms);
     let points = point_count(query);
     let slot = |end: i64| usize::try_from((end - since).div_euclid(step)).ok().filter(|&i| i < points);
@@ -97,8 +102,10 @@ fn statements(db: &Client, query: &SeriesQuery, split: SeriesSplit<'_>) -> Resul
         }
         _ => String::new(),
     };
-    let filters = format!("{digest}{} AND nested = 0", equals(&[("instance", &query.instance), ("schema", &query.schema)]));
-    let mut rows = db.select(&sources.union(Table::Digests, DIGEST_COLUMNS, &filters)).map_err(|e| error("series", e))?;
+    let filters =
+        format!("{digest}{} AND nested = 0", equals(&[("instance", &query.instance), ("schema", &query.schema)]));
+    let mut rows =
+        db.select(&sources.union(Table::Digests, DIGEST_COLUMNS, &filters)).map_err(|e| error("series", e))?;
     let mut by_key: BTreeMap<SplitKey, Vec<Step>> = BTreeMap::new();
     while !rows.done() {
         let row = read_digest_row(&mut rows).map_err(&bad)?;
@@ -106,7 +113,9 @@ fn statements(db: &Client, query: &SeriesQuery, split: SeriesSplit<'_>) -> Resul
         let key = match split {
             SeriesSplit::Whole => SplitKey::default(),
             SeriesSplit::ByInstance => SplitKey { instance: row.instance, ..SplitKey::default() },
-            SeriesSplit::ByDigest(_) => SplitKey { digest: row.key.digest, schema: row.key.schema, ..SplitKey::default() },
+            SeriesSplit::ByDigest(_) => {
+                SplitKey { digest: row.key.digest, schema: row.key.schema, ..SplitKey::default() }
+            }
         };
         let steps = by_key.entry(key).or_insert_with(|| empty_steps(points));
         steps[i].totals.add(row.count, row.errors, row.sum_ns, row.min_ns, row.max_ns);
@@ -133,9 +142,8 @@ fn costs(db: &Client, query: &SeriesQuery) -> Result<Vec<Step>, StoreError> {
         ),
         None => String::new(),
     };
-    let mut rows = db
-        .select(&sources.union_of(Table::Agents, costs::AGENT_RAW, costs::AGENT_ROLLUP, &agents))
-        .map_err(err)?;
+    let mut rows =
+        db.select(&sources.union_of(Table::Agents, costs::AGENT_RAW, costs::AGENT_ROLLUP, &agents)).map_err(err)?;
     while !rows.done() {
         let row = costs::read_agent_row(&mut rows)?;
         let Some(i) = slot(row.end) else { continue };

@@ -42,7 +42,12 @@ fn batch(sequence: u64, end: i64, buckets: &[(u32, u64)]) -> Batch {
         epoch: 0,
         content_hash: 0,
         windows: vec![InstanceWindow {
-            instance: Some(ServerInstance { name: "h:1".into(), pid: sequence as u32, start_time_unix_ms: 0, ..Default::default() }),
+            instance: Some(ServerInstance {
+                name: "h:1".into(),
+                pid: sequence as u32,
+                start_time_unix_ms: 0,
+                ..Default::default()
+            }),
             window_start_unix_ms: end - 10,
             window_end_unix_ms: end,
             digests: vec![sqlbee_proto::v1::DigestStats {
@@ -84,7 +89,10 @@ fn everything(since: i64) -> TopQuery {
 #[test]
 fn locations_parse_and_never_show_a_password_file_s_content() {
     let l = Location::parse("//db.example:8123/sqlbee?user=u&password_file=/run/pw&tls=1&ca=/etc/ca.pem").unwrap();
-    assert_eq!((l.host_port.as_str(), l.database.as_str(), l.user.as_deref(), l.tls), ("db.example:8123", "sqlbee", Some("u"), true));
+    assert_eq!(
+        (l.host_port.as_str(), l.database.as_str(), l.user.as_deref(), l.tls),
+        ("db.example:8123", "sqlbee", Some("u"), true)
+    );
     assert_eq!(l.shown(), "clickhouse://db.example:8123/sqlbee");
     for bad in ["//h:1/", "//h/db", "//h:1/d-b", "//h:1/db?password=x", "h:1/db", "//h:1/1db", "//h:x/db"] {
         assert!(Location::parse(bad).is_none(), "{bad}");
@@ -109,7 +117,9 @@ fn once_merged_and_pruned() {
     assert_eq!(d.p50_ns, sqlbee_common::histogram::bucket_high(40));
     assert_eq!(d.p99_ns, sqlbee_common::histogram::bucket_high(60));
     assert_eq!(d.digest_text, "SELECT ?");
-    let totals = store.totals(&TotalsQuery { instance: Some("h:1".into()), since_unix_ms: 1500, until_unix_ms: i64::MAX }).unwrap();
+    let totals = store
+        .totals(&TotalsQuery { instance: Some("h:1".into()), since_unix_ms: 1500, until_unix_ms: i64::MAX })
+        .unwrap();
     assert_eq!((totals.statements, totals.digest_count, totals.lost_statements), (2, 1, 0));
     let totals = store.totals(&TotalsQuery { instance: None, since_unix_ms: 0, until_unix_ms: i64::MAX }).unwrap();
     assert_eq!((totals.statements, totals.commands[0].count, totals.lost_statements), (5, 5, 5));
@@ -119,7 +129,10 @@ fn once_merged_and_pruned() {
     assert_eq!(store.top(&TopQuery { until_unix_ms: 2000, ..everything(0) }).unwrap()[0].count, 3);
     let instances = store.instances().unwrap();
     assert_eq!((instances[0].pid, instances[0].batches, instances[0].gaps), (3, 2, 1));
-    assert_eq!((instances[0].host.as_str(), instances[0].last_sequence, instances[0].last_seen_unix_ms), ("h", 3, 2000));
+    assert_eq!(
+        (instances[0].host.as_str(), instances[0].last_sequence, instances[0].last_seen_unix_ms),
+        ("h", 3, 2000)
+    );
     let pruned = store.prune(&PruneCutoffs::all(1500)).unwrap();
     assert_eq!((pruned.digest_windows, pruned.instance_windows, pruned.batches), (1, 1, 1));
     assert_eq!(store.top(&query).unwrap()[0].count, 2);
@@ -136,13 +149,19 @@ fn costed(sequence: u64, end: i64, agent_cpu: f64, shedding: &str) -> Batch {
         estimated_statements: 4,
         ..Default::default()
     });
-    w.process = Some(ProcessMetrics { pid: 7, status: "running".into(), rss_bytes: Some(5 << 20), ..Default::default() });
+    w.process =
+        Some(ProcessMetrics { pid: 7, status: "running".into(), rss_bytes: Some(5 << 20), ..Default::default() });
     w.aggregated_in_kernel = 1;
     w.digests[0].estimated_count = 4;
     b.agent_windows = vec![AgentWindow {
         window_start_unix_ms: end - 10,
         window_end_unix_ms: end,
-        cost: Some(AgentCost { cpu_cores: agent_cpu, rss_bytes: sequence << 20, shedding: shedding.into(), ..Default::default() }),
+        cost: Some(AgentCost {
+            cpu_cores: agent_cpu,
+            rss_bytes: sequence << 20,
+            shedding: shedding.into(),
+            ..Default::default()
+        }),
         host: Some(HostMetrics { load1: sequence as f64, ..Default::default() }),
         untraced: Vec::new(),
     }];
@@ -171,7 +190,10 @@ fn costs_hosts_and_latest() {
 
     let instances = store.instances().unwrap();
     let latest = instances[0].latest.as_ref().expect("a cost");
-    assert_eq!((latest.window_end_unix_ms, latest.agent_cpu_cores, latest.shedding.as_str()), (2000, 1.5, "no-samples"));
+    assert_eq!(
+        (latest.window_end_unix_ms, latest.agent_cpu_cores, latest.shedding.as_str()),
+        (2000, 1.5, "no-samples")
+    );
     assert_eq!((latest.attached_fraction, latest.aggregated_in_kernel), (0.5, 1));
     assert_eq!(latest.server.as_ref().and_then(|p| p.rss_bytes), Some(5 << 20));
 
@@ -182,7 +204,14 @@ fn costs_hosts_and_latest() {
     assert_eq!(store.hosts(&HostsQuery { host: Some("h".into()), since_unix_ms: 0, limit: 10 }).unwrap().len(), 2);
 
     let series = store
-        .series(&SeriesQuery { of: SeriesOf::Cost, instance: None, schema: None, since_unix_ms: 0, until_unix_ms: 3000, step_ms: 1000 })
+        .series(&SeriesQuery {
+            of: SeriesOf::Cost,
+            instance: None,
+            schema: None,
+            since_unix_ms: 0,
+            until_unix_ms: 3000,
+            step_ms: 1000,
+        })
         .unwrap();
     assert_eq!(series.iter().map(|p| p.windows).collect::<Vec<_>>(), vec![0, 1, 1]);
     assert!((series[1].agent_cpu_cores - 0.5 * 0.01).abs() < 1e-9, "{series:?}");
@@ -240,7 +269,10 @@ fn waits_and_error_codes_merge() {
     let d = store.top(&query).unwrap().into_iter().find(|d| d.digest == 7).unwrap();
     assert_eq!(d.count, 15);
     assert_eq!(d.instances, vec!["h:1".to_string(), "h:2".to_string()]);
-    assert_eq!(d.waits, vec![wait("row_lock", 800, 450, 3), wait("disk_io", 40, 30, 1), wait("some_new_class", 7, 7, 1)]);
+    assert_eq!(
+        d.waits,
+        vec![wait("row_lock", 800, 450, 3), wait("disk_io", 40, 30, 1), wait("some_new_class", 7, 7, 1)]
+    );
     assert_eq!(
         d.error_codes,
         vec![error(1213, 3, "Deadlock found when trying to get lock"), error(1062, 1, "Duplicate entry")]
@@ -324,7 +356,10 @@ fn a_kill_between_inserts_counts_nothing_and_the_retry_counts_once() {
     let b = batch(1, 1000, &[(10, 3)]);
     write::data_rows(&store.db, &b, write::new_ingest_id(1), 1000).unwrap();
     assert!(store.top(&everything(0)).unwrap().is_empty());
-    assert_eq!(store.totals(&TotalsQuery { instance: None, since_unix_ms: 0, until_unix_ms: i64::MAX }).unwrap().statements, 0);
+    assert_eq!(
+        store.totals(&TotalsQuery { instance: None, since_unix_ms: 0, until_unix_ms: i64::MAX }).unwrap().statements,
+        0
+    );
     assert!(!store.put(&b, 1001).unwrap().duplicate);
     assert_eq!(store.top(&everything(0)).unwrap()[0].count, 3);
     // Killed after the record, before the answer: the retry is a duplicate.
@@ -349,7 +384,8 @@ fn two_records_of_one_batch_count_once() {
     write::record(&store.db, &b, small, 1000, hash).unwrap();
     let d = store.top(&everything(0)).unwrap().remove(0);
     assert_eq!(d.count, 3);
-    let locks_and_gaps = store.totals(&TotalsQuery { instance: None, since_unix_ms: 0, until_unix_ms: i64::MAX }).unwrap();
+    let locks_and_gaps =
+        store.totals(&TotalsQuery { instance: None, since_unix_ms: 0, until_unix_ms: i64::MAX }).unwrap();
     assert_eq!((locks_and_gaps.statements, locks_and_gaps.lost_statements), (3, 5));
     assert!(store.put(&b, 1001).unwrap().duplicate);
 }
@@ -359,8 +395,9 @@ fn two_records_of_one_batch_count_once() {
 #[test]
 fn collectors_sharing_a_database_store_each_batch_once() {
     let Some((first, location)) = store("shared") else { return };
-    let stores: Vec<Arc<ClickHouseStore>> =
-        std::iter::once(Arc::new(first)).chain((0..3).map(|_| Arc::new(ClickHouseStore::open(&location).unwrap()))).collect();
+    let stores: Vec<Arc<ClickHouseStore>> = std::iter::once(Arc::new(first))
+        .chain((0..3).map(|_| Arc::new(ClickHouseStore::open(&location).unwrap())))
+        .collect();
     let batches: Vec<Batch> = (1..=6).map(|n| batch(n, 1000 * n as i64, &[(10, n), (20, 1)])).collect();
     let threads: Vec<_> = stores
         .iter()
@@ -431,9 +468,19 @@ fn series_have_one_point_per_step_with_merged_percentiles() {
     let mut other = batch(3, 3500, &[(60, 1)]);
     other.windows[0].digests[0].digest = 9;
     store.put(&other, 3500).unwrap();
-    let query = SeriesQuery { of: SeriesOf::Statements, instance: None, schema: None, since_unix_ms: 1000, until_unix_ms: 4000, step_ms: 1000 };
+    let query = SeriesQuery {
+        of: SeriesOf::Statements,
+        instance: None,
+        schema: None,
+        since_unix_ms: 1000,
+        until_unix_ms: 4000,
+        step_ms: 1000,
+    };
     let points = store.series(&query).unwrap();
-    assert_eq!(points.iter().map(|p| (p.start_unix_ms, p.count)).collect::<Vec<_>>(), vec![(1000, 3), (2000, 0), (3000, 1)]);
+    assert_eq!(
+        points.iter().map(|p| (p.start_unix_ms, p.count)).collect::<Vec<_>>(),
+        vec![(1000, 3), (2000, 0), (3000, 1)]
+    );
     assert_eq!(points[0].p99_ns, sqlbee_common::histogram::bucket_high(40));
     assert_eq!(points[0].p50_ns, sqlbee_common::histogram::bucket_high(10));
     assert_eq!(points[0].histogram.as_ref().unwrap().buckets.len(), 2);
@@ -543,7 +590,12 @@ fn every_kind_of_row(sequence: u64, end: i64) -> Batch {
     nested.program_kind = "procedure".into();
     nested.parent_digest = d.digest;
     w.digests.push(nested);
-    let blocker = Blocker { connection_id: 9, transaction: true, started_unix_ms: end - 5, statements: vec!["UPDATE t SET b = ?".into()] };
+    let blocker = Blocker {
+        connection_id: 9,
+        transaction: true,
+        started_unix_ms: end - 5,
+        statements: vec!["UPDATE t SET b = ?".into()],
+    };
     w.lock_waits = vec![lock_wait(end - 2, 1, vec![blocker])];
     b.agent_windows[0].untraced = vec![sqlbee_proto::v1::UntracedServer {
         instance: Some(ServerInstance { name: "h:2".into(), pid: 77, ..Default::default() }),
@@ -575,7 +627,14 @@ fn answers(store: &ClickHouseStore, since: i64, until: i64) -> String {
         out += &format!("totals {instance:?}: {:?}\n", store.totals(&totals).unwrap());
         for of in [SeriesOf::Statements, SeriesOf::Digest(u64::MAX - 1), SeriesOf::Digest(11)] {
             for step in [HOUR, HOUR / 3, 24 * HOUR] {
-                let query = SeriesQuery { of, instance: instance.clone(), schema: None, since_unix_ms: since, until_unix_ms: until, step_ms: step };
+                let query = SeriesQuery {
+                    of,
+                    instance: instance.clone(),
+                    schema: None,
+                    since_unix_ms: since,
+                    until_unix_ms: until,
+                    step_ms: step,
+                };
                 out += &format!("series {of:?} {step}: {:?}\n", store.series(&query).unwrap());
             }
         }
@@ -591,12 +650,29 @@ fn cost_answers(store: &ClickHouseStore, since: i64, until: i64) -> String {
         for c in store.costs(&totals).unwrap() {
             out += &format!(
                 "{} {} w{} st{} shed{} {} rss{} dropped{} cpu{:.9} s{:.3} probe{:.9} a{:.9} x{:.9}\n",
-                c.agent_id, c.host, c.windows, c.statements, c.shedding_windows, c.latest_shedding,
-                c.agent_max_rss_bytes, c.dropped_events, c.agent_cpu_seconds, c.seconds, c.probe_cpu_seconds,
-                c.agent_cores_per_10k_qps, c.server_extra_cores_per_10k_qps
+                c.agent_id,
+                c.host,
+                c.windows,
+                c.statements,
+                c.shedding_windows,
+                c.latest_shedding,
+                c.agent_max_rss_bytes,
+                c.dropped_events,
+                c.agent_cpu_seconds,
+                c.seconds,
+                c.probe_cpu_seconds,
+                c.agent_cores_per_10k_qps,
+                c.server_extra_cores_per_10k_qps
             );
         }
-        let query = SeriesQuery { of: SeriesOf::Cost, instance, schema: None, since_unix_ms: since, until_unix_ms: until, step_ms: HOUR };
+        let query = SeriesQuery {
+            of: SeriesOf::Cost,
+            instance,
+            schema: None,
+            since_unix_ms: since,
+            until_unix_ms: until,
+            step_ms: HOUR,
+        };
         for p in store.series(&query).unwrap() {
             out += &format!(
                 "{} w{} cpu{:.9} rss{} probe{:.9}\n",
@@ -633,10 +709,17 @@ fn rollups_answer_exactly_what_the_raw_windows_answer() {
         .map(|k| {
             let end = base + k * hour / 3 + 1000;
             if k % 3 == 2 {
-                waiting(k as u64 + 1, "h:2", end, vec![wait("disk_io", 40, 30, 1)], vec![error(1146, 2, "no such table")])
+                waiting(
+                    k as u64 + 1,
+                    "h:2",
+                    end,
+                    vec![wait("disk_io", 40, 30, 1)],
+                    vec![error(1146, 2, "no such table")],
+                )
             } else {
                 let mut b = every_kind_of_row(k as u64 + 1, end);
-                b.agent_windows[0].cost.as_mut().unwrap().shedding = if k == 1 { "no-samples".into() } else { "exact".into() };
+                b.agent_windows[0].cost.as_mut().unwrap().shedding =
+                    if k == 1 { "no-samples".into() } else { "exact".into() };
                 b
             }
         })
@@ -648,7 +731,9 @@ fn rollups_answer_exactly_what_the_raw_windows_answer() {
     }
     let (since, until) = ranges[0];
     let expected = every(&raw);
-    let count = |store: &ClickHouseStore| store.top(&TopQuery { since_unix_ms: since, until_unix_ms: until, ..everything(0) }).unwrap()[0].count;
+    let count = |store: &ClickHouseStore| {
+        store.top(&TopQuery { since_unix_ms: since, until_unix_ms: until, ..everything(0) }).unwrap()[0].count
+    };
     let total = count(&raw);
     assert!(total > 0);
 
@@ -716,7 +801,8 @@ fn rollups_answer_exactly_what_the_raw_windows_answer() {
     let same_day = PruneCutoffs { raw: windows_day_ends - 1, minute: windows_day_ends - 1, hour: base - 48 * hour };
     assert_eq!(rolled.prune(&same_day).unwrap().rollup_rows, 0, "the cutoff's own day stays");
     assert!(ten_minutes(&rolled, "digest_rollups") > 0);
-    let next_day = PruneCutoffs { raw: windows_day_ends + hour, minute: windows_day_ends + hour, hour: base - 48 * hour };
+    let next_day =
+        PruneCutoffs { raw: windows_day_ends + hour, minute: windows_day_ends + hour, hour: base - 48 * hour };
     let pruned = rolled.prune(&next_day).unwrap();
     assert!(pruned.rollup_rows > 0, "{pruned:?}");
     for table in ["digest_rollups", "instance_rollups", "agent_rollups", "rollup_marks"] {
@@ -766,7 +852,8 @@ fn a_version_1_database_is_upgraded_in_place() {
     let pass = rollups::roll_up(&store.db, 0).unwrap();
     assert_eq!(pass.buckets, 8, "{pass:?}");
     assert_eq!(count(&store), 4);
-    let totals = store.totals(&TotalsQuery { instance: None, since_unix_ms: base, until_unix_ms: base + hour }).unwrap();
+    let totals =
+        store.totals(&TotalsQuery { instance: None, since_unix_ms: base, until_unix_ms: base + hour }).unwrap();
     assert_eq!(totals.statements, 4);
 
     // Version 2 kept hours only, with no level: its rows and marks read as
@@ -834,7 +921,14 @@ fn every_statement_the_store_sends_runs_on_current_clickhouse() {
             store.costs(&totals).unwrap();
             for of in [SeriesOf::Digest(u64::MAX - 1), SeriesOf::Statements, SeriesOf::Cost] {
                 let schema = instance.as_ref().map(|_| "app".to_string());
-                let query = SeriesQuery { of, instance: instance.clone(), schema, since_unix_ms: 0, until_unix_ms: 4 * DAY, step_ms: DAY };
+                let query = SeriesQuery {
+                    of,
+                    instance: instance.clone(),
+                    schema,
+                    since_unix_ms: 0,
+                    until_unix_ms: 4 * DAY,
+                    step_ms: DAY,
+                };
                 assert_eq!(store.series(&query).unwrap().len(), 4);
             }
             store.locks(&LocksQuery { instance, since_unix_ms: 0, limit: 10 }).unwrap();
@@ -859,12 +953,15 @@ fn every_statement_the_store_sends_runs_on_current_clickhouse() {
     reads(&store);
 
     let sent = super::http::recording::take();
-    for needed in ["CREATE DATABASE", "DROP PARTITION", "DELETE WHERE", "DELETE WHERE level", "FROM system.mutations", "argMax("] {
+    for needed in
+        ["CREATE DATABASE", "DROP PARTITION", "DELETE WHERE", "DELETE WHERE level", "FROM system.mutations", "argMax("]
+    {
         assert!(sent.iter().any(|s| s.sql.contains(needed)), "no statement with {needed:?} was recorded");
     }
     for (table, _) in super::schema::tables() {
         assert!(
-            sent.iter().any(|s| s.sql.starts_with(&format!("INSERT INTO {table} ")) && s.rows.as_ref().is_some_and(|r| !r.is_empty()))
+            sent.iter().any(|s| s.sql.starts_with(&format!("INSERT INTO {table} "))
+                && s.rows.as_ref().is_some_and(|r| !r.is_empty()))
                 || table == "schema_version",
             "no rows were inserted into {table}"
         );
@@ -885,13 +982,16 @@ fn every_statement_the_store_sends_runs_on_current_clickhouse() {
 
     // The replay fails on SQL only 18.16 takes: the old MergeTree syntax,
     // which current versions refuse.
-    let old_syntax = format!("CREATE TABLE {}.old_syntax (d Date, a UInt64) ENGINE = MergeTree(d, (a), 8192)", location.database);
+    let old_syntax =
+        format!("CREATE TABLE {}.old_syntax (d Date, a UInt64) ENGINE = MergeTree(d, (a), 8192)", location.database);
     store.db.execute(&old_syntax).expect("18.16 takes the old MergeTree syntax");
     let create = format!("CREATE DATABASE IF NOT EXISTS {}", location.database);
-    let statements = [create, old_syntax]
-        .map(|sql| xtask::chdb::Statement { database: None, sql, rows: None, answer_len: None });
+    let statements =
+        [create, old_syntax].map(|sql| xtask::chdb::Statement { database: None, sql, rows: None, answer_len: None });
     match xtask::chdb::replay(&python, &statements) {
-        Err(xtask::chdb::ChdbError::Refused { index: 1, error, .. }) => assert!(error.contains("deprecated"), "{error}"),
+        Err(xtask::chdb::ChdbError::Refused { index: 1, error, .. }) => {
+            assert!(error.contains("deprecated"), "{error}")
+        }
         other => panic!("the old MergeTree syntax must be refused: {other:?}"),
     }
 }

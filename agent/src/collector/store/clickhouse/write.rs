@@ -43,7 +43,8 @@ fn records(db: &Client, ids: &[&Identity]) -> Result<HashMap<Identity, Vec<(u64,
     if ids.is_empty() {
         return Ok(out);
     }
-    let list: Vec<String> = ids.iter().map(|(agent, epoch, sequence)| format!("({}, {epoch}, {sequence})", quote(agent))).collect();
+    let list: Vec<String> =
+        ids.iter().map(|(agent, epoch, sequence)| format!("({}, {epoch}, {sequence})", quote(agent))).collect();
     let mut rows = db
         .select(&format!(
             "SELECT agent_id, epoch, sequence, ingest_id, content_hash FROM batches
@@ -161,8 +162,12 @@ fn store_group(
             });
         }
     }
-    db.insert("agent_seen", "agent_id, host, version, sequence, received_unix_ms", &seen).map_err(|e| error("ingest", e))?;
-    Ok(out.into_iter().map(|o| o.unwrap_or(Err(StoreError::Backend { action: "ingest", source: "no outcome".into() }))).collect())
+    db.insert("agent_seen", "agent_id, host, version, sequence, received_unix_ms", &seen)
+        .map_err(|e| error("ingest", e))?;
+    Ok(out
+        .into_iter()
+        .map(|o| o.unwrap_or(Err(StoreError::Backend { action: "ingest", source: "no outcome".into() })))
+        .collect())
 }
 
 /// The agent's last word, stored or duplicate (never for a conflict).

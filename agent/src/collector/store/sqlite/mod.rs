@@ -15,9 +15,9 @@ mod read;
 mod rollups;
 mod schema;
 mod series;
-mod write;
 #[cfg(test)]
 mod tests;
+mod write;
 
 use std::{
     fs,
@@ -28,7 +28,8 @@ use std::{
 
 use rusqlite::{Connection, TransactionBehavior};
 use sqlbee_proto::v1::{
-    AgentWindowRow, Batch, CostSummary, DigestSeries, InstanceInfo, InstanceSeries, LockWaitRow, SeriesPoint, TopDigest, TotalsResponse,
+    AgentWindowRow, Batch, CostSummary, DigestSeries, InstanceInfo, InstanceSeries, LockWaitRow, SeriesPoint,
+    TopDigest, TotalsResponse,
 };
 
 use super::{
@@ -102,14 +103,20 @@ impl SqliteStore {
     }
 
     pub fn open_with(path: &Path, durability: Durability) -> Result<SqliteStore, StoreError> {
-        private_file(path).map_err(|source| StoreError::Open { path: path.display().to_string(), source: source.into() })?;
-        let open_err = |source: rusqlite::Error| StoreError::Open { path: path.display().to_string(), source: source.into() };
+        private_file(path)
+            .map_err(|source| StoreError::Open { path: path.display().to_string(), source: source.into() })?;
+        let open_err =
+            |source: rusqlite::Error| StoreError::Open { path: path.display().to_string(), source: source.into() };
         let mut writer = Connection::open(path).map_err(open_err)?;
         schema::configure(&writer, durability).map_err(open_err)?;
         let found = match schema::migrate(&mut writer).map_err(open_err)? {
             Ok(found) => found,
             Err(found) => {
-                return Err(StoreError::Version { path: path.display().to_string(), found, known: schema::SCHEMA_VERSION });
+                return Err(StoreError::Version {
+                    path: path.display().to_string(),
+                    found,
+                    known: schema::SCHEMA_VERSION,
+                });
             }
         };
         if found > 0 && found < schema::SCHEMA_VERSION {

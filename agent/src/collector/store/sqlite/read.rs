@@ -2,17 +2,18 @@
 //! lock waits and exact totals, each from one read transaction.
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use prost::Message as _;
 use rusqlite::OptionalExtension;
 use sqlbee_common::histogram::Histogram;
-use prost::Message as _;
 use sqlbee_proto::v1::{
     CommandCount, DigestStats, InstanceInfo, LockWait, LockWaitRow, QueryStats, TopDigest, TotalsResponse,
 };
 
 use super::{digest_rows, error, i, instance_filter, u};
 use crate::collector::store::{
-    LocksQuery, OrderBy, StoreError, TopQuery, TotalsQuery, blob, rollup,
+    LocksQuery, OrderBy, StoreError, TopQuery, TotalsQuery, blob,
     merge::{self, DigestTotals, MergedAccounts, MergedErrors, MergedWaits},
+    rollup,
 };
 
 /// Per (schema, digest) while merging: totals and the instances it was
@@ -173,7 +174,8 @@ pub(super) fn top(tx: &rusqlite::Transaction<'_>, query: &TopQuery) -> Result<Ve
             }
         }
         OrderBy::Wait => {
-            let mut stmt = scan(tx, query, &spans, &format!("waits, {KEY_COLUMNS}"), " AND waits <> x''").map_err(err)?;
+            let mut stmt =
+                scan(tx, query, &spans, &format!("waits, {KEY_COLUMNS}"), " AND waits <> x''").map_err(err)?;
             let mut rows = stmt.raw_query();
             while let Some(row) = rows.next().map_err(err)? {
                 let key = row_key(row, 1).map_err(err)?;
@@ -412,7 +414,11 @@ pub(super) fn locks(tx: &rusqlite::Transaction<'_>, query: &LocksQuery) -> Resul
             blocker_kind: row.get(9).map_err(err)?,
             blockers: blob::decode_blockers(&blockers).ok_or(StoreError::Corrupt { what: "lock_waits.blockers" })?,
         };
-        out.push(LockWaitRow { agent_id: row.get(0).map_err(err)?, instance: row.get(1).map_err(err)?, wait: Some(wait) });
+        out.push(LockWaitRow {
+            agent_id: row.get(0).map_err(err)?,
+            instance: row.get(1).map_err(err)?,
+            wait: Some(wait),
+        });
     }
     Ok(out)
 }

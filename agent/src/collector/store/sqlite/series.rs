@@ -6,7 +6,9 @@ use std::collections::BTreeMap;
 
 use prost::Message as _;
 use sqlbee_common::histogram::Histogram;
-use sqlbee_proto::v1::{AgentCost, Bucket, DigestSeries, Histogram as WireHistogram, InstanceSeries, ProbeCost, SeriesPoint};
+use sqlbee_proto::v1::{
+    AgentCost, Bucket, DigestSeries, Histogram as WireHistogram, InstanceSeries, ProbeCost, SeriesPoint,
+};
 
 use super::{digest_rows, error, i, u};
 use crate::collector::store::{SeriesOf, SeriesQuery, SeriesSplit, SplitKey, StoreError, blob, merge, rollup};
@@ -44,7 +46,10 @@ pub(super) fn series(tx: &rusqlite::Transaction<'_>, query: &SeriesQuery) -> Res
 
 /// Each instance's statement or digest series; cost series are not split
 /// (the query API refuses to ask).
-pub(super) fn by_instance(tx: &rusqlite::Transaction<'_>, query: &SeriesQuery) -> Result<Vec<InstanceSeries>, StoreError> {
+pub(super) fn by_instance(
+    tx: &rusqlite::Transaction<'_>,
+    query: &SeriesQuery,
+) -> Result<Vec<InstanceSeries>, StoreError> {
     if matches!(query.of, SeriesOf::Cost) {
         return Ok(Vec::new());
     }
@@ -121,9 +126,11 @@ fn statements(
         let key = match split {
             SeriesSplit::Whole => SplitKey::default(),
             SeriesSplit::ByInstance => SplitKey { instance: row.get(7).map_err(err)?, ..SplitKey::default() },
-            SeriesSplit::ByDigest(_) => {
-                SplitKey { digest: u(row.get(8).map_err(err)?), schema: row.get(9).map_err(err)?, ..SplitKey::default() }
-            }
+            SeriesSplit::ByDigest(_) => SplitKey {
+                digest: u(row.get(8).map_err(err)?),
+                schema: row.get(9).map_err(err)?,
+                ..SplitKey::default()
+            },
         };
         let steps = by_key.entry(key).or_insert_with(|| vec![Default::default(); points]);
         let (totals, histogram) = &mut steps[index];

@@ -38,7 +38,12 @@ fn batch(sequence: u64, end: i64, buckets: &[(u32, u64)]) -> Batch {
         epoch: 0,
         content_hash: 0,
         windows: vec![InstanceWindow {
-            instance: Some(ServerInstance { name: "h:1".into(), pid: sequence as u32, start_time_unix_ms: 0, ..Default::default() }),
+            instance: Some(ServerInstance {
+                name: "h:1".into(),
+                pid: sequence as u32,
+                start_time_unix_ms: 0,
+                ..Default::default()
+            }),
             window_start_unix_ms: end - 10,
             window_end_unix_ms: end,
             digests: vec![DigestStats {
@@ -76,7 +81,8 @@ fn costed(sequence: u64, end: i64, agent_cpu: f64, shedding: &str) -> Batch {
         estimated_statements: 4,
         ..Default::default()
     });
-    w.process = Some(ProcessMetrics { pid: 7, status: "running".into(), rss_bytes: Some(5 << 20), ..Default::default() });
+    w.process =
+        Some(ProcessMetrics { pid: 7, status: "running".into(), rss_bytes: Some(5 << 20), ..Default::default() });
     w.aggregated_in_kernel = 1;
     w.digests[0].estimated_count = 4;
     b.agent_windows = vec![AgentWindow {
@@ -112,12 +118,27 @@ fn costs_hosts_and_latest() {
     let other = TotalsQuery { instance: Some("elsewhere:1".into()), since_unix_ms: 0, until_unix_ms: i64::MAX };
     assert!(store.costs(&other).unwrap().is_empty());
 
-    let top = store.top(&TopQuery { instance: None, digest: None, schema: None, nested: false, program: None, since_unix_ms: 0, until_unix_ms: i64::MAX, order_by: OrderBy::Total, limit: 5 }).unwrap();
+    let top = store
+        .top(&TopQuery {
+            instance: None,
+            digest: None,
+            schema: None,
+            nested: false,
+            program: None,
+            since_unix_ms: 0,
+            until_unix_ms: i64::MAX,
+            order_by: OrderBy::Total,
+            limit: 5,
+        })
+        .unwrap();
     assert_eq!((top[0].count, top[0].estimated_count), (4, 8));
 
     let instances = store.instances().unwrap();
     let latest = instances[0].latest.as_ref().expect("a cost");
-    assert_eq!((latest.window_end_unix_ms, latest.agent_cpu_cores, latest.shedding.as_str()), (2000, 1.5, "no-samples"));
+    assert_eq!(
+        (latest.window_end_unix_ms, latest.agent_cpu_cores, latest.shedding.as_str()),
+        (2000, 1.5, "no-samples")
+    );
     assert_eq!((latest.attached_fraction, latest.aggregated_in_kernel), (0.5, 1));
     assert_eq!(latest.server.as_ref().and_then(|p| p.rss_bytes), Some(5 << 20));
 
@@ -143,7 +164,17 @@ fn once_merged_and_pruned() {
     assert!(!store.put(&batch(2, 1000, &[(10, 2), (40, 1)]), 1000).unwrap().duplicate);
     assert!(store.put(&batch(2, 1000, &[(10, 2), (40, 1)]), 1001).unwrap().duplicate);
     assert!(!store.put(&batch(3, 2000, &[(40, 1), (60, 1)]), 2000).unwrap().duplicate);
-    let query = TopQuery { instance: None, digest: None, schema: None, nested: false, program: None, since_unix_ms: 0, until_unix_ms: i64::MAX, order_by: OrderBy::P99, limit: 20 };
+    let query = TopQuery {
+        instance: None,
+        digest: None,
+        schema: None,
+        nested: false,
+        program: None,
+        since_unix_ms: 0,
+        until_unix_ms: i64::MAX,
+        order_by: OrderBy::P99,
+        limit: 20,
+    };
     let top = store.top(&query).unwrap();
     assert_eq!(top.len(), 1);
     let d = &top[0];
@@ -151,7 +182,9 @@ fn once_merged_and_pruned() {
     assert_eq!((d.digest, d.count, d.sum_ns, d.max_ns), (u64::MAX - 1, 5, u64::MAX, u64::MAX / 4));
     assert_eq!(d.p50_ns, sqlbee_common::histogram::bucket_high(40));
     assert_eq!(d.p99_ns, sqlbee_common::histogram::bucket_high(60));
-    let totals = store.totals(&TotalsQuery { instance: Some("h:1".into()), since_unix_ms: 1500, until_unix_ms: i64::MAX }).unwrap();
+    let totals = store
+        .totals(&TotalsQuery { instance: Some("h:1".into()), since_unix_ms: 1500, until_unix_ms: i64::MAX })
+        .unwrap();
     // The gap has no window times: it counts at the time it was received.
     assert_eq!((totals.statements, totals.digest_count, totals.lost_statements), (2, 1, 0));
     let totals = store.totals(&TotalsQuery { instance: None, since_unix_ms: 0, until_unix_ms: i64::MAX }).unwrap();
@@ -223,7 +256,17 @@ fn waits_and_error_codes_merge() {
     store.put(&first, 2001).unwrap();
     // Without waits (an old agent).
     store.put(&waiting(3, "h:1", 3000, vec![], vec![]), 3000).unwrap();
-    let query = TopQuery { instance: None, digest: None, schema: None, nested: false, program: None, since_unix_ms: 0, until_unix_ms: i64::MAX, order_by: OrderBy::Total, limit: 20 };
+    let query = TopQuery {
+        instance: None,
+        digest: None,
+        schema: None,
+        nested: false,
+        program: None,
+        since_unix_ms: 0,
+        until_unix_ms: i64::MAX,
+        order_by: OrderBy::Total,
+        limit: 20,
+    };
     let d = store.top(&query).unwrap().into_iter().find(|d| d.digest == 7).unwrap();
     assert_eq!(d.count, 15);
     assert_eq!(
@@ -335,7 +378,17 @@ fn version_2_files_get_lock_waits() {
     let store = SqliteStore::open(&path).unwrap();
     let version: i64 = lock(&store.writer).query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
     assert_eq!(version, SCHEMA_VERSION);
-    let query = TopQuery { instance: None, digest: None, schema: None, nested: false, program: None, since_unix_ms: 0, until_unix_ms: i64::MAX, order_by: OrderBy::Total, limit: 20 };
+    let query = TopQuery {
+        instance: None,
+        digest: None,
+        schema: None,
+        nested: false,
+        program: None,
+        since_unix_ms: 0,
+        until_unix_ms: i64::MAX,
+        order_by: OrderBy::Total,
+        limit: 20,
+    };
     assert_eq!(store.top(&query).unwrap()[0].count, 5);
     let all = LocksQuery { instance: None, since_unix_ms: 0, limit: 100 };
     assert!(store.locks(&all).unwrap().is_empty());
@@ -361,12 +414,25 @@ fn schema_v3() -> String {
 fn version_3_files_get_costs() {
     let (dir, path) = old_store("v3", &schema_v3(), &format!("{ONE_V2_ROW} PRAGMA user_version = 3;"));
     let store = SqliteStore::open(&path).unwrap();
-    let query = TopQuery { instance: None, digest: None, schema: None, nested: false, program: None, since_unix_ms: 0, until_unix_ms: i64::MAX, order_by: OrderBy::Total, limit: 20 };
+    let query = TopQuery {
+        instance: None,
+        digest: None,
+        schema: None,
+        nested: false,
+        program: None,
+        since_unix_ms: 0,
+        until_unix_ms: i64::MAX,
+        order_by: OrderBy::Total,
+        limit: 20,
+    };
     let d = store.top(&query).unwrap().remove(0);
     // An old row is exact: no estimate.
     assert_eq!((d.count, d.estimated_count), (5, 0));
     store.put(&costed(1, 2000, 0.25, "exact"), 2000).unwrap();
-    assert_eq!(store.costs(&TotalsQuery { instance: None, since_unix_ms: 0, until_unix_ms: i64::MAX }).unwrap()[0].windows, 1);
+    assert_eq!(
+        store.costs(&TotalsQuery { instance: None, since_unix_ms: 0, until_unix_ms: i64::MAX }).unwrap()[0].windows,
+        1
+    );
     std::fs::remove_dir_all(dir).ok();
 }
 
@@ -398,7 +464,17 @@ fn version_1_files_are_upgraded_in_place() {
     let store = SqliteStore::open(&path).unwrap();
     let version: i64 = lock(&store.writer).query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
     assert_eq!(version, SCHEMA_VERSION);
-    let query = TopQuery { instance: None, digest: None, schema: None, nested: false, program: None, since_unix_ms: 0, until_unix_ms: i64::MAX, order_by: OrderBy::Wait, limit: 20 };
+    let query = TopQuery {
+        instance: None,
+        digest: None,
+        schema: None,
+        nested: false,
+        program: None,
+        since_unix_ms: 0,
+        until_unix_ms: i64::MAX,
+        order_by: OrderBy::Wait,
+        limit: 20,
+    };
     let d = store.top(&query).unwrap().remove(0);
     assert_eq!((d.digest, d.count, d.digest_text.as_str(), d.sample.as_str()), (7, 5, "SELECT ?", "SELECT 1"));
     assert!(d.waits.is_empty());
@@ -438,7 +514,8 @@ fn spread_batches(start: i64, count: i64, spacing: i64) -> Vec<Batch> {
         b.windows[0].instance.as_mut().unwrap().name = if n % 3 == 0 { "h:2".into() } else { "h:1".into() };
         let mut digests = Vec::new();
         for digest in [7u64, 8] {
-            let buckets: Vec<(u32, u64)> = (0..3).map(|k| (30 + (next() % 40) as u32 + k * 41, 1 + next() % 9)).collect();
+            let buckets: Vec<(u32, u64)> =
+                (0..3).map(|k| (30 + (next() % 40) as u32 + k * 41, 1 + next() % 9)).collect();
             let mut buckets = buckets;
             buckets.sort();
             buckets.dedup_by_key(|b| b.0);
@@ -476,7 +553,13 @@ fn spread_batches(start: i64, count: i64, spacing: i64) -> Vec<Batch> {
 
 /// What the raw windows say about `digest` over [since, until): totals and
 /// the merged histogram's percentiles, computed here from what was sent.
-fn expected(batches: &[Batch], digest: u64, instance: Option<&str>, since: i64, until: i64) -> (u64, u64, u64, u64, u64, [u64; 3]) {
+fn expected(
+    batches: &[Batch],
+    digest: u64,
+    instance: Option<&str>,
+    since: i64,
+    until: i64,
+) -> (u64, u64, u64, u64, u64, [u64; 3]) {
     let mut totals = merge::DigestTotals::default();
     let mut histogram = sqlbee_common::histogram::Histogram::default();
     for w in batches.iter().flat_map(|b| &b.windows) {
@@ -514,10 +597,16 @@ fn assert_rollups_match(store: &SqliteStore, batches: &[Batch], ranges: &[(i64, 
     for &(since, until, instance) in ranges {
         let spans = rollup::plan(since, until, None);
         let answer = store
-            .top(&TopQuery { since_unix_ms: since, until_unix_ms: until, instance: instance.map(str::to_string), ..query.clone() })
+            .top(&TopQuery {
+                since_unix_ms: since,
+                until_unix_ms: until,
+                instance: instance.map(str::to_string),
+                ..query.clone()
+            })
             .unwrap();
         for digest in [7, 8] {
-            let d = answer.iter().find(|d| d.digest == digest).unwrap_or_else(|| panic!("{digest} missing for {spans:?}"));
+            let d =
+                answer.iter().find(|d| d.digest == digest).unwrap_or_else(|| panic!("{digest} missing for {spans:?}"));
             let got = (d.count, d.errors, d.sum_ns, d.min_ns, d.max_ns, [d.p50_ns, d.p95_ns, d.p99_ns]);
             assert_eq!(got, expected(batches, digest, instance, since, until), "digest {digest} over {spans:?}");
         }
@@ -558,7 +647,11 @@ fn assert_rollups_match(store: &SqliteStore, batches: &[Batch], ranges: &[(i64, 
         assert_eq!(points.len() as i64, (until - since + step - 1) / step);
         for p in &points {
             let e = expected(batches, 7, None, p.start_unix_ms, p.end_unix_ms);
-            assert_eq!((p.count, p.errors, p.sum_ns, [p.p50_ns, p.p95_ns, p.p99_ns]), (e.0, e.1, e.2, e.5), "step {step}");
+            assert_eq!(
+                (p.count, p.errors, p.sum_ns, [p.p50_ns, p.p95_ns, p.p99_ns]),
+                (e.0, e.1, e.2, e.5),
+                "step {step}"
+            );
         }
         let total: u64 = points.iter().map(|p| p.count).sum();
         assert_eq!(total, expected(batches, 7, None, since, until).0);
@@ -589,7 +682,12 @@ fn rollups_answer_what_the_raw_windows_hold() {
     ];
     // The week-long shape reads day buckets, not windows.
     assert!(rollup::plan(0, i64::MAX, None).iter().any(|s| s.level == Some(rollup::DAY_MS)));
-    assert_rollups_match(&store, &batches, &ranges, &[10_000, rollup::MINUTE_MS, 5 * rollup::MINUTE_MS, rollup::HOUR_MS]);
+    assert_rollups_match(
+        &store,
+        &batches,
+        &ranges,
+        &[10_000, rollup::MINUTE_MS, 5 * rollup::MINUTE_MS, rollup::HOUR_MS],
+    );
     std::fs::remove_dir_all(dir).ok();
 }
 
@@ -679,7 +777,6 @@ fn version_10_files_get_days_from_their_hours() {
     assert_eq!(day[0].count, expected(&batches, 7, None, rollup::DAY_MS, 2 * rollup::DAY_MS).0);
     std::fs::remove_dir_all(dir).ok();
 }
-
 
 #[test]
 fn series_split_by_instance_add_up_to_the_fleet() {

@@ -347,7 +347,6 @@ pub(super) fn rollups(tx: &rusqlite::Transaction<'_>, batch: &Batch) -> Result<(
     Ok(())
 }
 
-
 pub(super) fn prune(writer: &Mutex<Connection>, cutoffs: &PruneCutoffs) -> Result<PruneOutcome, StoreError> {
     let older_than_unix_ms = cutoffs.raw;
     let err = |e| error("prune", e);
