@@ -22,7 +22,7 @@ use tonic::{Code, codec::CompressionEncoding};
 
 const INSTANCE: &str = "db1:3306";
 
-fn row<'a>(top: &'a Value, digest: u64) -> &'a Value {
+fn row(top: &Value, digest: u64) -> &Value {
     let hex = format!("{digest:016x}");
     top.as_array()
         .unwrap()
@@ -638,7 +638,7 @@ async fn waits_and_error_samples_merge_across_windows_and_instances() {
             vec![waiting(
                 update,
                 "UPDATE t SET a = ? WHERE id = ?",
-                &[260 * ms, 1 * ms],
+                &[260 * ms, ms],
                 vec![wait("row_lock", 212 * ms, 212 * ms, 1), wait("commit", 0, 0, 0)],
                 vec![error(1213, 2, DEADLOCK)],
             )],

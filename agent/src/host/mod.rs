@@ -108,7 +108,7 @@ impl HostSampler {
     pub fn sample_at(&mut self, now: Instant, pids: &[u32]) -> Result<HostMetrics, HostError> {
         let stat_path = self.proc_root.join("stat");
         let stat = cpu::parse_stat(&read(&stat_path)?)
-            .ok_or_else(|| HostError::Unusable { path: stat_path, what: "aggregate `cpu` line" })?;
+            .ok_or(HostError::Unusable { path: stat_path, what: "aggregate `cpu` line" })?;
         let mem_path = self.proc_root.join("meminfo");
         let (memory, mem_skipped) = memory::parse_meminfo(&read(&mem_path)?)
             .ok_or(HostError::Unusable { path: mem_path, what: "MemTotal line" })?;

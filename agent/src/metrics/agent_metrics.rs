@@ -492,7 +492,7 @@ fn encode_window(
         let mut top_rows = Vec::new();
         for r in reports {
             let mut top: Vec<_> = r.digests.iter().collect();
-            top.sort_by(|a, b| b.count.cmp(&a.count));
+            top.sort_by_key(|d| std::cmp::Reverse(d.count));
             for d in top.into_iter().take(TOP_DIGESTS) {
                 top_rows.push(Top {
                     instance: r.instance.as_str(),

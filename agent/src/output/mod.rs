@@ -240,7 +240,7 @@ pub fn write_table(out: &mut impl Write, report: &WindowReport, rows: usize) -> 
         "count", "errors", "total_ms", "avg_ms", "p95_ms", "max_ms"
     )?;
     for d in report.digests.iter().take(rows) {
-        let avg = if d.count > 0 { d.sum_ns / d.count } else { 0 };
+        let avg = d.sum_ns.checked_div(d.count).unwrap_or(0);
         let mut text: String = d.digest_text.chars().take(100).collect();
         if text.len() < d.digest_text.len() {
             text.push_str("...");

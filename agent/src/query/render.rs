@@ -80,7 +80,7 @@ pub fn write_top_table(out: &mut impl Write, digests: &[TopDigest]) -> std::io::
     for d in order.into_iter().map(|k| &digests[k]) {
         let avg = d.sum_ns.checked_div(d.count).unwrap_or(0);
         let waited = d.waits.iter().fold(0u64, |a, w| a.saturating_add(w.sum_ns));
-        let stats = d.stats.clone().unwrap_or_default();
+        let stats = d.stats.unwrap_or_default();
         let figure = |v: Option<u64>| v.map_or_else(|| "-".to_string(), |v| v.to_string());
         writeln!(
             out,

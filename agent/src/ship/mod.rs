@@ -95,7 +95,7 @@ where
     F: FnOnce(&mut Spool) -> Result<T, ShipError> + Send + 'static,
 {
     let spool = spool.clone();
-    tokio::task::spawn_blocking(move || op(&mut *relock(&spool))).await?
+    tokio::task::spawn_blocking(move || op(&mut relock(&spool))).await?
 }
 
 #[derive(Clone, Debug)]

@@ -199,7 +199,11 @@ impl Sender {
             if pushed.is_err() {
                 // Waiting for a retry is not being in flight. An
                 // acknowledged batch stays protected until it is deleted.
-                let _ = on_disk(&self.spool, |s| Ok(s.push_ended())).await;
+                let _ = on_disk(&self.spool, |s| {
+                    let _: () = s.push_ended();
+                    Ok(())
+                })
+                .await;
             }
             match pushed {
                 Ok(response) => {
@@ -258,8 +262,11 @@ impl Sender {
                         current = (current + 1) % clients.len();
                         // The next collector at once; a pause only once
                         // every one of them failed in a row.
-                        let delay =
-                            if failed_in_row % clients.len() == 0 { backoff.next_delay() } else { Duration::ZERO };
+                        let delay = if failed_in_row.is_multiple_of(clients.len()) {
+                            backoff.next_delay()
+                        } else {
+                            Duration::ZERO
+                        };
                         warn!(sequence = entry.sequence, collector = %self.targets[from].url, code = ?status.code(),
                             message = status.message(), next = %self.targets[current].url,
                             retry_in_ms = delay.as_millis() as u64, backlog, "collector did not take the batch; it stays spooled");

@@ -38,7 +38,7 @@ pub async fn answer(ui: &Ui, path: &str, params: &Params, now: i64) -> Option<Re
     let result = async {
         let range = Range::from(params, now)?;
         let instance = text(params, "instance");
-        Ok(match path {
+        Ok(Some(match path {
             "/api/top" => {
                 let digest = digest(params)?;
                 let answer = ui
@@ -116,8 +116,7 @@ pub async fn answer(ui: &Ui, path: &str, params: &Params, now: i64) -> Option<Re
                 })
             }
             _ => return Ok::<Option<Value>, PageError>(None),
-        })
-        .map(Some)
+        }))
     }
     .await;
     result.transpose()

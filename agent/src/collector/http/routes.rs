@@ -69,7 +69,7 @@ fn redirect(to: &str, cookie: Option<String>) -> Answer {
     private(response)
 }
 
-fn header_text<'a>(request: &'a Request<Incoming>, name: header::HeaderName) -> Option<&'a str> {
+fn header_text(request: &Request<Incoming>, name: header::HeaderName) -> Option<&str> {
     request.headers().get(name).and_then(|v| v.to_str().ok())
 }
 

@@ -213,7 +213,7 @@ fn accounts(body: &mut String, digests: &[TopDigest]) {
         return;
     }
     let mut sorted: Vec<_> = by_account.into_iter().collect();
-    sorted.sort_by(|a, b| b.1.cmp(&a.1));
+    sorted.sort_by_key(|entry| std::cmp::Reverse(entry.1));
     body.push_str("<h2>Accounts</h2><table class=\"data\" id=\"accounts\"><thead><tr><th>User</th><th>Client host</th><th>Statements</th></tr></thead><tbody>");
     for ((user, host), count) in sorted {
         let _ = write!(

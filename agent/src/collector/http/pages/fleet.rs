@@ -61,7 +61,7 @@ fn row(view: &View, info: &InstanceInfo, series: &SeriesResponse, now: i64, body
     } else {
         let count: u64 = series.points.iter().map(|p| p.count).sum();
         let errors: u64 = series.points.iter().map(|p| p.errors).sum();
-        let (x0, x1) = plot_range(view, &series);
+        let (x0, x1) = plot_range(view, series);
         let trend: Vec<f64> = series.points.iter().map(|p| p.count as f64 / seconds(p)).collect();
         (count, errors, merged(&series.points).quantile(0.99), trend, ((x1 - x0).max(1)) as f64 / 1000.0)
     };

@@ -111,7 +111,7 @@ pub async fn render(ui: &Ui, view: &View, params: &Params) -> Rendered {
         let trend: Vec<f64> = series.points.iter().map(|p| p.count as f64 / seconds(p)).collect();
         let trend_count: u64 = series.points.iter().map(|p| p.count).sum();
         let covered: f64 = series.points.iter().map(seconds).sum::<f64>().max(1.0);
-        let stats = d.stats.clone().unwrap_or_default();
+        let stats = d.stats.unwrap_or_default();
         let avg = if d.count > 0 { d.sum_ns as f64 / d.count as f64 } else { 0.0 };
         let link = view.link("/digest", &[("id", &html::digest_hex(d.digest)), ("schema", &d.schema)]);
         let _ = write!(

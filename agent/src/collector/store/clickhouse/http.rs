@@ -490,7 +490,7 @@ mod tests {
         w.u64(u64::MAX).i64(-5).str("hé").opt_u64(None).opt_u64(Some(7)).array(&[1u32, 300], |w, v| {
             w.u32(*v);
         });
-        w.bytes(&vec![0xff; 200]);
+        w.bytes(&[0xff; 200]);
         let mut r = Rows { bytes: w.bytes.clone(), at: 0, spare: None };
         assert_eq!(r.u64().unwrap(), u64::MAX);
         assert_eq!(r.i64().unwrap(), -5);

@@ -193,7 +193,7 @@ fn finish(query: &SeriesQuery, steps: Vec<Step>) -> Vec<SeriesPoint> {
                 p95_ns: merge::percentile(&s.histogram, 0.95, t),
                 p99_ns: merge::percentile(&s.histogram, 0.99, t),
                 max_ns: if t.count > 0 { t.max_ns } else { 0 },
-                histogram: (t.count > 0).then(|| WireHistogram { scheme: 1, buckets }),
+                histogram: (t.count > 0).then_some(WireHistogram { scheme: 1, buckets }),
                 agent_cpu_cores: s.agent_cpu_seconds / step_seconds,
                 agent_max_rss_bytes: s.agent_max_rss,
                 probe_cpu_seconds: s.probe_cpu_seconds,
