@@ -12,6 +12,7 @@
 pub mod aggregate;
 #[cfg(feature = "agent")]
 pub mod budget;
+pub mod cli;
 pub mod client;
 #[cfg(feature = "collector")]
 pub mod collector;

@@ -2,66 +2,11 @@
 //! A role this build leaves out (see the crate's features) still parses,
 //! so that asking for it gets a clear answer instead of "unknown command".
 use anyhow::Context as _;
-use clap::{Parser, Subcommand};
+use clap::Parser as _;
 
+use sqlbee::cli::{Cli, Role};
 #[cfg(feature = "collector")]
-use sqlbee::{
-    collector::{self, CollectorArgs},
-    query::{self, HostsArgs, InstancesArgs, LocksArgs, SeriesArgs, TopArgs},
-};
-
-#[derive(Parser)]
-#[command(name = "sqlbee", version, about = "eBPF statement observability for MySQL and MariaDB")]
-struct Cli {
-    #[command(subcommand)]
-    role: Role,
-}
-
-#[derive(Subcommand)]
-enum Role {
-    /// Trace mariadbd/mysqld processes on this host and report per-digest
-    /// statistics per window.
-    #[cfg(feature = "agent")]
-    Agent(sqlbee::config::AgentOptions),
-    /// Trace mariadbd/mysqld processes (not in this build).
-    #[cfg(not(feature = "agent"))]
-    #[command(disable_help_flag = true)]
-    Agent(Missing),
-    /// Receive batches from agents over gRPC, store them, answer queries.
-    #[cfg(feature = "collector")]
-    Collector(CollectorArgs),
-    /// The slowest digests across the fleet, from a collector.
-    #[cfg(feature = "collector")]
-    Top(TopArgs),
-    /// One digest's, the instances' or the agents' cost over time, step by step.
-    #[cfg(feature = "collector")]
-    Series(SeriesArgs),
-    /// Agents and server instances a collector knows, with lag and gaps.
-    #[cfg(feature = "collector")]
-    Instances(InstancesArgs),
-    /// Long waits with the waiting statement and candidate blockers.
-    #[cfg(feature = "collector")]
-    Locks(LocksArgs),
-    /// Agents' hosts and the agents' own cost, window by window.
-    #[cfg(feature = "collector")]
-    Hosts(HostsArgs),
-    /// Receive batches from agents (not in this build).
-    #[cfg(not(feature = "collector"))]
-    #[command(disable_help_flag = true)]
-    Collector(Missing),
-}
-
-/// Whatever follows a role this build does not have.
-#[derive(clap::Args)]
-#[cfg_attr(all(feature = "agent", feature = "collector"), allow(dead_code))]
-struct Missing {
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
-    _args: Vec<std::ffi::OsString>,
-}
-
-/// Exit status for a role left out of this build (as for a usage error).
-#[cfg_attr(all(feature = "agent", feature = "collector"), allow(dead_code))]
-const NOT_BUILT: i32 = 2;
+use sqlbee::{collector, query};
 
 fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
@@ -81,7 +26,7 @@ fn main() -> anyhow::Result<()> {
                 "sqlbee: this binary was built without the agent (cargo features: collector only); \
                  `sqlbee agent` needs the default build, which includes the eBPF programs"
             );
-            std::process::exit(NOT_BUILT);
+            std::process::exit(sqlbee::cli::NOT_BUILT);
         }
         #[cfg(feature = "collector")]
         Role::Collector(args) => collector::main(args).context("collector failed")?,
@@ -95,13 +40,17 @@ fn main() -> anyhow::Result<()> {
         Role::Locks(args) => query::locks(args).context("locks failed")?,
         #[cfg(feature = "collector")]
         Role::Hosts(args) => query::hosts(args).context("hosts failed")?,
+        Role::Reference { dir } => {
+            let pages = sqlbee::cli::reference::write_pages(&dir).context("writing the option reference")?;
+            println!("wrote {pages} pages into {}", dir.display());
+        }
         #[cfg(not(feature = "collector"))]
         Role::Collector(_) => {
             eprintln!(
                 "sqlbee: this binary was built without the collector (cargo features: agent only); \
                  `sqlbee collector` and the query tools need the default build or `--features collector`"
             );
-            std::process::exit(NOT_BUILT);
+            std::process::exit(sqlbee::cli::NOT_BUILT);
         }
     }
     Ok(())

@@ -76,6 +76,7 @@ const CHANNEL_BATCHES: usize = 256;
 /// Runs the agent until `stop` is set (or `config.options.duration` passes).
 /// `signalled`: set by the SIGINT/SIGTERM handler.
 pub fn run_agent(config: AgentConfig, signalled: &'static AtomicBool) -> Result<(), PipelineError> {
+    privileges::check_can_trace()?;
     let host = crate::procfs::hostname();
     if config.options.samples == crate::normalize::Samples::Raw {
         warn!(

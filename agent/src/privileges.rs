@@ -1,8 +1,9 @@
 //! Least privilege. The agent needs root's powers for a few things only:
 //! to load and attach eBPF programs, and to read a server's binary and
-//! memory through `/proc/PID`. Once the first servers are attached (and the
-//! one-time steps that need more, such as switching on BPF run-time
-//! statistics, are done), it keeps exactly the capabilities in `KEPT`,
+//! memory through `/proc/PID`. At start, before its first thread and before
+//! any server is attached (once the one-time steps that need more, such as
+//! switching on BPF run-time statistics, are done), it keeps exactly the
+//! capabilities in `KEPT`,
 //! drops every other one from all its sets (bounding set included, so no
 //! later exec can get them back), clears the ambient set and sets
 //! no_new_privs.
@@ -50,6 +51,9 @@ pub const KEPT: [(u32, &str, &str); 3] = [
     ),
 ];
 
+/// Loading eBPF programs before kernel 5.8 split the powers up.
+pub const CAP_SYS_ADMIN: u32 = 21;
+
 #[derive(Debug, thiserror::Error)]
 pub enum PrivilegeError {
     #[error("{what} failed: {source}")]
@@ -58,10 +62,32 @@ pub enum PrivilegeError {
         #[source]
         source: io::Error,
     },
+    #[error(
+        "the agent cannot trace any server: it runs as uid {uid} without {}, which loading and attaching \
+         its eBPF programs needs (or CAP_SYS_ADMIN). Run it as root; in a container, as user 0 with the \
+         capabilities added: `podman run --user 0 --cap-drop ALL --cap-add BPF,PERFMON,SYS_PTRACE,SYS_ADMIN ...` \
+         (Kubernetes: `securityContext: {{runAsUser: 0, capabilities: {{add: [BPF, PERFMON, SYS_PTRACE, \
+         SYS_ADMIN]}}}}`). The images run as user 65534 unless told otherwise. See the manual's page \
+         \"Privileges the agent keeps\"", missing.join(" and ")
+    )]
+    CannotTrace { uid: u32, missing: Vec<String> },
 }
 
 fn check(what: &'static str, result: libc::c_int) -> Result<(), PrivilegeError> {
     if result < 0 { Err(PrivilegeError::Call { what, source: io::Error::last_os_error() }) } else { Ok(()) }
+}
+
+/// Refuses to start an agent that could never attach a program: without
+/// this it would log that no server was found and wait for ever.
+pub fn check_can_trace() -> Result<(), PrivilegeError> {
+    let (effective, _) = capget()?;
+    let loads = 1 << CAP_BPF | 1 << CAP_PERFMON;
+    if effective & 1 << CAP_SYS_ADMIN != 0 || effective & loads == loads {
+        return Ok(());
+    }
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    Err(PrivilegeError::CannotTrace { uid, missing: names(loads & !effective) })
 }
 
 /// The mask of `KEPT`.

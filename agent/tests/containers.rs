@@ -164,7 +164,7 @@ fn sidecar_counts_exactly_under_the_containers_limits() {
     let state = state_dir("sidecar");
     let pid_ns = format!("container:{}", db.name);
     let volume = format!("{}:/state", state.display());
-    // As the manifests give them (docker/README.md says why each); never
+    // As the manifests give them (the manual's privileges page says why each); never
     // --privileged.
     let capabilities = common::agent_capabilities().join(",");
     let agent = Container::run(
@@ -200,6 +200,28 @@ fn sidecar_counts_exactly_under_the_containers_limits() {
     assert_eq!(common::delta(&before, &after, "Com_select"), EXECUTED, "the server's own count");
     assert_eq!(digest_count(&lines, "sidecar_probe"), EXECUTED, "agent stderr:\n{stderr}");
     assert_limits_are_the_containers(&lines, &stderr);
+}
+
+/// The image as a new user runs it first: `--privileged`, but as the
+/// image's default user 65534, which holds no capability. The agent must
+/// not wait for ever for a server it could never attach: it exits at once
+/// and says what it lacks and the flags that give it.
+#[test]
+fn an_agent_without_capabilities_says_what_it_lacks_and_exits() {
+    if !images_ready("an_agent_without_capabilities_says_what_it_lacks_and_exits") {
+        return;
+    }
+    let started = Instant::now();
+    let out = podman()
+        .args(["run", "--rm", "--privileged", SQLBEE_IMAGE, "agent", "--output", "jsonl", "--duration", "60s"])
+        .output()
+        .expect("starting podman");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the agent must fail: {stderr}");
+    assert!(started.elapsed() < Duration::from_secs(30), "it failed at once, not after --duration: {stderr}");
+    for needed in ["uid 65534", "CAP_BPF", "CAP_PERFMON", "--user 0", "--cap-add"] {
+        assert!(stderr.contains(needed), "the error names {needed}: {stderr}");
+    }
 }
 
 /// One agent for the node (the image, with the host's pid namespace): two

@@ -42,7 +42,10 @@ fn compose_manifests_and_docs_name_the_same_capabilities_images_and_limits() {
     let sidecar = docker("k8s/sidecar.yaml");
     let node = docker("k8s/node-agent.yaml");
     let compose = docker("compose.yaml");
-    let readme = docker("README.md");
+    let privileges_page = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/src/deploying/privileges.md"),
+    )
+    .unwrap();
     let caps = agent_capabilities();
     assert_eq!(lists(&node, "add:"), lists(&sidecar, "add:"), "node agent and sidecar capabilities");
     let compose_caps = lists(&compose, "cap_add:");
@@ -64,8 +67,8 @@ fn compose_manifests_and_docs_name_the_same_capabilities_images_and_limits() {
         compose.contains("localhost/sqlbee-test-mariadb:latest") && compose.contains("image: localhost/sqlbee:latest")
     );
 
-    // The docs' table: every capability given, and which the agent keeps.
-    let rows: Vec<(String, bool)> = readme
+    // The manual's table: every capability given, and which the agent keeps.
+    let rows: Vec<(String, bool)> = privileges_page
         .lines()
         .filter(|l| l.starts_with("| `CAP_"))
         .map(|l| {
@@ -73,7 +76,11 @@ fn compose_manifests_and_docs_name_the_same_capabilities_images_and_limits() {
             (cells[1].trim_matches('`').to_string(), cells[3] == "yes")
         })
         .collect();
-    assert_eq!(rows.iter().map(|r| r.0.clone()).collect::<Vec<_>>(), caps, "docker/README.md's table");
+    assert_eq!(
+        rows.iter().map(|r| r.0.clone()).collect::<Vec<_>>(),
+        caps,
+        "the table of docs/src/deploying/privileges.md"
+    );
     let kept: Vec<String> = rows.iter().filter(|r| r.1).map(|r| r.0.clone()).collect();
     let agent_kept: Vec<String> = sqlbee::privileges::KEPT.iter().map(|k| k.1.to_string()).collect();
     assert_eq!(kept, agent_kept, "the capabilities the docs say are kept are privileges::KEPT");

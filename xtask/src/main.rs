@@ -1,6 +1,7 @@
 //! `cargo xtask <command>`: set-up, demo, tests and benchmarks of sqlbee.
 mod collector_only;
 mod demo;
+mod docs;
 mod setup;
 
 use anyhow::{Context as _, bail};
@@ -56,6 +57,19 @@ enum Task {
         #[arg(long)]
         executions: Option<u64>,
     },
+    /// Write the option reference from the binary's clap definitions and
+    /// build the manual (docs/) into target/book, checking every internal
+    /// link.
+    Docs {
+        /// Only check: fail when the committed option reference differs
+        /// from what the binary says (what `./x test` runs).
+        #[arg(long)]
+        check: bool,
+        /// Also copy the web UI test's screenshots (target/ui-screenshots)
+        /// into docs/src/images.
+        #[arg(long)]
+        screenshots: bool,
+    },
     /// Build the sqlbee image and the test MariaDB image with podman
     /// (localhost/sqlbee:latest, localhost/sqlbee-test-mariadb:latest).
     Image,
@@ -94,6 +108,10 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Task::Fuzz { seconds, seed, executions } => fuzz(seconds, seed, executions),
+        Task::Docs { check, screenshots } => {
+            setup::run()?;
+            docs::run(if check { docs::Mode::Check } else { docs::Mode::Write }, screenshots)
+        }
         Task::Image => {
             setup::run()?;
             xtask::image::build()
@@ -150,12 +168,42 @@ fn warn_if_disk_is_short() {
     }
 }
 
+/// Formatting, clippy at the workspace's lints, and the manual (the option
+/// reference as the binary says it, a build without warnings, no broken
+/// link). Each says what failed and goes on, so one run shows them all.
+fn lints() -> anyhow::Result<Vec<bool>> {
+    println!("==> cargo fmt --check");
+    let fmt = cargo().args(["fmt", "--all", "--check"]).status().context("running cargo fmt")?.success();
+    if !fmt {
+        eprintln!("FAILED: the tree is not rustfmt-formatted: run `cargo fmt --all`");
+    }
+    println!("==> cargo clippy (the workspace's lints, warnings are errors)");
+    let clippy = cargo()
+        .args(["clippy", "-q", "--workspace", "--exclude", "agent-ebpf", "--all-targets", "--", "-D", "warnings"])
+        .status()
+        .context("running cargo clippy")?
+        .success();
+    if !clippy {
+        eprintln!("FAILED: clippy found warnings (above)");
+    }
+    println!("==> the manual (./x docs --check)");
+    let book = match docs::run(docs::Mode::Check, false) {
+        Ok(()) => true,
+        Err(e) => {
+            eprintln!("FAILED: the manual: {e:#}");
+            false
+        }
+    };
+    Ok(vec![fmt, clippy, book])
+}
+
 fn test(args: &[String]) -> anyhow::Result<()> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         bail!("the test suite attaches eBPF programs and needs root; run it as root (sudo ./x test)");
     }
     warn_if_disk_is_short();
+    let lints = lints()?;
     let collector_only = collector_only::build()?;
     // The container tests run the images as users get them.
     xtask::image::build()?;
@@ -178,6 +226,10 @@ fn test(args: &[String]) -> anyhow::Result<()> {
         .env("SQLBEE_TEST_STORE", "clickhouse");
     let clickhouse = counted(&mut clickhouse, &mut totals)?;
     let status = if clickhouse.success() { status } else { clickhouse };
+    // The formatting, lint and manual checks, counted as tests.
+    for ok in &lints {
+        totals[if *ok { 0 } else { 1 }] += 1;
+    }
     let [passed, failed, ignored] = totals;
     // The micro-benchmarks once each (criterion's test mode), so they keep
     // compiling and working between benchmark runs.

@@ -9,6 +9,8 @@ use xtask::{
 };
 
 const BPF_LINKER_VERSION: &str = "0.13.0";
+/// The manual's builder (`./x docs`); search only, no server or watcher.
+const MDBOOK_VERSION: &str = "0.5.4";
 /// Containers: podman with runc (crun refuses this host's hybrid cgroup
 /// layout), buildah behind `podman build`, debootstrap for base images (no
 /// registry is reachable), podman-compose for the compose file.
@@ -46,11 +48,32 @@ const DEBIAN_PACKAGES: [&str; 21] = [
 ];
 
 pub fn run() -> anyhow::Result<()> {
-    toolchain().context("setup step 1/4 (pinned nightly toolchain)")?;
-    bpf_linker().context("setup step 2/4 (bpf-linker)")?;
-    debian_packages().context("setup step 3/4 (Debian packages)")?;
-    chdb_venv().context("setup step 4/4 (chdb)")?;
+    toolchain().context("setup step 1/5 (pinned nightly toolchain)")?;
+    bpf_linker().context("setup step 2/5 (bpf-linker)")?;
+    mdbook().context("setup step 3/5 (mdbook)")?;
+    debian_packages().context("setup step 4/5 (Debian packages)")?;
+    chdb_venv().context("setup step 5/5 (chdb)")?;
     Ok(())
+}
+
+fn mdbook() -> anyhow::Result<()> {
+    let binary = tools_dir().join("bin/mdbook");
+    if let Ok(out) = Command::new(&binary).arg("--version").output()
+        && out.status.success()
+        && String::from_utf8_lossy(&out.stdout).contains(MDBOOK_VERSION)
+    {
+        println!("ok  mdbook {MDBOOK_VERSION} ({})", binary.display());
+        return Ok(());
+    }
+    println!("==> building mdbook {MDBOOK_VERSION} (about 2 min)");
+    run_checked(
+        Command::new("cargo")
+            .arg(format!("+{TOOLCHAIN}"))
+            .args(["install", "--locked", &format!("mdbook@{MDBOOK_VERSION}")])
+            .args(["--no-default-features", "--features", "search", "--force", "--root"])
+            .arg(tools_dir()),
+        "cargo install mdbook",
+    )
 }
 
 fn run_checked(cmd: &mut Command, what: &str) -> anyhow::Result<()> {

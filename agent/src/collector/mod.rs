@@ -35,7 +35,12 @@ pub struct CollectorArgs {
     /// Address to listen on for gRPC (Ingest, Query, health).
     #[arg(long, env = "SQLBEE_COLLECTOR_LISTEN", default_value = "127.0.0.1:7878")]
     pub listen: SocketAddr,
-    /// Where to store batches: sqlite:PATH.
+    /// Where to store batches: `sqlite:PATH` (one collector; add
+    /// `?synchronous=normal` to trade the last acknowledged batches on
+    /// power loss for ingest rate), or `clickhouse://HOST:HTTP_PORT/DATABASE`
+    /// (any number of collectors), with the options `user=U`,
+    /// `password_file=PATH`, `tls=1`, `ca=PATH` and `rollup_settle_s=N`
+    /// after a `?`, joined by `&`.
     #[arg(long, env = "SQLBEE_COLLECTOR_STORE", default_value = "sqlite:./sqlbee-collector.db")]
     pub store: String,
     /// File of accepted bearer tokens, one per line (# comments):

@@ -1,5 +1,5 @@
 //! Writes closed windows to stdout until the ship stage takes over:
-//! JSON lines (schema in README) or a readable table.
+//! JSON lines (schema: docs/src/reference/jsonl.md) or a readable table.
 use std::io::Write;
 
 use serde_json::{Value, json};

@@ -1,0 +1,67 @@
+//! The command line of the `sqlbee` binary: one subcommand per role. It
+//! lives in the library so that the option reference of the manual is
+//! rendered from these very definitions (`reference`), which is what
+//! `--help` prints too. A role this build leaves out still parses, so that
+//! asking for it gets a clear answer instead of "unknown command".
+pub mod reference;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "sqlbee", version, about = "eBPF statement observability for MySQL and MariaDB")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub role: Role,
+}
+
+#[derive(Subcommand)]
+pub enum Role {
+    /// Trace mariadbd/mysqld processes on this host and report per-digest
+    /// statistics per window.
+    #[cfg(feature = "agent")]
+    Agent(crate::config::AgentOptions),
+    /// Trace mariadbd/mysqld processes (not in this build).
+    #[cfg(not(feature = "agent"))]
+    #[command(disable_help_flag = true)]
+    Agent(Missing),
+    /// Receive batches from agents over gRPC, store them, answer queries.
+    #[cfg(feature = "collector")]
+    Collector(crate::collector::CollectorArgs),
+    /// The slowest digests across the fleet, from a collector.
+    #[cfg(feature = "collector")]
+    Top(crate::query::TopArgs),
+    /// One digest's, the instances' or the agents' cost over time, step by step.
+    #[cfg(feature = "collector")]
+    Series(crate::query::SeriesArgs),
+    /// Agents and server instances a collector knows, with lag and gaps.
+    #[cfg(feature = "collector")]
+    Instances(crate::query::InstancesArgs),
+    /// Long waits with the waiting statement and candidate blockers.
+    #[cfg(feature = "collector")]
+    Locks(crate::query::LocksArgs),
+    /// Agents' hosts and the agents' own cost, window by window.
+    #[cfg(feature = "collector")]
+    Hosts(crate::query::HostsArgs),
+    /// Receive batches from agents (not in this build).
+    #[cfg(not(feature = "collector"))]
+    #[command(disable_help_flag = true)]
+    Collector(Missing),
+    /// Writes the manual's option reference (one Markdown page per
+    /// subcommand) into DIR; `./x docs` runs it.
+    #[command(hide = true)]
+    Reference {
+        /// The folder to write into (docs/src/reference/cli).
+        dir: std::path::PathBuf,
+    },
+}
+
+/// Whatever follows a role this build does not have.
+#[derive(clap::Args)]
+#[cfg_attr(all(feature = "agent", feature = "collector"), allow(dead_code))]
+pub struct Missing {
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
+    _args: Vec<std::ffi::OsString>,
+}
+
+/// Exit status for a role left out of this build (as for a usage error).
+pub const NOT_BUILT: i32 = 2;
