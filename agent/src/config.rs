@@ -112,8 +112,8 @@ pub struct AgentOptions {
     /// Statement text bytes captured per statement (at most 16384).
     #[arg(long, env = "SQLBEE_TEXT_LIMIT", default_value_t = DEFAULT_TEXT_LIMIT)]
     pub text_limit: u32,
-    /// Digests kept per instance per window; the rest are counted in an
-    /// overflow row.
+    /// Digests kept per instance per window (at most 50000, what a
+    /// collector accepts); the rest are counted in an overflow row.
     #[arg(long, env = "SQLBEE_MAX_DIGESTS", default_value_t = 5000)]
     pub max_digests: usize,
     /// Kernel ring buffer per server, bytes (a power of two).
@@ -183,7 +183,7 @@ pub struct AgentOptions {
     /// cycles sample time more evenly.
     #[arg(long, env = "SQLBEE_DUTY_PERIOD", default_value = "10s", value_parser = duration)]
     pub duty_period: Duration,
-    /// The agent never sheds less than this step (see README, Shedding):
+    /// The agent never sheds less than this step (see the manual, budget mode):
     /// `no-samples` or `known-texts-only` keep it there even when calm.
     #[arg(long, env = "SQLBEE_SHEDDING_FLOOR", value_enum, default_value_t = Step::Exact)]
     pub shedding_floor: Step,
@@ -437,7 +437,7 @@ impl AgentConfig {
             o.ring_bytes.is_power_of_two() && o.ring_bytes >= 4096 && o.ring_bytes <= 1 << 30,
             "a power of two between 4096 and 1073741824",
         )?;
-        range("max_digests", o.max_digests as u64, (1..=1_000_000).contains(&o.max_digests), "1..=1000000")?;
+        range("max_digests", o.max_digests as u64, (1..=50_000).contains(&o.max_digests), "1..=50000")?;
         let digests_ok = self.kernel_digests <= MAX_KERNEL_DIGESTS;
         range("kernel_digests", self.kernel_digests as u64, digests_ok, &format!("0..={MAX_KERNEL_DIGESTS}"))?;
         if let Some(budget) = &self.budget {

@@ -2,8 +2,10 @@
 //! rules; domain <-> wire conversions live with the stages that use them.
 #![allow(clippy::all)]
 
+pub mod bounds;
 pub mod codec;
 mod content_hash;
+pub mod limits;
 
 pub use content_hash::content_hash;
 

@@ -1,0 +1,71 @@
+// Included by build.rs as well as compiled into the crate, so that the
+// generated decode bounds and the documentation take these numbers from
+// one place. Plain data only: no `use`, no items but these constants.
+
+/// Elements a repeated field may hold in one message, by `Message.field`.
+/// A push past one is refused before it is decoded, naming the field. The
+/// agent's own maxima are below each.
+pub const COUNT_LIMITS: &[(&str, u64)] = &[
+    // One window per instance a host runs, or several per instance when a
+    // backlog is replayed; the agent never puts more than this in a batch.
+    ("Batch.windows", 10_000),
+    ("Batch.gaps", 10_000),
+    ("Batch.agent_windows", 10_000),
+    // The agent keeps at most --max-digests (at most 50,000) digests per
+    // instance per window, plus one overflow row.
+    ("InstanceWindow.digests", 50_001),
+    ("InstanceWindow.commands", 256),
+    ("InstanceWindow.lock_waits", 1_000),
+    ("DigestStats.error_codes", 1_024),
+    ("DigestStats.waits", 16),
+    ("DigestStats.accounts", 64),
+    // Log-linear buckets: 8 per power of two over 64 bits.
+    ("Histogram.buckets", 1_024),
+    ("LockWait.blockers", 32),
+    ("Blocker.statements", 8),
+    ("AgentWindow.untraced", 1_000),
+    ("HostMetrics.disks", 1_024),
+    ("HostMetrics.interfaces", 1_024),
+    ("SeriesRequest.by_digests", 1_000),
+];
+
+/// Bytes a string may hold, by `Message.field`.
+pub const LENGTH_LIMITS: &[(&str, u64)] = &[
+    ("AgentIdentity.agent_id", 128),
+    ("AgentIdentity.host", 1_024),
+    ("AgentIdentity.version", 1_024),
+    ("ServerInstance.name", 1_024),
+    ("ServerInstance.container_id", 1_024),
+    ("ServerInstance.container", 1_024),
+    ("ServerInstance.build_id", 1_024),
+    ("ServerInstance.server_version", 1_024),
+    // The agent captures at most 16 KiB of a statement.
+    ("DigestStats.digest_text", 65_536),
+    ("DigestStats.sample", 65_536),
+    ("DigestStats.schema", 1_024),
+    ("DigestStats.program", 1_024),
+    ("DigestStats.program_kind", 32),
+    ("DigestStats.source", 32),
+    // The agent cuts a message at 256 bytes.
+    ("ErrorCount.sample_message", 1_024),
+    ("WaitStats.class", 32),
+    ("AccountCount.user", 1_024),
+    ("AccountCount.host", 1_024),
+    ("CommandCount.command", 1_024),
+    ("LockWait.class", 32),
+    ("LockWait.digest_text", 65_536),
+    ("LockWait.sample", 65_536),
+    ("LockWait.blocker_kind", 32),
+    ("Blocker.statements", 65_536),
+    ("UntracedServer.reason", 4_096),
+    ("UntracedServer.kind", 1_024),
+    ("Gap.reason", 1_024),
+];
+
+/// Estimated bytes the decoded form of one request may take: the sizes of
+/// its structs and vectors plus the bytes of its strings. Four times the
+/// collector's 32 MiB message limit.
+pub const MAX_DECODED_REQUEST: u64 = 128 << 20;
+
+/// The same for a message only clients decode (answers, up to 64 MiB).
+pub const MAX_DECODED_ANSWER: u64 = 512 << 20;
