@@ -190,7 +190,11 @@ async fn batches_are_stored_once_and_histograms_merge_exactly() {
 async fn tokens_are_required_when_configured() {
     let dir = TempDir::new("tokens");
     let tokens = dir.path().join("tokens");
-    std::fs::write(&tokens, "# agents of team A\ntoken-a\n\ntoken-b\n").unwrap();
+    std::fs::write(
+        &tokens,
+        "# agents of team A\ntoken-a-0123456789abcdef0123456789abcdef\n\ntoken-b-0123456789abcdef0123456789abcdef\n",
+    )
+    .unwrap();
     let collector = Collector::start(&["--tokens".into(), tokens.display().to_string()]);
     let url = collector.http_url();
     let b = || batch("agent-auth", 1, vec![window(INSTANCE, 1, now_ms(), vec![digest(1, "SELECT ?", &[1000])])]);
@@ -206,7 +210,7 @@ async fn tokens_are_required_when_configured() {
     let err = query_client(&wrong).await.instances(InstancesRequest {}).await.unwrap_err();
     assert_eq!(err.code(), Code::Unauthenticated, "{err:?}");
 
-    let right = ClientOptions { token: Some("token-b".into()), ..plain(&url) };
+    let right = ClientOptions { token: Some("token-b-0123456789abcdef0123456789abcdef".into()), ..plain(&url) };
     assert!(!push(&mut ingest_client(&right).await, b()).await.unwrap().duplicate);
     let instances = query_client(&right).await.instances(InstancesRequest {}).await.unwrap().into_inner();
     assert_eq!(instances.instances.len(), 1);
@@ -228,7 +232,7 @@ async fn tokens_are_required_when_configured() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && stderr.contains("Unauthenticated") && stderr.contains("--token-file"), "{stderr}");
     let token_file = dir.path().join("token");
-    std::fs::write(&token_file, "token-a\n").unwrap();
+    std::fs::write(&token_file, "token-a-0123456789abcdef0123456789abcdef\n").unwrap();
     let top = top_json(&url, &["--token-file", token_file.to_str().unwrap()]);
     assert_eq!(row(&top, 1)["count"], 1);
 }
@@ -242,8 +246,8 @@ async fn ingest_and_read_tokens_are_separate_and_reload_on_sighup() {
     let tokens = dir.path().join("tokens");
     std::fs::write(
         &tokens,
-        "ingest host-token agents=web-1
-read reader-token
+        "ingest host-token-0123456789abcdef0123456789abcdef agents=web-1
+read reader-token-0123456789abcdef0123456789abcdef
 ",
     )
     .unwrap();
@@ -254,17 +258,27 @@ read reader-token
         batch(agent, sequence, vec![window(INSTANCE, 1, now_ms(), vec![digest(9, "SELECT ?", &[1000])])])
     };
 
-    let mut host = ingest_client(&as_token("host-token")).await;
+    let mut host = ingest_client(&as_token("host-token-0123456789abcdef0123456789abcdef")).await;
     assert!(!push(&mut host, b("web-1", 1)).await.unwrap().duplicate);
     let err = push(&mut host, b("db-7", 1)).await.unwrap_err();
     assert_eq!(err.code(), Code::PermissionDenied, "{err:?}");
     assert!(err.message().contains("web-1"), "{err:?}");
-    let err = query_client(&as_token("host-token")).await.instances(InstancesRequest {}).await.unwrap_err();
+    let err = query_client(&as_token("host-token-0123456789abcdef0123456789abcdef"))
+        .await
+        .instances(InstancesRequest {})
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), Code::PermissionDenied, "a host's token reads nothing: {err:?}");
 
-    let err = push(&mut ingest_client(&as_token("reader-token")).await, b("web-1", 2)).await.unwrap_err();
+    let err = push(&mut ingest_client(&as_token("reader-token-0123456789abcdef0123456789abcdef")).await, b("web-1", 2))
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), Code::PermissionDenied, "{err:?}");
-    let instances = query_client(&as_token("reader-token")).await.instances(InstancesRequest {}).await.unwrap();
+    let instances = query_client(&as_token("reader-token-0123456789abcdef0123456789abcdef"))
+        .await
+        .instances(InstancesRequest {})
+        .await
+        .unwrap();
     assert_eq!(instances.into_inner().instances.len(), 1, "only web-1's batch was stored");
 
     let hup = |collector: &Collector| {
@@ -281,7 +295,11 @@ read reader-token
     .unwrap();
     hup(&collector);
     assert!(query_client(&as_token("new-reader")).await.instances(InstancesRequest {}).await.is_ok());
-    let err = query_client(&as_token("reader-token")).await.instances(InstancesRequest {}).await.unwrap_err();
+    let err = query_client(&as_token("reader-token-0123456789abcdef0123456789abcdef"))
+        .await
+        .instances(InstancesRequest {})
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), Code::Unauthenticated, "the old token is gone: {err:?}");
     std::fs::write(
         &tokens,

@@ -396,8 +396,8 @@ fn refusals_other_than_invalid_are_retried_until_the_collector_takes_them() {
     let _serial = common::one_at_a_time();
     let server = PrivateServer::start("ship-refused", &[]).unwrap();
     let (tokens, wrong) = (server.dir().join("tokens"), server.dir().join("wrong-token"));
-    std::fs::write(&tokens, "right-token\n").unwrap();
-    std::fs::write(&wrong, "late-token\n").unwrap();
+    std::fs::write(&tokens, "right-token-0123456789abcdef0123456789abcdef\n").unwrap();
+    std::fs::write(&wrong, "late-token-0123456789abcdef0123456789abcdef\n").unwrap();
     let collector = Collector::start(&["--tokens".into(), tokens.display().to_string()]);
     let state = server.dir().join("agent-state");
     let mut args = ship_args(&server, &collector, &state, "300ms");
@@ -418,15 +418,20 @@ fn refusals_other_than_invalid_are_retried_until_the_collector_takes_them() {
     );
 
     // The operator adds the agent's token; the collector reloads it.
-    std::fs::write(&tokens, "right-token\nlate-token\n").unwrap();
+    std::fs::write(
+        &tokens,
+        "right-token-0123456789abcdef0123456789abcdef\nlate-token-0123456789abcdef0123456789abcdef\n",
+    )
+    .unwrap();
     unsafe { libc::kill(collector.pid() as i32, libc::SIGHUP) };
     wait_for("the backlog to drain", Duration::from_secs(30), &agent, || {
-        spool_files(&state).is_empty() && totals_of(&collector, Some("late-token")).statements >= EXECUTED
+        spool_files(&state).is_empty()
+            && totals_of(&collector, Some("late-token-0123456789abcdef0123456789abcdef")).statements >= EXECUTED
     });
     let out = agent.stop();
     assert!(out.success, "{}", out.stderr);
     assert!(rejected_files(&state).is_empty(), "nothing set aside");
-    let totals = totals_of(&collector, Some("late-token"));
+    let totals = totals_of(&collector, Some("late-token-0123456789abcdef0123456789abcdef"));
     assert_eq!(totals.statements, EXECUTED, "every statement arrives once the token is known");
 }
 

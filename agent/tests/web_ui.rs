@@ -205,7 +205,11 @@ fn reply(response: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> Rep
 
 fn tokens_file(dir: &Path) -> std::path::PathBuf {
     let path = dir.join("tokens");
-    std::fs::write(&path, "read reader-7f3a9c\ningest agent-51b2e0\n").unwrap();
+    std::fs::write(
+        &path,
+        "read reader-7f3a9c-0123456789abcdef0123456789abcdef\ningest agent-51b2e0-0123456789abcdef0123456789abcdef\n",
+    )
+    .unwrap();
     path
 }
 
@@ -233,21 +237,28 @@ fn the_ui_asks_for_a_read_token() {
     assert_eq!(reply(http.get(format!("{ui}/api/top")).call()).status, 401);
 
     // Wrong tokens are refused: unknown, and one that may only ingest.
-    for (token, why) in [("guess", "not accepted"), ("agent-51b2e0", "not read")] {
+    for (token, why) in [("guess", "not accepted"), ("agent-51b2e0-0123456789abcdef0123456789abcdef", "not read")] {
         let refused = reply(http.post(format!("{ui}/login")).send_form([("token", token), ("next", "/top")]));
         assert_eq!(refused.status, 401, "{token}");
         assert!(refused.cookie.is_empty(), "no session for {token}");
         assert!(refused.body.contains("Sign-in refused") && refused.body.contains(why), "{token}: {}", refused.body);
     }
     assert_eq!(
-        reply(http.get(format!("{ui}/api/top")).header("authorization", "Bearer agent-51b2e0").call()).status,
+        reply(
+            http.get(format!("{ui}/api/top"))
+                .header("authorization", "Bearer agent-51b2e0-0123456789abcdef0123456789abcdef")
+                .call()
+        )
+        .status,
         401
     );
 
     // The read token: a session cookie that scripts cannot read and other
     // sites cannot send, then the page asked for.
-    let signed =
-        reply(http.post(format!("{ui}/login")).send_form([("token", "reader-7f3a9c"), ("next", "/top?since=6h")]));
+    let signed = reply(
+        http.post(format!("{ui}/login"))
+            .send_form([("token", "reader-7f3a9c-0123456789abcdef0123456789abcdef"), ("next", "/top?since=6h")]),
+    );
     assert_eq!((signed.status, signed.location.as_str()), (303, "/top?since=6h"));
     assert!(signed.cookie.contains("HttpOnly") && signed.cookie.contains("SameSite=Strict"), "{}", signed.cookie);
     assert!(!signed.cookie.contains("Secure"), "plain HTTP: no Secure flag, or the browser would drop it");
@@ -256,12 +267,19 @@ fn the_ui_asks_for_a_read_token() {
     assert_eq!(page.status, 200);
     assert!(page.body.contains("<h1>Top digests</h1>"));
     assert_eq!(
-        reply(http.get(format!("{ui}/api/top")).header("authorization", "Bearer reader-7f3a9c").call()).status,
+        reply(
+            http.get(format!("{ui}/api/top"))
+                .header("authorization", "Bearer reader-7f3a9c-0123456789abcdef0123456789abcdef")
+                .call()
+        )
+        .status,
         200
     );
     // A login link cannot send the browser off-site.
-    let offsite =
-        reply(http.post(format!("{ui}/login")).send_form([("token", "reader-7f3a9c"), ("next", "//evil.example/")]));
+    let offsite = reply(
+        http.post(format!("{ui}/login"))
+            .send_form([("token", "reader-7f3a9c-0123456789abcdef0123456789abcdef"), ("next", "//evil.example/")]),
+    );
     assert_eq!(offsite.location, "/");
 
     // Hostile parameters come back as text, never as markup.
@@ -304,11 +322,119 @@ fn under_tls_the_session_cookie_is_secure() {
         collector.ui
     );
     let https = client(true);
-    let signed = reply(https.post(format!("{}login", collector.ui)).send_form([("token", "reader-7f3a9c")]));
+    let signed = reply(
+        https
+            .post(format!("{}login", collector.ui))
+            .send_form([("token", "reader-7f3a9c-0123456789abcdef0123456789abcdef")]),
+    );
     assert_eq!(signed.status, 303);
     assert!(signed.cookie.contains("Secure") && signed.cookie.contains("HttpOnly"), "{}", signed.cookie);
     // Plain HTTP to the TLS port gets no page.
     let plain = client(false).get(collector.ui.replace("https://", "http://")).call();
     assert!(plain.is_err() || reply(plain).status >= 400);
     std::thread::sleep(Duration::from_millis(10));
+}
+
+/// A connection to `to` from the loopback address `from` (127.0.0.2 and up
+/// reach the same listener as 127.0.0.1 but count as another client).
+fn connect_from(from: &str, to: std::net::SocketAddr) -> std::net::TcpStream {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let stream = runtime.block_on(async {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind(format!("{from}:0").parse().unwrap()).unwrap();
+        socket.connect(to).await.unwrap()
+    });
+    let stream = stream.into_std().unwrap();
+    stream.set_nonblocking(false).unwrap();
+    stream
+}
+
+/// The status code a raw HTTP exchange ended with, or 0 when the
+/// collector closed the connection without an answer.
+fn raw_status(stream: &mut std::net::TcpStream) -> u16 {
+    use std::io::Read;
+    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut head = Vec::new();
+    let _ = stream.read_to_end(&mut head);
+    String::from_utf8_lossy(&head).split_whitespace().nth(1).and_then(|code| code.parse().ok()).unwrap_or(0)
+}
+
+fn login_from(from: &str, ui: std::net::SocketAddr, token: &str) -> u16 {
+    use std::io::Write;
+    let mut stream = connect_from(from, ui);
+    let form = format!("token={token}&next=%2F");
+    write!(
+        stream,
+        "POST /login HTTP/1.1\r\nHost: {ui}\r\nContent-Type: application/x-www-form-urlencoded\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{form}",
+        form.len()
+    )
+    .unwrap();
+    raw_status(&mut stream)
+}
+
+/// What a stranger can send to the sign-in page: a `next` that leaves the
+/// site, a form posted from another site, token guesses by the dozen, and
+/// forms that trickle in a byte at a time over many connections. Each is
+/// refused or cut, and the UI keeps answering everyone else.
+#[test]
+fn sign_in_refuses_other_sites_guessers_and_trickles() {
+    use std::io::Write;
+    let dir = TempDir::new("ui-sign-in");
+    let tokens = tokens_file(dir.path());
+    let collector = Collector::start(&["--tokens".into(), tokens.display().to_string()]);
+    let ui = collector.ui.trim_end_matches('/').to_string();
+    let ui_addr: std::net::SocketAddr = ui.trim_start_matches("http://").parse().unwrap();
+    let http = client(false);
+    const READER: &str = "reader-7f3a9c-0123456789abcdef0123456789abcdef";
+
+    // A tab that browsers drop would turn `/\t/evil.example` into
+    // `//evil.example`.
+    let tabbed = reply(http.post(format!("{ui}/login")).send_form([("token", READER), ("next", "/\t/evil.example")]));
+    assert_eq!((tabbed.status, tabbed.location.as_str()), (303, "/"));
+
+    // A form posted from another site is refused; from the UI's own, taken.
+    let cross =
+        reply(http.post(format!("{ui}/login")).header("origin", "http://evil.example").send_form([("token", READER)]));
+    assert_eq!(cross.status, 403);
+    assert!(cross.cookie.is_empty());
+    let own = reply(http.post(format!("{ui}/login")).header("origin", &ui).send_form([("token", READER)]));
+    assert_eq!(own.status, 303);
+
+    // Guessing from one address: ten refusals, then 429 for that address
+    // only, the right token included; another address signs in.
+    for guess in 0..10 {
+        assert_eq!(login_from("127.0.0.3", ui_addr, &format!("guess-{guess}")), 401, "guess {guess}");
+    }
+    assert_eq!(login_from("127.0.0.3", ui_addr, "guess-10"), 429);
+    assert_eq!(login_from("127.0.0.3", ui_addr, READER), 429, "the guesser waits out its minute");
+    assert_eq!(login_from("127.0.0.4", ui_addr, READER), 303, "another address is not held back");
+    let logged = collector.stderr_text().matches("sign-in refused").count();
+    assert_eq!(logged, 1, "one log line for the guesser's minute:\n{}", collector.stderr_text());
+
+    // 64 forms that trickle from one address: it holds at most its share
+    // of connections, the rest of the world is answered at once, and each
+    // trickle is cut when its form is late.
+    let mut trickles = Vec::new();
+    for _ in 0..64 {
+        let mut stream = connect_from("127.0.0.2", ui_addr);
+        let _ = write!(
+            stream,
+            "POST /login HTTP/1.1\r\nHost: {ui_addr}\r\nContent-Type: application/x-www-form-urlencoded\r\n\
+             Content-Length: 1000\r\n\r\nto"
+        );
+        trickles.push(stream);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let started = std::time::Instant::now();
+    for _ in 0..5 {
+        assert_eq!(reply(http.get(format!("{ui}/healthz")).call()).status, 200);
+    }
+    assert!(started.elapsed() < Duration::from_secs(2), "healthz waited {:?}", started.elapsed());
+    let statuses: Vec<u16> = trickles.iter_mut().map(raw_status).collect();
+    let cut = statuses.iter().filter(|s| **s == 408).count();
+    let closed = statuses.iter().filter(|s| **s == 0).count();
+    assert_eq!(cut + closed, 64, "{statuses:?}");
+    assert!(cut <= 16, "one address holds at most 16 connections: {cut} were served");
+    assert!(started.elapsed() < Duration::from_secs(20), "trickles cut in time: {:?}", started.elapsed());
 }

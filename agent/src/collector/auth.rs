@@ -35,9 +35,17 @@ pub enum AuthError {
     Empty { path: String },
     #[error("{path}:{line}: a token must be printable ASCII without spaces")]
     BadToken { path: String, line: usize },
-    #[error("{path}:{line}: expected `[ingest|read|both] TOKEN [agents=ID,ID...]`, found {found:?}")]
-    BadLine { path: String, line: usize, found: String },
+    #[error("{path}:{line}: expected `[ingest|read|both] TOKEN [agents=ID,ID...]` ({fields} fields found)")]
+    BadLine { path: String, line: usize, fields: usize },
+    #[error(
+        "{path}:{line}: a token must be at least {MIN_TOKEN_LEN} characters (this one has {length}), so it \
+         cannot be guessed; make one with `head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n'`"
+    )]
+    ShortToken { path: String, line: usize, length: usize },
 }
+
+/// Shortest token accepted: 32 random hex characters are 128 bits.
+pub const MIN_TOKEN_LEN: usize = 32;
 
 /// What a service needs a token to allow.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -99,8 +107,8 @@ fn parse(path: &Path) -> Result<Vec<Token>, AuthError> {
             continue;
         }
         let fields: Vec<&str> = line.split_whitespace().collect();
-        let bad_line =
-            || AuthError::BadLine { path: shown.clone(), line: n + 1, found: line.chars().take(16).collect() };
+        // Never echo the line: it holds a secret.
+        let bad_line = || AuthError::BadLine { path: shown.clone(), line: n + 1, fields: fields.len() };
         let (role, secret, rest) = match fields.as_slice() {
             [secret] => ("both", *secret, &[][..]),
             [role, secret, rest @ ..] if rest.len() <= 1 => (*role, *secret, rest),
@@ -122,6 +130,9 @@ fn parse(path: &Path) -> Result<Vec<Token>, AuthError> {
         };
         if !secret.bytes().all(|b| b.is_ascii_graphic()) {
             return Err(AuthError::BadToken { path: shown, line: n + 1 });
+        }
+        if secret.len() < MIN_TOKEN_LEN {
+            return Err(AuthError::ShortToken { path: shown, line: n + 1, length: secret.len() });
         }
         tokens.push(Token { secret: secret.as_bytes().to_vec(), ingest, read, agents });
     }
@@ -234,14 +245,17 @@ mod tests {
 
     #[test]
     fn tokens_file() {
-        let (dir, path) = file("plain", "# agents\n  s3cret  \n\nother-token\n");
+        let (dir, path) = file(
+            "plain",
+            "# agents\n  s3cret-0123456789abcdef0123456789abcdef  \n\nother-token-0123456789abcdef0123456789abcdef\n",
+        );
         let auth = Auth::from_file(&path).unwrap();
         assert_eq!(auth.token_count(), 2);
-        auth.check(Role::Ingest, Some(b"Bearer s3cret")).unwrap();
-        auth.check(Role::Read, Some(b"Bearer other-token")).unwrap();
+        auth.check(Role::Ingest, Some(b"Bearer s3cret-0123456789abcdef0123456789abcdef")).unwrap();
+        auth.check(Role::Read, Some(b"Bearer other-token-0123456789abcdef0123456789abcdef")).unwrap();
         let refused = |header: Option<&[u8]>| auth.check(Role::Ingest, header).unwrap_err();
         assert_eq!(refused(Some(b"Bearer s3cre")).code(), tonic::Code::Unauthenticated);
-        assert_eq!(refused(Some(b"s3cret")).code(), tonic::Code::Unauthenticated);
+        assert_eq!(refused(Some(b"s3cret-0123456789abcdef0123456789abcdef")).code(), tonic::Code::Unauthenticated);
         assert!(refused(None).message().contains("missing authorization"));
         Auth::open().check(Role::Ingest, None).unwrap();
         std::fs::write(&path, "# nothing\n").unwrap();
@@ -251,16 +265,22 @@ mod tests {
 
     #[test]
     fn roles_and_bound_agents() {
-        let (dir, path) = file("roles", "ingest in-1 agents=web-1,web-2\nread rd-1\nboth all-1\n");
+        let (dir, path) = file(
+            "roles",
+            "ingest in-1-0123456789abcdef0123456789abcdef agents=web-1,web-2\nread rd-1-0123456789abcdef0123456789abcdef\nboth all-1-0123456789abcdef0123456789abcdef\n",
+        );
         let auth = Auth::from_file(&path).unwrap();
-        let bound = auth.check(Role::Ingest, Some(b"Bearer in-1")).unwrap().unwrap();
+        let bound = auth.check(Role::Ingest, Some(b"Bearer in-1-0123456789abcdef0123456789abcdef")).unwrap().unwrap();
         bound.check("web-2").unwrap();
         assert_eq!(bound.check("db-9").unwrap_err().code(), tonic::Code::PermissionDenied);
         let denied = |role, header: &[u8]| auth.check(role, Some(header)).unwrap_err().code();
-        assert_eq!(denied(Role::Read, b"Bearer in-1"), tonic::Code::PermissionDenied);
-        assert_eq!(denied(Role::Ingest, b"Bearer rd-1"), tonic::Code::PermissionDenied);
-        assert!(auth.check(Role::Read, Some(b"Bearer rd-1")).unwrap().is_none());
-        assert!(auth.check(Role::Ingest, Some(b"Bearer all-1")).unwrap().is_none());
+        assert_eq!(denied(Role::Read, b"Bearer in-1-0123456789abcdef0123456789abcdef"), tonic::Code::PermissionDenied);
+        assert_eq!(
+            denied(Role::Ingest, b"Bearer rd-1-0123456789abcdef0123456789abcdef"),
+            tonic::Code::PermissionDenied
+        );
+        assert!(auth.check(Role::Read, Some(b"Bearer rd-1-0123456789abcdef0123456789abcdef")).unwrap().is_none());
+        assert!(auth.check(Role::Ingest, Some(b"Bearer all-1-0123456789abcdef0123456789abcdef")).unwrap().is_none());
         for bad in ["write tok\n", "ingest tok agents\n", "read a b c\n"] {
             std::fs::write(&path, bad).unwrap();
             assert!(Auth::from_file(&path).unwrap_err().to_string().contains(":1:"), "{bad}");
@@ -270,16 +290,22 @@ mod tests {
 
     #[test]
     fn reload_replaces_the_tokens_or_keeps_them() {
-        let (dir, path) = file("reload", "old-token\n");
+        let (dir, path) = file("reload", "old-token-0123456789abcdef0123456789abcdef\n");
         let auth = Auth::from_file(&path).unwrap();
         let gate = auth.gate(Role::Read);
-        std::fs::write(&path, "read new-token\n").unwrap();
+        std::fs::write(&path, "read new-token-0123456789abcdef0123456789abcdef\n").unwrap();
         assert_eq!(auth.reload().unwrap(), 1);
-        assert!(gate.auth.check(Role::Read, Some(b"Bearer new-token")).is_ok(), "a gate sees the reload");
-        assert!(gate.auth.check(Role::Read, Some(b"Bearer old-token")).is_err());
+        assert!(
+            gate.auth.check(Role::Read, Some(b"Bearer new-token-0123456789abcdef0123456789abcdef")).is_ok(),
+            "a gate sees the reload"
+        );
+        assert!(gate.auth.check(Role::Read, Some(b"Bearer old-token-0123456789abcdef0123456789abcdef")).is_err());
         std::fs::write(&path, "").unwrap();
         assert!(auth.reload().is_err());
-        assert!(auth.check(Role::Read, Some(b"Bearer new-token")).is_ok(), "a bad file keeps the tokens in force");
+        assert!(
+            auth.check(Role::Read, Some(b"Bearer new-token-0123456789abcdef0123456789abcdef")).is_ok(),
+            "a bad file keeps the tokens in force"
+        );
         std::fs::remove_dir_all(dir).ok();
     }
 }

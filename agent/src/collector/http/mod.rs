@@ -18,6 +18,7 @@ mod routes;
 mod server;
 mod session;
 mod svg;
+mod throttle;
 
 use std::sync::Arc;
 
@@ -66,11 +67,18 @@ pub struct Ui {
     /// Served over TLS: cookies get `Secure`.
     secure: bool,
     gate: Semaphore,
+    sign_ins: throttle::SignInThrottle,
 }
 
 impl Ui {
     pub fn new(query: QueryService, auth: Auth, secure: bool) -> Ui {
-        Ui { query, sessions: session::Sessions::new(auth), secure, gate: Semaphore::new(UI_QUERIES_IN_FLIGHT) }
+        Ui {
+            query,
+            sessions: session::Sessions::new(auth),
+            secure,
+            gate: Semaphore::new(UI_QUERIES_IN_FLIGHT),
+            sign_ins: throttle::SignInThrottle::default(),
+        }
     }
 
     async fn ask<T, F>(&self, call: F) -> Result<T, Status>

@@ -16,10 +16,14 @@ use super::{
     pages,
     params::{Params, View, encode},
     session::{self, Refusal},
+    throttle,
 };
 
 /// A login form is a token and a path: anything longer is not one.
 const MAX_FORM_BYTES: usize = 8 * 1024;
+/// A login form arrives whole within this, or the request is cut: a form
+/// that trickles would hold a connection for nothing.
+const FORM_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
 
 const CSS: &str = include_str!("assets/sqlbee.css");
 const JS: &str = include_str!("assets/sqlbee.js");
@@ -74,15 +78,36 @@ fn header_text(request: &Request<Incoming>, name: header::HeaderName) -> Option<
 }
 
 /// Where to go after signing in: a path on this site only, so a crafted
-/// login link cannot send anyone elsewhere.
+/// login link cannot send anyone elsewhere. Browsers drop tabs and line
+/// breaks from a URL and read a backslash as a slash, so `/\t/evil.example`
+/// would leave the site: a path with a control character, a space or a
+/// backslash is refused, as is one that does not start with a single `/`.
 fn safe_next(next: Option<&str>) -> String {
     match next {
-        Some(path) if path.starts_with('/') && !path.starts_with("//") && !path.contains('\\') => path.to_string(),
+        Some(path)
+            if path.starts_with('/')
+                && !path.starts_with("//")
+                && !path.chars().any(|c| c.is_control() || c.is_whitespace() || c == '\\') =>
+        {
+            path.to_string()
+        }
         _ => "/".to_string(),
     }
 }
 
-pub async fn respond(ui: Shared, request: Request<Incoming>) -> Answer {
+/// Whether a POST comes from the UI's own pages. Browsers send `Origin`
+/// with every cross-site POST; a client that sends none (curl, a script)
+/// is not a browser another site could steer.
+fn same_origin(request: &Request<Incoming>, secure: bool) -> bool {
+    let Some(origin) = header_text(request, header::ORIGIN) else {
+        return header_text(request, header::HeaderName::from_static("sec-fetch-site"))
+            .is_none_or(|site| site == "same-origin" || site == "none");
+    };
+    let Some(host) = header_text(request, header::HOST) else { return false };
+    origin == format!("{}://{host}", if secure { "https" } else { "http" })
+}
+
+pub async fn respond(ui: Shared, request: Request<Incoming>, peer: std::net::IpAddr) -> Answer {
     let path = request.uri().path().to_string();
     let params = Params::parse(request.uri().query().unwrap_or(""));
     let method = request.method().clone();
@@ -96,7 +121,11 @@ pub async fn respond(ui: Shared, request: Request<Incoming>) -> Answer {
         (&Method::GET, "/login") => {
             return html_page(StatusCode::OK, pages::login::render(&safe_next(params.get("next")), None));
         }
-        (&Method::POST, "/login") => return login(&ui, request).await,
+        (&Method::POST, "/login" | "/logout") if !same_origin(&request, ui.secure) => {
+            tracing::info!(%peer, %path, "web UI: refused a form posted from another site");
+            return answer(StatusCode::FORBIDDEN, "text/plain; charset=utf-8", "cross-site form refused\n".into());
+        }
+        (&Method::POST, "/login") => return login(&ui, request, peer).await,
         (&Method::POST, "/logout") => {
             ui.sessions.sign_out(header_text(&request, header::COOKIE));
             return redirect("/login", Some(session::close_cookie(ui.secure)));
@@ -177,12 +206,28 @@ fn error_page(path: &str, signed_in: bool, error: &PageError) -> Answer {
     html_page(error.status(), body)
 }
 
-async fn login(ui: &Shared, request: Request<Incoming>) -> Answer {
+async fn login(ui: &Shared, request: Request<Incoming>, peer: std::net::IpAddr) -> Answer {
+    if let Some(wait) = ui.sign_ins.wait(peer) {
+        let mut refused = html_page(
+            StatusCode::TOO_MANY_REQUESTS,
+            pages::login::render("/", Some("too many refused sign-ins from this address; try again in a minute")),
+        );
+        if let Ok(seconds) = HeaderValue::from_str(&wait.as_secs().max(1).to_string()) {
+            refused.headers_mut().insert(header::RETRY_AFTER, seconds);
+        }
+        return refused;
+    }
     let limited = http_body_util::Limited::new(request.into_body(), MAX_FORM_BYTES);
-    let form = match limited.collect().await {
-        Ok(body) => Params::parse(&String::from_utf8_lossy(&body.to_bytes())),
-        Err(_) => {
+    let form = match tokio::time::timeout(FORM_DEADLINE, limited.collect()).await {
+        Ok(Ok(body)) => Params::parse(&String::from_utf8_lossy(&body.to_bytes())),
+        Ok(Err(_)) => {
             return html_page(StatusCode::PAYLOAD_TOO_LARGE, pages::login::render("/", Some("the form is too large")));
+        }
+        Err(_) => {
+            tracing::debug!(%peer, "web UI: a sign-in form did not arrive in time");
+            let mut cut = answer(StatusCode::REQUEST_TIMEOUT, "text/plain; charset=utf-8", "form too slow\n".into());
+            cut.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+            return cut;
         }
     };
     let next = safe_next(form.get("next"));
@@ -193,12 +238,43 @@ async fn login(ui: &Shared, request: Request<Incoming>) -> Answer {
                 Refusal::Refused(why) => why,
                 Refusal::SignIn => "token refused".to_string(),
             };
-            tracing::info!(reason = %why, "web UI: sign-in refused");
+            match ui.sign_ins.refused(peer) {
+                (throttle::LogLine::First, 0) => tracing::info!(%peer, reason = %why, "web UI: sign-in refused"),
+                (throttle::LogLine::First, quiet) => tracing::info!(
+                    %peer, reason = %why, refused_in_the_minute_before = quiet + 1,
+                    "web UI: sign-in refused"
+                ),
+                (throttle::LogLine::Quiet, _) => {}
+            }
             html_page(StatusCode::UNAUTHORIZED, pages::login::render(&next, Some(&why)))
         }
         Err(error) => {
             tracing::warn!(%error, "web UI: cannot open a session");
             html_page(StatusCode::INTERNAL_SERVER_ERROR, pages::login::render(&next, Some(&error.to_string())))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn next_is_a_plain_path_on_this_site_or_the_fleet_page() {
+        let next = |query: &str| safe_next(Params::parse(query).get("next"));
+        assert_eq!(next("next=/top%3Fsince%3D6h"), "/top?since=6h");
+        assert_eq!(next("next=/digest?id=1"), "/digest?id=1");
+        for elsewhere in [
+            "next=//evil.example/",
+            "next=/%09/evil.example",
+            "next=/%0a/evil.example",
+            "next=/%5Cevil.example",
+            "next=%5C%5Cevil.example",
+            "next=/%20/evil.example",
+            "next=https://evil.example/",
+            "next=evil.example",
+        ] {
+            assert_eq!(next(elsewhere), "/", "{elsewhere}");
         }
     }
 }

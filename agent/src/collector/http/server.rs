@@ -19,6 +19,9 @@ use super::{HttpError, Shared, routes};
 
 /// Connections served at once; more are closed as they arrive.
 const MAX_CONNECTIONS: usize = 64;
+/// Connections one client address holds at once, so that a few hostile or
+/// broken clients cannot take every connection (a browser opens about 6).
+const MAX_PER_ADDRESS: usize = 16;
 /// A client must send its request line and headers within this.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 /// A TLS handshake must finish within this.
@@ -121,12 +124,22 @@ impl HttpServer {
             .map_err(|source| HttpError::Bind { addr: local, source })?;
         let (stop_tx, stop_rx) = watch::channel(false);
         let mut connections = JoinSet::new();
+        let mut per_address: std::collections::HashMap<std::net::IpAddr, usize> = Default::default();
         tracing::info!(url = %format!("{}://{local}/", if self.tls.is_some() { "https" } else { "http" }), "web UI listening");
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
                 () = &mut shutdown => break,
-                Some(_) = connections.join_next(), if !connections.is_empty() => {}
+                Some(ended) = connections.join_next(), if !connections.is_empty() => {
+                    if let Ok(address) = ended
+                        && let Some(held) = per_address.get_mut(&address)
+                    {
+                        *held -= 1;
+                        if *held == 0 {
+                            per_address.remove(&address);
+                        }
+                    }
+                }
                 accepted = listener.accept() => {
                     let (stream, peer) = match accepted {
                         Ok(accepted) => accepted,
@@ -140,6 +153,12 @@ impl HttpServer {
                         tracing::warn!(%peer, limit = MAX_CONNECTIONS, "web UI busy; closing connection");
                         continue;
                     }
+                    let held = per_address.entry(peer.ip()).or_default();
+                    if *held >= MAX_PER_ADDRESS {
+                        tracing::debug!(%peer, limit = MAX_PER_ADDRESS, "web UI: this address holds its share of connections; closing");
+                        continue;
+                    }
+                    *held += 1;
                     let _ = stream.set_nodelay(true);
                     connections.spawn(connection(stream, peer, self.tls.clone(), ui.clone(), stop_rx.clone()));
                 }
@@ -152,13 +171,15 @@ impl HttpServer {
     }
 }
 
+/// Serves one connection; returns the client's address, whose count of
+/// connections it held.
 async fn connection(
     stream: TcpStream,
     peer: SocketAddr,
     tls: Option<TlsAcceptor>,
     ui: Shared,
     stop: watch::Receiver<bool>,
-) {
+) -> std::net::IpAddr {
     match tls {
         Some(acceptor) => match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
             Ok(Ok(stream)) => serve_http(TokioIo::new(stream), peer, ui, stop).await,
@@ -167,6 +188,7 @@ async fn connection(
         },
         None => serve_http(TokioIo::new(stream), peer, ui, stop).await,
     }
+    peer.ip()
 }
 
 async fn serve_http<I>(io: I, peer: SocketAddr, ui: Shared, mut stop: watch::Receiver<bool>)
@@ -179,7 +201,7 @@ where
         io,
         service_fn(move |request| {
             let ui = ui.clone();
-            async move { Ok::<_, Infallible>(routes::respond(ui, request).await) }
+            async move { Ok::<_, Infallible>(routes::respond(ui, request, peer.ip()).await) }
         }),
     );
     tokio::pin!(conn);

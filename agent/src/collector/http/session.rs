@@ -172,19 +172,26 @@ mod tests {
 
     #[test]
     fn a_read_token_opens_a_session_and_others_do_not() {
-        let (s, path) = sessions("read reader-token\ningest agent-token\n");
+        let (s, path) = sessions(
+            "read reader-token-0123456789abcdef0123456789abcdef\ningest agent-token-0123456789abcdef0123456789abcdef\n",
+        );
         assert_eq!(s.admit(None, None), Err(Refusal::SignIn));
         assert!(matches!(s.sign_in("wrong").unwrap(), Err(Refusal::Refused(_))));
-        assert!(matches!(s.sign_in("agent-token").unwrap(), Err(Refusal::Refused(m)) if m.contains("not read")));
-        let id = s.sign_in("reader-token").unwrap().unwrap();
+        assert!(
+            matches!(s.sign_in("agent-token-0123456789abcdef0123456789abcdef").unwrap(), Err(Refusal::Refused(m)) if m.contains("not read"))
+        );
+        let id = s.sign_in("reader-token-0123456789abcdef0123456789abcdef").unwrap().unwrap();
         assert_eq!(id.len(), 64);
         let cookie = format!("other=1; {COOKIE}={id}");
         assert_eq!(s.admit(None, Some(&cookie)), Ok(()));
         assert_eq!(s.admit(None, Some(&format!("{COOKIE}=forged"))), Err(Refusal::SignIn));
-        assert_eq!(s.admit(Some("Bearer reader-token"), None), Ok(()));
-        assert!(matches!(s.admit(Some("Bearer agent-token"), None), Err(Refusal::Refused(_))));
+        assert_eq!(s.admit(Some("Bearer reader-token-0123456789abcdef0123456789abcdef"), None), Ok(()));
+        assert!(matches!(
+            s.admit(Some("Bearer agent-token-0123456789abcdef0123456789abcdef"), None),
+            Err(Refusal::Refused(_))
+        ));
         // Removing the token ends its sessions.
-        std::fs::write(&path, "read another-token\n").unwrap();
+        std::fs::write(&path, "read another-token-0123456789abcdef0123456789abcdef\n").unwrap();
         s.auth.reload().unwrap();
         assert_eq!(s.admit(None, Some(&cookie)), Err(Refusal::SignIn));
         s.sign_out(Some(&cookie));
