@@ -230,6 +230,8 @@ fn main() {
             .args(["--http-listen", "127.0.0.1:0", "--http-ready-file"])
             .arg(&ui_ready)
             .args(max_pushes.map(|n| format!("--max-pushes-in-flight={n}")))
+            // Every sender is on loopback: one address.
+            .arg(format!("--max-pushes-per-address={}", max_pushes.unwrap_or(senders).max(senders)))
             .env("SQLBEE_LOG", "warn")
             .stdout(Stdio::null())
             .spawn()

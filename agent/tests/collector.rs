@@ -289,12 +289,18 @@ read reader-token-0123456789abcdef0123456789abcdef
     };
     std::fs::write(
         &tokens,
-        "read new-reader
+        "read new-reader-0123456789abcdef0123456789abcdef
 ",
     )
     .unwrap();
     hup(&collector);
-    assert!(query_client(&as_token("new-reader")).await.instances(InstancesRequest {}).await.is_ok());
+    assert!(
+        query_client(&as_token("new-reader-0123456789abcdef0123456789abcdef"))
+            .await
+            .instances(InstancesRequest {})
+            .await
+            .is_ok()
+    );
     let err = query_client(&as_token("reader-token-0123456789abcdef0123456789abcdef"))
         .await
         .instances(InstancesRequest {})
@@ -308,7 +314,14 @@ read reader-token-0123456789abcdef0123456789abcdef
     )
     .unwrap();
     hup(&collector);
-    assert!(query_client(&as_token("new-reader")).await.instances(InstancesRequest {}).await.is_ok(), "kept");
+    assert!(
+        query_client(&as_token("new-reader-0123456789abcdef0123456789abcdef"))
+            .await
+            .instances(InstancesRequest {})
+            .await
+            .is_ok(),
+        "kept"
+    );
     assert!(collector.stderr_text().contains("not reloaded"), "{}", collector.stderr_text());
 }
 
@@ -1445,6 +1458,145 @@ async fn a_count_bomb_is_refused_before_it_is_decoded() {
     assert!(!push(&mut client, ok).await.unwrap().duplicate);
     assert_eq!(row(&top_json(&url, &[]), 6)["count"], 1);
     eprintln!("count bomb refused; collector peak RSS grew by {} MiB", grown >> 20);
+}
+
+/// A push whose body trickles in from `from` (a loopback address of its
+/// own): its headers and the first bytes of a large message, then a byte
+/// every 2 s. Returns the gRPC status the collector ends it with.
+async fn trickling_push(from: &str, url: &str) -> (tonic::Code, String) {
+    let to: std::net::SocketAddr = url.trim_start_matches("http://").parse().unwrap();
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(format!("{from}:0").parse().unwrap()).unwrap();
+    let stream = socket.connect(to).await.unwrap();
+    let (client, connection) = h2::client::handshake(stream).await.unwrap();
+    tokio::spawn(connection);
+    let mut client = client.ready().await.unwrap();
+    let request = tonic::codegen::http::Request::post(format!("http://{to}/sqlbee.v1.Ingest/Push"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(())
+        .unwrap();
+    let (response, mut body) = client.send_request(request, false).unwrap();
+    // A gRPC frame header for a 1 MB message, then one byte of it.
+    body.send_data(prost::bytes::Bytes::from_static(&[0, 0, 0x0f, 0x42, 0x40, 0x0a]), false).unwrap();
+    let trickle = tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            if body.send_data(prost::bytes::Bytes::from_static(&[0x00]), false).is_err() {
+                break;
+            }
+        }
+    });
+    let response = tokio::time::timeout(Duration::from_secs(60), response).await.expect("an answer").unwrap();
+    let status = |headers: &tonic::codegen::http::HeaderMap| {
+        let code = headers.get("grpc-status").and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<i32>().ok());
+        // grpc-message is percent-encoded.
+        let message = headers.get("grpc-message").and_then(|v| v.to_str().ok()).unwrap_or("").replace("%20", " ");
+        code.map(|c| (tonic::Code::from_i32(c), message))
+    };
+    let answer = match status(response.headers()) {
+        Some(answer) => answer,
+        None => {
+            let mut body = response.into_body();
+            while let Some(chunk) = body.data().await {
+                let _ = chunk;
+            }
+            let trailers = body.trailers().await.unwrap().unwrap_or_default();
+            status(&trailers).unwrap_or((tonic::Code::Unknown, "no grpc-status".into()))
+        }
+    };
+    trickle.abort();
+    answer
+}
+
+/// Slow senders hold nothing for long: eight pushes from one address whose
+/// bodies trickle in take at most that address's share of the places (the
+/// rest are RESOURCE_EXHAUSTED at once), another agent's push is stored
+/// meanwhile, and each trickle is cut with UNAVAILABLE (which an agent
+/// retries) once its body falls below the minimum rate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trickling_pushes_are_cut_and_other_agents_get_through() {
+    let collector = Collector::start(&[]);
+    let url = collector.http_url();
+    let started = std::time::Instant::now();
+    let trickles: Vec<_> = (0..8)
+        .map(|_| {
+            tokio::spawn({
+                let url = url.clone();
+                async move { trickling_push("127.0.0.2", &url).await }
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut ordinary = ingest_client(&plain(&url)).await;
+    let ok = batch("agent-ordinary", 1, vec![window(INSTANCE, 2, now_ms(), vec![digest(6, "SELECT ?", &[1000])])]);
+    let pushed = std::time::Instant::now();
+    assert!(!push(&mut ordinary, ok).await.expect("another agent's push is stored").duplicate);
+    assert!(pushed.elapsed() < Duration::from_secs(2), "answered in {:?}", pushed.elapsed());
+    let mut codes = std::collections::BTreeMap::new();
+    for trickle in trickles {
+        let (code, message) = trickle.await.unwrap();
+        if code == Code::Unavailable {
+            assert!(message.contains("too slowly"), "{message}");
+        }
+        *codes.entry(format!("{code:?}")).or_insert(0) += 1;
+    }
+    assert_eq!(codes.get("ResourceExhausted"), Some(&4), "beyond the address's share: {codes:?}");
+    assert_eq!(codes.get("Unavailable"), Some(&4), "cut for their rate: {codes:?}");
+    assert!(started.elapsed() < Duration::from_secs(30), "cut in {:?}", started.elapsed());
+    assert_eq!(row(&top_json(&url, &[]), 6)["count"], 1);
+}
+
+/// Reads given up by their clients stop, and ingest never waits behind
+/// them: twenty large Top calls over 10,000 digests, in waves, each
+/// abandoned after 1 s, then a push is answered within a second, and reads
+/// answer again afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abandoned_reads_do_not_stall_ingest() {
+    let collector = Collector::start(&[]);
+    let url = collector.http_url();
+    let mut ingest = ingest_client(&plain(&url)).await.send_compressed(CompressionEncoding::Gzip);
+    let text = "SELECT ".to_string() + &"c, ".repeat(200) + "1 FROM t WHERE id = ?";
+    for sequence in 1..=20u64 {
+        let digests =
+            (0..2_000u64).map(|i| digest(sequence << 32 | i, &format!("{text} -- {i}"), &[1000, 2000])).collect();
+        let b = batch("agent-many", sequence, vec![window(INSTANCE, 1, now_ms() - 1000 * sequence as i64, digests)]);
+        push(&mut ingest, b).await.unwrap();
+    }
+    // Five waves of four readers, from four addresses (each address may
+    // hold two query places), each giving up after 1 s.
+    for _wave in 0..5 {
+        let mut abandoned = tokio::task::JoinSet::new();
+        for reader in 0..4u8 {
+            let url = url.clone();
+            abandoned.spawn(async move {
+                let channel = tonic::transport::Endpoint::from_shared(url)
+                    .unwrap()
+                    .local_address(Some(std::net::IpAddr::from([127, 0, 0, 10 + reader])))
+                    .connect()
+                    .await
+                    .unwrap();
+                let mut query = sqlbee_proto::v1::query_client::QueryClient::new(channel);
+                let request = TopRequest { limit: 10_000, ..Default::default() };
+                let _ = tokio::time::timeout(Duration::from_secs(1), query.top(request)).await;
+            });
+        }
+        while abandoned.join_next().await.is_some() {}
+    }
+    let ok = batch("agent-ordinary", 1, vec![window(INSTANCE, 2, now_ms(), vec![digest(6, "SELECT ?", &[1000])])]);
+    let pushed = std::time::Instant::now();
+    assert!(!push(&mut ingest, ok).await.unwrap().duplicate);
+    assert!(pushed.elapsed() < Duration::from_secs(1), "a push waited {:?} behind abandoned reads", pushed.elapsed());
+    let started = std::time::Instant::now();
+    loop {
+        match query_client(&plain(&url)).await.top(TopRequest { limit: 5, ..Default::default() }).await {
+            Ok(top) => break assert_eq!(top.into_inner().digests.len(), 5),
+            Err(s) if s.code() == Code::ResourceExhausted && started.elapsed() < Duration::from_secs(60) => {
+                tokio::time::sleep(Duration::from_millis(200)).await
+            }
+            Err(s) => panic!("reads answer again: {s:?}"),
+        }
+    }
 }
 
 /// The exactly-once key is (agent_id, epoch, sequence): a state directory

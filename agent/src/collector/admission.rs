@@ -1,36 +1,62 @@
 //! Admission control in front of a service: at most `limit` of its
-//! requests in flight at once. A request beyond that is answered
-//! RESOURCE_EXHAUSTED at once, before its body is read or decoded, so a
-//! burst of large pushes cannot make the collector hold more than `limit`
-//! messages (each at most `server::MAX_MESSAGE` decoded) at a time, and
-//! queries, with a small limit of their own, cannot take every thread from
-//! ingest. Agents retry RESOURCE_EXHAUSTED with backoff.
+//! requests in flight at once, and at most `per_address` from one client
+//! address. A request beyond either is answered RESOURCE_EXHAUSTED at once,
+//! before its body is read or decoded, so a burst of large pushes cannot
+//! make the collector hold more than `limit` messages (each at most
+//! `server::MAX_MESSAGE` decoded) at a time, one host cannot take every
+//! place, and queries, with a small limit of their own, cannot take every
+//! thread from ingest. Agents retry RESOURCE_EXHAUSTED with backoff.
+//!
+//! An admitted request keeps its place until its store work has ended
+//! (`store_task::holding`), and its body must keep arriving (`MinRate`):
+//! a body that trickles is cut with UNAVAILABLE, which an agent retries,
+//! so a slow sender cannot hold places it does not use.
 use std::{
+    collections::HashMap,
     convert::Infallible,
     future::Future,
+    net::IpAddr,
     pin::Pin,
-    sync::Arc,
+    sync::{Arc, Mutex},
     task::{Context, Poll},
+    time::{Duration, Instant},
 };
 
+use hyper::body::{Body as HttpBody, Frame, SizeHint};
 use tokio::sync::Semaphore;
 use tonic::{
     Status,
     body::Body,
     codegen::{Service, http},
     server::NamedService,
+    transport::server::{TcpConnectInfo, TlsConnectInfo},
 };
+
+use super::store_task::holding;
+
+/// A request body gets this long before its rate is judged.
+pub const BODY_GRACE: Duration = Duration::from_secs(10);
+/// Past the grace, a body must have arrived at this rate on average.
+pub const MIN_BODY_RATE: u64 = 64 * 1024;
 
 #[derive(Clone, Debug)]
 pub struct Admit<S> {
     inner: S,
     permits: Arc<Semaphore>,
     limit: usize,
+    per_address: usize,
+    by_address: Arc<Mutex<HashMap<IpAddr, usize>>>,
 }
 
 impl<S> Admit<S> {
-    pub fn new(inner: S, limit: usize) -> Admit<S> {
-        Admit { inner, permits: Arc::new(Semaphore::new(limit)), limit }
+    pub fn new(inner: S, limit: usize, per_address: usize) -> Admit<S> {
+        Admit {
+            inner,
+            permits: Arc::new(Semaphore::new(limit)),
+            limit,
+            per_address: per_address.clamp(1, limit),
+            by_address: Arc::default(),
+        }
     }
 }
 
@@ -38,9 +64,37 @@ impl<S: NamedService> NamedService for Admit<S> {
     const NAME: &'static str = S::NAME;
 }
 
+/// The client's address as tonic's listener recorded it.
+fn peer<B>(request: &http::Request<B>) -> Option<IpAddr> {
+    let extensions = request.extensions();
+    extensions
+        .get::<TcpConnectInfo>()
+        .and_then(TcpConnectInfo::remote_addr)
+        .or_else(|| extensions.get::<TlsConnectInfo<TcpConnectInfo>>().and_then(|t| t.get_ref().remote_addr()))
+        .map(|a| a.ip())
+}
+
+/// One place of an address, given back when the request's work ends.
+struct AddressPlace {
+    address: IpAddr,
+    by_address: Arc<Mutex<HashMap<IpAddr, usize>>>,
+}
+
+impl Drop for AddressPlace {
+    fn drop(&mut self) {
+        let mut map = self.by_address.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(held) = map.get_mut(&self.address) {
+            *held -= 1;
+            if *held == 0 {
+                map.remove(&self.address);
+            }
+        }
+    }
+}
+
 impl<S, B> Service<http::Request<B>> for Admit<S>
 where
-    S: Service<http::Request<B>, Response = http::Response<Body>, Error = Infallible> + NamedService,
+    S: Service<http::Request<MinRate<B>>, Response = http::Response<Body>, Error = Infallible> + NamedService,
     S::Future: Send + 'static,
 {
     type Response = http::Response<Body>;
@@ -52,19 +106,107 @@ where
     }
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
-        let Ok(permit) = self.permits.clone().try_acquire_owned() else {
-            let status = Status::resource_exhausted(format!(
-                "{}: {} requests in flight already; retry later",
-                S::NAME,
-                self.limit
-            ));
-            return Box::pin(async move { Ok(status.into_http()) });
+        let busy = |why: String| -> Self::Future {
+            let status = Status::resource_exhausted(why);
+            Box::pin(async move { Ok(status.into_http()) })
         };
-        let response = self.inner.call(request);
-        Box::pin(async move {
-            let response = response.await;
-            drop(permit);
-            response
-        })
+        let place = match peer(&request) {
+            Some(address) => {
+                let mut map = self.by_address.lock().unwrap_or_else(|e| e.into_inner());
+                let held = map.entry(address).or_default();
+                if *held >= self.per_address {
+                    return busy(format!(
+                        "{}: {} requests from {address} in flight already; retry later",
+                        S::NAME,
+                        self.per_address
+                    ));
+                }
+                *held += 1;
+                Some(AddressPlace { address, by_address: self.by_address.clone() })
+            }
+            None => None,
+        };
+        let Ok(permit) = self.permits.clone().try_acquire_owned() else {
+            return busy(format!("{}: {} requests in flight already; retry later", S::NAME, self.limit));
+        };
+        let response = self.inner.call(request.map(MinRate::new));
+        Box::pin(holding(permit, async move {
+            let _place = place;
+            response.await
+        }))
+    }
+}
+
+/// A request body that must keep arriving: after `BODY_GRACE`, at least
+/// `MIN_BODY_RATE` bytes a second on average, or it ends with UNAVAILABLE.
+pub struct MinRate<B> {
+    inner: Pin<Box<B>>,
+    started: Instant,
+    received: u64,
+    check: Pin<Box<tokio::time::Sleep>>,
+}
+
+impl<B> MinRate<B> {
+    fn new(inner: B) -> MinRate<B> {
+        let started = Instant::now();
+        MinRate {
+            inner: Box::pin(inner),
+            started,
+            received: 0,
+            check: Box::pin(tokio::time::sleep_until((started + BODY_GRACE).into())),
+        }
+    }
+
+    /// When the bytes received so far stop being enough.
+    fn due(&self) -> Instant {
+        self.started + BODY_GRACE + Duration::from_secs_f64(self.received as f64 / MIN_BODY_RATE as f64)
+    }
+}
+
+impl<B> HttpBody for MinRate<B>
+where
+    B: HttpBody,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    type Data = B::Data;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<B::Data>, Self::Error>>> {
+        match self.inner.as_mut().poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(data) = frame.data_ref() {
+                    self.received += hyper::body::Buf::remaining(data) as u64;
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e.into()))),
+            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Pending => {
+                let due = self.due();
+                if Instant::now() >= due {
+                    let elapsed = self.started.elapsed().as_secs();
+                    let received = self.received;
+                    tracing::debug!(received, elapsed, "cut a request body that arrives too slowly");
+                    return Poll::Ready(Some(Err(Box::new(Status::unavailable(format!(
+                        "the request body arrived too slowly ({received} bytes in {elapsed} s; at least {} KiB/s \
+                         after {} s); retry",
+                        MIN_BODY_RATE / 1024,
+                        BODY_GRACE.as_secs()
+                    ))))));
+                }
+                self.check.as_mut().reset(due.into());
+                // Registers the wakeup; it fires at `due` at the latest.
+                let _ = self.check.as_mut().poll(cx);
+                Poll::Pending
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
     }
 }

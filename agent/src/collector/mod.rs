@@ -89,6 +89,12 @@ pub struct CollectorArgs {
     #[arg(long, env = "SQLBEE_COLLECTOR_MAX_PUSHES", default_value_t = server::INGEST_IN_FLIGHT,
         value_parser = TypedValueParser::map(clap::value_parser!(u32).range(1..=4096), |n| n as usize))]
     pub max_pushes_in_flight: usize,
+    /// Pushes from one client address in flight at once (an agent sends
+    /// one at a time); more are answered RESOURCE_EXHAUSTED, so one host
+    /// cannot take every place. Raise it for many agents behind one NAT.
+    #[arg(long, env = "SQLBEE_COLLECTOR_MAX_PUSHES_PER_ADDRESS", default_value_t = 4,
+        value_parser = TypedValueParser::map(clap::value_parser!(u32).range(1..=4096), |n| n as usize))]
+    pub max_pushes_per_address: usize,
     /// Queries answered at once, each on a blocking thread of its own so
     /// that ingest always finds one.
     #[arg(long, env = "SQLBEE_COLLECTOR_MAX_QUERIES", default_value_t = server::QUERIES_IN_FLIGHT,
@@ -200,6 +206,7 @@ async fn run(args: CollectorArgs) -> Result<(), CollectorError> {
         http,
         http_ready_file: args.http_ready_file,
         pushes_in_flight: args.max_pushes_in_flight,
+        pushes_per_address: args.max_pushes_per_address,
         queries_in_flight: args.max_queries_in_flight,
     };
     let location = args.store.clone();

@@ -65,6 +65,7 @@ pub struct Settings {
     pub http_ready_file: Option<PathBuf>,
     /// Admission limits (`admission::Admit`).
     pub pushes_in_flight: usize,
+    pub pushes_per_address: usize,
     pub queries_in_flight: usize,
 }
 
@@ -109,11 +110,17 @@ pub async fn serve(
     let router = builder
         .add_service(health_service)
         .add_service(InterceptedService::new(
-            Admit::new(DecodeErrorsAsInvalid(ingest), settings.pushes_in_flight),
+            Admit::new(DecodeErrorsAsInvalid(ingest), settings.pushes_in_flight, settings.pushes_per_address),
             settings.auth.gate(Role::Ingest),
         ))
         .add_service(InterceptedService::new(
-            Admit::new(DecodeErrorsAsInvalid(query), settings.queries_in_flight),
+            // One address may hold half the query places: a reader that
+            // loops cannot keep the others out.
+            Admit::new(
+                DecodeErrorsAsInvalid(query),
+                settings.queries_in_flight,
+                settings.queries_in_flight.div_ceil(2),
+            ),
             settings.auth.gate(Role::Read),
         ));
 

@@ -1,10 +1,31 @@
-//! Store calls from the gRPC services: run on tokio's blocking pool (a
-//! store call blocks), with store failures mapped to statuses a client can
-//! act on. Every store failure is the collector's problem, not the
-//! request's: UNAVAILABLE and RESOURCE_EXHAUSTED say "retry later".
+//! Store calls from the gRPC services and the UI: run on tokio's blocking
+//! pool (a store call blocks), with store failures mapped to statuses a
+//! client can act on. Every store failure is the collector's problem, not
+//! the request's: UNAVAILABLE and RESOURCE_EXHAUSTED say "retry later".
+//!
+//! A store call outlives the request that started it unless told: a
+//! dropped request cancels its call (`store::cancel`), and the admission
+//! permit the request held ([`HELD`]) stays held until the call has ended,
+//! so requests given up by their clients cannot pile work onto the
+//! blocking threads that ingest needs.
+use std::{future::Future, sync::Arc};
+
+use tokio::sync::OwnedSemaphorePermit;
 use tonic::Status;
 
-use super::store::StoreError;
+use super::store::{StoreError, cancel::Cancel};
+
+tokio::task_local! {
+    /// The admission permit of the request being served, if it was given
+    /// one: a store call it starts keeps it until the call ends.
+    static HELD: Arc<OwnedSemaphorePermit>;
+}
+
+/// Runs `request` holding `permit` for it and for every store call it
+/// starts, however long those outlive it.
+pub async fn holding<F: Future>(permit: OwnedSemaphorePermit, request: F) -> F::Output {
+    HELD.scope(Arc::new(permit), request).await
+}
 
 /// A full store and an unavailable one are told apart for the operator;
 /// a client retries both.
@@ -14,15 +35,33 @@ pub fn status(error: StoreError) -> Status {
         StoreError::Corrupt { .. } => Status::data_loss(error.to_string()),
         // Final for this batch: sending it again cannot change the answer.
         StoreError::Conflict { .. } => Status::already_exists(error.to_string()),
+        StoreError::Cancelled => Status::cancelled(error.to_string()),
         _ => Status::unavailable(format!("{error}; retry later")),
+    }
+}
+
+/// Cancels the store call when the request awaiting it is dropped.
+struct CancelOnDrop(Option<Arc<Cancel>>);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if let Some(cancel) = self.0.take() {
+            cancel.cancel();
+        }
     }
 }
 
 pub async fn blocking<T: Send + 'static>(
     work: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
 ) -> Result<T, Status> {
-    tokio::task::spawn_blocking(work)
-        .await
-        .map_err(|e| Status::unavailable(format!("store task failed: {e}; retry later")))?
-        .map_err(status)
+    let held = HELD.try_with(Arc::clone).ok();
+    let cancel = Arc::new(Cancel::default());
+    let mut on_drop = CancelOnDrop(Some(cancel.clone()));
+    let outcome = tokio::task::spawn_blocking(move || {
+        let _held = held;
+        Cancel::run(cancel, work)
+    })
+    .await;
+    on_drop.0 = None;
+    outcome.map_err(|e| Status::unavailable(format!("store task failed: {e}; retry later")))?.map_err(status)
 }

@@ -31,7 +31,10 @@ use tonic::{Request, Status};
 
 pub use server::{HttpServer, HttpSettings};
 
-use super::{auth::Auth, query_api::QueryService};
+use super::{
+    auth::Auth,
+    query_api::{self, QueryService},
+};
 
 /// Store calls the UI makes at once. Each holds a blocking thread, and the
 /// collector sizes its pool for these on top of ingest's and the gRPC
@@ -66,7 +69,7 @@ pub struct Ui {
     sessions: session::Sessions,
     /// Served over TLS: cookies get `Secure`.
     secure: bool,
-    gate: Semaphore,
+    gate: Arc<Semaphore>,
     sign_ins: throttle::SignInThrottle,
 }
 
@@ -76,7 +79,7 @@ impl Ui {
             query,
             sessions: session::Sessions::new(auth),
             secure,
-            gate: Semaphore::new(UI_QUERIES_IN_FLIGHT),
+            gate: Arc::new(Semaphore::new(UI_QUERIES_IN_FLIGHT)),
             sign_ins: throttle::SignInThrottle::default(),
         }
     }
@@ -85,8 +88,11 @@ impl Ui {
     where
         F: Future<Output = Result<tonic::Response<T>, Status>>,
     {
-        let _permit = self.gate.acquire().await.map_err(|_| Status::unavailable("the collector is stopping"))?;
-        call.await.map(tonic::Response::into_inner)
+        let permit =
+            self.gate.clone().acquire_owned().await.map_err(|_| Status::unavailable("the collector is stopping"))?;
+        // The place is given back when the store work ends, not when the
+        // page is given up: an abandoned page cannot pile up store calls.
+        query_api::holding(permit, call).await.map(tonic::Response::into_inner)
     }
 
     async fn top(&self, request: TopRequest) -> Result<TopResponse, Status> {

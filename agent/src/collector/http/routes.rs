@@ -57,8 +57,20 @@ fn html_page(status: StatusCode, body: String) -> Answer {
     private(answer(status, "text/html; charset=utf-8", body))
 }
 
+/// Largest `/api/` answer, as gRPC's: `limit` bounds the rows, this the
+/// bytes.
+const MAX_API_ANSWER: usize = 64 * 1024 * 1024;
+
 fn json(status: StatusCode, value: &serde_json::Value) -> Answer {
     let body = serde_json::to_string_pretty(value).unwrap_or_else(|_| "{}".into());
+    if body.len() > MAX_API_ANSWER {
+        let error = serde_json::json!({"error": format!(
+            "the answer is {} MiB, above the {} MiB an answer may be: ask for fewer rows (`limit`) or a shorter range",
+            body.len() >> 20,
+            MAX_API_ANSWER >> 20
+        )});
+        return private(answer(StatusCode::INSUFFICIENT_STORAGE, "application/json", error.to_string()));
+    }
     private(answer(status, "application/json", body))
 }
 
@@ -188,6 +200,20 @@ pub async fn respond(ui: Shared, request: Request<Incoming>, peer: std::net::IpA
             ),
         ),
     }
+}
+
+/// The answer to a request that ran past its deadline.
+pub fn too_slow(deadline: std::time::Duration) -> Answer {
+    let mut response = answer(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "text/plain; charset=utf-8",
+        format!(
+            "the collector could not answer within {} s; ask for a shorter range or fewer rows\n",
+            deadline.as_secs()
+        ),
+    );
+    response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+    private(response)
 }
 
 fn error_page(path: &str, signed_in: bool, error: &PageError) -> Answer {

@@ -26,6 +26,8 @@ const MAX_PER_ADDRESS: usize = 16;
 const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 /// A TLS handshake must finish within this.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// One request's answer must be ready within this, as gRPC's deadline.
+const REQUEST_DEADLINE: Duration = Duration::from_secs(120);
 /// Whole life of one connection (keep-alive included).
 const CONNECTION_DEADLINE: Duration = Duration::from_secs(300);
 /// Request head size limit.
@@ -201,7 +203,14 @@ where
         io,
         service_fn(move |request| {
             let ui = ui.clone();
-            async move { Ok::<_, Infallible>(routes::respond(ui, request, peer.ip()).await) }
+            async move {
+                // Past the deadline the request is dropped, which cancels
+                // its store work.
+                match tokio::time::timeout(REQUEST_DEADLINE, routes::respond(ui, request, peer.ip())).await {
+                    Ok(answer) => Ok::<_, Infallible>(answer),
+                    Err(_) => Ok(routes::too_slow(REQUEST_DEADLINE)),
+                }
+            }
         }),
     );
     tokio::pin!(conn);

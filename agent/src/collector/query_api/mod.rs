@@ -18,6 +18,10 @@ use crate::collector::{
     store_task::blocking,
 };
 
+/// How a caller in process (the web UI) holds its admission place for the
+/// whole of the store work a query starts.
+pub use crate::collector::store_task::holding;
+
 pub const DEFAULT_LIMIT: usize = 20;
 pub const DEFAULT_LOCKS_LIMIT: usize = 100;
 pub const DEFAULT_HOSTS_LIMIT: usize = 100;

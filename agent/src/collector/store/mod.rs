@@ -4,6 +4,7 @@
 //! (agent_id, sequence) at most once and must never decide what is valid.
 //! Calls block: the services run them on tokio's blocking pool.
 pub mod blob;
+pub mod cancel;
 pub mod clickhouse;
 pub mod merge;
 pub mod retention;
@@ -244,6 +245,8 @@ pub enum StoreError {
     },
     #[error("stored {what} is corrupt")]
     Corrupt { what: &'static str },
+    #[error("the request was cancelled (its client went away or its deadline passed) before the store answered")]
+    Cancelled,
     #[error(
         "batch {sequence} of agent {agent_id} (epoch {epoch}) was stored before with other content: two agents \
          share a state directory, or it was restored from a backup or cloned; this batch is not stored"

@@ -32,6 +32,8 @@ pub enum HttpError {
     },
     #[error("the CA file {path} holds no PEM certificate")]
     NoCa { path: String },
+    #[error("the request this read served was cancelled")]
+    Cancelled,
 }
 
 impl HttpError {
@@ -48,6 +50,9 @@ impl HttpError {
         matches!(self.code(), Some(243 | 201 | 241))
     }
 }
+
+/// Seconds a request's read may run on the server: the gRPC deadline.
+const READ_DEADLINE_S: &str = "120";
 
 /// How to reach the server: base URL (`http://host:port/`), credentials
 /// and the database queries run in.
@@ -155,6 +160,11 @@ impl Client {
         }
         if select {
             request = request.query("wait_end_of_query", "1");
+            // A read for a request (not the rollup pass) stops on the
+            // server when the request's deadline would have passed anyway.
+            if crate::collector::store::cancel::in_scope() {
+                request = request.query("max_execution_time", READ_DEADLINE_S);
+            }
         }
         if let Some(user) = &self.endpoint.user {
             request = request.header("X-ClickHouse-User", user);
@@ -196,8 +206,13 @@ impl Client {
         self.post(None, false, sql.as_bytes()).map(|answer| self.spare.give_back(answer))
     }
 
-    /// A SELECT answered in `RowBinary`.
+    /// A SELECT answered in `RowBinary`. A read whose request was given
+    /// up is not sent: a reader that went away does not keep ClickHouse
+    /// busy with the rest of its statements.
     pub fn select(&self, sql: &str) -> Result<Rows, HttpError> {
+        if crate::collector::store::cancel::cancelled() {
+            return Err(HttpError::Cancelled);
+        }
         tracing::trace!(sql, "clickhouse select");
         let body = format!("{sql}\nFORMAT RowBinary");
         Ok(Rows { bytes: self.post(None, true, body.as_bytes())?, at: 0, spare: Some(self.spare.clone()) })

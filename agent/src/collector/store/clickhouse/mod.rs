@@ -134,6 +134,9 @@ impl Location {
 /// A ClickHouse failure as a store error: a full disk or quota told apart
 /// from the rest (a client retries both; an operator must know which).
 pub(super) fn error(action: &'static str, source: http::HttpError) -> StoreError {
+    if matches!(source, http::HttpError::Cancelled) {
+        return StoreError::Cancelled;
+    }
     if source.is_full() {
         StoreError::Full { source: source.into() }
     } else {

@@ -34,7 +34,7 @@ use sqlbee_proto::v1::{
 
 use super::{
     HostsQuery, IngestOutcome, LocksQuery, PruneCutoffs, PruneOutcome, SeriesQuery, Store, StoreError, TopQuery,
-    TotalsQuery,
+    TotalsQuery, cancel,
 };
 
 pub use schema::{Durability, SCHEMA_VERSION};
@@ -91,12 +91,46 @@ pub(super) fn lock(m: &Mutex<Connection>) -> MutexGuard<'_, Connection> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// The read connection, held for one call. A request that was cancelled
+/// while it waited for the connection does not start; one cancelled while
+/// it reads is interrupted (SQLite stops the statement and returns
+/// SQLITE_INTERRUPT), so the next reader is not kept waiting by work no
+/// one will see.
+pub(super) struct ReadConnection<'a> {
+    // Unregistered before the lock is released: a late cancel must not
+    // interrupt the next caller's read.
+    _interrupt: cancel::Registration,
+    conn: MutexGuard<'a, Connection>,
+}
+
+impl std::ops::Deref for ReadConnection<'_> {
+    type Target = Connection;
+    fn deref(&self) -> &Connection {
+        &self.conn
+    }
+}
+
+impl std::ops::DerefMut for ReadConnection<'_> {
+    fn deref_mut(&mut self) -> &mut Connection {
+        &mut self.conn
+    }
+}
+
 /// `AND <column> = ?2` when an instance filter is given.
 pub(super) fn instance_filter(instance: &Option<String>, column: &str) -> String {
     if instance.is_some() { format!(" AND {column} = ?2") } else { String::new() }
 }
 
 impl SqliteStore {
+    fn read(&self) -> Result<ReadConnection<'_>, StoreError> {
+        let conn = lock(&self.reader);
+        if cancel::cancelled() {
+            return Err(StoreError::Cancelled);
+        }
+        let handle = conn.get_interrupt_handle();
+        Ok(ReadConnection { _interrupt: cancel::on_cancel(move || handle.interrupt()), conn })
+    }
+
     /// Opens (or creates) the store with durable acknowledgements.
     pub fn open(path: &Path) -> Result<SqliteStore, StoreError> {
         SqliteStore::open_with(path, Durability::Full)
@@ -150,7 +184,7 @@ impl Store for SqliteStore {
     }
 
     fn top(&self, query: &TopQuery) -> Result<Vec<TopDigest>, StoreError> {
-        let mut conn = lock(&self.reader);
+        let mut conn = self.read()?;
         // One read transaction: every step sees the same snapshot, so the
         // merged histograms add up to the counts of the first step.
         let tx = conn.transaction().map_err(|e| error("top", e))?;
@@ -158,7 +192,7 @@ impl Store for SqliteStore {
     }
 
     fn instances(&self) -> Result<Vec<InstanceInfo>, StoreError> {
-        let mut conn = lock(&self.reader);
+        let mut conn = self.read()?;
         let tx = conn.transaction().map_err(|e| error("instances", e))?;
         let mut out = read::instances(&tx).map_err(|e| error("instances", e))?;
         for info in &mut out {
@@ -168,43 +202,43 @@ impl Store for SqliteStore {
     }
 
     fn costs(&self, query: &TotalsQuery) -> Result<Vec<CostSummary>, StoreError> {
-        let mut conn = lock(&self.reader);
+        let mut conn = self.read()?;
         let tx = conn.transaction().map_err(|e| error("costs", e))?;
         costs::summaries(&tx, query)
     }
 
     fn hosts(&self, query: &HostsQuery) -> Result<Vec<AgentWindowRow>, StoreError> {
-        let mut conn = lock(&self.reader);
+        let mut conn = self.read()?;
         let tx = conn.transaction().map_err(|e| error("hosts", e))?;
         costs::hosts(&tx, query)
     }
 
     fn totals(&self, query: &TotalsQuery) -> Result<TotalsResponse, StoreError> {
-        let mut conn = lock(&self.reader);
+        let mut conn = self.read()?;
         let tx = conn.transaction().map_err(|e| error("totals", e))?;
         read::totals(&tx, query).map_err(|e| error("totals", e))
     }
 
     fn locks(&self, query: &LocksQuery) -> Result<Vec<LockWaitRow>, StoreError> {
-        let mut conn = lock(&self.reader);
+        let mut conn = self.read()?;
         let tx = conn.transaction().map_err(|e| error("locks", e))?;
         read::locks(&tx, query)
     }
 
     fn series(&self, query: &SeriesQuery) -> Result<Vec<SeriesPoint>, StoreError> {
-        let mut conn = lock(&self.reader);
+        let mut conn = self.read()?;
         let tx = conn.transaction().map_err(|e| error("series", e))?;
         series::series(&tx, query)
     }
 
     fn series_by_instance(&self, query: &SeriesQuery) -> Result<Vec<InstanceSeries>, StoreError> {
-        let mut conn = lock(&self.reader);
+        let mut conn = self.read()?;
         let tx = conn.transaction().map_err(|e| error("series", e))?;
         series::by_instance(&tx, query)
     }
 
     fn series_by_digest(&self, query: &SeriesQuery, digests: &[u64]) -> Result<Vec<DigestSeries>, StoreError> {
-        let mut conn = lock(&self.reader);
+        let mut conn = self.read()?;
         let tx = conn.transaction().map_err(|e| error("series", e))?;
         series::by_digest(&tx, query, digests)
     }
