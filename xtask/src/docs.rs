@@ -28,8 +28,21 @@ pub fn mdbook() -> PathBuf {
     tools_dir().join("bin/mdbook")
 }
 
+/// The book's reference folder: `sqlbee reference` writes `cli/*.md` and
+/// `limits.md` there.
 fn reference_dir() -> PathBuf {
-    workspace_root().join("docs/src/reference/cli")
+    workspace_root().join("docs/src/reference")
+}
+
+/// The generated files under a reference folder, by their path in it.
+fn generated(dir: &Path) -> HashSet<String> {
+    let mut out: HashSet<String> = fs::read_dir(dir.join("cli"))
+        .map(|d| d.flatten().map(|e| format!("cli/{}", e.file_name().to_string_lossy())).collect())
+        .unwrap_or_default();
+    if dir.join("limits.md").exists() {
+        out.insert("limits.md".to_string());
+    }
+    out
 }
 
 /// Builds `sqlbee` (debug, the default features) and returns its path.
@@ -77,12 +90,7 @@ fn check_reference(binary: &Path) -> anyhow::Result<()> {
     render_reference(binary, &fresh)?;
     let committed = reference_dir();
     let mut differ = Vec::new();
-    let names = |dir: &Path| -> HashSet<String> {
-        fs::read_dir(dir)
-            .map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
-            .unwrap_or_default()
-    };
-    for name in names(&fresh).union(&names(&committed)) {
+    for name in generated(&fresh).union(&generated(&committed)) {
         let a = fs::read_to_string(fresh.join(name)).ok();
         let b = fs::read_to_string(committed.join(name)).ok();
         if a != b {

@@ -50,7 +50,7 @@ pub enum Role {
     /// subcommand) into DIR; `./x docs` runs it.
     #[command(hide = true)]
     Reference {
-        /// The folder to write into (docs/src/reference/cli).
+        /// The folder to write into (docs/src/reference): cli/*.md and limits.md.
         dir: std::path::PathBuf,
     },
 }
