@@ -34,11 +34,13 @@ pub const LENGTH_LIMITS: &[(&str, u64)] = &[
     ("AgentIdentity.agent_id", 128),
     ("AgentIdentity.host", 1_024),
     ("AgentIdentity.version", 1_024),
-    ("ServerInstance.name", 1_024),
-    ("ServerInstance.container_id", 1_024),
-    ("ServerInstance.container", 1_024),
-    ("ServerInstance.build_id", 1_024),
-    ("ServerInstance.server_version", 1_024),
+    // host:port, or a container's name (a pod name is up to 253) and
+    // port: every page lists them.
+    ("ServerInstance.name", 512),
+    ("ServerInstance.container_id", 128),
+    ("ServerInstance.container", 512),
+    ("ServerInstance.build_id", 128),
+    ("ServerInstance.server_version", 256),
     // The agent captures at most 16 KiB of a statement.
     ("DigestStats.digest_text", 65_536),
     ("DigestStats.sample", 65_536),

@@ -60,6 +60,7 @@ impl Ingest for IngestService {
             tracing::warn!(?peer, agent, sequence = batch.sequence, %invalid, "refused an invalid batch");
             return Err(Status::invalid_argument(format!("invalid batch: {invalid}")));
         }
+        cut_blocker_statements(&mut batch);
         // Windows that retention would delete at the next prune are not
         // stored at all; the batch itself is still recorded, so a replay
         // stays a duplicate.
@@ -84,5 +85,55 @@ impl Ingest for IngestService {
             collector_unix_ms: now_unix_ms(),
             clock_correction_ms,
         }))
+    }
+}
+
+/// Bytes of a blocker's statement kept: what the pages and the query tools
+/// show of it, with room to spare. A lock wait may name 32 blockers of 8
+/// statements each; whole, they could be 16 MiB a wait, stored and read
+/// back to print a line each.
+pub const BLOCKER_STATEMENT_KEPT: usize = 1024;
+
+fn cut_blocker_statements(batch: &mut sqlbee_proto::v1::Batch) {
+    let statements = batch
+        .windows
+        .iter_mut()
+        .flat_map(|w| w.lock_waits.iter_mut())
+        .flat_map(|l| l.blockers.iter_mut())
+        .flat_map(|b| b.statements.iter_mut());
+    for statement in statements.filter(|s| s.len() > BLOCKER_STATEMENT_KEPT) {
+        let mut cut = BLOCKER_STATEMENT_KEPT - '…'.len_utf8();
+        while !statement.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        statement.truncate(cut);
+        statement.push('…');
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use sqlbee_proto::v1::{Batch, Blocker, InstanceWindow, LockWait};
+
+    use super::*;
+
+    #[test]
+    fn long_blocker_statements_are_cut_on_a_character() {
+        let long = "é".repeat(3000);
+        let mut batch = Batch {
+            windows: vec![InstanceWindow {
+                lock_waits: vec![LockWait {
+                    blockers: vec![Blocker { statements: vec![long, "SELECT 1".into()], ..Default::default() }],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        cut_blocker_statements(&mut batch);
+        let kept = &batch.windows[0].lock_waits[0].blockers[0].statements;
+        assert!(kept[0].len() <= BLOCKER_STATEMENT_KEPT && kept[0].ends_with('…'), "{}", kept[0].len());
+        assert!(kept[0].starts_with("éé"));
+        assert_eq!(kept[1], "SELECT 1");
     }
 }
