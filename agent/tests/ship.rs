@@ -246,6 +246,64 @@ fn collector_outage_loses_and_doubles_nothing() {
     assert_eq!(counts.get("COMMIT").copied(), Some(delta(&before, &after, "Com_commit")));
 }
 
+/// The agent's ledger under spool churn: a 5 KB spool and 1 s windows,
+/// the collector away at first, then back but with its answers held past
+/// the agent's 10 s deadline (the batches are stored, the agent hears
+/// nothing), so pushes fail that the collector took, while the spool drops
+/// batches for room. Every statement the server counted is either stored
+/// or reported lost, never both: a batch once sent is never reported lost.
+#[test]
+fn the_ledger_balances_when_the_spool_churns() {
+    if !privileged("the_ledger_balances_when_the_spool_churns") {
+        return;
+    }
+    let _serial = common::one_at_a_time();
+    let server = PrivateServer::start("ship-churn", &[]).unwrap();
+    let mut collector = Collector::start(&[]);
+    let relay = HoldingRelay::start(collector.addr.clone());
+    collector.kill9();
+    let state = server.dir().join("agent-state");
+    let mut args = ship_args(&server, &collector, &state, "1s");
+    args[1] = format!("--collector=http://127.0.0.1:{}", relay.port);
+    args.push("--spool-limit=5000".into());
+    // Text protocol: every statement is a question the server counts.
+    let run = common::Workload::sysbench(&server, "oltp_point_select", 2, 120, "disable");
+    std::thread::sleep(Duration::from_millis(1000));
+    run.pause();
+    let before = common::status_before_agent(&server);
+    let agent = Agent::start(server.dir(), &args);
+    run.resume();
+    std::thread::sleep(Duration::from_secs(4));
+    relay.hold(true);
+    collector.restart();
+    std::thread::sleep(Duration::from_secs(25));
+    relay.hold(false);
+    std::thread::sleep(Duration::from_secs(4));
+    run.pause();
+    wait_for("the spool to drain", Duration::from_secs(60), &agent, || spool_files(&state).is_empty());
+    let out = agent.stop();
+    let after = server.global_status().unwrap();
+    drop(run);
+    assert!(out.success, "{}", out.stderr);
+    let log = common::strip_ansi(&out.stderr);
+    assert!(log.contains("spool full"), "the spool must have churned:\n{log}");
+    assert!(log.contains("DeadlineExceeded") || log.contains("Cancelled"), "pushes must have timed out:\n{log}");
+
+    let totals = collector.totals();
+    assert!(totals.lost > 0, "batches were dropped while the collector was away");
+    // Statements, as the lost ones are counted: a window's command
+    // counters and its statements are read a moment apart.
+    let stored = totals.statements;
+    let questions = delta(&before, &after, "Questions");
+    assert_eq!(
+        stored + totals.lost + 2,
+        questions,
+        "stored {stored} + reported lost {} against {questions} questions (less the harness's 2, as in the outage test)",
+        totals.lost
+    );
+    eprintln!("stored {stored}, reported lost {}, questions {questions}", totals.lost);
+}
+
 #[test]
 fn agent_crash_replays_spooled_batches_once() {
     if !privileged("agent_crash_replays_spooled_batches_once") {

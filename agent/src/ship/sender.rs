@@ -195,16 +195,10 @@ impl Sender {
             let mut request = tonic::Request::new(batch.clone());
             request.set_timeout(Duration::from_secs(10));
             let sent_ms = now_unix_ms();
+            // A batch once sent stays spared by the spool's limits until
+            // it is deleted or set aside: a failed push may have been
+            // stored all the same.
             let pushed = clients[current].push(request).await;
-            if pushed.is_err() {
-                // Waiting for a retry is not being in flight. An
-                // acknowledged batch stays protected until it is deleted.
-                let _ = on_disk(&self.spool, |s| {
-                    let _: () = s.push_ended();
-                    Ok(())
-                })
-                .await;
-            }
             match pushed {
                 Ok(response) => {
                     self.health.delivered();

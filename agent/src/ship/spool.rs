@@ -11,6 +11,13 @@
 //! - total size is bounded; when full, whole oldest batches are dropped and
 //!   described as a gap (statements and windows lost) that travels with the
 //!   next batch;
+//! - one ledger: a batch that was ever sent is never dropped by the limits.
+//!   A push that failed may still have been stored (the answer was lost,
+//!   or came after the deadline), so only a batch that never left the
+//!   agent may be reported lost: every statement is stored or reported
+//!   lost, never both. The sender always sends the oldest batch, so this
+//!   spares one batch at a time; at open, the oldest counts as sent (the
+//!   agent may have stopped while it was in flight);
 //! - a record that fails its checks is moved to `corrupt/`, counted and
 //!   logged; the rest replays. Batches the collector refuses for good go to
 //!   `rejected/` for inspection. The size limit covers the spool and these
@@ -30,7 +37,7 @@
 //! Every method here blocks on the disk; the sender calls them off the
 //! async runtime (see `ship::on_disk`).
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, BTreeSet},
     fs,
     io::ErrorKind,
     path::{Path, PathBuf},
@@ -85,9 +92,10 @@ pub struct Spool {
     /// Failed reads of the oldest batch, to give up on a file that stays
     /// unreadable.
     read_failures: (u64, u32),
-    /// The batch the sender is pushing: the limits never drop it, so an
-    /// acknowledgement never arrives for a batch already counted as lost.
-    in_flight: Option<u64>,
+    /// Batches sent at least once and still spooled: the limits never drop
+    /// them, so an acknowledgement, or a store that the agent never heard
+    /// of, never meets a batch already counted as lost.
+    sent: BTreeSet<u64>,
     health: Arc<ShipHealth>,
 }
 
@@ -170,6 +178,8 @@ impl Spool {
         // batches set aside count too.
         let highest = index.keys().next_back().copied().max(aside.keys().next_back().map(|k| k.0)).unwrap_or(0);
         let spooled_bytes = index.values().map(|e| e.bytes).sum();
+        // The agent may have stopped while the oldest was in flight.
+        let sent = index.keys().next().copied().into_iter().collect();
         let aside_bytes = aside.values().sum();
         let pending = fs::read(state_dir.join(PENDING_GAPS))
             .ok()
@@ -189,7 +199,7 @@ impl Spool {
             floor: DiskFloor::default(),
             pending,
             read_failures: (0, 0),
-            in_flight: None,
+            sent,
             health: Arc::default(),
         })
     }
@@ -226,20 +236,13 @@ impl Spool {
     pub fn next_batch(&mut self) -> Result<Option<(Entry, Batch)>, ShipError> {
         // Ends: every `read` that returns no batch drops the entry from the
         // index (or fails).
-        self.in_flight = None;
         while let Some(entry) = self.oldest() {
             if let Some(batch) = self.read(&entry)? {
-                self.in_flight = Some(entry.sequence);
+                self.sent.insert(entry.sequence);
                 return Ok(Some((entry, batch)));
             }
         }
         Ok(None)
-    }
-
-    /// The push of the batch `next_batch` returned has ended: the limits
-    /// may drop it again while it waits for a retry.
-    pub fn push_ended(&mut self) {
-        self.in_flight = None;
     }
 
     /// Whether this batch is spooled.
@@ -340,7 +343,7 @@ impl Spool {
             }
             return Ok(true);
         }
-        let Some(entry) = self.index.values().find(|e| Some(e.sequence) != self.in_flight).cloned() else {
+        let Some(entry) = self.index.values().find(|e| !self.sent.contains(&e.sequence)).cloned() else {
             return Ok(false);
         };
         let batch = match fs::read(&entry.path) {
@@ -534,6 +537,7 @@ impl Spool {
 
     /// Drops an index entry; false if it was not there.
     fn unindex(&mut self, entry: &Entry) -> bool {
+        self.sent.remove(&entry.sequence);
         match self.index.remove(&entry.sequence) {
             Some(gone) => {
                 self.spooled_bytes -= gone.bytes;
@@ -735,17 +739,18 @@ mod tests {
         }
         drop(spool);
         // A smaller limit at the next start: the sizes come from the index
-        // built at open.
+        // built at open. The oldest may have been in flight when the agent
+        // stopped, so the next oldest go.
         let mut spool = open(&dir, one * 2);
         let gap = spool.append(5, &batch(5, 3)).unwrap().expect("a gap");
-        assert_eq!((gap.first_sequence, gap.last_sequence, gap.batches, gap.lost_statements), (1, 3, 3, 9));
-        assert_eq!(sequences(&spool), [4, 5]);
+        assert_eq!((gap.first_sequence, gap.last_sequence, gap.batches, gap.lost_statements), (2, 4, 3, 9));
+        assert_eq!(sequences(&spool), [1, 5]);
         let on_disk = fs::read_dir(dir.join("spool")).unwrap().count();
         assert_eq!(on_disk, 2, "dropped batches leave the disk too");
         // A batch alone over the limit stays: the newest is never dropped.
         let mut tiny = open(&dir, 1);
         tiny.append(6, &batch(6, 3)).unwrap();
-        assert_eq!(sequences(&tiny), [6]);
+        assert_eq!(sequences(&tiny), [1, 6]);
         fs::remove_dir_all(dir).ok();
     }
 
@@ -795,12 +800,13 @@ mod tests {
         assert_eq!(fs::read_dir(dir.join("corrupt")).unwrap().count(), 0);
         assert_eq!(fs::read_dir(dir.join("rejected")).unwrap().count(), 0, "no note without its batch");
 
-        // The limit: a vanished oldest batch frees its room without a gap.
+        // The limit: a vanished batch frees its room without a gap (5, the
+        // oldest at open, is spared as possibly in flight).
         let mut spool = open(&dir, one * 2);
         spool.append(6, &batch(6, 1)).unwrap();
-        fs::remove_file(&spool.oldest().unwrap().path).unwrap();
+        fs::remove_file(&spool.entries().iter().find(|e| e.sequence == 6).unwrap().path).unwrap();
         assert!(spool.append(7, &batch(7, 1)).unwrap().is_none());
-        assert_eq!(sequences(&spool), [6, 7]);
+        assert_eq!(sequences(&spool), [5, 7]);
         assert!(spool.pending_gaps().is_empty());
         fs::remove_dir_all(dir).ok();
     }
@@ -831,9 +837,16 @@ mod tests {
         let gap = spool.append(5, &batch(5, 1)).unwrap().expect("a gap");
         assert_eq!((gap.first_sequence, gap.last_sequence, gap.reason.as_str()), (3, 3, SPOOL_FULL));
         assert_eq!(sequences(&spool), [2, 4, 5]);
-        spool.push_ended();
+        // Its push failing does not make it droppable: the collector may
+        // have stored it all the same.
         spool.append(6, &batch(6, 1)).unwrap().expect("a gap");
-        assert_eq!(sequences(&spool), [4, 5, 6], "after its push ended the oldest goes");
+        assert_eq!(sequences(&spool), [2, 5, 6], "a batch once sent is never reported lost");
+        drop(spool);
+        // Reopened: the oldest may have been in flight when the agent
+        // stopped, so it is spared as well.
+        let mut spool = open(&dir, one * 3);
+        spool.append(7, &batch(7, 1)).unwrap().expect("a gap");
+        assert_eq!(sequences(&spool), [2, 6, 7]);
         fs::remove_dir_all(dir).ok();
     }
 
