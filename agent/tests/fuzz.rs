@@ -1,5 +1,7 @@
 //! Fuzzing of everything that reads bytes someone else wrote: batches
-//! through decode, validate and a real SQLite store; spool records; the
+//! through decode, validate and a real SQLite store; batches at each limit
+//! of the decode bounds, whose mutations the bounds must refuse or decode
+//! within every limit; spool records; the
 //! store's blob decoders; the normalizer and the redactor; the kernel
 //! event decoder. Each target mutates valid inputs (bit flips, cuts,
 //! splices, repeated and random bytes) from a seeded generator and runs
@@ -255,4 +257,88 @@ fn kernel_records_decode_or_are_refused() {
         let _ = sqlbee::probe::decode_statement(bytes);
         let _ = sqlbee::probe::decode_error(bytes);
     });
+}
+
+/// Batches at each limit of the decode bounds (and with a string at its
+/// longest), small enough on the wire to mutate quickly.
+fn at_the_limits() -> Vec<Vec<u8>> {
+    use common::collector::{batch, digest, window};
+    use sqlbee_proto::v1::{AccountCount, Blocker, Bucket, DigestStats, ErrorCount, Histogram, LockWait, WaitStats};
+    let now = common::collector::now_ms();
+    let mut wide = batch("fuzz-limits", 1, vec![window("db1:3306", 7, now, Vec::new())]);
+    wide.windows[0].digests = vec![DigestStats::default(); 50_001];
+    let mut deep = digest(5, &"x".repeat(65_536), &[1000]);
+    deep.waits = (0..16).map(|i| WaitStats { class: format!("c{i}"), ..Default::default() }).collect();
+    deep.accounts = (0..64).map(|i| AccountCount { user: format!("u{i}"), ..Default::default() }).collect();
+    deep.error_codes = (0..1024).map(|i| ErrorCount { code: i, ..Default::default() }).collect();
+    deep.histogram = Some(Histogram { scheme: 1, buckets: (0..1024).map(|i| Bucket { index: i, count: 1 }).collect() });
+    let mut deep_batch = batch("fuzz-limits", 2, vec![window("db1:3306", 7, now, vec![deep])]);
+    deep_batch.windows[0].lock_waits = vec![LockWait {
+        blockers: (0..32).map(|_| Blocker { statements: vec!["SELECT ?".into(); 8], ..Default::default() }).collect(),
+        ..Default::default()
+    }];
+    vec![wide.encode_to_vec(), deep_batch.encode_to_vec()]
+}
+
+/// What the bounds promise of a batch they let through, checked on the
+/// decoded batch.
+fn within_limits(b: &Batch) {
+    use sqlbee_proto::limits::COUNT_LIMITS;
+    let max = |key: &str| COUNT_LIMITS.iter().find(|(k, _)| *k == key).unwrap().1 as usize;
+    assert!(b.windows.len() <= max("Batch.windows"));
+    for w in &b.windows {
+        assert!(w.digests.len() <= max("InstanceWindow.digests"));
+        assert!(w.lock_waits.len() <= max("InstanceWindow.lock_waits"));
+        for d in &w.digests {
+            assert!(d.digest_text.len() <= 65_536 && d.sample.len() <= 65_536);
+            assert!(d.waits.len() <= max("DigestStats.waits"));
+            assert!(d.accounts.len() <= max("DigestStats.accounts"));
+            assert!(d.error_codes.len() <= max("DigestStats.error_codes"));
+            assert!(d.histogram.as_ref().is_none_or(|h| h.buckets.len() <= max("Histogram.buckets")));
+        }
+        for l in &w.lock_waits {
+            assert!(l.blockers.len() <= max("LockWait.blockers"));
+            assert!(l.blockers.iter().all(|b| b.statements.len() <= max("Blocker.statements")));
+        }
+    }
+}
+
+/// Each batch at a limit passes the decode bounds, one element or byte
+/// past it is refused naming the field, and any mutation the bounds let
+/// through decodes (or fails to) into a batch within every limit.
+#[test]
+fn batches_at_each_limit_pass_the_bounds_and_past_them_are_refused() {
+    use sqlbee_proto::bounds::check;
+    let corpus = at_the_limits();
+    for bytes in &corpus {
+        assert_eq!(check::<Batch>(bytes), Ok(()));
+    }
+    let mut wide = Batch::decode(corpus[0].as_slice()).unwrap();
+    wide.windows[0].digests.push(Default::default());
+    assert_eq!(check::<Batch>(&wide.encode_to_vec()).unwrap_err().path, "windows[0].digests");
+    let mut deep = Batch::decode(corpus[1].as_slice()).unwrap();
+    deep.windows[0].digests[0].digest_text.push('x');
+    assert_eq!(check::<Batch>(&deep.encode_to_vec()).unwrap_err().path, "windows[0].digests[0].digest_text");
+    let mut deep = Batch::decode(corpus[1].as_slice()).unwrap();
+    deep.windows[0].lock_waits[0].blockers[3].statements.push("SELECT 1".into());
+    assert_eq!(
+        check::<Batch>(&deep.encode_to_vec()).unwrap_err().path,
+        "windows[0].lock_waits[0].blockers[3].statements"
+    );
+
+    let (mut passed, mut decoded) = (0u64, 0u64);
+    let executions = run("batch-bounds", &corpus, |bytes| {
+        if check::<Batch>(bytes).is_err() {
+            return;
+        }
+        passed += 1;
+        if let Ok(batch) = Batch::decode(bytes) {
+            decoded += 1;
+            within_limits(&batch);
+        }
+    });
+    assert!(executions > 10, "the target hardly ran");
+    println!(
+        "fuzz batch-bounds: {passed} of {executions} inputs within the bounds, {decoded} decoded within every limit"
+    );
 }
