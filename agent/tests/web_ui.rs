@@ -438,3 +438,40 @@ fn sign_in_refuses_other_sites_guessers_and_trickles() {
     assert!(cut <= 16, "one address holds at most 16 connections: {cut} were served");
     assert!(started.elapsed() < Duration::from_secs(20), "trickles cut in time: {:?}", started.elapsed());
 }
+
+/// A large fleet keeps every page small: 250 instances with long names,
+/// the picker becomes a field with at most 200 names offered, and the
+/// fleet table shows 100 instances a page, every instance on one page.
+#[test]
+fn a_large_fleet_is_paged_and_the_picker_stays_small() {
+    use common::collector::{batch, digest, ingest_client, plain, push, window};
+    let collector = Collector::start(&[]);
+    let long = "x".repeat(400);
+    let names: Vec<String> = (0..250).map(|i| format!("db-{i:03}-{long}:3306")).collect();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        let mut client = ingest_client(&plain(&collector.http_url())).await;
+        for (chunk, names) in names.chunks(50).enumerate() {
+            let windows =
+                names.iter().map(|n| window(n, 1, now_ms() - 1000, vec![digest(1, "SELECT ?", &[1000])])).collect();
+            push(&mut client, batch("agent-fleet", chunk as u64 + 1, windows)).await.unwrap();
+        }
+    });
+    let ui = collector.ui.trim_end_matches('/').to_string();
+    let http = client(false);
+    let mut seen = std::collections::BTreeSet::new();
+    for page in 1..=3 {
+        let fleet = reply(http.get(format!("{ui}/?since=1h&page={page}")).call());
+        assert_eq!(fleet.status, 200);
+        assert!(fleet.body.len() < 1 << 20, "page {page} is {} bytes", fleet.body.len());
+        assert!(fleet.body.contains("<datalist id=\"instance-names\">"), "the picker is a field");
+        assert_eq!(fleet.body.matches("<option value=").count(), 200, "names offered");
+        assert!(fleet.body.contains(&format!("data-page=\"{page}\" data-pages=\"3\"")));
+        let rows = rows(&fleet.body, "instances");
+        assert_eq!(rows.len(), if page < 3 { 100 } else { 50 }, "page {page}");
+        for row in rows {
+            assert!(seen.insert(row["data-instance"].clone()), "an instance on two pages: {}", row["data-instance"]);
+        }
+    }
+    assert_eq!(seen.len(), 250, "every instance on one page");
+}

@@ -223,6 +223,23 @@ fn pickers(out: &mut String, header: &Header<'_>, view: &View) {
     for (name, value) in header.keep {
         let _ = write!(out, "<input type=\"hidden\" name=\"{}\" value=\"{}\">", esc(name), esc(value));
     }
+    if header.instances.len() > MAX_PICKER {
+        // A fleet's worth of options would make every page megabytes: past
+        // MAX_PICKER the picker is a field to type a name in, with the first
+        // names offered.
+        let _ = write!(
+            out,
+            "<label>Instance <input type=\"search\" name=\"instance\" list=\"instance-names\" value=\"{}\" \
+             placeholder=\"every instance ({} in all)\"></label><datalist id=\"instance-names\">",
+            esc(view.instance.as_deref().unwrap_or("")),
+            header.instances.len()
+        );
+        for name in header.instances.iter().take(MAX_PICKER) {
+            let _ = write!(out, "<option value=\"{}\">", esc(name));
+        }
+        out.push_str("</datalist> <button type=\"submit\">Apply</button></form></div>");
+        return;
+    }
     out.push_str("<label>Instance <select name=\"instance\"><option value=\"\">every instance</option>");
     let mut listed = false;
     for name in header.instances {
@@ -237,6 +254,9 @@ fn pickers(out: &mut String, header: &Header<'_>, view: &View) {
     }
     out.push_str("</select></label> <button type=\"submit\">Apply</button></form></div>");
 }
+
+/// Instances the picker lists as options; past this it becomes a field.
+pub const MAX_PICKER: usize = 200;
 
 /// A `<th>` that sorts the table by `key` when clicked.
 pub fn sort_header(view: &View, path: &str, label: &str, key: &str, current: &str, keep: &[(&str, &str)]) -> String {

@@ -1,6 +1,7 @@
 //! The fleet overview: every instance with its rate, p99 and errors over
 //! the range, what watching it costs, when it was last heard from, and
-//! its gaps; above them the fleet's rate and latency over time.
+//! its gaps; above them the fleet's rate and latency over time. A large
+//! fleet's table is paged (`page`, `PAGE_ROWS` instances a page).
 use std::{collections::HashMap, fmt::Write};
 
 use sqlbee_proto::v1::{InstanceInfo, SeriesRequest, SeriesResponse};
@@ -9,14 +10,17 @@ use super::{PageHead, Rendered, merged, plot_range, seconds, series_request, spa
 use crate::collector::http::{
     Ui,
     html::{self, Nav, esc},
-    params::View,
+    params::{Params, View},
     svg,
 };
 
 /// An instance not heard from for this long is marked stale.
 const STALE_MS: i64 = 5 * 60_000;
 
-pub async fn render(ui: &Ui, view: &View, now: i64) -> Rendered {
+/// Instances in one page of the fleet table.
+pub const PAGE_ROWS: usize = 100;
+
+pub async fn render(ui: &Ui, view: &View, params: &Params, now: i64) -> Rendered {
     let instances = ui.instances().await?;
     let mut names: Vec<String> = instances.iter().map(|i| i.instance.clone()).filter(|n| !n.is_empty()).collect();
     names.sort();
@@ -25,8 +29,29 @@ pub async fn render(ui: &Ui, view: &View, now: i64) -> Rendered {
     let fleet = ui.series(series_request(view, "statements", 0, "")).await?;
     let mut body = statement_plots(view, &fleet);
 
-    let shown: Vec<&InstanceInfo> =
+    let matching: Vec<&InstanceInfo> =
         instances.iter().filter(|i| view.instance.as_deref().is_none_or(|want| i.instance == want)).collect();
+    // A large fleet is paged, so the page stays small whatever it holds.
+    let pages = matching.len().div_ceil(PAGE_ROWS).max(1);
+    let page = params.get("page").and_then(|p| p.parse::<usize>().ok()).unwrap_or(1).clamp(1, pages);
+    let shown: Vec<&InstanceInfo> = matching.iter().skip((page - 1) * PAGE_ROWS).take(PAGE_ROWS).copied().collect();
+    if pages > 1 {
+        let link = |to: usize| view.link("/", &[("page", &to.to_string())]);
+        let _ = write!(
+            body,
+            "<p class=\"pager\" id=\"pager\" data-page=\"{page}\" data-pages=\"{pages}\">Instances {} to {} of {}",
+            (page - 1) * PAGE_ROWS + 1,
+            (page - 1) * PAGE_ROWS + shown.len(),
+            matching.len()
+        );
+        if page > 1 {
+            let _ = write!(body, " · <a href=\"{}\">previous</a>", esc(&link(page - 1)));
+        }
+        if page < pages {
+            let _ = write!(body, " · <a href=\"{}\">next</a>", esc(&link(page + 1)));
+        }
+        body.push_str("</p>");
+    }
     body.push_str(
         "<table class=\"data\" id=\"instances\"><thead><tr><th>Instance</th><th>Host</th><th>Server</th>\
          <th>Statements/s</th><th>p99</th><th>Errors</th><th>Trend</th><th>Agent cores</th><th>Agent memory</th>\

@@ -33,7 +33,7 @@ pub async fn render(
     signed_in: bool,
 ) -> Option<Result<String, PageError>> {
     let page = match path {
-        "/" => fleet::render(ui, view, now).await,
+        "/" => fleet::render(ui, view, params, now).await,
         "/top" => top::render(ui, view, params).await,
         "/digest" => digest::render(ui, view, params).await,
         "/locks" => locks::render(ui, view).await,
