@@ -1,5 +1,6 @@
 //! What the collector spends on one batch before any store sees it, stage
-//! by stage: inflating it (agents send gzip), decoding the protobuf, the
+//! by stage: inflating it (agents send gzip), the decode bounds' scan of
+//! its bytes (`sqlbee_proto::bounds`), decoding the protobuf, the
 //! content hash exactly-once keys on (taken by the agent now, and by the
 //! collector only for agents from before `Batch.content_hash`), and
 //! validation. The batch is the one `collector_load` sends (10 windows
@@ -47,6 +48,9 @@ fn benches(c: &mut Criterion) {
         })
     });
     validate::batch(&batch, now_ms).expect("the load batch is valid");
+    c.bench_function("bounds_batch", |b| {
+        b.iter(|| sqlbee_proto::bounds::check::<Batch>(black_box(bytes.as_slice())).unwrap())
+    });
     c.bench_function("decode_batch", |b| b.iter(|| Batch::decode(black_box(bytes.as_slice())).unwrap()));
     c.bench_function("content_hash_batch", |b| b.iter(|| content_hash(black_box(&batch))));
     c.bench_function("validate_batch", |b| b.iter(|| validate::batch(black_box(&batch), now_ms)));

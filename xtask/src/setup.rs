@@ -56,13 +56,20 @@ pub fn run() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Whether the tool `name` in the tools directory says it is `version`
+/// (and says so when it is).
+fn installed(name: &str, version: &str) -> bool {
+    let binary = tools_dir().join("bin").join(name);
+    let answer = Command::new(&binary).arg("--version").output();
+    let ok = answer.is_ok_and(|out| out.status.success() && String::from_utf8_lossy(&out.stdout).contains(version));
+    if ok {
+        println!("ok  {name} {version} ({})", binary.display());
+    }
+    ok
+}
+
 fn mdbook() -> anyhow::Result<()> {
-    let binary = tools_dir().join("bin/mdbook");
-    if let Ok(out) = Command::new(&binary).arg("--version").output()
-        && out.status.success()
-        && String::from_utf8_lossy(&out.stdout).contains(MDBOOK_VERSION)
-    {
-        println!("ok  mdbook {MDBOOK_VERSION} ({})", binary.display());
+    if installed("mdbook", MDBOOK_VERSION) {
         return Ok(());
     }
     println!("==> building mdbook {MDBOOK_VERSION} (about 2 min)");
@@ -115,12 +122,7 @@ fn toolchain() -> anyhow::Result<()> {
 }
 
 fn bpf_linker() -> anyhow::Result<()> {
-    let binary = tools_dir().join("bin/bpf-linker");
-    if let Ok(out) = Command::new(&binary).arg("--version").output()
-        && out.status.success()
-        && String::from_utf8_lossy(&out.stdout).contains(BPF_LINKER_VERSION)
-    {
-        println!("ok  bpf-linker {BPF_LINKER_VERSION} ({})", binary.display());
+    if installed("bpf-linker", BPF_LINKER_VERSION) {
         return Ok(());
     }
     // bpf-linker must use the very LLVM of the rustc that emits the bitcode;

@@ -51,15 +51,34 @@ impl Drop for CancelOnDrop {
     }
 }
 
+/// A read: cancelled when the request awaiting it is dropped.
 pub async fn blocking<T: Send + 'static>(
     work: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
 ) -> Result<T, Status> {
+    on_the_pool(work, Some(Arc::new(Cancel::default()))).await
+}
+
+/// A write (a batch stored): runs to its end even when its request is
+/// dropped, so a store is never left half done by a client's timeout; the
+/// agent's retry then finds it stored. It keeps its admission place.
+pub async fn blocking_to_the_end<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
+) -> Result<T, Status> {
+    on_the_pool(work, None).await
+}
+
+async fn on_the_pool<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
+    cancel: Option<Arc<Cancel>>,
+) -> Result<T, Status> {
     let held = HELD.try_with(Arc::clone).ok();
-    let cancel = Arc::new(Cancel::default());
-    let mut on_drop = CancelOnDrop(Some(cancel.clone()));
+    let mut on_drop = CancelOnDrop(cancel.clone());
     let outcome = tokio::task::spawn_blocking(move || {
         let _held = held;
-        Cancel::run(cancel, work)
+        match cancel {
+            Some(cancel) => Cancel::run(cancel, work),
+            None => work(),
+        }
     })
     .await;
     on_drop.0 = None;

@@ -14,7 +14,7 @@ use sqlbee_common::clock::now_unix_ms;
 use crate::collector::{
     auth::BoundAgents,
     store::{Store, content_hash},
-    store_task::blocking,
+    store_task::blocking_to_the_end,
     validate,
 };
 
@@ -73,7 +73,7 @@ impl Ingest for IngestService {
         let sequence = batch.sequence;
         let store = self.store.clone();
         let agent = batch.agent.as_ref().map(|a| a.agent_id.clone()).unwrap_or_default();
-        let outcome = blocking(move || store.ingest(batch, now, content_hash)).await.inspect_err(|s| {
+        let outcome = blocking_to_the_end(move || store.ingest(batch, now, content_hash)).await.inspect_err(|s| {
             if s.code() == tonic::Code::AlreadyExists {
                 tracing::error!(?peer, agent, sequence, "{}", s.message());
             }

@@ -156,8 +156,12 @@ impl SqliteStore {
         if found > 0 && found < schema::SCHEMA_VERSION {
             tracing::info!(path = %path.display(), from = found, to = schema::SCHEMA_VERSION, "store schema upgraded; existing data kept");
         }
-        let reader = Connection::open(path).map_err(open_err)?;
+        let mut reader = Connection::open(path).map_err(open_err)?;
         schema::configure(&reader, durability).map_err(open_err)?;
+        // A read whose request was given up stops at its next few thousand
+        // steps: a read made of many statements is not caught by one
+        // interrupt, which only stops the statements running at that moment.
+        reader.progress_handler(1_000, Some(cancel::cancelled)).map_err(open_err)?;
         Ok(SqliteStore { writer: Mutex::new(writer), reader: Mutex::new(reader) })
     }
 }
