@@ -57,6 +57,11 @@ fn bounds(set: &FileDescriptorSet) -> Result<String, Box<dyn std::error::Error>>
             }
             let name = message.name();
             let mut fields = String::new();
+            // Position in `fields` by tag, so the scan finds a field
+            // without a search; and a counter slot per repeated field.
+            let mut by_tag: Vec<u8> = Vec::new();
+            let mut slots = 0u8;
+            let mut listed = 0u8;
             for field in &message.field {
                 let key = format!("{name}.{}", field.name());
                 let repeated = field.label() == Label::Repeated;
@@ -85,25 +90,48 @@ fn bounds(set: &FileDescriptorSet) -> Result<String, Box<dyn std::error::Error>>
                 if length.is_some() {
                     used_limits.insert(format!("length {key}"));
                 }
+                let tag = field.number() as usize;
+                if by_tag.len() <= tag {
+                    by_tag.resize(tag + 1, 0);
+                }
+                listed += 1;
+                by_tag[tag] = listed;
+                let slot = if repeated {
+                    slots += 1;
+                    slots - 1
+                } else {
+                    u8::MAX
+                };
                 let _ = writeln!(
                     fields,
-                    "        Field {{ tag: {}, name: \"{}\", kind: {kind}, repeated: {repeated}, max_count: {:?}, max_len: {:?} }},",
+                    "        Field {{ tag: {}, name: \"{}\", kind: {kind}, repeated: {repeated}, slot: {slot}, max_count: {:?}, max_len: {:?} }},",
                     field.number(),
                     field.name(),
                     count,
                     length
                 );
             }
+            if slots as usize > 8 {
+                return Err(format!("{name} has {slots} repeated fields; the decode bounds count 8").into());
+            }
             let budget = if inputs.contains(name) { "MAX_DECODED_REQUEST" } else { "MAX_DECODED_ANSWER" };
             let _ = write!(
                 code,
-                "pub static {}: Schema = Schema {{\n    name: \"{name}\",\n    size: std::mem::size_of::<crate::v1::{name}>(),\n    fields: &[\n{fields}    ],\n}};\n\
+                "pub static {}: Schema = Schema {{\n    name: \"{name}\",\n    size: std::mem::size_of::<crate::v1::{name}>(),\n    by_tag: &{by_tag:?},\n    fields: &[\n{fields}    ],\n}};\n\
                  impl Bounded for crate::v1::{name} {{\n    const SCHEMA: &'static Schema = &{};\n    const MAX_DECODED: u64 = crate::limits::{budget};\n}}\n\n",
                 static_name(name),
                 static_name(name),
             );
         }
     }
+    let names: Vec<String> = set
+        .file
+        .iter()
+        .filter(|f| f.package() == "sqlbee.v1")
+        .flat_map(|f| &f.message_type)
+        .map(|m| format!("&{}", static_name(m.name())))
+        .collect();
+    let _ = writeln!(code, "/// Every message's schema.\npub static ALL: &[&Schema] = &[{}];", names.join(", "));
     // A limit that names no field (a typo, or a field renamed) would
     // silently bound nothing.
     for (kind, table) in [("count", COUNT_LIMITS), ("length", LENGTH_LIMITS)] {

@@ -48,8 +48,12 @@ fn benches(c: &mut Criterion) {
         })
     });
     validate::batch(&batch, now_ms).expect("the load batch is valid");
+    // The walk itself (a batch this size skips it: see `check_if_large`).
     c.bench_function("bounds_batch", |b| {
         b.iter(|| sqlbee_proto::bounds::check::<Batch>(black_box(bytes.as_slice())).unwrap())
+    });
+    c.bench_function("bounds_if_large_batch", |b| {
+        b.iter(|| sqlbee_proto::bounds::check_if_large::<Batch>(black_box(bytes.as_slice())).unwrap())
     });
     c.bench_function("decode_batch", |b| b.iter(|| Batch::decode(black_box(bytes.as_slice())).unwrap()));
     c.bench_function("content_hash_batch", |b| b.iter(|| content_hash(black_box(&batch))));

@@ -15,6 +15,11 @@ pub struct Schema {
     pub name: &'static str,
     /// `size_of` the decoded struct.
     pub size: usize,
+    /// By tag: 1 + the field's position in `fields`, or 0 for a field the
+    /// scan passes over (a number).
+    pub by_tag: &'static [u8],
+    /// Fields that hold messages, strings or repeated numbers: what costs
+    /// memory beyond the struct. A message with none is passed over whole.
     pub fields: &'static [Field],
 }
 
@@ -23,6 +28,9 @@ pub struct Field {
     pub name: &'static str,
     pub kind: Kind,
     pub repeated: bool,
+    /// A repeated field's counter among its message's (`u8::MAX` if not
+    /// repeated).
+    pub slot: u8,
     /// Elements of a repeated field per message holding it.
     pub max_count: Option<u64>,
     /// Bytes of a string or bytes field.
@@ -71,8 +79,28 @@ pub fn check<M: Bounded>(bytes: &[u8]) -> Result<(), OutOfBounds> {
     scan.message(bytes, M::SCHEMA)
 }
 
-/// Most fields a message of sqlbee.v1 has (checked by a test).
-const MAX_FIELDS: usize = 64;
+/// Decoded bytes one received byte can become at most: an element of a
+/// repeated message field takes 2 bytes on the wire (its tag and a zero
+/// length) and its struct, twice over in a grown vector, decoded; a
+/// string's byte is one byte.
+fn amplification() -> u64 {
+    static MAX: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *MAX.get_or_init(|| ALL.iter().map(|s| s.size as u64 * VEC_SLACK / 2).max().unwrap_or(1).max(1))
+}
+
+/// Checks the message before it is decoded when it is large enough that
+/// decoding it could pass `M`'s decoded-size bound; a smaller one cannot,
+/// whatever it holds, and is not walked twice. Either way the collector's
+/// validation checks every limit on the decoded message.
+pub fn check_if_large<M: Bounded>(bytes: &[u8]) -> Result<(), OutOfBounds> {
+    if (bytes.len() as u64).saturating_mul(amplification()) <= M::MAX_DECODED {
+        return Ok(());
+    }
+    check::<M>(bytes)
+}
+
+/// Repeated fields a message may have (build.rs checks it).
+const MAX_SLOTS: usize = 8;
 /// Elements a field holds before its element's size counts twice: a
 /// vector grown by doubling holds up to twice what it needs.
 const VEC_SLACK: u64 = 2;
@@ -115,15 +143,15 @@ impl Scan {
     }
 
     fn message(&mut self, bytes: &[u8], schema: &'static Schema) -> Result<(), OutOfBounds> {
-        if schema.fields.len() > MAX_FIELDS {
-            return Err(self.fail(None, format!("{} has more fields than the scan counts", schema.name)));
-        }
-        let mut counts = [0u64; MAX_FIELDS];
+        let mut counts = [0u64; MAX_SLOTS];
         let mut at = 0usize;
         while at < bytes.len() {
             let key = self.varint(bytes, &mut at)?;
             let (tag, wire) = ((key >> 3) as u32, key & 7);
-            let found = schema.fields.iter().position(|f| f.tag == tag);
+            let found = match schema.by_tag.get(tag as usize) {
+                Some(&at) if at > 0 => Some(at as usize - 1),
+                _ => None,
+            };
             let length = match wire {
                 0 => {
                     self.varint(bytes, &mut at)?;
@@ -157,9 +185,15 @@ impl Scan {
                 Kind::RepeatedNumber { width } if wire == 2 => packed_elements(payload, width),
                 _ => 1,
             };
-            counts[i] = counts[i].saturating_add(elements);
+            let count = match counts.get_mut(field.slot as usize) {
+                Some(count) => {
+                    *count = count.saturating_add(elements);
+                    *count
+                }
+                None => 1,
+            };
             if let Some(max) = field.max_count
-                && counts[i] > max
+                && count > max
             {
                 return Err(self.fail(
                     Some((field.name, None)),
@@ -173,16 +207,19 @@ impl Scan {
                         return Err(self.fail(Some((field.name, None)), "a message field not sent as one".to_string()));
                     }
                     self.charge(sub.size as u64 * slack, field.name)?;
-                    let index = field.repeated.then(|| counts[i] - 1);
-                    self.path.push((field.name, index));
-                    self.message(payload, sub)?;
-                    self.path.pop();
+                    // A message of numbers only costs its struct, charged
+                    // above: its bytes need no walk.
+                    if !sub.fields.is_empty() {
+                        self.path.push((field.name, field.repeated.then(|| count - 1)));
+                        self.message(payload, sub)?;
+                        self.path.pop();
+                    }
                 }
                 Kind::Text => {
                     if let Some(max) = field.max_len
                         && payload.len() as u64 > max
                     {
-                        let index = field.repeated.then(|| counts[i] - 1);
+                        let index = field.repeated.then(|| count - 1);
                         return Err(
                             self.fail(Some((field.name, index)), format!("{} bytes, at most {max}", payload.len()))
                         );
@@ -295,9 +332,36 @@ mod tests {
     }
 
     #[test]
-    fn every_message_fits_the_scan() {
-        for schema in [&SCHEMA_BATCH, &SCHEMA_DIGEST_STATS, &SCHEMA_TOP_DIGEST, &SCHEMA_INSTANCE_INFO] {
-            assert!(schema.fields.len() <= MAX_FIELDS, "{}", schema.name);
+    fn a_small_message_cannot_pass_the_bound_and_is_not_walked() {
+        let small = amplification();
+        assert!(small >= SCHEMA_DIGEST_STATS.size as u64, "{small}");
+        let under = (Batch::MAX_DECODED / small) as usize;
+        // Empty rows, every one as costly as a row can be per byte, in
+        // windows within their count limit.
+        let mut rows = under / 2 - 1_000;
+        let mut windows = Vec::new();
+        while rows > 0 {
+            let mut w = InstanceWindow::default();
+            w.digests = vec![DigestStats::default(); rows.min(40_000)];
+            rows -= w.digests.len();
+            windows.push(w);
         }
+        let bytes = Batch { windows, ..Default::default() }.encode_to_vec();
+        assert!(bytes.len() <= under, "{} > {under}", bytes.len());
+        assert_eq!(check_if_large::<Batch>(&bytes), Ok(()));
+        assert_eq!(check::<Batch>(&bytes), Ok(()), "within the bound when walked too");
+        let large = Batch { windows: vec![window(1); 20_000], ..Default::default() }.encode_to_vec();
+        assert!(large.len() > under);
+        assert!(check_if_large::<Batch>(&large).is_err(), "a large one is walked");
+    }
+
+    #[test]
+    fn fields_are_found_by_tag() {
+        for schema in [&SCHEMA_BATCH, &SCHEMA_DIGEST_STATS, &SCHEMA_TOP_DIGEST, &SCHEMA_INSTANCE_INFO] {
+            for (i, field) in schema.fields.iter().enumerate() {
+                assert_eq!(schema.by_tag[field.tag as usize] as usize, i + 1, "{}.{}", schema.name, field.name);
+            }
+        }
+        assert!(SCHEMA_BUCKET.fields.is_empty(), "a message of numbers is passed over");
     }
 }

@@ -8,11 +8,12 @@
 //! contiguous, so prost can read it as `&[u8]`, whose reads are plain slice
 //! arithmetic. The bytes on the wire are unchanged.
 //!
-//! Before prost decodes a message, `bounds::check` walks its bytes and
-//! refuses one whose decoded form would pass the message's limits: the
-//! count of a repeated field, the length of a string, or the estimated
-//! decoded size. So no request makes the collector allocate more than a
-//! stated bound, whatever its size on the wire.
+//! Before prost decodes a message large enough to matter,
+//! `bounds::check_if_large` walks its bytes and refuses one whose decoded
+//! form would pass the message's limits: the count of a repeated field, the
+//! length of a string, or the estimated decoded size. So no request makes
+//! the collector allocate more than a stated bound, whatever its size on
+//! the wire.
 use std::marker::PhantomData;
 
 use prost::{
@@ -67,7 +68,7 @@ impl<U: Message + Default + Bounded> Decoder for SliceDecoder<U> {
         let refused =
             |e: OutOfBounds| Status::invalid_argument(format!("{} refused before decoding: {e}", U::SCHEMA.name));
         let decoded = if buf.chunk().len() == len {
-            bounds::check::<U>(buf.chunk()).map_err(refused)?;
+            bounds::check_if_large::<U>(buf.chunk()).map_err(refused)?;
             let message = U::decode(buf.chunk());
             buf.advance(len);
             message
@@ -75,7 +76,7 @@ impl<U: Message + Default + Bounded> Decoder for SliceDecoder<U> {
             // Not seen with tonic's BytesMut frames; still correct if a
             // frame ever arrives in pieces.
             let frame: Bytes = buf.copy_to_bytes(len);
-            bounds::check::<U>(frame.as_ref()).map_err(refused)?;
+            bounds::check_if_large::<U>(frame.as_ref()).map_err(refused)?;
             U::decode(frame.as_ref())
         };
         // INTERNAL for a message that does not parse, as tonic's own codec

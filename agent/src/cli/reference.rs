@@ -40,9 +40,11 @@ pub fn limits_page() -> String {
     use sqlbee_proto::limits::{COUNT_LIMITS, LENGTH_LIMITS, MAX_DECODED_ANSWER, MAX_DECODED_REQUEST};
     let mut out = format!("# What a collector accepts\n\n{GENERATED}\n\n");
     out.push_str(
-        "A collector checks every request's bytes before it decodes them. A message past one of these \
-         limits is refused with `INVALID_ARGUMENT`, naming the field (`windows[2].digests`), and nothing of \
-         it is decoded or stored. An agent never sends more than these: its own maxima are below each.\n\n\
+        "A collector holds every batch to these limits. A request large enough that decoding it could \
+         take more than the decoded-size bound below is checked before it is decoded; a smaller one, which \
+         cannot, after. A message past a limit is refused with `INVALID_ARGUMENT`, naming the field \
+         (`windows[2].digests`), and nothing of it is stored. An agent never sends more than these: its own \
+         maxima are below each.\n\n\
          A request is at most 32 MiB on the wire (after gzip is undone). Decoded, a request may take at \
          most an estimated ",
     );

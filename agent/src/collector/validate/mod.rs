@@ -54,6 +54,18 @@ pub const MAX_UNTRACED: usize = 1000;
 /// Why a server is not traced (the agent's error message).
 pub const MAX_REASON: usize = 4096;
 
+/// A count limit of the decode bounds (`sqlbee_proto::limits`), checked
+/// here as well: a message too small to need the scan before decoding is
+/// held to the same limits after it.
+fn count_limit(field: &str) -> usize {
+    sqlbee_proto::limits::COUNT_LIMITS.iter().find(|(k, _)| *k == field).map_or(usize::MAX, |(_, n)| *n as usize)
+}
+
+/// A length limit of the decode bounds, as `count_limit`.
+fn length_limit(field: &str) -> usize {
+    sqlbee_proto::limits::LENGTH_LIMITS.iter().find(|(k, _)| *k == field).map_or(MAX_NAME, |(_, n)| *n as usize)
+}
+
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[error("{field}: {problem}")]
 pub struct Invalid {
@@ -175,7 +187,10 @@ fn server_instance<'a>(at: &Path<'_>, instance: Option<&'a ServerInstance>) -> R
         ("build_id", &instance.build_id),
         ("server_version", &instance.server_version),
     ] {
-        name_len(at.field("instance").field(name), value)?;
+        let most = length_limit(&format!("ServerInstance.{name}"));
+        if value.len() > most {
+            return Err(invalid(at.field("instance").field(name), format!("{} bytes, at most {most}", value.len())));
+        }
     }
     Ok(instance)
 }
@@ -208,6 +223,10 @@ fn window(at: &Path<'_>, w: &InstanceWindow, range: TimeRange) -> Result<(), Inv
             return Err(invalid(at.field("commands").index(i).field("command"), "empty"));
         }
         name_len(at.field("commands").index(i).field("command"), &c.command)?;
+    }
+    let most = count_limit("InstanceWindow.digests");
+    if w.digests.len() > most {
+        return Err(invalid(at.field("digests"), format!("{} digests in one window, at most {most}", w.digests.len())));
     }
     for (i, d) in w.digests.iter().enumerate() {
         digest(&at.field("digests").index(i), d)?;
