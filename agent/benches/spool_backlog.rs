@@ -26,7 +26,7 @@ fn arg(n: usize, default: u64) -> u64 {
 fn payload(sequence: u64) -> Vec<u8> {
     let digests = (0..5u64)
         .map(|d| DigestStats {
-            digest: 0x9e37_79b9_7f4a_7c15u64.wrapping_mul(d + 1),
+            digest: sqlbee_common::digest_id::of(&format!("SELECT `c` FROM `sbtest{d}` WHERE `id` = ?")),
             digest_text: format!("SELECT `c` FROM `sbtest{d}` WHERE `id` = ?"),
             count: 100 + d,
             sum_ns: 5_000_000,

@@ -53,19 +53,16 @@ async fn batches_are_stored_once_and_histograms_merge_exactly() {
     let a: Vec<u64> = [vec![1_000_000; 50], vec![2_000_000; 10]].concat();
     let b: Vec<u64> = [vec![3_000_000; 39], vec![50_000_000]].concat();
     let both = [a.clone(), b.clone()].concat();
-    let select = 0x1111_2222_3333_4444;
-    let update = 0xfedc_ba98_7654_3210; // above i64::MAX: must survive the bit-cast
+    let select = id_of("SELECT ?");
+    // A text whose id is above i64::MAX: it must survive the bit-cast.
+    let update_text = (0..).map(|n| format!("UPDATE t{n} SET a = ?")).find(|t| id_of(t) > i64::MAX as u64).unwrap();
+    let update = id_of(&update_text);
     let first = batch(
         "agent-1",
         1,
-        vec![window(
-            INSTANCE,
-            100,
-            now - 10_000,
-            vec![digest(select, "SELECT ?", &a), digest(update, "UPDATE t SET a = ?", &[5_000])],
-        )],
+        vec![window(INSTANCE, 100, now - 10_000, vec![digest("SELECT ?", &a), digest(&update_text, &[5_000])])],
     );
-    let second = batch("agent-1", 2, vec![window(INSTANCE, 101, now, vec![digest(select, "SELECT ?", &b)])]);
+    let second = batch("agent-1", 2, vec![window(INSTANCE, 101, now, vec![digest("SELECT ?", &b)])]);
     assert_eq!(ack(push(&mut ingest, first.clone()).await.unwrap()), (1, false));
     // Compressed like the agent sends it.
     let mut gzip = ingest.clone().send_compressed(CompressionEncoding::Gzip);
@@ -197,7 +194,7 @@ async fn tokens_are_required_when_configured() {
     .unwrap();
     let collector = Collector::start(&["--tokens".into(), tokens.display().to_string()]);
     let url = collector.http_url();
-    let b = || batch("agent-auth", 1, vec![window(INSTANCE, 1, now_ms(), vec![digest(1, "SELECT ?", &[1000])])]);
+    let b = || batch("agent-auth", 1, vec![window(INSTANCE, 1, now_ms(), vec![digest("SELECT ?", &[1000])])]);
 
     let mut anonymous = ingest_client(&plain(&url)).await;
     let err = push(&mut anonymous, b()).await.unwrap_err();
@@ -234,7 +231,7 @@ async fn tokens_are_required_when_configured() {
     let token_file = dir.path().join("token");
     std::fs::write(&token_file, "token-a-0123456789abcdef0123456789abcdef\n").unwrap();
     let top = top_json(&url, &["--token-file", token_file.to_str().unwrap()]);
-    assert_eq!(row(&top, 1)["count"], 1);
+    assert_eq!(row(&top, id_of("SELECT ?"))["count"], 1);
 }
 
 /// A database host's token cannot read the fleet, a reader's cannot send,
@@ -255,7 +252,7 @@ read reader-token-0123456789abcdef0123456789abcdef
     let url = collector.http_url();
     let as_token = |t: &str| ClientOptions { token: Some(t.into()), ..plain(&url) };
     let b = |agent: &str, sequence| {
-        batch(agent, sequence, vec![window(INSTANCE, 1, now_ms(), vec![digest(9, "SELECT ?", &[1000])])])
+        batch(agent, sequence, vec![window(INSTANCE, 1, now_ms(), vec![digest("SELECT ?", &[1000])])])
     };
 
     let mut host = ingest_client(&as_token("host-token-0123456789abcdef0123456789abcdef")).await;
@@ -383,7 +380,7 @@ async fn malformed_batches_are_refused_and_not_stored() {
     let url = collector.http_url();
     let mut ingest = ingest_client(&plain(&url)).await;
     let now = now_ms();
-    let good = || batch("agent-bad", 1, vec![window(INSTANCE, 1, now, vec![digest(7, "SELECT ?", &[1000, 3000])])]);
+    let good = || batch("agent-bad", 1, vec![window(INSTANCE, 1, now, vec![digest("SELECT ?", &[1000, 3000])])]);
     let expect_invalid = |result: Result<PushResponse, tonic::Status>, needles: &[&str]| {
         let err = result.expect_err("a malformed batch was accepted");
         assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
@@ -406,7 +403,7 @@ async fn malformed_batches_are_refused_and_not_stored() {
     b.windows[0].window_start_unix_ms = now - 40 * 86_400_000 - 10_000;
     expect_invalid(push(&mut ingest, b).await, &["window_start_unix_ms", "clock"]);
     let mut b = good();
-    b.windows[0].digests = vec![digest(8, "SELECT ?", &[10]); 100_001];
+    b.windows[0].digests = vec![digest("SELECT ?", &[10]); 100_001];
     expect_invalid(push(&mut ingest, b).await, &["windows[0].digests", "at most 50001"]);
 
     // Invalid UTF-8: encode a good batch whose text holds a marker, then
@@ -431,7 +428,7 @@ async fn malformed_batches_are_refused_and_not_stored() {
     assert!(query.instances(InstancesRequest {}).await.unwrap().into_inner().instances.is_empty());
     assert!(top_json(&url, &[]).as_array().unwrap().is_empty());
     assert!(!push(&mut ingest, good()).await.unwrap().duplicate);
-    assert_eq!(row(&top_json(&url, &[]), 7)["count"], 2);
+    assert_eq!(row(&top_json(&url, &[]), id_of("SELECT ?"))["count"], 2);
 }
 
 struct Pki {
@@ -487,7 +484,7 @@ async fn try_push(opts: &ClientOptions, sequence: u64) -> Result<PushResponse, S
     // The same sequence carries the same window: a replay, not new content.
     static START: std::sync::OnceLock<i64> = std::sync::OnceLock::new();
     let end = *START.get_or_init(now_ms) + sequence as i64;
-    let b = batch("agent-tls", sequence, vec![window(INSTANCE, 1, end, vec![digest(9, "SELECT ?", &[1000])])]);
+    let b = batch("agent-tls", sequence, vec![window(INSTANCE, 1, end, vec![digest("SELECT ?", &[1000])])]);
     client.push(b).await.map(|r| r.into_inner()).map_err(|s| format!("{s:?}"))
 }
 
@@ -510,7 +507,7 @@ async fn tls_and_mutual_tls() {
     let other_ca = ClientOptions { url: https.clone(), ca_cert: Some(pki.rogue_cert.clone()), ..Default::default() };
     assert!(try_push(&other_ca, 2).await.is_err(), "a server certificate from an untrusted CA was accepted");
     let top = top_json(&https, &["--ca-cert", pki.ca.to_str().unwrap()]);
-    assert_eq!(row(&top, 9)["count"], 1);
+    assert_eq!(row(&top, id_of("SELECT ?"))["count"], 1);
     drop(collector);
 
     // mTLS: refused without a client certificate or with one from another
@@ -545,7 +542,7 @@ async fn tls_and_mutual_tls() {
             pki.client_key.to_str().unwrap(),
         ],
     );
-    assert_eq!(row(&top, 9)["count"], 1);
+    assert_eq!(row(&top, id_of("SELECT ?"))["count"], 1);
     let out = sqlbee_query(&["top", "--collector", &https, "--ca-cert", pki.ca.to_str().unwrap()]);
     assert!(!out.status.success(), "sqlbee top without a client certificate was answered");
 }
@@ -556,17 +553,12 @@ async fn retention_prunes_old_windows() {
     let url = collector.http_url();
     let mut ingest = ingest_client(&plain(&url)).await;
     let now = now_ms();
-    let (old, fresh, ancient) = (1, 2, 3);
-    let b1 = batch("agent-r", 1, vec![window(INSTANCE, 1, now - 100, vec![digest(old, "SELECT old", &[1000])])]);
+    let (old, fresh, ancient) = (id_of("SELECT old"), id_of("SELECT fresh"), id_of("SELECT ancient"));
+    let b1 = batch("agent-r", 1, vec![window(INSTANCE, 1, now - 100, vec![digest("SELECT old", &[1000])])]);
     // Ends in the future (allowed clock skew), so it outlives the test.
-    let b2 =
-        batch("agent-r", 2, vec![window(INSTANCE, 1, now + 600_000, vec![digest(fresh, "SELECT fresh", &[1000])])]);
+    let b2 = batch("agent-r", 2, vec![window(INSTANCE, 1, now + 600_000, vec![digest("SELECT fresh", &[1000])])]);
     // Valid (within 30 days) but already past retention: accepted, not kept.
-    let b3 = batch(
-        "agent-r",
-        3,
-        vec![window(INSTANCE, 1, now - 86_400_000, vec![digest(ancient, "SELECT ancient", &[1000])])],
-    );
+    let b3 = batch("agent-r", 3, vec![window(INSTANCE, 1, now - 86_400_000, vec![digest("SELECT ancient", &[1000])])]);
     for b in [b1.clone(), b2, b3] {
         assert!(!push(&mut ingest, b).await.unwrap().duplicate);
     }
@@ -617,8 +609,8 @@ fn error(code: u32, count: u64, message: &str) -> ErrorCount {
 
 /// `digest(...)` with waits and error codes, as an agent with wait
 /// tracking sends it.
-fn waiting(id: u64, text: &str, durations_ns: &[u64], waits: Vec<WaitStats>, errors: Vec<ErrorCount>) -> DigestStats {
-    let mut d = digest(id, text, durations_ns);
+fn waiting(text: &str, durations_ns: &[u64], waits: Vec<WaitStats>, errors: Vec<ErrorCount>) -> DigestStats {
+    let mut d = digest(text, durations_ns);
     d.errors = errors.iter().map(|e| e.count).sum();
     d.error_codes = errors;
     d.waits = waits;
@@ -633,7 +625,7 @@ async fn waits_and_error_samples_merge_across_windows_and_instances() {
     let url = collector.http_url();
     let mut ingest = ingest_client(&plain(&url)).await;
     let now = now_ms();
-    let (update, select) = (0xabcd_0000_0000_0001, 0x5e1e_c700_0000_0002);
+    let (update, select) = (id_of("UPDATE t SET a = ? WHERE id = ?"), id_of("SELECT * FROM big"));
     let ms = 1_000_000u64;
     // Two agents, two instances, two windows of the same UPDATE.
     let first = batch(
@@ -645,7 +637,6 @@ async fn waits_and_error_samples_merge_across_windows_and_instances() {
             now - 10_000,
             vec![
                 waiting(
-                    update,
                     "UPDATE t SET a = ? WHERE id = ?",
                     &[400 * ms, 300 * ms, 2 * ms],
                     vec![wait("row_lock", 300 * ms, 200 * ms, 2), wait("disk_io", 5 * ms, 3 * ms, 1)],
@@ -655,7 +646,7 @@ async fn waits_and_error_samples_merge_across_windows_and_instances() {
                     ],
                 ),
                 // An old agent's digest: no waits, no error messages.
-                digest(select, "SELECT * FROM big", &[900 * ms, 900 * ms]),
+                digest("SELECT * FROM big", &[900 * ms, 900 * ms]),
             ],
         )],
     );
@@ -667,7 +658,6 @@ async fn waits_and_error_samples_merge_across_windows_and_instances() {
             20,
             now,
             vec![waiting(
-                update,
                 "UPDATE t SET a = ? WHERE id = ?",
                 &[260 * ms, ms],
                 vec![wait("row_lock", 212 * ms, 212 * ms, 1), wait("commit", 0, 0, 0)],
@@ -740,7 +730,6 @@ async fn bad_waits_and_error_messages_are_refused_and_not_stored() {
                 1,
                 now,
                 vec![waiting(
-                    11,
                     "UPDATE t SET a = ?",
                     &[1000, 3000],
                     vec![wait("row_lock", 800, 600, 2), wait("metadata_lock", 100, 100, 1)],
@@ -796,12 +785,12 @@ async fn bad_waits_and_error_messages_are_refused_and_not_stored() {
     );
     assert!(!push(&mut ingest, good()).await.unwrap().duplicate);
     let d = top_json(&url, &[]);
-    assert_eq!(row(&d, 11)["waits"]["row_lock"]["sum_ns"], 800);
-    assert_eq!(row(&d, 11)["error_codes"]["1062"]["count"], 1);
+    assert_eq!(row(&d, id_of("UPDATE t SET a = ?"))["waits"]["row_lock"]["sum_ns"], 800);
+    assert_eq!(row(&d, id_of("UPDATE t SET a = ?"))["error_codes"]["1062"]["count"], 1);
     // A batch without waits or messages (an older agent) is fine.
-    let old = batch("agent-waits", 2, vec![window(INSTANCE, 1, now, vec![digest(12, "SELECT ?", &[1000])])]);
+    let old = batch("agent-waits", 2, vec![window(INSTANCE, 1, now, vec![digest("SELECT ?", &[1000])])]);
     assert!(!push(&mut ingest, old).await.unwrap().duplicate);
-    assert_eq!(row(&top_json(&url, &[]), 12)["waits"], serde_json::json!({}));
+    assert_eq!(row(&top_json(&url, &[]), id_of("SELECT ?"))["waits"], serde_json::json!({}));
 }
 
 /// A store written by a version-1 collector (no waits column, no
@@ -816,7 +805,7 @@ async fn version_1_store_is_upgraded_and_keeps_its_data() {
     let url = collector.http_url();
     let mut ingest = ingest_client(&plain(&url)).await;
     let now = now_ms();
-    let id = 0x0bd0_0000_0000_0001;
+    let id = id_of("INSERT INTO t VALUES (?)");
     let old = batch(
         "agent-v1",
         1,
@@ -824,7 +813,7 @@ async fn version_1_store_is_upgraded_and_keeps_its_data() {
             INSTANCE,
             1,
             now - 10_000,
-            vec![waiting(id, "INSERT INTO t VALUES (?)", &[1000, 2000], vec![], vec![error(1062, 1, "")])],
+            vec![waiting("INSERT INTO t VALUES (?)", &[1000, 2000], vec![], vec![error(1062, 1, "")])],
         )],
     );
     assert!(!push(&mut ingest, old.clone()).await.unwrap().duplicate);
@@ -894,7 +883,6 @@ async fn version_1_store_is_upgraded_and_keeps_its_data() {
             1,
             now,
             vec![waiting(
-                id,
                 "INSERT INTO t VALUES (?)",
                 &[5000],
                 vec![wait("row_lock", 4000, 4000, 1)],
@@ -921,7 +909,7 @@ fn lock_wait(start: i64, connection_id: u64, blockers: Vec<Blocker>) -> LockWait
         duration_ns: 250_000_000,
         class: "row_lock".into(),
         connection_id,
-        digest: 0xfeed_0000_0000_0001,
+        digest: id_of("UPDATE t SET a = ? WHERE id = ?"),
         digest_text: "UPDATE t SET a = ? WHERE id = ?".into(),
         sample: "UPDATE t SET a = 1 WHERE id = 1".into(),
         blocker_kind: "candidates".into(),
@@ -959,7 +947,7 @@ async fn lock_waits_are_stored_and_listed_newest_first() {
     let mut ingest = ingest_client(&plain(&url)).await;
     let now = now_ms();
     let hour = 3_600_000;
-    let mut w1 = window(INSTANCE, 1, now, vec![digest(1, "SELECT ?", &[1000])]);
+    let mut w1 = window(INSTANCE, 1, now, vec![digest("SELECT ?", &[1000])]);
     w1.lock_waits = vec![
         lock_wait(now - 2 * hour, 21, vec![]),
         lock_wait(
@@ -971,7 +959,7 @@ async fn lock_waits_are_stored_and_listed_newest_first() {
             ],
         ),
     ];
-    let mut w2 = window("db2:3306", 2, now, vec![digest(1, "SELECT ?", &[1000])]);
+    let mut w2 = window("db2:3306", 2, now, vec![digest("SELECT ?", &[1000])]);
     w2.lock_waits = vec![lock_wait(now - 3000, 31, vec![blocker(40, true, now - 4000, &[FOR_UPDATE])])];
     w2.lock_waits[0].class = "metadata_lock".into();
     w2.lock_waits[0].blocker_kind = String::new();
@@ -986,7 +974,7 @@ async fn lock_waits_are_stored_and_listed_newest_first() {
     assert_eq!((l["instance"].as_str(), l["agent_id"].as_str()), (Some(INSTANCE), Some("agent-l1")));
     assert_eq!(l["start_unix_ms"], now - 60_000);
     assert_eq!((l["duration_ns"].as_u64(), l["class"].as_str()), (Some(250_000_000), Some("row_lock")));
-    assert_eq!(l["digest"], "feed000000000001");
+    assert_eq!(l["digest"], format!("{:016x}", id_of("UPDATE t SET a = ? WHERE id = ?")));
     assert_eq!(l["digest_text"], "UPDATE t SET a = ? WHERE id = ?");
     assert_eq!(l["sample"], "UPDATE t SET a = 1 WHERE id = 1");
     assert_eq!(l["blocker_kind"], "candidates");
@@ -1035,7 +1023,7 @@ async fn bad_lock_waits_are_refused_and_not_stored() {
     let mut ingest = ingest_client(&plain(&url)).await;
     let now = now_ms();
     let good = || {
-        let mut w = window(INSTANCE, 1, now, vec![digest(5, "SELECT ?", &[1000])]);
+        let mut w = window(INSTANCE, 1, now, vec![digest("SELECT ?", &[1000])]);
         w.lock_waits = vec![lock_wait(now - 1000, 1, vec![blocker(2, true, now - 2000, &[FOR_UPDATE])])];
         batch("agent-lbad", 1, vec![w])
     };
@@ -1084,7 +1072,7 @@ async fn bad_lock_waits_are_refused_and_not_stored() {
     assert!(!push(&mut ingest, good()).await.unwrap().duplicate);
     assert_eq!(connections(&locks_json(&url, &["--since", "all"])), vec![1]);
     // A batch without lock waits (an older agent) is fine.
-    let old = batch("agent-lbad", 2, vec![window(INSTANCE, 1, now, vec![digest(6, "SELECT ?", &[1000])])]);
+    let old = batch("agent-lbad", 2, vec![window(INSTANCE, 1, now, vec![digest("SELECT ?", &[1000])])]);
     assert!(!push(&mut ingest, old).await.unwrap().duplicate);
     assert_eq!(locks_json(&url, &["--since", "all"]).as_array().unwrap().len(), 1);
 }
@@ -1100,7 +1088,7 @@ async fn version_2_store_is_upgraded_and_keeps_its_data() {
     let url = collector.http_url();
     let mut ingest = ingest_client(&plain(&url)).await;
     let now = now_ms();
-    let id = 0x0bd0_0000_0000_0002;
+    let id = id_of("SELECT ?");
     let old = batch(
         "agent-v2",
         1,
@@ -1108,7 +1096,7 @@ async fn version_2_store_is_upgraded_and_keeps_its_data() {
             INSTANCE,
             1,
             now - 10_000,
-            vec![waiting(id, "SELECT ?", &[1000, 2000], vec![wait("row_lock", 900, 900, 1)], vec![])],
+            vec![waiting("SELECT ?", &[1000, 2000], vec![wait("row_lock", 900, 900, 1)], vec![])],
         )],
     );
     assert!(!push(&mut ingest, old.clone()).await.unwrap().duplicate);
@@ -1155,7 +1143,7 @@ async fn version_2_store_is_upgraded_and_keeps_its_data() {
 
     let mut ingest = ingest_client(&plain(&url)).await;
     assert!(push(&mut ingest, old).await.unwrap().duplicate);
-    let mut w = window(INSTANCE, 1, now, vec![digest(id, "SELECT ?", &[3000])]);
+    let mut w = window(INSTANCE, 1, now, vec![digest("SELECT ?", &[3000])]);
     w.lock_waits = vec![lock_wait(now - 100, 8, vec![blocker(9, true, now - 500, &[FOR_UPDATE])])];
     assert!(!push(&mut ingest, batch("agent-v2", 2, vec![w])).await.unwrap().duplicate);
     let locks = locks_json(&url, &["--since", "all"]);
@@ -1172,10 +1160,10 @@ async fn retention_prunes_lock_waits() {
     let now = now_ms();
     // The window ends in the future (allowed skew), so it stays; its first
     // wait started just now and passes the retention within seconds.
-    let mut w = window(INSTANCE, 1, now + 600_000, vec![digest(1, "SELECT ?", &[1000])]);
+    let mut w = window(INSTANCE, 1, now + 600_000, vec![digest("SELECT ?", &[1000])]);
     w.lock_waits = vec![lock_wait(now - 100, 1, vec![]), lock_wait(now + 590_000, 2, vec![])];
     // Past retention already: the window and its wait are not kept.
-    let mut ancient = window(INSTANCE, 1, now - 86_400_000, vec![digest(2, "SELECT ?", &[1000])]);
+    let mut ancient = window(INSTANCE, 1, now - 86_400_000, vec![digest("SELECT ?", &[1000])]);
     ancient.lock_waits = vec![lock_wait(now - 86_400_000 - 1000, 3, vec![])];
     assert!(!push(&mut ingest, batch("agent-lr", 1, vec![w, ancient])).await.unwrap().duplicate);
     assert_eq!(connections(&locks_json(&url, &["--since", "all"])), vec![2, 1]);
@@ -1221,7 +1209,7 @@ async fn agent_histograms_keep_their_percentiles_through_the_wire_and_the_merge(
         let mut histogram = AgentHistogram::default();
         durations.iter().for_each(|&ns| histogram.record(ns));
         let digest = AgentDigest {
-            digest: 0x5eed,
+            digest: id_of("SELECT * FROM `t` WHERE `id` = ?"),
             digest_text: "SELECT * FROM `t` WHERE `id` = ?".into(),
             count: durations.len() as u64,
             errors: 0,
@@ -1259,7 +1247,7 @@ async fn agent_histograms_keep_their_percentiles_through_the_wire_and_the_merge(
     let agent = sqlbee::output::window_to_json(&report(&all, now));
     let agent = agent.iter().find(|l| l["type"] == "digest").expect("the agent's digest line");
     let merged = top_json(&url, &[]);
-    let merged = row(&merged, 0x5eed);
+    let merged = row(&merged, id_of("SELECT * FROM `t` WHERE `id` = ?"));
     assert_eq!(merged["count"], all.len() as u64);
     for key in ["p50_ns", "p95_ns", "p99_ns", "min_ns", "max_ns"] {
         assert_eq!(merged[key], agent[key], "{key}: collector {merged:#} against agent {agent:#}");
@@ -1280,7 +1268,7 @@ async fn acknowledged_batches_survive_a_kill_right_after_the_answer() {
         let end = now - 20_000 + sequence as i64 * 500;
         let pushed = push(
             &mut ingest,
-            batch("agent-kill", sequence, vec![window(INSTANCE, 100, end, vec![digest(0x77, "SELECT ?", &[1000; 3])])]),
+            batch("agent-kill", sequence, vec![window(INSTANCE, 100, end, vec![digest("SELECT ?", &[1000; 3])])]),
         )
         .await
         .unwrap();
@@ -1289,7 +1277,7 @@ async fn acknowledged_batches_survive_a_kill_right_after_the_answer() {
     collector.kill9();
     collector.restart();
     let top = top_json(&collector.http_url(), &[]);
-    assert_eq!(row(&top, 0x77)["count"], 60, "{top:#}");
+    assert_eq!(row(&top, id_of("SELECT ?"))["count"], 60, "{top:#}");
     collector.stop();
 }
 
@@ -1320,7 +1308,7 @@ async fn bombs_and_floods_are_refused_with_bounded_memory_and_ingest_goes_on() {
     let url = collector.http_url();
     let client = ingest_client(&plain(&url)).await.send_compressed(CompressionEncoding::Gzip);
     let with_sample = |agent: &str, bytes: usize| {
-        let mut b = batch(agent, 1, vec![window(INSTANCE, 1, now_ms(), vec![digest(5, "SELECT ?", &[1000])])]);
+        let mut b = batch(agent, 1, vec![window(INSTANCE, 1, now_ms(), vec![digest("SELECT ?", &[1000])])]);
         b.windows[0].digests[0].sample = "a".repeat(bytes);
         b
     };
@@ -1351,7 +1339,7 @@ async fn bombs_and_floods_are_refused_with_bounded_memory_and_ingest_goes_on() {
 
     // An ordinary agent gets through, retrying while the collector is busy.
     let mut ordinary = ingest_client(&plain(&url)).await;
-    let ok = batch("agent-ordinary", 1, vec![window(INSTANCE, 2, now_ms(), vec![digest(6, "SELECT ?", &[1000])])]);
+    let ok = batch("agent-ordinary", 1, vec![window("ordinary:3306", 2, now_ms(), vec![digest("SELECT ?", &[1000])])]);
     let started = std::time::Instant::now();
     loop {
         match push(&mut ordinary, ok.clone()).await {
@@ -1362,7 +1350,7 @@ async fn bombs_and_floods_are_refused_with_bounded_memory_and_ingest_goes_on() {
             Err(s) => panic!("an ordinary batch was refused: {s:?}"),
         }
     }
-    assert_eq!(row(&top_json(&url, &[]), 6)["count"], 1);
+    assert_eq!(row(&top_json(&url, &[]), id_of("SELECT ?"))["count"], 1);
     eprintln!("flood answers {codes:?}, collector peak RSS {} MiB", peak >> 20);
 }
 
@@ -1430,7 +1418,7 @@ async fn a_count_bomb_is_refused_before_it_is_decoded() {
     let url = collector.http_url();
     let mut client = ingest_client(&plain(&url)).await.send_compressed(CompressionEncoding::Gzip);
     // Settle first: the idle peak includes the runtime and the store.
-    push(&mut client, batch("agent-warm", 1, vec![window(INSTANCE, 1, now_ms(), vec![digest(4, "SELECT ?", &[1])])]))
+    push(&mut client, batch("agent-warm", 1, vec![window("warm:3306", 1, now_ms(), vec![digest("SELECT 1", &[1])])]))
         .await
         .unwrap();
     let idle = peak_rss(collector.pid());
@@ -1454,9 +1442,9 @@ async fn a_count_bomb_is_refused_before_it_is_decoded() {
 
     let grown = peak_rss(collector.pid()).saturating_sub(idle);
     assert!(grown < 256 << 20, "collector peak RSS grew by {} MiB", grown >> 20);
-    let ok = batch("agent-ordinary", 1, vec![window(INSTANCE, 2, now_ms(), vec![digest(6, "SELECT ?", &[1000])])]);
+    let ok = batch("agent-ordinary", 1, vec![window("ordinary:3306", 2, now_ms(), vec![digest("SELECT ?", &[1000])])]);
     assert!(!push(&mut client, ok).await.unwrap().duplicate);
-    assert_eq!(row(&top_json(&url, &[]), 6)["count"], 1);
+    assert_eq!(row(&top_json(&url, &[]), id_of("SELECT ?"))["count"], 1);
     eprintln!("count bomb refused; collector peak RSS grew by {} MiB", grown >> 20);
 }
 
@@ -1464,6 +1452,11 @@ async fn a_count_bomb_is_refused_before_it_is_decoded() {
 /// own): its headers and the first bytes of a large message, then a byte
 /// every 2 s. Returns the gRPC status the collector ends it with.
 async fn trickling_push(from: &str, url: &str) -> (tonic::Code, String) {
+    trickling_push_with(from, url, None).await
+}
+
+/// `trickling_push`, sent with a bearer token.
+async fn trickling_push_with(from: &str, url: &str, token: Option<&str>) -> (tonic::Code, String) {
     let to: std::net::SocketAddr = url.trim_start_matches("http://").parse().unwrap();
     let socket = tokio::net::TcpSocket::new_v4().unwrap();
     socket.bind(format!("{from}:0").parse().unwrap()).unwrap();
@@ -1471,11 +1464,13 @@ async fn trickling_push(from: &str, url: &str) -> (tonic::Code, String) {
     let (client, connection) = h2::client::handshake(stream).await.unwrap();
     tokio::spawn(connection);
     let mut client = client.ready().await.unwrap();
-    let request = tonic::codegen::http::Request::post(format!("http://{to}/sqlbee.v1.Ingest/Push"))
+    let mut request = tonic::codegen::http::Request::post(format!("http://{to}/sqlbee.v1.Ingest/Push"))
         .header("content-type", "application/grpc")
-        .header("te", "trailers")
-        .body(())
-        .unwrap();
+        .header("te", "trailers");
+    if let Some(token) = token {
+        request = request.header("authorization", format!("Bearer {token}"));
+    }
+    let request = request.body(()).unwrap();
     let (response, mut body) = client.send_request(request, false).unwrap();
     // A gRPC frame header for a 1 MB message, then one byte of it.
     body.send_data(prost::bytes::Bytes::from_static(&[0, 0, 0x0f, 0x42, 0x40, 0x0a]), false).unwrap();
@@ -1529,7 +1524,7 @@ async fn trickling_pushes_are_cut_and_other_agents_get_through() {
         .collect();
     tokio::time::sleep(Duration::from_millis(500)).await;
     let mut ordinary = ingest_client(&plain(&url)).await;
-    let ok = batch("agent-ordinary", 1, vec![window(INSTANCE, 2, now_ms(), vec![digest(6, "SELECT ?", &[1000])])]);
+    let ok = batch("agent-ordinary", 1, vec![window("ordinary:3306", 2, now_ms(), vec![digest("SELECT ?", &[1000])])]);
     let pushed = std::time::Instant::now();
     assert!(!push(&mut ordinary, ok).await.expect("another agent's push is stored").duplicate);
     assert!(pushed.elapsed() < Duration::from_secs(2), "answered in {:?}", pushed.elapsed());
@@ -1544,7 +1539,119 @@ async fn trickling_pushes_are_cut_and_other_agents_get_through() {
     assert_eq!(codes.get("ResourceExhausted"), Some(&4), "beyond the address's share: {codes:?}");
     assert_eq!(codes.get("Unavailable"), Some(&4), "cut for their rate: {codes:?}");
     assert!(started.elapsed() < Duration::from_secs(30), "cut in {:?}", started.elapsed());
-    assert_eq!(row(&top_json(&url, &[]), 6)["count"], 1);
+    assert_eq!(row(&top_json(&url, &[]), id_of("SELECT ?"))["count"], 1);
+}
+
+/// An agent's token speaks for its agent's own instances only: a window
+/// for another agent's instance is refused until that agent has been
+/// silent past the handover time, an instance pinned to a token (its
+/// `instances=`) is refused to every other token, a digest id that is not
+/// its text's hash is refused, and an error message one agent sends never
+/// shows under another agent's instance. One token's pushes in flight are
+/// bounded, and other tokens get through meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agents_speak_only_for_themselves() {
+    let dir = TempDir::new("speaks");
+    let tokens = dir.path().join("tokens");
+    const A: &str = "agent-a-token-0123456789abcdef0123456789abcdef";
+    const B: &str = "agent-b-token-0123456789abcdef0123456789abcdef";
+    const P: &str = "pinned-token-0123456789abcdef0123456789abcdef";
+    const R: &str = "reader-token-0123456789abcdef0123456789abcdef";
+    std::fs::write(
+        &tokens,
+        format!(
+            "ingest {A} agents=agent-a\ningest {B} agents=agent-b\ningest {P} agents=agent-p instances=db-p:3306\n\
+             read {R}\n"
+        ),
+    )
+    .unwrap();
+    let reader = dir.path().join("reader");
+    std::fs::write(&reader, R).unwrap();
+    let collector = Collector::start(&[
+        "--tokens".into(),
+        tokens.display().to_string(),
+        "--instance-handover".into(),
+        "4s".into(),
+        "--max-pushes-per-token".into(),
+        "1".into(),
+    ]);
+    let url = collector.http_url();
+    let options = |token: &str| ClientOptions { token: Some(token.into()), ..plain(&url) };
+    let mut a = ingest_client(&options(A)).await;
+    let mut b = ingest_client(&options(B)).await;
+    let mut p = ingest_client(&options(P)).await;
+    const INSERT: &str = "INSERT INTO t VALUES (?)";
+    let failing = |instance: &str, message: &str| {
+        window(instance, 1, now_ms(), vec![waiting(INSERT, &[1000], vec![], vec![error(1062, 1, message)])])
+    };
+    push(&mut b, batch("agent-b", 1, vec![failing("db-b:3306", "Duplicate entry '1' for key 'PRIMARY'")]))
+        .await
+        .unwrap();
+
+    // agent-a's window for agent-b's instance.
+    let forged = batch("agent-a", 3, vec![failing("db-b:3306", "planted")]);
+    let err = push(&mut a, forged.clone()).await.unwrap_err();
+    assert_eq!(err.code(), Code::PermissionDenied, "{err:?}");
+    assert!(err.message().contains("db-b:3306") && err.message().contains("agent-b"), "{err:?}");
+    // An untraced report names an instance too.
+    let mut untraced = batch("agent-a", 1, vec![]);
+    untraced.agent_windows = vec![sqlbee_proto::v1::AgentWindow {
+        window_start_unix_ms: now_ms() - 1000,
+        window_end_unix_ms: now_ms(),
+        untraced: vec![sqlbee_proto::v1::UntracedServer {
+            instance: Some(sqlbee_proto::v1::ServerInstance { name: "db-b:3306".into(), ..Default::default() }),
+            reason: "forged".into(),
+            kind: "other".into(),
+            since_unix_ms: now_ms() - 1000,
+            ..Default::default()
+        }],
+        ..Default::default()
+    }];
+    assert_eq!(push(&mut a, untraced).await.unwrap_err().code(), Code::PermissionDenied);
+    // A digest id under another text.
+    let mut planted = batch("agent-a", 1, vec![window("db-a:3306", 1, now_ms(), vec![digest("SELECT ?", &[1000])])]);
+    planted.windows[0].digests[0].digest = id_of(INSERT);
+    let err = push(&mut a, planted).await.unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+    assert!(err.message().contains("windows[0].digests[0].digest"), "{err:?}");
+    // agent-a's own instance, with a newer message for the same digest and code.
+    push(&mut a, batch("agent-a", 1, vec![failing("db-a:3306", "planted")])).await.unwrap();
+    let token = reader.display().to_string();
+    let message = |instance: &str| {
+        let top = top_json(&url, &["--token-file", &token, "--instance", instance]);
+        assert_eq!(top.as_array().unwrap().len(), 1, "{top:#}");
+        top[0]["error_codes"]["1062"]["sample_message"].as_str().unwrap().to_string()
+    };
+    assert_eq!(message("db-b:3306"), "Duplicate entry '1' for key 'PRIMARY'");
+    assert_eq!(message("db-a:3306"), "planted");
+    assert_eq!(row(&top_json(&url, &["--token-file", &token, "--instance", "db-b:3306"]), id_of(INSERT))["count"], 1);
+
+    // A pinned instance: refused to every other token, even reported first.
+    let err = push(&mut a, batch("agent-a", 2, vec![failing("db-p:3306", "x")])).await.unwrap_err();
+    assert!(err.code() == Code::PermissionDenied && err.message().contains("instances="), "{err:?}");
+    let err = push(&mut p, batch("agent-p", 1, vec![failing("db-q:3306", "x")])).await.unwrap_err();
+    assert!(err.code() == Code::PermissionDenied && err.message().contains("db-p:3306"), "{err:?}");
+    push(&mut p, batch("agent-p", 1, vec![failing("db-p:3306", "x")])).await.unwrap();
+
+    // One push per token in flight: a trickling push with agent-b's token
+    // holds its place; agent-b's next push waits its turn, agent-a's does not.
+    let trickle = tokio::spawn({
+        let url = url.clone();
+        async move { trickling_push_with("127.0.0.3", &url, Some(B)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let err = push(&mut b, batch("agent-b", 2, vec![failing("db-b:3306", "x")])).await.unwrap_err();
+    assert!(err.code() == Code::ResourceExhausted && err.message().contains("token"), "{err:?}");
+    push(&mut a, batch("agent-a", 2, vec![failing("db-a:3306", "planted")])).await.unwrap();
+    let (code, _) = trickle.await.unwrap();
+    assert_eq!(code, Code::Unavailable, "the trickle is cut for its rate");
+
+    // agent-b falls silent: past the handover time, agent-a's retry of the
+    // refused batch is stored.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    push(&mut a, forged).await.expect("handed over after agent-b's silence");
+    let err = push(&mut b, batch("agent-b", 3, vec![failing("db-b:3306", "x")])).await.unwrap_err();
+    assert_eq!(err.code(), Code::PermissionDenied, "now agent-a's: {err:?}");
 }
 
 /// Reads given up by their clients stop, and ingest never waits behind
@@ -1558,8 +1665,7 @@ async fn abandoned_reads_do_not_stall_ingest() {
     let mut ingest = ingest_client(&plain(&url)).await.send_compressed(CompressionEncoding::Gzip);
     let text = "SELECT ".to_string() + &"c, ".repeat(200) + "1 FROM t WHERE id = ?";
     for sequence in 1..=20u64 {
-        let digests =
-            (0..2_000u64).map(|i| digest(sequence << 32 | i, &format!("{text} -- {i}"), &[1000, 2000])).collect();
+        let digests = (0..2_000u64).map(|i| digest(&format!("{text} -- {sequence} {i}"), &[1000, 2000])).collect();
         let b = batch("agent-many", sequence, vec![window(INSTANCE, 1, now_ms() - 1000 * sequence as i64, digests)]);
         push(&mut ingest, b).await.unwrap();
     }
@@ -1583,7 +1689,7 @@ async fn abandoned_reads_do_not_stall_ingest() {
         }
         while abandoned.join_next().await.is_some() {}
     }
-    let ok = batch("agent-ordinary", 1, vec![window(INSTANCE, 2, now_ms(), vec![digest(6, "SELECT ?", &[1000])])]);
+    let ok = batch("agent-ordinary", 1, vec![window("ordinary:3306", 2, now_ms(), vec![digest("SELECT ?", &[1000])])]);
     let pushed = std::time::Instant::now();
     assert!(!push(&mut ingest, ok).await.unwrap().duplicate);
     assert!(pushed.elapsed() < Duration::from_secs(1), "a push waited {:?} behind abandoned reads", pushed.elapsed());
@@ -1611,7 +1717,7 @@ async fn epochs_keep_new_data_and_a_changed_replay_is_an_error() {
     let mut ingest = ingest_client(&plain(&url)).await;
     let now = now_ms();
     let with = |epoch: u64, durations: &[u64], end: i64| {
-        let mut b = batch("agent-epoch", 1, vec![window(INSTANCE, 3, end, vec![digest(0xe, "SELECT ?", durations)])]);
+        let mut b = batch("agent-epoch", 1, vec![window(INSTANCE, 3, end, vec![digest("SELECT ?", durations)])]);
         b.epoch = epoch;
         b
     };
@@ -1624,7 +1730,11 @@ async fn epochs_keep_new_data_and_a_changed_replay_is_an_error() {
     let err = push(&mut ingest, with(11, &[7000, 7000, 7000], now - 3000)).await.unwrap_err();
     assert_eq!(err.code(), Code::AlreadyExists, "{err:?}");
     assert!(err.message().contains("other content"), "{err:?}");
-    assert_eq!(row(&top_json(&url, &[]), 0xe)["count"], 3, "epoch 11 once, epoch 12 once, the conflict never");
+    assert_eq!(
+        row(&top_json(&url, &[]), id_of("SELECT ?"))["count"],
+        3,
+        "epoch 11 once, epoch 12 once, the conflict never"
+    );
     assert!(collector.stderr_text().contains("other content"), "the collector reports it too");
 }
 
@@ -1640,7 +1750,7 @@ async fn a_batch_carries_its_content_hash_and_older_agents_still_match() {
     let mut ingest = ingest_client(&plain(&url)).await;
     let now = now_ms();
     let make = |sequence: u64, durations: &[u64]| {
-        batch("agent-hash", sequence, vec![window(INSTANCE, 3, now - 5000, vec![digest(0xf, "SELECT ?", durations)])])
+        batch("agent-hash", sequence, vec![window(INSTANCE, 3, now - 5000, vec![digest("SELECT ?", durations)])])
     };
     let hashed = |mut b: sqlbee_proto::v1::Batch| {
         b.content_hash = sqlbee_proto::content_hash(&b);
@@ -1656,7 +1766,7 @@ async fn a_batch_carries_its_content_hash_and_older_agents_still_match() {
         let err = push(&mut ingest, other).await.unwrap_err();
         assert_eq!(err.code(), Code::AlreadyExists, "{err:?}");
     }
-    assert_eq!(row(&top_json(&url, &[]), 0xf)["count"], 3, "batch 1 once, batch 2 once, no conflict");
+    assert_eq!(row(&top_json(&url, &[]), id_of("SELECT ?"))["count"], 3, "batch 1 once, batch 2 once, no conflict");
 }
 
 /// The store's filesystem fills up: the collector answers
@@ -1682,7 +1792,7 @@ async fn a_full_store_disk_refuses_for_now_and_keeps_what_it_acknowledged() {
     let now = now_ms();
     let texts: Vec<String> = (0..40).map(|i| format!("SELECT c{i} FROM t{i} WHERE id = ?")).collect();
     let make = |sequence: u64| {
-        let digests = texts.iter().enumerate().map(|(i, t)| digest(0x1000 + i as u64, t, &[1000; 2])).collect();
+        let digests = texts.iter().map(|t| digest(t, &[1000; 2])).collect();
         batch("agent-full", sequence, vec![window(INSTANCE, 100, now - 100_000 + sequence as i64 * 100, digests)])
     };
     let mut acknowledged = Vec::new();
@@ -1714,7 +1824,7 @@ async fn a_full_store_disk_refuses_for_now_and_keeps_what_it_acknowledged() {
     std::fs::remove_file(&filler).unwrap();
     collector.restart();
     let mut ingest = ingest_client(&plain(&collector.http_url())).await;
-    let count = |top: &Value| -> u64 { (0..40).map(|i| row(top, 0x1000 + i)["count"].as_u64().unwrap()).sum() };
+    let count = |top: &Value| -> u64 { texts.iter().map(|t| row(top, id_of(t))["count"].as_u64().unwrap()).sum() };
     let top = top_json(&collector.http_url(), &["--limit", "100"]);
     assert_eq!(
         count(&top),
@@ -1740,8 +1850,7 @@ async fn a_clock_ahead_is_corrected_not_refused() {
     let mut ingest = ingest_client(&plain(&url)).await;
     let ahead = 90 * 60_000;
     let now = now_ms();
-    let mut b =
-        batch("agent-ahead", 1, vec![window(INSTANCE, 100, now + ahead, vec![digest(0x99, "SELECT ?", &[1000; 4])])]);
+    let mut b = batch("agent-ahead", 1, vec![window(INSTANCE, 100, now + ahead, vec![digest("SELECT ?", &[1000; 4])])]);
     b.created_unix_ms = now + ahead;
     b.agent_windows = vec![sqlbee_proto::v1::AgentWindow {
         window_start_unix_ms: now + ahead - 10_000,
@@ -1755,7 +1864,7 @@ async fn a_clock_ahead_is_corrected_not_refused() {
     // Stored where "the last minute" finds it.
     let out = sqlbee_query(&["top", "--collector", &url, "--format", "json", "--since", "1m"]);
     let top: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(row(&top["digests"], 0x99)["count"], 4, "{top:#}");
+    assert_eq!(row(&top["digests"], id_of("SELECT ?"))["count"], 4, "{top:#}");
     let hosts = sqlbee_query(&["hosts", "--collector", &url, "--format", "json"]);
     let hosts: Value = serde_json::from_slice(&hosts.stdout).unwrap();
     let corrected = hosts[0]["ship"]["clock_correction_ms"].as_i64().unwrap();

@@ -129,7 +129,7 @@ fn batches() -> Vec<Vec<u8>> {
     use common::collector::{batch, digest, window};
     let now = common::collector::now_ms();
     let mut with_waits =
-        batch("fuzz-agent", 2, vec![window("db1:3306", 7, now, vec![digest(3, "UPDATE t SET a = ?", &[900, 4000])])]);
+        batch("fuzz-agent", 2, vec![window("db1:3306", 7, now, vec![digest("UPDATE t SET a = ?", &[900, 4000])])]);
     with_waits.windows[0].digests[0].waits =
         vec![sqlbee_proto::v1::WaitStats { class: "row_lock".into(), sum_ns: 800, max_ns: 700, statements: 1 }];
     with_waits.windows[0].lock_waits = vec![sqlbee_proto::v1::LockWait {
@@ -137,7 +137,7 @@ fn batches() -> Vec<Vec<u8>> {
         duration_ns: 60_000_000,
         class: "row_lock".into(),
         connection_id: 9,
-        digest: 3,
+        digest: common::collector::id_of("UPDATE t SET a = ?"),
         digest_text: "UPDATE t SET a = ?".into(),
         sample: "UPDATE t SET a = ?".into(),
         blocker_kind: "candidates".into(),
@@ -149,7 +149,7 @@ fn batches() -> Vec<Vec<u8>> {
         }],
     }];
     vec![
-        batch("fuzz-agent", 1, vec![window("db1:3306", 7, now, vec![digest(1, "SELECT ?", &[1000, 2000, 1_000_000])])])
+        batch("fuzz-agent", 1, vec![window("db1:3306", 7, now, vec![digest("SELECT ?", &[1000, 2000, 1_000_000])])])
             .encode_to_vec(),
         with_waits.encode_to_vec(),
         Batch::default().encode_to_vec(),
@@ -267,7 +267,7 @@ fn at_the_limits() -> Vec<Vec<u8>> {
     let now = common::collector::now_ms();
     let mut wide = batch("fuzz-limits", 1, vec![window("db1:3306", 7, now, Vec::new())]);
     wide.windows[0].digests = vec![DigestStats::default(); 50_001];
-    let mut deep = digest(5, &"x".repeat(65_536), &[1000]);
+    let mut deep = digest(&"x".repeat(65_536), &[1000]);
     deep.waits = (0..16).map(|i| WaitStats { class: format!("c{i}"), ..Default::default() }).collect();
     deep.accounts = (0..64).map(|i| AccountCount { user: format!("u{i}"), ..Default::default() }).collect();
     deep.error_codes = (0..1024).map(|i| ErrorCount { code: i, ..Default::default() }).collect();

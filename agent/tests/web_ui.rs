@@ -453,7 +453,7 @@ fn a_large_fleet_is_paged_and_the_picker_stays_small() {
         let mut client = ingest_client(&plain(&collector.http_url())).await;
         for (chunk, names) in names.chunks(50).enumerate() {
             let windows =
-                names.iter().map(|n| window(n, 1, now_ms() - 1000, vec![digest(1, "SELECT ?", &[1000])])).collect();
+                names.iter().map(|n| window(n, 1, now_ms() - 1000, vec![digest("SELECT ?", &[1000])])).collect();
             push(&mut client, batch("agent-fleet", chunk as u64 + 1, windows)).await.unwrap();
         }
     });

@@ -1,10 +1,12 @@
 //! The vocabulary every sqlbee role speaks, written once: the latency
 //! histogram (its bucket math lives in `agent_common::histogram`, shared
 //! with the kernel programs), wall-clock times as the wire and the output
-//! write them, and human durations for flags and config keys.
+//! write them, human durations for flags and config keys, and what a
+//! digest id is.
 //!
 //! Imports no role: the agent, the collector and the query tools all
 //! depend on this crate, never on each other's rooms to get these.
 pub mod clock;
+pub mod digest_id;
 pub mod duration;
 pub mod histogram;

@@ -32,9 +32,10 @@ pub fn window(agent: u64, end_ms: i64, window_ms: i64, digests: u64, seed: &mut 
         let max = base + (sampled - 1) * 1_000;
         let top = sqlbee_common::histogram::bucket_high(buckets.last().unwrap().index as usize);
         statements += count;
+        let text = format!("SELECT `c{d}` FROM `t{}` WHERE `id` = ?", d % 7);
         rows.push(DigestStats {
-            digest: 0x9e37_79b9_7f4a_7c15u64.wrapping_mul(d + 1),
-            digest_text: format!("SELECT `c{d}` FROM `t{}` WHERE `id` = ?", d % 7),
+            digest: sqlbee_common::digest_id::of(&text),
+            digest_text: text,
             count,
             errors: 0,
             sum_ns: sum + (count - sampled) * top.min(max),

@@ -32,7 +32,7 @@ use crate::{
 /// Longest sample text kept per digest.
 pub const MAX_SAMPLE: usize = 1024;
 /// Digest id of the overflow row.
-pub const OVERFLOW_DIGEST: u64 = 0;
+pub const OVERFLOW_DIGEST: u64 = sqlbee_common::digest_id::OVERFLOW_ID;
 /// Accounts told apart per digest per window; statements of further ones
 /// are counted in `other_accounts`.
 pub const MAX_ACCOUNTS: usize = 32;
@@ -275,7 +275,7 @@ impl InstanceWindow {
         }
         self.summary.overflow_statements += statements;
         self.overflow.get_or_insert_with(|| {
-            let overflow = Digest { id: OVERFLOW_DIGEST, text: Arc::from("(overflow: digest limit reached)") };
+            let overflow = Digest { id: OVERFLOW_DIGEST, text: Arc::from(sqlbee_common::digest_id::OVERFLOW_TEXT) };
             DigestStats::new(&overflow, None, Lineage::default())
         })
     }

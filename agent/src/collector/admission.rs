@@ -1,6 +1,7 @@
 //! Admission control in front of a service: at most `limit` of its
-//! requests in flight at once, and at most `per_address` from one client
-//! address. A request beyond either is answered RESOURCE_EXHAUSTED at once,
+//! requests in flight at once, at most `per_address` from one client
+//! address and at most `per_token` with one bearer token (the token check,
+//! in front of this, names the caller). A request beyond any is answered RESOURCE_EXHAUSTED at once,
 //! before its body is read or decoded, so a burst of large pushes cannot
 //! make the collector hold more than `limit` messages (each at most
 //! `server::MAX_MESSAGE` decoded) at a time, one host cannot take every
@@ -12,12 +13,11 @@
 //! a body that trickles is cut with UNAVAILABLE, which an agent retries,
 //! so a slow sender cannot hold places it does not use.
 use std::{
-    collections::HashMap,
     convert::Infallible,
     future::Future,
     net::IpAddr,
     pin::Pin,
-    sync::{Arc, Mutex},
+    sync::Arc,
     task::{Context, Poll},
     time::{Duration, Instant},
 };
@@ -32,7 +32,7 @@ use tonic::{
     transport::server::{TcpConnectInfo, TlsConnectInfo},
 };
 
-use super::store_task::holding;
+use super::{auth::Caller, places::Places, store_task::holding};
 
 /// A request body gets this long before its rate is judged.
 pub const BODY_GRACE: Duration = Duration::from_secs(10);
@@ -44,18 +44,18 @@ pub struct Admit<S> {
     inner: S,
     permits: Arc<Semaphore>,
     limit: usize,
-    per_address: usize,
-    by_address: Arc<Mutex<HashMap<IpAddr, usize>>>,
+    by_address: Places<IpAddr>,
+    by_token: Places<u64>,
 }
 
 impl<S> Admit<S> {
-    pub fn new(inner: S, limit: usize, per_address: usize) -> Admit<S> {
+    pub fn new(inner: S, limit: usize, per_address: usize, per_token: usize) -> Admit<S> {
         Admit {
             inner,
             permits: Arc::new(Semaphore::new(limit)),
             limit,
-            per_address: per_address.clamp(1, limit),
-            by_address: Arc::default(),
+            by_address: Places::new(per_address.clamp(1, limit)),
+            by_token: Places::new(per_token.clamp(1, limit)),
         }
     }
 }
@@ -72,24 +72,6 @@ fn peer<B>(request: &http::Request<B>) -> Option<IpAddr> {
         .and_then(TcpConnectInfo::remote_addr)
         .or_else(|| extensions.get::<TlsConnectInfo<TcpConnectInfo>>().and_then(|t| t.get_ref().remote_addr()))
         .map(|a| a.ip())
-}
-
-/// One place of an address, given back when the request's work ends.
-struct AddressPlace {
-    address: IpAddr,
-    by_address: Arc<Mutex<HashMap<IpAddr, usize>>>,
-}
-
-impl Drop for AddressPlace {
-    fn drop(&mut self) {
-        let mut map = self.by_address.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(held) = map.get_mut(&self.address) {
-            *held -= 1;
-            if *held == 0 {
-                map.remove(&self.address);
-            }
-        }
-    }
 }
 
 impl<S, B> Service<http::Request<B>> for Admit<S>
@@ -111,19 +93,29 @@ where
             Box::pin(async move { Ok(status.into_http()) })
         };
         let place = match peer(&request) {
-            Some(address) => {
-                let mut map = self.by_address.lock().unwrap_or_else(|e| e.into_inner());
-                let held = map.entry(address).or_default();
-                if *held >= self.per_address {
+            Some(address) => match self.by_address.take(address) {
+                Some(place) => Some(place),
+                None => {
                     return busy(format!(
                         "{}: {} requests from {address} in flight already; retry later",
                         S::NAME,
-                        self.per_address
+                        self.by_address.limit()
                     ));
                 }
-                *held += 1;
-                Some(AddressPlace { address, by_address: self.by_address.clone() })
-            }
+            },
+            None => None,
+        };
+        let token_place = match request.extensions().get::<Caller>() {
+            Some(caller) => match self.by_token.take(caller.token) {
+                Some(place) => Some(place),
+                None => {
+                    return busy(format!(
+                        "{}: {} requests with this token in flight already; retry later",
+                        S::NAME,
+                        self.by_token.limit()
+                    ));
+                }
+            },
             None => None,
         };
         let Ok(permit) = self.permits.clone().try_acquire_owned() else {
@@ -131,7 +123,7 @@ where
         };
         let response = self.inner.call(request.map(MinRate::new));
         Box::pin(holding(permit, async move {
-            let _place = place;
+            let _places = (place, token_place);
             response.await
         }))
     }

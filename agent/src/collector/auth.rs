@@ -7,15 +7,17 @@
 //! both, so that a database host's token cannot read the fleet:
 //!
 //! ```text
-//! # role   token        [agents=ID,ID]   (role: ingest, read or both)
+//! # role   token        [agents=ID,ID] [instances=NAME,NAME]
 //! ingest   3f9a0c...    agents=web-1,web-2
+//! ingest   5d0e4a...    agents=db-7 instances=db-7:3306,db-7:3307
 //! read     77c1b2...
 //! 77c1b2...                              a token alone: both, as before
 //! ```
 //!
-//! An ingest token bound to agent ids stores batches of those agents only
-//! (checked by the Ingest service, which sees the batch: see
-//! [`BoundAgents`]).
+//! An ingest token bound to agent ids stores batches of those agents only;
+//! one bound to instances stores windows of those instances only, and no
+//! other token may send them (checked by the Ingest service, which sees
+//! the batch: see [`Caller`] and `ownership`).
 use std::{
     path::{Path, PathBuf},
     sync::{Arc, RwLock},
@@ -35,7 +37,10 @@ pub enum AuthError {
     Empty { path: String },
     #[error("{path}:{line}: a token must be printable ASCII without spaces")]
     BadToken { path: String, line: usize },
-    #[error("{path}:{line}: expected `[ingest|read|both] TOKEN [agents=ID,ID...]` ({fields} fields found)")]
+    #[error(
+        "{path}:{line}: expected `[ingest|read|both] TOKEN [agents=ID,ID...] [instances=NAME,NAME...]` ({fields} \
+         fields found)"
+    )]
     BadLine { path: String, line: usize, fields: usize },
     #[error(
         "{path}:{line}: a token must be at least {MIN_TOKEN_LEN} characters (this one has {length}), so it \
@@ -61,24 +66,36 @@ struct Token {
     read: bool,
     /// Agent ids an ingest token may send for; None: any.
     agents: Option<Arc<Vec<String>>>,
+    /// Instances an ingest token may send windows of, and no other token
+    /// may; None: any not pinned to another token.
+    instances: Option<Arc<Vec<String>>>,
 }
 
-/// The agent ids the caller's token is bound to, put in the request's
-/// extensions for the Ingest service to check against the batch.
+/// Who the caller's token lets it be, put in the request's extensions for
+/// the Ingest service to check against the batch. Absent without a tokens
+/// file.
 #[derive(Clone, Debug)]
-pub struct BoundAgents(pub Arc<Vec<String>>);
+pub struct Caller {
+    /// Tells tokens apart (for in-flight limits) without holding the secret.
+    pub token: u64,
+    pub agents: Option<Arc<Vec<String>>>,
+    pub instances: Option<Arc<Vec<String>>>,
+}
 
-impl BoundAgents {
+impl Caller {
     /// Refuses a batch of an agent the token is not bound to.
-    pub fn check(&self, agent_id: &str) -> Result<(), Status> {
-        if self.0.iter().any(|a| a == agent_id) {
-            Ok(())
-        } else {
-            Err(Status::permission_denied(format!(
-                "this token may send batches of agents {:?} only, not of {agent_id:?}",
-                self.0
-            )))
+    pub fn check_agent(&self, agent_id: &str) -> Result<(), Status> {
+        match &self.agents {
+            Some(agents) if !agents.iter().any(|a| a == agent_id) => Err(Status::permission_denied(format!(
+                "this token may send batches of agents {agents:?} only, not of {agent_id:?}"
+            ))),
+            _ => Ok(()),
         }
+    }
+
+    /// Whether the token names `instance` among its own.
+    pub fn pins(&self, instance: &str) -> bool {
+        self.instances.as_ref().is_some_and(|i| i.iter().any(|n| n == instance))
     }
 }
 
@@ -111,7 +128,7 @@ fn parse(path: &Path) -> Result<Vec<Token>, AuthError> {
         let bad_line = || AuthError::BadLine { path: shown.clone(), line: n + 1, fields: fields.len() };
         let (role, secret, rest) = match fields.as_slice() {
             [secret] => ("both", *secret, &[][..]),
-            [role, secret, rest @ ..] if rest.len() <= 1 => (*role, *secret, rest),
+            [role, secret, rest @ ..] if rest.len() <= 2 => (*role, *secret, rest),
             _ => return Err(bad_line()),
         };
         let (ingest, read) = match role {
@@ -120,21 +137,24 @@ fn parse(path: &Path) -> Result<Vec<Token>, AuthError> {
             "both" => (true, true),
             _ => return Err(bad_line()),
         };
-        let agents = match rest {
-            [] => None,
-            [bound] => {
-                let ids = bound.strip_prefix("agents=").ok_or_else(bad_line)?;
-                Some(Arc::new(ids.split(',').filter(|a| !a.is_empty()).map(str::to_string).collect()))
+        let (mut agents, mut instances) = (None, None);
+        for bound in rest {
+            let list = |names: &str| -> Option<Arc<Vec<String>>> {
+                Some(Arc::new(names.split(',').filter(|a| !a.is_empty()).map(str::to_string).collect()))
+            };
+            match bound.split_once('=') {
+                Some(("agents", ids)) if agents.is_none() => agents = list(ids),
+                Some(("instances", names)) if instances.is_none() => instances = list(names),
+                _ => return Err(bad_line()),
             }
-            _ => return Err(bad_line()),
-        };
+        }
         if !secret.bytes().all(|b| b.is_ascii_graphic()) {
             return Err(AuthError::BadToken { path: shown, line: n + 1 });
         }
         if secret.len() < MIN_TOKEN_LEN {
             return Err(AuthError::ShortToken { path: shown, line: n + 1, length: secret.len() });
         }
-        tokens.push(Token { secret: secret.as_bytes().to_vec(), ingest, read, agents });
+        tokens.push(Token { secret: secret.as_bytes().to_vec(), ingest, read, agents, instances });
     }
     if tokens.is_empty() {
         return Err(AuthError::Empty { path: shown });
@@ -175,7 +195,16 @@ impl Auth {
         Gate { auth: self.clone(), role }
     }
 
-    pub(super) fn check(&self, role: Role, header: Option<&[u8]>) -> Result<Option<BoundAgents>, Status> {
+    /// Whether a token other than `caller`'s names `instance` among its own.
+    pub fn pinned_elsewhere(&self, instance: &str, caller: Option<&Caller>) -> bool {
+        let Some(tokens) = self.current() else { return false };
+        tokens.iter().any(|t| {
+            t.instances.as_ref().is_some_and(|i| i.iter().any(|n| n == instance))
+                && caller.is_none_or(|c| c.token != fingerprint(&t.secret))
+        })
+    }
+
+    pub(super) fn check(&self, role: Role, header: Option<&[u8]>) -> Result<Option<Caller>, Status> {
         let Some(tokens) = self.current() else { return Ok(None) };
         let Some(header) = header else {
             return Err(Status::unauthenticated(
@@ -202,9 +231,17 @@ impl Auth {
             Role::Read if !token.read => {
                 Err(Status::permission_denied("this token may send batches, not read the fleet's data"))
             }
-            _ => Ok(token.agents.clone().map(BoundAgents)),
+            _ => Ok(Some(Caller {
+                token: fingerprint(&token.secret),
+                agents: token.agents.clone(),
+                instances: token.instances.clone(),
+            })),
         }
     }
+}
+
+fn fingerprint(secret: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(secret)
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
@@ -224,8 +261,8 @@ pub struct Gate {
 impl Interceptor for Gate {
     fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
         let header = request.metadata().get("authorization").map(|v| v.as_bytes());
-        if let Some(bound) = self.auth.check(self.role, header)? {
-            request.extensions_mut().insert(bound);
+        if let Some(caller) = self.auth.check(self.role, header)? {
+            request.extensions_mut().insert(caller);
         }
         Ok(request)
     }
@@ -271,20 +308,42 @@ mod tests {
         );
         let auth = Auth::from_file(&path).unwrap();
         let bound = auth.check(Role::Ingest, Some(b"Bearer in-1-0123456789abcdef0123456789abcdef")).unwrap().unwrap();
-        bound.check("web-2").unwrap();
-        assert_eq!(bound.check("db-9").unwrap_err().code(), tonic::Code::PermissionDenied);
+        bound.check_agent("web-2").unwrap();
+        assert_eq!(bound.check_agent("db-9").unwrap_err().code(), tonic::Code::PermissionDenied);
         let denied = |role, header: &[u8]| auth.check(role, Some(header)).unwrap_err().code();
         assert_eq!(denied(Role::Read, b"Bearer in-1-0123456789abcdef0123456789abcdef"), tonic::Code::PermissionDenied);
         assert_eq!(
             denied(Role::Ingest, b"Bearer rd-1-0123456789abcdef0123456789abcdef"),
             tonic::Code::PermissionDenied
         );
-        assert!(auth.check(Role::Read, Some(b"Bearer rd-1-0123456789abcdef0123456789abcdef")).unwrap().is_none());
-        assert!(auth.check(Role::Ingest, Some(b"Bearer all-1-0123456789abcdef0123456789abcdef")).unwrap().is_none());
-        for bad in ["write tok\n", "ingest tok agents\n", "read a b c\n"] {
+        let reader = auth.check(Role::Read, Some(b"Bearer rd-1-0123456789abcdef0123456789abcdef")).unwrap().unwrap();
+        assert!(reader.agents.is_none() && reader.instances.is_none());
+        let both = auth.check(Role::Ingest, Some(b"Bearer all-1-0123456789abcdef0123456789abcdef")).unwrap().unwrap();
+        both.check_agent("db-9").unwrap();
+        assert_ne!(both.token, bound.token);
+        for bad in ["write tok\n", "ingest tok agents\n", "read a b c\n", "ingest tok agents=a agents=b\n"] {
             std::fs::write(&path, bad).unwrap();
             assert!(Auth::from_file(&path).unwrap_err().to_string().contains(":1:"), "{bad}");
         }
+        std::fs::remove_dir_all(dir).ok();
+    }
+
+    #[test]
+    fn tokens_pin_instances() {
+        let (dir, path) = file(
+            "instances",
+            "ingest db7-0123456789abcdef0123456789abcdef instances=db-7:3306,db-7:3307 agents=db-7\n\
+             ingest any-0123456789abcdef0123456789abcdef\n",
+        );
+        let auth = Auth::from_file(&path).unwrap();
+        let db7 = auth.check(Role::Ingest, Some(b"Bearer db7-0123456789abcdef0123456789abcdef")).unwrap().unwrap();
+        let any = auth.check(Role::Ingest, Some(b"Bearer any-0123456789abcdef0123456789abcdef")).unwrap().unwrap();
+        assert!(db7.pins("db-7:3307") && !db7.pins("db-8:3306") && !any.pins("db-7:3306"));
+        db7.check_agent("db-7").unwrap();
+        assert!(auth.pinned_elsewhere("db-7:3306", Some(&any)));
+        assert!(!auth.pinned_elsewhere("db-7:3306", Some(&db7)));
+        assert!(!auth.pinned_elsewhere("db-8:3306", Some(&any)));
+        assert!(!Auth::open().pinned_elsewhere("db-7:3306", None));
         std::fs::remove_dir_all(dir).ok();
     }
 

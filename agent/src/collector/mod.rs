@@ -7,6 +7,8 @@ mod auth;
 mod decode_status;
 mod http;
 mod ingest;
+mod ownership;
+mod places;
 pub mod query_api;
 mod server;
 pub mod store;
@@ -44,9 +46,10 @@ pub struct CollectorArgs {
     #[arg(long, env = "SQLBEE_COLLECTOR_STORE", default_value = "sqlite:./sqlbee-collector.db")]
     pub store: String,
     /// File of accepted bearer tokens, one per line (# comments):
-    /// `TOKEN`, or `ingest|read|both TOKEN [agents=ID,ID]` to let a token
-    /// only send batches (of those agents) or only read. Reloaded on
-    /// SIGHUP. Without it, no authentication.
+    /// `TOKEN`, or `ingest|read|both TOKEN [agents=ID,ID]
+    /// [instances=NAME,NAME]` to let a token only send batches (of those
+    /// agents, of those instances) or only read. Reloaded on SIGHUP.
+    /// Without it, no authentication.
     #[arg(long, env = "SQLBEE_COLLECTOR_TOKENS")]
     pub tokens: Option<PathBuf>,
     /// Server certificate (PEM); with --tls-key enables TLS.
@@ -95,6 +98,18 @@ pub struct CollectorArgs {
     #[arg(long, env = "SQLBEE_COLLECTOR_MAX_PUSHES_PER_ADDRESS", default_value_t = 4,
         value_parser = TypedValueParser::map(clap::value_parser!(u32).range(1..=4096), |n| n as usize))]
     pub max_pushes_per_address: usize,
+    /// Pushes sent with one token in flight at once (with --tokens); more
+    /// are answered RESOURCE_EXHAUSTED. Raise it when one token serves
+    /// many agents.
+    #[arg(long, env = "SQLBEE_COLLECTOR_MAX_PUSHES_PER_TOKEN", default_value_t = 4,
+        value_parser = TypedValueParser::map(clap::value_parser!(u32).range(1..=4096), |n| n as usize))]
+    pub max_pushes_per_token: usize,
+    /// How long the agent that reports an instance may fall silent before
+    /// another agent may report it (an agent replaced under a new id);
+    /// until then the other agent's batches are refused. A token's
+    /// `instances=` pins instances to it instead.
+    #[arg(long, env = "SQLBEE_COLLECTOR_INSTANCE_HANDOVER", default_value = "15m", value_parser = duration::parse)]
+    pub instance_handover: Duration,
     /// Queries answered at once, each on a blocking thread of its own so
     /// that ingest always finds one.
     #[arg(long, env = "SQLBEE_COLLECTOR_MAX_QUERIES", default_value_t = server::QUERIES_IN_FLIGHT,
@@ -207,7 +222,9 @@ async fn run(args: CollectorArgs) -> Result<(), CollectorError> {
         http_ready_file: args.http_ready_file,
         pushes_in_flight: args.max_pushes_in_flight,
         pushes_per_address: args.max_pushes_per_address,
+        pushes_per_token: args.max_pushes_per_token,
         queries_in_flight: args.max_queries_in_flight,
+        instance_handover: args.instance_handover,
     };
     let location = args.store.clone();
     let store: Arc<dyn store::Store> = tokio::task::spawn_blocking(move || store::open(&location))

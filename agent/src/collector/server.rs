@@ -9,6 +9,7 @@ use std::{
     time::Duration,
 };
 
+use sqlbee_common::clock::now_unix_ms;
 use sqlbee_proto::v1::{ingest_server::IngestServer, query_server::QueryServer};
 use tonic::{
     codec::CompressionEncoding,
@@ -23,6 +24,7 @@ use super::{
     decode_status::DecodeErrorsAsInvalid,
     http::{HttpServer, Ui},
     ingest::IngestService,
+    ownership::Owners,
     query_api::QueryService,
     store::{Retention, Store, retention, rollup_pass},
 };
@@ -66,7 +68,11 @@ pub struct Settings {
     /// Admission limits (`admission::Admit`).
     pub pushes_in_flight: usize,
     pub pushes_per_address: usize,
+    pub pushes_per_token: usize,
     pub queries_in_flight: usize,
+    /// How long an instance's agent may be silent before another agent
+    /// may take it over (`ownership`).
+    pub instance_handover: Duration,
 }
 
 fn read(path: &Path) -> Result<Vec<u8>, CollectorError> {
@@ -81,6 +87,8 @@ fn tls_config(tls: &Tls) -> Result<ServerTlsConfig, CollectorError> {
     }
     Ok(config)
 }
+
+const OWNERS_AFRESH: &str = "cannot read the instances agents reported; their owners start from the next batches";
 
 /// Serves until `shutdown` completes, then finishes the requests in flight.
 pub async fn serve(
@@ -100,9 +108,22 @@ pub async fn serve(
     health.set_serving::<IngestServer<IngestService>>().await;
     health.set_serving::<QueryServer<QueryService>>().await;
 
-    let ingest = IngestServer::new(IngestService::new(store.clone(), settings.retention.raw))
-        .accept_compressed(CompressionEncoding::Gzip)
-        .max_decoding_message_size(MAX_MESSAGE);
+    let owners = Arc::new(Owners::new(settings.instance_handover));
+    let known = {
+        let store = store.clone();
+        tokio::task::spawn_blocking(move || store.instances()).await
+    };
+    match known {
+        Ok(Ok(instances)) => owners.seed(&instances, now_unix_ms()),
+        // The store may come back; owners then start from the batches
+        // that arrive.
+        Ok(Err(error)) => tracing::warn!(%error, "{OWNERS_AFRESH}"),
+        Err(error) => tracing::warn!(%error, "{OWNERS_AFRESH}"),
+    }
+    let ingest =
+        IngestServer::new(IngestService::new(store.clone(), settings.retention.raw, settings.auth.clone(), owners))
+            .accept_compressed(CompressionEncoding::Gzip)
+            .max_decoding_message_size(MAX_MESSAGE);
     let query = QueryServer::new(QueryService::new(store.clone()))
         .accept_compressed(CompressionEncoding::Gzip)
         .send_compressed(CompressionEncoding::Gzip)
@@ -110,15 +131,21 @@ pub async fn serve(
     let router = builder
         .add_service(health_service)
         .add_service(InterceptedService::new(
-            Admit::new(DecodeErrorsAsInvalid(ingest), settings.pushes_in_flight, settings.pushes_per_address),
+            Admit::new(
+                DecodeErrorsAsInvalid(ingest),
+                settings.pushes_in_flight,
+                settings.pushes_per_address,
+                settings.pushes_per_token,
+            ),
             settings.auth.gate(Role::Ingest),
         ))
         .add_service(InterceptedService::new(
-            // One address may hold half the query places: a reader that
-            // loops cannot keep the others out.
+            // One address or token may hold half the query places: a
+            // reader that loops cannot keep the others out.
             Admit::new(
                 DecodeErrorsAsInvalid(query),
                 settings.queries_in_flight,
+                settings.queries_in_flight.div_ceil(2),
                 settings.queries_in_flight.div_ceil(2),
             ),
             settings.auth.gate(Role::Read),

@@ -48,7 +48,7 @@ pub struct Digest {
 
 impl Digest {
     pub fn from_text(text: &str) -> Self {
-        Self { id: xxhash_rust::xxh3::xxh3_64(text.as_bytes()), text: Arc::from(text) }
+        Self { id: sqlbee_common::digest_id::of(text), text: Arc::from(text) }
     }
 }
 

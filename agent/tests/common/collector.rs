@@ -249,14 +249,19 @@ pub fn plain(url: &str) -> ClientOptions {
     ClientOptions { url: url.to_string(), ..Default::default() }
 }
 
+/// The id an agent gives `text`.
+pub fn id_of(text: &str) -> u64 {
+    sqlbee_common::digest_id::of(text)
+}
+
 /// One digest whose statements took `durations_ns`, as an agent reports it.
-pub fn digest(digest: u64, text: &str, durations_ns: &[u64]) -> DigestStats {
+pub fn digest(text: &str, durations_ns: &[u64]) -> DigestStats {
     let mut histogram = std::collections::BTreeMap::<u32, u64>::new();
     for &ns in durations_ns {
         *histogram.entry(bucket_of(ns) as u32).or_default() += 1;
     }
     DigestStats {
-        digest,
+        digest: id_of(text),
         digest_text: text.to_string(),
         count: durations_ns.len() as u64,
         errors: 0,

@@ -1,10 +1,14 @@
-//! The Ingest service: correct a clock that runs ahead (`clock_skew`),
-//! validate, drop what retention would remove anyway, store on the
-//! blocking pool (`store_task`). A batch `validate` refuses is
-//! INVALID_ARGUMENT, which the agent never retries.
+//! The Ingest service: check that the caller speaks for the batch's agent
+//! and instances (`auth`, `ownership`) and that the agent has a place in
+//! flight (a token's places are taken before decoding, by `admission`), correct
+//! a clock that runs ahead (`clock_skew`), validate, drop what retention
+//! would remove anyway, store on the blocking pool (`store_task`). A batch
+//! `validate` refuses is INVALID_ARGUMENT, which the agent never retries;
+//! one it may not send is PERMISSION_DENIED, which it retries (an instance
+//! handed over, a tokens file fixed and reloaded).
 mod clock_skew;
 
-use std::{sync::Arc, time::Duration};
+use std::{collections::BTreeSet, sync::Arc, time::Duration};
 
 use sqlbee_proto::v1::{Batch, PushResponse, ingest_server::Ingest};
 use tonic::{Request, Response, Status};
@@ -12,20 +16,52 @@ use tonic::{Request, Response, Status};
 use sqlbee_common::clock::now_unix_ms;
 
 use crate::collector::{
-    auth::BoundAgents,
+    auth::{Auth, Caller},
+    ownership::{Owners, Refused},
+    places::Places,
     store::{Store, content_hash},
     store_task::blocking_to_the_end,
     validate,
 };
 
+/// Pushes of one agent in flight at once: an agent sends one at a time,
+/// and a retry may overlap the store of the attempt it replaces.
+pub const PUSHES_PER_AGENT: usize = 2;
+
 pub struct IngestService {
     store: Arc<dyn Store>,
     retention: Duration,
+    auth: Auth,
+    owners: Arc<Owners>,
+    per_agent: Places<String>,
 }
 
 impl IngestService {
-    pub fn new(store: Arc<dyn Store>, retention: Duration) -> IngestService {
-        IngestService { store, retention }
+    pub fn new(store: Arc<dyn Store>, retention: Duration, auth: Auth, owners: Arc<Owners>) -> IngestService {
+        IngestService { store, retention, auth, owners, per_agent: Places::new(PUSHES_PER_AGENT) }
+    }
+
+    /// Refuses a batch with a window (or an untraced report) of an
+    /// instance its caller does not speak for.
+    fn speaks_for(&self, batch: &Batch, caller: Option<&Caller>, now_unix_ms: i64) -> Result<(), Refused> {
+        let windows = batch.windows.iter().filter_map(|w| w.instance.as_ref());
+        let untraced = batch.agent_windows.iter().flat_map(|w| &w.untraced).filter_map(|u| u.instance.as_ref());
+        let names: BTreeSet<&str> = windows.chain(untraced).map(|i| i.name.as_str()).collect();
+        let mut unpinned = Vec::with_capacity(names.len());
+        for name in names {
+            match caller {
+                Some(c) if c.pins(name) => continue,
+                Some(Caller { instances: Some(allowed), .. }) => {
+                    return Err(Refused::NotPinnedHere { instance: name.to_string(), allowed: allowed.to_vec() });
+                }
+                _ if self.auth.pinned_elsewhere(name, caller) => {
+                    return Err(Refused::PinnedElsewhere { instance: name.to_string() });
+                }
+                _ => unpinned.push(name),
+            }
+        }
+        let agent = batch.agent.as_ref().map(|a| a.agent_id.as_str()).unwrap_or("");
+        self.owners.claim(agent, unpinned.into_iter(), now_unix_ms)
     }
 }
 
@@ -33,32 +69,41 @@ impl IngestService {
 impl Ingest for IngestService {
     async fn push(&self, request: Request<Batch>) -> Result<Response<PushResponse>, Status> {
         let peer = request.remote_addr();
-        let bound = request.extensions().get::<BoundAgents>().cloned();
+        let caller = request.extensions().get::<Caller>().cloned();
         let mut batch = request.into_inner();
-        if let Some(bound) = bound {
-            let agent = batch.agent.as_ref().map(|a| a.agent_id.as_str()).unwrap_or("");
-            bound.check(agent).inspect_err(|_| {
-                tracing::warn!(?peer, agent, "refused a batch of an agent its token is not bound to")
+        let agent_id = batch.agent.as_ref().map(|a| a.agent_id.clone()).unwrap_or_default();
+        if let Some(caller) = &caller {
+            caller.check_agent(&agent_id).inspect_err(|_| {
+                tracing::warn!(?peer, agent = agent_id, "refused a batch of an agent its token is not bound to")
             })?;
         }
+        // Held until the batch's store work ends.
+        let agent_place = self.per_agent.take(agent_id.clone()).ok_or_else(|| {
+            Status::resource_exhausted(format!(
+                "{} pushes of agent {agent_id:?} in flight already; retry later",
+                self.per_agent.limit()
+            ))
+        })?;
         let now = now_unix_ms();
         // Before anything is moved or left out, so a replay hashes alike.
         let content_hash = content_hash(&batch);
         let clock_correction_ms = clock_skew::correct(&mut batch, now);
         if clock_correction_ms != 0 {
-            let agent = batch.agent.as_ref().map(|a| a.agent_id.as_str()).unwrap_or("");
             tracing::warn!(
                 ?peer,
-                agent,
+                agent = agent_id,
                 sequence = batch.sequence,
                 clock_correction_ms,
                 "the agent's clock runs ahead of the collector's; its windows were moved back"
             );
         }
         if let Err(invalid) = validate::batch(&batch, now) {
-            let agent = batch.agent.as_ref().map(|a| a.agent_id.as_str()).unwrap_or("");
-            tracing::warn!(?peer, agent, sequence = batch.sequence, %invalid, "refused an invalid batch");
+            tracing::warn!(?peer, agent = agent_id, sequence = batch.sequence, %invalid, "refused an invalid batch");
             return Err(Status::invalid_argument(format!("invalid batch: {invalid}")));
+        }
+        if let Err(refused) = self.speaks_for(&batch, caller.as_ref(), now) {
+            tracing::warn!(?peer, agent = agent_id, %refused, "refused a batch for an instance its agent does not speak for");
+            return Err(Status::permission_denied(refused.to_string()));
         }
         cut_blocker_statements(&mut batch);
         // Windows that retention would delete at the next prune are not
@@ -72,10 +117,14 @@ impl Ingest for IngestService {
         }
         let sequence = batch.sequence;
         let store = self.store.clone();
-        let agent = batch.agent.as_ref().map(|a| a.agent_id.clone()).unwrap_or_default();
-        let outcome = blocking_to_the_end(move || store.ingest(batch, now, content_hash)).await.inspect_err(|s| {
+        let outcome = blocking_to_the_end(move || {
+            let _place = agent_place;
+            store.ingest(batch, now, content_hash)
+        })
+        .await
+        .inspect_err(|s| {
             if s.code() == tonic::Code::AlreadyExists {
-                tracing::error!(?peer, agent, sequence, "{}", s.message());
+                tracing::error!(?peer, agent = agent_id, sequence, "{}", s.message());
             }
         })?;
         tracing::debug!(sequence, duplicate = outcome.duplicate, "batch stored");

@@ -130,3 +130,39 @@ pub(super) fn latest_cost_takes_each_agents_nearest_window(store: &dyn Store, co
     assert_eq!(cpu("near"), (T, 1.0), "{instances:?}");
     assert_eq!(cpu("far"), (T, 3.0), "{instances:?}");
 }
+
+/// An error's message is kept per instance: a newer message from another
+/// instance's agent replaces it only in fleet-wide reads, never in the
+/// instance's own.
+pub(super) fn error_messages_are_kept_per_instance(store: &dyn Store, batch: MakeBatch) {
+    let put = |b: &Batch| store.ingest(b.clone(), 2000, content_hash(b)).unwrap();
+    let failing = |sequence: u64, end: i64, instance: &str, message: &str| {
+        let mut b = batch(sequence, end, &[(10, 2)]);
+        b.windows[0].instance.as_mut().unwrap().name = instance.into();
+        let d = &mut b.windows[0].digests[0];
+        d.errors = 1;
+        d.error_codes = vec![sqlbee_proto::v1::ErrorCount { code: 1062, count: 1, sample_message: message.into() }];
+        b
+    };
+    put(&failing(1, 1500, "h:1", "Duplicate entry for key 'PRIMARY'"));
+    put(&failing(2, 1600, "h:2", "planted by another agent"));
+    let message = |instance: Option<&str>| {
+        let top = store
+            .top(&TopQuery {
+                instance: instance.map(str::to_string),
+                digest: None,
+                schema: None,
+                nested: false,
+                program: None,
+                since_unix_ms: 0,
+                until_unix_ms: i64::MAX,
+                order_by: OrderBy::Total,
+                limit: 10,
+            })
+            .unwrap();
+        top[0].error_codes[0].sample_message.clone()
+    };
+    assert_eq!(message(Some("h:1")), "Duplicate entry for key 'PRIMARY'");
+    assert_eq!(message(Some("h:2")), "planted by another agent");
+    assert_eq!(message(None), "planted by another agent", "fleet-wide, the newest");
+}

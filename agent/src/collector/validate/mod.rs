@@ -16,7 +16,7 @@ use sqlbee_proto::v1::{
     UntracedServer, WaitStats,
 };
 
-use sqlbee_common::{clock, histogram};
+use sqlbee_common::{clock, digest_id, histogram};
 
 use self::path::Path;
 
@@ -175,6 +175,20 @@ fn text_len(field: impl Display, value: &str) -> Result<(), Invalid> {
     Ok(())
 }
 
+/// An id that is not the hash of its text would put one agent's
+/// statements under another's text, or another's under its own.
+fn digest_id(field: impl Display, id: u64, text: &str) -> Result<(), Invalid> {
+    if digest_id::matches(id, text) {
+        return Ok(());
+    }
+    let expected = if id == digest_id::OVERFLOW_ID {
+        format!("id 0 is the overflow row's, whose text is {:?}", digest_id::OVERFLOW_TEXT)
+    } else {
+        format!("the digest of this text is {:016x} (XXH3-64 of digest_text)", digest_id::of(text))
+    };
+    Err(invalid(field, format!("{id:016x} is not the id of its digest_text: {expected}")))
+}
+
 fn server_instance<'a>(at: &Path<'_>, instance: Option<&'a ServerInstance>) -> Result<&'a ServerInstance, Invalid> {
     let instance = instance.ok_or_else(|| invalid(at.field("instance"), "missing"))?;
     if instance.name.is_empty() {
@@ -262,6 +276,10 @@ fn lock_wait(at: &Path<'_>, l: &LockWait, range: TimeRange) -> Result<(), Invali
         return Err(invalid(at.field("class"), format!("{} bytes, at most {MAX_WAIT_CLASS}", l.class.len())));
     }
     text_len(at.field("digest_text"), &l.digest_text)?;
+    // 0 and no text: the waiting statement's digest is unknown.
+    if l.digest != 0 || !l.digest_text.is_empty() {
+        digest_id(at.field("digest"), l.digest, &l.digest_text)?;
+    }
     text_len(at.field("sample"), &l.sample)?;
     if l.blocker_kind.len() > MAX_BLOCKER_KIND {
         return Err(invalid(
@@ -324,6 +342,7 @@ fn accounts(at: &Path<'_>, accounts: &[AccountCount], count: u64) -> Result<(), 
 
 fn digest(at: &Path<'_>, d: &DigestStats) -> Result<(), Invalid> {
     text_len(at.field("digest_text"), &d.digest_text)?;
+    digest_id(at.field("digest"), d.digest, &d.digest_text)?;
     text_len(at.field("sample"), &d.sample)?;
     if d.count > 0 && d.min_ns > d.max_ns {
         return Err(invalid(at.field("min_ns"), format!("{} is above max_ns {}", d.min_ns, d.max_ns)));
@@ -491,7 +510,7 @@ mod tests {
                 window_start_unix_ms: NOW - 10_000,
                 window_end_unix_ms: NOW,
                 digests: vec![DigestStats {
-                    digest: 1,
+                    digest: digest_id::of("SELECT ?"),
                     digest_text: "SELECT ?".into(),
                     count: 3,
                     errors: 1,
@@ -628,13 +647,36 @@ mod tests {
         assert_eq!(field_of(&b), "windows[*].digests");
     }
 
+    #[test]
+    fn a_digest_id_is_the_hash_of_its_text() {
+        let mut b = good();
+        b.windows[0].digests[0].digest_text = "SELECT ? FROM secrets".into();
+        let refused = batch(&b, NOW).unwrap_err();
+        assert_eq!(refused.field, "windows[0].digests[0].digest");
+        assert!(refused.problem.contains(&format!("{:016x}", digest_id::of("SELECT ? FROM secrets"))), "{refused}");
+        let mut b = good();
+        b.windows[0].digests[0].digest = 0;
+        assert_eq!(field_of(&b), "windows[0].digests[0].digest");
+        b.windows[0].digests[0].digest_text = digest_id::OVERFLOW_TEXT.into();
+        batch(&b, NOW).unwrap();
+        let mut b = good();
+        let mut l = lock_wait();
+        l.digest = 7;
+        b.windows[0].lock_waits = vec![l];
+        assert_eq!(field_of(&b), "windows[0].lock_waits[0].digest");
+        let mut l = lock_wait();
+        (l.digest, l.digest_text) = (0, String::new());
+        b.windows[0].lock_waits = vec![l];
+        batch(&b, NOW).unwrap();
+    }
+
     fn lock_wait() -> LockWait {
         LockWait {
             start_unix_ms: NOW - 5000,
             duration_ns: 120_000_000,
             class: "row_lock".into(),
             connection_id: 9,
-            digest: 2,
+            digest: digest_id::of("UPDATE t SET a = ? WHERE id = ?"),
             digest_text: "UPDATE t SET a = ? WHERE id = ?".into(),
             sample: "UPDATE t SET a = 1 WHERE id = 1".into(),
             blocker_kind: "candidates".into(),

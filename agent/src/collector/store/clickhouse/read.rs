@@ -71,7 +71,7 @@ pub(super) fn top(db: &Client, query: &TopQuery) -> Result<Vec<TopDigest>, Store
     ranked.truncate(query.limit);
     let ids: BTreeSet<u64> = ranked.iter().map(|(k, _)| k.digest).collect();
     let texts = texts(db, &ids)?;
-    let mut messages = messages(db, &ids)?;
+    let mut messages = messages(db, &ids, query.instance.as_deref())?;
     let mut out = Vec::with_capacity(ranked.len());
     for (key, m) in ranked {
         let digest = key.digest;
@@ -127,16 +127,23 @@ pub(super) fn texts(db: &Client, ids: &BTreeSet<u64>) -> Result<HashMap<u64, Str
     Ok(out)
 }
 
-/// The newest message per (digest, code): by window end, then by arrival.
-fn messages(db: &Client, ids: &BTreeSet<u64>) -> Result<HashMap<(u64, u32), String>, StoreError> {
+/// The newest message per (digest, code): by window end, then by arrival;
+/// of `instance` alone when one is asked for, so another agent's message
+/// never stands for its statements.
+fn messages(
+    db: &Client,
+    ids: &BTreeSet<u64>,
+    instance: Option<&str>,
+) -> Result<HashMap<(u64, u32), String>, StoreError> {
     let mut out = HashMap::new();
     if ids.is_empty() {
         return Ok(out);
     }
+    let of_instance = instance.map(|i| format!("AND instance = {}", quote(i))).unwrap_or_default();
     let mut rows = db
         .select(&format!(
             "SELECT digest, code, argMax(message, (window_end, ingest_id, position)) FROM error_samples
-             WHERE digest IN ({}) AND {} GROUP BY digest, code",
+             WHERE digest IN ({}) {of_instance} AND {} GROUP BY digest, code",
             id_list(ids),
             winners(i64::MIN, i64::MAX)
         ))

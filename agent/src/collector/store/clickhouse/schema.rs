@@ -20,7 +20,11 @@ use crate::collector::store::rollup;
 /// (`digest_rollups`, `instance_rollups`, `agent_rollups`, `rollup_marks`)
 /// and the server's insert time of each batch record (`batches.inserted`).
 /// 3: rollups at ten minutes and a day beside the hour (`level`).
-pub const SCHEMA_VERSION: u32 = 3;
+/// 4: `error_samples.instance`, so one agent's message cannot replace
+/// another's (older rows read "", used only when no instance is asked for).
+pub const SCHEMA_VERSION: u32 = 4;
+
+const SAMPLE_INSTANCE: &str = "instance String DEFAULT ''";
 
 /// Columns every batch row starts with.
 pub(super) const IDENTITY: &str = "agent_id String, epoch UInt64, sequence UInt64, ingest_id UInt64";
@@ -103,10 +107,14 @@ pub(super) fn tables() -> Vec<(&'static str, String)> {
         // Texts by digest id (a hash of the text, the same everywhere): any
         // copy will do, so these rows need no winner.
         table("digest_texts", "digest UInt64, text String, window_end Int64", Some("window_end"), "digest"),
-        // The message of each error code a window carried; the newest wins.
+        // The message of each error code a window carried; per instance,
+        // the newest wins.
         table(
             "error_samples",
-            &format!("{IDENTITY}, digest UInt64, code UInt32, message String, window_end Int64, position UInt32"),
+            &format!(
+                "{IDENTITY}, digest UInt64, code UInt32, message String, window_end Int64, position UInt32, \
+                 {SAMPLE_INSTANCE}"
+            ),
             Some("window_end"),
             "digest, code",
         ),
@@ -280,6 +288,9 @@ pub(super) fn migrate(server: &Client, database: &str) -> Result<Result<u32, u32
         for table in ["digest_rollups", "instance_rollups", "agent_rollups", "rollup_marks"] {
             add_column(&db, table, "level", ROLLUP_LEVEL)?;
         }
+    }
+    if (1..4).contains(&found) {
+        add_column(&db, "error_samples", "instance", SAMPLE_INSTANCE)?;
     }
     if found < SCHEMA_VERSION {
         db.execute(&format!(

@@ -503,6 +503,12 @@ fn series_split_by_digest_match_filtered_reads() {
 }
 
 #[test]
+fn error_messages_are_kept_per_instance() {
+    let Some((store, _)) = store("messages") else { return };
+    shared_tests::error_messages_are_kept_per_instance(&store, batch);
+}
+
+#[test]
 fn latest_cost_takes_each_agents_nearest_window() {
     let Some((store, _)) = store("latest") else { return };
     shared_tests::latest_cost_takes_each_agents_nearest_window(&store, costed);

@@ -344,7 +344,7 @@ impl DataRows {
                         identity(samples);
                         samples.u64(d.digest).u32(e.code).str(&e.sample_message).i64(w.window_end_unix_ms);
                         let at = samples.len() as u32;
-                        samples.u32(at);
+                        samples.u32(at).str(&server.name);
                         samples.end_row();
                     }
                 }
@@ -436,7 +436,7 @@ impl DataRows {
                 &self.digests,
             ),
             ("digest_texts", "digest, text, window_end".into(), &self.texts),
-            ("error_samples", format!("{ID}, digest, code, message, window_end, position"), &self.samples),
+            ("error_samples", format!("{ID}, digest, code, message, window_end, position, instance"), &self.samples),
             (
                 "lock_waits",
                 format!(

@@ -202,8 +202,14 @@ pub(super) fn top(tx: &rusqlite::Transaction<'_>, query: &TopQuery) -> Result<Ve
     let mut text_stmt = tx.prepare_cached("SELECT text FROM digest_texts WHERE digest = ?1").map_err(err)?;
     let mut blobs_stmt = tx.prepare(&by_row_sql).map_err(err)?;
     let mut sample_stmt = tx.prepare(&sample_sql).map_err(err)?;
-    let mut messages_stmt =
-        tx.prepare_cached("SELECT code, message FROM error_samples WHERE digest = ?1").map_err(err)?;
+    // Each instance keeps its own messages; across instances the newest
+    // wins (rows come oldest first, so later ones overwrite).
+    let mut messages_stmt = tx
+        .prepare_cached(
+            "SELECT code, message FROM error_samples WHERE digest = ?1 AND (?2 IS NULL OR instance = ?2)
+             ORDER BY last_seen",
+        )
+        .map_err(err)?;
     let mut out = Vec::with_capacity(ranked.len());
     for (key, m) in ranked {
         let digest = key.digest;
@@ -244,7 +250,9 @@ pub(super) fn top(tx: &rusqlite::Transaction<'_>, query: &TopQuery) -> Result<Ve
         let mut messages: HashMap<u32, String> = HashMap::new();
         if !errors.is_empty() {
             let rows = messages_stmt
-                .query_map([i(digest)], |r| Ok((r.get::<_, u32>(0)?, r.get::<_, String>(1)?)))
+                .query_map(rusqlite::params![i(digest), query.instance], |r| {
+                    Ok((r.get::<_, u32>(0)?, r.get::<_, String>(1)?))
+                })
                 .map_err(err)?;
             for row in rows {
                 let (code, message) = row.map_err(err)?;

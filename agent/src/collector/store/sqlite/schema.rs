@@ -31,7 +31,10 @@ use rusqlite::{Connection, TransactionBehavior};
 ///   (new tables; an upgraded file's stored windows are rolled up at once).
 /// - 11: day buckets in the three rollup tables (no new column; a
 ///   version-10 file's days are built from its hour buckets at once).
-pub const SCHEMA_VERSION: i64 = 11;
+/// - 12: `error_samples` keyed by instance as well, so one agent's message
+///   cannot replace another's (the table is rebuilt; older rows get
+///   instance "", read only when no instance is asked for).
+pub const SCHEMA_VERSION: i64 = 12;
 
 pub(super) const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS agents (
@@ -226,14 +229,15 @@ CREATE TABLE IF NOT EXISTS digest_texts (
     text   TEXT NOT NULL
 );
 
--- One message per (digest, error code): the newest by window end. The
--- counts stay in digest_windows.error_codes; this only names them.
+-- One message per (instance, digest, error code): the newest by window end.
+-- The counts stay in digest_windows.error_codes; this only names them.
 CREATE TABLE IF NOT EXISTS error_samples (
+    instance  TEXT NOT NULL,
     digest    INTEGER NOT NULL,
     code      INTEGER NOT NULL,
     message   TEXT NOT NULL,
     last_seen INTEGER NOT NULL,
-    PRIMARY KEY (digest, code)
+    PRIMARY KEY (digest, code, instance)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS error_samples_last_seen ON error_samples (last_seen);
 
@@ -328,6 +332,19 @@ pub(super) fn migrate(conn: &mut Connection) -> rusqlite::Result<Result<i64, i64
                  SELECT agent_id, 0, sequence, received_unix_ms, keep_until_unix_ms, 0 FROM batches_v4;
              DROP TABLE batches_v4;
              CREATE INDEX IF NOT EXISTS batches_keep ON batches (keep_until_unix_ms);",
+        )?;
+    }
+    // Version 11 -> 12, as 4 -> 5.
+    if !has_column(&tx, "error_samples", "instance")? {
+        tx.execute_batch(
+            "ALTER TABLE error_samples RENAME TO error_samples_v11;
+             DROP INDEX IF EXISTS error_samples_last_seen;",
+        )?;
+        tx.execute_batch(SCHEMA)?;
+        tx.execute_batch(
+            "INSERT INTO error_samples (instance, digest, code, message, last_seen)
+                 SELECT '', digest, code, message, last_seen FROM error_samples_v11;
+             DROP TABLE error_samples_v11;",
         )?;
     }
     // Version 5 -> 6.

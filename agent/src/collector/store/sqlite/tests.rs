@@ -282,6 +282,7 @@ fn waits_and_error_codes_merge() {
     let d = store.top(&only).unwrap().remove(0);
     assert_eq!(d.waits, vec![wait("row_lock", 300, 200, 2), wait("disk_io", 40, 30, 1)]);
     assert_eq!(d.error_codes[0].count, 2);
+    assert_eq!(d.error_codes[0].sample_message, "Deadlock (old)", "h:1's own message, not h:2's newer one");
 
     // Ordering by total wait.
     store.put(&waiting(4, "h:1", 3000, vec![wait("commit", 10_000, 10_000, 1)], vec![]), 3000).unwrap();
@@ -294,7 +295,7 @@ fn waits_and_error_codes_merge() {
 
     // Samples go with their windows (read raw: the rollups keep the codes).
     let pruned = store.prune(&PruneCutoffs::all(1500)).unwrap();
-    assert_eq!(pruned.error_samples, 1);
+    assert_eq!(pruned.error_samples, 2, "h:1's two messages");
     let raw = TopQuery { until_unix_ms: 30_000, ..query.clone() };
     let d = store.top(&raw).unwrap().into_iter().find(|d| d.digest == 7).unwrap();
     assert_eq!(d.error_codes, vec![error(1213, 1, "Deadlock found when trying to get lock")]);
@@ -436,13 +437,48 @@ fn version_3_files_get_costs() {
     std::fs::remove_dir_all(dir).ok();
 }
 
+/// Version 11 kept one message per (digest, code) for the whole fleet;
+/// its messages come over with instance "" (read fleet-wide only).
+#[test]
+fn version_11_error_samples_get_an_instance() {
+    let v12 = "CREATE TABLE IF NOT EXISTS error_samples (
+    instance  TEXT NOT NULL,
+    digest    INTEGER NOT NULL,
+    code      INTEGER NOT NULL,
+    message   TEXT NOT NULL,
+    last_seen INTEGER NOT NULL,
+    PRIMARY KEY (digest, code, instance)
+) WITHOUT ROWID;";
+    let v11 = "CREATE TABLE IF NOT EXISTS error_samples (
+    digest    INTEGER NOT NULL,
+    code      INTEGER NOT NULL,
+    message   TEXT NOT NULL,
+    last_seen INTEGER NOT NULL,
+    PRIMARY KEY (digest, code)
+) WITHOUT ROWID;";
+    assert!(SCHEMA.contains(v12), "error_samples changed; update this test");
+    let rows = "INSERT INTO error_samples VALUES (7, 1062, 'Duplicate entry', 1000); PRAGMA user_version = 11;";
+    let (dir, path) = old_store("v11", &SCHEMA.replace(v12, v11), rows);
+    drop(SqliteStore::open(&path).unwrap());
+    let conn = Connection::open(&path).unwrap();
+    let moved: (String, i64, String) = conn
+        .query_row("SELECT instance, digest, message FROM error_samples", [], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap();
+    assert_eq!(moved, (String::new(), 7, "Duplicate entry".to_string()));
+    let indexed: i64 = conn
+        .query_row("SELECT count(*) FROM sqlite_master WHERE name = 'error_samples_last_seen'", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(indexed, 1, "the prune index is rebuilt");
+    std::fs::remove_dir_all(dir).ok();
+}
+
 /// The version-1 schema, from today's: without digest_windows.waits
 /// and without error_samples.
 fn schema_v1() -> String {
     let v3 = schema_v3();
     let without_waits = v3.replace(",\n    waits       BLOB NOT NULL DEFAULT x''\n", "\n");
     assert_ne!(without_waits, v3, "the waits column moved; update this test");
-    let start = without_waits.find("-- One message per (digest, error code)").unwrap();
+    let start = without_waits.find("-- One message per (instance, digest, error code)").unwrap();
     let end = without_waits.find("-- What agents lost").unwrap();
     let v1 = format!("{}{}", &without_waits[..start], &without_waits[end..]);
     assert!(!v1.contains("DEFAULT x''") && !v1.contains("error_samples"), "{v1}");
@@ -790,6 +826,14 @@ fn series_split_by_instance_add_up_to_the_fleet() {
 fn series_split_by_digest_match_filtered_reads() {
     let (store, dir) = temp_store("series-by-digest");
     shared_tests::series_split_by_digest_match_filtered_reads(&store, batch);
+    drop(store);
+    std::fs::remove_dir_all(dir).ok();
+}
+
+#[test]
+fn error_messages_are_kept_per_instance() {
+    let (store, dir) = temp_store("messages");
+    shared_tests::error_messages_are_kept_per_instance(&store, batch);
     drop(store);
     std::fs::remove_dir_all(dir).ok();
 }

@@ -93,8 +93,8 @@ pub(super) fn batch(
     )?;
     // The newest window's message wins, whatever order batches arrive in.
     let mut upsert_sample = tx.prepare_cached(
-        "INSERT INTO error_samples (digest, code, message, last_seen) VALUES (?1, ?2, ?3, ?4)
-         ON CONFLICT (digest, code) DO UPDATE SET
+        "INSERT INTO error_samples (instance, digest, code, message, last_seen) VALUES (?1, ?2, ?3, ?4, ?5)
+         ON CONFLICT (digest, code, instance) DO UPDATE SET
              message = CASE WHEN excluded.last_seen >= last_seen THEN excluded.message ELSE message END,
              last_seen = max(last_seen, excluded.last_seen)",
     )?;
@@ -165,7 +165,13 @@ pub(super) fn batch(
             insert_text.execute(params![i(d.digest), d.digest_text])?;
             for e in &d.error_codes {
                 if !e.sample_message.is_empty() {
-                    upsert_sample.execute(params![i(d.digest), e.code, e.sample_message, w.window_end_unix_ms])?;
+                    upsert_sample.execute(params![
+                        server.name,
+                        i(d.digest),
+                        e.code,
+                        e.sample_message,
+                        w.window_end_unix_ms
+                    ])?;
                 }
             }
             let Blobs { histogram, error_codes, waits } = blobs(d);
