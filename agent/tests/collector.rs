@@ -1654,6 +1654,53 @@ async fn agents_speak_only_for_themselves() {
     assert_eq!(err.code(), Code::PermissionDenied, "now agent-a's: {err:?}");
 }
 
+/// One agent's flood fills its own quota, not the store: past its rows
+/// per hour its batches are refused RESOURCE_EXHAUSTED (which it retries),
+/// another agent's are stored meanwhile, the store holds only what the
+/// quota let through, and the refusals are counted in `sqlbee top` and on
+/// the agent-cost page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_fills_its_agents_quota_not_the_store() {
+    let collector = Collector::start(&["--agent-quota-rows".into(), "1000".into()]);
+    let url = collector.http_url();
+    let mut ingest = ingest_client(&plain(&url)).await;
+    // 1 window, 299 digest rows and the window's command counts a batch.
+    let flood = |sequence: u64| {
+        let digests = (0..299).map(|i| digest(&format!("SELECT c{i} FROM flood{sequence}"), &[1000])).collect();
+        batch("agent-flood", sequence, vec![window("flood:3306", 1, now_ms() - 1000, digests)])
+    };
+    let rows = 1 + 299 + flood(1).windows[0].commands.len() as u64;
+    assert!(3 * rows <= 1000 && 4 * rows > 1000);
+    let mut refused = 0;
+    for sequence in 1..=10 {
+        match push(&mut ingest, flood(sequence)).await {
+            Ok(answer) => assert!(!answer.duplicate),
+            Err(status) => {
+                assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+                assert!(status.message().contains("quota of 1000 rows"), "{status:?}");
+                refused += 1;
+            }
+        }
+    }
+    assert_eq!(refused, 7, "three batches fit in 1000 rows");
+    let other = batch("agent-quiet", 1, vec![window("quiet:3306", 1, now_ms(), vec![digest("SELECT ?", &[1000])])]);
+    push(&mut ingest, other).await.expect("another agent has its own quota");
+
+    let answer = top_answer(&url, &["--instance", "flood:3306", "--limit", "10000"]);
+    assert_eq!(answer["digests"].as_array().unwrap().len(), 3 * 299, "only what the quota let through is stored");
+    let quotas = answer["quotas"].as_array().unwrap();
+    assert_eq!(quotas.len(), 1, "the quiet agent is far from its quota: {quotas:#?}");
+    let q = &quotas[0];
+    assert_eq!((q["agent_id"].as_str(), q["refused_batches"].as_u64()), (Some("agent-flood"), Some(7)));
+    assert_eq!((q["refused_rows"].as_u64(), q["stored_rows"].as_u64()), (Some(7 * rows), Some(3 * rows)));
+
+    let port: u16 = collector.ui.trim_end_matches('/').rsplit(':').next().unwrap().parse().unwrap();
+    let page = common::http_get(port, "/cost");
+    assert!(page.starts_with("HTTP/1.1 200"), "{page}");
+    let expected = format!("data-agent=\"agent-flood\" data-refused-batches=\"7\" data-refused-rows=\"{}\"", 7 * rows);
+    assert!(page.contains(&expected), "the cost page shows the refusals: {page}");
+}
+
 /// Reads given up by their clients stop, and ingest never waits behind
 /// them: twenty large Top calls over 10,000 digests, in waves, each
 /// abandoned after 1 s, then a push is answered within a second, and reads

@@ -10,6 +10,7 @@ mod ingest;
 mod ownership;
 mod places;
 pub mod query_api;
+mod quota;
 mod server;
 pub mod store;
 mod store_task;
@@ -110,6 +111,17 @@ pub struct CollectorArgs {
     /// `instances=` pins instances to it instead.
     #[arg(long, env = "SQLBEE_COLLECTOR_INSTANCE_HANDOVER", default_value = "15m", value_parser = duration::parse)]
     pub instance_handover: Duration,
+    /// Rows one agent may store per hour (each instance window, digest
+    /// row, lock wait, command count, agent window, untraced server and
+    /// gap is one); a batch beyond is answered RESOURCE_EXHAUSTED and
+    /// counted on the cost page. 0: no limit.
+    #[arg(long, env = "SQLBEE_COLLECTOR_AGENT_QUOTA_ROWS", default_value_t = 5_000_000)]
+    pub agent_quota_rows: u64,
+    /// MiB of batches (decoded) one agent may store per hour, as
+    /// --agent-quota-rows; 0: no limit.
+    #[arg(long, env = "SQLBEE_COLLECTOR_AGENT_QUOTA_MIB", default_value_t = 2048,
+        value_parser = clap::value_parser!(u64).range(0..=1 << 30))]
+    pub agent_quota_mib: u64,
     /// Queries answered at once, each on a blocking thread of its own so
     /// that ingest always finds one.
     #[arg(long, env = "SQLBEE_COLLECTOR_MAX_QUERIES", default_value_t = server::QUERIES_IN_FLIGHT,
@@ -225,6 +237,8 @@ async fn run(args: CollectorArgs) -> Result<(), CollectorError> {
         pushes_per_token: args.max_pushes_per_token,
         queries_in_flight: args.max_queries_in_flight,
         instance_handover: args.instance_handover,
+        agent_quota_rows: args.agent_quota_rows,
+        agent_quota_bytes: args.agent_quota_mib << 20,
     };
     let location = args.store.clone();
     let store: Arc<dyn store::Store> = tokio::task::spawn_blocking(move || store::open(&location))

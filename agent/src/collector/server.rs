@@ -26,6 +26,7 @@ use super::{
     ingest::IngestService,
     ownership::Owners,
     query_api::QueryService,
+    quota::Quotas,
     store::{Retention, Store, retention, rollup_pass},
 };
 
@@ -73,6 +74,9 @@ pub struct Settings {
     /// How long an instance's agent may be silent before another agent
     /// may take it over (`ownership`).
     pub instance_handover: Duration,
+    /// Per agent per hour (`quota`); 0: no limit.
+    pub agent_quota_rows: u64,
+    pub agent_quota_bytes: u64,
 }
 
 fn read(path: &Path) -> Result<Vec<u8>, CollectorError> {
@@ -120,11 +124,17 @@ pub async fn serve(
         Ok(Err(error)) => tracing::warn!(%error, "{OWNERS_AFRESH}"),
         Err(error) => tracing::warn!(%error, "{OWNERS_AFRESH}"),
     }
-    let ingest =
-        IngestServer::new(IngestService::new(store.clone(), settings.retention.raw, settings.auth.clone(), owners))
-            .accept_compressed(CompressionEncoding::Gzip)
-            .max_decoding_message_size(MAX_MESSAGE);
-    let query = QueryServer::new(QueryService::new(store.clone()))
+    let quotas = Arc::new(Quotas::new(settings.agent_quota_rows, settings.agent_quota_bytes));
+    let ingest = IngestServer::new(IngestService::new(
+        store.clone(),
+        settings.retention.raw,
+        settings.auth.clone(),
+        owners,
+        quotas.clone(),
+    ))
+    .accept_compressed(CompressionEncoding::Gzip)
+    .max_decoding_message_size(MAX_MESSAGE);
+    let query = QueryServer::new(QueryService::new(store.clone(), quotas.clone()))
         .accept_compressed(CompressionEncoding::Gzip)
         .send_compressed(CompressionEncoding::Gzip)
         .max_encoding_message_size(MAX_ANSWER);
@@ -181,7 +191,11 @@ pub async fn serve(
                     anyone who reaches it reads the fleet's data (give --tokens and --tls-cert)");
             }
             let url = http.url();
-            let pages = Arc::new(Ui::new(QueryService::new(store.clone()), settings.auth.clone(), http.is_tls()));
+            let pages = Arc::new(Ui::new(
+                QueryService::new(store.clone(), quotas.clone()),
+                settings.auth.clone(),
+                http.is_tls(),
+            ));
             let task = tokio::spawn(http.serve(pages, async move {
                 let _ = ui_stopping.wait_for(|stop| *stop).await;
             }));

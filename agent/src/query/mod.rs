@@ -276,10 +276,12 @@ pub fn top(args: TopArgs) -> Result<(), QueryError> {
             &serde_json::json!({
                 "digests": json::top_json(&answer.digests),
                 "costs": json::costs_json(&answer.costs),
+                "quotas": json::quotas_json(&answer.quotas),
             }),
         ),
         Format::Table => render::write_top_table(&mut out, &answer.digests)
-            .and_then(|()| render_cost::write_costs(&mut out, &answer.costs)),
+            .and_then(|()| render_cost::write_costs(&mut out, &answer.costs))
+            .and_then(|()| render_cost::write_quotas(&mut out, &answer.quotas)),
     }
     .map_err(|source| QueryError::Output { source })
 }

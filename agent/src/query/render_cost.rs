@@ -3,7 +3,7 @@
 //! and the agents' own windows for `sqlbee hosts`. Pure, like `render`.
 use std::io::Write;
 
-use sqlbee_proto::v1::{AgentWindowRow, CostSummary, InstanceCost, InstanceInfo};
+use sqlbee_proto::v1::{AgentQuota, AgentWindowRow, CostSummary, InstanceCost, InstanceInfo};
 
 use super::cells::{cut, time};
 
@@ -48,6 +48,33 @@ pub fn write_costs(out: &mut impl Write, costs: &[CostSummary]) -> std::io::Resu
             mib(c.agent_max_rss_bytes),
             c.dropped_events,
             shedding
+        )?;
+    }
+    Ok(())
+}
+
+/// Under the costs of `sqlbee top`: agents near or over their storage
+/// quota.
+pub fn write_quotas(out: &mut impl Write, quotas: &[AgentQuota]) -> std::io::Result<()> {
+    if quotas.is_empty() {
+        return Ok(());
+    }
+    writeln!(out)?;
+    writeln!(
+        out,
+        "{:<32} {:>9} {:>14} {:>12} {:>14} {:>14}",
+        "quota: agent", "hour_used", "stored_rows", "refused", "refused_rows", "refused_MiB"
+    )?;
+    for q in quotas {
+        writeln!(
+            out,
+            "{:<32} {:>8.0}% {:>14} {:>12} {:>14} {:>14}",
+            cut(&q.agent_id, 32),
+            q.used_fraction * 100.0,
+            q.stored_rows,
+            q.refused_batches,
+            q.refused_rows,
+            mib(q.refused_bytes)
         )?;
     }
     Ok(())

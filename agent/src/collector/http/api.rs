@@ -54,7 +54,11 @@ pub async fn answer(ui: &Ui, path: &str, params: &Params, now: i64) -> Option<Re
                         digest,
                     })
                     .await?;
-                json!({"digests": shape::top_json(&answer.digests), "costs": shape::costs_json(&answer.costs)})
+                json!({
+                    "digests": shape::top_json(&answer.digests),
+                    "costs": shape::costs_json(&answer.costs),
+                    "quotas": shape::quotas_json(&answer.quotas),
+                })
             }
             "/api/series" => {
                 let step_ms = match params.get("step") {

@@ -19,6 +19,7 @@ use crate::collector::{
     auth::{Auth, Caller},
     ownership::{Owners, Refused},
     places::Places,
+    quota::{Cost, Quotas},
     store::{Store, content_hash},
     store_task::blocking_to_the_end,
     validate,
@@ -33,12 +34,19 @@ pub struct IngestService {
     retention: Duration,
     auth: Auth,
     owners: Arc<Owners>,
+    quotas: Arc<Quotas>,
     per_agent: Places<String>,
 }
 
 impl IngestService {
-    pub fn new(store: Arc<dyn Store>, retention: Duration, auth: Auth, owners: Arc<Owners>) -> IngestService {
-        IngestService { store, retention, auth, owners, per_agent: Places::new(PUSHES_PER_AGENT) }
+    pub fn new(
+        store: Arc<dyn Store>,
+        retention: Duration,
+        auth: Auth,
+        owners: Arc<Owners>,
+        quotas: Arc<Quotas>,
+    ) -> IngestService {
+        IngestService { store, retention, auth, owners, quotas, per_agent: Places::new(PUSHES_PER_AGENT) }
     }
 
     /// Refuses a batch with a window (or an untraced report) of an
@@ -106,6 +114,11 @@ impl Ingest for IngestService {
             return Err(Status::permission_denied(refused.to_string()));
         }
         cut_blocker_statements(&mut batch);
+        let cost = Cost::of(&batch);
+        if let Err(over) = self.quotas.charge(&agent_id, cost, now) {
+            tracing::warn!(?peer, agent = agent_id, sequence = batch.sequence, %over, "refused a batch over its agent's quota");
+            return Err(Status::resource_exhausted(over.to_string()));
+        }
         // Windows that retention would delete at the next prune are not
         // stored at all; the batch itself is still recorded, so a replay
         // stays a duplicate.
@@ -122,7 +135,13 @@ impl Ingest for IngestService {
             store.ingest(batch, now, content_hash)
         })
         .await
+        .inspect(|outcome| {
+            if outcome.duplicate {
+                self.quotas.refund(&agent_id, cost);
+            }
+        })
         .inspect_err(|s| {
+            self.quotas.refund(&agent_id, cost);
             if s.code() == tonic::Code::AlreadyExists {
                 tracing::error!(?peer, agent = agent_id, sequence, "{}", s.message());
             }

@@ -5,8 +5,8 @@
 use serde_json::{Map, Value, json};
 use sqlbee_common::clock;
 use sqlbee_proto::v1::{
-    AgentWindowRow, CostSummary, InstanceCost, InstanceInfo, LockWaitRow, ProcessMetrics, QueryStats, SeriesResponse,
-    TopDigest,
+    AgentQuota, AgentWindowRow, CostSummary, InstanceCost, InstanceInfo, LockWaitRow, ProcessMetrics, QueryStats,
+    SeriesResponse, TopDigest,
 };
 
 /// An RFC 3339 time for ms since the epoch; `-` for none.
@@ -174,6 +174,27 @@ pub fn costs_json(costs: &[CostSummary]) -> Value {
                     "shedding_windows": c.shedding_windows,
                     "latest_shedding": c.latest_shedding,
                     "dropped_events": c.dropped_events,
+                })
+            })
+            .collect(),
+    )
+}
+
+pub fn quotas_json(quotas: &[AgentQuota]) -> Value {
+    Value::Array(
+        quotas
+            .iter()
+            .map(|q| {
+                json!({
+                    "agent_id": q.agent_id,
+                    "rows_per_hour": q.rows_per_hour,
+                    "bytes_per_hour": q.bytes_per_hour,
+                    "used_fraction": q.used_fraction,
+                    "stored_rows": q.stored_rows,
+                    "stored_bytes": q.stored_bytes,
+                    "refused_batches": q.refused_batches,
+                    "refused_rows": q.refused_rows,
+                    "refused_bytes": q.refused_bytes,
                 })
             })
             .collect(),

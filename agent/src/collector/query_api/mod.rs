@@ -14,6 +14,7 @@ use sqlbee_proto::v1::{
 use tonic::{Request, Response, Status};
 
 use crate::collector::{
+    quota::Quotas,
     store::{HostsQuery, LocksQuery, OrderBy, SeriesOf, SeriesQuery, Store, TopQuery, TotalsQuery, rollup},
     store_task::blocking,
 };
@@ -38,11 +39,12 @@ pub const MAX_SPLIT_DIGESTS: usize = 1_000;
 
 pub struct QueryService {
     store: Arc<dyn Store>,
+    quotas: Arc<Quotas>,
 }
 
 impl QueryService {
-    pub fn new(store: Arc<dyn Store>) -> QueryService {
-        QueryService { store }
+    pub fn new(store: Arc<dyn Store>, quotas: Arc<Quotas>) -> QueryService {
+        QueryService { store, quotas }
     }
 }
 
@@ -189,7 +191,7 @@ impl Query for QueryService {
         })
         .await?;
         let costs = blocking(move || store.costs(&costs_query)).await?;
-        Ok(Response::new(TopResponse { digests, costs }))
+        Ok(Response::new(TopResponse { digests, costs, quotas: self.quotas.report(now_unix_ms()) }))
     }
 
     async fn instances(&self, _request: Request<InstancesRequest>) -> Result<Response<InstancesResponse>, Status> {
