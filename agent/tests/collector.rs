@@ -1654,6 +1654,32 @@ async fn agents_speak_only_for_themselves() {
     assert_eq!(err.code(), Code::PermissionDenied, "now agent-a's: {err:?}");
 }
 
+/// An instance keeps its agent across a collector restart: the owners are
+/// read back from the store, SQLite or ClickHouse.
+async fn instance_owners_survive_a_restart(location: &str) {
+    let mut collector = Collector::start_at(location, &[]);
+    let window_of = |instance: &str| window(instance, 1, now_ms(), vec![digest("SELECT ?", &[1000])]);
+    let mut ingest = ingest_client(&plain(&collector.http_url())).await;
+    push(&mut ingest, batch("agent-b", 1, vec![window_of("db-b:3306")])).await.unwrap();
+    collector.restart();
+    let mut ingest = ingest_client(&plain(&collector.http_url())).await;
+    let err = push(&mut ingest, batch("agent-a", 1, vec![window_of("db-b:3306")])).await.unwrap_err();
+    assert!(err.code() == Code::PermissionDenied && err.message().contains("agent-b"), "{err:?}");
+    push(&mut ingest, batch("agent-b", 2, vec![window_of("db-b:3306")])).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instance_owners_survive_a_restart_on_sqlite() {
+    let dir = TempDir::new("owners");
+    instance_owners_survive_a_restart(&format!("sqlite:{}", dir.path().join("fleet.db").display())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instance_owners_survive_a_restart_on_clickhouse() {
+    let Some(server) = xtask::clickhouse::for_test("instance_owners_survive_a_restart_on_clickhouse") else { return };
+    instance_owners_survive_a_restart(&server.location(&server.fresh_database("owners"))).await;
+}
+
 /// One agent's flood fills its own quota, not the store: past its rows
 /// per hour its batches are refused RESOURCE_EXHAUSTED (which it retries),
 /// another agent's are stored meanwhile, the store holds only what the
