@@ -132,6 +132,20 @@ fn bounds(set: &FileDescriptorSet) -> Result<String, Box<dyn std::error::Error>>
         .map(|m| format!("&{}", static_name(m.name())))
         .collect();
     let _ = writeln!(code, "/// Every message's schema.\npub static ALL: &[&Schema] = &[{}];", names.join(", "));
+    // The figures' message, field by field, for the test that holds it to
+    // the one list of figures (`agent_common::figures`).
+    let query_stats = set
+        .file
+        .iter()
+        .flat_map(|f| &f.message_type)
+        .find(|m| m.name() == "QueryStats")
+        .ok_or("sqlbee.v1.QueryStats is missing")?;
+    let fields: Vec<String> = query_stats.field.iter().map(|f| format!("(\"{}\", {})", f.name(), f.number())).collect();
+    let _ = writeln!(
+        code,
+        "/// `QueryStats`' fields and their numbers, as the .proto declares them.\npub const QUERY_STATS_FIELDS: &[(&str, i32)] = &[{}];",
+        fields.join(", ")
+    );
     // A limit that names no field (a typo, or a field renamed) would
     // silently bound nothing.
     for (kind, table) in [("count", COUNT_LIMITS), ("length", LENGTH_LIMITS)] {

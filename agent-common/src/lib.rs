@@ -5,8 +5,11 @@
 //! without any other channel. This crate imports nothing.
 #![no_std]
 
+pub mod figures;
 pub mod histogram;
 pub mod text_hash;
+
+pub use figures::{FIGURES, QueryStats};
 
 /// Largest statement text the kernel can copy. The configured limit
 /// (default 4 KiB) must not exceed it.
@@ -314,62 +317,6 @@ pub mod server_status {
     pub const NO_INDEX_USED: u32 = 0x20;
 }
 
-/// What the server counted for one statement (in a record) or the sum over
-/// statements (in a kernel digest slot): the slow log's figures, read from
-/// the THD at statement end.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct QueryStats {
-    pub rows_sent: u64,
-    pub rows_examined: u64,
-    pub rows_affected: u64,
-    /// Time spent acquiring locks (ns), row-lock waits included: the
-    /// server's own `Lock_time`.
-    pub lock_ns: u64,
-    /// On-CPU time of the thread since its previous statement end (ns).
-    pub cpu_ns: u64,
-    /// Statements whose `cpu_ns` was measured.
-    pub cpu_statements: u64,
-    /// Statements the server flagged as using no index, or no good index.
-    pub no_index_used: u64,
-    pub no_good_index_used: u64,
-    /// Temporary tables created, and those of them on disk.
-    pub tmp_tables: u64,
-    pub tmp_disk_tables: u64,
-    pub sort_merge_passes: u64,
-    /// Statements with a join that scanned a table after the first one, and
-    /// with a full scan of the first table (flags: at most one per
-    /// statement, where performance_schema counts each join).
-    pub select_full_join: u64,
-    pub select_scan: u64,
-    /// Statements that sorted, and that sorted on disk.
-    pub filesort: u64,
-    pub filesort_on_disk: u64,
-}
-
-impl QueryStats {
-    /// Wrapping: a counter read from a server's memory may hold anything,
-    /// and a sum must never panic the agent.
-    #[inline(always)]
-    pub fn add(&mut self, other: &QueryStats) {
-        self.rows_sent = self.rows_sent.wrapping_add(other.rows_sent);
-        self.rows_examined = self.rows_examined.wrapping_add(other.rows_examined);
-        self.rows_affected = self.rows_affected.wrapping_add(other.rows_affected);
-        self.lock_ns = self.lock_ns.wrapping_add(other.lock_ns);
-        self.cpu_ns = self.cpu_ns.wrapping_add(other.cpu_ns);
-        self.cpu_statements = self.cpu_statements.wrapping_add(other.cpu_statements);
-        self.no_index_used = self.no_index_used.wrapping_add(other.no_index_used);
-        self.no_good_index_used = self.no_good_index_used.wrapping_add(other.no_good_index_used);
-        self.tmp_tables = self.tmp_tables.wrapping_add(other.tmp_tables);
-        self.tmp_disk_tables = self.tmp_disk_tables.wrapping_add(other.tmp_disk_tables);
-        self.sort_merge_passes = self.sort_merge_passes.wrapping_add(other.sort_merge_passes);
-        self.select_full_join = self.select_full_join.wrapping_add(other.select_full_join);
-        self.select_scan = self.select_scan.wrapping_add(other.select_scan);
-        self.filesort = self.filesort.wrapping_add(other.filesort);
-        self.filesort_on_disk = self.filesort_on_disk.wrapping_add(other.filesort_on_disk);
-    }
-}
-
 /// One statement's figures as its record carries them: the sums' fields in
 /// a compact form (flags as bits), since every byte of a record is copied
 /// to the ring buffer and limits how many records it holds.
@@ -397,30 +344,6 @@ pub mod statement_flag {
     pub const SELECT_SCAN: u32 = 16;
     pub const FILESORT: u32 = 32;
     pub const FILESORT_ON_DISK: u32 = 64;
-}
-
-impl QueryStats {
-    /// Adds one statement's figures.
-    #[inline(always)]
-    pub fn add_statement(&mut self, s: &StatementStats) {
-        use statement_flag as f;
-        let flag = |bit: u32| u64::from(s.flags & bit != 0);
-        self.rows_sent = self.rows_sent.wrapping_add(s.rows_sent);
-        self.rows_examined = self.rows_examined.wrapping_add(s.rows_examined);
-        self.rows_affected = self.rows_affected.wrapping_add(s.rows_affected);
-        self.lock_ns = self.lock_ns.wrapping_add(s.lock_ns);
-        self.cpu_ns = self.cpu_ns.wrapping_add(s.cpu_ns);
-        self.cpu_statements = self.cpu_statements.wrapping_add(flag(f::CPU_MEASURED));
-        self.no_index_used = self.no_index_used.wrapping_add(flag(f::NO_INDEX_USED));
-        self.no_good_index_used = self.no_good_index_used.wrapping_add(flag(f::NO_GOOD_INDEX_USED));
-        self.tmp_tables = self.tmp_tables.wrapping_add(u64::from(s.tmp_tables));
-        self.tmp_disk_tables = self.tmp_disk_tables.wrapping_add(u64::from(s.tmp_disk_tables));
-        self.sort_merge_passes = self.sort_merge_passes.wrapping_add(u64::from(s.sort_merge_passes));
-        self.select_full_join = self.select_full_join.wrapping_add(flag(f::SELECT_FULL_JOIN));
-        self.select_scan = self.select_scan.wrapping_add(flag(f::SELECT_SCAN));
-        self.filesort = self.filesort.wrapping_add(flag(f::FILESORT));
-        self.filesort_on_disk = self.filesort_on_disk.wrapping_add(flag(f::FILESORT_ON_DISK));
-    }
 }
 
 /// Accounts (user and client host) a kernel digest slot tells apart per

@@ -5,6 +5,7 @@
 pub mod bounds;
 pub mod codec;
 mod content_hash;
+pub mod figures;
 pub mod limits;
 
 pub use content_hash::content_hash;

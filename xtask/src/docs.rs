@@ -28,8 +28,8 @@ pub fn mdbook() -> PathBuf {
     tools_dir().join("bin/mdbook")
 }
 
-/// The book's reference folder: `sqlbee reference` writes `cli/*.md` and
-/// `limits.md` there.
+/// The book's reference folder: `sqlbee reference` writes `cli/*.md`,
+/// `limits.md` and `figures.md` there.
 fn reference_dir() -> PathBuf {
     workspace_root().join("docs/src/reference")
 }
@@ -39,8 +39,10 @@ fn generated(dir: &Path) -> HashSet<String> {
     let mut out: HashSet<String> = fs::read_dir(dir.join("cli"))
         .map(|d| d.flatten().map(|e| format!("cli/{}", e.file_name().to_string_lossy())).collect())
         .unwrap_or_default();
-    if dir.join("limits.md").exists() {
-        out.insert("limits.md".to_string());
+    for page in ["limits.md", "figures.md"] {
+        if dir.join(page).exists() {
+            out.insert(page.to_string());
+        }
     }
     out
 }

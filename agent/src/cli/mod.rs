@@ -50,7 +50,8 @@ pub enum Role {
     /// subcommand) into DIR; `./x docs` runs it.
     #[command(hide = true)]
     Reference {
-        /// The folder to write into (docs/src/reference): cli/*.md and limits.md.
+        /// The folder to write into (docs/src/reference): cli/*.md, limits.md
+        /// and figures.md.
         dir: std::path::PathBuf,
     },
 }

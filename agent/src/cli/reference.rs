@@ -23,7 +23,8 @@ pub fn pages() -> Vec<(String, String)> {
 }
 
 /// Writes every page into `dir` (the book's `reference/`, made if
-/// missing): `cli/<subcommand>.md` and `limits.md`; returns how many.
+/// missing): `cli/<subcommand>.md`, `limits.md` and `figures.md`; returns
+/// how many.
 pub fn write_pages(dir: &Path) -> std::io::Result<usize> {
     std::fs::create_dir_all(dir.join("cli"))?;
     let pages = pages();
@@ -31,7 +32,40 @@ pub fn write_pages(dir: &Path) -> std::io::Result<usize> {
         std::fs::write(dir.join("cli").join(name), text)?;
     }
     std::fs::write(dir.join("limits.md"), limits_page())?;
-    Ok(pages.len() + 1)
+    std::fs::write(dir.join("figures.md"), figures_page())?;
+    Ok(pages.len() + 2)
+}
+
+/// The server's figures per digest, from the one list they are declared in
+/// (`agent_common::figures`).
+pub fn figures_page() -> String {
+    use agent_common::figures::{FIGURES, Merge, needs};
+    let generated = GENERATED.replace("proto/src/limits.rs", "agent-common/src/figures.rs");
+    let mut out = format!("# The server's figures\n\n{generated}\n\n");
+    out.push_str(
+        "What the server counted for a digest's statements, as its slow log does, read from the server's \
+         memory at each statement's end. Each is a field of every `digest` line of the agent's \
+         [jsonl output](jsonl.md), of `sqlbee.v1.QueryStats` on the [wire](wire-protocol.md), of every \
+         digest in `sqlbee top --format json` and `/api/top`, and a row of *What the server did* on the \
+         web UI's digest page. A figure the agent cannot read on a server's build is absent (`null`), \
+         never 0; over many windows, a figure sums the windows that carried it.\n\n\
+         | field | what it counts | unit | combined | known |\n|---|---|---|---|---|\n",
+    );
+    for f in FIGURES {
+        let merge = match f.merge {
+            Merge::Sum => "summed",
+        };
+        let _ = writeln!(
+            out,
+            "| `{}` | {} (*{}* on the digest page) | {} | {merge} | {} |",
+            f.name,
+            f.about,
+            f.label,
+            f.unit.described(),
+            needs::described(f.needs)
+        );
+    }
+    out
 }
 
 /// What a collector accepts in one message, from the table the decode

@@ -512,48 +512,29 @@ fn encode_window(
                 ("text", t.text.clone()),
             ]
         };
-        use agent_common::stats_field as f;
-        let families: [(&str, &str, fn(&crate::aggregate::DigestStats) -> f64, u32); 6] = [
+        let figure = |name: &str| figure_index(name).expect("DIGEST_FIGURE_METRICS names a figure");
+        let mut families: Vec<(&str, &str, Box<dyn Fn(&crate::aggregate::DigestStats) -> f64>, u32)> = vec![
             (
                 "sqlbee_digest_statements",
                 "Statements of a top digest in the last window (top 20 per instance).",
-                |d| d.count as f64,
+                Box::new(|d| d.count as f64),
                 0,
             ),
             (
                 "sqlbee_digest_latency_seconds_sum",
                 "Total latency of a top digest's statements in the last window.",
-                |d| d.sum_ns as f64 / 1e9,
+                Box::new(|d| d.sum_ns as f64 / 1e9),
                 0,
             ),
-            (
-                "sqlbee_digest_rows_examined",
-                "Rows a top digest's statements examined in the last window (the server's count).",
-                |d| d.stats.rows_examined as f64,
-                f::ROWS_EXAMINED,
-            ),
-            (
-                "sqlbee_digest_rows_sent",
-                "Rows a top digest's statements sent in the last window.",
-                |d| d.stats.rows_sent as f64,
-                f::ROWS_SENT,
-            ),
-            (
-                "sqlbee_digest_cpu_seconds_sum",
-                "On-CPU time of a top digest's statements in the last window.",
-                |d| d.stats.cpu_ns as f64 / 1e9,
-                crate::probe::Figures::CPU,
-            ),
-            (
-                "sqlbee_digest_tmp_disk_tables",
-                "Temporary tables a top digest's statements created on disk in the last window.",
-                |d| d.stats.tmp_disk_tables as f64,
-                f::PLAN,
-            ),
         ];
+        for (figure_name, name, help, scale) in DIGEST_FIGURE_METRICS {
+            let at = figure(figure_name);
+            let value = move |d: &crate::aggregate::DigestStats| d.stats.values()[at] as f64 * scale;
+            families.push((name, help, Box::new(value), agent_common::FIGURES[at].needs));
+        }
         for (name, help, value, needs) in families {
             let mut family = enc.family(name, help, MetricType::Gauge);
-            for t in top_rows.iter().filter(|t| needs == 0 || t.figures.has(needs)) {
+            for t in top_rows.iter().filter(|t| t.figures.knows(needs)) {
                 let labels = labels(t);
                 let labels: Vec<(&str, &str)> = labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
                 family.sample(&labels, value(t.d));
@@ -605,12 +586,42 @@ fn short(text: &str) -> String {
     text.chars().take(120).collect()
 }
 
+/// The figures exported per top digest: (figure, metric, help, scale).
+const DIGEST_FIGURE_METRICS: [(&str, &str, &str, f64); 4] = [
+    (
+        "rows_examined",
+        "sqlbee_digest_rows_examined",
+        "Rows a top digest's statements examined in the last window (the server's count).",
+        1.0,
+    ),
+    ("rows_sent", "sqlbee_digest_rows_sent", "Rows a top digest's statements sent in the last window.", 1.0),
+    ("cpu_ns", "sqlbee_digest_cpu_seconds_sum", "On-CPU time of a top digest's statements in the last window.", 1e-9),
+    (
+        "tmp_disk_tables",
+        "sqlbee_digest_tmp_disk_tables",
+        "Temporary tables a top digest's statements created on disk in the last window.",
+        1.0,
+    ),
+];
+
+/// A figure's place in `agent_common::FIGURES`.
+fn figure_index(name: &str) -> Option<usize> {
+    agent_common::FIGURES.iter().position(|f| f.name == name)
+}
+
 #[cfg(test)]
 mod tests {
     use std::{sync::Arc, time::SystemTime};
 
     use super::*;
     use crate::aggregate::{Lineage, Summary};
+
+    #[test]
+    fn every_exported_figure_is_in_the_list() {
+        for (figure, ..) in DIGEST_FIGURE_METRICS {
+            assert!(figure_index(figure).is_some(), "{figure} is not in agent_common::FIGURES");
+        }
+    }
 
     fn row(digest: u64, latencies_ns: &[u64], errors: u64, lineage: Lineage) -> DigestStats {
         let mut histogram = Histogram::default();

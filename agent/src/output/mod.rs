@@ -130,29 +130,10 @@ pub const TOP_ACCOUNTS: usize = 5;
 /// The server's figures of a digest row; null where this build or kernel
 /// does not let the agent read one (never 0 for "unknown").
 fn add_figures(line: &mut Value, d: &DigestStats, figures: Figures) {
-    use agent_common::stats_field as f;
-    let s = &d.stats;
-    let known = |bit: u32, value: u64| if figures.has(bit) { json!(value) } else { Value::Null };
-    let fields = [
-        ("rows_sent", known(f::ROWS_SENT, s.rows_sent)),
-        ("rows_examined", known(f::ROWS_EXAMINED, s.rows_examined)),
-        ("rows_affected", known(f::ROWS_AFFECTED, s.rows_affected)),
-        ("lock_ns", json!(s.lock_ns)),
-        ("cpu_ns", known(Figures::CPU, s.cpu_ns)),
-        ("cpu_statements", known(Figures::CPU, s.cpu_statements)),
-        ("no_index_used", known(f::SERVER_STATUS, s.no_index_used)),
-        ("no_good_index_used", known(f::SERVER_STATUS, s.no_good_index_used)),
-        ("tmp_tables", known(f::PLAN, s.tmp_tables)),
-        ("tmp_disk_tables", known(f::PLAN, s.tmp_disk_tables)),
-        ("sort_merge_passes", known(f::PLAN, s.sort_merge_passes)),
-        ("select_full_join", known(f::PLAN, s.select_full_join)),
-        ("select_scan", known(f::PLAN, s.select_scan)),
-        ("filesort", known(f::PLAN, s.filesort)),
-        ("filesort_on_disk", known(f::PLAN, s.filesort_on_disk)),
-    ];
     let object = line.as_object_mut().expect("a digest line is an object");
-    for (name, value) in fields {
-        object.insert(name.into(), value);
+    for (figure, value) in agent_common::FIGURES.iter().zip(d.stats.values()) {
+        let known = if figures.knows(figure.needs) { json!(value) } else { Value::Null };
+        object.insert(figure.name.into(), known);
     }
     if figures.has(Figures::ACCOUNT) {
         let (users, hosts, accounts) = breakdowns(d);

@@ -194,7 +194,7 @@ impl Counters {
 pub struct Figures(pub u32);
 
 impl Figures {
-    pub const CPU: u32 = 1 << 16;
+    pub const CPU: u32 = agent_common::figures::needs::CPU;
     pub const SCHEMA: u32 = 1 << 17;
     pub const ACCOUNT: u32 = 1 << 18;
 
@@ -214,6 +214,12 @@ impl Figures {
 
     pub fn has(self, bit: u32) -> bool {
         self.0 & bit != 0
+    }
+
+    /// Whether a figure that needs `needs` (`agent_common::figures::needs`)
+    /// can be read: `ALWAYS` (0) always can.
+    pub fn knows(self, needs: u32) -> bool {
+        self.0 & needs == needs
     }
 }
 

@@ -21,27 +21,15 @@ use crate::{
 };
 
 /// The figures a server's build let the agent read; the rest absent.
+/// Each figure the server's build lets the agent read; the others are
+/// absent (unknown), never 0.
 fn query_stats(d: &DigestStats, figures: Figures) -> WireQueryStats {
-    use agent_common::stats_field as f;
-    let s = &d.stats;
-    let known = |bit: u32, value: u64| figures.has(bit).then_some(value);
-    WireQueryStats {
-        rows_sent: known(f::ROWS_SENT, s.rows_sent),
-        rows_examined: known(f::ROWS_EXAMINED, s.rows_examined),
-        rows_affected: known(f::ROWS_AFFECTED, s.rows_affected),
-        lock_ns: Some(s.lock_ns),
-        cpu_ns: known(Figures::CPU, s.cpu_ns),
-        cpu_statements: known(Figures::CPU, s.cpu_statements),
-        no_index_used: known(f::SERVER_STATUS, s.no_index_used),
-        no_good_index_used: known(f::SERVER_STATUS, s.no_good_index_used),
-        tmp_tables: known(f::PLAN, s.tmp_tables),
-        tmp_disk_tables: known(f::PLAN, s.tmp_disk_tables),
-        sort_merge_passes: known(f::PLAN, s.sort_merge_passes),
-        select_full_join: known(f::PLAN, s.select_full_join),
-        select_scan: known(f::PLAN, s.select_scan),
-        filesort: known(f::PLAN, s.filesort),
-        filesort_on_disk: known(f::PLAN, s.filesort_on_disk),
+    let mut out = WireQueryStats::default();
+    let values = d.stats.values();
+    for ((slot, value), figure) in out.values_mut().into_iter().zip(values).zip(agent_common::FIGURES) {
+        *slot = figures.knows(figure.needs).then_some(value);
     }
+    out
 }
 
 fn accounts(d: &DigestStats) -> Vec<AccountCount> {

@@ -62,24 +62,8 @@ pub fn top_json(digests: &[TopDigest]) -> Value {
 fn stats_json(row: &mut Value, stats: Option<&QueryStats>) {
     let s = stats.cloned().unwrap_or_default();
     let object = row.as_object_mut().expect("a digest row is an object");
-    for (name, value) in [
-        ("rows_sent", s.rows_sent),
-        ("rows_examined", s.rows_examined),
-        ("rows_affected", s.rows_affected),
-        ("lock_ns", s.lock_ns),
-        ("cpu_ns", s.cpu_ns),
-        ("cpu_statements", s.cpu_statements),
-        ("no_index_used", s.no_index_used),
-        ("no_good_index_used", s.no_good_index_used),
-        ("tmp_tables", s.tmp_tables),
-        ("tmp_disk_tables", s.tmp_disk_tables),
-        ("sort_merge_passes", s.sort_merge_passes),
-        ("select_full_join", s.select_full_join),
-        ("select_scan", s.select_scan),
-        ("filesort", s.filesort),
-        ("filesort_on_disk", s.filesort_on_disk),
-    ] {
-        object.insert(name.into(), json!(value));
+    for (figure, value) in s.figures() {
+        object.insert(figure.name.into(), json!(value));
     }
 }
 

@@ -6,7 +6,7 @@
 //! the longest wait is the max) and error codes per code.
 use std::{cmp::Ordering, collections::BTreeMap};
 
-use sqlbee_proto::v1::{AccountCount, CostSummary, ErrorCount, QueryStats, WaitStats};
+use sqlbee_proto::v1::{AccountCount, CostSummary, ErrorCount, WaitStats};
 
 use sqlbee_common::histogram::Histogram;
 
@@ -127,32 +127,6 @@ impl MergedErrors {
         out.sort_by(|a, b| b.count.cmp(&a.count).then(a.code.cmp(&b.code)));
         out
     }
-}
-
-/// The server's figures of one digest merged over many rows: each field
-/// sums the rows that carried it and stays absent when none did (an older
-/// agent, or a build the agent could not read it from).
-pub fn add_stats(total: &mut QueryStats, row: &QueryStats) {
-    fn add(total: &mut Option<u64>, value: Option<u64>) {
-        if let Some(v) = value {
-            *total = Some(total.unwrap_or(0).saturating_add(v));
-        }
-    }
-    add(&mut total.rows_sent, row.rows_sent);
-    add(&mut total.rows_examined, row.rows_examined);
-    add(&mut total.rows_affected, row.rows_affected);
-    add(&mut total.lock_ns, row.lock_ns);
-    add(&mut total.cpu_ns, row.cpu_ns);
-    add(&mut total.cpu_statements, row.cpu_statements);
-    add(&mut total.no_index_used, row.no_index_used);
-    add(&mut total.no_good_index_used, row.no_good_index_used);
-    add(&mut total.tmp_tables, row.tmp_tables);
-    add(&mut total.tmp_disk_tables, row.tmp_disk_tables);
-    add(&mut total.sort_merge_passes, row.sort_merge_passes);
-    add(&mut total.select_full_join, row.select_full_join);
-    add(&mut total.select_scan, row.select_scan);
-    add(&mut total.filesort, row.filesort);
-    add(&mut total.filesort_on_disk, row.filesort_on_disk);
 }
 
 /// Accounts of one digest merged over many rows.
@@ -297,13 +271,7 @@ mod tests {
     }
 
     #[test]
-    fn figures_sum_what_rows_carried_and_accounts_keep_the_top() {
-        let mut total = QueryStats::default();
-        add_stats(&mut total, &QueryStats { rows_examined: Some(10), cpu_ns: None, ..Default::default() });
-        add_stats(&mut total, &QueryStats { rows_examined: Some(5), cpu_ns: Some(7), ..Default::default() });
-        add_stats(&mut total, &QueryStats { rows_examined: Some(u64::MAX), ..Default::default() });
-        assert_eq!((total.rows_examined, total.cpu_ns, total.rows_sent), (Some(u64::MAX), Some(7), None));
-
+    fn accounts_keep_the_top() {
         let mut accounts = MergedAccounts::default();
         let account = |user: &str, count| AccountCount { user: user.into(), host: "h".into(), count };
         accounts.add(&(0..12).map(|i| account(&format!("u{i:02}"), i)).collect::<Vec<_>>());

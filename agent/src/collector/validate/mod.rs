@@ -16,6 +16,7 @@ use sqlbee_proto::v1::{
     UntracedServer, WaitStats,
 };
 
+use agent_common::figures::Unit;
 use sqlbee_common::{clock, digest_id, histogram};
 
 use self::path::Path;
@@ -306,19 +307,12 @@ fn lock_wait(at: &Path<'_>, l: &LockWait, range: TimeRange) -> Result<(), Invali
 
 /// Figures that count statements cannot exceed the statements counted.
 fn figures(at: &Path<'_>, s: &QueryStats, count: u64) -> Result<(), Invalid> {
-    for (name, value) in [
-        ("cpu_statements", s.cpu_statements),
-        ("no_index_used", s.no_index_used),
-        ("no_good_index_used", s.no_good_index_used),
-        ("select_full_join", s.select_full_join),
-        ("select_scan", s.select_scan),
-        ("filesort", s.filesort),
-        ("filesort_on_disk", s.filesort_on_disk),
-    ] {
-        if let Some(value) = value
+    for (figure, value) in s.figures() {
+        if figure.unit == Unit::Statements
+            && let Some(value) = value
             && value > count
         {
-            return Err(invalid(at.field(name), format!("{value} statements, above count {count}")));
+            return Err(invalid(at.field(figure.name), format!("{value} statements, above count {count}")));
         }
     }
     Ok(())

@@ -6,6 +6,7 @@
 //! lineage; the plots cover every one of them unless a schema is chosen.
 use std::{collections::BTreeMap, fmt::Write};
 
+use agent_common::figures::Unit;
 use sqlbee_proto::v1::{QueryStats, TopDigest, TopRequest};
 
 use super::{PageHead, Rendered, instance_names, series_request, statement_plots, top_request};
@@ -159,47 +160,29 @@ fn waits(body: &mut String, digests: &[TopDigest]) {
     body.push_str("</tbody></table>");
 }
 
+/// Every figure any of the rows carried, summed as the collector merges
+/// them; one no row carried (an older agent, a build the agent could not
+/// read it from) is left out rather than shown as 0.
 fn figures(body: &mut String, digests: &[TopDigest]) {
     let mut sum = QueryStats::default();
-    let add = |a: &mut Option<u64>, b: Option<u64>| {
-        if let Some(b) = b {
-            *a = Some(a.unwrap_or(0) + b);
-        }
-    };
     for s in digests.iter().filter_map(|d| d.stats.as_ref()) {
-        add(&mut sum.rows_examined, s.rows_examined);
-        add(&mut sum.rows_sent, s.rows_sent);
-        add(&mut sum.rows_affected, s.rows_affected);
-        add(&mut sum.lock_ns, s.lock_ns);
-        add(&mut sum.cpu_ns, s.cpu_ns);
-        add(&mut sum.no_index_used, s.no_index_used);
-        add(&mut sum.no_good_index_used, s.no_good_index_used);
-        add(&mut sum.tmp_tables, s.tmp_tables);
-        add(&mut sum.tmp_disk_tables, s.tmp_disk_tables);
-        add(&mut sum.sort_merge_passes, s.sort_merge_passes);
-        add(&mut sum.select_full_join, s.select_full_join);
-        add(&mut sum.select_scan, s.select_scan);
+        sum.merge(s);
     }
-    let rows: [(&str, Option<String>); 12] = [
-        ("Rows examined", sum.rows_examined.map(html::count)),
-        ("Rows sent", sum.rows_sent.map(html::count)),
-        ("Rows affected", sum.rows_affected.map(html::count)),
-        ("Lock time", sum.lock_ns.map(|v| html::duration_ns(v as f64))),
-        ("CPU time", sum.cpu_ns.map(|v| html::duration_ns(v as f64))),
-        ("No index used", sum.no_index_used.map(html::count)),
-        ("No good index used", sum.no_good_index_used.map(html::count)),
-        ("Temporary tables", sum.tmp_tables.map(html::count)),
-        ("Temporary tables on disk", sum.tmp_disk_tables.map(html::count)),
-        ("Sort merge passes", sum.sort_merge_passes.map(html::count)),
-        ("Full joins", sum.select_full_join.map(html::count)),
-        ("Full scans", sum.select_scan.map(html::count)),
-    ];
-    if rows.iter().all(|(_, v)| v.is_none()) {
+    let known: Vec<_> = sum.figures().filter_map(|(f, v)| v.map(|v| (f, v))).collect();
+    if known.is_empty() {
         return;
     }
     body.push_str("<h2>What the server did</h2><table class=\"data kv\" id=\"figures\"><tbody>");
-    for (name, value) in rows.iter().filter_map(|(n, v)| v.as_ref().map(|v| (n, v))) {
-        let _ = write!(body, "<tr><th>{name}</th><td class=\"num\">{value}</td></tr>");
+    for (figure, value) in known {
+        let shown = match figure.unit {
+            Unit::Ns => html::duration_ns(value as f64),
+            Unit::Rows | Unit::Statements | Unit::Count => html::count(value),
+        };
+        let _ = write!(
+            body,
+            "<tr data-figure=\"{}\" data-value=\"{value}\"><th>{}</th><td class=\"num\">{shown}</td></tr>",
+            figure.name, figure.label
+        );
     }
     body.push_str("</tbody></table>");
 }

@@ -10,7 +10,7 @@ use sqlbee_proto::v1::{DigestStats, QueryStats};
 use super::http::{Malformed, Rows};
 use crate::collector::store::{
     StoreError,
-    merge::{self, DigestTotals, MergedAccounts, MergedErrors, MergedWaits},
+    merge::{DigestTotals, MergedAccounts, MergedErrors, MergedWaits},
 };
 
 /// A digest row's key in answers: schema, digest and lineage.
@@ -167,7 +167,7 @@ impl Merging {
         if !full.figures.is_empty() {
             let row =
                 QueryStats::decode(full.figures.as_slice()).map_err(|_| StoreError::Corrupt { what: "figures" })?;
-            merge::add_stats(&mut self.stats, &row);
+            self.stats.merge(&row);
         }
         if !full.accounts.is_empty() {
             let holder =

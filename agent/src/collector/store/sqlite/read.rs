@@ -230,7 +230,7 @@ pub(super) fn top(tx: &rusqlite::Transaction<'_>, query: &TopQuery) -> Result<Ve
             let figures = row.get_ref(3).map_err(err)?.as_blob().map_err(|e| err(e.into()))?;
             if !figures.is_empty() {
                 let row = QueryStats::decode(figures).map_err(|_| StoreError::Corrupt { what: "figures" })?;
-                merge::add_stats(&mut stats, &row);
+                stats.merge(&row);
             }
             let blob = row.get_ref(4).map_err(err)?.as_blob().map_err(|e| err(e.into()))?;
             if !blob.is_empty() {

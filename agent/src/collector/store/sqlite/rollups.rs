@@ -205,7 +205,7 @@ fn merged(stored: Stored, row: &Row<'_>, figures: &[u8]) -> Result<Stored, Rollu
         stored.figures
     } else {
         let mut total = QueryStats::decode(stored.figures.as_slice()).map_err(|_| RollupError::Corrupt("figures"))?;
-        merge::add_stats(&mut total, &QueryStats::decode(figures).map_err(|_| RollupError::Corrupt("figures"))?);
+        total.merge(&QueryStats::decode(figures).map_err(|_| RollupError::Corrupt("figures"))?);
         total.encode_to_vec()
     };
     let accounts = if stored.accounts.is_empty() {
