@@ -155,6 +155,11 @@ macro_rules! declare {
                 [$(self.$name,)*]
             }
 
+            /// Each figure's slot, in list order.
+            pub fn values_mut(&mut self) -> [&mut u64; COUNT] {
+                [$(&mut self.$name,)*]
+            }
+
             /// Wrapping: a counter read from a server's memory may hold
             /// anything, and a sum must never panic the agent.
             #[inline(always)]

@@ -307,36 +307,7 @@ mod tests {
     }
 
     fn statement(connection: u64, start: u64, end: u64, sql: &str) -> Statement {
-        Statement {
-            start_ns: start * MS,
-            duration_ns: (end - start) * MS,
-            thd: connection,
-            connection_id: connection,
-            tid: tid(connection),
-            command: 3,
-            stmt_id: 0,
-            error_code: 0,
-            text_len: sql.len() as u32,
-            truncated: false,
-            text: sql.as_bytes().to_vec(),
-            waits: [0; wait_class::COUNT],
-            stats: Default::default(),
-            schema_hash: 0,
-            account_hash: 0,
-            schema: None,
-            account: None,
-            nested: false,
-            source: 0,
-            program_hash: 0,
-            program_kind: 0,
-            program: None,
-            parent_start_ns: 0,
-            error_ns: 0,
-            error_message: None,
-            text_hash: 0,
-            sample: false,
-            shed: false,
-        }
+        crate::aggregate::fixtures::statement(connection, start * MS, (end - start) * MS, sql)
     }
 
     /// Each blocker as (connection, transaction, started ms, statements).
@@ -368,26 +339,10 @@ mod tests {
 
     #[test]
     fn blockers_come_from_the_waits_instance_only() {
-        use crate::{aggregate::Aggregator, discover::ServerProcess, probe::ProbeBatch};
+        use crate::{aggregate::Aggregator, probe::ProbeBatch};
         let batch = |instance: &str, long_waits: Vec<LongWait>, statements: Vec<Statement>| ProbeBatch {
-            binary: Default::default(),
-            figures: Default::default(),
-            server: ServerProcess {
-                pid: 1,
-                start_ticks: 1,
-                start_unix_ms: 1,
-                comm: "mariadbd".into(),
-                binary: "/usr/sbin/mariadbd".into(),
-                instance: instance.into(),
-                container: None,
-            },
-            statements,
             long_waits,
-            counters: None,
-            kernel: Vec::new(),
-            forgotten: Vec::new(),
-            cost: None,
-            detached: false,
+            ..crate::aggregate::fixtures::probe_batch(instance, Default::default(), statements)
         };
         let wait = LongWait {
             tid: tid(1),

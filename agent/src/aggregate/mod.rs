@@ -5,7 +5,11 @@
 //! still counted. Exact command totals come from the kernel counters, not
 //! from the events, so they stay exact when events were dropped.
 mod commands;
+#[cfg(test)]
+pub(crate) mod fixtures;
 mod locks;
+#[cfg(test)]
+mod tests;
 
 use agent_common::{QueryStats, wait_class};
 use std::{

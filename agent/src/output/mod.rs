@@ -315,3 +315,54 @@ pub fn write_untraced_table(out: &mut impl Write, untraced: &[UntracedServer]) -
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use agent_common::figures::needs;
+
+    use super::*;
+    use crate::aggregate::fixtures::{all_figures, figure_value, report, statement, with_figures};
+
+    fn digest_lines(report: &WindowReport) -> Vec<Value> {
+        window_to_json(report).into_iter().filter(|l| l["type"] == "digest").collect()
+    }
+
+    #[test]
+    fn a_digest_line_has_every_figure_null_when_the_build_cannot_read_it() {
+        let readable = Figures(needs::SERVER_STATUS | needs::CPU);
+        let r = report("db:3306", readable, vec![with_figures(statement(1, 0, 1000, "SELECT 1"), 3)]);
+        let line = &digest_lines(&r)[0];
+        for (i, figure) in agent_common::FIGURES.iter().enumerate() {
+            let expected = if readable.knows(figure.needs) { json!(figure_value(i, 3)) } else { Value::Null };
+            assert_eq!(line[figure.name], expected, "{}", figure.name);
+        }
+        assert!(line.get("users").is_none(), "no accounts without the account figure");
+    }
+
+    #[test]
+    fn digest_lines_count_what_the_window_holds() {
+        let mut failed = statement(2, 0, 7_000, "DELETE FROM t WHERE id = 5");
+        failed.error_code = 1451;
+        let statements = vec![
+            statement(1, 0, 1_000, "SELECT * FROM t WHERE id = 1"),
+            statement(1, 0, 3_000, "SELECT * FROM t WHERE id = 2"),
+            failed,
+        ];
+        let r = report("db:3306", all_figures(), statements);
+        let lines = window_to_json(&r);
+        let digests: Vec<&Value> = lines.iter().filter(|l| l["type"] == "digest").collect();
+        assert_eq!(digests.len(), 2);
+        let select = digests.iter().find(|l| l["count"] == 2).expect("the select row");
+        assert_eq!(
+            (select["sum_ns"].as_u64(), select["min_ns"].as_u64(), select["max_ns"].as_u64()),
+            (Some(4_000), Some(1_000), Some(3_000))
+        );
+        let text = crate::normalize::Normalizer::new(1).normalize(b"SELECT * FROM t WHERE id = 9").text;
+        assert_eq!(select["digest_text"], &*text);
+        let delete = digests.iter().find(|l| l["count"] == 1).expect("the delete row");
+        assert_eq!((delete["errors"].as_u64(), delete["error_codes"]["1451"].as_u64()), (Some(1), Some(1)));
+        let summary = lines.iter().find(|l| l["type"] == "summary").expect("a summary line");
+        assert_eq!(summary["instance"], "db:3306");
+        assert_eq!(summary["digests"], 2);
+    }
+}

@@ -291,3 +291,65 @@ fn untraced_server(u: &UntracedServer) -> WireUntraced {
         attempts: u.attempts,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use agent_common::figures::needs;
+
+    use super::*;
+    use crate::aggregate::fixtures::{all_figures, figure_value, report, statement, with_figures};
+
+    #[test]
+    fn a_figure_goes_on_the_wire_when_the_build_lets_the_agent_read_it() {
+        let readable = Figures(needs::PLAN | needs::ROWS_SENT);
+        let r = report("db:3306", readable, vec![with_figures(statement(1, 0, 1000, "SELECT 1"), 1)]);
+        let window = instance_window(&r, None);
+        let stats = window.digests[0].stats.as_ref().expect("figures on the wire");
+        for (i, (figure, value)) in stats.figures().enumerate() {
+            assert_eq!(value, readable.knows(figure.needs).then_some(figure_value(i, 1)), "{}", figure.name);
+        }
+        assert!(stats.lock_ns.is_some() && stats.tmp_tables.is_some() && stats.cpu_ns.is_none());
+    }
+
+    #[test]
+    fn a_window_goes_on_the_wire_whole_and_the_collector_takes_it() {
+        let mut failed = statement(2, 5_000, 9_000, "UPDATE t SET a = 1 WHERE id = 2");
+        failed.error_code = 1213;
+        failed.error_message = Some("Deadlock found when trying to get lock".into());
+        let statements = vec![
+            with_figures(statement(1, 0, 1_000_000, "SELECT * FROM t WHERE id = 1"), 1),
+            with_figures(statement(1, 2_000_000, 3_000_000, "SELECT * FROM t WHERE id = 2"), 1),
+            failed,
+        ];
+        let r = report("db:3306", all_figures(), statements);
+        let window = instance_window(&r, None);
+        assert_eq!(window.instance.as_ref().unwrap().name, "db:3306");
+        assert_eq!(window.digests.len(), r.digests.len());
+        for (wire, row) in window.digests.iter().zip(&r.digests) {
+            assert_eq!(wire.digest, sqlbee_common::digest_id::of(&wire.digest_text));
+            assert_eq!(
+                (wire.count, wire.errors, wire.sum_ns, wire.max_ns),
+                (row.count, row.errors, row.sum_ns, row.max_ns)
+            );
+            let counted: u64 = wire.histogram.as_ref().unwrap().buckets.iter().map(|b| b.count).sum();
+            assert_eq!(counted, wire.count, "the histogram holds every statement");
+            let stats = wire.stats.as_ref().unwrap();
+            assert_eq!(stats.values().map(Option::unwrap), row.stats.values());
+        }
+        #[cfg(feature = "collector")]
+        {
+            let batch = sqlbee_proto::v1::Batch {
+                agent: Some(sqlbee_proto::v1::AgentIdentity {
+                    host: "h".into(),
+                    agent_id: "a".into(),
+                    version: "v".into(),
+                }),
+                sequence: 1,
+                windows: vec![window],
+                ..Default::default()
+            };
+            crate::collector::validate::batch(&batch, sqlbee_common::clock::now_unix_ms())
+                .expect("the collector accepts what the agent sends");
+        }
+    }
+}

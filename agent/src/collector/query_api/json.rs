@@ -312,3 +312,22 @@ pub fn series_json(answer: &SeriesResponse, cost: bool) -> Value {
         .collect();
     json!({ "step_ms": answer.step_ms, "points": points })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_digest_answer_has_every_figure_null_when_no_window_carried_it() {
+        let mut stats = QueryStats::default();
+        for (i, slot) in stats.values_mut().into_iter().enumerate().filter(|(i, _)| i % 2 == 0) {
+            *slot = Some(i as u64 * 7);
+        }
+        let rows = top_json(&[TopDigest { stats: Some(stats), ..Default::default() }, TopDigest::default()]);
+        for (i, figure) in agent_common::FIGURES.iter().enumerate() {
+            let expected = if i % 2 == 0 { json!(i as u64 * 7) } else { Value::Null };
+            assert_eq!(rows[0][figure.name], expected, "{}", figure.name);
+            assert_eq!(rows[1][figure.name], Value::Null, "{} of a row without figures", figure.name);
+        }
+    }
+}

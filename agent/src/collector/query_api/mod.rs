@@ -268,3 +268,57 @@ impl Query for QueryService {
         Ok(Response::new(SeriesResponse { points, ..empty }))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn code<T: std::fmt::Debug>(result: Result<T, Status>) -> (tonic::Code, String) {
+        let status = result.expect_err("refused");
+        (status.code(), status.message().to_string())
+    }
+
+    #[test]
+    fn a_top_request_gets_defaults_and_is_held_to_its_limits() {
+        let query = top_query(TopRequest::default()).unwrap();
+        assert_eq!(
+            (query.limit, query.order_by, query.since_unix_ms, query.until_unix_ms),
+            (20, OrderBy::Total, 0, i64::MAX)
+        );
+        assert_eq!((query.instance, query.digest, query.schema), (None, None, None));
+        let asked =
+            TopRequest { limit: 10_000, order_by: "p99".into(), instance: "db:3306".into(), ..Default::default() };
+        let query = top_query(asked).unwrap();
+        assert_eq!((query.limit, query.order_by, query.instance.as_deref()), (10_000, OrderBy::P99, Some("db:3306")));
+        let (c, m) = code(top_query(TopRequest { limit: 10_001, ..Default::default() }));
+        assert!(c == tonic::Code::InvalidArgument && m.contains("limit"), "{m}");
+        let (_, m) = code(top_query(TopRequest { order_by: "fastest".into(), ..Default::default() }));
+        assert!(m.contains("order_by") && m.contains("rows_examined"), "names the keys: {m}");
+        let (_, m) = code(top_query(TopRequest { since_unix_ms: -1, ..Default::default() }));
+        assert!(m.contains("since_unix_ms"), "{m}");
+        let (_, m) = code(top_query(TopRequest { since_unix_ms: 5, until_unix_ms: 5, ..Default::default() }));
+        assert!(m.contains("until_unix_ms"), "{m}");
+    }
+
+    #[test]
+    fn a_series_gets_a_step_the_rollups_can_answer_and_at_most_max_points() {
+        let hour = 3_600_000;
+        let request = |since, until, step| SeriesRequest {
+            since_unix_ms: since,
+            until_unix_ms: until,
+            step_ms: step,
+            ..Default::default()
+        };
+        let query = series_query(request(10 * hour, 11 * hour, 0), 0).unwrap();
+        assert_eq!(query.step_ms, 60_000, "an hour in minutes");
+        assert_eq!(query.since_unix_ms % query.step_ms, 0, "steps start on multiples of the step");
+        let query = series_query(request(10 * hour, 10 * hour + 60 * 60_000 * 24 * 30, 0), 0).unwrap();
+        assert_eq!(query.step_ms % hour, 0, "a month in whole hours or days");
+        let (_, m) = code(series_query(request(0, hour, 0), 0));
+        assert!(m.contains("needs a start"), "{m}");
+        let (_, m) = code(series_query(request(1, 10 * hour, 1), 0));
+        assert!(m.contains("points"), "{m}");
+        let (_, m) = code(series_query(SeriesRequest { of: "digest".into(), ..request(1, hour, 0) }, 0));
+        assert!(m.contains("digest id"), "{m}");
+    }
+}

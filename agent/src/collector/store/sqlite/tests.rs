@@ -556,6 +556,16 @@ fn spread_batches(start: i64, count: i64, spacing: i64) -> Vec<Batch> {
             buckets.sort();
             buckets.dedup_by_key(|b| b.0);
             let count: u64 = buckets.iter().map(|b| b.1).sum();
+            // Every figure, each now and then absent (a build that could
+            // not read it): merged rollups keep what raw windows keep.
+            let mut stats = sqlbee_proto::v1::QueryStats::default();
+            for (slot, figure) in stats.values_mut().into_iter().zip(agent_common::FIGURES) {
+                let roll = next();
+                *slot = (roll % 5 != 0).then(|| match figure.unit {
+                    agent_common::figures::Unit::Statements => roll % (count + 1),
+                    _ => roll % 1_000_000,
+                });
+            }
             let min = sqlbee_common::histogram::bucket_high(buckets[0].0 as usize) - 1;
             let max = sqlbee_common::histogram::bucket_high(buckets.last().unwrap().0 as usize);
             digests.push(DigestStats {
@@ -570,6 +580,7 @@ fn spread_batches(start: i64, count: i64, spacing: i64) -> Vec<Batch> {
                     scheme: 1,
                     buckets: buckets.iter().map(|&(index, count)| Bucket { index, count }).collect(),
                 }),
+                stats: Some(stats),
                 ..Default::default()
             });
         }
@@ -616,6 +627,26 @@ fn expected(
     (totals.count, totals.errors, totals.sum_ns, totals.min_ns, totals.max_ns, [p(0.5), p(0.95), p(0.99)])
 }
 
+/// The figures of `digest` in the raw windows of `batches` in range,
+/// merged: each figure summed over the windows that carried it.
+fn expected_stats(
+    batches: &[Batch],
+    digest: u64,
+    instance: Option<&str>,
+    since: i64,
+    until: i64,
+) -> sqlbee_proto::v1::QueryStats {
+    let mut total = sqlbee_proto::v1::QueryStats::default();
+    let windows = batches.iter().flat_map(|b| &b.windows).filter(|w| {
+        (since..until).contains(&w.window_end_unix_ms)
+            && instance.is_none_or(|i| w.instance.as_ref().unwrap().name == i)
+    });
+    for d in windows.flat_map(|w| &w.digests).filter(|d| d.digest == digest) {
+        total.merge(d.stats.as_ref().unwrap());
+    }
+    total
+}
+
 /// Every read of `ranges` (top per digest, costs) and series at `steps`
 /// equal what the raw windows of `batches` hold.
 fn assert_rollups_match(store: &SqliteStore, batches: &[Batch], ranges: &[(i64, i64, Option<&str>)], steps: &[i64]) {
@@ -645,6 +676,11 @@ fn assert_rollups_match(store: &SqliteStore, batches: &[Batch], ranges: &[(i64, 
                 answer.iter().find(|d| d.digest == digest).unwrap_or_else(|| panic!("{digest} missing for {spans:?}"));
             let got = (d.count, d.errors, d.sum_ns, d.min_ns, d.max_ns, [d.p50_ns, d.p95_ns, d.p99_ns]);
             assert_eq!(got, expected(batches, digest, instance, since, until), "digest {digest} over {spans:?}");
+            assert_eq!(
+                d.stats.clone().unwrap_or_default(),
+                expected_stats(batches, digest, instance, since, until),
+                "figures of {digest} over {spans:?}"
+            );
         }
         // The agent's cost counts all its windows and statements in range,
         // whichever instance the filter names.

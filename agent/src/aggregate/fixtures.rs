@@ -1,0 +1,107 @@
+//! Statements and probe batches as the probe stage hands them on, for
+//! tests of the stages downstream (aggregate, output, ship, and the
+//! collector pages fed by them) without root or a server.
+use std::time::SystemTime;
+
+use agent_common::{QueryStats, wait_class};
+
+use crate::{
+    discover::ServerProcess,
+    normalize::Normalizer,
+    probe::{Figures, ProbeBatch, Statement},
+};
+
+use super::{Aggregator, WindowReport};
+
+/// A client statement of `connection` that ran `sql` from `start_ns` for
+/// `duration_ns`, without errors, waits or figures.
+pub fn statement(connection: u64, start_ns: u64, duration_ns: u64, sql: &str) -> Statement {
+    Statement {
+        start_ns,
+        duration_ns,
+        thd: connection,
+        connection_id: connection,
+        tid: 1000 + connection as u32,
+        command: 3,
+        stmt_id: 0,
+        error_code: 0,
+        text_len: sql.len() as u32,
+        truncated: false,
+        text: sql.as_bytes().to_vec(),
+        waits: [0; wait_class::COUNT],
+        stats: QueryStats::default(),
+        schema_hash: 0,
+        account_hash: 0,
+        schema: None,
+        account: None,
+        nested: false,
+        source: 0,
+        program_hash: 0,
+        program_kind: 0,
+        program: None,
+        parent_start_ns: 0,
+        error_ns: 0,
+        error_message: None,
+        text_hash: 0,
+        sample: false,
+        shed: false,
+    }
+}
+
+/// `statement` with every figure set to [`figure_value`].
+pub fn with_figures(mut s: Statement, scale: u64) -> Statement {
+    for (i, value) in s.stats.values_mut().into_iter().enumerate() {
+        *value = figure_value(i, scale);
+    }
+    s
+}
+
+/// What `with_figures` gives figure `i` of the list: 1 for a figure that
+/// counts statements (a statement is flagged or not), `(i + 1) * scale`
+/// for the others.
+pub fn figure_value(i: usize, scale: u64) -> u64 {
+    match agent_common::FIGURES[i].unit {
+        agent_common::figures::Unit::Statements => 1,
+        _ => (i as u64 + 1) * scale,
+    }
+}
+
+/// One server's statements as one probe batch.
+pub fn probe_batch(instance: &str, figures: Figures, statements: Vec<Statement>) -> ProbeBatch {
+    ProbeBatch {
+        binary: Default::default(),
+        figures,
+        server: ServerProcess {
+            pid: 1,
+            start_ticks: 1,
+            start_unix_ms: 1,
+            comm: "mariadbd".into(),
+            binary: "/usr/sbin/mariadbd".into(),
+            instance: instance.into(),
+            container: None,
+        },
+        statements,
+        long_waits: Vec::new(),
+        counters: None,
+        kernel: Vec::new(),
+        forgotten: Vec::new(),
+        cost: None,
+        detached: false,
+    }
+}
+
+/// The window the aggregator reports for these statements of one server:
+/// ten seconds ending now.
+pub fn report(instance: &str, figures: Figures, statements: Vec<Statement>) -> WindowReport {
+    let start = SystemTime::now() - std::time::Duration::from_secs(10);
+    let mut aggregator = Aggregator::new(Normalizer::new(100), 100, start);
+    aggregator.ingest(probe_batch(instance, figures, statements));
+    let mut reports = aggregator.flush(SystemTime::now());
+    assert_eq!(reports.len(), 1, "one server, one report");
+    reports.remove(0)
+}
+
+/// Every figure readable.
+pub fn all_figures() -> Figures {
+    Figures(u32::MAX)
+}
