@@ -677,7 +677,7 @@ fn assert_rollups_match(store: &SqliteStore, batches: &[Batch], ranges: &[(i64, 
             let got = (d.count, d.errors, d.sum_ns, d.min_ns, d.max_ns, [d.p50_ns, d.p95_ns, d.p99_ns]);
             assert_eq!(got, expected(batches, digest, instance, since, until), "digest {digest} over {spans:?}");
             assert_eq!(
-                d.stats.clone().unwrap_or_default(),
+                d.stats.unwrap_or_default(),
                 expected_stats(batches, digest, instance, since, until),
                 "figures of {digest} over {spans:?}"
             );
