@@ -38,23 +38,68 @@ pub enum OrderBy {
 }
 
 impl OrderBy {
-    pub const NAMES: [&'static str; 9] =
-        ["total", "avg", "p99", "count", "errors", "wait", "rows_examined", "cpu", "tmp_disk"];
+    /// Every ranking, in the order the top page shows its columns. The
+    /// stores, the Query service, the pages and the query tools all take
+    /// the keys from here.
+    pub const ALL: [OrderBy; 9] = [
+        OrderBy::Count,
+        OrderBy::Errors,
+        OrderBy::Total,
+        OrderBy::Avg,
+        OrderBy::P99,
+        OrderBy::Wait,
+        OrderBy::RowsExamined,
+        OrderBy::Cpu,
+        OrderBy::TmpDisk,
+    ];
+
+    /// Every key the wire's `order_by` accepts, in `ALL`'s order.
+    pub const NAMES: [&'static str; 9] = {
+        let mut names = [""; 9];
+        let mut i = 0;
+        while i < names.len() {
+            names[i] = OrderBy::ALL[i].key();
+            i += 1;
+        }
+        names
+    };
+
+    /// The wire's `order_by` (and the query tools' `--order-by`).
+    pub const fn key(self) -> &'static str {
+        match self {
+            OrderBy::Total => "total",
+            OrderBy::Avg => "avg",
+            OrderBy::P99 => "p99",
+            OrderBy::Count => "count",
+            OrderBy::Errors => "errors",
+            OrderBy::Wait => "wait",
+            OrderBy::RowsExamined => "rows_examined",
+            OrderBy::Cpu => "cpu",
+            OrderBy::TmpDisk => "tmp_disk",
+        }
+    }
+
+    /// The top page's column that sorts by it.
+    pub const fn label(self) -> &'static str {
+        match self {
+            OrderBy::Total => "Total",
+            OrderBy::Avg => "Avg",
+            OrderBy::P99 => "p99",
+            OrderBy::Count => "Count",
+            OrderBy::Errors => "Errors",
+            OrderBy::Wait => "Wait",
+            OrderBy::RowsExamined => "Rows examined",
+            OrderBy::Cpu => "CPU",
+            OrderBy::TmpDisk => "Tmp disk",
+        }
+    }
 
     /// The wire's `order_by`; empty means the default (total).
     pub fn parse(key: &str) -> Option<OrderBy> {
-        Some(match key {
-            "" | "total" => OrderBy::Total,
-            "avg" => OrderBy::Avg,
-            "p99" => OrderBy::P99,
-            "count" => OrderBy::Count,
-            "errors" => OrderBy::Errors,
-            "wait" => OrderBy::Wait,
-            "rows_examined" => OrderBy::RowsExamined,
-            "cpu" => OrderBy::Cpu,
-            "tmp_disk" => OrderBy::TmpDisk,
-            _ => return None,
-        })
+        if key.is_empty() {
+            return Some(OrderBy::Total);
+        }
+        OrderBy::ALL.into_iter().find(|o| o.key() == key)
     }
 }
 
@@ -320,5 +365,22 @@ pub fn open(location: &str) -> Result<Box<dyn Store>, StoreError> {
             Ok(Box::new(clickhouse::ClickHouseStore::open(&location)?))
         }
         _ => Err(bad()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_ranking_key_names_one_ranking() {
+        for order in OrderBy::ALL {
+            assert_eq!(OrderBy::parse(order.key()), Some(order));
+        }
+        assert_eq!(OrderBy::parse(""), Some(OrderBy::Total));
+        assert_eq!(OrderBy::parse("fastest"), None);
+        let keys: std::collections::BTreeSet<_> = OrderBy::NAMES.into_iter().collect();
+        let labels: std::collections::BTreeSet<_> = OrderBy::ALL.map(OrderBy::label).into_iter().collect();
+        assert_eq!((keys.len(), labels.len()), (OrderBy::ALL.len(), OrderBy::ALL.len()));
     }
 }

@@ -15,23 +15,11 @@ use crate::collector::{
         svg,
     },
     query_api::client::ORDER_KEYS,
+    store::OrderBy,
 };
 
 pub const DEFAULT_LIMIT: u32 = 50;
 pub const MAX_LIMIT: u32 = 500;
-
-/// The columns that sort, by the order key they send.
-const SORTS: [(&str, &str); 9] = [
-    ("Count", "count"),
-    ("Errors", "errors"),
-    ("Total", "total"),
-    ("Avg", "avg"),
-    ("p99", "p99"),
-    ("Wait", "wait"),
-    ("Rows examined", "rows_examined"),
-    ("CPU", "cpu"),
-    ("Tmp disk", "tmp_disk"),
-];
 
 fn wait_ns(d: &TopDigest) -> u64 {
     d.waits.iter().map(|w| w.sum_ns).sum()
@@ -81,8 +69,8 @@ pub async fn render(ui: &Ui, view: &View, params: &Params) -> Rendered {
         if schema.is_empty() { String::new() } else { format!(" (schema {} only)", esc(&schema)) },
     );
     body.push_str("<table class=\"data\" id=\"top\"><thead><tr><th>Digest</th><th>Schema</th>");
-    for (label, key) in SORTS {
-        body.push_str(&sort_header(view, "/top", label, key, order, &keep));
+    for sort in OrderBy::ALL {
+        body.push_str(&sort_header(view, "/top", sort.label(), sort.key(), order, &keep));
     }
     body.push_str("<th>Statements/s</th><th>Trend</th><th>Instances</th></tr></thead><tbody>");
     if answer.digests.is_empty() {
