@@ -34,6 +34,8 @@ pub enum HttpError {
     NoCa { path: String },
     #[error("the request this read served was cancelled")]
     Cancelled,
+    #[error("the rows for {table} do not name the same columns: {problem} (a bug in the collector)")]
+    Columns { table: String, problem: String },
 }
 
 impl HttpError {
@@ -219,10 +221,12 @@ impl Client {
     }
 
     /// Inserts `rows` (RowBinary, in `columns` order) into `table`.
-    pub fn insert(&self, table: &str, columns: &str, rows: &RowWriter) -> Result<(), HttpError> {
+    /// Inserts `rows` into the columns they named (`RowWriter::col`).
+    pub fn insert(&self, table: &str, rows: &RowWriter) -> Result<(), HttpError> {
         if rows.count == 0 {
             return Ok(());
         }
+        let columns = rows.columns().map_err(|problem| HttpError::Columns { table: table.to_string(), problem })?;
         let query = format!("INSERT INTO {table} ({columns}) FORMAT RowBinary");
         self.post(Some(&query), false, &rows.bytes).map(|answer| self.spare.give_back(answer))
     }
@@ -298,12 +302,53 @@ pub fn quote(value: &str) -> String {
 pub struct RowWriter {
     bytes: Vec<u8>,
     count: usize,
+    /// The columns of every row, in the order each row names them: the
+    /// INSERT's column list, so a value and its column cannot part.
+    columns: Vec<&'static str>,
+    /// Columns named so far in the row being written.
+    at: usize,
+    /// A row that named other columns than the first did (a bug); the
+    /// insert refuses rather than put values under the wrong columns.
+    drift: Option<String>,
 }
 
 impl RowWriter {
+    /// Names the column the next value goes to. The first row's names are
+    /// the columns; every later row must name the same, in order.
+    pub fn col(&mut self, name: &'static str) -> &mut Self {
+        if self.count == 0 && self.at == self.columns.len() {
+            self.columns.push(name);
+        } else if self.columns.get(self.at) != Some(&name) && self.drift.is_none() {
+            self.drift = Some(format!(
+                "row {} names column {name:?} where the first named {:?}",
+                self.count + 1,
+                self.columns.get(self.at)
+            ));
+        }
+        self.at += 1;
+        self
+    }
+
     /// Marks the end of a row (only counted: RowBinary has no separator).
     pub fn end_row(&mut self) {
+        if self.at != self.columns.len() && self.drift.is_none() {
+            self.drift = Some(format!(
+                "row {} has {} columns where the first had {}",
+                self.count + 1,
+                self.at,
+                self.columns.len()
+            ));
+        }
+        self.at = 0;
         self.count += 1;
+    }
+
+    /// The INSERT's column list, as the rows named them.
+    pub fn columns(&self) -> Result<String, String> {
+        match &self.drift {
+            Some(drift) => Err(drift.clone()),
+            None => Ok(self.columns.join(", ")),
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -315,6 +360,9 @@ impl RowWriter {
         self.bytes.clear();
         self.bytes.shrink_to(keep);
         self.count = 0;
+        self.at = 0;
+        self.columns.clear();
+        self.drift = None;
     }
 
     pub fn u8(&mut self, v: u8) -> &mut Self {
@@ -497,6 +545,26 @@ mod tests {
     fn quoting_escapes_what_ends_a_literal() {
         assert_eq!(quote("a'b\\c"), r"'a\'b\\c'");
         assert_eq!(quote(""), "''");
+    }
+
+    #[test]
+    fn rows_name_their_columns_and_a_row_that_names_others_is_refused() {
+        let mut w = RowWriter::default();
+        for n in 0..3 {
+            w.col("a").u64(n).col("b").str("x");
+            w.end_row();
+        }
+        assert_eq!(w.columns().unwrap(), "a, b");
+        w.col("a").u64(3).col("c").str("y");
+        w.end_row();
+        assert!(w.columns().unwrap_err().contains("\"c\""), "{:?}", w.columns());
+        w.clear(0);
+        w.col("a").u64(1);
+        w.end_row();
+        assert_eq!(w.columns().unwrap(), "a", "a cleared writer learns its columns again");
+        w.col("a").u64(1).col("b").u64(2);
+        w.end_row();
+        assert!(w.columns().unwrap_err().contains("\"b\""), "a column the first row did not have");
     }
 
     #[test]

@@ -37,7 +37,7 @@ use super::{
     http::{Client, RowWriter},
     malformed,
     schema::LEVELS,
-    winners_of,
+    winners_of, write,
 };
 use crate::collector::store::{StoreError, merge, rollup};
 
@@ -351,11 +351,16 @@ pub(super) fn roll_bucket(db: &Client, level: i64, bucket: i64, cutoff_s: i64) -
     let instances = roll_instances(db, &chunks, (level, bucket), pass)?;
     let agents = roll_agents(db, &chunks, (level, bucket), pass)?;
     let mut mark = RowWriter::default();
-    mark.i64(level).i64(bucket).i64(pass).i64(sqlbee_common::clock::now_unix_ms());
+    bucket_key(&mut mark, (level, bucket), pass).col("written_unix_ms").i64(sqlbee_common::clock::now_unix_ms());
     mark.end_row();
-    db.insert("rollup_marks", "level, bucket, pass, written_unix_ms", &mark).map_err(err)?;
+    db.insert("rollup_marks", &mark).map_err(err)?;
     tracing::debug!(level, bucket, cutoff_s, pass, digests, instances, agents, "rolled up");
     Ok(digests + instances + agents)
+}
+
+/// The columns every rollup row (and mark) starts with.
+fn bucket_key(w: &mut RowWriter, (level, bucket): Bucket, pass: i64) -> &mut RowWriter {
+    w.col("level").i64(level).col("bucket").i64(bucket).col("pass").i64(pass)
 }
 
 /// Each chunk is a `counted` filter; the chunks of a bucket go in time
@@ -382,53 +387,29 @@ pub(super) fn roll_digests(
         let t = &m.totals;
         let (min_ns, max_ns) = if t.count == 0 { (0, 0) } else { (t.min_ns, t.max_ns) };
         let (sample_end, sample) = m.sample.unwrap_or_default();
-        w.i64(level).i64(bucket).i64(pass).str(&instance).i64(m.newest_end).i64(sample_end);
-        w.u64(key.digest).str(&key.schema);
-        w.u8(u8::from(key.nested)).str(&key.program).str(&key.program_kind).u64(key.parent_digest).str(&key.source);
-        w.u64(t.count).u64(t.errors).u64(t.sum_ns).u64(min_ns).u64(max_ns);
-        w.u64(if m.sampled { m.estimated } else { 0 }).u64(m.truncated);
-        let buckets: Vec<(usize, u64)> = m.histogram.buckets().collect();
-        w.array(&buckets, |w, b| {
-            w.u32(b.0 as u32);
-        });
-        w.array(&buckets, |w, b| {
-            w.u64(b.1);
-        });
-        let errors = m.errors.into_counts(|_| String::new());
-        w.array(&errors, |w, e| {
-            w.u32(e.code);
-        });
-        w.array(&errors, |w, e| {
-            w.u64(e.count);
-        });
-        let waits = m.waits.into_stats();
-        w.array(&waits, |w, x| {
-            w.str(&x.class);
-        });
-        w.array(&waits, |w, x| {
-            w.u64(x.sum_ns);
-        });
-        w.array(&waits, |w, x| {
-            w.u64(x.max_ns);
-        });
-        w.array(&waits, |w, x| {
-            w.u64(x.statements);
-        });
-        w.opt_u64(m.stats.rows_examined).opt_u64(m.stats.cpu_ns).opt_u64(m.stats.tmp_disk_tables);
-        w.bytes(&m.stats.encode_to_vec());
-        w.bytes(&crate::collector::store::blob::encode_accounts(&m.accounts.into_all()));
-        w.str(&sample);
+        bucket_key(&mut w, (level, bucket), pass).col("instance").str(&instance);
+        w.col("window_end").i64(m.newest_end).col("sample_end").i64(sample_end);
+        w.col("digest").u64(key.digest).col("schema").str(&key.schema).col("nested").u8(u8::from(key.nested));
+        w.col("program").str(&key.program).col("program_kind").str(&key.program_kind);
+        w.col("parent_digest").u64(key.parent_digest).col("source").str(&key.source);
+        w.col("count").u64(t.count).col("errors").u64(t.errors).col("sum_ns").u64(t.sum_ns);
+        w.col("min_ns").u64(min_ns).col("max_ns").u64(max_ns);
+        w.col("estimated_count").u64(if m.sampled { m.estimated } else { 0 }).col("truncated").u64(m.truncated);
+        let buckets: Vec<sqlbee_proto::v1::Bucket> = m
+            .histogram
+            .buckets()
+            .map(|(index, count)| sqlbee_proto::v1::Bucket { index: index as u32, count })
+            .collect();
+        let codes: Vec<(u32, u64)> =
+            m.errors.into_counts(|_| String::new()).into_iter().map(|e| (e.code, e.count)).collect();
+        write::digest_arrays(&mut w, &buckets, &codes, &m.waits.into_stats());
+        write::rank_figures(&mut w, Some(&m.stats));
+        w.col("figures").bytes(&m.stats.encode_to_vec());
+        w.col("accounts").bytes(&crate::collector::store::blob::encode_accounts(&m.accounts.into_all()));
+        w.col("sample").str(&sample);
         w.end_row();
     }
-    db.insert(
-        "digest_rollups",
-        "level, bucket, pass, instance, window_end, sample_end, digest, schema, nested, program, program_kind,
-         parent_digest, source, count, errors, sum_ns, min_ns, max_ns, estimated_count, truncated, hist_index,
-         hist_count, error_code, error_count, wait_class, wait_sum_ns, wait_max_ns, wait_statements, rows_examined,
-         cpu_ns, tmp_disk_tables, figures, accounts, sample",
-        &w,
-    )
-    .map_err(|e| error("roll up", e))?;
+    db.insert("digest_rollups", &w).map_err(|e| error("roll up", e))?;
     Ok(w.len() as u64)
 }
 
@@ -488,13 +469,15 @@ fn roll_instances(db: &Client, chunks: &[String], (level, bucket): Bucket, pass:
     }
     let mut w = RowWriter::default();
     for ((agent, instance, probed), b) in merged {
-        w.i64(level).i64(bucket).i64(pass).str(&agent).str(&instance).i64(b.window_start).i64(b.window_end);
-        w.u64(b.statements).u64(b.dropped_events).u64(b.unmatched);
+        bucket_key(&mut w, (level, bucket), pass).col("agent_id").str(&agent).col("instance").str(&instance);
+        w.col("window_start").i64(b.window_start).col("window_end").i64(b.window_end);
+        w.col("statements").u64(b.statements).col("dropped_events").u64(b.dropped_events);
+        w.col("unmatched").u64(b.unmatched);
         let (names, counts): (Vec<String>, Vec<u64>) = b.commands.into_iter().unzip();
-        w.array(&names, |w, n| {
+        w.col("command").array(&names, |w, n| {
             w.str(n);
         });
-        w.array(&counts, |w, c| {
+        w.col("command_count").array(&counts, |w, c| {
             w.u64(*c);
         });
         let probes = if probed {
@@ -507,16 +490,10 @@ fn roll_instances(db: &Client, chunks: &[String], (level, bucket): Bucket, pass:
         } else {
             Vec::new()
         };
-        w.bytes(&probes);
+        w.col("probes").bytes(&probes);
         w.end_row();
     }
-    db.insert(
-        "instance_rollups",
-        "level, bucket, pass, agent_id, instance, window_start, window_end, statements, dropped_events, unmatched,
-         command, command_count, probes",
-        &w,
-    )
-    .map_err(|e| error("roll up", e))?;
+    db.insert("instance_rollups", &w).map_err(|e| error("roll up", e))?;
     Ok(w.len() as u64)
 }
 
@@ -588,16 +565,12 @@ fn roll_agents(db: &Client, chunks: &[String], (level, bucket): Bucket, pass: i6
         };
         // Costless windows alone are placed at the bucket's start.
         let end = if b.windows > 0 { b.latest_end } else { bucket };
-        w.i64(level).i64(bucket).i64(pass).str(&agent).i64(end - b.ms).i64(end).bytes(&cost.encode_to_vec());
-        w.u64(b.windows).u64(b.costless_windows).u64(b.shedding_windows).f64(b.cpu_seconds);
+        bucket_key(&mut w, (level, bucket), pass).col("agent_id").str(&agent);
+        w.col("window_start").i64(end - b.ms).col("window_end").i64(end).col("cost").bytes(&cost.encode_to_vec());
+        w.col("windows").u64(b.windows).col("costless_windows").u64(b.costless_windows);
+        w.col("shedding_windows").u64(b.shedding_windows).col("cpu_seconds").f64(b.cpu_seconds);
         w.end_row();
     }
-    db.insert(
-        "agent_rollups",
-        "level, bucket, pass, agent_id, window_start, window_end, cost, windows, costless_windows, shedding_windows,
-         cpu_seconds",
-        &w,
-    )
-    .map_err(|e| error("roll up", e))?;
+    db.insert("agent_rollups", &w).map_err(|e| error("roll up", e))?;
     Ok(w.len() as u64)
 }

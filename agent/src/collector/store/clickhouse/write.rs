@@ -162,8 +162,7 @@ fn store_group(
             });
         }
     }
-    db.insert("agent_seen", "agent_id, host, version, sequence, received_unix_ms", &seen)
-        .map_err(|e| error("ingest", e))?;
+    db.insert("agent_seen", &seen).map_err(|e| error("ingest", e))?;
     Ok(out
         .into_iter()
         .map(|o| o.unwrap_or(Err(StoreError::Backend { action: "ingest", source: "no outcome".into() })))
@@ -173,7 +172,8 @@ fn store_group(
 /// The agent's last word, stored or duplicate (never for a conflict).
 fn add_seen(w: &mut RowWriter, p: &Pending<'_>) {
     let agent = p.batch.agent.clone().unwrap_or_default();
-    w.str(&agent.agent_id).str(&agent.host).str(&agent.version).u64(p.batch.sequence).i64(p.received);
+    w.col("agent_id").str(&agent.agent_id).col("host").str(&agent.host).col("version").str(&agent.version);
+    w.col("sequence").u64(p.batch.sequence).col("received_unix_ms").i64(p.received);
     w.end_row();
 }
 
@@ -227,9 +227,12 @@ fn add_record(w: &mut RowWriter, p: &Pending<'_>, ingest_id: u64) {
         .map(|end| end.div_euclid(crate::collector::store::rollup::HOUR_MS))
         .collect();
     let hours: Vec<i64> = hours.into_iter().collect();
-    w.str(&agent.agent_id).u64(batch.epoch).u64(batch.sequence).u64(ingest_id);
-    w.u64(p.content_hash).i64(p.received).i64(first).i64(last).i64(last.max(p.received));
-    w.array(&hours, |w, h| {
+    w.col("agent_id").str(&agent.agent_id).col("epoch").u64(batch.epoch);
+    w.col("sequence").u64(batch.sequence).col("ingest_id").u64(ingest_id);
+    w.col("content_hash").u64(p.content_hash).col("received_unix_ms").i64(p.received);
+    w.col("first_unix_ms").i64(first).col("last_unix_ms").i64(last);
+    w.col("keep_until_unix_ms").i64(last.max(p.received));
+    w.col("window_hours").array(&hours, |w, h| {
         w.i64(*h);
     });
     w.end_row();
@@ -237,13 +240,7 @@ fn add_record(w: &mut RowWriter, p: &Pending<'_>, ingest_id: u64) {
 
 fn insert_records(db: &Client, w: &RowWriter) -> Result<(), StoreError> {
     // `inserted` is left to the server's clock.
-    db.insert(
-        "batches",
-        "agent_id, epoch, sequence, ingest_id, content_hash, received_unix_ms, first_unix_ms, last_unix_ms,
-         keep_until_unix_ms, window_hours",
-        w,
-    )
-    .map_err(|e| error("ingest", e))
+    db.insert("batches", w).map_err(|e| error("ingest", e))
 }
 
 /// The data rows of a group of batches, each under its attempt's
@@ -283,16 +280,20 @@ impl DataRows {
         let DataRows { windows, digests, texts, samples, locks, agent_windows, untraced, gaps, text_seen } = self;
         let agent = batch.agent.clone().unwrap_or_default();
         let identity = |w: &mut RowWriter| {
-            w.str(&agent.agent_id).u64(batch.epoch).u64(batch.sequence).u64(ingest_id);
+            w.col("agent_id").str(&agent.agent_id).col("epoch").u64(batch.epoch);
+            w.col("sequence").u64(batch.sequence).col("ingest_id").u64(ingest_id);
         };
         for (position, w) in batch.windows.iter().enumerate() {
             let server = w.instance.clone().unwrap_or_default();
             for l in &w.lock_waits {
                 identity(locks);
                 let at = locks.len() as u32;
-                locks.u32(at).i64(received).str(&server.name).i64(l.start_unix_ms).u64(l.duration_ns);
-                locks.str(&l.class).u64(l.connection_id).u64(l.digest).str(&l.digest_text).str(&l.sample);
-                locks.str(&l.blocker_kind).str(&blob::encode_blockers(&l.blockers));
+                locks.col("position").u32(at).col("received_unix_ms").i64(received).col("instance").str(&server.name);
+                locks.col("start_unix_ms").i64(l.start_unix_ms).col("duration_ns").u64(l.duration_ns);
+                locks.col("class").str(&l.class).col("connection_id").u64(l.connection_id).col("digest").u64(l.digest);
+                locks.col("digest_text").str(&l.digest_text).col("sample").str(&l.sample);
+                locks.col("blocker_kind").str(&l.blocker_kind);
+                locks.col("blockers").str(&blob::encode_blockers(&l.blockers));
                 locks.end_row();
             }
             // Same command twice in one window (should not happen) adds up.
@@ -304,34 +305,37 @@ impl DataRows {
             let names: Vec<&str> = commands.keys().copied().collect();
             let counts: Vec<u64> = commands.values().copied().collect();
             identity(windows);
-            windows.u32(position as u32).str(&server.name).u32(server.pid).i64(server.start_time_unix_ms);
-            windows.str(&server.container_id).str(&server.container).str(&server.build_id).str(&server.server_version);
-            windows.i64(w.window_start_unix_ms).i64(w.window_end_unix_ms);
-            for v in [
-                w.statements,
-                w.events,
-                w.dropped_events,
-                w.dropped_in_agent,
-                w.unmatched,
-                w.overflow_statements,
-                w.nested_statements,
-                w.replica_statements,
+            windows.col("position").u32(position as u32).col("instance").str(&server.name);
+            windows.col("pid").u32(server.pid).col("start_time_unix_ms").i64(server.start_time_unix_ms);
+            windows.col("container_id").str(&server.container_id).col("container").str(&server.container);
+            windows.col("build_id").str(&server.build_id).col("server_version").str(&server.server_version);
+            windows.col("window_start").i64(w.window_start_unix_ms).col("window_end").i64(w.window_end_unix_ms);
+            for (column, v) in [
+                ("statements", w.statements),
+                ("events", w.events),
+                ("dropped_events", w.dropped_events),
+                ("dropped_in_agent", w.dropped_in_agent),
+                ("unmatched", w.unmatched),
+                ("overflow_statements", w.overflow_statements),
+                ("nested_statements", w.nested_statements),
+                ("replica_statements", w.replica_statements),
             ] {
-                windows.u64(v);
+                windows.col(column).u64(v);
             }
-            windows.array(&names, |w, n| {
+            windows.col("command").array(&names, |w, n| {
                 w.str(n);
             });
-            windows.array(&counts, |w, n| {
+            windows.col("command_count").array(&counts, |w, n| {
                 w.u64(*n);
             });
             let has_cost = w.probes.is_some() || w.process.is_some() || w.aggregated_in_kernel > 0;
-            windows.u8(u8::from(has_cost)).u64(w.aggregated_in_kernel);
-            windows.message(w.probes.as_ref()).message(w.process.as_ref());
+            windows.col("has_cost").u8(u8::from(has_cost)).col("aggregated_in_kernel").u64(w.aggregated_in_kernel);
+            windows.col("probes").message(w.probes.as_ref()).col("process").message(w.process.as_ref());
             windows.end_row();
             for d in &w.digests {
                 if text_seen.insert(d.digest) {
-                    texts.u64(d.digest).str(&d.digest_text).i64(w.window_end_unix_ms);
+                    texts.col("digest").u64(d.digest).col("text").str(&d.digest_text);
+                    texts.col("window_end").i64(w.window_end_unix_ms);
                     texts.end_row();
                 }
                 // Increasing codes; a code sent twice adds up, its last
@@ -342,136 +346,122 @@ impl DataRows {
                     *slot = slot.saturating_add(e.count);
                     if !e.sample_message.is_empty() {
                         identity(samples);
-                        samples.u64(d.digest).u32(e.code).str(&e.sample_message).i64(w.window_end_unix_ms);
+                        samples.col("digest").u64(d.digest).col("code").u32(e.code);
+                        samples.col("message").str(&e.sample_message).col("window_end").i64(w.window_end_unix_ms);
                         let at = samples.len() as u32;
-                        samples.u32(at).str(&server.name);
+                        samples.col("position").u32(at).col("instance").str(&server.name);
                         samples.end_row();
                     }
                 }
                 let buckets = d.histogram.as_ref().map(|h| h.buckets.as_slice()).unwrap_or_default();
                 identity(digests);
-                digests.str(&server.name).i64(w.window_end_unix_ms).u64(d.digest).str(&d.schema).u8(u8::from(d.nested));
-                digests.str(&d.program).str(&d.program_kind).u64(d.parent_digest).str(&d.source);
-                digests.u64(d.count).u64(d.errors).u64(d.sum_ns).u64(d.min_ns).u64(d.max_ns);
-                digests.u64(d.estimated_count).u64(d.truncated);
-                digests.array(buckets, |w, b| {
-                    w.u32(b.index);
-                });
-                digests.array(buckets, |w, b| {
-                    w.u64(b.count);
-                });
+                digests.col("instance").str(&server.name).col("window_end").i64(w.window_end_unix_ms);
+                digests.col("digest").u64(d.digest).col("schema").str(&d.schema).col("nested").u8(u8::from(d.nested));
+                digests.col("program").str(&d.program).col("program_kind").str(&d.program_kind);
+                digests.col("parent_digest").u64(d.parent_digest).col("source").str(&d.source);
+                digests.col("count").u64(d.count).col("errors").u64(d.errors).col("sum_ns").u64(d.sum_ns);
+                digests.col("min_ns").u64(d.min_ns).col("max_ns").u64(d.max_ns);
+                digests.col("estimated_count").u64(d.estimated_count).col("truncated").u64(d.truncated);
                 let codes: Vec<(u32, u64)> = codes.into_iter().collect();
-                digests.array(&codes, |w, c| {
-                    w.u32(c.0);
-                });
-                digests.array(&codes, |w, c| {
-                    w.u64(c.1);
-                });
-                digests.array(&d.waits, |w, x| {
-                    w.str(&x.class);
-                });
-                digests.array(&d.waits, |w, x| {
-                    w.u64(x.sum_ns);
-                });
-                digests.array(&d.waits, |w, x| {
-                    w.u64(x.max_ns);
-                });
-                digests.array(&d.waits, |w, x| {
-                    w.u64(x.statements);
-                });
+                digest_arrays(digests, buckets, &codes, &d.waits);
                 let stats = d.stats.as_ref();
-                digests.opt_u64(stats.and_then(|s| s.rows_examined));
-                digests.opt_u64(stats.and_then(|s| s.cpu_ns));
-                digests.opt_u64(stats.and_then(|s| s.tmp_disk_tables));
-                digests.message(stats);
-                digests.encoded(blob::accounts_len(&d.accounts), |out| blob::encode_accounts_into(&d.accounts, out));
-                digests.str(&d.sample);
+                rank_figures(digests, stats);
+                digests.col("figures").message(stats);
+                digests
+                    .col("accounts")
+                    .encoded(blob::accounts_len(&d.accounts), |out| blob::encode_accounts_into(&d.accounts, out));
+                digests.col("sample").str(&d.sample);
                 digests.end_row();
             }
         }
         for (position, w) in batch.agent_windows.iter().enumerate() {
             identity(agent_windows);
-            agent_windows.u32(position as u32).i64(received).i64(w.window_start_unix_ms).i64(w.window_end_unix_ms);
-            agent_windows.message(w.cost.as_ref()).message(w.host.as_ref());
+            agent_windows.col("position").u32(position as u32).col("received_unix_ms").i64(received);
+            agent_windows.col("window_start").i64(w.window_start_unix_ms).col("window_end").i64(w.window_end_unix_ms);
+            agent_windows.col("cost").message(w.cost.as_ref()).col("host").message(w.host.as_ref());
             agent_windows.end_row();
             for u in &w.untraced {
                 let server = u.instance.clone().unwrap_or_default();
                 identity(untraced);
-                untraced.str(&server.name).u32(server.pid).i64(server.start_time_unix_ms).str(&server.container_id);
-                untraced.str(&server.container).str(&server.build_id).str(&server.server_version);
-                untraced.str(&u.reason).str(&u.kind).i64(u.since_unix_ms).i64(w.window_end_unix_ms);
+                untraced.col("instance").str(&server.name).col("pid").u32(server.pid);
+                untraced.col("start_time_unix_ms").i64(server.start_time_unix_ms);
+                untraced.col("container_id").str(&server.container_id).col("container").str(&server.container);
+                untraced.col("build_id").str(&server.build_id).col("server_version").str(&server.server_version);
+                untraced.col("reason").str(&u.reason).col("kind").str(&u.kind);
+                untraced.col("since_unix_ms").i64(u.since_unix_ms).col("seen_unix_ms").i64(w.window_end_unix_ms);
                 untraced.end_row();
             }
         }
         for g in &batch.gaps {
             identity(gaps);
-            gaps.u64(g.first_sequence).u64(g.last_sequence).u64(g.batches).u64(g.lost_statements).u32(g.lost_windows);
-            gaps.i64(g.first_window_start_unix_ms).i64(g.last_window_end_unix_ms).str(&g.reason).i64(received);
-            gaps.i64(gap_keep_until(g, received));
+            gaps.col("first_sequence").u64(g.first_sequence).col("last_sequence").u64(g.last_sequence);
+            gaps.col("batches").u64(g.batches).col("lost_statements").u64(g.lost_statements);
+            gaps.col("lost_windows").u32(g.lost_windows);
+            gaps.col("first_window_start_unix_ms").i64(g.first_window_start_unix_ms);
+            gaps.col("last_window_end_unix_ms").i64(g.last_window_end_unix_ms);
+            gaps.col("reason").str(&g.reason).col("received_unix_ms").i64(received);
+            gaps.col("keep_until_unix_ms").i64(gap_keep_until(g, received));
             gaps.end_row();
         }
     }
 
     pub(super) fn insert(&self, db: &Client) -> Result<(), StoreError> {
-        const ID: &str = "agent_id, epoch, sequence, ingest_id";
-        let inserts: [(&str, String, &RowWriter); 8] = [
-            (
-                "instance_windows",
-                format!(
-                    "{ID}, position, instance, pid, start_time_unix_ms, container_id, container, build_id, server_version,
-                     window_start, window_end, statements, events, dropped_events, dropped_in_agent, unmatched,
-                     overflow_statements, nested_statements, replica_statements, command, command_count, has_cost,
-                     aggregated_in_kernel, probes, process"
-                ),
-                &self.windows,
-            ),
-            (
-                "digest_windows",
-                format!(
-                    "{ID}, instance, window_end, digest, schema, nested, program, program_kind, parent_digest, source,
-                     count, errors, sum_ns, min_ns, max_ns, estimated_count, truncated, hist_index, hist_count,
-                     error_code, error_count, wait_class, wait_sum_ns, wait_max_ns, wait_statements, rows_examined,
-                     cpu_ns, tmp_disk_tables, figures, accounts, sample"
-                ),
-                &self.digests,
-            ),
-            ("digest_texts", "digest, text, window_end".into(), &self.texts),
-            ("error_samples", format!("{ID}, digest, code, message, window_end, position, instance"), &self.samples),
-            (
-                "lock_waits",
-                format!(
-                    "{ID}, position, received_unix_ms, instance, start_unix_ms, duration_ns, class, connection_id,
-                     digest, digest_text, sample, blocker_kind, blockers"
-                ),
-                &self.locks,
-            ),
-            (
-                "agent_windows",
-                format!("{ID}, position, received_unix_ms, window_start, window_end, cost, host"),
-                &self.agent_windows,
-            ),
-            (
-                "untraced",
-                format!(
-                    "{ID}, instance, pid, start_time_unix_ms, container_id, container, build_id, server_version,
-                     reason, kind, since_unix_ms, seen_unix_ms"
-                ),
-                &self.untraced,
-            ),
-            (
-                "gaps",
-                format!(
-                    "{ID}, first_sequence, last_sequence, batches, lost_statements, lost_windows,
-                     first_window_start_unix_ms, last_window_end_unix_ms, reason, received_unix_ms, keep_until_unix_ms"
-                ),
-                &self.gaps,
-            ),
+        let inserts: [(&str, &RowWriter); 8] = [
+            ("instance_windows", &self.windows),
+            ("digest_windows", &self.digests),
+            ("digest_texts", &self.texts),
+            ("error_samples", &self.samples),
+            ("lock_waits", &self.locks),
+            ("agent_windows", &self.agent_windows),
+            ("untraced", &self.untraced),
+            ("gaps", &self.gaps),
         ];
-        for (table, columns, rows) in inserts {
-            db.insert(table, &columns, rows).map_err(|e| error("ingest", e))?;
+        for (table, rows) in inserts {
+            db.insert(table, rows).map_err(|e| error("ingest", e))?;
         }
         Ok(())
     }
+}
+
+/// A digest row's histogram, error codes and waits, as the parallel arrays
+/// `digest_windows` and `digest_rollups` both keep them.
+pub(super) fn digest_arrays(
+    w: &mut RowWriter,
+    buckets: &[sqlbee_proto::v1::Bucket],
+    codes: &[(u32, u64)],
+    waits: &[sqlbee_proto::v1::WaitStats],
+) {
+    w.col("hist_index").array(buckets, |w, b| {
+        w.u32(b.index);
+    });
+    w.col("hist_count").array(buckets, |w, b| {
+        w.u64(b.count);
+    });
+    w.col("error_code").array(codes, |w, c| {
+        w.u32(c.0);
+    });
+    w.col("error_count").array(codes, |w, c| {
+        w.u64(c.1);
+    });
+    w.col("wait_class").array(waits, |w, x| {
+        w.str(&x.class);
+    });
+    w.col("wait_sum_ns").array(waits, |w, x| {
+        w.u64(x.sum_ns);
+    });
+    w.col("wait_max_ns").array(waits, |w, x| {
+        w.u64(x.max_ns);
+    });
+    w.col("wait_statements").array(waits, |w, x| {
+        w.u64(x.statements);
+    });
+}
+
+/// The figures a digest row keeps in columns of their own, to rank by.
+pub(super) fn rank_figures(w: &mut RowWriter, stats: Option<&sqlbee_proto::v1::QueryStats>) {
+    w.col("rows_examined").opt_u64(stats.and_then(|s| s.rows_examined));
+    w.col("cpu_ns").opt_u64(stats.and_then(|s| s.cpu_ns));
+    w.col("tmp_disk_tables").opt_u64(stats.and_then(|s| s.tmp_disk_tables));
 }
 
 /// Every row of one batch under `ingest_id` (see `DataRows`).

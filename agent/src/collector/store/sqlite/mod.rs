@@ -13,6 +13,7 @@ mod costs;
 mod digest_rows;
 mod read;
 mod rollups;
+mod row;
 mod schema;
 mod series;
 #[cfg(test)]

@@ -6,7 +6,7 @@ use prost::Message;
 use rusqlite::{Connection, TransactionBehavior, params};
 use sqlbee_proto::v1::{Batch, DigestStats};
 
-use super::{costs::AgentCosts, error, i, lock, rollups};
+use super::{costs::AgentCosts, error, i, lock, rollups, row};
 use crate::collector::store::{IngestOutcome, PruneCutoffs, PruneOutcome, StoreError, blob, rollup};
 
 /// Rows deleted per prune transaction, so ingest never waits long.
@@ -81,13 +81,6 @@ pub(super) fn batch(
              last_window_end_unix_ms = max(last_window_end_unix_ms, excluded.last_window_end_unix_ms)",
     )?;
     let mut insert_text = tx.prepare_cached("INSERT OR IGNORE INTO digest_texts (digest, text) VALUES (?1, ?2)")?;
-    let mut insert_digest = tx.prepare_cached(
-        "INSERT INTO digest_windows (window_id, instance, window_end, digest, count, errors, sum_ns, min_ns,
-             max_ns, histogram, error_codes, sample, truncated, waits, estimated_count, schema, rows_examined,
-             cpu_ns, tmp_disk_tables, figures, accounts, nested, program, program_kind, parent_digest, source)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21,
-             ?22, ?23, ?24, ?25, ?26)",
-    )?;
     let mut insert_cost = tx.prepare_cached(
         "INSERT INTO instance_costs (window_id, aggregated_in_kernel, probes, process) VALUES (?1, ?2, ?3, ?4)",
     )?;
@@ -175,34 +168,39 @@ pub(super) fn batch(
                 }
             }
             let Blobs { histogram, error_codes, waits } = blobs(d);
-            insert_digest.execute(params![
-                window_id,
-                server.name,
-                w.window_end_unix_ms,
-                i(d.digest),
-                i(d.count),
-                i(d.errors),
-                i(d.sum_ns),
-                i(d.min_ns),
-                i(d.max_ns),
-                histogram,
-                error_codes,
-                d.sample,
-                i(d.truncated),
-                waits,
-                i(d.estimated_count),
-                d.schema,
-                d.stats.as_ref().and_then(|s| s.rows_examined).map(i),
-                d.stats.as_ref().and_then(|s| s.cpu_ns).map(i),
-                d.stats.as_ref().and_then(|s| s.tmp_disk_tables).map(i),
-                d.stats.as_ref().map(Message::encode_to_vec).unwrap_or_default(),
-                blob::encode_accounts(&d.accounts),
-                d.nested,
-                d.program,
-                d.program_kind,
-                i(d.parent_digest),
-                d.source,
-            ])?;
+            let stats = d.stats.as_ref();
+            row::insert(
+                tx,
+                "digest_windows",
+                &[
+                    ("window_id", &window_id),
+                    ("instance", &server.name),
+                    ("window_end", &w.window_end_unix_ms),
+                    ("digest", &i(d.digest)),
+                    ("count", &i(d.count)),
+                    ("errors", &i(d.errors)),
+                    ("sum_ns", &i(d.sum_ns)),
+                    ("min_ns", &i(d.min_ns)),
+                    ("max_ns", &i(d.max_ns)),
+                    ("histogram", &histogram),
+                    ("error_codes", &error_codes),
+                    ("sample", &d.sample),
+                    ("truncated", &i(d.truncated)),
+                    ("waits", &waits),
+                    ("estimated_count", &i(d.estimated_count)),
+                    ("schema", &d.schema),
+                    ("rows_examined", &stats.and_then(|s| s.rows_examined).map(i)),
+                    ("cpu_ns", &stats.and_then(|s| s.cpu_ns).map(i)),
+                    ("tmp_disk_tables", &stats.and_then(|s| s.tmp_disk_tables).map(i)),
+                    ("figures", &stats.map(Message::encode_to_vec).unwrap_or_default()),
+                    ("accounts", &blob::encode_accounts(&d.accounts)),
+                    ("nested", &d.nested),
+                    ("program", &d.program),
+                    ("program_kind", &d.program_kind),
+                    ("parent_digest", &i(d.parent_digest)),
+                    ("source", &d.source),
+                ],
+            )?;
         }
     }
     let mut insert_agent_window = tx.prepare_cached(
