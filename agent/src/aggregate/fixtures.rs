@@ -8,7 +8,7 @@ use agent_common::{QueryStats, wait_class};
 use crate::{
     discover::ServerProcess,
     normalize::Normalizer,
-    probe::{Figures, ProbeBatch, Statement},
+    probe::{ProbeBatch, Readable, Statement},
 };
 
 use super::{Aggregator, WindowReport};
@@ -67,10 +67,10 @@ pub fn figure_value(i: usize, scale: u64) -> u64 {
 }
 
 /// One server's statements as one probe batch.
-pub fn probe_batch(instance: &str, figures: Figures, statements: Vec<Statement>) -> ProbeBatch {
+pub fn probe_batch(instance: &str, readable: Readable, statements: Vec<Statement>) -> ProbeBatch {
     ProbeBatch {
         binary: Default::default(),
-        figures,
+        readable,
         server: ServerProcess {
             pid: 1,
             start_ticks: 1,
@@ -92,16 +92,16 @@ pub fn probe_batch(instance: &str, figures: Figures, statements: Vec<Statement>)
 
 /// The window the aggregator reports for these statements of one server:
 /// ten seconds ending now.
-pub fn report(instance: &str, figures: Figures, statements: Vec<Statement>) -> WindowReport {
+pub fn report(instance: &str, readable: Readable, statements: Vec<Statement>) -> WindowReport {
     let start = SystemTime::now() - std::time::Duration::from_secs(10);
     let mut aggregator = Aggregator::new(Normalizer::new(100), 100, start);
-    aggregator.ingest(probe_batch(instance, figures, statements));
+    aggregator.ingest(probe_batch(instance, readable, statements));
     let mut reports = aggregator.flush(SystemTime::now());
     assert_eq!(reports.len(), 1, "one server, one report");
     reports.remove(0)
 }
 
 /// Every figure readable.
-pub fn all_figures() -> Figures {
-    Figures(u32::MAX)
+pub fn all_figures() -> Readable {
+    Readable(u32::MAX)
 }

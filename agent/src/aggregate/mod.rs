@@ -30,7 +30,7 @@ use tracing::warn;
 use crate::{
     budget::ProbeCost,
     normalize::{Digest, Normalizer, Samples},
-    probe::{Account, Counters, Figures, KernelDigest, ProbeBatch, Program, Statement},
+    probe::{Account, Counters, KernelDigest, ProbeBatch, Program, Readable, Statement},
 };
 
 /// Longest sample text kept per digest.
@@ -209,7 +209,7 @@ pub struct Summary {
     pub build_id: Option<String>,
     pub server_version: Option<String>,
     /// Which per-statement figures its records carry.
-    pub figures: Figures,
+    pub readable: Readable,
     pub commands: BTreeMap<String, u64>,
     /// Statements that finished (exact, from kernel counters).
     pub statements: u64,
@@ -375,7 +375,7 @@ impl Aggregator {
             window.summary.container.clone_from(&c.name);
         }
         window.summary.build_id.clone_from(&batch.binary.build_id);
-        window.summary.figures = batch.figures;
+        window.summary.readable = batch.readable;
         window.summary.server_version.clone_from(&batch.binary.version);
         let locks = self.locks.entry(instance.clone()).or_default();
         for wait in &batch.long_waits {

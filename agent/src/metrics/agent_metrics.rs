@@ -487,7 +487,7 @@ fn encode_window(
             text: String,
             schema: &'a str,
             d: &'a crate::aggregate::DigestStats,
-            figures: crate::probe::Figures,
+            readable: crate::probe::Readable,
         }
         let mut top_rows = Vec::new();
         for r in reports {
@@ -500,7 +500,7 @@ fn encode_window(
                     text: short(&d.digest_text),
                     schema: d.schema.as_deref().unwrap_or(""),
                     d,
-                    figures: r.summary.figures,
+                    readable: r.summary.readable,
                 });
             }
         }
@@ -534,7 +534,7 @@ fn encode_window(
         }
         for (name, help, value, needs) in families {
             let mut family = enc.family(name, help, MetricType::Gauge);
-            for t in top_rows.iter().filter(|t| t.figures.knows(needs)) {
+            for t in top_rows.iter().filter(|t| t.readable.knows(needs)) {
                 let labels = labels(t);
                 let labels: Vec<(&str, &str)> = labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
                 family.sample(&labels, value(t.d));

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use crate::{
     aggregate::{DigestStats, WindowReport},
-    probe::{Figures, UntracedServer},
+    probe::{Readable, UntracedServer},
 };
 
 pub fn window_to_json(report: &WindowReport) -> Vec<Value> {
@@ -57,7 +57,7 @@ pub fn window_to_json(report: &WindowReport) -> Vec<Value> {
                 "estimated_count": sampled.then(|| estimate(d.count)),
             });
             let mut line = line;
-            add_figures(&mut line, d, report.summary.figures);
+            add_figures(&mut line, d, report.summary.readable);
             line
         })
         .collect();
@@ -129,13 +129,13 @@ pub const TOP_ACCOUNTS: usize = 5;
 
 /// The server's figures of a digest row; null where this build or kernel
 /// does not let the agent read one (never 0 for "unknown").
-fn add_figures(line: &mut Value, d: &DigestStats, figures: Figures) {
+fn add_figures(line: &mut Value, d: &DigestStats, readable: Readable) {
     let object = line.as_object_mut().expect("a digest line is an object");
     for (figure, value) in agent_common::FIGURES.iter().zip(d.stats.values()) {
-        let known = if figures.knows(figure.needs) { json!(value) } else { Value::Null };
+        let known = if readable.knows(figure.needs) { json!(value) } else { Value::Null };
         object.insert(figure.name.into(), known);
     }
-    if figures.has(Figures::ACCOUNT) {
+    if readable.has(Readable::ACCOUNT) {
         let (users, hosts, accounts) = breakdowns(d);
         object.insert("users".into(), users);
         object.insert("hosts".into(), hosts);
@@ -329,7 +329,7 @@ mod tests {
 
     #[test]
     fn a_digest_line_has_every_figure_null_when_the_build_cannot_read_it() {
-        let readable = Figures(needs::SERVER_STATUS | needs::CPU);
+        let readable = Readable(needs::SERVER_STATUS | needs::CPU);
         let r = report("db:3306", readable, vec![with_figures(statement(1, 0, 1000, "SELECT 1"), 3)]);
         let line = &digest_lines(&r)[0];
         for (i, figure) in agent_common::FIGURES.iter().enumerate() {

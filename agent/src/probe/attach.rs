@@ -61,8 +61,8 @@ pub struct ProbeConfig {
 pub struct AttachedServer {
     pub server: ServerProcess,
     pub binary: BinaryInfo,
-    /// Which figures the loaded programs read (see `Figures`).
-    pub figures: super::Figures,
+    /// Which figures the loaded programs read (see `Readable`).
+    pub readable: super::Readable,
     // Field order matters on drop: maps taken out of `ebpf` go first.
     events: RingBuf<MapData>,
     errors: RingBuf<MapData>,
@@ -166,7 +166,7 @@ impl AttachedServer {
         let gate = Array::try_from(gate).map_err(|e| ProbeError::Map { map: "GATE", detail: e.to_string() })?;
         let mut attached = Self {
             server,
-            figures: super::Figures::of(&layout),
+            readable: super::Readable::of(&layout),
             binary,
             events,
             errors,

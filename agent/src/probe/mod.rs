@@ -191,14 +191,14 @@ impl Counters {
 /// build or kernel does not let the kernel side read is left out of every
 /// record (null), never reported as 0.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Figures(pub u32);
+pub struct Readable(pub u32);
 
-impl Figures {
+impl Readable {
     pub const CPU: u32 = agent_common::figures::needs::CPU;
     pub const SCHEMA: u32 = 1 << 17;
     pub const ACCOUNT: u32 = 1 << 18;
 
-    pub fn of(layout: &agent_common::ServerLayout) -> Figures {
+    pub fn of(layout: &agent_common::ServerLayout) -> Readable {
         let mut bits = layout.stats_fields;
         if layout.task_runtime_offset != 0 && layout.task_runtime_offset != agent_common::UNKNOWN {
             bits |= Self::CPU;
@@ -209,7 +209,7 @@ impl Figures {
         if layout.sctx_offset != agent_common::UNKNOWN {
             bits |= Self::ACCOUNT;
         }
-        Figures(bits)
+        Readable(bits)
     }
 
     pub fn has(self, bit: u32) -> bool {
@@ -230,7 +230,7 @@ pub struct ProbeBatch {
     /// The server's build and version.
     pub binary: BinaryIdentity,
     /// Which figures its records carry.
-    pub figures: Figures,
+    pub readable: Readable,
     pub statements: Vec<Statement>,
     /// Waits longer than the threshold, in the order they ended.
     pub long_waits: Vec<agent_common::LongWait>,

@@ -258,7 +258,7 @@ impl Supervisor {
             out.push(ProbeBatch {
                 server: attached.server.clone(),
                 binary: identity(attached),
-                figures: attached.figures,
+                readable: attached.readable,
                 statements,
                 long_waits,
                 counters,
@@ -332,7 +332,7 @@ fn final_batch(attached: &mut AttachedServer, overhead: Option<Overhead>) -> Pro
     ProbeBatch {
         server: attached.server.clone(),
         binary: identity(attached),
-        figures: attached.figures,
+        readable: attached.readable,
         statements,
         long_waits,
         counters,

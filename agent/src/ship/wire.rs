@@ -17,17 +17,17 @@ use crate::{
     aggregate::{DigestStats, LockWaitRecord, WindowReport},
     budget::{CostSample, ProbeCost},
     host::{HostMetrics, ProcessMetrics, ProcessStatus},
-    probe::{Figures, UntracedServer},
+    probe::{Readable, UntracedServer},
 };
 
 /// The figures a server's build let the agent read; the rest absent.
 /// Each figure the server's build lets the agent read; the others are
 /// absent (unknown), never 0.
-fn query_stats(d: &DigestStats, figures: Figures) -> WireQueryStats {
+fn query_stats(d: &DigestStats, readable: Readable) -> WireQueryStats {
     let mut out = WireQueryStats::default();
     let values = d.stats.values();
     for ((slot, value), figure) in out.values_mut().into_iter().zip(values).zip(agent_common::FIGURES) {
-        *slot = figures.knows(figure.needs).then_some(value);
+        *slot = readable.knows(figure.needs).then_some(value);
     }
     out
 }
@@ -42,7 +42,7 @@ fn accounts(d: &DigestStats) -> Vec<AccountCount> {
     out
 }
 
-fn digest(d: &DigestStats, cost: Option<&ProbeCost>, figures: Figures) -> WireDigest {
+fn digest(d: &DigestStats, cost: Option<&ProbeCost>, readable: Readable) -> WireDigest {
     let lineage = &d.lineage;
     WireDigest {
         nested: lineage.nested,
@@ -51,7 +51,7 @@ fn digest(d: &DigestStats, cost: Option<&ProbeCost>, figures: Figures) -> WireDi
         parent_digest: lineage.parent_digest.unwrap_or(0),
         source: lineage.source_name().into(),
         schema: d.schema.as_deref().unwrap_or_default().to_string(),
-        stats: Some(query_stats(d, figures)),
+        stats: Some(query_stats(d, readable)),
         accounts: accounts(d),
         estimated_count: cost.filter(|c| c.sampled()).map_or(0, |c| c.estimate(d.count)),
         digest: d.digest,
@@ -170,7 +170,7 @@ pub fn instance_window(report: &WindowReport, host: Option<&HostMetrics>) -> Ins
         }),
         window_start_unix_ms: unix_ms(report.window_start),
         window_end_unix_ms: unix_ms(report.window_end),
-        digests: report.digests.iter().map(|d| digest(d, cost, s.figures)).collect(),
+        digests: report.digests.iter().map(|d| digest(d, cost, s.readable)).collect(),
         commands: s
             .commands
             .iter()
@@ -301,7 +301,7 @@ mod tests {
 
     #[test]
     fn a_figure_goes_on_the_wire_when_the_build_lets_the_agent_read_it() {
-        let readable = Figures(needs::PLAN | needs::ROWS_SENT);
+        let readable = Readable(needs::PLAN | needs::ROWS_SENT);
         let r = report("db:3306", readable, vec![with_figures(statement(1, 0, 1000, "SELECT 1"), 1)]);
         let window = instance_window(&r, None);
         let stats = window.digests[0].stats.as_ref().expect("figures on the wire");
