@@ -86,7 +86,7 @@ fn benches(c: &mut Criterion) {
         .collect();
     let batch = |statements: Vec<Statement>| ProbeBatch {
         binary: Default::default(),
-        figures: Default::default(),
+        readable: Default::default(),
         server: server.clone(),
         statements,
         long_waits: Vec::new(),
