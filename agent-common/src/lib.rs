@@ -2,7 +2,8 @@
 //!
 //! Everything here is `#[repr(C)]` and `Copy`: the kernel writes these bytes
 //! and userspace reads them back, so both sides must agree on the layout
-//! without any other channel. This crate imports nothing.
+//! without any other channel. It imports nothing but aya, and that only
+//! behind the `user` feature (the agent's side of the maps).
 #![no_std]
 
 pub mod figures;
