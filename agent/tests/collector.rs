@@ -1188,7 +1188,7 @@ async fn retention_prunes_lock_waits() {
 async fn agent_histograms_keep_their_percentiles_through_the_wire_and_the_merge() {
     use std::time::UNIX_EPOCH;
 
-    use sqlbee::aggregate::{DigestStats as AgentDigest, Summary, WindowReport};
+    use sqlbee::aggregate::{DigestRow as AgentDigest, Summary, WindowReport};
     use sqlbee_common::histogram::Histogram as AgentHistogram;
 
     let collector = Collector::start(&[]);

@@ -70,8 +70,10 @@ impl Lineage {
 /// its digest, as in performance_schema, and its lineage.
 pub type DigestKey = (Option<Arc<str>>, u64, Lineage);
 
+/// One digest's row in one instance's window, as the agent keeps it (its
+/// wire form is `sqlbee.v1.DigestStats`).
 #[derive(Clone, Debug)]
-pub struct DigestStats {
+pub struct DigestRow {
     pub digest: u64,
     pub digest_text: Arc<str>,
     /// The current database the statements ran in.
@@ -108,7 +110,7 @@ pub struct WaitStats {
     pub statements: u64,
 }
 
-impl DigestStats {
+impl DigestRow {
     fn new(digest: &Digest, schema: Option<Arc<str>>, lineage: Lineage) -> Self {
         Self {
             digest: digest.id,
@@ -245,7 +247,7 @@ pub struct WindowReport {
     pub instance: String,
     pub window_start: SystemTime,
     pub window_end: SystemTime,
-    pub digests: Vec<DigestStats>,
+    pub digests: Vec<DigestRow>,
     pub summary: Summary,
     /// Waits longer than the threshold that ended in this window.
     pub lock_waits: Vec<LockWaitRecord>,
@@ -253,8 +255,8 @@ pub struct WindowReport {
 
 #[derive(Default)]
 struct InstanceWindow {
-    digests: HashMap<DigestKey, DigestStats>,
-    overflow: Option<DigestStats>,
+    digests: HashMap<DigestKey, DigestRow>,
+    overflow: Option<DigestRow>,
     summary: Summary,
     command_counts: BTreeMap<u32, u64>,
 }
@@ -269,18 +271,15 @@ impl InstanceWindow {
         lineage: &Lineage,
         max_digests: usize,
         statements: u64,
-    ) -> &mut DigestStats {
+    ) -> &mut DigestRow {
         let key = (schema.clone(), digest.id, lineage.clone());
         if self.digests.contains_key(&key) || self.digests.len() < max_digests {
-            return self
-                .digests
-                .entry(key)
-                .or_insert_with(|| DigestStats::new(digest, schema.clone(), lineage.clone()));
+            return self.digests.entry(key).or_insert_with(|| DigestRow::new(digest, schema.clone(), lineage.clone()));
         }
         self.summary.overflow_statements += statements;
         self.overflow.get_or_insert_with(|| {
             let overflow = Digest { id: OVERFLOW_DIGEST, text: Arc::from(sqlbee_common::digest_id::OVERFLOW_TEXT) };
-            DigestStats::new(&overflow, None, Lineage::default())
+            DigestRow::new(&overflow, None, Lineage::default())
         })
     }
 }
@@ -496,7 +495,7 @@ impl Aggregator {
         let start = std::mem::replace(&mut self.window_start, now);
         let mut reports = Vec::new();
         for (instance, mut window) in std::mem::take(&mut self.windows) {
-            let mut digests: Vec<DigestStats> = window.digests.into_values().collect();
+            let mut digests: Vec<DigestRow> = window.digests.into_values().collect();
             digests.extend(window.overflow.take());
             digests.sort_by(|a, b| {
                 b.sum_ns

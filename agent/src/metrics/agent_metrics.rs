@@ -15,7 +15,7 @@ use agent_common::wait_class;
 use sqlbee_common::histogram::{Histogram, bucket_high, bucket_of};
 
 use crate::{
-    aggregate::{DigestStats, WindowReport},
+    aggregate::{DigestRow, WindowReport},
     budget::CostSample,
     host::HostMetrics,
     probe::UntracedServer,
@@ -128,7 +128,7 @@ struct DigestTotals {
 }
 
 /// Client statements at the top level, the ones `statements` counts.
-fn client_top_level(d: &DigestStats) -> bool {
+fn client_top_level(d: &DigestRow) -> bool {
     !d.lineage.nested && d.lineage.source == agent_common::source::CLIENT
 }
 
@@ -486,7 +486,7 @@ fn encode_window(
             digest: String,
             text: String,
             schema: &'a str,
-            d: &'a crate::aggregate::DigestStats,
+            d: &'a crate::aggregate::DigestRow,
             readable: crate::probe::Readable,
         }
         let mut top_rows = Vec::new();
@@ -513,7 +513,7 @@ fn encode_window(
             ]
         };
         let figure = |name: &str| figure_index(name).expect("DIGEST_FIGURE_METRICS names a figure");
-        let mut families: Vec<(&str, &str, Box<dyn Fn(&crate::aggregate::DigestStats) -> f64>, u32)> = vec![
+        let mut families: Vec<(&str, &str, Box<dyn Fn(&crate::aggregate::DigestRow) -> f64>, u32)> = vec![
             (
                 "sqlbee_digest_statements",
                 "Statements of a top digest in the last window (top 20 per instance).",
@@ -529,7 +529,7 @@ fn encode_window(
         ];
         for (figure_name, name, help, scale) in DIGEST_FIGURE_METRICS {
             let at = figure(figure_name);
-            let value = move |d: &crate::aggregate::DigestStats| d.stats.values()[at] as f64 * scale;
+            let value = move |d: &crate::aggregate::DigestRow| d.stats.values()[at] as f64 * scale;
             families.push((name, help, Box::new(value), agent_common::FIGURES[at].needs));
         }
         for (name, help, value, needs) in families {
@@ -623,10 +623,10 @@ mod tests {
         }
     }
 
-    fn row(digest: u64, latencies_ns: &[u64], errors: u64, lineage: Lineage) -> DigestStats {
+    fn row(digest: u64, latencies_ns: &[u64], errors: u64, lineage: Lineage) -> DigestRow {
         let mut histogram = Histogram::default();
         latencies_ns.iter().for_each(|ns| histogram.record(*ns));
-        DigestStats {
+        DigestRow {
             digest,
             digest_text: Arc::from(format!("SELECT {digest}")),
             schema: Some(Arc::from("app")),
@@ -647,7 +647,7 @@ mod tests {
         }
     }
 
-    fn report(instance: &str, statements: u64, digests: Vec<DigestStats>) -> WindowReport {
+    fn report(instance: &str, statements: u64, digests: Vec<DigestRow>) -> WindowReport {
         let now = SystemTime::now();
         WindowReport {
             instance: instance.into(),

@@ -11,7 +11,7 @@ use sqlbee_common::{clock::rfc3339, histogram::Histogram};
 use std::collections::BTreeMap;
 
 use crate::{
-    aggregate::{DigestStats, WindowReport},
+    aggregate::{DigestRow, WindowReport},
     probe::{Readable, UntracedServer},
 };
 
@@ -129,7 +129,7 @@ pub const TOP_ACCOUNTS: usize = 5;
 
 /// The server's figures of a digest row; null where this build or kernel
 /// does not let the agent read one (never 0 for "unknown").
-fn add_figures(line: &mut Value, d: &DigestStats, readable: Readable) {
+fn add_figures(line: &mut Value, d: &DigestRow, readable: Readable) {
     let object = line.as_object_mut().expect("a digest line is an object");
     for (figure, value) in agent_common::FIGURES.iter().zip(d.stats.values()) {
         let known = if readable.knows(figure.needs) { json!(value) } else { Value::Null };
@@ -145,7 +145,7 @@ fn add_figures(line: &mut Value, d: &DigestStats, readable: Readable) {
 
 /// Statements by user, by client host and by both: the top
 /// `TOP_ACCOUNTS` of each, and `other` for the rest (still counted).
-pub fn breakdowns(d: &DigestStats) -> (Value, Value, Value) {
+pub fn breakdowns(d: &DigestRow) -> (Value, Value, Value) {
     let mut users: BTreeMap<&str, u64> = BTreeMap::new();
     let mut hosts: BTreeMap<&str, u64> = BTreeMap::new();
     let mut accounts: BTreeMap<String, u64> = BTreeMap::new();
@@ -176,7 +176,7 @@ pub fn breakdowns(d: &DigestStats) -> (Value, Value, Value) {
 }
 
 /// Wait classes with any time in them: `{"row_lock": {"sum_ns", "max_ns", "statements"}}`.
-fn waits(d: &DigestStats) -> serde_json::Map<String, Value> {
+fn waits(d: &DigestRow) -> serde_json::Map<String, Value> {
     d.waits
         .iter()
         .zip(wait_class::NAMES)

@@ -14,7 +14,7 @@ use sqlbee_proto::v1::{
 
 use super::health::HealthReport;
 use crate::{
-    aggregate::{DigestStats, LockWaitRecord, WindowReport},
+    aggregate::{DigestRow, LockWaitRecord, WindowReport},
     budget::{CostSample, ProbeCost},
     host::{HostMetrics, ProcessMetrics, ProcessStatus},
     probe::{Readable, UntracedServer},
@@ -23,7 +23,7 @@ use crate::{
 /// The figures a server's build let the agent read; the rest absent.
 /// Each figure the server's build lets the agent read; the others are
 /// absent (unknown), never 0.
-fn query_stats(d: &DigestStats, readable: Readable) -> WireQueryStats {
+fn query_stats(d: &DigestRow, readable: Readable) -> WireQueryStats {
     let mut out = WireQueryStats::default();
     let values = d.stats.values();
     for ((slot, value), figure) in out.values_mut().into_iter().zip(values).zip(agent_common::FIGURES) {
@@ -32,7 +32,7 @@ fn query_stats(d: &DigestStats, readable: Readable) -> WireQueryStats {
     out
 }
 
-fn accounts(d: &DigestStats) -> Vec<AccountCount> {
+fn accounts(d: &DigestRow) -> Vec<AccountCount> {
     let mut out: Vec<AccountCount> = d
         .accounts
         .iter()
@@ -42,7 +42,7 @@ fn accounts(d: &DigestStats) -> Vec<AccountCount> {
     out
 }
 
-fn digest(d: &DigestStats, cost: Option<&ProbeCost>, readable: Readable) -> WireDigest {
+fn digest(d: &DigestRow, cost: Option<&ProbeCost>, readable: Readable) -> WireDigest {
     let lineage = &d.lineage;
     WireDigest {
         nested: lineage.nested,
