@@ -38,5 +38,7 @@ pub mod probe;
 pub mod procfs;
 #[cfg(feature = "collector")]
 pub mod query;
+#[cfg(all(test, feature = "agent", feature = "collector"))]
+mod seam_tests;
 #[cfg(feature = "agent")]
 pub mod ship;

@@ -172,7 +172,7 @@ fn no_module_imports_its_importers() {
 
 /// The query API's client, and the JSON shape of its answers that the
 /// web UI's `/api/` serves too.
-const QUERY_TOOLS_MAY_IMPORT: [&str; 2] = ["collector::query_api::client", "collector::query_api::json"];
+const QUERY_TOOLS_MAY_IMPORT: [&str; 2] = ["collector::query_api::remote", "collector::query_api::json"];
 
 #[test]
 fn collector_and_query_tools_stay_in_their_rooms() {

@@ -5,7 +5,7 @@
 mod admission;
 mod auth;
 mod decode_status;
-mod http;
+pub(crate) mod http;
 mod ingest;
 mod ownership;
 mod places;

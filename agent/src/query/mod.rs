@@ -1,6 +1,6 @@
 //! Query tools against a collector: `sqlbee top`, `sqlbee series`,
 //! `sqlbee instances`, `sqlbee locks` and `sqlbee hosts`. They reach the collector only
-//! through the query API's client (`collector::query_api::client`) and the
+//! through the query API's client (`collector::query_api::remote`) and the
 //! wire types; `render` prints. This module parses flags and makes one call.
 mod cells;
 pub mod render;
@@ -15,8 +15,8 @@ use tonic::{Code, Status};
 
 use sqlbee_common::{clock::now_unix_ms, duration};
 
-use crate::collector::query_api::client::{self as api, Client, ClientError, ClientOptions};
 use crate::collector::query_api::json;
+use crate::collector::query_api::remote::{self as api, Client, ClientError, ClientOptions};
 
 /// How to reach a collector; shared by every query command.
 #[derive(clap::Args, Debug, Clone)]

@@ -84,6 +84,13 @@ impl Ui {
         }
     }
 
+    /// The UI over `query` without tokens, for tests that render pages in
+    /// process.
+    #[cfg(test)]
+    pub fn for_test(query: QueryService) -> Ui {
+        Ui::new(query, Auth::open(), false)
+    }
+
     async fn ask<T, F>(&self, call: F) -> Result<T, Status>
     where
         F: Future<Output = Result<tonic::Response<T>, Status>>,
@@ -121,3 +128,17 @@ impl Ui {
 }
 
 pub type Shared = Arc<Ui>;
+
+/// The HTML of the page at `path` with the query string `query`, as a
+/// signed-in request would get it (tests that render pages in process).
+#[cfg(test)]
+pub async fn page_for_test(ui: &Ui, path: &str, query: &str) -> String {
+    let params = params::Params::parse(query);
+    let now = sqlbee_common::clock::now_unix_ms();
+    let view = params::View::from(&params, now).expect("a valid view");
+    match pages::render(ui, path, &view, &params, now, false).await {
+        Some(Ok(html)) => html,
+        Some(Err(e)) => panic!("{path}?{query}: {e:?}"),
+        None => panic!("no page at {path}"),
+    }
+}

@@ -1,8 +1,8 @@
 //! The Query service: checks the request, asks the store on the blocking
 //! pool. Owns the request defaults and limits (limit 20 digests or 100 lock
 //! waits, at most 10 000).
-pub mod client;
 pub mod json;
+pub mod remote;
 
 use std::sync::Arc;
 
@@ -15,10 +15,12 @@ use tonic::{Request, Response, Status};
 
 use crate::collector::{
     quota::Quotas,
-    store::{HostsQuery, LocksQuery, OrderBy, SeriesOf, SeriesQuery, Store, TopQuery, TotalsQuery, rollup},
+    store::{HostsQuery, LocksQuery, SeriesOf, SeriesQuery, Store, TopQuery, TotalsQuery, rollup},
     store_task::blocking,
 };
 
+/// The rankings `Top` offers, for pages that list them.
+pub use crate::collector::store::OrderBy;
 /// How a caller in process (the web UI) holds its admission place for the
 /// whole of the store work a query starts.
 pub use crate::collector::store_task::holding;
@@ -45,6 +47,12 @@ pub struct QueryService {
 impl QueryService {
     pub fn new(store: Arc<dyn Store>, quotas: Arc<Quotas>) -> QueryService {
         QueryService { store, quotas }
+    }
+
+    /// The service over `store` with no quota to report (tests).
+    #[cfg(test)]
+    pub fn without_quotas(store: Arc<dyn Store>) -> QueryService {
+        QueryService::new(store, Arc::new(Quotas::new(0, 0)))
     }
 }
 

@@ -6,8 +6,6 @@ mod fleet;
 mod hosts;
 mod locks;
 pub mod login;
-#[cfg(all(test, feature = "agent"))]
-mod tests;
 mod top;
 
 use sqlbee_common::histogram::Histogram;

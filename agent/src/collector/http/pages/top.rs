@@ -14,8 +14,7 @@ use crate::collector::{
         params::{BadParam, Params, View},
         svg,
     },
-    query_api::client::ORDER_KEYS,
-    store::OrderBy,
+    query_api::{OrderBy, remote::ORDER_KEYS},
 };
 
 pub const DEFAULT_LIMIT: u32 = 50;

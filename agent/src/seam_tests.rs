@@ -1,8 +1,9 @@
-//! Every page rendered from a store filled in process, through the path
-//! statements take from the agent: statements -> aggregator -> wire ->
+//! Every web UI page rendered from a store filled in process, through the
+//! path statements take from the agent: statements -> aggregator -> wire ->
 //! validation -> SQLite -> Query service -> page. No browser and no root:
-//! the numbers on the page are checked against the statements fed in
-//! (the browser tests in `tests/web_ui.rs` check the pages as loaded).
+//! the numbers on the page are checked against the statements fed in (the
+//! browser tests in `tests/web_ui.rs` check the pages as loaded). It sits
+//! at the crate's root because it crosses every room on that path.
 use std::{collections::HashMap, sync::Arc};
 
 use sqlbee_common::clock::now_unix_ms;
@@ -11,13 +12,8 @@ use sqlbee_proto::v1::{AgentIdentity, Batch};
 use crate::{
     aggregate::fixtures::{all_figures, figure_value, report, statement, with_figures},
     collector::{
-        auth::Auth,
-        http::{
-            Ui,
-            params::{Params, View},
-        },
+        http::{Ui, page_for_test},
         query_api::QueryService,
-        quota::Quotas,
         store::{SqliteStore, Store, content_hash},
         validate,
     },
@@ -70,20 +66,12 @@ fn filled(name: &str, statements: Vec<crate::probe::Statement>) -> Fixture {
     let now = now_unix_ms();
     validate::batch(&batch, now).expect("the collector accepts the agent's window");
     store.ingest(batch.clone(), now, content_hash(&batch)).unwrap();
-    let query = QueryService::new(store, Arc::new(Quotas::new(0, 0)));
-    Fixture { ui: Ui::new(query, Auth::open(), false), dir }
+    Fixture { ui: Ui::for_test(QueryService::without_quotas(store)), dir }
 }
 
 async fn page(ui: &Ui, path_and_query: &str) -> String {
     let (path, query) = path_and_query.split_once('?').unwrap_or((path_and_query, ""));
-    let params = Params::parse(&format!("since=all&{query}"));
-    let now = now_unix_ms();
-    let view = View::from(&params, now).unwrap();
-    match super::render(ui, path, &view, &params, now, false).await {
-        Some(Ok(html)) => html,
-        Some(Err(e)) => panic!("{path_and_query}: {e:?}"),
-        None => panic!("no page at {path}"),
-    }
+    page_for_test(ui, path, &format!("since=all&{query}")).await
 }
 
 fn workload() -> Vec<crate::probe::Statement> {
