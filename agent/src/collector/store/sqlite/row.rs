@@ -3,17 +3,30 @@
 //! drift apart when a column is added.
 use rusqlite::{ToSql, Transaction};
 
-/// `INSERT INTO table (columns) VALUES (?1, ...)`, then `tail` (an
-/// `ON CONFLICT` clause, or nothing).
-pub(super) fn insert_sql(table: &str, columns: &[&str], tail: &str) -> String {
+/// `verb table (columns) VALUES (?1, ...)`, `verb` being `INSERT INTO`
+/// or `INSERT OR IGNORE INTO`.
+pub(super) fn insert_sql(verb: &str, table: &str, columns: &[&str]) -> String {
     let marks: Vec<String> = (1..=columns.len()).map(|n| format!("?{n}")).collect();
-    format!("INSERT INTO {table} ({}) VALUES ({}){tail}", columns.join(", "), marks.join(", "))
+    format!("{verb} {table} ({}) VALUES ({})", columns.join(", "), marks.join(", "))
 }
 
 /// Inserts one row of `(column, value)` pairs into `table`.
 pub(super) fn insert(tx: &Transaction<'_>, table: &str, row: &[(&str, &dyn ToSql)]) -> rusqlite::Result<usize> {
+    execute(tx, "INSERT INTO", table, row)
+}
+
+/// As `insert`, leaving out a row whose key is there already.
+pub(super) fn insert_or_ignore(
+    tx: &Transaction<'_>,
+    table: &str,
+    row: &[(&str, &dyn ToSql)],
+) -> rusqlite::Result<usize> {
+    execute(tx, "INSERT OR IGNORE INTO", table, row)
+}
+
+fn execute(tx: &Transaction<'_>, verb: &str, table: &str, row: &[(&str, &dyn ToSql)]) -> rusqlite::Result<usize> {
     let columns: Vec<&str> = row.iter().map(|(c, _)| *c).collect();
-    let mut statement = tx.prepare_cached(&insert_sql(table, &columns, ""))?;
+    let mut statement = tx.prepare_cached(&insert_sql(verb, table, &columns))?;
     statement.execute(rusqlite::params_from_iter(row.iter().map(|(_, v)| v)))
 }
 
@@ -23,7 +36,7 @@ mod tests {
 
     #[test]
     fn columns_and_parameters_come_from_one_list() {
-        assert_eq!(insert_sql("t", &["a", "b", "c"], ""), "INSERT INTO t (a, b, c) VALUES (?1, ?2, ?3)");
+        assert_eq!(insert_sql("INSERT INTO", "t", &["a", "b", "c"]), "INSERT INTO t (a, b, c) VALUES (?1, ?2, ?3)");
         let mut conn = rusqlite::Connection::open_in_memory().unwrap();
         conn.execute_batch("CREATE TABLE t (a INTEGER, b TEXT)").unwrap();
         let tx = conn.transaction().unwrap();

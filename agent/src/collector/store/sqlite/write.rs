@@ -56,12 +56,6 @@ pub(super) fn batch(
         let conflict = stored != 0 && content_hash != 0 && stored != i(content_hash);
         return Ok(IngestOutcome { duplicate: !conflict, conflict });
     }
-    let mut insert_window = tx.prepare_cached(
-        "INSERT INTO instance_windows (agent_id, sequence, instance, pid, start_time_unix_ms, window_start,
-             window_end, statements, events, dropped_events, dropped_in_agent, unmatched, overflow_statements,
-             nested_statements, replica_statements)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
-    )?;
     // Same command twice in one window (should not happen) adds up.
     let mut insert_command = tx.prepare_cached(
         "INSERT INTO window_commands (window_id, command, count) VALUES (?1, ?2, ?3)
@@ -81,9 +75,6 @@ pub(super) fn batch(
              last_window_end_unix_ms = max(last_window_end_unix_ms, excluded.last_window_end_unix_ms)",
     )?;
     let mut insert_text = tx.prepare_cached("INSERT OR IGNORE INTO digest_texts (digest, text) VALUES (?1, ?2)")?;
-    let mut insert_cost = tx.prepare_cached(
-        "INSERT INTO instance_costs (window_id, aggregated_in_kernel, probes, process) VALUES (?1, ?2, ?3, ?4)",
-    )?;
     // The newest window's message wins, whatever order batches arrive in.
     let mut upsert_sample = tx.prepare_cached(
         "INSERT INTO error_samples (instance, digest, code, message, last_seen) VALUES (?1, ?2, ?3, ?4, ?5)
@@ -91,57 +82,64 @@ pub(super) fn batch(
              message = CASE WHEN excluded.last_seen >= last_seen THEN excluded.message ELSE message END,
              last_seen = max(last_seen, excluded.last_seen)",
     )?;
-    let mut insert_lock_wait = tx.prepare_cached(
-        "INSERT INTO lock_waits (agent_id, instance, start_unix_ms, duration_ns, class, connection_id, digest,
-             digest_text, sample, blocker_kind, blockers)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
-    )?;
     for w in &batch.windows {
         let server = w.instance.clone().unwrap_or_default();
         for l in &w.lock_waits {
-            insert_lock_wait.execute(params![
-                agent.agent_id,
-                server.name,
-                l.start_unix_ms,
-                i(l.duration_ns),
-                l.class,
-                i(l.connection_id),
-                i(l.digest),
-                l.digest_text,
-                l.sample,
-                l.blocker_kind,
-                blob::encode_blockers(&l.blockers),
-            ])?;
+            row::insert(
+                tx,
+                "lock_waits",
+                &[
+                    ("agent_id", &agent.agent_id),
+                    ("instance", &server.name),
+                    ("start_unix_ms", &l.start_unix_ms),
+                    ("duration_ns", &i(l.duration_ns)),
+                    ("class", &l.class),
+                    ("connection_id", &i(l.connection_id)),
+                    ("digest", &i(l.digest)),
+                    ("digest_text", &l.digest_text),
+                    ("sample", &l.sample),
+                    ("blocker_kind", &l.blocker_kind),
+                    ("blockers", &blob::encode_blockers(&l.blockers)),
+                ],
+            )?;
         }
-        insert_window.execute(params![
-            agent.agent_id,
-            sequence,
-            server.name,
-            server.pid,
-            server.start_time_unix_ms,
-            w.window_start_unix_ms,
-            w.window_end_unix_ms,
-            i(w.statements),
-            i(w.events),
-            i(w.dropped_events),
-            i(w.dropped_in_agent),
-            i(w.unmatched),
-            i(w.overflow_statements),
-            i(w.nested_statements),
-            i(w.replica_statements),
-        ])?;
+        row::insert(
+            tx,
+            "instance_windows",
+            &[
+                ("agent_id", &agent.agent_id),
+                ("sequence", &sequence),
+                ("instance", &server.name),
+                ("pid", &server.pid),
+                ("start_time_unix_ms", &server.start_time_unix_ms),
+                ("window_start", &w.window_start_unix_ms),
+                ("window_end", &w.window_end_unix_ms),
+                ("statements", &i(w.statements)),
+                ("events", &i(w.events)),
+                ("dropped_events", &i(w.dropped_events)),
+                ("dropped_in_agent", &i(w.dropped_in_agent)),
+                ("unmatched", &i(w.unmatched)),
+                ("overflow_statements", &i(w.overflow_statements)),
+                ("nested_statements", &i(w.nested_statements)),
+                ("replica_statements", &i(w.replica_statements)),
+            ],
+        )?;
         let window_id = tx.last_insert_rowid();
         for c in &w.commands {
             insert_command.execute(params![window_id, c.command, i(c.count)])?;
         }
         if w.probes.is_some() || w.process.is_some() || w.aggregated_in_kernel > 0 {
             let encoded = |m: Option<Vec<u8>>| m.unwrap_or_default();
-            insert_cost.execute(params![
-                window_id,
-                i(w.aggregated_in_kernel),
-                encoded(w.probes.as_ref().map(Message::encode_to_vec)),
-                encoded(w.process.as_ref().map(Message::encode_to_vec)),
-            ])?;
+            row::insert(
+                tx,
+                "instance_costs",
+                &[
+                    ("window_id", &window_id),
+                    ("aggregated_in_kernel", &i(w.aggregated_in_kernel)),
+                    ("probes", &encoded(w.probes.as_ref().map(Message::encode_to_vec))),
+                    ("process", &encoded(w.process.as_ref().map(Message::encode_to_vec))),
+                ],
+            )?;
         }
         upsert_instance.execute(params![
             agent.agent_id,
@@ -203,19 +201,19 @@ pub(super) fn batch(
             )?;
         }
     }
-    let mut insert_agent_window = tx.prepare_cached(
-        "INSERT INTO agent_windows (agent_id, sequence, window_start, window_end, cost, host)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-    )?;
     for w in &batch.agent_windows {
-        insert_agent_window.execute(params![
-            agent.agent_id,
-            sequence,
-            w.window_start_unix_ms,
-            w.window_end_unix_ms,
-            w.cost.as_ref().map(Message::encode_to_vec).unwrap_or_default(),
-            w.host.as_ref().map(Message::encode_to_vec).unwrap_or_default(),
-        ])?;
+        row::insert(
+            tx,
+            "agent_windows",
+            &[
+                ("agent_id", &agent.agent_id),
+                ("sequence", &sequence),
+                ("window_start", &w.window_start_unix_ms),
+                ("window_end", &w.window_end_unix_ms),
+                ("cost", &w.cost.as_ref().map(Message::encode_to_vec).unwrap_or_default()),
+                ("host", &w.host.as_ref().map(Message::encode_to_vec).unwrap_or_default()),
+            ],
+        )?;
     }
     // The newest agent window's word on a server wins, whatever order
     // batches arrive in.
@@ -255,24 +253,24 @@ pub(super) fn batch(
             ])?;
         }
     }
-    let mut insert_gap = tx.prepare_cached(
-        "INSERT OR IGNORE INTO gaps (agent_id, first_sequence, last_sequence, batches, lost_statements,
-             lost_windows, first_window_start_unix_ms, last_window_end_unix_ms, reason, received_unix_ms)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-    )?;
     for g in &batch.gaps {
-        insert_gap.execute(params![
-            agent.agent_id,
-            i(g.first_sequence),
-            i(g.last_sequence),
-            i(g.batches),
-            i(g.lost_statements),
-            g.lost_windows,
-            g.first_window_start_unix_ms,
-            g.last_window_end_unix_ms,
-            g.reason,
-            received,
-        ])?;
+        // A gap reported twice (a replayed batch) is kept once.
+        row::insert_or_ignore(
+            tx,
+            "gaps",
+            &[
+                ("agent_id", &agent.agent_id),
+                ("first_sequence", &i(g.first_sequence)),
+                ("last_sequence", &i(g.last_sequence)),
+                ("batches", &i(g.batches)),
+                ("lost_statements", &i(g.lost_statements)),
+                ("lost_windows", &g.lost_windows),
+                ("first_window_start_unix_ms", &g.first_window_start_unix_ms),
+                ("last_window_end_unix_ms", &g.last_window_end_unix_ms),
+                ("reason", &g.reason),
+                ("received_unix_ms", &received),
+            ],
+        )?;
     }
     Ok(IngestOutcome { duplicate: false, conflict: false })
 }
