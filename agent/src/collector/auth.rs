@@ -62,6 +62,8 @@ pub enum Role {
 #[derive(Clone, Debug)]
 struct Token {
     secret: Vec<u8>,
+    /// Tells tokens apart without the secret (`Caller::token`).
+    fingerprint: u64,
     ingest: bool,
     read: bool,
     /// Agent ids an ingest token may send for; None: any.
@@ -154,7 +156,14 @@ fn parse(path: &Path) -> Result<Vec<Token>, AuthError> {
         if secret.len() < MIN_TOKEN_LEN {
             return Err(AuthError::ShortToken { path: shown, line: n + 1, length: secret.len() });
         }
-        tokens.push(Token { secret: secret.as_bytes().to_vec(), ingest, read, agents, instances });
+        tokens.push(Token {
+            secret: secret.as_bytes().to_vec(),
+            fingerprint: fingerprint(secret.as_bytes()),
+            ingest,
+            read,
+            agents,
+            instances,
+        });
     }
     if tokens.is_empty() {
         return Err(AuthError::Empty { path: shown });
@@ -200,7 +209,7 @@ impl Auth {
         let Some(tokens) = self.current() else { return false };
         tokens.iter().any(|t| {
             t.instances.as_ref().is_some_and(|i| i.iter().any(|n| n == instance))
-                && caller.is_none_or(|c| c.token != fingerprint(&t.secret))
+                && caller.is_none_or(|c| c.token != t.fingerprint)
         })
     }
 
@@ -232,7 +241,7 @@ impl Auth {
                 Err(Status::permission_denied("this token may send batches, not read the fleet's data"))
             }
             _ => Ok(Some(Caller {
-                token: fingerprint(&token.secret),
+                token: token.fingerprint,
                 agents: token.agents.clone(),
                 instances: token.instances.clone(),
             })),

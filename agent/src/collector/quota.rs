@@ -21,9 +21,12 @@ use prost::Message as _;
 use sqlbee_proto::v1::{AgentQuota, Batch};
 
 const HOUR_MS: f64 = 3_600_000.0;
-/// Agents whose buckets are full again and who were never refused are
-/// forgotten past this many, so ids that come and go cannot grow the map.
+/// Agents whose buckets are full again (an hour without a charge) and who
+/// were never refused are forgotten once the map holds this many, so ids
+/// that come and go cannot grow it; the sweep runs again each time it has
+/// grown by `SWEEP_EVERY`, so a charge costs O(1) on average.
 const SWEEP_AT: usize = 100_000;
+const SWEEP_EVERY: usize = 4096;
 
 /// What a batch adds to the store.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -90,10 +93,8 @@ impl Quotas {
     pub fn charge(&self, agent: &str, cost: Cost, now_ms: i64) -> Result<(), OverQuota> {
         let (rows_limit, bytes_limit) = (Self::limit(self.per_hour.rows), Self::limit(self.per_hour.bytes));
         let mut accounts = self.accounts.lock().unwrap_or_else(|e| e.into_inner());
-        if accounts.len() >= SWEEP_AT && !accounts.contains_key(agent) {
-            accounts.retain(|_, a| {
-                a.refused_batches > 0 || (now_ms - a.at_ms) as f64 * rows_limit.min(bytes_limit) < HOUR_MS
-            });
+        if accounts.len() >= SWEEP_AT && accounts.len().is_multiple_of(SWEEP_EVERY) && !accounts.contains_key(agent) {
+            accounts.retain(|_, a| a.refused_batches > 0 || ((now_ms - a.at_ms) as f64) < HOUR_MS);
         }
         let account = accounts.entry(agent.to_string()).or_insert_with(|| Account {
             rows: rows_limit,
