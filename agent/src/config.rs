@@ -42,6 +42,10 @@ pub enum ConfigError {
     Client(#[from] crate::client::ClientError),
     #[error("`{field}` = {value} is out of range: {expected}")]
     Range { field: &'static str, value: u64, expected: String },
+    #[error(transparent)]
+    Login(#[from] crate::plans::LoginError),
+    #[error("`explain_rate` = {0} is out of range: 0.01..=100 per second")]
+    ExplainRate(f64),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Deserialize)]
@@ -198,6 +202,22 @@ pub struct AgentOptions {
     /// candidate blockers (0 turns it off).
     #[arg(long, env = "SQLBEE_LOCK_WAIT_THRESHOLD", default_value = "50ms", value_parser = duration)]
     pub lock_wait_threshold: Duration,
+    /// Log in to each traced server to collect plans (EXPLAIN FORMAT=JSON):
+    /// a TOML file with `user` and `password` or `password_file`, mode
+    /// 0600 or 0400, owned by the agent's user. The agent finds the
+    /// server's socket itself. Without it, no plans; counting never needs it.
+    #[arg(long, env = "SQLBEE_SERVER_LOGIN")]
+    pub server_login: Option<PathBuf>,
+    /// EXPLAINs per second per server, at most (0.01..=100).
+    #[arg(long, env = "SQLBEE_EXPLAIN_RATE", default_value_t = 1.0)]
+    pub explain_rate: f64,
+    /// How often the plans of the costliest digests are asked again.
+    #[arg(long, env = "SQLBEE_PLAN_REFRESH", default_value = "1h", value_parser = duration)]
+    pub plan_refresh: Duration,
+    /// The shortest gap between two EXPLAINs of one digest whose latency
+    /// or rows examined per statement changed twofold.
+    #[arg(long, env = "SQLBEE_PLAN_RECHECK", default_value = "1m", value_parser = duration)]
+    pub plan_recheck: Duration,
 }
 
 /// Validated agent configuration: the options as given, and what the
@@ -219,6 +239,8 @@ pub struct AgentConfig {
     /// How often /proc is rescanned for started, restarted or gone servers.
     pub rescan_interval: Duration,
     pub normalize_cache: usize,
+    /// None: no `--server-login`, no plans.
+    pub plans: Option<crate::plans::PlanConfig>,
 }
 
 const MAX_KERNEL_DIGESTS: u32 = agent_common::kernel_digests::MAX_SLOTS;
@@ -353,6 +375,16 @@ impl AgentOptions {
             long_wait_us: self.lock_wait_threshold.as_micros().min(u32::MAX as u128) as u32,
             rescan_interval: Duration::from_millis(500),
             normalize_cache: 20_000,
+            plans: match &self.server_login {
+                None => None,
+                Some(path) => Some(crate::plans::PlanConfig {
+                    login: crate::plans::ServerLogin::load(path)?,
+                    explain_rate: self.explain_rate,
+                    refresh: self.plan_refresh,
+                    recheck: self.plan_recheck,
+                    samples: self.samples,
+                }),
+            },
             options: self,
         };
         config.validate()?;
@@ -456,6 +488,9 @@ impl AgentConfig {
         range("window", ms, (100..=3_600_000).contains(&ms), "100ms..=1h")?;
         let ms = o.duty_period.as_millis() as u64;
         range("duty_period", ms, (100..=600_000).contains(&ms), "100ms..=10min")?;
+        if !(0.01..=100.0).contains(&o.explain_rate) {
+            return Err(ConfigError::ExplainRate(o.explain_rate));
+        }
         let ms = o.drain_interval.as_millis() as u64;
         range(
             "drain_interval",

@@ -31,6 +31,8 @@ pub mod output;
 #[cfg(feature = "agent")]
 pub mod pipeline;
 #[cfg(feature = "agent")]
+pub mod plans;
+#[cfg(feature = "agent")]
 pub mod privileges;
 #[cfg(feature = "agent")]
 pub mod probe;

@@ -28,6 +28,7 @@ use crate::{
     metrics::{MetricsError, MetricsServer, agent_metrics},
     normalize::Normalizer,
     output,
+    plans::{Explained, Explainer},
     privileges::{self, PrivilegeError},
     probe::{ProbeBatch, ProbeConfig, ProbeError, Supervisor, UntracedServer},
     ship::{ClosedWindows, ShipStage},
@@ -257,7 +258,9 @@ fn aggregate_loop(
     let mut metrics = metrics_page.map(|page| (page, agent_metrics::AgentMetrics::new(config.wait_probes)));
     let mut aggregator =
         Aggregator::new(Normalizer::new(config.normalize_cache), config.options.max_digests, SystemTime::now())
-            .with_samples(config.options.samples);
+            .with_samples(config.options.samples)
+            .with_raw_samples(config.plans.is_some());
+    let explainer = config.plans.clone().map(Explainer::start).transpose()?;
     let stdout = std::io::stdout();
     let mut window_start = SystemTime::now();
     while let Ok(message) = rx.recv() {
@@ -267,6 +270,18 @@ fn aggregate_loop(
                 let reports = aggregator.flush(at);
                 let sum = |f: fn(&crate::aggregate::Summary) -> u64| reports.iter().map(|r| f(&r.summary)).sum();
                 cost.attribute(sum(|s| s.statements), sum(|s| s.events), sum(|s| s.dropped_events));
+                let explained = match &explainer {
+                    None => Explained::default(),
+                    Some(explainer) => {
+                        explainer.offer(&reports);
+                        let mut explained = explainer.take();
+                        let instances: Vec<&str> = reports.iter().map(|r| r.instance.as_str()).collect();
+                        explainer.put_back(explained.keep_for(&instances));
+                        cost.explains = explained.explains;
+                        cost.explain_ns = explained.explain_ns;
+                        explained
+                    }
+                };
                 if let Some((page, metrics)) = &mut metrics {
                     let text =
                         metrics.render(&cost, host.as_ref(), &reports, &untraced, ship.as_ref().map(ShipStage::totals));
@@ -276,6 +291,7 @@ fn aggregate_loop(
                 if config.output == Some(OutputFormat::Jsonl) {
                     output::write_agent_jsonl(&mut out, &cost, host.as_ref())?;
                     output::write_untraced_jsonl(&mut out, &untraced, at)?;
+                    output::write_plans_jsonl(&mut out, &explained, at)?;
                 } else if config.output == Some(OutputFormat::Table) {
                     output::write_untraced_table(&mut out, &untraced)?;
                 }
@@ -288,7 +304,7 @@ fn aggregate_loop(
                 }
                 out.flush()?;
                 if let Some(ship) = &ship {
-                    ship.send(ClosedWindows { reports, start: window_start, end: at, cost, host, untraced });
+                    ship.send(ClosedWindows { reports, start: window_start, end: at, cost, host, untraced, explained });
                 }
                 window_start = at;
             }

@@ -1219,6 +1219,7 @@ async fn agent_histograms_keep_their_percentiles_through_the_wire_and_the_merge(
             max_ns: *durations.iter().max().unwrap(),
             histogram,
             sample: String::new(),
+            raw_sample: None,
             truncated: 0,
             waits: Default::default(),
             error_messages: Default::default(),

@@ -16,6 +16,10 @@ pub const COUNT_LIMITS: &[(&str, u64)] = &[
     ("InstanceWindow.digests", 50_001),
     ("InstanceWindow.commands", 256),
     ("InstanceWindow.lock_waits", 1_000),
+    // The agent sends at most 1,000 plans per window.
+    ("InstanceWindow.plans", 1_000),
+    ("Plan.access", 1_024),
+    ("TableAccess.key_parts", 64),
     ("DigestStats.error_codes", 1_024),
     ("DigestStats.waits", 16),
     ("DigestStats.accounts", 64),
@@ -62,6 +66,15 @@ pub const LENGTH_LIMITS: &[(&str, u64)] = &[
     ("UntracedServer.reason", 4_096),
     ("UntracedServer.kind", 1_024),
     ("Gap.reason", 1_024),
+    ("InstanceWindow.server_login", 4_096),
+    ("Plan.schema", 1_024),
+    // The agent sends no plan longer than 256 KiB.
+    ("Plan.plan_json", 262_144),
+    ("Plan.not_explained", 4_096),
+    ("TableAccess.table", 1_024),
+    ("TableAccess.type", 64),
+    ("TableAccess.key", 1_024),
+    ("TableAccess.key_parts", 1_024),
 ];
 
 /// Estimated bytes the decoded form of one request may take: the sizes of

@@ -93,11 +93,35 @@ pub struct DigestRow {
     pub max_ns: u64,
     pub histogram: Histogram,
     pub sample: String,
+    /// One statement's text as the server had it, for EXPLAIN (kept only
+    /// when plans are on; see `RawSample`).
+    pub raw_sample: Option<RawSample>,
     pub truncated: u64,
     /// Per wait class (`agent_common::wait_class`).
     pub waits: [WaitStats; wait_class::COUNT],
     /// One message per error code.
     pub error_messages: BTreeMap<u32, String>,
+}
+
+/// A statement's text exactly as the server had it, literals and all. It
+/// exists for one reason, EXPLAIN, and lives in the agent's memory only:
+/// no output, spool or batch reads it, and its `Debug` shows its length,
+/// never its text.
+#[derive(Clone, PartialEq, Eq)]
+pub struct RawSample(pub Arc<[u8]>);
+
+impl std::fmt::Debug for RawSample {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RawSample({} bytes)", self.0.len())
+    }
+}
+
+impl RawSample {
+    /// The statement's whole text, or None when the capture cut it (a
+    /// part of a statement cannot be explained).
+    fn of(statement: &Statement) -> Option<RawSample> {
+        (!statement.truncated && !statement.text.is_empty()).then(|| RawSample(statement.text.as_slice().into()))
+    }
 }
 
 /// Time statements of one digest spent in one wait class.
@@ -127,6 +151,7 @@ impl DigestRow {
             max_ns: 0,
             histogram: Histogram::default(),
             sample: String::new(),
+            raw_sample: None,
             truncated: 0,
             waits: Default::default(),
             error_messages: BTreeMap::new(),
@@ -180,7 +205,11 @@ impl DigestRow {
     }
 
     /// Adds what the kernel counted for one of this digest's text hashes.
-    fn record_kernel(&mut self, kernel: &KernelDigest, sample: &str) {
+    fn record_kernel(&mut self, kernel: &KernelDigest, text: &KernelText) {
+        let sample = text.sample.as_str();
+        if self.raw_sample.is_none() {
+            self.raw_sample.clone_from(&text.raw);
+        }
         self.count += kernel.count;
         self.stats.add(&kernel.stats);
         for (account, n) in &kernel.named_accounts {
@@ -301,6 +330,9 @@ fn check_sample(
         return;
     }
     known.sample = samples.statement(&statement.text, MAX_SAMPLE);
+    if known.raw.is_some() {
+        known.raw = RawSample::of(statement).or(known.raw.take());
+    }
 }
 
 pub struct Aggregator {
@@ -318,6 +350,8 @@ pub struct Aggregator {
     hash_conflicts: u64,
     /// What becomes of statement text before it is kept as a sample.
     samples: Samples,
+    /// Whether rows keep a `RawSample` (plans are on).
+    keep_raw: bool,
     /// Nested statements waiting for their client statement's record (it
     /// ends after them), by server, THD and the client statement's start,
     /// with the number of window closes they have waited.
@@ -340,6 +374,7 @@ struct KernelText {
     digest: Digest,
     schema: Option<Arc<str>>,
     sample: String,
+    raw: Option<RawSample>,
 }
 
 impl Aggregator {
@@ -354,8 +389,15 @@ impl Aggregator {
             kernel_texts: HashMap::new(),
             hash_conflicts: 0,
             samples: Samples::default(),
+            keep_raw: false,
             pending: HashMap::new(),
         }
+    }
+
+    /// Rows keep one statement's raw text each, for EXPLAIN.
+    pub fn with_raw_samples(mut self, keep: bool) -> Self {
+        self.keep_raw = keep;
+        self
     }
 
     /// Samples kept as `samples` says (redacted by default).
@@ -408,6 +450,7 @@ impl Aggregator {
                     digest: digest.clone(),
                     schema: statement.schema.clone(),
                     sample: self.samples.statement(&statement.text, MAX_SAMPLE),
+                    raw: if self.keep_raw { RawSample::of(&statement) } else { None },
                 });
             }
             let lineage = Lineage { source: statement.source, ..Lineage::default() };
@@ -417,9 +460,11 @@ impl Aggregator {
                 }
             }
             locks.statement(&statement, &digest, self.samples);
-            window
-                .stats_for(&digest, &statement.schema, &lineage, self.max_digests, 1)
-                .record(&statement, self.samples);
+            let row = window.stats_for(&digest, &statement.schema, &lineage, self.max_digests, 1);
+            row.record(&statement, self.samples);
+            if self.keep_raw && row.raw_sample.is_none() && row.digest == digest.id {
+                row.raw_sample = RawSample::of(&statement);
+            }
         }
         for kernel in &batch.kernel {
             // Cannot happen (a hash is forgotten only after its last
@@ -432,13 +477,14 @@ impl Aggregator {
                         digest: Digest::from_text("(kernel aggregate, text unknown)"),
                         schema: None,
                         sample: String::new(),
+                        raw: None,
                     };
                     &unknown
                 }
             };
             window
                 .stats_for(&text.digest, &text.schema, &Lineage::default(), self.max_digests, kernel.count)
-                .record_kernel(kernel, &text.sample);
+                .record_kernel(kernel, text);
         }
         for hash in &batch.forgotten {
             texts.remove(hash);

@@ -32,6 +32,9 @@ pub struct CostSample {
     pub events_per_s: f64,
     /// Records the kernel dropped in this window (ring buffers full).
     pub dropped_events: u64,
+    /// EXPLAINs run for plans in this window, and their wall time.
+    pub explains: u64,
+    pub explain_ns: u64,
 }
 
 pub struct CostMeter {

@@ -641,6 +641,7 @@ mod tests {
             max_ns: latencies_ns.iter().copied().max().unwrap_or(0),
             histogram,
             sample: String::new(),
+            raw_sample: None,
             truncated: 0,
             waits: Default::default(),
             error_messages: Default::default(),

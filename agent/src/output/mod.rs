@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 
 use crate::{
     aggregate::{DigestRow, WindowReport},
+    plans::{Explained, LoginState},
     probe::{Readable, UntracedServer},
 };
 
@@ -296,6 +297,63 @@ pub fn write_untraced_jsonl(
     window_end: std::time::SystemTime,
 ) -> std::io::Result<()> {
     for line in untraced_to_json(untraced, window_end) {
+        writeln!(out, "{line}")?;
+    }
+    Ok(())
+}
+
+/// One line per plan (`"type": "plan"`), and one per instance with a
+/// login (`"type": "server_login"`: `ok` or the warning).
+pub fn plans_to_json(explained: &Explained, window_end: std::time::SystemTime) -> Vec<Value> {
+    let at = rfc3339(window_end);
+    let mut lines: Vec<Value> = explained
+        .logins
+        .iter()
+        .map(|(instance, state)| {
+            json!({
+                "type": "server_login",
+                "window_end": at,
+                "instance": instance,
+                "status": if *state == LoginState::Ok { "ok" } else { "warning" },
+                "warning": match state { LoginState::Warning(w) => Some(w), LoginState::Ok => None },
+            })
+        })
+        .collect();
+    for record in &explained.plans {
+        let mut line = json!({
+            "type": "plan",
+            "instance": record.instance,
+            "schema": record.schema.as_deref(),
+            "digest": format!("{:016x}", record.digest),
+            "explained_at": rfc3339(record.explained_at),
+            "explain_ns": record.explain_ns,
+            "previous_plan_hash": (record.previous_hash != 0).then(|| format!("{:016x}", record.previous_hash)),
+        });
+        match &record.plan {
+            Ok(plan) => {
+                line["plan_hash"] = format!("{:016x}", plan.hash).into();
+                line["access"] = plan
+                    .access
+                    .iter()
+                    .map(|a| json!({"table": a.table, "type": a.access_type, "key": a.key, "rows": a.rows}))
+                    .collect();
+                line["filesort"] = plan.filesort.into();
+                line["temporary"] = plan.temporary.into();
+                line["plan"] = plan.json.clone().into();
+            }
+            Err(reason) => line["not_explained"] = reason.clone().into(),
+        }
+        lines.push(line);
+    }
+    lines
+}
+
+pub fn write_plans_jsonl(
+    out: &mut impl Write,
+    explained: &Explained,
+    window_end: std::time::SystemTime,
+) -> std::io::Result<()> {
+    for line in plans_to_json(explained, window_end) {
         writeln!(out, "{line}")?;
     }
     Ok(())

@@ -48,6 +48,8 @@ pub struct ClosedWindows {
     pub host: Option<HostMetrics>,
     /// Servers found but not traced, as of `end`.
     pub untraced: Vec<UntracedServer>,
+    /// Plans and login states (empty without `--server-login`).
+    pub explained: crate::plans::Explained,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -129,7 +131,8 @@ struct Batcher {
 
 impl Batcher {
     fn spool_windows(&mut self, closed: &ClosedWindows) -> Result<(), ShipError> {
-        let windows: Vec<_> = closed.reports.iter().map(|r| instance_window(r, closed.host.as_ref())).collect();
+        let mut windows: Vec<_> = closed.reports.iter().map(|r| instance_window(r, closed.host.as_ref())).collect();
+        wire::attach_plans(&mut windows, &closed.explained);
         // The agent's window rides in the first batch of the set.
         let health = self.health.take();
         let mut agent_windows =

@@ -7,9 +7,9 @@ use sqlbee_common::{clock::unix_ms, histogram};
 use sqlbee_proto::v1::{
     AccountCount, AgentCost, AgentWindow, Blocker as WireBlocker, Bucket, CommandCount, CpuModes as WireCpuModes,
     DigestStats as WireDigest, DiskIo as WireDiskIo, ErrorCount, Histogram as WireHistogram,
-    HostMetrics as WireHostMetrics, InstanceWindow, LockWait, NetIo as WireNetIo, ProbeCost as WireProbeCost,
-    ProcessMetrics as WireProcess, QueryStats as WireQueryStats, ServerInstance, UntracedServer as WireUntraced,
-    WaitStats,
+    HostMetrics as WireHostMetrics, InstanceWindow, LockWait, NetIo as WireNetIo, Plan as WirePlan,
+    ProbeCost as WireProbeCost, ProcessMetrics as WireProcess, QueryStats as WireQueryStats, ServerInstance,
+    TableAccess as WireTableAccess, UntracedServer as WireUntraced, WaitStats,
 };
 
 use super::health::HealthReport;
@@ -17,8 +17,54 @@ use crate::{
     aggregate::{DigestRow, LockWaitRecord, WindowReport},
     budget::{CostSample, ProbeCost},
     host::{HostMetrics, ProcessMetrics, ProcessStatus},
+    plans::{Explained, PlanRecord},
     probe::{Readable, UntracedServer},
 };
+
+fn plan(record: &PlanRecord) -> WirePlan {
+    let mut out = WirePlan {
+        digest: record.digest,
+        schema: record.schema.as_deref().unwrap_or_default().to_string(),
+        explained_unix_ms: unix_ms(record.explained_at),
+        previous_plan_hash: record.previous_hash,
+        explain_ns: record.explain_ns,
+        ..Default::default()
+    };
+    match &record.plan {
+        Ok(plan) => {
+            out.plan_hash = plan.hash;
+            out.filesort = plan.filesort;
+            out.temporary = plan.temporary;
+            out.plan_json.clone_from(&plan.json);
+            out.access = plan
+                .access
+                .iter()
+                .map(|a| WireTableAccess {
+                    table: a.table.clone(),
+                    r#type: a.access_type.clone(),
+                    key: a.key.clone(),
+                    key_parts: a.key_parts.clone(),
+                    rows: a.rows,
+                })
+                .collect();
+        }
+        Err(reason) => out.not_explained.clone_from(reason),
+    }
+    out
+}
+
+/// Puts each plan, and each login's state, in its instance's window (the
+/// pipeline hands over only plans whose instance has one, at most
+/// `MAX_PLANS_PER_WINDOW` each: `Explained::keep_for`).
+pub fn attach_plans(windows: &mut [InstanceWindow], explained: &Explained) {
+    for window in windows.iter_mut() {
+        let name = window.instance.as_ref().map(|i| i.name.clone()).unwrap_or_default();
+        if let Some(state) = explained.logins.get(&name) {
+            window.server_login = state.describe().to_string();
+        }
+        window.plans = explained.plans.iter().filter(|p| p.instance == name).map(plan).collect();
+    }
+}
 
 /// The figures a server's build let the agent read; the rest absent.
 /// Each figure the server's build lets the agent read; the others are
@@ -185,6 +231,9 @@ pub fn instance_window(report: &WindowReport, host: Option<&HostMetrics>) -> Ins
         unmatched: s.unmatched,
         overflow_statements: s.overflow_statements,
         lock_waits: report.lock_waits.iter().map(lock_wait).collect(),
+        // Filled by `attach_plans`.
+        plans: Vec::new(),
+        server_login: String::new(),
     }
 }
 
@@ -267,6 +316,8 @@ pub fn agent_window(
             spool_io_errors: ship.spool_io_errors,
             clock_skew_ms: ship.clock_skew_ms.unwrap_or(0),
             clock_correction_ms: 0,
+            explains: cost.explains,
+            explain_ns: cost.explain_ns,
         }),
         host: host_metrics.map(host),
         untraced: untraced.iter().map(untraced_server).collect(),

@@ -143,6 +143,12 @@ impl Agent {
         format!("{}\n{} windows so far:\n{}", self.stderr_text(), summaries.len(), summaries.join("\n"))
     }
 
+    /// The JSON lines written so far (a line still being written is left out).
+    pub fn lines_so_far(&self) -> Vec<Value> {
+        let text = std::fs::read_to_string(&self.stdout).unwrap_or_default();
+        text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
+    }
+
     /// SIGTERM, wait for the final window, parse everything it wrote.
     pub fn stop(mut self) -> AgentOutput {
         let mut child = self.child.take().unwrap();

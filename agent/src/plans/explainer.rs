@@ -1,0 +1,574 @@
+//! The thread that asks servers for plans. It picks, per server, which
+//! digest to explain next (a new digest first, then one whose latency or
+//! rows examined per statement moved, then the costliest ones when their
+//! plan is due again), paces itself to the configured rate, and keeps one
+//! connection per server, reopened with back-off when it fails.
+//!
+//! EXPLAIN goes through a prepared statement, so a sample can never carry
+//! a second statement in with it, and EXPLAIN never runs its statement.
+//! Where the schema holds a `sqlbee_explain(statement)` procedure (the
+//! least-privilege set-up the manual shows) the agent calls that instead.
+use std::{
+    collections::{HashMap, VecDeque},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+        mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError, sync_channel},
+    },
+    thread,
+    time::{Duration, Instant, SystemTime},
+};
+
+use mysql::prelude::Queryable;
+use tracing::{debug, info, warn};
+
+use super::{Explained, LoginState, PlanConfig, PlanRecord, ServerAddress, address_of, plan};
+use crate::{
+    aggregate::{OVERFLOW_DIGEST, RawSample, WindowReport},
+    normalize::{Samples, redact},
+};
+
+/// Digests remembered per server; past it, the least recently offered go.
+const MAX_KNOWN: usize = 10_000;
+/// Digests waiting for an EXPLAIN per server.
+const MAX_QUEUED: usize = 1_000;
+/// The costliest digests of each window whose plans are kept fresh.
+const TOP_DIGESTS: usize = 10;
+/// A change in mean latency or rows examined per statement by this factor
+/// (either way) asks for the plan again.
+const CHANGE_FACTOR: f64 = 2.0;
+/// Statements a window must hold before its figures count as a change.
+const MIN_STATEMENTS: u64 = 5;
+/// Back-off of a failing login: from the first to the last.
+const FIRST_RETRY: Duration = Duration::from_secs(1);
+const LAST_RETRY: Duration = Duration::from_secs(300);
+/// What one EXPLAIN may take, in the server and on the socket.
+const EXPLAIN_TIMEOUT: Duration = Duration::from_secs(5);
+/// A server no window mentioned for this long is forgotten.
+const FORGET_AFTER: Duration = Duration::from_secs(600);
+
+/// The handle the pipeline holds.
+pub struct Explainer {
+    offers: SyncSender<Vec<Offer>>,
+    done: Arc<Mutex<Explained>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<thread::JoinHandle<()>>,
+}
+
+/// One instance's digests from one closed window.
+struct Offer {
+    instance: String,
+    pid: u32,
+    digests: Vec<Candidate>,
+}
+
+struct Candidate {
+    schema: Option<Arc<str>>,
+    digest: u64,
+    raw: RawSample,
+    count: u64,
+    sum_ns: u64,
+    rows_examined: u64,
+}
+
+impl Explainer {
+    pub fn start(config: PlanConfig) -> std::io::Result<Explainer> {
+        let (offers, rx) = sync_channel(4);
+        let done = Arc::new(Mutex::new(Explained::default()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let worker = Worker { config, servers: HashMap::new(), done: done.clone() };
+        let thread_stop = stop.clone();
+        let thread = thread::Builder::new().name("explain".into()).spawn(move || worker.run(rx, &thread_stop))?;
+        Ok(Explainer { offers, done, stop, thread: Some(thread) })
+    }
+
+    /// Hands the closed windows' digests over, without waiting: when the
+    /// thread is behind, this window's offer is skipped (the next one
+    /// carries the same digests again).
+    pub fn offer(&self, reports: &[WindowReport]) {
+        let offers: Vec<Offer> = reports
+            .iter()
+            .map(|report| Offer {
+                instance: report.instance.clone(),
+                pid: report.summary.pid,
+                digests: report
+                    .digests
+                    .iter()
+                    .filter(|row| !row.lineage.nested && row.digest != OVERFLOW_DIGEST)
+                    .filter_map(|row| {
+                        Some(Candidate {
+                            schema: row.schema.clone(),
+                            digest: row.digest,
+                            raw: row.raw_sample.clone()?,
+                            count: row.count,
+                            sum_ns: row.sum_ns,
+                            rows_examined: row.stats.rows_examined,
+                        })
+                    })
+                    .collect(),
+            })
+            .collect();
+        match self.offers.try_send(offers) {
+            Ok(()) | Err(TrySendError::Full(_)) => {}
+            Err(TrySendError::Disconnected(_)) => warn!("the explain thread is gone; no more plans"),
+        }
+    }
+
+    /// Plans finished since the last call, and each instance's login state.
+    pub fn take(&self) -> Explained {
+        let mut done = self.done.lock().unwrap_or_else(|e| e.into_inner());
+        Explained {
+            plans: std::mem::take(&mut done.plans),
+            logins: done.logins.clone(),
+            explains: std::mem::take(&mut done.explains),
+            explain_ns: std::mem::take(&mut done.explain_ns),
+        }
+    }
+
+    /// Plans for instances without a window this time go back, for the next.
+    pub fn put_back(&self, plans: Vec<PlanRecord>) {
+        if !plans.is_empty() {
+            let mut done = self.done.lock().unwrap_or_else(|e| e.into_inner());
+            done.plans.splice(0..0, plans);
+        }
+    }
+}
+
+impl Drop for Explainer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Why a digest waits for an EXPLAIN.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Reason {
+    New,
+    Changed,
+    Refresh,
+}
+
+/// A digest as the explainer knows it.
+struct Known {
+    raw: RawSample,
+    /// Mean latency and rows examined per statement in the latest window
+    /// that held enough statements (or the first one).
+    latest: (f64, f64),
+    last_offered: Instant,
+    queued: bool,
+    last: Option<LastExplain>,
+}
+
+struct LastExplain {
+    at: Instant,
+    hash: u64,
+    mean_ns: f64,
+    rows_per_statement: f64,
+}
+
+type DigestKey = (Option<Arc<str>>, u64);
+
+struct Server {
+    pid: u32,
+    last_offered: Instant,
+    conn: Option<mysql::Conn>,
+    retry_at: Instant,
+    backoff: Duration,
+    warning: Option<String>,
+    known: HashMap<DigestKey, Known>,
+    queue: VecDeque<(DigestKey, Reason)>,
+    next_explain: Instant,
+    /// Whether each schema holds a `sqlbee_explain` procedure the login
+    /// may run (else EXPLAIN is run directly).
+    procedures: HashMap<Arc<str>, bool>,
+    /// EXPLAINs sent to the server (statements the agent can tell apart
+    /// without asking cost nothing and do not count against the rate).
+    asked: u64,
+}
+
+impl Server {
+    fn new(pid: u32, now: Instant) -> Server {
+        Server {
+            pid,
+            last_offered: now,
+            conn: None,
+            retry_at: now,
+            backoff: FIRST_RETRY,
+            warning: None,
+            known: HashMap::new(),
+            queue: VecDeque::new(),
+            next_explain: now,
+            procedures: HashMap::new(),
+            asked: 0,
+        }
+    }
+
+    fn enqueue(&mut self, key: DigestKey, reason: Reason) {
+        let Some(known) = self.known.get_mut(&key) else { return };
+        if known.queued || self.queue.len() >= MAX_QUEUED {
+            return;
+        }
+        known.queued = true;
+        // New digests go first: they have no plan at all yet.
+        if reason == Reason::New {
+            self.queue.push_front((key, reason));
+        } else {
+            self.queue.push_back((key, reason));
+        }
+    }
+
+    /// Takes one window's digests in and queues what needs a plan.
+    fn take_offer(&mut self, offer: Offer, config: &PlanConfig, now: Instant) {
+        if offer.pid != self.pid {
+            // A restarted server: a new connection, and its schemas may
+            // have changed.
+            self.pid = offer.pid;
+            self.conn = None;
+            self.retry_at = now;
+            self.backoff = FIRST_RETRY;
+            self.procedures.clear();
+        }
+        self.last_offered = now;
+        let mut by_time: Vec<(u64, DigestKey)> = Vec::new();
+        for candidate in offer.digests {
+            let key = (candidate.schema.clone(), candidate.digest);
+            let count = candidate.count.max(1) as f64;
+            let figures = (candidate.sum_ns as f64 / count, candidate.rows_examined as f64 / count);
+            if !self.known.contains_key(&key) && self.known.len() >= MAX_KNOWN {
+                self.forget_oldest();
+            }
+            let known = self.known.entry(key.clone()).or_insert_with(|| Known {
+                raw: candidate.raw.clone(),
+                latest: figures,
+                last_offered: now,
+                queued: false,
+                last: None,
+            });
+            known.raw = candidate.raw;
+            known.last_offered = now;
+            by_time.push((candidate.sum_ns, key.clone()));
+            let reason = match &known.last {
+                None => Some(Reason::New),
+                Some(last) if candidate.count >= MIN_STATEMENTS && now.duration_since(last.at) >= config.recheck => {
+                    (moved(figures.0, last.mean_ns) || moved(figures.1, last.rows_per_statement))
+                        .then_some(Reason::Changed)
+                }
+                Some(_) => None,
+            };
+            if candidate.count >= MIN_STATEMENTS {
+                known.latest = figures;
+            }
+            if let Some(reason) = reason {
+                self.enqueue(key, reason);
+            }
+        }
+        by_time.sort_by_key(|a| std::cmp::Reverse(a.0));
+        for (_, key) in by_time.into_iter().take(TOP_DIGESTS) {
+            let due = self.known[&key].last.as_ref().is_some_and(|l| now.duration_since(l.at) >= config.refresh);
+            if due {
+                self.enqueue(key, Reason::Refresh);
+            }
+        }
+    }
+
+    fn forget_oldest(&mut self) {
+        let cutoff = self.known.values().map(|k| k.last_offered).min();
+        if let Some(cutoff) = cutoff {
+            self.known.retain(|_, k| k.last_offered > cutoff || k.queued);
+        }
+    }
+}
+
+/// Whether a figure moved by `CHANGE_FACTOR` either way.
+fn moved(now: f64, before: f64) -> bool {
+    let (low, high) = if now < before { (now, before) } else { (before, now) };
+    high > 0.0 && (low <= 0.0 || high / low >= CHANGE_FACTOR)
+}
+
+struct Worker {
+    config: PlanConfig,
+    servers: HashMap<String, Server>,
+    done: Arc<Mutex<Explained>>,
+}
+
+/// What went wrong with one EXPLAIN.
+enum Failure {
+    /// The connection is unusable (refused, wrong password, server gone):
+    /// a warning on the instance and a retry later; the digest waits.
+    Login(String),
+    /// This statement gets no plan (a grant missing for its tables, a
+    /// statement EXPLAIN cannot take); recorded as the reason.
+    Statement { reason: String, warning: Option<String> },
+}
+
+impl Worker {
+    fn run(mut self, offers: Receiver<Vec<Offer>>, stop: &AtomicBool) {
+        let gap = Duration::from_secs_f64(1.0 / self.config.explain_rate);
+        while !stop.load(Ordering::Relaxed) {
+            let now = Instant::now();
+            match offers.recv_timeout(Duration::from_millis(50)) {
+                Ok(batch) => {
+                    for offer in batch {
+                        let server =
+                            self.servers.entry(offer.instance.clone()).or_insert_with(|| Server::new(offer.pid, now));
+                        server.take_offer(offer, &self.config, now);
+                    }
+                    self.servers.retain(|_, s| now.duration_since(s.last_offered) < FORGET_AFTER);
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return,
+            }
+            let instances: Vec<String> = self.servers.keys().cloned().collect();
+            for instance in instances {
+                let Some(server) = self.servers.get_mut(&instance) else { continue };
+                if server.queue.is_empty() || now < server.next_explain || now < server.retry_at {
+                    continue;
+                }
+                let asked = server.asked;
+                let record = explain_next(&instance, server, &self.config);
+                let mut done = self.done.lock().unwrap_or_else(|e| e.into_inner());
+                if server.asked != asked {
+                    server.next_explain = now + gap;
+                    let state = server.warning.clone().map_or(LoginState::Ok, LoginState::Warning);
+                    done.logins.insert(instance.clone(), state);
+                    done.explains += 1;
+                    done.explain_ns += record.as_ref().map_or(0, |(_, elapsed)| *elapsed);
+                }
+                if let Some((record, _)) = record {
+                    done.plans.push(record);
+                }
+            }
+            let mut done = self.done.lock().unwrap_or_else(|e| e.into_inner());
+            done.logins.retain(|instance, _| self.servers.contains_key(instance));
+        }
+    }
+}
+
+/// Explains the server's next queued digest; None when the login failed
+/// (the digest stays first in line for the retry).
+fn explain_next(instance: &str, server: &mut Server, config: &PlanConfig) -> Option<(PlanRecord, u64)> {
+    let (key, reason) = server.queue.pop_front()?;
+    let raw = server.known.get(&key)?.raw.clone();
+    let started = Instant::now();
+    let outcome = explain(server, &key.0, &raw, config);
+    let elapsed = started.elapsed().as_nanos() as u64;
+    let plan = match outcome {
+        Ok(plan) => Ok(plan),
+        Err(Failure::Login(warning)) => {
+            if server.warning.as_ref() != Some(&warning) {
+                warn!(instance, %warning, retry_in = ?server.backoff, "no plans from this server for now");
+            }
+            server.warning = Some(warning);
+            server.conn = None;
+            server.retry_at = Instant::now() + server.backoff;
+            server.backoff = (server.backoff * 2).min(LAST_RETRY);
+            server.queue.push_front((key, reason));
+            return None;
+        }
+        Err(Failure::Statement { reason, warning }) => {
+            if let Some(w) = warning {
+                server.warning = Some(w);
+            }
+            Err(reason)
+        }
+    };
+    let known = server.known.get_mut(&key)?;
+    known.queued = false;
+    let previous_hash = known.last.as_ref().map_or(0, |l| l.hash);
+    let hash = plan.as_ref().map_or(0, |p| p.hash);
+    debug!(instance, digest = key.1, ?reason, hash, previous_hash, "explained");
+    // The figures later windows are compared with: those the plan ran under.
+    known.last =
+        Some(LastExplain { at: Instant::now(), hash, mean_ns: known.latest.0, rows_per_statement: known.latest.1 });
+    let record = PlanRecord {
+        instance: instance.to_string(),
+        schema: key.0,
+        digest: key.1,
+        explained_at: SystemTime::now(),
+        plan,
+        previous_hash,
+        explain_ns: elapsed,
+    };
+    Some((record, elapsed))
+}
+
+/// Statements EXPLAIN takes, by their first word.
+const EXPLAINABLE: [&str; 6] = ["SELECT", "WITH", "UPDATE", "DELETE", "INSERT", "REPLACE"];
+
+/// The statement's first word, upper case, past comments and parentheses.
+fn first_word(text: &str) -> String {
+    let mut rest = text.trim_start();
+    loop {
+        rest = rest.trim_start_matches(|c: char| c.is_whitespace() || c == '(');
+        if let Some(comment) = rest.strip_prefix("/*") {
+            rest = comment.split_once("*/").map_or("", |(_, after)| after);
+        } else if rest.starts_with("--") || rest.starts_with('#') {
+            rest = rest.split_once('\n').map_or("", |(_, after)| after);
+        } else {
+            break;
+        }
+    }
+    rest.chars().take_while(|c| c.is_ascii_alphabetic()).collect::<String>().to_ascii_uppercase()
+}
+
+/// Whether the text holds a `?` outside quotes and comments.
+fn has_placeholder(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            quote @ (b'\'' | b'"' | b'`') => {
+                i += 1;
+                while i < bytes.len() && bytes[i] != quote {
+                    i += if bytes[i] == b'\\' { 2 } else { 1 };
+                }
+            }
+            b'/' if bytes.get(i + 1) == Some(&b'*') => {
+                i = text[i + 2..].find("*/").map_or(bytes.len(), |end| i + 2 + end + 1);
+            }
+            b'#' => i = text[i..].find('\n').map_or(bytes.len(), |end| i + end),
+            b'-' if bytes.get(i + 1) == Some(&b'-') => i = text[i..].find('\n').map_or(bytes.len(), |end| i + end),
+            b'?' => return true,
+            _ => {}
+        }
+        i += 1;
+    }
+    false
+}
+
+fn explain(
+    server: &mut Server,
+    schema: &Option<Arc<str>>,
+    raw: &RawSample,
+    config: &PlanConfig,
+) -> Result<plan::Plan, Failure> {
+    let not = |reason: String| Failure::Statement { reason, warning: None };
+    let text = std::str::from_utf8(&raw.0).map_err(|_| not("the statement's text is not UTF-8".into()))?;
+    let word = first_word(text);
+    if !EXPLAINABLE.contains(&word.as_str()) {
+        return Err(not(format!("EXPLAIN does not take {} statements", if word.is_empty() { "these" } else { &word })));
+    }
+    // A sample with `?` placeholders is a prepared statement's text: its
+    // values are not in it.
+    if has_placeholder(text) {
+        return Err(not("a prepared statement's text (its values are not known to the agent)".into()));
+    }
+    server.asked += 1;
+    let known_procedure = schema.as_ref().and_then(|s| server.procedures.get(s).copied());
+    let conn = connection(server, &config.login)?;
+    if let Some(schema) = schema {
+        conn.select_db(schema).map_err(|e| classify(e, &format!("schema {schema}")))?;
+    }
+    // Only a routine the login may run is listed to it.
+    let procedure = match (schema, known_procedure) {
+        (None, _) => false,
+        (Some(_), Some(known)) => known,
+        (Some(schema), None) => conn
+            .exec_first::<u8, _, _>(
+                "SELECT 1 FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = ? AND ROUTINE_NAME = 'sqlbee_explain'",
+                (schema.as_ref(),),
+            )
+            .map_err(|e| classify(e, "information_schema.ROUTINES"))?
+            .is_some(),
+    };
+    let redact_plan = |s: &str| match config.samples {
+        Samples::Raw if !redact::carries_secret(raw.0.as_ref()) => s.to_string(),
+        _ => redact::statement(s.as_bytes()),
+    };
+    let answer = if procedure {
+        conn.exec_first::<String, _, _>("CALL sqlbee_explain(?)", (text,)).map_err(|e| classify(e, "sqlbee_explain"))
+    } else {
+        conn.exec_first::<String, _, _>(format!("EXPLAIN FORMAT=JSON {text}"), ()).map_err(|e| classify(e, "EXPLAIN"))
+    };
+    if let Some(schema) = schema {
+        server.procedures.insert(schema.clone(), procedure);
+    }
+    let answer = answer?;
+    let answer = answer.ok_or_else(|| not("EXPLAIN answered no rows".into()))?;
+    plan::from_explain(&answer, &redact_plan).map_err(|e| not(e.to_string()))
+}
+
+/// The open connection to the server, or a new one.
+fn connection<'a>(server: &'a mut Server, login: &super::ServerLogin) -> Result<&'a mut mysql::Conn, Failure> {
+    if server.conn.as_mut().is_some_and(|c| c.ping().is_ok()) {
+        return Ok(server.conn.as_mut().expect("checked above"));
+    }
+    let address = address_of(server.pid).ok_or_else(|| {
+        Failure::Login(format!("server pid {} listens on no socket or TCP port the agent can see", server.pid))
+    })?;
+    let opts = mysql::OptsBuilder::new()
+        .user(Some(&login.user))
+        .pass(Some(&login.password))
+        .prefer_socket(false)
+        .stmt_cache_size(0)
+        .tcp_connect_timeout(Some(EXPLAIN_TIMEOUT))
+        .read_timeout(Some(EXPLAIN_TIMEOUT))
+        .write_timeout(Some(EXPLAIN_TIMEOUT))
+        .connect_attrs(Some(HashMap::from([("program_name", "sqlbee")])));
+    let opts = match &address {
+        ServerAddress::Socket(path) => opts.socket(Some(path.to_string_lossy())),
+        ServerAddress::Tcp(port) => opts.ip_or_hostname(Some("127.0.0.1")).tcp_port(*port),
+    };
+    let mut conn = mysql::Conn::new(opts)
+        .map_err(|e| Failure::Login(format!("login as {} over {address} failed: {}", login.user, describe(&e))))?;
+    // MariaDB's bound on a statement's time; MySQL has none for EXPLAIN and
+    // answers with an error, which changes nothing.
+    let _ = conn.query_drop(format!("SET SESSION max_statement_time = {}", EXPLAIN_TIMEOUT.as_secs()));
+    if server.warning.take().is_some() {
+        info!(pid = server.pid, %address, "logged in to the server; plans resume");
+    }
+    server.backoff = FIRST_RETRY;
+    Ok(server.conn.insert(conn))
+}
+
+/// An error the server or the socket gave, redacted (messages quote values).
+fn describe(error: &mysql::Error) -> String {
+    match error {
+        mysql::Error::MySqlError(e) => format!("{} ({})", redact::message(&e.message), e.code),
+        other => redact::message(&other.to_string()),
+    }
+}
+
+/// Which kind of failure an error is.
+fn classify(error: mysql::Error, what: &str) -> Failure {
+    let described = describe(&error);
+    match error {
+        // Missing grants: the statement gets no plan and the instance says why.
+        mysql::Error::MySqlError(e) if [1044, 1142, 1143, 1227, 1370].contains(&e.code) => Failure::Statement {
+            reason: format!("{what}: {described}"),
+            warning: Some(format!("the login lacks a grant: {described}")),
+        },
+        mysql::Error::MySqlError(_) => Failure::Statement { reason: format!("{what}: {described}"), warning: None },
+        _ => Failure::Login(format!("the server went away during {what}: {described}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn first_words_past_comments() {
+        assert_eq!(first_word("  /* app */ select 1"), "SELECT");
+        assert_eq!(first_word("-- x\n(SELECT 1) UNION (SELECT 2)"), "SELECT");
+        assert_eq!(first_word("CALL p()"), "CALL");
+        assert_eq!(first_word(""), "");
+    }
+
+    #[test]
+    fn placeholders_outside_quotes_only() {
+        assert!(has_placeholder("SELECT * FROM t WHERE id = ?"));
+        assert!(!has_placeholder("SELECT '?', \"a?\", `q?` FROM t /* ? */ WHERE a = 'it\\'s?' -- ?\n"));
+        assert!(has_placeholder("SELECT 'x' FROM t WHERE a = ? # ?"));
+    }
+
+    #[test]
+    fn a_change_is_a_factor_either_way() {
+        assert!(moved(2000.0, 1.0) && moved(1.0, 2000.0));
+        assert!(!moved(1.5, 1.0) && !moved(0.0, 0.0));
+        assert!(moved(3.0, 0.0));
+    }
+}

@@ -1,0 +1,208 @@
+//! Plans, from a real agent logged in to a real MariaDB: a query on a
+//! table without an index shows a full scan, adding the index brings a
+//! second plan with the key (a plan change), and dropping it brings the
+//! first plan back as a change again. EXPLAIN never changes data, plans
+//! keep no literal, and a login that fails is a warning while counting
+//! stays exact.
+mod common;
+
+use std::{
+    os::unix::fs::PermissionsExt,
+    path::{Path, PathBuf},
+    time::{Duration, Instant},
+};
+
+use common::{Agent, PrivateServer, privileged};
+use mysql::prelude::Queryable;
+use serde_json::Value;
+
+const EMAIL: &str = "ann.secret@example.com";
+
+fn connect(server: &PrivateServer) -> mysql::Conn {
+    let opts =
+        mysql::OptsBuilder::new().socket(Some(server.socket.to_str().unwrap())).user(Some("root")).prefer_socket(true);
+    mysql::Conn::new(opts).unwrap()
+}
+
+/// A login file the agent accepts (0600, owned by the agent's user).
+fn login_file(dir: &Path, user: &str, password: &str) -> PathBuf {
+    let path = dir.join(format!("login-{user}.toml"));
+    std::fs::write(&path, format!("user = \"{user}\"\npassword = \"{password}\"\n")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    path
+}
+
+fn agent_args(server: &PrivateServer, login: &Path) -> Vec<String> {
+    vec![
+        format!("--pid={}", server.pid()),
+        "--window=1s".into(),
+        format!("--server-login={}", login.display()),
+        "--explain-rate=20".into(),
+        "--plan-recheck=1s".into(),
+    ]
+}
+
+/// Runs `sql` `times` times, then waits for a plan line `accept` takes.
+fn plan_after(
+    agent: &Agent,
+    conn: &mut mysql::Conn,
+    sql: &str,
+    times: usize,
+    accept: impl Fn(&Value) -> bool,
+) -> Value {
+    let started = Instant::now();
+    loop {
+        for _ in 0..times {
+            conn.query_drop(sql).unwrap();
+        }
+        if let Some(plan) = agent.lines_so_far().into_iter().rev().find(|l| l["type"] == "plan" && accept(l)) {
+            return plan;
+        }
+        if started.elapsed() > Duration::from_secs(60) {
+            let plans: Vec<String> = agent
+                .lines_so_far()
+                .iter()
+                .filter(|l| l["type"] == "plan" || l["type"] == "server_login")
+                .map(Value::to_string)
+                .collect();
+            panic!("no such plan for {sql}: {}\nplans so far:\n{}", agent.stderr_text(), plans.join("\n"));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+fn scans(plan: &Value, table: &str) -> bool {
+    plan["access"].as_array().is_some_and(|a| a.iter().any(|t| t["table"] == table && t["type"] == "ALL"))
+}
+
+fn uses_key(plan: &Value, table: &str, key: &str) -> bool {
+    plan["access"].as_array().is_some_and(|a| a.iter().any(|t| t["table"] == table && t["key"] == key))
+}
+
+#[test]
+fn plans_follow_an_index_and_explain_changes_nothing() {
+    if !privileged("plans_follow_an_index_and_explain_changes_nothing") {
+        return;
+    }
+    let _serial = common::one_at_a_time();
+    let server = PrivateServer::start("plans", &[]).unwrap();
+    let mut root = connect(&server);
+    root.query_drop(
+        "CREATE DATABASE app; CREATE TABLE app.orders (id INT PRIMARY KEY, email VARCHAR(64), total INT) ENGINE=InnoDB",
+    )
+    .unwrap();
+    root.query_drop(
+        "INSERT INTO app.orders SELECT seq, CONCAT('user', seq, '@example.com'), seq % 100 FROM app.seq_1_to_2000",
+    )
+    .unwrap();
+    // The plain way: a login that may run the statements themselves.
+    root.query_drop(
+        "CREATE USER 'sqlbee_plans'@'localhost' IDENTIFIED BY 'plans-pw'; \
+         GRANT SELECT, INSERT, UPDATE, DELETE ON app.* TO 'sqlbee_plans'@'localhost'",
+    )
+    .unwrap();
+    let login = login_file(server.dir(), "sqlbee_plans", "plans-pw");
+    let agent = Agent::start(server.dir(), &agent_args(&server, &login));
+    let mut app = connect(&server);
+    app.query_drop("USE app").unwrap();
+
+    let query = format!("SELECT id, total FROM orders WHERE email = '{EMAIL}'");
+    let first = plan_after(&agent, &mut app, &query, 20, |p| scans(p, "orders"));
+    let digest = first["digest"].clone();
+    assert_eq!(first["schema"], "app");
+    assert!(first["previous_plan_hash"].is_null(), "the first plan changes nothing: {first}");
+    let scan_hash = first["plan_hash"].clone();
+
+    root.query_drop("ALTER TABLE app.orders ADD INDEX by_email (email)").unwrap();
+    let indexed =
+        plan_after(&agent, &mut app, &query, 20, |p| p["digest"] == digest && uses_key(p, "orders", "by_email"));
+    assert_ne!(indexed["plan_hash"], scan_hash);
+    assert_eq!(indexed["previous_plan_hash"], scan_hash, "the index is a plan change: {indexed}");
+
+    root.query_drop("ALTER TABLE app.orders DROP INDEX by_email").unwrap();
+    let back = plan_after(&agent, &mut app, &query, 20, |p| {
+        p["digest"] == digest && p["previous_plan_hash"] == indexed["plan_hash"]
+    });
+    assert_eq!(back["plan_hash"], scan_hash, "the same plan has the same hash: {back}");
+
+    // EXPLAIN of an UPDATE and a DELETE runs neither.
+    app.query_drop("UPDATE orders SET total = total + 1000 WHERE id = 7").unwrap();
+    app.query_drop("DELETE FROM orders WHERE id = 1999").unwrap();
+    let update =
+        plan_after(&agent, &mut app, "SELECT 1", 0, |p| p["plan"].as_str().is_some_and(|j| j.contains("\"update\"")));
+    let delete =
+        plan_after(&agent, &mut app, "SELECT 1", 0, |p| p["plan"].as_str().is_some_and(|j| j.contains("\"delete\"")));
+    assert!(update["plan_hash"].is_string(), "the UPDATE has a plan: {update}");
+    assert!(delete["plan_hash"].is_string(), "the DELETE has a plan: {delete}");
+    let total: i64 = root.query_first("SELECT total FROM app.orders WHERE id = 7").unwrap().unwrap();
+    let rows: i64 = root.query_first("SELECT COUNT(*) FROM app.orders").unwrap().unwrap();
+    assert_eq!((total, rows), (1007, 1999), "EXPLAIN ran an UPDATE or a DELETE");
+
+    let out = agent.stop();
+    assert!(out.success, "{}", out.stderr);
+    for line in &out.lines {
+        assert!(!line.to_string().contains(EMAIL), "a literal left in the agent's output: {line}");
+    }
+    assert!(!out.stderr.contains(EMAIL) && !out.stderr.contains("plans-pw"), "{}", out.stderr);
+    let explains: u64 = out.lines.iter().filter(|l| l["type"] == "agent").filter_map(|l| l["explains"].as_u64()).sum();
+    assert!(explains >= 5, "the agent's cost counts its EXPLAINs: {explains}");
+}
+
+#[test]
+fn a_login_that_fails_is_a_warning_and_counting_stays_exact() {
+    if !privileged("a_login_that_fails_is_a_warning_and_counting_stays_exact") {
+        return;
+    }
+    let _serial = common::one_at_a_time();
+    let mut server = PrivateServer::start("plans-login", &[]).unwrap();
+    let mut root = connect(&server);
+    root.query_drop("CREATE DATABASE app; CREATE TABLE app.t (id INT PRIMARY KEY, v INT)").unwrap();
+    root.query_drop(
+        "CREATE USER 'no_grant'@'localhost' IDENTIFIED BY 'ng-pw'; \
+         CREATE USER 'right_user'@'localhost' IDENTIFIED BY 'right-pw'",
+    )
+    .unwrap();
+    for (login, expect) in [
+        (login_file(server.dir(), "right_user", "wrong-pw"), "Access denied"),
+        (login_file(server.dir(), "no_grant", "ng-pw"), "lacks a grant"),
+    ] {
+        let agent = Agent::start(server.dir(), &agent_args(&server, &login));
+        let statements = 300;
+        let run = |server: &PrivateServer| {
+            let mut app = connect(server);
+            for i in 0..statements {
+                app.query_drop(format!("SELECT v FROM app.t WHERE id = {i}")).unwrap();
+            }
+        };
+        run(&server);
+        let started = Instant::now();
+        while !agent
+            .lines_so_far()
+            .iter()
+            .any(|l| l["type"] == "server_login" && l["warning"].as_str().is_some_and(|w| w.contains(expect)))
+        {
+            assert!(started.elapsed() < Duration::from_secs(30), "no warning {expect:?}: {}", agent.progress());
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        // The server restarted mid-run: the agent follows it (it rescans
+        // every 500 ms) and keeps counting.
+        server.restart().unwrap();
+        std::thread::sleep(Duration::from_millis(2000));
+        run(&server);
+        let out = agent.stop();
+        assert!(out.success, "{}", out.stderr);
+        let counted: u64 = out
+            .lines
+            .iter()
+            .filter(|l| l["type"] == "digest" && l["digest_text"] == "SELECT `v` FROM `app`.`t` WHERE ID = ?")
+            .filter_map(|l| l["count"].as_u64())
+            .sum();
+        let texts: Vec<&Value> =
+            out.lines.iter().filter(|l| l["type"] == "digest").map(|l| &l["digest_text"]).collect();
+        assert_eq!(counted, 2 * statements, "counting does not depend on the login: {texts:?}");
+        let digest = out.lines.iter().find(|l| l["digest_text"] == "SELECT `v` FROM `app`.`t` WHERE ID = ?").unwrap();
+        let plans: Vec<&Value> =
+            out.lines.iter().filter(|l| l["type"] == "plan" && l["digest"] == digest["digest"]).collect();
+        assert!(plans.iter().all(|p| p["plan_hash"].is_null()), "{plans:?}");
+    }
+}
