@@ -38,6 +38,7 @@ fn main() -> anyhow::Result<()> {
         Role::Instances(args) => query::instances(args).context("instances failed")?,
         #[cfg(feature = "collector")]
         Role::Locks(args) => query::locks(args).context("locks failed")?,
+        Role::Plans(args) => query::plans(args).context("plans failed")?,
         #[cfg(feature = "collector")]
         Role::Hosts(args) => query::hosts(args).context("hosts failed")?,
         Role::Reference { dir } => {

@@ -12,7 +12,11 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{Agent, PrivateServer, privileged};
+use common::{
+    Agent, PrivateServer,
+    collector::{Collector, sqlbee_query},
+    privileged,
+};
 use mysql::prelude::Queryable;
 use serde_json::Value;
 
@@ -32,9 +36,11 @@ fn login_file(dir: &Path, user: &str, password: &str) -> PathBuf {
     path
 }
 
-fn agent_args(server: &PrivateServer, login: &Path) -> Vec<String> {
+fn agent_args(server: &PrivateServer, login: &Path, collector: &Collector) -> Vec<String> {
     vec![
         format!("--pid={}", server.pid()),
+        format!("--collector={}", collector.http_url()),
+        format!("--state-dir={}", server.dir().join(format!("state-{}", collector.pid())).display()),
         "--window=1s".into(),
         format!("--server-login={}", login.display()),
         "--explain-rate=20".into(),
@@ -102,7 +108,8 @@ fn plans_follow_an_index_and_explain_changes_nothing() {
     )
     .unwrap();
     let login = login_file(server.dir(), "sqlbee_plans", "plans-pw");
-    let agent = Agent::start(server.dir(), &agent_args(&server, &login));
+    let collector = Collector::start(&[]);
+    let agent = Agent::start(server.dir(), &agent_args(&server, &login, &collector));
     let mut app = connect(&server);
     app.query_drop("USE app").unwrap();
 
@@ -146,6 +153,34 @@ fn plans_follow_an_index_and_explain_changes_nothing() {
     assert!(!out.stderr.contains(EMAIL) && !out.stderr.contains("plans-pw"), "{}", out.stderr);
     let explains: u64 = out.lines.iter().filter(|l| l["type"] == "agent").filter_map(|l| l["explains"].as_u64()).sum();
     assert!(explains >= 5, "the agent's cost counts its EXPLAINs: {explains}");
+
+    // Through the collector: both plans, and both changes, newest first.
+    let digest = digest.as_str().unwrap();
+    let url = collector.http_url();
+    let answer = sqlbee_query(&["plans", digest, "--format", "json", "--since", "all", "--collector", &url]);
+    assert!(answer.status.success(), "{}", String::from_utf8_lossy(&answer.stderr));
+    let answer: Value = serde_json::from_slice(&answer.stdout).unwrap();
+    let hashes: Vec<&Value> = answer["plans"].as_array().unwrap().iter().map(|p| &p["plan_hash"]).collect();
+    assert_eq!(hashes.len(), 2, "{answer}");
+    assert!(hashes.contains(&&scan_hash) && hashes.contains(&&indexed["plan_hash"]), "{answer}");
+    let scan = answer["plans"].as_array().unwrap().iter().find(|p| p["plan_hash"] == scan_hash).unwrap();
+    assert_eq!(scan["tables"], serde_json::json!(["orders"]));
+    assert_eq!(
+        (&scan["access"][0]["type"], &scan["schema"], &scan["instance"]),
+        (&"ALL".into(), &"app".into(), &first["instance"])
+    );
+    assert!(scan["first_seen_unix_ms"].as_i64() <= scan["last_seen_unix_ms"].as_i64());
+    let changes: Vec<(&Value, &Value)> =
+        answer["changes"].as_array().unwrap().iter().map(|c| (&c["from_plan_hash"], &c["to_plan_hash"])).collect();
+    assert_eq!(changes, [(&indexed["plan_hash"], &scan_hash), (&scan_hash, &indexed["plan_hash"])], "{answer}");
+    let table = sqlbee_query(&["plans", digest, "--since", "all", "--collector", &url]);
+    let table = String::from_utf8_lossy(&table.stdout);
+    assert!(table.contains("orders") && table.contains("by_email") && !table.contains(EMAIL), "{table}");
+    let stored = sqlbee_query(&["plans", "--format", "json", "--since", "all", "--collector", &url]);
+    assert!(!String::from_utf8_lossy(&stored.stdout).contains(EMAIL));
+    let instances = sqlbee_query(&["instances", "--format", "json", "--collector", &url]);
+    let instances: Value = serde_json::from_slice(&instances.stdout).unwrap();
+    assert_eq!(instances[0]["server_login"], "ok", "{instances}");
 }
 
 #[test]
@@ -162,11 +197,12 @@ fn a_login_that_fails_is_a_warning_and_counting_stays_exact() {
          CREATE USER 'right_user'@'localhost' IDENTIFIED BY 'right-pw'",
     )
     .unwrap();
+    let collector = Collector::start(&[]);
     for (login, expect) in [
         (login_file(server.dir(), "right_user", "wrong-pw"), "Access denied"),
         (login_file(server.dir(), "no_grant", "ng-pw"), "lacks a grant"),
     ] {
-        let agent = Agent::start(server.dir(), &agent_args(&server, &login));
+        let agent = Agent::start(server.dir(), &agent_args(&server, &login, &collector));
         let statements = 300;
         let run = |server: &PrivateServer| {
             let mut app = connect(server);
@@ -204,5 +240,19 @@ fn a_login_that_fails_is_a_warning_and_counting_stays_exact() {
         let plans: Vec<&Value> =
             out.lines.iter().filter(|l| l["type"] == "plan" && l["digest"] == digest["digest"]).collect();
         assert!(plans.iter().all(|p| p["plan_hash"].is_null()), "{plans:?}");
+        // The collector shows the warning on the instance.
+        let url = collector.http_url();
+        let instances = sqlbee_query(&["instances", "--format", "json", "--collector", &url]);
+        let instances: Value = serde_json::from_slice(&instances.stdout).unwrap();
+        assert!(
+            instances
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|i| i["server_login"].as_str().is_some_and(|w| w.contains(expect))),
+            "{instances}"
+        );
+        let table = sqlbee_query(&["instances", "--collector", &url]);
+        assert!(String::from_utf8_lossy(&table.stdout).contains("NO PLANS"));
     }
 }

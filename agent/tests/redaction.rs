@@ -13,13 +13,15 @@ use std::{os::unix::fs::PermissionsExt, path::Path, time::Duration};
 use common::{Agent, PrivateServer, collector::Collector, collector::sqlbee_query, privileged};
 use mysql::prelude::Queryable;
 
-const SECRETS: [&str; 6] = [
+const SECRETS: [&str; 7] = [
     "Pw-S3cret",
     "ann.secret@example.com",
     "4111111111111111",
     "Secret-Card-9",
     "Hush-Key-7",
     "bob.hidden@corp.example",
+    // The plans login's password.
+    "plans-login-pw",
 ];
 
 fn connect(server: &PrivateServer) -> mysql::Conn {
@@ -61,6 +63,16 @@ fn no_literal_leaves_by_default_and_counts_stay_exact() {
              card VARCHAR(32), n INT) ENGINE=InnoDB",
         )
         .unwrap();
+    // Plans too: a login that may explain the application's statements.
+    server
+        .sql(
+            "CREATE USER 'redact_plans'@'localhost' IDENTIFIED BY 'plans-login-pw'; \
+             GRANT SELECT, UPDATE ON app.* TO 'redact_plans'@'localhost'",
+        )
+        .unwrap();
+    let login = server.dir().join("login.toml");
+    std::fs::write(&login, "user = \"redact_plans\"\npassword = \"plans-login-pw\"\n").unwrap();
+    std::fs::set_permissions(&login, std::fs::Permissions::from_mode(0o600)).unwrap();
     let collector = Collector::start(&[]);
     let state = server.dir().join("agent-state");
     let agent = Agent::start(
@@ -72,6 +84,8 @@ fn no_literal_leaves_by_default_and_counts_stay_exact() {
             "--window=1s".into(),
             // Lock-wait records carry the waiting statement's sample.
             "--wait-probes".into(),
+            format!("--server-login={}", login.display()),
+            "--explain-rate=20".into(),
         ],
     );
 
@@ -114,7 +128,17 @@ fn no_literal_leaves_by_default_and_counts_stay_exact() {
     waiting.join().unwrap();
     drop((conn, holder));
 
-    // Shipped, acknowledged and stored before the checks.
+    // The SELECT's plan (whose condition holds the email and the card
+    // number) is explained, then shipped, acknowledged and stored.
+    let select_digest = sqlbee::normalize::digest_text(
+        b"SELECT id FROM app.people WHERE email = 'ann.secret@example.com' AND card = '4111111111111111'",
+    );
+    let select_id = format!("{:016x}", common::collector::id_of(&select_digest));
+    let started = std::time::Instant::now();
+    while !agent.lines_so_far().iter().any(|l| l["type"] == "plan" && l["digest"] == select_id.as_str()) {
+        assert!(started.elapsed() < Duration::from_secs(30), "the SELECT got no plan: {}", agent.progress());
+        std::thread::sleep(Duration::from_millis(200));
+    }
     std::thread::sleep(Duration::from_millis(1500));
     let out = agent.stop();
     assert!(out.success, "{}", out.stderr);
@@ -130,9 +154,6 @@ fn no_literal_leaves_by_default_and_counts_stay_exact() {
         .unwrap_or_else(|| panic!("no SELECT sample: {jsonl}"));
     assert_eq!(select["sample"], "SELECT id FROM app.people WHERE email = ? AND card = ?");
     let counts = out.digest_counts(None);
-    let select_digest = sqlbee::normalize::digest_text(
-        b"SELECT id FROM app.people WHERE email = 'ann.secret@example.com' AND card = '4111111111111111'",
-    );
     assert_eq!(counts.get(&select_digest), Some(&SELECTS), "{counts:#?}");
     let inserts: u64 = counts.iter().filter(|(t, _)| t.starts_with("INSERT INTO `app`.`people`")).map(|(_, n)| n).sum();
     assert_eq!(inserts, 4, "{counts:#?}");
@@ -173,6 +194,9 @@ fn no_literal_leaves_by_default_and_counts_stay_exact() {
         vec!["locks", "--format", "json", "--since", "all"],
         vec!["instances", "--format", "json"],
         vec!["top", "--since", "all", "--limit", "10000"],
+        vec!["plans", &select_id, "--format", "json", "--since", "all"],
+        vec!["plans", &select_id, "--since", "all"],
+        vec!["plans", "--format", "json", "--since", "all"],
     ] {
         let mut full = args.clone();
         full.extend(["--collector", url.as_str()]);
@@ -189,6 +213,11 @@ fn no_literal_leaves_by_default_and_counts_stay_exact() {
         .find(|d| d["digest_text"] == select_digest.as_str())
         .expect("the SELECT digest in the store");
     assert_eq!(select_row["count"], SELECTS);
+    let plans = sqlbee_query(&["plans", &select_id, "--format", "json", "--since", "all", "--collector", &url]);
+    let plans: serde_json::Value = serde_json::from_slice(&plans.stdout).unwrap();
+    let stored_plan = plans["plans"].as_array().and_then(|p| p.first()).cloned().unwrap_or_default();
+    assert!(stored_plan["plan_hash"].is_string(), "the SELECT's plan is stored: {plans}");
+    assert!(stored_plan["access"][0]["table"] == "people", "{plans}");
 
     // The store's files, WAL included, while the collector runs and after.
     let mut store_files = Vec::new();

@@ -42,6 +42,10 @@ pub enum Role {
     /// Agents' hosts and the agents' own cost, window by window.
     #[cfg(feature = "collector")]
     Hosts(crate::query::HostsArgs),
+    /// A digest's plans (EXPLAIN, from agents with --server-login) and
+    /// plan changes.
+    #[cfg(feature = "collector")]
+    Plans(crate::query::PlansArgs),
     /// Receive batches from agents (not in this build).
     #[cfg(not(feature = "collector"))]
     #[command(disable_help_flag = true)]

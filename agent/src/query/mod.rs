@@ -10,7 +10,7 @@ pub mod render_series;
 use std::{path::PathBuf, time::Duration};
 
 use clap::builder::PossibleValuesParser;
-use sqlbee_proto::v1::{HostsRequest, InstancesRequest, LocksRequest, SeriesRequest, TopRequest};
+use sqlbee_proto::v1::{HostsRequest, InstancesRequest, LocksRequest, PlansRequest, SeriesRequest, TopRequest};
 use tonic::{Code, Status};
 
 use sqlbee_common::{clock::now_unix_ms, duration};
@@ -134,6 +134,29 @@ pub struct LocksArgs {
     #[arg(long, default_value = "1h")]
     pub since: String,
     /// Waits to show, newest first (1..=10000).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub limit: u32,
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct PlansArgs {
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+    /// The digest (16 hex digits, as `top` prints it); without it, the plan
+    /// changes of every digest.
+    pub digest: Option<String>,
+    /// Only this schema; default every schema.
+    #[arg(long)]
+    pub schema: Option<String>,
+    /// Only this server instance (host:port); default every instance.
+    #[arg(long)]
+    pub instance: Option<String>,
+    /// Plan changes within this long ago (10s, 5m, 2h, 7d), or `all`.
+    #[arg(long, default_value = "7d")]
+    pub since: String,
+    /// Plan changes to show, newest first (1..=10000).
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub limit: u32,
     #[arg(long, value_enum, default_value_t = Format::Table)]
@@ -340,6 +363,24 @@ pub fn locks(args: LocksArgs) -> Result<(), QueryError> {
     match args.format {
         Format::Json => render::write_json(&mut out, &json::locks_json(&waits)),
         Format::Table => render::write_locks_table(&mut out, &waits),
+    }
+    .map_err(|source| QueryError::Output { source })
+}
+
+pub fn plans(args: PlansArgs) -> Result<(), QueryError> {
+    let request = PlansRequest {
+        digest: digest_id(args.digest.as_deref())?.unwrap_or(0),
+        schema: args.schema.clone().unwrap_or_default(),
+        instance: args.instance.clone().unwrap_or_default(),
+        since_unix_ms: since_unix_ms(&args.since)?,
+        until_unix_ms: 0,
+        limit: args.limit,
+    };
+    let answer = call(&args.connect, "Plans", |mut client| async move { client.plans(request).await })?;
+    let mut out = std::io::stdout().lock();
+    match args.format {
+        Format::Json => render::write_json(&mut out, &json::plans_json(&answer)),
+        Format::Table => render::write_plans_table(&mut out, &answer),
     }
     .map_err(|source| QueryError::Output { source })
 }

@@ -3,7 +3,7 @@
 use std::io::Write;
 
 use serde_json::Value;
-use sqlbee_proto::v1::{Blocker, InstanceInfo, LockWaitRow, TopDigest, WaitStats};
+use sqlbee_proto::v1::{Blocker, InstanceInfo, LockWaitRow, PlansResponse, TopDigest, WaitStats};
 
 use super::cells::{cut, time};
 use crate::collector::query_api::json::lag_ms;
@@ -242,7 +242,70 @@ pub fn write_instances_table(
             )?;
         }
     }
+    let logins: Vec<&InstanceInfo> =
+        instances.iter().filter(|i| !i.server_login.is_empty() && i.server_login != "ok").collect();
+    if !logins.is_empty() {
+        writeln!(out, "\nNO PLANS (the agent's --server-login fails; counting goes on, the login is retried):")?;
+        for i in logins {
+            writeln!(out, "  {} ({}): {}", i.instance, i.host, i.server_login)?;
+        }
+    }
     super::render_cost::write_instance_costs(out, instances)?;
+    out.flush()
+}
+
+/// A hash as 16 hex digits, `-` for none.
+fn plan_hash(h: u64) -> String {
+    if h == 0 { "-".into() } else { format!("{h:016x}") }
+}
+
+pub fn write_plans_table(out: &mut impl Write, answer: &PlansResponse) -> std::io::Result<()> {
+    if let Some(first) = answer.plans.first() {
+        writeln!(out, "{}", first.digest_text)?;
+    }
+    for row in &answer.plans {
+        let p = row.plan.clone().unwrap_or_default();
+        writeln!(
+            out,
+            "\nplan {} on {} (schema {}), seen {} .. {}",
+            plan_hash(p.plan_hash),
+            row.instance,
+            if p.schema.is_empty() { "-" } else { &p.schema },
+            time(row.first_seen_unix_ms),
+            time(row.last_seen_unix_ms)
+        )?;
+        if !p.not_explained.is_empty() {
+            writeln!(out, "  not explained: {}", p.not_explained)?;
+        }
+        for a in &p.access {
+            let key = if a.key.is_empty() { "no index".to_string() } else { format!("key {}", a.key) };
+            let rows = a.rows.map_or_else(String::new, |r| format!(", ~{r} rows"));
+            writeln!(out, "  {:<32} {:<8} {key}{rows}", cut(&a.table, 32), a.r#type)?;
+        }
+        let extras: Vec<&str> = [(p.filesort, "filesort"), (p.temporary, "temporary table")]
+            .into_iter()
+            .filter_map(|(on, name)| on.then_some(name))
+            .collect();
+        if !extras.is_empty() {
+            writeln!(out, "  uses {}", extras.join(" and "))?;
+        }
+    }
+    writeln!(out, "\n{:<24} {:<22} {:<16} {:<16} {:<16}  digest", "plan changed", "instance", "schema", "from", "to")?;
+    for c in &answer.changes {
+        writeln!(
+            out,
+            "{:<24} {:<22} {:<16} {:<16} {:<16}  {}",
+            time(c.at_unix_ms),
+            cut(&c.instance, 22),
+            cut(&c.schema, 16),
+            plan_hash(c.from_hash),
+            plan_hash(c.to_hash),
+            cut(&c.digest_text, 60)
+        )?;
+    }
+    if answer.plans.is_empty() && answer.changes.is_empty() {
+        writeln!(out, "(no plans: agents collect them only with --server-login; see the manual, \"Plans\")")?;
+    }
     out.flush()
 }
 

@@ -4,7 +4,7 @@
 //! `order`, `limit`, `schema`, `digest`, `of`, `step`).
 use serde_json::{Value, json};
 use sqlbee_common::duration;
-use sqlbee_proto::v1::{HostsRequest, LocksRequest, SeriesRequest, TopRequest, TotalsRequest};
+use sqlbee_proto::v1::{HostsRequest, LocksRequest, PlansRequest, SeriesRequest, TopRequest, TotalsRequest};
 
 use super::{
     Ui,
@@ -91,6 +91,19 @@ pub async fn answer(ui: &Ui, path: &str, params: &Params, now: i64) -> Option<Re
                     .locks(LocksRequest { instance, since_unix_ms: range.since_unix_ms, limit: number(params, "limit")? })
                     .await?;
                 shape::locks_json(&answer.waits)
+            }
+            "/api/plans" => {
+                let answer = ui
+                    .plans(PlansRequest {
+                        digest: digest(params)?,
+                        schema: text(params, "schema"),
+                        instance,
+                        since_unix_ms: range.since_unix_ms,
+                        until_unix_ms: range.until_unix_ms,
+                        limit: number(params, "limit")?,
+                    })
+                    .await?;
+                shape::plans_json(&answer)
             }
             "/api/hosts" => {
                 let answer = ui

@@ -23,8 +23,9 @@ mod throttle;
 use std::sync::Arc;
 
 use sqlbee_proto::v1::{
-    HostsRequest, HostsResponse, InstanceInfo, InstancesRequest, LocksRequest, LocksResponse, SeriesRequest,
-    SeriesResponse, TopRequest, TopResponse, TotalsRequest, TotalsResponse, query_server::Query,
+    HostsRequest, HostsResponse, InstanceInfo, InstancesRequest, LocksRequest, LocksResponse, PlansRequest,
+    PlansResponse, SeriesRequest, SeriesResponse, TopRequest, TopResponse, TotalsRequest, TotalsResponse,
+    query_server::Query,
 };
 use tokio::sync::Semaphore;
 use tonic::{Request, Status};
@@ -112,6 +113,10 @@ impl Ui {
 
     async fn instances(&self) -> Result<Vec<InstanceInfo>, Status> {
         Ok(self.ask(self.query.instances(Request::new(InstancesRequest {}))).await?.instances)
+    }
+
+    async fn plans(&self, request: PlansRequest) -> Result<PlansResponse, Status> {
+        self.ask(self.query.plans(Request::new(request))).await
     }
 
     async fn locks(&self, request: LocksRequest) -> Result<LocksResponse, Status> {

@@ -1,12 +1,12 @@
-//! Query answers as JSON: the one shape `sqlbee top|series|instances|locks|hosts
+//! Query answers as JSON: the one shape `sqlbee top|series|instances|locks|hosts|plans
 //! --format json` prints and the web UI's `/api/` serves, so a script
 //! written against one reads the other. Pure: takes the answer, returns a
 //! value.
 use serde_json::{Map, Value, json};
 use sqlbee_common::clock;
 use sqlbee_proto::v1::{
-    AgentQuota, AgentWindowRow, CostSummary, InstanceCost, InstanceInfo, LockWaitRow, ProcessMetrics, QueryStats,
-    SeriesResponse, TopDigest,
+    AgentQuota, AgentWindowRow, CostSummary, InstanceCost, InstanceInfo, LockWaitRow, PlansResponse, ProcessMetrics,
+    QueryStats, SeriesResponse, TopDigest,
 };
 
 /// An RFC 3339 time for ms since the epoch; `-` for none.
@@ -83,6 +83,8 @@ pub fn instances_json(instances: &[InstanceInfo], now_unix_ms: i64) -> Value {
                     "server_version": i.server_version,
                     "build_id": i.build_id,
                     "traced": i.untraced_reason.is_empty(),
+                    // null: the agent has no login for plans.
+                    "server_login": (!i.server_login.is_empty()).then_some(&i.server_login),
                     "untraced": (!i.untraced_reason.is_empty()).then(|| json!({
                         "reason": i.untraced_reason,
                         "kind": i.untraced_kind,
@@ -130,6 +132,61 @@ pub fn locks_json(rows: &[LockWaitRow]) -> Value {
             })
             .collect(),
     )
+}
+
+/// A hash as 16 hex digits; null for 0 (none).
+fn hash(h: u64) -> Value {
+    if h == 0 { Value::Null } else { format!("{h:016x}").into() }
+}
+
+/// `{"plans": [...], "changes": [...]}`: each distinct plan of a digest
+/// (newest last seen first) and plan changes (newest first).
+pub fn plans_json(answer: &PlansResponse) -> Value {
+    let plans: Vec<Value> = answer
+        .plans
+        .iter()
+        .map(|row| {
+            let p = row.plan.clone().unwrap_or_default();
+            json!({
+                "plan_hash": hash(p.plan_hash),
+                "first_seen_unix_ms": row.first_seen_unix_ms,
+                "last_seen_unix_ms": row.last_seen_unix_ms,
+                "instance": row.instance,
+                "schema": p.schema,
+                "digest": format!("{:016x}", p.digest),
+                "digest_text": row.digest_text,
+                "tables": p.access.iter().map(|a| a.table.as_str()).collect::<Vec<_>>(),
+                "access": p.access.iter().map(|a| json!({
+                    "table": a.table,
+                    "type": a.r#type,
+                    "key": (!a.key.is_empty()).then_some(&a.key),
+                    "key_parts": a.key_parts,
+                    "rows": a.rows,
+                })).collect::<Vec<_>>(),
+                "filesort": p.filesort,
+                "temporary": p.temporary,
+                "plan": (!p.plan_json.is_empty()).then_some(&p.plan_json),
+                "not_explained": (!p.not_explained.is_empty()).then_some(&p.not_explained),
+            })
+        })
+        .collect();
+    let changes: Vec<Value> = answer
+        .changes
+        .iter()
+        .map(|c| {
+            json!({
+                "at_unix_ms": c.at_unix_ms,
+                "at": time(c.at_unix_ms),
+                "instance": c.instance,
+                "schema": c.schema,
+                "digest": format!("{:016x}", c.digest),
+                "digest_text": c.digest_text,
+                "from_plan_hash": hash(c.from_hash),
+                "to_plan_hash": hash(c.to_hash),
+            })
+        })
+        .collect();
+    json!({"plans": plans, "changes": changes})
 }
 
 /// How long ago the agent's newest window for the instance ended; `None`

@@ -8,14 +8,15 @@ use std::sync::Arc;
 
 use sqlbee_common::clock::now_unix_ms;
 use sqlbee_proto::v1::{
-    HostsRequest, HostsResponse, InstancesRequest, InstancesResponse, LocksRequest, LocksResponse, SeriesRequest,
-    SeriesResponse, TopRequest, TopResponse, TotalsRequest, TotalsResponse, query_server::Query,
+    HostsRequest, HostsResponse, InstancesRequest, InstancesResponse, LocksRequest, LocksResponse, PlansRequest,
+    PlansResponse, SeriesRequest, SeriesResponse, TopRequest, TopResponse, TotalsRequest, TotalsResponse,
+    query_server::Query,
 };
 use tonic::{Request, Response, Status};
 
 use crate::collector::{
     quota::Quotas,
-    store::{HostsQuery, LocksQuery, SeriesOf, SeriesQuery, Store, TopQuery, TotalsQuery, rollup},
+    store::{HostsQuery, LocksQuery, PlansQuery, SeriesOf, SeriesQuery, Store, TopQuery, TotalsQuery, rollup},
     store_task::blocking,
 };
 
@@ -160,6 +161,18 @@ pub fn locks_query(request: LocksRequest) -> Result<LocksQuery, Status> {
     })
 }
 
+pub fn plans_query(request: PlansRequest) -> Result<PlansQuery, Status> {
+    let since_unix_ms = since(request.since_unix_ms)?;
+    Ok(PlansQuery {
+        digest: (request.digest != 0).then_some(request.digest),
+        schema: non_empty(request.schema),
+        instance: non_empty(request.instance),
+        until_unix_ms: until(request.until_unix_ms, since_unix_ms)?,
+        since_unix_ms,
+        limit: limit(request.limit, DEFAULT_LOCKS_LIMIT)?,
+    })
+}
+
 pub fn top_query(request: TopRequest) -> Result<TopQuery, Status> {
     let order_by = OrderBy::parse(&request.order_by).ok_or_else(|| {
         Status::invalid_argument(format!(
@@ -225,6 +238,12 @@ impl Query for QueryService {
         let store = self.store.clone();
         let waits = blocking(move || store.locks(&query)).await?;
         Ok(Response::new(LocksResponse { waits }))
+    }
+
+    async fn plans(&self, request: Request<PlansRequest>) -> Result<Response<PlansResponse>, Status> {
+        let query = plans_query(request.into_inner())?;
+        let store = self.store.clone();
+        Ok(Response::new(blocking(move || store.plans(&query)).await?))
     }
 
     async fn hosts(&self, request: Request<HostsRequest>) -> Result<Response<HostsResponse>, Status> {

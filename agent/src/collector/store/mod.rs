@@ -15,8 +15,8 @@ mod shared_tests;
 pub mod sqlite;
 
 use sqlbee_proto::v1::{
-    AgentWindowRow, Batch, CostSummary, DigestSeries, InstanceInfo, InstanceSeries, LockWaitRow, SeriesPoint,
-    TopDigest, TotalsResponse,
+    AgentWindowRow, Batch, CostSummary, DigestSeries, InstanceInfo, InstanceSeries, LockWaitRow, PlansResponse,
+    SeriesPoint, TopDigest, TotalsResponse,
 };
 
 pub use sqlite::SqliteStore;
@@ -218,6 +218,23 @@ pub struct LocksQuery {
     pub limit: usize,
 }
 
+/// A digest's plans and the plan changes of a range.
+#[derive(Clone, Debug)]
+pub struct PlansQuery {
+    /// None: no plans, only the changes of every digest.
+    pub digest: Option<u64>,
+    /// None: every schema.
+    pub schema: Option<String>,
+    /// None: every instance.
+    pub instance: Option<String>,
+    /// Changes at or after this (ms since epoch); 0: all.
+    pub since_unix_ms: i64,
+    /// Changes before this; `i64::MAX`: no end.
+    pub until_unix_ms: i64,
+    /// Changes at most, newest first.
+    pub limit: usize,
+}
+
 /// Agents' own windows, newest first.
 #[derive(Clone, Debug)]
 pub struct HostsQuery {
@@ -326,6 +343,9 @@ pub trait Store: Send + Sync {
     /// `digests` in one read; pairs without a window in the range are left
     /// out. Only `SeriesOf::Statements` is split.
     fn series_by_digest(&self, query: &SeriesQuery, digests: &[u64]) -> Result<Vec<DigestSeries>, StoreError>;
+    /// Each distinct plan of `query.digest` (newest last seen first) and
+    /// the plan changes of the range (newest first, at most `limit`).
+    fn plans(&self, query: &PlansQuery) -> Result<PlansResponse, StoreError>;
     /// Rolls up what arrived since the last pass, for a store that does
     /// not roll windows up as they arrive; how many buckets are still due
     /// (more than one pass takes). The SQLite store rolls up in `ingest`.

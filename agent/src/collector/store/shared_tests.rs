@@ -166,3 +166,68 @@ pub(super) fn error_messages_are_kept_per_instance(store: &dyn Store, batch: Mak
     assert_eq!(message(Some("h:2")), "planted by another agent");
     assert_eq!(message(None), "planted by another agent", "fleet-wide, the newest");
 }
+
+/// Plans: sightings of one hash merge into one plan (first and last seen,
+/// the newest sighting's content) whatever order batches arrive in, a
+/// replayed batch adds nothing, and changes come newest first.
+pub(super) fn plans_merge_sightings_and_list_changes(store: &dyn Store, batch: MakeBatch) {
+    use sqlbee_proto::v1::{Plan, TableAccess};
+    let plan = |hash: u64, previous: u64, at: i64, key: &str| Plan {
+        digest: u64::MAX - 1,
+        schema: "app".into(),
+        explained_unix_ms: at,
+        plan_hash: hash,
+        previous_plan_hash: previous,
+        access: vec![TableAccess {
+            table: "orders".into(),
+            r#type: "ref".into(),
+            key: key.into(),
+            ..Default::default()
+        }],
+        plan_json: format!("{{\"seen\": {at}}}"),
+        ..Default::default()
+    };
+    let put = |sequence: u64, end: i64, plans: Vec<Plan>, login: &str| {
+        let mut b = batch(sequence, end, &[(10, 1)]);
+        b.windows[0].plans = plans;
+        b.windows[0].server_login = login.into();
+        store.ingest(b.clone(), end, content_hash(&b)).unwrap();
+        b
+    };
+    let first = put(1, 1500, vec![plan(11, 0, 1400, "")], "ok");
+    put(3, 3500, vec![plan(11, 22, 3400, "")], "ok");
+    // Arrives late: its sighting is older than the newest of hash 11.
+    put(2, 2500, vec![plan(22, 11, 2400, "by_email"), plan(11, 0, 1200, "")], "login failed");
+    store.ingest(first.clone(), 9000, content_hash(&first)).unwrap();
+
+    let query = PlansQuery {
+        digest: Some(u64::MAX - 1),
+        schema: None,
+        instance: None,
+        since_unix_ms: 0,
+        until_unix_ms: i64::MAX,
+        limit: 100,
+    };
+    let answer = store.plans(&query).unwrap();
+    let seen: Vec<(u64, i64, i64)> = answer
+        .plans
+        .iter()
+        .map(|r| (r.plan.as_ref().unwrap().plan_hash, r.first_seen_unix_ms, r.last_seen_unix_ms))
+        .collect();
+    assert_eq!(seen, [(11, 1200, 3400), (22, 2400, 2400)]);
+    assert_eq!(answer.plans[0].plan.as_ref().unwrap().plan_json, "{\"seen\": 3400}", "the newest sighting's");
+    assert_eq!(answer.plans[1].plan.as_ref().unwrap().access[0].key, "by_email");
+    let changes: Vec<(i64, u64, u64)> = answer.changes.iter().map(|c| (c.at_unix_ms, c.from_hash, c.to_hash)).collect();
+    assert_eq!(changes, [(3400, 22, 11), (2400, 11, 22)]);
+    assert_eq!(answer.changes[0].schema, "app");
+
+    let other_schema = store.plans(&PlansQuery { schema: Some("shop".into()), ..query.clone() }).unwrap();
+    assert!(other_schema.plans.is_empty() && other_schema.changes.is_empty());
+    let fleet = store.plans(&PlansQuery { digest: None, since_unix_ms: 3000, ..query.clone() }).unwrap();
+    assert!(fleet.plans.is_empty(), "no digest: changes only");
+    assert_eq!(fleet.changes.len(), 1);
+
+    // The newest window's word on the login stands.
+    let instances = store.instances().unwrap();
+    assert_eq!(instances.iter().find(|i| i.instance == "h:1").unwrap().server_login, "ok");
+}

@@ -51,6 +51,7 @@ mod costs;
 mod digest_rows;
 mod group_commit;
 mod http;
+mod plans;
 mod read;
 mod rollups;
 mod schema;
@@ -62,13 +63,13 @@ mod write;
 use std::path::PathBuf;
 
 use sqlbee_proto::v1::{
-    AgentWindowRow, Batch, CostSummary, DigestSeries, InstanceInfo, InstanceSeries, LockWaitRow, SeriesPoint,
-    TopDigest, TotalsResponse,
+    AgentWindowRow, Batch, CostSummary, DigestSeries, InstanceInfo, InstanceSeries, LockWaitRow, PlansResponse,
+    SeriesPoint, TopDigest, TotalsResponse,
 };
 
 use super::{
-    HostsQuery, IngestOutcome, LocksQuery, PruneCutoffs, PruneOutcome, SeriesQuery, Store, StoreError, TopQuery,
-    TotalsQuery,
+    HostsQuery, IngestOutcome, LocksQuery, PlansQuery, PruneCutoffs, PruneOutcome, SeriesQuery, Store, StoreError,
+    TopQuery, TotalsQuery,
 };
 pub use schema::SCHEMA_VERSION;
 
@@ -263,6 +264,10 @@ impl Store for ClickHouseStore {
 
     fn totals(&self, query: &TotalsQuery) -> Result<TotalsResponse, StoreError> {
         read::totals(&self.db, query)
+    }
+
+    fn plans(&self, query: &PlansQuery) -> Result<PlansResponse, StoreError> {
+        plans::read(&self.db, query)
     }
 
     fn locks(&self, query: &LocksQuery) -> Result<Vec<LockWaitRow>, StoreError> {

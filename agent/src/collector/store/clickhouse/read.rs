@@ -247,15 +247,18 @@ pub(super) fn instances(db: &Client) -> Result<Vec<InstanceInfo>, StoreError> {
     let all = winners(i64::MIN, i64::MAX);
     let mut servers: BTreeMap<(String, String), (Option<Server>, Option<(Server, String, String, i64)>)> =
         BTreeMap::new();
+    let mut logins: HashMap<(String, String), String> = HashMap::new();
     let mut rows = db
         .select(&format!(
-            "SELECT agent_id, instance, {} FROM instance_windows WHERE {all} GROUP BY agent_id, instance",
+            "SELECT agent_id, instance, {}, argMax(server_login, window_end) FROM instance_windows WHERE {all}
+             GROUP BY agent_id, instance",
             newest("window_end")
         ))
         .map_err(err)?;
     while !rows.done() {
         let key = (rows.string().map_err(&bad)?, rows.string().map_err(&bad)?);
-        servers.entry(key).or_default().0 = Some(read_server(&mut rows).map_err(&bad)?);
+        servers.entry(key.clone()).or_default().0 = Some(read_server(&mut rows).map_err(&bad)?);
+        logins.insert(key, rows.string().map_err(&bad)?);
     }
     let mut rows = db
         .select(&format!(
@@ -274,12 +277,14 @@ pub(super) fn instances(db: &Client) -> Result<Vec<InstanceInfo>, StoreError> {
     }
     let mut by_agent: HashMap<String, Vec<InstanceInfo>> = HashMap::new();
     for ((agent_id, instance), (traced, untraced)) in servers {
+        let server_login = logins.remove(&(agent_id.clone(), instance.clone())).unwrap_or_default();
         let last_window_end = traced.as_ref().map_or(0, |s| s.at);
         let seen = untraced.as_ref().map_or(0, |u| u.0.at);
         let mut info = InstanceInfo {
             instance,
             last_window_end_unix_ms: last_window_end,
             untraced_seen_unix_ms: seen,
+            server_login,
             ..Default::default()
         };
         let named_by = match (&traced, &untraced) {

@@ -22,7 +22,11 @@ use crate::collector::store::rollup;
 /// 3: rollups at ten minutes and a day beside the hour (`level`).
 /// 4: `error_samples.instance`, so one agent's message cannot replace
 /// another's (older rows read "", used only when no instance is asked for).
-pub const SCHEMA_VERSION: u32 = 4;
+/// 5: `plans` and `plan_changes`, and `instance_windows.server_login`
+/// (older rows read "", no login).
+pub const SCHEMA_VERSION: u32 = 5;
+
+const SERVER_LOGIN: &str = "server_login String DEFAULT ''";
 
 const SAMPLE_INSTANCE: &str = "instance String DEFAULT ''";
 
@@ -76,7 +80,7 @@ pub(super) fn tables() -> Vec<(&'static str, String)> {
                  window_start Int64, window_end Int64, statements UInt64, events UInt64, dropped_events UInt64,
                  dropped_in_agent UInt64, unmatched UInt64, overflow_statements UInt64, nested_statements UInt64,
                  replica_statements UInt64, command Array(String), command_count Array(UInt64), has_cost UInt8,
-                 aggregated_in_kernel UInt64, probes String, process String"
+                 aggregated_in_kernel UInt64, probes String, process String, {SERVER_LOGIN}"
             ),
             Some("window_end"),
             "instance, window_end",
@@ -163,6 +167,24 @@ pub(super) fn tables() -> Vec<(&'static str, String)> {
             ),
             Some("keep_until_unix_ms"),
             "agent_id, first_sequence, last_sequence",
+        ),
+        // Plans: one row per sighting (plan is an encoded sqlbee.v1.Plan),
+        // and one per plan change. They carry no batch identity: a
+        // replayed batch's copy is the same sighting, and reads merge
+        // sightings (first, last, newest) and changes (distinct). They do
+        // not age with the windows: a digest's plan history is small and
+        // outlives them.
+        table(
+            "plans",
+            "instance String, schema String, digest UInt64, plan_hash UInt64, seen_unix_ms Int64, plan String",
+            None,
+            "digest, instance, schema, plan_hash",
+        ),
+        table(
+            "plan_changes",
+            "instance String, schema String, digest UInt64, at_unix_ms Int64, from_hash UInt64, to_hash UInt64",
+            None,
+            "at_unix_ms, digest",
         ),
         // Rollups (see `rollups`): each row merges a bucket's winning rows
         // of one key, written by the pass whose id it carries; rows count
@@ -291,6 +313,9 @@ pub(super) fn migrate(server: &Client, database: &str) -> Result<Result<u32, u32
     }
     if (1..4).contains(&found) {
         add_column(&db, "error_samples", "instance", SAMPLE_INSTANCE)?;
+    }
+    if (1..5).contains(&found) {
+        add_column(&db, "instance_windows", "server_login", SERVER_LOGIN)?;
     }
     if found < SCHEMA_VERSION {
         db.execute(&format!(

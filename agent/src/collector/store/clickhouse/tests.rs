@@ -509,6 +509,12 @@ fn error_messages_are_kept_per_instance() {
 }
 
 #[test]
+fn plans_merge_sightings_and_list_changes() {
+    let Some((store, _)) = store("plans") else { return };
+    shared_tests::plans_merge_sightings_and_list_changes(&store, batch);
+}
+
+#[test]
 fn latest_cost_takes_each_agents_nearest_window() {
     let Some((store, _)) = store("latest") else { return };
     shared_tests::latest_cost_takes_each_agents_nearest_window(&store, costed);

@@ -259,6 +259,8 @@ pub(super) struct DataRows {
     agent_windows: RowWriter,
     untraced: RowWriter,
     gaps: RowWriter,
+    plans: RowWriter,
+    plan_changes: RowWriter,
     /// A digest's text is written once per group: any copy will do.
     text_seen: std::collections::HashSet<u64>,
 }
@@ -269,15 +271,39 @@ const KEEP_BYTES: usize = 16 << 20;
 
 impl DataRows {
     fn clear(&mut self) {
-        let DataRows { windows, digests, texts, samples, locks, agent_windows, untraced, gaps, text_seen } = self;
-        for w in [windows, digests, texts, samples, locks, agent_windows, untraced, gaps] {
+        let DataRows {
+            windows,
+            digests,
+            texts,
+            samples,
+            locks,
+            agent_windows,
+            untraced,
+            gaps,
+            plans,
+            plan_changes,
+            text_seen,
+        } = self;
+        for w in [windows, digests, texts, samples, locks, agent_windows, untraced, gaps, plans, plan_changes] {
             w.clear(KEEP_BYTES);
         }
         text_seen.clear();
     }
 
     pub(super) fn add(&mut self, batch: &Batch, ingest_id: u64, received: i64) {
-        let DataRows { windows, digests, texts, samples, locks, agent_windows, untraced, gaps, text_seen } = self;
+        let DataRows {
+            windows,
+            digests,
+            texts,
+            samples,
+            locks,
+            agent_windows,
+            untraced,
+            gaps,
+            plans,
+            plan_changes,
+            text_seen,
+        } = self;
         let agent = batch.agent.clone().unwrap_or_default();
         let identity = |w: &mut RowWriter| {
             w.col("agent_id").str(&agent.agent_id).col("epoch").u64(batch.epoch);
@@ -331,7 +357,22 @@ impl DataRows {
             let has_cost = w.probes.is_some() || w.process.is_some() || w.aggregated_in_kernel > 0;
             windows.col("has_cost").u8(u8::from(has_cost)).col("aggregated_in_kernel").u64(w.aggregated_in_kernel);
             windows.col("probes").message(w.probes.as_ref()).col("process").message(w.process.as_ref());
+            windows.col("server_login").str(&w.server_login);
             windows.end_row();
+            // Plans need no winner: a replayed batch's copy is the same
+            // sighting, and reads merge sightings (min, max, newest).
+            for plan in &w.plans {
+                plans.col("instance").str(&server.name).col("schema").str(&plan.schema);
+                plans.col("digest").u64(plan.digest).col("plan_hash").u64(plan.plan_hash);
+                plans.col("seen_unix_ms").i64(plan.explained_unix_ms).col("plan").message(Some(plan));
+                plans.end_row();
+                if plan.plan_hash != 0 && plan.previous_plan_hash != 0 && plan.previous_plan_hash != plan.plan_hash {
+                    plan_changes.col("instance").str(&server.name).col("schema").str(&plan.schema);
+                    plan_changes.col("digest").u64(plan.digest).col("at_unix_ms").i64(plan.explained_unix_ms);
+                    plan_changes.col("from_hash").u64(plan.previous_plan_hash).col("to_hash").u64(plan.plan_hash);
+                    plan_changes.end_row();
+                }
+            }
             for d in &w.digests {
                 if text_seen.insert(d.digest) {
                     texts.col("digest").u64(d.digest).col("text").str(&d.digest_text);
@@ -406,7 +447,7 @@ impl DataRows {
     }
 
     pub(super) fn insert(&self, db: &Client) -> Result<(), StoreError> {
-        let inserts: [(&str, &RowWriter); 8] = [
+        let inserts: [(&str, &RowWriter); 10] = [
             ("instance_windows", &self.windows),
             ("digest_windows", &self.digests),
             ("digest_texts", &self.texts),
@@ -415,6 +456,8 @@ impl DataRows {
             ("agent_windows", &self.agent_windows),
             ("untraced", &self.untraced),
             ("gaps", &self.gaps),
+            ("plans", &self.plans),
+            ("plan_changes", &self.plan_changes),
         ];
         for (table, rows) in inserts {
             db.insert(table, rows).map_err(|e| error("ingest", e))?;

@@ -11,6 +11,7 @@
 //! No rusqlite type leaves this folder: errors become `StoreError` here.
 mod costs;
 mod digest_rows;
+mod plans;
 mod read;
 mod rollups;
 mod row;
@@ -29,13 +30,13 @@ use std::{
 
 use rusqlite::{Connection, TransactionBehavior};
 use sqlbee_proto::v1::{
-    AgentWindowRow, Batch, CostSummary, DigestSeries, InstanceInfo, InstanceSeries, LockWaitRow, SeriesPoint,
-    TopDigest, TotalsResponse,
+    AgentWindowRow, Batch, CostSummary, DigestSeries, InstanceInfo, InstanceSeries, LockWaitRow, PlansResponse,
+    SeriesPoint, TopDigest, TotalsResponse,
 };
 
 use super::{
-    HostsQuery, IngestOutcome, LocksQuery, PruneCutoffs, PruneOutcome, SeriesQuery, Store, StoreError, TopQuery,
-    TotalsQuery, cancel,
+    HostsQuery, IngestOutcome, LocksQuery, PlansQuery, PruneCutoffs, PruneOutcome, SeriesQuery, Store, StoreError,
+    TopQuery, TotalsQuery, cancel,
 };
 
 pub use schema::{Durability, SCHEMA_VERSION};
@@ -246,6 +247,12 @@ impl Store for SqliteStore {
         let mut conn = self.read()?;
         let tx = conn.transaction().map_err(|e| error("series", e))?;
         series::by_digest(&tx, query, digests)
+    }
+
+    fn plans(&self, query: &PlansQuery) -> Result<PlansResponse, StoreError> {
+        let mut conn = self.read()?;
+        let tx = conn.transaction().map_err(|e| error("plans", e))?;
+        plans::read(&tx, query)
     }
 
     fn prune(&self, cutoffs: &PruneCutoffs) -> Result<PruneOutcome, StoreError> {

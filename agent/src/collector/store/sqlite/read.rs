@@ -354,7 +354,7 @@ pub(super) fn instances(tx: &rusqlite::Transaction<'_>) -> rusqlite::Result<Vec<
                 CASE WHEN i.untraced_seen_unix_ms > i.last_window_end_unix_ms THEN i.untraced_reason ELSE '' END,
                 CASE WHEN i.untraced_seen_unix_ms > i.last_window_end_unix_ms THEN i.untraced_kind ELSE '' END,
                 CASE WHEN i.untraced_seen_unix_ms > i.last_window_end_unix_ms THEN i.untraced_since_unix_ms ELSE 0 END,
-                coalesce(i.untraced_seen_unix_ms, 0)
+                coalesce(i.untraced_seen_unix_ms, 0), coalesce(i.server_login, '')
          FROM agents a LEFT JOIN agent_instances i ON i.agent_id = a.agent_id
          ORDER BY coalesce(i.instance, ''), a.agent_id",
     )?;
@@ -376,6 +376,7 @@ pub(super) fn instances(tx: &rusqlite::Transaction<'_>) -> rusqlite::Result<Vec<
             untraced_kind: r.get::<_, Option<String>>(13)?.unwrap_or_default(),
             untraced_since_unix_ms: r.get::<_, Option<i64>>(14)?.unwrap_or(0),
             untraced_seen_unix_ms: r.get(15)?,
+            server_login: r.get(16)?,
             ..Default::default()
         })
     })?;

@@ -34,7 +34,10 @@ use rusqlite::{Connection, TransactionBehavior};
 /// - 12: `error_samples` keyed by instance as well, so one agent's message
 ///   cannot replace another's (the table is rebuilt; older rows get
 ///   instance "", read only when no instance is asked for).
-pub const SCHEMA_VERSION: i64 = 12;
+/// - 13: `plans` and `plan_changes` (new tables) and
+///   `agent_instances.server_login` (ALTER TABLE; older rows read "", no
+///   login).
+pub const SCHEMA_VERSION: i64 = 13;
 
 pub(super) const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS agents (
@@ -79,6 +82,7 @@ CREATE TABLE IF NOT EXISTS agent_instances (
     untraced_kind           TEXT NOT NULL DEFAULT '',
     untraced_since_unix_ms  INTEGER NOT NULL DEFAULT 0,
     untraced_seen_unix_ms   INTEGER NOT NULL DEFAULT 0,
+    server_login            TEXT NOT NULL DEFAULT '',
     PRIMARY KEY (agent_id, instance)
 ) WITHOUT ROWID;
 
@@ -313,6 +317,7 @@ pub(super) fn migrate(conn: &mut Connection) -> rusqlite::Result<Result<i64, i64
     }
     // New files get everything; older ones the tables they lack.
     tx.execute_batch(SCHEMA)?;
+    tx.execute_batch(super::plans::TABLES)?;
     // Version 1 -> 2: CREATE TABLE IF NOT EXISTS left digest_windows as it was.
     let has_waits = has_column(&tx, "digest_windows", "waits")?;
     if !has_waits {
@@ -391,6 +396,10 @@ pub(super) fn migrate(conn: &mut Connection) -> rusqlite::Result<Result<i64, i64
              ALTER TABLE agent_instances ADD COLUMN untraced_since_unix_ms INTEGER NOT NULL DEFAULT 0;
              ALTER TABLE agent_instances ADD COLUMN untraced_seen_unix_ms INTEGER NOT NULL DEFAULT 0;",
         )?;
+    }
+    // Version 12 -> 13.
+    if !has_column(&tx, "agent_instances", "server_login")? {
+        tx.execute_batch("ALTER TABLE agent_instances ADD COLUMN server_login TEXT NOT NULL DEFAULT ''")?;
     }
     // Version 9 -> 10: the rollups start with every window already stored.
     if found > 0 && found < 10 {

@@ -881,3 +881,11 @@ fn latest_cost_takes_each_agents_nearest_window() {
     drop(store);
     std::fs::remove_dir_all(dir).ok();
 }
+
+#[test]
+fn plans_merge_sightings_and_list_changes() {
+    let (store, dir) = temp_store("plans");
+    shared_tests::plans_merge_sightings_and_list_changes(&store, batch);
+    drop(store);
+    std::fs::remove_dir_all(dir).ok();
+}

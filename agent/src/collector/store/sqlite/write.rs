@@ -63,9 +63,10 @@ pub(super) fn batch(
     )?;
     let mut upsert_instance = tx.prepare_cached(
         "INSERT INTO agent_instances (agent_id, instance, pid, start_time_unix_ms, last_window_end_unix_ms,
-                                      container_id, container, build_id, server_version)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+                                      container_id, container, build_id, server_version, server_login)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
          ON CONFLICT (agent_id, instance) DO UPDATE SET
+             server_login = CASE WHEN excluded.last_window_end_unix_ms >= last_window_end_unix_ms THEN excluded.server_login ELSE server_login END,
              pid = CASE WHEN excluded.last_window_end_unix_ms >= last_window_end_unix_ms THEN excluded.pid ELSE pid END,
              container_id = CASE WHEN excluded.last_window_end_unix_ms >= last_window_end_unix_ms THEN excluded.container_id ELSE container_id END,
              container = CASE WHEN excluded.last_window_end_unix_ms >= last_window_end_unix_ms THEN excluded.container ELSE container END,
@@ -151,7 +152,9 @@ pub(super) fn batch(
             server.container,
             server.build_id,
             server.server_version,
+            w.server_login,
         ])?;
+        super::plans::write(tx, &server.name, &w.plans)?;
         for d in &w.digests {
             insert_text.execute(params![i(d.digest), d.digest_text])?;
             for e in &d.error_codes {
