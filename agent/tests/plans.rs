@@ -77,6 +77,22 @@ fn plan_after(
     }
 }
 
+/// `sqlbee plans DIGEST --format json` once the collector holds a plan
+/// `accept` takes.
+fn stored_plans(url: &str, digest: &str, accept: impl Fn(&Value) -> bool) -> Value {
+    let started = Instant::now();
+    loop {
+        let answer = sqlbee_query(&["plans", digest, "--format", "json", "--since", "all", "--collector", url]);
+        assert!(answer.status.success(), "{}", String::from_utf8_lossy(&answer.stderr));
+        let answer: Value = serde_json::from_slice(&answer.stdout).unwrap();
+        if answer["plans"].as_array().is_some_and(|plans| plans.first().is_some_and(&accept)) {
+            return answer;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "the collector has no such plan: {answer}");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
 fn scans(plan: &Value, table: &str) -> bool {
     plan["access"].as_array().is_some_and(|a| a.iter().any(|t| t["table"] == table && t["type"] == "ALL"))
 }
@@ -119,10 +135,21 @@ fn plans_follow_an_index_and_explain_changes_nothing() {
     assert_eq!(first["schema"], "app");
     assert!(first["previous_plan_hash"].is_null(), "the first plan changes nothing: {first}");
     let scan_hash = first["plan_hash"].clone();
+    let url = collector.http_url();
+    let stored = stored_plans(&url, digest.as_str().unwrap(), |p| p["plan_hash"] == scan_hash);
+    let findings = &stored["plans"][0]["findings"];
+    assert_eq!(findings[0]["kind"], "full_scan", "{stored}");
+    assert_eq!(findings[0]["plan_line"], "orders (access ALL)");
+    assert_eq!(findings[0]["suggestion"], "suggestion: ALTER TABLE `app`.`orders` ADD INDEX (`email`)", "{stored}");
 
     root.query_drop("ALTER TABLE app.orders ADD INDEX by_email (email)").unwrap();
     let indexed =
         plan_after(&agent, &mut app, &query, 20, |p| p["digest"] == digest && uses_key(p, "orders", "by_email"));
+    let stored = stored_plans(&url, digest.as_str().unwrap(), |p| p["plan_hash"] == indexed["plan_hash"]);
+    assert!(
+        stored["plans"].as_array().unwrap().iter().all(|p| p["findings"].as_array().unwrap().is_empty()),
+        "the index took the finding away: {stored}"
+    );
     assert_ne!(indexed["plan_hash"], scan_hash);
     assert_eq!(indexed["previous_plan_hash"], scan_hash, "the index is a plan change: {indexed}");
 
@@ -156,7 +183,6 @@ fn plans_follow_an_index_and_explain_changes_nothing() {
 
     // Through the collector: both plans, and both changes, newest first.
     let digest = digest.as_str().unwrap();
-    let url = collector.http_url();
     let answer = sqlbee_query(&["plans", digest, "--format", "json", "--since", "all", "--collector", &url]);
     assert!(answer.status.success(), "{}", String::from_utf8_lossy(&answer.stderr));
     let answer: Value = serde_json::from_slice(&answer.stdout).unwrap();
@@ -255,4 +281,46 @@ fn a_login_that_fails_is_a_warning_and_counting_stays_exact() {
         let table = sqlbee_query(&["instances", "--collector", &url]);
         assert!(String::from_utf8_lossy(&table.stdout).contains("NO PLANS"));
     }
+}
+
+/// The least-privilege set-up the manual shows: a definer-rights
+/// procedure in the application's schema runs EXPLAIN, and the agent's
+/// login may run only that procedure (no SELECT on any table).
+#[test]
+fn a_login_that_may_only_run_the_procedure_gets_plans() {
+    if !privileged("a_login_that_may_only_run_the_procedure_gets_plans") {
+        return;
+    }
+    let _serial = common::one_at_a_time();
+    let server = PrivateServer::start("plans-procedure", &[]).unwrap();
+    let mut root = connect(&server);
+    root.query_drop("CREATE DATABASE shop; CREATE TABLE shop.items (id INT PRIMARY KEY, sku VARCHAR(32), n INT)")
+        .unwrap();
+    root.query_drop("INSERT INTO shop.items SELECT seq, CONCAT('sku-', seq), seq FROM shop.seq_1_to_500").unwrap();
+    root.query_drop(include_str!("../../docs/src/using/sqlbee_explain.sql").replace("APP_SCHEMA", "shop")).unwrap();
+    root.query_drop(
+        "CREATE USER 'sqlbee'@'localhost' IDENTIFIED BY 'least-pw'; \
+         GRANT EXECUTE ON PROCEDURE shop.sqlbee_explain TO 'sqlbee'@'localhost'",
+    )
+    .unwrap();
+    let login = login_file(server.dir(), "sqlbee", "least-pw");
+    let mut as_agent = mysql::Conn::new(
+        mysql::OptsBuilder::new()
+            .socket(Some(server.socket.to_str().unwrap()))
+            .user(Some("sqlbee"))
+            .pass(Some("least-pw")),
+    )
+    .unwrap();
+    assert!(as_agent.query_drop("SELECT * FROM shop.items").is_err(), "the login must not read the tables");
+
+    let collector = Collector::start(&[]);
+    let agent = Agent::start(server.dir(), &agent_args(&server, &login, &collector));
+    let mut app = connect(&server);
+    app.query_drop("USE shop").unwrap();
+    let plan = plan_after(&agent, &mut app, "SELECT n FROM items WHERE sku = 'sku-42'", 10, |p| scans(p, "items"));
+    assert_eq!(plan["schema"], "shop");
+    let out = agent.stop();
+    assert!(out.success, "{}", out.stderr);
+    let login_states: Vec<&Value> = out.lines.iter().filter(|l| l["type"] == "server_login").collect();
+    assert!(login_states.iter().all(|l| l["status"] == "ok"), "{login_states:?}");
 }

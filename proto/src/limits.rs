@@ -20,6 +20,7 @@ pub const COUNT_LIMITS: &[(&str, u64)] = &[
     ("InstanceWindow.plans", 1_000),
     ("Plan.access", 1_024),
     ("TableAccess.key_parts", 64),
+    ("TableAccess.possible_keys", 64),
     ("DigestStats.error_codes", 1_024),
     ("DigestStats.waits", 16),
     ("DigestStats.accounts", 64),
@@ -75,6 +76,7 @@ pub const LENGTH_LIMITS: &[(&str, u64)] = &[
     ("TableAccess.type", 64),
     ("TableAccess.key", 1_024),
     ("TableAccess.key_parts", 1_024),
+    ("TableAccess.possible_keys", 1_024),
 ];
 
 /// Estimated bytes the decoded form of one request may take: the sizes of

@@ -459,9 +459,6 @@ fn explain(
     server.asked += 1;
     let known_procedure = schema.as_ref().and_then(|s| server.procedures.get(s).copied());
     let conn = connection(server, &config.login)?;
-    if let Some(schema) = schema {
-        conn.select_db(schema).map_err(|e| classify(e, &format!("schema {schema}")))?;
-    }
     // Only a routine the login may run is listed to it.
     let procedure = match (schema, known_procedure) {
         (None, _) => false,
@@ -478,10 +475,13 @@ fn explain(
         Samples::Raw if !redact::carries_secret(raw.0.as_ref()) => s.to_string(),
         _ => redact::statement(s.as_bytes()),
     };
-    let answer = if procedure {
-        conn.exec_first::<String, _, _>("CALL sqlbee_explain(?)", (text,)).map_err(|e| classify(e, "sqlbee_explain"))
-    } else {
-        conn.exec_first::<String, _, _>(format!("EXPLAIN FORMAT=JSON {text}"), ()).map_err(|e| classify(e, "EXPLAIN"))
+    let answer = match schema {
+        // The procedure runs in its own schema, which is the statement's:
+        // the login needs no right to use the schema itself.
+        Some(schema) if procedure => conn
+            .exec_first::<String, _, _>(format!("CALL {}.sqlbee_explain(?)", quoted(schema)), (text,))
+            .map_err(|e| classify(e, "sqlbee_explain")),
+        _ => explain_directly(conn, schema, text),
     };
     if let Some(schema) = schema {
         server.procedures.insert(schema.clone(), procedure);
@@ -489,6 +489,19 @@ fn explain(
     let answer = answer?;
     let answer = answer.ok_or_else(|| not("EXPLAIN answered no rows".into()))?;
     plan::from_explain(&answer, &redact_plan).map_err(|e| not(e.to_string()))
+}
+
+/// `name` as a quoted identifier.
+fn quoted(name: &str) -> String {
+    format!("`{}`", name.replace('`', "``"))
+}
+
+/// EXPLAIN in the statement's schema, with the login's own rights.
+fn explain_directly(conn: &mut mysql::Conn, schema: &Option<Arc<str>>, text: &str) -> Result<Option<String>, Failure> {
+    if let Some(schema) = schema {
+        conn.select_db(schema).map_err(|e| classify(e, &format!("schema {schema}")))?;
+    }
+    conn.exec_first::<String, _, _>(format!("EXPLAIN FORMAT=JSON {text}"), ()).map_err(|e| classify(e, "EXPLAIN"))
 }
 
 /// The open connection to the server, or a new one.

@@ -17,6 +17,8 @@ pub struct TableAccess {
     /// The index used; empty for none.
     pub key: String,
     pub key_parts: Vec<String>,
+    /// Indexes the optimizer found usable.
+    pub possible_keys: Vec<String>,
     /// Rows the optimizer expects to read from it (an estimate; not part
     /// of the hash).
     pub rows: Option<u64>,
@@ -95,15 +97,18 @@ impl Shape {
             Value::Object(map) => {
                 if let Some(Value::String(table)) = map.get("table_name") {
                     let text = |key: &str| map.get(key).and_then(Value::as_str).unwrap_or_default().to_string();
+                    let list = |key: &str| -> Vec<String> {
+                        map.get(key)
+                            .and_then(Value::as_array)
+                            .map(|items| items.iter().filter_map(Value::as_str).map(str::to_string).collect())
+                            .unwrap_or_default()
+                    };
                     self.access.push(TableAccess {
                         table: table.clone(),
                         access_type: text("access_type"),
                         key: text("key"),
-                        key_parts: map
-                            .get("used_key_parts")
-                            .and_then(Value::as_array)
-                            .map(|parts| parts.iter().filter_map(Value::as_str).map(str::to_string).collect())
-                            .unwrap_or_default(),
+                        key_parts: list("used_key_parts"),
+                        possible_keys: list("possible_keys"),
                         rows: map.get("rows").or_else(|| map.get("rows_examined_per_scan")).and_then(Value::as_u64),
                     });
                 }
@@ -155,6 +160,7 @@ mod tests {
             plan.access.iter().map(|a| (a.table.as_str(), a.access_type.as_str(), a.key.as_str())).collect();
         assert_eq!(tables, [("orders", "ALL", ""), ("items", "ref", "o")]);
         assert_eq!(plan.access[1].key_parts, ["order_id"]);
+        assert_eq!(plan.access[1].possible_keys, ["o"]);
         assert_eq!(plan.access[0].rows, Some(2000));
         assert!(plan.filesort && plan.temporary);
     }

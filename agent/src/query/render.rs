@@ -289,6 +289,12 @@ pub fn write_plans_table(out: &mut impl Write, answer: &PlansResponse) -> std::i
         if !extras.is_empty() {
             writeln!(out, "  uses {}", extras.join(" and "))?;
         }
+        for f in &row.findings {
+            writeln!(out, "  ! {} [{}]: {}", f.kind, f.plan_line, f.detail)?;
+            if !f.suggestion.is_empty() {
+                writeln!(out, "    {}", f.suggestion)?;
+            }
+        }
     }
     writeln!(out, "\n{:<24} {:<22} {:<16} {:<16} {:<16}  digest", "plan changed", "instance", "schema", "from", "to")?;
     for c in &answer.changes {

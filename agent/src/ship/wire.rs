@@ -44,6 +44,7 @@ fn plan(record: &PlanRecord) -> WirePlan {
                     r#type: a.access_type.clone(),
                     key: a.key.clone(),
                     key_parts: a.key_parts.clone(),
+                    possible_keys: a.possible_keys.clone(),
                     rows: a.rows,
                 })
                 .collect();

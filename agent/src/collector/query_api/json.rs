@@ -161,10 +161,18 @@ pub fn plans_json(answer: &PlansResponse) -> Value {
                     "type": a.r#type,
                     "key": (!a.key.is_empty()).then_some(&a.key),
                     "key_parts": a.key_parts,
+                    "possible_keys": a.possible_keys,
                     "rows": a.rows,
                 })).collect::<Vec<_>>(),
                 "filesort": p.filesort,
                 "temporary": p.temporary,
+                "findings": row.findings.iter().map(|f| json!({
+                    "kind": f.kind,
+                    "table": f.table,
+                    "plan_line": f.plan_line,
+                    "detail": f.detail,
+                    "suggestion": (!f.suggestion.is_empty()).then_some(&f.suggestion),
+                })).collect::<Vec<_>>(),
                 "plan": (!p.plan_json.is_empty()).then_some(&p.plan_json),
                 "not_explained": (!p.not_explained.is_empty()).then_some(&p.not_explained),
             })

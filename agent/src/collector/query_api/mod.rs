@@ -1,6 +1,7 @@
 //! The Query service: checks the request, asks the store on the blocking
 //! pool. Owns the request defaults and limits (limit 20 digests or 100 lock
 //! waits, at most 10 000).
+mod findings;
 pub mod json;
 pub mod remote;
 
@@ -243,7 +244,46 @@ impl Query for QueryService {
     async fn plans(&self, request: Request<PlansRequest>) -> Result<Response<PlansResponse>, Status> {
         let query = plans_query(request.into_inner())?;
         let store = self.store.clone();
-        Ok(Response::new(blocking(move || store.plans(&query)).await?))
+        let figures = query.digest.map(|digest| TopQuery {
+            instance: query.instance.clone(),
+            digest: Some(digest),
+            schema: query.schema.clone(),
+            nested: true,
+            program: None,
+            since_unix_ms: query.since_unix_ms,
+            until_unix_ms: query.until_unix_ms,
+            order_by: OrderBy::Total,
+            limit: MAX_LIMIT,
+        });
+        let (mut answer, figures) = blocking(move || {
+            let answer = store.plans(&query)?;
+            let figures = match figures {
+                Some(top) if !answer.plans.is_empty() => store.top(&top)?,
+                _ => Vec::new(),
+            };
+            Ok((answer, figures))
+        })
+        .await?;
+        // The newest plan of each (instance, schema) is judged; rows come
+        // newest first.
+        let mut judged = std::collections::HashSet::new();
+        for row in &mut answer.plans {
+            let Some(plan) = &row.plan else { continue };
+            if !judged.insert((row.instance.clone(), plan.schema.clone())) {
+                continue;
+            }
+            let mine = figures.iter().filter(|d| d.schema == plan.schema && !d.nested);
+            let (count, stats) =
+                mine.fold((0, None), |(count, stats): (u64, Option<sqlbee_proto::v1::QueryStats>), d| {
+                    let mut merged = stats.unwrap_or_default();
+                    if let Some(s) = &d.stats {
+                        merged.merge(s);
+                    }
+                    (count + d.count, Some(merged))
+                });
+            row.findings = findings::findings(plan, count, stats.as_ref());
+        }
+        Ok(Response::new(answer))
     }
 
     async fn hosts(&self, request: Request<HostsRequest>) -> Result<Response<HostsResponse>, Status> {

@@ -44,6 +44,7 @@ pub(super) fn read(db: &Client, query: &PlansQuery) -> Result<PlansResponse, Sto
                 last_seen_unix_ms,
                 plan: Some(plan),
                 digest_text: digest_text.clone(),
+                findings: Vec::new(),
             });
         }
     }

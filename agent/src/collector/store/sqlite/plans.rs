@@ -99,6 +99,7 @@ pub(super) fn read(tx: &Transaction<'_>, query: &PlansQuery) -> Result<PlansResp
                 last_seen_unix_ms,
                 plan: Some(plan),
                 digest_text: digest_text.clone(),
+                findings: Vec::new(),
             });
         }
     }
