@@ -13,7 +13,7 @@ use std::{
 };
 
 use common::{
-    Agent, PrivateServer,
+    Agent, PrivateServer, browser,
     collector::{Collector, sqlbee_query},
     privileged,
 };
@@ -207,6 +207,30 @@ fn plans_follow_an_index_and_explain_changes_nothing() {
     let instances = sqlbee_query(&["instances", "--format", "json", "--collector", &url]);
     let instances: Value = serde_json::from_slice(&instances.stdout).unwrap();
     assert_eq!(instances[0]["server_login"], "ok", "{instances}");
+
+    // In a real browser: the digest page shows the newest plan as a tree
+    // with its finding and both changes on the latency plot, and the plan
+    // changes page lists both.
+    if browser::available("plans_follow_an_index_and_explain_changes_nothing") {
+        let range = "since=all";
+        let page = format!("{}digest?{range}&id={digest}&schema=app", collector.ui);
+        let loaded = browser::load(&page);
+        assert!(loaded.console.is_empty(), "{:#?}", loaded.console);
+        let dom = &loaded.dom;
+        assert!(dom.contains("id=\"plan-tree\"") && dom.contains("data-table=\"orders\" data-access=\"ALL\""));
+        assert!(dom.contains("data-kind=\"full_scan\"") && dom.contains("ADD INDEX (`email`)"), "no finding");
+        assert_eq!(dom.matches("class=\"marker\"").count(), 2, "two plan changes on the latency plot");
+        assert_eq!(dom.matches("<tr data-plan-hash=").count(), 2, "two plans in the history");
+        assert!(!dom.contains(EMAIL));
+        let changes = browser::load(&format!("{}plans?{range}", collector.ui));
+        assert!(changes.console.is_empty(), "{:#?}", changes.console);
+        assert_eq!(changes.dom.matches(&format!("data-digest=\"{digest}\"")).count(), 2);
+        let shots = browser::screenshot_dir();
+        assert!(browser::screenshot(&page, &shots.join("plan.png")).is_empty());
+        assert!(
+            browser::screenshot(&format!("{}plans?{range}", collector.ui), &shots.join("plan-changes.png")).is_empty()
+        );
+    }
 }
 
 #[test]

@@ -141,15 +141,17 @@ pub enum Nav {
     Top,
     Digest,
     Locks,
+    Plans,
     Hosts,
     Cost,
     Login,
 }
 
-const NAV: [(Nav, &str, &str); 5] = [
+const NAV: [(Nav, &str, &str); 6] = [
     (Nav::Fleet, "/", "Fleet"),
     (Nav::Top, "/top", "Top digests"),
     (Nav::Locks, "/locks", "Lock waits"),
+    (Nav::Plans, "/plans", "Plan changes"),
     (Nav::Hosts, "/hosts", "Hosts"),
     (Nav::Cost, "/cost", "Agent cost"),
 ];

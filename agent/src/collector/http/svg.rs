@@ -125,8 +125,19 @@ fn time_axis(out: &mut String, x0: i64, x1: i64) {
     }
 }
 
+/// An event at one time (a plan change): a vertical line with its label.
+pub struct Marker {
+    pub at: i64,
+    pub label: String,
+}
+
 /// Lines over the time range [x0, x1), y from zero.
 pub fn line_chart(title: &str, unit: Unit, lines: &[Line], x0: i64, x1: i64) -> String {
+    line_chart_marked(title, unit, lines, &[], x0, x1)
+}
+
+/// `line_chart` with markers; those outside [x0, x1) are left out.
+pub fn line_chart_marked(title: &str, unit: Unit, lines: &[Line], markers: &[Marker], x0: i64, x1: i64) -> String {
     let mut out = String::new();
     open(&mut out, title, "lines");
     let max = lines.iter().flat_map(|l| l.points.iter().filter_map(|(_, v)| *v)).fold(0.0f64, f64::max);
@@ -168,6 +179,15 @@ pub fn line_chart(title: &str, unit: Unit, lines: &[Line], x0: i64, x1: i64) -> 
             "<text class=\"legend s{n}\" x=\"{:.1}\" y=\"14\" text-anchor=\"end\">{}</text>",
             WIDTH - RIGHT - (lines.len() - 1 - n) as f64 * 90.0,
             esc(&line.label)
+        );
+    }
+    for marker in markers.iter().filter(|m| (x0..x1).contains(&m.at)) {
+        let x = x_of(marker.at, x0, x1);
+        let _ = write!(
+            out,
+            "<line class=\"marker\" x1=\"{x:.1}\" y1=\"{TOP}\" x2=\"{x:.1}\" y2=\"{:.1}\"><title>{}</title></line>",
+            HEIGHT - BOTTOM,
+            esc(&marker.label)
         );
     }
     // Hover targets: the value of every line at each step.

@@ -1,7 +1,8 @@
 //! One digest: its latency percentiles and rate over time, a latency
 //! heatmap, its errors by code with a sample message each, its waits by
 //! class, the server's figures, the accounts that ran it, a redacted
-//! sample, and the instances it runs on. A digest that ran in several
+//! sample, its plan (with findings and history; plan changes marked on
+//! the latency plot), and the instances it runs on. A digest that ran in several
 //! schemas (or inside stored programs) shows one row per schema and
 //! lineage; the plots cover every one of them unless a schema is chosen.
 use std::{collections::BTreeMap, fmt::Write};
@@ -9,7 +10,7 @@ use std::{collections::BTreeMap, fmt::Write};
 use agent_common::figures::Unit;
 use sqlbee_proto::v1::{QueryStats, TopDigest, TopRequest};
 
-use super::{PageHead, Rendered, instance_names, series_request, statement_plots, top_request};
+use super::{PageHead, Rendered, instance_names, plans, series_request, statement_plots_marked, top_request};
 use crate::collector::http::{
     Ui,
     html::{self, Nav, esc},
@@ -53,7 +54,9 @@ pub async fn render(ui: &Ui, view: &View, params: &Params) -> Rendered {
     }
 
     let series = ui.series(series_request(view, "digest", id, &schema)).await?;
-    body.push_str(&statement_plots(view, &series));
+    let plans = ui.plans(plans::request(view, id, &schema)).await?;
+    body.push_str(&statement_plots_marked(view, &series, &plans::markers(&plans)));
+    plans::section(&mut body, &plans);
 
     rows(&mut body, view, &answer.digests);
     errors(&mut body, &answer.digests);

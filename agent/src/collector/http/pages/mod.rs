@@ -6,6 +6,7 @@ mod fleet;
 mod hosts;
 mod locks;
 pub mod login;
+mod plans;
 mod top;
 
 use sqlbee_common::histogram::Histogram;
@@ -37,6 +38,7 @@ pub async fn render(
         "/top" => top::render(ui, view, params).await,
         "/digest" => digest::render(ui, view, params).await,
         "/locks" => locks::render(ui, view).await,
+        "/plans" => plans::render(ui, view).await,
         "/hosts" => hosts::render(ui, view, now).await,
         "/cost" => cost::render(ui, view).await,
         _ => return None,
@@ -196,6 +198,11 @@ fn top_request(view: &View) -> TopRequest {
 /// The plots of a statement series: rate and errors, latency percentiles,
 /// and the latency heatmap.
 fn statement_plots(view: &View, series: &SeriesResponse) -> String {
+    statement_plots_marked(view, series, &[])
+}
+
+/// `statement_plots` with events (plan changes) marked on the latency plot.
+fn statement_plots_marked(view: &View, series: &SeriesResponse, markers: &[svg::Marker]) -> String {
     let (x0, x1) = plot_range(view, series);
     let mut out = String::from("<section class=\"plots\">");
     out.push_str(&svg::line_chart(
@@ -208,7 +215,7 @@ fn statement_plots(view: &View, series: &SeriesResponse) -> String {
         x0,
         x1,
     ));
-    out.push_str(&svg::line_chart(
+    out.push_str(&svg::line_chart_marked(
         "Latency percentiles",
         Unit::Nanos,
         &[
@@ -216,6 +223,7 @@ fn statement_plots(view: &View, series: &SeriesResponse) -> String {
             line("p95", series, |p| p.p95_ns as f64),
             line("p99", series, |p| p.p99_ns as f64),
         ],
+        markers,
         x0,
         x1,
     ));
