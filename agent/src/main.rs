@@ -39,6 +39,7 @@ fn main() -> anyhow::Result<()> {
         #[cfg(feature = "collector")]
         Role::Locks(args) => query::locks(args).context("locks failed")?,
         Role::Plans(args) => query::plans(args).context("plans failed")?,
+        Role::Tables(args) => query::tables(args).context("tables failed")?,
         #[cfg(feature = "collector")]
         Role::Hosts(args) => query::hosts(args).context("hosts failed")?,
         Role::Reference { dir } => {

@@ -26,7 +26,7 @@ use crate::{
     discover::{self, DiscoverError, ServerProcess},
     host::{HostMetrics, HostSampler},
     metrics::{MetricsError, MetricsServer, agent_metrics},
-    normalize::Normalizer,
+    normalize::{Describer, Normalizer},
     output,
     plans::{Explained, Explainer},
     privileges::{self, PrivilegeError},
@@ -261,13 +261,15 @@ fn aggregate_loop(
             .with_samples(config.options.samples)
             .with_raw_samples(config.plans.is_some());
     let explainer = config.plans.clone().map(Explainer::start).transpose()?;
+    let mut describer = Describer::default();
     let stdout = std::io::stdout();
     let mut window_start = SystemTime::now();
     while let Ok(message) = rx.recv() {
         match message {
             Message::Batch(batch) => aggregator.ingest(batch),
             Message::WindowEnd(WindowEnd { at, mut cost, host, untraced }) => {
-                let reports = aggregator.flush(at);
+                let mut reports = aggregator.flush(at);
+                describe_tables(&mut describer, &mut reports);
                 let sum = |f: fn(&crate::aggregate::Summary) -> u64| reports.iter().map(|r| f(&r.summary)).sum();
                 cost.attribute(sum(|s| s.statements), sum(|s| s.events), sum(|s| s.dropped_events));
                 let explained = match &explainer {
@@ -314,6 +316,17 @@ fn aggregate_loop(
         ship.finish()?;
     }
     Ok(())
+}
+
+/// Sets the tables of the digests whose description goes out this window.
+fn describe_tables(describer: &mut Describer, reports: &mut [crate::aggregate::WindowReport]) {
+    describer.begin_window();
+    let now = Instant::now();
+    for row in reports.iter_mut().flat_map(|r| r.digests.iter_mut()) {
+        if row.digest != crate::aggregate::OVERFLOW_DIGEST {
+            row.tables = describer.describe(&row.schema, row.digest, &row.digest_text, now);
+        }
+    }
 }
 
 /// Binds now (a taken port is an error at start) and serves from a thread

@@ -1220,6 +1220,7 @@ async fn agent_histograms_keep_their_percentiles_through_the_wire_and_the_merge(
             histogram,
             sample: String::new(),
             raw_sample: None,
+            tables: None,
             truncated: 0,
             waits: Default::default(),
             error_messages: Default::default(),

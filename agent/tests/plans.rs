@@ -348,3 +348,112 @@ fn a_login_that_may_only_run_the_procedure_gets_plans() {
     let login_states: Vec<&Value> = out.lines.iter().filter(|l| l["type"] == "server_login").collect();
     assert!(login_states.iter().all(|l| l["status"] == "ok"), "{login_states:?}");
 }
+
+/// Tables per digest, with no login: a join of two tables in two schemas
+/// names both, schema-qualified; an UPDATE writes its table; and each
+/// table's totals are the sums of the digests that touch it, as `sqlbee
+/// top` gives them over the same range.
+#[test]
+fn tables_add_up_to_the_digests_that_touch_them() {
+    if !privileged("tables_add_up_to_the_digests_that_touch_them") {
+        return;
+    }
+    let _serial = common::one_at_a_time();
+    let server = PrivateServer::start("tables", &[]).unwrap();
+    let mut root = connect(&server);
+    root.query_drop(
+        "CREATE DATABASE app; CREATE DATABASE crm; \
+         CREATE TABLE app.orders (id INT PRIMARY KEY, customer INT, total INT); \
+         CREATE TABLE crm.customers (id INT PRIMARY KEY, name VARCHAR(32)); \
+         INSERT INTO crm.customers VALUES (1, 'a'), (2, 'b'); INSERT INTO app.orders VALUES (1, 1, 10), (2, 2, 20)",
+    )
+    .unwrap();
+    let collector = Collector::start(&[]);
+    let state = server.dir().join("agent-state");
+    let agent = Agent::start(
+        server.dir(),
+        &[
+            format!("--pid={}", server.pid()),
+            format!("--collector={}", collector.http_url()),
+            format!("--state-dir={}", state.display()),
+            "--window=1s".into(),
+        ],
+    );
+    let mut app = connect(&server);
+    app.query_drop("USE app").unwrap();
+    let (joins, updates) = (40, 15);
+    for i in 0..joins {
+        let _: Vec<u32> = app
+            .query(format!("SELECT o.id FROM orders o JOIN crm.customers c ON c.id = o.customer WHERE o.total > {i}"))
+            .unwrap();
+    }
+    for i in 0..updates {
+        app.query_drop(format!("UPDATE orders SET total = total + 1 WHERE id = {}", 1 + i % 2)).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    let out = agent.stop();
+    assert!(out.success, "{}", out.stderr);
+    let join_line = out
+        .lines
+        .iter()
+        .find(|l| l["type"] == "digest" && l["digest_text"].as_str().is_some_and(|t| t.contains("JOIN")))
+        .expect("the join's digest");
+    assert_eq!(join_line["statement_kind"], "SELECT");
+    let named: Vec<String> = join_line["tables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| format!("{}.{}:{}", t["schema"].as_str().unwrap(), t["table"].as_str().unwrap(), t["write"]))
+        .collect();
+    assert_eq!(named, ["app.orders:false", "crm.customers:false"]);
+
+    let url = collector.http_url();
+    let answer = sqlbee_query(&["tables", "--format", "json", "--since", "all", "--collector", &url]);
+    assert!(answer.status.success(), "{}", String::from_utf8_lossy(&answer.stderr));
+    let answer: Value = serde_json::from_slice(&answer.stdout).unwrap();
+    let table = |name: &str| -> Value {
+        let (schema, table) = name.split_once('.').unwrap();
+        answer["tables"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["schema"] == schema && t["table"] == table)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {name}: {answer}"))
+    };
+    let orders = table("app.orders");
+    let customers = table("crm.customers");
+    assert_eq!(orders["statements"], joins + updates, "{orders}");
+    assert_eq!(
+        (orders["writing_statements"].as_u64(), orders["reading_statements"].as_u64()),
+        (Some(updates), Some(joins))
+    );
+    assert_eq!(customers["statements"], joins);
+    // Each table's totals are its digests' sums, as `top` gives them.
+    let top = common::collector::top_json(&url, &["--limit", "10000"]);
+    for t in [&orders, &customers] {
+        let (mut count, mut sum) = (0, 0);
+        for d in t["digests"].as_array().unwrap() {
+            let row = top
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|r| r["digest"] == d["digest"] && r["schema"] == d["schema"])
+                .unwrap();
+            count += row["count"].as_u64().unwrap();
+            sum += row["sum_ns"].as_u64().unwrap();
+        }
+        assert_eq!((t["statements"].as_u64(), t["sum_ns"].as_u64()), (Some(count), Some(sum)), "{t}");
+    }
+    // In a real browser: the tables page lists both, each linking to its digests.
+    if browser::available("tables_add_up_to_the_digests_that_touch_them") {
+        let page = format!("{}tables?since=all", collector.ui);
+        let loaded = browser::load(&page);
+        assert!(loaded.console.is_empty(), "{:#?}", loaded.console);
+        assert!(
+            loaded.dom.contains("data-table=\"app.orders\"") && loaded.dom.contains("data-table=\"crm.customers\"")
+        );
+        assert!(loaded.dom.matches("class=\"table-digest\"").count() >= 3, "two digests on orders, one on customers");
+        assert!(browser::screenshot(&page, &browser::screenshot_dir().join("tables.png")).is_empty());
+    }
+}

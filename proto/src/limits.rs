@@ -24,6 +24,7 @@ pub const COUNT_LIMITS: &[(&str, u64)] = &[
     ("DigestStats.error_codes", 1_024),
     ("DigestStats.waits", 16),
     ("DigestStats.accounts", 64),
+    ("DigestStats.tables", 256),
     // Log-linear buckets: 8 per power of two over 64 bits.
     ("Histogram.buckets", 1_024),
     ("LockWait.blockers", 32),
@@ -53,6 +54,9 @@ pub const LENGTH_LIMITS: &[(&str, u64)] = &[
     ("DigestStats.program", 1_024),
     ("DigestStats.program_kind", 32),
     ("DigestStats.source", 32),
+    ("DigestStats.statement_kind", 64),
+    ("TableUse.schema", 1_024),
+    ("TableUse.table", 1_024),
     // The agent cuts a message at 256 bytes.
     ("ErrorCount.sample_message", 1_024),
     ("WaitStats.class", 32),

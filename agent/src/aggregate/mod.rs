@@ -96,6 +96,9 @@ pub struct DigestRow {
     /// One statement's text as the server had it, for EXPLAIN (kept only
     /// when plans are on; see `RawSample`).
     pub raw_sample: Option<RawSample>,
+    /// The tables the digest reads and writes, when they go out with this
+    /// window (set by the pipeline's `normalize::Describer`).
+    pub tables: Option<Arc<crate::normalize::Tables>>,
     pub truncated: u64,
     /// Per wait class (`agent_common::wait_class`).
     pub waits: [WaitStats; wait_class::COUNT],
@@ -152,6 +155,7 @@ impl DigestRow {
             histogram: Histogram::default(),
             sample: String::new(),
             raw_sample: None,
+            tables: None,
             truncated: 0,
             waits: Default::default(),
             error_messages: BTreeMap::new(),

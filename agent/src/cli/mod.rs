@@ -46,6 +46,10 @@ pub enum Role {
     /// plan changes.
     #[cfg(feature = "collector")]
     Plans(crate::query::PlansArgs),
+    /// Per-table totals: statements, time and rows examined of the digests
+    /// that read or write each table.
+    #[cfg(feature = "collector")]
+    Tables(crate::query::TablesArgs),
     /// Receive batches from agents (not in this build).
     #[cfg(not(feature = "collector"))]
     #[command(disable_help_flag = true)]

@@ -642,6 +642,7 @@ mod tests {
             histogram,
             sample: String::new(),
             raw_sample: None,
+            tables: None,
             truncated: 0,
             waits: Default::default(),
             error_messages: Default::default(),

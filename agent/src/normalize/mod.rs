@@ -29,6 +29,7 @@ mod digest;
 mod keywords;
 mod lexer;
 pub mod redact;
+mod tables;
 
 use std::sync::Arc;
 
@@ -36,6 +37,7 @@ pub use cache::CacheStats;
 use cache::TextCache;
 pub use digest::MAX_DIGEST_TEXT;
 pub use redact::Samples;
+pub use tables::{Describer, TableUse, Tables, tables_of};
 
 /// What a statement text normalizes to.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 
 use crate::{
     aggregate::{DigestRow, WindowReport},
+    normalize::Tables,
     plans::{Explained, LoginState},
     probe::{Readable, UntracedServer},
 };
@@ -59,6 +60,17 @@ pub fn window_to_json(report: &WindowReport) -> Vec<Value> {
             });
             let mut line = line;
             add_figures(&mut line, d, report.summary.readable);
+            match d.tables.as_deref() {
+                None => {}
+                Some(Tables::Unknown) => line["tables"] = "unknown".into(),
+                Some(Tables::Known { kind, tables }) => {
+                    line["statement_kind"] = kind.as_str().into();
+                    line["tables"] = tables
+                        .iter()
+                        .map(|t| json!({"schema": t.schema, "table": t.table, "write": t.write}))
+                        .collect();
+                }
+            }
             line
         })
         .collect();

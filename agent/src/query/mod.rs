@@ -10,7 +10,9 @@ pub mod render_series;
 use std::{path::PathBuf, time::Duration};
 
 use clap::builder::PossibleValuesParser;
-use sqlbee_proto::v1::{HostsRequest, InstancesRequest, LocksRequest, PlansRequest, SeriesRequest, TopRequest};
+use sqlbee_proto::v1::{
+    HostsRequest, InstancesRequest, LocksRequest, PlansRequest, SeriesRequest, TablesRequest, TopRequest,
+};
 use tonic::{Code, Status};
 
 use sqlbee_common::{clock::now_unix_ms, duration};
@@ -157,6 +159,23 @@ pub struct PlansArgs {
     #[arg(long, default_value = "7d")]
     pub since: String,
     /// Plan changes to show, newest first (1..=10000).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub limit: u32,
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct TablesArgs {
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+    /// Only this server instance (host:port); default every instance.
+    #[arg(long)]
+    pub instance: Option<String>,
+    /// Windows that ended within this long ago (10s, 5m, 2h, 7d), or `all`.
+    #[arg(long, default_value = "1h")]
+    pub since: String,
+    /// Tables to show, by total time (1..=10000).
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub limit: u32,
     #[arg(long, value_enum, default_value_t = Format::Table)]
@@ -381,6 +400,22 @@ pub fn plans(args: PlansArgs) -> Result<(), QueryError> {
     match args.format {
         Format::Json => render::write_json(&mut out, &json::plans_json(&answer)),
         Format::Table => render::write_plans_table(&mut out, &answer),
+    }
+    .map_err(|source| QueryError::Output { source })
+}
+
+pub fn tables(args: TablesArgs) -> Result<(), QueryError> {
+    let request = TablesRequest {
+        instance: args.instance.clone().unwrap_or_default(),
+        since_unix_ms: since_unix_ms(&args.since)?,
+        until_unix_ms: 0,
+        limit: args.limit,
+    };
+    let answer = call(&args.connect, "Tables", |mut client| async move { client.tables(request).await })?;
+    let mut out = std::io::stdout().lock();
+    match args.format {
+        Format::Json => render::write_json(&mut out, &json::tables_json(&answer)),
+        Format::Table => render::write_tables_table(&mut out, &answer),
     }
     .map_err(|source| QueryError::Output { source })
 }

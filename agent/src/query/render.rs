@@ -3,7 +3,7 @@
 use std::io::Write;
 
 use serde_json::Value;
-use sqlbee_proto::v1::{Blocker, InstanceInfo, LockWaitRow, PlansResponse, TopDigest, WaitStats};
+use sqlbee_proto::v1::{Blocker, InstanceInfo, LockWaitRow, PlansResponse, TablesResponse, TopDigest, WaitStats};
 
 use super::cells::{cut, time};
 use crate::collector::query_api::json::lag_ms;
@@ -251,6 +251,40 @@ pub fn write_instances_table(
         }
     }
     super::render_cost::write_instance_costs(out, instances)?;
+    out.flush()
+}
+
+pub fn write_tables_table(out: &mut impl Write, answer: &TablesResponse) -> std::io::Result<()> {
+    writeln!(out, "# each statement counts in full for every table its digest touches")?;
+    writeln!(
+        out,
+        "{:<40} {:>12} {:>12} {:>14} {:>10} {:>10} {:>8}",
+        "table", "statements", "total_ms", "rows_examined", "writing", "reading", "digests"
+    )?;
+    for t in &answer.tables {
+        let name = if t.schema.is_empty() { t.table.clone() } else { format!("{}.{}", t.schema, t.table) };
+        writeln!(
+            out,
+            "{:<40} {:>12} {:>12} {:>14} {:>10} {:>10} {:>8}",
+            cut(&name, 40),
+            t.statements,
+            ms(t.sum_ns),
+            t.rows_examined.map_or_else(|| "-".to_string(), |r| r.to_string()),
+            t.writing_statements,
+            t.reading_statements,
+            t.digest_count
+        )?;
+    }
+    if answer.tables.is_empty() {
+        writeln!(out, "(no statement touched a table in this range)")?;
+    }
+    if answer.unknown_statements + answer.undescribed_statements > 0 {
+        writeln!(
+            out,
+            "# not in any table: {} statements whose text the agent could not parse, {} not described yet",
+            answer.unknown_statements, answer.undescribed_statements
+        )?;
+    }
     out.flush()
 }
 

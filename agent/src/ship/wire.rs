@@ -9,7 +9,7 @@ use sqlbee_proto::v1::{
     DigestStats as WireDigest, DiskIo as WireDiskIo, ErrorCount, Histogram as WireHistogram,
     HostMetrics as WireHostMetrics, InstanceWindow, LockWait, NetIo as WireNetIo, Plan as WirePlan,
     ProbeCost as WireProbeCost, ProcessMetrics as WireProcess, QueryStats as WireQueryStats, ServerInstance,
-    TableAccess as WireTableAccess, UntracedServer as WireUntraced, WaitStats,
+    TableAccess as WireTableAccess, TableUse as WireTableUse, UntracedServer as WireUntraced, WaitStats,
 };
 
 use super::health::HealthReport;
@@ -17,6 +17,7 @@ use crate::{
     aggregate::{DigestRow, LockWaitRecord, WindowReport},
     budget::{CostSample, ProbeCost},
     host::{HostMetrics, ProcessMetrics, ProcessStatus},
+    normalize::Tables,
     plans::{Explained, PlanRecord},
     probe::{Readable, UntracedServer},
 };
@@ -89,9 +90,29 @@ fn accounts(d: &DigestRow) -> Vec<AccountCount> {
     out
 }
 
+/// (statement_kind, tables, tables_unknown) of a row described this window.
+fn tables(d: &DigestRow) -> (String, Vec<WireTableUse>, bool) {
+    match d.tables.as_deref() {
+        None => (String::new(), Vec::new(), false),
+        Some(Tables::Unknown) => (String::new(), Vec::new(), true),
+        Some(Tables::Known { kind, tables }) => (
+            kind.clone(),
+            tables
+                .iter()
+                .map(|t| WireTableUse { schema: t.schema.clone(), table: t.table.clone(), write: t.write })
+                .collect(),
+            false,
+        ),
+    }
+}
+
 fn digest(d: &DigestRow, cost: Option<&ProbeCost>, readable: Readable) -> WireDigest {
     let lineage = &d.lineage;
+    let (statement_kind, tables, tables_unknown) = tables(d);
     WireDigest {
+        statement_kind,
+        tables,
+        tables_unknown,
         nested: lineage.nested,
         program: lineage.program.as_ref().map(|p| p.name.clone()).unwrap_or_default(),
         program_kind: lineage.program.as_ref().map(|p| p.kind.to_string()).unwrap_or_default(),

@@ -4,7 +4,9 @@
 //! `order`, `limit`, `schema`, `digest`, `of`, `step`).
 use serde_json::{Value, json};
 use sqlbee_common::duration;
-use sqlbee_proto::v1::{HostsRequest, LocksRequest, PlansRequest, SeriesRequest, TopRequest, TotalsRequest};
+use sqlbee_proto::v1::{
+    HostsRequest, LocksRequest, PlansRequest, SeriesRequest, TablesRequest, TopRequest, TotalsRequest,
+};
 
 use super::{
     Ui,
@@ -104,6 +106,17 @@ pub async fn answer(ui: &Ui, path: &str, params: &Params, now: i64) -> Option<Re
                     })
                     .await?;
                 shape::plans_json(&answer)
+            }
+            "/api/tables" => {
+                let answer = ui
+                    .tables(TablesRequest {
+                        instance,
+                        since_unix_ms: range.since_unix_ms,
+                        until_unix_ms: range.until_unix_ms,
+                        limit: number(params, "limit")?,
+                    })
+                    .await?;
+                shape::tables_json(&answer)
             }
             "/api/hosts" => {
                 let answer = ui

@@ -142,15 +142,17 @@ pub enum Nav {
     Digest,
     Locks,
     Plans,
+    Tables,
     Hosts,
     Cost,
     Login,
 }
 
-const NAV: [(Nav, &str, &str); 6] = [
+const NAV: [(Nav, &str, &str); 7] = [
     (Nav::Fleet, "/", "Fleet"),
     (Nav::Top, "/top", "Top digests"),
     (Nav::Locks, "/locks", "Lock waits"),
+    (Nav::Tables, "/tables", "Tables"),
     (Nav::Plans, "/plans", "Plan changes"),
     (Nav::Hosts, "/hosts", "Hosts"),
     (Nav::Cost, "/cost", "Agent cost"),

@@ -24,8 +24,8 @@ use std::sync::Arc;
 
 use sqlbee_proto::v1::{
     HostsRequest, HostsResponse, InstanceInfo, InstancesRequest, LocksRequest, LocksResponse, PlansRequest,
-    PlansResponse, SeriesRequest, SeriesResponse, TopRequest, TopResponse, TotalsRequest, TotalsResponse,
-    query_server::Query,
+    PlansResponse, SeriesRequest, SeriesResponse, TablesRequest, TablesResponse, TopRequest, TopResponse,
+    TotalsRequest, TotalsResponse, query_server::Query,
 };
 use tokio::sync::Semaphore;
 use tonic::{Request, Status};
@@ -113,6 +113,10 @@ impl Ui {
 
     async fn instances(&self) -> Result<Vec<InstanceInfo>, Status> {
         Ok(self.ask(self.query.instances(Request::new(InstancesRequest {}))).await?.instances)
+    }
+
+    async fn tables(&self, request: TablesRequest) -> Result<TablesResponse, Status> {
+        self.ask(self.query.tables(Request::new(request))).await
     }
 
     async fn plans(&self, request: PlansRequest) -> Result<PlansResponse, Status> {

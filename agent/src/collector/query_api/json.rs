@@ -1,4 +1,4 @@
-//! Query answers as JSON: the one shape `sqlbee top|series|instances|locks|hosts|plans
+//! Query answers as JSON: the one shape `sqlbee top|series|instances|locks|hosts|plans|tables
 //! --format json` prints and the web UI's `/api/` serves, so a script
 //! written against one reads the other. Pure: takes the answer, returns a
 //! value.
@@ -6,7 +6,7 @@ use serde_json::{Map, Value, json};
 use sqlbee_common::clock;
 use sqlbee_proto::v1::{
     AgentQuota, AgentWindowRow, CostSummary, InstanceCost, InstanceInfo, LockWaitRow, PlansResponse, ProcessMetrics,
-    QueryStats, SeriesResponse, TopDigest,
+    QueryStats, SeriesResponse, TablesResponse, TopDigest,
 };
 
 /// An RFC 3339 time for ms since the epoch; `-` for none.
@@ -195,6 +195,39 @@ pub fn plans_json(answer: &PlansResponse) -> Value {
         })
         .collect();
     json!({"plans": plans, "changes": changes})
+}
+
+/// `{"tables": [...], "unknown_statements", "undescribed_statements"}`.
+pub fn tables_json(answer: &TablesResponse) -> Value {
+    let tables: Vec<Value> = answer
+        .tables
+        .iter()
+        .map(|t| {
+            json!({
+                "schema": t.schema,
+                "table": t.table,
+                "statements": t.statements,
+                "sum_ns": t.sum_ns,
+                "rows_examined": t.rows_examined,
+                "writing_statements": t.writing_statements,
+                "reading_statements": t.reading_statements,
+                "digest_count": t.digest_count,
+                "digests": t.digests.iter().map(|d| json!({
+                    "digest": format!("{:016x}", d.digest),
+                    "schema": d.schema,
+                    "digest_text": d.digest_text,
+                    "count": d.count,
+                    "sum_ns": d.sum_ns,
+                    "write": d.write,
+                })).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    json!({
+        "tables": tables,
+        "unknown_statements": answer.unknown_statements,
+        "undescribed_statements": answer.undescribed_statements,
+    })
 }
 
 /// How long ago the agent's newest window for the instance ended; `None`

@@ -4,14 +4,15 @@
 mod findings;
 pub mod json;
 pub mod remote;
+mod tables;
 
 use std::sync::Arc;
 
 use sqlbee_common::clock::now_unix_ms;
 use sqlbee_proto::v1::{
     HostsRequest, HostsResponse, InstancesRequest, InstancesResponse, LocksRequest, LocksResponse, PlansRequest,
-    PlansResponse, SeriesRequest, SeriesResponse, TopRequest, TopResponse, TotalsRequest, TotalsResponse,
-    query_server::Query,
+    PlansResponse, SeriesRequest, SeriesResponse, TablesRequest, TablesResponse, TopRequest, TopResponse,
+    TotalsRequest, TotalsResponse, query_server::Query,
 };
 use tonic::{Request, Response, Status};
 
@@ -283,6 +284,36 @@ impl Query for QueryService {
                 });
             row.findings = findings::findings(plan, count, stats.as_ref());
         }
+        Ok(Response::new(answer))
+    }
+
+    async fn tables(&self, request: Request<TablesRequest>) -> Result<Response<TablesResponse>, Status> {
+        let request = request.into_inner();
+        let since_unix_ms = since(request.since_unix_ms)?;
+        let limit = limit(request.limit, DEFAULT_LOCKS_LIMIT)?;
+        // Statements stored programs ran count for the tables they touch;
+        // the CALL that ran them touches none.
+        let query = TopQuery {
+            instance: non_empty(request.instance),
+            digest: None,
+            schema: None,
+            nested: true,
+            program: None,
+            until_unix_ms: until(request.until_unix_ms, since_unix_ms)?,
+            since_unix_ms,
+            order_by: OrderBy::Total,
+            limit: MAX_LIMIT,
+        };
+        let store = self.store.clone();
+        let answer = blocking(move || {
+            let rows = store.top(&query)?;
+            let mut digests: Vec<u64> = rows.iter().map(|r| r.digest).collect();
+            digests.sort_unstable();
+            digests.dedup();
+            let described = store.digest_tables(&digests)?;
+            Ok(tables::totals(&rows, &described, limit))
+        })
+        .await?;
         Ok(Response::new(answer))
     }
 

@@ -235,6 +235,18 @@ pub struct PlansQuery {
     pub limit: usize,
 }
 
+/// What a digest (run in a schema) reads and writes, as its agent parsed it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DigestTables {
+    pub digest: u64,
+    pub schema: String,
+    /// `SELECT`, `INSERT`, ...; empty when unknown.
+    pub kind: String,
+    pub tables: Vec<sqlbee_proto::v1::TableUse>,
+    /// The agent's parser could not read the text.
+    pub unknown: bool,
+}
+
 /// Agents' own windows, newest first.
 #[derive(Clone, Debug)]
 pub struct HostsQuery {
@@ -346,6 +358,9 @@ pub trait Store: Send + Sync {
     /// Each distinct plan of `query.digest` (newest last seen first) and
     /// the plan changes of the range (newest first, at most `limit`).
     fn plans(&self, query: &PlansQuery) -> Result<PlansResponse, StoreError>;
+    /// The newest description of each (digest, schema) of `digests` the
+    /// store holds.
+    fn digest_tables(&self, digests: &[u64]) -> Result<Vec<DigestTables>, StoreError>;
     /// Rolls up what arrived since the last pass, for a store that does
     /// not roll windows up as they arrive; how many buckets are still due
     /// (more than one pass takes). The SQLite store rolls up in `ingest`.

@@ -7,6 +7,7 @@ mod hosts;
 mod locks;
 pub mod login;
 mod plans;
+mod tables;
 mod top;
 
 use sqlbee_common::histogram::Histogram;
@@ -39,6 +40,7 @@ pub async fn render(
         "/digest" => digest::render(ui, view, params).await,
         "/locks" => locks::render(ui, view).await,
         "/plans" => plans::render(ui, view).await,
+        "/tables" => tables::render(ui, view).await,
         "/hosts" => hosts::render(ui, view, now).await,
         "/cost" => cost::render(ui, view).await,
         _ => return None,

@@ -56,6 +56,7 @@ mod read;
 mod rollups;
 mod schema;
 mod series;
+mod tables;
 #[cfg(test)]
 mod tests;
 mod write;
@@ -68,8 +69,8 @@ use sqlbee_proto::v1::{
 };
 
 use super::{
-    HostsQuery, IngestOutcome, LocksQuery, PlansQuery, PruneCutoffs, PruneOutcome, SeriesQuery, Store, StoreError,
-    TopQuery, TotalsQuery,
+    DigestTables, HostsQuery, IngestOutcome, LocksQuery, PlansQuery, PruneCutoffs, PruneOutcome, SeriesQuery, Store,
+    StoreError, TopQuery, TotalsQuery,
 };
 pub use schema::SCHEMA_VERSION;
 
@@ -268,6 +269,10 @@ impl Store for ClickHouseStore {
 
     fn plans(&self, query: &PlansQuery) -> Result<PlansResponse, StoreError> {
         plans::read(&self.db, query)
+    }
+
+    fn digest_tables(&self, digests: &[u64]) -> Result<Vec<DigestTables>, StoreError> {
+        tables::read(&self.db, digests)
     }
 
     fn locks(&self, query: &LocksQuery) -> Result<Vec<LockWaitRow>, StoreError> {

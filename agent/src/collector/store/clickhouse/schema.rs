@@ -22,7 +22,7 @@ use crate::collector::store::rollup;
 /// 3: rollups at ten minutes and a day beside the hour (`level`).
 /// 4: `error_samples.instance`, so one agent's message cannot replace
 /// another's (older rows read "", used only when no instance is asked for).
-/// 5: `plans` and `plan_changes`, and `instance_windows.server_login`
+/// 5: `plans`, `plan_changes` and `digest_tables`, and `instance_windows.server_login`
 /// (older rows read "", no login).
 pub const SCHEMA_VERSION: u32 = 5;
 
@@ -179,6 +179,15 @@ pub(super) fn tables() -> Vec<(&'static str, String)> {
             "instance String, schema String, digest UInt64, plan_hash UInt64, seen_unix_ms Int64, plan String",
             None,
             "digest, instance, schema, plan_hash",
+        ),
+        // What each digest reads and writes (tables: an encoded
+        // sqlbee.v1.DigestStats holding only its tables), one row per
+        // description an agent sent; likewise no identity and no aging.
+        table(
+            "digest_tables",
+            "digest UInt64, schema String, kind String, tables String, unknown UInt8, seen_unix_ms Int64",
+            None,
+            "digest, schema",
         ),
         table(
             "plan_changes",

@@ -261,6 +261,7 @@ pub(super) struct DataRows {
     gaps: RowWriter,
     plans: RowWriter,
     plan_changes: RowWriter,
+    digest_tables: RowWriter,
     /// A digest's text is written once per group: any copy will do.
     text_seen: std::collections::HashSet<u64>,
 }
@@ -282,9 +283,12 @@ impl DataRows {
             gaps,
             plans,
             plan_changes,
+            digest_tables,
             text_seen,
         } = self;
-        for w in [windows, digests, texts, samples, locks, agent_windows, untraced, gaps, plans, plan_changes] {
+        for w in
+            [windows, digests, texts, samples, locks, agent_windows, untraced, gaps, plans, plan_changes, digest_tables]
+        {
             w.clear(KEEP_BYTES);
         }
         text_seen.clear();
@@ -302,6 +306,7 @@ impl DataRows {
             gaps,
             plans,
             plan_changes,
+            digest_tables,
             text_seen,
         } = self;
         let agent = batch.agent.clone().unwrap_or_default();
@@ -374,6 +379,14 @@ impl DataRows {
                 }
             }
             for d in &w.digests {
+                if !d.statement_kind.is_empty() || d.tables_unknown {
+                    let tables = sqlbee_proto::v1::DigestStats { tables: d.tables.clone(), ..Default::default() };
+                    digest_tables.col("digest").u64(d.digest).col("schema").str(&d.schema);
+                    digest_tables.col("kind").str(&d.statement_kind).col("tables").message(Some(&tables));
+                    digest_tables.col("unknown").u8(u8::from(d.tables_unknown));
+                    digest_tables.col("seen_unix_ms").i64(w.window_end_unix_ms);
+                    digest_tables.end_row();
+                }
                 if text_seen.insert(d.digest) {
                     texts.col("digest").u64(d.digest).col("text").str(&d.digest_text);
                     texts.col("window_end").i64(w.window_end_unix_ms);
@@ -447,7 +460,7 @@ impl DataRows {
     }
 
     pub(super) fn insert(&self, db: &Client) -> Result<(), StoreError> {
-        let inserts: [(&str, &RowWriter); 10] = [
+        let inserts: [(&str, &RowWriter); 11] = [
             ("instance_windows", &self.windows),
             ("digest_windows", &self.digests),
             ("digest_texts", &self.texts),
@@ -458,6 +471,7 @@ impl DataRows {
             ("gaps", &self.gaps),
             ("plans", &self.plans),
             ("plan_changes", &self.plan_changes),
+            ("digest_tables", &self.digest_tables),
         ];
         for (table, rows) in inserts {
             db.insert(table, rows).map_err(|e| error("ingest", e))?;

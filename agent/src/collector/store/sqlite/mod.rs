@@ -17,6 +17,7 @@ mod rollups;
 mod row;
 mod schema;
 mod series;
+mod tables;
 #[cfg(test)]
 mod tests;
 mod write;
@@ -35,8 +36,8 @@ use sqlbee_proto::v1::{
 };
 
 use super::{
-    HostsQuery, IngestOutcome, LocksQuery, PlansQuery, PruneCutoffs, PruneOutcome, SeriesQuery, Store, StoreError,
-    TopQuery, TotalsQuery, cancel,
+    DigestTables, HostsQuery, IngestOutcome, LocksQuery, PlansQuery, PruneCutoffs, PruneOutcome, SeriesQuery, Store,
+    StoreError, TopQuery, TotalsQuery, cancel,
 };
 
 pub use schema::{Durability, SCHEMA_VERSION};
@@ -253,6 +254,12 @@ impl Store for SqliteStore {
         let mut conn = self.read()?;
         let tx = conn.transaction().map_err(|e| error("plans", e))?;
         plans::read(&tx, query)
+    }
+
+    fn digest_tables(&self, digests: &[u64]) -> Result<Vec<DigestTables>, StoreError> {
+        let mut conn = self.read()?;
+        let tx = conn.transaction().map_err(|e| error("tables", e))?;
+        tables::read(&tx, digests)
     }
 
     fn prune(&self, cutoffs: &PruneCutoffs) -> Result<PruneOutcome, StoreError> {

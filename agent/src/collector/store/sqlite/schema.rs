@@ -34,7 +34,7 @@ use rusqlite::{Connection, TransactionBehavior};
 /// - 12: `error_samples` keyed by instance as well, so one agent's message
 ///   cannot replace another's (the table is rebuilt; older rows get
 ///   instance "", read only when no instance is asked for).
-/// - 13: `plans` and `plan_changes` (new tables) and
+/// - 13: `plans`, `plan_changes` and `digest_tables` (new tables) and
 ///   `agent_instances.server_login` (ALTER TABLE; older rows read "", no
 ///   login).
 pub const SCHEMA_VERSION: i64 = 13;
@@ -318,6 +318,7 @@ pub(super) fn migrate(conn: &mut Connection) -> rusqlite::Result<Result<i64, i64
     // New files get everything; older ones the tables they lack.
     tx.execute_batch(SCHEMA)?;
     tx.execute_batch(super::plans::TABLES)?;
+    tx.execute_batch(super::tables::TABLES)?;
     // Version 1 -> 2: CREATE TABLE IF NOT EXISTS left digest_windows as it was.
     let has_waits = has_column(&tx, "digest_windows", "waits")?;
     if !has_waits {

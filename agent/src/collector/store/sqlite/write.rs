@@ -155,6 +155,7 @@ pub(super) fn batch(
             w.server_login,
         ])?;
         super::plans::write(tx, &server.name, &w.plans)?;
+        super::tables::write(tx, w.window_end_unix_ms, &w.digests)?;
         for d in &w.digests {
             insert_text.execute(params![i(d.digest), d.digest_text])?;
             for e in &d.error_codes {
