@@ -36,6 +36,7 @@ pub enum Tables {
 /// first seen, and again every `RESEND` (a collector that came later, or
 /// lost them, learns them within that time). Parses at most
 /// `PARSES_PER_WINDOW` new texts per window; the others wait for a later one.
+#[derive(Default)]
 pub struct Describer {
     known: std::collections::HashMap<(Option<std::sync::Arc<str>>, u64), (std::sync::Arc<Tables>, std::time::Instant)>,
     parses: usize,
@@ -46,12 +47,6 @@ pub struct Describer {
 const MAX_KNOWN: usize = 100_000;
 const PARSES_PER_WINDOW: usize = 2_000;
 const RESEND: std::time::Duration = std::time::Duration::from_secs(3600);
-
-impl Default for Describer {
-    fn default() -> Self {
-        Describer { known: std::collections::HashMap::new(), parses: 0 }
-    }
-}
 
 impl Describer {
     /// Starts a window's parse budget.
@@ -113,7 +108,7 @@ pub fn tables_of(digest_text: &str, schema: Option<&str>) -> Tables {
         }
     };
     let (kind, written) = kind_and_targets(statement);
-    let written: HashSet<(String, String)> = written.iter().filter_map(|n| qualify(n)).collect();
+    let written: HashSet<(String, String)> = written.iter().filter_map(&qualify).collect();
     let mut seen = HashSet::new();
     let mut tables = Vec::new();
     let _ = visit_relations(statement, |name| {
