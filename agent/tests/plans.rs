@@ -304,6 +304,10 @@ fn a_login_that_fails_is_a_warning_and_counting_stays_exact() {
         );
         let table = sqlbee_query(&["instances", "--collector", &url]);
         assert!(String::from_utf8_lossy(&table.stdout).contains("NO PLANS"));
+        if browser::available("a_login_that_fails_is_a_warning_and_counting_stays_exact") {
+            let fleet = browser::load(&format!("{}?since=all", collector.ui));
+            assert!(fleet.dom.contains("no plans:") && fleet.dom.contains(expect), "the fleet page shows the warning");
+        }
     }
 }
 

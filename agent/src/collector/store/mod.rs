@@ -285,6 +285,8 @@ pub struct PruneOutcome {
     pub lock_waits: u64,
     pub agent_windows: u64,
     pub rollup_rows: u64,
+    /// Plans, plan changes and digest descriptions (by the hour retention).
+    pub plan_rows: u64,
 }
 
 /// A backend's own error, kept as the cause: the trait and its callers

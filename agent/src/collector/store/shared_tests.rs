@@ -230,4 +230,13 @@ pub(super) fn plans_merge_sightings_and_list_changes(store: &dyn Store, batch: M
     // The newest window's word on the login stands.
     let instances = store.instances().unwrap();
     assert_eq!(instances.iter().find(|i| i.instance == "h:1").unwrap().server_login, "ok");
+
+    // Plans follow the hour retention: a plan last seen before the cutoff
+    // goes with the changes before it; the newer stay.
+    let pruned = store.prune(&PruneCutoffs { raw: 0, minute: 0, hour: 3000 }).unwrap();
+    // Rows: merged plans (SQLite) or sightings (ClickHouse).
+    assert!(pruned.plan_rows >= 2, "plan 22 (last seen 2400) and the change at 2400: {pruned:?}");
+    let left = store.plans(&query).unwrap();
+    assert_eq!(left.plans.iter().map(|r| r.plan.as_ref().unwrap().plan_hash).collect::<Vec<_>>(), [11]);
+    assert_eq!(left.changes.len(), 1);
 }

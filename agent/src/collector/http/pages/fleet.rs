@@ -99,6 +99,12 @@ fn row(view: &View, info: &InstanceInfo, series: &SeriesResponse, now: i64, body
     } else {
         "<span class=\"ok\">traced</span>".to_string()
     };
+    // Counting goes on without plans; the login's failure is said beside it.
+    let status = if info.server_login.is_empty() || info.server_login == "ok" {
+        status
+    } else {
+        format!("{status} <span class=\"warn login\">no plans: {}</span>", esc(&info.server_login))
+    };
     let name = if info.instance.is_empty() { format!("(agent {})", info.agent_id) } else { info.instance.clone() };
     let link = view.link("/top", &[]);
     let link = if info.instance.is_empty() {

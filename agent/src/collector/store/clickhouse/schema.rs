@@ -277,6 +277,11 @@ pub(super) const ROLLUP_AGING: [(&str, &str); 4] = [
     ("rollup_marks", "bucket"),
 ];
 
+/// Plans, plan changes and digest descriptions, pruned by the hour
+/// rollups' retention (unpartitioned: small, and they go by mutation).
+pub(super) const PLAN_AGING: [(&str, &str); 3] =
+    [("plans", "seen_unix_ms"), ("plan_changes", "at_unix_ms"), ("digest_tables", "seen_unix_ms")];
+
 /// Tables whose rows age, with the column retention goes by.
 pub(super) const AGING: [(&str, &str); 9] = [
     ("digest_windows", "window_end"),

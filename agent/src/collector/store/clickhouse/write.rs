@@ -13,7 +13,7 @@ use super::{
     error,
     http::{Client, RowWriter, quote},
     malformed,
-    schema::{AGING, LEVELS, ROLLUP_AGING},
+    schema::{AGING, LEVELS, PLAN_AGING, ROLLUP_AGING},
 };
 use crate::collector::store::{IngestOutcome, PruneCutoffs, PruneOutcome, StoreError, blob, rollup::DAY_MS};
 
@@ -545,7 +545,8 @@ pub(super) fn prune(db: &Client, cutoffs: &PruneCutoffs) -> Result<PruneOutcome,
     let err = |e| error("prune", e);
     let raw = AGING.iter().map(|&(table, column)| (table, column, cutoffs.raw));
     let rolled = ROLLUP_AGING.iter().map(|&(table, column)| (table, column, cutoffs.hour));
-    for (table, column, cut) in raw.chain(rolled) {
+    let plans = PLAN_AGING.iter().map(|&(table, column)| (table, column, cutoffs.hour));
+    for (table, column, cut) in raw.chain(rolled).chain(plans) {
         let cut_day = cut.div_euclid(DAY_MS);
         let deleted = if table == "error_samples" {
             // One sample per (digest, code), as old as its newest window.
@@ -589,6 +590,7 @@ pub(super) fn prune(db: &Client, cutoffs: &PruneCutoffs) -> Result<PruneOutcome,
             "error_samples" => outcome.error_samples = deleted,
             "batches" => outcome.batches = deleted,
             "digest_rollups" | "instance_rollups" | "agent_rollups" => outcome.rollup_rows += deleted,
+            "plans" | "plan_changes" | "digest_tables" => outcome.plan_rows += deleted,
             _ => {}
         }
     }

@@ -403,6 +403,18 @@ pub(super) fn prune(writer: &Mutex<Connection>, cutoffs: &PruneCutoffs) -> Resul
             cutoff,
         )?;
     }
+    // Plans, plan changes and digest descriptions outlive the raw windows:
+    // they follow the hour rollups' retention, like a digest's history.
+    for sql in [
+        "DELETE FROM plans WHERE (digest, instance, schema, plan_hash) IN
+            (SELECT digest, instance, schema, plan_hash FROM plans WHERE last_seen_unix_ms < ?1 LIMIT ?2)",
+        "DELETE FROM plan_changes WHERE (at_unix_ms, digest, instance, schema, to_hash) IN
+            (SELECT at_unix_ms, digest, instance, schema, to_hash FROM plan_changes WHERE at_unix_ms < ?1 LIMIT ?2)",
+        "DELETE FROM digest_tables WHERE (digest, schema) IN
+            (SELECT digest, schema FROM digest_tables WHERE seen_unix_ms < ?1 LIMIT ?2)",
+    ] {
+        outcome.plan_rows += chunked_before(sql, cutoffs.hour)?;
+    }
     outcome.digest_windows = chunked(
         "DELETE FROM digest_windows WHERE rowid IN
             (SELECT rowid FROM digest_windows WHERE window_end < ?1 LIMIT ?2)",
