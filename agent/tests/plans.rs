@@ -172,6 +172,32 @@ fn plans_follow_an_index_and_explain_changes_nothing() {
     let rows: i64 = root.query_first("SELECT COUNT(*) FROM app.orders").unwrap().unwrap();
     assert_eq!((total, rows), (1007, 1999), "EXPLAIN ran an UPDATE or a DELETE");
 
+    // A prepared statement: the server keeps its text with `?`
+    // placeholders, whose values the agent does not have. It is counted,
+    // and its plan says why there is none, without asking the server.
+    let prepared = app.prep("SELECT total FROM orders WHERE id = ? AND total >= ?").unwrap();
+    let started = Instant::now();
+    let refused = loop {
+        for id in 1..10 {
+            let _: Vec<i64> = app.exec(&prepared, (id, 0)).unwrap();
+        }
+        let refused = agent.lines_so_far().into_iter().find(|p| {
+            p["type"] == "plan"
+                && p["schema"] == "app"
+                && p["not_explained"].as_str().is_some_and(|r| r.contains("prepared"))
+        });
+        if let Some(refused) = refused {
+            break refused;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "nothing said of the prepared statement: {}",
+            agent.progress()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    assert_eq!(refused["explain_ns"].as_u64().map(|ns| ns < 10_000_000), Some(true), "{refused}");
+
     let out = agent.stop();
     assert!(out.success, "{}", out.stderr);
     for line in &out.lines {

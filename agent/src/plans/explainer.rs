@@ -9,7 +9,7 @@
 //! Where the schema holds a `sqlbee_explain(statement)` procedure (the
 //! least-privilege set-up the manual shows) the agent calls that instead.
 use std::{
-    collections::{HashMap, VecDeque},
+    collections::{HashMap, VecDeque, hash_map::Entry},
     sync::{
         Arc, Mutex,
         atomic::{AtomicBool, Ordering},
@@ -28,8 +28,10 @@ use crate::{
     normalize::{Samples, redact},
 };
 
-/// Digests remembered per server; past it, the least recently offered go.
+/// Digests remembered per server, and the bytes of their raw samples;
+/// past either, the least recently offered go.
 const MAX_KNOWN: usize = 10_000;
+const MAX_KNOWN_BYTES: usize = 8 << 20;
 /// Digests waiting for an EXPLAIN per server.
 const MAX_QUEUED: usize = 1_000;
 /// The costliest digests of each window whose plans are kept fresh.
@@ -179,6 +181,8 @@ struct Server {
     backoff: Duration,
     warning: Option<String>,
     known: HashMap<DigestKey, Known>,
+    /// Bytes of the raw samples in `known`.
+    known_bytes: usize,
     queue: VecDeque<(DigestKey, Reason)>,
     next_explain: Instant,
     /// Whether each schema holds a `sqlbee_explain` procedure the login
@@ -199,6 +203,7 @@ impl Server {
             backoff: FIRST_RETRY,
             warning: None,
             known: HashMap::new(),
+            known_bytes: 0,
             queue: VecDeque::new(),
             next_explain: now,
             procedures: HashMap::new(),
@@ -237,17 +242,33 @@ impl Server {
             let key = (candidate.schema.clone(), candidate.digest);
             let count = candidate.count.max(1) as f64;
             let figures = (candidate.sum_ns as f64 / count, candidate.rows_examined as f64 / count);
-            if !self.known.contains_key(&key) && self.known.len() >= MAX_KNOWN {
+            let incoming = candidate.raw.0.len();
+            if !self.known.contains_key(&key)
+                && (self.known.len() >= MAX_KNOWN || self.known_bytes + incoming > MAX_KNOWN_BYTES)
+            {
                 self.forget_oldest();
+                if self.known_bytes + incoming > MAX_KNOWN_BYTES {
+                    continue;
+                }
             }
-            let known = self.known.entry(key.clone()).or_insert_with(|| Known {
-                raw: candidate.raw.clone(),
-                latest: figures,
-                last_offered: now,
-                queued: false,
-                last: None,
-            });
-            known.raw = candidate.raw;
+            let known = match self.known.entry(key.clone()) {
+                Entry::Occupied(entry) => {
+                    let known = entry.into_mut();
+                    self.known_bytes = self.known_bytes - known.raw.0.len() + incoming;
+                    known.raw = candidate.raw;
+                    known
+                }
+                Entry::Vacant(entry) => {
+                    self.known_bytes += incoming;
+                    entry.insert(Known {
+                        raw: candidate.raw,
+                        latest: figures,
+                        last_offered: now,
+                        queued: false,
+                        last: None,
+                    })
+                }
+            };
             known.last_offered = now;
             by_time.push((candidate.sum_ns, key.clone()));
             let reason = match &known.last {
@@ -279,6 +300,7 @@ impl Server {
         if let Some(cutoff) = cutoff {
             self.known.retain(|_, k| k.last_offered > cutoff || k.queued);
         }
+        self.known_bytes = self.known.values().map(|k| k.raw.0.len()).sum();
     }
 }
 
@@ -576,6 +598,80 @@ mod tests {
         assert!(has_placeholder("SELECT * FROM t WHERE id = ?"));
         assert!(!has_placeholder("SELECT '?', \"a?\", `q?` FROM t /* ? */ WHERE a = 'it\\'s?' -- ?\n"));
         assert!(has_placeholder("SELECT 'x' FROM t WHERE a = ? # ?"));
+    }
+
+    fn config() -> PlanConfig {
+        PlanConfig {
+            login: super::super::ServerLogin { user: "u".into(), password: "p".into() },
+            explain_rate: 1.0,
+            refresh: Duration::from_secs(3600),
+            recheck: Duration::from_secs(60),
+            samples: Samples::Redacted,
+        }
+    }
+
+    /// (digest, statements, sum_ns, rows examined, raw bytes)
+    fn offer(digests: &[(u64, u64, u64, u64, usize)]) -> Offer {
+        Offer {
+            instance: "db:3306".into(),
+            pid: 1,
+            digests: digests
+                .iter()
+                .map(|&(digest, count, sum_ns, rows_examined, bytes)| Candidate {
+                    schema: None,
+                    digest,
+                    raw: RawSample(vec![b'x'; bytes].into()),
+                    count,
+                    sum_ns,
+                    rows_examined,
+                })
+                .collect(),
+        }
+    }
+
+    fn explained(server: &mut Server, at: Instant) {
+        while let Some((key, _)) = server.queue.pop_front() {
+            let known = server.known.get_mut(&key).unwrap();
+            known.queued = false;
+            known.last = Some(LastExplain { at, hash: 7, mean_ns: known.latest.0, rows_per_statement: known.latest.1 });
+        }
+    }
+
+    fn queued(server: &Server) -> Vec<(u64, Reason)> {
+        server.queue.iter().map(|((_, digest), reason)| (*digest, *reason)).collect()
+    }
+
+    #[test]
+    fn new_digests_then_moved_figures_then_the_costliest_when_due() {
+        let (config, now) = (config(), Instant::now());
+        let mut server = Server::new(1, now);
+        server.take_offer(offer(&[(1, 10, 1_000, 20_000, 10), (2, 10, 9_000, 10, 10)]), &config, now);
+        assert_eq!(queued(&server), [(2, Reason::New), (1, Reason::New)]);
+        explained(&mut server, now);
+        let later = now + Duration::from_secs(120);
+        server.take_offer(offer(&[(1, 10, 1_100, 21_000, 10), (2, 10, 9_000, 10, 10)]), &config, later);
+        assert!(queued(&server).is_empty(), "nothing moved twofold");
+        // An index: rows examined per statement fall from 2,000 to 1.
+        server.take_offer(offer(&[(1, 10, 900, 10, 10)]), &config, later);
+        assert_eq!(queued(&server), [(1, Reason::Changed)]);
+        explained(&mut server, later);
+        let due = later + config.refresh;
+        server.take_offer(offer(&[(1, 10, 900, 10, 10), (2, 10, 9_000, 10, 10)]), &config, due);
+        assert_eq!(queued(&server), [(2, Reason::Refresh), (1, Reason::Refresh)], "the costliest first");
+    }
+
+    #[test]
+    fn raw_samples_are_bounded_in_bytes() {
+        let (config, now) = (config(), Instant::now());
+        let mut server = Server::new(1, now);
+        let big = MAX_KNOWN_BYTES / 2 + 1;
+        server.take_offer(offer(&[(1, 1, 1, 1, big), (2, 1, 1, 1, big)]), &config, now);
+        assert_eq!(server.known.len(), 1, "the second would pass the bound");
+        assert!(server.known_bytes <= MAX_KNOWN_BYTES);
+        explained(&mut server, now);
+        server.take_offer(offer(&[(3, 1, 1, 1, big)]), &config, now + Duration::from_secs(1));
+        assert_eq!(server.known.keys().map(|k| k.1).collect::<Vec<_>>(), [3], "the least recently offered went");
+        assert_eq!(server.known_bytes, big);
     }
 
     #[test]

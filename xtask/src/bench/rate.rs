@@ -47,7 +47,7 @@ pub struct RateArgs {
     pub servers: Vec<String>,
     /// Arms run in every round: `control` (nothing attached) and
     /// treatments of `cargo xtask bench` (sqlbee, sqlbee-all, sqlbee-waits,
-    /// sqlbee-events, sqlbee-budget, slow-log, general-log, bpftrace-pair,
+    /// sqlbee-events, sqlbee-plans, sqlbee-budget, slow-log, general-log, bpftrace-pair,
     /// bpftrace-count = the one-trap floor, performance-schema). Only the
     /// host's server runs performance-schema: each of its runs restarts the
     /// server with it on, warms, measures, then restarts and warms again, so
@@ -367,6 +367,20 @@ impl Progress {
 }
 
 /// Runs the whole bench described by `args` and writes its results.
+/// The login the `sqlbee-plans` arm's agent uses: one that may explain
+/// sysbench's statements, in a file only its owner reads.
+fn login_for_plans(server: &Server) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    server.sql(
+        "CREATE USER IF NOT EXISTS 'sqlbee_bench'@'localhost' IDENTIFIED BY 'sqlbee-bench'; \
+         GRANT SELECT, INSERT, UPDATE, DELETE ON sbtest.* TO 'sqlbee_bench'@'localhost'",
+    )?;
+    let path = server.dir().join("sqlbee-login.toml");
+    std::fs::write(&path, "user = \"sqlbee_bench\"\npassword = \"sqlbee-bench\"\n")?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+    Ok(())
+}
+
 pub fn run(args: &RateArgs) -> anyhow::Result<RateOutcome> {
     let plan = Plan::new(args)?;
     let needs_agent = plan.arms.iter().any(Arm::is_agent);
@@ -461,6 +475,7 @@ fn one_server(
         plan.table_size
     );
     plan.sysbench(1, 0).prepare(server.target())?;
+    login_for_plans(&server).context("creating the plans arm's login")?;
     warm(&server, plan).context("warming the server")?;
     let status_cost = status_cost(&server)?;
     let info =

@@ -70,6 +70,14 @@ pub const TREATMENTS: &[Treatment] = &[
         about: "sqlbee agent sending every statement to user space (no kernel digests)",
         setup: Setup::Agent { flags: &[], if_known: &["--kernel-digests=0"] },
     },
+    // Plans at their default pace: every digest is new to a fresh agent, so
+    // it explains one statement a second for the whole run. `{dir}` is the
+    // server's directory, where the rate bench writes the login.
+    Treatment {
+        name: "sqlbee-plans",
+        about: "sqlbee agent with --server-login (EXPLAIN at the default 1 per second), 10 s windows; rate bench only (it writes the login)",
+        setup: Setup::Agent { flags: &["--server-login={dir}/sqlbee-login.toml", "--window=10s"], if_known: &[] },
+    },
     Treatment {
         name: "sqlbee-budget",
         about: "sqlbee agent held to 1% of mysqld's CPU",
@@ -254,9 +262,13 @@ impl Tracer {
         let ready = server.dir.join(format!("{tag}.ready"));
         let _ = fs::remove_file(&ready);
         let (stdout, stderr) = (server.dir.join(format!("{tag}.jsonl")), server.dir.join(format!("{tag}.log")));
+        // A treatment's own window wins; `{dir}` is this server's directory.
+        let window: &[&str] = if flags.iter().any(|f| f.starts_with("--window")) { &[] } else { &["--window", window] };
+        let flags: Vec<String> = flags.iter().map(|f| f.replace("{dir}", &server.dir.display().to_string())).collect();
         let child = Command::new(sqlbee)
-            .args(["agent", "--output", "jsonl", "--window", window])
-            .args(flags)
+            .args(["agent", "--output", "jsonl"])
+            .args(window)
+            .args(&flags)
             .arg(format!("--pid={}", server.pid))
             .arg("--ready-file")
             .arg(&ready)

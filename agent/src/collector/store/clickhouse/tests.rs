@@ -594,6 +594,19 @@ fn every_kind_of_row(sequence: u64, end: i64) -> Batch {
         ..Default::default()
     });
     d.accounts = vec![sqlbee_proto::v1::AccountCount { user: "app".into(), host: "10.0.0.%".into(), count: 2 }];
+    d.statement_kind = "SELECT".into();
+    d.tables = vec![sqlbee_proto::v1::TableUse { schema: "app".into(), table: "t".into(), write: false }];
+    w.plans = vec![sqlbee_proto::v1::Plan {
+        digest: d.digest,
+        schema: "app".into(),
+        explained_unix_ms: end - 3,
+        plan_hash: 22,
+        previous_plan_hash: 11,
+        access: vec![sqlbee_proto::v1::TableAccess { table: "t".into(), r#type: "ALL".into(), ..Default::default() }],
+        plan_json: "{\"query_block\": {}}".into(),
+        ..Default::default()
+    }];
+    w.server_login = "ok".into();
     let mut nested = d.clone();
     nested.digest = 11;
     nested.digest_text = "UPDATE t SET a = ?".into();
@@ -950,6 +963,17 @@ fn every_statement_the_store_sends_runs_on_current_clickhouse() {
             store.hosts(&HostsQuery { host, since_unix_ms: 0, limit: 10 }).unwrap();
         }
         assert!(!store.instances().unwrap().is_empty());
+        let plans = PlansQuery {
+            digest: Some(u64::MAX - 1),
+            schema: None,
+            instance: None,
+            since_unix_ms: 0,
+            until_unix_ms: i64::MAX,
+            limit: 10,
+        };
+        store.plans(&plans).unwrap();
+        store.plans(&PlansQuery { digest: None, schema: Some("app".into()), ..plans }).unwrap();
+        store.digest_tables(&[u64::MAX - 1, 11]).unwrap();
     };
     reads(&store);
     // Rolled up, then read through rollups and their delta (a late batch).
