@@ -370,6 +370,8 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<Outcome> {
     let mut server = BenchServer { server, base, flags: &[], tables: plan.tables };
     eprintln!("==> sysbench prepare ({} tables x {} rows)", plan.tables, plan.table_size);
     plan.sysbench("oltp_read_only", plan.tables.min(4), 1).prepare(&server.server)?;
+    treatment::write_plans_login(server.server.dir(), |sql| server.server.sql(sql))
+        .context("creating the plans arm's login")?;
 
     let mut progress =
         Progress { total: plan.total_runs(), done: 0, started: Instant::now(), guess: plan.seconds as f64 + 3.0 };

@@ -33,7 +33,7 @@ use super::{
     TEXT_SUFFIX,
     measure::{CpuReading, ProgramStats, RunTimeStats, clock_ticks, cpu_ticks, parse_sysbench, programs_of},
     release_agent,
-    treatment::{AgentBinary, Setup, TREATMENTS, Tracer, Treatment, Watched},
+    treatment::{AgentBinary, Setup, TREATMENTS, Tracer, Treatment, Watched, write_plans_login},
 };
 use crate::{paths::workspace_root, sysbench::Sysbench};
 
@@ -367,20 +367,6 @@ impl Progress {
 }
 
 /// Runs the whole bench described by `args` and writes its results.
-/// The login the `sqlbee-plans` arm's agent uses: one that may explain
-/// sysbench's statements, in a file only its owner reads.
-fn login_for_plans(server: &Server) -> anyhow::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    server.sql(
-        "CREATE USER IF NOT EXISTS 'sqlbee_bench'@'localhost' IDENTIFIED BY 'sqlbee-bench'; \
-         GRANT SELECT, INSERT, UPDATE, DELETE ON sbtest.* TO 'sqlbee_bench'@'localhost'",
-    )?;
-    let path = server.dir().join("sqlbee-login.toml");
-    std::fs::write(&path, "user = \"sqlbee_bench\"\npassword = \"sqlbee-bench\"\n")?;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
-    Ok(())
-}
-
 pub fn run(args: &RateArgs) -> anyhow::Result<RateOutcome> {
     let plan = Plan::new(args)?;
     let needs_agent = plan.arms.iter().any(Arm::is_agent);
@@ -475,7 +461,7 @@ fn one_server(
         plan.table_size
     );
     plan.sysbench(1, 0).prepare(server.target())?;
-    login_for_plans(&server).context("creating the plans arm's login")?;
+    write_plans_login(server.dir(), |sql| server.sql(sql)).context("creating the plans arm's login")?;
     warm(&server, plan).context("warming the server")?;
     let status_cost = status_cost(&server)?;
     let info =

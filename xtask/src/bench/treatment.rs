@@ -75,7 +75,7 @@ pub const TREATMENTS: &[Treatment] = &[
     // server's directory, where the rate bench writes the login.
     Treatment {
         name: "sqlbee-plans",
-        about: "sqlbee agent with --server-login (EXPLAIN at the default 1 per second), 10 s windows; rate bench only (it writes the login)",
+        about: "sqlbee agent with --server-login (EXPLAIN at the default 1 per second), 10 s windows",
         setup: Setup::Agent { flags: &["--server-login={dir}/sqlbee-login.toml", "--window=10s"], if_known: &[] },
     },
     Treatment {
@@ -123,6 +123,19 @@ pub const TREATMENTS: &[Treatment] = &[
         },
     },
 ];
+
+/// The login the `sqlbee-plans` arm's agent uses: one that may explain
+/// sysbench's statements, created with `sql` on the server, in a file in
+/// `dir` only its owner reads.
+pub fn write_plans_login(dir: &Path, sql: impl Fn(&str) -> anyhow::Result<String>) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    sql("CREATE USER IF NOT EXISTS 'sqlbee_bench'@'localhost' IDENTIFIED BY 'sqlbee-bench'; \
+         GRANT SELECT, INSERT, UPDATE, DELETE ON sbtest.* TO 'sqlbee_bench'@'localhost'")?;
+    let path = dir.join("sqlbee-login.toml");
+    fs::write(&path, "user = \"sqlbee_bench\"\npassword = \"sqlbee-bench\"\n")?;
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o600))?;
+    Ok(())
+}
 
 pub fn treatment(name: &str) -> anyhow::Result<&'static Treatment> {
     TREATMENTS.iter().find(|t| t.name == name).with_context(|| {
