@@ -158,7 +158,7 @@ pub struct PlansArgs {
     /// Plan changes within this long ago (10s, 5m, 2h, 7d), or `all`.
     #[arg(long, default_value = "7d")]
     pub since: String,
-    /// Plan changes to show, newest first (1..=10000).
+    /// Plans (newest first) and plan changes (newest first) to show, each (1..=10000).
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub limit: u32,
     #[arg(long, value_enum, default_value_t = Format::Table)]

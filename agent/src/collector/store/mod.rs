@@ -231,7 +231,8 @@ pub struct PlansQuery {
     pub since_unix_ms: i64,
     /// Changes before this; `i64::MAX`: no end.
     pub until_unix_ms: i64,
-    /// Changes at most, newest first.
+    /// Plans at most (newest last sighting first), and changes at most
+    /// (newest first): an answer's size is bounded whatever agents sent.
     pub limit: usize,
 }
 

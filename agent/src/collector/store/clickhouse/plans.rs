@@ -29,7 +29,8 @@ pub(super) fn read(db: &Client, query: &PlansQuery) -> Result<PlansResponse, Sto
             .select(&format!(
                 "SELECT instance, min(seen_unix_ms) AS first, max(seen_unix_ms) AS last, argMax(plan, seen_unix_ms)
                  FROM plans WHERE digest = {digest}{filters}
-                 GROUP BY instance, schema, plan_hash ORDER BY last DESC, instance"
+                 GROUP BY instance, schema, plan_hash ORDER BY last DESC, instance LIMIT {}",
+                query.limit
             ))
             .map_err(err)?;
         while !rows.done() {

@@ -81,11 +81,11 @@ pub(super) fn read(tx: &Transaction<'_>, query: &PlansQuery) -> Result<PlansResp
             .prepare(
                 "SELECT instance, first_seen_unix_ms, last_seen_unix_ms, plan FROM plans
                  WHERE digest = ?1 AND (?2 IS NULL OR schema = ?2) AND (?3 IS NULL OR instance = ?3)
-                 ORDER BY last_seen_unix_ms DESC, instance",
+                 ORDER BY last_seen_unix_ms DESC, instance LIMIT ?4",
             )
             .map_err(failed)?;
         let rows = statement
-            .query_map(params![i(digest), query.schema, query.instance], |r| {
+            .query_map(params![i(digest), query.schema, query.instance, query.limit as i64], |r| {
                 Ok((r.get::<_, String>(0)?, r.get(1)?, r.get(2)?, r.get::<_, Vec<u8>>(3)?))
             })
             .map_err(failed)?;
