@@ -218,6 +218,12 @@ pub struct AgentOptions {
     /// or rows examined per statement changed twofold.
     #[arg(long, env = "SQLBEE_PLAN_RECHECK", default_value = "1m", value_parser = duration)]
     pub plan_recheck: Duration,
+    /// How often each traced server's connections are read from its memory
+    /// and sent to the collector as live activity (0 turns it off). The
+    /// reads cost the server no trap; with --server-login they add the
+    /// blockers the server names.
+    #[arg(long, env = "SQLBEE_ACTIVITY_INTERVAL", default_value = "1s", value_parser = duration)]
+    pub activity_interval: Duration,
 }
 
 /// Validated agent configuration: the options as given, and what the
@@ -241,6 +247,8 @@ pub struct AgentConfig {
     pub normalize_cache: usize,
     /// None: no `--server-login`, no plans.
     pub plans: Option<crate::plans::PlanConfig>,
+    /// None: `--activity-interval 0`, or nothing to send it to.
+    pub activity: Option<crate::activity::ActivityConfig>,
 }
 
 const MAX_KERNEL_DIGESTS: u32 = agent_common::kernel_digests::MAX_SLOTS;
@@ -358,7 +366,7 @@ impl AgentOptions {
                 })
             }
         };
-        let config = AgentConfig {
+        let mut config = AgentConfig {
             output,
             ship,
             wait_probes,
@@ -385,8 +393,16 @@ impl AgentOptions {
                     samples: self.samples,
                 }),
             },
+            activity: None,
             options: self,
         };
+        if !config.options.activity_interval.is_zero() && config.ship.is_some() {
+            config.activity = Some(crate::activity::ActivityConfig {
+                interval: config.options.activity_interval.max(Duration::from_millis(100)),
+                samples: config.options.samples,
+                login: config.plans.as_ref().map(|p| p.login.clone()),
+            });
+        }
         config.validate()?;
         Ok(config)
     }

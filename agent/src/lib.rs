@@ -9,6 +9,8 @@
 //! Features pick the roles: `agent` (needs the eBPF toolchain to build)
 //! and `collector` (the collector and the query tools); both by default.
 #[cfg(feature = "agent")]
+pub mod activity;
+#[cfg(feature = "agent")]
 pub mod aggregate;
 #[cfg(feature = "agent")]
 pub mod budget;

@@ -40,6 +40,7 @@ fn main() -> anyhow::Result<()> {
         Role::Locks(args) => query::locks(args).context("locks failed")?,
         Role::Plans(args) => query::plans(args).context("plans failed")?,
         Role::Tables(args) => query::tables(args).context("tables failed")?,
+        Role::Activity(args) => query::activity(args).context("activity failed")?,
         #[cfg(feature = "collector")]
         Role::Hosts(args) => query::hosts(args).context("hosts failed")?,
         Role::Reference { dir } => {

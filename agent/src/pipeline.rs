@@ -101,7 +101,7 @@ pub fn run_agent(config: AgentConfig, signalled: &'static AtomicBool) -> Result<
     })?;
     // Before any probe is attached: a state directory another agent holds
     // stops this one before it touches the server.
-    let ship = config.ship.clone().map(ShipStage::start).transpose()?;
+    let ship = config.ship.clone().map(ShipStage::start).transpose()?.map(Arc::new);
     let metrics_page = MetricsPage::default();
     let metrics = config
         .options
@@ -141,8 +141,9 @@ pub fn run_agent(config: AgentConfig, signalled: &'static AtomicBool) -> Result<
         watched_instances.push(server.instance.clone());
         supervisor.attach(server)?;
     }
-    let scan = move |host: &str| -> Vec<ServerProcess> {
-        let all = discover::find_servers(host);
+    let scan_host = host.clone();
+    let scan = move || -> Vec<ServerProcess> {
+        let all = discover::find_servers(&scan_host);
         if watched_instances.is_empty() {
             all
         } else {
@@ -150,7 +151,7 @@ pub fn run_agent(config: AgentConfig, signalled: &'static AtomicBool) -> Result<
         }
     };
     let mut initial = Vec::new();
-    supervisor.reconcile(&scan(&host), &mut initial);
+    supervisor.reconcile(&scan(), &mut initial);
     if supervisor.attached().next().is_none() {
         warn!("no mariadbd/mysqld found yet; waiting for one to start");
     }
@@ -162,13 +163,26 @@ pub fn run_agent(config: AgentConfig, signalled: &'static AtomicBool) -> Result<
     let (tx, rx) = sync_channel(CHANNEL_BATCHES);
     let aggregate_config = config.clone();
     let page = metrics.is_some().then(|| metrics_page.clone());
+    let aggregate_ship = ship.clone();
     let aggregator = thread::Builder::new()
         .name("aggregate".into())
-        .spawn(move || aggregate_loop(aggregate_config, rx, ship, page))?;
+        .spawn(move || aggregate_loop(aggregate_config, rx, aggregate_ship, page))?;
     for batch in initial {
         let _ = tx.send(Message::Batch(batch));
     }
-    probe_loop(&config, &mut supervisor, &scan, &host, &tx, &stop, budget.as_ref());
+    let activity = match (&config.activity, &ship) {
+        (Some(activity), Some(ship)) => {
+            let ship = ship.clone();
+            let deliver: crate::activity::Deliver =
+                Box::new(move |at, snapshots| ship.send_activity(crate::ship::activity_report(at, &snapshots)));
+            Some(crate::activity::Watcher::start(activity.clone(), deliver)?)
+        }
+        _ => None,
+    };
+    // From here the aggregate thread and the activity thread hold it.
+    drop(ship);
+    probe_loop(&config, &mut supervisor, &scan, &tx, &stop, budget.as_ref(), activity.as_ref());
+    drop(activity);
     drop(tx);
     aggregator.join().map_err(|_| PipelineError::Panicked("aggregate"))??;
     stop.store(true, Ordering::Relaxed);
@@ -183,11 +197,11 @@ pub fn run_agent(config: AgentConfig, signalled: &'static AtomicBool) -> Result<
 fn probe_loop(
     config: &AgentConfig,
     supervisor: &mut Supervisor,
-    scan: &dyn Fn(&str) -> Vec<ServerProcess>,
-    host: &str,
+    scan: &dyn Fn() -> Vec<ServerProcess>,
     tx: &SyncSender<Message>,
     stop: &AtomicBool,
     budget: Option<&Applied>,
+    activity: Option<&crate::activity::Watcher>,
 ) {
     let mut cost = CostMeter::new();
     let mut shedder = Shedder::with_floor(config.options.shedding_floor);
@@ -222,7 +236,10 @@ fn probe_loop(
             supervisor.detach_all(&mut batches);
         } else {
             if now >= next_scan {
-                supervisor.reconcile(&scan(host), &mut batches);
+                supervisor.reconcile(&scan(), &mut batches);
+                if let Some(activity) = activity {
+                    activity.set_targets(supervisor.activity_targets());
+                }
                 next_scan = now + config.rescan_interval;
             }
             supervisor.drain(now >= next_window, &mut batches);
@@ -252,7 +269,7 @@ fn probe_loop(
 fn aggregate_loop(
     config: AgentConfig,
     rx: Receiver<Message>,
-    ship: Option<ShipStage>,
+    ship: Option<Arc<ShipStage>>,
     metrics_page: Option<MetricsPage>,
 ) -> Result<(), PipelineError> {
     let mut metrics = metrics_page.map(|page| (page, agent_metrics::AgentMetrics::new(config.wait_probes)));
@@ -285,8 +302,13 @@ fn aggregate_loop(
                     }
                 };
                 if let Some((page, metrics)) = &mut metrics {
-                    let text =
-                        metrics.render(&cost, host.as_ref(), &reports, &untraced, ship.as_ref().map(ShipStage::totals));
+                    let text = metrics.render(
+                        &cost,
+                        host.as_ref(),
+                        &reports,
+                        &untraced,
+                        ship.as_deref().map(ShipStage::totals),
+                    );
                     *page.lock().unwrap_or_else(|e| e.into_inner()) = text;
                 }
                 let mut out = stdout.lock();
@@ -313,7 +335,12 @@ fn aggregate_loop(
         }
     }
     if let Some(ship) = ship {
-        ship.finish()?;
+        // The activity thread, stopped before this, held the only other
+        // reference.
+        match Arc::try_unwrap(ship) {
+            Ok(ship) => ship.finish()?,
+            Err(_) => warn!("the ship stage is still shared at shutdown; queued windows stay spooled"),
+        }
     }
     Ok(())
 }

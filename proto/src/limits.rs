@@ -33,6 +33,10 @@ pub const COUNT_LIMITS: &[(&str, u64)] = &[
     ("HostMetrics.disks", 1_024),
     ("HostMetrics.interfaces", 1_024),
     ("SeriesRequest.by_digests", 1_000),
+    // The agent reads at most 100,000 connections per server.
+    ("ActivityReport.instances", 1_000),
+    ("InstanceActivity.connections", 100_000),
+    ("InstanceActivity.blocker_sources", 8),
 ];
 
 /// Bytes a string may hold, by `Message.field`.
@@ -81,6 +85,18 @@ pub const LENGTH_LIMITS: &[(&str, u64)] = &[
     ("TableAccess.key", 1_024),
     ("TableAccess.key_parts", 1_024),
     ("TableAccess.possible_keys", 1_024),
+    ("InstanceActivity.warning", 4_096),
+    ("InstanceActivity.blocker_sources", 64),
+    ("LiveConnection.user", 1_024),
+    ("LiveConnection.host", 1_024),
+    ("LiveConnection.schema", 1_024),
+    ("LiveConnection.command", 64),
+    ("LiveConnection.state", 256),
+    // The agent keeps at most 4 KiB of a running statement.
+    ("LiveConnection.digest_text", 8_192),
+    ("LiveConnection.sample", 8_192),
+    ("LiveConnection.wait", 32),
+    ("LiveConnection.blocked_by_source", 64),
 ];
 
 /// Estimated bytes the decoded form of one request may take: the sizes of

@@ -50,6 +50,10 @@ pub enum Role {
     /// that read or write each table.
     #[cfg(feature = "collector")]
     Tables(crate::query::TablesArgs),
+    /// What runs now on each server: every connection, its statement, how
+    /// long it has run, what it waits on and who blocks it.
+    #[cfg(feature = "collector")]
+    Activity(crate::query::ActivityArgs),
     /// Receive batches from agents (not in this build).
     #[cfg(not(feature = "collector"))]
     #[command(disable_help_flag = true)]

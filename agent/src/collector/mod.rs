@@ -7,6 +7,7 @@ mod auth;
 mod decode_status;
 pub(crate) mod http;
 mod ingest;
+mod live;
 mod ownership;
 mod places;
 pub mod query_api;

@@ -24,6 +24,7 @@ use super::{
     decode_status::DecodeErrorsAsInvalid,
     http::{HttpServer, Ui},
     ingest::IngestService,
+    live::LiveActivity,
     ownership::Owners,
     query_api::QueryService,
     quota::Quotas,
@@ -125,16 +126,14 @@ pub async fn serve(
         Err(error) => tracing::warn!(%error, "{OWNERS_AFRESH}"),
     }
     let quotas = Arc::new(Quotas::new(settings.agent_quota_rows, settings.agent_quota_bytes));
-    let ingest = IngestServer::new(IngestService::new(
-        store.clone(),
-        settings.retention.raw,
-        settings.auth.clone(),
-        owners,
-        quotas.clone(),
-    ))
+    let live = Arc::new(LiveActivity::default());
+    let ingest = IngestServer::new(
+        IngestService::new(store.clone(), settings.retention.raw, settings.auth.clone(), owners, quotas.clone())
+            .with_live(live.clone()),
+    )
     .accept_compressed(CompressionEncoding::Gzip)
     .max_decoding_message_size(MAX_MESSAGE);
-    let query = QueryServer::new(QueryService::new(store.clone(), quotas.clone()))
+    let query = QueryServer::new(QueryService::new(store.clone(), quotas.clone()).with_live(live.clone()))
         .accept_compressed(CompressionEncoding::Gzip)
         .send_compressed(CompressionEncoding::Gzip)
         .max_encoding_message_size(MAX_ANSWER);
@@ -192,7 +191,7 @@ pub async fn serve(
             }
             let url = http.url();
             let pages = Arc::new(Ui::new(
-                QueryService::new(store.clone(), quotas.clone()),
+                QueryService::new(store.clone(), quotas.clone()).with_live(live.clone()),
                 settings.auth.clone(),
                 http.is_tls(),
             ));

@@ -27,7 +27,10 @@ use std::{fs::File, path::Path};
 use agent_common::ServerLayout;
 use object::{Object, ObjectSection, ObjectSymbol};
 
-use super::DiscoverError;
+use super::{
+    DiscoverError,
+    elf::{find_symbol, function_bytes},
+};
 
 const MARIADB_DISPATCH: &str = "_Z16dispatch_command19enum_server_commandP3THDPcjb";
 const MYSQL_DISPATCH: &str = "_Z16dispatch_commandP3THDPK8COM_DATA19enum_server_command";
@@ -144,6 +147,9 @@ pub struct BinaryInfo {
     pub missing_fields: Vec<(&'static str, String)>,
     /// How to name the stored program a nested statement runs in.
     pub programs: Option<ProgramLayout>,
+    /// Where the connections are, for activity; or why the agent cannot
+    /// read them in this build.
+    pub activity: Result<super::ActivityLayout, String>,
 }
 
 /// An 8-byte variable of the binary, by link-time address.
@@ -297,6 +303,7 @@ pub fn inspect_binary(exe: &Path) -> Result<BinaryInfo, DiscoverError> {
         query_counter,
         missing_fields: fields.missing,
         programs,
+        activity: super::activity_layout::activity_layout(&elf),
     })
 }
 
@@ -605,17 +612,6 @@ fn shown_path(exe: &Path) -> std::path::PathBuf {
 
 fn missing(path: &Path, symbol: &'static str, what: &'static str) -> DiscoverError {
     DiscoverError::MissingSymbol { path: path.into(), symbol, what }
-}
-
-fn find_symbol<'d, 'f>(elf: &'f object::File<'d>, name: &str) -> Option<object::Symbol<'d, 'f>> {
-    elf.dynamic_symbols().chain(elf.symbols()).find(|s| s.is_definition() && s.name() == Ok(name))
-}
-
-fn function_bytes(elf: &object::File<'_>, name: &str, len: u64) -> Option<Vec<u8>> {
-    let symbol = find_symbol(elf, name)?;
-    let section = elf.section_by_index(symbol.section_index()?).ok()?;
-    let bytes = section.data_range(symbol.address(), len).ok()??;
-    Some(bytes.to_vec())
 }
 
 fn strip_endbr(code: &[u8]) -> &[u8] {

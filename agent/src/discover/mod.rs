@@ -4,10 +4,13 @@
 //! Binaries are reached through `/proc/PID/root` so a server in another
 //! container (mount namespace) is read from its own filesystem. Nothing here
 //! touches the server; it only reads procfs and ELF files.
+mod activity_layout;
 mod binary;
+mod elf;
 mod kernel_btf;
 mod process;
 
+pub use activity_layout::ActivityLayout;
 pub use binary::{
     BinaryIdentity, BinaryInfo, Flavor, ProbePoint, ProbePoints, ProgramLayout, StaticVariable, identify_binary,
     inspect_binary,

@@ -22,7 +22,7 @@ use std::{
 use mysql::prelude::Queryable;
 use tracing::{debug, info, warn};
 
-use super::{Explained, LoginState, PlanConfig, PlanRecord, ServerAddress, address_of, plan};
+use super::{Explained, LoginState, PlanConfig, PlanRecord, login::describe, plan};
 use crate::{
     aggregate::{OVERFLOW_DIGEST, RawSample, WindowReport},
     normalize::{Samples, redact},
@@ -531,24 +531,7 @@ fn connection<'a>(server: &'a mut Server, login: &super::ServerLogin) -> Result<
     if server.conn.as_mut().is_some_and(|c| c.ping().is_ok()) {
         return Ok(server.conn.as_mut().expect("checked above"));
     }
-    let address = address_of(server.pid).ok_or_else(|| {
-        Failure::Login(format!("server pid {} listens on no socket or TCP port the agent can see", server.pid))
-    })?;
-    let opts = mysql::OptsBuilder::new()
-        .user(Some(&login.user))
-        .pass(Some(&login.password))
-        .prefer_socket(false)
-        .stmt_cache_size(0)
-        .tcp_connect_timeout(Some(EXPLAIN_TIMEOUT))
-        .read_timeout(Some(EXPLAIN_TIMEOUT))
-        .write_timeout(Some(EXPLAIN_TIMEOUT))
-        .connect_attrs(Some(HashMap::from([("program_name", "sqlbee")])));
-    let opts = match &address {
-        ServerAddress::Socket(path) => opts.socket(Some(path.to_string_lossy())),
-        ServerAddress::Tcp(port) => opts.ip_or_hostname(Some("127.0.0.1")).tcp_port(*port),
-    };
-    let mut conn = mysql::Conn::new(opts)
-        .map_err(|e| Failure::Login(format!("login as {} over {address} failed: {}", login.user, describe(&e))))?;
+    let (mut conn, address) = login.connect(server.pid, EXPLAIN_TIMEOUT).map_err(Failure::Login)?;
     // MariaDB's bound on a statement's time; MySQL has none for EXPLAIN and
     // answers with an error, which changes nothing.
     let _ = conn.query_drop(format!("SET SESSION max_statement_time = {}", EXPLAIN_TIMEOUT.as_secs()));
@@ -557,14 +540,6 @@ fn connection<'a>(server: &'a mut Server, login: &super::ServerLogin) -> Result<
     }
     server.backoff = FIRST_RETRY;
     Ok(server.conn.insert(conn))
-}
-
-/// An error the server or the socket gave, redacted (messages quote values).
-fn describe(error: &mysql::Error) -> String {
-    match error {
-        mysql::Error::MySqlError(e) => format!("{} ({})", redact::message(&e.message), e.code),
-        other => redact::message(&other.to_string()),
-    }
 }
 
 /// Which kind of failure an error is.

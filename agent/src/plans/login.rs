@@ -6,9 +6,22 @@
 //! 0400). Anything looser is refused at start, with the reason, rather
 //! than trusted.
 use std::{
+    collections::HashMap,
     os::unix::fs::MetadataExt,
     path::{Path, PathBuf},
+    time::Duration,
 };
+
+use super::{ServerAddress, address_of};
+use crate::normalize::redact;
+
+/// An error the server or the socket gave, redacted (messages quote values).
+pub fn describe(error: &mysql::Error) -> String {
+    match error {
+        mysql::Error::MySqlError(e) => format!("{} ({})", redact::message(&e.message), e.code),
+        other => redact::message(&other.to_string()),
+    }
+}
 
 #[derive(Clone, PartialEq, Eq)]
 pub struct ServerLogin {
@@ -49,6 +62,30 @@ struct LoginFile {
 }
 
 impl ServerLogin {
+    /// Logs in to the server with this pid over the socket or loopback
+    /// port it listens on, every wait bounded by `timeout`. The error says
+    /// what failed, redacted (the server's messages quote values).
+    pub fn connect(&self, pid: u32, timeout: Duration) -> Result<(mysql::Conn, ServerAddress), String> {
+        let address = address_of(pid)
+            .ok_or_else(|| format!("server pid {pid} listens on no socket or TCP port the agent can see"))?;
+        let opts = mysql::OptsBuilder::new()
+            .user(Some(&self.user))
+            .pass(Some(&self.password))
+            .prefer_socket(false)
+            .stmt_cache_size(0)
+            .tcp_connect_timeout(Some(timeout))
+            .read_timeout(Some(timeout))
+            .write_timeout(Some(timeout))
+            .connect_attrs(Some(HashMap::from([("program_name", "sqlbee")])));
+        let opts = match &address {
+            ServerAddress::Socket(path) => opts.socket(Some(path.to_string_lossy())),
+            ServerAddress::Tcp(port) => opts.ip_or_hostname(Some("127.0.0.1")).tcp_port(*port),
+        };
+        let conn = mysql::Conn::new(opts)
+            .map_err(|e| format!("login as {} over {address} failed: {}", self.user, describe(&e)))?;
+        Ok((conn, address))
+    }
+
     /// Reads and checks the file at `path` (and the password file it names).
     pub fn load(path: &Path) -> Result<ServerLogin, LoginError> {
         let text = read_private(path)?;

@@ -15,7 +15,7 @@ mod server_address;
 use std::{collections::BTreeMap, sync::Arc, time::Duration, time::SystemTime};
 
 pub use explainer::Explainer;
-pub use login::{LoginError, ServerLogin};
+pub use login::{LoginError, ServerLogin, describe};
 pub use plan::{Plan, PlanError, TableAccess};
 pub use server_address::{ServerAddress, address_of};
 

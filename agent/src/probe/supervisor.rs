@@ -113,6 +113,20 @@ impl Supervisor {
         self.attached.values().map(|a| &a.server)
     }
 
+    /// The traced servers, as the activity reader needs them.
+    pub fn activity_targets(&self) -> Vec<crate::activity::Target> {
+        self.attached
+            .values()
+            .map(|a| crate::activity::Target {
+                server: a.server.clone(),
+                build_id: a.binary.build_id.clone(),
+                version: a.binary.version.clone(),
+                layout: a.binary.layout,
+                activity: a.binary.activity.clone(),
+            })
+            .collect()
+    }
+
     /// Attaches one server now, returning the error instead of logging it.
     pub fn attach(&mut self, server: ServerProcess) -> Result<(), ProbeError> {
         let started = Instant::now();

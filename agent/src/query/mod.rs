@@ -11,7 +11,8 @@ use std::{path::PathBuf, time::Duration};
 
 use clap::builder::PossibleValuesParser;
 use sqlbee_proto::v1::{
-    HostsRequest, InstancesRequest, LocksRequest, PlansRequest, SeriesRequest, TablesRequest, TopRequest,
+    ActivityRequest, HostsRequest, InstancesRequest, LocksRequest, PlansRequest, SeriesRequest, TablesRequest,
+    TopRequest,
 };
 use tonic::{Code, Status};
 
@@ -166,6 +167,21 @@ pub struct PlansArgs {
 }
 
 #[derive(clap::Args, Debug, Clone)]
+pub struct ActivityArgs {
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+    /// Only this server instance (host:port); default every instance.
+    #[arg(long)]
+    pub instance: Option<String>,
+    /// Only statements running at least this long (250ms, 1s, 5m); idle
+    /// connections are left out unless 0.
+    #[arg(long, default_value = "0")]
+    pub min_duration: String,
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+}
+
+#[derive(clap::Args, Debug, Clone)]
 pub struct TablesArgs {
     #[command(flatten)]
     pub connect: ConnectArgs,
@@ -217,6 +233,12 @@ pub enum QueryError {
     Digest(String),
     #[error("--of digest needs --digest")]
     NoDigest,
+    #[error("--min-duration {value}: {source}")]
+    MinDuration {
+        value: String,
+        #[source]
+        source: duration::DurationError,
+    },
     #[error("the collector answered {what} with {:?}: {}{}", .status.code(), .status.message(), hint(.status.code()))]
     Rpc { what: &'static str, status: Status },
     #[error("cannot start the async runtime: {source}")]
@@ -400,6 +422,25 @@ pub fn plans(args: PlansArgs) -> Result<(), QueryError> {
     match args.format {
         Format::Json => render::write_json(&mut out, &json::plans_json(&answer)),
         Format::Table => render::write_plans_table(&mut out, &answer),
+    }
+    .map_err(|source| QueryError::Output { source })
+}
+
+pub fn activity(args: ActivityArgs) -> Result<(), QueryError> {
+    let min_running_ms = if args.min_duration.trim() == "0" {
+        0
+    } else {
+        duration::parse(&args.min_duration)
+            .map_err(|source| QueryError::MinDuration { value: args.min_duration.clone(), source })?
+            .as_millis() as u64
+    };
+    let request = ActivityRequest { instance: args.instance.clone().unwrap_or_default(), min_running_ms };
+    let answer = call(&args.connect, "Activity", |mut client| async move { client.activity(request).await })?;
+    let now = sqlbee_common::clock::now_unix_ms();
+    let mut out = std::io::stdout().lock();
+    match args.format {
+        Format::Json => render::write_json(&mut out, &json::activity_json(&answer, now)),
+        Format::Table => render::write_activity_table(&mut out, &answer, now),
     }
     .map_err(|source| QueryError::Output { source })
 }

@@ -349,6 +349,55 @@ pub fn write_plans_table(out: &mut impl Write, answer: &PlansResponse) -> std::i
     out.flush()
 }
 
+pub fn write_activity_table(
+    out: &mut impl Write,
+    answer: &sqlbee_proto::v1::ActivityResponse,
+    now_unix_ms: i64,
+) -> std::io::Result<()> {
+    for live in &answer.instances {
+        let snapshot = live.activity.clone().unwrap_or_default();
+        let name = snapshot.instance.as_ref().map(|i| i.name.as_str()).unwrap_or("");
+        writeln!(
+            out,
+            "# {name}: {} connections, read {} ms ago{}",
+            snapshot.connections.len(),
+            (now_unix_ms - live.taken_unix_ms).max(0),
+            if snapshot.blocker_sources.is_empty() {
+                String::new()
+            } else {
+                format!(", blockers from {}", snapshot.blocker_sources.join(", "))
+            }
+        )?;
+        if !snapshot.warning.is_empty() {
+            writeln!(out, "# warning: {}", snapshot.warning)?;
+        }
+        writeln!(
+            out,
+            "{:>8} {:<20} {:<12} {:<8} {:>10} {:<28} {:<14} {:>10}  statement",
+            "thread", "account", "schema", "command", "running", "state", "wait", "blocked_by"
+        )?;
+        for c in &snapshot.connections {
+            writeln!(
+                out,
+                "{:>8} {:<20} {:<12} {:<8} {:>10} {:<28} {:<14} {:>10}  {}",
+                c.thread_id,
+                cut(&format!("{}@{}", c.user, c.host), 20),
+                cut(&c.schema, 12),
+                cut(&c.command, 8),
+                format!("{:.1}s", c.running_ms as f64 / 1000.0),
+                cut(&c.state, 28),
+                if c.wait.is_empty() { "-" } else { c.wait.as_str() },
+                if c.blocked_by == 0 { "-".to_string() } else { c.blocked_by.to_string() },
+                cut(&c.digest_text, 80),
+            )?;
+        }
+    }
+    if answer.instances.is_empty() {
+        writeln!(out, "(no live activity: no agent sent any in the last 30 s)")?;
+    }
+    out.flush()
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;

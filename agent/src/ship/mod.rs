@@ -13,6 +13,7 @@
 pub mod disk_floor;
 mod health;
 mod identity;
+mod live;
 mod sender;
 pub mod spool;
 mod state_lock;
@@ -34,7 +35,7 @@ use spool::Spool;
 use sqlbee_proto::v1::{AgentIdentity, Batch};
 use state_lock::StateLock;
 use tokio::sync::{Notify, mpsc, watch};
-pub use wire::{agent_window, instance_window};
+pub use wire::{activity_report, agent_window, instance_window};
 
 use crate::{aggregate::WindowReport, budget::CostSample, host::HostMetrics, probe::UntracedServer};
 
@@ -197,6 +198,8 @@ impl Batcher {
 /// Handle of the running ship stage.
 pub struct ShipStage {
     tx: Option<mpsc::Sender<ClosedWindows>>,
+    /// The newest activity snapshot, which the live task sends.
+    activity: watch::Sender<Option<sqlbee_proto::v1::ActivityReport>>,
     thread: Option<std::thread::JoinHandle<Result<(), ShipError>>>,
     health: Arc<ShipHealth>,
     /// Held until the stage is dropped: one agent per state directory.
@@ -231,6 +234,8 @@ impl ShipStage {
             max_batch_bytes: config.max_batch_bytes,
         };
         let (tx, mut rx) = mpsc::channel::<ClosedWindows>(64);
+        let (activity, snapshots) = watch::channel(None);
+        let live_agent = batcher.agent.clone();
         let sender_health = health.clone();
         let thread = std::thread::Builder::new()
             .name("ship".into())
@@ -249,6 +254,7 @@ impl ShipStage {
                         replay_interval: config.replay_interval,
                     };
                     let sending = tokio::spawn(sender.supervise(stop, config.shutdown_grace));
+                    let live = tokio::spawn(live::push_activity(config.targets.clone(), live_agent, snapshots));
                     // Spooling blocks on the disk (two fsyncs per batch), so
                     // the batcher waits for windows on the blocking pool.
                     let batching = tokio::task::spawn_blocking(move || {
@@ -263,11 +269,12 @@ impl ShipStage {
                         tracing::error!(error = %err, "the batcher stopped; windows after this are not shipped");
                     }
                     let _ = stopping.send(true);
+                    live.abort();
                     sending.await.unwrap_or(Ok(()))
                 })
             })
             .map_err(ShipError::Runtime)?;
-        Ok(Self { tx: Some(tx), thread: Some(thread), health, _lock: lock })
+        Ok(Self { tx: Some(tx), activity, thread: Some(thread), health, _lock: lock })
     }
 
     /// What the ship path did since start, for the Prometheus page.
@@ -282,6 +289,11 @@ impl ShipStage {
         {
             tracing::error!("ship stage stopped; windows not shipped");
         }
+    }
+
+    /// Replaces the activity snapshot waiting to be sent; never waits.
+    pub fn send_activity(&self, report: sqlbee_proto::v1::ActivityReport) {
+        self.activity.send_replace(Some(report));
     }
 
     /// Spools what is queued, tries to deliver within the grace period, stops.

@@ -5,15 +5,17 @@ use std::time::SystemTime;
 use agent_common::wait_class;
 use sqlbee_common::{clock::unix_ms, histogram};
 use sqlbee_proto::v1::{
-    AccountCount, AgentCost, AgentWindow, Blocker as WireBlocker, Bucket, CommandCount, CpuModes as WireCpuModes,
-    DigestStats as WireDigest, DiskIo as WireDiskIo, ErrorCount, Histogram as WireHistogram,
-    HostMetrics as WireHostMetrics, InstanceWindow, LockWait, NetIo as WireNetIo, Plan as WirePlan,
-    ProbeCost as WireProbeCost, ProcessMetrics as WireProcess, QueryStats as WireQueryStats, ServerInstance,
-    TableAccess as WireTableAccess, TableUse as WireTableUse, UntracedServer as WireUntraced, WaitStats,
+    AccountCount, ActivityReport, AgentCost, AgentWindow, Blocker as WireBlocker, Bucket, CommandCount,
+    CpuModes as WireCpuModes, DigestStats as WireDigest, DiskIo as WireDiskIo, ErrorCount, Histogram as WireHistogram,
+    HostMetrics as WireHostMetrics, InstanceActivity, InstanceWindow, LiveConnection, LockWait, NetIo as WireNetIo,
+    Plan as WirePlan, ProbeCost as WireProbeCost, ProcessMetrics as WireProcess, QueryStats as WireQueryStats,
+    ServerInstance, TableAccess as WireTableAccess, TableUse as WireTableUse, UntracedServer as WireUntraced,
+    WaitStats,
 };
 
 use super::health::HealthReport;
 use crate::{
+    activity::{Connection, Snapshot},
     aggregate::{DigestRow, LockWaitRecord, WindowReport},
     budget::{CostSample, ProbeCost},
     host::{HostMetrics, ProcessMetrics, ProcessStatus},
@@ -21,6 +23,49 @@ use crate::{
     plans::{Explained, PlanRecord},
     probe::{Readable, UntracedServer},
 };
+
+/// One round of activity snapshots (the sender fills in the agent).
+pub fn activity_report(at: SystemTime, snapshots: &[Snapshot]) -> ActivityReport {
+    let connection = |c: &Connection| LiveConnection {
+        thread_id: c.thread_id,
+        user: c.user.clone(),
+        host: c.host.clone(),
+        schema: c.schema.clone(),
+        command: c.command.clone(),
+        state: c.state.clone(),
+        digest: c.digest,
+        digest_text: c.digest_text.clone(),
+        sample: c.sample.clone(),
+        running_ms: c.running_ms,
+        wait: c.wait.unwrap_or_default().to_string(),
+        blocked_by: c.blocked_by.map_or(0, |b| b.0),
+        blocked_by_source: c.blocked_by.map_or("", |b| b.1).to_string(),
+        in_transaction: c.in_transaction,
+        killed: c.killed,
+        system: c.system,
+    };
+    ActivityReport {
+        agent: None,
+        taken_unix_ms: unix_ms(at),
+        instances: snapshots
+            .iter()
+            .map(|s| InstanceActivity {
+                instance: Some(ServerInstance {
+                    name: s.server.instance.clone(),
+                    pid: s.server.pid,
+                    start_time_unix_ms: s.server.start_unix_ms,
+                    container_id: s.server.container.as_ref().map(|c| c.id.clone()).unwrap_or_default(),
+                    container: s.server.container.as_ref().map(|c| c.name.clone()).unwrap_or_default(),
+                    build_id: s.build_id.clone().unwrap_or_default(),
+                    server_version: s.version.clone().unwrap_or_default(),
+                }),
+                connections: s.connections.iter().map(connection).collect(),
+                warning: s.warning.clone().unwrap_or_default(),
+                blocker_sources: s.blocker_sources.iter().map(|s| s.to_string()).collect(),
+            })
+            .collect(),
+    }
+}
 
 fn plan(record: &PlanRecord) -> WirePlan {
     let mut out = WirePlan {

@@ -5,7 +5,7 @@
 use serde_json::{Value, json};
 use sqlbee_common::duration;
 use sqlbee_proto::v1::{
-    HostsRequest, LocksRequest, PlansRequest, SeriesRequest, TablesRequest, TopRequest, TotalsRequest,
+    ActivityRequest, HostsRequest, LocksRequest, PlansRequest, SeriesRequest, TablesRequest, TopRequest, TotalsRequest,
 };
 
 use super::{
@@ -106,6 +106,20 @@ pub async fn answer(ui: &Ui, path: &str, params: &Params, now: i64) -> Option<Re
                     })
                     .await?;
                 shape::plans_json(&answer)
+            }
+            "/api/activity" => {
+                let min_running_ms = match params.get("min_duration") {
+                    None => 0,
+                    Some(text) => duration::parse(text)
+                        .map_err(|_| BadParam {
+                            name: "min_duration",
+                            value: text.to_string(),
+                            expected: "a duration (250ms, 1s, 5m)",
+                        })?
+                        .as_millis() as u64,
+                };
+                let answer = ui.activity(ActivityRequest { instance, min_running_ms }).await?;
+                shape::activity_json(&answer, sqlbee_common::clock::now_unix_ms())
             }
             "/api/tables" => {
                 let answer = ui

@@ -143,13 +143,15 @@ pub enum Nav {
     Locks,
     Plans,
     Tables,
+    Activity,
     Hosts,
     Cost,
     Login,
 }
 
-const NAV: [(Nav, &str, &str); 7] = [
+const NAV: [(Nav, &str, &str); 8] = [
     (Nav::Fleet, "/", "Fleet"),
+    (Nav::Activity, "/activity", "Activity"),
     (Nav::Top, "/top", "Top digests"),
     (Nav::Locks, "/locks", "Lock waits"),
     (Nav::Tables, "/tables", "Tables"),

@@ -23,9 +23,9 @@ mod throttle;
 use std::sync::Arc;
 
 use sqlbee_proto::v1::{
-    HostsRequest, HostsResponse, InstanceInfo, InstancesRequest, LocksRequest, LocksResponse, PlansRequest,
-    PlansResponse, SeriesRequest, SeriesResponse, TablesRequest, TablesResponse, TopRequest, TopResponse,
-    TotalsRequest, TotalsResponse, query_server::Query,
+    ActivityRequest, ActivityResponse, HostsRequest, HostsResponse, InstanceInfo, InstancesRequest, LocksRequest,
+    LocksResponse, PlansRequest, PlansResponse, SeriesRequest, SeriesResponse, TablesRequest, TablesResponse,
+    TopRequest, TopResponse, TotalsRequest, TotalsResponse, query_server::Query,
 };
 use tokio::sync::Semaphore;
 use tonic::{Request, Status};
@@ -113,6 +113,10 @@ impl Ui {
 
     async fn instances(&self) -> Result<Vec<InstanceInfo>, Status> {
         Ok(self.ask(self.query.instances(Request::new(InstancesRequest {}))).await?.instances)
+    }
+
+    async fn activity(&self, request: ActivityRequest) -> Result<ActivityResponse, Status> {
+        self.ask(self.query.activity(Request::new(request))).await
     }
 
     async fn tables(&self, request: TablesRequest) -> Result<TablesResponse, Status> {

@@ -10,13 +10,14 @@ mod clock_skew;
 
 use std::{collections::BTreeSet, sync::Arc, time::Duration};
 
-use sqlbee_proto::v1::{Batch, PushResponse, ingest_server::Ingest};
+use sqlbee_proto::v1::{ActivityAck, ActivityReport, Batch, PushResponse, ingest_server::Ingest};
 use tonic::{Request, Response, Status};
 
 use sqlbee_common::clock::now_unix_ms;
 
 use crate::collector::{
     auth::{Auth, Caller},
+    live::LiveActivity,
     ownership::{Owners, Refused},
     places::Places,
     quota::{Cost, Quotas},
@@ -36,6 +37,7 @@ pub struct IngestService {
     owners: Arc<Owners>,
     quotas: Arc<Quotas>,
     per_agent: Places<String>,
+    live: Arc<LiveActivity>,
 }
 
 impl IngestService {
@@ -46,7 +48,21 @@ impl IngestService {
         owners: Arc<Owners>,
         quotas: Arc<Quotas>,
     ) -> IngestService {
-        IngestService { store, retention, auth, owners, quotas, per_agent: Places::new(PUSHES_PER_AGENT) }
+        IngestService {
+            store,
+            retention,
+            auth,
+            owners,
+            quotas,
+            per_agent: Places::new(PUSHES_PER_AGENT),
+            live: Arc::default(),
+        }
+    }
+
+    /// Keeps activity in these snapshots (which the Query service reads).
+    pub fn with_live(mut self, live: Arc<LiveActivity>) -> IngestService {
+        self.live = live;
+        self
     }
 
     /// Refuses a batch with a window (or an untraced report) of an
@@ -55,6 +71,19 @@ impl IngestService {
         let windows = batch.windows.iter().filter_map(|w| w.instance.as_ref());
         let untraced = batch.agent_windows.iter().flat_map(|w| &w.untraced).filter_map(|u| u.instance.as_ref());
         let names: BTreeSet<&str> = windows.chain(untraced).map(|i| i.name.as_str()).collect();
+        let agent = batch.agent.as_ref().map(|a| a.agent_id.as_str()).unwrap_or("");
+        self.may_speak_for(agent, names, caller, now_unix_ms)
+    }
+
+    /// Whether `agent` (and the caller's token) may speak for every one of
+    /// these instances; one nobody speaks for yet becomes the agent's.
+    fn may_speak_for(
+        &self,
+        agent: &str,
+        names: BTreeSet<&str>,
+        caller: Option<&Caller>,
+        now_unix_ms: i64,
+    ) -> Result<(), Refused> {
         let mut unpinned = Vec::with_capacity(names.len());
         for name in names {
             match caller {
@@ -68,13 +97,37 @@ impl IngestService {
                 _ => unpinned.push(name),
             }
         }
-        let agent = batch.agent.as_ref().map(|a| a.agent_id.as_str()).unwrap_or("");
         self.owners.claim(agent, unpinned.into_iter(), now_unix_ms)
     }
 }
 
 #[tonic::async_trait]
 impl Ingest for IngestService {
+    async fn push_activity(&self, request: Request<ActivityReport>) -> Result<Response<ActivityAck>, Status> {
+        let peer = request.remote_addr();
+        let caller = request.extensions().get::<Caller>().cloned();
+        let report = request.into_inner();
+        let agent_id = report.agent.as_ref().map(|a| a.agent_id.clone()).unwrap_or_default();
+        if agent_id.is_empty() {
+            return Err(Status::invalid_argument("invalid activity: agent.agent_id is empty"));
+        }
+        if let Some(caller) = &caller {
+            caller.check_agent(&agent_id)?;
+        }
+        let now = now_unix_ms();
+        let names: BTreeSet<&str> =
+            report.instances.iter().filter_map(|i| i.instance.as_ref()).map(|i| i.name.as_str()).collect();
+        if names.contains("") {
+            return Err(Status::invalid_argument("invalid activity: an instance has no name"));
+        }
+        if let Err(refused) = self.may_speak_for(&agent_id, names, caller.as_ref(), now) {
+            tracing::debug!(?peer, agent = agent_id, %refused, "refused activity for an instance its agent does not speak for");
+            return Err(Status::permission_denied(refused.to_string()));
+        }
+        self.live.put(report, now);
+        Ok(Response::new(ActivityAck { collector_unix_ms: now }))
+    }
+
     async fn push(&self, request: Request<Batch>) -> Result<Response<PushResponse>, Status> {
         let peer = request.remote_addr();
         let caller = request.extensions().get::<Caller>().cloned();

@@ -5,8 +5,8 @@
 use serde_json::{Map, Value, json};
 use sqlbee_common::clock;
 use sqlbee_proto::v1::{
-    AgentQuota, AgentWindowRow, CostSummary, InstanceCost, InstanceInfo, LockWaitRow, PlansResponse, ProcessMetrics,
-    QueryStats, SeriesResponse, TablesResponse, TopDigest,
+    ActivityResponse, AgentQuota, AgentWindowRow, CostSummary, InstanceCost, InstanceInfo, LiveConnection, LockWaitRow,
+    PlansResponse, ProcessMetrics, QueryStats, SeriesResponse, TablesResponse, TopDigest,
 };
 
 /// An RFC 3339 time for ms since the epoch; `-` for none.
@@ -409,6 +409,132 @@ pub fn series_json(answer: &SeriesResponse, cost: bool) -> Value {
         })
         .collect();
     json!({ "step_ms": answer.step_ms, "points": points })
+}
+
+/// `{"activity": [...], "instances": [...], "chains": [...]}`: one entry
+/// per connection; each instance's snapshot (its age and why anything is
+/// missing); and the blocking chains as trees, each root a connection that
+/// blocks others and waits on nobody named.
+pub fn activity_json(answer: &ActivityResponse, now_unix_ms: i64) -> Value {
+    let mut activity = Vec::new();
+    let mut instances = Vec::new();
+    let mut chains = Vec::new();
+    for live in &answer.instances {
+        let snapshot = live.activity.clone().unwrap_or_default();
+        let name = snapshot.instance.as_ref().map(|i| i.name.clone()).unwrap_or_default();
+        instances.push(json!({
+            "instance": name,
+            "agent_id": live.agent_id,
+            "taken_unix_ms": live.taken_unix_ms,
+            "age_ms": (now_unix_ms - live.taken_unix_ms).max(0),
+            "connections": snapshot.connections.len(),
+            "warning": (!snapshot.warning.is_empty()).then_some(&snapshot.warning),
+            "blocker_sources": snapshot.blocker_sources,
+        }));
+        for c in &snapshot.connections {
+            activity.push(live_connection_json(&name, c));
+        }
+        chains.extend(blocking_trees(&name, &snapshot.connections));
+    }
+    json!({ "activity": activity, "instances": instances, "chains": chains })
+}
+
+fn live_connection_json(instance: &str, c: &LiveConnection) -> Value {
+    let text = |s: &str| (!s.is_empty()).then(|| s.to_string());
+    json!({
+        "instance": instance,
+        "thread_id": c.thread_id,
+        "account": format!("{}@{}", c.user, c.host),
+        "user": text(&c.user),
+        "host": text(&c.host),
+        "schema": text(&c.schema),
+        "command": c.command,
+        "state": text(&c.state),
+        "digest": (c.digest != 0).then(|| format!("{:016x}", c.digest)),
+        "digest_text": text(&c.digest_text),
+        "sample": text(&c.sample),
+        "running_ms": c.running_ms,
+        "wait": text(&c.wait),
+        "blocked_by": (c.blocked_by != 0).then_some(c.blocked_by),
+        "blocked_by_source": text(&c.blocked_by_source),
+        "in_transaction": c.in_transaction,
+        "killed": c.killed,
+        "system": c.system,
+    })
+}
+
+/// Who blocks whom, as trees: a root blocks others and is blocked by
+/// nobody the server named (or closes a cycle, which is cut there).
+pub fn blocking_trees(instance: &str, connections: &[LiveConnection]) -> Vec<Value> {
+    use std::collections::{BTreeMap, HashSet};
+    let by_id: BTreeMap<u64, &LiveConnection> = connections.iter().map(|c| (c.thread_id, c)).collect();
+    let mut waiters: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+    for c in connections.iter().filter(|c| c.blocked_by != 0) {
+        waiters.entry(c.blocked_by).or_default().push(c.thread_id);
+    }
+    fn node(
+        id: u64,
+        instance: &str,
+        by_id: &BTreeMap<u64, &LiveConnection>,
+        waiters: &BTreeMap<u64, Vec<u64>>,
+        seen: &mut HashSet<u64>,
+    ) -> Value {
+        seen.insert(id);
+        let blocked: Vec<Value> = waiters
+            .get(&id)
+            .into_iter()
+            .flatten()
+            .filter(|w| !seen.contains(w))
+            .copied()
+            .collect::<Vec<_>>()
+            .into_iter()
+            .map(|w| node(w, instance, by_id, waiters, seen))
+            .collect();
+        let c = by_id.get(&id);
+        json!({
+            "instance": instance,
+            "thread_id": id,
+            "state": c.map(|c| c.state.as_str()),
+            "command": c.map(|c| c.command.as_str()),
+            "digest_text": c.map(|c| c.digest_text.as_str()).filter(|t| !t.is_empty()),
+            "running_ms": c.map(|c| c.running_ms),
+            "wait": c.map(|c| c.wait.as_str()).filter(|w| !w.is_empty()),
+            "source": c.map(|c| c.blocked_by_source.as_str()).filter(|s| !s.is_empty()),
+            "blocked": blocked,
+        })
+    }
+    let mut seen = HashSet::new();
+    let mut roots: Vec<u64> = waiters
+        .keys()
+        .copied()
+        .filter(|id| by_id.get(id).is_none_or(|c| c.blocked_by == 0 || !by_id.contains_key(&c.blocked_by)))
+        .collect();
+    // A cycle has no root: start it at its lowest id.
+    for id in waiters.keys() {
+        if !roots.contains(id) && !reaches_root(*id, &by_id, &roots) {
+            roots.push(*id);
+        }
+    }
+    let mut trees = Vec::new();
+    for root in roots {
+        if !seen.contains(&root) {
+            trees.push(node(root, instance, &by_id, &waiters, &mut seen));
+        }
+    }
+    trees
+}
+
+fn reaches_root(mut id: u64, by_id: &std::collections::BTreeMap<u64, &LiveConnection>, roots: &[u64]) -> bool {
+    for _ in 0..by_id.len() + 1 {
+        if roots.contains(&id) {
+            return true;
+        }
+        match by_id.get(&id) {
+            Some(c) if c.blocked_by != 0 => id = c.blocked_by,
+            _ => return false,
+        }
+    }
+    false
 }
 
 #[cfg(test)]

@@ -10,13 +10,14 @@ use std::sync::Arc;
 
 use sqlbee_common::clock::now_unix_ms;
 use sqlbee_proto::v1::{
-    HostsRequest, HostsResponse, InstancesRequest, InstancesResponse, LocksRequest, LocksResponse, PlansRequest,
-    PlansResponse, SeriesRequest, SeriesResponse, TablesRequest, TablesResponse, TopRequest, TopResponse,
-    TotalsRequest, TotalsResponse, query_server::Query,
+    ActivityRequest, ActivityResponse, HostsRequest, HostsResponse, InstancesRequest, InstancesResponse, LocksRequest,
+    LocksResponse, PlansRequest, PlansResponse, SeriesRequest, SeriesResponse, TablesRequest, TablesResponse,
+    TopRequest, TopResponse, TotalsRequest, TotalsResponse, query_server::Query,
 };
 use tonic::{Request, Response, Status};
 
 use crate::collector::{
+    live::LiveActivity,
     quota::Quotas,
     store::{HostsQuery, LocksQuery, PlansQuery, SeriesOf, SeriesQuery, Store, TopQuery, TotalsQuery, rollup},
     store_task::blocking,
@@ -45,11 +46,18 @@ pub const MAX_SPLIT_DIGESTS: usize = 1_000;
 pub struct QueryService {
     store: Arc<dyn Store>,
     quotas: Arc<Quotas>,
+    live: Arc<LiveActivity>,
 }
 
 impl QueryService {
     pub fn new(store: Arc<dyn Store>, quotas: Arc<Quotas>) -> QueryService {
-        QueryService { store, quotas }
+        QueryService { store, quotas, live: Arc::default() }
+    }
+
+    /// Answers activity from these snapshots (the Ingest service's).
+    pub fn with_live(mut self, live: Arc<LiveActivity>) -> QueryService {
+        self.live = live;
+        self
     }
 
     /// The service over `store` with no quota to report (tests).
@@ -285,6 +293,13 @@ impl Query for QueryService {
             row.findings = findings::findings(plan, count, stats.as_ref());
         }
         Ok(Response::new(answer))
+    }
+
+    async fn activity(&self, request: Request<ActivityRequest>) -> Result<Response<ActivityResponse>, Status> {
+        let request = request.into_inner();
+        let instance = non_empty(request.instance);
+        let instances = self.live.get(instance.as_deref(), request.min_running_ms, now_unix_ms());
+        Ok(Response::new(ActivityResponse { instances }))
     }
 
     async fn tables(&self, request: Request<TablesRequest>) -> Result<Response<TablesResponse>, Status> {

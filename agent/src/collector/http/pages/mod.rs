@@ -1,5 +1,6 @@
 //! One module per page. Each asks the Query service for what it shows and
 //! returns the page's HTML; none holds state between requests.
+mod activity;
 mod cost;
 mod digest;
 mod fleet;
@@ -41,6 +42,7 @@ pub async fn render(
         "/locks" => locks::render(ui, view).await,
         "/plans" => plans::render(ui, view).await,
         "/tables" => tables::render(ui, view).await,
+        "/activity" => activity::render(ui, view).await,
         "/hosts" => hosts::render(ui, view, now).await,
         "/cost" => cost::render(ui, view).await,
         _ => return None,

@@ -1,0 +1,129 @@
+//! Activity: what runs now on each instance, as its agent last read it
+//! (about a second old), with the blocking chains drawn as trees. The page
+//! reloads itself every two seconds.
+use std::fmt::Write;
+
+use serde_json::Value;
+use sqlbee_common::clock::now_unix_ms;
+use sqlbee_proto::v1::ActivityRequest;
+
+use super::{PageHead, Rendered, instance_names};
+use crate::collector::{
+    http::{
+        Ui,
+        html::{self, Nav, esc},
+        params::View,
+    },
+    query_api::json::blocking_trees,
+};
+
+pub async fn render(ui: &Ui, view: &View) -> Rendered {
+    let answer =
+        ui.activity(ActivityRequest { instance: view.instance.clone().unwrap_or_default(), min_running_ms: 0 }).await?;
+    let instances = instance_names(ui).await?;
+    let head = PageHead { title: "Activity".into(), nav: Nav::Activity, instances, keep: Vec::new() };
+    let now = now_unix_ms();
+    let mut body = String::from("<meta http-equiv=\"refresh\" content=\"2\">");
+    if answer.instances.is_empty() {
+        body.push_str(&html::notice(
+            "No live activity: no agent sent any in the last 30 s (agents send it once a second unless \
+             --activity-interval 0).",
+        ));
+    }
+    for live in &answer.instances {
+        let snapshot = live.activity.clone().unwrap_or_default();
+        let name = snapshot.instance.as_ref().map(|i| i.name.clone()).unwrap_or_default();
+        let busy = snapshot.connections.iter().filter(|c| c.command != "Sleep").count();
+        let _ = write!(
+            body,
+            "<section class=\"activity\" data-instance=\"{}\"><h2>{}</h2><p class=\"label\">{} connections, {} busy; \
+             read {} ms ago{}</p>",
+            esc(&name),
+            esc(&name),
+            snapshot.connections.len(),
+            busy,
+            (now - live.taken_unix_ms).max(0),
+            if snapshot.blocker_sources.is_empty() {
+                " (blockers need the agent's --server-login)".to_string()
+            } else {
+                format!("; blockers from {}", esc(&snapshot.blocker_sources.join(", ")))
+            }
+        );
+        if !snapshot.warning.is_empty() {
+            body.push_str(&html::notice(&snapshot.warning));
+        }
+        let trees = blocking_trees(&name, &snapshot.connections);
+        if !trees.is_empty() {
+            body.push_str("<h3>Blocking chains</h3><ul class=\"chains\">");
+            for tree in &trees {
+                chain(&mut body, tree);
+            }
+            body.push_str("</ul>");
+        }
+        body.push_str(
+            "<table class=\"data activity\"><thead><tr><th>Thread</th><th>Account</th><th>Schema</th><th>Command</th>\
+             <th>Running</th><th>State</th><th>Wait</th><th>Blocked by</th><th>Statement</th></tr></thead><tbody>",
+        );
+        let mut connections = snapshot.connections.clone();
+        // Busy first, the longest running on top; idle ones after.
+        connections.sort_by_key(|c| (c.command == "Sleep", std::cmp::Reverse(c.running_ms)));
+        for c in &connections {
+            let statement = if c.digest == 0 {
+                String::new()
+            } else {
+                let hex = html::digest_hex(c.digest);
+                let mut keep = vec![("id", hex.as_str())];
+                if !c.schema.is_empty() {
+                    keep.push(("schema", c.schema.as_str()));
+                }
+                format!(
+                    "<a href=\"{}\" title=\"{}\">{}</a>",
+                    esc(&view.link("/digest", &keep)),
+                    esc(&c.sample),
+                    esc(&html::cut(&c.digest_text, 90))
+                )
+            };
+            let _ = write!(
+                body,
+                "<tr data-thread=\"{}\" data-blocked-by=\"{}\"><td class=\"num\">{}</td><td>{}</td><td>{}</td>\
+                 <td>{}</td><td class=\"num\">{}</td><td>{}</td><td>{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
+                c.thread_id,
+                c.blocked_by,
+                c.thread_id,
+                esc(&format!("{}@{}", c.user, c.host)),
+                esc(&c.schema),
+                esc(&c.command),
+                html::duration_ns(c.running_ms as f64 * 1e6),
+                esc(&c.state),
+                esc(&c.wait),
+                if c.blocked_by == 0 { String::new() } else { c.blocked_by.to_string() },
+                statement
+            );
+        }
+        body.push_str("</tbody></table></section>");
+    }
+    Ok((head, body))
+}
+
+/// One node of a blocking tree, and the connections waiting on it.
+fn chain(body: &mut String, node: &Value) {
+    let text = |key: &str| node.get(key).and_then(Value::as_str).unwrap_or_default().to_string();
+    let running = node.get("running_ms").and_then(Value::as_u64).unwrap_or(0);
+    let _ = write!(
+        body,
+        "<li class=\"chain\" data-thread=\"{}\"><strong>{}</strong> {} · {} · {}",
+        node.get("thread_id").and_then(Value::as_u64).unwrap_or(0),
+        node.get("thread_id").and_then(Value::as_u64).unwrap_or(0),
+        esc(&text("state")),
+        html::duration_ns(running as f64 * 1e6),
+        esc(&html::cut(&text("digest_text"), 80))
+    );
+    if let Some(blocked) = node.get("blocked").and_then(Value::as_array).filter(|b| !b.is_empty()) {
+        body.push_str("<ul>");
+        for waiter in blocked {
+            chain(body, waiter);
+        }
+        body.push_str("</ul>");
+    }
+    body.push_str("</li>");
+}

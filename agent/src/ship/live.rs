@@ -1,0 +1,62 @@
+//! Activity snapshots to the collector: the newest one goes out at once,
+//! to the first collector that takes it. Nothing is spooled or retried:
+//! a snapshot a second old is replaced by the next one, and one lost
+//! leaves only a gap of a second in a live view.
+use std::time::Duration;
+
+use sqlbee_proto::v1::{ActivityReport, AgentIdentity, ingest_client::IngestClient};
+use tokio::sync::watch;
+use tonic::codec::CompressionEncoding;
+use tracing::{debug, info, warn};
+
+use crate::client::{BearerToken, ClientOptions, endpoint};
+
+/// A push that takes longer is given up: the next snapshot is due.
+const PUSH_TIMEOUT: Duration = Duration::from_secs(2);
+
+pub async fn push_activity(
+    targets: Vec<ClientOptions>,
+    agent: AgentIdentity,
+    mut snapshots: watch::Receiver<Option<ActivityReport>>,
+) {
+    let mut clients = Vec::with_capacity(targets.len());
+    for target in &targets {
+        match (BearerToken::new(target.token.as_deref()), endpoint(target)) {
+            (Ok(token), Ok(endpoint)) => clients.push(
+                IngestClient::with_interceptor(endpoint.connect_lazy(), token)
+                    .send_compressed(CompressionEncoding::Gzip)
+                    .max_encoding_message_size(64 << 20),
+            ),
+            _ => return warn!(collector = target.url, "activity is not sent: the collector's options are invalid"),
+        }
+    }
+    let mut failing = false;
+    while snapshots.changed().await.is_ok() {
+        let Some(mut report) = snapshots.borrow_and_update().clone() else { continue };
+        report.agent = Some(agent.clone());
+        let mut outcome = Err(String::new());
+        for client in &mut clients {
+            let mut request = tonic::Request::new(report.clone());
+            request.set_timeout(PUSH_TIMEOUT);
+            match client.push_activity(request).await {
+                Ok(_) => {
+                    outcome = Ok(());
+                    break;
+                }
+                Err(status) => outcome = Err(format!("{}: {}", status.code(), status.message())),
+            }
+        }
+        match outcome {
+            Ok(()) if failing => {
+                failing = false;
+                info!("activity reaches the collector again");
+            }
+            Ok(()) => {}
+            Err(why) if !failing => {
+                failing = true;
+                warn!(why, "activity did not reach a collector; the next snapshot is tried as it comes");
+            }
+            Err(why) => debug!(why, "activity not delivered"),
+        }
+    }
+}
