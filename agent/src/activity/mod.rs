@@ -237,18 +237,33 @@ fn metadata_blockers(connections: &[Connection], locks: &[blockers::TableLock]) 
         .iter()
         .map(|c| {
             let schema = (!c.schema.is_empty()).then_some(c.schema.as_str());
-            let names = match tables_of(&c.digest_text, schema) {
+            let mut names = match tables_of(&c.digest_text, schema) {
                 Tables::Known { tables, .. } => {
                     tables.into_iter().map(|TableUse { schema, table, .. }| (schema, table)).collect()
                 }
                 Tables::Unknown => Vec::new(),
             };
+            // DDL the parser cannot read (`VARCHAR (?)`): the tables whose
+            // locks are held that the text names.
+            if names.is_empty() {
+                names = locks
+                    .iter()
+                    .filter(|l| names_table(&c.digest_text, schema, &l.schema, &l.table))
+                    .map(|l| (l.schema.clone(), l.table.clone()))
+                    .collect();
+            }
             (c.thread_id, names)
         })
         .collect();
     let ids: Vec<u64> = waiting.iter().map(|c| c.thread_id).collect();
     let started: HashMap<u64, u64> = connections.iter().map(|c| (c.thread_id, u64::MAX - c.running_ms)).collect();
     metadata_edges(&tables, locks, &ids, &started)
+}
+
+/// Whether a digest text (run in `schema`) names `lock_schema.table`.
+fn names_table(digest_text: &str, schema: Option<&str>, lock_schema: &str, table: &str) -> bool {
+    digest_text.contains(&format!("`{lock_schema}`.`{table}`"))
+        || (schema == Some(lock_schema) && digest_text.contains(&format!("`{table}`")))
 }
 
 fn describe(raw: RawConnection, now_us: u64, samples: Samples, normalizer: &mut Normalizer) -> Connection {
@@ -326,6 +341,15 @@ fn monotonic_us() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ddl_the_parser_cannot_read_still_names_its_table() {
+        let alter = "ALTER TABLE `app`.`orders` ADD COLUMN `note` VARCHAR (?)";
+        assert!(matches!(tables_of(alter, None), Tables::Unknown));
+        assert!(names_table(alter, None, "app", "orders"));
+        assert!(!names_table(alter, None, "other", "orders"));
+        assert!(names_table("ALTER TABLE `orders` ADD `x` INT", Some("app"), "app", "orders"));
+    }
 
     #[test]
     fn waits_come_from_the_stage() {

@@ -28,9 +28,9 @@ const FORM_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
 const CSS: &str = include_str!("assets/sqlbee.css");
 const JS: &str = include_str!("assets/sqlbee.js");
 
-/// Pages run no inline script or style, load nothing from elsewhere, and
-/// cannot be framed.
-const CSP: &str = "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self' data:; \
+/// Pages run no inline script or style, load nothing from elsewhere (the
+/// script fetches only its own pages again), and cannot be framed.
+const CSP: &str = "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self' data:; connect-src 'self'; \
                    form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 
 pub type Answer = Response<String>;

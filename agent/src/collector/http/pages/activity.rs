@@ -1,6 +1,7 @@
 //! Activity: what runs now on each instance, as its agent last read it
-//! (about a second old), with the blocking chains drawn as trees. The page
-//! reloads itself every two seconds.
+//! (about a second old), with the blocking chains drawn as trees. The
+//! page's script fetches it again every two seconds and swaps the live part
+//! in place (without the script, the browser's reload does the same).
 use std::fmt::Write;
 
 use serde_json::Value;
@@ -23,7 +24,7 @@ pub async fn render(ui: &Ui, view: &View) -> Rendered {
     let instances = instance_names(ui).await?;
     let head = PageHead { title: "Activity".into(), nav: Nav::Activity, instances, keep: Vec::new() };
     let now = now_unix_ms();
-    let mut body = String::from("<meta http-equiv=\"refresh\" content=\"2\">");
+    let mut body = String::from("<div id=\"live\" data-refresh-ms=\"2000\">");
     if answer.instances.is_empty() {
         body.push_str(&html::notice(
             "No live activity: no agent sent any in the last 30 s (agents send it once a second unless \
@@ -102,6 +103,7 @@ pub async fn render(ui: &Ui, view: &View) -> Rendered {
         }
         body.push_str("</tbody></table></section>");
     }
+    body.push_str("</div>");
     Ok((head, body))
 }
 

@@ -1,0 +1,186 @@
+//! What runs now, from a real agent reading a real MariaDB's memory and a
+//! real collector answering `sqlbee activity`: a row-lock wait names its
+//! blocker (idle in its transaction), a metadata-lock chain of three shows
+//! as a tree, the page draws it, and no literal leaves in any answer.
+mod common;
+
+use std::{
+    os::unix::fs::PermissionsExt,
+    path::{Path, PathBuf},
+    thread,
+    time::{Duration, Instant},
+};
+
+use common::{
+    Agent, PrivateServer, browser,
+    collector::{Collector, sqlbee_query},
+    privileged,
+};
+use mysql::prelude::Queryable;
+use serde_json::Value;
+
+const EMAIL: &str = "ann.secret@example.com";
+
+fn connect(server: &PrivateServer) -> mysql::Conn {
+    let opts =
+        mysql::OptsBuilder::new().socket(Some(server.socket.to_str().unwrap())).user(Some("root")).prefer_socket(true);
+    mysql::Conn::new(opts).unwrap()
+}
+
+fn login_file(dir: &Path, user: &str, password: &str) -> PathBuf {
+    let path = dir.join(format!("login-{user}.toml"));
+    std::fs::write(&path, format!("user = \"{user}\"\npassword = \"{password}\"\n")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    path
+}
+
+/// `sqlbee activity --format json` until `accept` takes the answer.
+fn activity_until(url: &str, what: &str, within: Duration, accept: impl Fn(&Value) -> bool) -> (Value, Duration) {
+    let started = Instant::now();
+    loop {
+        let out = sqlbee_query(&["activity", "--format", "json", "--collector", url]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert!(!answer.to_string().contains(EMAIL), "a literal left in an activity answer: {answer}");
+        if accept(&answer) {
+            return (answer, started.elapsed());
+        }
+        assert!(started.elapsed() < within, "{what} not shown within {within:?}: {answer}");
+        thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn connection(answer: &Value, thread_id: u64) -> Option<&Value> {
+    answer["activity"].as_array()?.iter().find(|c| c["thread_id"] == thread_id)
+}
+
+/// Runs `sql` on a connection of its own in a thread; returns its
+/// connection id at once and the statement's outcome when it ends.
+fn run_blocked(server: &PrivateServer, sql: &'static str) -> (u64, thread::JoinHandle<Result<(), String>>) {
+    let mut conn = connect(server);
+    let id: u64 = conn.query_first("SELECT CONNECTION_ID()").unwrap().unwrap();
+    conn.query_drop("SET SESSION lock_wait_timeout = 60, SESSION innodb_lock_wait_timeout = 60").unwrap();
+    (id, thread::spawn(move || conn.query_drop(sql).map_err(|e| e.to_string())))
+}
+
+#[test]
+fn waits_name_their_blockers_live() {
+    if !privileged("waits_name_their_blockers_live") {
+        return;
+    }
+    let _serial = common::one_at_a_time();
+    let server = PrivateServer::start("activity", &["--plugin-load-add=metadata_lock_info"]).unwrap();
+    let mut root = connect(&server);
+    root.query_drop(
+        "CREATE DATABASE app; CREATE TABLE app.orders (id INT PRIMARY KEY, email VARCHAR(64), total INT) ENGINE=InnoDB; \
+         INSERT INTO app.orders VALUES (1, 'a@example.com', 1), (2, 'b@example.com', 2); \
+         CREATE USER 'sqlbee_live'@'localhost' IDENTIFIED BY 'live-pw'; \
+         GRANT PROCESS ON *.* TO 'sqlbee_live'@'localhost'",
+    )
+    .unwrap();
+    let login = login_file(server.dir(), "sqlbee_live", "live-pw");
+    let collector = Collector::start(&[]);
+    let url = collector.http_url();
+    let agent = Agent::start(
+        server.dir(),
+        &[
+            format!("--pid={}", server.pid()),
+            format!("--collector={url}"),
+            format!("--state-dir={}", server.dir().join("state").display()),
+            "--window=1s".into(),
+            format!("--server-login={}", login.display()),
+        ],
+    );
+    activity_until(&url, "the agent's first snapshot", Duration::from_secs(60), |a| {
+        a["instances"].as_array().is_some_and(|i| !i.is_empty())
+    });
+
+    // A row lock held by a transaction that went idle.
+    let mut holder = connect(&server);
+    let holder_id: u64 = holder.query_first("SELECT CONNECTION_ID()").unwrap().unwrap();
+    holder.query_drop("BEGIN").unwrap();
+    holder.query_drop(format!("UPDATE app.orders SET email = '{EMAIL}' WHERE id = 1")).unwrap();
+    let (waiter_id, waiter) =
+        run_blocked(&server, "UPDATE app.orders SET email = 'ann.secret@example.com', total = 7 WHERE id = 1");
+    let (answer, took) = activity_until(&url, "the row-lock wait", Duration::from_secs(10), |a| {
+        connection(a, waiter_id).is_some_and(|c| c["blocked_by"] == holder_id)
+    });
+    eprintln!("the row-lock wait and its blocker showed {took:?} after it began");
+    let waiting = connection(&answer, waiter_id).unwrap();
+    assert_eq!(waiting["wait"], "row_lock", "{waiting}");
+    assert_eq!(waiting["blocked_by_source"], "innodb_lock_waits");
+    assert_eq!(waiting["command"], "Query");
+    let live_digest = waiting["digest"].as_str().unwrap().to_string();
+    let holding = connection(&answer, holder_id).unwrap();
+    assert_eq!((holding["state"].as_str(), holding["command"].as_str()), (Some("idle in transaction"), Some("Sleep")));
+    assert_eq!(holding["account"], "root@localhost");
+    let first_ms = waiting["running_ms"].as_u64().unwrap();
+    let (answer, _) = activity_until(&url, "the wait growing", Duration::from_secs(10), |a| {
+        connection(a, waiter_id).is_some_and(|c| c["running_ms"].as_u64().unwrap() >= first_ms + 1000)
+    });
+    let chain = &answer["chains"][0];
+    assert_eq!(
+        (chain["thread_id"].as_u64(), chain["blocked"][0]["thread_id"].as_u64()),
+        (Some(holder_id), Some(waiter_id))
+    );
+    holder.query_drop("ROLLBACK").unwrap();
+    waiter.join().unwrap().unwrap();
+    // The live digest is the one the statement is counted under once it ends.
+    let started = Instant::now();
+    loop {
+        let top = sqlbee_query(&["top", "--format", "json", "--since", "all", "--limit", "100", "--collector", &url]);
+        let top: Value = serde_json::from_slice(&top.stdout).unwrap();
+        let counted = top["digests"].as_array().unwrap().iter().find(|d| d["digest"] == live_digest.as_str());
+        if counted.is_some_and(|d| d["count"] == 1) {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "{live_digest} is not counted once: {top}");
+        thread::sleep(Duration::from_millis(300));
+    }
+
+    // A metadata-lock chain of three: ALTER waits behind an open
+    // transaction, a SELECT waits behind the ALTER.
+    holder.query_drop("BEGIN").unwrap();
+    let _: Vec<(i64, String, i64)> = holder.query("SELECT id, email, total FROM app.orders").unwrap();
+    let (alter_id, alter) = run_blocked(&server, "ALTER TABLE app.orders ADD COLUMN note VARCHAR(16)");
+    activity_until(&url, "the ALTER waiting", Duration::from_secs(10), |a| {
+        connection(a, alter_id).is_some_and(|c| c["wait"] == "metadata_lock")
+    });
+    let (select_id, select) =
+        run_blocked(&server, "SELECT total FROM app.orders WHERE email = 'ann.secret@example.com'");
+    let (answer, _) = activity_until(&url, "the chain of three", Duration::from_secs(10), |a| {
+        connection(a, select_id).is_some_and(|c| c["blocked_by"] == alter_id)
+            && connection(a, alter_id).is_some_and(|c| c["blocked_by"] == holder_id)
+    });
+    let chain = answer["chains"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["thread_id"] == holder_id)
+        .unwrap_or_else(|| panic!("no chain rooted at the transaction: {answer}"));
+    assert_eq!(chain["blocked"][0]["thread_id"], alter_id, "{chain}");
+    assert_eq!(chain["blocked"][0]["blocked"][0]["thread_id"], select_id, "{chain}");
+    assert_eq!(chain["blocked"][0]["source"], "metadata_lock_info");
+    let slow = sqlbee_query(&["activity", "--min-duration", "1h", "--format", "json", "--collector", &url]);
+    let slow: Value = serde_json::from_slice(&slow.stdout).unwrap();
+    assert_eq!(slow["activity"].as_array().map(Vec::len), Some(0), "nothing has run an hour: {slow}");
+
+    if browser::available("waits_name_their_blockers_live") {
+        let page = browser::load(&format!("{}activity", collector.ui));
+        assert!(page.console.is_empty(), "{:?}", page.console);
+        assert!(
+            page.dom.contains(&format!("data-thread=\"{select_id}\" data-blocked-by=\"{alter_id}\"")),
+            "{}",
+            page.dom
+        );
+        assert!(page.dom.contains("class=\"chain\""), "the page draws the chain");
+        assert!(!page.dom.contains(EMAIL));
+        let shots = browser::screenshot_dir();
+        assert!(browser::screenshot(&format!("{}activity", collector.ui), &shots.join("activity.png")).is_empty());
+    }
+    holder.query_drop("COMMIT").unwrap();
+    alter.join().unwrap().unwrap();
+    select.join().unwrap().unwrap();
+    let out = agent.stop();
+    assert!(!out.stderr.contains("panicked"), "{}", out.stderr);
+}
