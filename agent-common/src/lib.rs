@@ -277,6 +277,11 @@ pub struct ServerLayout {
     pub handler_procedure: u64,
     pub handler_function: u64,
     pub handler_trigger: u64,
+    /// Statements at least this long (ms) always reach the agent as
+    /// records, never only a kernel digest's count: each is an event of
+    /// its own there. 0: no such threshold.
+    pub long_statement_ms: u32,
+    pub _pad: u32,
 }
 
 /// A layout offset the agent could not learn for this build.

@@ -45,6 +45,8 @@ static LAYOUT: ServerLayout = ServerLayout {
     handler_procedure: 0,
     handler_function: 0,
     handler_trigger: 0,
+    long_statement_ms: 0,
+    _pad: 0,
 };
 
 #[inline(always)]

@@ -319,6 +319,7 @@ fn try_statement_end(ctx: &ProbeContext) -> Result<(), i64> {
     // statements are counted into kernel digests.
     if text_hash != 0
         && error_code == 0
+        && (layout.long_statement_ms == 0 || duration_ns < layout.long_statement_ms as u64 * 1_000_000)
         && !waited
         && !ran_programs
         && buffer.header.source == source::CLIENT

@@ -224,6 +224,12 @@ pub struct AgentOptions {
     /// blockers the server names.
     #[arg(long, env = "SQLBEE_ACTIVITY_INTERVAL", default_value = "1s", value_parser = duration)]
     pub activity_interval: Duration,
+    /// A statement that runs at least this long is also reported as an
+    /// event of its own (with its text, duration, waits and blocker), as
+    /// is every statement that was killed or whose client went away (0
+    /// reports only those).
+    #[arg(long, env = "SQLBEE_LONG_STATEMENT", default_value = "10s", value_parser = duration)]
+    pub long_statement: Duration,
 }
 
 /// Validated agent configuration: the options as given, and what the

@@ -20,6 +20,7 @@ use std::{
 use tracing::{info, warn};
 
 use crate::{
+    activity::BlockersSeen,
     aggregate::Aggregator,
     budget::{Applied, BudgetError, CostMeter, CostSample, SelfLimit, Shedder},
     config::{AgentConfig, OutputFormat},
@@ -125,6 +126,7 @@ pub fn run_agent(config: AgentConfig, signalled: &'static AtomicBool) -> Result<
             waits: config.wait_probes,
             commands: config.command_probe,
             long_wait_us: config.long_wait_us,
+            long_statement_ms: config.options.long_statement.as_millis().min(u32::MAX as u128) as u32,
             digest_slots: config.kernel_digests,
             overhead_budget: config.options.mysqld_overhead_budget,
             duty_period: config.options.duty_period,
@@ -164,9 +166,12 @@ pub fn run_agent(config: AgentConfig, signalled: &'static AtomicBool) -> Result<
     let aggregate_config = config.clone();
     let page = metrics.is_some().then(|| metrics_page.clone());
     let aggregate_ship = ship.clone();
+    // Who the activity reads saw blocking a statement, for the long ones.
+    let blockers_seen = Arc::new(BlockersSeen::default());
+    let aggregate_seen = blockers_seen.clone();
     let aggregator = thread::Builder::new()
         .name("aggregate".into())
-        .spawn(move || aggregate_loop(aggregate_config, rx, aggregate_ship, page))?;
+        .spawn(move || aggregate_loop(aggregate_config, rx, aggregate_ship, page, &aggregate_seen))?;
     for batch in initial {
         let _ = tx.send(Message::Batch(batch));
     }
@@ -175,7 +180,7 @@ pub fn run_agent(config: AgentConfig, signalled: &'static AtomicBool) -> Result<
             let ship = ship.clone();
             let deliver: crate::activity::Deliver =
                 Box::new(move |at, snapshots| ship.send_activity(crate::ship::activity_report(at, &snapshots)));
-            Some(crate::activity::Watcher::start(activity.clone(), deliver)?)
+            Some(crate::activity::Watcher::start(activity.clone(), deliver, blockers_seen.clone())?)
         }
         _ => None,
     };
@@ -271,12 +276,14 @@ fn aggregate_loop(
     rx: Receiver<Message>,
     ship: Option<Arc<ShipStage>>,
     metrics_page: Option<MetricsPage>,
+    blockers_seen: &BlockersSeen,
 ) -> Result<(), PipelineError> {
     let mut metrics = metrics_page.map(|page| (page, agent_metrics::AgentMetrics::new(config.wait_probes)));
     let mut aggregator =
         Aggregator::new(Normalizer::new(config.normalize_cache), config.options.max_digests, SystemTime::now())
             .with_samples(config.options.samples)
-            .with_raw_samples(config.plans.is_some());
+            .with_raw_samples(config.plans.is_some())
+            .with_long_statements(config.options.long_statement);
     let explainer = config.plans.clone().map(Explainer::start).transpose()?;
     let mut describer = Describer::default();
     let stdout = std::io::stdout();
@@ -287,6 +294,7 @@ fn aggregate_loop(
             Message::WindowEnd(WindowEnd { at, mut cost, host, untraced }) => {
                 let mut reports = aggregator.flush(at);
                 describe_tables(&mut describer, &mut reports);
+                name_blockers(blockers_seen, &mut reports);
                 let sum = |f: fn(&crate::aggregate::Summary) -> u64| reports.iter().map(|r| f(&r.summary)).sum();
                 cost.attribute(sum(|s| s.statements), sum(|s| s.events), sum(|s| s.dropped_events));
                 let explained = match &explainer {
@@ -352,6 +360,17 @@ fn describe_tables(describer: &mut Describer, reports: &mut [crate::aggregate::W
     for row in reports.iter_mut().flat_map(|r| r.digests.iter_mut()) {
         if row.digest != crate::aggregate::OVERFLOW_DIGEST {
             row.tables = describer.describe(&row.schema, row.digest, &row.digest_text, now);
+        }
+    }
+}
+
+/// Names the blocker of each long statement that the activity reads saw
+/// waiting on one while it ran.
+fn name_blockers(seen: &BlockersSeen, reports: &mut [crate::aggregate::WindowReport]) {
+    for report in reports.iter_mut() {
+        for event in &mut report.long_statements {
+            let end_ns = event.start_ns + event.duration_ns;
+            event.blocked_by = seen.blocker_of(&report.instance, event.connection_id, event.start_ns, end_ns);
         }
     }
 }

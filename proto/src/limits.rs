@@ -36,6 +36,9 @@ pub const COUNT_LIMITS: &[(&str, u64)] = &[
     // The agent reads at most 100,000 connections per server.
     ("ActivityReport.instances", 1_000),
     ("InstanceActivity.connections", 100_000),
+    // The agent lists at most 1,000 per window.
+    ("InstanceWindow.long_statements", 1_000),
+    ("LongStatement.waits", 16),
     ("InstanceActivity.blocker_sources", 8),
 ];
 
@@ -86,6 +89,12 @@ pub const LENGTH_LIMITS: &[(&str, u64)] = &[
     ("TableAccess.key_parts", 1_024),
     ("TableAccess.possible_keys", 1_024),
     ("InstanceActivity.warning", 4_096),
+    ("LongStatement.digest_text", 65_536),
+    ("LongStatement.schema", 1_024),
+    ("LongStatement.user", 1_024),
+    ("LongStatement.host", 1_024),
+    ("LongStatement.sample", 65_536),
+    ("LongStatement.outcome", 32),
     ("InstanceActivity.blocker_sources", 64),
     ("LiveConnection.user", 1_024),
     ("LiveConnection.host", 1_024),

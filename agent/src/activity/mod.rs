@@ -90,6 +90,39 @@ pub struct Connection {
 /// Hands each round's snapshots on.
 pub type Deliver = Box<dyn FnMut(SystemTime, Vec<Snapshot>) + Send>;
 
+/// The blocker last named for each waiting connection, and when: a long
+/// statement that ends later learns from it who blocked it while it ran.
+#[derive(Default)]
+pub struct BlockersSeen {
+    seen: Mutex<HashMap<(String, u64), (u64, u64)>>,
+}
+
+/// Waiters remembered at most, and for how long.
+const SEEN_MAX: usize = 100_000;
+const SEEN_FOR_NS: u64 = 600_000_000_000;
+
+impl BlockersSeen {
+    fn note(&self, instance: &str, connections: &[Connection], now_ns: u64) {
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        seen.retain(|_, (_, at)| now_ns.saturating_sub(*at) < SEEN_FOR_NS);
+        for c in connections {
+            if let Some((blocker, _)) = c.blocked_by
+                && (seen.len() < SEEN_MAX || seen.contains_key(&(instance.to_string(), c.thread_id)))
+            {
+                seen.insert((instance.to_string(), c.thread_id), (blocker, now_ns));
+            }
+        }
+    }
+
+    /// The blocker named for this connection between `from_ns` and
+    /// `to_ns` (CLOCK_MONOTONIC), if any.
+    pub fn blocker_of(&self, instance: &str, connection_id: u64, from_ns: u64, to_ns: u64) -> Option<u64> {
+        let seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        let (blocker, at) = seen.get(&(instance.to_string(), connection_id))?;
+        (from_ns <= *at && *at <= to_ns).then_some(*blocker)
+    }
+}
+
 pub struct Watcher {
     targets: Arc<Mutex<Vec<Target>>>,
     stop: Arc<AtomicBool>,
@@ -97,13 +130,15 @@ pub struct Watcher {
 }
 
 impl Watcher {
-    pub fn start(config: ActivityConfig, deliver: Deliver) -> std::io::Result<Watcher> {
+    pub fn start(config: ActivityConfig, deliver: Deliver, seen: Arc<BlockersSeen>) -> std::io::Result<Watcher> {
         let targets = Arc::new(Mutex::new(Vec::new()));
         let stop = Arc::new(AtomicBool::new(false));
         let (shared, stopping) = (targets.clone(), stop.clone());
-        let thread = thread::Builder::new()
-            .name("activity".into())
-            .spawn(move || Rounds::new(config, deliver).run(&shared, &stopping))?;
+        let thread = thread::Builder::new().name("activity".into()).spawn(move || {
+            let mut rounds = Rounds::new(config, deliver);
+            rounds.seen = seen;
+            rounds.run(&shared, &stopping)
+        })?;
         Ok(Watcher { targets, stop, thread: Some(thread) })
     }
 
@@ -122,6 +157,22 @@ impl Drop for Watcher {
     }
 }
 
+/// Snapshots read one at a time, with no login (benchmarks and tools; the
+/// agent reads through `Watcher`). It keeps what it learned of each server
+/// between reads, as the agent does.
+pub struct SnapshotReader(Rounds);
+
+impl SnapshotReader {
+    pub fn new(samples: Samples) -> SnapshotReader {
+        let config = ActivityConfig { interval: Duration::from_secs(1), samples, login: None };
+        SnapshotReader(Rounds::new(config, Box::new(|_, _| {})))
+    }
+
+    pub fn read(&mut self, target: &Target) -> Snapshot {
+        self.0.snapshot(target, Instant::now())
+    }
+}
+
 /// A server's readers, kept while it runs.
 struct ServerState {
     threads: Result<ThreadReader, String>,
@@ -134,11 +185,12 @@ struct Rounds {
     deliver: Deliver,
     normalizer: Normalizer,
     servers: HashMap<(u32, u64), ServerState>,
+    seen: Arc<BlockersSeen>,
 }
 
 impl Rounds {
     fn new(config: ActivityConfig, deliver: Deliver) -> Rounds {
-        Rounds { config, deliver, normalizer: Normalizer::new(4096), servers: HashMap::new() }
+        Rounds { config, deliver, normalizer: Normalizer::new(4096), servers: HashMap::new(), seen: Arc::default() }
     }
 
     fn run(mut self, targets: &Mutex<Vec<Target>>, stop: &AtomicBool) {
@@ -223,6 +275,7 @@ impl Rounds {
             }
         }
         connections.sort_by_key(|c| c.thread_id);
+        self.seen.note(&target.server.instance, &connections, now_us * 1000);
         snapshot.connections = connections;
         snapshot
     }

@@ -8,6 +8,7 @@ mod commands;
 #[cfg(test)]
 pub(crate) mod fixtures;
 mod locks;
+mod long;
 #[cfg(test)]
 mod tests;
 
@@ -22,6 +23,7 @@ pub use commands::command_name;
 use commands::{COM_QUERY, COM_STMT_EXECUTE};
 use locks::LockTracker;
 pub use locks::{Blocker, LockWaitRecord};
+pub use long::{LongStatement, LongStatements, Outcome};
 use sqlbee_common::histogram::Histogram;
 
 use agent_common::kernel_digests::FIRST_AGENT_BUCKET;
@@ -284,6 +286,9 @@ pub struct WindowReport {
     pub summary: Summary,
     /// Waits longer than the threshold that ended in this window.
     pub lock_waits: Vec<LockWaitRecord>,
+    /// Statements that ran long, were killed or lost their client.
+    pub long_statements: Vec<LongStatement>,
+    pub long_statements_dropped: u64,
 }
 
 #[derive(Default)]
@@ -360,6 +365,10 @@ pub struct Aggregator {
     /// ends after them), by server, THD and the client statement's start,
     /// with the number of window closes they have waited.
     pending: HashMap<ParentKey, (Vec<Statement>, u32)>,
+    /// Per instance, this window's long, killed and disconnected statements.
+    long: HashMap<String, LongStatements>,
+    /// `--long-statement` (0: only killed and disconnected ones).
+    long_ns: u64,
 }
 
 /// One attached server generation: instance, pid, start time.
@@ -395,7 +404,16 @@ impl Aggregator {
             samples: Samples::default(),
             keep_raw: false,
             pending: HashMap::new(),
+            long: HashMap::new(),
+            long_ns: 0,
         }
+    }
+
+    /// Statements at least this long become events too (zero: only
+    /// killed and disconnected ones).
+    pub fn with_long_statements(mut self, threshold: std::time::Duration) -> Self {
+        self.long_ns = threshold.as_nanos().min(u64::MAX as u128) as u64;
+        self
     }
 
     /// Rows keep one statement's raw text each, for EXPLAIN.
@@ -426,15 +444,18 @@ impl Aggregator {
         for wait in &batch.long_waits {
             locks.wait(*wait);
         }
+        let instance_name = instance.clone();
         let key = (instance, batch.server.pid, batch.server.start_ticks);
         let texts = self.kernel_texts.entry(key.clone()).or_default();
         let pending_total: usize = self.pending.values().map(|(v, _)| v.len()).sum();
+        let long = self.long.entry(instance_name.clone()).or_default();
         for statement in batch.statements {
             let digest = digest_of(&mut self.normalizer, &statement);
             if statement.sample {
                 check_sample(texts, &statement, &digest, &mut self.hash_conflicts, self.samples);
                 continue;
             }
+            long.offer(&statement, &digest, self.samples, self.long_ns);
             if statement.shed {
                 window.summary.shed_statements += 1;
             }
@@ -557,6 +578,7 @@ impl Aggregator {
             window.summary.commands =
                 window.command_counts.iter().map(|(c, n)| (command_name(*c).into_owned(), *n)).collect();
             let lock_waits = self.locks.get_mut(&instance).map(LockTracker::take_records).unwrap_or_default();
+            let long = self.long.remove(&instance).unwrap_or_default();
             reports.push(WindowReport {
                 instance,
                 window_start: start,
@@ -564,6 +586,8 @@ impl Aggregator {
                 digests,
                 summary: window.summary,
                 lock_waits,
+                long_statements: long.kept,
+                long_statements_dropped: long.dropped,
             });
         }
         reports

@@ -658,6 +658,8 @@ mod tests {
             digests,
             summary: Summary { statements, ..Summary::default() },
             lock_waits: Vec::new(),
+            long_statements: Vec::new(),
+            long_statements_dropped: 0,
         }
     }
 

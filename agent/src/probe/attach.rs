@@ -45,6 +45,8 @@ pub struct ProbeConfig {
     pub commands: bool,
     /// Report each wait at least this long (us) on its own; 0: never.
     pub long_wait_us: u32,
+    /// Statements at least this long always come as records (0: off).
+    pub long_statement_ms: u32,
     /// Slots of the kernel digests; 0 sends every statement.
     pub digest_slots: u32,
     /// Budget mode: the probes' CPU as a fraction of mysqld's (0.01 = 1%).
@@ -95,6 +97,7 @@ impl AttachedServer {
         let layout = ServerLayout {
             text_limit: config.text_limit.min(MAX_TEXT as u32),
             long_wait_us: config.long_wait_us,
+            long_statement_ms: config.long_statement_ms,
             command_probe: config.commands as u32,
             digest_slots: config.digest_slots,
             wait_probes: u32::from(config.waits && binary.points.waits.is_some()),

@@ -7,16 +7,16 @@ use sqlbee_common::{clock::unix_ms, histogram};
 use sqlbee_proto::v1::{
     AccountCount, ActivityReport, AgentCost, AgentWindow, Blocker as WireBlocker, Bucket, CommandCount,
     CpuModes as WireCpuModes, DigestStats as WireDigest, DiskIo as WireDiskIo, ErrorCount, Histogram as WireHistogram,
-    HostMetrics as WireHostMetrics, InstanceActivity, InstanceWindow, LiveConnection, LockWait, NetIo as WireNetIo,
-    Plan as WirePlan, ProbeCost as WireProbeCost, ProcessMetrics as WireProcess, QueryStats as WireQueryStats,
-    ServerInstance, TableAccess as WireTableAccess, TableUse as WireTableUse, UntracedServer as WireUntraced,
-    WaitStats,
+    HostMetrics as WireHostMetrics, InstanceActivity, InstanceWindow, LiveConnection, LockWait,
+    LongStatement as WireLongStatement, NetIo as WireNetIo, Plan as WirePlan, ProbeCost as WireProbeCost,
+    ProcessMetrics as WireProcess, QueryStats as WireQueryStats, ServerInstance, TableAccess as WireTableAccess,
+    TableUse as WireTableUse, UntracedServer as WireUntraced, WaitStats,
 };
 
 use super::health::HealthReport;
 use crate::{
     activity::{Connection, Snapshot},
-    aggregate::{DigestRow, LockWaitRecord, WindowReport},
+    aggregate::{DigestRow, LockWaitRecord, LongStatement, WindowReport},
     budget::{CostSample, ProbeCost},
     host::{HostMetrics, ProcessMetrics, ProcessStatus},
     normalize::Tables,
@@ -298,9 +298,35 @@ pub fn instance_window(report: &WindowReport, host: Option<&HostMetrics>) -> Ins
         unmatched: s.unmatched,
         overflow_statements: s.overflow_statements,
         lock_waits: report.lock_waits.iter().map(lock_wait).collect(),
+        long_statements: report.long_statements.iter().map(long_statement).collect(),
+        long_statements_dropped: report.long_statements_dropped,
         // Filled by `attach_plans`.
         plans: Vec::new(),
         server_login: String::new(),
+    }
+}
+
+fn long_statement(e: &LongStatement) -> WireLongStatement {
+    WireLongStatement {
+        connection_id: e.connection_id,
+        digest: e.digest,
+        digest_text: e.digest_text.to_string(),
+        schema: e.schema.as_deref().unwrap_or_default().to_string(),
+        user: e.user.clone().unwrap_or_default(),
+        host: e.host.clone().unwrap_or_default(),
+        sample: e.sample.clone(),
+        start_unix_ms: unix_ms(e.start),
+        duration_ns: e.duration_ns,
+        outcome: e.outcome.name().to_string(),
+        error_code: e.error_code,
+        waits: e
+            .waits
+            .iter()
+            .zip(wait_class::NAMES)
+            .filter(|(ns, _)| **ns > 0)
+            .map(|(ns, class)| WaitStats { class: class.to_string(), sum_ns: *ns, max_ns: *ns, statements: 1 })
+            .collect(),
+        blocked_by: e.blocked_by.unwrap_or(0),
     }
 }
 
