@@ -41,6 +41,7 @@ fn main() -> anyhow::Result<()> {
         Role::Plans(args) => query::plans(args).context("plans failed")?,
         Role::Tables(args) => query::tables(args).context("tables failed")?,
         Role::Activity(args) => query::activity(args).context("activity failed")?,
+        Role::Long(args) => query::long(args).context("long failed")?,
         #[cfg(feature = "collector")]
         Role::Hosts(args) => query::hosts(args).context("hosts failed")?,
         Role::Reference { dir } => {

@@ -1,7 +1,10 @@
 //! What runs now, from a real agent reading a real MariaDB's memory and a
 //! real collector answering `sqlbee activity`: a row-lock wait names its
 //! blocker (idle in its transaction), a metadata-lock chain of three shows
-//! as a tree, the page draws it, and no literal leaves in any answer.
+//! as a tree, the page draws it, and no literal leaves in any answer. And
+//! what ended badly: a statement killed and one whose client vanished are
+//! events with their durations (`sqlbee long`), as is the long row-lock
+//! wait with its blocker, each counted once in its digest.
 mod common;
 
 use std::{
@@ -89,6 +92,9 @@ fn waits_name_their_blockers_live() {
             format!("--state-dir={}", server.dir().join("state").display()),
             "--window=1s".into(),
             format!("--server-login={}", login.display()),
+            "--long-statement=1500ms".into(),
+            // So a long statement carries its time waited per class.
+            "--wait-probes".into(),
         ],
     );
     activity_until(&url, "the agent's first snapshot", Duration::from_secs(60), |a| {
@@ -181,6 +187,71 @@ fn waits_name_their_blockers_live() {
     holder.query_drop("COMMIT").unwrap();
     alter.join().unwrap().unwrap();
     select.join().unwrap().unwrap();
+
+    // A statement killed, and one whose client goes away mid-statement.
+    let (killed_id, killed) = run_blocked(&server, "SELECT SLEEP(30) AS killed_one");
+    activity_until(&url, "the statement to kill", Duration::from_secs(10), |a| {
+        connection(a, killed_id).is_some_and(|c| c["running_ms"].as_u64().unwrap() >= 1000)
+    });
+    root.query_drop(format!("KILL QUERY {killed_id}")).unwrap();
+    // The server ends it with error 1317 (the client library may report the
+    // error or the row SLEEP returns when interrupted; the event says).
+    let _ = killed.join().unwrap();
+    let mut client = std::process::Command::new("mariadb")
+        .args(["--no-defaults", "-S", server.socket.to_str().unwrap(), "-uroot", "-e", "SELECT SLEEP(3) AS gone_one"])
+        .spawn()
+        .unwrap();
+    let (answer, _) = activity_until(&url, "the statement whose client goes", Duration::from_secs(10), |a| {
+        a["activity"].as_array().unwrap().iter().any(|c| c["sample"].as_str().is_some_and(|t| t.contains("gone_one")))
+    });
+    let gone_id = answer["activity"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["sample"].as_str().is_some_and(|t| t.contains("gone_one")))
+        .unwrap()["thread_id"]
+        .as_u64()
+        .unwrap();
+    client.kill().unwrap();
+    client.wait().unwrap();
+
+    let started = Instant::now();
+    let events = loop {
+        let out = sqlbee_query(&["long", "--format", "json", "--since", "all", "--collector", &url]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert!(!answer.to_string().contains(EMAIL), "a literal left in an event: {answer}");
+        let events = answer["statements"].as_array().unwrap().clone();
+        let has =
+            |thread: u64, outcome: &str| events.iter().any(|e| e["thread_id"] == thread && e["outcome"] == outcome);
+        if has(killed_id, "killed") && has(gone_id, "disconnected") && has(waiter_id, "long") {
+            break events;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "not every event arrived: {answer}");
+        thread::sleep(Duration::from_millis(300));
+    };
+    let event = |thread: u64| events.iter().find(|e| e["thread_id"] == thread).unwrap();
+    let killed = event(killed_id);
+    assert_eq!(killed["error_code"], 1317);
+    assert!(killed["duration_ms"].as_u64().unwrap() >= 1000, "{killed}");
+    let gone = event(gone_id);
+    assert_eq!(gone["error_code"], 1160, "the server could not write to the vanished client: {gone}");
+    assert!(gone["duration_ms"].as_u64().unwrap() >= 2900, "it ran to its end: {gone}");
+    let waited = event(waiter_id);
+    assert_eq!(waited["blocked_by"], holder_id, "the blocker the activity reads saw: {waited}");
+    assert!(waited["waits"]["row_lock"].as_u64().unwrap() > 1_000_000_000, "{waited}");
+    assert_eq!(waited["digest"], live_digest.as_str());
+    // An event adds to no total: each of these digests counted once.
+    let top = sqlbee_query(&["top", "--format", "json", "--since", "all", "--limit", "200", "--collector", &url]);
+    let top: Value = serde_json::from_slice(&top.stdout).unwrap();
+    for e in [killed, gone, waited] {
+        let row = top["digests"].as_array().unwrap().iter().find(|d| d["digest"] == e["digest"]);
+        assert_eq!(row.map(|d| d["count"].clone()), Some(Value::from(1)), "{e} in {top}");
+    }
+    if browser::available("waits_name_their_blockers_live") {
+        let page = browser::load(&format!("{}activity?since=all", collector.ui));
+        assert!(page.dom.contains(&format!("data-outcome=\"killed\" data-thread=\"{killed_id}\"")), "{}", page.dom);
+    }
     let out = agent.stop();
     assert!(!out.stderr.contains("panicked"), "{}", out.stderr);
 }

@@ -54,6 +54,10 @@ pub enum Role {
     /// long it has run, what it waits on and who blocks it.
     #[cfg(feature = "collector")]
     Activity(crate::query::ActivityArgs),
+    /// Statements that ran longer than the agents' --long-statement, were
+    /// killed, or lost their client: each with its duration, waits and blocker.
+    #[cfg(feature = "collector")]
+    Long(crate::query::LongArgs),
     /// Receive batches from agents (not in this build).
     #[cfg(not(feature = "collector"))]
     #[command(disable_help_flag = true)]

@@ -95,6 +95,37 @@ pub fn window_to_json(report: &WindowReport) -> Vec<Value> {
             })).collect::<Vec<_>>(),
         }));
     }
+    for e in &report.long_statements {
+        lines.push(json!({
+            "type": "long_statement",
+            "instance": report.instance,
+            "connection_id": e.connection_id,
+            "digest": format!("{:016x}", e.digest),
+            "digest_text": e.digest_text.to_string(),
+            "schema": e.schema.as_deref(),
+            "user": e.user,
+            "host": e.host,
+            "sample": e.sample,
+            "start": rfc3339(e.start),
+            "duration_ns": e.duration_ns,
+            "outcome": e.outcome.name(),
+            "error_code": (e.error_code != 0).then_some(e.error_code),
+            "waits": agent_common::wait_class::NAMES
+                .iter()
+                .zip(e.waits)
+                .filter(|(_, ns)| *ns > 0)
+                .map(|(class, ns)| (class.to_string(), json!(ns)))
+                .collect::<serde_json::Map<_, _>>(),
+            "blocked_by": e.blocked_by,
+        }));
+    }
+    if report.long_statements_dropped > 0 {
+        lines.push(json!({
+            "type": "long_statements_dropped",
+            "instance": report.instance,
+            "count": report.long_statements_dropped,
+        }));
+    }
     let s = &report.summary;
     lines.push(json!({
         "type": "summary",

@@ -11,8 +11,8 @@ use std::{path::PathBuf, time::Duration};
 
 use clap::builder::PossibleValuesParser;
 use sqlbee_proto::v1::{
-    ActivityRequest, HostsRequest, InstancesRequest, LocksRequest, PlansRequest, SeriesRequest, TablesRequest,
-    TopRequest,
+    ActivityRequest, HostsRequest, InstancesRequest, LocksRequest, LongStatementsRequest, PlansRequest, SeriesRequest,
+    TablesRequest, TopRequest,
 };
 use tonic::{Code, Status};
 
@@ -177,6 +177,23 @@ pub struct ActivityArgs {
     /// connections are left out unless 0.
     #[arg(long, default_value = "0")]
     pub min_duration: String,
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct LongArgs {
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+    /// Only this server instance (host:port); default every instance.
+    #[arg(long)]
+    pub instance: Option<String>,
+    /// Statements that started within this long ago (10s, 5m, 2h, 7d), or `all`.
+    #[arg(long, default_value = "1h")]
+    pub since: String,
+    /// Statements to show, newest first (1..=10000).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub limit: u32,
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
 }
@@ -441,6 +458,22 @@ pub fn activity(args: ActivityArgs) -> Result<(), QueryError> {
     match args.format {
         Format::Json => render::write_json(&mut out, &json::activity_json(&answer, now)),
         Format::Table => render::write_activity_table(&mut out, &answer, now),
+    }
+    .map_err(|source| QueryError::Output { source })
+}
+
+pub fn long(args: LongArgs) -> Result<(), QueryError> {
+    let request = LongStatementsRequest {
+        instance: args.instance.clone().unwrap_or_default(),
+        since_unix_ms: since_unix_ms(&args.since)?,
+        limit: args.limit,
+    };
+    let answer =
+        call(&args.connect, "LongStatements", |mut client| async move { client.long_statements(request).await })?;
+    let mut out = std::io::stdout().lock();
+    match args.format {
+        Format::Json => render::write_json(&mut out, &json::long_statements_json(&answer.statements)),
+        Format::Table => render::write_long_table(&mut out, &answer.statements),
     }
     .map_err(|source| QueryError::Output { source })
 }

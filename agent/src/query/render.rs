@@ -398,6 +398,32 @@ pub fn write_activity_table(
     out.flush()
 }
 
+pub fn write_long_table(out: &mut impl Write, rows: &[sqlbee_proto::v1::LongStatementRow]) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "{:<24} {:<20} {:>8} {:<12} {:>12} {:>10}  statement",
+        "start", "instance", "thread", "outcome", "duration", "blocked_by"
+    )?;
+    for r in rows {
+        let s = r.statement.clone().unwrap_or_default();
+        writeln!(
+            out,
+            "{:<24} {:<20} {:>8} {:<12} {:>12} {:>10}  {}",
+            sqlbee_common::clock::rfc3339(sqlbee_common::clock::from_unix_ms(s.start_unix_ms)),
+            cut(&r.instance, 20),
+            s.connection_id,
+            s.outcome,
+            ms(s.duration_ns),
+            if s.blocked_by == 0 { "-".to_string() } else { s.blocked_by.to_string() },
+            cut(&s.digest_text, 80)
+        )?;
+    }
+    if rows.is_empty() {
+        writeln!(out, "(no statement ran long, was killed or lost its client in this range)")?;
+    }
+    out.flush()
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;

@@ -5,7 +5,8 @@
 use serde_json::{Value, json};
 use sqlbee_common::duration;
 use sqlbee_proto::v1::{
-    ActivityRequest, HostsRequest, LocksRequest, PlansRequest, SeriesRequest, TablesRequest, TopRequest, TotalsRequest,
+    ActivityRequest, HostsRequest, LocksRequest, LongStatementsRequest, PlansRequest, SeriesRequest, TablesRequest,
+    TopRequest, TotalsRequest,
 };
 
 use super::{
@@ -120,6 +121,16 @@ pub async fn answer(ui: &Ui, path: &str, params: &Params, now: i64) -> Option<Re
                 };
                 let answer = ui.activity(ActivityRequest { instance, min_running_ms }).await?;
                 shape::activity_json(&answer, sqlbee_common::clock::now_unix_ms())
+            }
+            "/api/long" => {
+                let answer = ui
+                    .long_statements(LongStatementsRequest {
+                        instance,
+                        since_unix_ms: range.since_unix_ms,
+                        limit: number(params, "limit")?,
+                    })
+                    .await?;
+                shape::long_statements_json(&answer.statements)
             }
             "/api/tables" => {
                 let answer = ui

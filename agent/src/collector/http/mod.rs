@@ -24,8 +24,9 @@ use std::sync::Arc;
 
 use sqlbee_proto::v1::{
     ActivityRequest, ActivityResponse, HostsRequest, HostsResponse, InstanceInfo, InstancesRequest, LocksRequest,
-    LocksResponse, PlansRequest, PlansResponse, SeriesRequest, SeriesResponse, TablesRequest, TablesResponse,
-    TopRequest, TopResponse, TotalsRequest, TotalsResponse, query_server::Query,
+    LocksResponse, LongStatementsRequest, LongStatementsResponse, PlansRequest, PlansResponse, SeriesRequest,
+    SeriesResponse, TablesRequest, TablesResponse, TopRequest, TopResponse, TotalsRequest, TotalsResponse,
+    query_server::Query,
 };
 use tokio::sync::Semaphore;
 use tonic::{Request, Status};
@@ -113,6 +114,10 @@ impl Ui {
 
     async fn instances(&self) -> Result<Vec<InstanceInfo>, Status> {
         Ok(self.ask(self.query.instances(Request::new(InstancesRequest {}))).await?.instances)
+    }
+
+    async fn long_statements(&self, request: LongStatementsRequest) -> Result<LongStatementsResponse, Status> {
+        self.ask(self.query.long_statements(Request::new(request))).await
     }
 
     async fn activity(&self, request: ActivityRequest) -> Result<ActivityResponse, Status> {

@@ -6,7 +6,7 @@ use serde_json::{Map, Value, json};
 use sqlbee_common::clock;
 use sqlbee_proto::v1::{
     ActivityResponse, AgentQuota, AgentWindowRow, CostSummary, InstanceCost, InstanceInfo, LiveConnection, LockWaitRow,
-    PlansResponse, ProcessMetrics, QueryStats, SeriesResponse, TablesResponse, TopDigest,
+    LongStatementRow, PlansResponse, ProcessMetrics, QueryStats, SeriesResponse, TablesResponse, TopDigest,
 };
 
 /// An RFC 3339 time for ms since the epoch; `-` for none.
@@ -132,6 +132,37 @@ pub fn locks_json(rows: &[LockWaitRow]) -> Value {
             })
             .collect(),
     )
+}
+
+/// `{"statements": [...]}`: statements that ran long, were killed or lost
+/// their client, newest first.
+pub fn long_statements_json(rows: &[LongStatementRow]) -> Value {
+    let text = |s: &str| (!s.is_empty()).then(|| s.to_string());
+    let statements: Vec<Value> = rows
+        .iter()
+        .map(|r| {
+            let s = r.statement.clone().unwrap_or_default();
+            json!({
+                "instance": r.instance,
+                "agent_id": r.agent_id,
+                "thread_id": s.connection_id,
+                "account": format!("{}@{}", s.user, s.host),
+                "schema": text(&s.schema),
+                "digest": (s.digest != 0).then(|| format!("{:016x}", s.digest)),
+                "digest_text": s.digest_text,
+                "sample": text(&s.sample),
+                "start_unix_ms": s.start_unix_ms,
+                "start": time(s.start_unix_ms),
+                "duration_ms": s.duration_ns / 1_000_000,
+                "duration_ns": s.duration_ns,
+                "outcome": s.outcome,
+                "error_code": (s.error_code != 0).then_some(s.error_code),
+                "waits": s.waits.iter().map(|w| (w.class.clone(), Value::from(w.sum_ns))).collect::<Map<_, _>>(),
+                "blocked_by": (s.blocked_by != 0).then_some(s.blocked_by),
+            })
+        })
+        .collect();
+    json!({ "statements": statements })
 }
 
 /// A hash as 16 hex digits; null for 0 (none).

@@ -11,8 +11,9 @@ use std::sync::Arc;
 use sqlbee_common::clock::now_unix_ms;
 use sqlbee_proto::v1::{
     ActivityRequest, ActivityResponse, HostsRequest, HostsResponse, InstancesRequest, InstancesResponse, LocksRequest,
-    LocksResponse, PlansRequest, PlansResponse, SeriesRequest, SeriesResponse, TablesRequest, TablesResponse,
-    TopRequest, TopResponse, TotalsRequest, TotalsResponse, query_server::Query,
+    LocksResponse, LongStatementsRequest, LongStatementsResponse, PlansRequest, PlansResponse, SeriesRequest,
+    SeriesResponse, TablesRequest, TablesResponse, TopRequest, TopResponse, TotalsRequest, TotalsResponse,
+    query_server::Query,
 };
 use tonic::{Request, Response, Status};
 
@@ -248,6 +249,21 @@ impl Query for QueryService {
         let store = self.store.clone();
         let waits = blocking(move || store.locks(&query)).await?;
         Ok(Response::new(LocksResponse { waits }))
+    }
+
+    async fn long_statements(
+        &self,
+        request: Request<LongStatementsRequest>,
+    ) -> Result<Response<LongStatementsResponse>, Status> {
+        let request = request.into_inner();
+        let query = locks_query(LocksRequest {
+            instance: request.instance,
+            since_unix_ms: request.since_unix_ms,
+            limit: request.limit,
+        })?;
+        let store = self.store.clone();
+        let statements = blocking(move || store.long_statements(&query)).await?;
+        Ok(Response::new(LongStatementsResponse { statements }))
     }
 
     async fn plans(&self, request: Request<PlansRequest>) -> Result<Response<PlansResponse>, Status> {

@@ -15,8 +15,8 @@ mod shared_tests;
 pub mod sqlite;
 
 use sqlbee_proto::v1::{
-    AgentWindowRow, Batch, CostSummary, DigestSeries, InstanceInfo, InstanceSeries, LockWaitRow, PlansResponse,
-    SeriesPoint, TopDigest, TotalsResponse,
+    AgentWindowRow, Batch, CostSummary, DigestSeries, InstanceInfo, InstanceSeries, LockWaitRow, LongStatementRow,
+    PlansResponse, SeriesPoint, TopDigest, TotalsResponse,
 };
 
 pub use sqlite::SqliteStore;
@@ -284,6 +284,7 @@ pub struct PruneOutcome {
     pub batches: u64,
     pub error_samples: u64,
     pub lock_waits: u64,
+    pub long_statements: u64,
     pub agent_windows: u64,
     pub rollup_rows: u64,
     /// Plans, plan changes and digest descriptions (by the hour retention).
@@ -348,6 +349,9 @@ pub trait Store: Send + Sync {
     fn totals(&self, query: &TotalsQuery) -> Result<TotalsResponse, StoreError>;
     /// Lock waits newest first (by start, then arrival), at most `limit`.
     fn locks(&self, query: &LocksQuery) -> Result<Vec<LockWaitRow>, StoreError>;
+    /// Long, killed and disconnected statements, asked and ordered as lock
+    /// waits are.
+    fn long_statements(&self, query: &LocksQuery) -> Result<Vec<LongStatementRow>, StoreError>;
     /// One point per step, oldest first (see [`SeriesQuery`]).
     fn series(&self, query: &SeriesQuery) -> Result<Vec<SeriesPoint>, StoreError>;
     /// The statement or digest series of `query` for every instance (or

@@ -240,3 +240,47 @@ pub(super) fn plans_merge_sightings_and_list_changes(store: &dyn Store, batch: M
     assert_eq!(left.plans.iter().map(|r| r.plan.as_ref().unwrap().plan_hash).collect::<Vec<_>>(), [11]);
     assert_eq!(left.changes.len(), 1);
 }
+
+/// Long statements come back whole, newest first, once each (a replayed
+/// batch adds none), filtered by instance and start, and retention takes
+/// them by start.
+pub(super) fn long_statements_newest_first_once_and_pruned(store: &dyn Store, batch: MakeBatch) {
+    use sqlbee_proto::v1::{LongStatement, WaitStats};
+    let statement = |connection_id: u64, start: i64, outcome: &str| LongStatement {
+        connection_id,
+        digest: sqlbee_common::digest_id::of("SELECT `sleep` (?)"),
+        digest_text: "SELECT `sleep` (?)".into(),
+        sample: "select sleep(?)".into(),
+        start_unix_ms: start,
+        duration_ns: 12_000_000_000,
+        outcome: outcome.into(),
+        error_code: if outcome == "killed" { 1317 } else { 0 },
+        waits: vec![WaitStats { class: "row_lock".into(), sum_ns: 5, max_ns: 5, statements: 1 }],
+        blocked_by: 7,
+        ..Default::default()
+    };
+    let mut first = batch(1, 1500, &[(10, 1)]);
+    first.windows[0].long_statements = vec![statement(1, 1000, "long"), statement(2, 1400, "killed")];
+    let mut other = batch(2, 2500, &[(10, 1)]);
+    other.windows[0].instance.as_mut().unwrap().name = "h:2".into();
+    other.windows[0].long_statements = vec![statement(3, 2000, "disconnected")];
+    for (b, at) in [(&first, 1500), (&other, 2500), (&first, 9000)] {
+        store.ingest(b.clone(), at, content_hash(b)).unwrap();
+    }
+    let read = |instance: Option<&str>, since: i64| -> Vec<(String, u64)> {
+        let query = LocksQuery { instance: instance.map(str::to_string), since_unix_ms: since, limit: 100 };
+        store
+            .long_statements(&query)
+            .unwrap()
+            .into_iter()
+            .map(|r| (r.instance, r.statement.unwrap().connection_id))
+            .collect()
+    };
+    assert_eq!(read(None, 0), [("h:2".into(), 3), ("h:1".into(), 2), ("h:1".into(), 1)]);
+    assert_eq!(read(Some("h:1"), 1200), [("h:1".to_string(), 2)]);
+    let whole = store.long_statements(&LocksQuery { instance: None, since_unix_ms: 1400, limit: 1 }).unwrap();
+    assert_eq!(whole[0].statement, Some(statement(3, 2000, "disconnected")), "kept whole");
+    assert_eq!(whole[0].agent_id, first.agent.as_ref().unwrap().agent_id);
+    assert_eq!(store.prune(&PruneCutoffs::all(1300)).unwrap().long_statements, 1);
+    assert_eq!(read(None, 0).len(), 2);
+}

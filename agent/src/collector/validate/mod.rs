@@ -12,8 +12,8 @@ mod path;
 use std::{fmt::Display, time::Duration};
 
 use sqlbee_proto::v1::{
-    AccountCount, Batch, DigestStats, Gap, Histogram, InstanceWindow, LockWait, QueryStats, ServerInstance,
-    UntracedServer, WaitStats,
+    AccountCount, Batch, DigestStats, Gap, Histogram, InstanceWindow, LockWait, LongStatement, QueryStats,
+    ServerInstance, UntracedServer, WaitStats,
 };
 
 use agent_common::figures::Unit;
@@ -255,12 +255,37 @@ fn window(at: &Path<'_>, w: &InstanceWindow, range: TimeRange) -> Result<(), Inv
     for (i, l) in w.lock_waits.iter().enumerate() {
         lock_wait(&at.field("lock_waits").index(i), l, range)?;
     }
+    let most = count_limit("InstanceWindow.long_statements");
+    if w.long_statements.len() > most {
+        return Err(invalid(
+            at.field("long_statements"),
+            format!("{} long statements in one window, at most {most}", w.long_statements.len()),
+        ));
+    }
+    for (i, l) in w.long_statements.iter().enumerate() {
+        long_statement(&at.field("long_statements").index(i), l, range)?;
+    }
     if let Some(c) = &w.probes {
         measures::probe_cost(&at.field("probes"), c, w.statements)?;
     }
     if let Some(p) = &w.process {
         measures::process(&at.field("process"), p)?;
     }
+    Ok(())
+}
+
+/// A statement that ran long, was killed or lost its client: it ran in
+/// the window, and its digest id matches its text.
+fn long_statement(at: &Path<'_>, l: &LongStatement, range: TimeRange) -> Result<(), Invalid> {
+    range.check(at.field("start_unix_ms"), l.start_unix_ms)?;
+    if l.outcome.is_empty() {
+        return Err(invalid(at.field("outcome"), "empty; expected long, killed or disconnected"));
+    }
+    text_len(at.field("digest_text"), &l.digest_text)?;
+    if l.digest != 0 || !l.digest_text.is_empty() {
+        digest_id(at.field("digest"), l.digest, &l.digest_text)?;
+    }
+    text_len(at.field("sample"), &l.sample)?;
     Ok(())
 }
 

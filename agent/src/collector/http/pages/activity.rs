@@ -6,17 +6,21 @@ use std::fmt::Write;
 
 use serde_json::Value;
 use sqlbee_common::clock::now_unix_ms;
-use sqlbee_proto::v1::ActivityRequest;
+use sqlbee_proto::v1::{ActivityRequest, LongStatementsRequest};
 
 use super::{PageHead, Rendered, instance_names};
 use crate::collector::{
     http::{
         Ui,
         html::{self, Nav, esc},
+        page_error::PageError,
         params::View,
     },
     query_api::json::blocking_trees,
 };
+
+/// Long statements the page lists, newest first.
+const MAX_LONG: u32 = 100;
 
 pub async fn render(ui: &Ui, view: &View) -> Rendered {
     let answer =
@@ -104,7 +108,60 @@ pub async fn render(ui: &Ui, view: &View) -> Rendered {
         body.push_str("</tbody></table></section>");
     }
     body.push_str("</div>");
+    long_statements(ui, view, &mut body).await?;
     Ok((head, body))
+}
+
+/// Events the store kept over the page's range: statements that ran
+/// long, were killed or lost their client.
+async fn long_statements(ui: &Ui, view: &View, body: &mut String) -> Result<(), PageError> {
+    let answer = ui
+        .long_statements(LongStatementsRequest {
+            instance: view.instance.clone().unwrap_or_default(),
+            since_unix_ms: view.range.since_unix_ms,
+            limit: MAX_LONG,
+        })
+        .await?;
+    body.push_str("<h2>Long, killed and disconnected statements</h2>");
+    if answer.statements.is_empty() {
+        body.push_str(&html::notice(
+            "None in this range: no statement ran past the agents' --long-statement, was killed or lost its client.",
+        ));
+        return Ok(());
+    }
+    body.push_str(
+        "<table class=\"data\" id=\"long\"><thead><tr><th>Start</th><th>Instance</th><th>Thread</th><th>Outcome</th>\
+         <th>Duration</th><th>Waits</th><th>Blocked by</th><th>Statement</th></tr></thead><tbody>",
+    );
+    for row in &answer.statements {
+        let s = row.statement.clone().unwrap_or_default();
+        let waits: Vec<String> =
+            s.waits.iter().map(|w| format!("{} {}", w.class, html::duration_ns(w.sum_ns as f64))).collect();
+        let hex = html::digest_hex(s.digest);
+        let mut keep = vec![("id", hex.as_str())];
+        if !s.schema.is_empty() {
+            keep.push(("schema", s.schema.as_str()));
+        }
+        let _ = write!(
+            body,
+            "<tr data-outcome=\"{}\" data-thread=\"{}\"><td>{}</td><td>{}</td><td class=\"num\">{}</td><td>{}</td>\
+             <td class=\"num\">{}</td><td>{}</td><td class=\"num\">{}</td><td><a href=\"{}\" title=\"{}\">{}</a></td></tr>",
+            esc(&s.outcome),
+            s.connection_id,
+            esc(&sqlbee_common::clock::rfc3339(sqlbee_common::clock::from_unix_ms(s.start_unix_ms))),
+            esc(&row.instance),
+            s.connection_id,
+            esc(&s.outcome),
+            html::duration_ns(s.duration_ns as f64),
+            esc(&waits.join(", ")),
+            if s.blocked_by == 0 { String::new() } else { s.blocked_by.to_string() },
+            esc(&view.link("/digest", &keep)),
+            esc(&s.sample),
+            esc(&html::cut(&s.digest_text, 90))
+        );
+    }
+    body.push_str("</tbody></table>");
+    Ok(())
 }
 
 /// One node of a blocking tree, and the connections waiting on it.

@@ -64,8 +64,8 @@ mod write;
 use std::path::PathBuf;
 
 use sqlbee_proto::v1::{
-    AgentWindowRow, Batch, CostSummary, DigestSeries, InstanceInfo, InstanceSeries, LockWaitRow, PlansResponse,
-    SeriesPoint, TopDigest, TotalsResponse,
+    AgentWindowRow, Batch, CostSummary, DigestSeries, InstanceInfo, InstanceSeries, LockWaitRow, LongStatementRow,
+    PlansResponse, SeriesPoint, TopDigest, TotalsResponse,
 };
 
 use super::{
@@ -273,6 +273,10 @@ impl Store for ClickHouseStore {
 
     fn digest_tables(&self, digests: &[u64]) -> Result<Vec<DigestTables>, StoreError> {
         tables::read(&self.db, digests)
+    }
+
+    fn long_statements(&self, query: &LocksQuery) -> Result<Vec<LongStatementRow>, StoreError> {
+        read::long_statements(&self.db, query)
     }
 
     fn locks(&self, query: &LocksQuery) -> Result<Vec<LockWaitRow>, StoreError> {

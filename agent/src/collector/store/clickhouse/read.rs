@@ -5,7 +5,9 @@
 //! saturation behave the same.
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use sqlbee_proto::v1::{CommandCount, InstanceInfo, LockWait, LockWaitRow, TopDigest, TotalsResponse};
+use sqlbee_proto::v1::{
+    CommandCount, InstanceInfo, LockWait, LockWaitRow, LongStatement, LongStatementRow, TopDigest, TotalsResponse,
+};
 
 use super::{
     digest_rows::{DIGEST_COLUMNS, MERGE_COLUMNS, Merging, RowKey, read_full_row},
@@ -361,6 +363,30 @@ pub(super) fn locks(db: &Client, query: &LocksQuery) -> Result<Vec<LockWaitRow>,
         let blockers = rows.string().map_err(&bad)?;
         wait.blockers = blob::decode_blockers(&blockers).ok_or(StoreError::Corrupt { what: "lock_waits.blockers" })?;
         out.push(LockWaitRow { agent_id, instance, wait: Some(wait) });
+    }
+    Ok(out)
+}
+
+pub(super) fn long_statements(db: &Client, query: &LocksQuery) -> Result<Vec<LongStatementRow>, StoreError> {
+    let bad = malformed("long_statements");
+    let mut rows = db
+        .select(&format!(
+            "SELECT agent_id, instance, statement FROM long_statements WHERE start_unix_ms >= {}{} AND {}
+             ORDER BY start_unix_ms DESC, received_unix_ms DESC, ingest_id DESC, position DESC LIMIT {}",
+            query.since_unix_ms,
+            equals(&[("instance", &query.instance)]),
+            winners(query.since_unix_ms, i64::MAX),
+            query.limit
+        ))
+        .map_err(|e| error("long_statements", e))?;
+    let mut out = Vec::new();
+    while !rows.done() {
+        let agent_id = rows.string().map_err(&bad)?;
+        let instance = rows.string().map_err(&bad)?;
+        let bytes = rows.bytes().map_err(&bad)?;
+        let statement = <LongStatement as prost::Message>::decode(bytes.as_slice())
+            .map_err(|_| StoreError::Corrupt { what: "long_statements.statement" })?;
+        out.push(LongStatementRow { agent_id, instance, statement: Some(statement) });
     }
     Ok(out)
 }

@@ -24,7 +24,8 @@ use crate::collector::store::rollup;
 /// another's (older rows read "", used only when no instance is asked for).
 /// 5: `plans`, `plan_changes` and `digest_tables`, and `instance_windows.server_login`
 /// (older rows read "", no login).
-pub const SCHEMA_VERSION: u32 = 5;
+/// 6: `long_statements` (a new table).
+pub const SCHEMA_VERSION: u32 = 6;
 
 const SERVER_LOGIN: &str = "server_login String DEFAULT ''";
 
@@ -128,6 +129,17 @@ pub(super) fn tables() -> Vec<(&'static str, String)> {
                 "{IDENTITY}, position UInt32, received_unix_ms Int64, instance String, start_unix_ms Int64,
                  duration_ns UInt64, class String, connection_id UInt64, digest UInt64, digest_text String,
                  sample String, blocker_kind String, blockers String"
+            ),
+            Some("start_unix_ms"),
+            "start_unix_ms",
+        ),
+        // Long, killed and disconnected statements, each kept whole
+        // (encoded sqlbee.v1.LongStatement).
+        table(
+            "long_statements",
+            &format!(
+                "{IDENTITY}, position UInt32, received_unix_ms Int64, instance String, start_unix_ms Int64,
+                 outcome String, digest UInt64, statement String"
             ),
             Some("start_unix_ms"),
             "start_unix_ms",
@@ -283,11 +295,12 @@ pub(super) const PLAN_AGING: [(&str, &str); 3] =
     [("plans", "seen_unix_ms"), ("plan_changes", "at_unix_ms"), ("digest_tables", "seen_unix_ms")];
 
 /// Tables whose rows age, with the column retention goes by.
-pub(super) const AGING: [(&str, &str); 9] = [
+pub(super) const AGING: [(&str, &str); 10] = [
     ("digest_windows", "window_end"),
     ("instance_windows", "window_end"),
     ("agent_windows", "window_end"),
     ("lock_waits", "start_unix_ms"),
+    ("long_statements", "start_unix_ms"),
     ("error_samples", "window_end"),
     ("digest_texts", "window_end"),
     ("untraced", "seen_unix_ms"),

@@ -515,6 +515,12 @@ fn plans_merge_sightings_and_list_changes() {
 }
 
 #[test]
+fn long_statements_newest_first_once_and_pruned() {
+    let Some((store, _)) = store("long") else { return };
+    shared_tests::long_statements_newest_first_once_and_pruned(&store, batch);
+}
+
+#[test]
 fn latest_cost_takes_each_agents_nearest_window() {
     let Some((store, _)) = store("latest") else { return };
     shared_tests::latest_cost_takes_each_agents_nearest_window(&store, costed);

@@ -182,7 +182,11 @@ fn time_range(batch: &Batch, received: i64) -> (i64, i64) {
     let times = batch
         .windows
         .iter()
-        .flat_map(|w| std::iter::once(w.window_end_unix_ms).chain(w.lock_waits.iter().map(|l| l.start_unix_ms)))
+        .flat_map(|w| {
+            std::iter::once(w.window_end_unix_ms)
+                .chain(w.lock_waits.iter().map(|l| l.start_unix_ms))
+                .chain(w.long_statements.iter().map(|l| l.start_unix_ms))
+        })
         .chain(batch.agent_windows.iter().map(|w| w.window_end_unix_ms))
         .chain(batch.gaps.iter().map(|g| gap_keep_until(g, received)))
         .chain(batch.gaps.iter().map(|g| gap_time(g, received)));
@@ -256,6 +260,7 @@ pub(super) struct DataRows {
     texts: RowWriter,
     samples: RowWriter,
     locks: RowWriter,
+    long_statements: RowWriter,
     agent_windows: RowWriter,
     untraced: RowWriter,
     gaps: RowWriter,
@@ -278,6 +283,7 @@ impl DataRows {
             texts,
             samples,
             locks,
+            long_statements,
             agent_windows,
             untraced,
             gaps,
@@ -286,9 +292,20 @@ impl DataRows {
             digest_tables,
             text_seen,
         } = self;
-        for w in
-            [windows, digests, texts, samples, locks, agent_windows, untraced, gaps, plans, plan_changes, digest_tables]
-        {
+        for w in [
+            windows,
+            digests,
+            texts,
+            samples,
+            locks,
+            long_statements,
+            agent_windows,
+            untraced,
+            gaps,
+            plans,
+            plan_changes,
+            digest_tables,
+        ] {
             w.clear(KEEP_BYTES);
         }
         text_seen.clear();
@@ -301,6 +318,7 @@ impl DataRows {
             texts,
             samples,
             locks,
+            long_statements,
             agent_windows,
             untraced,
             gaps,
@@ -326,6 +344,14 @@ impl DataRows {
                 locks.col("blocker_kind").str(&l.blocker_kind);
                 locks.col("blockers").str(&blob::encode_blockers(&l.blockers));
                 locks.end_row();
+            }
+            for l in &w.long_statements {
+                identity(long_statements);
+                let at = long_statements.len() as u32;
+                let row = long_statements.col("position").u32(at).col("received_unix_ms").i64(received);
+                row.col("instance").str(&server.name).col("start_unix_ms").i64(l.start_unix_ms);
+                row.col("outcome").str(&l.outcome).col("digest").u64(l.digest).col("statement").message(Some(l));
+                row.end_row();
             }
             // Same command twice in one window (should not happen) adds up.
             let mut commands: BTreeMap<&str, u64> = BTreeMap::new();
@@ -460,12 +486,13 @@ impl DataRows {
     }
 
     pub(super) fn insert(&self, db: &Client) -> Result<(), StoreError> {
-        let inserts: [(&str, &RowWriter); 11] = [
+        let inserts: [(&str, &RowWriter); 12] = [
             ("instance_windows", &self.windows),
             ("digest_windows", &self.digests),
             ("digest_texts", &self.texts),
             ("error_samples", &self.samples),
             ("lock_waits", &self.locks),
+            ("long_statements", &self.long_statements),
             ("agent_windows", &self.agent_windows),
             ("untraced", &self.untraced),
             ("gaps", &self.gaps),
@@ -587,6 +614,7 @@ pub(super) fn prune(db: &Client, cutoffs: &PruneCutoffs) -> Result<PruneOutcome,
             "instance_windows" => outcome.instance_windows = deleted,
             "agent_windows" => outcome.agent_windows = deleted,
             "lock_waits" => outcome.lock_waits = deleted,
+            "long_statements" => outcome.long_statements = deleted,
             "error_samples" => outcome.error_samples = deleted,
             "batches" => outcome.batches = deleted,
             "digest_rollups" | "instance_rollups" | "agent_rollups" => outcome.rollup_rows += deleted,

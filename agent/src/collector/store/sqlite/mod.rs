@@ -11,6 +11,7 @@
 //! No rusqlite type leaves this folder: errors become `StoreError` here.
 mod costs;
 mod digest_rows;
+mod long;
 mod plans;
 mod read;
 mod rollups;
@@ -31,8 +32,8 @@ use std::{
 
 use rusqlite::{Connection, TransactionBehavior};
 use sqlbee_proto::v1::{
-    AgentWindowRow, Batch, CostSummary, DigestSeries, InstanceInfo, InstanceSeries, LockWaitRow, PlansResponse,
-    SeriesPoint, TopDigest, TotalsResponse,
+    AgentWindowRow, Batch, CostSummary, DigestSeries, InstanceInfo, InstanceSeries, LockWaitRow, LongStatementRow,
+    PlansResponse, SeriesPoint, TopDigest, TotalsResponse,
 };
 
 use super::{
@@ -230,6 +231,12 @@ impl Store for SqliteStore {
         let mut conn = self.read()?;
         let tx = conn.transaction().map_err(|e| error("locks", e))?;
         read::locks(&tx, query)
+    }
+
+    fn long_statements(&self, query: &LocksQuery) -> Result<Vec<LongStatementRow>, StoreError> {
+        let mut conn = self.read()?;
+        let tx = conn.transaction().map_err(|e| error("long_statements", e))?;
+        long::read(&tx, query)
     }
 
     fn series(&self, query: &SeriesQuery) -> Result<Vec<SeriesPoint>, StoreError> {

@@ -37,7 +37,8 @@ use rusqlite::{Connection, TransactionBehavior};
 /// - 13: `plans`, `plan_changes` and `digest_tables` (new tables) and
 ///   `agent_instances.server_login` (ALTER TABLE; older rows read "", no
 ///   login).
-pub const SCHEMA_VERSION: i64 = 13;
+/// - 14: `long_statements` (a new table: older files simply get it, empty).
+pub const SCHEMA_VERSION: i64 = 14;
 
 pub(super) const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS agents (
@@ -319,6 +320,7 @@ pub(super) fn migrate(conn: &mut Connection) -> rusqlite::Result<Result<i64, i64
     tx.execute_batch(SCHEMA)?;
     tx.execute_batch(super::plans::TABLES)?;
     tx.execute_batch(super::tables::TABLES)?;
+    tx.execute_batch(super::long::TABLES)?;
     // Version 1 -> 2: CREATE TABLE IF NOT EXISTS left digest_windows as it was.
     let has_waits = has_column(&tx, "digest_windows", "waits")?;
     if !has_waits {

@@ -889,3 +889,11 @@ fn plans_merge_sightings_and_list_changes() {
     drop(store);
     std::fs::remove_dir_all(dir).ok();
 }
+
+#[test]
+fn long_statements_newest_first_once_and_pruned() {
+    let (store, dir) = temp_store("long");
+    shared_tests::long_statements_newest_first_once_and_pruned(&store, batch);
+    drop(store);
+    std::fs::remove_dir_all(dir).ok();
+}

@@ -155,6 +155,7 @@ pub(super) fn batch(
             w.server_login,
         ])?;
         super::plans::write(tx, &server.name, &w.plans)?;
+        super::long::write(tx, &agent.agent_id, &server.name, &w.long_statements)?;
         super::tables::write(tx, w.window_end_unix_ms, &w.digests)?;
         for d in &w.digests {
             insert_text.execute(params![i(d.digest), d.digest_text])?;
@@ -436,6 +437,10 @@ pub(super) fn prune(writer: &Mutex<Connection>, cutoffs: &PruneCutoffs) -> Resul
     outcome.lock_waits = chunked(
         "DELETE FROM lock_waits WHERE id IN
             (SELECT id FROM lock_waits WHERE start_unix_ms < ?1 ORDER BY id LIMIT ?2)",
+    )?;
+    outcome.long_statements = chunked(
+        "DELETE FROM long_statements WHERE id IN
+            (SELECT id FROM long_statements WHERE start_unix_ms < ?1 ORDER BY id LIMIT ?2)",
     )?;
     outcome.batches = chunked(
         "DELETE FROM batches WHERE (agent_id, epoch, sequence) IN
