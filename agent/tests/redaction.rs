@@ -86,6 +86,7 @@ fn no_literal_leaves_by_default_and_counts_stay_exact() {
             "--wait-probes".into(),
             format!("--server-login={}", login.display()),
             "--explain-rate=20".into(),
+            "--long-statement=2s".into(),
         ],
     );
 
@@ -127,6 +128,30 @@ fn no_literal_leaves_by_default_and_counts_stay_exact() {
     holder.query_drop("COMMIT").unwrap();
     waiting.join().unwrap();
     drop((conn, holder));
+
+    // A statement running with literals in it: live activity shows it
+    // redacted, and, past --long-statement, it is an event, redacted.
+    let mut slow = connect(&server);
+    let running = std::thread::spawn(move || {
+        let _: Vec<u64> = slow
+            .query("SELECT SLEEP(2.5) FROM app.people WHERE email = 'ann.secret@example.com' AND card = '4111111111111111'")
+            .unwrap();
+    });
+    let url = collector.http_url();
+    let started = std::time::Instant::now();
+    loop {
+        let live = sqlbee_query(&["activity", "--format", "json", "--collector", &url]);
+        assert_no_secret("sqlbee activity", &live.stdout);
+        let live: serde_json::Value = serde_json::from_slice(&live.stdout).unwrap();
+        let samples: Vec<&str> =
+            live["activity"].as_array().into_iter().flatten().filter_map(|c| c["sample"].as_str()).collect();
+        if samples.contains(&"SELECT SLEEP(?) FROM app.people WHERE email = ? AND card = ?") {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "the running statement is not shown: {live}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    running.join().unwrap();
 
     // The SELECT's plan (whose condition holds the email and the card
     // number) is explained, then shipped, acknowledged and stored.
@@ -188,8 +213,9 @@ fn no_literal_leaves_by_default_and_counts_stay_exact() {
     }
 
     // Every query answer.
-    let url = collector.http_url();
     for args in [
+        vec!["long", "--format", "json", "--since", "all"],
+        vec!["activity", "--format", "json"],
         vec!["top", "--format", "json", "--since", "all", "--limit", "10000"],
         vec!["locks", "--format", "json", "--since", "all"],
         vec!["instances", "--format", "json"],
@@ -204,6 +230,17 @@ fn no_literal_leaves_by_default_and_counts_stay_exact() {
         assert!(answer.status.success(), "{args:?}: {}", String::from_utf8_lossy(&answer.stderr));
         assert_no_secret(&format!("sqlbee {args:?}"), &answer.stdout);
     }
+    let long = sqlbee_query(&["long", "--format", "json", "--since", "all", "--collector", &url]);
+    let long: serde_json::Value = serde_json::from_slice(&long.stdout).unwrap();
+    assert!(
+        long["statements"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["outcome"] == "long"
+                && e["sample"] == "SELECT SLEEP(?) FROM app.people WHERE email = ? AND card = ?"),
+        "the long statement is an event, redacted: {long}"
+    );
     let stored = sqlbee_query(&["top", "--format", "json", "--since", "all", "--limit", "10000", "--collector", &url]);
     let stored: serde_json::Value = serde_json::from_slice(&stored.stdout).unwrap();
     let select_row = stored["digests"]

@@ -628,6 +628,16 @@ fn every_kind_of_row(sequence: u64, end: i64) -> Batch {
         statements: vec!["UPDATE t SET b = ?".into()],
     };
     w.lock_waits = vec![lock_wait(end - 2, 1, vec![blocker])];
+    w.long_statements = vec![sqlbee_proto::v1::LongStatement {
+        connection_id: 3,
+        digest: sqlbee_common::digest_id::of("SELECT ?"),
+        digest_text: "SELECT ?".into(),
+        start_unix_ms: end - 3,
+        duration_ns: 1,
+        outcome: "killed".into(),
+        error_code: 1317,
+        ..Default::default()
+    }];
     b.agent_windows[0].untraced = vec![sqlbee_proto::v1::UntracedServer {
         instance: Some(ServerInstance { name: "h:2".into(), pid: 77, ..Default::default() }),
         reason: "no log_slow_statement in /usr/sbin/mariadbd".into(),
@@ -962,6 +972,7 @@ fn every_statement_the_store_sends_runs_on_current_clickhouse() {
                 };
                 assert_eq!(store.series(&query).unwrap().len(), 4);
             }
+            store.long_statements(&LocksQuery { instance: instance.clone(), since_unix_ms: 0, limit: 10 }).unwrap();
             store.locks(&LocksQuery { instance, since_unix_ms: 0, limit: 10 }).unwrap();
         }
         store.locks(&LocksQuery { instance: None, since_unix_ms: late - 4000, limit: 1 }).unwrap();
