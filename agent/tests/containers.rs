@@ -608,10 +608,21 @@ fn mariadb_11_8_is_counted_exactly_through_a_restart() {
     };
     let dir = state_dir("mariadb-11-8");
     let before = db.status();
+    // Activity goes to a collector: this build's connections are read too.
+    let collector = common::collector::Collector::start(&[]);
+    let url = collector.http_url();
     // With the wait probes: on this CET build every probe point sits past
     // an endbr64, which the kernel would otherwise single-step.
-    let agent =
-        common::Agent::start(&dir, &[format!("--pid={}", pid()), "--window=500ms".into(), "--wait-probes".into()]);
+    let agent = common::Agent::start(
+        &dir,
+        &[
+            format!("--pid={}", pid()),
+            "--window=500ms".into(),
+            "--wait-probes".into(),
+            format!("--collector={url}"),
+            format!("--state-dir={}", dir.join("ship").display()),
+        ],
+    );
     const TEXT: u64 = 80;
     const PREPARED: u64 = 65;
     const ERRORS: u64 = 7;
@@ -626,6 +637,29 @@ fn mariadb_11_8_is_counted_exactly_through_a_restart() {
     for _ in 0..ERRORS {
         assert!(conn.query_drop("SELECT * FROM app.no_such_table").is_err());
     }
+    // What runs now, read from this build's memory: a sleeping statement.
+    let mut sleeper = connect();
+    let sleeping = std::thread::spawn(move || sleeper.query_drop("SELECT SLEEP(3) AS live_118").unwrap());
+    let started = Instant::now();
+    loop {
+        let out = common::collector::sqlbee_query(&["activity", "--format", "json", "--collector", &url]);
+        let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let live = answer["activity"].as_array().into_iter().flatten().find(|c| {
+            c["digest_text"].as_str().is_some_and(|t| t.contains("live_118")) && c["running_ms"].as_u64() >= Some(500)
+        });
+        if let Some(live) = live {
+            assert_eq!(
+                (live["command"].as_str(), live["state"].as_str()),
+                (Some("Query"), Some("User sleep")),
+                "{live}"
+            );
+            assert_eq!(live["user"], "sqlbee", "{live}");
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "11.8's activity: {answer}");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    sleeping.join().unwrap();
     drop(conn);
     let after = db.status();
 
