@@ -286,6 +286,8 @@ fn aggregate_loop(
             .with_long_statements(config.options.long_statement);
     let explainer = config.plans.clone().map(Explainer::start).transpose()?;
     let mut describer = Describer::default();
+    let mut namer =
+        Namer { held: Vec::new(), reports_deadlocks: config.activity.as_ref().is_some_and(|a| a.login.is_some()) };
     let stdout = std::io::stdout();
     let mut window_start = SystemTime::now();
     while let Ok(message) = rx.recv() {
@@ -294,7 +296,7 @@ fn aggregate_loop(
             Message::WindowEnd(WindowEnd { at, mut cost, host, untraced }) => {
                 let mut reports = aggregator.flush(at);
                 describe_tables(&mut describer, &mut reports);
-                name_blockers(blockers_seen, &mut reports);
+                namer.name(blockers_seen, &mut reports);
                 let sum = |f: fn(&crate::aggregate::Summary) -> u64| reports.iter().map(|r| f(&r.summary)).sum();
                 cost.attribute(sum(|s| s.statements), sum(|s| s.events), sum(|s| s.dropped_events));
                 let explained = match &explainer {
@@ -364,13 +366,44 @@ fn describe_tables(describer: &mut Describer, reports: &mut [crate::aggregate::W
     }
 }
 
-/// Names the blocker of each long statement that the activity reads saw
-/// waiting on one while it ran.
-fn name_blockers(seen: &BlockersSeen, reports: &mut [crate::aggregate::WindowReport]) {
-    for report in reports.iter_mut() {
-        for event in &mut report.long_statements {
+/// Names what the activity reads saw of each long statement: the blocker
+/// it waited on while it ran, and a deadlock victim's other side. The
+/// deadlock report is read up to a second after the victim ends, so with
+/// a login a victim not named yet waits one window (`held`) for it.
+struct Namer {
+    held: Vec<(String, crate::aggregate::LongStatement)>,
+    /// Whether deadlock reports are read at all (a login).
+    reports_deadlocks: bool,
+}
+
+impl Namer {
+    fn name(&mut self, seen: &BlockersSeen, reports: &mut [crate::aggregate::WindowReport]) {
+        let held = std::mem::take(&mut self.held);
+        for (instance, mut event) in held {
             let end_ns = event.start_ns + event.duration_ns;
-            event.blocked_by = seen.blocker_of(&report.instance, event.connection_id, event.start_ns, end_ns);
+            event.deadlock_with = seen.deadlock_partner(&instance, event.connection_id, end_ns);
+            match reports.iter_mut().find(|r| r.instance == instance) {
+                Some(report) => report.long_statements.push(event),
+                // Its server is gone since (every traced server has a
+                // window each time): nothing is left to attach it to.
+                None => warn!(instance, "a deadlock victim's server has no window now; its event is dropped"),
+            }
+        }
+        for report in reports.iter_mut() {
+            let mut keep = Vec::with_capacity(report.long_statements.len());
+            for mut event in std::mem::take(&mut report.long_statements) {
+                let end_ns = event.start_ns + event.duration_ns;
+                event.blocked_by = seen.blocker_of(&report.instance, event.connection_id, event.start_ns, end_ns);
+                if event.outcome == crate::aggregate::Outcome::Deadlock && event.deadlock_with.is_none() {
+                    event.deadlock_with = seen.deadlock_partner(&report.instance, event.connection_id, end_ns);
+                    if event.deadlock_with.is_none() && self.reports_deadlocks {
+                        self.held.push((report.instance.clone(), event));
+                        continue;
+                    }
+                }
+                keep.push(event);
+            }
+            report.long_statements = keep;
         }
     }
 }

@@ -248,8 +248,49 @@ fn waits_name_their_blockers_live() {
         let row = top["digests"].as_array().unwrap().iter().find(|d| d["digest"] == e["digest"]);
         assert_eq!(row.map(|d| d["count"].clone()), Some(Value::from(1)), "{e} in {top}");
     }
+    // A deadlock: each session locks one row, then wants the other's.
+    root.query_drop("INSERT INTO app.orders (id, email, total) VALUES (3, 'c@example.com', 3)").unwrap();
+    let mut first = connect(&server);
+    let first_id: u64 = first.query_first("SELECT CONNECTION_ID()").unwrap().unwrap();
+    let mut second = connect(&server);
+    let second_id: u64 = second.query_first("SELECT CONNECTION_ID()").unwrap().unwrap();
+    first.query_drop("BEGIN; UPDATE app.orders SET total = 1 WHERE id = 2").unwrap();
+    second.query_drop("BEGIN; UPDATE app.orders SET total = 2 WHERE id = 3").unwrap();
+    let crossing = thread::spawn(move || {
+        let outcome = first.query_drop("UPDATE app.orders SET total = 1 WHERE id = 3").map_err(|e| e.to_string());
+        let _ = first.query_drop("ROLLBACK");
+        outcome
+    });
+    thread::sleep(Duration::from_millis(300));
+    let second_outcome =
+        second.query_drop(format!("UPDATE app.orders SET email = '{EMAIL}' WHERE id = 2")).map_err(|e| e.to_string());
+    let _ = second.query_drop("ROLLBACK");
+    let first_outcome = crossing.join().unwrap();
+    let (victim, other) = match (&first_outcome, &second_outcome) {
+        (Err(e), Ok(())) if e.contains("1213") => (first_id, second_id),
+        (Ok(()), Err(e)) if e.contains("1213") => (second_id, first_id),
+        outcomes => panic!("one side is a deadlock's victim: {outcomes:?}"),
+    };
+    let started = Instant::now();
+    let deadlock = loop {
+        let out = sqlbee_query(&["long", "--format", "json", "--since", "all", "--collector", &url]);
+        let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert!(!answer.to_string().contains(EMAIL), "a literal left in a deadlock: {answer}");
+        let found = answer["statements"].as_array().unwrap().iter().find(|e| e["outcome"] == "deadlock").cloned();
+        if let Some(found) = found {
+            break found;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "no deadlock event: {answer}");
+        thread::sleep(Duration::from_millis(300));
+    };
+    assert_eq!(deadlock["thread_id"], victim, "the victim's statement is the event: {deadlock}");
+    assert_eq!(deadlock["error_code"], 1213);
+    assert_eq!(deadlock["deadlock_with"]["thread_id"], other, "the other side, as the server named it: {deadlock}");
+    assert!(deadlock["deadlock_with"]["digest_text"].as_str().unwrap().starts_with("UPDATE `app`.`orders` SET"));
+
     if browser::available("waits_name_their_blockers_live") {
         let page = browser::load(&format!("{}activity?since=all", collector.ui));
+        assert!(page.dom.contains(&format!("class=\"deadlock-with\" data-thread=\"{other}\"")), "{}", page.dom);
         assert!(page.dom.contains(&format!("data-outcome=\"killed\" data-thread=\"{killed_id}\"")), "{}", page.dom);
     }
     let out = agent.stop();

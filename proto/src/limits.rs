@@ -95,6 +95,8 @@ pub const LENGTH_LIMITS: &[(&str, u64)] = &[
     ("LongStatement.host", 1_024),
     ("LongStatement.sample", 65_536),
     ("LongStatement.outcome", 32),
+    ("LongStatement.deadlock_with_digest_text", 65_536),
+    ("LongStatement.deadlock_with_sample", 65_536),
     ("InstanceActivity.blocker_sources", 64),
     ("LiveConnection.user", 1_024),
     ("LiveConnection.host", 1_024),

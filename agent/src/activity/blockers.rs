@@ -9,9 +9,16 @@
 //!   waiting (an `ALTER` queued to upgrade its lock) is ahead of the
 //!   others and is the one named.
 //!
-//! Only ids are selected: no statement text crosses this login. A source
-//! the server lacks (no plugin, no grant) is left out and tried again a
-//! minute later; a failing login is a warning, never a stop.
+//! - deadlocks: when the server's `Innodb_deadlocks` count grows, its own
+//!   report of the latest one (`SHOW ENGINE INNODB STATUS`, the PROCESS
+//!   privilege) names both transactions' connections and statements and
+//!   the one rolled back. Only those are taken from it (never the lock
+//!   dumps, which print row values); the statements are redacted by the
+//!   caller like every sample.
+//!
+//! Apart from that report, only ids are selected. A source the server
+//! lacks (no plugin, no grant) is left out and tried again a minute later;
+//! a failing login is a warning, never a stop.
 use std::{
     collections::HashMap,
     time::{Duration, Instant},
@@ -44,9 +51,23 @@ pub struct TableLock {
     pub table: String,
 }
 
+/// One deadlock as the server reported it: each transaction's
+/// connection and statement (raw; the caller redacts), and which one the
+/// server rolled back.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeadlockReport {
+    /// The report's own time line: a new one is a new deadlock.
+    pub stamp: String,
+    pub transactions: Vec<(u64, Vec<u8>)>,
+    /// Index into `transactions`.
+    pub victim: usize,
+}
+
 /// What one round read.
 #[derive(Default)]
 pub struct Reading {
+    /// A deadlock newer than the last one seen.
+    pub deadlock: Option<DeadlockReport>,
     pub row_lock_edges: Vec<Edge>,
     /// None: the source is not there (no plugin, no grant).
     pub table_locks: Option<Vec<TableLock>>,
@@ -63,6 +84,9 @@ pub struct BlockerReader {
     innodb_retry: Option<Instant>,
     metadata_retry: Option<Instant>,
     warning: Option<String>,
+    /// `Innodb_deadlocks` at the last round (None: not read yet).
+    deadlocks: Option<u64>,
+    last_stamp: Option<String>,
 }
 
 impl BlockerReader {
@@ -75,6 +99,8 @@ impl BlockerReader {
             innodb_retry: None,
             metadata_retry: None,
             warning: None,
+            deadlocks: None,
+            last_stamp: None,
         }
     }
 
@@ -132,6 +158,10 @@ impl BlockerReader {
                 }
             }
         }
+        match newest_deadlock(conn, &mut self.deadlocks, &mut self.last_stamp) {
+            Ok(found) => reading.deadlock = found,
+            Err(e) => lost = lost.or(connection_lost(&e)),
+        }
         if lost.is_some() {
             self.conn = None;
             self.innodb_retry = None;
@@ -139,6 +169,68 @@ impl BlockerReader {
         }
         reading
     }
+}
+
+/// The server's latest deadlock report, when its count grew since the
+/// last round (a deadlock before the agent started is not reported).
+fn newest_deadlock(
+    conn: &mut mysql::Conn,
+    deadlocks: &mut Option<u64>,
+    last_stamp: &mut Option<String>,
+) -> Result<Option<DeadlockReport>, mysql::Error> {
+    let count: Option<u64> = conn.query_first(
+        "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'INNODB_DEADLOCKS'",
+    )?;
+    let Some(count) = count else { return Ok(None) };
+    let grew = deadlocks.is_some_and(|before| count > before);
+    *deadlocks = Some(count);
+    if !grew {
+        return Ok(None);
+    }
+    let status: Option<(String, String, String)> = conn.query_first("SHOW ENGINE INNODB STATUS")?;
+    let Some(report) = status.and_then(|(_, _, text)| latest_deadlock(&text)) else { return Ok(None) };
+    if last_stamp.as_ref() == Some(&report.stamp) {
+        return Ok(None);
+    }
+    *last_stamp = Some(report.stamp.clone());
+    Ok(Some(report))
+}
+
+/// The LATEST DETECTED DEADLOCK section of `SHOW ENGINE INNODB STATUS`:
+/// each `*** (N) TRANSACTION:` with its `thread id` line and the statement
+/// after it (up to the next `***` line), and `*** WE ROLL BACK TRANSACTION (N)`.
+pub fn latest_deadlock(status: &str) -> Option<DeadlockReport> {
+    let section = status.split("LATEST DETECTED DEADLOCK").nth(1)?;
+    let section = section.split("\nTRANSACTIONS\n").next()?;
+    let mut lines = section.lines().skip_while(|l| l.trim().is_empty() || l.starts_with('-'));
+    let stamp = lines.next()?.trim().to_string();
+    let mut transactions: Vec<(u64, Vec<u8>)> = Vec::new();
+    let mut victim = None;
+    let mut reading: Option<(u64, Vec<u8>)> = None;
+    for line in lines {
+        if line.starts_with("***") {
+            transactions.extend(reading.take());
+            if let Some(n) = line.strip_prefix("*** WE ROLL BACK TRANSACTION (").and_then(|r| r.strip_suffix(')')) {
+                victim = n.parse::<usize>().ok().and_then(|n| n.checked_sub(1));
+            }
+            continue;
+        }
+        if let Some((_, rest)) = line.split_once(" thread id ")
+            && (line.starts_with("MySQL") || line.starts_with("MariaDB"))
+        {
+            let id = rest.split(',').next()?.trim().parse().ok()?;
+            reading = Some((id, Vec::new()));
+            continue;
+        }
+        if let Some((_, text)) = &mut reading {
+            if !text.is_empty() {
+                text.push(b'\n');
+            }
+            text.extend_from_slice(line.as_bytes());
+        }
+    }
+    let victim = victim?;
+    (transactions.len() >= 2 && victim < transactions.len()).then_some(DeadlockReport { stamp, transactions, victim })
 }
 
 fn connection_lost(error: &mysql::Error) -> Option<()> {
@@ -203,6 +295,26 @@ mod tests {
 
     fn lock(thread_id: u64, table: &str) -> TableLock {
         TableLock { thread_id, schema: "app".into(), table: table.into() }
+    }
+
+    #[test]
+    fn a_deadlock_report_names_both_statements_and_the_victim() {
+        let status = "\n------------------------\nLATEST DETECTED DEADLOCK\n------------------------\n\
+            2026-11-28 10:13:08 0x7faa6805c6c0\n*** (1) TRANSACTION:\nTRANSACTION 45, ACTIVE 1 sec starting index read\n\
+            mysql tables in use 1, locked 1\nLOCK WAIT 3 lock struct(s), heap size 1128, 2 row lock(s)\n\
+            MariaDB thread id 25, OS thread handle 140369866376896, query id 4506 localhost root Updating\n\
+            update t.d set v=2 where id=1\n*** WAITING FOR THIS LOCK TO BE GRANTED:\nRECORD LOCKS space id 6\n\
+            Record lock, heap no 2 PHYSICAL RECORD: n_fields 4; compact format; info bits 0\n 0: len 4; hex 80000001; asc ;;\n\
+            \n*** (2) TRANSACTION:\nTRANSACTION 44, ACTIVE 1 sec starting index read\n\
+            MariaDB thread id 24, OS thread handle 140369531287232, query id 4505 localhost root Updating\n\
+            update t.d set v=1\nwhere id=2\n*** WAITING FOR THIS LOCK TO BE GRANTED:\nRECORD LOCKS space id 6\n\
+            *** WE ROLL BACK TRANSACTION (1)\n------------\nTRANSACTIONS\n------------\nTrx id counter 50\n";
+        let report = latest_deadlock(status).unwrap();
+        assert_eq!(report.stamp, "2026-11-28 10:13:08 0x7faa6805c6c0");
+        assert_eq!(report.victim, 0);
+        assert_eq!(report.transactions[0], (25, b"update t.d set v=2 where id=1".to_vec()));
+        assert_eq!(report.transactions[1], (24, b"update t.d set v=1\nwhere id=2".to_vec()));
+        assert!(latest_deadlock("no deadlock here").is_none());
     }
 
     #[test]

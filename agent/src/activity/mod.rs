@@ -29,6 +29,7 @@ pub use blockers::{Edge, metadata_edges};
 use threads::{RawConnection, ThreadReader};
 
 use crate::{
+    aggregate::DeadlockPartner,
     discover::{ActivityLayout, ServerProcess},
     normalize::{Normalizer, Samples, TableUse, Tables, tables_of},
     plans::ServerLogin,
@@ -95,7 +96,13 @@ pub type Deliver = Box<dyn FnMut(SystemTime, Vec<Snapshot>) + Send>;
 #[derive(Default)]
 pub struct BlockersSeen {
     seen: Mutex<HashMap<(String, u64), (u64, u64)>>,
+    /// Each deadlock victim's other side, by (instance, victim), and when
+    /// the report was read.
+    deadlocks: Mutex<HashMap<(String, u64), (DeadlockPartner, u64)>>,
 }
+
+/// Deadlocks remembered at most.
+const DEADLOCKS_MAX: usize = 10_000;
 
 /// Waiters remembered at most, and for how long.
 const SEEN_MAX: usize = 100_000;
@@ -112,6 +119,22 @@ impl BlockersSeen {
                 seen.insert((instance.to_string(), c.thread_id), (blocker, now_ns));
             }
         }
+    }
+
+    fn note_deadlock(&self, instance: &str, victim: u64, partner: DeadlockPartner, now_ns: u64) {
+        let mut seen = self.deadlocks.lock().unwrap_or_else(|e| e.into_inner());
+        seen.retain(|_, (_, at)| now_ns.saturating_sub(*at) < SEEN_FOR_NS);
+        if seen.len() < DEADLOCKS_MAX {
+            seen.insert((instance.to_string(), victim), (partner, now_ns));
+        }
+    }
+
+    /// The other side of the deadlock this connection's statement, which
+    /// ended at `ended_ns`, lost: a report read at most a minute after.
+    pub fn deadlock_partner(&self, instance: &str, connection_id: u64, ended_ns: u64) -> Option<DeadlockPartner> {
+        let seen = self.deadlocks.lock().unwrap_or_else(|e| e.into_inner());
+        let (partner, at) = seen.get(&(instance.to_string(), connection_id))?;
+        (*at + 1_000_000_000 >= ended_ns && *at <= ended_ns + 60_000_000_000).then(|| partner.clone())
     }
 
     /// The blocker named for this connection between `from_ns` and
@@ -259,6 +282,9 @@ impl Rounds {
                 snapshot.warning.get_or_insert(warning);
             }
             snapshot.blocker_sources = reading.sources;
+            if let Some(deadlock) = reading.deadlock {
+                self.note_deadlock(&target.server.instance, deadlock, now_us * 1000);
+            }
             let mut edges = reading.row_lock_edges;
             if let Some(locks) = &reading.table_locks {
                 edges.extend(metadata_blockers(&connections, locks));
@@ -278,6 +304,27 @@ impl Rounds {
         self.seen.note(&target.server.instance, &connections, now_us * 1000);
         snapshot.connections = connections;
         snapshot
+    }
+}
+
+impl Rounds {
+    /// Remembers the victim's other side, digested and redacted.
+    fn note_deadlock(&mut self, instance: &str, report: blockers::DeadlockReport, now_ns: u64) {
+        let victim = report.transactions[report.victim].0;
+        let Some((other, text)) =
+            report.transactions.iter().enumerate().find(|(i, _)| *i != report.victim).map(|(_, t)| t)
+        else {
+            return;
+        };
+        let digest = self.normalizer.normalize(text);
+        let partner = DeadlockPartner {
+            connection_id: *other,
+            digest: digest.id,
+            digest_text: digest.text.to_string(),
+            sample: self.config.samples.statement(text, SAMPLE_BYTES),
+        };
+        tracing::info!(instance, victim, other, "a deadlock: the server rolled back one side");
+        self.seen.note_deadlock(instance, victim, partner, now_ns);
     }
 }
 

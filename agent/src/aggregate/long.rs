@@ -1,5 +1,6 @@
 //! Statements worth an event of their own: those that ran at least
-//! `--long-statement`, were killed, or lost their client. Each is counted
+//! `--long-statement`, were killed, lost their client, or were a
+//! deadlock's victim. Each is counted
 //! in its digest like every statement (an event adds to nothing), so the
 //! totals stay exact. At most `MAX_PER_WINDOW` per instance and window,
 //! the longest kept; the rest are counted.
@@ -25,6 +26,8 @@ pub enum Outcome {
     Killed,
     /// The client went away (the server could not read from or write to it).
     Disconnected,
+    /// InnoDB chose it as a deadlock's victim and rolled its transaction back.
+    Deadlock,
 }
 
 impl Outcome {
@@ -33,6 +36,7 @@ impl Outcome {
             Outcome::Long => "long",
             Outcome::Killed => "killed",
             Outcome::Disconnected => "disconnected",
+            Outcome::Deadlock => "deadlock",
         }
     }
 
@@ -44,6 +48,8 @@ impl Outcome {
             1317 | 1927 | 1969 => Some(Outcome::Killed),
             // ER_NET_READ_ERROR, _READ_INTERRUPTED, _ERROR_ON_WRITE, _WRITE_INTERRUPTED.
             1158..=1161 => Some(Outcome::Disconnected),
+            // ER_LOCK_DEADLOCK.
+            1213 => Some(Outcome::Deadlock),
             _ if long_ns > 0 && duration_ns >= long_ns => Some(Outcome::Long),
             _ => None,
         }
@@ -68,6 +74,19 @@ pub struct LongStatement {
     pub waits: [u64; wait_class::COUNT],
     /// Named later, from what the activity reads saw while it ran.
     pub blocked_by: Option<u64>,
+    /// A deadlock's other transaction, as the server's deadlock report
+    /// names it (named later, with a login).
+    pub deadlock_with: Option<DeadlockPartner>,
+}
+
+/// The other side of a deadlock: its connection and its statement.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeadlockPartner {
+    pub connection_id: u64,
+    pub digest: u64,
+    pub digest_text: String,
+    /// Redacted as samples are.
+    pub sample: String,
 }
 
 /// One instance's events in the current window.
@@ -95,6 +114,7 @@ impl LongStatements {
             error_code: statement.error_code,
             waits: statement.waits,
             blocked_by: None,
+            deadlock_with: None,
         };
         if self.kept.len() < MAX_PER_WINDOW {
             self.kept.push(event);
@@ -120,6 +140,7 @@ mod tests {
         assert_eq!(Outcome::of(1_000, 1317, long), Some(Outcome::Killed));
         assert_eq!(Outcome::of(1_000, 1969, 0), Some(Outcome::Killed));
         assert_eq!(Outcome::of(4_000_000_000, 1160, long), Some(Outcome::Disconnected));
+        assert_eq!(Outcome::of(1_000, 1213, long), Some(Outcome::Deadlock));
         assert_eq!(Outcome::of(long, 0, long), Some(Outcome::Long));
         assert_eq!(Outcome::of(long, 1062, long), Some(Outcome::Long), "any other error still ran long");
         assert_eq!(Outcome::of(long - 1, 0, long), None);

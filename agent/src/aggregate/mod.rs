@@ -23,7 +23,7 @@ pub use commands::command_name;
 use commands::{COM_QUERY, COM_STMT_EXECUTE};
 use locks::LockTracker;
 pub use locks::{Blocker, LockWaitRecord};
-pub use long::{LongStatement, LongStatements, Outcome};
+pub use long::{DeadlockPartner, LongStatement, LongStatements, Outcome};
 use sqlbee_common::histogram::Histogram;
 
 use agent_common::kernel_digests::FIRST_AGENT_BUCKET;

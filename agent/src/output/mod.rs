@@ -117,6 +117,12 @@ pub fn window_to_json(report: &WindowReport) -> Vec<Value> {
                 .map(|(class, ns)| (class.to_string(), json!(ns)))
                 .collect::<serde_json::Map<_, _>>(),
             "blocked_by": e.blocked_by,
+            "deadlock_with": e.deadlock_with.as_ref().map(|p| json!({
+                "connection_id": p.connection_id,
+                "digest": format!("{:016x}", p.digest),
+                "digest_text": p.digest_text,
+                "sample": p.sample,
+            })),
         }));
     }
     if report.long_statements_dropped > 0 {

@@ -414,7 +414,11 @@ pub fn write_long_table(out: &mut impl Write, rows: &[sqlbee_proto::v1::LongStat
             s.connection_id,
             s.outcome,
             ms(s.duration_ns),
-            if s.blocked_by == 0 { "-".to_string() } else { s.blocked_by.to_string() },
+            match (s.deadlock_with, s.blocked_by) {
+                (0, 0) => "-".to_string(),
+                (0, blocker) => blocker.to_string(),
+                (other, _) => format!("dl:{other}"),
+            },
             cut(&s.digest_text, 80)
         )?;
     }

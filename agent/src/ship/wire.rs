@@ -327,6 +327,10 @@ fn long_statement(e: &LongStatement) -> WireLongStatement {
             .map(|(ns, class)| WaitStats { class: class.to_string(), sum_ns: *ns, max_ns: *ns, statements: 1 })
             .collect(),
         blocked_by: e.blocked_by.unwrap_or(0),
+        deadlock_with: e.deadlock_with.as_ref().map_or(0, |p| p.connection_id),
+        deadlock_with_digest: e.deadlock_with.as_ref().map_or(0, |p| p.digest),
+        deadlock_with_digest_text: e.deadlock_with.as_ref().map(|p| p.digest_text.clone()).unwrap_or_default(),
+        deadlock_with_sample: e.deadlock_with.as_ref().map(|p| p.sample.clone()).unwrap_or_default(),
     }
 }
 

@@ -159,6 +159,12 @@ pub fn long_statements_json(rows: &[LongStatementRow]) -> Value {
                 "error_code": (s.error_code != 0).then_some(s.error_code),
                 "waits": s.waits.iter().map(|w| (w.class.clone(), Value::from(w.sum_ns))).collect::<Map<_, _>>(),
                 "blocked_by": (s.blocked_by != 0).then_some(s.blocked_by),
+                "deadlock_with": (s.deadlock_with != 0).then(|| json!({
+                    "thread_id": s.deadlock_with,
+                    "digest": (s.deadlock_with_digest != 0).then(|| format!("{:016x}", s.deadlock_with_digest)),
+                    "digest_text": text(&s.deadlock_with_digest_text),
+                    "sample": text(&s.deadlock_with_sample),
+                })),
             })
         })
         .collect();

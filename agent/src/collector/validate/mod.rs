@@ -279,13 +279,18 @@ fn window(at: &Path<'_>, w: &InstanceWindow, range: TimeRange) -> Result<(), Inv
 fn long_statement(at: &Path<'_>, l: &LongStatement, range: TimeRange) -> Result<(), Invalid> {
     range.check(at.field("start_unix_ms"), l.start_unix_ms)?;
     if l.outcome.is_empty() {
-        return Err(invalid(at.field("outcome"), "empty; expected long, killed or disconnected"));
+        return Err(invalid(at.field("outcome"), "empty; expected long, killed, disconnected or deadlock"));
     }
     text_len(at.field("digest_text"), &l.digest_text)?;
     if l.digest != 0 || !l.digest_text.is_empty() {
         digest_id(at.field("digest"), l.digest, &l.digest_text)?;
     }
     text_len(at.field("sample"), &l.sample)?;
+    text_len(at.field("deadlock_with_digest_text"), &l.deadlock_with_digest_text)?;
+    if l.deadlock_with_digest != 0 || !l.deadlock_with_digest_text.is_empty() {
+        digest_id(at.field("deadlock_with_digest"), l.deadlock_with_digest, &l.deadlock_with_digest_text)?;
+    }
+    text_len(at.field("deadlock_with_sample"), &l.deadlock_with_sample)?;
     Ok(())
 }
 

@@ -154,7 +154,7 @@ async fn long_statements(ui: &Ui, view: &View, body: &mut String) -> Result<(), 
             esc(&s.outcome),
             html::duration_ns(s.duration_ns as f64),
             esc(&waits.join(", ")),
-            if s.blocked_by == 0 { String::new() } else { s.blocked_by.to_string() },
+            other_side(&s),
             esc(&view.link("/digest", &keep)),
             esc(&s.sample),
             esc(&html::cut(&s.digest_text, 90))
@@ -162,6 +162,19 @@ async fn long_statements(ui: &Ui, view: &View, body: &mut String) -> Result<(), 
     }
     body.push_str("</tbody></table>");
     Ok(())
+}
+
+/// Who blocked a long statement, or a deadlock's other side.
+fn other_side(s: &sqlbee_proto::v1::LongStatement) -> String {
+    if s.deadlock_with != 0 {
+        return format!(
+            "<span class=\"deadlock-with\" data-thread=\"{}\">deadlock with {}: {}</span>",
+            s.deadlock_with,
+            s.deadlock_with,
+            esc(&html::cut(&s.deadlock_with_digest_text, 60))
+        );
+    }
+    if s.blocked_by == 0 { String::new() } else { s.blocked_by.to_string() }
 }
 
 /// One node of a blocking tree, and the connections waiting on it.
