@@ -8,8 +8,6 @@
 mod common;
 
 use std::{
-    os::unix::fs::PermissionsExt,
-    path::{Path, PathBuf},
     thread,
     time::{Duration, Instant},
 };
@@ -17,25 +15,12 @@ use std::{
 use common::{
     Agent, PrivateServer, browser,
     collector::{Collector, sqlbee_query},
-    privileged,
+    login_file, privileged, root_conn,
 };
 use mysql::prelude::Queryable;
 use serde_json::Value;
 
 const EMAIL: &str = "ann.secret@example.com";
-
-fn connect(server: &PrivateServer) -> mysql::Conn {
-    let opts =
-        mysql::OptsBuilder::new().socket(Some(server.socket.to_str().unwrap())).user(Some("root")).prefer_socket(true);
-    mysql::Conn::new(opts).unwrap()
-}
-
-fn login_file(dir: &Path, user: &str, password: &str) -> PathBuf {
-    let path = dir.join(format!("login-{user}.toml"));
-    std::fs::write(&path, format!("user = \"{user}\"\npassword = \"{password}\"\n")).unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
-    path
-}
 
 /// `sqlbee activity --format json` until `accept` takes the answer.
 fn activity_until(url: &str, what: &str, within: Duration, accept: impl Fn(&Value) -> bool) -> (Value, Duration) {
@@ -60,7 +45,7 @@ fn connection(answer: &Value, thread_id: u64) -> Option<&Value> {
 /// Runs `sql` on a connection of its own in a thread; returns its
 /// connection id at once and the statement's outcome when it ends.
 fn run_blocked(server: &PrivateServer, sql: &'static str) -> (u64, thread::JoinHandle<Result<(), String>>) {
-    let mut conn = connect(server);
+    let mut conn = root_conn(server);
     let id: u64 = conn.query_first("SELECT CONNECTION_ID()").unwrap().unwrap();
     conn.query_drop("SET SESSION lock_wait_timeout = 60, SESSION innodb_lock_wait_timeout = 60").unwrap();
     (id, thread::spawn(move || conn.query_drop(sql).map_err(|e| e.to_string())))
@@ -73,7 +58,7 @@ fn waits_name_their_blockers_live() {
     }
     let _serial = common::one_at_a_time();
     let server = PrivateServer::start("activity", &["--plugin-load-add=metadata_lock_info"]).unwrap();
-    let mut root = connect(&server);
+    let mut root = root_conn(&server);
     root.query_drop(
         "CREATE DATABASE app; CREATE TABLE app.orders (id INT PRIMARY KEY, email VARCHAR(64), total INT) ENGINE=InnoDB; \
          INSERT INTO app.orders VALUES (1, 'a@example.com', 1), (2, 'b@example.com', 2); \
@@ -102,7 +87,7 @@ fn waits_name_their_blockers_live() {
     });
 
     // A row lock held by a transaction that went idle.
-    let mut holder = connect(&server);
+    let mut holder = root_conn(&server);
     let holder_id: u64 = holder.query_first("SELECT CONNECTION_ID()").unwrap().unwrap();
     holder.query_drop("BEGIN").unwrap();
     holder.query_drop(format!("UPDATE app.orders SET email = '{EMAIL}' WHERE id = 1")).unwrap();
@@ -250,9 +235,9 @@ fn waits_name_their_blockers_live() {
     }
     // A deadlock: each session locks one row, then wants the other's.
     root.query_drop("INSERT INTO app.orders (id, email, total) VALUES (3, 'c@example.com', 3)").unwrap();
-    let mut first = connect(&server);
+    let mut first = root_conn(&server);
     let first_id: u64 = first.query_first("SELECT CONNECTION_ID()").unwrap().unwrap();
-    let mut second = connect(&server);
+    let mut second = root_conn(&server);
     let second_id: u64 = second.query_first("SELECT CONNECTION_ID()").unwrap().unwrap();
     first.query_drop("BEGIN; UPDATE app.orders SET total = 1 WHERE id = 2").unwrap();
     second.query_drop("BEGIN; UPDATE app.orders SET total = 2 WHERE id = 3").unwrap();

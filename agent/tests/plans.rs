@@ -7,34 +7,19 @@
 mod common;
 
 use std::{
-    os::unix::fs::PermissionsExt,
-    path::{Path, PathBuf},
+    path::Path,
     time::{Duration, Instant},
 };
 
 use common::{
     Agent, PrivateServer, browser,
     collector::{Collector, sqlbee_query},
-    privileged,
+    login_file, privileged, root_conn,
 };
 use mysql::prelude::Queryable;
 use serde_json::Value;
 
 const EMAIL: &str = "ann.secret@example.com";
-
-fn connect(server: &PrivateServer) -> mysql::Conn {
-    let opts =
-        mysql::OptsBuilder::new().socket(Some(server.socket.to_str().unwrap())).user(Some("root")).prefer_socket(true);
-    mysql::Conn::new(opts).unwrap()
-}
-
-/// A login file the agent accepts (0600, owned by the agent's user).
-fn login_file(dir: &Path, user: &str, password: &str) -> PathBuf {
-    let path = dir.join(format!("login-{user}.toml"));
-    std::fs::write(&path, format!("user = \"{user}\"\npassword = \"{password}\"\n")).unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
-    path
-}
 
 fn agent_args(server: &PrivateServer, login: &Path, collector: &Collector) -> Vec<String> {
     vec![
@@ -108,7 +93,7 @@ fn plans_follow_an_index_and_explain_changes_nothing() {
     }
     let _serial = common::one_at_a_time();
     let server = PrivateServer::start("plans", &[]).unwrap();
-    let mut root = connect(&server);
+    let mut root = root_conn(&server);
     root.query_drop(
         "CREATE DATABASE app; CREATE TABLE app.orders (id INT PRIMARY KEY, email VARCHAR(64), total INT) ENGINE=InnoDB",
     )
@@ -126,7 +111,7 @@ fn plans_follow_an_index_and_explain_changes_nothing() {
     let login = login_file(server.dir(), "sqlbee_plans", "plans-pw");
     let collector = Collector::start(&[]);
     let agent = Agent::start(server.dir(), &agent_args(&server, &login, &collector));
-    let mut app = connect(&server);
+    let mut app = root_conn(&server);
     app.query_drop("USE app").unwrap();
 
     let query = format!("SELECT id, total FROM orders WHERE email = '{EMAIL}'");
@@ -266,7 +251,7 @@ fn a_login_that_fails_is_a_warning_and_counting_stays_exact() {
     }
     let _serial = common::one_at_a_time();
     let mut server = PrivateServer::start("plans-login", &[]).unwrap();
-    let mut root = connect(&server);
+    let mut root = root_conn(&server);
     root.query_drop("CREATE DATABASE app; CREATE TABLE app.t (id INT PRIMARY KEY, v INT)").unwrap();
     root.query_drop(
         "CREATE USER 'no_grant'@'localhost' IDENTIFIED BY 'ng-pw'; \
@@ -281,7 +266,7 @@ fn a_login_that_fails_is_a_warning_and_counting_stays_exact() {
         let agent = Agent::start(server.dir(), &agent_args(&server, &login, &collector));
         let statements = 300;
         let run = |server: &PrivateServer| {
-            let mut app = connect(server);
+            let mut app = root_conn(server);
             for i in 0..statements {
                 app.query_drop(format!("SELECT v FROM app.t WHERE id = {i}")).unwrap();
             }
@@ -347,7 +332,7 @@ fn a_login_that_may_only_run_the_procedure_gets_plans() {
     }
     let _serial = common::one_at_a_time();
     let server = PrivateServer::start("plans-procedure", &[]).unwrap();
-    let mut root = connect(&server);
+    let mut root = root_conn(&server);
     root.query_drop("CREATE DATABASE shop; CREATE TABLE shop.items (id INT PRIMARY KEY, sku VARCHAR(32), n INT)")
         .unwrap();
     root.query_drop("INSERT INTO shop.items SELECT seq, CONCAT('sku-', seq), seq FROM shop.seq_1_to_500").unwrap();
@@ -369,7 +354,7 @@ fn a_login_that_may_only_run_the_procedure_gets_plans() {
 
     let collector = Collector::start(&[]);
     let agent = Agent::start(server.dir(), &agent_args(&server, &login, &collector));
-    let mut app = connect(&server);
+    let mut app = root_conn(&server);
     app.query_drop("USE shop").unwrap();
     let plan = plan_after(&agent, &mut app, "SELECT n FROM items WHERE sku = 'sku-42'", 10, |p| scans(p, "items"));
     assert_eq!(plan["schema"], "shop");
@@ -390,7 +375,7 @@ fn tables_add_up_to_the_digests_that_touch_them() {
     }
     let _serial = common::one_at_a_time();
     let server = PrivateServer::start("tables", &[]).unwrap();
-    let mut root = connect(&server);
+    let mut root = root_conn(&server);
     root.query_drop(
         "CREATE DATABASE app; CREATE DATABASE crm; \
          CREATE TABLE app.orders (id INT PRIMARY KEY, customer INT, total INT); \
@@ -409,7 +394,7 @@ fn tables_add_up_to_the_digests_that_touch_them() {
             "--window=1s".into(),
         ],
     );
-    let mut app = connect(&server);
+    let mut app = root_conn(&server);
     app.query_drop("USE app").unwrap();
     let (joins, updates) = (40, 15);
     for i in 0..joins {

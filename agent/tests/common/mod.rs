@@ -17,6 +17,22 @@ use std::{
 use serde_json::Value;
 pub use xtask::mariadb::PrivateServer;
 
+/// A root connection to a private server, over its socket.
+pub fn root_conn(server: &PrivateServer) -> mysql::Conn {
+    let opts =
+        mysql::OptsBuilder::new().socket(Some(server.socket.to_str().unwrap())).user(Some("root")).prefer_socket(true);
+    mysql::Conn::new(opts).unwrap()
+}
+
+/// A `--server-login` file the agent accepts (0600, owned by the agent's user).
+pub fn login_file(dir: &std::path::Path, user: &str, password: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join(format!("login-{user}.toml"));
+    std::fs::write(&path, format!("user = \"{user}\"\npassword = \"{password}\"\n")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    path
+}
+
 /// True when this process can load eBPF programs. Without root the test
 /// says why it skips, unless SQLBEE_REQUIRE_PRIVILEGED is set (as `./x test`
 /// and CI do), in which case not being able to run is a failure.

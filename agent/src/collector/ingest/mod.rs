@@ -124,7 +124,10 @@ impl Ingest for IngestService {
             tracing::debug!(?peer, agent = agent_id, %refused, "refused activity for an instance its agent does not speak for");
             return Err(Status::permission_denied(refused.to_string()));
         }
-        self.live.put(report, now);
+        self.live.put(report, now).map_err(|full| {
+            tracing::warn!(?peer, agent = agent_id, %full, "refused activity");
+            Status::resource_exhausted(full.to_string())
+        })?;
         Ok(Response::new(ActivityAck { collector_unix_ms: now }))
     }
 
