@@ -51,6 +51,9 @@ const FORGET_AFTER: Duration = Duration::from_secs(600);
 
 /// The handle the pipeline holds.
 pub struct Explainer {
+    /// The login's user: digests only it ran are the agent's own
+    /// statements (its activity reads), never worth a plan.
+    own_user: String,
     offers: SyncSender<Vec<Offer>>,
     done: Arc<Mutex<Explained>>,
     stop: Arc<AtomicBool>,
@@ -78,10 +81,11 @@ impl Explainer {
         let (offers, rx) = sync_channel(4);
         let done = Arc::new(Mutex::new(Explained::default()));
         let stop = Arc::new(AtomicBool::new(false));
+        let own_user = config.login.user.clone();
         let worker = Worker { config, servers: HashMap::new(), done: done.clone() };
         let thread_stop = stop.clone();
         let thread = thread::Builder::new().name("explain".into()).spawn(move || worker.run(rx, &thread_stop))?;
-        Ok(Explainer { offers, done, stop, thread: Some(thread) })
+        Ok(Explainer { own_user, offers, done, stop, thread: Some(thread) })
     }
 
     /// Hands the closed windows' digests over, without waiting: when the
@@ -97,6 +101,11 @@ impl Explainer {
                     .digests
                     .iter()
                     .filter(|row| !row.lineage.nested && row.digest != OVERFLOW_DIGEST)
+                    .filter(|row| {
+                        let own: u64 =
+                            row.accounts.iter().filter(|(a, _)| a.user == self.own_user).map(|(_, n)| n).sum();
+                        own < row.count
+                    })
                     .filter_map(|row| {
                         Some(Candidate {
                             schema: row.schema.clone(),
