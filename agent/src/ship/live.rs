@@ -4,12 +4,12 @@
 //! leaves only a gap of a second in a live view.
 use std::time::Duration;
 
-use sqlbee_proto::v1::{ActivityReport, AgentIdentity, ingest_client::IngestClient};
+use sqlbee_proto::v1::{ActivityReport, AgentIdentity};
 use tokio::sync::watch;
-use tonic::codec::CompressionEncoding;
 use tracing::{debug, info, warn};
 
-use crate::client::{BearerToken, ClientOptions, endpoint};
+use super::sender::ingest_client;
+use crate::client::ClientOptions;
 
 /// A push that takes longer is given up: the next snapshot is due.
 const PUSH_TIMEOUT: Duration = Duration::from_secs(2);
@@ -21,13 +21,9 @@ pub async fn push_activity(
 ) {
     let mut clients = Vec::with_capacity(targets.len());
     for target in &targets {
-        match (BearerToken::new(target.token.as_deref()), endpoint(target)) {
-            (Ok(token), Ok(endpoint)) => clients.push(
-                IngestClient::with_interceptor(endpoint.connect_lazy(), token)
-                    .send_compressed(CompressionEncoding::Gzip)
-                    .max_encoding_message_size(64 << 20),
-            ),
-            _ => return warn!(collector = target.url, "activity is not sent: the collector's options are invalid"),
+        match ingest_client(target) {
+            Ok(client) => clients.push(client),
+            Err(e) => return warn!(collector = target.url, error = %e, "activity is not sent"),
         }
     }
     let mut failing = false;

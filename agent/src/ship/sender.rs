@@ -105,7 +105,16 @@ pub struct Sender {
     pub replay_interval: Duration,
 }
 
-type Client = IngestClient<InterceptedService<Channel, BearerToken>>;
+pub(super) type Client = IngestClient<InterceptedService<Channel, BearerToken>>;
+
+/// A lazily connecting Ingest client for one collector, as every push
+/// (batches and activity) uses it.
+pub(super) fn ingest_client(target: &ClientOptions) -> Result<Client, crate::client::ClientError> {
+    let token = BearerToken::new(target.token.as_deref())?;
+    Ok(IngestClient::with_interceptor(endpoint(target)?.connect_lazy(), token)
+        .send_compressed(CompressionEncoding::Gzip)
+        .max_encoding_message_size(64 << 20))
+}
 
 /// Waits `delay`, or less if a stop is requested meanwhile.
 async fn pause(delay: Duration, stop: &mut watch::Receiver<bool>, stop_requested: &mut bool) {
@@ -139,15 +148,7 @@ impl Sender {
     /// Sends until the spool is empty and a stop is asked for (then it
     /// gives up after `grace`, leaving the rest spooled for the next start).
     pub async fn run(self, mut stop: watch::Receiver<bool>, grace: Duration) -> Result<(), ShipError> {
-        let mut clients: Vec<Client> = Vec::with_capacity(self.targets.len());
-        for target in &self.targets {
-            let token = BearerToken::new(target.token.as_deref())?;
-            clients.push(
-                IngestClient::with_interceptor(endpoint(target)?.connect_lazy(), token)
-                    .send_compressed(CompressionEncoding::Gzip)
-                    .max_encoding_message_size(64 << 20),
-            );
-        }
+        let mut clients: Vec<Client> = self.targets.iter().map(ingest_client).collect::<Result<_, _>>()?;
         if clients.is_empty() {
             return Err(ShipError::NoCollector);
         }

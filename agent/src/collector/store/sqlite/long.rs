@@ -6,7 +6,7 @@ use prost::Message;
 use rusqlite::{Transaction, params};
 use sqlbee_proto::v1::{LongStatement, LongStatementRow};
 
-use super::{error, i};
+use super::{error, i, instance_filter};
 use crate::collector::store::{LocksQuery, StoreError};
 
 pub(super) const TABLES: &str = "
@@ -48,7 +48,7 @@ pub(super) fn read(tx: &Transaction<'_>, query: &LocksQuery) -> Result<Vec<LongS
         .prepare(&format!(
             "SELECT agent_id, instance, statement FROM long_statements WHERE start_unix_ms >= ?1{}
              ORDER BY start_unix_ms DESC, id DESC LIMIT {}",
-            if query.instance.is_some() { " AND instance = ?2" } else { "" },
+            instance_filter(&query.instance, "instance"),
             query.limit
         ))
         .map_err(err)?;
