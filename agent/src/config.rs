@@ -46,6 +46,8 @@ pub enum ConfigError {
     Login(#[from] crate::plans::LoginError),
     #[error("`explain_rate` = {0} is out of range: 0.01..=100 per second")]
     ExplainRate(f64),
+    #[error("`query_tags`: {0}")]
+    QueryTags(String),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Deserialize)]
@@ -230,6 +232,14 @@ pub struct AgentOptions {
     /// reports only those).
     #[arg(long, env = "SQLBEE_LONG_STATEMENT", default_value = "10s", value_parser = duration)]
     pub long_statement: Duration,
+    /// Query tags to count per digest, from the comments frameworks put in
+    /// statements (sqlcommenter's `key='value'`, marginalia's `key:value`):
+    /// comma-separated keys, or `none`. Values that look like literals are
+    /// replaced unless --samples raw. A `traceparent` is never a tag: the
+    /// slowest traced statement of each digest and window is kept as an
+    /// exemplar (unless `none`).
+    #[arg(long, env = "SQLBEE_QUERY_TAGS", value_delimiter = ',', default_value = crate::normalize::tags::DEFAULT_KEYS)]
+    pub query_tags: Vec<String>,
 }
 
 /// Validated agent configuration: the options as given, and what the
@@ -255,6 +265,15 @@ pub struct AgentConfig {
     pub plans: Option<crate::plans::PlanConfig>,
     /// None: `--activity-interval 0`, or nothing to send it to.
     pub activity: Option<crate::activity::ActivityConfig>,
+}
+
+impl AgentConfig {
+    /// What reads each statement's query tags; None for `--query-tags none`.
+    pub fn tag_reader(&self) -> Option<crate::normalize::TagReader> {
+        let keys = &self.options.query_tags;
+        let none = keys.iter().all(|k| k.trim().is_empty() || k.trim().eq_ignore_ascii_case("none"));
+        (!none).then(|| crate::normalize::TagReader::new(keys, self.options.samples))
+    }
 }
 
 const MAX_KERNEL_DIGESTS: u32 = agent_common::kernel_digests::MAX_SLOTS;
@@ -513,6 +532,7 @@ impl AgentConfig {
         if !(0.01..=100.0).contains(&o.explain_rate) {
             return Err(ConfigError::ExplainRate(o.explain_rate));
         }
+        crate::normalize::tags::check_keys(&o.query_tags).map_err(ConfigError::QueryTags)?;
         let ms = o.drain_interval.as_millis() as u64;
         range(
             "drain_interval",

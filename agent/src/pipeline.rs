@@ -283,7 +283,8 @@ fn aggregate_loop(
         Aggregator::new(Normalizer::new(config.normalize_cache), config.options.max_digests, SystemTime::now())
             .with_samples(config.options.samples)
             .with_raw_samples(config.plans.is_some())
-            .with_long_statements(config.options.long_statement);
+            .with_long_statements(config.options.long_statement)
+            .with_query_tags(config.tag_reader());
     let explainer = config.plans.clone().map(Explainer::start).transpose()?;
     let mut describer = Describer::default();
     let mut namer =

@@ -1221,6 +1221,7 @@ async fn agent_histograms_keep_their_percentiles_through_the_wire_and_the_merge(
             sample: String::new(),
             raw_sample: None,
             tables: None,
+            tags: Default::default(),
             truncated: 0,
             waits: Default::default(),
             error_messages: Default::default(),

@@ -25,6 +25,9 @@ pub const COUNT_LIMITS: &[(&str, u64)] = &[
     ("DigestStats.waits", 16),
     ("DigestStats.accounts", 64),
     ("DigestStats.tables", 256),
+    // At most 16 keys (--query-tags), 32 values each.
+    ("DigestStats.tags", 16),
+    ("TagCount.values", 64),
     // Log-linear buckets: 8 per power of two over 64 bits.
     ("Histogram.buckets", 1_024),
     ("LockWait.blockers", 32),
@@ -58,6 +61,11 @@ pub const LENGTH_LIMITS: &[(&str, u64)] = &[
     ("DigestStats.digest_text", 65_536),
     ("DigestStats.sample", 65_536),
     ("DigestStats.schema", 1_024),
+    // The agent keeps keys of at most 64 bytes and values of at most 128.
+    ("TagCount.key", 64),
+    ("TagValue.value", 256),
+    ("TraceExemplar.trace_id", 32),
+    ("TraceExemplar.span_id", 16),
     ("DigestStats.program", 1_024),
     ("DigestStats.program_kind", 32),
     ("DigestStats.source", 32),

@@ -9,6 +9,7 @@ mod commands;
 pub(crate) mod fixtures;
 mod locks;
 mod long;
+mod tags;
 #[cfg(test)]
 mod tests;
 
@@ -25,13 +26,14 @@ use locks::LockTracker;
 pub use locks::{Blocker, LockWaitRecord};
 pub use long::{DeadlockPartner, LongStatement, LongStatements, Outcome};
 use sqlbee_common::histogram::Histogram;
+pub use tags::{Exemplar, MAX_TAG_VALUES, RowTags, TagValues};
 
 use agent_common::kernel_digests::FIRST_AGENT_BUCKET;
 use tracing::warn;
 
 use crate::{
     budget::ProbeCost,
-    normalize::{Digest, Normalizer, Samples},
+    normalize::{Digest, Normalizer, QueryTags, Samples, TagReader},
     probe::{Account, Counters, KernelDigest, ProbeBatch, Program, Readable, Statement},
 };
 
@@ -87,6 +89,8 @@ pub struct DigestRow {
     /// Statements per account, at most `MAX_ACCOUNTS`; the rest of `count`
     /// had an account beyond those, or none the agent could name.
     pub accounts: HashMap<Arc<Account>, u64>,
+    /// Statements per value of each query tag, and the slowest traced one.
+    pub tags: RowTags,
     pub count: u64,
     pub errors: u64,
     pub error_codes: BTreeMap<u32, u64>,
@@ -148,6 +152,7 @@ impl DigestRow {
             lineage,
             stats: QueryStats::default(),
             accounts: HashMap::new(),
+            tags: RowTags::default(),
             count: 0,
             errors: 0,
             error_codes: BTreeMap::new(),
@@ -220,6 +225,9 @@ impl DigestRow {
         self.stats.add(&kernel.stats);
         for (account, n) in &kernel.named_accounts {
             self.count_account(account, *n);
+        }
+        if let Some(tags) = &text.tags {
+            self.tags.count(tags, kernel.count, kernel.max_ns);
         }
         self.sum_ns = self.sum_ns.saturating_add(kernel.sum_ns);
         self.min_ns = self.min_ns.min(kernel.min_ns);
@@ -369,6 +377,8 @@ pub struct Aggregator {
     long: HashMap<String, LongStatements>,
     /// `--long-statement` (0: only killed and disconnected ones).
     long_ns: u64,
+    /// `--query-tags` (None: off).
+    tag_reader: Option<TagReader>,
 }
 
 /// One attached server generation: instance, pid, start time.
@@ -388,6 +398,8 @@ struct KernelText {
     schema: Option<Arc<str>>,
     sample: String,
     raw: Option<RawSample>,
+    /// The text's query tags: every statement of the hash has its comment.
+    tags: Option<Arc<QueryTags>>,
 }
 
 impl Aggregator {
@@ -406,6 +418,7 @@ impl Aggregator {
             pending: HashMap::new(),
             long: HashMap::new(),
             long_ns: 0,
+            tag_reader: None,
         }
     }
 
@@ -419,6 +432,12 @@ impl Aggregator {
     /// Rows keep one statement's raw text each, for EXPLAIN.
     pub fn with_raw_samples(mut self, keep: bool) -> Self {
         self.keep_raw = keep;
+        self
+    }
+
+    /// Statements' query tags read as `reader` says (None: not at all).
+    pub fn with_query_tags(mut self, reader: Option<TagReader>) -> Self {
+        self.tag_reader = reader;
         self
     }
 
@@ -470,12 +489,14 @@ impl Aggregator {
                 }
                 continue;
             }
+            let tags = self.tag_reader.as_ref().and_then(|r| r.read(&statement.text)).map(Arc::new);
             if statement.text_hash != 0 {
                 texts.entry(statement.text_hash).or_insert_with(|| KernelText {
                     digest: digest.clone(),
                     schema: statement.schema.clone(),
                     sample: self.samples.statement(&statement.text, MAX_SAMPLE),
                     raw: if self.keep_raw { RawSample::of(&statement) } else { None },
+                    tags: tags.clone(),
                 });
             }
             let lineage = Lineage { source: statement.source, ..Lineage::default() };
@@ -487,6 +508,9 @@ impl Aggregator {
             locks.statement(&statement, &digest, self.samples);
             let row = window.stats_for(&digest, &statement.schema, &lineage, self.max_digests, 1);
             row.record(&statement, self.samples);
+            if let Some(tags) = &tags {
+                row.tags.count(tags, 1, statement.duration_ns);
+            }
             if self.keep_raw && row.raw_sample.is_none() && row.digest == digest.id {
                 row.raw_sample = RawSample::of(&statement);
             }
@@ -503,6 +527,7 @@ impl Aggregator {
                         schema: None,
                         sample: String::new(),
                         raw: None,
+                        tags: None,
                     };
                     &unknown
                 }

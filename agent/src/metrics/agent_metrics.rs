@@ -633,6 +633,7 @@ mod tests {
             lineage,
             stats: Default::default(),
             accounts: Default::default(),
+            tags: Default::default(),
             count: latencies_ns.len() as u64,
             errors,
             error_codes: Default::default(),

@@ -21,6 +21,9 @@
 //! before they reach the normalizer; it may split what the normalizer
 //! groups, never merge what it keeps apart.
 //!
+//! `tags` reads what frameworks write about a statement in its comments
+//! (sqlcommenter, marginalia) before the digest drops them.
+//!
 //! `redact` is the other way out for statement text: samples and error
 //! messages with their literal values replaced, in the statement's shape.
 
@@ -30,6 +33,7 @@ mod keywords;
 mod lexer;
 pub mod redact;
 mod tables;
+pub mod tags;
 
 use std::sync::Arc;
 
@@ -38,6 +42,7 @@ use cache::TextCache;
 pub use digest::MAX_DIGEST_TEXT;
 pub use redact::Samples;
 pub use tables::{Describer, TableUse, Tables, tables_of};
+pub use tags::{QueryTags, TagReader, Trace};
 
 /// What a statement text normalizes to.
 #[derive(Clone, Debug, PartialEq, Eq)]

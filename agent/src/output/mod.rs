@@ -60,6 +60,7 @@ pub fn window_to_json(report: &WindowReport) -> Vec<Value> {
             });
             let mut line = line;
             add_figures(&mut line, d, report.summary.readable);
+            add_tags(&mut line, d);
             match d.tables.as_deref() {
                 None => {}
                 Some(Tables::Unknown) => line["tables"] = "unknown".into(),
@@ -191,6 +192,34 @@ fn add_figures(line: &mut Value, d: &DigestRow, readable: Readable) {
         object.insert("hosts".into(), hosts);
         object.insert("accounts".into(), accounts);
     }
+}
+
+/// Query tags (`{"controller": [{"value": "orders", "count": 12}, ...]}`,
+/// most frequent first, then `{"value": null, "count": n}` for values not
+/// told apart) and the slowest traced statement (`exemplar`).
+fn add_tags(line: &mut Value, d: &DigestRow) {
+    let object = line.as_object_mut().expect("a digest line is an object");
+    let tags: serde_json::Map<String, Value> = d
+        .tags
+        .keys
+        .iter()
+        .map(|(key, counts)| {
+            let mut values: Vec<(&str, u64)> = counts.values.iter().map(|(v, n)| (&**v, *n)).collect();
+            values.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+            let mut listed: Vec<Value> = values.iter().map(|(v, n)| json!({"value": v, "count": n})).collect();
+            if counts.other > 0 {
+                listed.push(json!({"value": null, "count": counts.other}));
+            }
+            (key.to_string(), Value::Array(listed))
+        })
+        .collect();
+    object.insert("tags".into(), Value::Object(tags));
+    let exemplar = d
+        .tags
+        .exemplar
+        .as_ref()
+        .map(|e| json!({"trace_id": e.trace.trace_id, "span_id": e.trace.span_id, "duration_ns": e.duration_ns}));
+    object.insert("exemplar".into(), exemplar.unwrap_or(Value::Null));
 }
 
 /// Statements by user, by client host and by both: the top

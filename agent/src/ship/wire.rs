@@ -10,7 +10,7 @@ use sqlbee_proto::v1::{
     HostMetrics as WireHostMetrics, InstanceActivity, InstanceWindow, LiveConnection, LockWait,
     LongStatement as WireLongStatement, NetIo as WireNetIo, Plan as WirePlan, ProbeCost as WireProbeCost,
     ProcessMetrics as WireProcess, QueryStats as WireQueryStats, ServerInstance, TableAccess as WireTableAccess,
-    TableUse as WireTableUse, UntracedServer as WireUntraced, WaitStats,
+    TableUse as WireTableUse, TagCount, TagValue, TraceExemplar, UntracedServer as WireUntraced, WaitStats,
 };
 
 use super::health::HealthReport;
@@ -135,6 +135,28 @@ fn accounts(d: &DigestRow) -> Vec<AccountCount> {
     out
 }
 
+/// The row's query tags, each key's values most frequent first.
+fn tags(d: &DigestRow) -> Vec<TagCount> {
+    d.tags
+        .keys
+        .iter()
+        .map(|(key, counts)| {
+            let mut values: Vec<TagValue> =
+                counts.values.iter().map(|(value, n)| TagValue { value: value.to_string(), count: *n }).collect();
+            values.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.value.cmp(&b.value)));
+            TagCount { key: key.to_string(), values, other: counts.other }
+        })
+        .collect()
+}
+
+fn exemplar(d: &DigestRow) -> Option<TraceExemplar> {
+    d.tags.exemplar.as_ref().map(|e| TraceExemplar {
+        trace_id: e.trace.trace_id.clone(),
+        span_id: e.trace.span_id.clone(),
+        duration_ns: e.duration_ns,
+    })
+}
+
 /// (statement_kind, tables, tables_unknown) of a row described this window.
 fn tables(d: &DigestRow) -> (String, Vec<WireTableUse>, bool) {
     match d.tables.as_deref() {
@@ -166,6 +188,8 @@ fn digest(d: &DigestRow, cost: Option<&ProbeCost>, readable: Readable) -> WireDi
         schema: d.schema.as_deref().unwrap_or_default().to_string(),
         stats: Some(query_stats(d, readable)),
         accounts: accounts(d),
+        tags: tags(d),
+        exemplar: exemplar(d),
         estimated_count: cost.filter(|c| c.sampled()).map_or(0, |c| c.estimate(d.count)),
         digest: d.digest,
         digest_text: d.digest_text.to_string(),

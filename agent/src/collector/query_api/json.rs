@@ -6,7 +6,7 @@ use serde_json::{Map, Value, json};
 use sqlbee_common::clock;
 use sqlbee_proto::v1::{
     ActivityResponse, AgentQuota, AgentWindowRow, CostSummary, InstanceCost, InstanceInfo, LiveConnection, LockWaitRow,
-    LongStatementRow, PlansResponse, ProcessMetrics, QueryStats, SeriesResponse, TablesResponse, TopDigest,
+    LongStatementRow, PlansResponse, ProcessMetrics, QueryStats, SeriesResponse, TablesResponse, TagCount, TopDigest,
 };
 
 /// An RFC 3339 time for ms since the epoch; `-` for none.
@@ -50,12 +50,32 @@ pub fn top_json(digests: &[TopDigest]) -> Value {
                     // Budget mode: the count scaled to whole windows.
                     "estimated_count": (d.estimated_count > 0).then_some(d.estimated_count),
                     "accounts": d.accounts.iter().map(|a| json!({"user": a.user, "host": a.host, "count": a.count})).collect::<Vec<_>>(),
+                    "tags": tags_json(&d.tags),
+                    "exemplars": d.exemplars.iter().map(|e| {
+                        json!({"trace_id": e.trace_id, "span_id": e.span_id, "duration_ns": e.duration_ns})
+                    }).collect::<Vec<_>>(),
                 });
                 stats_json(&mut row, d.stats.as_ref());
                 row
             })
             .collect(),
     )
+}
+
+/// Query tags by key: each listed value with its count, most frequent
+/// first, then `{"value": null, "count": n}` for the statements whose value
+/// is not listed.
+pub fn tags_json(tags: &[TagCount]) -> Value {
+    tags.iter()
+        .map(|t| {
+            let mut values: Vec<Value> = t.values.iter().map(|v| json!({"value": v.value, "count": v.count})).collect();
+            if t.other > 0 {
+                values.push(json!({"value": null, "count": t.other}));
+            }
+            (t.key.clone(), Value::Array(values))
+        })
+        .collect::<Map<_, _>>()
+        .into()
 }
 
 /// The server's figures of a row, each null when no window carried it.

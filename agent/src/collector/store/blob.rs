@@ -6,32 +6,44 @@
 //! Wait stats (`encode_waits`) are packed the same way, one entry after the
 //! other: class length, class bytes (UTF-8), sum_ns, max_ns, statements.
 //!
-//! Two more stored encodings every backend shares: a digest's accounts
-//! (an encoded `DigestStats` holding only them) and a lock wait's blockers
+//! Two more stored encodings every backend shares: a digest's accounts,
+//! query tags and exemplar (an encoded `DigestStats` holding only them) and a lock wait's blockers
 //! (a JSON array).
 
-/// A digest's accounts as stored: a `DigestStats` holding only them,
-/// empty for none.
-pub fn encode_accounts(accounts: &[sqlbee_proto::v1::AccountCount]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(accounts_len(accounts));
-    encode_accounts_into(accounts, &mut out);
+/// A digest's accounts, query tags and exemplar as stored: a
+/// `DigestStats` holding only them, empty for none (`senders`).
+pub fn encode_senders(d: &sqlbee_proto::v1::DigestStats) -> Vec<u8> {
+    let mut out = Vec::with_capacity(senders_len(d));
+    encode_senders_into(d, &mut out);
     out
 }
 
-/// `DigestStats.accounts`' field number: a message of that field alone is
-/// the field's entries one after the other.
+/// `DigestStats`' field numbers of the three: a message of those fields
+/// alone is their entries one after the other.
 const ACCOUNTS_FIELD: u32 = 16;
+const TAGS_FIELD: u32 = 25;
+const EXEMPLAR_FIELD: u32 = 26;
 
-/// The length of `encode_accounts(accounts)`.
-pub fn accounts_len(accounts: &[sqlbee_proto::v1::AccountCount]) -> usize {
-    prost::encoding::message::encoded_len_repeated(ACCOUNTS_FIELD, accounts)
+/// The length of `encode_senders(d)`.
+pub fn senders_len(d: &sqlbee_proto::v1::DigestStats) -> usize {
+    use prost::encoding::message;
+    message::encoded_len_repeated(ACCOUNTS_FIELD, &d.accounts)
+        + message::encoded_len_repeated(TAGS_FIELD, &d.tags)
+        + d.exemplar.as_ref().map_or(0, |e| message::encoded_len(EXEMPLAR_FIELD, e))
 }
 
-/// `encode_accounts` appended to `out`, without copying the accounts into
-/// a message first (the collector writes one per digest row).
-pub fn encode_accounts_into(accounts: &[sqlbee_proto::v1::AccountCount], out: &mut Vec<u8>) {
-    for account in accounts {
-        prost::encoding::message::encode(ACCOUNTS_FIELD, account, out);
+/// `encode_senders` appended to `out`, without copying the row into a
+/// message first (the collector writes one per digest row).
+pub fn encode_senders_into(d: &sqlbee_proto::v1::DigestStats, out: &mut Vec<u8>) {
+    use prost::encoding::message;
+    for account in &d.accounts {
+        message::encode(ACCOUNTS_FIELD, account, out);
+    }
+    for tag in &d.tags {
+        message::encode(TAGS_FIELD, tag, out);
+    }
+    if let Some(e) = &d.exemplar {
+        message::encode(EXEMPLAR_FIELD, e, out);
     }
 }
 
@@ -170,19 +182,31 @@ mod tests {
     use super::*;
 
     #[test]
-    fn accounts_are_a_digest_holding_only_them() {
+    fn senders_are_a_digest_holding_only_them() {
         use prost::Message as _;
-        use sqlbee_proto::v1::{AccountCount, DigestStats};
-        let accounts = vec![
-            AccountCount { user: "app".into(), host: "10.0.0.7".into(), count: 300 },
-            AccountCount { user: String::new(), host: "h".into(), count: 0 },
-            AccountCount { user: "report".into(), host: String::new(), count: u64::MAX },
-        ];
-        let bytes = encode_accounts(&accounts);
-        assert_eq!(bytes.len(), accounts_len(&accounts));
-        assert_eq!(bytes, DigestStats { accounts: accounts.clone(), ..Default::default() }.encode_to_vec());
-        assert_eq!(DigestStats::decode(bytes.as_slice()).unwrap().accounts, accounts);
-        assert!(encode_accounts(&[]).is_empty());
+        use sqlbee_proto::v1::{AccountCount, DigestStats, TagCount, TagValue, TraceExemplar};
+        let row = DigestStats {
+            accounts: vec![
+                AccountCount { user: "app".into(), host: "10.0.0.7".into(), count: 300 },
+                AccountCount { user: String::new(), host: "h".into(), count: 0 },
+                AccountCount { user: "report".into(), host: String::new(), count: u64::MAX },
+            ],
+            tags: vec![TagCount {
+                key: "controller".into(),
+                values: vec![TagValue { value: "orders".into(), count: 7 }],
+                other: 2,
+            }],
+            exemplar: Some(TraceExemplar { trace_id: "a".repeat(32), span_id: "b".repeat(16), duration_ns: 9 }),
+            digest_text: "not stored here".into(),
+            count: 400,
+            ..Default::default()
+        };
+        let bytes = encode_senders(&row);
+        assert_eq!(bytes.len(), senders_len(&row));
+        let back = DigestStats::decode(bytes.as_slice()).unwrap();
+        assert_eq!((back.accounts, back.tags, back.exemplar), (row.accounts, row.tags, row.exemplar));
+        assert!(back.digest_text.is_empty() && back.count == 0);
+        assert!(encode_senders(&DigestStats::default()).is_empty());
     }
 
     #[test]

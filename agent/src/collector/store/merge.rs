@@ -6,7 +6,7 @@
 //! the longest wait is the max) and error codes per code.
 use std::{cmp::Ordering, collections::BTreeMap};
 
-use sqlbee_proto::v1::{AccountCount, CostSummary, ErrorCount, WaitStats};
+use sqlbee_proto::v1::{CostSummary, ErrorCount, WaitStats};
 
 use sqlbee_common::histogram::Histogram;
 
@@ -129,46 +129,6 @@ impl MergedErrors {
     }
 }
 
-/// Accounts of one digest merged over many rows.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct MergedAccounts {
-    counts: BTreeMap<(String, String), u64>,
-}
-
-/// Accounts an answer lists per digest; the rest are in none.
-pub const TOP_ACCOUNTS: usize = 10;
-
-impl MergedAccounts {
-    pub fn add(&mut self, accounts: &[AccountCount]) {
-        for a in accounts {
-            let slot = self.counts.entry((a.user.clone(), a.host.clone())).or_default();
-            *slot = slot.saturating_add(a.count);
-        }
-    }
-
-    /// As `add`, taking the names instead of copying them.
-    pub fn add_owned(&mut self, accounts: Vec<AccountCount>) {
-        for a in accounts {
-            let slot = self.counts.entry((a.user, a.host)).or_default();
-            *slot = slot.saturating_add(a.count);
-        }
-    }
-
-    /// The most frequent `TOP_ACCOUNTS`, ties by name.
-    pub fn into_top(self) -> Vec<AccountCount> {
-        let mut out = self.into_all();
-        out.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| (&a.user, &a.host).cmp(&(&b.user, &b.host))));
-        out.truncate(TOP_ACCOUNTS);
-        out
-    }
-
-    /// Every account, by name: what a rollup keeps, so a later merge
-    /// ranks them as the raw rows would.
-    pub fn into_all(self) -> Vec<AccountCount> {
-        self.counts.into_iter().map(|((user, host), count)| AccountCount { user, host, count }).collect()
-    }
-}
-
 /// The statements a window's probe cost is spread over: the agent's
 /// scaled count where it sampled, else the statements it counted.
 pub fn probed_statements(statements: u64, probes: &sqlbee_proto::v1::ProbeCost) -> u64 {
@@ -268,18 +228,6 @@ mod tests {
         assert_eq!(compare(OrderBy::Total, (1, &a, 0), (2, &b, 0)), Ordering::Less);
         assert_eq!(compare(OrderBy::Count, (2, &a, 0), (1, &a, 0)), Ordering::Greater);
         assert_eq!(compare(OrderBy::Wait, (1, &a, 5), (2, &b, 7)), Ordering::Greater);
-    }
-
-    #[test]
-    fn accounts_keep_the_top() {
-        let mut accounts = MergedAccounts::default();
-        let account = |user: &str, count| AccountCount { user: user.into(), host: "h".into(), count };
-        accounts.add(&(0..12).map(|i| account(&format!("u{i:02}"), i)).collect::<Vec<_>>());
-        accounts.add(&[account("u00", 100)]);
-        let top = accounts.into_top();
-        assert_eq!(top.len(), TOP_ACCOUNTS);
-        assert_eq!((top[0].user.as_str(), top[0].count), ("u00", 100));
-        assert_eq!(top[1].user, "u11");
     }
 
     #[test]

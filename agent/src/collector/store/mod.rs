@@ -10,6 +10,7 @@ pub mod merge;
 pub mod retention;
 pub mod rollup;
 pub mod rollup_pass;
+pub mod senders;
 #[cfg(test)]
 mod shared_tests;
 pub mod sqlite;

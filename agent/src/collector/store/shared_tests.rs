@@ -284,3 +284,56 @@ pub(super) fn long_statements_newest_first_once_and_pruned(store: &dyn Store, ba
     assert_eq!(store.prune(&PruneCutoffs::all(1300)).unwrap().long_statements, 1);
     assert_eq!(read(None, 0).len(), 2);
 }
+
+/// Query tags and trace exemplars merge over windows and instances: counts
+/// per value add, values not listed add to `other`, and the slowest
+/// exemplars come first, each once.
+pub(super) fn tags_and_exemplars_merge_over_windows(store: &dyn Store, batch: MakeBatch) {
+    use sqlbee_proto::v1::{TagCount, TagValue, TraceExemplar};
+    let tagged = |sequence: u64, end: i64, instance: &str, values: &[(&str, u64)], other: u64, slowest: u64| {
+        let mut b = batch(sequence, end, &[(10, 4)]);
+        b.windows[0].instance.as_mut().unwrap().name = instance.into();
+        let d = &mut b.windows[0].digests[0];
+        d.tags = vec![TagCount {
+            key: "controller".into(),
+            values: values.iter().map(|(v, count)| TagValue { value: v.to_string(), count: *count }).collect(),
+            other,
+        }];
+        d.exemplar = Some(TraceExemplar {
+            trace_id: format!("{sequence:032x}"),
+            span_id: format!("{sequence:016x}"),
+            duration_ns: slowest.min(d.max_ns),
+        });
+        b
+    };
+    for b in [
+        tagged(1, 1500, "h:1", &[("orders", 3)], 1, 30),
+        tagged(2, 1600, "h:2", &[("carts", 2), ("orders", 1)], 0, 90),
+        tagged(3, 1700, "h:1", &[("orders", 4)], 0, 60),
+    ] {
+        store.ingest(b.clone(), 2000, content_hash(&b)).unwrap();
+    }
+    let query = |instance: Option<&str>| TopQuery {
+        instance: instance.map(str::to_string),
+        digest: None,
+        schema: None,
+        nested: false,
+        program: None,
+        since_unix_ms: 0,
+        until_unix_ms: i64::MAX,
+        order_by: OrderBy::Total,
+        limit: 10,
+    };
+    let top = store.top(&query(None)).unwrap();
+    let d = &top[0];
+    assert_eq!(d.count, 12);
+    let controller = &d.tags[0];
+    let values: Vec<(&str, u64)> = controller.values.iter().map(|v| (v.value.as_str(), v.count)).collect();
+    assert_eq!((values, controller.other), (vec![("orders", 8), ("carts", 2)], 1));
+    let slowest: Vec<u64> = d.exemplars.iter().map(|e| e.duration_ns).collect();
+    assert_eq!(slowest, [90, 60, 30]);
+    assert_eq!(d.exemplars[0].trace_id, format!("{:032x}", 2));
+    let one = store.top(&query(Some("h:1"))).unwrap();
+    assert_eq!(one[0].tags[0].values[0].count, 7);
+    assert_eq!(one[0].exemplars.len(), 2);
+}

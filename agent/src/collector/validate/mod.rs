@@ -8,6 +8,7 @@
 //! INVALID_ARGUMENT as well.
 mod measures;
 mod path;
+mod tags;
 
 use std::{fmt::Display, time::Duration};
 
@@ -411,6 +412,8 @@ fn digest(at: &Path<'_>, d: &DigestStats) -> Result<(), Invalid> {
         figures(&at.field("stats"), stats, d.count)?;
     }
     accounts(&at.field("accounts"), &d.accounts, d.count)?;
+    tags::tags(&at.field("tags"), &d.tags, d.count)?;
+    tags::exemplar(&at.field("exemplar"), d.exemplar.as_ref(), d.max_ns)?;
     match &d.histogram {
         None if d.count == 0 => Ok(()),
         None => Err(invalid(at.field("histogram"), format!("missing; count is {}", d.count))),
@@ -669,6 +672,39 @@ mod tests {
         let mut b = good();
         b.windows[0].digests = vec![DigestStats::default(); MAX_DIGESTS + 1];
         assert_eq!(field_of(&b), "windows[*].digests");
+    }
+
+    #[test]
+    fn query_tags_and_exemplars_are_bounded_and_within_the_row() {
+        use sqlbee_proto::v1::{TagCount, TagValue, TraceExemplar};
+        let tagged = |values: Vec<(&str, u64)>, other: u64| TagCount {
+            key: "controller".into(),
+            values: values.into_iter().map(|(v, count)| TagValue { value: v.into(), count }).collect(),
+            other,
+        };
+        let mut b = good();
+        b.windows[0].digests[0].tags = vec![tagged(vec![("orders", 2)], 1)];
+        b.windows[0].digests[0].exemplar =
+            Some(TraceExemplar { trace_id: "ab".repeat(16), span_id: "cd".repeat(8), duration_ns: 300 });
+        batch(&b, NOW).unwrap();
+        let mut bad = b.clone();
+        bad.windows[0].digests[0].tags = vec![tagged(vec![("orders", 2)], 2)];
+        assert_eq!(field_of(&bad), "windows[0].digests[0].tags[0]");
+        let mut bad = b.clone();
+        bad.windows[0].digests[0].tags = vec![tagged(vec![("a", 1), ("a", 1)], 0)];
+        assert_eq!(field_of(&bad), "windows[0].digests[0].tags[0].values[1].value");
+        let mut bad = b.clone();
+        bad.windows[0].digests[0].tags = vec![tagged(vec![], 0), tagged(vec![], 0)];
+        assert_eq!(field_of(&bad), "windows[0].digests[0].tags[1].key");
+        let mut bad = b.clone();
+        bad.windows[0].digests[0].tags[0].key = "a key".into();
+        assert_eq!(field_of(&bad), "windows[0].digests[0].tags[0].key");
+        let mut bad = b.clone();
+        bad.windows[0].digests[0].exemplar.as_mut().unwrap().trace_id = "0".repeat(32);
+        assert_eq!(field_of(&bad), "windows[0].digests[0].exemplar.trace_id");
+        let mut bad = b.clone();
+        bad.windows[0].digests[0].exemplar.as_mut().unwrap().duration_ns = 301;
+        assert_eq!(field_of(&bad), "windows[0].digests[0].exemplar.duration_ns");
     }
 
     #[test]

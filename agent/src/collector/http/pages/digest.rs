@@ -63,6 +63,8 @@ pub async fn render(ui: &Ui, view: &View, params: &Params) -> Rendered {
     waits(&mut body, &answer.digests);
     figures(&mut body, &answer.digests);
     accounts(&mut body, &answer.digests);
+    tags(&mut body, &answer.digests);
+    traces(&mut body, &answer.digests);
     instances_on(&mut body, view, &answer.digests);
     Ok((head(format!("Digest {hex}"), instances), body))
 }
@@ -208,6 +210,65 @@ fn accounts(body: &mut String, digests: &[TopDigest]) {
             esc(&user),
             esc(&host),
             html::count(count)
+        );
+    }
+    body.push_str("</tbody></table>");
+}
+
+/// Who sends it, as the applications say in their comments: statements per
+/// query tag value over the digest's rows.
+fn tags(body: &mut String, digests: &[TopDigest]) {
+    let mut by_value: BTreeMap<(String, Option<String>), u64> = BTreeMap::new();
+    for tag in digests.iter().flat_map(|d| &d.tags) {
+        for v in &tag.values {
+            *by_value.entry((tag.key.clone(), Some(v.value.clone()))).or_default() += v.count;
+        }
+        if tag.other > 0 {
+            *by_value.entry((tag.key.clone(), None)).or_default() += tag.other;
+        }
+    }
+    if by_value.is_empty() {
+        return;
+    }
+    let mut sorted: Vec<_> = by_value.into_iter().collect();
+    // By key, then the most frequent value first, values not told apart last.
+    sorted.sort_by(|((ka, va), na), ((kb, vb), nb)| ka.cmp(kb).then(va.is_none().cmp(&vb.is_none())).then(nb.cmp(na)));
+    body.push_str(
+        "<h2>Query tags</h2><table class=\"data\" id=\"tags\"><thead><tr><th>Tag</th><th>Value</th>\
+         <th>Statements</th></tr></thead><tbody>",
+    );
+    for ((key, value), count) in sorted {
+        let value = value.map_or_else(|| "<em>other values</em>".to_string(), |v| esc(&v));
+        let _ = write!(
+            body,
+            "<tr><td>{}</td><td>{value}</td><td class=\"num\">{}</td></tr>",
+            esc(&key),
+            html::count(count)
+        );
+    }
+    body.push_str("</tbody></table>");
+}
+
+/// The slowest statements that carried a trace context: a trace id to look
+/// up in the tracing system.
+fn traces(body: &mut String, digests: &[TopDigest]) {
+    let mut exemplars: Vec<_> = digests.iter().flat_map(|d| &d.exemplars).collect();
+    if exemplars.is_empty() {
+        return;
+    }
+    exemplars.sort_by_key(|e| std::cmp::Reverse(e.duration_ns));
+    exemplars.dedup_by(|a, b| a.trace_id == b.trace_id && a.span_id == b.span_id);
+    body.push_str(
+        "<h2>Slowest traced statements</h2><table class=\"data\" id=\"exemplars\"><thead><tr><th>Trace id</th>\
+         <th>Span id</th><th>Took</th></tr></thead><tbody>",
+    );
+    for e in exemplars.into_iter().take(5) {
+        let _ = write!(
+            body,
+            "<tr><td><code>{}</code></td><td><code>{}</code></td><td class=\"num\">{}</td></tr>",
+            esc(&e.trace_id),
+            esc(&e.span_id),
+            html::duration_ns(e.duration_ns as f64)
         );
     }
     body.push_str("</tbody></table>");

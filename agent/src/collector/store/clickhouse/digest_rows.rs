@@ -5,12 +5,13 @@ use std::collections::BTreeSet;
 
 use prost::Message as _;
 use sqlbee_common::histogram::Histogram;
-use sqlbee_proto::v1::{DigestStats, QueryStats};
+use sqlbee_proto::v1::QueryStats;
 
 use super::http::{Malformed, Rows};
 use crate::collector::store::{
     StoreError,
-    merge::{DigestTotals, MergedAccounts, MergedErrors, MergedWaits},
+    merge::{DigestTotals, MergedErrors, MergedWaits},
+    senders::MergedSenders,
 };
 
 /// A digest row's key in answers: schema, digest and lineage.
@@ -90,7 +91,7 @@ pub(super) struct Merging {
     pub waits: MergedWaits,
     pub errors: MergedErrors,
     pub stats: QueryStats,
-    pub accounts: MergedAccounts,
+    pub senders: MergedSenders,
     /// The newest window's non-empty sample.
     pub sample: Option<(i64, String)>,
     /// The newest window's end.
@@ -169,11 +170,7 @@ impl Merging {
                 QueryStats::decode(full.figures.as_slice()).map_err(|_| StoreError::Corrupt { what: "figures" })?;
             self.stats.merge(&row);
         }
-        if !full.accounts.is_empty() {
-            let holder =
-                DigestStats::decode(full.accounts.as_slice()).map_err(|_| StoreError::Corrupt { what: "accounts" })?;
-            self.accounts.add_owned(holder.accounts);
-        }
+        self.senders.add_stored(&full.accounts).map_err(|_| StoreError::Corrupt { what: "accounts" })?;
         if !full.sample.is_empty() && self.sample.as_ref().is_none_or(|(end, _)| full.sample_end > *end) {
             self.sample = Some((full.sample_end, full.sample));
         }

@@ -78,6 +78,7 @@ pub(super) fn top(db: &Client, query: &TopQuery) -> Result<Vec<TopDigest>, Store
     for (key, m) in ranked {
         let digest = key.digest;
         let t = &m.totals;
+        let senders = m.senders.into_top();
         out.push(TopDigest {
             digest,
             digest_text: texts.get(&digest).cloned().unwrap_or_default(),
@@ -101,7 +102,9 @@ pub(super) fn top(db: &Client, query: &TopQuery) -> Result<Vec<TopDigest>, Store
             error_codes: m.errors.into_counts(|code| messages.remove(&(digest, code)).unwrap_or_default()),
             estimated_count: if m.sampled { m.estimated } else { 0 },
             stats: Some(m.stats),
-            accounts: m.accounts.into_top(),
+            accounts: senders.accounts,
+            tags: senders.tags,
+            exemplars: senders.exemplars,
         });
     }
     Ok(out)

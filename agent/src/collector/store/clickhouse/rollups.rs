@@ -405,7 +405,7 @@ pub(super) fn roll_digests(
         write::digest_arrays(&mut w, &buckets, &codes, &m.waits.into_stats());
         write::rank_figures(&mut w, Some(&m.stats));
         w.col("figures").bytes(&m.stats.encode_to_vec());
-        w.col("accounts").bytes(&crate::collector::store::blob::encode_accounts(&m.accounts.into_all()));
+        w.col("accounts").bytes(&m.senders.into_stored());
         w.col("sample").str(&sample);
         w.end_row();
     }

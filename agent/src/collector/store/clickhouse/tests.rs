@@ -515,6 +515,12 @@ fn plans_merge_sightings_and_list_changes() {
 }
 
 #[test]
+fn tags_and_exemplars_merge_over_windows() {
+    let Some((store, _)) = store("tags") else { return };
+    shared_tests::tags_and_exemplars_merge_over_windows(&store, batch);
+}
+
+#[test]
 fn long_statements_newest_first_once_and_pruned() {
     let Some((store, _)) = store("long") else { return };
     shared_tests::long_statements_newest_first_once_and_pruned(&store, batch);
@@ -600,6 +606,16 @@ fn every_kind_of_row(sequence: u64, end: i64) -> Batch {
         ..Default::default()
     });
     d.accounts = vec![sqlbee_proto::v1::AccountCount { user: "app".into(), host: "10.0.0.%".into(), count: 2 }];
+    d.tags = vec![sqlbee_proto::v1::TagCount {
+        key: "controller".into(),
+        values: vec![sqlbee_proto::v1::TagValue { value: format!("c{}", sequence % 2), count: 1 }],
+        other: 1,
+    }];
+    d.exemplar = Some(sqlbee_proto::v1::TraceExemplar {
+        trace_id: format!("{:032x}", sequence + 1),
+        span_id: format!("{:016x}", sequence + 1),
+        duration_ns: d.max_ns - sequence % 2,
+    });
     d.statement_kind = "SELECT".into();
     d.tables = vec![sqlbee_proto::v1::TableUse { schema: "app".into(), table: "t".into(), write: false }];
     w.plans = vec![sqlbee_proto::v1::Plan {

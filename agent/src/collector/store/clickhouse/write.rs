@@ -447,9 +447,7 @@ impl DataRows {
                 let stats = d.stats.as_ref();
                 rank_figures(digests, stats);
                 digests.col("figures").message(stats);
-                digests
-                    .col("accounts")
-                    .encoded(blob::accounts_len(&d.accounts), |out| blob::encode_accounts_into(&d.accounts, out));
+                digests.col("accounts").encoded(blob::senders_len(d), |out| blob::encode_senders_into(d, out));
                 digests.col("sample").str(&d.sample);
                 digests.end_row();
             }

@@ -5,15 +5,14 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use prost::Message as _;
 use rusqlite::OptionalExtension;
 use sqlbee_common::histogram::Histogram;
-use sqlbee_proto::v1::{
-    CommandCount, DigestStats, InstanceInfo, LockWait, LockWaitRow, QueryStats, TopDigest, TotalsResponse,
-};
+use sqlbee_proto::v1::{CommandCount, InstanceInfo, LockWait, LockWaitRow, QueryStats, TopDigest, TotalsResponse};
 
 use super::{digest_rows, error, i, instance_filter, u};
 use crate::collector::store::{
     LocksQuery, OrderBy, StoreError, TopQuery, TotalsQuery, blob,
-    merge::{self, DigestTotals, MergedAccounts, MergedErrors, MergedWaits},
+    merge::{self, DigestTotals, MergedErrors, MergedWaits},
     rollup,
+    senders::MergedSenders,
 };
 
 /// Per (schema, digest) while merging: totals and the instances it was
@@ -218,7 +217,7 @@ pub(super) fn top(tx: &rusqlite::Transaction<'_>, query: &TopQuery) -> Result<Ve
         let mut waits = MergedWaits::default();
         let mut errors = MergedErrors::default();
         let mut stats = QueryStats::default();
-        let mut accounts = MergedAccounts::default();
+        let mut senders = MergedSenders::default();
         bind(&mut blobs_stmt, &key).map_err(err)?;
         let mut rows = blobs_stmt.raw_query();
         while let Some(row) = rows.next().map_err(err)? {
@@ -233,10 +232,7 @@ pub(super) fn top(tx: &rusqlite::Transaction<'_>, query: &TopQuery) -> Result<Ve
                 stats.merge(&row);
             }
             let blob = row.get_ref(4).map_err(err)?.as_blob().map_err(|e| err(e.into()))?;
-            if !blob.is_empty() {
-                let holder = DigestStats::decode(blob).map_err(|_| StoreError::Corrupt { what: "accounts" })?;
-                accounts.add(&holder.accounts);
-            }
+            senders.add_stored(blob).map_err(|_| StoreError::Corrupt { what: "accounts" })?;
         }
         drop(rows);
         let histogram = preloaded.unwrap_or(histogram);
@@ -260,6 +256,7 @@ pub(super) fn top(tx: &rusqlite::Transaction<'_>, query: &TopQuery) -> Result<Ve
             }
         }
         let t = &m.totals;
+        let senders = senders.into_top();
         out.push(TopDigest {
             digest,
             digest_text,
@@ -283,7 +280,9 @@ pub(super) fn top(tx: &rusqlite::Transaction<'_>, query: &TopQuery) -> Result<Ve
             error_codes: errors.into_counts(|code| messages.remove(&code).unwrap_or_default()),
             estimated_count: if m.sampled { m.estimated } else { 0 },
             stats: Some(stats),
-            accounts: accounts.into_top(),
+            accounts: senders.accounts,
+            tags: senders.tags,
+            exemplars: senders.exemplars,
         });
     }
     Ok(out)

@@ -8,10 +8,10 @@ use std::collections::BTreeMap;
 
 use prost::Message as _;
 use rusqlite::{OptionalExtension, params};
-use sqlbee_proto::v1::{AgentCost, DigestStats, ProbeCost, QueryStats};
+use sqlbee_proto::v1::{AgentCost, ProbeCost, QueryStats};
 
 use super::{costs::AgentCosts, i, u};
-use crate::collector::store::{blob, merge, rollup};
+use crate::collector::store::{blob, merge, rollup, senders::MergedSenders};
 
 /// One digest row as stored raw, blobs encoded as in `digest_windows`.
 pub(super) struct Row<'a> {
@@ -213,18 +213,11 @@ fn merged(stored: Stored, row: &Row<'_>, figures: &[u8]) -> Result<Stored, Rollu
     } else if row.accounts.is_empty() {
         stored.accounts
     } else {
-        let mut counts: BTreeMap<(String, String), u64> = BTreeMap::new();
+        let mut senders = MergedSenders::default();
         for bytes in [stored.accounts.as_slice(), row.accounts] {
-            for a in DigestStats::decode(bytes).map_err(|_| RollupError::Corrupt("accounts"))?.accounts {
-                let slot = counts.entry((a.user, a.host)).or_default();
-                *slot = slot.saturating_add(a.count);
-            }
+            senders.add_stored(bytes).map_err(|_| RollupError::Corrupt("accounts"))?;
         }
-        let accounts = counts
-            .into_iter()
-            .map(|((user, host), count)| sqlbee_proto::v1::AccountCount { user, host, count })
-            .collect::<Vec<_>>();
-        blob::encode_accounts(&accounts)
+        senders.into_stored()
     };
     // The newest window's sample, whatever order windows arrive in.
     let (sample, sample_end) = if !row.sample.is_empty() && row.window_end >= stored.sample_end {

@@ -568,6 +568,23 @@ fn spread_batches(start: i64, count: i64, spacing: i64) -> Vec<Batch> {
             }
             let min = sqlbee_common::histogram::bucket_high(buckets[0].0 as usize) - 1;
             let max = sqlbee_common::histogram::bucket_high(buckets.last().unwrap().0 as usize);
+            // Query tags from a few values, and now and then a traced statement.
+            let orders = next() % (count + 1);
+            let carts = next() % (count - orders + 1);
+            let tags = vec![sqlbee_proto::v1::TagCount {
+                key: "controller".into(),
+                values: [("orders", orders), ("carts", carts)]
+                    .into_iter()
+                    .filter(|(_, n)| *n > 0)
+                    .map(|(value, count)| sqlbee_proto::v1::TagValue { value: value.into(), count })
+                    .collect(),
+                other: (count - orders - carts) / 2,
+            }];
+            let exemplar = (next() % 3 != 0).then(|| sqlbee_proto::v1::TraceExemplar {
+                trace_id: format!("{:016x}{:016x}", next(), next() | 1),
+                span_id: format!("{:016x}", next() | 1),
+                duration_ns: min + next() % (max - min + 1),
+            });
             digests.push(DigestStats {
                 digest,
                 digest_text: format!("SELECT {digest}"),
@@ -581,6 +598,8 @@ fn spread_batches(start: i64, count: i64, spacing: i64) -> Vec<Batch> {
                     buckets: buckets.iter().map(|&(index, count)| Bucket { index, count }).collect(),
                 }),
                 stats: Some(stats),
+                tags,
+                exemplar,
                 ..Default::default()
             });
         }
@@ -886,6 +905,14 @@ fn latest_cost_takes_each_agents_nearest_window() {
 fn plans_merge_sightings_and_list_changes() {
     let (store, dir) = temp_store("plans");
     shared_tests::plans_merge_sightings_and_list_changes(&store, batch);
+    drop(store);
+    std::fs::remove_dir_all(dir).ok();
+}
+
+#[test]
+fn tags_and_exemplars_merge_over_windows() {
+    let (store, dir) = temp_store("tags");
+    shared_tests::tags_and_exemplars_merge_over_windows(&store, batch);
     drop(store);
     std::fs::remove_dir_all(dir).ok();
 }

@@ -196,7 +196,7 @@ pub(super) fn batch(
                     ("cpu_ns", &stats.and_then(|s| s.cpu_ns).map(i)),
                     ("tmp_disk_tables", &stats.and_then(|s| s.tmp_disk_tables).map(i)),
                     ("figures", &stats.map(Message::encode_to_vec).unwrap_or_default()),
-                    ("accounts", &blob::encode_accounts(&d.accounts)),
+                    ("accounts", &blob::encode_senders(d)),
                     ("nested", &d.nested),
                     ("program", &d.program),
                     ("program_kind", &d.program_kind),
@@ -321,7 +321,7 @@ pub(super) fn rollups(tx: &rusqlite::Transaction<'_>, batch: &Batch) -> Result<(
             .map_err(err)?;
         for d in &w.digests {
             let Blobs { histogram, error_codes, waits } = blobs(d);
-            let accounts = blob::encode_accounts(&d.accounts);
+            let accounts = blob::encode_senders(d);
             let row = rollups::Row {
                 window_end: w.window_end_unix_ms,
                 instance,
