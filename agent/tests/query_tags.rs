@@ -13,7 +13,11 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{Agent, PrivateServer, collector::Collector, collector::top_json, privileged, root_conn};
+use common::{
+    Agent, PrivateServer,
+    collector::{Collector, sqlbee_query, top_json},
+    privileged, root_conn,
+};
 use mysql::prelude::Queryable;
 use serde_json::Value;
 
@@ -156,6 +160,29 @@ fn query_tags_are_counted_exactly_per_digest() {
     assert!(controller.len() <= 11, "at most 10 values and the rest: {controller:?}");
     assert_eq!(controller.values().sum::<u64>(), DISTINCT, "{controller:?}");
     assert!(controller.get(&None).is_some_and(|rest| *rest > 0));
+
+    // Grouped by a tag's value over the top digests, the groups add up.
+    let by = sqlbee_query(&[
+        "top",
+        "--by",
+        "tag:controller",
+        "--format",
+        "json",
+        "--since",
+        "all",
+        "--limit",
+        "100",
+        "--collector",
+        &url,
+    ]);
+    assert!(by.status.success(), "{}", String::from_utf8_lossy(&by.stderr));
+    let by: Value = serde_json::from_slice(&by.stdout).unwrap();
+    let groups = by["groups"].as_array().unwrap();
+    let orders_group = groups.iter().find(|g| g["value"] == "orders").unwrap();
+    assert_eq!(orders_group["count"], KERNEL_COUNTED + TRACED, "{by:#}");
+    let grouped: u64 = groups.iter().map(|g| g["count"].as_u64().unwrap()).sum();
+    let total: u64 = digests.as_array().unwrap().iter().map(|d| d["count"].as_u64().unwrap()).sum();
+    assert_eq!(grouped, total, "{by:#}");
 
     // The agent's own lines say the same, summed over its windows.
     let mut from_lines: BTreeMap<Option<String>, u64> = BTreeMap::new();

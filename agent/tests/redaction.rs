@@ -1,6 +1,6 @@
 //! No literal value leaves mysqld by default: passwords in every statement
 //! form, an email and a card number in WHERE clauses, and values quoted by
-//! error messages run through a real server, a real agent and a real
+//! error messages and query tags run through a real server, a real agent and a real
 //! collector. None of them appears in the agent's JSON lines or log, its
 //! state directory (spool, rejected, corrupt), the collector's store files
 //! (WAL included), its log or any query answer, while the statements are still
@@ -109,6 +109,11 @@ fn no_literal_leaves_by_default_and_counts_stay_exact() {
             .query("SELECT id FROM app.people WHERE email = 'ann.secret@example.com' AND card = '4111111111111111'")
             .unwrap();
     }
+    // Query tags whose values are data: counted, never sent as they are.
+    conn.query_drop(
+        "SELECT id FROM app.people WHERE id = 1 /*controller='ann.secret@example.com',route='/cards/4111111111111111'*/",
+    )
+    .unwrap();
     // Errors whose messages quote the values.
     let duplicate = conn.query_drop("INSERT INTO app.people VALUES (2, 'ann.secret@example.com', '1', 1)");
     assert!(duplicate.unwrap_err().to_string().contains("ann.secret@example.com"), "the server quotes the value");
@@ -182,6 +187,9 @@ fn no_literal_leaves_by_default_and_counts_stay_exact() {
     assert_eq!(counts.get(&select_digest), Some(&SELECTS), "{counts:#?}");
     let inserts: u64 = counts.iter().filter(|(t, _)| t.starts_with("INSERT INTO `app`.`people`")).map(|(_, n)| n).sum();
     assert_eq!(inserts, 4, "{counts:#?}");
+    let tagged = out.of_type("digest").find(|d| d["tags"]["route"].is_array()).expect("the tagged statement's row");
+    assert_eq!(tagged["tags"]["controller"][0]["value"], "?", "{tagged}");
+    assert_eq!(tagged["tags"]["route"][0]["value"], "/cards/?", "{tagged}");
     let messages: Vec<&str> = out
         .of_type("digest")
         .filter_map(|d| d["error_messages"].as_object())

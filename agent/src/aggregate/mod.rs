@@ -489,7 +489,7 @@ impl Aggregator {
                 }
                 continue;
             }
-            let tags = self.tag_reader.as_ref().and_then(|r| r.read(&statement.text)).map(Arc::new);
+            let tags = self.tag_reader.as_mut().and_then(|r| r.read(&statement.text)).map(Arc::new);
             if statement.text_hash != 0 {
                 texts.entry(statement.text_hash).or_insert_with(|| KernelText {
                     digest: digest.clone(),

@@ -38,7 +38,7 @@ impl RowTags {
     /// Counts `n` statements carrying `tags`, the slowest of which took
     /// `slowest_ns`.
     pub fn count(&mut self, tags: &QueryTags, n: u64, slowest_ns: u64) {
-        for (key, value) in &tags.tags {
+        for (key, value) in tags.tags.iter() {
             let values = self.keys.entry(key.clone()).or_default();
             if let Some(total) = values.values.get_mut(value) {
                 *total += n;
@@ -51,7 +51,7 @@ impl RowTags {
         if let Some(trace) = &tags.trace
             && self.exemplar.as_ref().is_none_or(|e| slowest_ns > e.duration_ns)
         {
-            self.exemplar = Some(Exemplar { trace: trace.clone(), duration_ns: slowest_ns });
+            self.exemplar = Some(Exemplar { trace: *trace, duration_ns: slowest_ns });
         }
     }
 }
@@ -60,10 +60,10 @@ impl RowTags {
 mod tests {
     use super::*;
 
-    fn tagged(value: &str, trace: Option<&str>) -> QueryTags {
+    fn tagged(value: &str, trace: Option<u8>) -> QueryTags {
         QueryTags {
-            tags: vec![(Arc::from("controller"), Arc::from(value))],
-            trace: trace.map(|t| Trace { trace_id: t.repeat(32), span_id: t.repeat(16) }),
+            tags: Arc::from([(Arc::from("controller"), Arc::from(value))]),
+            trace: trace.map(|t| Trace { trace_id: [t; 16], span_id: [t; 8] }),
         }
     }
 
@@ -83,11 +83,11 @@ mod tests {
     #[test]
     fn the_slowest_traced_statement_is_the_exemplar() {
         let mut row = RowTags::default();
-        row.count(&tagged("a", Some("1")), 1, 50);
-        row.count(&tagged("a", Some("2")), 1, 90);
-        row.count(&tagged("a", Some("3")), 1, 70);
+        row.count(&tagged("a", Some(1)), 1, 50);
+        row.count(&tagged("a", Some(2)), 1, 90);
+        row.count(&tagged("a", Some(3)), 1, 70);
         row.count(&tagged("a", None), 1, 1_000);
         let exemplar = row.exemplar.unwrap();
-        assert_eq!((exemplar.trace.trace_id.as_str(), exemplar.duration_ns), ("2".repeat(32).as_str(), 90));
+        assert_eq!((exemplar.trace.trace_hex(), exemplar.duration_ns), ("02".repeat(16), 90));
     }
 }

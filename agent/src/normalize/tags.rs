@@ -17,9 +17,12 @@
 //! does any run of four or more digits and any long token of letters and
 //! digits (an id, a session key) within it.
 //!
-//! Pure and bounded: one pass over the text, and a text with no `/*` costs
-//! one `memmem` search.
-use std::sync::Arc;
+//! Bounded: one pass over the text, and a text with no `/*` costs one
+//! `memchr` search. Frameworks write the same few comments over and over,
+//! so what a comment's pairs are is remembered (`CACHE_ENTRIES`), keyed by
+//! the comment with its `traceparent` value left out: a traced statement
+//! costs the scan, a hash and the trace's hex, not a parse.
+use std::{collections::HashMap, sync::Arc};
 
 use super::redact::Samples;
 
@@ -35,21 +38,41 @@ pub const MAX_VALUE_LEN: usize = 128;
 const LONG_NUMBER: usize = 4;
 /// Tokens of letters and digits at least this long, with both, are ids.
 const LONG_TOKEN: usize = 16;
+/// Distinct comments whose pairs are remembered; past it, they start over.
+const CACHE_ENTRIES: usize = 4096;
+const TRACEPARENT: &[u8] = b"traceparent='";
 
-/// A W3C trace context, as `traceparent` carries it: lower-case hex.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// A W3C trace context, as `traceparent` carries it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Trace {
-    /// 32 hex digits, not all zero.
-    pub trace_id: String,
-    /// 16 hex digits.
-    pub span_id: String,
+    /// Not all zero.
+    pub trace_id: [u8; 16],
+    pub span_id: [u8; 8],
 }
 
-/// The tags of one statement text: kept keys with their (redacted) values,
-/// in the comment's order, and its trace context.
+impl Trace {
+    /// 32 lower-case hex digits.
+    pub fn trace_hex(&self) -> String {
+        hex(&self.trace_id)
+    }
+
+    /// 16 lower-case hex digits.
+    pub fn span_hex(&self) -> String {
+        hex(&self.span_id)
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Kept keys with their (redacted) values, in the comments' order.
+pub type Tags = Arc<[(Arc<str>, Arc<str>)]>;
+
+/// The tags of one statement text and its trace context.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct QueryTags {
-    pub tags: Vec<(Arc<str>, Arc<str>)>,
+    pub tags: Tags,
     pub trace: Option<Trace>,
 }
 
@@ -58,38 +81,92 @@ pub struct QueryTags {
 pub struct TagReader {
     keys: Vec<Arc<str>>,
     raw: bool,
+    /// A comment's kept pairs by its hash (its trace value left out);
+    /// None: not a tag list.
+    cache: HashMap<u64, Option<Tags>>,
 }
 
 impl TagReader {
     /// `keys` are matched without regard to case.
     pub fn new(keys: &[String], samples: Samples) -> Self {
         let keys = keys.iter().map(|k| Arc::from(k.trim().to_ascii_lowercase())).collect();
-        Self { keys, raw: samples == Samples::Raw }
+        Self { keys, raw: samples == Samples::Raw, cache: HashMap::new() }
     }
 
     /// The tags and trace context in `text`'s comments; None when there are
     /// none (most statements: one search for `/*`).
-    pub fn read(&self, text: &[u8]) -> Option<QueryTags> {
-        memchr::memmem::find(text, b"/*")?;
-        let mut found = QueryTags::default();
-        for comment in comments(text) {
-            let Ok(comment) = std::str::from_utf8(comment) else { continue };
-            let Some(pairs) = pairs(comment) else { continue };
-            for (key, value) in pairs {
-                if key.eq_ignore_ascii_case("traceparent") {
-                    found.trace = trace(&value).or(found.trace);
-                    continue;
+    pub fn read(&mut self, text: &[u8]) -> Option<QueryTags> {
+        if !memchr::memchr_iter(b'/', text).any(|i| text.get(i + 1) == Some(&b'*')) {
+            return None;
+        }
+        let mut found: Option<Tags> = None;
+        let mut trace = None;
+        let mut tagged = false;
+        for body in comments(text) {
+            let (key, trace_here) = fingerprint(body);
+            let pairs = match key.and_then(|k| self.cache.get(&k)) {
+                Some(known) => known.clone(),
+                None => {
+                    let parsed = self.parse(body);
+                    if let Some(key) = key {
+                        if self.cache.len() >= CACHE_ENTRIES {
+                            self.cache.clear();
+                        }
+                        self.cache.insert(key, parsed.clone());
+                    }
+                    parsed
                 }
-                let Some(kept) = self.keys.iter().find(|k| k.eq_ignore_ascii_case(&key)) else { continue };
-                let value: Arc<str> = Arc::from(if self.raw { cut(&value) } else { redact(&value) });
-                match found.tags.iter_mut().find(|(k, _)| k == kept) {
-                    Some(slot) => slot.1 = value,
-                    None => found.tags.push((kept.clone(), value)),
-                }
+            };
+            let Some(pairs) = pairs else { continue };
+            tagged = true;
+            trace = trace_here.or(trace);
+            found = Some(match found {
+                None => pairs,
+                Some(before) => merge(&before, &pairs),
+            });
+        }
+        let tags = found.unwrap_or_else(|| Arc::from([]));
+        (tagged && (!tags.is_empty() || trace.is_some())).then_some(QueryTags { tags, trace })
+    }
+
+    /// A comment's kept pairs, redacted; None when it is not a tag list.
+    fn parse(&self, body: &[u8]) -> Option<Tags> {
+        let pairs = pairs(std::str::from_utf8(body).ok()?)?;
+        let mut kept: Vec<(Arc<str>, Arc<str>)> = Vec::new();
+        for (key, value) in pairs {
+            let Some(key) = self.keys.iter().find(|k| k.eq_ignore_ascii_case(&key)) else { continue };
+            let value: Arc<str> = Arc::from(if self.raw { cut(&value) } else { redact(&value) });
+            match kept.iter_mut().find(|(k, _)| k == key) {
+                Some(slot) => slot.1 = value,
+                None => kept.push((key.clone(), value)),
             }
         }
-        (!found.tags.is_empty() || found.trace.is_some()).then_some(found)
+        Some(kept.into())
     }
+}
+
+/// Pairs of two comments, the later one's value winning for a key both name.
+fn merge(before: &Tags, later: &Tags) -> Tags {
+    let mut out: Vec<(Arc<str>, Arc<str>)> =
+        before.iter().filter(|(k, _)| !later.iter().any(|(l, _)| l == k)).cloned().collect();
+    out.extend(later.iter().cloned());
+    out.into()
+}
+
+/// A comment's cache key (its hash with the `traceparent` value left out;
+/// None when that value is not plain hex and dashes, which could parse
+/// otherwise) and its trace context.
+fn fingerprint(body: &[u8]) -> (Option<u64>, Option<Trace>) {
+    use xxhash_rust::xxh3::xxh3_64;
+    let Some(at) = memchr::memmem::find(body, TRACEPARENT) else { return (Some(xxh3_64(body)), None) };
+    let start = at + TRACEPARENT.len();
+    let Some(len) = memchr::memchr(b'\'', &body[start..]) else { return (None, None) };
+    let value = &body[start..start + len];
+    if !value.iter().all(|b| b.is_ascii_hexdigit() || *b == b'-') {
+        return (None, None);
+    }
+    let key = xxh3_64(&body[..start]) ^ xxh3_64(&body[start + len..]).rotate_left(1);
+    (Some(key), std::str::from_utf8(value).ok().and_then(trace))
 }
 
 /// The bodies of `text`'s plain block comments, skipping quoted strings,
@@ -266,7 +343,19 @@ fn trace(value: &str) -> Option<Trace> {
         && hex(flags, 2)
         && trace_id.bytes().any(|b| b != b'0')
         && span_id.bytes().any(|b| b != b'0');
-    valid.then(|| Trace { trace_id: trace_id.to_ascii_lowercase(), span_id: span_id.to_ascii_lowercase() })
+    if !valid {
+        return None;
+    }
+    let mut trace = Trace { trace_id: [0; 16], span_id: [0; 8] };
+    for (out, pair) in trace
+        .trace_id
+        .iter_mut()
+        .chain(trace.span_id.iter_mut())
+        .zip(trace_id.as_bytes().chunks(2).chain(span_id.as_bytes().chunks(2)))
+    {
+        *out = u8::from_str_radix(std::str::from_utf8(pair).ok()?, 16).ok()?;
+    }
+    Some(trace)
 }
 
 /// `value` cut to `MAX_VALUE_LEN` bytes, control characters dropped.
@@ -353,8 +442,18 @@ mod tests {
             ]
         );
         let trace = found.trace.unwrap();
-        assert_eq!(trace.trace_id, "5bd66ef5095369c7b0d1f8f4bd33716a");
-        assert_eq!(trace.span_id, "c532cb4098ac3dd2");
+        assert_eq!(trace.trace_hex(), "5bd66ef5095369c7b0d1f8f4bd33716a");
+        assert_eq!(trace.span_hex(), "c532cb4098ac3dd2");
+        // The same comment with another trace: the remembered pairs, the new trace.
+        let mut reader = reader();
+        let other = text.replace("5bd66ef5095369c7b0d1f8f4bd33716a", "0af7651916cd43dd8448eb211c80319c");
+        assert_eq!(reader.read(text.as_bytes()).unwrap().tags, found.tags);
+        let again = reader.read(other.as_bytes()).unwrap();
+        assert_eq!(
+            (again.tags, again.trace.unwrap().trace_hex()),
+            (found.tags, "0af7651916cd43dd8448eb211c80319c".into())
+        );
+        assert_eq!(reader.cache.len(), 1);
     }
 
     #[test]
@@ -383,7 +482,7 @@ mod tests {
             .read(b"SELECT 1 /*user_id='7',traceparent='00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01'*/")
             .unwrap();
         assert!(found.tags.is_empty());
-        assert_eq!(found.trace.unwrap().trace_id, "0af7651916cd43dd8448eb211c80319c");
+        assert_eq!(found.trace.unwrap().trace_hex(), "0af7651916cd43dd8448eb211c80319c");
         let zero = "SELECT 1 /*traceparent='00-00000000000000000000000000000000-b7ad6b7169203331-01'*/";
         assert!(reader().read(zero.as_bytes()).is_none(), "an all-zero trace id is invalid");
     }
@@ -396,7 +495,7 @@ mod tests {
         assert_eq!(redact("orders-123"), "orders-123");
         assert_eq!(redact("session-9f8e7d6c5b4a39281706"), "session-?");
         assert_eq!(tags("SELECT 1 /*controller='ann%40example.com'*/"), [pair("controller", "?")]);
-        let raw = TagReader::new(&["controller".into()], Samples::Raw);
+        let mut raw = TagReader::new(&["controller".into()], Samples::Raw);
         let found = raw.read(b"SELECT 1 /*controller='ann%40example.com'*/").unwrap();
         assert_eq!(&*found.tags[0].1, "ann@example.com", "raw samples keep tag values");
     }

@@ -214,11 +214,10 @@ fn add_tags(line: &mut Value, d: &DigestRow) {
         })
         .collect();
     object.insert("tags".into(), Value::Object(tags));
-    let exemplar = d
-        .tags
-        .exemplar
-        .as_ref()
-        .map(|e| json!({"trace_id": e.trace.trace_id, "span_id": e.trace.span_id, "duration_ns": e.duration_ns}));
+    let exemplar =
+        d.tags.exemplar.as_ref().map(
+            |e| json!({"trace_id": e.trace.trace_hex(), "span_id": e.trace.span_hex(), "duration_ns": e.duration_ns}),
+        );
     object.insert("exemplar".into(), exemplar.unwrap_or(Value::Null));
 }
 

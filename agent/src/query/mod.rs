@@ -4,6 +4,7 @@
 //! wire types; `render` prints. This module parses flags and makes one call.
 mod cells;
 pub mod render;
+pub mod render_by;
 pub mod render_cost;
 pub mod render_series;
 
@@ -83,8 +84,20 @@ pub struct TopArgs {
     /// Digests to show (1..=10000).
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub limit: u32,
+    /// Group the top digests' statements by a query tag's values
+    /// (`tag:controller`): per value, its statements and digests.
+    #[arg(long, value_name = "tag:KEY", value_parser = tag_key)]
+    pub by: Option<String>,
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
+}
+
+/// `tag:KEY` -> KEY.
+fn tag_key(value: &str) -> Result<String, String> {
+    match value.strip_prefix("tag:") {
+        Some(key) if !key.is_empty() => Ok(key.to_string()),
+        _ => Err(format!("{value:?}: expected tag:KEY, as `--by tag:controller`")),
+    }
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -351,6 +364,13 @@ pub fn top(args: TopArgs) -> Result<(), QueryError> {
     };
     let answer = call(&args.connect, "Top", |mut client| async move { client.top(request).await })?;
     let mut out = std::io::stdout().lock();
+    if let Some(key) = &args.by {
+        return match args.format {
+            Format::Json => render::write_json(&mut out, &render_by::json(&answer.digests, key)),
+            Format::Table => render_by::write_table(&mut out, &answer.digests, key),
+        }
+        .map_err(|source| QueryError::Output { source });
+    }
     match args.format {
         Format::Json => render::write_json(
             &mut out,

@@ -151,8 +151,8 @@ fn tags(d: &DigestRow) -> Vec<TagCount> {
 
 fn exemplar(d: &DigestRow) -> Option<TraceExemplar> {
     d.tags.exemplar.as_ref().map(|e| TraceExemplar {
-        trace_id: e.trace.trace_id.clone(),
-        span_id: e.trace.span_id.clone(),
+        trace_id: e.trace.trace_hex(),
+        span_id: e.trace.span_hex(),
         duration_ns: e.duration_ns,
     })
 }
