@@ -33,6 +33,8 @@ fn main() -> anyhow::Result<()> {
         #[cfg(feature = "collector")]
         Role::Top(args) => query::top(args).context("top failed")?,
         #[cfg(feature = "collector")]
+        Role::Diff(args) => query::diff(args).context("diff failed")?,
+        #[cfg(feature = "collector")]
         Role::Series(args) => query::series(args).context("series failed")?,
         #[cfg(feature = "collector")]
         Role::Instances(args) => query::instances(args).context("instances failed")?,

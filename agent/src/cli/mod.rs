@@ -30,6 +30,10 @@ pub enum Role {
     /// The slowest digests across the fleet, from a collector.
     #[cfg(feature = "collector")]
     Top(crate::query::TopArgs),
+    /// Two time ranges side by side: which digests regressed, improved,
+    /// appeared or went, judged from the exact latency histograms.
+    #[cfg(feature = "collector")]
+    Diff(crate::query::DiffArgs),
     /// One digest's, the instances' or the agents' cost over time, step by step.
     #[cfg(feature = "collector")]
     Series(crate::query::SeriesArgs),

@@ -6,14 +6,15 @@ mod cells;
 pub mod render;
 pub mod render_by;
 pub mod render_cost;
+pub mod render_diff;
 pub mod render_series;
 
 use std::{path::PathBuf, time::Duration};
 
 use clap::builder::PossibleValuesParser;
 use sqlbee_proto::v1::{
-    ActivityRequest, HostsRequest, InstancesRequest, LocksRequest, LongStatementsRequest, PlansRequest, SeriesRequest,
-    TablesRequest, TopRequest,
+    ActivityRequest, DiffRequest, HostsRequest, InstancesRequest, LocksRequest, LongStatementsRequest, PlansRequest,
+    SeriesRequest, TablesRequest, TopRequest,
 };
 use tonic::{Code, Status};
 
@@ -98,6 +99,42 @@ fn tag_key(value: &str) -> Result<String, String> {
         Some(key) if !key.is_empty() => Ok(key.to_string()),
         _ => Err(format!("{value:?}: expected tag:KEY, as `--by tag:controller`")),
     }
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct DiffArgs {
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+    /// The first range, `FROM..TO`, each end as `top --since` and
+    /// `--until` take it (`25h..24h`, `1764300000000..now`). Default: the
+    /// same hour a day before `--after`'s.
+    #[arg(long, value_name = "FROM..TO")]
+    pub before: Option<String>,
+    /// The second range. Default: the last hour (`1h..now`).
+    #[arg(long, value_name = "FROM..TO", default_value = "1h..now")]
+    pub after: String,
+    /// Only this server instance (host:port).
+    #[arg(long)]
+    pub instance: Option<String>,
+    /// Only statements that ran in this schema.
+    #[arg(long)]
+    pub schema: Option<String>,
+    /// Smallest change of mean latency that counts as a regression or an
+    /// improvement, in percent.
+    #[arg(long, default_value_t = 20.0)]
+    pub min_change: f64,
+    /// Smallest change of mean latency per statement that counts, in
+    /// microseconds.
+    #[arg(long, default_value_t = 100)]
+    pub min_delta_us: u64,
+    /// Fewest statements on each side to judge a digest at all.
+    #[arg(long, default_value_t = 30)]
+    pub min_statements: u64,
+    /// Digests to list, largest change in total time first (1..=10000).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub limit: u32,
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -261,6 +298,8 @@ pub enum QueryError {
     Since(#[from] duration::DurationError),
     #[error("--digest: {0:?} is not a digest id (16 hex digits, as `sqlbee top` prints it)")]
     Digest(String),
+    #[error("{what} {value:?}: expected FROM..TO, as `--after 1h..now` or `--before 25h..24h`")]
+    Range { what: &'static str, value: String },
     #[error("--of digest needs --digest")]
     NoDigest,
     #[error("--min-duration {value}: {source}")]
@@ -383,6 +422,43 @@ pub fn top(args: TopArgs) -> Result<(), QueryError> {
         Format::Table => render::write_top_table(&mut out, &answer.digests)
             .and_then(|()| render_cost::write_costs(&mut out, &answer.costs))
             .and_then(|()| render_cost::write_quotas(&mut out, &answer.quotas)),
+    }
+    .map_err(|source| QueryError::Output { source })
+}
+
+/// `FROM..TO` as the wire's (since, until); `what` names the flag.
+fn range_unix_ms(range: &str, what: &'static str) -> Result<(i64, i64), QueryError> {
+    let (from, to) = range.split_once("..").ok_or_else(|| QueryError::Range { what, value: range.to_string() })?;
+    Ok((since_unix_ms(from)?, until_unix_ms(to)?))
+}
+
+pub fn diff(args: DiffArgs) -> Result<(), QueryError> {
+    let (after_since, after_until) = range_unix_ms(&args.after, "--after")?;
+    let (before_since, before_until) = match &args.before {
+        Some(range) => range_unix_ms(range, "--before")?,
+        None => {
+            const DAY_MS: i64 = 86_400_000;
+            let end = if after_until == 0 { now_unix_ms() } else { after_until };
+            (after_since - DAY_MS, end - DAY_MS)
+        }
+    };
+    let request = DiffRequest {
+        instance: args.instance.clone().unwrap_or_default(),
+        schema: args.schema.clone().unwrap_or_default(),
+        before_since_unix_ms: before_since,
+        before_until_unix_ms: before_until,
+        after_since_unix_ms: after_since,
+        after_until_unix_ms: after_until,
+        limit: args.limit,
+        min_change: args.min_change / 100.0,
+        min_delta_ns: args.min_delta_us.saturating_mul(1000).max(1),
+        min_statements: args.min_statements.max(1),
+    };
+    let answer = call(&args.connect, "Diff", |mut client| async move { client.diff(request).await })?;
+    let mut out = std::io::stdout().lock();
+    match args.format {
+        Format::Json => render::write_json(&mut out, &json::diff_json(&answer.digests)),
+        Format::Table => render_diff::write_table(&mut out, &answer.digests),
     }
     .map_err(|source| QueryError::Output { source })
 }

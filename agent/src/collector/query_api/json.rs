@@ -5,8 +5,9 @@
 use serde_json::{Map, Value, json};
 use sqlbee_common::clock;
 use sqlbee_proto::v1::{
-    ActivityResponse, AgentQuota, AgentWindowRow, CostSummary, InstanceCost, InstanceInfo, LiveConnection, LockWaitRow,
-    LongStatementRow, PlansResponse, ProcessMetrics, QueryStats, SeriesResponse, TablesResponse, TagCount, TopDigest,
+    ActivityResponse, AgentQuota, AgentWindowRow, CostSummary, DiffSide, DigestChange, InstanceCost, InstanceInfo,
+    LiveConnection, LockWaitRow, LongStatementRow, PlansResponse, ProcessMetrics, QueryStats, SeriesResponse,
+    TablesResponse, TagCount, TopDigest,
 };
 
 /// An RFC 3339 time for ms since the epoch; `-` for none.
@@ -60,6 +61,37 @@ pub fn top_json(digests: &[TopDigest]) -> Value {
             })
             .collect(),
     )
+}
+
+/// `sqlbee diff`'s answer: `{"digests": [...]}`, each with both sides
+/// (null where the digest did not run), its status and the evidence.
+pub fn diff_json(digests: &[DigestChange]) -> Value {
+    let side = |s: Option<&DiffSide>| {
+        s.map(|s| {
+            json!({
+                "count": s.count,
+                "sum_ns": s.sum_ns,
+                "p50_ns": s.p50_ns,
+                "p95_ns": s.p95_ns,
+                "p99_ns": s.p99_ns,
+                "rows_examined": s.rows_examined,
+                "cpu_ns": s.cpu_ns,
+                "range_ms": s.range_ms,
+            })
+        })
+    };
+    json!({
+        "digests": digests.iter().map(|d| json!({
+            "digest": format!("{:016x}", d.digest),
+            "schema": d.schema,
+            "digest_text": d.digest_text,
+            "before": side(d.before.as_ref()),
+            "after": side(d.after.as_ref()),
+            "status": d.status,
+            "evidence": d.evidence,
+            "p_value": d.p_value,
+        })).collect::<Vec<_>>(),
+    })
 }
 
 /// Query tags by key: each listed value with its count, most frequent

@@ -1,6 +1,7 @@
 //! The Query service: checks the request, asks the store on the blocking
 //! pool. Owns the request defaults and limits (limit 20 digests or 100 lock
 //! waits, at most 10 000).
+mod diff;
 mod findings;
 pub mod json;
 pub mod remote;
@@ -10,10 +11,10 @@ use std::sync::Arc;
 
 use sqlbee_common::clock::now_unix_ms;
 use sqlbee_proto::v1::{
-    ActivityRequest, ActivityResponse, HostsRequest, HostsResponse, InstancesRequest, InstancesResponse, LocksRequest,
-    LocksResponse, LongStatementsRequest, LongStatementsResponse, PlansRequest, PlansResponse, SeriesRequest,
-    SeriesResponse, TablesRequest, TablesResponse, TopRequest, TopResponse, TotalsRequest, TotalsResponse,
-    query_server::Query,
+    ActivityRequest, ActivityResponse, DiffRequest, DiffResponse, HostsRequest, HostsResponse, InstancesRequest,
+    InstancesResponse, LocksRequest, LocksResponse, LongStatementsRequest, LongStatementsResponse, PlansRequest,
+    PlansResponse, SeriesRequest, SeriesResponse, TablesRequest, TablesResponse, TopRequest, TopResponse,
+    TotalsRequest, TotalsResponse, query_server::Query,
 };
 use tonic::{Request, Response, Status};
 
@@ -222,8 +223,56 @@ impl Query for QueryService {
             move || store.top(&query)
         })
         .await?;
+        let mut digests = digests;
+        // Histograms are for the collector's own comparisons (Diff).
+        digests.iter_mut().for_each(|d| d.histogram = None);
         let costs = blocking(move || store.costs(&costs_query)).await?;
         Ok(Response::new(TopResponse { digests, costs, quotas: self.quotas.report(now_unix_ms()) }))
+    }
+
+    async fn diff(&self, request: Request<DiffRequest>) -> Result<Response<DiffResponse>, Status> {
+        let request = request.into_inner();
+        let range = |since_ms: i64, until_ms: i64, side: &str| -> Result<(i64, i64), Status> {
+            let since_ms = since(since_ms).map_err(|e| Status::invalid_argument(format!("{side}: {}", e.message())))?;
+            let until_ms =
+                until(until_ms, since_ms).map_err(|e| Status::invalid_argument(format!("{side}: {}", e.message())))?;
+            Ok((since_ms, until_ms))
+        };
+        let before = range(request.before_since_unix_ms, request.before_until_unix_ms, "before")?;
+        let after = range(request.after_since_unix_ms, request.after_until_unix_ms, "after")?;
+        let limit = limit(request.limit, diff::DEFAULT_LIMIT)?;
+        let defaults = diff::Thresholds::default();
+        if !(request.min_change.is_finite() && request.min_change >= 0.0) {
+            return Err(Status::invalid_argument(format!("min_change: {} is not a ratio >= 0", request.min_change)));
+        }
+        let thresholds = diff::Thresholds {
+            min_change: if request.min_change > 0.0 { request.min_change } else { defaults.min_change },
+            min_delta_ns: if request.min_delta_ns > 0 { request.min_delta_ns } else { defaults.min_delta_ns },
+            min_statements: if request.min_statements > 0 { request.min_statements } else { defaults.min_statements },
+        };
+        let query = |(since_unix_ms, until_unix_ms): (i64, i64)| TopQuery {
+            instance: non_empty(request.instance.clone()),
+            digest: None,
+            schema: non_empty(request.schema.clone()),
+            nested: false,
+            program: None,
+            since_unix_ms,
+            until_unix_ms,
+            order_by: OrderBy::Total,
+            limit: MAX_LIMIT,
+        };
+        let (before_query, after_query) = (query(before), query(after));
+        let now = now_unix_ms();
+        let length = |(since_ms, until_ms): (i64, i64)| until_ms.min(now) - since_ms.max(0);
+        let ranges_ms = (length(before), length(after));
+        let store = self.store.clone();
+        let digests = blocking(move || {
+            let before = store.top(&before_query)?;
+            let after = store.top(&after_query)?;
+            Ok(diff::compare(&before, &after, ranges_ms, thresholds))
+        })
+        .await?;
+        Ok(Response::new(DiffResponse { digests: digests.into_iter().take(limit).collect() }))
     }
 
     async fn instances(&self, _request: Request<InstancesRequest>) -> Result<Response<InstancesResponse>, Status> {

@@ -129,6 +129,14 @@ impl MergedErrors {
     }
 }
 
+/// A merged histogram as the wire carries it.
+pub fn wire_histogram(h: &Histogram) -> sqlbee_proto::v1::Histogram {
+    sqlbee_proto::v1::Histogram {
+        scheme: sqlbee_common::histogram::SCHEME,
+        buckets: h.buckets().map(|(index, count)| sqlbee_proto::v1::Bucket { index: index as u32, count }).collect(),
+    }
+}
+
 /// The statements a window's probe cost is spread over: the agent's
 /// scaled count where it sampled, else the statements it counted.
 pub fn probed_statements(statements: u64, probes: &sqlbee_proto::v1::ProbeCost) -> u64 {

@@ -105,6 +105,7 @@ pub(super) fn top(db: &Client, query: &TopQuery) -> Result<Vec<TopDigest>, Store
             accounts: senders.accounts,
             tags: senders.tags,
             exemplars: senders.exemplars,
+            histogram: Some(merge::wire_histogram(&m.histogram)),
         });
     }
     Ok(out)

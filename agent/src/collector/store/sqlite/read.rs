@@ -283,6 +283,7 @@ pub(super) fn top(tx: &rusqlite::Transaction<'_>, query: &TopQuery) -> Result<Ve
             accounts: senders.accounts,
             tags: senders.tags,
             exemplars: senders.exemplars,
+            histogram: Some(merge::wire_histogram(&histogram)),
         });
     }
     Ok(out)
