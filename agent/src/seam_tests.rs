@@ -120,7 +120,7 @@ async fn the_digest_page_shows_every_figure_summed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_page_renders_whole() {
     let f = filled("every", workload());
-    for path in ["/", "/top", "/top?order=p99", "/locks", "/hosts", "/cost"] {
+    for path in ["/", "/top", "/top?order=p99", "/locks", "/hosts", "/cost", "/compare", "/compare?shift=1h"] {
         let html = page(&f.ui, path).await;
         assert!(html.contains("</main>") && html.contains("</html>"), "{path} rendered whole: {html}");
     }

@@ -130,8 +130,24 @@ fn a_dropped_index_is_a_regression_and_nothing_else_is() {
     assert_eq!(find(new_text)["status"], "new");
     assert_eq!(find("SELECT ID FROM `app`.`items` WHERE ID = ?")["status"], "gone");
     let statuses: Vec<&str> = digests.iter().map(|d| d["status"].as_str().unwrap()).collect();
-    assert_eq!(statuses.iter().filter(|s| **s == "regressed").count(), 1, "only the digest that lost its index: {answer:#}");
+    assert_eq!(
+        statuses.iter().filter(|s| **s == "regressed").count(),
+        1,
+        "only the digest that lost its index: {answer:#}"
+    );
     assert_eq!(digests[0]["digest_text"], key_text, "the largest change in total time first");
+
+    // The web UI's /api/diff answers the same, and its compare page shows it.
+    let get = |path: String| {
+        ureq::get(format!("{}{path}", collector.ui)).call().unwrap().body_mut().read_to_string().unwrap()
+    };
+    let range = format!("since={split}&until={until}&before={before_start}..{split}");
+    let api: Value = serde_json::from_str(&get(format!("api/diff?{range}&limit=1000"))).unwrap();
+    assert_eq!(api, answer, "/api/diff and sqlbee diff agree");
+    let page = get(format!("compare?{range}"));
+    let regressed_id = regressed["digest"].as_str().unwrap();
+    assert!(page.contains(&format!("data-digest=\"{regressed_id}\" data-status=\"regressed\"")), "{page}");
+    assert_eq!(page.matches("data-status=\"regressed\"").count(), 1, "{page}");
 
     // Each side is what `top` says for its range, digest by digest.
     for (side, since, until) in [("before", before_start, split), ("after", split, until)] {

@@ -132,6 +132,13 @@ pub async fn answer(ui: &Ui, path: &str, params: &Params, now: i64) -> Option<Re
                     .await?;
                 shape::long_statements_json(&answer.statements)
             }
+            "/api/diff" => {
+                let view = super::params::View { range, instance: (!instance.is_empty()).then_some(instance) };
+                let (before, _) = super::pages::compare::before_range(params, &view)?;
+                let limit = number(params, "limit")?;
+                let answer = ui.diff(super::pages::compare::request(&view, before, limit)).await?;
+                shape::diff_json(&answer.digests)
+            }
             "/api/tables" => {
                 let answer = ui
                     .tables(TablesRequest {

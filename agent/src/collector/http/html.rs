@@ -143,17 +143,19 @@ pub enum Nav {
     Locks,
     Plans,
     Tables,
+    Compare,
     Activity,
     Hosts,
     Cost,
     Login,
 }
 
-const NAV: [(Nav, &str, &str); 8] = [
+const NAV: [(Nav, &str, &str); 9] = [
     (Nav::Fleet, "/", "Fleet"),
     (Nav::Activity, "/activity", "Activity"),
     (Nav::Top, "/top", "Top digests"),
     (Nav::Locks, "/locks", "Lock waits"),
+    (Nav::Compare, "/compare", "Compare"),
     (Nav::Tables, "/tables", "Tables"),
     (Nav::Plans, "/plans", "Plan changes"),
     (Nav::Hosts, "/hosts", "Hosts"),

@@ -23,10 +23,10 @@ mod throttle;
 use std::sync::Arc;
 
 use sqlbee_proto::v1::{
-    ActivityRequest, ActivityResponse, HostsRequest, HostsResponse, InstanceInfo, InstancesRequest, LocksRequest,
-    LocksResponse, LongStatementsRequest, LongStatementsResponse, PlansRequest, PlansResponse, SeriesRequest,
-    SeriesResponse, TablesRequest, TablesResponse, TopRequest, TopResponse, TotalsRequest, TotalsResponse,
-    query_server::Query,
+    ActivityRequest, ActivityResponse, DiffRequest, DiffResponse, HostsRequest, HostsResponse, InstanceInfo,
+    InstancesRequest, LocksRequest, LocksResponse, LongStatementsRequest, LongStatementsResponse, PlansRequest,
+    PlansResponse, SeriesRequest, SeriesResponse, TablesRequest, TablesResponse, TopRequest, TopResponse,
+    TotalsRequest, TotalsResponse, query_server::Query,
 };
 use tokio::sync::Semaphore;
 use tonic::{Request, Status};
@@ -122,6 +122,10 @@ impl Ui {
 
     async fn activity(&self, request: ActivityRequest) -> Result<ActivityResponse, Status> {
         self.ask(self.query.activity(Request::new(request))).await
+    }
+
+    async fn diff(&self, request: DiffRequest) -> Result<DiffResponse, Status> {
+        self.ask(self.query.diff(Request::new(request))).await
     }
 
     async fn tables(&self, request: TablesRequest) -> Result<TablesResponse, Status> {

@@ -1,6 +1,7 @@
 //! One module per page. Each asks the Query service for what it shows and
 //! returns the page's HTML; none holds state between requests.
 mod activity;
+pub(super) mod compare;
 mod cost;
 mod digest;
 mod fleet;
@@ -42,6 +43,7 @@ pub async fn render(
         "/locks" => locks::render(ui, view).await,
         "/plans" => plans::render(ui, view).await,
         "/tables" => tables::render(ui, view).await,
+        "/compare" => compare::render(ui, view, params).await,
         "/activity" => activity::render(ui, view).await,
         "/hosts" => hosts::render(ui, view, now).await,
         "/cost" => cost::render(ui, view).await,
