@@ -504,12 +504,23 @@ fn encode_window(
                 });
             }
         }
-        let labels = |t: &Top<'_>| -> [(&'static str, String); 4] {
+        // A digest has one row per lineage: a client's, a replica's or an
+        // event's statements, or a stored program's for one calling digest.
+        // The lineage and the calling digest tell its series apart.
+        let labels = |t: &Top<'_>| -> [(&'static str, String); 6] {
+            let l = &t.d.lineage;
+            let lineage = match &l.program {
+                Some(p) if l.nested => format!("{} {} {}", l.source_name(), p.kind, p.name),
+                _ if l.nested => format!("{} program", l.source_name()),
+                _ => l.source_name().to_string(),
+            };
             [
                 ("instance", t.instance.to_string()),
                 ("schema", t.schema.to_string()),
                 ("digest", t.digest.clone()),
                 ("text", t.text.clone()),
+                ("lineage", lineage),
+                ("parent_digest", l.parent_digest.map(|p| format!("{p:016x}")).unwrap_or_default()),
             ]
         };
         let figure = |name: &str| figure_index(name).expect("DIGEST_FIGURE_METRICS names a figure");
@@ -737,6 +748,27 @@ mod tests {
         assert!(
             !page.contains(&format!("sqlbee_digest_statements_total{}", digest(3))),
             "nested rows are not client statements:\n{page}"
+        );
+    }
+
+    #[test]
+    fn a_digest_run_by_a_client_and_by_a_program_is_two_series() {
+        let mut metrics = AgentMetrics::new(false);
+        let program = Arc::new(crate::probe::Program { name: "app.p".into(), kind: "procedure" });
+        let nested = Lineage { nested: true, program: Some(program), parent_digest: Some(9), ..Lineage::default() };
+        let window =
+            [report("db1:3306", 2, vec![row(1, &[1_000, 2_000], 0, Lineage::default()), row(1, &[5], 0, nested)])];
+        let page = metrics.render(&CostSample::default(), None, &window, &[], None);
+        let series: Vec<&str> = page.lines().filter(|l| l.starts_with("sqlbee_digest_statements{")).collect();
+        let labels = "instance=\"db1:3306\",schema=\"app\",digest=\"0000000000000001\",text=\"SELECT 1\"";
+        assert_eq!(
+            series,
+            [
+                format!("sqlbee_digest_statements{{{labels},lineage=\"client\",parent_digest=\"\"}} 2.0"),
+                format!(
+                    "sqlbee_digest_statements{{{labels},lineage=\"client procedure app.p\",parent_digest=\"0000000000000009\"}} 1.0"
+                ),
+            ]
         );
     }
 
