@@ -26,34 +26,14 @@ const MARGINALIA: &[u8] = b"SELECT u.id FROM users u WHERE u.id = 5 /*applicatio
 
 fn statement(text: &[u8], i: u64) -> Statement {
     Statement {
-        start_ns: 0,
         duration_ns: 50_000 + i * 37,
         thd: 1,
         connection_id: 1,
         tid: 1,
         command: 3,
-        stmt_id: 0,
-        error_code: 0,
         text_len: text.len() as u32,
-        truncated: false,
         text: text.to_vec(),
-        waits: [0; 8],
-        stats: Default::default(),
-        schema_hash: 0,
-        account_hash: 0,
-        schema: None,
-        account: None,
-        nested: false,
-        source: 0,
-        program_hash: 0,
-        program_kind: 0,
-        program: None,
-        parent_start_ns: 0,
-        error_ns: 0,
-        error_message: None,
-        text_hash: 0,
-        sample: false,
-        shed: false,
+        ..Default::default()
     }
 }
 

@@ -6,7 +6,7 @@ use agent_common::{EVENT_HEADER_LEN, ErrorSample, QueryStats, StatementEvent, fl
 use super::names::{Account, Program};
 
 /// One finished statement as the kernel saw it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Statement {
     pub start_ns: u64,
     pub duration_ns: u64,

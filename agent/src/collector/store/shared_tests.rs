@@ -14,6 +14,21 @@ pub(super) type MakeBatch = fn(u64, i64, &[(u32, u64)]) -> Batch;
 /// cores, shedding).
 pub(super) type MakeCostedBatch = fn(u64, i64, f64, &str) -> Batch;
 
+/// The top 10 client digests of all time, of one instance or all.
+fn all_time(instance: Option<&str>) -> TopQuery {
+    TopQuery {
+        instance: instance.map(str::to_string),
+        digest: None,
+        schema: None,
+        nested: false,
+        program: None,
+        since_unix_ms: 0,
+        until_unix_ms: i64::MAX,
+        order_by: OrderBy::Total,
+        limit: 10,
+    }
+}
+
 /// The fleet page's one read: each instance's series is the one a
 /// filtered read gives, and together they are the whole fleet's.
 pub(super) fn series_split_by_instance_add_up_to_the_fleet(store: &dyn Store, batch: MakeBatch) {
@@ -147,19 +162,7 @@ pub(super) fn error_messages_are_kept_per_instance(store: &dyn Store, batch: Mak
     put(&failing(1, 1500, "h:1", "Duplicate entry for key 'PRIMARY'"));
     put(&failing(2, 1600, "h:2", "planted by another agent"));
     let message = |instance: Option<&str>| {
-        let top = store
-            .top(&TopQuery {
-                instance: instance.map(str::to_string),
-                digest: None,
-                schema: None,
-                nested: false,
-                program: None,
-                since_unix_ms: 0,
-                until_unix_ms: i64::MAX,
-                order_by: OrderBy::Total,
-                limit: 10,
-            })
-            .unwrap();
+        let top = store.top(&all_time(instance)).unwrap();
         top[0].error_codes[0].sample_message.clone()
     };
     assert_eq!(message(Some("h:1")), "Duplicate entry for key 'PRIMARY'");
@@ -313,18 +316,7 @@ pub(super) fn tags_and_exemplars_merge_over_windows(store: &dyn Store, batch: Ma
     ] {
         store.ingest(b.clone(), 2000, content_hash(&b)).unwrap();
     }
-    let query = |instance: Option<&str>| TopQuery {
-        instance: instance.map(str::to_string),
-        digest: None,
-        schema: None,
-        nested: false,
-        program: None,
-        since_unix_ms: 0,
-        until_unix_ms: i64::MAX,
-        order_by: OrderBy::Total,
-        limit: 10,
-    };
-    let top = store.top(&query(None)).unwrap();
+    let top = store.top(&all_time(None)).unwrap();
     let d = &top[0];
     assert_eq!(d.count, 12);
     let controller = &d.tags[0];
@@ -333,7 +325,7 @@ pub(super) fn tags_and_exemplars_merge_over_windows(store: &dyn Store, batch: Ma
     let slowest: Vec<u64> = d.exemplars.iter().map(|e| e.duration_ns).collect();
     assert_eq!(slowest, [90, 60, 30]);
     assert_eq!(d.exemplars[0].trace_id, format!("{:032x}", 2));
-    let one = store.top(&query(Some("h:1"))).unwrap();
+    let one = store.top(&all_time(Some("h:1"))).unwrap();
     assert_eq!(one[0].tags[0].values[0].count, 7);
     assert_eq!(one[0].exemplars.len(), 2);
 }
