@@ -20,6 +20,16 @@ pub struct TagValues {
     pub other: u64,
 }
 
+impl TagValues {
+    /// (value, statements), the most frequent first, ties by value: the
+    /// order every output lists them in.
+    pub fn most_frequent(&self) -> Vec<(&str, u64)> {
+        let mut values: Vec<(&str, u64)> = self.values.iter().map(|(v, n)| (&**v, *n)).collect();
+        values.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+        values
+    }
+}
+
 /// The slowest statement of a row that carried a trace context.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Exemplar {

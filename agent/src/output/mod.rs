@@ -204,9 +204,8 @@ fn add_tags(line: &mut Value, d: &DigestRow) {
         .keys
         .iter()
         .map(|(key, counts)| {
-            let mut values: Vec<(&str, u64)> = counts.values.iter().map(|(v, n)| (&**v, *n)).collect();
-            values.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
-            let mut listed: Vec<Value> = values.iter().map(|(v, n)| json!({"value": v, "count": n})).collect();
+            let mut listed: Vec<Value> =
+                counts.most_frequent().iter().map(|(v, n)| json!({"value": v, "count": n})).collect();
             if counts.other > 0 {
                 listed.push(json!({"value": null, "count": counts.other}));
             }

@@ -141,9 +141,11 @@ fn tags(d: &DigestRow) -> Vec<TagCount> {
         .keys
         .iter()
         .map(|(key, counts)| {
-            let mut values: Vec<TagValue> =
-                counts.values.iter().map(|(value, n)| TagValue { value: value.to_string(), count: *n }).collect();
-            values.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.value.cmp(&b.value)));
+            let values = counts
+                .most_frequent()
+                .into_iter()
+                .map(|(value, count)| TagValue { value: value.to_string(), count })
+                .collect();
             TagCount { key: key.to_string(), values, other: counts.other }
         })
         .collect()
