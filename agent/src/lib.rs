@@ -40,6 +40,7 @@ pub mod privileges;
 pub mod probe;
 #[cfg(feature = "agent")]
 pub mod procfs;
+pub mod prometheus;
 #[cfg(feature = "collector")]
 pub mod query;
 #[cfg(all(test, feature = "agent", feature = "collector"))]

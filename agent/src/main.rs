@@ -35,6 +35,10 @@ fn main() -> anyhow::Result<()> {
         #[cfg(feature = "collector")]
         Role::Diff(args) => query::diff(args).context("diff failed")?,
         #[cfg(feature = "collector")]
+        Role::Events(args) => query::events(args).context("events failed")?,
+        #[cfg(feature = "collector")]
+        Role::Annotate(args) => query::annotate(args).context("annotate failed")?,
+        #[cfg(feature = "collector")]
         Role::Series(args) => query::series(args).context("series failed")?,
         #[cfg(feature = "collector")]
         Role::Instances(args) => query::instances(args).context("instances failed")?,

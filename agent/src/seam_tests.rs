@@ -13,7 +13,6 @@ use crate::{
     aggregate::fixtures::{all_figures, figure_value, report, statement, with_figures},
     collector::{
         http::{Ui, page_for_test},
-        query_api::QueryService,
         store::{SqliteStore, Store, content_hash},
         validate,
     },
@@ -41,6 +40,7 @@ fn rows(page: &str, table: &str) -> Vec<HashMap<String, String>> {
 
 struct Fixture {
     ui: Ui,
+    store: Arc<dyn Store>,
     dir: std::path::PathBuf,
 }
 
@@ -66,7 +66,7 @@ fn filled(name: &str, statements: Vec<crate::probe::Statement>) -> Fixture {
     let now = now_unix_ms();
     validate::batch(&batch, now).expect("the collector accepts the agent's window");
     store.ingest(batch.clone(), now, content_hash(&batch)).unwrap();
-    Fixture { ui: Ui::for_test(QueryService::without_quotas(store)), dir }
+    Fixture { ui: Ui::for_test(store.clone()), store, dir }
 }
 
 async fn page(ui: &Ui, path_and_query: &str) -> String {
@@ -118,9 +118,61 @@ async fn the_digest_page_shows_every_figure_summed() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn markers_and_events_show_on_their_page_and_on_every_plot() {
+    let f = filled("marks", workload());
+    let now = now_unix_ms();
+    let marker = sqlbee_proto::v1::Annotation {
+        id: 7,
+        at_unix_ms: now - 60_000,
+        text: "deploy <v2.3>".into(),
+        instances: Vec::new(),
+        created_unix_ms: now,
+    };
+    f.store.annotate(&marker).unwrap();
+    let event = sqlbee_proto::v1::Event {
+        id: 9,
+        instance: "db:3306".into(),
+        kind: "regressed".into(),
+        digest: 0xabc,
+        digest_text: "SELECT ?".into(),
+        opened_unix_ms: now - 30_000,
+        evidence: "rank test p = 1e-9".into(),
+        before_since_unix_ms: now - 7_200_000,
+        before_until_unix_ms: now - 3_600_000,
+        after_since_unix_ms: now - 3_600_000,
+        after_until_unix_ms: now - 30_000,
+        updated_unix_ms: now - 30_000,
+        ..Default::default()
+    };
+    f.store.put_events(std::slice::from_ref(&event)).unwrap();
+    let events = page(&f.ui, "/events?since=1h").await;
+    assert!(events.contains("data-kind=\"regressed\"") && events.contains("data-open=\"true\""), "{events}");
+    assert!(events.contains("deploy &lt;v2.3&gt;") && events.contains("rank test p = 1e-9"), "{events}");
+    assert!(events.contains(&format!("before={}..{}", now - 7_200_000, now - 3_600_000)), "links its compare view");
+    for path in ["/?since=1h", "/cost?since=1h"] {
+        let html = page(&f.ui, path).await;
+        assert!(
+            html.contains("class=\"marker annotation\"") && html.contains("class=\"marker event\""),
+            "{path}: {html}"
+        );
+    }
+    // Closed, it is still in the range's list, and no longer open.
+    let closed = sqlbee_proto::v1::Event {
+        closed_unix_ms: now - 10_000,
+        updated_unix_ms: now - 10_000,
+        closed_because: "back within 20%".into(),
+        ..event
+    };
+    f.store.put_events(&[closed]).unwrap();
+    let events = page(&f.ui, "/events?since=1h").await;
+    assert!(events.contains("data-open=\"false\"") && events.contains("back within 20%"), "{events}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_page_renders_whole() {
     let f = filled("every", workload());
-    for path in ["/", "/top", "/top?order=p99", "/locks", "/hosts", "/cost", "/compare", "/compare?shift=1h"] {
+    for path in ["/", "/top", "/top?order=p99", "/locks", "/hosts", "/cost", "/compare", "/compare?shift=1h", "/events"]
+    {
         let html = page(&f.ui, path).await;
         assert!(html.contains("</main>") && html.contains("</html>"), "{path} rendered whole: {html}");
     }

@@ -43,6 +43,7 @@ pub const COUNT_LIMITS: &[(&str, u64)] = &[
     ("InstanceWindow.long_statements", 1_000),
     ("LongStatement.waits", 16),
     ("InstanceActivity.blocker_sources", 8),
+    ("AnnotateRequest.instances", 256),
 ];
 
 /// Bytes a string may hold, by `Message.field`.
@@ -116,6 +117,9 @@ pub const LENGTH_LIMITS: &[(&str, u64)] = &[
     ("LiveConnection.sample", 8_192),
     ("LiveConnection.wait", 32),
     ("LiveConnection.blocked_by_source", 64),
+    // A marker is a line, as a deploy tool writes it.
+    ("AnnotateRequest.text", 4_096),
+    ("AnnotateRequest.instances", 512),
 ];
 
 /// Estimated bytes the decoded form of one request may take: the sizes of

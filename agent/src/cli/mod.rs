@@ -34,6 +34,14 @@ pub enum Role {
     /// appeared or went, judged from the exact latency histograms.
     #[cfg(feature = "collector")]
     Diff(crate::query::DiffArgs),
+    /// What the collector's detection found: regressions, new digests and
+    /// plan changes, each open until it ends.
+    #[cfg(feature = "collector")]
+    Events(crate::query::EventsArgs),
+    /// Marks a deploy or a change on every plot (takes a token of the
+    /// `annotate` role).
+    #[cfg(feature = "collector")]
+    Annotate(crate::query::AnnotateArgs),
     /// One digest's, the instances' or the agents' cost over time, step by step.
     #[cfg(feature = "collector")]
     Series(crate::query::SeriesArgs),

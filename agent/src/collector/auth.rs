@@ -4,13 +4,16 @@
 //!
 //! Tokens come from a file, one per line, reloaded on SIGHUP; without a
 //! file every caller is let in. A token is for ingest, for reading, or
-//! both, so that a database host's token cannot read the fleet:
+//! both, so that a database host's token cannot read the fleet; or for
+//! writing markers only (`annotate`), so that a CI job can mark deploys
+//! without reading or sending anything:
 //!
 //! ```text
 //! # role   token        [agents=ID,ID] [instances=NAME,NAME]
 //! ingest   3f9a0c...    agents=web-1,web-2
 //! ingest   5d0e4a...    agents=db-7 instances=db-7:3306,db-7:3307
 //! read     77c1b2...
+//! annotate 9e41d7...
 //! 77c1b2...                              a token alone: both, as before
 //! ```
 //!
@@ -38,8 +41,8 @@ pub enum AuthError {
     #[error("{path}:{line}: a token must be printable ASCII without spaces")]
     BadToken { path: String, line: usize },
     #[error(
-        "{path}:{line}: expected `[ingest|read|both] TOKEN [agents=ID,ID...] [instances=NAME,NAME...]` ({fields} \
-         fields found)"
+        "{path}:{line}: expected `[ingest|read|both|annotate] TOKEN [agents=ID,ID...] [instances=NAME,NAME...]` \
+         ({fields} fields found)"
     )]
     BadLine { path: String, line: usize, fields: usize },
     #[error(
@@ -57,6 +60,8 @@ pub const MIN_TOKEN_LEN: usize = 32;
 pub enum Role {
     Ingest,
     Read,
+    /// Writes markers (the Annotate service, `POST /api/annotations`).
+    Annotate,
 }
 
 #[derive(Clone, Debug)]
@@ -66,6 +71,7 @@ struct Token {
     fingerprint: u64,
     ingest: bool,
     read: bool,
+    annotate: bool,
     /// Agent ids an ingest token may send for; None: any.
     agents: Option<Arc<Vec<String>>>,
     /// Instances an ingest token may send windows of, and no other token
@@ -133,10 +139,11 @@ fn parse(path: &Path) -> Result<Vec<Token>, AuthError> {
             [role, secret, rest @ ..] if rest.len() <= 2 => (*role, *secret, rest),
             _ => return Err(bad_line()),
         };
-        let (ingest, read) = match role {
-            "ingest" => (true, false),
-            "read" => (false, true),
-            "both" => (true, true),
+        let (ingest, read, annotate) = match role {
+            "ingest" => (true, false, false),
+            "read" => (false, true, false),
+            "both" => (true, true, false),
+            "annotate" => (false, false, true),
             _ => return Err(bad_line()),
         };
         let (mut agents, mut instances) = (None, None);
@@ -161,6 +168,7 @@ fn parse(path: &Path) -> Result<Vec<Token>, AuthError> {
             fingerprint: fingerprint(secret.as_bytes()),
             ingest,
             read,
+            annotate,
             agents,
             instances,
         });
@@ -233,18 +241,38 @@ impl Auth {
             }
         }
         let token = found.ok_or_else(|| Status::unauthenticated("bearer token not accepted by this collector"))?;
-        match role {
-            Role::Ingest if !token.ingest => {
-                Err(Status::permission_denied("this token may read from the collector, not send batches to it"))
-            }
-            Role::Read if !token.read => {
-                Err(Status::permission_denied("this token may send batches, not read the fleet's data"))
-            }
-            _ => Ok(Some(Caller {
+        let may = match role {
+            Role::Ingest => token.ingest,
+            Role::Read => token.read,
+            Role::Annotate => token.annotate,
+        };
+        match may {
+            false => Err(Status::permission_denied(format!(
+                "this token may {}, not {}",
+                token.roles(),
+                match role {
+                    Role::Ingest => "send batches to the collector",
+                    Role::Read => "read the fleet's data",
+                    Role::Annotate => "write markers (that takes a token of the `annotate` role)",
+                }
+            ))),
+            true => Ok(Some(Caller {
                 token: token.fingerprint,
                 agents: token.agents.clone(),
                 instances: token.instances.clone(),
             })),
+        }
+    }
+}
+
+impl Token {
+    /// What the token may do, for a refusal to say.
+    fn roles(&self) -> &'static str {
+        match (self.ingest, self.read, self.annotate) {
+            (true, true, _) => "send batches and read",
+            (true, false, _) => "send batches",
+            (false, true, _) => "read the fleet's data",
+            (false, false, _) => "write markers",
         }
     }
 }
@@ -330,6 +358,20 @@ mod tests {
         let both = auth.check(Role::Ingest, Some(b"Bearer all-1-0123456789abcdef0123456789abcdef")).unwrap().unwrap();
         both.check_agent("db-9").unwrap();
         assert_ne!(both.token, bound.token);
+        std::fs::write(&path, "annotate ci-1-0123456789abcdef0123456789abcdef\n").unwrap();
+        let marks = Auth::from_file(&path).unwrap();
+        let ci = Some(&b"Bearer ci-1-0123456789abcdef0123456789abcdef"[..]);
+        marks.check(Role::Annotate, ci).unwrap();
+        for role in [Role::Read, Role::Ingest] {
+            let refused = marks.check(role, ci).unwrap_err();
+            assert_eq!(refused.code(), tonic::Code::PermissionDenied);
+            assert!(refused.message().starts_with("this token may write markers"), "{}", refused.message());
+        }
+        assert_eq!(
+            auth.check(Role::Annotate, Some(b"Bearer all-1-0123456789abcdef0123456789abcdef")).unwrap_err().code(),
+            tonic::Code::PermissionDenied,
+            "both means ingest and read, as before: markers need their own role"
+        );
         for bad in ["write tok\n", "ingest tok agents\n", "read a b c\n", "ingest tok agents=a agents=b\n"] {
             std::fs::write(&path, bad).unwrap();
             assert!(Auth::from_file(&path).unwrap_err().to_string().contains(":1:"), "{bad}");

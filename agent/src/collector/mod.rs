@@ -3,8 +3,10 @@
 //! (Query) and forgets data past the retention. Owns its own tokio runtime;
 //! never reaches into the agent's stages.
 mod admission;
+mod annotate;
 mod auth;
 mod decode_status;
+mod detect;
 pub(crate) mod http;
 mod ingest;
 mod live;
@@ -128,6 +130,45 @@ pub struct CollectorArgs {
     #[arg(long, env = "SQLBEE_COLLECTOR_MAX_QUERIES", default_value_t = server::QUERIES_IN_FLIGHT,
         value_parser = TypedValueParser::map(clap::value_parser!(u32).range(1..=256), |n| n as usize))]
     pub max_queries_in_flight: usize,
+    /// How often to look for regressions, new digests and plan changes in
+    /// every instance and record them as events (`sqlbee events`); `off`
+    /// (or 0): never. Collectors sharing a store may all run it.
+    #[arg(long, env = "SQLBEE_COLLECTOR_DETECT_EVERY", default_value = "5m", value_parser = off_or_duration)]
+    pub detect_every: Duration,
+    /// The recent range each detection round judges, ending at the round.
+    #[arg(long, env = "SQLBEE_COLLECTOR_DETECT_WINDOW", default_value = "15m", value_parser = duration::parse)]
+    pub detect_window: Duration,
+    /// The baseline just before the recent range, used when the store holds
+    /// no statement of the instance a day earlier (otherwise the same range
+    /// a day earlier is the baseline).
+    #[arg(long, env = "SQLBEE_COLLECTOR_DETECT_BASELINE", default_value = "1h", value_parser = duration::parse)]
+    pub detect_baseline: Duration,
+    /// Smallest change of mean latency that opens a regression, in percent
+    /// (as `sqlbee diff --min-change`).
+    #[arg(long, env = "SQLBEE_COLLECTOR_DETECT_MIN_CHANGE", default_value_t = 20.0)]
+    pub detect_min_change: f64,
+    /// Smallest change of mean latency per statement that opens a
+    /// regression, in microseconds.
+    #[arg(long, env = "SQLBEE_COLLECTOR_DETECT_MIN_DELTA_US", default_value_t = 100)]
+    pub detect_min_delta_us: u64,
+    /// Fewest statements on each side to judge a digest, and in the recent
+    /// range to call a digest new.
+    #[arg(long, env = "SQLBEE_COLLECTOR_DETECT_MIN_STATEMENTS", default_value_t = 30,
+        value_parser = clap::value_parser!(u64).range(1..))]
+    pub detect_min_statements: u64,
+    /// Address of the collector's Prometheus page (`/metrics`: open events
+    /// by kind and instance, for alert rules): IP:PORT, a port alone for
+    /// loopback, or `none`.
+    #[arg(long, env = "SQLBEE_COLLECTOR_METRICS_LISTEN", default_value = "none")]
+    pub metrics_listen: String,
+}
+
+/// `off` or `0` for never, else a duration.
+fn off_or_duration(text: &str) -> Result<Duration, duration::DurationError> {
+    match text.trim() {
+        "off" | "0" => Ok(Duration::ZERO),
+        other => duration::parse(other),
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -176,6 +217,10 @@ pub enum CollectorError {
     StoreTask { reason: String },
     #[error(transparent)]
     Http(#[from] http::HttpError),
+    #[error(transparent)]
+    Metrics(#[from] crate::prometheus::MetricsError),
+    #[error("--detect-min-change: {value} is not a percentage >= 0")]
+    MinChange { value: f64 },
 }
 
 pub fn main(args: CollectorArgs) -> Result<(), CollectorError> {
@@ -211,6 +256,18 @@ async fn run(args: CollectorArgs) -> Result<(), CollectorError> {
     if args.prune_interval.is_zero() {
         return Err(CollectorError::Zero { field: "--prune-interval" });
     }
+    for (field, value) in [("--detect-window", args.detect_window), ("--detect-baseline", args.detect_baseline)] {
+        if value.is_zero() {
+            return Err(CollectorError::Zero { field });
+        }
+    }
+    if !(args.detect_min_change.is_finite() && args.detect_min_change >= 0.0) {
+        return Err(CollectorError::MinChange { value: args.detect_min_change });
+    }
+    let metrics = match args.metrics_listen.trim() {
+        none if none.eq_ignore_ascii_case("none") => None,
+        addr => Some(crate::prometheus::MetricsServer::bind(addr)?),
+    };
     let auth = match &args.tokens {
         Some(path) => Auth::from_file(path)?,
         None => Auth::open(),
@@ -240,6 +297,17 @@ async fn run(args: CollectorArgs) -> Result<(), CollectorError> {
         instance_handover: args.instance_handover,
         agent_quota_rows: args.agent_quota_rows,
         agent_quota_bytes: args.agent_quota_mib << 20,
+        detection: detect::Settings {
+            every: args.detect_every,
+            window: args.detect_window,
+            baseline: args.detect_baseline,
+            thresholds: query_api::diff::Thresholds {
+                min_change: args.detect_min_change / 100.0,
+                min_delta_ns: args.detect_min_delta_us.saturating_mul(1_000),
+                min_statements: args.detect_min_statements,
+            },
+        },
+        metrics,
     };
     let location = args.store.clone();
     let store: Arc<dyn store::Store> = tokio::task::spawn_blocking(move || store::open(&location))

@@ -10,7 +10,7 @@ use std::{
 };
 
 use sqlbee_common::clock::now_unix_ms;
-use sqlbee_proto::v1::{ingest_server::IngestServer, query_server::QueryServer};
+use sqlbee_proto::v1::{annotate_server::AnnotateServer, ingest_server::IngestServer, query_server::QueryServer};
 use tonic::{
     codec::CompressionEncoding,
     service::interceptor::InterceptedService,
@@ -20,8 +20,10 @@ use tonic::{
 use super::{
     CollectorError,
     admission::Admit,
+    annotate::AnnotateService,
     auth::{Auth, Role},
     decode_status::DecodeErrorsAsInvalid,
+    detect,
     http::{HttpServer, Ui},
     ingest::IngestService,
     live::LiveActivity,
@@ -78,6 +80,9 @@ pub struct Settings {
     /// Per agent per hour (`quota`); 0: no limit.
     pub agent_quota_rows: u64,
     pub agent_quota_bytes: u64,
+    pub detection: detect::Settings,
+    /// The collector's Prometheus page; None: `--metrics-listen none`.
+    pub metrics: Option<crate::prometheus::MetricsServer>,
 }
 
 fn read(path: &Path) -> Result<Vec<u8>, CollectorError> {
@@ -137,8 +142,14 @@ pub async fn serve(
         .accept_compressed(CompressionEncoding::Gzip)
         .send_compressed(CompressionEncoding::Gzip)
         .max_encoding_message_size(MAX_ANSWER);
+    let annotate = AnnotateServer::new(AnnotateService::new(store.clone()));
     let router = builder
         .add_service(health_service)
+        .add_service(InterceptedService::new(
+            // Markers are rare and small: two at a time, one per caller.
+            Admit::new(DecodeErrorsAsInvalid(annotate), 2, 1, 1),
+            settings.auth.gate(Role::Annotate),
+        ))
         .add_service(InterceptedService::new(
             Admit::new(
                 DecodeErrorsAsInvalid(ingest),
@@ -192,6 +203,7 @@ pub async fn serve(
             let url = http.url();
             let pages = Arc::new(Ui::new(
                 QueryService::new(store.clone(), quotas.clone()).with_live(live.clone()),
+                AnnotateService::new(store.clone()),
                 settings.auth.clone(),
                 http.is_tls(),
             ));
@@ -209,12 +221,22 @@ pub async fn serve(
         write_ready(path, &local.to_string())?;
     }
 
+    let open_events = Arc::new(detect::OpenEvents::default());
+    let detector = tokio::spawn(detect::run(store.clone(), settings.detection, open_events.clone()));
+    let (stop_metrics, mut metrics_stopping) = tokio::sync::watch::channel(false);
+    let metrics = settings.metrics.map(|server| {
+        tracing::info!(addr = %server.local_addr(), "collector metrics at /metrics");
+        tokio::spawn(server.serve(detect::exposition::render(open_events), async move {
+            let _ = metrics_stopping.wait_for(|stop| *stop).await;
+        }))
+    });
     let roller = tokio::spawn(rollup_pass::run(store.clone(), rollup_pass::EVERY));
     let pruner = tokio::spawn(retention::run(store, settings.retention, settings.prune_interval));
     let result = router
         .serve_with_incoming_shutdown(incoming, async move {
             shutdown.await;
             let _ = stop_ui.send(true);
+            let _ = stop_metrics.send(true);
             tracing::info!("stopping: finishing requests in flight");
             health.set_not_serving::<IngestServer<IngestService>>().await;
             health.set_not_serving::<QueryServer<QueryService>>().await;
@@ -223,6 +245,12 @@ pub async fn serve(
         .map_err(|cause| CollectorError::Serve { cause });
     pruner.abort();
     roller.abort();
+    detector.abort();
+    if let Some(metrics) = metrics
+        && let Ok(Err(error)) = metrics.await
+    {
+        tracing::warn!(%error, "metrics endpoint stopped with an error");
+    }
     if let Some(ui) = ui {
         match ui.await {
             Ok(Err(error)) => tracing::warn!(%error, "web UI stopped with an error"),

@@ -7,14 +7,15 @@ pub mod render;
 pub mod render_by;
 pub mod render_cost;
 pub mod render_diff;
+pub mod render_events;
 pub mod render_series;
 
 use std::{path::PathBuf, time::Duration};
 
 use clap::builder::PossibleValuesParser;
 use sqlbee_proto::v1::{
-    ActivityRequest, DiffRequest, HostsRequest, InstancesRequest, LocksRequest, LongStatementsRequest, PlansRequest,
-    SeriesRequest, TablesRequest, TopRequest,
+    ActivityRequest, AnnotateRequest, AnnotationsRequest, DiffRequest, EventsRequest, HostsRequest, InstancesRequest,
+    LocksRequest, LongStatementsRequest, PlansRequest, SeriesRequest, TablesRequest, TopRequest,
 };
 use tonic::{Code, Status};
 
@@ -113,6 +114,15 @@ pub struct DiffArgs {
     /// The second range. Default: the last hour (`1h..now`).
     #[arg(long, value_name = "FROM..TO", default_value = "1h..now")]
     pub after: String,
+    /// Compare the `--span` before a marker with the `--span` after it
+    /// (or up to now): the marker's id as `sqlbee annotate` printed it, or
+    /// a word of its text (the newest marker in the last 30 days that has
+    /// it). Replaces --before and --after.
+    #[arg(long, value_name = "MARKER", conflicts_with = "before")]
+    pub around: Option<String>,
+    /// With --around: the length of each side.
+    #[arg(long, default_value = "1h", value_parser = duration::parse)]
+    pub span: Duration,
     /// Only this server instance (host:port).
     #[arg(long)]
     pub instance: Option<String>,
@@ -133,6 +143,50 @@ pub struct DiffArgs {
     /// Digests to list, largest change in total time first (1..=10000).
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub limit: u32,
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct EventsArgs {
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+    /// Only this server instance (host:port).
+    #[arg(long)]
+    pub instance: Option<String>,
+    /// Events open at any time since this (10s, 5m, 2h, 7d, `all`, or ms
+    /// since the epoch).
+    #[arg(long, default_value = "24h")]
+    pub since: String,
+    /// ... and opened before this (`now`, a duration ago or ms).
+    #[arg(long, default_value = "now")]
+    pub until: String,
+    /// Only events still open.
+    #[arg(long)]
+    pub open: bool,
+    /// Only this kind of event.
+    #[arg(long, value_parser = PossibleValuesParser::new(crate::collector::query_api::EVENT_KINDS))]
+    pub kind: Option<String>,
+    /// Events to list, newest first (1..=10000).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub limit: u32,
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct AnnotateArgs {
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+    /// What happened, one line: `"deploy v2.3"`.
+    pub text: String,
+    /// An instance it concerns (host:port); repeat for more. Default: the
+    /// whole fleet.
+    #[arg(long)]
+    pub instance: Vec<String>,
+    /// When it happened: `now`, a duration ago (10m) or ms since the epoch.
+    #[arg(long, default_value = "now")]
+    pub at: String,
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
 }
@@ -302,6 +356,8 @@ pub enum QueryError {
     Range { what: &'static str, value: String },
     #[error("--of digest needs --digest")]
     NoDigest,
+    #[error("--around {marker:?}: no marker has that id, and none of the last 30 days has that text")]
+    NoMarker { marker: String },
     #[error("--min-duration {value}: {source}")]
     MinDuration {
         value: String,
@@ -432,11 +488,38 @@ fn range_unix_ms(range: &str, what: &'static str) -> Result<(i64, i64), QueryErr
     Ok((since_unix_ms(from)?, until_unix_ms(to)?))
 }
 
+/// The time of the marker `--around` names: by id, else the newest of
+/// the last 30 days whose text has it.
+fn marker_time(connect: &ConnectArgs, marker: &str) -> Result<i64, QueryError> {
+    let by_id = u64::from_str_radix(marker.trim_start_matches("0x"), 16).ok().filter(|_| marker.len() == 16);
+    let request = AnnotationsRequest {
+        id: by_id.unwrap_or(0),
+        since_unix_ms: now_unix_ms() - 30 * 86_400_000,
+        limit: 10_000,
+        ..Default::default()
+    };
+    let found = call(connect, "Annotations", |mut client| async move { client.annotations(request).await })?;
+    let word = marker.to_lowercase();
+    found
+        .annotations
+        .iter()
+        .rev()
+        .find(|a| by_id == Some(a.id) || a.text.to_lowercase().contains(&word))
+        .map(|a| a.at_unix_ms)
+        .ok_or_else(|| QueryError::NoMarker { marker: marker.to_string() })
+}
+
 pub fn diff(args: DiffArgs) -> Result<(), QueryError> {
-    let (after_since, after_until) = range_unix_ms(&args.after, "--after")?;
-    let (before_since, before_until) = match &args.before {
-        Some(range) => range_unix_ms(range, "--before")?,
-        None => {
+    let span = i64::try_from(args.span.as_millis()).unwrap_or(i64::MAX).max(1);
+    let around = args.around.as_deref().map(|m| marker_time(&args.connect, m)).transpose()?;
+    let (after_since, after_until) = match around {
+        Some(at) => (at, if at + span >= now_unix_ms() { 0 } else { at + span }),
+        None => range_unix_ms(&args.after, "--after")?,
+    };
+    let (before_since, before_until) = match (&args.before, around) {
+        (_, Some(at)) => ((at - span).max(0), at),
+        (Some(range), None) => range_unix_ms(range, "--before")?,
+        (None, None) => {
             const DAY_MS: i64 = 86_400_000;
             let end = if after_until == 0 { now_unix_ms() } else { after_until };
             (after_since - DAY_MS, end - DAY_MS)
@@ -459,6 +542,46 @@ pub fn diff(args: DiffArgs) -> Result<(), QueryError> {
     match args.format {
         Format::Json => render::write_json(&mut out, &json::diff_json(&answer.digests)),
         Format::Table => render_diff::write_table(&mut out, &answer.digests),
+    }
+    .map_err(|source| QueryError::Output { source })
+}
+
+pub fn events(args: EventsArgs) -> Result<(), QueryError> {
+    let request = EventsRequest {
+        instance: args.instance.clone().unwrap_or_default(),
+        since_unix_ms: since_unix_ms(&args.since)?,
+        until_unix_ms: until_unix_ms(&args.until)?,
+        open_only: args.open,
+        limit: args.limit,
+        kind: args.kind.clone().unwrap_or_default(),
+    };
+    let answer = call(&args.connect, "Events", |mut client| async move { client.events(request).await })?;
+    let mut out = std::io::stdout().lock();
+    match args.format {
+        Format::Json => render::write_json(&mut out, &json::events_json(&answer.events)),
+        Format::Table => render_events::write_table(&mut out, &answer.events),
+    }
+    .map_err(|source| QueryError::Output { source })
+}
+
+pub fn annotate(args: AnnotateArgs) -> Result<(), QueryError> {
+    let request = AnnotateRequest {
+        text: args.text.clone(),
+        instances: args.instance.clone(),
+        at_unix_ms: if args.at == "now" { 0 } else { time_unix_ms(&args.at, now_unix_ms())? },
+    };
+    let marker = runtime()?.block_on(async {
+        let mut client = api::connect_annotate(&args.connect.options()?).await?;
+        client
+            .annotate(request)
+            .await
+            .map(tonic::Response::into_inner)
+            .map_err(|status| QueryError::Rpc { what: "Annotate", status })
+    })?;
+    let mut out = std::io::stdout().lock();
+    match args.format {
+        Format::Json => render::write_json(&mut out, &json::annotations_json(std::slice::from_ref(&marker))),
+        Format::Table => render_events::write_marker(&mut out, &marker),
     }
     .map_err(|source| QueryError::Output { source })
 }

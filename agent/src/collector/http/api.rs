@@ -5,8 +5,8 @@
 use serde_json::{Value, json};
 use sqlbee_common::duration;
 use sqlbee_proto::v1::{
-    ActivityRequest, HostsRequest, LocksRequest, LongStatementsRequest, PlansRequest, SeriesRequest, TablesRequest,
-    TopRequest, TotalsRequest,
+    ActivityRequest, AnnotateRequest, AnnotationsRequest, EventsRequest, HostsRequest, LocksRequest,
+    LongStatementsRequest, PlansRequest, SeriesRequest, TablesRequest, TopRequest, TotalsRequest,
 };
 
 use super::{
@@ -34,6 +34,38 @@ fn digest(params: &Params) -> Result<u64, BadParam> {
 
 fn text(params: &Params, name: &str) -> String {
     params.get(name).unwrap_or_default().to_string()
+}
+
+/// The marker a `POST /api/annotations` body asks for: `{"text": "...",
+/// "instances": ["host:port", ...], "at_unix_ms": 0}` (only `text` is
+/// needed); the Annotate service checks the values.
+pub fn marker_request(body: &[u8]) -> Result<AnnotateRequest, BadParam> {
+    let bad = |expected: &'static str| BadParam {
+        name: "body",
+        value: String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned(),
+        expected,
+    };
+    const SHAPE: &str = r#"a JSON object {"text": "deploy v2.3", "instances": ["db-1:3306"], "at_unix_ms": 0}"#;
+    let value: Value = serde_json::from_slice(body).map_err(|_| bad(SHAPE))?;
+    let object = value.as_object().ok_or_else(|| bad(SHAPE))?;
+    if object.keys().any(|k| !["text", "instances", "at_unix_ms"].contains(&k.as_str())) {
+        return Err(bad(r#"only the fields "text", "instances" and "at_unix_ms""#));
+    }
+    let text = object.get("text").and_then(Value::as_str).ok_or_else(|| bad(r#""text": a string"#))?;
+    let instances = match object.get("instances") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(names)) => names
+            .iter()
+            .map(|n| n.as_str().map(str::to_string))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| bad(r#""instances": a list of strings"#))?,
+        Some(_) => return Err(bad(r#""instances": a list of strings"#)),
+    };
+    let at_unix_ms = match object.get("at_unix_ms") {
+        None | Some(Value::Null) => 0,
+        Some(v) => v.as_i64().ok_or_else(|| bad(r#""at_unix_ms": whole milliseconds since the epoch"#))?,
+    };
+    Ok(AnnotateRequest { text: text.to_string(), instances, at_unix_ms })
 }
 
 /// None: no such endpoint.
@@ -138,6 +170,31 @@ pub async fn answer(ui: &Ui, path: &str, params: &Params, now: i64) -> Option<Re
                 let limit = number(params, "limit")?;
                 let answer = ui.diff(super::pages::compare::request(&view, before, limit)).await?;
                 shape::diff_json(&answer.digests)
+            }
+            "/api/events" => {
+                let events = ui
+                    .events(EventsRequest {
+                        instance,
+                        since_unix_ms: range.since_unix_ms,
+                        until_unix_ms: range.until_unix_ms,
+                        open_only: params.get("open") == Some("1"),
+                        limit: number(params, "limit")?,
+                        kind: text(params, "kind"),
+                    })
+                    .await?;
+                shape::events_json(&events)
+            }
+            "/api/annotations" => {
+                let annotations = ui
+                    .annotations(AnnotationsRequest {
+                        instance,
+                        since_unix_ms: range.since_unix_ms,
+                        until_unix_ms: range.until_unix_ms,
+                        limit: number(params, "limit")?,
+                        id: 0,
+                    })
+                    .await?;
+                shape::annotations_json(&annotations)
             }
             "/api/tables" => {
                 let answer = ui

@@ -144,18 +144,20 @@ pub enum Nav {
     Plans,
     Tables,
     Compare,
+    Events,
     Activity,
     Hosts,
     Cost,
     Login,
 }
 
-const NAV: [(Nav, &str, &str); 9] = [
+const NAV: [(Nav, &str, &str); 10] = [
     (Nav::Fleet, "/", "Fleet"),
     (Nav::Activity, "/activity", "Activity"),
     (Nav::Top, "/top", "Top digests"),
     (Nav::Locks, "/locks", "Lock waits"),
     (Nav::Compare, "/compare", "Compare"),
+    (Nav::Events, "/events", "Events"),
     (Nav::Tables, "/tables", "Tables"),
     (Nav::Plans, "/plans", "Plan changes"),
     (Nav::Hosts, "/hosts", "Hosts"),

@@ -23,10 +23,10 @@ mod throttle;
 use std::sync::Arc;
 
 use sqlbee_proto::v1::{
-    ActivityRequest, ActivityResponse, DiffRequest, DiffResponse, HostsRequest, HostsResponse, InstanceInfo,
-    InstancesRequest, LocksRequest, LocksResponse, LongStatementsRequest, LongStatementsResponse, PlansRequest,
-    PlansResponse, SeriesRequest, SeriesResponse, TablesRequest, TablesResponse, TopRequest, TopResponse,
-    TotalsRequest, TotalsResponse, query_server::Query,
+    ActivityRequest, ActivityResponse, Annotation, AnnotationsRequest, DiffRequest, DiffResponse, Event, EventsRequest,
+    HostsRequest, HostsResponse, InstanceInfo, InstancesRequest, LocksRequest, LocksResponse, LongStatementsRequest,
+    LongStatementsResponse, PlansRequest, PlansResponse, SeriesRequest, SeriesResponse, TablesRequest, TablesResponse,
+    TopRequest, TopResponse, TotalsRequest, TotalsResponse, query_server::Query,
 };
 use tokio::sync::Semaphore;
 use tonic::{Request, Status};
@@ -34,6 +34,7 @@ use tonic::{Request, Status};
 pub use server::{HttpServer, HttpSettings};
 
 use super::{
+    annotate::AnnotateService,
     auth::Auth,
     query_api::{self, QueryService},
 };
@@ -68,6 +69,9 @@ pub enum HttpError {
 /// What every request handler shares.
 pub struct Ui {
     query: QueryService,
+    /// Markers posted to `/api/annotations` (with an `annotate` token).
+    annotate: AnnotateService,
+    auth: Auth,
     sessions: session::Sessions,
     /// Served over TLS: cookies get `Secure`.
     secure: bool,
@@ -76,9 +80,11 @@ pub struct Ui {
 }
 
 impl Ui {
-    pub fn new(query: QueryService, auth: Auth, secure: bool) -> Ui {
+    pub fn new(query: QueryService, annotate: AnnotateService, auth: Auth, secure: bool) -> Ui {
         Ui {
             query,
+            annotate,
+            auth: auth.clone(),
             sessions: session::Sessions::new(auth),
             secure,
             gate: Arc::new(Semaphore::new(UI_QUERIES_IN_FLIGHT)),
@@ -89,8 +95,8 @@ impl Ui {
     /// The UI over `query` without tokens, for tests that render pages in
     /// process.
     #[cfg(test)]
-    pub fn for_test(query: QueryService) -> Ui {
-        Ui::new(query, Auth::open(), false)
+    pub fn for_test(store: std::sync::Arc<dyn super::store::Store>) -> Ui {
+        Ui::new(QueryService::without_quotas(store.clone()), AnnotateService::new(store), Auth::open(), false)
     }
 
     async fn ask<T, F>(&self, call: F) -> Result<T, Status>
@@ -126,6 +132,14 @@ impl Ui {
 
     async fn diff(&self, request: DiffRequest) -> Result<DiffResponse, Status> {
         self.ask(self.query.diff(Request::new(request))).await
+    }
+
+    async fn events(&self, request: EventsRequest) -> Result<Vec<Event>, Status> {
+        Ok(self.ask(self.query.events(Request::new(request))).await?.events)
+    }
+
+    async fn annotations(&self, request: AnnotationsRequest) -> Result<Vec<Annotation>, Status> {
+        Ok(self.ask(self.query.annotations(Request::new(request))).await?.annotations)
     }
 
     async fn tables(&self, request: TablesRequest) -> Result<TablesResponse, Status> {

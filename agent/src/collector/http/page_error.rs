@@ -22,6 +22,8 @@ impl PageError {
             PageError::Query(status) => match status.code() {
                 Code::InvalidArgument | Code::OutOfRange => StatusCode::BAD_REQUEST,
                 Code::NotFound => StatusCode::NOT_FOUND,
+                Code::Unauthenticated => StatusCode::UNAUTHORIZED,
+                Code::PermissionDenied => StatusCode::FORBIDDEN,
                 Code::Unavailable | Code::ResourceExhausted => StatusCode::SERVICE_UNAVAILABLE,
                 Code::DeadlineExceeded => StatusCode::GATEWAY_TIMEOUT,
                 _ => StatusCode::INTERNAL_SERVER_ERROR,

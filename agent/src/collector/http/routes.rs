@@ -21,6 +21,8 @@ use super::{
 
 /// A login form is a token and a path: anything longer is not one.
 const MAX_FORM_BYTES: usize = 8 * 1024;
+/// A marker is a line and a list of instances.
+const MAX_MARKER_BYTES: usize = 64 * 1024;
 /// A login form arrives whole within this, or the request is cut: a form
 /// that trickles would hold a connection for nothing.
 const FORM_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
@@ -138,6 +140,7 @@ pub async fn respond(ui: Shared, request: Request<Incoming>, peer: std::net::IpA
             return answer(StatusCode::FORBIDDEN, "text/plain; charset=utf-8", "cross-site form refused\n".into());
         }
         (&Method::POST, "/login") => return login(&ui, request, peer).await,
+        (&Method::POST, "/api/annotations") => return annotate(&ui, request, peer).await,
         (&Method::POST, "/logout") => {
             ui.sessions.sign_out(header_text(&request, header::COOKIE));
             return redirect("/login", Some(session::close_cookie(ui.secure)));
@@ -199,6 +202,45 @@ pub async fn respond(ui: Shared, request: Request<Incoming>, peer: std::net::IpA
                 &html::notice(&format!("There is no page at {path}.")),
             ),
         ),
+    }
+}
+
+/// `POST /api/annotations`: a marker, with a token of the `annotate` role
+/// (not a session: a CI job posts it). The body must be JSON, which a
+/// form on another site cannot send without the browser asking first.
+async fn annotate(ui: &Shared, request: Request<Incoming>, peer: std::net::IpAddr) -> Answer {
+    let refuse = |error: PageError| json(error.status(), &serde_json::json!({"error": error.to_string()}));
+    let header = request.headers().get(header::AUTHORIZATION).map(|v| v.as_bytes());
+    if let Err(status) = ui.auth.check(crate::collector::auth::Role::Annotate, header) {
+        tracing::info!(%peer, reason = status.message(), "web UI: marker refused");
+        return refuse(PageError::Query(status));
+    }
+    let json_body =
+        header_text(&request, header::CONTENT_TYPE).is_some_and(|t| t.trim_start().starts_with("application/json"));
+    if !json_body {
+        return json(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            &serde_json::json!({"error": "send the marker as JSON: `Content-Type: application/json`"}),
+        );
+    }
+    let limited = http_body_util::Limited::new(request.into_body(), MAX_MARKER_BYTES);
+    let body = match tokio::time::timeout(FORM_DEADLINE, limited.collect()).await {
+        Ok(Ok(body)) => body.to_bytes(),
+        Ok(Err(_)) => {
+            return json(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                &serde_json::json!({"error": format!("a marker is at most {MAX_MARKER_BYTES} bytes")}),
+            );
+        }
+        Err(_) => return json(StatusCode::REQUEST_TIMEOUT, &serde_json::json!({"error": "the body was too slow"})),
+    };
+    let marker = match api::marker_request(&body) {
+        Ok(marker) => marker,
+        Err(bad) => return refuse(PageError::Bad(bad)),
+    };
+    match ui.annotate.annotate(marker, now_unix_ms()).await {
+        Ok(stored) => json(StatusCode::CREATED, &crate::collector::query_api::json::annotations_json(&[stored])),
+        Err(status) => refuse(PageError::Query(status)),
     }
 }
 

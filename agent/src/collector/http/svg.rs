@@ -125,19 +125,52 @@ fn time_axis(out: &mut String, x0: i64, x1: i64) {
     }
 }
 
-/// An event at one time (a plan change): a vertical line with its label.
+/// Something that happened at one time: a vertical line with its label.
 pub struct Marker {
     pub at: i64,
     pub label: String,
+    pub kind: MarkerKind,
 }
 
-/// Lines over the time range [x0, x1), y from zero.
-pub fn line_chart(title: &str, unit: Unit, lines: &[Line], x0: i64, x1: i64) -> String {
-    line_chart_marked(title, unit, lines, &[], x0, x1)
+/// What a marker stands for; each is drawn in its own colour.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MarkerKind {
+    /// A plan change of the digest the page shows.
+    Plan,
+    /// A marker someone wrote (`sqlbee annotate`).
+    Annotation,
+    /// An event the collector's detection opened.
+    Event,
 }
 
-/// `line_chart` with markers; those outside [x0, x1) are left out.
-pub fn line_chart_marked(title: &str, unit: Unit, lines: &[Line], markers: &[Marker], x0: i64, x1: i64) -> String {
+impl MarkerKind {
+    fn class(self) -> &'static str {
+        match self {
+            MarkerKind::Plan => "marker plan",
+            MarkerKind::Annotation => "marker annotation",
+            MarkerKind::Event => "marker event",
+        }
+    }
+}
+
+/// The markers in [x0, x1), over the plot's height.
+fn draw_markers(out: &mut String, markers: &[Marker], x0: i64, x1: i64) {
+    for marker in markers.iter().filter(|m| (x0..x1).contains(&m.at)) {
+        let x = x_of(marker.at, x0, x1);
+        let _ = write!(
+            out,
+            "<line class=\"{}\" x1=\"{x:.1}\" y1=\"{TOP}\" x2=\"{x:.1}\" y2=\"{:.1}\"><title>{}</title></line>",
+            marker.kind.class(),
+            HEIGHT - BOTTOM,
+            esc(&marker.label)
+        );
+    }
+}
+
+/// Lines over the time range [x0, x1), y from zero, with the markers in
+/// that range (every time plot takes them: markers and events belong on
+/// all of them).
+pub fn line_chart(title: &str, unit: Unit, lines: &[Line], markers: &[Marker], x0: i64, x1: i64) -> String {
     let mut out = String::new();
     open(&mut out, title, "lines");
     let max = lines.iter().flat_map(|l| l.points.iter().filter_map(|(_, v)| *v)).fold(0.0f64, f64::max);
@@ -181,15 +214,7 @@ pub fn line_chart_marked(title: &str, unit: Unit, lines: &[Line], markers: &[Mar
             esc(&line.label)
         );
     }
-    for marker in markers.iter().filter(|m| (x0..x1).contains(&m.at)) {
-        let x = x_of(marker.at, x0, x1);
-        let _ = write!(
-            out,
-            "<line class=\"marker\" x1=\"{x:.1}\" y1=\"{TOP}\" x2=\"{x:.1}\" y2=\"{:.1}\"><title>{}</title></line>",
-            HEIGHT - BOTTOM,
-            esc(&marker.label)
-        );
-    }
+    draw_markers(&mut out, markers, x0, x1);
     // Hover targets: the value of every line at each step.
     let steps = lines.first().map_or(0, |l| l.points.len());
     if steps <= MAX_TITLED_POINTS && has_data {
@@ -223,8 +248,8 @@ pub struct Column {
 }
 
 /// Latency over time: one column per step, one cell per histogram bucket
-/// on a log scale, darker for more statements.
-pub fn heatmap(title: &str, columns: &[Column], x0: i64, x1: i64) -> String {
+/// on a log scale, darker for more statements; markers over it.
+pub fn heatmap(title: &str, columns: &[Column], markers: &[Marker], x0: i64, x1: i64) -> String {
     let mut out = String::new();
     open(&mut out, title, "heatmap");
     let cells = columns.iter().flat_map(|c| c.buckets.iter());
@@ -264,6 +289,7 @@ pub fn heatmap(title: &str, columns: &[Column], x0: i64, x1: i64) -> String {
             );
         }
     }
+    draw_markers(&mut out, markers, x0, x1);
     out.push_str("</svg></figure>");
     out
 }
@@ -321,7 +347,9 @@ mod tests {
             label: "<p99>".into(),
             points: vec![(0, Some(1.0)), (10, Some(2.0)), (20, None), (30, Some(3.0)), (40, Some(1.0))],
         };
-        let svg = line_chart("t & t", Unit::Count, &[line], 0, 50);
+        let marker = Marker { at: 25, label: "deploy <v2>".into(), kind: MarkerKind::Annotation };
+        let svg = line_chart("t & t", Unit::Count, &[line], &[marker], 0, 50);
+        assert!(svg.contains("class=\"marker annotation\"") && svg.contains("deploy &lt;v2&gt;"));
         assert_eq!(svg.matches("<polyline").count(), 2);
         assert!(svg.contains("&lt;p99&gt;") && svg.contains("t &amp; t"));
         assert!(!svg.contains("<p99>"));

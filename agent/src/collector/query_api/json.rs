@@ -5,9 +5,9 @@
 use serde_json::{Map, Value, json};
 use sqlbee_common::clock;
 use sqlbee_proto::v1::{
-    ActivityResponse, AgentQuota, AgentWindowRow, CostSummary, DiffSide, DigestChange, InstanceCost, InstanceInfo,
-    LiveConnection, LockWaitRow, LongStatementRow, PlansResponse, ProcessMetrics, QueryStats, SeriesResponse,
-    TablesResponse, TagCount, TopDigest,
+    ActivityResponse, AgentQuota, AgentWindowRow, Annotation, CostSummary, DiffSide, DigestChange, Event, InstanceCost,
+    InstanceInfo, LiveConnection, LockWaitRow, LongStatementRow, PlansResponse, ProcessMetrics, QueryStats,
+    SeriesResponse, TablesResponse, TagCount, TopDigest,
 };
 
 /// An RFC 3339 time for ms since the epoch; `-` for none.
@@ -65,28 +65,68 @@ pub fn top_json(digests: &[TopDigest]) -> Value {
 
 /// `sqlbee diff`'s answer: `{"digests": [...]}`, each with both sides
 /// (null where the digest did not run), its status and the evidence.
-pub fn diff_json(digests: &[DigestChange]) -> Value {
-    let side = |s: Option<&DiffSide>| {
-        s.map(|s| {
-            json!({
-                "count": s.count,
-                "sum_ns": s.sum_ns,
-                "p50_ns": s.p50_ns,
-                "p95_ns": s.p95_ns,
-                "p99_ns": s.p99_ns,
-                "rows_examined": s.rows_examined,
-                "cpu_ns": s.cpu_ns,
-                "range_ms": s.range_ms,
-            })
+fn side_json(s: Option<&DiffSide>) -> Option<Value> {
+    s.map(|s| {
+        json!({
+            "count": s.count,
+            "sum_ns": s.sum_ns,
+            "p50_ns": s.p50_ns,
+            "p95_ns": s.p95_ns,
+            "p99_ns": s.p99_ns,
+            "rows_examined": s.rows_examined,
+            "cpu_ns": s.cpu_ns,
+            "range_ms": s.range_ms,
         })
-    };
+    })
+}
+
+/// `{"events": [...]}`: each event with both sides of the comparison that
+/// opened it; `closed` is null while it is open.
+pub fn events_json(events: &[Event]) -> Value {
+    json!({
+        "events": events.iter().map(|e| json!({
+            "id": format!("{:016x}", e.id),
+            "instance": e.instance,
+            "kind": e.kind,
+            "digest": format!("{:016x}", e.digest),
+            "schema": e.schema,
+            "digest_text": e.digest_text,
+            "opened": time(e.opened_unix_ms),
+            "opened_unix_ms": e.opened_unix_ms,
+            "closed": (e.closed_unix_ms != 0).then(|| time(e.closed_unix_ms)),
+            "closed_unix_ms": (e.closed_unix_ms != 0).then_some(e.closed_unix_ms),
+            "closed_because": (e.closed_unix_ms != 0).then_some(&e.closed_because),
+            "evidence": e.evidence,
+            "p_value": e.p_value,
+            "before_range_unix_ms": [e.before_since_unix_ms, e.before_until_unix_ms],
+            "after_range_unix_ms": [e.after_since_unix_ms, e.after_until_unix_ms],
+            "before": side_json(e.before.as_ref()),
+            "after": side_json(e.after.as_ref()),
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// `{"annotations": [...]}`; `instances` empty: the whole fleet.
+pub fn annotations_json(annotations: &[Annotation]) -> Value {
+    json!({
+        "annotations": annotations.iter().map(|a| json!({
+            "id": format!("{:016x}", a.id),
+            "at": time(a.at_unix_ms),
+            "at_unix_ms": a.at_unix_ms,
+            "text": a.text,
+            "instances": a.instances,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+pub fn diff_json(digests: &[DigestChange]) -> Value {
     json!({
         "digests": digests.iter().map(|d| json!({
             "digest": format!("{:016x}", d.digest),
             "schema": d.schema,
             "digest_text": d.digest_text,
-            "before": side(d.before.as_ref()),
-            "after": side(d.after.as_ref()),
+            "before": side_json(d.before.as_ref()),
+            "after": side_json(d.after.as_ref()),
             "status": d.status,
             "evidence": d.evidence,
             "p_value": d.p_value,

@@ -1,7 +1,7 @@
 //! The Query service: checks the request, asks the store on the blocking
 //! pool. Owns the request defaults and limits (limit 20 digests or 100 lock
 //! waits, at most 10 000).
-mod diff;
+pub(crate) mod diff;
 mod findings;
 pub mod json;
 pub mod remote;
@@ -11,17 +11,21 @@ use std::sync::Arc;
 
 use sqlbee_common::clock::now_unix_ms;
 use sqlbee_proto::v1::{
-    ActivityRequest, ActivityResponse, DiffRequest, DiffResponse, HostsRequest, HostsResponse, InstancesRequest,
-    InstancesResponse, LocksRequest, LocksResponse, LongStatementsRequest, LongStatementsResponse, PlansRequest,
-    PlansResponse, SeriesRequest, SeriesResponse, TablesRequest, TablesResponse, TopRequest, TopResponse,
-    TotalsRequest, TotalsResponse, query_server::Query,
+    ActivityRequest, ActivityResponse, AnnotationsRequest, AnnotationsResponse, DiffRequest, DiffResponse,
+    EventsRequest, EventsResponse, HostsRequest, HostsResponse, InstancesRequest, InstancesResponse, LocksRequest,
+    LocksResponse, LongStatementsRequest, LongStatementsResponse, PlansRequest, PlansResponse, SeriesRequest,
+    SeriesResponse, TablesRequest, TablesResponse, TopRequest, TopResponse, TotalsRequest, TotalsResponse,
+    query_server::Query,
 };
 use tonic::{Request, Response, Status};
 
 use crate::collector::{
     live::LiveActivity,
     quota::Quotas,
-    store::{HostsQuery, LocksQuery, PlansQuery, SeriesOf, SeriesQuery, Store, TopQuery, TotalsQuery, rollup},
+    store::{
+        AnnotationsQuery, EventsQuery, HostsQuery, LocksQuery, PlansQuery, SeriesOf, SeriesQuery, Store, TopQuery,
+        TotalsQuery, rollup,
+    },
     store_task::blocking,
 };
 
@@ -185,6 +189,41 @@ pub fn plans_query(request: PlansRequest) -> Result<PlansQuery, Status> {
     })
 }
 
+pub fn events_query(request: EventsRequest) -> Result<EventsQuery, Status> {
+    let since_unix_ms = since(request.since_unix_ms)?;
+    let kind = non_empty(request.kind);
+    if let Some(kind) = &kind
+        && !EVENT_KINDS.contains(&kind.as_str())
+    {
+        return Err(Status::invalid_argument(format!(
+            "kind: unknown event kind {kind:?}; expected one of {}",
+            EVENT_KINDS.join(", ")
+        )));
+    }
+    Ok(EventsQuery {
+        instance: non_empty(request.instance),
+        kind,
+        until_unix_ms: until(request.until_unix_ms, since_unix_ms)?,
+        since_unix_ms,
+        open_only: request.open_only,
+        limit: limit(request.limit, DEFAULT_LOCKS_LIMIT)?,
+    })
+}
+
+/// The kinds of event the detection records.
+pub const EVENT_KINDS: [&str; 3] = ["regressed", "new", "plan_changed"];
+
+pub fn annotations_query(request: AnnotationsRequest) -> Result<AnnotationsQuery, Status> {
+    let since_unix_ms = since(request.since_unix_ms)?;
+    Ok(AnnotationsQuery {
+        instance: non_empty(request.instance),
+        until_unix_ms: until(request.until_unix_ms, since_unix_ms)?,
+        since_unix_ms,
+        id: (request.id != 0).then_some(request.id),
+        limit: limit(request.limit, DEFAULT_LOCKS_LIMIT)?,
+    })
+}
+
 pub fn top_query(request: TopRequest) -> Result<TopQuery, Status> {
     let order_by = OrderBy::parse(&request.order_by).ok_or_else(|| {
         Status::invalid_argument(format!(
@@ -273,6 +312,18 @@ impl Query for QueryService {
         })
         .await?;
         Ok(Response::new(DiffResponse { digests: digests.into_iter().take(limit).collect() }))
+    }
+
+    async fn events(&self, request: Request<EventsRequest>) -> Result<Response<EventsResponse>, Status> {
+        let query = events_query(request.into_inner())?;
+        let store = self.store.clone();
+        Ok(Response::new(EventsResponse { events: blocking(move || store.events(&query)).await? }))
+    }
+
+    async fn annotations(&self, request: Request<AnnotationsRequest>) -> Result<Response<AnnotationsResponse>, Status> {
+        let query = annotations_query(request.into_inner())?;
+        let store = self.store.clone();
+        Ok(Response::new(AnnotationsResponse { annotations: blocking(move || store.annotations(&query)).await? }))
     }
 
     async fn instances(&self, _request: Request<InstancesRequest>) -> Result<Response<InstancesResponse>, Status> {

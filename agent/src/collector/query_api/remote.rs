@@ -6,7 +6,7 @@ use tonic::{codec::CompressionEncoding, service::interceptor::InterceptedService
 
 use crate::client::{self, BearerToken};
 pub use crate::client::{ClientError, ClientOptions, read_token_file};
-use sqlbee_proto::v1::query_client::QueryClient;
+use sqlbee_proto::v1::{annotate_client::AnnotateClient, query_client::QueryClient};
 
 /// The `order_by` keys `Top` accepts.
 pub const ORDER_KEYS: [&str; 9] = crate::collector::store::OrderBy::NAMES;
@@ -24,4 +24,14 @@ pub async fn connect(opts: &ClientOptions) -> Result<Client, ClientError> {
     Ok(QueryClient::with_interceptor(channel, token)
         .accept_compressed(CompressionEncoding::Gzip)
         .max_decoding_message_size(MAX_ANSWER))
+}
+
+pub type Annotator = AnnotateClient<InterceptedService<Channel, BearerToken>>;
+
+/// The Annotate service's client (`sqlbee annotate`), connected as
+/// `connect` does; it takes a token of the `annotate` role.
+pub async fn connect_annotate(opts: &ClientOptions) -> Result<Annotator, ClientError> {
+    let token = BearerToken::new(opts.token.as_deref())?;
+    let channel = client::connect(opts).await?;
+    Ok(AnnotateClient::with_interceptor(channel, token))
 }

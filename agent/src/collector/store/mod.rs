@@ -16,8 +16,8 @@ mod shared_tests;
 pub mod sqlite;
 
 use sqlbee_proto::v1::{
-    AgentWindowRow, Batch, CostSummary, DigestSeries, InstanceInfo, InstanceSeries, LockWaitRow, LongStatementRow,
-    PlansResponse, SeriesPoint, TopDigest, TotalsResponse,
+    AgentWindowRow, Annotation, Batch, CostSummary, DigestSeries, Event, InstanceInfo, InstanceSeries, LockWaitRow,
+    LongStatementRow, PlansResponse, SeriesPoint, TopDigest, TotalsResponse,
 };
 
 pub use sqlite::SqliteStore;
@@ -259,6 +259,62 @@ pub struct HostsQuery {
     pub limit: usize,
 }
 
+/// Markers, oldest first.
+#[derive(Clone, Debug)]
+pub struct AnnotationsQuery {
+    /// Markers of this instance and of the whole fleet; None: every marker.
+    pub instance: Option<String>,
+    /// Markers at or after this (ms since epoch).
+    pub since_unix_ms: i64,
+    /// Markers before this; `i64::MAX`: no end.
+    pub until_unix_ms: i64,
+    /// Only this marker, wherever it is.
+    pub id: Option<u64>,
+    pub limit: usize,
+}
+
+/// Events open at any time of a range, newest opened first.
+#[derive(Clone, Debug)]
+pub struct EventsQuery {
+    pub instance: Option<String>,
+    /// None: every kind.
+    pub kind: Option<String>,
+    /// Events still open at or after this (ms since epoch); 0: all.
+    pub since_unix_ms: i64,
+    /// Events opened before this; `i64::MAX`: no end.
+    pub until_unix_ms: i64,
+    pub open_only: bool,
+    pub limit: usize,
+}
+
+impl EventsQuery {
+    /// Whether `event` (its newest version) answers this query: stores
+    /// that filter in SQL use it too, for the parts SQL cannot see.
+    pub fn admits(&self, event: &Event) -> bool {
+        let closed = event.closed_unix_ms;
+        self.instance.as_ref().is_none_or(|i| *i == event.instance)
+            && self.kind.as_ref().is_none_or(|k| *k == event.kind)
+            && event.opened_unix_ms < self.until_unix_ms
+            && (closed == 0 || (!self.open_only && closed >= self.since_unix_ms))
+    }
+}
+
+impl AnnotationsQuery {
+    pub fn admits(&self, annotation: &Annotation) -> bool {
+        match self.id {
+            Some(id) => annotation.id == id,
+            None => {
+                annotation.at_unix_ms >= self.since_unix_ms
+                    && annotation.at_unix_ms < self.until_unix_ms
+                    && self
+                        .instance
+                        .as_ref()
+                        .is_none_or(|i| annotation.instances.is_empty() || annotation.instances.iter().any(|n| n == i))
+            }
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct IngestOutcome {
     /// The (agent_id, epoch, sequence) was stored before with the same
@@ -290,6 +346,8 @@ pub struct PruneOutcome {
     pub rollup_rows: u64,
     /// Plans, plan changes and digest descriptions (by the hour retention).
     pub plan_rows: u64,
+    /// Markers and events (by the hour retention).
+    pub event_rows: u64,
 }
 
 /// A backend's own error, kept as the cause: the trait and its callers
@@ -369,6 +427,15 @@ pub trait Store: Send + Sync {
     /// The newest description of each (digest, schema) of `digests` the
     /// store holds.
     fn digest_tables(&self, digests: &[u64]) -> Result<Vec<DigestTables>, StoreError>;
+    /// Stores a marker (its id chosen by the caller).
+    fn annotate(&self, annotation: &Annotation) -> Result<(), StoreError>;
+    fn annotations(&self, query: &AnnotationsQuery) -> Result<Vec<Annotation>, StoreError>;
+    /// Writes events; of the versions of one id, the newest
+    /// `updated_unix_ms` is the event (two collectors writing one event
+    /// leave it once).
+    fn put_events(&self, events: &[Event]) -> Result<(), StoreError>;
+    /// Each event's newest version that `query` admits.
+    fn events(&self, query: &EventsQuery) -> Result<Vec<Event>, StoreError>;
     /// Rolls up what arrived since the last pass, for a store that does
     /// not roll windows up as they arrive; how many buckets are still due
     /// (more than one pass takes). The SQLite store rolls up in `ingest`.

@@ -329,3 +329,72 @@ pub(super) fn tags_and_exemplars_merge_over_windows(store: &dyn Store, batch: Ma
     assert_eq!(one[0].tags[0].values[0].count, 7);
     assert_eq!(one[0].exemplars.len(), 2);
 }
+
+/// Markers read by range, instance and id; events read as their newest
+/// version, open or overlapping the range; both pruned by the hour
+/// retention.
+pub(super) fn markers_and_events_keep_their_newest_version(store: &dyn Store) {
+    use sqlbee_proto::v1::{Annotation, Event};
+    let marker = |id: u64, at: i64, instances: &[&str]| Annotation {
+        id,
+        at_unix_ms: at,
+        text: format!("deploy {id}"),
+        instances: instances.iter().map(|s| s.to_string()).collect(),
+        created_unix_ms: at,
+    };
+    store.annotate(&marker(1, 1_000, &[])).unwrap();
+    store.annotate(&marker(2, 2_000, &["a:1"])).unwrap();
+    store.annotate(&marker(3, 3_000, &["b:1"])).unwrap();
+    // A retried request stores the same marker again: it is read once.
+    store.annotate(&marker(2, 2_000, &["a:1"])).unwrap();
+    let marks = |instance: Option<&str>, since: i64, id: Option<u64>| -> Vec<u64> {
+        let query = AnnotationsQuery {
+            instance: instance.map(str::to_string),
+            since_unix_ms: since,
+            until_unix_ms: i64::MAX,
+            id,
+            limit: 100,
+        };
+        store.annotations(&query).unwrap().into_iter().map(|a| a.id).collect()
+    };
+    assert_eq!(marks(None, 0, None), [1, 2, 3]);
+    assert_eq!(marks(Some("a:1"), 0, None), [1, 2], "the fleet's markers and its own");
+    assert_eq!(marks(None, 1_500, None), [2, 3]);
+    assert_eq!(marks(None, 0, Some(3)), [3]);
+
+    let event = |id: u64, instance: &str, opened: i64, closed: i64, updated: i64| Event {
+        id,
+        instance: instance.into(),
+        kind: "regressed".into(),
+        digest: id * 10,
+        opened_unix_ms: opened,
+        closed_unix_ms: closed,
+        updated_unix_ms: updated,
+        ..Default::default()
+    };
+    store.put_events(&[event(1, "a:1", 1_000, 0, 1_000), event(2, "b:1", 2_000, 0, 2_000)]).unwrap();
+    // Event 1 closes; a late write of its older version changes nothing.
+    store.put_events(&[event(1, "a:1", 1_000, 5_000, 5_000)]).unwrap();
+    store.put_events(&[event(1, "a:1", 1_000, 0, 1_000)]).unwrap();
+    let read = |instance: Option<&str>, since: i64, until: i64, open_only: bool| -> Vec<(u64, i64)> {
+        let query = EventsQuery {
+            instance: instance.map(str::to_string),
+            kind: None,
+            since_unix_ms: since,
+            until_unix_ms: until,
+            open_only,
+            limit: 100,
+        };
+        store.events(&query).unwrap().into_iter().map(|e| (e.id, e.closed_unix_ms)).collect()
+    };
+    assert_eq!(read(None, 0, i64::MAX, false), [(2, 0), (1, 5_000)], "newest opened first, newest version");
+    assert_eq!(read(None, 0, i64::MAX, true), [(2, 0)]);
+    assert_eq!(read(Some("a:1"), 0, i64::MAX, false), [(1, 5_000)]);
+    assert_eq!(read(None, 6_000, i64::MAX, false), [(2, 0)], "closed before the range");
+    assert_eq!(read(None, 0, 1_500, false), [(1, 5_000)], "opened after the range");
+
+    let pruned = store.prune(&PruneCutoffs { raw: 0, minute: 0, hour: 1_500 }).unwrap();
+    assert!(pruned.event_rows >= 2, "{pruned:?}");
+    assert_eq!(marks(None, 0, None), [2, 3]);
+    assert_eq!(read(None, 0, i64::MAX, false), [(2, 0)]);
+}

@@ -49,6 +49,7 @@ fn quotas(body: &mut String, quotas: &[AgentQuota]) {
 
 pub async fn render(ui: &Ui, view: &View) -> Rendered {
     let series = ui.series(series_request(view, "cost", 0, "")).await?;
+    let marks = super::marks(ui, view).await?;
     let (x0, x1) = plot_range(view, &series);
     // Cost points carry no statement count: a step with no agent window
     // is a gap.
@@ -68,6 +69,7 @@ pub async fn render(ui: &Ui, view: &View) -> Rendered {
             cost_line("agents", &|p| p.agent_cpu_cores),
             cost_line("probes in mysqld", &|p| p.probe_cpu_seconds / seconds(p)),
         ],
+        &marks,
         x0,
         x1,
     ));
@@ -75,6 +77,7 @@ pub async fn render(ui: &Ui, view: &View) -> Rendered {
         "Largest agent memory",
         Unit::Bytes,
         &[cost_line("agent RSS", &|p| p.agent_max_rss_bytes as f64)],
+        &marks,
         x0,
         x1,
     ));
@@ -82,6 +85,7 @@ pub async fn render(ui: &Ui, view: &View) -> Rendered {
         "Agent windows",
         Unit::Count,
         &[rate_line("windows", &series, |p| p.windows as f64)],
+        &marks,
         x0,
         x1,
     ));

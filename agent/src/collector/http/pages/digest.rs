@@ -10,7 +10,7 @@ use std::{collections::BTreeMap, fmt::Write};
 use agent_common::figures::Unit;
 use sqlbee_proto::v1::{QueryStats, TopDigest, TopRequest};
 
-use super::{PageHead, Rendered, instance_names, plans, series_request, statement_plots_marked, top_request};
+use super::{PageHead, Rendered, instance_names, plans, series_request, statement_plots, top_request};
 use crate::collector::http::{
     Ui,
     html::{self, Nav, esc},
@@ -55,7 +55,10 @@ pub async fn render(ui: &Ui, view: &View, params: &Params) -> Rendered {
 
     let series = ui.series(series_request(view, "digest", id, &schema)).await?;
     let plans = ui.plans(plans::request(view, id, &schema)).await?;
-    body.push_str(&statement_plots_marked(view, &series, &plans::markers(&plans)));
+    let mut markers = plans::markers(&plans);
+    // Its plan changes are drawn as plans already.
+    markers.extend(super::marks(ui, view).await?.into_iter().filter(|m| !m.label.starts_with("plan changed")));
+    body.push_str(&statement_plots(view, &series, &markers));
     plans::section(&mut body, &plans);
 
     rows(&mut body, view, &answer.digests);

@@ -27,7 +27,7 @@ pub async fn render(ui: &Ui, view: &View, params: &Params, now: i64) -> Rendered
     names.dedup();
 
     let fleet = ui.series(series_request(view, "statements", 0, "")).await?;
-    let mut body = statement_plots(view, &fleet);
+    let mut body = statement_plots(view, &fleet, &super::marks(ui, view).await?);
 
     let matching: Vec<&InstanceInfo> =
         instances.iter().filter(|i| view.instance.as_deref().is_none_or(|want| i.instance == want)).collect();

@@ -59,11 +59,13 @@ pub async fn render(ui: &Ui, view: &View, now: i64) -> Rendered {
             })
             .collect()
     };
+    let marks = super::marks(ui, view).await?;
     body.push_str("<section class=\"plots\">");
     body.push_str(&svg::line_chart(
         "CPU busy (cores)",
         Unit::Cores,
         &plotted(&|r| r.window.as_ref().and_then(|w| w.host.as_ref()).and_then(|h| h.cpu.as_ref()).map(busy)),
+        &marks,
         oldest,
         newest,
     ));
@@ -71,6 +73,7 @@ pub async fn render(ui: &Ui, view: &View, now: i64) -> Rendered {
         "Load (1 min)",
         Unit::Count,
         &plotted(&|r| r.window.as_ref().and_then(|w| w.host.as_ref()).map(|h| h.load1)),
+        &marks,
         oldest,
         newest,
     ));

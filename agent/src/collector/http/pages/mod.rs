@@ -4,6 +4,7 @@ mod activity;
 pub(super) mod compare;
 mod cost;
 mod digest;
+mod events;
 mod fleet;
 mod hosts;
 mod locks;
@@ -13,15 +14,20 @@ mod tables;
 mod top;
 
 use sqlbee_common::histogram::Histogram;
-use sqlbee_proto::v1::{self as wire, SeriesPoint, SeriesRequest, SeriesResponse, TopRequest};
+use sqlbee_proto::v1::{
+    self as wire, AnnotationsRequest, EventsRequest, SeriesPoint, SeriesRequest, SeriesResponse, TopRequest,
+};
 
 use super::{
     Ui,
     html::{self, Header, Nav},
     page_error::PageError,
     params::{Params, View},
-    svg::{self, Column, Line, Unit},
+    svg::{self, Column, Line, MarkerKind, Unit},
 };
+
+/// Markers and events a plot shows at most: a plot is not a log.
+const MAX_MARKS: u32 = 200;
 
 /// A plot over "all" starts this long before its end: the hour rollups'
 /// default retention, so nothing kept is cut off.
@@ -44,6 +50,7 @@ pub async fn render(
         "/plans" => plans::render(ui, view).await,
         "/tables" => tables::render(ui, view).await,
         "/compare" => compare::render(ui, view, params).await,
+        "/events" => events::render(ui, view).await,
         "/activity" => activity::render(ui, view).await,
         "/hosts" => hosts::render(ui, view, now).await,
         "/cost" => cost::render(ui, view).await,
@@ -201,14 +208,52 @@ fn top_request(view: &View) -> TopRequest {
     }
 }
 
-/// The plots of a statement series: rate and errors, latency percentiles,
-/// and the latency heatmap.
-fn statement_plots(view: &View, series: &SeriesResponse) -> String {
-    statement_plots_marked(view, series, &[])
+/// What every time plot of the view marks: the markers people wrote and
+/// the events the detection opened, of the view's instance (and the whole
+/// fleet's markers) over the plot's range.
+async fn marks(ui: &Ui, view: &View) -> Result<Vec<svg::Marker>, PageError> {
+    let instance = view.instance.clone().unwrap_or_default();
+    let (since_unix_ms, until_unix_ms) = (plot_since(view).max(0), view.range.until_unix_ms);
+    let annotations = ui
+        .annotations(AnnotationsRequest {
+            instance: instance.clone(),
+            since_unix_ms,
+            until_unix_ms,
+            limit: MAX_MARKS,
+            id: 0,
+        })
+        .await?;
+    let events = ui
+        .events(EventsRequest {
+            instance,
+            since_unix_ms,
+            until_unix_ms,
+            open_only: false,
+            limit: MAX_MARKS,
+            kind: String::new(),
+        })
+        .await?;
+    let mut out: Vec<svg::Marker> = annotations
+        .into_iter()
+        .map(|a| svg::Marker { at: a.at_unix_ms, label: format!("marker: {}", a.text), kind: MarkerKind::Annotation })
+        .collect();
+    out.extend(events.into_iter().map(|e| svg::Marker {
+        at: e.opened_unix_ms,
+        label: format!(
+            "{} on {}: {} ({})",
+            e.kind.replace('_', " "),
+            e.instance,
+            html::digest_hex(e.digest),
+            e.evidence
+        ),
+        kind: MarkerKind::Event,
+    }));
+    Ok(out)
 }
 
-/// `statement_plots` with events (plan changes) marked on the latency plot.
-fn statement_plots_marked(view: &View, series: &SeriesResponse, markers: &[svg::Marker]) -> String {
+/// The plots of a statement series: rate and errors, latency percentiles,
+/// and the latency heatmap, each with `markers`.
+fn statement_plots(view: &View, series: &SeriesResponse, markers: &[svg::Marker]) -> String {
     let (x0, x1) = plot_range(view, series);
     let mut out = String::from("<section class=\"plots\">");
     out.push_str(&svg::line_chart(
@@ -218,10 +263,11 @@ fn statement_plots_marked(view: &View, series: &SeriesResponse, markers: &[svg::
             rate_line("statements/s", series, |p| p.count as f64 / seconds(p)),
             rate_line("errors/s", series, |p| p.errors as f64 / seconds(p)),
         ],
+        markers,
         x0,
         x1,
     ));
-    out.push_str(&svg::line_chart_marked(
+    out.push_str(&svg::line_chart(
         "Latency percentiles",
         Unit::Nanos,
         &[
@@ -233,7 +279,7 @@ fn statement_plots_marked(view: &View, series: &SeriesResponse, markers: &[svg::
         x0,
         x1,
     ));
-    out.push_str(&svg::heatmap("Latency heatmap", &heat_columns(series), x0, x1));
+    out.push_str(&svg::heatmap("Latency heatmap", &heat_columns(series), markers, x0, x1));
     out.push_str("</section>");
     out
 }

@@ -11,7 +11,7 @@ use crate::collector::http::{
     Ui,
     html::{self, Nav, esc},
     params::View,
-    svg::Marker,
+    svg::{Marker, MarkerKind},
 };
 
 /// Plan changes a page lists.
@@ -45,6 +45,7 @@ pub fn markers(answer: &PlansResponse) -> Vec<Marker> {
                 html::digest_hex(c.from_hash),
                 html::digest_hex(c.to_hash)
             ),
+            kind: MarkerKind::Plan,
         })
         .collect()
 }

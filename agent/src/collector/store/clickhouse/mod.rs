@@ -49,6 +49,7 @@
 //! `write::prune`.
 mod costs;
 mod digest_rows;
+mod events;
 mod group_commit;
 mod http;
 mod plans;
@@ -64,13 +65,13 @@ mod write;
 use std::path::PathBuf;
 
 use sqlbee_proto::v1::{
-    AgentWindowRow, Batch, CostSummary, DigestSeries, InstanceInfo, InstanceSeries, LockWaitRow, LongStatementRow,
-    PlansResponse, SeriesPoint, TopDigest, TotalsResponse,
+    AgentWindowRow, Annotation, Batch, CostSummary, DigestSeries, Event, InstanceInfo, InstanceSeries, LockWaitRow,
+    LongStatementRow, PlansResponse, SeriesPoint, TopDigest, TotalsResponse,
 };
 
 use super::{
-    DigestTables, HostsQuery, IngestOutcome, LocksQuery, PlansQuery, PruneCutoffs, PruneOutcome, SeriesQuery, Store,
-    StoreError, TopQuery, TotalsQuery,
+    AnnotationsQuery, DigestTables, EventsQuery, HostsQuery, IngestOutcome, LocksQuery, PlansQuery, PruneCutoffs,
+    PruneOutcome, SeriesQuery, Store, StoreError, TopQuery, TotalsQuery,
 };
 pub use schema::SCHEMA_VERSION;
 
@@ -277,6 +278,22 @@ impl Store for ClickHouseStore {
 
     fn long_statements(&self, query: &LocksQuery) -> Result<Vec<LongStatementRow>, StoreError> {
         read::long_statements(&self.db, query)
+    }
+
+    fn annotate(&self, annotation: &Annotation) -> Result<(), StoreError> {
+        events::annotate(&self.db, annotation)
+    }
+
+    fn annotations(&self, query: &AnnotationsQuery) -> Result<Vec<Annotation>, StoreError> {
+        events::annotations(&self.db, query)
+    }
+
+    fn put_events(&self, list: &[Event]) -> Result<(), StoreError> {
+        events::put(&self.db, list)
+    }
+
+    fn events(&self, query: &EventsQuery) -> Result<Vec<Event>, StoreError> {
+        events::read(&self.db, query)
     }
 
     fn locks(&self, query: &LocksQuery) -> Result<Vec<LockWaitRow>, StoreError> {

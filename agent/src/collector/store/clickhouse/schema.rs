@@ -25,7 +25,8 @@ use crate::collector::store::rollup;
 /// 5: `plans`, `plan_changes` and `digest_tables`, and `instance_windows.server_login`
 /// (older rows read "", no login).
 /// 6: `long_statements` (a new table).
-pub const SCHEMA_VERSION: u32 = 6;
+/// 7: `annotations` and `events` (new tables).
+pub const SCHEMA_VERSION: u32 = 7;
 
 const SERVER_LOGIN: &str = "server_login String DEFAULT ''";
 
@@ -207,6 +208,16 @@ pub(super) fn tables() -> Vec<(&'static str, String)> {
             None,
             "at_unix_ms, digest",
         ),
+        // Markers and detected events (`events`): no batch identity, no
+        // partition (few rows); they age with the hour rollups.
+        table("annotations", "id UInt64, at_unix_ms Int64, annotation String", None, "at_unix_ms, id"),
+        table(
+            "events",
+            "id UInt64, instance String, kind String, opened_unix_ms Int64, closed_unix_ms Int64,
+             updated_unix_ms Int64, event String",
+            None,
+            "opened_unix_ms, id",
+        ),
         // Rollups (see `rollups`): each row merges a bucket's winning rows
         // of one key, written by the pass whose id it carries; rows count
         // only under their bucket's newest mark. The columns are the raw
@@ -289,10 +300,16 @@ pub(super) const ROLLUP_AGING: [(&str, &str); 4] = [
     ("rollup_marks", "bucket"),
 ];
 
-/// Plans, plan changes and digest descriptions, pruned by the hour
-/// rollups' retention (unpartitioned: small, and they go by mutation).
-pub(super) const PLAN_AGING: [(&str, &str); 3] =
-    [("plans", "seen_unix_ms"), ("plan_changes", "at_unix_ms"), ("digest_tables", "seen_unix_ms")];
+/// Plans, plan changes, digest descriptions, markers and events, pruned
+/// by the hour rollups' retention (unpartitioned: small, and they go by
+/// mutation). An event goes by its opening, which all its versions share.
+pub(super) const PLAN_AGING: [(&str, &str); 5] = [
+    ("plans", "seen_unix_ms"),
+    ("plan_changes", "at_unix_ms"),
+    ("digest_tables", "seen_unix_ms"),
+    ("annotations", "at_unix_ms"),
+    ("events", "opened_unix_ms"),
+];
 
 /// Tables whose rows age, with the column retention goes by.
 pub(super) const AGING: [(&str, &str); 10] = [

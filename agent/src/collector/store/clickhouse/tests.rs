@@ -527,6 +527,12 @@ fn long_statements_newest_first_once_and_pruned() {
 }
 
 #[test]
+fn markers_and_events_keep_their_newest_version() {
+    let Some((store, _)) = store("events") else { return };
+    shared_tests::markers_and_events_keep_their_newest_version(&store);
+}
+
+#[test]
 fn latest_cost_takes_each_agents_nearest_window() {
     let Some((store, _)) = store("latest") else { return };
     shared_tests::latest_cost_takes_each_agents_nearest_window(&store, costed);

@@ -617,6 +617,7 @@ pub(super) fn prune(db: &Client, cutoffs: &PruneCutoffs) -> Result<PruneOutcome,
             "batches" => outcome.batches = deleted,
             "digest_rollups" | "instance_rollups" | "agent_rollups" => outcome.rollup_rows += deleted,
             "plans" | "plan_changes" | "digest_tables" => outcome.plan_rows += deleted,
+            "annotations" | "events" => outcome.event_rows += deleted,
             _ => {}
         }
     }

@@ -11,6 +11,7 @@
 //! No rusqlite type leaves this folder: errors become `StoreError` here.
 mod costs;
 mod digest_rows;
+mod events;
 mod long;
 mod plans;
 mod read;
@@ -32,13 +33,13 @@ use std::{
 
 use rusqlite::{Connection, TransactionBehavior};
 use sqlbee_proto::v1::{
-    AgentWindowRow, Batch, CostSummary, DigestSeries, InstanceInfo, InstanceSeries, LockWaitRow, LongStatementRow,
-    PlansResponse, SeriesPoint, TopDigest, TotalsResponse,
+    AgentWindowRow, Annotation, Batch, CostSummary, DigestSeries, Event, InstanceInfo, InstanceSeries, LockWaitRow,
+    LongStatementRow, PlansResponse, SeriesPoint, TopDigest, TotalsResponse,
 };
 
 use super::{
-    DigestTables, HostsQuery, IngestOutcome, LocksQuery, PlansQuery, PruneCutoffs, PruneOutcome, SeriesQuery, Store,
-    StoreError, TopQuery, TotalsQuery, cancel,
+    AnnotationsQuery, DigestTables, EventsQuery, HostsQuery, IngestOutcome, LocksQuery, PlansQuery, PruneCutoffs,
+    PruneOutcome, SeriesQuery, Store, StoreError, TopQuery, TotalsQuery, cancel,
 };
 
 pub use schema::{Durability, SCHEMA_VERSION};
@@ -133,6 +134,18 @@ impl SqliteStore {
         }
         let handle = conn.get_interrupt_handle();
         Ok(ReadConnection { _interrupt: cancel::on_cancel(move || handle.interrupt()), conn })
+    }
+
+    /// One write transaction of its own (not a batch's).
+    fn write(
+        &self,
+        action: &'static str,
+        work: impl FnOnce(&rusqlite::Transaction<'_>) -> rusqlite::Result<()>,
+    ) -> Result<(), StoreError> {
+        let mut conn = lock(&self.writer);
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(|e| error(action, e))?;
+        work(&tx).map_err(|e| error(action, e))?;
+        tx.commit().map_err(|e| error(action, e))
     }
 
     /// Opens (or creates) the store with durable acknowledgements.
@@ -267,6 +280,26 @@ impl Store for SqliteStore {
         let mut conn = self.read()?;
         let tx = conn.transaction().map_err(|e| error("tables", e))?;
         tables::read(&tx, digests)
+    }
+
+    fn annotate(&self, annotation: &Annotation) -> Result<(), StoreError> {
+        self.write("annotate", |tx| events::annotate(tx, annotation))
+    }
+
+    fn annotations(&self, query: &AnnotationsQuery) -> Result<Vec<Annotation>, StoreError> {
+        let mut conn = self.read()?;
+        let tx = conn.transaction().map_err(|e| error("annotations", e))?;
+        events::annotations(&tx, query)
+    }
+
+    fn put_events(&self, list: &[Event]) -> Result<(), StoreError> {
+        self.write("events", |tx| events::put(tx, list))
+    }
+
+    fn events(&self, query: &EventsQuery) -> Result<Vec<Event>, StoreError> {
+        let mut conn = self.read()?;
+        let tx = conn.transaction().map_err(|e| error("events", e))?;
+        events::read(&tx, query)
     }
 
     fn prune(&self, cutoffs: &PruneCutoffs) -> Result<PruneOutcome, StoreError> {

@@ -38,7 +38,8 @@ use rusqlite::{Connection, TransactionBehavior};
 ///   `agent_instances.server_login` (ALTER TABLE; older rows read "", no
 ///   login).
 /// - 14: `long_statements` (a new table: older files simply get it, empty).
-pub const SCHEMA_VERSION: i64 = 14;
+/// - 15: `annotations` and `events` (new tables, likewise).
+pub const SCHEMA_VERSION: i64 = 15;
 
 pub(super) const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS agents (
@@ -321,6 +322,7 @@ pub(super) fn migrate(conn: &mut Connection) -> rusqlite::Result<Result<i64, i64
     tx.execute_batch(super::plans::TABLES)?;
     tx.execute_batch(super::tables::TABLES)?;
     tx.execute_batch(super::long::TABLES)?;
+    tx.execute_batch(super::events::TABLES)?;
     // Version 1 -> 2: CREATE TABLE IF NOT EXISTS left digest_windows as it was.
     let has_waits = has_column(&tx, "digest_windows", "waits")?;
     if !has_waits {

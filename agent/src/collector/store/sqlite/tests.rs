@@ -924,3 +924,11 @@ fn long_statements_newest_first_once_and_pruned() {
     drop(store);
     std::fs::remove_dir_all(dir).ok();
 }
+
+#[test]
+fn markers_and_events_keep_their_newest_version() {
+    let (store, dir) = temp_store("events");
+    shared_tests::markers_and_events_keep_their_newest_version(&store);
+    drop(store);
+    std::fs::remove_dir_all(dir).ok();
+}

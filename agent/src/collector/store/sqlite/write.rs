@@ -416,6 +416,9 @@ pub(super) fn prune(writer: &Mutex<Connection>, cutoffs: &PruneCutoffs) -> Resul
     ] {
         outcome.plan_rows += chunked_before(sql, cutoffs.hour)?;
     }
+    for sql in super::events::AGING {
+        outcome.event_rows += chunked_before(sql, cutoffs.hour)?;
+    }
     outcome.digest_windows = chunked(
         "DELETE FROM digest_windows WHERE rowid IN
             (SELECT rowid FROM digest_windows WHERE window_end < ?1 LIMIT ?2)",

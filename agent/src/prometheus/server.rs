@@ -60,7 +60,7 @@ impl MetricsServer {
         }
         .map_err(|_| MetricsError::InvalidAddress { addr: addr.to_string() })?;
         if !addr.ip().is_loopback() {
-            tracing::warn!(%addr, "serving /metrics beyond this host: it names digests, hosts and the agent's cost");
+            tracing::warn!(%addr, "serving /metrics beyond this host: it names instances, digests and hosts");
         }
         let listener = std::net::TcpListener::bind(addr).map_err(|source| match source.kind() {
             std::io::ErrorKind::AddrInUse => MetricsError::AddressInUse { addr },

@@ -1,0 +1,230 @@
+//! Continuous detection: every `--detect-every`, the collector compares
+//! each instance's recent range (`--detect-window`) with its baseline and
+//! records what changed as events (`rules`): regressions, new digests and
+//! plan changes. The baseline is the same range a day earlier when the
+//! store holds statements of the instance then, and otherwise the
+//! `--detect-baseline` just before the recent range.
+//!
+//! It reads and writes through the store only, so any number of
+//! collectors may run it on one store: rounds fall on multiples of the
+//! interval, and an event's id names its round, so two collectors write
+//! the same events. A failed round is logged and the next one runs as
+//! usual; detection never holds up ingest (its reads run on the blocking
+//! pool like a query's).
+pub mod exposition;
+pub mod rules;
+
+use std::{
+    collections::{BTreeMap, HashMap, HashSet},
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use sqlbee_common::clock::now_unix_ms;
+use sqlbee_proto::v1::{DigestChange, TopDigest};
+
+use super::{
+    query_api::diff::{self, Thresholds},
+    store::{EventsQuery, OrderBy, PlansQuery, Store, StoreError, TopQuery, rollup::DAY_MS},
+};
+
+/// Digests compared per instance and round: the busiest by total time.
+const MAX_DIGESTS: usize = 10_000;
+/// Open events read per instance and round.
+const MAX_OPEN: usize = 10_000;
+
+#[derive(Clone, Copy, Debug)]
+pub struct Settings {
+    /// Zero: no detection.
+    pub every: Duration,
+    pub window: Duration,
+    pub baseline: Duration,
+    pub thresholds: Thresholds,
+}
+
+/// Open events by (kind, instance), as of the newest round: what the
+/// collector's `/metrics` serves.
+#[derive(Default)]
+pub struct OpenEvents {
+    counts: Mutex<Option<BTreeMap<(String, String), u64>>>,
+    rounds: std::sync::atomic::AtomicU64,
+    failed: std::sync::atomic::AtomicU64,
+}
+
+impl OpenEvents {
+    /// None before the first round.
+    pub fn counts(&self) -> Option<BTreeMap<(String, String), u64>> {
+        self.counts.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn set(&self, counts: BTreeMap<(String, String), u64>) {
+        *self.counts.lock().unwrap_or_else(|e| e.into_inner()) = Some(counts);
+    }
+
+    /// (rounds run, rounds failed) since start.
+    pub fn rounds(&self) -> (u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (self.rounds.load(Relaxed), self.failed.load(Relaxed))
+    }
+}
+
+fn ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+pub async fn run(store: Arc<dyn Store>, settings: Settings, open: Arc<OpenEvents>) {
+    let every = ms(settings.every);
+    if every <= 0 {
+        return;
+    }
+    tracing::info!(
+        every_s = every / 1000,
+        window_s = ms(settings.window) / 1000,
+        baseline_s = ms(settings.baseline) / 1000,
+        "detection on"
+    );
+    loop {
+        // Rounds fall on multiples of the interval, for every collector.
+        let now = now_unix_ms();
+        let at = (now.div_euclid(every) + 1) * every;
+        tokio::time::sleep(Duration::from_millis((at - now).max(0) as u64)).await;
+        let store = store.clone();
+        let outcome = tokio::task::spawn_blocking(move || round(store.as_ref(), &settings, at)).await;
+        use std::sync::atomic::Ordering::Relaxed;
+        open.rounds.fetch_add(1, Relaxed);
+        match outcome {
+            Ok(Ok((written, counts))) => {
+                if written > 0 {
+                    tracing::info!(events_written = written, "detection round");
+                }
+                open.set(counts);
+            }
+            Ok(Err(error)) => {
+                open.failed.fetch_add(1, Relaxed);
+                tracing::warn!(%error, "detection round failed; the next one runs as usual");
+            }
+            Err(error) => {
+                open.failed.fetch_add(1, Relaxed);
+                tracing::warn!(%error, "detection task failed");
+            }
+        }
+    }
+}
+
+fn top(
+    store: &dyn Store,
+    instance: &str,
+    range: (i64, i64),
+    digest: Option<(u64, &str)>,
+) -> Result<Vec<TopDigest>, StoreError> {
+    store.top(&TopQuery {
+        instance: Some(instance.to_string()),
+        digest: digest.map(|d| d.0),
+        schema: digest.map(|d| d.1.to_string()),
+        nested: false,
+        program: None,
+        since_unix_ms: range.0,
+        until_unix_ms: range.1,
+        order_by: OrderBy::Total,
+        limit: MAX_DIGESTS,
+    })
+}
+
+fn length((since, until): (i64, i64)) -> i64 {
+    until - since
+}
+
+/// One round at `at`: (events written, open events by kind and instance).
+pub fn round(
+    store: &dyn Store,
+    settings: &Settings,
+    at: i64,
+) -> Result<(usize, BTreeMap<(String, String), u64>), StoreError> {
+    let window = ms(settings.window);
+    let recent = (at - window, at);
+    let mut instances: Vec<String> =
+        store.instances()?.into_iter().filter(|i| i.last_window_end_unix_ms >= recent.0).map(|i| i.instance).collect();
+    instances.sort();
+    instances.dedup();
+    let mut written = 0;
+    for instance in &instances {
+        let after = top(store, instance, recent, None)?;
+        let day_before = (recent.0 - DAY_MS, recent.1 - DAY_MS);
+        let mut baseline = day_before;
+        let mut before = top(store, instance, day_before, None)?;
+        if before.is_empty() {
+            baseline = (recent.0 - ms(settings.baseline), recent.0);
+            before = top(store, instance, baseline, None)?;
+        }
+        let changes = diff::compare(&before, &after, (length(baseline), length(recent)), settings.thresholds);
+        let open = store.events(&EventsQuery {
+            instance: Some(instance.clone()),
+            kind: None,
+            since_unix_ms: 0,
+            until_unix_ms: i64::MAX,
+            open_only: true,
+            limit: MAX_OPEN,
+        })?;
+        let mut rechecks: HashMap<u64, Option<DigestChange>> = HashMap::new();
+        for event in open.iter().filter(|e| e.kind == "regressed") {
+            let own = (event.before_since_unix_ms, event.before_until_unix_ms);
+            let key = Some((event.digest, event.schema.as_str()));
+            let (b, a) = (top(store, instance, own, key)?, top(store, instance, recent, key)?);
+            let change = diff::compare(&b, &a, (length(own), length(recent)), settings.thresholds).into_iter().next();
+            rechecks.insert(event.id, change);
+        }
+        let plan_changes = store
+            .plans(&PlansQuery {
+                digest: None,
+                schema: None,
+                instance: Some(instance.clone()),
+                since_unix_ms: recent.0,
+                until_unix_ms: recent.1,
+                limit: MAX_OPEN,
+            })?
+            .changes;
+        let known: HashSet<u64> = if plan_changes.is_empty() {
+            HashSet::new()
+        } else {
+            store
+                .events(&EventsQuery {
+                    instance: Some(instance.clone()),
+                    kind: Some("plan_changed".into()),
+                    since_unix_ms: recent.0,
+                    until_unix_ms: i64::MAX,
+                    open_only: false,
+                    limit: MAX_OPEN,
+                })?
+                .into_iter()
+                .map(|e| e.id)
+                .collect()
+        };
+        let round = rules::Round {
+            instance: instance.clone(),
+            at_unix_ms: at,
+            recent,
+            baseline,
+            thresholds: settings.thresholds,
+        };
+        let events = rules::decide(&round, &changes, &open, &rechecks, &plan_changes, &known);
+        for e in &events {
+            tracing::info!(instance = %e.instance, kind = %e.kind, digest = format!("{:016x}", e.digest),
+                schema = %e.schema, closed = e.closed_unix_ms != 0, because = %e.closed_because,
+                evidence = %e.evidence, "event");
+        }
+        store.put_events(&events)?;
+        written += events.len();
+    }
+    let mut counts = BTreeMap::new();
+    for e in store.events(&EventsQuery {
+        instance: None,
+        kind: None,
+        since_unix_ms: 0,
+        until_unix_ms: i64::MAX,
+        open_only: true,
+        limit: MAX_OPEN,
+    })? {
+        *counts.entry((e.kind, e.instance)).or_insert(0) += 1;
+    }
+    Ok((written, counts))
+}
