@@ -160,3 +160,256 @@ fn a_dropped_index_is_a_regression_and_nothing_else_is() {
         assert_eq!(diffed, top, "{side}");
     }
 }
+
+const READ: &str = "reader-2b7c41-0123456789abcdef0123456789abcdef";
+const INGEST: &str = "agent-90d1e3-0123456789abcdef0123456789abcdef";
+const ANNOTATE: &str = "deploys-5e6f70-0123456789abcdef0123456789abcdef";
+
+/// A file holding one token, for `--token-file`.
+fn token_file(dir: &std::path::Path, name: &str, token: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, format!("{token}\n")).unwrap();
+    path.display().to_string()
+}
+
+/// `sqlbee events --format json` with `extra`.
+fn events(url: &str, token: &str, extra: &[&str]) -> Vec<Value> {
+    let mut args = vec!["events", "--format", "json", "--since", "all", "--collector", url, "--token-file", token];
+    args.extend_from_slice(extra);
+    let out = sqlbee_query(&args);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
+    answer["events"].as_array().unwrap().clone()
+}
+
+/// Waits until `events` holds one matching `found`, running `keep_busy`
+/// meanwhile; the matching event.
+fn wait_for_event(
+    url: &str,
+    token: &str,
+    what: &str,
+    keep_busy: &mut dyn FnMut(),
+    found: &dyn Fn(&Value) -> bool,
+) -> Value {
+    let started = Instant::now();
+    loop {
+        keep_busy();
+        if let Some(event) = events(url, token, &[]).into_iter().find(found) {
+            eprintln!("{what} after {:.1} s", started.elapsed().as_secs_f64());
+            return event;
+        }
+        assert!(started.elapsed() < Duration::from_secs(40), "{what}: never came");
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+#[test]
+fn the_collector_opens_and_closes_events_and_takes_markers() {
+    if !privileged("the_collector_opens_and_closes_events_and_takes_markers") {
+        return;
+    }
+    let _serial = common::one_at_a_time();
+    let server = PrivateServer::start("events", &[]).unwrap();
+    let mut conn = root_conn(&server);
+    conn.query_drop(
+        "CREATE DATABASE app; CREATE TABLE app.items (id INT PRIMARY KEY AUTO_INCREMENT, k INT, pad CHAR(100), \
+         INDEX k_idx (k)) ENGINE=InnoDB; INSERT INTO app.items (k, pad) VALUES (1, 'x')",
+    )
+    .unwrap();
+    while conn.query_first::<u64, _>("SELECT COUNT(*) FROM app.items").unwrap().unwrap() < ROWS {
+        conn.query_drop("INSERT INTO app.items (k, pad) SELECT id, pad FROM app.items").unwrap();
+    }
+    let dir = common::collector::TempDir::new("events-tokens");
+    let tokens = dir.path().join("tokens");
+    std::fs::write(&tokens, format!("read {READ}\ningest {INGEST}\nannotate {ANNOTATE}\n")).unwrap();
+    let (read, ingest, annotate) = (
+        token_file(dir.path(), "read", READ),
+        token_file(dir.path(), "ingest", INGEST),
+        token_file(dir.path(), "annotate", ANNOTATE),
+    );
+    let metrics_port = free_port();
+    // Rounds every 2 s over the last 4 s against the 12 s before them: the
+    // defaults (5 min, 15 min, 1 h) shrunk to a test's length.
+    let collector = Collector::start(&[
+        "--tokens".into(),
+        tokens.display().to_string(),
+        "--detect-every=2s".into(),
+        "--detect-window=4s".into(),
+        "--detect-baseline=12s".into(),
+        format!("--metrics-listen=127.0.0.1:{metrics_port}"),
+    ]);
+    let url = collector.http_url();
+    let _agent = Agent::start(
+        server.dir(),
+        &[
+            format!("--pid={}", server.pid()),
+            format!("--collector={url}"),
+            format!("--token-file={ingest}"),
+            format!("--state-dir={}", server.dir().join("state").display()),
+            "--window=1s".into(),
+        ],
+    );
+
+    let by_key = |i: u64| format!("SELECT pad FROM app.items WHERE k = {}", i % 5000 + 1);
+    let untouched = |i: u64| format!("SELECT {i} + 1");
+    let point = |i: u64| format!("SELECT id FROM app.items WHERE id = {}", i % 5000 + 1);
+    let steady: [&dyn Fn(u64) -> String; 3] = [&by_key, &untouched, &point];
+
+    // A steady workload for 16 windows of 1 s (eight detection rounds,
+    // five of them with a full baseline): no event opens.
+    let steady_start = now_ms();
+    let counts = run(&mut conn, &steady, Duration::from_secs(16));
+    let steady_end = now_ms();
+    eprintln!("steady: {counts:?} statements of {} digests over 16 windows", steady.len());
+    let quiet = events(&url, &read, &[]);
+    assert!(quiet.is_empty(), "a steady workload opened events: {quiet:#?}");
+    let scraped = |path: &str| {
+        ureq::get(format!("http://127.0.0.1:{metrics_port}{path}")).call().unwrap().body_mut().read_to_string().unwrap()
+    };
+    let page = scraped("/metrics");
+    let rounds: f64 = page
+        .lines()
+        .find_map(|l| l.strip_prefix("sqlbee_collector_detection_rounds_total "))
+        .unwrap_or_else(|| panic!("{page}"))
+        .parse()
+        .unwrap();
+    assert!(rounds >= 6.0, "detection ran in the steady phase: {page}");
+    assert!(page.contains("sqlbee_collector_detection_failed_rounds_total 0"), "{page}");
+
+    // Markers: the annotate role's token writes one; read and ingest
+    // tokens are refused.
+    let split = now_ms();
+    let mark = |token: &str, text: &str| {
+        sqlbee_query(&[
+            "annotate",
+            text,
+            "--at",
+            &split.to_string(),
+            "--collector",
+            &url,
+            "--token-file",
+            token,
+            "--format",
+            "json",
+        ])
+    };
+    for (token, role) in [(&read, "read"), (&ingest, "ingest")] {
+        let refused = mark(token, "nope");
+        assert!(!refused.status.success(), "a {role} token wrote a marker");
+        let why = String::from_utf8_lossy(&refused.stderr);
+        assert!(why.contains("PermissionDenied") && why.contains("annotate"), "{role}: {why}");
+    }
+    let marked = mark(&annotate, "drop k_idx");
+    assert!(marked.status.success(), "{}", String::from_utf8_lossy(&marked.stderr));
+    let marker: Value = serde_json::from_slice(&marked.stdout).unwrap();
+    assert_eq!(marker["annotations"][0]["at_unix_ms"], split);
+    // And over HTTP, as a CI job would post it; a read token may not.
+    let http: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+    let post = |token: &str, content_type: &str| {
+        http.post(format!("{}api/annotations", collector.ui))
+            .header("Authorization", &format!("Bearer {token}"))
+            .header("Content-Type", content_type)
+            .send(r#"{"text": "config: innodb_buffer_pool_size 1G", "instances": []}"#)
+            .unwrap()
+            .status()
+            .as_u16()
+    };
+    assert_eq!(post(READ, "application/json"), 403);
+    assert_eq!(post(ANNOTATE, "text/plain"), 415, "a form another site could post is refused");
+    assert_eq!(post(ANNOTATE, "application/json"), 201);
+    let listed: Value = serde_json::from_str(
+        &ureq::get(format!("{}api/annotations?since=10m", collector.ui))
+            .header("Authorization", &format!("Bearer {READ}"))
+            .call()
+            .unwrap()
+            .body_mut()
+            .read_to_string()
+            .unwrap(),
+    )
+    .unwrap();
+    let texts: Vec<&str> =
+        listed["annotations"].as_array().unwrap().iter().map(|a| a["text"].as_str().unwrap()).collect();
+    assert_eq!(texts, ["drop k_idx", "config: innodb_buffer_pool_size 1G"]);
+
+    // The index goes: the digest that needs it opens a regression, alone.
+    conn.query_drop("ALTER TABLE app.items DROP INDEX k_idx").unwrap();
+    let key_text = "SELECT `pad` FROM `app`.`items` WHERE `k` = ?";
+    let mut busy = || {
+        run(&mut conn, &steady, Duration::from_millis(1500));
+    };
+    let regressed = wait_for_event(&url, &read, "the regression", &mut busy, &|e| e["kind"] == "regressed");
+    assert_eq!(regressed["digest_text"], key_text, "{regressed:#}");
+    assert!(regressed["closed"].is_null());
+    assert!(regressed["evidence"].as_str().unwrap().contains("Mann-Whitney"), "{regressed:#}");
+    let page = scraped("/metrics");
+    assert!(
+        page.contains(&format!(
+            "sqlbee_collector_open_events{{kind=\"regressed\",instance=\"{}\"}} 1",
+            regressed["instance"].as_str().unwrap()
+        )),
+        "{page}"
+    );
+    // diff --around the marker finds the same regression.
+    let around = sqlbee_query(&[
+        "diff",
+        "--around",
+        "k_idx",
+        "--span",
+        "3s",
+        "--format",
+        "json",
+        "--collector",
+        &url,
+        "--token-file",
+        &read,
+    ]);
+    assert!(around.status.success(), "{}", String::from_utf8_lossy(&around.stderr));
+    let around: Value = serde_json::from_slice(&around.stdout).unwrap();
+    let changed = around["digests"].as_array().unwrap().iter().find(|d| d["digest_text"] == key_text).unwrap();
+    assert_eq!(changed["status"], "regressed", "{around:#}");
+
+    // The index comes back: the regression closes, against the baseline it
+    // opened with.
+    conn.query_drop("ALTER TABLE app.items ADD INDEX k_idx (k)").unwrap();
+    let id = regressed["id"].clone();
+    let mut busy = || {
+        run(&mut conn, &steady, Duration::from_millis(1500));
+    };
+    let closed = wait_for_event(&url, &read, "the close", &mut busy, &|e| e["id"] == id && !e["closed"].is_null());
+    assert!(closed["closed_because"].as_str().unwrap().contains("within 20%"), "{closed:#}");
+
+    // A new statement shape: one `new` event.
+    let shape = |i: u64| format!("SELECT k FROM app.items WHERE id = {}", i % 5000 + 1);
+    let mut busy = || {
+        run(&mut conn, &[&by_key, &untouched, &point, &shape], Duration::from_millis(1500));
+    };
+    let new = wait_for_event(&url, &read, "the new shape", &mut busy, &|e| e["kind"] == "new");
+    assert_eq!(new["digest_text"], "SELECT `k` FROM `app`.`items` WHERE ID = ?", "{new:#}");
+
+    // Nothing else opened, from the first window on.
+    let all = events(&url, &read, &[]);
+    let kinds: Vec<(&str, &str)> =
+        all.iter().map(|e| (e["kind"].as_str().unwrap(), e["digest_text"].as_str().unwrap())).collect();
+    assert_eq!(kinds.len(), 2, "one regression and one new digest, nothing else: {all:#?}");
+    assert!(all.iter().all(|e| e["opened_unix_ms"].as_i64().unwrap() > steady_end), "{all:#?}");
+    eprintln!("events: {kinds:?}; steady phase {} ms with none", steady_end - steady_start);
+
+    // The markers and events on the plots, in a real browser (a collector
+    // on the same store without tokens, so the browser needs no sign-in).
+    let mut collector = collector;
+    collector.kill9();
+    if common::browser::available("the_collector_opens_and_closes_events_and_takes_markers") {
+        let open = Collector::start_on_store(&collector.dir.path().join("store.db"), &["--detect-every=off".into()]);
+        let page = common::browser::load(&format!("{}?since=10m", open.ui));
+        assert!(page.console.is_empty(), "{:?}", page.console);
+        assert!(page.dom.contains("class=\"marker annotation\""), "{}", page.dom);
+        assert!(page.dom.contains("class=\"marker event\""), "{}", page.dom);
+        let events_page = common::browser::load(&format!("{}events?since=10m", open.ui));
+        assert_eq!(events_page.dom.matches("<tr data-kind=").count(), 2, "{}", events_page.dom);
+        let shots = common::browser::screenshot_dir();
+        assert!(common::browser::screenshot(&format!("{}?since=10m", open.ui), &shots.join("markers.png")).is_empty());
+    }
+}

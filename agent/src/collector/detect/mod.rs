@@ -204,6 +204,7 @@ pub fn round(
             at_unix_ms: at,
             recent,
             baseline,
+            has_baseline: !before.is_empty(),
             thresholds: settings.thresholds,
         };
         let events = rules::decide(&round, &changes, &open, &rechecks, &plan_changes, &known);

@@ -8,8 +8,9 @@
 //!   one, which would slowly take the regression in as normal), and closes
 //!   once the mean is back under the floor of `min_change`, or the digest
 //!   stops running.
-//! - A digest with no statement in the baseline and at least
-//!   `min_statements` in the recent range opens a `new` event, which
+//! - A digest with no statement in a baseline that holds other statements
+//!   of the instance, and at least `min_statements` in the recent range,
+//!   opens a `new` event, which
 //!   closes once the baseline holds it too, or the digest stops running.
 //! - Each plan change opens a `plan_changed` event, closed at once: it is a
 //!   moment, not a state.
@@ -30,6 +31,9 @@ pub struct Round {
     pub at_unix_ms: i64,
     pub recent: (i64, i64),
     pub baseline: (i64, i64),
+    /// The baseline holds statements of the instance: without any (a new
+    /// instance, or a collector just deployed) no digest is called new.
+    pub has_baseline: bool,
     pub thresholds: Thresholds,
 }
 
@@ -142,7 +146,12 @@ pub fn decide(
     for change in changes {
         let kind = match change.status.as_str() {
             "regressed" => "regressed",
-            "new" if change.after.as_ref().is_some_and(|a| a.count >= round.thresholds.min_statements) => "new",
+            "new"
+                if round.has_baseline
+                    && change.after.as_ref().is_some_and(|a| a.count >= round.thresholds.min_statements) =>
+            {
+                "new"
+            }
             _ => continue,
         };
         if !is_open(kind, &change.schema, change.digest) {
@@ -204,6 +213,7 @@ mod tests {
             at_unix_ms: at,
             recent: (at - 60_000, at),
             baseline: (at - 360_000, at - 60_000),
+            has_baseline: true,
             thresholds: Thresholds::default(),
         }
     }
@@ -258,6 +268,11 @@ mod tests {
         let (none, known) = (HashMap::new(), Default::default());
         let r = round(2_000_000);
         assert!(decide(&r, &[change(9, "new", None, side(29, 1))], &[], &none, &[], &known).is_empty(), "too few");
+        let first = Round { has_baseline: false, ..r.clone() };
+        assert!(
+            decide(&first, &[change(9, "new", None, side(300, 1))], &[], &none, &[], &known).is_empty(),
+            "an instance without history has no new digests, only digests"
+        );
         let opened = decide(&r, &[change(9, "new", None, side(30, 1))], &[], &none, &[], &known);
         assert_eq!(opened[0].kind, "new");
         assert!(decide(&r, &[change(9, "new", None, side(300, 1))], &opened, &none, &[], &known).is_empty());
