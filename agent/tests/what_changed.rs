@@ -202,6 +202,38 @@ fn wait_for_event(
     }
 }
 
+/// A webhook receiver: every body posted to it, answered 200.
+fn receiver() -> (String, std::sync::Arc<std::sync::Mutex<Vec<Value>>>) {
+    use std::io::{BufRead, Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/hooks/s3cret", listener.local_addr().unwrap());
+    let bodies = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let kept = bodies.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let mut reader = std::io::BufReader::new(stream);
+            let mut length = 0usize;
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                    break;
+                }
+                if let Some((name, value)) = line.split_once(':')
+                    && name.eq_ignore_ascii_case("content-length")
+                {
+                    length = value.trim().parse().unwrap_or(0);
+                }
+            }
+            let mut body = vec![0; length];
+            if reader.read_exact(&mut body).is_ok() {
+                kept.lock().unwrap().push(serde_json::from_slice(&body).unwrap_or(Value::Null));
+            }
+            let _ = reader.get_mut().write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+        }
+    });
+    (url, bodies)
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
@@ -231,6 +263,7 @@ fn the_collector_opens_and_closes_events_and_takes_markers() {
         token_file(dir.path(), "annotate", ANNOTATE),
     );
     let metrics_port = free_port();
+    let (hook, posted) = receiver();
     // Rounds every 2 s over the last 4 s against the 12 s before them: the
     // defaults (5 min, 15 min, 1 h) shrunk to a test's length.
     let collector = Collector::start(&[
@@ -240,6 +273,7 @@ fn the_collector_opens_and_closes_events_and_takes_markers() {
         "--detect-window=4s".into(),
         "--detect-baseline=12s".into(),
         format!("--metrics-listen=127.0.0.1:{metrics_port}"),
+        format!("--webhook={hook}"),
     ]);
     let url = collector.http_url();
     let _agent = Agent::start(
@@ -396,6 +430,28 @@ fn the_collector_opens_and_closes_events_and_takes_markers() {
     assert_eq!(kinds.len(), 2, "one regression and one new digest, nothing else: {all:#?}");
     assert!(all.iter().all(|e| e["opened_unix_ms"].as_i64().unwrap() > steady_end), "{all:#?}");
     eprintln!("events: {kinds:?}; steady phase {} ms with none", steady_end - steady_start);
+
+    // The webhook was told of each opening and closing, once.
+    let started = Instant::now();
+    let told = loop {
+        let told: Vec<(String, String)> = posted
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|b| {
+                (b["status"].as_str().unwrap_or("").to_string(), b["event"]["kind"].as_str().unwrap_or("").to_string())
+            })
+            .collect();
+        if told.len() >= 3 || started.elapsed() > Duration::from_secs(10) {
+            break told;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let expected: Vec<(String, String)> = [("opened", "regressed"), ("closed", "regressed"), ("opened", "new")]
+        .map(|(s, k)| (s.into(), k.into()))
+        .to_vec();
+    assert_eq!(told, expected, "{:#?}", posted.lock().unwrap());
+    assert!(!collector.stderr_text().contains("s3cret"), "the webhook's secret path stays out of the log");
 
     // The markers and events on the plots, in a real browser (a collector
     // on the same store without tokens, so the browser needs no sign-in).

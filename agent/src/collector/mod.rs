@@ -161,6 +161,10 @@ pub struct CollectorArgs {
     /// loopback, or `none`.
     #[arg(long, env = "SQLBEE_COLLECTOR_METRICS_LISTEN", default_value = "none")]
     pub metrics_listen: String,
+    /// Post each event as JSON to this URL when it opens and when it
+    /// closes (retried a few times, never holding up ingest).
+    #[arg(long, env = "SQLBEE_COLLECTOR_WEBHOOK", value_name = "URL")]
+    pub webhook: Option<String>,
 }
 
 /// `off` or `0` for never, else a duration.
@@ -221,6 +225,8 @@ pub enum CollectorError {
     Metrics(#[from] crate::prometheus::MetricsError),
     #[error("--detect-min-change: {value} is not a percentage >= 0")]
     MinChange { value: f64 },
+    #[error(transparent)]
+    Webhook(#[from] detect::webhook::WebhookError),
 }
 
 pub fn main(args: CollectorArgs) -> Result<(), CollectorError> {
@@ -308,6 +314,7 @@ async fn run(args: CollectorArgs) -> Result<(), CollectorError> {
             },
         },
         metrics,
+        webhook: args.webhook.as_deref().map(detect::webhook::Webhook::start).transpose()?,
     };
     let location = args.store.clone();
     let store: Arc<dyn store::Store> = tokio::task::spawn_blocking(move || store::open(&location))

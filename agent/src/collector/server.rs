@@ -81,6 +81,8 @@ pub struct Settings {
     pub agent_quota_rows: u64,
     pub agent_quota_bytes: u64,
     pub detection: detect::Settings,
+    /// `--webhook`: where each event is posted.
+    pub webhook: Option<detect::webhook::Webhook>,
     /// The collector's Prometheus page; None: `--metrics-listen none`.
     pub metrics: Option<crate::prometheus::MetricsServer>,
 }
@@ -222,7 +224,7 @@ pub async fn serve(
     }
 
     let open_events = Arc::new(detect::OpenEvents::default());
-    let detector = tokio::spawn(detect::run(store.clone(), settings.detection, open_events.clone()));
+    let detector = tokio::spawn(detect::run(store.clone(), settings.detection, open_events.clone(), settings.webhook));
     let (stop_metrics, mut metrics_stopping) = tokio::sync::watch::channel(false);
     let metrics = settings.metrics.map(|server| {
         tracing::info!(addr = %server.local_addr(), "collector metrics at /metrics");

@@ -13,6 +13,7 @@
 //! pool like a query's).
 pub mod exposition;
 pub mod rules;
+pub mod webhook;
 
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
@@ -21,7 +22,7 @@ use std::{
 };
 
 use sqlbee_common::clock::now_unix_ms;
-use sqlbee_proto::v1::{DigestChange, TopDigest};
+use sqlbee_proto::v1::{DigestChange, Event, TopDigest};
 
 use super::{
     query_api::diff::{self, Thresholds},
@@ -72,7 +73,7 @@ fn ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
-pub async fn run(store: Arc<dyn Store>, settings: Settings, open: Arc<OpenEvents>) {
+pub async fn run(store: Arc<dyn Store>, settings: Settings, open: Arc<OpenEvents>, webhook: Option<webhook::Webhook>) {
     let every = ms(settings.every);
     if every <= 0 {
         return;
@@ -94,8 +95,11 @@ pub async fn run(store: Arc<dyn Store>, settings: Settings, open: Arc<OpenEvents
         open.rounds.fetch_add(1, Relaxed);
         match outcome {
             Ok(Ok((written, counts))) => {
-                if written > 0 {
-                    tracing::info!(events_written = written, "detection round");
+                if !written.is_empty() {
+                    tracing::info!(events_written = written.len(), "detection round");
+                }
+                if let Some(webhook) = &webhook {
+                    webhook.offer(&written);
                 }
                 open.set(counts);
             }
@@ -139,14 +143,14 @@ pub fn round(
     store: &dyn Store,
     settings: &Settings,
     at: i64,
-) -> Result<(usize, BTreeMap<(String, String), u64>), StoreError> {
+) -> Result<(Vec<Event>, BTreeMap<(String, String), u64>), StoreError> {
     let window = ms(settings.window);
     let recent = (at - window, at);
     let mut instances: Vec<String> =
         store.instances()?.into_iter().filter(|i| i.last_window_end_unix_ms >= recent.0).map(|i| i.instance).collect();
     instances.sort();
     instances.dedup();
-    let mut written = 0;
+    let mut written = Vec::new();
     for instance in &instances {
         let after = top(store, instance, recent, None)?;
         let day_before = (recent.0 - DAY_MS, recent.1 - DAY_MS);
@@ -214,7 +218,7 @@ pub fn round(
                 evidence = %e.evidence, "event");
         }
         store.put_events(&events)?;
-        written += events.len();
+        written.extend(events);
     }
     let mut counts = BTreeMap::new();
     for e in store.events(&EventsQuery {
