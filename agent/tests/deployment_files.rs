@@ -85,3 +85,68 @@ fn compose_manifests_and_docs_name_the_same_capabilities_images_and_limits() {
     let agent_kept: Vec<String> = sqlbee::privileges::KEPT.iter().map(|k| k.1.to_string()).collect();
     assert_eq!(kept, agent_kept, "the capabilities the docs say are kept are privileges::KEPT");
 }
+
+/// The collector's example alert rules load in Prometheus and fire as
+/// documented: on an open regression held for 5 minutes (per database
+/// server), at once on a new digest, and on failing detection rounds.
+#[test]
+fn the_alert_rules_fire_as_documented() {
+    const PROMTOOL: &str = "/usr/bin/promtool";
+    if !std::path::Path::new(PROMTOOL).exists() {
+        if std::env::var_os("SQLBEE_REQUIRE_PRIVILEGED").is_some() {
+            panic!("{PROMTOOL} is missing; `./x setup` installs Debian's prometheus");
+        }
+        eprintln!("skipping the_alert_rules_fire_as_documented: {PROMTOOL} is missing (`./x setup` installs it)");
+        return;
+    }
+    let rules =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docker/prometheus/sqlbee-collector-rules.yml");
+    let check = Command::new(PROMTOOL).args(["check", "rules"]).arg(&rules).output().unwrap();
+    assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stderr));
+    let dir = common::collector::TempDir::new("alert-rules");
+    let test = dir.path().join("rules.test.yml");
+    std::fs::write(
+        &test,
+        format!(
+            r#"rule_files: ["{}"]
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:
+      - series: 'sqlbee_collector_open_events{{kind="regressed",exported_instance="db-1:3306",instance="collector:7880"}}'
+        values: '0 1 1 1 1 1 1 1 1 1'
+      - series: 'sqlbee_collector_open_events{{kind="regressed",exported_instance="db-2:3306",instance="collector:7880"}}'
+        values: '0 0 0 0 0 0 0 0 0 0'
+      - series: 'sqlbee_collector_open_events{{kind="new",exported_instance="db-2:3306",instance="collector:7880"}}'
+        values: '0 0 1 1 1 1 1 1 1 1'
+      - series: 'sqlbee_collector_detection_failed_rounds_total{{instance="collector:7880"}}'
+        values: '0 0 0 0 0 0 0 0 0 0'
+    alert_rule_test:
+      - eval_time: 4m
+        alertname: SqlbeeDigestRegressed
+        exp_alerts: []
+      - eval_time: 7m
+        alertname: SqlbeeDigestRegressed
+        exp_alerts:
+          - exp_labels: {{severity: warning, exported_instance: "db-1:3306"}}
+            exp_annotations:
+              summary: "db-1:3306: 1 statement digest(s) regressed"
+              description: "sqlbee's detection found digests slower than their baseline beyond chance. `sqlbee events --open --instance db-1:3306` lists them with the evidence; the collector's Events page links each to its compare view."
+      - eval_time: 3m
+        alertname: SqlbeeNewDigests
+        exp_alerts:
+          - exp_labels: {{severity: info, exported_instance: "db-2:3306"}}
+            exp_annotations:
+              summary: "db-2:3306: 1 new statement shape(s)"
+              description: "Statements the baseline does not hold: a deploy, a new report, or someone's ad hoc query."
+      - eval_time: 9m
+        alertname: SqlbeeDetectionFailing
+        exp_alerts: []
+"#,
+            rules.display()
+        ),
+    )
+    .unwrap();
+    let out = Command::new(PROMTOOL).args(["test", "rules"]).arg(&test).output().unwrap();
+    assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+}
