@@ -12,7 +12,9 @@ use sqlbee_proto::v1::{AgentIdentity, Batch};
 use crate::{
     aggregate::fixtures::{all_figures, figure_value, report, statement, with_figures},
     collector::{
+        annotate::AnnotateService,
         http::{Ui, page_for_test},
+        query_api::QueryService,
         store::{SqliteStore, Store, content_hash},
         validate,
     },
@@ -66,7 +68,8 @@ fn filled(name: &str, statements: Vec<crate::probe::Statement>) -> Fixture {
     let now = now_unix_ms();
     validate::batch(&batch, now).expect("the collector accepts the agent's window");
     store.ingest(batch.clone(), now, content_hash(&batch)).unwrap();
-    Fixture { ui: Ui::for_test(store.clone()), store, dir }
+    let ui = Ui::for_test(QueryService::without_quotas(store.clone()), AnnotateService::new(store.clone()));
+    Fixture { ui, store, dir }
 }
 
 async fn page(ui: &Ui, path_and_query: &str) -> String {

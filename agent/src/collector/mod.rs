@@ -3,7 +3,7 @@
 //! (Query) and forgets data past the retention. Owns its own tokio runtime;
 //! never reaches into the agent's stages.
 mod admission;
-mod annotate;
+pub(crate) mod annotate;
 mod auth;
 mod decode_status;
 mod detect;

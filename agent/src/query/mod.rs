@@ -165,7 +165,7 @@ pub struct EventsArgs {
     #[arg(long)]
     pub open: bool,
     /// Only this kind of event.
-    #[arg(long, value_parser = PossibleValuesParser::new(crate::collector::query_api::EVENT_KINDS))]
+    #[arg(long, value_parser = PossibleValuesParser::new(api::EVENT_KINDS))]
     pub kind: Option<String>,
     /// Events to list, newest first (1..=10000).
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=10_000))]

@@ -95,8 +95,8 @@ impl Ui {
     /// The UI over `query` without tokens, for tests that render pages in
     /// process.
     #[cfg(test)]
-    pub fn for_test(store: std::sync::Arc<dyn super::store::Store>) -> Ui {
-        Ui::new(QueryService::without_quotas(store.clone()), AnnotateService::new(store), Auth::open(), false)
+    pub fn for_test(query: QueryService, annotate: AnnotateService) -> Ui {
+        Ui::new(query, annotate, Auth::open(), false)
     }
 
     async fn ask<T, F>(&self, call: F) -> Result<T, Status>

@@ -8,6 +8,9 @@ use crate::client::{self, BearerToken};
 pub use crate::client::{ClientError, ClientOptions, read_token_file};
 use sqlbee_proto::v1::{annotate_client::AnnotateClient, query_client::QueryClient};
 
+/// The event kinds `Events` filters by.
+pub const EVENT_KINDS: [&str; 3] = super::EVENT_KINDS;
+
 /// The `order_by` keys `Top` accepts.
 pub const ORDER_KEYS: [&str; 9] = crate::collector::store::OrderBy::NAMES;
 
