@@ -70,6 +70,45 @@ fn pid_with_arg(path: &std::path::Path) -> Option<u32> {
     })
 }
 
+/// One detection round over the stored data, as a collector started on
+/// the store runs it: (instances judged, its wall time in ms, events
+/// written), from the collector's log line; None if no round ended within
+/// five minutes.
+fn detection_round(location: &str, dir: &std::path::Path) -> Option<(u64, u64, u64)> {
+    let log = dir.join("detect.log");
+    let mut collector = Command::new(sqlbee_bin())
+        .args(["collector", "--listen", "127.0.0.1:0", "--http-listen", "none", "--retention", "30d"])
+        .args(["--detect-every", "10s", "--detect-window", "1h"])
+        .arg(format!("--store={location}"))
+        .env("SQLBEE_LOG", "info")
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).ok()?)
+        .spawn()
+        .ok()?;
+    let started = Instant::now();
+    let found = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let field = |line: &str, name: &str| {
+            line.split_whitespace().find_map(|w| w.strip_prefix(name)?.trim_end_matches(',').parse::<u64>().ok())
+        };
+        if let Some(line) = text.lines().find(|l| l.contains("detection round") && l.contains("elapsed_ms=")) {
+            break Some((
+                field(line, "instances=").unwrap_or(0),
+                field(line, "elapsed_ms=").unwrap_or(0),
+                field(line, "events_written=").unwrap_or(0),
+            ));
+        }
+        if started.elapsed() > Duration::from_secs(300) {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    unsafe { libc::kill(collector.id() as i32, libc::SIGTERM) };
+    let _ = collector.wait();
+    found
+}
+
 fn cpu_seconds(pid: u32) -> f64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     let rest = stat.rfind(')').map(|i| &stat[i + 1..]).unwrap_or("");
@@ -223,7 +262,8 @@ fn main() {
         let _ = std::fs::remove_file(&ready);
         let _ = std::fs::remove_file(&ui_ready);
         let collector = Command::new(sqlbee_bin())
-            .args(["collector", "--listen", "127.0.0.1:0", "--retention", "30d"])
+            // Detection is timed on its own, after the ingest and the queries.
+            .args(["collector", "--listen", "127.0.0.1:0", "--retention", "30d", "--detect-every", "off"])
             .arg(format!("--store={location}"))
             .arg("--ready-file")
             .arg(&ready)
@@ -420,6 +460,9 @@ fn main() {
         ("top, last 7 days, order by p99", vec!["--since", "7d", "--order-by", "p99"]),
         ("top, last 24 hours", vec!["--since", "24h"]),
         ("top, last hour", vec!["--since", "1h"]),
+        ("diff, last 7 days against the 7 before", vec!["diff", "--after", "7d..now", "--before", "14d..7d"]),
+        ("diff, last 84 h against the 84 before", vec!["diff", "--after", "84h..now", "--before", "168h..84h"]),
+        ("diff, last hour against the hour a day before", vec!["diff"]),
         ("series, every statement, 7 days by the hour", vec!["series", "--since", "7d", "--step", "1h"]),
         (
             "series, one digest, 24 hours by the minute",
@@ -432,13 +475,14 @@ fn main() {
             let t = Instant::now();
             let (command, extra) = match extra.split_first() {
                 Some((&"series", rest)) => ("series", rest),
+                Some((&"diff", rest)) => ("diff", rest),
                 _ => ("top", extra.as_slice()),
             };
             let mut args = vec![command, "--collector", &url, "--format", "json"];
             if command == "top" {
                 args.extend(["--limit", "20"]);
             }
-            if !extra.contains(&"--since") {
+            if command != "diff" && !extra.contains(&"--since") {
                 args.extend(["--since", "all"]);
             }
             args.extend(extra.iter().copied());
@@ -467,6 +511,7 @@ fn main() {
     let pages = page_timings(&ui, hours, repeats, &dir);
     unsafe { libc::kill(pid as i32, libc::SIGTERM) };
     let _ = collector.wait();
+    let detection = detection_round(&location, &dir);
     let _ = std::fs::remove_dir_all(&dir);
 
     let mut md = String::new();
@@ -542,6 +587,18 @@ fn main() {
         }
         _ => {
             let _ = writeln!(md, "| store size on disk | {:.1} MiB |", db_bytes as f64 / (1 << 20) as f64);
+        }
+    }
+    match detection {
+        Some((instances, ms, events)) => {
+            let _ = writeln!(
+                md,
+                "| one detection round (a collector started on the store, `--detect-window 1h`, the baseline a day \
+                 earlier) | {ms} ms over {instances} instances, {events} events written |"
+            );
+        }
+        None => {
+            let _ = writeln!(md, "| one detection round | none within 5 minutes |");
         }
     }
     if let Some(([tens, hours, days], waited, cpu, server_cpu)) = rolled {

@@ -90,14 +90,18 @@ pub async fn run(store: Arc<dyn Store>, settings: Settings, open: Arc<OpenEvents
         let at = (now.div_euclid(every) + 1) * every;
         tokio::time::sleep(Duration::from_millis((at - now).max(0) as u64)).await;
         let store = store.clone();
+        let started = std::time::Instant::now();
         let outcome = tokio::task::spawn_blocking(move || round(store.as_ref(), &settings, at)).await;
         use std::sync::atomic::Ordering::Relaxed;
         open.rounds.fetch_add(1, Relaxed);
         match outcome {
-            Ok(Ok((written, counts))) => {
-                if !written.is_empty() {
-                    tracing::info!(events_written = written.len(), "detection round");
-                }
+            Ok(Ok(Outcome { written, open_counts: counts, instances })) => {
+                tracing::info!(
+                    instances,
+                    events_written = written.len(),
+                    elapsed_ms = started.elapsed().as_millis() as u64,
+                    "detection round"
+                );
                 if let Some(webhook) = &webhook {
                     webhook.offer(&written);
                 }
@@ -138,12 +142,17 @@ fn length((since, until): (i64, i64)) -> i64 {
     until - since
 }
 
-/// One round at `at`: (events written, open events by kind and instance).
-pub fn round(
-    store: &dyn Store,
-    settings: &Settings,
-    at: i64,
-) -> Result<(Vec<Event>, BTreeMap<(String, String), u64>), StoreError> {
+/// What one round did.
+pub struct Outcome {
+    pub written: Vec<Event>,
+    /// Open events by (kind, instance) after the round.
+    pub open_counts: BTreeMap<(String, String), u64>,
+    /// Instances judged (those with a window in the recent range).
+    pub instances: usize,
+}
+
+/// One round at `at`.
+pub fn round(store: &dyn Store, settings: &Settings, at: i64) -> Result<Outcome, StoreError> {
     let window = ms(settings.window);
     let recent = (at - window, at);
     let mut instances: Vec<String> =
@@ -231,5 +240,5 @@ pub fn round(
     })? {
         *counts.entry((e.kind, e.instance)).or_insert(0) += 1;
     }
-    Ok((written, counts))
+    Ok(Outcome { written, open_counts: counts, instances: instances.len() })
 }
