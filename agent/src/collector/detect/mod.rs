@@ -31,7 +31,7 @@ use super::{
 
 /// Digests compared per instance and round: the busiest by total time.
 const MAX_DIGESTS: usize = 10_000;
-/// Open events read per instance and round.
+/// Open events read per round.
 const MAX_OPEN: usize = 10_000;
 
 #[derive(Clone, Copy, Debug)]
@@ -155,8 +155,23 @@ pub struct Outcome {
 pub fn round(store: &dyn Store, settings: &Settings, at: i64) -> Result<Outcome, StoreError> {
     let window = ms(settings.window);
     let recent = (at - window, at);
-    let mut instances: Vec<String> =
-        store.instances()?.into_iter().filter(|i| i.last_window_end_unix_ms >= recent.0).map(|i| i.instance).collect();
+    let all_open = store.events(&EventsQuery {
+        instance: None,
+        kind: None,
+        since_unix_ms: 0,
+        until_unix_ms: i64::MAX,
+        open_only: true,
+        limit: MAX_OPEN,
+    })?;
+    // Instances with a window in the recent range, and those with open
+    // events even if they fell silent: their events close.
+    let mut instances: Vec<String> = store
+        .instances()?
+        .into_iter()
+        .filter(|i| i.last_window_end_unix_ms >= recent.0)
+        .map(|i| i.instance)
+        .chain(all_open.iter().map(|e| e.instance.clone()))
+        .collect();
     instances.sort();
     instances.dedup();
     let mut written = Vec::new();
@@ -170,14 +185,7 @@ pub fn round(store: &dyn Store, settings: &Settings, at: i64) -> Result<Outcome,
             before = top(store, instance, baseline, None)?;
         }
         let changes = diff::compare(&before, &after, (length(baseline), length(recent)), settings.thresholds);
-        let open = store.events(&EventsQuery {
-            instance: Some(instance.clone()),
-            kind: None,
-            since_unix_ms: 0,
-            until_unix_ms: i64::MAX,
-            open_only: true,
-            limit: MAX_OPEN,
-        })?;
+        let open: Vec<Event> = all_open.iter().filter(|e| e.instance == *instance).cloned().collect();
         let mut rechecks: HashMap<u64, Option<DigestChange>> = HashMap::new();
         for event in open.iter().filter(|e| e.kind == "regressed") {
             let own = (event.before_since_unix_ms, event.before_until_unix_ms);
@@ -241,4 +249,43 @@ pub fn round(store: &dyn Store, settings: &Settings, at: i64) -> Result<Outcome,
         *counts.entry((e.kind, e.instance)).or_insert(0) += 1;
     }
     Ok(Outcome { written, open_counts: counts, instances: instances.len() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::collector::store::SqliteStore;
+
+    #[test]
+    fn an_instance_that_fell_silent_has_its_events_closed() {
+        let dir = std::env::temp_dir().join(format!("sqlbee-detect-silent-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let store = SqliteStore::open(&dir.join("store.db")).unwrap();
+        let at = 10 * DAY_MS;
+        let open = Event {
+            id: 1,
+            instance: "gone:3306".into(),
+            kind: "regressed".into(),
+            digest: 7,
+            opened_unix_ms: at - 600_000,
+            before_since_unix_ms: at - 4_200_000,
+            before_until_unix_ms: at - 600_000,
+            updated_unix_ms: at - 600_000,
+            ..Default::default()
+        };
+        store.put_events(std::slice::from_ref(&open)).unwrap();
+        let settings = Settings {
+            every: Duration::from_secs(300),
+            window: Duration::from_secs(900),
+            baseline: Duration::from_secs(3600),
+            thresholds: Thresholds::default(),
+        };
+        let outcome = round(&store, &settings, at).unwrap();
+        assert_eq!(outcome.instances, 1, "judged for its open event alone");
+        assert_eq!(outcome.written.len(), 1);
+        assert_eq!((outcome.written[0].id, outcome.written[0].closed_unix_ms), (1, at));
+        assert!(outcome.written[0].closed_because.starts_with("no statement"), "{:?}", outcome.written[0]);
+        assert!(outcome.open_counts.is_empty());
+        std::fs::remove_dir_all(dir).ok();
+    }
 }

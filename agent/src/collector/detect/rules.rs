@@ -95,6 +95,10 @@ pub fn regression_over(recheck: Option<&DigestChange>, round: &Round) -> Option<
     let Some(before) = recheck.and_then(|c| c.before.as_ref()) else {
         return Some("the baseline it opened with is no longer stored".to_string());
     };
+    if after.count < round.thresholds.min_statements {
+        // Too few to say it is over; it closes when the digest stops.
+        return None;
+    }
     let (b, a) = (mean_ns(before), mean_ns(after));
     (a < b * (1.0 + round.thresholds.min_change)).then(|| {
         format!(
@@ -257,6 +261,10 @@ mod tests {
         assert_eq!((closed[0].id, closed[0].closed_unix_ms), (event.id, r3.at_unix_ms));
         assert!(closed[0].closed_because.contains("within 20%"), "{}", closed[0].closed_because);
         assert!(closed[0].updated_unix_ms > event.updated_unix_ms);
+
+        // Too few statements to judge: it stays open.
+        let few = HashMap::from([(event.id, Some(change(7, "unchanged", side(100, 1_000_000), side(29, 1_000_000))))]);
+        assert!(decide(&r3, &[], &opened, &few, &[], &known).is_empty());
 
         // Gone quiet: closed too.
         let quiet = HashMap::from([(event.id, None)]);
