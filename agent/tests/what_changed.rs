@@ -299,7 +299,7 @@ fn the_collector_opens_and_closes_events_and_takes_markers() {
     let steady_end = now_ms();
     eprintln!("steady: {counts:?} statements of {} digests over 16 windows", steady.len());
     let quiet = events(&url, &read, &[]);
-    assert!(quiet.is_empty(), "a steady workload opened events: {quiet:#?}");
+    assert!(quiet.is_empty(), "a steady workload opened events: {quiet:#?}\n{}", collector.stderr_text());
     let scraped = |path: &str| {
         ureq::get(format!("http://127.0.0.1:{metrics_port}{path}")).call().unwrap().body_mut().read_to_string().unwrap()
     };
@@ -375,7 +375,7 @@ fn the_collector_opens_and_closes_events_and_takes_markers() {
         run(&mut conn, &steady, Duration::from_millis(1500));
     };
     let regressed = wait_for_event(&url, &read, "the regression", &mut busy, &|e| e["kind"] == "regressed");
-    assert_eq!(regressed["digest_text"], key_text, "{regressed:#}");
+    assert_eq!(regressed["digest_text"], key_text, "{regressed:#}\n{}", collector.stderr_text());
     assert!(regressed["closed"].is_null());
     assert!(regressed["evidence"].as_str().unwrap().contains("Mann-Whitney"), "{regressed:#}");
     let page = scraped("/metrics");
@@ -392,7 +392,7 @@ fn the_collector_opens_and_closes_events_and_takes_markers() {
         "--around",
         "k_idx",
         "--span",
-        "3s",
+        "10s",
         "--format",
         "json",
         "--collector",
@@ -427,7 +427,12 @@ fn the_collector_opens_and_closes_events_and_takes_markers() {
     let all = events(&url, &read, &[]);
     let kinds: Vec<(&str, &str)> =
         all.iter().map(|e| (e["kind"].as_str().unwrap(), e["digest_text"].as_str().unwrap())).collect();
-    assert_eq!(kinds.len(), 2, "one regression and one new digest, nothing else: {all:#?}");
+    assert_eq!(
+        kinds.len(),
+        2,
+        "one regression and one new digest, nothing else: {all:#?}\n{}",
+        collector.stderr_text()
+    );
     assert!(all.iter().all(|e| e["opened_unix_ms"].as_i64().unwrap() > steady_end), "{all:#?}");
     eprintln!("events: {kinds:?}; steady phase {} ms with none", steady_end - steady_start);
 
