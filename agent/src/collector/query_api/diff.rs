@@ -13,6 +13,13 @@
 //! With millions of statements any shift is significant, which is why the
 //! size floors exist; with few, nothing is, which is why `min_statements`
 //! says so instead of guessing.
+//!
+//! A digest whose latency did not change is also `regressed` when its rows
+//! examined per statement at least doubled and grew by `ROWS_MIN_DELTA` or
+//! more (both sides with `min_statements`): a plan that lost its index on
+//! a table still in memory reads far more rows long before it is slower.
+//! Only sums of rows are kept, not their distribution, so this is a ratio
+//! with floors, not a test, and the evidence says so.
 use std::collections::BTreeMap;
 
 use sqlbee_common::histogram::Histogram;
@@ -27,6 +34,10 @@ pub const ALPHA: f64 = 0.001;
 pub const DEFAULT_MIN_CHANGE: f64 = 0.2;
 pub const DEFAULT_MIN_DELTA_NS: u64 = 100_000;
 pub const DEFAULT_MIN_STATEMENTS: u64 = 30;
+/// Rows examined per statement must at least multiply by this...
+pub const ROWS_MIN_RATIO: f64 = 2.0;
+/// ...and grow by at least this many to call a digest regressed on rows.
+pub const ROWS_MIN_DELTA: f64 = 100.0;
 
 #[derive(Clone, Copy, Debug)]
 pub struct Thresholds {
@@ -168,10 +179,22 @@ fn judge(before: &Side, after: &Side, t: Thresholds) -> (&'static str, String, f
         && test.slower < 0.5
         && 1.0 / ratio.max(f64::MIN_POSITIVE) >= 1.0 + t.min_change
         && -delta >= t.min_delta_ns as f64;
+    let rows_grew = rows_per_statement(before)
+        .zip(rows_per_statement(after))
+        .is_some_and(|(b, a)| a >= b * ROWS_MIN_RATIO && a - b >= ROWS_MIN_DELTA);
     let status = if slower {
         "regressed"
     } else if faster {
         "improved"
+    } else if rows_grew {
+        return (
+            "regressed",
+            format!(
+                "{tested}; latency unchanged, but rows examined per statement grew at least {ROWS_MIN_RATIO}x and by \
+                 {ROWS_MIN_DELTA} or more (a ratio with floors: only sums of rows are kept){rows}"
+            ),
+            test.p_value,
+        );
     } else {
         "unchanged"
     };
@@ -187,12 +210,13 @@ fn judge(before: &Side, after: &Side, t: Thresholds) -> (&'static str, String, f
     (status, format!("{tested}{verdict}{rows}"), test.p_value)
 }
 
+fn rows_per_statement(side: &Side) -> Option<f64> {
+    side.rows_examined.map(|rows| rows as f64 / side.totals.count.max(1) as f64)
+}
+
 fn rows_evidence(before: &Side, after: &Side) -> String {
-    match (before.rows_examined, after.rows_examined) {
-        (Some(b), Some(a)) => {
-            let per = |rows: u64, side: &Side| rows as f64 / side.totals.count.max(1) as f64;
-            format!("; rows examined per statement {:.1} -> {:.1}", per(b, before), per(a, after))
-        }
+    match (rows_per_statement(before), rows_per_statement(after)) {
+        (Some(b), Some(a)) => format!("; rows examined per statement {b:.1} -> {a:.1}"),
         _ => String::new(),
     }
 }
@@ -349,6 +373,8 @@ mod tests {
             row(3, &lat(&mut rng, 500, 20_000.0), 500),
             row(4, &lat(&mut rng, 10, 200_000.0), 10),
             row(5, &lat(&mut rng, 50, 200_000.0), 50),
+            row(7, &lat(&mut rng, 500, 200_000.0), 500),
+            row(8, &lat(&mut rng, 500, 200_000.0), 500),
         ];
         let after = vec![
             row(1, &lat(&mut rng, 500, 2_000_000.0), 500_000),
@@ -357,6 +383,10 @@ mod tests {
             row(3, &lat(&mut rng, 500, 40_000.0), 500),
             row(4, &lat(&mut rng, 10, 2_000_000.0), 10),
             row(6, &lat(&mut rng, 50, 200_000.0), 50),
+            // Same latency, 200 rows per statement instead of 1.
+            row(7, &lat(&mut rng, 500, 200_000.0), 100_000),
+            // Rows doubled, but by 1 per statement: below the floor.
+            row(8, &lat(&mut rng, 500, 200_000.0), 1_000),
         ];
         let changes = compare(&before, &after, (3_600_000, 3_600_000), Thresholds::default());
         let status: BTreeMap<u64, &str> = changes.iter().map(|c| (c.digest, c.status.as_str())).collect();
@@ -368,9 +398,13 @@ mod tests {
                 (3, "unchanged"),
                 (4, "unchanged"),
                 (5, "gone"),
-                (6, "new")
+                (6, "new"),
+                (7, "regressed"),
+                (8, "unchanged"),
             ])
         );
+        let seven = changes.iter().find(|c| c.digest == 7).unwrap();
+        assert!(seven.evidence.contains("latency unchanged, but rows examined"), "{seven:?}");
         assert_eq!(changes[0].digest, 1, "the largest change in total time first");
         assert!(changes[0].evidence.contains("rows examined per statement 1.0 -> 1000.0"), "{}", changes[0].evidence);
         let three = changes.iter().find(|c| c.digest == 3).unwrap();

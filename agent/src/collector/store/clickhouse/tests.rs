@@ -1013,7 +1013,49 @@ fn every_statement_the_store_sends_runs_on_current_clickhouse() {
         store.plans(&plans).unwrap();
         store.plans(&PlansQuery { digest: None, schema: Some("app".into()), ..plans }).unwrap();
         store.digest_tables(&[u64::MAX - 1, 11]).unwrap();
+        for instance in [None, Some("h'1".to_string())] {
+            let marks = AnnotationsQuery {
+                instance: instance.clone(),
+                since_unix_ms: 0,
+                until_unix_ms: i64::MAX,
+                id: None,
+                limit: 10,
+            };
+            store.annotations(&marks).unwrap();
+            store.annotations(&AnnotationsQuery { id: Some(7), ..marks }).unwrap();
+            for open_only in [false, true] {
+                let kind = open_only.then(|| "regressed".to_string());
+                let events = EventsQuery {
+                    instance: instance.clone(),
+                    kind,
+                    since_unix_ms: early,
+                    until_unix_ms: late,
+                    open_only,
+                    limit: 10,
+                };
+                store.events(&events).unwrap();
+            }
+        }
     };
+    let marker = sqlbee_proto::v1::Annotation {
+        id: 7,
+        at_unix_ms: early,
+        text: "deploy 'v2' \\ done".into(),
+        instances: vec!["h'1".into()],
+        created_unix_ms: early,
+    };
+    store.annotate(&marker).unwrap();
+    let event = sqlbee_proto::v1::Event {
+        id: 9,
+        instance: "h'1".into(),
+        kind: "regressed".into(),
+        opened_unix_ms: early,
+        updated_unix_ms: early,
+        ..Default::default()
+    };
+    store
+        .put_events(&[event.clone(), sqlbee_proto::v1::Event { closed_unix_ms: late, updated_unix_ms: late, ..event }])
+        .unwrap();
     reads(&store);
     // Rolled up, then read through rollups and their delta (a late batch).
     std::thread::sleep(std::time::Duration::from_millis(1100));

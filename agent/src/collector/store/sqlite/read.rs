@@ -197,7 +197,28 @@ pub(super) fn top(tx: &rusqlite::Transaction<'_>, query: &TopQuery) -> Result<Ve
     });
     ranked.truncate(query.limit);
 
-    // Step 3: details of the digests that made the cut.
+    // Step 3: details of the digests that made the cut: one read per
+    // digest for a short list, one scan of the range for a long one (a
+    // diff asks for every digest, where thousands of reads cost seconds).
+    let mut scanned: HashMap<RowKey, Details> = HashMap::new();
+    if ranked.len() > DETAILS_BY_SCAN {
+        for (key, _) in &ranked {
+            scanned.insert(key.clone(), Details::default());
+        }
+        let columns = format!("histogram, error_codes, waits, figures, accounts, sample, sample_end, {KEY_COLUMNS}");
+        let mut stmt = scan(tx, query, &spans, &columns, "").map_err(err)?;
+        let mut rows = stmt.raw_query();
+        while let Some(row) = rows.next().map_err(err)? {
+            let key = row_key(row, 7).map_err(err)?;
+            let Some(details) = scanned.get_mut(&key) else { continue };
+            details.add(row, !histograms.contains_key(&key))?;
+            let sample = row.get_ref(5).map_err(err)?.as_str().map_err(|e| err(e.into()))?;
+            let end: i64 = row.get(6).map_err(err)?;
+            if !sample.is_empty() && details.sample.as_ref().is_none_or(|(newest, _)| end > *newest) {
+                details.sample = Some((end, sample.to_string()));
+            }
+        }
+    }
     let mut text_stmt = tx.prepare_cached("SELECT text FROM digest_texts WHERE digest = ?1").map_err(err)?;
     let mut blobs_stmt = tx.prepare(&by_row_sql).map_err(err)?;
     let mut sample_stmt = tx.prepare(&sample_sql).map_err(err)?;
@@ -213,36 +234,31 @@ pub(super) fn top(tx: &rusqlite::Transaction<'_>, query: &TopQuery) -> Result<Ve
     for (key, m) in ranked {
         let digest = key.digest;
         let preloaded = histograms.remove(&key);
-        let mut histogram = Histogram::default();
-        let mut waits = MergedWaits::default();
-        let mut errors = MergedErrors::default();
-        let mut stats = QueryStats::default();
-        let mut senders = MergedSenders::default();
-        bind(&mut blobs_stmt, &key).map_err(err)?;
-        let mut rows = blobs_stmt.raw_query();
-        while let Some(row) = rows.next().map_err(err)? {
-            if preloaded.is_none() {
-                add_blob(&mut histogram, row.get_ref(0).map_err(err)?.as_blob().map_err(|e| err(e.into()))?)?;
+        let (details, sample) = match scanned.remove(&key) {
+            Some(mut details) => {
+                let sample = details.sample.take().map(|(_, text)| text).unwrap_or_default();
+                (details, sample)
             }
-            add_error_codes(&mut errors, row.get_ref(1).map_err(err)?.as_blob().map_err(|e| err(e.into()))?)?;
-            add_waits(&mut waits, row.get_ref(2).map_err(err)?.as_blob().map_err(|e| err(e.into()))?)?;
-            let figures = row.get_ref(3).map_err(err)?.as_blob().map_err(|e| err(e.into()))?;
-            if !figures.is_empty() {
-                let row = QueryStats::decode(figures).map_err(|_| StoreError::Corrupt { what: "figures" })?;
-                stats.merge(&row);
+            None => {
+                let mut details = Details::default();
+                bind(&mut blobs_stmt, &key).map_err(err)?;
+                let mut rows = blobs_stmt.raw_query();
+                while let Some(row) = rows.next().map_err(err)? {
+                    details.add(row, preloaded.is_none())?;
+                }
+                drop(rows);
+                bind(&mut sample_stmt, &key).map_err(err)?;
+                let sample: String = match sample_stmt.raw_query().next().map_err(err)? {
+                    Some(row) => row.get(0).map_err(err)?,
+                    None => String::new(),
+                };
+                (details, sample)
             }
-            let blob = row.get_ref(4).map_err(err)?.as_blob().map_err(|e| err(e.into()))?;
-            senders.add_stored(blob).map_err(|_| StoreError::Corrupt { what: "accounts" })?;
-        }
-        drop(rows);
+        };
+        let Details { histogram, waits, errors, stats, senders, .. } = details;
         let histogram = preloaded.unwrap_or(histogram);
         let digest_text: String =
             text_stmt.query_row([i(digest)], |r| r.get(0)).optional().map_err(err)?.unwrap_or_default();
-        bind(&mut sample_stmt, &key).map_err(err)?;
-        let sample: String = match sample_stmt.raw_query().next().map_err(err)? {
-            Some(row) => row.get(0).map_err(err)?,
-            None => String::new(),
-        };
         let mut messages: HashMap<u32, String> = HashMap::new();
         if !errors.is_empty() {
             let rows = messages_stmt
@@ -287,6 +303,45 @@ pub(super) fn top(tx: &rusqlite::Transaction<'_>, query: &TopQuery) -> Result<Ve
         });
     }
     Ok(out)
+}
+
+/// A cut this long has its details read in one scan of the range rather
+/// than one read per digest.
+pub(super) const DETAILS_BY_SCAN: usize = 64;
+
+/// What a digest's rows add up to beyond the scalar sums.
+#[derive(Default)]
+struct Details {
+    histogram: Histogram,
+    waits: MergedWaits,
+    errors: MergedErrors,
+    stats: QueryStats,
+    senders: MergedSenders,
+    /// The newest sample and the end of its window.
+    sample: Option<(i64, String)>,
+}
+
+impl Details {
+    /// Adds a row whose first five columns are the histogram, error codes,
+    /// waits, figures and accounts blobs; its histogram only when asked
+    /// (an order by p99 read every histogram already).
+    fn add(&mut self, row: &rusqlite::Row<'_>, histogram: bool) -> Result<(), StoreError> {
+        let err = |e| error("top", e);
+        let blob = |n: usize| -> Result<&[u8], StoreError> {
+            row.get_ref(n).map_err(err)?.as_blob().map_err(|e| err(e.into()))
+        };
+        if histogram {
+            add_blob(&mut self.histogram, blob(0)?)?;
+        }
+        add_error_codes(&mut self.errors, blob(1)?)?;
+        add_waits(&mut self.waits, blob(2)?)?;
+        let figures = blob(3)?;
+        if !figures.is_empty() {
+            let row = QueryStats::decode(figures).map_err(|_| StoreError::Corrupt { what: "figures" })?;
+            self.stats.merge(&row);
+        }
+        self.senders.add_stored(blob(4)?).map_err(|_| StoreError::Corrupt { what: "accounts" })
+    }
 }
 
 /// Every digest row in range of `query` (raw or rolled up, per `spans`),

@@ -2,7 +2,7 @@
 //! migrations of files written by older collectors.
 use sqlbee_proto::v1::{
     AgentCost, AgentIdentity, AgentWindow, Bucket, DigestStats, ErrorCount, Gap, Histogram, HostMetrics,
-    InstanceWindow, ProbeCost, ProcessMetrics, ServerInstance, WaitStats,
+    InstanceWindow, ProbeCost, ProcessMetrics, QueryStats, ServerInstance, WaitStats,
 };
 
 use rusqlite::Connection;
@@ -929,6 +929,63 @@ fn long_statements_newest_first_once_and_pruned() {
 fn markers_and_events_keep_their_newest_version() {
     let (store, dir) = temp_store("events");
     shared_tests::markers_and_events_keep_their_newest_version(&store);
+    drop(store);
+    std::fs::remove_dir_all(dir).ok();
+}
+
+/// A long cut (a diff asks for every digest) reads its details in one scan;
+/// a short one digest by digest. Both give each digest the same answer.
+#[test]
+fn a_long_cut_reads_details_in_one_scan_with_the_same_answers() {
+    let (store, dir) = temp_store("long-cut");
+    let digests = 3 * super::read::DETAILS_BY_SCAN as u64 / 2;
+    let mut sequence = 0;
+    for (end, instance) in [(10_000, "h:1"), (20_000, "h:2"), (30_000, "h:1")] {
+        sequence += 1;
+        let mut b = batch(sequence, end, &[(3, 2), (9, 1)]);
+        let window = &mut b.windows[0];
+        window.instance.as_mut().unwrap().name = instance.into();
+        let template = window.digests[0].clone();
+        window.digests = (1..=digests)
+            .map(|d| DigestStats {
+                digest: d,
+                digest_text: format!("SELECT {d}"),
+                sample: if (d + sequence) % 3 == 0 { String::new() } else { format!("SELECT {d} -- {end}") },
+                count: 3 + d,
+                sum_ns: 1_000 * d + end as u64,
+                min_ns: 10,
+                max_ns: 10_000,
+                errors: d % 2,
+                error_codes: if d % 2 == 1 {
+                    vec![ErrorCount { code: 1062, count: 1, sample_message: "dup".into() }]
+                } else {
+                    Vec::new()
+                },
+                stats: Some(QueryStats { rows_examined: Some(d * 7), cpu_ns: Some(d * 100), ..Default::default() }),
+                ..template.clone()
+            })
+            .collect();
+        store.ingest(b.clone(), end, content_hash(&b)).unwrap();
+    }
+    let query = |digest: Option<u64>, limit: usize| TopQuery {
+        instance: None,
+        digest,
+        schema: None,
+        nested: false,
+        program: None,
+        since_unix_ms: 0,
+        until_unix_ms: i64::MAX,
+        order_by: OrderBy::Total,
+        limit,
+    };
+    let all = store.top(&query(None, 1_000)).unwrap();
+    assert_eq!(all.len() as u64, digests);
+    for d in &all {
+        let alone = store.top(&query(Some(d.digest), 20)).unwrap();
+        assert_eq!(alone.len(), 1);
+        assert_eq!(&alone[0], d, "digest {}", d.digest);
+    }
+    assert!(all.iter().any(|d| !d.sample.is_empty() && !d.error_codes.is_empty()));
     drop(store);
     std::fs::remove_dir_all(dir).ok();
 }
