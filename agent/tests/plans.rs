@@ -230,7 +230,8 @@ fn plans_follow_an_index_and_explain_changes_nothing() {
         let dom = &loaded.dom;
         assert!(dom.contains("id=\"plan-tree\"") && dom.contains("data-table=\"orders\" data-access=\"ALL\""));
         assert!(dom.contains("data-kind=\"full_scan\"") && dom.contains("ADD INDEX (`email`)"), "no finding");
-        assert_eq!(dom.matches("class=\"marker\"").count(), 2, "two plan changes on the latency plot");
+        // Every time plot marks them: rate, latency and the heatmap.
+        assert_eq!(dom.matches("class=\"marker plan\"").count(), 3 * 2, "two plan changes on each plot");
         assert_eq!(dom.matches("<tr data-plan-hash=").count(), 2, "two plans in the history");
         assert!(!dom.contains(EMAIL));
         let changes = browser::load(&format!("{}plans?{range}", collector.ui));

@@ -40,6 +40,21 @@ fn run(conn: &mut mysql::Conn, statements: &[&dyn Fn(u64) -> String], for_how_lo
     counts
 }
 
+/// A connection to `server` with `app.items` made: `ROWS` rows or more,
+/// `k` indexed by `k_idx`.
+fn items_table(server: &PrivateServer) -> mysql::Conn {
+    let mut conn = root_conn(server);
+    conn.query_drop(
+        "CREATE DATABASE app; CREATE TABLE app.items (id INT PRIMARY KEY AUTO_INCREMENT, k INT, pad CHAR(100), \
+         INDEX k_idx (k)) ENGINE=InnoDB; INSERT INTO app.items (k, pad) VALUES (1, 'x')",
+    )
+    .unwrap();
+    while conn.query_first::<u64, _>("SELECT COUNT(*) FROM app.items").unwrap().unwrap() < ROWS {
+        conn.query_drop("INSERT INTO app.items (k, pad) SELECT id, pad FROM app.items").unwrap();
+    }
+    conn
+}
+
 /// Count per digest text over a range, as `top` says.
 fn top_counts(url: &str, since: i64, until: i64) -> BTreeMap<String, u64> {
     top_json(url, &["--since", &since.to_string(), "--until", &until.to_string(), "--limit", "1000"])
@@ -57,15 +72,7 @@ fn a_dropped_index_is_a_regression_and_nothing_else_is() {
     }
     let _serial = common::one_at_a_time();
     let server = PrivateServer::start("what-changed", &[]).unwrap();
-    let mut conn = root_conn(&server);
-    conn.query_drop(
-        "CREATE DATABASE app; CREATE TABLE app.items (id INT PRIMARY KEY AUTO_INCREMENT, k INT, pad CHAR(100), \
-         INDEX k_idx (k)) ENGINE=InnoDB; INSERT INTO app.items (k, pad) VALUES (1, 'x')",
-    )
-    .unwrap();
-    while conn.query_first::<u64, _>("SELECT COUNT(*) FROM app.items").unwrap().unwrap() < ROWS {
-        conn.query_drop("INSERT INTO app.items (k, pad) SELECT id, pad FROM app.items").unwrap();
-    }
+    let mut conn = items_table(&server);
     let collector = Collector::start(&[]);
     let url = collector.http_url();
     let _agent = Agent::start(
@@ -245,15 +252,7 @@ fn the_collector_opens_and_closes_events_and_takes_markers() {
     }
     let _serial = common::one_at_a_time();
     let server = PrivateServer::start("events", &[]).unwrap();
-    let mut conn = root_conn(&server);
-    conn.query_drop(
-        "CREATE DATABASE app; CREATE TABLE app.items (id INT PRIMARY KEY AUTO_INCREMENT, k INT, pad CHAR(100), \
-         INDEX k_idx (k)) ENGINE=InnoDB; INSERT INTO app.items (k, pad) VALUES (1, 'x')",
-    )
-    .unwrap();
-    while conn.query_first::<u64, _>("SELECT COUNT(*) FROM app.items").unwrap().unwrap() < ROWS {
-        conn.query_drop("INSERT INTO app.items (k, pad) SELECT id, pad FROM app.items").unwrap();
-    }
+    let mut conn = items_table(&server);
     let dir = common::collector::TempDir::new("events-tokens");
     let tokens = dir.path().join("tokens");
     std::fs::write(&tokens, format!("read {READ}\ningest {INGEST}\nannotate {ANNOTATE}\n")).unwrap();

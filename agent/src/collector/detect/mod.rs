@@ -138,6 +138,18 @@ fn top(
     })
 }
 
+/// Every instance's open events.
+fn open_events(store: &dyn Store) -> Result<Vec<Event>, StoreError> {
+    store.events(&EventsQuery {
+        instance: None,
+        kind: None,
+        since_unix_ms: 0,
+        until_unix_ms: i64::MAX,
+        open_only: true,
+        limit: MAX_OPEN,
+    })
+}
+
 fn length((since, until): (i64, i64)) -> i64 {
     until - since
 }
@@ -155,14 +167,7 @@ pub struct Outcome {
 pub fn round(store: &dyn Store, settings: &Settings, at: i64) -> Result<Outcome, StoreError> {
     let window = ms(settings.window);
     let recent = (at - window, at);
-    let all_open = store.events(&EventsQuery {
-        instance: None,
-        kind: None,
-        since_unix_ms: 0,
-        until_unix_ms: i64::MAX,
-        open_only: true,
-        limit: MAX_OPEN,
-    })?;
+    let all_open = open_events(store)?;
     // Instances with a window in the recent range, and those with open
     // events even if they fell silent: their events close.
     let mut instances: Vec<String> = store
@@ -238,14 +243,7 @@ pub fn round(store: &dyn Store, settings: &Settings, at: i64) -> Result<Outcome,
         written.extend(events);
     }
     let mut counts = BTreeMap::new();
-    for e in store.events(&EventsQuery {
-        instance: None,
-        kind: None,
-        since_unix_ms: 0,
-        until_unix_ms: i64::MAX,
-        open_only: true,
-        limit: MAX_OPEN,
-    })? {
+    for e in open_events(store)? {
         *counts.entry((e.kind, e.instance)).or_insert(0) += 1;
     }
     Ok(Outcome { written, open_counts: counts, instances: instances.len() })
