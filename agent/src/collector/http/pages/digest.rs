@@ -15,6 +15,7 @@ use crate::collector::http::{
     Ui,
     html::{self, Nav, esc},
     params::{Params, View, digest_id},
+    svg::MarkerKind,
 };
 
 /// Rows (schemas and lineages) a digest page lists.
@@ -56,8 +57,8 @@ pub async fn render(ui: &Ui, view: &View, params: &Params) -> Rendered {
     let series = ui.series(series_request(view, "digest", id, &schema)).await?;
     let plans = ui.plans(plans::request(view, id, &schema)).await?;
     let mut markers = plans::markers(&plans);
-    // Its plan changes are drawn as plans already.
-    markers.extend(super::marks(ui, view).await?.into_iter().filter(|m| !m.label.starts_with("plan changed")));
+    // Its plan changes are drawn from its plans already.
+    markers.extend(super::marks(ui, view).await?.into_iter().filter(|m| m.kind != MarkerKind::Plan));
     body.push_str(&statement_plots(view, &series, &markers));
     plans::section(&mut body, &plans);
 

@@ -246,7 +246,8 @@ async fn marks(ui: &Ui, view: &View) -> Result<Vec<svg::Marker>, PageError> {
             html::digest_hex(e.digest),
             e.evidence
         ),
-        kind: MarkerKind::Event,
+        // A plan change is drawn as one, whoever recorded it.
+        kind: if e.kind == "plan_changed" { MarkerKind::Plan } else { MarkerKind::Event },
     }));
     Ok(out)
 }
