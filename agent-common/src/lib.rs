@@ -281,7 +281,12 @@ pub struct ServerLayout {
     /// records, never only a kernel digest's count: each is an event of
     /// its own there. 0: no such threshold.
     pub long_statement_ms: u32,
-    pub _pad: u32,
+    /// Offset of `THD::net.vio` (a `Vio*` whose first int is the
+    /// connection's socket fd). Known, it also says the agent writes a
+    /// client key for each connection (`CLIENT_KEYS`): a connection's
+    /// statements reach it as records until its key is there, so each is
+    /// counted by its client. `UNKNOWN`: clients are not named.
+    pub vio_offset: u32,
 }
 
 /// A layout offset the agent could not learn for this build.
@@ -369,6 +374,21 @@ pub mod name_kind {
     pub const PROGRAM: u32 = 3;
 }
 
+/// Connections whose client key the kernel can look up at once
+/// (`CLIENT_KEYS`, least recently used out first).
+pub const CLIENT_KEY_ENTRIES: u32 = 65_536;
+
+/// An account hash with a connection's client key mixed in (0: no client
+/// known, the account's own hash). Kernel digests count statements by this
+/// hash, so the agent, which wrote the key, tells clients apart in them.
+#[inline(always)]
+pub fn with_client(account_hash: u64, client_key: u64) -> u64 {
+    if client_key == 0 || account_hash == 0 {
+        return account_hash;
+    }
+    (account_hash ^ client_key.rotate_left(23)).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1
+}
+
 /// Nested statements tracked at once per thread (a program calling a
 /// program ...); deeper ones are counted, not timed.
 pub const MAX_FRAMES: usize = 8;
@@ -404,16 +424,28 @@ pub struct NameRecord {
     /// Bytes of `name` and `host` used (`host` for accounts only).
     pub name_len: u32,
     pub host_len: u32,
-    pub _pad: u32,
+    /// An account's connection socket fd in the server (-1: unknown).
+    pub socket_fd: i32,
     pub hash: u64,
     /// A schema's name, or an account's user.
     pub name: [u8; MAX_NAME],
     pub host: [u8; MAX_HOST],
+    /// An account's connection id (0 for other kinds).
+    pub connection: u64,
 }
 
 impl Default for NameRecord {
     fn default() -> Self {
-        Self { kind: 0, name_len: 0, host_len: 0, _pad: 0, hash: 0, name: [0; MAX_NAME], host: [0; MAX_HOST] }
+        Self {
+            kind: 0,
+            name_len: 0,
+            host_len: 0,
+            socket_fd: -1,
+            hash: 0,
+            connection: 0,
+            name: [0; MAX_NAME],
+            host: [0; MAX_HOST],
+        }
     }
 }
 
@@ -623,6 +655,11 @@ pub struct Inflight {
     /// this thread, and their hashes; 0: name them at the next statement.
     pub named_connection: u64,
     pub account_hash: u64,
+    /// The account's own hash, before its client key was mixed in.
+    pub login_hash: u64,
+    /// 1 while the connection's client key is not in `CLIENT_KEYS` yet:
+    /// its statements go out as records, and each looks the key up again.
+    pub client_pending: u64,
     pub schema_hash: u64,
     /// The THD and `{pointer, length}` of the schema name `schema_hash` was
     /// read from: while they stay, the name is not read again. The server

@@ -46,7 +46,7 @@ static LAYOUT: ServerLayout = ServerLayout {
     handler_function: 0,
     handler_trigger: 0,
     long_statement_ms: 0,
-    _pad: 0,
+    vio_offset: agent_common::UNKNOWN,
 };
 
 #[inline(always)]

@@ -9,12 +9,15 @@
 //! connection (its id comes with the counters' window) and again after
 //! `acl_authenticate`, which a `COM_CHANGE_USER` runs on the connection's
 //! own thread.
-use agent_common::{EventBuffer, Inflight, MAX_HOST, MAX_NAME, NameRecord, ServerLayout, UNKNOWN, name_kind, stat};
+use agent_common::{
+    CLIENT_KEY_ENTRIES, EventBuffer, Inflight, MAX_HOST, MAX_NAME, NameRecord, ServerLayout, UNKNOWN, name_kind, stat,
+    with_client,
+};
 use aya_ebpf::{
     bindings::BPF_RB_NO_WAKEUP,
     helpers::{bpf_get_current_pid_tgid, bpf_probe_read_user, bpf_probe_read_user_buf, bpf_probe_read_user_str_bytes},
     macros::map,
-    maps::RingBuf,
+    maps::{LruHashMap, RingBuf},
     programs::ProbeContext,
 };
 
@@ -23,6 +26,12 @@ use crate::{maps::bump_stat, statements::owned_slot};
 /// What schema and account hashes stand for.
 #[map]
 pub static NAMES: RingBuf = RingBuf::with_byte_size(256 * 1024, 0);
+
+/// Connection id -> its client's key, written by the agent once it has
+/// found who is at the other end of the connection's socket (0: nobody it
+/// can name). Only looked up here, once per connection and thread.
+#[map]
+pub static CLIENT_KEYS: LruHashMap<u64, u64> = LruHashMap::with_max_entries(CLIENT_KEY_ENTRIES, 0);
 
 uprobe_pair! {
     account_change, account_change_perf => on_account_change;
@@ -149,6 +158,9 @@ fn account_hash(
         return 0;
     }
     if inflight.named_connection == connection {
+        if inflight.client_pending != 0 {
+            client_key(connection, layout, inflight);
+        }
         return inflight.account_hash;
     }
     // THD::security_ctx: the login's context at a top-level statement end.
@@ -174,10 +186,59 @@ fn account_hash(
     record.name_len = user_len as u32;
     record.host_len = host_len as u32;
     record.hash = hash;
+    record.connection = connection;
+    record.socket_fd = socket_fd(thd, layout.vio_offset);
     send(record);
     inflight.named_connection = connection;
+    inflight.login_hash = hash;
     inflight.account_hash = hash;
-    hash
+    inflight.client_pending = 0;
+    if layout.vio_offset != UNKNOWN {
+        client_key(connection, layout, inflight);
+    }
+    inflight.account_hash
+}
+
+/// Mixes the connection's client key into its account hash once the agent
+/// has written it; until then the connection stays pending.
+#[inline(always)]
+fn client_key(connection: u64, _layout: &ServerLayout, inflight: &mut Inflight) {
+    let key = lookup_client_key(connection);
+    if key == NO_KEY {
+        inflight.client_pending = 1;
+    } else {
+        inflight.account_hash = with_client(inflight.login_hash, key);
+        inflight.client_pending = 0;
+    }
+}
+
+/// What `lookup_client_key` returns while the agent has written no key.
+const NO_KEY: u64 = u64::MAX;
+
+// Not inlined, nor is `socket_fd`: they run once per connection, and
+// inlined into the statement programs their stack pushes the largest past
+// BPF's 512 bytes.
+#[inline(never)]
+fn lookup_client_key(connection: u64) -> u64 {
+    // SAFETY: a plain u64 value of a map only the agent writes.
+    match unsafe { CLIENT_KEYS.get(&connection) } {
+        Some(key) => *key,
+        None => NO_KEY,
+    }
+}
+
+/// The connection's socket fd: `THD::net.vio`, whose first int it is; -1
+/// when this build's offset is unknown or a read fails.
+#[inline(never)]
+fn socket_fd(thd: u64, vio_offset: u32) -> i32 {
+    if vio_offset == UNKNOWN {
+        return -1;
+    }
+    let vio = unsafe { bpf_probe_read_user((thd + vio_offset as u64) as *const u64) }.unwrap_or(0);
+    if vio == 0 {
+        return -1;
+    }
+    unsafe { bpf_probe_read_user(vio as *const i32) }.unwrap_or(-1)
 }
 
 /// A C string into `dest`, cut at its size; its length, 0 when unreadable.

@@ -322,6 +322,8 @@ fn try_statement_end(ctx: &ProbeContext) -> Result<(), i64> {
         && (layout.long_statement_ms == 0 || duration_ns < layout.long_statement_ms as u64 * 1_000_000)
         && !waited
         && !ran_programs
+        // Its record names the connection, whose client is not known yet.
+        && inflight.client_pending == 0
         && buffer.header.source == source::CLIENT
         && let Some(first) = kernel_digests::record(
             text_hash,

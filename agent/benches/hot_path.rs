@@ -71,6 +71,7 @@ fn benches(c: &mut Criterion) {
             account_hash: 0,
             schema: None,
             account: None,
+            client: None,
             nested: false,
             source: 0,
             program_hash: 0,

@@ -240,6 +240,11 @@ pub struct AgentOptions {
     /// exemplar (unless `none`).
     #[arg(long, env = "SQLBEE_QUERY_TAGS", value_delimiter = ',', default_value = crate::normalize::tags::DEFAULT_KEYS)]
     pub query_tags: Vec<String>,
+    /// Do not name each connection's client (its address, and for a client
+    /// on this node its process, container and pod). Naming costs a few
+    /// reads of /proc once per connection, none per statement.
+    #[arg(long, env = "SQLBEE_NO_CLIENTS")]
+    pub no_clients: bool,
 }
 
 /// Validated agent configuration: the options as given, and what the

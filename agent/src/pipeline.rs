@@ -132,6 +132,7 @@ pub fn run_agent(config: AgentConfig, signalled: &'static AtomicBool) -> Result<
             duty_period: config.options.duty_period,
             task_runtime_offset,
             task_btf: discover::has_current_task_btf(),
+            clients: !config.options.no_clients,
         },
         prepared.stats,
     );

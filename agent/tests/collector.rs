@@ -1228,6 +1228,7 @@ async fn agent_histograms_keep_their_percentiles_through_the_wire_and_the_merge(
             schema: None,
             stats: Default::default(),
             accounts: Default::default(),
+            clients: Default::default(),
             lineage: Default::default(),
         };
         let at = |ms: i64| UNIX_EPOCH + Duration::from_millis(ms as u64);

@@ -16,7 +16,7 @@ const MDBOOK_VERSION: &str = "0.5.4";
 /// registry is reachable), podman-compose for the compose file.
 /// mariadb-test: MariaDB's own test suite, the statements the digest
 /// agreement test samples.
-const DEBIAN_PACKAGES: [&str; 21] = [
+const DEBIAN_PACKAGES: [&str; 22] = [
     "mariadb-server",
     "mariadb-client",
     "sysbench",
@@ -45,6 +45,9 @@ const DEBIAN_PACKAGES: [&str; 21] = [
     "chromium",
     // Debian's python3 makes the virtualenv chdb goes in.
     "python3-venv",
+    // A Python client program, one of those the client attribution test
+    // tells apart.
+    "python3-pymysql",
 ];
 
 pub fn run() -> anyhow::Result<()> {

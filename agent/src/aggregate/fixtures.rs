@@ -34,6 +34,7 @@ pub fn statement(connection: u64, start_ns: u64, duration_ns: u64, sql: &str) ->
         account_hash: 0,
         schema: None,
         account: None,
+        client: None,
         nested: false,
         source: 0,
         program_hash: 0,

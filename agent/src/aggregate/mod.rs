@@ -34,7 +34,7 @@ use tracing::warn;
 use crate::{
     budget::ProbeCost,
     normalize::{Digest, Normalizer, QueryTags, Samples, TagReader},
-    probe::{Account, Counters, KernelDigest, ProbeBatch, Program, Readable, Statement},
+    probe::{Account, Client, Counters, KernelDigest, ProbeBatch, Program, Readable, Statement},
 };
 
 /// Longest sample text kept per digest.
@@ -44,6 +44,9 @@ pub const OVERFLOW_DIGEST: u64 = sqlbee_common::digest_id::OVERFLOW_ID;
 /// Accounts told apart per digest per window; statements of further ones
 /// are counted in `other_accounts`.
 pub const MAX_ACCOUNTS: usize = 32;
+/// Clients told apart per digest per window; statements of further ones
+/// are counted in `other_clients`.
+pub const MAX_CLIENTS: usize = 32;
 
 /// Where a row's statements came from: a client (top level), a stored
 /// program (nested: which one, and the digest of the client statement that
@@ -89,6 +92,9 @@ pub struct DigestRow {
     /// Statements per account, at most `MAX_ACCOUNTS`; the rest of `count`
     /// had an account beyond those, or none the agent could name.
     pub accounts: HashMap<Arc<Account>, u64>,
+    /// Statements per client, at most `MAX_CLIENTS`; the rest of `count`
+    /// came from a client beyond those, or one the agent could not name.
+    pub clients: HashMap<Arc<Client>, u64>,
     /// Statements per value of each query tag, and the slowest traced one.
     pub tags: RowTags,
     pub count: u64,
@@ -152,6 +158,7 @@ impl DigestRow {
             lineage,
             stats: QueryStats::default(),
             accounts: HashMap::new(),
+            clients: HashMap::new(),
             tags: RowTags::default(),
             count: 0,
             errors: 0,
@@ -174,6 +181,19 @@ impl DigestRow {
         self.count.saturating_sub(self.accounts.values().sum())
     }
 
+    /// Statements from a client the row does not name.
+    pub fn other_clients(&self) -> u64 {
+        self.count.saturating_sub(self.clients.values().sum())
+    }
+
+    fn count_client(&mut self, client: &Arc<Client>, n: u64) {
+        if let Some(total) = self.clients.get_mut(client) {
+            *total += n;
+        } else if self.clients.len() < MAX_CLIENTS {
+            self.clients.insert(client.clone(), n);
+        }
+    }
+
     fn count_account(&mut self, account: &Arc<Account>, n: u64) {
         if let Some(total) = self.accounts.get_mut(account) {
             *total += n;
@@ -187,6 +207,9 @@ impl DigestRow {
         self.stats.add(&statement.stats);
         if let Some(account) = &statement.account {
             self.count_account(account, 1);
+        }
+        if let Some(client) = &statement.client {
+            self.count_client(client, 1);
         }
         let ns = statement.duration_ns;
         self.sum_ns = self.sum_ns.saturating_add(ns);
@@ -225,6 +248,9 @@ impl DigestRow {
         self.stats.add(&kernel.stats);
         for (account, n) in &kernel.named_accounts {
             self.count_account(account, *n);
+        }
+        for (client, n) in &kernel.clients {
+            self.count_client(client, *n);
         }
         if let Some(tags) = &text.tags {
             self.tags.count(tags, kernel.count, kernel.max_ns);

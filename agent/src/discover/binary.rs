@@ -453,8 +453,13 @@ fn statement_fields(code: &dyn Fn(&'static str) -> Vec<u8>, connection_id_offset
         if *bit == stats_field::SERVER_STATUS || *bit == stats_field::SYSTEM_THREAD { at % 4 == 0 } else { at % 8 == 0 }
     })
     .collect();
-    let mut layout =
-        ServerLayout { db_offset: UNKNOWN, sctx_offset: UNKNOWN, spcont_offset: UNKNOWN, ..ServerLayout::default() };
+    let mut layout = ServerLayout {
+        db_offset: UNKNOWN,
+        sctx_offset: UNKNOWN,
+        spcont_offset: UNKNOWN,
+        vio_offset: UNKNOWN,
+        ..ServerLayout::default()
+    };
     if let (Some(low), Some(high)) = (spans.iter().map(|s| s.1 & !7).min(), spans.iter().map(|s| s.1 + s.2).max()) {
         if high - low <= STATS_WINDOW as u32 {
             layout.stats_base = low;
@@ -504,7 +509,25 @@ fn statement_fields(code: &dyn Fn(&'static str) -> Vec<u8>, connection_id_offset
             format!("`{THD_USER_NAME}` or `{SECURITY_CONTEXT_SKIP_GRANTS}` does not match a known pattern, or the connection id lies outside the counters"),
         )),
     }
+    match decode_vio(&body(THD_IS_CONNECTED)) {
+        Some(at) => layout.vio_offset = at,
+        None => missing.push((
+            "client process and address",
+            format!("`{THD_IS_CONNECTED}` does not match a known pattern (it locates the connection's socket)"),
+        )),
+    }
     StatementFields { layout, missing }
+}
+
+/// `THD::net.vio` from `thd_is_connected`, which loads it and calls one of
+/// its methods: `mov disp32(%rdi),%rdx` and, within a few instructions,
+/// `call *disp32(%rdx)`. Both 10.11 and 11.8 read it at 0x2c0.
+fn decode_vio(code: &[u8]) -> Option<u32> {
+    let load = code.windows(7).position(|w| w[..3] == [0x48, 0x8b, 0x97])?;
+    let disp = i32::from_le_bytes(code[load + 3..load + 7].try_into().ok()?);
+    let after = &code[load + 7..code.len().min(load + 32)];
+    after.windows(2).any(|w| w == [0xff, 0x92]).then_some(())?;
+    u32::try_from(disp).ok()
 }
 
 /// The disp32 of the first instruction that starts with `prefix` (opcode

@@ -6,6 +6,7 @@
 //! touches the server; it only reads procfs and ELF files.
 mod activity_layout;
 mod binary;
+mod clients;
 mod elf;
 mod kernel_btf;
 mod process;
@@ -15,6 +16,7 @@ pub use binary::{
     BinaryIdentity, BinaryInfo, Flavor, ProbePoint, ProbePoints, ProgramLayout, StaticVariable, identify_binary,
     inspect_binary,
 };
+pub use clients::{Client, Connection as ClientConnection, resolve as resolve_clients};
 pub use kernel_btf::{BtfError, has_current_task_btf, task_runtime_offset};
 pub use process::{
     Container, ServerProcess, cpu_seconds, find_servers, runtime_address, server_by_pid, threads_cpu_ns,

@@ -53,7 +53,7 @@ fn container_id(cgroup: &str) -> Option<String> {
 }
 
 /// The container process `pid` runs in, unless it is this agent's own.
-fn container_of(proc_dir: &Path) -> Option<Container> {
+pub(super) fn container_of(proc_dir: &Path) -> Option<Container> {
     let id = container_id(&fs::read_to_string(proc_dir.join("cgroup")).ok()?)?;
     let own = fs::read_to_string("/proc/self/cgroup").ok().and_then(|c| container_id(&c));
     if own.as_deref() == Some(id.as_str()) {

@@ -644,6 +644,7 @@ mod tests {
             lineage,
             stats: Default::default(),
             accounts: Default::default(),
+            clients: Default::default(),
             tags: Default::default(),
             count: latencies_ns.len() as u64,
             errors,

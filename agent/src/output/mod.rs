@@ -61,6 +61,7 @@ pub fn window_to_json(report: &WindowReport) -> Vec<Value> {
             let mut line = line;
             add_figures(&mut line, d, report.summary.readable);
             add_tags(&mut line, d);
+            add_clients(&mut line, d);
             match d.tables.as_deref() {
                 None => {}
                 Some(Tables::Unknown) => line["tables"] = "unknown".into(),
@@ -218,6 +219,27 @@ fn add_tags(line: &mut Value, d: &DigestRow) {
             |e| json!({"trace_id": e.trace.trace_hex(), "span_id": e.trace.span_hex(), "duration_ns": e.duration_ns}),
         );
     object.insert("exemplar".into(), exemplar.unwrap_or(Value::Null));
+}
+
+/// `clients`: each client the row names, the most statements first, with
+/// null for what is unknown, then `{"other": n}` for the rest.
+fn add_clients(line: &mut Value, d: &DigestRow) {
+    let mut clients: Vec<_> = d.clients.iter().collect();
+    clients.sort_by(|a, b| b.1.cmp(a.1).then_with(|| a.0.cmp(b.0)));
+    let mut listed: Vec<Value> = clients
+        .into_iter()
+        .map(|(c, n)| {
+            json!({
+                "address": c.address, "process": c.process, "pid": c.pid, "container": c.container,
+                "container_id": c.container_id, "pod": c.pod, "namespace": c.namespace, "count": n,
+            })
+        })
+        .collect();
+    let other = d.other_clients();
+    if other > 0 {
+        listed.push(json!({"other": other}));
+    }
+    line.as_object_mut().expect("a digest line is an object").insert("clients".into(), Value::Array(listed));
 }
 
 /// Statements by user, by client host and by both: the top

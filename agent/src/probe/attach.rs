@@ -22,7 +22,9 @@ use aya::{
 use tracing::warn;
 
 use super::{
-    Counters, ErrorMessage, ProbeError, Statement, decode_error, decode_statement,
+    Counters, ErrorMessage, ProbeError, Statement,
+    clients::Clients,
+    decode_error, decode_statement,
     kernel_digests::{KernelDigest, KernelDigests},
     link_mode::object_name,
     names::Names,
@@ -58,6 +60,8 @@ pub struct ProbeConfig {
     pub task_runtime_offset: u32,
     /// The kernel has `bpf_get_current_task_btf` (see `ServerLayout::task_btf`).
     pub task_btf: bool,
+    /// Name each connection's client (see `clients`).
+    pub clients: bool,
 }
 
 pub struct AttachedServer {
@@ -72,6 +76,8 @@ pub struct AttachedServer {
     names_ring: RingBuf<MapData>,
     /// What the schema and account hashes in records stand for.
     names: Names,
+    /// Each connection's client, when they are named.
+    clients: Option<Clients>,
     /// Budget mode's switch: closed, the programs count nothing.
     gate: Array<MapData, u32>,
     kernel_digests: Option<KernelDigests>,
@@ -107,6 +113,12 @@ impl AttachedServer {
             // The name is cached on the probe of THD::set_db: without it,
             // no schema.
             db_offset: if binary.points.schema_change.is_some() { layout.db_offset } else { agent_common::UNKNOWN },
+            // Known only when each connection's client is named.
+            vio_offset: if config.clients && layout.sctx_offset != agent_common::UNKNOWN {
+                layout.vio_offset
+            } else {
+                agent_common::UNKNOWN
+            },
             ..layout
         };
         let mut ebpf = EbpfLoader::new()
@@ -120,6 +132,7 @@ impl AttachedServer {
         let kernel_digests = (config.digest_slots > 0)
             .then(|| KernelDigests::new(&mut ebpf, config.digest_slots, layout.known_sets))
             .transpose()?;
+        let clients = (layout.vio_offset != agent_common::UNKNOWN).then(|| Clients::new(&mut ebpf, pid)).transpose()?;
         let mut points =
             vec![("statement_end", binary.points.statement_end), ("error_raised", binary.points.error_raised)];
         if config.commands {
@@ -176,6 +189,7 @@ impl AttachedServer {
             long_waits,
             names_ring,
             names: Names::default(),
+            clients,
             gate,
             kernel_digests,
             points,
@@ -192,6 +206,7 @@ impl AttachedServer {
     /// how many records could not be decoded.
     pub fn drain(&mut self, out: &mut Vec<Statement>, waits: &mut Vec<LongWait>) -> u64 {
         let mut bad = 0;
+        let first = out.len();
         // Long waits before statements, so a waiting statement finds its
         // wait already known downstream.
         while let Some(record) = self.long_waits.next() {
@@ -207,6 +222,9 @@ impl AttachedServer {
             if !self.names.learn(&record) {
                 bad += 1;
             }
+        }
+        if let Some(clients) = &mut self.clients {
+            clients.name_new_connections(&mut self.names);
         }
         // Errors first: a statement's error is written before the
         // statement itself, so its message is here when the statement is.
@@ -242,6 +260,9 @@ impl AttachedServer {
                     }
                     statement.schema = self.names.schema(statement.schema_hash);
                     statement.account = self.names.account(statement.account_hash);
+                    if let Some(clients) = &self.clients {
+                        statement.client = clients.client(statement.account_hash, statement.connection_id);
+                    }
                     if statement.nested {
                         statement.program =
                             Some(Arc::new(self.names.program(statement.program_hash, statement.program_kind)));
@@ -257,7 +278,29 @@ impl AttachedServer {
                 None => bad += 1,
             }
         }
+        self.name_late_clients(&mut out[first..]);
         bad
+    }
+
+    /// Names the clients of statements whose connection was named after
+    /// the names were drained above (its name record and the statement's
+    /// were written in between).
+    fn name_late_clients(&mut self, statements: &mut [Statement]) {
+        let Some(clients) = &mut self.clients else { return };
+        let mut unnamed = statements.iter_mut().filter(|s| s.client.is_none() && s.connection_id != 0).peekable();
+        if unnamed.peek().is_none() {
+            return;
+        }
+        while let Some(record) = self.names_ring.next() {
+            self.names.learn(&record);
+        }
+        clients.name_new_connections(&mut self.names);
+        for statement in unnamed {
+            statement.client = clients.client(statement.account_hash, statement.connection_id);
+            if statement.account.is_none() {
+                statement.account = self.names.account(statement.account_hash);
+            }
+        }
     }
 
     /// Closes the kernel digests' epoch (see [`KernelDigests::flip`]).
@@ -276,8 +319,11 @@ impl AttachedServer {
         while let Some(record) = self.names_ring.next() {
             self.names.learn(&record);
         }
+        if let Some(clients) = &mut self.clients {
+            clients.name_new_connections(&mut self.names);
+        }
         for digest in digests {
-            digest.name_accounts(&self.names);
+            digest.name_accounts(&self.names, self.clients.as_ref());
         }
     }
 

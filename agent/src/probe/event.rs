@@ -4,6 +4,7 @@ use std::sync::Arc;
 use agent_common::{EVENT_HEADER_LEN, ErrorSample, QueryStats, StatementEvent, flags, wait_class};
 
 use super::names::{Account, Program};
+use crate::discover::Client;
 
 /// One finished statement as the kernel saw it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -32,6 +33,8 @@ pub struct Statement {
     pub account_hash: u64,
     pub schema: Option<Arc<str>>,
     pub account: Option<Arc<Account>>,
+    /// Who sent it, when the probe stage names clients and found this one.
+    pub client: Option<Arc<Client>>,
     /// Run by a stored program (see `Program`): timed from its own start.
     pub nested: bool,
     /// `agent_common::source`: a client's, the replica applier's or the
@@ -112,6 +115,7 @@ pub fn decode_statement(record: &[u8]) -> Option<Statement> {
         account_hash: header.account_hash,
         schema: None,
         account: None,
+        client: None,
         nested: header.flags & flags::NESTED != 0,
         source: header.source,
         program_hash: header.program_hash,

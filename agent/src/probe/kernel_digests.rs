@@ -15,6 +15,8 @@ use std::time::Duration;
 
 use std::sync::Arc;
 
+use crate::discover::Client;
+
 use agent_common::{
     CONTROL_EPOCH, CONTROL_OPAQUE_ONES, CONTROL_SHEDDING, QueryStats, SlotStats,
     kernel_digests::{BUCKETS, KnownSet, entry_slot, known_entry, known_set},
@@ -23,6 +25,7 @@ use aya::maps::{Array, MapData, PerCpuArray, PerCpuValues};
 
 use super::{
     ProbeError,
+    clients::Clients,
     names::{Account, Names},
 };
 
@@ -42,12 +45,22 @@ pub struct KernelDigest {
     /// name); the rest of `count` is in no account the kernel told apart.
     pub accounts: Vec<(u64, u64)>,
     pub named_accounts: Vec<(Arc<Account>, u64)>,
+    /// Statements per client, from the same hashes (see `clients`).
+    pub clients: Vec<(Arc<Client>, u64)>,
 }
 
 impl KernelDigest {
     /// Names each account hash; one the probe stage never learnt the name
     /// of is counted without one.
-    pub fn name_accounts(&mut self, names: &Names) {
+    pub fn name_accounts(&mut self, names: &Names, clients: Option<&Clients>) {
+        for (hash, n) in &self.accounts {
+            if let Some(client) = clients.and_then(|c| c.of_account(*hash)) {
+                match self.clients.iter_mut().find(|(c, _)| *c == client) {
+                    Some((_, total)) => *total += n,
+                    None => self.clients.push((client, *n)),
+                }
+            }
+        }
         for (hash, n) in self.accounts.drain(..) {
             if let Some(account) = names.account(hash) {
                 match self.named_accounts.iter_mut().find(|(a, _)| *a == account) {
@@ -237,6 +250,7 @@ fn sum(text_hash: u64, per_cpu: &[SlotStats]) -> Option<KernelDigest> {
         stats: QueryStats::default(),
         accounts: Vec::new(),
         named_accounts: Vec::new(),
+        clients: Vec::new(),
     };
     let mut buckets = [0u64; BUCKETS];
     for cpu in per_cpu.iter().filter(|s| s.count > 0) {

@@ -6,12 +6,14 @@
 //! Reading never blocks the kernel side: records are drained on a timer.
 mod attach;
 mod calibrate;
+mod clients;
 mod event;
 mod kernel_digests;
 mod link_mode;
 mod names;
 mod supervisor;
 
+pub use crate::discover::Client;
 pub use attach::{AttachedServer, ProbeConfig};
 pub use calibrate::hold_task_events_on;
 pub use event::{ErrorMessage, Statement, decode_error, decode_statement};

@@ -39,12 +39,28 @@ const MAX_NAMES: usize = 65_536;
 /// What an unnamed hash is shown as: its record was lost (a full ring).
 pub const UNKNOWN_SCHEMA: &str = "(unknown schema)";
 
+/// A connection the kernel named, for its client to be found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NamedConnection {
+    pub connection: u64,
+    /// The server's fd for the connection's socket (-1: unknown).
+    pub socket_fd: i32,
+    /// The account's own hash.
+    pub login_hash: u64,
+}
+
+/// Connections waiting for their client to be named; past this, the
+/// oldest are left unnamed (their statements keep coming as records).
+const MAX_NEW_CONNECTIONS: usize = 65_536;
+
 #[derive(Default)]
 pub struct Names {
     schemas: HashMap<u64, Arc<str>>,
     accounts: HashMap<u64, Arc<Account>>,
     /// Programs by hash: `schema.name`.
     programs: HashMap<u64, Arc<str>>,
+    /// Accounts named since the last `take_connections`.
+    new_connections: Vec<NamedConnection>,
 }
 
 impl Names {
@@ -73,6 +89,13 @@ impl Names {
             name_kind::ACCOUNT => {
                 let account = Account { user: text(&name.name, name.name_len), host: text(&name.host, name.host_len) };
                 self.accounts.insert(name.hash, Arc::new(account));
+                if name.connection != 0 && self.new_connections.len() < MAX_NEW_CONNECTIONS {
+                    self.new_connections.push(NamedConnection {
+                        connection: name.connection,
+                        socket_fd: name.socket_fd,
+                        login_hash: name.hash,
+                    });
+                }
             }
             _ => return false,
         }
@@ -86,6 +109,19 @@ impl Names {
 
     pub fn account(&self, hash: u64) -> Option<Arc<Account>> {
         self.accounts.get(&hash).cloned()
+    }
+
+    /// Connections named since the last call.
+    pub fn take_connections(&mut self) -> Vec<NamedConnection> {
+        std::mem::take(&mut self.new_connections)
+    }
+
+    /// `hash` (an account's with a client key mixed in) names the account
+    /// `login_hash` names.
+    pub fn alias_account(&mut self, hash: u64, login_hash: u64) {
+        if let Some(account) = self.accounts.get(&login_hash).cloned() {
+            self.accounts.insert(hash, account);
+        }
     }
 
     /// The program a nested statement ran in; one whose name was lost (or

@@ -87,19 +87,13 @@ pub struct TopArgs {
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub limit: u32,
     /// Group the top digests' statements by a query tag's values
-    /// (`tag:controller`): per value, its statements and digests.
-    #[arg(long, value_name = "tag:KEY", value_parser = tag_key)]
-    pub by: Option<String>,
+    /// (`tag:controller`), or by who sent them: `client`, `process`,
+    /// `address`, `container` or `pod`. Per value: its statements and
+    /// digests.
+    #[arg(long, value_name = "tag:KEY|client|process|address|container|pod", value_parser = render_by::By::parse)]
+    pub by: Option<render_by::By>,
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
-}
-
-/// `tag:KEY` -> KEY.
-fn tag_key(value: &str) -> Result<String, String> {
-    match value.strip_prefix("tag:") {
-        Some(key) if !key.is_empty() => Ok(key.to_string()),
-        _ => Err(format!("{value:?}: expected tag:KEY, as `--by tag:controller`")),
-    }
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -459,10 +453,10 @@ pub fn top(args: TopArgs) -> Result<(), QueryError> {
     };
     let answer = call(&args.connect, "Top", |mut client| async move { client.top(request).await })?;
     let mut out = std::io::stdout().lock();
-    if let Some(key) = &args.by {
+    if let Some(by) = &args.by {
         return match args.format {
-            Format::Json => render::write_json(&mut out, &render_by::json(&answer.digests, key)),
-            Format::Table => render_by::write_table(&mut out, &answer.digests, key),
+            Format::Json => render::write_json(&mut out, &render_by::json(&answer.digests, by)),
+            Format::Table => render_by::write_table(&mut out, &answer.digests, by),
         }
         .map_err(|source| QueryError::Output { source });
     }

@@ -1,75 +1,212 @@
-//! `sqlbee top --by tag:KEY`: the top digests' statements grouped by the
-//! values of one query tag. Built from the answer's digests, so it covers
-//! what `--limit` digests and their listed values hold; statements whose
-//! value a digest did not list, or that had no such tag, are grouped as
-//! such, and every group's count is exact for those digests.
+//! `sqlbee top --by tag:KEY|client|process|address|container|pod`: the
+//! top digests' statements grouped by the values of one query tag, or by
+//! who sent them. Built from the answer's digests, so it covers what
+//! `--limit` digests and their listed values hold; statements whose value a
+//! digest did not list, or that had no such value, are grouped as such, and
+//! every group's count is exact for those digests.
 use std::{collections::BTreeMap, io::Write};
 
 use serde_json::{Value, json};
-use sqlbee_proto::v1::TopDigest;
+use sqlbee_proto::v1::{ClientCount, TopDigest};
 
 use super::cells::cut;
+
+/// What `--by` groups statements by.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum By {
+    /// A query tag's values.
+    Tag(String),
+    /// Whole clients: process and pid, address, container.
+    Client,
+    Process,
+    Address,
+    Container,
+    Pod,
+}
+
+impl By {
+    pub fn parse(value: &str) -> Result<By, String> {
+        Ok(match value {
+            "client" => By::Client,
+            "process" | "program" => By::Process,
+            "address" => By::Address,
+            "container" => By::Container,
+            "pod" => By::Pod,
+            _ => match value.strip_prefix("tag:") {
+                Some(key) if !key.is_empty() => By::Tag(key.to_string()),
+                _ => {
+                    return Err(format!(
+                        "{value:?}: expected tag:KEY, client, process, address, container or pod \
+                         (as `--by tag:controller` or `--by pod`)"
+                    ));
+                }
+            },
+        })
+    }
+
+    fn name(&self) -> String {
+        match self {
+            By::Tag(key) => format!("tag:{key}"),
+            By::Client => "client".into(),
+            By::Process => "process".into(),
+            By::Address => "address".into(),
+            By::Container => "container".into(),
+            By::Pod => "pod".into(),
+        }
+    }
+
+    /// The label of a group of statements without a value.
+    fn missing(&self) -> String {
+        match self {
+            By::Tag(key) => format!("(no {key} tag)"),
+            By::Client => "(client not named)".into(),
+            other => format!("(no {})", other.name()),
+        }
+    }
+
+    /// The label of statements whose value a digest did not list.
+    fn unlisted(&self) -> &'static str {
+        match self {
+            By::Tag(_) => "(other values)",
+            _ => "(other clients)",
+        }
+    }
+
+    /// One client's value; None: it has none.
+    fn of_client(&self, c: &ClientCount) -> Option<String> {
+        let text = |s: &str| (!s.is_empty()).then(|| s.to_string());
+        match self {
+            By::Tag(_) => None,
+            By::Client => Some(client_label(c)).filter(|l| !l.is_empty()),
+            By::Process => text(&c.process),
+            By::Address => text(&c.address),
+            By::Container => text(&c.container),
+            By::Pod => {
+                text(&c.pod).map(|pod| if c.namespace.is_empty() { pod } else { format!("{}/{pod}", c.namespace) })
+            }
+        }
+    }
+
+    /// A digest's statements as (value, count) shares, (None, n) for those
+    /// a digest did not list, and the statements with no value.
+    fn shares(&self, d: &TopDigest) -> (Vec<(Option<String>, u64)>, u64) {
+        let mut shares = Vec::new();
+        let mut missing = 0u64;
+        let mut listed = 0u64;
+        match self {
+            By::Tag(key) => {
+                if let Some(tag) = d.tags.iter().find(|t| &t.key == key) {
+                    shares.extend(tag.values.iter().map(|v| (Some(v.value.clone()), v.count)));
+                    if tag.other > 0 {
+                        shares.push((None, tag.other));
+                    }
+                }
+                listed = shares.iter().map(|(_, n)| n).sum();
+            }
+            _ => {
+                for c in &d.clients {
+                    listed = listed.saturating_add(c.count);
+                    match self.of_client(c) {
+                        Some(value) => shares.push((Some(value), c.count)),
+                        None => missing = missing.saturating_add(c.count),
+                    }
+                }
+                // Statements from clients the digest did not list or name.
+                if d.count > listed {
+                    shares.push((None, d.count - listed));
+                }
+                return (shares, missing);
+            }
+        }
+        (shares, missing + d.count.saturating_sub(listed))
+    }
+}
+
+/// A client as one line: `process[pid] address container`, what is known.
+pub fn client_label(c: &ClientCount) -> String {
+    let mut parts = Vec::new();
+    if !c.process.is_empty() {
+        parts.push(if c.pid != 0 { format!("{}[{}]", c.process, c.pid) } else { c.process.clone() });
+    }
+    if !c.address.is_empty() {
+        parts.push(format!("from {}", c.address));
+    }
+    if !c.pod.is_empty() {
+        parts.push(format!(
+            "pod {}",
+            if c.namespace.is_empty() { c.pod.clone() } else { format!("{}/{}", c.namespace, c.pod) }
+        ));
+    } else if !c.container.is_empty() {
+        parts.push(format!("in {}", c.container));
+    }
+    parts.join(" ")
+}
 
 /// One value's statements over the top digests, most first.
 pub struct Group<'a> {
     /// None: a value not listed ("other values"); `Some("")` never.
-    pub value: Option<&'a str>,
-    pub untagged: bool,
+    pub value: Option<String>,
+    /// Statements that had no value at all.
+    pub missing: bool,
     pub count: u64,
     /// (digest, statements), most first.
     pub digests: Vec<(&'a TopDigest, u64)>,
 }
 
-pub fn groups<'a>(digests: &'a [TopDigest], key: &str) -> Vec<Group<'a>> {
-    let mut by: BTreeMap<(bool, Option<&str>), Vec<(&TopDigest, u64)>> = BTreeMap::new();
+pub fn groups<'a>(digests: &'a [TopDigest], by: &By) -> Vec<Group<'a>> {
+    let mut grouped: BTreeMap<(bool, Option<String>), Vec<(&TopDigest, u64)>> = BTreeMap::new();
     for d in digests {
-        let tag = d.tags.iter().find(|t| t.key == key);
-        let mut tagged = 0u64;
-        for v in tag.map(|t| t.values.as_slice()).unwrap_or_default() {
-            by.entry((false, Some(&v.value))).or_default().push((d, v.count));
-            tagged = tagged.saturating_add(v.count);
+        let (shares, missing) = by.shares(d);
+        for (value, n) in shares {
+            let entry = grouped.entry((false, value)).or_default();
+            match entry.iter_mut().find(|(known, _)| known.digest == d.digest && known.schema == d.schema) {
+                Some((_, total)) => *total += n,
+                None => entry.push((d, n)),
+            }
         }
-        if let Some(t) = tag.filter(|t| t.other > 0) {
-            by.entry((false, None)).or_default().push((d, t.other));
-            tagged = tagged.saturating_add(t.other);
-        }
-        if d.count > tagged {
-            by.entry((true, None)).or_default().push((d, d.count - tagged));
+        if missing > 0 {
+            grouped.entry((true, None)).or_default().push((d, missing));
         }
     }
-    let mut out: Vec<Group> = by
+    let mut out: Vec<Group> = grouped
         .into_iter()
-        .map(|((untagged, value), mut digests)| {
+        .map(|((missing, value), mut digests)| {
             digests.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.digest.cmp(&b.0.digest)));
             let count = digests.iter().map(|(_, n)| n).sum();
-            Group { value, untagged, count, digests }
+            Group { value, missing, count, digests }
         })
         .collect();
-    out.sort_by(|a, b| a.untagged.cmp(&b.untagged).then(b.count.cmp(&a.count)).then(a.value.cmp(&b.value)));
+    out.sort_by(|a, b| a.missing.cmp(&b.missing).then(b.count.cmp(&a.count)).then(a.value.cmp(&b.value)));
     out
 }
 
-pub fn write_table(out: &mut impl Write, digests: &[TopDigest], key: &str) -> std::io::Result<()> {
-    writeln!(out, "{:<32} {:>12} {:>8}  TOP DIGEST", key.to_uppercase(), "STATEMENTS", "DIGESTS")?;
-    for g in groups(digests, key) {
-        let label = match (g.untagged, g.value) {
-            (true, _) => format!("(no {key} tag)"),
-            (false, None) => "(other values)".to_string(),
-            (false, Some(v)) => v.to_string(),
-        };
+fn label(by: &By, g: &Group) -> String {
+    match (g.missing, &g.value) {
+        (true, _) => by.missing(),
+        (false, None) => by.unlisted().to_string(),
+        (false, Some(v)) => v.clone(),
+    }
+}
+
+pub fn write_table(out: &mut impl Write, digests: &[TopDigest], by: &By) -> std::io::Result<()> {
+    let heading = match by {
+        By::Tag(key) => key.to_uppercase(),
+        other => other.name().to_uppercase(),
+    };
+    writeln!(out, "{heading:<40} {:>12} {:>8}  TOP DIGEST", "STATEMENTS", "DIGESTS")?;
+    for g in groups(digests, by) {
         let top = g.digests.first().map(|(d, _)| d.digest_text.as_str()).unwrap_or_default();
-        writeln!(out, "{:<32} {:>12} {:>8}  {}", cut(&label, 32), g.count, g.digests.len(), cut(top, 80))?;
+        writeln!(out, "{:<40} {:>12} {:>8}  {}", cut(&label(by, &g), 40), g.count, g.digests.len(), cut(top, 80))?;
     }
     out.flush()
 }
 
-pub fn json(digests: &[TopDigest], key: &str) -> Value {
-    let groups: Vec<Value> = groups(digests, key)
+pub fn json(digests: &[TopDigest], by: &By) -> Value {
+    let groups: Vec<Value> = groups(digests, by)
         .into_iter()
         .map(|g| {
-            json!({
+            let mut group = json!({
                 "value": g.value,
-                "untagged": g.untagged,
                 "count": g.count,
                 "digests": g.digests.iter().map(|(d, n)| json!({
                     "digest": format!("{:016x}", d.digest),
@@ -77,10 +214,13 @@ pub fn json(digests: &[TopDigest], key: &str) -> Value {
                     "schema": d.schema,
                     "count": n,
                 })).collect::<Vec<_>>(),
-            })
+            });
+            let missing = if matches!(by, By::Tag(_)) { "untagged" } else { "missing" };
+            group[missing] = json!(g.missing);
+            group
         })
         .collect();
-    json!({"by": format!("tag:{key}"), "groups": groups})
+    json!({"by": by.name(), "groups": groups})
 }
 
 #[cfg(test)]
@@ -105,14 +245,51 @@ mod tests {
     #[test]
     fn groups_add_up_to_the_digests() {
         let digests = [digest(1, 10, &[("orders", 6), ("carts", 1)], 2), digest(2, 5, &[("orders", 5)], 0)];
-        let g = groups(&digests, "controller");
+        let g = groups(&digests, &By::Tag("controller".into()));
         let summary: Vec<(Option<&str>, bool, u64, usize)> =
-            g.iter().map(|g| (g.value, g.untagged, g.count, g.digests.len())).collect();
+            g.iter().map(|g| (g.value.as_deref(), g.missing, g.count, g.digests.len())).collect();
         assert_eq!(
             summary,
             [(Some("orders"), false, 11, 2), (None, false, 2, 1), (Some("carts"), false, 1, 1), (None, true, 1, 1)]
         );
         assert_eq!(g.iter().map(|g| g.count).sum::<u64>(), 15);
-        assert_eq!(groups(&digests, "route").iter().map(|g| (g.untagged, g.count)).collect::<Vec<_>>(), [(true, 15)]);
+        let route = groups(&digests, &By::Tag("route".into()));
+        assert_eq!(route.iter().map(|g| (g.missing, g.count)).collect::<Vec<_>>(), [(true, 15)]);
+    }
+
+    #[test]
+    fn clients_group_by_any_of_their_parts_and_add_up() {
+        let client = |process: &str, pid: u32, address: &str, pod: &str, count: u64| ClientCount {
+            process: process.into(),
+            pid,
+            address: address.into(),
+            pod: pod.into(),
+            count,
+            ..Default::default()
+        };
+        let mut one = digest(1, 20, &[], 0);
+        one.clients = vec![
+            client("php-fpm", 10, "", "web-1", 8),
+            client("php-fpm", 11, "", "web-2", 5),
+            client("", 0, "10.0.0.9", "", 4),
+        ];
+        let mut two = digest(2, 6, &[], 0);
+        two.clients = vec![client("php-fpm", 10, "", "web-1", 6)];
+        let digests = [one, two];
+        let summary =
+            |by: By| -> Vec<(String, u64)> { groups(&digests, &by).iter().map(|g| (label(&by, g), g.count)).collect() };
+        assert_eq!(
+            summary(By::Process),
+            [("php-fpm".into(), 19), ("(other clients)".into(), 3), ("(no process)".into(), 4)]
+        );
+        assert_eq!(
+            summary(By::Pod),
+            [("web-1".into(), 14), ("web-2".into(), 5), ("(other clients)".into(), 3), ("(no pod)".into(), 4)]
+        );
+        let clients = summary(By::Client);
+        assert_eq!(clients[0], ("php-fpm[10] pod web-1".into(), 14));
+        assert_eq!(clients.iter().map(|(_, n)| n).sum::<u64>(), 26);
+        assert!(By::parse("tag:").is_err() && By::parse("user").is_err());
+        assert_eq!(By::parse("program"), Ok(By::Process));
     }
 }

@@ -5,7 +5,7 @@ use std::time::SystemTime;
 use agent_common::wait_class;
 use sqlbee_common::{clock::unix_ms, histogram};
 use sqlbee_proto::v1::{
-    AccountCount, ActivityReport, AgentCost, AgentWindow, Blocker as WireBlocker, Bucket, CommandCount,
+    AccountCount, ActivityReport, AgentCost, AgentWindow, Blocker as WireBlocker, Bucket, ClientCount, CommandCount,
     CpuModes as WireCpuModes, DigestStats as WireDigest, DiskIo as WireDiskIo, ErrorCount, Histogram as WireHistogram,
     HostMetrics as WireHostMetrics, InstanceActivity, InstanceWindow, LiveConnection, LockWait,
     LongStatement as WireLongStatement, NetIo as WireNetIo, Plan as WirePlan, ProbeCost as WireProbeCost,
@@ -135,6 +135,28 @@ fn accounts(d: &DigestRow) -> Vec<AccountCount> {
     out
 }
 
+fn clients(d: &DigestRow) -> Vec<ClientCount> {
+    let text = |v: &Option<String>| v.clone().unwrap_or_default();
+    let mut out: Vec<ClientCount> = d
+        .clients
+        .iter()
+        .map(|(c, n)| ClientCount {
+            address: text(&c.address),
+            process: text(&c.process),
+            pid: c.pid.unwrap_or(0),
+            container: text(&c.container),
+            container_id: text(&c.container_id),
+            pod: text(&c.pod),
+            namespace: text(&c.namespace),
+            count: *n,
+        })
+        .collect();
+    out.sort_by(|a, b| {
+        b.count.cmp(&a.count).then_with(|| (&a.process, a.pid, &a.address).cmp(&(&b.process, b.pid, &b.address)))
+    });
+    out
+}
+
 /// The row's query tags, each key's values most frequent first.
 fn tags(d: &DigestRow) -> Vec<TagCount> {
     d.tags
@@ -190,6 +212,7 @@ fn digest(d: &DigestRow, cost: Option<&ProbeCost>, readable: Readable) -> WireDi
         schema: d.schema.as_deref().unwrap_or_default().to_string(),
         stats: Some(query_stats(d, readable)),
         accounts: accounts(d),
+        clients: clients(d),
         tags: tags(d),
         exemplar: exemplar(d),
         estimated_count: cost.filter(|c| c.sampled()).map_or(0, |c| c.estimate(d.count)),

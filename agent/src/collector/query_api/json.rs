@@ -5,9 +5,9 @@
 use serde_json::{Map, Value, json};
 use sqlbee_common::clock;
 use sqlbee_proto::v1::{
-    ActivityResponse, AgentQuota, AgentWindowRow, Annotation, CostSummary, DiffSide, DigestChange, Event, InstanceCost,
-    InstanceInfo, LiveConnection, LockWaitRow, LongStatementRow, PlansResponse, ProcessMetrics, QueryStats,
-    SeriesResponse, TablesResponse, TagCount, TopDigest,
+    ActivityResponse, AgentQuota, AgentWindowRow, Annotation, ClientCount, CostSummary, DiffSide, DigestChange, Event,
+    InstanceCost, InstanceInfo, LiveConnection, LockWaitRow, LongStatementRow, PlansResponse, ProcessMetrics,
+    QueryStats, SeriesResponse, TablesResponse, TagCount, TopDigest,
 };
 
 /// An RFC 3339 time for ms since the epoch; `-` for none.
@@ -51,6 +51,7 @@ pub fn top_json(digests: &[TopDigest]) -> Value {
                     // Budget mode: the count scaled to whole windows.
                     "estimated_count": (d.estimated_count > 0).then_some(d.estimated_count),
                     "accounts": d.accounts.iter().map(|a| json!({"user": a.user, "host": a.host, "count": a.count})).collect::<Vec<_>>(),
+                    "clients": clients_json(&d.clients),
                     "tags": tags_json(&d.tags),
                     "exemplars": d.exemplars.iter().map(|e| {
                         json!({"trace_id": e.trace_id, "span_id": e.span_id, "duration_ns": e.duration_ns})
@@ -132,6 +133,30 @@ pub fn diff_json(digests: &[DigestChange]) -> Value {
             "p_value": d.p_value,
         })).collect::<Vec<_>>(),
     })
+}
+
+/// Clients, the most statements first; each field null where unknown.
+/// `program` is the name a client gives itself at connect, which the
+/// server keeps only in performance_schema: not read yet, so null.
+pub fn clients_json(clients: &[ClientCount]) -> Value {
+    let text = |s: &str| (!s.is_empty()).then(|| s.to_string());
+    clients
+        .iter()
+        .map(|c| {
+            json!({
+                "program": Value::Null,
+                "address": text(&c.address),
+                "process": text(&c.process),
+                "pid": (c.pid != 0).then_some(c.pid),
+                "container": text(&c.container),
+                "container_id": text(&c.container_id),
+                "pod": text(&c.pod),
+                "namespace": text(&c.namespace),
+                "count": c.count,
+            })
+        })
+        .collect::<Vec<_>>()
+        .into()
 }
 
 /// Query tags by key: each listed value with its count, most frequent

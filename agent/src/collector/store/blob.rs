@@ -7,10 +7,10 @@
 //! other: class length, class bytes (UTF-8), sum_ns, max_ns, statements.
 //!
 //! Two more stored encodings every backend shares: a digest's accounts,
-//! query tags and exemplar (an encoded `DigestStats` holding only them) and a lock wait's blockers
+//! clients, query tags and exemplar (an encoded `DigestStats` holding only them) and a lock wait's blockers
 //! (a JSON array).
 
-/// A digest's accounts, query tags and exemplar as stored: a
+/// A digest's accounts, clients, query tags and exemplar as stored: a
 /// `DigestStats` holding only them, empty for none (`senders`).
 pub fn encode_senders(d: &sqlbee_proto::v1::DigestStats) -> Vec<u8> {
     let mut out = Vec::with_capacity(senders_len(d));
@@ -18,11 +18,12 @@ pub fn encode_senders(d: &sqlbee_proto::v1::DigestStats) -> Vec<u8> {
     out
 }
 
-/// `DigestStats`' field numbers of the three: a message of those fields
+/// `DigestStats`' field numbers of the four: a message of those fields
 /// alone is their entries one after the other.
 const ACCOUNTS_FIELD: u32 = 16;
 const TAGS_FIELD: u32 = 25;
 const EXEMPLAR_FIELD: u32 = 26;
+const CLIENTS_FIELD: u32 = 27;
 
 /// The length of `encode_senders(d)`.
 pub fn senders_len(d: &sqlbee_proto::v1::DigestStats) -> usize {
@@ -30,6 +31,7 @@ pub fn senders_len(d: &sqlbee_proto::v1::DigestStats) -> usize {
     message::encoded_len_repeated(ACCOUNTS_FIELD, &d.accounts)
         + message::encoded_len_repeated(TAGS_FIELD, &d.tags)
         + d.exemplar.as_ref().map_or(0, |e| message::encoded_len(EXEMPLAR_FIELD, e))
+        + message::encoded_len_repeated(CLIENTS_FIELD, &d.clients)
 }
 
 /// `encode_senders` appended to `out`, without copying the row into a
@@ -44,6 +46,9 @@ pub fn encode_senders_into(d: &sqlbee_proto::v1::DigestStats, out: &mut Vec<u8>)
     }
     if let Some(e) = &d.exemplar {
         message::encode(EXEMPLAR_FIELD, e, out);
+    }
+    for client in &d.clients {
+        message::encode(CLIENTS_FIELD, client, out);
     }
 }
 

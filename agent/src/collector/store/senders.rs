@@ -1,5 +1,6 @@
 //! Who sent a digest's statements, merged over many rows: the accounts
-//! that ran them, their query tags and the slowest traced statements.
+//! that ran them, the clients that sent them, their query tags and the
+//! slowest traced statements.
 //! Every backend stores the three together in one column: a raw row as a
 //! `DigestStats` holding only them (`blob::encode_senders`), a rollup
 //! bucket as `Stored`, whose fields have the same numbers, so one decoder
@@ -7,7 +8,7 @@
 use std::collections::BTreeMap;
 
 use prost::Message as _;
-use sqlbee_proto::v1::{AccountCount, TagCount, TagValue, TraceExemplar};
+use sqlbee_proto::v1::{AccountCount, ClientCount, TagCount, TagValue, TraceExemplar};
 
 /// The stored column. A `DigestStats`' one `exemplar` (field 26) reads as
 /// a list of one: a rollup bucket keeps its `TOP_EXEMPLARS` slowest, so a
@@ -20,10 +21,18 @@ struct Stored {
     tags: Vec<TagCount>,
     #[prost(message, repeated, tag = "26")]
     exemplars: Vec<TraceExemplar>,
+    #[prost(message, repeated, tag = "27")]
+    clients: Vec<ClientCount>,
 }
 
 /// Accounts an answer lists per digest; the rest are in none.
 pub const TOP_ACCOUNTS: usize = 10;
+/// Clients an answer lists per digest; the rest are in none.
+pub const TOP_CLIENTS: usize = 10;
+/// Clients a rollup bucket keeps per digest: the most frequent. Past it
+/// the rarest are dropped, so a range read from rollups lists at least
+/// what the raw rows hold for the clients it lists.
+pub const STORED_CLIENTS: usize = 256;
 /// Values an answer lists per tag key; the rest are in its `other`.
 pub const TOP_TAG_VALUES: usize = 10;
 /// Values a rollup bucket keeps per tag key. Past it the rarest go to
@@ -38,6 +47,7 @@ pub const TOP_EXEMPLARS: usize = 5;
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Senders {
     pub accounts: Vec<AccountCount>,
+    pub clients: Vec<ClientCount>,
     pub tags: Vec<TagCount>,
     pub exemplars: Vec<TraceExemplar>,
 }
@@ -45,6 +55,8 @@ pub struct Senders {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct MergedSenders {
     accounts: BTreeMap<(String, String), u64>,
+    /// By everything but the count.
+    clients: BTreeMap<ClientKey, u64>,
     /// By key: counts per value, and statements whose value is not listed.
     tags: BTreeMap<String, (BTreeMap<String, u64>, u64)>,
     /// Slowest first, at most `TOP_EXEMPLARS`.
@@ -56,9 +68,17 @@ impl MergedSenders {
     pub fn add_stored(&mut self, stored: &[u8]) -> Result<(), prost::DecodeError> {
         if !stored.is_empty() {
             let holder = Stored::decode(stored)?;
+            self.add_clients(holder.clients);
             self.add(holder.accounts, holder.tags, holder.exemplars);
         }
         Ok(())
+    }
+
+    pub fn add_clients(&mut self, clients: Vec<ClientCount>) {
+        for c in clients {
+            let slot = self.clients.entry(ClientKey::of(&c)).or_default();
+            *slot = slot.saturating_add(c.count);
+        }
     }
 
     pub fn add(
@@ -102,7 +122,12 @@ impl MergedSenders {
             self.accounts.into_iter().map(|((user, host), count)| AccountCount { user, host, count }).collect();
         accounts.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| (&a.user, &a.host).cmp(&(&b.user, &b.host))));
         accounts.truncate(TOP_ACCOUNTS);
-        Senders { accounts, tags: tag_counts(self.tags, TOP_TAG_VALUES), exemplars: self.exemplars }
+        Senders {
+            accounts,
+            clients: client_counts(self.clients, TOP_CLIENTS),
+            tags: tag_counts(self.tags, TOP_TAG_VALUES),
+            exemplars: self.exemplars,
+        }
     }
 
     /// What a rollup bucket stores: every account (so a later merge ranks
@@ -112,8 +137,42 @@ impl MergedSenders {
         let accounts =
             self.accounts.into_iter().map(|((user, host), count)| AccountCount { user, host, count }).collect();
         let tags = tag_counts(self.tags, STORED_TAG_VALUES);
-        Stored { accounts, tags, exemplars: self.exemplars }.encode_to_vec()
+        let clients = client_counts(self.clients, STORED_CLIENTS);
+        Stored { accounts, tags, exemplars: self.exemplars, clients }.encode_to_vec()
     }
+}
+
+/// A `ClientCount` but its count: (address, process, pid, container,
+/// container id, pod, namespace).
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+struct ClientKey(String, String, u32, String, String, String, String);
+
+impl ClientKey {
+    fn of(c: &ClientCount) -> Self {
+        Self(
+            c.address.clone(),
+            c.process.clone(),
+            c.pid,
+            c.container.clone(),
+            c.container_id.clone(),
+            c.pod.clone(),
+            c.namespace.clone(),
+        )
+    }
+
+    fn with_count(self, count: u64) -> ClientCount {
+        let Self(address, process, pid, container, container_id, pod, namespace) = self;
+        ClientCount { address, process, pid, container, container_id, pod, namespace, count }
+    }
+}
+
+/// The `top` most frequent clients, ties by what names them (the map's
+/// order, which a stable sort keeps).
+fn client_counts(clients: BTreeMap<ClientKey, u64>, top: usize) -> Vec<ClientCount> {
+    let mut listed: Vec<ClientCount> = clients.into_iter().map(|(c, count)| c.with_count(count)).collect();
+    listed.sort_by_key(|c| std::cmp::Reverse(c.count));
+    listed.truncate(top);
+    listed
 }
 
 /// Per key, its `top` most frequent values (ties by value) and `other`

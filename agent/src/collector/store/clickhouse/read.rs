@@ -103,6 +103,7 @@ pub(super) fn top(db: &Client, query: &TopQuery) -> Result<Vec<TopDigest>, Store
             estimated_count: if m.sampled { m.estimated } else { 0 },
             stats: Some(m.stats),
             accounts: senders.accounts,
+            clients: senders.clients,
             tags: senders.tags,
             exemplars: senders.exemplars,
             histogram: Some(merge::wire_histogram(&m.histogram)),

@@ -297,6 +297,7 @@ pub(super) fn top(tx: &rusqlite::Transaction<'_>, query: &TopQuery) -> Result<Ve
             estimated_count: if m.sampled { m.estimated } else { 0 },
             stats: Some(stats),
             accounts: senders.accounts,
+            clients: senders.clients,
             tags: senders.tags,
             exemplars: senders.exemplars,
             histogram: Some(merge::wire_histogram(&histogram)),

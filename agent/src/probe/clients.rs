@@ -1,0 +1,105 @@
+//! Each connection's client, named once per connection: the agent finds
+//! who holds the other end of its socket (`discover::resolve_clients`),
+//! keeps it, and writes a key for it into the kernel's `CLIENT_KEYS`. The
+//! kernel mixes that key into the connection's account hash, so its kernel
+//! digests count statements per client too, and until the key is there it
+//! sends the connection's statements as records, which name their
+//! connection. Every statement is thus counted by its client, or under
+//! none when the client could not be found (its connection closed first).
+use std::{collections::HashMap, sync::Arc};
+
+use agent_common::with_client;
+use aya::maps::{HashMap as BpfHashMap, MapData};
+use tracing::debug;
+
+use super::{ProbeError, names::Names};
+use crate::discover::{Client, ClientConnection, resolve_clients};
+
+/// Connections and client keys remembered per server; past this, the
+/// tables start over (a connection named again is looked up again).
+const MAX_REMEMBERED: usize = 65_536;
+
+pub struct Clients {
+    keys: BpfHashMap<MapData, u64, u64>,
+    server_pid: u32,
+    /// By account hash with a client key in it.
+    by_account: HashMap<u64, Arc<Client>>,
+    /// By connection id, for records sent before the key was written
+    /// (`None`: looked for, not found).
+    by_connection: HashMap<u64, Option<Arc<Client>>>,
+    /// One shared value per distinct client.
+    interned: HashMap<Client, (u64, Arc<Client>)>,
+}
+
+impl Clients {
+    pub fn new(ebpf: &mut aya::Ebpf, server_pid: u32) -> Result<Self, ProbeError> {
+        let map = ebpf
+            .take_map("CLIENT_KEYS")
+            .ok_or_else(|| ProbeError::Map { map: "CLIENT_KEYS", detail: "not in object".into() })?;
+        let keys =
+            BpfHashMap::try_from(map).map_err(|e| ProbeError::Map { map: "CLIENT_KEYS", detail: e.to_string() })?;
+        Ok(Self {
+            keys,
+            server_pid,
+            by_account: HashMap::new(),
+            by_connection: HashMap::new(),
+            interned: HashMap::new(),
+        })
+    }
+
+    /// Names the clients of the connections `names` learnt since last time,
+    /// and hands the kernel their keys.
+    pub fn name_new_connections(&mut self, names: &mut Names) {
+        let mut new = names.take_connections();
+        new.retain(|c| !self.by_connection.contains_key(&c.connection));
+        if new.is_empty() {
+            return;
+        }
+        if self.by_connection.len() + new.len() > MAX_REMEMBERED {
+            self.by_connection.clear();
+            self.by_account.clear();
+            self.interned.clear();
+        }
+        let sockets: Vec<ClientConnection> =
+            new.iter().map(|c| ClientConnection { server_pid: self.server_pid, socket_fd: c.socket_fd }).collect();
+        let found = resolve_clients(&sockets);
+        for (named, client) in new.iter().zip(found) {
+            let key = if client.is_unknown() { 0 } else { self.intern(client.clone()).0 };
+            if let Err(error) = self.keys.insert(&named.connection, &key, 0) {
+                debug!(pid = self.server_pid, %error, "writing a client key failed");
+            }
+            if key == 0 {
+                self.by_connection.insert(named.connection, None);
+                continue;
+            }
+            let client = self.intern(client).1;
+            let hash = with_client(named.login_hash, key);
+            names.alias_account(hash, named.login_hash);
+            self.by_account.insert(hash, client.clone());
+            self.by_connection.insert(named.connection, Some(client));
+        }
+    }
+
+    /// The client of a statement counted under `account_hash`, or sent as a
+    /// record by `connection`.
+    pub fn client(&self, account_hash: u64, connection: u64) -> Option<Arc<Client>> {
+        self.by_account.get(&account_hash).or_else(|| self.by_connection.get(&connection)?.as_ref()).cloned()
+    }
+
+    /// The client an account hash with a client key in it names.
+    pub fn of_account(&self, account_hash: u64) -> Option<Arc<Client>> {
+        self.by_account.get(&account_hash).cloned()
+    }
+
+    /// The client's key (never 0) and its shared value.
+    fn intern(&mut self, client: Client) -> (u64, Arc<Client>) {
+        if let Some(known) = self.interned.get(&client) {
+            return known.clone();
+        }
+        let text = format!("{client:?}");
+        let key = xxhash_rust::xxh3::xxh3_64(text.as_bytes()) | 1;
+        let value = (key, Arc::new(client.clone()));
+        self.interned.insert(client, value.clone());
+        value
+    }
+}

@@ -1,0 +1,223 @@
+//! Who sent it, as the node sees it: five real clients on one account send
+//! the same statement to a real server, and the digest's client breakdown,
+//! through a real agent and collector, names each with its exact count:
+//! the `mariadb` command-line client and a Python program on the unix
+//! socket (process and pid), this test over loopback TCP (process, pid and
+//! address), the command-line client in a podman container (its container's
+//! name), and a client over TCP from a network namespace of its own (its
+//! address only: its socket is not in the server's namespace). Part of the
+//! statements are counted in the kernel, which tells clients apart by the
+//! key the agent gave each connection.
+mod common;
+
+use std::{
+    collections::BTreeMap,
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use common::{Agent, PrivateServer, collector::Collector, collector::top_json, privileged, root_conn};
+use mysql::prelude::Queryable;
+use serde_json::Value;
+use xtask::image::{MARIADB_IMAGE, podman};
+
+const CLI: u64 = 300;
+const PYTHON: u64 = 250;
+const TCP: u64 = 200;
+const CONTAINER: u64 = 150;
+const NETNS: u64 = 100;
+const STATEMENT: &str = "SELECT v FROM app.t WHERE id = 1";
+const DIGEST_TEXT: &str = "SELECT `v` FROM `app`.`t` WHERE ID = ?";
+/// Keeps each client connected past a few of the agent's drains, which
+/// name a connection's client while it is open.
+const LINGER: &str = "SELECT SLEEP(0.5)";
+
+/// `count` statements, then the linger, as one script.
+fn script(count: u64) -> String {
+    let mut text = format!("{STATEMENT};\n").repeat(count as usize);
+    text.push_str(LINGER);
+    text.push_str(";\n");
+    text
+}
+
+/// Runs `cmd` with `stdin`; panics with its stderr when it fails.
+fn run_with_input(cmd: &mut Command, stdin: &str) {
+    use std::io::Write;
+    let mut child = cmd.stdin(Stdio::piped()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{cmd:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+fn run(cmd: &mut Command) {
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "{cmd:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// A network namespace joined to the host by a veth pair, removed when
+/// dropped: `host_ip` on the host's side, `inner_ip` inside.
+struct Netns {
+    name: String,
+    host_ip: String,
+    inner_ip: String,
+}
+
+impl Netns {
+    fn create() -> Netns {
+        let n = std::process::id() % 200 + 20;
+        let name = format!("sqlbee-clients-{}", std::process::id());
+        let (host, inner) = (format!("sqbh{n}"), format!("sqbc{n}"));
+        let ns = Netns { name, host_ip: format!("10.213.{n}.1"), inner_ip: format!("10.213.{n}.2") };
+        let _ = Command::new("ip").args(["netns", "del", &ns.name]).output();
+        let _ = Command::new("ip").args(["link", "del", &host]).output();
+        run(Command::new("ip").args(["netns", "add", &ns.name]));
+        run(Command::new("ip").args(["link", "add", &host, "type", "veth", "peer", "name", &inner]));
+        run(Command::new("ip").args(["link", "set", &inner, "netns", &ns.name]));
+        run(Command::new("ip").args(["addr", "add", &format!("{}/24", ns.host_ip), "dev", &host]));
+        run(Command::new("ip").args(["link", "set", &host, "up"]));
+        let inside = |args: &[&str]| run(Command::new("ip").args(["netns", "exec", &ns.name, "ip"]).args(args));
+        inside(&["addr", "add", &format!("{}/24", ns.inner_ip), "dev", &inner]);
+        inside(&["link", "set", &inner, "up"]);
+        inside(&["link", "set", "lo", "up"]);
+        ns
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        // Deleting the namespace deletes its end of the pair, and the pair.
+        let _ = Command::new("ip").args(["netns", "del", &self.name]).output();
+    }
+}
+
+/// The digest's clients: (process, address, container) -> count, and the
+/// pids each process was seen with.
+fn clients_of(row: &Value) -> BTreeMap<(Option<String>, Option<String>, Option<String>), u64> {
+    let text = |v: &Value| v.as_str().map(str::to_string);
+    row["clients"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| ((text(&c["process"]), text(&c["address"]), text(&c["container"])), c["count"].as_u64().unwrap()))
+        .fold(BTreeMap::new(), |mut all, (key, n)| {
+            *all.entry(key).or_default() += n;
+            all
+        })
+}
+
+#[test]
+fn each_client_of_a_digest_is_named_with_its_exact_count() {
+    if !privileged("each_client_of_a_digest_is_named_with_its_exact_count") {
+        return;
+    }
+    let image_present = podman().args(["image", "exists", MARIADB_IMAGE]).status().is_ok_and(|s| s.success());
+    assert!(image_present, "{MARIADB_IMAGE} is missing (./x image builds it; ./x test does so first)");
+    let _serial = common::one_at_a_time();
+    let netns = Netns::create();
+    let server = PrivateServer::start("clients", &["--bind-address=0.0.0.0"]).unwrap();
+    let mut conn = root_conn(&server);
+    conn.query_drop(
+        "CREATE DATABASE app; CREATE TABLE app.t (id INT PRIMARY KEY, v INT); INSERT INTO app.t VALUES (1, 10); \
+         CREATE USER app@'%' IDENTIFIED BY 'app-pw'; GRANT SELECT ON app.* TO app@'%'; \
+         CREATE USER app@localhost IDENTIFIED BY 'app-pw'; GRANT SELECT ON app.* TO app@localhost",
+    )
+    .unwrap();
+    drop(conn);
+    let collector = Collector::start(&[]);
+    let url = collector.http_url();
+    let agent = Agent::start(
+        server.dir(),
+        &[
+            format!("--pid={}", server.pid()),
+            format!("--collector={url}"),
+            format!("--state-dir={}", server.dir().join("state").display()),
+            "--window=1s".into(),
+        ],
+    );
+    let socket = server.socket.to_str().unwrap().to_string();
+    let login = ["-u", "app", "-papp-pw"];
+
+    // The command-line client on the unix socket.
+    run_with_input(Command::new("mariadb").arg(format!("--socket={socket}")).args(login), &script(CLI));
+    // A Python program on the unix socket.
+    let python = format!(
+        "import pymysql\nc = pymysql.connect(unix_socket={socket:?}, user='app', password='app-pw')\n\
+         cur = c.cursor()\nfor _ in range({PYTHON}):\n    cur.execute({STATEMENT:?})\n    cur.fetchall()\n\
+         cur.execute({LINGER:?})\nc.close()\n"
+    );
+    // Debian's, which has PyMySQL (setup installs it).
+    run(Command::new("/usr/bin/python3").args(["-c", &python]));
+    // This test over loopback TCP.
+    let tcp = mysql::OptsBuilder::new()
+        .ip_or_hostname(Some("127.0.0.1"))
+        .tcp_port(server.port)
+        .user(Some("app"))
+        .pass(Some("app-pw"))
+        .prefer_socket(false);
+    let mut tcp = mysql::Conn::new(tcp).unwrap();
+    for _ in 0..TCP {
+        tcp.query_drop(STATEMENT).unwrap();
+    }
+    tcp.query_drop(LINGER).unwrap();
+    drop(tcp);
+    // The command-line client in a container, on the socket mounted in.
+    let container = format!("sqlbee-client-{}", std::process::id());
+    let dir = server.dir().to_str().unwrap().to_string();
+    run_with_input(
+        podman()
+            .args(["run", "--rm", "-i", "--name", &container, "--network", "none"])
+            .args(["-v", &format!("{dir}:/s"), "--entrypoint", "mariadb", MARIADB_IMAGE, "--socket=/s/mysqld.sock"])
+            .args(login),
+        &script(CONTAINER),
+    );
+    // The command-line client in a network namespace of its own, over TCP.
+    run_with_input(
+        Command::new("ip").args(["netns", "exec", &netns.name, "mariadb", "-h", &netns.host_ip]).args([
+            format!("--port={}", server.port).as_str(),
+            "-u",
+            "app",
+            "-papp-pw",
+        ]),
+        &script(NETNS),
+    );
+
+    let total = CLI + PYTHON + TCP + CONTAINER + NETNS;
+    let started = Instant::now();
+    let row = loop {
+        let digests = top_json(&url, &["--limit", "50"]);
+        let row = digests.as_array().unwrap().iter().find(|d| d["digest_text"] == DIGEST_TEXT).cloned();
+        if let Some(row) = row.filter(|r| r["count"].as_u64() >= Some(total)) {
+            break row;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "not all counted within 30 s: {digests:#}");
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    let output = agent.stop();
+    let stderr = output.stderr.clone();
+    assert_eq!(row["count"], total, "{row:#}");
+
+    let clients = clients_of(&row);
+    let me = std::env::current_exe().unwrap().file_name().unwrap().to_string_lossy().into_owned();
+    let python_exe =
+        std::fs::read_link("/usr/bin/python3").unwrap().file_name().unwrap().to_string_lossy().into_owned();
+    let key = |process: Option<&str>, address: Option<&str>, container: Option<&str>| {
+        (process.map(str::to_string), address.map(str::to_string), container.map(str::to_string))
+    };
+    let expected: BTreeMap<_, u64> = [
+        (key(Some("mariadb"), None, None), CLI),
+        (key(Some(&python_exe), None, None), PYTHON),
+        (key(Some(&me), Some("127.0.0.1"), None), TCP),
+        (key(Some("mariadb"), None, Some(&container)), CONTAINER),
+        (key(None, Some(&netns.inner_ip), None), NETNS),
+    ]
+    .into_iter()
+    .collect();
+    assert_eq!(clients, expected, "{row:#}\nagent stderr:\n{stderr}");
+    // This test's own connection carries its pid.
+    let mine = row["clients"].as_array().unwrap().iter().find(|c| c["process"] == me.as_str()).unwrap();
+    assert_eq!(mine["pid"], std::process::id(), "{mine:#}");
+    // Part were counted in the kernel, per client (a connection's first
+    // statements, until the agent has named it, come as records).
+    let kernel_counted = output.summary_total(None, "aggregated_in_kernel");
+    assert!(kernel_counted > 0, "none of {total} counted in the kernel");
+}
