@@ -216,6 +216,54 @@ fn each_client_of_a_digest_is_named_with_its_exact_count() {
     // This test's own connection carries its pid.
     let mine = row["clients"].as_array().unwrap().iter().find(|c| c["process"] == me.as_str()).unwrap();
     assert_eq!(mine["pid"], std::process::id(), "{mine:#}");
+    // Grouped by process over the top digests: the container's client and
+    // the command-line client are one program, the namespaced client has
+    // no process, and the groups add up.
+    let by = common::collector::sqlbee_query(&[
+        "top",
+        "--by",
+        "process",
+        "--format",
+        "json",
+        "--since",
+        "all",
+        "--limit",
+        "50",
+        "--collector",
+        &url,
+    ]);
+    assert!(by.status.success(), "{}", String::from_utf8_lossy(&by.stderr));
+    let by: Value = serde_json::from_slice(&by.stdout).unwrap();
+    let group = |value: &str| {
+        by["groups"].as_array().unwrap().iter().find(|g| g["value"] == value).map(|g| {
+            g["digests"].as_array().unwrap().iter().find(|d| d["digest_text"] == DIGEST_TEXT).unwrap()["count"].clone()
+        })
+    };
+    assert_eq!(group("mariadb"), Some((CLI + CONTAINER).into()), "{by:#}");
+    assert_eq!(group(&python_exe), Some(PYTHON.into()), "{by:#}");
+    let missing = by["groups"].as_array().unwrap().iter().find(|g| g["missing"] == true).unwrap();
+    assert!(
+        missing["digests"].as_array().unwrap().iter().any(|d| d["digest_text"] == DIGEST_TEXT && d["count"] == NETNS)
+    );
+
+    // The web UI: /api/top says what the CLI says, the digest page lists
+    // each client, and the clients page has the container's.
+    let get = |path: String| {
+        ureq::get(format!("{}{path}", collector.ui)).call().unwrap().body_mut().read_to_string().unwrap()
+    };
+    let api: Value = serde_json::from_str(&get("api/top?since=all&limit=50".into())).unwrap();
+    let api_row = api["digests"].as_array().unwrap().iter().find(|d| d["digest_text"] == DIGEST_TEXT).unwrap();
+    assert_eq!(api_row["clients"], row["clients"]);
+    let id = row["digest"].as_str().unwrap();
+    let page = get(format!("digest?id={id}&since=all"));
+    assert!(page.contains(&format!("data-process=\"{python_exe}\" data-count=\"{PYTHON}\"")), "{page}");
+    assert!(page.contains(&format!("data-process=\"{me}\" data-count=\"{TCP}\"")), "{page}");
+    let clients_page = get("clients?since=all".into());
+    assert!(
+        clients_page.contains(&format!("data-process=\"mariadb\" data-container=\"{container}\"")),
+        "{clients_page}"
+    );
+
     // Part were counted in the kernel, per client (a connection's first
     // statements, until the agent has named it, come as records).
     let kernel_counted = output.summary_total(None, "aggregated_in_kernel");

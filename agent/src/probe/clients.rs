@@ -103,3 +103,16 @@ impl Clients {
         value
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use agent_common::with_client;
+
+    #[test]
+    fn a_client_key_makes_another_account_hash() {
+        assert_eq!(with_client(0x1234_5679, 0), 0x1234_5679, "no key: the account's own hash");
+        assert_eq!(with_client(0, 77), 0, "no account: none");
+        let (a, b) = (with_client(0x1234_5679, 77), with_client(0x1234_5679, 78));
+        assert!(a != b && a != 0x1234_5679 && a & 1 == 1 && b & 1 == 1);
+    }
+}

@@ -145,19 +145,21 @@ pub enum Nav {
     Tables,
     Compare,
     Events,
+    Clients,
     Activity,
     Hosts,
     Cost,
     Login,
 }
 
-const NAV: [(Nav, &str, &str); 10] = [
+const NAV: [(Nav, &str, &str); 11] = [
     (Nav::Fleet, "/", "Fleet"),
     (Nav::Activity, "/activity", "Activity"),
     (Nav::Top, "/top", "Top digests"),
     (Nav::Locks, "/locks", "Lock waits"),
     (Nav::Compare, "/compare", "Compare"),
     (Nav::Events, "/events", "Events"),
+    (Nav::Clients, "/clients", "Clients"),
     (Nav::Tables, "/tables", "Tables"),
     (Nav::Plans, "/plans", "Plan changes"),
     (Nav::Hosts, "/hosts", "Hosts"),

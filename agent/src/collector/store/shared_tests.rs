@@ -288,11 +288,11 @@ pub(super) fn long_statements_newest_first_once_and_pruned(store: &dyn Store, ba
     assert_eq!(read(None, 0).len(), 2);
 }
 
-/// Query tags and trace exemplars merge over windows and instances: counts
-/// per value add, values not listed add to `other`, and the slowest
-/// exemplars come first, each once.
+/// Query tags, clients and trace exemplars merge over windows and
+/// instances: counts per value (and per client) add, values not listed add
+/// to `other`, and the slowest exemplars come first, each once.
 pub(super) fn tags_and_exemplars_merge_over_windows(store: &dyn Store, batch: MakeBatch) {
-    use sqlbee_proto::v1::{TagCount, TagValue, TraceExemplar};
+    use sqlbee_proto::v1::{ClientCount, TagCount, TagValue, TraceExemplar};
     let tagged = |sequence: u64, end: i64, instance: &str, values: &[(&str, u64)], other: u64, slowest: u64| {
         let mut b = batch(sequence, end, &[(10, 4)]);
         b.windows[0].instance.as_mut().unwrap().name = instance.into();
@@ -307,6 +307,15 @@ pub(super) fn tags_and_exemplars_merge_over_windows(store: &dyn Store, batch: Ma
             span_id: format!("{sequence:016x}"),
             duration_ns: slowest.min(d.max_ns),
         });
+        // The same program in every window, and one client of one window.
+        let client = |process: &str, pid: u32, count: u64| ClientCount {
+            process: process.into(),
+            pid,
+            container: "web-1".into(),
+            count,
+            ..Default::default()
+        };
+        d.clients = vec![client("php-fpm", 7, 2), client(&format!("worker-{sequence}"), 9, 1)];
         b
     };
     for b in [
@@ -328,6 +337,19 @@ pub(super) fn tags_and_exemplars_merge_over_windows(store: &dyn Store, batch: Ma
     let one = store.top(&all_time(Some("h:1"))).unwrap();
     assert_eq!(one[0].tags[0].values[0].count, 7);
     assert_eq!(one[0].exemplars.len(), 2);
+    // Clients add up by everything that names them, the most first.
+    let clients: Vec<(&str, u32, &str, u64)> =
+        d.clients.iter().map(|c| (c.process.as_str(), c.pid, c.container.as_str(), c.count)).collect();
+    assert_eq!(
+        clients,
+        [
+            ("php-fpm", 7, "web-1", 6),
+            ("worker-1", 9, "web-1", 1),
+            ("worker-2", 9, "web-1", 1),
+            ("worker-3", 9, "web-1", 1)
+        ]
+    );
+    assert_eq!(one[0].clients.iter().map(|c| c.count).sum::<u64>(), 6);
 }
 
 /// Markers read by range, instance and id; events read as their newest

@@ -1,6 +1,6 @@
 //! One digest: its latency percentiles and rate over time, a latency
 //! heatmap, its errors by code with a sample message each, its waits by
-//! class, the server's figures, the accounts that ran it, a redacted
+//! class, the server's figures, the accounts and clients that ran it, a redacted
 //! sample, its plan (with findings and history; plan changes marked on
 //! the latency plot), and the instances it runs on. A digest that ran in several
 //! schemas (or inside stored programs) shows one row per schema and
@@ -67,6 +67,7 @@ pub async fn render(ui: &Ui, view: &View, params: &Params) -> Rendered {
     waits(&mut body, &answer.digests);
     figures(&mut body, &answer.digests);
     accounts(&mut body, &answer.digests);
+    clients(&mut body, &answer.digests);
     tags(&mut body, &answer.digests);
     traces(&mut body, &answer.digests);
     instances_on(&mut body, view, &answer.digests);
@@ -214,6 +215,51 @@ fn accounts(body: &mut String, digests: &[TopDigest]) {
             esc(&user),
             esc(&host),
             html::count(count)
+        );
+    }
+    body.push_str("</tbody></table>");
+}
+
+/// Who sends it, as the server's node sees it: statements per client over
+/// the digest's rows, then those from clients not listed or not named.
+fn clients(body: &mut String, digests: &[TopDigest]) {
+    let mut by_client: BTreeMap<(String, u32, String, String, String), u64> = BTreeMap::new();
+    for c in digests.iter().flat_map(|d| &d.clients) {
+        let pod = if c.namespace.is_empty() { c.pod.clone() } else { format!("{}/{}", c.namespace, c.pod) };
+        *by_client.entry((c.process.clone(), c.pid, c.address.clone(), c.container.clone(), pod)).or_default() +=
+            c.count;
+    }
+    if by_client.is_empty() {
+        return;
+    }
+    let unnamed = digests.iter().map(|d| d.count).sum::<u64>().saturating_sub(by_client.values().sum::<u64>());
+    let mut sorted: Vec<_> = by_client.into_iter().collect();
+    sorted.sort_by_key(|entry| std::cmp::Reverse(entry.1));
+    body.push_str(
+        "<h2>Clients</h2><table class=\"data\" id=\"clients\"><thead><tr><th>Process</th><th>Pid</th>\
+         <th>Address</th><th>Container</th><th>Pod</th><th>Statements</th></tr></thead><tbody>",
+    );
+    let dash = |s: &str| if s.is_empty() { "-".to_string() } else { esc(s) };
+    for ((process, pid, address, container, pod), count) in sorted {
+        let _ = write!(
+            body,
+            "<tr class=\"client\" data-process=\"{}\" data-count=\"{count}\"><td>{}</td><td class=\"num\">{}</td>\
+             <td>{}</td><td>{}</td><td>{}</td><td class=\"num\">{}</td></tr>",
+            esc(&process),
+            dash(&process),
+            if pid == 0 { "-".to_string() } else { pid.to_string() },
+            dash(&address),
+            dash(&container),
+            dash(&pod),
+            html::count(count)
+        );
+    }
+    if unnamed > 0 {
+        let _ = write!(
+            body,
+            "<tr class=\"client\" data-process=\"\" data-count=\"{unnamed}\"><td colspan=\"5\"><em>other or not \
+             named</em></td><td class=\"num\">{}</td></tr>",
+            html::count(unnamed)
         );
     }
     body.push_str("</tbody></table>");

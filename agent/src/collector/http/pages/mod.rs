@@ -1,6 +1,7 @@
 //! One module per page. Each asks the Query service for what it shows and
 //! returns the page's HTML; none holds state between requests.
 mod activity;
+mod clients;
 pub(super) mod compare;
 mod cost;
 mod digest;
@@ -51,6 +52,7 @@ pub async fn render(
         "/tables" => tables::render(ui, view).await,
         "/compare" => compare::render(ui, view, params).await,
         "/events" => events::render(ui, view).await,
+        "/clients" => clients::render(ui, view).await,
         "/activity" => activity::render(ui, view).await,
         "/hosts" => hosts::render(ui, view, now).await,
         "/cost" => cost::render(ui, view).await,

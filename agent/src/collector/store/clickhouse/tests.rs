@@ -617,6 +617,13 @@ fn every_kind_of_row(sequence: u64, end: i64) -> Batch {
         values: vec![sqlbee_proto::v1::TagValue { value: format!("c{}", sequence % 2), count: 1 }],
         other: 1,
     }];
+    d.clients = vec![sqlbee_proto::v1::ClientCount {
+        process: format!("worker-{}", sequence % 2),
+        pid: 40,
+        address: "10.0.0.7".into(),
+        count: 2,
+        ..Default::default()
+    }];
     d.exemplar = Some(sqlbee_proto::v1::TraceExemplar {
         trace_id: format!("{:032x}", sequence + 1),
         span_id: format!("{:016x}", sequence + 1),

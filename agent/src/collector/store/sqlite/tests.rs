@@ -580,6 +580,18 @@ fn spread_batches(start: i64, count: i64, spacing: i64) -> Vec<Batch> {
                     .collect(),
                 other: (count - orders - carts) / 2,
             }];
+            // Two client programs, one with a pid per window.
+            let web = next() % (count + 1);
+            let clients = [("php-fpm".to_string(), 10, web), (format!("cron-{}", next() % 5), 11, count - web)]
+                .into_iter()
+                .filter(|(_, _, n)| *n > 0)
+                .map(|(process, pid, count)| sqlbee_proto::v1::ClientCount {
+                    process,
+                    pid,
+                    count,
+                    ..Default::default()
+                })
+                .collect();
             let exemplar = (next() % 3 != 0).then(|| sqlbee_proto::v1::TraceExemplar {
                 trace_id: format!("{:016x}{:016x}", next(), next() | 1),
                 span_id: format!("{:016x}", next() | 1),
@@ -599,6 +611,7 @@ fn spread_batches(start: i64, count: i64, spacing: i64) -> Vec<Batch> {
                 }),
                 stats: Some(stats),
                 tags,
+                clients,
                 exemplar,
                 ..Default::default()
             });
