@@ -246,6 +246,24 @@ fn each_client_of_a_digest_is_named_with_its_exact_count() {
         missing["digests"].as_array().unwrap().iter().any(|d| d["digest_text"] == DIGEST_TEXT && d["count"] == NETNS)
     );
 
+    // Only the digests the container sent, with how many it sent.
+    let only = common::collector::sqlbee_query(&[
+        "top",
+        "--client",
+        &container,
+        "--format",
+        "json",
+        "--since",
+        "all",
+        "--collector",
+        &url,
+    ]);
+    assert!(only.status.success(), "{}", String::from_utf8_lossy(&only.stderr));
+    let only: Value = serde_json::from_slice(&only.stdout).unwrap();
+    let only_row = only["digests"].as_array().unwrap().iter().find(|d| d["digest_text"] == DIGEST_TEXT).unwrap();
+    assert_eq!(only_row["matched"], CONTAINER, "{only:#}");
+    assert!(only["digests"].as_array().unwrap().iter().all(|d| d["matched"].as_u64() > Some(0)), "{only:#}");
+
     // The web UI: /api/top says what the CLI says, the digest page lists
     // each client, and the clients page has the container's.
     let get = |path: String| {

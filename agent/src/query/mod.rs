@@ -92,6 +92,19 @@ pub struct TopArgs {
     /// digests.
     #[arg(long, value_name = "tag:KEY|client|process|address|container|pod", value_parser = render_by::By::parse)]
     pub by: Option<render_by::By>,
+    /// Only digests this client sent statements of: a process name, an
+    /// address, a container, or a client as `--by client` prints it. Each
+    /// row's `matched` says how many of its statements it sent. Looks
+    /// through the 10,000 top digests.
+    #[arg(long, conflicts_with_all = ["pod", "tag"])]
+    pub client: Option<String>,
+    /// Only digests a client in this Kubernetes pod (`POD` or
+    /// `NAMESPACE/POD`) sent statements of, as --client.
+    #[arg(long, conflicts_with = "tag")]
+    pub pod: Option<String>,
+    /// Only digests with statements tagged KEY=VALUE, as --client.
+    #[arg(long, value_name = "KEY=VALUE", value_parser = render_by::Filter::parse_tag)]
+    pub tag: Option<render_by::Filter>,
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
 }
@@ -433,6 +446,9 @@ fn until_unix_ms(until: &str) -> Result<i64, QueryError> {
     time_unix_ms(until, now_unix_ms())
 }
 
+/// Digests an answer holds at most (`--limit`'s bound).
+const MAX_TOP_LIMIT: u32 = 10_000;
+
 fn digest_id(text: Option<&str>) -> Result<Option<u64>, QueryError> {
     text.map(|d| u64::from_str_radix(d.trim_start_matches("0x"), 16).map_err(|_| QueryError::Digest(d.to_string())))
         .transpose()
@@ -451,8 +467,24 @@ pub fn top(args: TopArgs) -> Result<(), QueryError> {
         order_by: args.order_by.clone(),
         limit: args.limit,
     };
-    let answer = call(&args.connect, "Top", |mut client| async move { client.top(request).await })?;
+    let filter = match (&args.client, &args.pod, &args.tag) {
+        (Some(client), _, _) => Some(render_by::Filter::Client(client.clone())),
+        (_, Some(pod), _) => Some(render_by::Filter::Pod(pod.clone())),
+        (_, _, tag) => tag.clone(),
+    };
+    // A filter looks through as many digests as an answer holds.
+    let request = match filter {
+        Some(_) => TopRequest { limit: MAX_TOP_LIMIT, ..request },
+        None => request,
+    };
+    let mut answer = call(&args.connect, "Top", |mut client| async move { client.top(request).await })?;
     let mut out = std::io::stdout().lock();
+    let mut matched = Vec::new();
+    if let Some(filter) = &filter {
+        answer.digests.retain(|d| filter.matched(d) > 0);
+        answer.digests.truncate(args.limit as usize);
+        matched = answer.digests.iter().map(|d| filter.matched(d)).collect();
+    }
     if let Some(by) = &args.by {
         return match args.format {
             Format::Json => render::write_json(&mut out, &render_by::json(&answer.digests, by)),
@@ -461,15 +493,29 @@ pub fn top(args: TopArgs) -> Result<(), QueryError> {
         .map_err(|source| QueryError::Output { source });
     }
     match args.format {
-        Format::Json => render::write_json(
-            &mut out,
-            &serde_json::json!({
-                "digests": json::top_json(&answer.digests),
-                "costs": json::costs_json(&answer.costs),
-                "quotas": json::quotas_json(&answer.quotas),
-            }),
-        ),
+        Format::Json => {
+            let mut digests = json::top_json(&answer.digests);
+            if filter.is_some()
+                && let Some(rows) = digests.as_array_mut()
+            {
+                for (row, n) in rows.iter_mut().zip(&matched) {
+                    row["matched"] = (*n).into();
+                }
+            }
+            render::write_json(
+                &mut out,
+                &serde_json::json!({
+                    "digests": digests,
+                    "costs": json::costs_json(&answer.costs),
+                    "quotas": json::quotas_json(&answer.quotas),
+                }),
+            )
+        }
         Format::Table => render::write_top_table(&mut out, &answer.digests)
+            .and_then(|()| match &filter {
+                Some(_) => render_by::write_matched(&mut out, &answer.digests, &matched),
+                None => Ok(()),
+            })
             .and_then(|()| render_cost::write_costs(&mut out, &answer.costs))
             .and_then(|()| render_cost::write_quotas(&mut out, &answer.quotas)),
     }

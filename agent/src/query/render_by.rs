@@ -142,6 +142,64 @@ pub fn client_label(c: &ClientCount) -> String {
     parts.join(" ")
 }
 
+/// `top --client`, `--pod` and `--tag KEY=VALUE`: which of a digest's
+/// statements a filter keeps.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Filter {
+    /// A client by its process name, address, container or its whole
+    /// label (as `--by client` prints it).
+    Client(String),
+    /// `POD` or `NAMESPACE/POD`.
+    Pod(String),
+    Tag(String, String),
+}
+
+impl Filter {
+    pub fn parse_tag(value: &str) -> Result<Filter, String> {
+        match value.split_once('=') {
+            Some((key, v)) if !key.is_empty() => Ok(Filter::Tag(key.to_string(), v.to_string())),
+            _ => Err(format!("{value:?}: expected KEY=VALUE, as `--tag controller=orders`")),
+        }
+    }
+
+    /// The statements of `d` the filter keeps, as its breakdowns list them
+    /// (0: none listed).
+    pub fn matched(&self, d: &TopDigest) -> u64 {
+        match self {
+            Filter::Client(name) => d
+                .clients
+                .iter()
+                .filter(|c| [&c.process, &c.address, &c.container].contains(&name) || client_label(c) == *name)
+                .map(|c| c.count)
+                .sum(),
+            Filter::Pod(name) => d
+                .clients
+                .iter()
+                .filter(|c| !c.pod.is_empty() && (c.pod == *name || format!("{}/{}", c.namespace, c.pod) == *name))
+                .map(|c| c.count)
+                .sum(),
+            Filter::Tag(key, value) => d
+                .tags
+                .iter()
+                .filter(|t| t.key == *key)
+                .flat_map(|t| &t.values)
+                .filter(|v| v.value == *value)
+                .map(|v| v.count)
+                .sum(),
+        }
+    }
+}
+
+/// Under a filtered table: how many of each digest's statements the
+/// filter matched.
+pub fn write_matched(out: &mut impl Write, digests: &[TopDigest], matched: &[u64]) -> std::io::Result<()> {
+    writeln!(out, "\n{:>12}  DIGEST (statements the filter matched)", "MATCHED")?;
+    for (d, n) in digests.iter().zip(matched) {
+        writeln!(out, "{n:>12}  {}", cut(&d.digest_text, 100))?;
+    }
+    out.flush()
+}
+
 /// One value's statements over the top digests, most first.
 pub struct Group<'a> {
     /// None: a value not listed ("other values"); `Some("")` never.
@@ -255,6 +313,30 @@ mod tests {
         assert_eq!(g.iter().map(|g| g.count).sum::<u64>(), 15);
         let route = groups(&digests, &By::Tag("route".into()));
         assert_eq!(route.iter().map(|g| (g.missing, g.count)).collect::<Vec<_>>(), [(true, 15)]);
+    }
+
+    #[test]
+    fn filters_count_what_the_breakdowns_list() {
+        let mut d = digest(1, 20, &[("orders", 6)], 2);
+        d.clients = vec![
+            ClientCount {
+                process: "php-fpm".into(),
+                pid: 3,
+                pod: "web-1".into(),
+                namespace: "shop".into(),
+                count: 8,
+                ..Default::default()
+            },
+            ClientCount { address: "10.0.0.9".into(), count: 4, ..Default::default() },
+        ];
+        assert_eq!(Filter::Client("php-fpm".into()).matched(&d), 8);
+        assert_eq!(Filter::Client("10.0.0.9".into()).matched(&d), 4);
+        assert_eq!(Filter::Client("php-fpm[3] pod shop/web-1".into()).matched(&d), 8);
+        assert_eq!(Filter::Pod("web-1".into()).matched(&d), 8);
+        assert_eq!(Filter::Pod("shop/web-1".into()).matched(&d), 8);
+        assert_eq!(Filter::Pod("web-2".into()).matched(&d), 0);
+        assert_eq!(Filter::parse_tag("controller=orders").unwrap().matched(&d), 6);
+        assert!(Filter::parse_tag("orders").is_err());
     }
 
     #[test]
