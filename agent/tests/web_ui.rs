@@ -149,6 +149,14 @@ fn every_page_shows_what_the_agent_shipped() {
     assert_eq!(instances[0]["data-count"], client_statements.to_string(), "the fleet row counts what top counts");
     assert_eq!(instances[0]["data-errors"], "4");
 
+    // The clients page: its rows add up to the digests' statements (named
+    // clients, and those the agent could not name).
+    let clients = browser::load(&format!("{}clients?{range}", collector.ui));
+    let client_rows = rows(&clients.dom, "clients");
+    let on_page: u64 =
+        client_rows.iter().filter_map(|r| r.get("data-statements")).map(|n| n.parse::<u64>().unwrap()).sum();
+    assert_eq!(on_page, client_statements, "{client_rows:?}");
+
     // Every page loads without a console message, and is photographed.
     let shots = browser::screenshot_dir();
     let insert_id = insert["digest"].as_str().unwrap();
@@ -157,6 +165,7 @@ fn every_page_shows_what_the_agent_shipped() {
         ("top", format!("top?{range}")),
         ("digest", format!("digest?{range}&id={insert_id}")),
         ("locks", format!("locks?{range}")),
+        ("clients", format!("clients?{range}")),
         ("hosts", format!("hosts?{range}")),
         ("cost", format!("cost?{range}")),
         ("login", "login".to_string()),

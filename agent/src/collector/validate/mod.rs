@@ -13,7 +13,7 @@ mod tags;
 use std::{fmt::Display, time::Duration};
 
 use sqlbee_proto::v1::{
-    AccountCount, Batch, DigestStats, Gap, Histogram, InstanceWindow, LockWait, LongStatement, QueryStats,
+    AccountCount, Batch, ClientCount, DigestStats, Gap, Histogram, InstanceWindow, LockWait, LongStatement, QueryStats,
     ServerInstance, UntracedServer, WaitStats,
 };
 
@@ -51,6 +51,8 @@ pub const MAX_BLOCKER_STATEMENTS: usize = 8;
 pub const MAX_BLOCKER_KIND: usize = 32;
 /// Accounts per digest row (the agent keeps at most 32).
 pub const MAX_ACCOUNTS: usize = 64;
+/// Clients per digest row (the agent sends at most 32).
+pub const MAX_CLIENTS: usize = 64;
 /// Untraced servers per agent window (one agent watches one host).
 pub const MAX_UNTRACED: usize = 1000;
 /// Why a server is not traced (the agent's error message).
@@ -365,6 +367,20 @@ fn accounts(at: &Path<'_>, accounts: &[AccountCount], count: u64) -> Result<(), 
     Ok(())
 }
 
+/// Counts per client add up to at most the row's count; the strings are
+/// bounded before decoding (`sqlbee_proto::limits`).
+fn clients(at: &Path<'_>, clients: &[ClientCount], count: u64) -> Result<(), Invalid> {
+    if clients.len() > MAX_CLIENTS {
+        return Err(invalid(at, format!("{} clients, at most {MAX_CLIENTS}", clients.len())));
+    }
+    let sum = clients.iter().try_fold(0u64, |sum, c| sum.checked_add(c.count));
+    match sum {
+        Some(sum) if sum <= count => Ok(()),
+        Some(sum) => Err(invalid(at, format!("counts sum to {sum}, above count {count}"))),
+        None => Err(invalid(at, "counts overflow 64 bits")),
+    }
+}
+
 fn digest(at: &Path<'_>, d: &DigestStats) -> Result<(), Invalid> {
     text_len(at.field("digest_text"), &d.digest_text)?;
     digest_id(at.field("digest"), d.digest, &d.digest_text)?;
@@ -412,6 +428,7 @@ fn digest(at: &Path<'_>, d: &DigestStats) -> Result<(), Invalid> {
         figures(&at.field("stats"), stats, d.count)?;
     }
     accounts(&at.field("accounts"), &d.accounts, d.count)?;
+    clients(&at.field("clients"), &d.clients, d.count)?;
     tags::tags(&at.field("tags"), &d.tags, d.count)?;
     tags::exemplar(&at.field("exemplar"), d.exemplar.as_ref(), d.max_ns)?;
     match &d.histogram {
@@ -575,6 +592,18 @@ mod tests {
                 untraced: Vec::new(),
             }],
         }
+    }
+
+    #[test]
+    fn client_counts_stay_within_the_row() {
+        let client = |count| ClientCount { process: "php-fpm".into(), count, ..Default::default() };
+        let mut b = good();
+        b.windows[0].digests[0].clients = vec![client(2), client(1)];
+        batch(&b, NOW).unwrap();
+        b.windows[0].digests[0].clients = vec![client(2), client(2)];
+        assert_eq!(field_of(&b), "windows[0].digests[0].clients");
+        b.windows[0].digests[0].clients = vec![client(u64::MAX), client(2)];
+        assert_eq!(field_of(&b), "windows[0].digests[0].clients");
     }
 
     #[test]
