@@ -14,7 +14,7 @@ use agent_common::{
     with_client,
 };
 use aya_ebpf::{
-    bindings::BPF_RB_NO_WAKEUP,
+    bindings::{BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     helpers::{bpf_get_current_pid_tgid, bpf_probe_read_user, bpf_probe_read_user_buf, bpf_probe_read_user_str_bytes},
     macros::map,
     maps::{LruHashMap, RingBuf},
@@ -141,13 +141,13 @@ fn schema_hash(db: [u64; 2], layout: &ServerLayout, buffer: &mut EventBuffer, in
 /// named when the thread serves another connection than the one it named
 /// last (the record's connection id, from the counters' window).
 #[inline(always)]
-pub fn account(thd: u64, layout: &ServerLayout, buffer: &mut EventBuffer, inflight: &mut Inflight) {
+pub fn account<const WAKE: bool>(thd: u64, layout: &ServerLayout, buffer: &mut EventBuffer, inflight: &mut Inflight) {
     let connection = buffer.header.connection_id;
-    buffer.header.account_hash = account_hash(thd, connection, layout, buffer, inflight);
+    buffer.header.account_hash = account_hash::<WAKE>(thd, connection, layout, buffer, inflight);
 }
 
 #[inline(always)]
-fn account_hash(
+fn account_hash<const WAKE: bool>(
     thd: u64,
     connection: u64,
     layout: &ServerLayout,
@@ -188,7 +188,15 @@ fn account_hash(
     record.hash = hash;
     record.connection = connection;
     record.socket_fd = socket_fd(thd, layout.vio_offset);
-    send(record);
+    // Woken, the agent names the connection's client while it is open:
+    // once per connection, not per statement.
+    // Woken, the agent names the connection's client while it is open.
+    // Only a client statement's end wakes it: in the nested-statement
+    // program the choice would push the stack past BPF's 512 bytes, and a
+    // connection whose first statement ran a program wakes it at that
+    // statement's end anyway.
+    let wake = WAKE && layout.vio_offset != UNKNOWN;
+    send_flags(record, if wake { BPF_RB_FORCE_WAKEUP as u64 } else { BPF_RB_NO_WAKEUP as u64 });
     inflight.named_connection = connection;
     inflight.login_hash = hash;
     inflight.account_hash = hash;
@@ -255,7 +263,12 @@ fn read_str<const N: usize>(pointer: u64, dest: &mut [u8; N]) -> usize {
 
 #[inline(always)]
 pub fn send(record: &NameRecord) {
-    if NAMES.output(record, BPF_RB_NO_WAKEUP as u64).is_err() {
+    send_flags(record, BPF_RB_NO_WAKEUP as u64);
+}
+
+#[inline(always)]
+fn send_flags(record: &NameRecord, flags: u64) {
+    if NAMES.output(record, flags).is_err() {
         bump_stat(stat::NAMES_DROPPED);
     }
 }

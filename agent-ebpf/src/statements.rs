@@ -242,7 +242,7 @@ fn try_statement_end(ctx: &ProbeContext) -> Result<(), i64> {
     buffer.header.stats.lock_ns = lock_us * 1000;
     query_stats::cpu(&layout, inflight, &mut buffer.header.stats);
     names::schema(thd, db, &layout, buffer, inflight);
-    names::account(thd, &layout, buffer, inflight);
+    names::account::<true>(thd, &layout, buffer, inflight);
     buffer.header.program_hash = 0;
     buffer.header.parent_start_ns = 0;
     buffer.header.program_kind = 0;

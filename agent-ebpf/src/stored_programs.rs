@@ -160,7 +160,7 @@ fn try_nested_end(ctx: &ProbeContext) -> Result<(), i64> {
         buffer.header.stats.flags |= agent_common::statement_flag::CPU_MEASURED;
     }
     names::schema(thd, db, &layout, buffer, inflight);
-    names::account(thd, &layout, buffer, inflight);
+    names::account::<false>(thd, &layout, buffer, inflight);
     program(thd, &layout, buffer, inflight);
     inflight.nested_parent_us = parent_start_us;
     let (captured, text_flags) = capture_text(text_ptr, text_len, &layout, buffer, stats);

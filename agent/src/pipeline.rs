@@ -268,7 +268,7 @@ fn probe_loop(
                 next_window = now + config.options.window;
             }
         }
-        thread::sleep(config.options.drain_interval);
+        supervisor.wait_naming_clients(config.options.drain_interval);
     }
 }
 

@@ -7,7 +7,8 @@
 //! name), and a client over TCP from a network namespace of its own (its
 //! address only: its socket is not in the server's namespace). Part of the
 //! statements are counted in the kernel, which tells clients apart by the
-//! key the agent gave each connection.
+//! key the agent gave each connection. Short connections, as a web request
+//! makes them, are named too: the kernel wakes the agent for each.
 mod common;
 
 use std::{
@@ -27,6 +28,10 @@ const TCP: u64 = 200;
 const CONTAINER: u64 = 150;
 const NETNS: u64 = 100;
 const STATEMENT: &str = "SELECT v FROM app.t WHERE id = 1";
+const SHORT_CONNECTIONS: u64 = 40;
+const SHORT_STATEMENTS: u64 = 10;
+const SHORT: &str = "SELECT v + 1 FROM app.t WHERE id = 1";
+const SHORT_TEXT: &str = "SELECT `v` + ? FROM `app`.`t` WHERE ID = ?";
 const DIGEST_TEXT: &str = "SELECT `v` FROM `app`.`t` WHERE ID = ?";
 /// Keeps each client connected past a few of the agent's drains, which
 /// name a connection's client while it is open.
@@ -137,6 +142,14 @@ fn each_client_of_a_digest_is_named_with_its_exact_count() {
     let socket = server.socket.to_str().unwrap().to_string();
     let login = ["-u", "app", "-papp-pw"];
 
+    // Short connections, as a web request makes them: connect, a few
+    // statements, close, with no pause.
+    let short = format!(
+        "import pymysql\nfor _ in range({SHORT_CONNECTIONS}):\n    c = pymysql.connect(unix_socket={socket:?}, \
+         user='app', password='app-pw')\n    cur = c.cursor()\n    for _ in range({SHORT_STATEMENTS}):\n        \
+         cur.execute({SHORT:?})\n        cur.fetchall()\n    c.close()\n"
+    );
+    run(Command::new("/usr/bin/python3").args(["-c", &short]));
     // The command-line client on the unix socket.
     run_with_input(Command::new("mariadb").arg(format!("--socket={socket}")).args(login), &script(CLI));
     // A Python program on the unix socket.
@@ -192,6 +205,13 @@ fn each_client_of_a_digest_is_named_with_its_exact_count() {
         assert!(started.elapsed() < Duration::from_secs(30), "not all counted within 30 s: {digests:#}");
         std::thread::sleep(Duration::from_millis(300));
     };
+    let short_row = top_json(&url, &["--limit", "50"])
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["digest_text"] == SHORT_TEXT)
+        .cloned()
+        .unwrap();
     let output = agent.stop();
     let stderr = output.stderr.clone();
     assert_eq!(row["count"], total, "{row:#}");
@@ -280,6 +300,18 @@ fn each_client_of_a_digest_is_named_with_its_exact_count() {
     assert!(
         clients_page.contains(&format!("data-process=\"mariadb\" data-container=\"{container}\"")),
         "{clients_page}"
+    );
+
+    // Short connections are named while they last: the kernel wakes the
+    // agent for each (a drain every 100 ms would see few of them). One that
+    // closed before the agent looked is counted, unnamed.
+    let short_total = SHORT_CONNECTIONS * SHORT_STATEMENTS;
+    assert_eq!(short_row["count"], short_total, "{short_row:#}");
+    let named: u64 = clients_of(&short_row).values().sum();
+    assert!(named >= short_total / 4, "only {named} of {short_total} named: {short_row:#}");
+    assert!(
+        clients_of(&short_row).keys().all(|(process, _, _)| process.as_deref() == Some(python_exe.as_str())),
+        "{short_row:#}"
     );
 
     // Part were counted in the kernel, per client (a connection's first

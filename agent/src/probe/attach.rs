@@ -282,6 +282,23 @@ impl AttachedServer {
         bad
     }
 
+    /// The names ring's fd, to wait on for new connections when clients are
+    /// named (the kernel wakes it for each).
+    pub fn names_fd(&self) -> Option<std::os::fd::RawFd> {
+        use std::os::fd::AsRawFd;
+        self.clients.as_ref().map(|_| self.names_ring.as_raw_fd())
+    }
+
+    /// Learns what waits in the names ring and names the new connections'
+    /// clients, between drains.
+    pub fn name_clients_now(&mut self) {
+        let Some(clients) = &mut self.clients else { return };
+        while let Some(record) = self.names_ring.next() {
+            self.names.learn(&record);
+        }
+        clients.name_new_connections(&mut self.names);
+    }
+
     /// Names the clients of statements whose connection was named after
     /// the names were drained above (its name record and the statement's
     /// were written in between).

@@ -284,6 +284,45 @@ impl Supervisor {
         }
     }
 
+    /// Waits `interval` for the next drain; meanwhile names the clients of
+    /// new connections as the kernel announces them, so a connection that
+    /// lasts a few milliseconds is named while its socket is still open.
+    pub fn wait_naming_clients(&mut self, interval: Duration) {
+        let deadline = Instant::now() + interval;
+        loop {
+            let mut fds: Vec<libc::pollfd> = self
+                .attached
+                .values()
+                .filter_map(|a| a.names_fd())
+                .map(|fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 })
+                .collect();
+            let left = deadline.saturating_duration_since(Instant::now());
+            if fds.is_empty() {
+                std::thread::sleep(left);
+                return;
+            }
+            if left.is_zero() {
+                return;
+            }
+            let ms = left.as_millis().clamp(1, i32::MAX as u128) as i32;
+            // SAFETY: `fds` is a live array of `fds.len()` pollfds.
+            let ready = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+            if ready < 0 {
+                // Interrupted: wait out the rest without naming early.
+                std::thread::sleep(deadline.saturating_duration_since(Instant::now()));
+                return;
+            }
+            if ready > 0 {
+                for attached in self.attached.values_mut() {
+                    attached.name_clients_now();
+                }
+                // Records that need no wakeup keep the ring readable until
+                // the next drain: wait a little before looking again.
+                std::thread::sleep(Duration::from_millis(1).min(deadline.saturating_duration_since(Instant::now())));
+            }
+        }
+    }
+
     /// Whether any ring buffer dropped records since the last call.
     pub fn take_dropped(&mut self) -> bool {
         std::mem::take(&mut self.dropped_since_check)
