@@ -244,20 +244,34 @@ fn local_client(pid: u32, address: Option<String>) -> Client {
     };
     let container = container_of(&proc_dir);
     let kubernetes = fs::read_to_string(proc_dir.join("cgroup")).is_ok_and(|c| c.contains("kubepods"));
-    let (pod, container_name) = match &container {
-        Some(Container { name, .. }) if kubernetes => (name.split('/').next().map(str::to_string), Some(name.clone())),
-        Some(Container { name, .. }) => (None, Some(name.clone())),
-        None => (None, None),
+    let (pod, namespace) = match &container {
+        Some(Container { name, .. }) if kubernetes => {
+            (name.split('/').next().map(str::to_string), pod_namespace(&proc_dir))
+        }
+        _ => (None, None),
     };
     Client {
         address,
         process: Some(process),
         pid: Some(pid),
-        container: container_name,
+        container: container.as_ref().map(|c| c.name.clone()),
         container_id: container.map(|c| c.id),
         pod,
-        namespace: None,
+        namespace,
     }
+}
+
+/// A pod's namespace, as Kubernetes mounts it in every container with a
+/// service account (most; none where `automountServiceAccountToken` is
+/// off).
+fn pod_namespace(proc_dir: &Path) -> Option<String> {
+    let text = fs::read_to_string(proc_dir.join("root/var/run/secrets/kubernetes.io/serviceaccount/namespace")).ok()?;
+    let namespace = text.trim();
+    // A DNS label: what a namespace may be named.
+    (!namespace.is_empty()
+        && namespace.len() <= 63
+        && namespace.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-'))
+    .then(|| namespace.to_string())
 }
 
 #[cfg(test)]
