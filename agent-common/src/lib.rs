@@ -432,6 +432,10 @@ pub struct NameRecord {
     pub host: [u8; MAX_HOST],
     /// An account's connection id (0 for other kinds).
     pub connection: u64,
+    /// 1: the kernel found no client key for the connection (see
+    /// `ServerLayout::vio_offset`).
+    pub client_pending: u32,
+    pub _pad: u32,
 }
 
 impl Default for NameRecord {
@@ -445,6 +449,8 @@ impl Default for NameRecord {
             connection: 0,
             name: [0; MAX_NAME],
             host: [0; MAX_HOST],
+            client_pending: 0,
+            _pad: 0,
         }
     }
 }

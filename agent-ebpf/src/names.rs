@@ -29,7 +29,8 @@ pub static NAMES: RingBuf = RingBuf::with_byte_size(256 * 1024, 0);
 
 /// Connection id -> its client's key, written by the agent once it has
 /// found who is at the other end of the connection's socket (0: nobody it
-/// can name). Only looked up here, once per connection and thread.
+/// can name). Only looked up here: once per connection and thread, and at
+/// each of its statements until the agent has written it.
 #[map]
 pub static CLIENT_KEYS: LruHashMap<u64, u64> = LruHashMap::with_max_entries(CLIENT_KEY_ENTRIES, 0);
 
@@ -159,7 +160,7 @@ fn account_hash<const WAKE: bool>(
     }
     if inflight.named_connection == connection {
         if inflight.client_pending != 0 {
-            client_key(connection, layout, inflight);
+            client_key(connection, inflight);
         }
         return inflight.account_hash;
     }
@@ -188,29 +189,29 @@ fn account_hash<const WAKE: bool>(
     record.hash = hash;
     record.connection = connection;
     record.socket_fd = socket_fd(thd, layout.vio_offset);
-    // Woken, the agent names the connection's client while it is open:
-    // once per connection, not per statement.
-    // Woken, the agent names the connection's client while it is open.
-    // Only a client statement's end wakes it: in the nested-statement
-    // program the choice would push the stack past BPF's 512 bytes, and a
-    // connection whose first statement ran a program wakes it at that
-    // statement's end anyway.
-    let wake = WAKE && layout.vio_offset != UNKNOWN;
-    send_flags(record, if wake { BPF_RB_FORCE_WAKEUP as u64 } else { BPF_RB_NO_WAKEUP as u64 });
     inflight.named_connection = connection;
     inflight.login_hash = hash;
     inflight.account_hash = hash;
     inflight.client_pending = 0;
     if layout.vio_offset != UNKNOWN {
-        client_key(connection, layout, inflight);
+        client_key(connection, inflight);
     }
+    record.client_pending = inflight.client_pending as u32;
+    // Woken, the agent names the connection's client while it is open;
+    // one it named already (a thread pool names a connection on each
+    // thread it moves to) wakes nobody. Only a client statement's end wakes
+    // it: in the nested-statement program the choice would push the stack
+    // past BPF's 512 bytes, and a connection whose first statement ran a
+    // program wakes it at that statement's end anyway.
+    let wake = WAKE && inflight.client_pending != 0;
+    send_flags(record, if wake { BPF_RB_FORCE_WAKEUP as u64 } else { BPF_RB_NO_WAKEUP as u64 });
     inflight.account_hash
 }
 
 /// Mixes the connection's client key into its account hash once the agent
 /// has written it; until then the connection stays pending.
 #[inline(always)]
-fn client_key(connection: u64, _layout: &ServerLayout, inflight: &mut Inflight) {
+fn client_key(connection: u64, inflight: &mut Inflight) {
     let key = lookup_client_key(connection);
     if key == NO_KEY {
         inflight.client_pending = 1;

@@ -24,9 +24,9 @@ pub struct Clients {
     server_pid: u32,
     /// By account hash with a client key in it.
     by_account: HashMap<u64, Arc<Client>>,
-    /// By connection id, for records sent before the key was written
-    /// (`None`: looked for, not found).
-    by_connection: HashMap<u64, Option<Arc<Client>>>,
+    /// By connection id: its key, and its client for records sent before
+    /// the key was written (`None`: looked for, not found).
+    by_connection: HashMap<u64, (u64, Option<Arc<Client>>)>,
     /// One shared value per distinct client.
     interned: HashMap<Client, (u64, Arc<Client>)>,
 }
@@ -51,7 +51,27 @@ impl Clients {
     /// and hands the kernel their keys.
     pub fn name_new_connections(&mut self, names: &mut Names) {
         let mut new = names.take_connections();
-        new.retain(|c| !self.by_connection.contains_key(&c.connection));
+        // Named again (a changed user, another thread): the account it now
+        // runs as gets its hash with the key, and when the kernel did not
+        // find the key (gone from its map since), the key goes in again.
+        let mut known = Vec::new();
+        new.retain(|c| match self.by_connection.get(&c.connection) {
+            Some((key, client)) => {
+                known.push((*c, *key, client.clone()));
+                false
+            }
+            None => true,
+        });
+        for (named, key, client) in known {
+            if named.client_pending {
+                self.write_key(named.connection, key);
+            }
+            if let Some(client) = client {
+                let hash = with_client(named.login_hash, key);
+                names.alias_account(hash, named.login_hash);
+                self.by_account.insert(hash, client);
+            }
+        }
         if new.is_empty() {
             return;
         }
@@ -65,25 +85,29 @@ impl Clients {
         let found = resolve_clients(&sockets);
         for (named, client) in new.iter().zip(found) {
             let key = if client.is_unknown() { 0 } else { self.intern(client.clone()).0 };
-            if let Err(error) = self.keys.insert(&named.connection, &key, 0) {
-                debug!(pid = self.server_pid, %error, "writing a client key failed");
-            }
+            self.write_key(named.connection, key);
             if key == 0 {
-                self.by_connection.insert(named.connection, None);
+                self.by_connection.insert(named.connection, (0, None));
                 continue;
             }
             let client = self.intern(client).1;
             let hash = with_client(named.login_hash, key);
             names.alias_account(hash, named.login_hash);
             self.by_account.insert(hash, client.clone());
-            self.by_connection.insert(named.connection, Some(client));
+            self.by_connection.insert(named.connection, (key, Some(client)));
+        }
+    }
+
+    fn write_key(&mut self, connection: u64, key: u64) {
+        if let Err(error) = self.keys.insert(&connection, &key, 0) {
+            debug!(pid = self.server_pid, %error, "writing a client key failed");
         }
     }
 
     /// The client of a statement counted under `account_hash`, or sent as a
     /// record by `connection`.
     pub fn client(&self, account_hash: u64, connection: u64) -> Option<Arc<Client>> {
-        self.by_account.get(&account_hash).or_else(|| self.by_connection.get(&connection)?.as_ref()).cloned()
+        self.by_account.get(&account_hash).or_else(|| self.by_connection.get(&connection)?.1.as_ref()).cloned()
     }
 
     /// The client an account hash with a client key in it names.

@@ -47,6 +47,8 @@ pub struct NamedConnection {
     pub socket_fd: i32,
     /// The account's own hash.
     pub login_hash: u64,
+    /// The kernel found no client key for it.
+    pub client_pending: bool,
 }
 
 /// Connections waiting for their client to be named; past this, the
@@ -94,6 +96,7 @@ impl Names {
                         connection: name.connection,
                         socket_fd: name.socket_fd,
                         login_hash: name.hash,
+                        client_pending: name.client_pending != 0,
                     });
                 }
             }
