@@ -1,8 +1,9 @@
 //! What naming a connection's client costs the agent, once per connection
 //! (never per statement): a unix-socket peer (a copy of the server's fd,
 //! `SO_PEERCRED`, the peer's /proc entries), a loopback TCP peer (the
-//! network table and every process's fds, read once per batch), and a
-//! batch of 100 unix-socket connections. This process plays the server:
+//! network table, then every process's fds, or only those of a process
+//! seen holding a client before), and a batch of 100 unix-socket
+//! connections. This process plays the server:
 //! it holds both ends of each socket. `cargo bench -p sqlbee --bench
 //! client_naming`.
 use std::{
@@ -12,7 +13,7 @@ use std::{
 };
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use sqlbee::discover::{ClientConnection, resolve_clients};
+use sqlbee::discover::{ClientConnection, ClientResolver, resolve_clients};
 
 fn benches(c: &mut Criterion) {
     let me = std::process::id();
@@ -26,7 +27,15 @@ fn benches(c: &mut Criterion) {
     let (tcp_server_end, _) = listener.accept().unwrap();
     let tcp = [ClientConnection { server_pid: me, socket_fd: tcp_server_end.as_raw_fd() }];
     assert!(resolve_clients(&tcp)[0].pid.is_some());
-    c.bench_function("a loopback TCP client", |b| b.iter(|| black_box(resolve_clients(black_box(&tcp)))));
+    c.bench_function("a loopback TCP client, every process scanned", |b| {
+        b.iter(|| black_box(resolve_clients(black_box(&tcp))))
+    });
+    // As the agent keeps it: the process that held the last loopback
+    // client's socket is looked through first.
+    let mut resolver = ClientResolver::default();
+    c.bench_function("a loopback TCP client from a process seen before", |b| {
+        b.iter(|| black_box(resolver.resolve(black_box(&tcp))))
+    });
 
     let pairs: Vec<(UnixStream, UnixStream)> = (0..100).map(|_| UnixStream::pair().unwrap()).collect();
     let batch: Vec<ClientConnection> =

@@ -4,17 +4,21 @@
 //! the agent takes its own copy of the fd (`pidfd_getfd`, which its
 //! CAP_SYS_PTRACE allows), asks it for the peer (`getpeername`, or
 //! `SO_PEERCRED` for a unix socket) and closes it. A TCP peer on this node
-//! is found by its socket in the server's network namespace and the
-//! process holding that socket.
+//! is found by its socket in the server's network namespace (`sock_diag`)
+//! and the process holding that socket.
 use std::{
     collections::HashMap,
     fs,
     net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr},
     os::fd::{AsRawFd, FromRawFd, OwnedFd},
     path::Path,
+    time::{Duration, Instant},
 };
 
-use super::process::{Container, container_of};
+use super::{
+    process::{Container, container_of},
+    sock_diag,
+};
 
 /// A client as the server's node can see it; each part `None` where it
 /// cannot be known (a remote client has only an address).
@@ -48,32 +52,95 @@ pub struct Connection {
     pub socket_fd: i32,
 }
 
-/// Names the clients of `connections` (in that order); a connection whose
-/// socket is gone, or is not a socket, is an unknown client. Reads each
-/// network table and scans processes at most once per call.
-pub fn resolve(connections: &[Connection]) -> Vec<Client> {
-    let mut owners: Option<HashMap<u64, u32>> = None;
-    let mut tables: HashMap<u32, Vec<TcpEntry>> = HashMap::new();
-    connections
-        .iter()
-        .map(|c| {
-            let Some(peer) = peer_of(*c) else { return Client::default() };
-            match peer {
-                Peer::Unix { pid } => local_client(pid, None),
-                Peer::Tcp { local, remote } => {
-                    let table = tables.entry(c.server_pid).or_insert_with(|| tcp_table(c.server_pid));
+/// Names clients, remembering what makes the next ones cheap: the
+/// processes that held loopback clients' sockets before (an application
+/// server opens many connections), looked through first, and when every
+/// process was last scanned.
+#[derive(Default)]
+pub struct Resolver {
+    /// Most recent last; at most `KNOWN_OWNERS`.
+    owners: Vec<u32>,
+    last_scan: Option<Instant>,
+}
+
+/// Processes remembered as loopback clients.
+const KNOWN_OWNERS: usize = 64;
+/// A scan of every process's fds (milliseconds on a busy node) runs at
+/// most this often; a loopback client found in none of the remembered
+/// processes meanwhile is named by its address alone.
+const SCAN_EVERY: Duration = Duration::from_secs(1);
+
+impl Resolver {
+    /// Names the clients of `connections` (in that order); a connection
+    /// whose socket is gone, or is not a socket, is an unknown client.
+    /// Reads each network table at most once per call.
+    pub fn resolve(&mut self, connections: &[Connection]) -> Vec<Client> {
+        let mut tables: HashMap<u32, Vec<TcpEntry>> = HashMap::new();
+        let mut out = Vec::with_capacity(connections.len());
+        for c in connections {
+            let client = match peer_of(*c) {
+                None => Client::default(),
+                Some(Peer::Unix { pid }) => local_client(pid, None),
+                Some(Peer::Tcp { local, remote }) => {
                     // The client's end in the server's network namespace:
-                    // a socket whose local end is the server's peer.
-                    let inode = table.iter().find(|e| e.local == remote && e.remote == local).map(|e| e.inode);
-                    let pid = inode.and_then(|inode| owners.get_or_insert_with(socket_owners).get(&inode).copied());
-                    match pid {
+                    // a socket whose local end is the server's peer. Asked
+                    // of the kernel when that is the agent's namespace, else
+                    // read from the server's table.
+                    let inode = if same_network(c.server_pid) {
+                        sock_diag::tcp_inode(remote, local)
+                    } else {
+                        let table = tables.entry(c.server_pid).or_insert_with(|| tcp_table(c.server_pid));
+                        table.iter().find(|e| e.local == remote && e.remote == local).map(|e| e.inode)
+                    };
+                    match inode.and_then(|inode| self.owner_of(inode)) {
                         Some(pid) => local_client(pid, Some(address(remote.ip()))),
                         None => Client { address: Some(address(remote.ip())), ..Client::default() },
                     }
                 }
+            };
+            out.push(client);
+        }
+        out
+    }
+
+    /// The process holding socket `inode`: among the remembered ones, else
+    /// by a scan of every process (at most once per `SCAN_EVERY`).
+    fn owner_of(&mut self, inode: u64) -> Option<u32> {
+        let found = self.owners.iter().rev().copied().find(|pid| holds(*pid, inode)).or_else(|| {
+            if self.last_scan.is_some_and(|at| at.elapsed() < SCAN_EVERY) {
+                return None;
             }
-        })
-        .collect()
+            self.last_scan = Some(Instant::now());
+            socket_owners().remove(&inode)
+        })?;
+        self.owners.retain(|pid| *pid != found);
+        if self.owners.len() >= KNOWN_OWNERS {
+            self.owners.remove(0);
+        }
+        self.owners.push(found);
+        Some(found)
+    }
+}
+
+/// Whether the server's network namespace is the agent's.
+fn same_network(server_pid: u32) -> bool {
+    let ns = |path: &str| fs::read_link(path).ok();
+    ns("/proc/self/ns/net").is_some_and(|own| ns(&format!("/proc/{server_pid}/ns/net")) == Some(own))
+}
+
+/// One call with a fresh `Resolver`.
+pub fn resolve(connections: &[Connection]) -> Vec<Client> {
+    Resolver::default().resolve(connections)
+}
+
+/// Whether process `pid` holds socket `inode`.
+fn holds(pid: u32, inode: u64) -> bool {
+    let Ok(fds) = fs::read_dir(format!("/proc/{pid}/fd")) else { return false };
+    fds.flatten().any(|fd| fs::read_link(fd.path()).is_ok_and(|t| socket_inode(&t) == Some(inode)))
+}
+
+fn socket_inode(target: &Path) -> Option<u64> {
+    target.to_str()?.strip_prefix("socket:[")?.strip_suffix(']')?.parse().ok()
 }
 
 /// An address as a DBA writes it: an IPv4 peer mapped into IPv6 as IPv4.
@@ -220,9 +287,7 @@ fn socket_owners() -> HashMap<u64, u32> {
         let Ok(fds) = fs::read_dir(format!("/proc/{pid}/fd")) else { continue };
         for fd in fds.flatten() {
             let Ok(target) = fs::read_link(fd.path()) else { continue };
-            if let Some(inode) =
-                target.to_str().and_then(|t| t.strip_prefix("socket:[")?.strip_suffix(']')?.parse::<u64>().ok())
-            {
+            if let Some(inode) = socket_inode(&target) {
                 owners.entry(inode).or_insert(pid);
             }
         }
@@ -300,6 +365,24 @@ mod tests {
         let client = resolve(&[Connection { server_pid: std::process::id(), socket_fd: fd }]).remove(0);
         assert_eq!(client.pid, Some(std::process::id()));
         assert!(client.process.is_some() && client.address.is_none());
+    }
+
+    #[test]
+    fn a_remembered_owner_is_looked_through_before_any_scan() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut resolver = Resolver::default();
+        let mut name = || {
+            let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+            let (server_end, _) = listener.accept().unwrap();
+            let named =
+                resolver.resolve(&[Connection { server_pid: std::process::id(), socket_fd: server_end.as_raw_fd() }]);
+            drop(client);
+            named.into_iter().next().unwrap()
+        };
+        // The first scans every process; the second, within the scan
+        // interval, finds this process among those it remembers.
+        assert_eq!(name().pid, Some(std::process::id()));
+        assert_eq!(name().pid, Some(std::process::id()));
     }
 
     #[test]

@@ -10,13 +10,14 @@ mod clients;
 mod elf;
 mod kernel_btf;
 mod process;
+mod sock_diag;
 
 pub use activity_layout::ActivityLayout;
 pub use binary::{
     BinaryIdentity, BinaryInfo, Flavor, ProbePoint, ProbePoints, ProgramLayout, StaticVariable, identify_binary,
     inspect_binary,
 };
-pub use clients::{Client, Connection as ClientConnection, resolve as resolve_clients};
+pub use clients::{Client, Connection as ClientConnection, Resolver as ClientResolver, resolve as resolve_clients};
 pub use kernel_btf::{BtfError, has_current_task_btf, task_runtime_offset};
 pub use process::{
     Container, ServerProcess, cpu_seconds, find_servers, runtime_address, server_by_pid, threads_cpu_ns,

@@ -1,5 +1,5 @@
 //! Each connection's client, named once per connection: the agent finds
-//! who holds the other end of its socket (`discover::resolve_clients`),
+//! who holds the other end of its socket (`discover::ClientResolver`),
 //! keeps it, and writes a key for it into the kernel's `CLIENT_KEYS`. The
 //! kernel mixes that key into the connection's account hash, so its kernel
 //! digests count statements per client too, and until the key is there it
@@ -13,7 +13,7 @@ use aya::maps::{HashMap as BpfHashMap, MapData};
 use tracing::debug;
 
 use super::{ProbeError, names::Names};
-use crate::discover::{Client, ClientConnection, resolve_clients};
+use crate::discover::{Client, ClientConnection, ClientResolver};
 
 /// Connections and client keys remembered per server; past this, the
 /// tables start over (a connection named again is looked up again).
@@ -22,6 +22,7 @@ const MAX_REMEMBERED: usize = 65_536;
 pub struct Clients {
     keys: BpfHashMap<MapData, u64, u64>,
     server_pid: u32,
+    resolver: ClientResolver,
     /// By account hash with a client key in it.
     by_account: HashMap<u64, Arc<Client>>,
     /// By connection id: its key, and its client for records sent before
@@ -41,6 +42,7 @@ impl Clients {
         Ok(Self {
             keys,
             server_pid,
+            resolver: ClientResolver::default(),
             by_account: HashMap::new(),
             by_connection: HashMap::new(),
             interned: HashMap::new(),
@@ -82,7 +84,7 @@ impl Clients {
         }
         let sockets: Vec<ClientConnection> =
             new.iter().map(|c| ClientConnection { server_pid: self.server_pid, socket_fd: c.socket_fd }).collect();
-        let found = resolve_clients(&sockets);
+        let found = self.resolver.resolve(&sockets);
         for (named, client) in new.iter().zip(found) {
             let key = if client.is_unknown() { 0 } else { self.intern(client.clone()).0 };
             self.write_key(named.connection, key);
