@@ -12,7 +12,7 @@ use std::{
 
 use sqlbee_proto::v1::{ClientCount, TopDigest, TopRequest};
 
-use super::{PageHead, Rendered, instance_names, top_request};
+use super::{PageHead, Rendered, digest_href, instance_names, top_request};
 use crate::collector::http::{
     Ui,
     html::{self, Nav, esc},
@@ -121,15 +121,11 @@ pub async fn render(ui: &Ui, view: &View) -> Rendered {
         t.digests.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.digest.cmp(&b.1.digest)));
         body.push_str("<tr class=\"client-digests\"><td colspan=\"8\"><ul>");
         for (n, d) in t.digests.iter().take(DIGESTS_PER_CLIENT) {
-            let hex = html::digest_hex(d.digest);
-            let mut keep = vec![("id", hex.as_str())];
-            if !d.schema.is_empty() {
-                keep.push(("schema", d.schema.as_str()));
-            }
             let _ = write!(
                 body,
-                "<li><a class=\"client-digest\" data-digest=\"{hex}\" href=\"{}\">{}</a> · {} statements</li>",
-                esc(&view.link("/digest", &keep)),
+                "<li><a class=\"client-digest\" data-digest=\"{}\" href=\"{}\">{}</a> · {} statements</li>",
+                html::digest_hex(d.digest),
+                esc(&digest_href(view, d.digest, &d.schema)),
                 esc(&html::cut(&d.digest_text, 90)),
                 html::count(*n)
             );

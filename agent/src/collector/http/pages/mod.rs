@@ -201,6 +201,17 @@ fn plot_range(view: &View, series: &SeriesResponse) -> (i64, i64) {
 }
 
 /// A Top request over the view's range and instance.
+/// The digest page of `digest` in `schema` (none: every schema), in the
+/// view's range.
+fn digest_href(view: &View, digest: u64, schema: &str) -> String {
+    let hex = html::digest_hex(digest);
+    let mut keep = vec![("id", hex.as_str())];
+    if !schema.is_empty() {
+        keep.push(("schema", schema));
+    }
+    view.link("/digest", &keep)
+}
+
 fn top_request(view: &View) -> TopRequest {
     TopRequest {
         instance: view.instance.clone().unwrap_or_default(),

@@ -5,7 +5,7 @@ use std::fmt::Write;
 
 use sqlbee_proto::v1::TablesRequest;
 
-use super::{PageHead, Rendered, instance_names};
+use super::{PageHead, Rendered, digest_href, instance_names};
 use crate::collector::http::{
     Ui,
     html::{self, Nav, esc},
@@ -57,15 +57,11 @@ pub async fn render(ui: &Ui, view: &View) -> Rendered {
             );
             body.push_str("<tr class=\"table-digests\"><td colspan=\"7\"><ul>");
             for d in &t.digests {
-                let hex = html::digest_hex(d.digest);
-                let mut keep = vec![("id", hex.as_str())];
-                if !d.schema.is_empty() {
-                    keep.push(("schema", d.schema.as_str()));
-                }
                 let _ = write!(
                     body,
-                    "<li><a class=\"table-digest\" data-digest=\"{hex}\" href=\"{}\">{}</a> {} · {} statements · {}</li>",
-                    esc(&view.link("/digest", &keep)),
+                    "<li><a class=\"table-digest\" data-digest=\"{}\" href=\"{}\">{}</a> {} · {} statements · {}</li>",
+                    html::digest_hex(d.digest),
+                    esc(&digest_href(view, d.digest, &d.schema)),
                     esc(&html::cut(&d.digest_text, 90)),
                     if d.write { "writes" } else { "reads" },
                     html::count(d.count),
