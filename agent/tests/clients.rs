@@ -239,21 +239,16 @@ fn each_client_of_a_digest_is_named_with_its_exact_count() {
     // Grouped by process over the top digests: the container's client and
     // the command-line client are one program, the namespaced client has
     // no process, and the groups add up.
-    let by = common::collector::sqlbee_query(&[
-        "top",
-        "--by",
-        "process",
-        "--format",
-        "json",
-        "--since",
-        "all",
-        "--limit",
-        "50",
-        "--collector",
-        &url,
-    ]);
-    assert!(by.status.success(), "{}", String::from_utf8_lossy(&by.stderr));
-    let by: Value = serde_json::from_slice(&by.stdout).unwrap();
+    // `sqlbee top ... --format json --since all` against this collector.
+    let top_with = |extra: &[&str]| -> Value {
+        let mut args = vec!["top"];
+        args.extend_from_slice(extra);
+        args.extend(["--format", "json", "--since", "all", "--collector", &url]);
+        let out = common::collector::sqlbee_query(&args);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let by = top_with(&["--by", "process", "--limit", "50"]);
     let group = |value: &str| {
         by["groups"].as_array().unwrap().iter().find(|g| g["value"] == value).map(|g| {
             g["digests"].as_array().unwrap().iter().find(|d| d["digest_text"] == DIGEST_TEXT).unwrap()["count"].clone()
@@ -267,19 +262,7 @@ fn each_client_of_a_digest_is_named_with_its_exact_count() {
     );
 
     // Only the digests the container sent, with how many it sent.
-    let only = common::collector::sqlbee_query(&[
-        "top",
-        "--client",
-        &container,
-        "--format",
-        "json",
-        "--since",
-        "all",
-        "--collector",
-        &url,
-    ]);
-    assert!(only.status.success(), "{}", String::from_utf8_lossy(&only.stderr));
-    let only: Value = serde_json::from_slice(&only.stdout).unwrap();
+    let only = top_with(&["--client", &container]);
     let only_row = only["digests"].as_array().unwrap().iter().find(|d| d["digest_text"] == DIGEST_TEXT).unwrap();
     assert_eq!(only_row["matched"], CONTAINER, "{only:#}");
     assert!(only["digests"].as_array().unwrap().iter().all(|d| d["matched"].as_u64() > Some(0)), "{only:#}");

@@ -16,7 +16,7 @@ const MDBOOK_VERSION: &str = "0.5.4";
 /// registry is reachable), podman-compose for the compose file.
 /// mariadb-test: MariaDB's own test suite, the statements the digest
 /// agreement test samples.
-const DEBIAN_PACKAGES: [&str; 22] = [
+const DEBIAN_PACKAGES: [&str; 23] = [
     "mariadb-server",
     "mariadb-client",
     "sysbench",
@@ -48,6 +48,9 @@ const DEBIAN_PACKAGES: [&str; 22] = [
     // A Python client program, one of those the client attribution test
     // tells apart.
     "python3-pymysql",
+    // `ip netns` and veth pairs: the client attribution test's client in a
+    // network namespace of its own.
+    "iproute2",
 ];
 
 pub fn run() -> anyhow::Result<()> {
