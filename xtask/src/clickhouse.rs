@@ -39,7 +39,7 @@ pub struct PrivateClickHouse {
     pub dir: Option<PathBuf>,
     /// The thread that runs the server; None for one found through
     /// SQLBEE_TEST_CLICKHOUSE, which is not ours to stop.
-    runner: Option<Mutex<mpsc::Sender<Order>>>,
+    runner: Option<Runner>,
     /// Removed on drop: only a private server's.
     remove_dir: bool,
 }
@@ -107,9 +107,7 @@ impl PrivateClickHouse {
     /// middle of whatever insert it was taking) and waits until it is gone
     /// and its port refuses connections.
     pub fn stop(&self) -> anyhow::Result<()> {
-        let (tx, rx) = mpsc::channel();
-        self.order(Order::Stop(tx))?;
-        rx.recv().context("the clickhouse-server runner thread is gone")?;
+        self.runner()?.stop()?;
         let started = Instant::now();
         while std::net::TcpStream::connect(&self.host_port).is_ok() {
             if started.elapsed() > Duration::from_secs(10) {
@@ -123,21 +121,15 @@ impl PrivateClickHouse {
     /// Starts the server again on the same data directory and ports, and
     /// waits until it answers.
     pub fn start(&self) -> anyhow::Result<()> {
-        let (tx, rx) = mpsc::channel();
-        self.order(Order::Start(tx))?;
-        rx.recv().context("the clickhouse-server runner thread is gone")?.context("starting clickhouse-server")?;
+        self.runner()?.start().context("starting clickhouse-server")?;
         self.wait_ready()
     }
 
-    fn order(&self, order: Order) -> anyhow::Result<()> {
-        let Some(runner) = &self.runner else {
-            bail!("{} is SQLBEE_TEST_CLICKHOUSE's server, not ours to stop or start", self.url);
-        };
-        runner
-            .lock()
-            .map_err(|_| anyhow::anyhow!("the runner's lock is poisoned"))?
-            .send(order)
-            .map_err(|_| anyhow::anyhow!("the clickhouse-server runner thread is gone"))
+    fn runner(&self) -> anyhow::Result<&Runner> {
+        match &self.runner {
+            Some(runner) => Ok(runner),
+            None => bail!("{} is SQLBEE_TEST_CLICKHOUSE's server, not ours to stop or start", self.url),
+        }
     }
 
     fn wait_ready(&self) -> anyhow::Result<()> {
@@ -171,21 +163,37 @@ impl PrivateClickHouse {
     /// named `dir_name`, starts the server's runner thread and the server,
     /// and waits until it answers.
     fn launch(dir_name: &str) -> anyhow::Result<PrivateClickHouse> {
+        remove_orphaned_dirs();
+        let dir = std::env::temp_dir().join(dir_name);
+        let _ = fs::remove_dir_all(&dir);
+        let server = Self::prepare(&dir, Ports::free()?, None)?;
+        server.start()?;
+        Ok(server)
+    }
+
+    /// Writes a server's config under `dir` for `ports`, with `include`
+    /// (the text of a substitutions file: a cluster's servers, ZooKeeper,
+    /// macros) when given, and starts its runner thread but not the server.
+    pub(crate) fn prepare(dir: &Path, ports: Ports, include: Option<&str>) -> anyhow::Result<PrivateClickHouse> {
         let packaged = Path::new("/etc/clickhouse-server/config.xml");
         if !packaged.exists() || Command::new("clickhouse-server").arg("--help").output().is_err() {
             bail!("clickhouse-server is not installed: run `./x setup` (installs Debian's clickhouse-server)");
         }
-        remove_orphaned_dirs();
-        let dir = std::env::temp_dir().join(dir_name);
-        let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(dir.join("log"))?;
-        let ports = [free_port()?, free_port()?, free_port()?];
+        let include_from = match include {
+            Some(text) => {
+                let path = dir.join("substitutions.xml");
+                fs::write(&path, text)?;
+                format!("    <include_from>{}</include_from>\n", path.display())
+            }
+            None => String::new(),
+        };
         let config = fs::read_to_string(packaged)?
-            .replace("<http_port>8123</http_port>", &format!("<http_port>{}</http_port>", ports[0]))
-            .replace("<tcp_port>9000</tcp_port>", &format!("<tcp_port>{}</tcp_port>", ports[1]))
+            .replace("<http_port>8123</http_port>", &format!("<http_port>{}</http_port>", ports.http))
+            .replace("<tcp_port>9000</tcp_port>", &format!("<tcp_port>{}</tcp_port>", ports.tcp))
             .replace(
                 "<interserver_http_port>9009</interserver_http_port>",
-                &format!("<interserver_http_port>{}</interserver_http_port>", ports[2]),
+                &format!("<interserver_http_port>{}</interserver_http_port>", ports.interserver),
             )
             .replace("<listen_host>::1</listen_host>", "")
             .replace("/var/lib/clickhouse/", &format!("{}/data/", dir.display()))
@@ -196,9 +204,13 @@ impl PrivateClickHouse {
             // fill a small disk long before they go.
             .replace(
                 "</yandex>",
-                "    <merge_tree><old_parts_lifetime>30</old_parts_lifetime></merge_tree>\n</yandex>",
+                &format!(
+                    "    <merge_tree><old_parts_lifetime>30</old_parts_lifetime></merge_tree>\n{include_from}</yandex>"
+                ),
             );
-        for (port, tag) in ports.iter().zip(["http_port", "tcp_port", "interserver_http_port"]) {
+        for (port, tag) in
+            [ports.http, ports.tcp, ports.interserver].iter().zip(["http_port", "tcp_port", "interserver_http_port"])
+        {
             if !config.contains(&format!("<{tag}>{port}</{tag}>")) {
                 bail!("the packaged config has no <{tag}> to move to a private port");
             }
@@ -210,27 +222,80 @@ impl PrivateClickHouse {
              <profile>default</profile><quota>default</quota></{PASSWORD_USER}>"
         );
         fs::write(dir.join("users.xml"), users.replacen("<users>", &with_password, 1))?;
-        let (orders, inbox) = mpsc::channel();
-        let (config_path, stderr_path) = (dir.join("config.xml"), dir.join("log/stderr.log"));
-        std::thread::Builder::new()
-            .name("clickhouse-server".into())
-            .spawn(move || run_server(&config_path, &stderr_path, inbox))?;
-        let server = PrivateClickHouse {
-            url: format!("http://127.0.0.1:{}", ports[0]),
-            host_port: format!("127.0.0.1:{}", ports[0]),
-            dir: Some(dir),
-            runner: Some(Mutex::new(orders)),
+        let config_path = dir.join("config.xml");
+        let runner = Runner::spawn("clickhouse-server", dir.join("log/stderr.log"), move || {
+            let mut cmd = Command::new("clickhouse-server");
+            cmd.arg(format!("--config-file={}", config_path.display()));
+            cmd
+        })?;
+        Ok(PrivateClickHouse {
+            url: format!("http://127.0.0.1:{}", ports.http),
+            host_port: format!("127.0.0.1:{}", ports.http),
+            dir: Some(dir.to_path_buf()),
+            runner: Some(runner),
             remove_dir: false,
-        };
-        server.start()?;
-        Ok(server)
+        })
     }
 }
 
-/// The runner thread: starts and kills the server as ordered, and kills it
-/// when every sender is gone. The server must be its child, spawned on this
-/// thread (see the module comment).
-fn run_server(config: &Path, stderr: &Path, inbox: mpsc::Receiver<Order>) {
+/// A server's three ports.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Ports {
+    pub http: u16,
+    pub tcp: u16,
+    pub interserver: u16,
+}
+
+impl Ports {
+    pub(crate) fn free() -> anyhow::Result<Ports> {
+        Ok(Ports { http: free_port()?, tcp: free_port()?, interserver: free_port()? })
+    }
+}
+
+/// A thread that owns one server process (see the module comment) and
+/// starts and kills it as ordered.
+pub(crate) struct Runner(Mutex<mpsc::Sender<Order>>);
+
+impl Runner {
+    /// `command` builds the process's command line each time it starts;
+    /// its stderr is appended to `stderr`.
+    pub(crate) fn spawn(
+        name: &str,
+        stderr: PathBuf,
+        command: impl Fn() -> Command + Send + 'static,
+    ) -> anyhow::Result<Runner> {
+        let (orders, inbox) = mpsc::channel();
+        std::thread::Builder::new().name(name.into()).spawn(move || run_process(&command, &stderr, inbox))?;
+        Ok(Runner(Mutex::new(orders)))
+    }
+
+    /// Starts the process (killing a running one first); its pid.
+    pub(crate) fn start(&self) -> anyhow::Result<u32> {
+        let (tx, rx) = mpsc::channel();
+        self.order(Order::Start(tx))?;
+        Ok(rx.recv().context("the runner thread is gone")??)
+    }
+
+    /// Kills the process (SIGKILL) and waits for it.
+    pub(crate) fn stop(&self) -> anyhow::Result<()> {
+        let (tx, rx) = mpsc::channel();
+        self.order(Order::Stop(tx))?;
+        rx.recv().context("the runner thread is gone")
+    }
+
+    fn order(&self, order: Order) -> anyhow::Result<()> {
+        self.0
+            .lock()
+            .map_err(|_| anyhow::anyhow!("the runner's lock is poisoned"))?
+            .send(order)
+            .map_err(|_| anyhow::anyhow!("the runner thread is gone"))
+    }
+}
+
+/// The runner thread: starts and kills the process as ordered, and kills
+/// it when every sender is gone. The process must be its child, spawned on
+/// this thread (see the module comment).
+fn run_process(command: &dyn Fn() -> Command, stderr: &Path, inbox: mpsc::Receiver<Order>) {
     let mut running: Option<Child> = None;
     let kill = |running: &mut Option<Child>| {
         if let Some(mut child) = running.take() {
@@ -243,11 +308,8 @@ fn run_server(config: &Path, stderr: &Path, inbox: mpsc::Receiver<Order>) {
             Order::Start(answer) => {
                 kill(&mut running);
                 let spawned = fs::OpenOptions::new().create(true).append(true).open(stderr).and_then(|log| {
-                    let mut cmd = Command::new("clickhouse-server");
-                    cmd.arg(format!("--config-file={}", config.display()))
-                        .stdin(Stdio::null())
-                        .stdout(Stdio::null())
-                        .stderr(log);
+                    let mut cmd = command();
+                    cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(log);
                     use std::os::unix::process::CommandExt as _;
                     // SAFETY: prctl is async-signal-safe and touches only the child.
                     unsafe {
@@ -277,7 +339,7 @@ fn run_server(config: &Path, stderr: &Path, inbox: mpsc::Receiver<Order>) {
 /// server dies with the test process, but its directory (100 MiB and more)
 /// stays. Directories whose process is gone are removed before a new one
 /// is made, so test runs do not fill the disk one by one.
-fn remove_orphaned_dirs() {
+pub(crate) fn remove_orphaned_dirs() {
     let Ok(entries) = fs::read_dir(std::env::temp_dir()) else { return };
     for entry in entries.flatten() {
         let name = entry.file_name();
@@ -301,7 +363,7 @@ impl Drop for PrivateClickHouse {
     }
 }
 
-fn free_port() -> anyhow::Result<u16> {
+pub(crate) fn free_port() -> anyhow::Result<u16> {
     let listener = TcpListener::bind("127.0.0.1:0").context("binding a probe socket to find a free port")?;
     Ok(listener.local_addr()?.port())
 }

@@ -4,6 +4,7 @@
 pub mod bench;
 pub mod chdb;
 pub mod clickhouse;
+pub mod clickhouse_cluster;
 pub mod image;
 pub mod mariadb;
 pub mod paths;

@@ -16,7 +16,7 @@ const MDBOOK_VERSION: &str = "0.5.4";
 /// registry is reachable), podman-compose for the compose file.
 /// mariadb-test: MariaDB's own test suite, the statements the digest
 /// agreement test samples.
-const DEBIAN_PACKAGES: [&str; 23] = [
+const DEBIAN_PACKAGES: [&str; 24] = [
     "mariadb-server",
     "mariadb-client",
     "sysbench",
@@ -39,6 +39,9 @@ const DEBIAN_PACKAGES: [&str; 23] = [
     // The ClickHouse store's tests start a private server (18.16).
     "clickhouse-server",
     "clickhouse-client",
+    // The cluster store's tests start four servers and the ZooKeeper their
+    // replicated tables and ON CLUSTER DDL need (3.8, Java).
+    "zookeeper",
     // What xtask::clickhouse runs checks with over the HTTP interface.
     "curl",
     // The web UI's tests open every page in headless Chromium.

@@ -45,8 +45,9 @@ pub struct CollectorArgs {
     /// `?synchronous=normal` to trade the last acknowledged batches on
     /// power loss for ingest rate), or `clickhouse://HOST:HTTP_PORT/DATABASE`
     /// (any number of collectors), with the options `user=U`,
-    /// `password_file=PATH`, `tls=1`, `ca=PATH` and `rollup_settle_s=N`
-    /// after a `?`, joined by `&`.
+    /// `password_file=PATH`, `tls=1`, `ca=PATH`, `rollup_settle_s=N` and
+    /// `cluster=NAME` after a `?`, joined by `&`. With `cluster`, list the
+    /// cluster's nodes: `clickhouse://HOST:PORT,HOST:PORT,.../DATABASE`.
     #[arg(long, env = "SQLBEE_COLLECTOR_STORE", default_value = "sqlite:./sqlbee-collector.db")]
     pub store: String,
     /// File of accepted bearer tokens, one per line (# comments):

@@ -350,6 +350,22 @@ pub struct PruneOutcome {
     pub event_rows: u64,
 }
 
+impl PruneOutcome {
+    /// Adds what another part of the store (a cluster's shard) pruned.
+    pub fn add(&mut self, other: PruneOutcome) {
+        self.instance_windows += other.instance_windows;
+        self.digest_windows += other.digest_windows;
+        self.batches += other.batches;
+        self.error_samples += other.error_samples;
+        self.lock_waits += other.lock_waits;
+        self.long_statements += other.long_statements;
+        self.agent_windows += other.agent_windows;
+        self.rollup_rows += other.rollup_rows;
+        self.plan_rows += other.plan_rows;
+        self.event_rows += other.event_rows;
+    }
+}
+
 /// A backend's own error, kept as the cause: the trait and its callers
 /// name no backend type.
 pub type BackendError = Box<dyn std::error::Error + Send + Sync>;
@@ -366,7 +382,8 @@ pub enum StoreError {
     Version { path: String, found: i64, known: i64 },
     #[error(
         "unsupported store location {location:?}: expected sqlite:PATH, sqlite:PATH?synchronous=normal or \
-         clickhouse://HOST:HTTP_PORT/DATABASE (options: ?user=U&password_file=PATH&tls=1&ca=PATH)"
+         clickhouse://HOST:HTTP_PORT[,HOST:HTTP_PORT...]/DATABASE (options: \
+         ?user=U&password_file=PATH&tls=1&ca=PATH&cluster=NAME)"
     )]
     Location { location: String },
     #[error("the store is full (disk or quota): {source}")]

@@ -38,13 +38,16 @@ fn hosts_by_agent(db: &Client, action: &'static str) -> Result<HashMap<String, S
 }
 
 /// An agent window's columns as the raw table gives them and as a rollup
-/// row does (see `read_agent_row`).
-pub(super) const AGENT_RAW: &str = "agent_id, window_start, window_end, cost, toUInt8(0) AS rolled,
-    toUInt64(0) AS windows, toUInt64(0) AS costless_windows, toUInt64(0) AS shedding_windows,
-    toFloat64(0) AS cpu_seconds, received_unix_ms, ingest_id, position";
-pub(super) const AGENT_ROLLUP: &str = "agent_id, window_start, window_end, cost, toUInt8(1) AS rolled, windows,
-    costless_windows, shedding_windows, cpu_seconds, toInt64(0) AS received_unix_ms, toUInt64(0) AS ingest_id,
-    toUInt32(0) AS position";
+/// row does (see `read_agent_row`). The constants are materialized: a
+/// shard of a cluster sends them as full columns, and a UNION ALL of a
+/// constant and a full column of one name is refused.
+pub(super) const AGENT_RAW: &str = "agent_id, window_start, window_end, cost, materialize(toUInt8(0)) AS rolled,
+    materialize(toUInt64(0)) AS windows, materialize(toUInt64(0)) AS costless_windows,
+    materialize(toUInt64(0)) AS shedding_windows, materialize(toFloat64(0)) AS cpu_seconds, received_unix_ms,
+    ingest_id, position";
+pub(super) const AGENT_ROLLUP: &str = "agent_id, window_start, window_end, cost, materialize(toUInt8(1)) AS rolled,
+    windows, costless_windows, shedding_windows, cpu_seconds, materialize(toInt64(0)) AS received_unix_ms,
+    materialize(toUInt64(0)) AS ingest_id, materialize(toUInt32(0)) AS position";
 /// Oldest first, as the agent sent them.
 pub(super) const AGENT_ORDER: &str = "ORDER BY window_end, received_unix_ms, ingest_id, position";
 

@@ -2,14 +2,17 @@
 //! `ureq`. Statements go in the POST body; an INSERT names its table and
 //! columns in the URL and carries `RowBinary` rows in the body. Values are
 //! bound here, on the client side (`quote`), because 18.16 reads unknown
-//! URL parameters as settings. SELECTs send `wait_end_of_query=1` so that
-//! an error arrives as a non-200 answer, never in the middle of rows.
+//! URL parameters as settings. Every call sends `wait_end_of_query=1` so
+//! that an error arrives as a non-200 answer, never in the middle of rows.
 //!
 //! The password travels only in the `X-ClickHouse-Key` header: no URL,
 //! log line or error carries it.
 use std::{
     io::Read as _,
-    sync::{Arc, Mutex},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicUsize, Ordering},
+    },
     time::Duration,
 };
 
@@ -46,6 +49,12 @@ impl HttpError {
         rest.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
     }
 
+    /// A server that cannot be reached, or a replica that cannot write now:
+    /// another server of the same data may answer.
+    pub fn is_unreachable(&self) -> bool {
+        matches!(self, HttpError::Transport { .. }) || self.code().is_some_and(|c| REPLICA_UNAVAILABLE.contains(&c))
+    }
+
     /// A full disk (NOT_ENOUGH_SPACE) or an exceeded quota or memory limit:
     /// nothing an agent can fix by changing its batch.
     pub fn is_full(&self) -> bool {
@@ -56,11 +65,14 @@ impl HttpError {
 /// Seconds a request's read may run on the server: the gRPC deadline.
 const READ_DEADLINE_S: &str = "120";
 
-/// How to reach the server: base URL (`http://host:port/`), credentials
-/// and the database queries run in.
+/// How to reach the server: base URLs (`http://host:port/`), credentials
+/// and the database queries run in. Several bases are servers that answer
+/// alike (a cluster's nodes for reads, one shard's replicas for writes):
+/// a call goes to the one that answered last and moves on to the next when
+/// it cannot be reached (see `Client::post`).
 #[derive(Clone)]
 pub struct Endpoint {
-    pub base: String,
+    pub bases: Vec<String>,
     pub user: Option<String>,
     pub password: Option<String>,
     /// PEM CA certificates to trust instead of the built-in roots.
@@ -70,7 +82,7 @@ pub struct Endpoint {
 impl std::fmt::Debug for Endpoint {
     // The password is left out on purpose.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Endpoint").field("base", &self.base).field("user", &self.user).finish_non_exhaustive()
+        f.debug_struct("Endpoint").field("bases", &self.bases).field("user", &self.user).finish_non_exhaustive()
     }
 }
 
@@ -79,6 +91,10 @@ pub struct Client {
     endpoint: Endpoint,
     /// Unqualified table names resolve here; None before it exists.
     database: Option<String>,
+    /// Settings every call carries (URL parameters).
+    settings: Vec<(&'static str, String)>,
+    /// The base that answered last; clones share it.
+    at: Arc<AtomicUsize>,
     spare: Arc<Spare>,
 }
 
@@ -116,6 +132,14 @@ impl Spare {
 /// ends the call.
 const TIMEOUT: Duration = Duration::from_secs(300);
 
+/// A server that does not take a connection within this is taken for
+/// gone, and the next base is tried.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// ClickHouse's codes for a replica that cannot take writes now (read-only
+/// without ZooKeeper, ZooKeeper errors): another replica may.
+const REPLICA_UNAVAILABLE: [u32; 3] = [242, 225, 999];
+
 impl Client {
     pub fn new(endpoint: Endpoint, database: Option<String>) -> Result<Client, HttpError> {
         let mut tls = ureq::tls::TlsConfig::builder();
@@ -136,10 +160,11 @@ impl Client {
         let agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .timeout_global(Some(TIMEOUT))
+            .timeout_connect(Some(CONNECT_TIMEOUT))
             .tls_config(tls.build())
             .build()
             .new_agent();
-        Ok(Client { agent, endpoint, database, spare: Arc::default() })
+        Ok(Client { agent, endpoint, database, settings: Vec::new(), at: Arc::default(), spare: Arc::default() })
     }
 
     pub fn with_database(&self, database: &str) -> Client {
@@ -147,21 +172,82 @@ impl Client {
             agent: self.agent.clone(),
             endpoint: self.endpoint.clone(),
             database: Some(database.to_string()),
+            settings: self.settings.clone(),
+            at: self.at.clone(),
             spare: self.spare.clone(),
         }
     }
 
+    /// This client with its own bases (a subset of this one's servers),
+    /// remembering which answered apart from this one.
+    pub fn with_bases(&self, bases: Vec<String>) -> Client {
+        let mut endpoint = self.endpoint.clone();
+        endpoint.bases = bases;
+        Client {
+            agent: self.agent.clone(),
+            endpoint,
+            database: self.database.clone(),
+            settings: self.settings.clone(),
+            at: Arc::default(),
+            spare: self.spare.clone(),
+        }
+    }
+
+    /// This client with a setting every call carries.
+    pub fn with_setting(&self, name: &'static str, value: &str) -> Client {
+        let mut out = self.with_bases(self.endpoint.bases.clone());
+        out.at = self.at.clone();
+        out.settings.push((name, value.to_string()));
+        out
+    }
+
+    pub fn bases(&self) -> &[String] {
+        &self.endpoint.bases
+    }
+
+    /// Sends to the base that answered last, and to the next one while a
+    /// base cannot be reached or is a replica that cannot write now. A
+    /// statement sent twice this way is safe: reads and DDL (`IF NOT
+    /// EXISTS`) are idempotent, and an INSERT that reached a replicated
+    /// table before its answer was lost is dropped by the shard's own
+    /// insert deduplication (the same rows make the same block).
     fn post(&self, query_in_url: Option<&str>, select: bool, body: &[u8]) -> Result<Vec<u8>, HttpError> {
-        let url = &self.endpoint.base;
+        let bases = self.endpoint.bases.len().max(1);
+        let first = self.at.load(Ordering::Relaxed);
+        let mut tried = 0;
+        loop {
+            let at = (first + tried) % bases;
+            match self.post_to(at, query_in_url, select, body) {
+                Err(e) if tried + 1 < bases && e.is_unreachable() => {
+                    tracing::warn!(error = %e, next = %self.endpoint.bases[(at + 1) % bases], "trying the next ClickHouse server");
+                    tried += 1;
+                }
+                answer => {
+                    if answer.is_ok() {
+                        self.at.store(at, Ordering::Relaxed);
+                    }
+                    return answer;
+                }
+            }
+        }
+    }
+
+    fn post_to(&self, at: usize, query_in_url: Option<&str>, select: bool, body: &[u8]) -> Result<Vec<u8>, HttpError> {
+        let url = &self.endpoint.bases[at];
         let mut request = self.agent.post(url.as_str());
+        for (name, value) in &self.settings {
+            request = request.query(*name, value);
+        }
         if let Some(database) = &self.database {
             request = request.query("database", database);
         }
         if let Some(query) = query_in_url {
             request = request.query("query", query);
         }
+        // DDL too: a distributed one streams each node's status, and an
+        // error must arrive as a non-200 answer, not in the middle of it.
+        request = request.query("wait_end_of_query", "1");
         if select {
-            request = request.query("wait_end_of_query", "1");
             // A read for a request (not the rollup pass) stops on the
             // server when the request's deadline would have passed anyway.
             if crate::collector::store::cancel::in_scope() {

@@ -47,6 +47,9 @@
 //! Retention drops whole day partitions and deletes the rest of the
 //! boundary day with `ALTER TABLE ... DELETE` (a mutation, waited for), in
 //! `write::prune`.
+mod cluster;
+#[cfg(test)]
+mod cluster_tests;
 mod costs;
 mod digest_rows;
 mod events;
@@ -75,11 +78,16 @@ use super::{
 };
 pub use schema::SCHEMA_VERSION;
 
-/// Where the store lives, from `clickhouse://HOST:PORT/DATABASE?options`.
+/// Where the store lives, from
+/// `clickhouse://HOST:PORT[,HOST:PORT...]/DATABASE?options`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Location {
-    pub host_port: String,
+    /// Each server's HTTP `host:port`: one, or a cluster's nodes.
+    pub nodes: Vec<String>,
     pub database: String,
+    /// The cluster (in the servers' `remote_servers`) to create
+    /// replicated, sharded tables on; None for one server's tables.
+    pub cluster: Option<String>,
     pub user: Option<String>,
     /// A file holding the password (its first line), never the password.
     pub password_file: Option<PathBuf>,
@@ -95,19 +103,18 @@ impl Location {
     pub fn parse(rest: &str) -> Option<Location> {
         let rest = rest.strip_prefix("//")?;
         let (path, options) = rest.split_once('?').unwrap_or((rest, ""));
-        let (host_port, database) = path.split_once('/')?;
-        let port_ok =
-            host_port.rsplit_once(':').is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
-        // The name goes into SQL unquoted: letters, digits and underscores.
-        let name_ok = !database.is_empty()
-            && database.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-            && !database.starts_with(|c: char| c.is_ascii_digit());
-        if !port_ok || !name_ok {
+        let (nodes, database) = path.split_once('/')?;
+        let nodes: Vec<String> = nodes.split(',').map(str::to_string).collect();
+        let port_ok = nodes.iter().all(|node| {
+            node.rsplit_once(':').is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok())
+        });
+        if !port_ok || !sql_name(database) {
             return None;
         }
         let mut out = Location {
-            host_port: host_port.to_string(),
+            nodes,
             database: database.to_string(),
+            cluster: None,
             user: None,
             password_file: None,
             tls: false,
@@ -122,6 +129,7 @@ impl Location {
                 ("tls", "0" | "false") => out.tls = false,
                 ("ca", v) if !v.is_empty() => out.ca = Some(PathBuf::from(v)),
                 ("rollup_settle_s", v) => out.rollup_settle_ms = v.parse::<u32>().ok()?.max(1) as i64 * 1000,
+                ("cluster", v) if sql_name(v) => out.cluster = Some(v.to_string()),
                 _ => return None,
             }
         }
@@ -130,8 +138,17 @@ impl Location {
 
     /// How the store is named in errors and logs: no credentials in it.
     pub fn shown(&self) -> String {
-        format!("clickhouse://{}/{}", self.host_port, self.database)
+        let cluster = self.cluster.as_ref().map(|c| format!("?cluster={c}")).unwrap_or_default();
+        format!("clickhouse://{}/{}{cluster}", self.nodes.join(","), self.database)
     }
+}
+
+/// A name that goes into SQL unquoted: letters, digits and underscores,
+/// not starting with a digit.
+fn sql_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && !name.starts_with(|c: char| c.is_ascii_digit())
 }
 
 /// A ClickHouse failure as a store error: a full disk or quota told apart
@@ -188,10 +205,27 @@ pub(super) fn equals(filters: &[(&str, &Option<String>)]) -> String {
 }
 
 pub struct ClickHouseStore {
+    /// Reads (through every shard, on a cluster).
     db: http::Client,
+    /// Where writes go: one server's database, or each shard's tables
+    /// (see `cluster`), shard 1 first.
+    shards: Vec<Shard>,
+    /// A cluster's: shards of replicated tables.
+    replicated: bool,
     shown: String,
     rollup_settle_ms: i64,
+}
+
+/// One shard's tables and the batches waiting to be written to them.
+struct Shard {
+    db: http::Client,
     groups: group_commit::GroupCommit,
+}
+
+impl Shard {
+    fn new(db: http::Client) -> Shard {
+        Shard { db, groups: group_commit::GroupCommit::default() }
+    }
 }
 
 impl ClickHouseStore {
@@ -210,13 +244,34 @@ impl ClickHouseStore {
         };
         let scheme = if location.tls { "https" } else { "http" };
         let endpoint = http::Endpoint {
-            base: format!("{scheme}://{}/", location.host_port),
+            bases: location.nodes.iter().map(|node| format!("{scheme}://{node}/")).collect(),
             user: location.user.clone(),
             password,
             ca: location.ca.clone(),
         };
         let server = http::Client::new(endpoint, None).map_err(open_err)?;
-        let found = match schema::migrate(&server, &location.database).map_err(open_err)? {
+        let database = &location.database;
+        let (migrated, db, shards) = match &location.cluster {
+            None => {
+                let migrated = schema::migrate(&server, database).map_err(open_err)?;
+                let db = server.with_database(database);
+                let shards = vec![Shard::new(server.with_database(database))];
+                (migrated, db, shards)
+            }
+            Some(cluster) => {
+                let bases = cluster::discover(&server, cluster)
+                    .map_err(|source| StoreError::Open { path: shown.clone(), source: source.into() })?;
+                let migrated = schema::migrate_cluster(&server, cluster, database).map_err(open_err)?;
+                // The winners' subqueries read each shard's own records.
+                let db = server.with_database(database).with_setting("distributed_product_mode", "local");
+                let shard_db = schema::shard_database(database);
+                let shards: Vec<Shard> =
+                    bases.into_iter().map(|b| Shard::new(server.with_bases(b).with_database(&shard_db))).collect();
+                tracing::info!(store = %shown, shards = shards.len(), "opened the cluster store");
+                (migrated, db, shards)
+            }
+        };
+        let found = match migrated {
             Ok(found) => found,
             Err(found) => {
                 return Err(StoreError::Version {
@@ -230,17 +285,37 @@ impl ClickHouseStore {
             tracing::info!(store = %shown, version = SCHEMA_VERSION, "created the ClickHouse store's tables");
         }
         Ok(ClickHouseStore {
-            db: server.with_database(&location.database),
+            db,
+            shards,
+            replicated: location.cluster.is_some(),
             shown,
             rollup_settle_ms: location.rollup_settle_ms,
-            groups: group_commit::GroupCommit::default(),
         })
+    }
+
+    /// A rollup pass that takes inserts as visible `settle_ms` after the
+    /// server stamped them (see `rollups`).
+    fn roll_up_settled(&self, settle_ms: i64) -> Result<rollups::RollupOutcome, StoreError> {
+        let shards = rollups::Shards { all: self.shards.iter().map(|s| &s.db).collect(), replicated: self.replicated };
+        rollups::roll_up(&self.db, &shards, settle_ms)
+    }
+
+    /// The shard an agent's rows live on.
+    fn shard(&self, agent_id: &str) -> &Shard {
+        &self.shards[cluster::shard_of(agent_id, self.shards.len())]
+    }
+
+    /// Where rows that belong to no agent (markers, events) are written:
+    /// the first shard. Reads find them through every shard.
+    fn first_shard(&self) -> &Shard {
+        &self.shards[0]
     }
 }
 
 impl Store for ClickHouseStore {
     fn ingest(&self, batch: Batch, received_unix_ms: i64, content_hash: u64) -> Result<IngestOutcome, StoreError> {
-        self.groups.ingest(&self.db, batch, received_unix_ms, content_hash)
+        let shard = self.shard(batch.agent.as_ref().map_or("", |a| a.agent_id.as_str()));
+        shard.groups.ingest(&shard.db, batch, received_unix_ms, content_hash)
     }
 
     fn top(&self, query: &TopQuery) -> Result<Vec<TopDigest>, StoreError> {
@@ -281,7 +356,7 @@ impl Store for ClickHouseStore {
     }
 
     fn annotate(&self, annotation: &Annotation) -> Result<(), StoreError> {
-        events::annotate(&self.db, annotation)
+        events::annotate(&self.first_shard().db, annotation)
     }
 
     fn annotations(&self, query: &AnnotationsQuery) -> Result<Vec<Annotation>, StoreError> {
@@ -289,7 +364,7 @@ impl Store for ClickHouseStore {
     }
 
     fn put_events(&self, list: &[Event]) -> Result<(), StoreError> {
-        events::put(&self.db, list)
+        events::put(&self.first_shard().db, list)
     }
 
     fn events(&self, query: &EventsQuery) -> Result<Vec<Event>, StoreError> {
@@ -313,7 +388,7 @@ impl Store for ClickHouseStore {
     }
 
     fn roll_up(&self) -> Result<usize, StoreError> {
-        let outcome = rollups::roll_up(&self.db, self.rollup_settle_ms)?;
+        let outcome = self.roll_up_settled(self.rollup_settle_ms)?;
         if outcome.buckets > 0 {
             tracing::info!(store = %self.shown, buckets = outcome.buckets, rows = outcome.rows, left = outcome.left, "rolled up");
         }
@@ -321,7 +396,10 @@ impl Store for ClickHouseStore {
     }
 
     fn prune(&self, cutoffs: &PruneCutoffs) -> Result<PruneOutcome, StoreError> {
-        let outcome = write::prune(&self.db, cutoffs)?;
+        let mut outcome = PruneOutcome::default();
+        for shard in &self.shards {
+            outcome.add(write::prune(&shard.db, cutoffs)?);
+        }
         tracing::debug!(store = %self.shown, ?outcome, "pruned");
         Ok(outcome)
     }

@@ -38,7 +38,8 @@ pub(super) fn top(db: &Client, query: &TopQuery) -> Result<Vec<TopDigest>, Store
         OrderBy::RowsExamined => "ifNull(rows_examined, 0)",
         OrderBy::Cpu => "ifNull(cpu_ns, 0)",
         OrderBy::TmpDisk => "ifNull(tmp_disk_tables, 0)",
-        _ => "toUInt64(0)",
+        // Materialized: see `costs::AGENT_RAW`.
+        _ => "materialize(toUInt64(0))",
     };
     let sources = rollups::sources(db, query.since_unix_ms, query.until_unix_ms, None, "top")?;
     let columns = format!("{DIGEST_COLUMNS}, {MERGE_COLUMNS}, {figure} AS figure");

@@ -32,6 +32,7 @@ use prost::Message as _;
 use sqlbee_proto::v1::{AgentCost, ProbeCost};
 
 use super::{
+    cluster,
     digest_rows::{DIGEST_COLUMNS, MERGE_COLUMNS, Merging, RowKey, read_full_row},
     error,
     http::{Client, RowWriter},
@@ -293,7 +294,12 @@ pub struct RollupOutcome {
 /// Rolls up the buckets that ended before the cutoff and have batches
 /// stored since their newest mark (or no mark): finest level first, oldest
 /// first.
-pub(super) fn roll_up(db: &Client, settle_ms: i64) -> Result<RollupOutcome, StoreError> {
+///
+/// On a cluster, `db` reads through every shard and `shards` are each
+/// shard's own tables (one server's store: its one database): each
+/// bucket's rows are rolled shard by shard, under one pass id, and its
+/// mark goes to every shard after every shard's rows.
+pub(super) fn roll_up(db: &Client, shards: &Shards<'_>, settle_ms: i64) -> Result<RollupOutcome, StoreError> {
     let bad = malformed("roll up");
     let err = |e| error("roll up", e);
     let now_s = db.select("SELECT toInt64(toUInt32(now()))").map_err(err)?.i64().map_err(&bad)?;
@@ -318,11 +324,33 @@ pub(super) fn roll_up(db: &Client, settle_ms: i64) -> Result<RollupOutcome, Stor
         }
     }
     let mut outcome = RollupOutcome { left: due.len().saturating_sub(BUCKETS_PER_PASS), ..Default::default() };
+    if shards.replicated && !due.is_empty() {
+        for (n, shard) in shards.all.iter().enumerate() {
+            if !cluster::caught_up(shard, settle_ms).map_err(err)? {
+                return Err(StoreError::Backend {
+                    action: "roll up",
+                    source: format!(
+                        "the replica of shard {} this collector reads is still catching up with its shard; the \
+                         pass waits for it",
+                        n + 1
+                    )
+                    .into(),
+                });
+            }
+        }
+    }
     for (level, bucket) in due.into_iter().take(BUCKETS_PER_PASS) {
-        outcome.rows += roll_bucket(db, level, bucket, cutoff_s)?;
+        outcome.rows += roll_bucket(&shards.all, level, bucket, cutoff_s)?;
         outcome.buckets += 1;
     }
     Ok(outcome)
+}
+
+/// Where a pass writes: each shard's tables, and whether they are
+/// replicated (a replica must have caught up before a pass reads it).
+pub(super) struct Shards<'a> {
+    pub all: Vec<&'a Client>,
+    pub replicated: bool,
 }
 
 /// The rows of `[start, end)` (within one hour) of the batches stored
@@ -339,23 +367,32 @@ pub(super) fn counted(start: i64, end: i64, cutoff_s: i64) -> String {
 }
 
 /// One bucket's rollup rows of the batches stored before `cutoff_s`, under
-/// a pass id of their own, then its mark. A bucket longer than an hour is
-/// read an hour at a time, so a collector holds one hour's raw rows.
-pub(super) fn roll_bucket(db: &Client, level: i64, bucket: i64, cutoff_s: i64) -> Result<u64, StoreError> {
+/// a pass id of their own, each shard's from its own rows, then its mark on
+/// every shard. A bucket longer than an hour is read an hour at a time, so
+/// a collector holds one hour's raw rows.
+pub(super) fn roll_bucket(shards: &[&Client], level: i64, bucket: i64, cutoff_s: i64) -> Result<u64, StoreError> {
     let err = |e| error("roll up", e);
     let step = level.min(HOUR);
     let chunks: Vec<String> =
         (0..level / step).map(|n| counted(bucket + n * step, bucket + (n + 1) * step, cutoff_s)).collect();
     let pass = pass_id(cutoff_s);
-    let digests = roll_digests(db, &chunks, (level, bucket), pass)?;
-    let instances = roll_instances(db, &chunks, (level, bucket), pass)?;
-    let agents = roll_agents(db, &chunks, (level, bucket), pass)?;
+    let mut rows = 0;
+    for db in shards {
+        let digests = roll_digests(db, &chunks, (level, bucket), pass)?;
+        let instances = roll_instances(db, &chunks, (level, bucket), pass)?;
+        let agents = roll_agents(db, &chunks, (level, bucket), pass)?;
+        tracing::debug!(level, bucket, cutoff_s, pass, digests, instances, agents, "rolled up");
+        rows += digests + instances + agents;
+    }
     let mut mark = RowWriter::default();
     bucket_key(&mut mark, (level, bucket), pass).col("written_unix_ms").i64(sqlbee_common::clock::now_unix_ms());
     mark.end_row();
-    db.insert("rollup_marks", &mark).map_err(err)?;
-    tracing::debug!(level, bucket, cutoff_s, pass, digests, instances, agents, "rolled up");
-    Ok(digests + instances + agents)
+    // Reads take a bucket's newest mark from any shard: each copy says
+    // every shard's rows of its pass are there.
+    for db in shards {
+        db.insert("rollup_marks", &mark).map_err(err)?;
+    }
+    Ok(rows)
 }
 
 /// The columns every rollup row (and mark) starts with.

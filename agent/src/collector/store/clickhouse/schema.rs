@@ -39,13 +39,49 @@ fn day(column: &str) -> String {
     format!("intDiv({column}, 86400000)")
 }
 
+/// Where the tables live: in one server's database, or on a cluster.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Layout<'a> {
+    Single,
+    /// Each node holds its shard's rows in `ReplicatedMergeTree` tables of
+    /// the database `shard_db`, and `Distributed` tables of the same names
+    /// in the store's database read through every shard.
+    Cluster {
+        cluster: &'a str,
+        database: &'a str,
+        shard_db: &'a str,
+    },
+}
+
+impl Layout<'_> {
+    /// The CREATE of a table of `name` and its engine's clauses, on every
+    /// node of a cluster.
+    fn create(&self, name: &str, columns: &str, clauses: &str) -> String {
+        match self {
+            Layout::Single => format!("CREATE TABLE IF NOT EXISTS {name} ({columns}) ENGINE = MergeTree{clauses}"),
+            // The {shard} and {replica} macros are each node's own.
+            Layout::Cluster { cluster, shard_db, .. } => format!(
+                "CREATE TABLE IF NOT EXISTS {shard_db}.{name} ON CLUSTER {cluster} ({columns})
+                 ENGINE = ReplicatedMergeTree('/clickhouse/tables/{{shard}}/{shard_db}/{name}', '{{replica}}'){clauses}"
+            ),
+        }
+    }
+}
+
+/// The database of a cluster store's shard tables.
+pub(super) fn shard_database(database: &str) -> String {
+    format!("{database}_shard")
+}
+
+/// The tables of one server's store (see `tables_for`).
 pub(super) fn tables() -> Vec<(&'static str, String)> {
+    tables_for(Layout::Single)
+}
+
+pub(super) fn tables_for(layout: Layout<'_>) -> Vec<(&'static str, String)> {
     let table = |name: &'static str, columns: &str, partition: Option<&str>, order: &str| {
         let partition = partition.map(|c| format!(" PARTITION BY {}", day(c))).unwrap_or_default();
-        (
-            name,
-            format!("CREATE TABLE IF NOT EXISTS {name} ({columns}) ENGINE = MergeTree{partition} ORDER BY ({order})"),
-        )
+        (name, layout.create(name, columns, &format!("{partition} ORDER BY ({order})")))
     };
     let fine_grained = |(name, sql): (&'static str, String)| (name, sql + " SETTINGS index_granularity = 1024");
     vec![
@@ -333,9 +369,7 @@ pub(super) fn migrate(server: &Client, database: &str) -> Result<Result<u32, u32
     let db = server.with_database(database);
     let (_, create_version) = &tables()[0];
     db.execute(create_version)?;
-    let mut rows = db.select("SELECT toUInt32(max(version)) FROM schema_version")?;
-    let found =
-        rows.u32().map_err(|e| HttpError::Server { url: String::new(), status: 200, message: e.to_string() })?;
+    let found = version(&db)?;
     if found > SCHEMA_VERSION {
         return Ok(Err(found));
     }
@@ -368,6 +402,80 @@ pub(super) fn migrate(server: &Client, database: &str) -> Result<Result<u32, u32
         ))?;
     }
     Ok(Ok(found))
+}
+
+/// Creates a cluster store's databases and what they lack on every node
+/// (`ON CLUSTER`: each node's DDL queue, so a node that is down takes it
+/// when it is back). Ok(version found: 0 for a new store), or Err(version
+/// found) when a newer collector wrote it. `server` may be any node.
+pub(super) fn migrate_cluster(server: &Client, cluster: &str, database: &str) -> Result<Result<u32, u32>, HttpError> {
+    let shard_db = shard_database(database);
+    let layout = Layout::Cluster { cluster, database, shard_db: &shard_db };
+    let tables = tables_for(layout);
+    let present = present_tables(server, database, &shard_db, &tables)?;
+    if present < tables.len() {
+        for db in [&shard_db, database] {
+            server.execute(&format!("CREATE DATABASE IF NOT EXISTS {db} ON CLUSTER {cluster}"))?;
+        }
+        create_on_cluster(server, layout, &tables[..1])?;
+    }
+    let found = version(&server.with_database(database))?;
+    if found > SCHEMA_VERSION {
+        return Ok(Err(found));
+    }
+    if present < tables.len() {
+        create_on_cluster(server, layout, &tables[1..])?;
+    }
+    // Upgrades of cluster stores start here: the first cluster store was
+    // version 7. An added column goes to both tables, shard table first.
+    if found < SCHEMA_VERSION {
+        // Any one shard's row will do: reads take the largest version.
+        server.with_database(&shard_db).execute(&format!(
+            "INSERT INTO schema_version (version, written_unix_ms) VALUES ({SCHEMA_VERSION}, {})",
+            sqlbee_common::clock::now_unix_ms()
+        ))?;
+    }
+    Ok(Ok(found))
+}
+
+/// Each table's shard table, then the `Distributed` table that reads
+/// through every shard.
+fn create_on_cluster(server: &Client, layout: Layout<'_>, tables: &[(&str, String)]) -> Result<(), HttpError> {
+    let Layout::Cluster { cluster, database, shard_db } = layout else { return Ok(()) };
+    for (name, create) in tables {
+        server.execute(create)?;
+        server.execute(&format!(
+            "CREATE TABLE IF NOT EXISTS {database}.{name} ON CLUSTER {cluster} AS {shard_db}.{name}
+             ENGINE = Distributed({cluster}, {shard_db}, {name})"
+        ))?;
+    }
+    Ok(())
+}
+
+/// How many of the store's tables this node holds both of (its shard
+/// table and its `Distributed` table).
+fn present_tables(
+    server: &Client,
+    database: &str,
+    shard_db: &str,
+    tables: &[(&str, String)],
+) -> Result<usize, HttpError> {
+    let names: Vec<String> = tables.iter().map(|(name, _)| super::http::quote(name)).collect();
+    let mut rows = server.select(&format!(
+        "SELECT toUInt64(count()) FROM (SELECT name FROM system.tables
+             WHERE database IN ({}, {}) AND name IN ({}) GROUP BY name HAVING count() = 2)",
+        super::http::quote(shard_db),
+        super::http::quote(database),
+        names.join(", ")
+    ))?;
+    let n = rows.u64().map_err(|e| HttpError::Server { url: String::new(), status: 200, message: e.to_string() })?;
+    Ok(n as usize)
+}
+
+/// The store's schema version: the largest any collector wrote.
+fn version(db: &Client) -> Result<u32, HttpError> {
+    let mut rows = db.select("SELECT toUInt32(max(version)) FROM schema_version")?;
+    rows.u32().map_err(|e| HttpError::Server { url: String::new(), status: 200, message: e.to_string() })
 }
 
 /// Adds a column to a table written by an older collector, unless a

@@ -33,7 +33,7 @@ fn store(test: &str) -> Option<(ClickHouseStore, Location)> {
     Some((ClickHouseStore::open(&location).expect("opening the store"), location))
 }
 
-fn batch(sequence: u64, end: i64, buckets: &[(u32, u64)]) -> Batch {
+pub(super) fn batch(sequence: u64, end: i64, buckets: &[(u32, u64)]) -> Batch {
     let count = buckets.iter().map(|b| b.1).sum();
     Batch {
         agent: Some(AgentIdentity { host: "h".into(), agent_id: "a".into(), version: "v".into() }),
@@ -72,7 +72,7 @@ fn batch(sequence: u64, end: i64, buckets: &[(u32, u64)]) -> Batch {
     }
 }
 
-fn everything(since: i64) -> TopQuery {
+pub(super) fn everything(since: i64) -> TopQuery {
     TopQuery {
         instance: None,
         digest: None,
@@ -90,11 +90,26 @@ fn everything(since: i64) -> TopQuery {
 fn locations_parse_and_never_show_a_password_file_s_content() {
     let l = Location::parse("//db.example:8123/sqlbee?user=u&password_file=/run/pw&tls=1&ca=/etc/ca.pem").unwrap();
     assert_eq!(
-        (l.host_port.as_str(), l.database.as_str(), l.user.as_deref(), l.tls),
+        (l.nodes[0].as_str(), l.database.as_str(), l.user.as_deref(), l.tls),
         ("db.example:8123", "sqlbee", Some("u"), true)
     );
     assert_eq!(l.shown(), "clickhouse://db.example:8123/sqlbee");
-    for bad in ["//h:1/", "//h/db", "//h:1/d-b", "//h:1/db?password=x", "h:1/db", "//h:1/1db", "//h:x/db"] {
+    let c = Location::parse("//a:1,b:2/sqlbee?cluster=prod_1").unwrap();
+    assert_eq!((c.nodes.len(), c.cluster.as_deref()), (2, Some("prod_1")));
+    assert_eq!(c.shown(), "clickhouse://a:1,b:2/sqlbee?cluster=prod_1");
+    for bad in [
+        "//h:1,/db",
+        "//h:1,h/db",
+        "//h:1/db?cluster=a-b",
+        "//h:1/db?cluster=",
+        "//h:1/",
+        "//h/db",
+        "//h:1/d-b",
+        "//h:1/db?password=x",
+        "h:1/db",
+        "//h:1/1db",
+        "//h:x/db",
+    ] {
         assert!(Location::parse(bad).is_none(), "{bad}");
     }
     assert!(matches!(open("clickhouse://h:1/a?password=secret"), Err(StoreError::Location { .. })));
@@ -139,7 +154,7 @@ fn once_merged_and_pruned() {
 }
 
 /// `batch` plus what the agent measured (see the SQLite store's tests).
-fn costed(sequence: u64, end: i64, agent_cpu: f64, shedding: &str) -> Batch {
+pub(super) fn costed(sequence: u64, end: i64, agent_cpu: f64, shedding: &str) -> Batch {
     let mut b = batch(sequence, end, &[(10, 2)]);
     let w = &mut b.windows[0];
     w.probes = Some(ProbeCost {
@@ -810,12 +825,12 @@ fn rollups_answer_exactly_what_the_raw_windows_answer() {
     // The server stamps inserts by the second; a pass counts those before its own.
     std::thread::sleep(std::time::Duration::from_millis(1100));
     // Two hours with windows: twelve ten-minute buckets, two hours, a day.
-    let pass = rollups::roll_up(&rolled.db, 0).unwrap();
+    let pass = rolled.roll_up_settled(0).unwrap();
     assert_eq!((pass.buckets, pass.left), (15, 0), "{pass:?}");
     assert_eq!([10 * 60_000, hour, 24 * hour].map(|level| marks(&rolled, level)), [12, 2, 1]);
     assert!(count_of(&rolled, "SELECT count() FROM digest_rollups WHERE level = 86400000") >= 3);
     assert_eq!(every(&rolled), expected);
-    assert_eq!(rollups::roll_up(&rolled.db, 0).unwrap().buckets, 0, "nothing new, nothing due");
+    assert_eq!(rolled.roll_up_settled(0).unwrap().buckets, 0, "nothing new, nothing due");
 
     // A late batch into the first hour (its rows are the delta) and a replay.
     let late = every_kind_of_row(7, base + 5000);
@@ -830,7 +845,7 @@ fn rollups_answer_exactly_what_the_raw_windows_answer() {
     // The next pass rolls the first hour again, its ten-minute buckets and
     // its day, under newer marks.
     std::thread::sleep(std::time::Duration::from_millis(1100));
-    assert_eq!(rollups::roll_up(&rolled.db, 0).unwrap().buckets, 8);
+    assert_eq!(rolled.roll_up_settled(0).unwrap().buckets, 8);
     assert_eq!(count_of(&rolled, "SELECT count() FROM rollup_marks"), 23);
     assert_eq!(every(&rolled), expected);
 
@@ -838,7 +853,7 @@ fn rollups_answer_exactly_what_the_raw_windows_answer() {
     // same second): each marks its own rows, and reads take one pass's.
     let cutoff_s = count_of(&rolled, "SELECT toUInt64(toUInt32(now()))") as i64;
     for _ in 0..2 {
-        assert!(rollups::roll_bucket(&rolled.db, hour, base, cutoff_s).unwrap() > 0);
+        assert!(rollups::roll_bucket(&[&rolled.db], hour, base, cutoff_s).unwrap() > 0);
     }
     assert_eq!(count_of(&rolled, "SELECT count() FROM rollup_marks"), 25);
     assert_eq!(every(&rolled), expected);
@@ -919,7 +934,7 @@ fn a_version_1_database_is_upgraded_in_place() {
     store.put(&every_kind_of_row(2, base + 2000), base + hour).unwrap();
     std::thread::sleep(std::time::Duration::from_millis(1100));
     // Its hour, the hour's six ten-minute buckets and its day.
-    let pass = rollups::roll_up(&store.db, 0).unwrap();
+    let pass = store.roll_up_settled(0).unwrap();
     assert_eq!(pass.buckets, 8, "{pass:?}");
     assert_eq!(count(&store), 4);
     let totals =
@@ -1066,7 +1081,7 @@ fn every_statement_the_store_sends_runs_on_current_clickhouse() {
     reads(&store);
     // Rolled up, then read through rollups and their delta (a late batch).
     std::thread::sleep(std::time::Duration::from_millis(1100));
-    assert!(rollups::roll_up(&store.db, 0).unwrap().buckets >= 2);
+    assert!(store.roll_up_settled(0).unwrap().buckets >= 2);
     assert!(!store.put(&every_kind_of_row(4, early + 2000), late).unwrap().duplicate);
     reads(&store);
     // Before the cutoff: day 1 whole (a dropped partition) and part of day 3

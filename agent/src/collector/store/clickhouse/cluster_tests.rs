@@ -1,0 +1,235 @@
+//! The cluster store against a private cluster of two shards of two
+//! replicas and a ZooKeeper (see `xtask::clickhouse_cluster`): the same
+//! answers as one server's store on the same batches, raw and rolled up,
+//! each agent's rows on its own shard only, the shared store assertions,
+//! and a replica killed under writes.
+use sqlbee_proto::v1::Batch;
+use xtask::{
+    clickhouse::for_test,
+    clickhouse_cluster::{REPLICAS, SHARDS, cluster_for_test, private_cluster_for_test},
+};
+
+use super::{
+    ClickHouseStore, Location, cluster,
+    tests::{batch, costed, everything},
+};
+use crate::collector::store::{rollup::HOUR_MS as HOUR, *};
+
+fn open_at(location: &str) -> ClickHouseStore {
+    let location = Location::parse(&location["clickhouse:".len()..]).expect("a location");
+    ClickHouseStore::open(&location).expect("opening the store")
+}
+
+/// A store on a fresh database of the shared cluster, or None (the test
+/// skips, saying why).
+fn cluster_store(test: &str) -> Option<ClickHouseStore> {
+    let cluster = cluster_for_test(test)?;
+    Some(open_at(&cluster.location(&cluster.fresh_database(test))))
+}
+
+/// `batch` of another agent and instance.
+fn of_agent(agent: usize, sequence: u64, end: i64, buckets: &[(u32, u64)]) -> Batch {
+    let mut b = batch(sequence, end, buckets);
+    b.agent.as_mut().unwrap().agent_id = format!("agent-{agent}");
+    b.windows[0].instance.as_mut().unwrap().name = format!("h{agent}:3306");
+    b.windows[0].window_start_unix_ms = end - 10_000;
+    b
+}
+
+fn put(store: &ClickHouseStore, b: &Batch, at: i64) -> IngestOutcome {
+    store.ingest(b.clone(), at, content_hash(b)).expect("storing a batch")
+}
+
+/// Every answer the test compares, over all time and by ten minutes.
+fn answers(store: &ClickHouseStore, since: i64, until: i64) -> String {
+    let top = store.top(&TopQuery { limit: 100, ..everything(0) }).unwrap();
+    let totals = store.totals(&TotalsQuery { instance: None, since_unix_ms: 0, until_unix_ms: i64::MAX }).unwrap();
+    let mut out = format!("{top:?}\n{totals:?}\n");
+    for of in [SeriesOf::Statements, SeriesOf::Digest(u64::MAX - 1), SeriesOf::Cost] {
+        let query = SeriesQuery {
+            of,
+            instance: None,
+            schema: None,
+            since_unix_ms: since,
+            until_unix_ms: until,
+            step_ms: 10 * 60_000,
+        };
+        out.push_str(&format!("{:?}\n", store.series(&query).unwrap()));
+        out.push_str(&format!("{:?}\n", store.series_by_instance(&query).unwrap()));
+    }
+    let mut instances = store.instances().unwrap();
+    instances.sort_by(|a, b| (&a.agent_id, &a.instance).cmp(&(&b.agent_id, &b.instance)));
+    out.push_str(&format!("{instances:?}\n"));
+    out
+}
+
+#[test]
+fn a_cluster_answers_as_one_server_does_raw_and_rolled_up() {
+    let test = "cluster-equals-one-server";
+    let (Some(cluster), Some(server)) = (cluster_for_test(test), for_test(test)) else { return };
+    let on_cluster = open_at(&cluster.location(&cluster.fresh_database(test)));
+    let alone = open_at(&server.location(&server.fresh_database(test)));
+    // Eight agents (both shards), a window every ten minutes over three
+    // hours that ended an hour ago, so every rollup level has buckets.
+    let now = sqlbee_common::clock::now_unix_ms();
+    let start = (now - 4 * HOUR).div_euclid(HOUR) * HOUR;
+    let mut statements = 0;
+    for agent in 0..8 {
+        for n in 0..18u64 {
+            let end = start + (n as i64 + 1) * 10 * 60_000 + agent as i64 * 1000;
+            let b = if n % 3 == 0 {
+                let mut c = costed(n + 1, end, 0.25, "exact");
+                c.agent = of_agent(agent, n + 1, end, &[]).agent;
+                c.windows[0].instance.as_mut().unwrap().name = format!("h{agent}:3306");
+                c
+            } else {
+                of_agent(agent, n + 1, end, &[(10 + agent as u32, n + 1), (40, 1)])
+            };
+            statements += b.windows[0].statements;
+            for store in [&on_cluster, &alone] {
+                assert!(!put(store, &b, end).duplicate);
+                assert!(put(store, &b, end + 1).duplicate, "a replay is a duplicate");
+            }
+        }
+    }
+    // Each agent's batches are on its shard, both replicas, and nowhere else.
+    for shard in 1..=SHARDS {
+        let expected = (0..8).filter(|a| cluster::shard_of(&format!("agent-{a}"), SHARDS) == shard - 1).count();
+        assert!(expected > 0, "eight agents spread over both shards");
+        for replica in 1..=REPLICAS {
+            let node = cluster.node(shard, replica);
+            let sql = format!("SELECT uniqExact(agent_id) FROM {}_shard.batches", database_of(&on_cluster));
+            let found = wait_for(|| node.sql(&sql).unwrap().trim() == expected.to_string());
+            assert!(found, "shard {shard} replica {replica} holds the batches of its {expected} agents");
+        }
+    }
+    let (since, until) = (start, start + 4 * HOUR);
+    let raw = answers(&alone, since, until);
+    assert!(raw.contains(&format!("statements: {statements}")), "{raw}");
+    assert_eq!(answers(&on_cluster, since, until), raw, "raw answers");
+    // Rolled up on both (every inserted second past), the same again.
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    for store in [&on_cluster, &alone] {
+        let mut passes = 0;
+        // A replica still fetching the newest parts makes a pass wait.
+        while store.roll_up_settled(0).map_or(1, |o| o.left) > 0 {
+            passes += 1;
+            assert!(passes < 40, "rollups end: {:?}", store.roll_up_settled(0));
+            std::thread::sleep(std::time::Duration::from_millis(250));
+        }
+    }
+    let rolled = answers(&on_cluster, since, until);
+    assert_eq!(rolled, answers(&alone, since, until), "rolled-up answers");
+    assert_eq!(rolled, raw, "rollups change no answer");
+    let marks = on_cluster.db.select("SELECT count() FROM rollup_marks").unwrap().u64().unwrap();
+    assert!(marks > 0, "rolled up");
+    // A pass over the same buckets again doubles nothing.
+    assert_eq!(on_cluster.roll_up_settled(0).unwrap().buckets, 0, "nothing new, nothing due");
+    assert_eq!(answers(&on_cluster, since, until), raw);
+    // Retention prunes every shard.
+    let pruned = on_cluster.prune(&PruneCutoffs::all(until)).unwrap();
+    assert_eq!(pruned.batches, 8 * 18, "{pruned:?}");
+    let left = on_cluster.totals(&TotalsQuery { instance: None, since_unix_ms: 0, until_unix_ms: i64::MAX }).unwrap();
+    assert_eq!(left.statements, 0);
+}
+
+fn database_of(store: &ClickHouseStore) -> String {
+    store.shown.rsplit('/').next().unwrap().split('?').next().unwrap().to_string()
+}
+
+/// Polls `done` for up to 30 s (replication is asynchronous).
+fn wait_for(mut done: impl FnMut() -> bool) -> bool {
+    let started = std::time::Instant::now();
+    while started.elapsed() < std::time::Duration::from_secs(30) {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    false
+}
+
+#[test]
+fn shared_assertions_on_a_cluster() {
+    let Some(store) = cluster_store("shared") else { return };
+    shared_tests::series_split_by_instance_add_up_to_the_fleet(&store, batch);
+    let Some(store) = cluster_store("shared-digest") else { return };
+    shared_tests::series_split_by_digest_match_filtered_reads(&store, batch);
+    let Some(store) = cluster_store("shared-messages") else { return };
+    shared_tests::error_messages_are_kept_per_instance(&store, batch);
+    let Some(store) = cluster_store("shared-plans") else { return };
+    shared_tests::plans_merge_sightings_and_list_changes(&store, batch);
+    let Some(store) = cluster_store("shared-tags") else { return };
+    shared_tests::tags_and_exemplars_merge_over_windows(&store, batch);
+    let Some(store) = cluster_store("shared-long") else { return };
+    shared_tests::long_statements_newest_first_once_and_pruned(&store, batch);
+    let Some(store) = cluster_store("shared-events") else { return };
+    shared_tests::markers_and_events_keep_their_newest_version(&store);
+    let Some(store) = cluster_store("shared-latest") else { return };
+    shared_tests::latest_cost_takes_each_agents_nearest_window(&store, costed);
+}
+
+#[test]
+fn a_replica_killed_under_writes_loses_and_doubles_nothing() {
+    let Some(cluster) = private_cluster_for_test("replica-killed") else { return };
+    let store = std::sync::Arc::new(open_at(&cluster.location(&cluster.fresh_database("killed"))));
+    let now = sqlbee_common::clock::now_unix_ms();
+    let writers: Vec<_> = (0..4)
+        .map(|agent| {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                let mut stored = 0u64;
+                for n in 0..60u64 {
+                    let b = of_agent(agent, n + 1, now + n as i64 * 100, &[(10, 1 + n % 3)]);
+                    // As an agent does: again until acknowledged.
+                    let mut tries = 0;
+                    loop {
+                        match store.ingest(b.clone(), now, content_hash(&b)) {
+                            Ok(outcome) => {
+                                stored += b.windows[0].statements * u64::from(!outcome.duplicate);
+                                break;
+                            }
+                            Err(e) => {
+                                tries += 1;
+                                assert!(tries < 100, "agent {agent} batch {n}: {e}");
+                                std::thread::sleep(std::time::Duration::from_millis(100));
+                            }
+                        }
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                stored
+            })
+        })
+        .collect();
+    // Both shards lose their first replica mid-run, one after the other.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    cluster.node(1, 1).stop().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    cluster.node(2, 1).stop().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    cluster.node(1, 1).start().unwrap();
+    cluster.node(2, 1).start().unwrap();
+    let acknowledged: u64 = writers.into_iter().map(|w| w.join().unwrap()).sum();
+    let sent: u64 = (0..60u64).map(|n| 1 + n % 3).sum::<u64>() * 4;
+    assert_eq!(acknowledged, sent, "every batch acknowledged once");
+    let all = TotalsQuery { instance: None, since_unix_ms: 0, until_unix_ms: i64::MAX };
+    let settled = wait_for(|| store.totals(&all).is_ok_and(|t| t.statements == sent));
+    assert!(settled, "totals reach {sent}: {:?}", store.totals(&all));
+    // Each replica alone, once replication has caught up, holds its
+    // shard's agents' statements once: no batch twice, none lost.
+    let per_agent: u64 = (0..60u64).map(|n| 1 + n % 3).sum();
+    for shard in 1..=SHARDS {
+        let agents = (0..4).filter(|a| cluster::shard_of(&format!("agent-{a}"), SHARDS) == shard - 1).count() as u64;
+        let db = format!("{}_shard", database_of(&store));
+        let sql = format!(
+            "SELECT sum(count) FROM {db}.digest_windows WHERE (agent_id, epoch, sequence, ingest_id) IN
+             (SELECT agent_id, epoch, sequence, min(ingest_id) FROM {db}.batches GROUP BY agent_id, epoch, sequence)"
+        );
+        for replica in 1..=REPLICAS {
+            let node = cluster.node(shard, replica);
+            let held = wait_for(|| node.sql(&sql).is_ok_and(|out| out.trim() == (agents * per_agent).to_string()));
+            assert!(held, "shard {shard} replica {replica}: {:?}, expected {}", node.sql(&sql), agents * per_agent);
+        }
+    }
+}
