@@ -27,6 +27,10 @@
 //! (`xtask::clickhouse`, rollups settling in 5 s), reports its CPU beside
 //! the collector's, and waits for the rollups (ten minutes, hours, days)
 //! to be written before the queries are timed.
+//! `--store=clickhouse-cluster` starts a private cluster instead
+//! (`xtask::clickhouse_cluster`: two shards of two replicas and a
+//! ZooKeeper) and reports every server's CPU and disk, to measure what a
+//! shard and a replica cost (`-clickhouse-cluster-2x2` in the name).
 //! `SQLBEE_BENCH_COLLECTOR_BIN=PATH` runs another `sqlbee` binary as the
 //! collector and the CLI (an older build, to compare two builds on the
 //! same data); the report names it.
@@ -107,6 +111,55 @@ fn detection_round(location: &str, dir: &std::path::Path) -> Option<(u64, u64, u
     unsafe { libc::kill(collector.id() as i32, libc::SIGTERM) };
     let _ = collector.wait();
     found
+}
+
+/// The ClickHouse the bench started for the run: one server, or a
+/// cluster.
+enum OwnClickHouse {
+    Server(xtask::clickhouse::PrivateClickHouse),
+    Cluster(xtask::clickhouse_cluster::ClickHouseCluster),
+}
+
+impl OwnClickHouse {
+    fn nodes(&self) -> Vec<&xtask::clickhouse::PrivateClickHouse> {
+        match self {
+            OwnClickHouse::Server(server) => vec![server],
+            OwnClickHouse::Cluster(cluster) => cluster.nodes.iter().collect(),
+        }
+    }
+
+    /// Every server process, then ZooKeeper's (a cluster's), each with a
+    /// name for the report.
+    fn processes(&self) -> Vec<(String, u32)> {
+        let mut out: Vec<(String, u32)> = self
+            .nodes()
+            .iter()
+            .filter_map(|node| {
+                let dir = node.dir.as_ref()?;
+                let name = dir.file_name()?.to_string_lossy().into_owned();
+                Some((name, pid_with_arg(dir)?))
+            })
+            .collect();
+        if let OwnClickHouse::Cluster(cluster) = self {
+            let zookeeper = cluster.nodes[0].dir.as_ref().and_then(|d| pid_with_arg(&d.parent()?.join("zookeeper")));
+            out.extend(zookeeper.map(|pid| ("ZooKeeper".to_string(), pid)));
+        }
+        out
+    }
+
+    /// Bytes of active parts per server, of every table of the run's
+    /// database (a cluster's shard tables included).
+    fn bytes_on_disk(&self) -> Vec<(String, u64)> {
+        let sql = "SELECT sum(bytes_on_disk) FROM system.parts WHERE database IN ('load', 'load_shard') AND active";
+        self.nodes()
+            .iter()
+            .map(|node| {
+                let name = node.dir.as_ref().and_then(|d| d.file_name()).map(|n| n.to_string_lossy().into_owned());
+                let bytes = node.sql(sql).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0);
+                (name.unwrap_or_else(|| node.host_port.clone()), bytes)
+            })
+            .collect()
+    }
 }
 
 fn cpu_seconds(pid: u32) -> f64 {
@@ -244,14 +297,22 @@ fn main() {
         std::env::args().find_map(|a| a.strip_prefix("--collector-cpus=")?.parse::<f64>().ok()).filter(|c| *c > 0.0);
     let store_options = if normal { "?synchronous=normal" } else { "" };
     let mut store_location = std::env::args().find_map(|a| a.strip_prefix("--store=").map(str::to_string));
-    let clickhouse = if store_location.as_deref() == Some("clickhouse") {
-        let server = xtask::clickhouse::PrivateClickHouse::private("collector_load").expect("a private ClickHouse");
-        store_location = Some(format!("{}?rollup_settle_s=5", server.location("load")));
-        Some(server)
-    } else {
-        None
+    let clickhouse = match store_location.as_deref() {
+        Some("clickhouse") => {
+            let server = xtask::clickhouse::PrivateClickHouse::private("collector_load").expect("a private ClickHouse");
+            store_location = Some(format!("{}?rollup_settle_s=5", server.location("load")));
+            Some(OwnClickHouse::Server(server))
+        }
+        Some("clickhouse-cluster") => {
+            let cluster = xtask::clickhouse_cluster::ClickHouseCluster::private("collector_load")
+                .expect("a private ClickHouse cluster");
+            store_location = Some(format!("{}&rollup_settle_s=5", cluster.location("load")));
+            Some(OwnClickHouse::Cluster(cluster))
+        }
+        _ => None,
     };
-    let clickhouse_pid = clickhouse.as_ref().and_then(|c| c.dir.as_ref()).and_then(|dir| pid_with_arg(dir));
+    let clickhouse_pids: Vec<(String, u32)> = clickhouse.as_ref().map(OwnClickHouse::processes).unwrap_or_default();
+    let clickhouse_cpu_now = || -> Vec<f64> { clickhouse_pids.iter().map(|(_, pid)| cpu_seconds(*pid)).collect() };
     let dir = std::env::temp_dir().join(format!("sqlbee-collector-load-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
@@ -291,7 +352,10 @@ fn main() {
     let ingest_location = match &clickhouse {
         Some(_) => location.replace("rollup_settle_s=5", "rollup_settle_s=4000000000"),
         None => {
-            assert_eq!(collectors, 1, "--collectors=N shares one store among N collectors: use --store=clickhouse");
+            assert_eq!(
+                collectors, 1,
+                "--collectors=N shares one store among N collectors: use --store=clickhouse or clickhouse-cluster"
+            );
             location.clone()
         }
     };
@@ -323,7 +387,7 @@ fn main() {
     let batches = Arc::new(AtomicU64::new(0));
     let busy = Arc::new(AtomicU64::new(0));
     let cpu0: Vec<f64> = pids.iter().map(|&pid| cpu_seconds(pid)).collect();
-    let clickhouse_cpu0 = clickhouse_pid.map(cpu_seconds).unwrap_or(0.0);
+    let clickhouse_cpu0 = clickhouse_cpu_now();
     let started = Instant::now();
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     runtime.block_on(async {
@@ -398,7 +462,8 @@ fn main() {
         unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
         let _ = child.wait();
     }
-    let clickhouse_cpu = clickhouse_pid.map(cpu_seconds).unwrap_or(0.0) - clickhouse_cpu0;
+    let clickhouse_cpus: Vec<f64> = clickhouse_cpu_now().iter().zip(&clickhouse_cpu0).map(|(a, b)| a - b).collect();
+    let clickhouse_cpu: f64 = clickhouse_cpus.iter().sum();
     // The hours that ended before the rollups' cutoff are rolled up by the
     // collector's pass; the queries are timed once they are.
     let (collector, url, ui, pid) = if clickhouse.is_some() {
@@ -412,10 +477,16 @@ fn main() {
         (collector, url, ui, pid)
     };
     let mut collector = collector;
+    // A cluster's replicas fetch their parts after the insert: the
+    // queries are timed once every replica holds every part.
+    if let Some(OwnClickHouse::Cluster(cluster)) = &clickhouse {
+        cluster.wait_replicated(Duration::from_secs(600)).expect("the replicas catch up");
+    }
     let rolled = clickhouse.as_ref().map(|server| {
         let waited = Instant::now();
         let (cpu_before, hours_due) = (cpu_seconds(pid), hours.saturating_sub(1));
-        let server_before = clickhouse_pid.map(cpu_seconds).unwrap_or(0.0);
+        let server_before: f64 = clickhouse_cpu_now().iter().sum();
+        let server = server.nodes()[0];
         // Buckets marked per level: ten minutes, hours, days.
         let marks = || -> [u64; 3] {
             let mut out = [0; 3];
@@ -443,7 +514,7 @@ fn main() {
                 break;
             }
         }
-        let server_cpu = clickhouse_pid.map(cpu_seconds).unwrap_or(0.0) - server_before;
+        let server_cpu = clickhouse_cpu_now().iter().sum::<f64>() - server_before;
         (seen, (last_change - waited).as_secs_f64(), cpu_seconds(pid) - cpu_before, server_cpu)
     });
     let rss_kib = proc_field(pid, "status", "VmHWM:");
@@ -566,24 +637,36 @@ fn main() {
     let _ = writeln!(md, "| collector CPU | {cpu:.1} s ({:.2} cores) |", cpu / elapsed);
     let _ = writeln!(md, "| digest rows/s per collector core-second | {:.0} |", rows as f64 / cpu.max(0.001));
     let _ = writeln!(md, "| collector peak RSS | {:.1} MiB |", rss_kib as f64 / 1024.0);
-    match (&clickhouse, clickhouse_pid) {
-        (Some(server), Some(_)) => {
+    match &clickhouse {
+        Some(own) if !clickhouse_pids.is_empty() => {
             let _ = writeln!(
                 md,
                 "| ClickHouse server CPU | {clickhouse_cpu:.1} s ({:.2} cores) |",
                 clickhouse_cpu / elapsed
             );
+            if clickhouse_pids.len() > 1 {
+                let each: Vec<String> = clickhouse_pids
+                    .iter()
+                    .zip(&clickhouse_cpus)
+                    .map(|((name, _), cpu)| {
+                        format!("{name} {cpu:.1} s ({:.2} ms per batch)", cpu * 1000.0 / batches as f64)
+                    })
+                    .collect();
+                let _ = writeln!(md, "| ClickHouse CPU per process (s: shard, r: replica) | {} |", each.join("; "));
+            }
             let _ = writeln!(
                 md,
                 "| batches per core-second, collector and ClickHouse together | {:.0} |",
                 batches as f64 / (cpu + clickhouse_cpu).max(0.001)
             );
-            let bytes = server
-                .sql("SELECT sum(bytes_on_disk) FROM system.parts WHERE database = 'load' AND active")
-                .ok()
-                .and_then(|s| s.trim().parse::<u64>().ok())
-                .unwrap_or(0);
-            let _ = writeln!(md, "| store size on disk | {:.1} MiB |", bytes as f64 / (1 << 20) as f64);
+            let bytes = own.bytes_on_disk();
+            let total: u64 = bytes.iter().map(|(_, b)| b).sum();
+            let _ = writeln!(md, "| store size on disk | {:.1} MiB |", total as f64 / (1 << 20) as f64);
+            if bytes.len() > 1 {
+                let each: Vec<String> =
+                    bytes.iter().map(|(name, b)| format!("{name} {:.1} MiB", *b as f64 / (1 << 20) as f64)).collect();
+                let _ = writeln!(md, "| store size on disk per server | {} |", each.join("; "));
+            }
         }
         _ => {
             let _ = writeln!(md, "| store size on disk | {:.1} MiB |", db_bytes as f64 / (1 << 20) as f64);
@@ -632,6 +715,9 @@ fn main() {
     let mut mode = if normal { "-normal" } else { "" }.to_string();
     if let Some(location) = &store_location {
         mode += &format!("-{}", location.split(':').next().unwrap_or("store"));
+        if let Some(OwnClickHouse::Cluster(_)) = &clickhouse {
+            mode += &format!("-cluster-{}x{}", xtask::clickhouse_cluster::SHARDS, xtask::clickhouse_cluster::REPLICAS);
+        }
         // A server the bench did not start has its own history: its results
         // never replace those of the bench's private server.
         if clickhouse.is_none() {

@@ -63,12 +63,20 @@ fn totals_of(collector: &Collector, token: Option<&str>) -> Totals {
 
 /// The Totals call as the collector answers it, a failure included.
 fn totals_call(collector: &Collector, token: Option<&str>) -> Result<sqlbee_proto::v1::TotalsResponse, tonic::Status> {
+    totals_request(collector, token, TotalsRequest::default())
+}
+
+fn totals_request(
+    collector: &Collector,
+    token: Option<&str>,
+    request: TotalsRequest,
+) -> Result<sqlbee_proto::v1::TotalsResponse, tonic::Status> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     runtime.block_on(async {
         let mut options = plain(&collector.http_url());
         options.token = token.map(str::to_string);
         let mut client = query_client(&options).await;
-        client.totals(TotalsRequest::default()).await.map(|r| r.into_inner())
+        client.totals(request).await.map(|r| r.into_inner())
     })
 }
 
@@ -1110,4 +1118,136 @@ fn fail_over(store: &str) {
     let cost = series(&["--of", "cost"]);
     let windows: u64 = cost["points"].as_array().unwrap().iter().map(|p| p["windows"].as_u64().unwrap()).sum();
     assert!(windows > 0, "no agent windows in the cost series: {cost:#}");
+}
+
+/// The store is a ClickHouse cluster of two shards of two replicas
+/// (`xtask::clickhouse_cluster`), two collectors share it, and two agents,
+/// each tracing its own server under sysbench and given both collectors,
+/// live on different shards (their ids are chosen so). During the run a
+/// replica of each shard is killed -9 and started again, then the first
+/// collector is killed -9, then the second agent's whole shard goes down:
+/// its pushes are answered UNAVAILABLE and it spools, while the first agent
+/// ships on without noticing. Once the shard is back, each server's
+/// statements, commits and prepared executions are stored exactly once.
+#[test]
+fn a_clickhouse_cluster_under_load_loses_and_doubles_nothing() {
+    use xtask::clickhouse_cluster::{ClickHouseCluster, REPLICAS, SHARDS};
+    if !privileged("a_clickhouse_cluster_under_load_loses_and_doubles_nothing") {
+        return;
+    }
+    let _serial = common::one_at_a_time();
+    let cluster = ClickHouseCluster::private("ship")
+        .unwrap_or_else(|why| panic!("no ClickHouse cluster for the cluster test: {why:#}"));
+    let location = cluster.location("sqlbee_ship");
+    let mut first = Collector::start_at(&location, &[]);
+    let second = Collector::start_at(&location, &[]);
+    // The first id found on each shard.
+    let ids: Vec<String> = (0..SHARDS)
+        .map(|shard| {
+            (0..)
+                .map(|n| format!("cluster-agent-{n}"))
+                .find(|id| sqlbee::collector::store::clickhouse::shard_of(id, SHARDS) == shard)
+                .unwrap()
+        })
+        .collect();
+    let servers: Vec<PrivateServer> =
+        (0..SHARDS).map(|n| PrivateServer::start(&format!("ship-cluster-{n}"), &[]).unwrap()).collect();
+    let states: Vec<PathBuf> = servers.iter().map(|s| s.dir().join("agent-state")).collect();
+    for (state, id) in states.iter().zip(&ids) {
+        std::fs::create_dir_all(state).unwrap();
+        std::fs::write(state.join("agent-id"), id).unwrap();
+    }
+    let runs: Vec<common::Workload> =
+        servers.iter().map(|s| common::Workload::sysbench(s, "oltp_read_write", 2, 180, "auto")).collect();
+    std::thread::sleep(Duration::from_millis(1000));
+    runs.iter().for_each(|r| r.pause());
+    let before: Vec<_> = servers.iter().map(common::status_before_agent).collect();
+    let agents: Vec<Agent> = servers
+        .iter()
+        .zip(&states)
+        .map(|(server, state)| {
+            let mut args = ship_args(server, &first, state, "1s");
+            args[1] = format!("--collector={},{}", first.http_url(), second.http_url());
+            Agent::start(server.dir(), &args)
+        })
+        .collect();
+    runs.iter().for_each(|r| r.resume());
+    let stored_by = |agent: &str| -> u64 {
+        second.instances().iter().filter(|i| i["agent_id"] == agent).map(|i| i["batches"].as_u64().unwrap()).sum()
+    };
+    for (agent, id) in agents.iter().zip(&ids) {
+        wait_for("both agents' first batches", Duration::from_secs(30), agent, || stored_by(id) > 0);
+    }
+
+    // A replica of each shard killed under writes, and started again.
+    cluster.node(1, 1).stop().unwrap();
+    cluster.node(2, REPLICAS).stop().unwrap();
+    std::thread::sleep(Duration::from_secs(4));
+    cluster.node(1, 1).start().unwrap();
+    cluster.node(2, REPLICAS).start().unwrap();
+    // The first collector killed: the agents go on through the second.
+    first.kill9();
+    std::thread::sleep(Duration::from_secs(3));
+
+    // The second agent's whole shard down.
+    let (calm, hit) = (&agents[0], &agents[1]);
+    let calm_log = calm.stderr_text().len();
+    let calm_batches = stored_by(&ids[0]);
+    for replica in 1..=REPLICAS {
+        cluster.node(2, replica).stop().unwrap();
+    }
+    let down = Instant::now();
+    wait_for("the second agent's push answered UNAVAILABLE", Duration::from_secs(20), hit, || {
+        common::strip_ansi(&hit.stderr_text()).contains("code=Unavailable")
+    });
+    std::thread::sleep(Duration::from_secs(8).saturating_sub(down.elapsed()));
+    assert!(!spool_files(&states[1]).is_empty(), "the second agent spools: {}", hit.progress());
+    let calm_since = common::strip_ansi(&calm.stderr_text()[calm_log..]);
+    assert!(!calm_since.contains("code=Unavailable"), "the first agent noticed the other shard's outage: {calm_since}");
+    assert!(spool_files(&states[0]).len() <= 1, "the first agent kept shipping: {}", calm.progress());
+    for replica in 1..=REPLICAS {
+        cluster.node(2, replica).start().unwrap();
+    }
+    assert!(stored_by(&ids[0]) > calm_batches, "the first agent's batches were stored during the outage");
+    wait_for("the second agent's spool to drain", Duration::from_secs(60), hit, || spool_files(&states[1]).len() <= 1);
+    std::thread::sleep(Duration::from_secs(2));
+    runs.iter().for_each(|r| r.pause());
+    let outs: Vec<_> = agents.into_iter().map(Agent::stop).collect();
+    let after: Vec<_> = servers.iter().map(|s| s.global_status().unwrap()).collect();
+    drop(runs);
+    // Reads go through any replica: each must have fetched what the other
+    // took while it was down.
+    cluster.wait_replicated(Duration::from_secs(60)).unwrap();
+
+    let instances = second.instances();
+    for (n, out) in outs.iter().enumerate() {
+        assert!(out.success, "{}", out.stderr);
+        assert!(spool_files(&states[n]).is_empty(), "spool not drained: {}", out.stderr);
+        let instance = instances
+            .iter()
+            .find(|i| i["agent_id"] == ids[n].as_str())
+            .and_then(|i| i["instance"].as_str())
+            .unwrap_or_else(|| panic!("agent {} has no instance: {instances:#?}", ids[n]))
+            .to_string();
+        let request = TotalsRequest { instance: instance.clone(), ..Default::default() };
+        let t = totals_request(&second, None, request).unwrap();
+        assert_eq!(t.lost_statements, 0, "{instance}");
+        let get = |c: &str| t.commands.iter().find(|x| x.command == c).map_or(0, |x| x.count);
+        let (b, a) = (&before[n], &after[n]);
+        assert_eq!(get("COM_STMT_EXECUTE"), delta(b, a, "Com_stmt_execute"), "{instance}");
+        let questions: u64 =
+            t.commands.iter().filter(|c| !NOT_QUESTIONS.contains(&c.command.as_str())).map(|c| c.count).sum();
+        assert_eq!(questions + 2, delta(b, a, "Questions"), "{instance}: {:?}", t.commands);
+        let top = top_json(&second.http_url(), &["--instance", &instance, "--limit", "10000"]);
+        let commits: u64 = top
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["digest_text"] == "COMMIT")
+            .map(|r| r["count"].as_u64().unwrap())
+            .sum();
+        let in_top: u64 = top.as_array().unwrap().iter().map(|r| r["count"].as_u64().unwrap()).sum();
+        assert_eq!(in_top, t.statements - t.unmatched, "{instance}: top adds up to the totals");
+        assert_eq!(commits, delta(b, a, "Com_commit"), "{instance}: {top:#}");
+    }
 }

@@ -72,6 +72,40 @@ impl ClickHouseCluster {
         format!("clickhouse://{}/{database}?cluster={CLUSTER}", nodes.join(","))
     }
 
+    /// Waits until every replica on every node has copied its shard's
+    /// log and fetched every inserted part (replication is asynchronous: a
+    /// read through a replica still fetching gives a short answer).
+    pub fn wait_replicated(&self, limit: Duration) -> anyhow::Result<()> {
+        let started = Instant::now();
+        // log_pointer is the next entry of the shard's log a replica will
+        // copy: past log_max_index once it copied them all (an empty log
+        // has both at 0).
+        let behind = "SELECT database, table, is_readonly, inserts_in_queue, log_pointer, log_max_index
+                      FROM system.replicas
+                      WHERE is_readonly OR inserts_in_queue > 0 OR (log_max_index > 0 AND log_pointer <= log_max_index)
+                      FORMAT TSV";
+        loop {
+            let lagging: Vec<String> = self
+                .nodes
+                .iter()
+                .filter_map(|n| match n.sql(behind) {
+                    Ok(rows) if rows.trim().is_empty() => None,
+                    Ok(rows) => Some(format!("{}: {}", n.host_port, rows.lines().next().unwrap_or(""))),
+                    Err(e) => Some(format!("{}: {e:#}", n.host_port)),
+                })
+                .collect();
+            if lagging.is_empty() {
+                return Ok(());
+            }
+            if started.elapsed() > limit {
+                bail!(
+                    "replicas still behind after {limit:?} (database, table, is_readonly, inserts_in_queue, log_pointer, log_max_index): {lagging:?}"
+                );
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
     /// Kills ZooKeeper (SIGKILL).
     pub fn stop_zookeeper(&self) -> anyhow::Result<()> {
         self.zookeeper.stop()

@@ -47,9 +47,14 @@ impl Drop for TempDir {
     }
 }
 
-/// True when the tests run against ClickHouse (SQLBEE_TEST_STORE=clickhouse).
+/// True when the tests run against ClickHouse (SQLBEE_TEST_STORE=clickhouse,
+/// or clickhouse-cluster for a cluster of two shards of two replicas).
 pub fn clickhouse_store() -> bool {
-    std::env::var("SQLBEE_TEST_STORE").is_ok_and(|s| s == "clickhouse")
+    std::env::var("SQLBEE_TEST_STORE").is_ok_and(|s| s == "clickhouse" || s == "clickhouse-cluster")
+}
+
+fn clickhouse_cluster_store() -> bool {
+    std::env::var("SQLBEE_TEST_STORE").is_ok_and(|s| s == "clickhouse-cluster")
 }
 
 /// False, after saying why, when `test` checks the SQLite file itself and
@@ -63,8 +68,14 @@ pub fn sqlite_store(test: &str, why: &str) -> bool {
 }
 
 /// A fresh store for one collector: a SQLite file in `dir`, or a new
-/// database on the shared ClickHouse server.
+/// database on the shared ClickHouse server or cluster.
 fn default_store(dir: &Path) -> String {
+    if clickhouse_cluster_store() {
+        let cluster = xtask::clickhouse_cluster::ClickHouseCluster::shared().unwrap_or_else(|why| {
+            panic!("SQLBEE_TEST_STORE=clickhouse-cluster, but there is no ClickHouse cluster: {why}")
+        });
+        return cluster.location(&cluster.fresh_database("collector"));
+    }
     if clickhouse_store() {
         let server = xtask::clickhouse::PrivateClickHouse::shared()
             .unwrap_or_else(|why| panic!("SQLBEE_TEST_STORE=clickhouse, but there is no ClickHouse server: {why}"));

@@ -80,7 +80,7 @@ pub(super) fn discover(all: &Client, cluster: &str) -> Result<Vec<Vec<String>>, 
 /// The shard (from 0) of an agent among `shards`: FNV-1a of its id, so
 /// every collector, of any version, puts an agent on the same shard while
 /// the cluster keeps its shards.
-pub(super) fn shard_of(agent_id: &str, shards: usize) -> usize {
+pub fn shard_of(agent_id: &str, shards: usize) -> usize {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     for byte in agent_id.bytes() {
         hash ^= u64::from(byte);

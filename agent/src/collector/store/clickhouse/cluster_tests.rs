@@ -6,7 +6,7 @@
 use sqlbee_proto::v1::Batch;
 use xtask::{
     clickhouse::for_test,
-    clickhouse_cluster::{REPLICAS, SHARDS, cluster_for_test, private_cluster_for_test},
+    clickhouse_cluster::{CLUSTER, REPLICAS, SHARDS, cluster_for_test, private_cluster_for_test},
 };
 
 use super::{
@@ -69,14 +69,17 @@ fn a_cluster_answers_as_one_server_does_raw_and_rolled_up() {
     let (Some(cluster), Some(server)) = (cluster_for_test(test), for_test(test)) else { return };
     let on_cluster = open_at(&cluster.location(&cluster.fresh_database(test)));
     let alone = open_at(&server.location(&server.fresh_database(test)));
-    // Eight agents (both shards), a window every ten minutes over three
-    // hours that ended an hour ago, so every rollup level has buckets.
+    // Eight agents (both shards), a window every three hours over 54
+    // hours that ended four hours ago: 54 hours hold a whole UTC day
+    // wherever they start, so every rollup level (ten minutes, hours,
+    // days) has buckets.
+    const SPAN: i64 = 58 * HOUR;
     let now = sqlbee_common::clock::now_unix_ms();
-    let start = (now - 4 * HOUR).div_euclid(HOUR) * HOUR;
+    let start = (now - SPAN).div_euclid(HOUR) * HOUR;
     let mut statements = 0;
     for agent in 0..8 {
         for n in 0..18u64 {
-            let end = start + (n as i64 + 1) * 10 * 60_000 + agent as i64 * 1000;
+            let end = start + (n as i64 + 1) * 3 * HOUR + agent as i64 * 1000;
             let b = if n % 3 == 0 {
                 let mut c = costed(n + 1, end, 0.25, "exact");
                 c.agent = of_agent(agent, n + 1, end, &[]).agent;
@@ -103,7 +106,7 @@ fn a_cluster_answers_as_one_server_does_raw_and_rolled_up() {
             assert!(found, "shard {shard} replica {replica} holds the batches of its {expected} agents");
         }
     }
-    let (since, until) = (start, start + 4 * HOUR);
+    let (since, until) = (start, start + SPAN);
     let raw = answers(&alone, since, until);
     assert!(raw.contains(&format!("statements: {statements}")), "{raw}");
     assert_eq!(answers(&on_cluster, since, until), raw, "raw answers");
@@ -121,8 +124,11 @@ fn a_cluster_answers_as_one_server_does_raw_and_rolled_up() {
     let rolled = answers(&on_cluster, since, until);
     assert_eq!(rolled, answers(&alone, since, until), "rolled-up answers");
     assert_eq!(rolled, raw, "rollups change no answer");
-    let marks = on_cluster.db.select("SELECT count() FROM rollup_marks").unwrap().u64().unwrap();
-    assert!(marks > 0, "rolled up");
+    for level in [10 * 60_000, HOUR, 24 * HOUR] {
+        let sql = format!("SELECT count() FROM rollup_marks WHERE level = {level}");
+        let marks = on_cluster.db.select(&sql).unwrap().u64().unwrap();
+        assert!(marks > 0, "rolled up at level {level} ms");
+    }
     // A pass over the same buckets again doubles nothing.
     assert_eq!(on_cluster.roll_up_settled(0).unwrap().buckets, 0, "nothing new, nothing due");
     assert_eq!(answers(&on_cluster, since, until), raw);
@@ -232,4 +238,68 @@ fn a_replica_killed_under_writes_loses_and_doubles_nothing() {
             assert!(held, "shard {shard} replica {replica}: {:?}, expected {}", node.sql(&sql), agents * per_agent);
         }
     }
+}
+
+/// A cluster store an older collector wrote (here version 4: no
+/// `instance_windows.server_login`, none of the tables versions 5 to 7
+/// added) is upgraded on every node, shard tables and `Distributed` tables
+/// alike, and then stores and answers what the new columns carry.
+#[test]
+fn an_older_cluster_store_is_upgraded_on_every_node() {
+    let Some(cluster) = cluster_for_test("cluster-upgrade") else { return };
+    let database = cluster.fresh_database("cluster_upgrade");
+    let shard_db = super::schema::shard_database(&database);
+    let layout = super::schema::Layout::Cluster { cluster: CLUSTER, database: &database, shard_db: &shard_db };
+    let first = cluster.node(1, 1);
+    for db in [&shard_db, &database] {
+        first.sql(&format!("CREATE DATABASE {db} ON CLUSTER {CLUSTER}")).unwrap();
+    }
+    let added_later = ["plans", "plan_changes", "digest_tables", "long_statements", "annotations", "events"];
+    let tables = super::schema::tables_for(layout);
+    for (name, create) in tables.iter().filter(|(name, _)| !added_later.contains(name)) {
+        first.sql(create).unwrap();
+        first
+            .sql(&format!(
+                "CREATE TABLE {database}.{name} ON CLUSTER {CLUSTER} AS {shard_db}.{name}
+                 ENGINE = Distributed({CLUSTER}, {shard_db}, {name})"
+            ))
+            .unwrap();
+    }
+    let drop_login = "DROP COLUMN server_login";
+    first.sql(&format!("ALTER TABLE {shard_db}.instance_windows ON CLUSTER {CLUSTER} {drop_login}")).unwrap();
+    // A `Distributed` table is altered node by node (ON CLUSTER refuses it).
+    for node in &cluster.nodes {
+        node.sql(&format!("ALTER TABLE {database}.instance_windows {drop_login}")).unwrap();
+    }
+    first.sql(&format!("INSERT INTO {shard_db}.schema_version (version, written_unix_ms) VALUES (4, 0)")).unwrap();
+
+    let store = open_at(&cluster.location(&database));
+    let version = store.db.select("SELECT toUInt64(max(version)) FROM schema_version").unwrap().u64().unwrap();
+    assert_eq!(version, u64::from(super::SCHEMA_VERSION));
+    for node in &cluster.nodes {
+        for db in [&shard_db, &database] {
+            let has = |sql: String| node.sql(&sql).unwrap().trim() == "1";
+            assert!(
+                has(format!(
+                    "SELECT count() FROM system.columns
+                     WHERE database = '{db}' AND table = 'instance_windows' AND name = 'server_login'"
+                )),
+                "{db}.instance_windows.server_login on {}",
+                node.host_port
+            );
+            let tables = format!("SELECT count() = {} FROM system.tables WHERE database = '{db}'", tables.len());
+            assert!(has(tables), "every table in {db} on {}", node.host_port);
+        }
+    }
+    // What the added column carries is stored and read, on either shard.
+    let end = sqlbee_common::clock::now_unix_ms() - HOUR;
+    for agent in 0..4 {
+        let mut b = super::tests::every_kind_of_row(1, end);
+        b.agent.as_mut().unwrap().agent_id = format!("agent-{agent}");
+        assert!(!put(&store, &b, end).duplicate);
+    }
+    // Each batch's traced instance (its other one is untraced: no login).
+    let traced: Vec<_> = store.instances().unwrap().into_iter().filter(|i| i.latest.is_some()).collect();
+    assert_eq!(traced.len(), 4, "{traced:?}");
+    assert!(traced.iter().all(|i| i.server_login == "ok"), "{traced:?}");
 }

@@ -76,6 +76,7 @@ use super::{
     AnnotationsQuery, DigestTables, EventsQuery, HostsQuery, IngestOutcome, LocksQuery, PlansQuery, PruneCutoffs,
     PruneOutcome, SeriesQuery, Store, StoreError, TopQuery, TotalsQuery,
 };
+pub use cluster::shard_of;
 pub use schema::SCHEMA_VERSION;
 
 /// Where the store lives, from

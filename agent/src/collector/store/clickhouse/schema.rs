@@ -362,6 +362,25 @@ pub(super) const AGING: [(&str, &str); 10] = [
     ("batches", "keep_until_unix_ms"),
 ];
 
+/// Columns added to tables that older versions created: (the version that
+/// added it, table, column, definition), in the order they are added to a
+/// store found at an older version. Tables a version added are created
+/// whole, by their CREATE.
+const ADDED_COLUMNS: [(u32, &str, &str, &str); 9] = [
+    // Version 1's records read as inserted now (the column's default on
+    // old parts), so the rollups leave them to raw reads until retention
+    // takes them: counted once either way.
+    (2, "batches", "inserted", INSERTED),
+    (2, "batches", "window_hours", WINDOW_HOURS),
+    (2, "digest_windows", "sample_end", SAMPLE_END),
+    (3, "digest_rollups", "level", ROLLUP_LEVEL),
+    (3, "instance_rollups", "level", ROLLUP_LEVEL),
+    (3, "agent_rollups", "level", ROLLUP_LEVEL),
+    (3, "rollup_marks", "level", ROLLUP_LEVEL),
+    (4, "error_samples", "instance", SAMPLE_INSTANCE),
+    (5, "instance_windows", "server_login", SERVER_LOGIN),
+];
+
 /// Creates the database and what it lacks. Ok(version found: 0 for a new
 /// database), or Err(version found) when a newer collector wrote it.
 pub(super) fn migrate(server: &Client, database: &str) -> Result<Result<u32, u32>, HttpError> {
@@ -376,24 +395,10 @@ pub(super) fn migrate(server: &Client, database: &str) -> Result<Result<u32, u32
     for (_, create) in tables().iter().skip(1) {
         db.execute(create)?;
     }
-    if (1..2).contains(&found) {
-        // Version 1's records read as inserted now (the column's default
-        // on old parts), so the rollups leave them to raw reads until
-        // retention takes them: counted once either way.
-        add_column(&db, "batches", "inserted", INSERTED)?;
-        add_column(&db, "batches", "window_hours", WINDOW_HOURS)?;
-        add_column(&db, "digest_windows", "sample_end", SAMPLE_END)?;
-    }
-    if (1..3).contains(&found) {
-        for table in ["digest_rollups", "instance_rollups", "agent_rollups", "rollup_marks"] {
-            add_column(&db, table, "level", ROLLUP_LEVEL)?;
+    for (added, table, column, definition) in ADDED_COLUMNS {
+        if (1..added).contains(&found) {
+            add_column(&db, table, column, definition)?;
         }
-    }
-    if (1..4).contains(&found) {
-        add_column(&db, "error_samples", "instance", SAMPLE_INSTANCE)?;
-    }
-    if (1..5).contains(&found) {
-        add_column(&db, "instance_windows", "server_login", SERVER_LOGIN)?;
     }
     if found < SCHEMA_VERSION {
         db.execute(&format!(
@@ -426,8 +431,14 @@ pub(super) fn migrate_cluster(server: &Client, cluster: &str, database: &str) ->
     if present < tables.len() {
         create_on_cluster(server, layout, &tables[1..])?;
     }
-    // Upgrades of cluster stores start here: the first cluster store was
-    // version 7. An added column goes to both tables, shard table first.
+    // The first cluster store was version 7, but an upgrade runs the same
+    // way from any version: a column goes to the shard table, then to the
+    // `Distributed` table that reads it.
+    for (added, table, column, definition) in ADDED_COLUMNS {
+        if (1..added).contains(&found) {
+            add_column_on_cluster(server, layout, table, column, definition)?;
+        }
+    }
     if found < SCHEMA_VERSION {
         // Any one shard's row will do: reads take the largest version.
         server.with_database(&shard_db).execute(&format!(
@@ -444,12 +455,18 @@ fn create_on_cluster(server: &Client, layout: Layout<'_>, tables: &[(&str, Strin
     let Layout::Cluster { cluster, database, shard_db } = layout else { return Ok(()) };
     for (name, create) in tables {
         server.execute(create)?;
-        server.execute(&format!(
-            "CREATE TABLE IF NOT EXISTS {database}.{name} ON CLUSTER {cluster} AS {shard_db}.{name}
-             ENGINE = Distributed({cluster}, {shard_db}, {name})"
-        ))?;
+        server.execute(&create_distributed(cluster, database, shard_db, name))?;
     }
     Ok(())
+}
+
+/// The `Distributed` table `name` of `database`, with its shard table's
+/// columns, on every node.
+fn create_distributed(cluster: &str, database: &str, shard_db: &str, name: &str) -> String {
+    format!(
+        "CREATE TABLE IF NOT EXISTS {database}.{name} ON CLUSTER {cluster} AS {shard_db}.{name}
+         ENGINE = Distributed({cluster}, {shard_db}, {name})"
+    )
 }
 
 /// How many of the store's tables this node holds both of (its shard
@@ -480,13 +497,42 @@ fn version(db: &Client) -> Result<u32, HttpError> {
 
 /// Adds a column to a table written by an older collector, unless a
 /// collector upgrading beside this one added it first.
-fn add_column(db: &Client, table: &str, name: &str, definition: &str) -> Result<(), HttpError> {
+/// Adds a column to a table's shard table and `Distributed` table on every
+/// node (`ON CLUSTER`), each where this node lacks it: a node that had it
+/// from an upgrade cut short would refuse the ALTER.
+fn add_column_on_cluster(
+    server: &Client,
+    layout: Layout<'_>,
+    table: &str,
+    name: &str,
+    definition: &str,
+) -> Result<(), HttpError> {
+    let Layout::Cluster { cluster, database, shard_db } = layout else { return Ok(()) };
+    if !has_column(&server.with_database(shard_db), table, name)? {
+        server.execute(&format!("ALTER TABLE {shard_db}.{table} ON CLUSTER {cluster} ADD COLUMN {definition}"))?;
+    }
+    if !has_column(&server.with_database(database), table, name)? {
+        // ClickHouse refuses ALTER ... ON CLUSTER of a table that is not
+        // replicated when the cluster's shards are (18.16: "isn't
+        // replicated, but shard is replicated"). The `Distributed` table
+        // holds no rows, so it is made again from its shard table.
+        server.execute(&format!("DROP TABLE IF EXISTS {database}.{table} ON CLUSTER {cluster}"))?;
+        server.execute(&create_distributed(cluster, database, shard_db, table))?;
+    }
+    Ok(())
+}
+
+fn has_column(db: &Client, table: &str, name: &str) -> Result<bool, HttpError> {
     let mut rows = db.select(&format!(
         "SELECT count() FROM system.columns WHERE database = currentDatabase() AND table = '{table}'
          AND name = '{name}'"
     ))?;
     let has = rows.u64().map_err(|e| HttpError::Server { url: String::new(), status: 200, message: e.to_string() })?;
-    if has == 0 {
+    Ok(has > 0)
+}
+
+fn add_column(db: &Client, table: &str, name: &str, definition: &str) -> Result<(), HttpError> {
+    if !has_column(db, table, name)? {
         db.execute(&format!("ALTER TABLE {table} ADD COLUMN {definition}"))?;
     }
     Ok(())

@@ -612,7 +612,7 @@ fn a_stopped_clickhouse_is_unavailable_and_the_store_goes_on_when_it_is_back() {
 /// the server's figures and accounts, a nested program's statement, a lock
 /// wait with blockers, an agent window with its cost, host and an
 /// untraced server, and a gap.
-fn every_kind_of_row(sequence: u64, end: i64) -> Batch {
+pub(super) fn every_kind_of_row(sequence: u64, end: i64) -> Batch {
     let mut b = costed(sequence, end, 0.5, "exact");
     let w = &mut b.windows[0];
     let d = &mut w.digests[0];
