@@ -149,6 +149,26 @@ impl OwnClickHouse {
 
     /// Bytes of active parts per server, of every table of the run's
     /// database (a cluster's shard tables included).
+    /// Bytes and rows of active parts per table, over every server.
+    fn tables_on_disk(&self) -> Vec<(String, u64, u64)> {
+        let sql = "SELECT table, sum(bytes_on_disk), sum(rows) FROM system.parts
+                   WHERE database IN ('load', 'load_shard') AND active GROUP BY table FORMAT TSV";
+        let mut out: Vec<(String, u64, u64)> = Vec::new();
+        for node in self.nodes() {
+            for line in node.sql(sql).unwrap_or_default().lines() {
+                let f: Vec<&str> = line.split('\t').collect();
+                let (Some(table), Some(bytes), Some(rows)) = (f.first(), f.get(1), f.get(2)) else { continue };
+                let (bytes, rows) = (bytes.parse().unwrap_or(0), rows.parse().unwrap_or(0));
+                match out.iter_mut().find(|(t, _, _)| t == table) {
+                    Some(entry) => (entry.1, entry.2) = (entry.1 + bytes, entry.2 + rows),
+                    None => out.push((table.to_string(), bytes, rows)),
+                }
+            }
+        }
+        out.sort_by_key(|a| std::cmp::Reverse(a.1));
+        out
+    }
+
     fn bytes_on_disk(&self) -> Vec<(String, u64)> {
         let sql = "SELECT sum(bytes_on_disk) FROM system.parts WHERE database IN ('load', 'load_shard') AND active";
         self.nodes()
@@ -667,6 +687,19 @@ fn main() {
                     bytes.iter().map(|(name, b)| format!("{name} {:.1} MiB", *b as f64 / (1 << 20) as f64)).collect();
                 let _ = writeln!(md, "| store size on disk per server | {} |", each.join("; "));
             }
+            let tables: Vec<String> = own
+                .tables_on_disk()
+                .iter()
+                .take(6)
+                .map(|(table, bytes, rows)| {
+                    format!(
+                        "{table} {:.1} MiB, {rows} rows ({:.0} B/row)",
+                        *bytes as f64 / (1 << 20) as f64,
+                        *bytes as f64 / (*rows).max(1) as f64
+                    )
+                })
+                .collect();
+            let _ = writeln!(md, "| largest tables on disk, every server | {} |", tables.join("; "));
         }
         _ => {
             let _ = writeln!(md, "| store size on disk | {:.1} MiB |", db_bytes as f64 / (1 << 20) as f64);
