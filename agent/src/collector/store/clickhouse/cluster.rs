@@ -35,46 +35,61 @@ pub enum ClusterError {
     Http(#[from] HttpError),
 }
 
-/// The HTTP bases of each shard's replicas, shard 1 first.
-pub(super) fn discover(all: &Client, cluster: &str) -> Result<Vec<Vec<String>>, ClusterError> {
+/// The nodes given for a cluster store, by shard.
+#[derive(Debug)]
+pub(super) struct Placement {
+    /// The HTTP bases of each shard's replicas, shard 1 first.
+    pub shards: Vec<Vec<String>>,
+    /// Nodes that could not be reached: placed later, when they answer
+    /// (`place`).
+    pub unplaced: Vec<String>,
+}
+
+/// Asks each node given which shard it serves.
+pub(super) fn discover(all: &Client, cluster: &str) -> Result<Placement, ClusterError> {
     let mut shards: Vec<Vec<String>> = Vec::new();
-    let mut reached = 0;
+    let mut unplaced = Vec::new();
     for base in all.bases() {
-        let node = all.with_bases(vec![base.clone()]);
-        let answer = node.select(&format!(
-            "SELECT toUInt32(max(shard_num)), toUInt32(maxIf(shard_num, is_local)) FROM system.clusters
-             WHERE cluster = {}",
-            quote(cluster)
-        ));
-        let mut rows = match answer {
-            Ok(rows) => rows,
-            Err(e) if e.is_unreachable() => {
-                tracing::warn!(node = %base, error = %e, "a ClickHouse node given for the cluster store is unreachable; writes use the others");
+        let (count, own) = match shard_of_node(all, &base, cluster) {
+            Ok(found) => found,
+            Err(ClusterError::Http(e)) if e.is_unreachable() => {
+                tracing::warn!(node = %base, error = %e, "a ClickHouse node given for the cluster store is unreachable; writes use the others until it answers");
+                unplaced.push(base);
                 continue;
             }
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(e),
         };
-        reached += 1;
-        let malformed =
-            |e: super::http::Malformed| HttpError::Server { url: base.clone(), status: 200, message: e.to_string() };
-        let (count, own) = (rows.u32().map_err(malformed)?, rows.u32().map_err(malformed)?);
-        if count == 0 {
-            return Err(ClusterError::Unknown { cluster: cluster.to_string() });
-        }
-        if own == 0 {
-            return Err(ClusterError::Stranger { node: base.clone(), cluster: cluster.to_string() });
-        }
         shards.resize(shards.len().max(count as usize), Vec::new());
-        shards[own as usize - 1].push(base.clone());
+        shards[own as usize - 1].push(base);
     }
-    if reached == 0 {
+    if shards.is_empty() {
         // Nothing answered: the first node's error says why.
         all.with_bases(vec![all.bases()[0].clone()]).select("SELECT 1")?;
     }
     if let Some(empty) = shards.iter().position(Vec::is_empty) {
         return Err(ClusterError::ShardWithoutNode { cluster: cluster.to_string(), shard: empty as u32 + 1 });
     }
-    Ok(shards)
+    Ok(Placement { shards, unplaced })
+}
+
+/// The node at `base`: how many shards the cluster has, and which (from 1)
+/// is its own.
+pub(super) fn shard_of_node(all: &Client, base: &str, cluster: &str) -> Result<(u32, u32), ClusterError> {
+    let mut rows = all.with_bases(vec![base.to_string()]).select(&format!(
+        "SELECT toUInt32(max(shard_num)), toUInt32(maxIf(shard_num, is_local)) FROM system.clusters
+         WHERE cluster = {}",
+        quote(cluster)
+    ))?;
+    let malformed =
+        |e: super::http::Malformed| HttpError::Server { url: base.to_string(), status: 200, message: e.to_string() };
+    let (count, own) = (rows.u32().map_err(malformed)?, rows.u32().map_err(malformed)?);
+    if count == 0 {
+        return Err(ClusterError::Unknown { cluster: cluster.to_string() });
+    }
+    if own == 0 {
+        return Err(ClusterError::Stranger { node: base.to_string(), cluster: cluster.to_string() });
+    }
+    Ok((count, own))
 }
 
 /// The shard (from 0) of an agent among `shards`: FNV-1a of its id, so

@@ -176,7 +176,7 @@ fn shared_assertions_on_a_cluster() {
 }
 
 #[test]
-fn a_replica_killed_under_writes_loses_and_doubles_nothing() {
+fn a_replica_killed_under_writes_loses_and_doubles_nothing_and_a_node_down_at_open_joins_later() {
     let Some(cluster) = private_cluster_for_test("replica-killed") else { return };
     let store = std::sync::Arc::new(open_at(&cluster.location(&cluster.fresh_database("killed"))));
     let now = sqlbee_common::clock::now_unix_ms();
@@ -238,6 +238,32 @@ fn a_replica_killed_under_writes_loses_and_doubles_nothing() {
             assert!(held, "shard {shard} replica {replica}: {:?}, expected {}", node.sql(&sql), agents * per_agent);
         }
     }
+    drop(store);
+    a_node_down_at_open_joins_its_shard_when_back(&cluster);
+}
+
+/// A collector opened while a replica is down writes through the other;
+/// once the replica answers, the rollup pass places it, and the shard's
+/// writes go on through it when the other replica goes away.
+fn a_node_down_at_open_joins_its_shard_when_back(cluster: &xtask::clickhouse_cluster::ClickHouseCluster) {
+    let (late, other) = (cluster.node(2, 2), cluster.node(2, 1));
+    late.stop().unwrap();
+    let store = open_at(&cluster.location(&cluster.fresh_database("late")));
+    let agent = (0..).find(|a| cluster::shard_of(&format!("agent-{a}"), SHARDS) == 1).unwrap();
+    let now = sqlbee_common::clock::now_unix_ms();
+    assert!(!put(&store, &of_agent(agent, 1, now, &[(10, 3)]), now).duplicate);
+    late.start().unwrap();
+    // The replica takes the shard's log before it is asked to write alone.
+    cluster.wait_replicated(std::time::Duration::from_secs(60)).unwrap();
+    store.roll_up().unwrap();
+    other.stop().unwrap();
+    let b = of_agent(agent, 2, now + 1000, &[(10, 4)]);
+    let stored = store.ingest(b.clone(), now, content_hash(&b));
+    other.start().unwrap();
+    assert!(!stored.expect("written through the replica placed late").duplicate);
+    let all = TotalsQuery { instance: None, since_unix_ms: 0, until_unix_ms: i64::MAX };
+    let settled = wait_for(|| store.totals(&all).is_ok_and(|t| t.statements == 7));
+    assert!(settled, "both batches counted once: {:?}", store.totals(&all));
 }
 
 /// A cluster store an older collector wrote (here version 4: no
@@ -302,4 +328,46 @@ fn an_older_cluster_store_is_upgraded_on_every_node() {
     let traced: Vec<_> = store.instances().unwrap().into_iter().filter(|i| i.latest.is_some()).collect();
     assert_eq!(traced.len(), 4, "{traced:?}");
     assert!(traced.iter().all(|i| i.server_login == "ok"), "{traced:?}");
+}
+
+/// Two collectors running the rollup pass at once over the same buckets of
+/// a cluster store: each writes its rows under its own pass id, and reads
+/// take one pass's rows per bucket, so every answer stays the raw one.
+#[test]
+fn two_collectors_rolling_up_at_once_double_no_bucket() {
+    let Some(cluster) = cluster_for_test("rollups-at-once") else { return };
+    let location = cluster.location(&cluster.fresh_database("at_once"));
+    let (first, second) = (std::sync::Arc::new(open_at(&location)), std::sync::Arc::new(open_at(&location)));
+    const SPAN: i64 = 58 * HOUR;
+    let start = (sqlbee_common::clock::now_unix_ms() - SPAN).div_euclid(HOUR) * HOUR;
+    for agent in 0..4 {
+        for n in 0..12u64 {
+            let end = start + (n as i64 + 1) * 4 * HOUR + agent as i64 * 1000;
+            let store = if n % 2 == 0 { &first } else { &second };
+            assert!(!put(store, &of_agent(agent, n + 1, end, &[(10 + agent as u32, n + 1), (40, 1)]), end).duplicate);
+        }
+    }
+    let raw = answers(&first, start, start + SPAN);
+    cluster.wait_replicated(std::time::Duration::from_secs(60)).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let passes: Vec<_> = [first.clone(), second.clone()]
+        .into_iter()
+        .map(|store| {
+            std::thread::spawn(move || {
+                let mut rounds = 0;
+                while store.roll_up_settled(0).map_or(1, |o| o.left) > 0 {
+                    rounds += 1;
+                    assert!(rounds < 40, "rollups end");
+                    std::thread::sleep(std::time::Duration::from_millis(250));
+                }
+            })
+        })
+        .collect();
+    for pass in passes {
+        pass.join().unwrap();
+    }
+    let mut day = first.db.select(&format!("SELECT count() FROM rollup_marks WHERE level = {}", 24 * HOUR)).unwrap();
+    assert!(day.u64().unwrap() > 0, "a day rolled up");
+    assert_eq!(answers(&first, start, start + SPAN), raw, "through the first collector");
+    assert_eq!(answers(&second, start, start + SPAN), raw, "through the second");
 }

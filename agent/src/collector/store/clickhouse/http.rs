@@ -10,7 +10,7 @@
 use std::{
     io::Read as _,
     sync::{
-        Arc, Mutex,
+        Arc, Mutex, RwLock,
         atomic::{AtomicUsize, Ordering},
     },
     time::Duration,
@@ -93,6 +93,10 @@ pub struct Client {
     database: Option<String>,
     /// Settings every call carries (URL parameters).
     settings: Vec<(&'static str, String)>,
+    /// The servers, `endpoint.bases` to begin with; clones share them, and
+    /// a node that could not be placed when the store opened joins its
+    /// shard's client later (`add_base`).
+    bases: Arc<RwLock<Vec<String>>>,
     /// The base that answered last; clones share it.
     at: Arc<AtomicUsize>,
     spare: Arc<Spare>,
@@ -164,7 +168,8 @@ impl Client {
             .tls_config(tls.build())
             .build()
             .new_agent();
-        Ok(Client { agent, endpoint, database, settings: Vec::new(), at: Arc::default(), spare: Arc::default() })
+        let bases = Arc::new(RwLock::new(endpoint.bases.clone()));
+        Ok(Client { agent, endpoint, database, settings: Vec::new(), bases, at: Arc::default(), spare: Arc::default() })
     }
 
     pub fn with_database(&self, database: &str) -> Client {
@@ -173,6 +178,7 @@ impl Client {
             endpoint: self.endpoint.clone(),
             database: Some(database.to_string()),
             settings: self.settings.clone(),
+            bases: self.bases.clone(),
             at: self.at.clone(),
             spare: self.spare.clone(),
         }
@@ -181,13 +187,12 @@ impl Client {
     /// This client with its own bases (a subset of this one's servers),
     /// remembering which answered apart from this one.
     pub fn with_bases(&self, bases: Vec<String>) -> Client {
-        let mut endpoint = self.endpoint.clone();
-        endpoint.bases = bases;
         Client {
             agent: self.agent.clone(),
-            endpoint,
+            endpoint: self.endpoint.clone(),
             database: self.database.clone(),
             settings: self.settings.clone(),
+            bases: Arc::new(RwLock::new(bases)),
             at: Arc::default(),
             spare: self.spare.clone(),
         }
@@ -195,14 +200,24 @@ impl Client {
 
     /// This client with a setting every call carries.
     pub fn with_setting(&self, name: &'static str, value: &str) -> Client {
-        let mut out = self.with_bases(self.endpoint.bases.clone());
-        out.at = self.at.clone();
+        let mut out = self.with_bases(Vec::new());
+        (out.bases, out.at) = (self.bases.clone(), self.at.clone());
         out.settings.push((name, value.to_string()));
         out
     }
 
-    pub fn bases(&self) -> &[String] {
-        &self.endpoint.bases
+    pub fn bases(&self) -> Vec<String> {
+        self.bases.read().map(|b| b.clone()).unwrap_or_default()
+    }
+
+    /// Adds a server to this client and its clones (a replica found late),
+    /// once.
+    pub fn add_base(&self, base: &str) {
+        if let Ok(mut bases) = self.bases.write()
+            && !bases.iter().any(|b| b == base)
+        {
+            bases.push(base.to_string());
+        }
     }
 
     /// Sends to the base that answered last, and to the next one while a
@@ -212,14 +227,15 @@ impl Client {
     /// table before its answer was lost is dropped by the shard's own
     /// insert deduplication (the same rows make the same block).
     fn post(&self, query_in_url: Option<&str>, select: bool, body: &[u8]) -> Result<Vec<u8>, HttpError> {
-        let bases = self.endpoint.bases.len().max(1);
+        let all = self.bases();
+        let bases = all.len().max(1);
         let first = self.at.load(Ordering::Relaxed);
         let mut tried = 0;
         loop {
             let at = (first + tried) % bases;
-            match self.post_to(at, query_in_url, select, body) {
+            match self.post_to(&all[at], query_in_url, select, body) {
                 Err(e) if tried + 1 < bases && e.is_unreachable() => {
-                    tracing::warn!(error = %e, next = %self.endpoint.bases[(at + 1) % bases], "trying the next ClickHouse server");
+                    tracing::warn!(error = %e, next = %all[(at + 1) % bases], "trying the next ClickHouse server");
                     tried += 1;
                 }
                 answer => {
@@ -232,9 +248,8 @@ impl Client {
         }
     }
 
-    fn post_to(&self, at: usize, query_in_url: Option<&str>, select: bool, body: &[u8]) -> Result<Vec<u8>, HttpError> {
-        let url = &self.endpoint.bases[at];
-        let mut request = self.agent.post(url.as_str());
+    fn post_to(&self, url: &str, query_in_url: Option<&str>, select: bool, body: &[u8]) -> Result<Vec<u8>, HttpError> {
+        let mut request = self.agent.post(url);
         for (name, value) in &self.settings {
             request = request.query(*name, value);
         }
@@ -260,7 +275,7 @@ impl Client {
         if let Some(password) = &self.endpoint.password {
             request = request.header("X-ClickHouse-Key", password);
         }
-        let transport = |source: ureq::Error| HttpError::Transport { url: url.clone(), source: Box::new(source) };
+        let transport = |source: ureq::Error| HttpError::Transport { url: url.to_string(), source: Box::new(source) };
         let mut response = request.send(body).map_err(transport)?;
         let status = response.status().as_u16();
         let mut bytes = self.spare.take();
@@ -281,7 +296,7 @@ impl Client {
                 message.truncate(cut);
                 message.push_str("...");
             }
-            return Err(HttpError::Server { url: url.clone(), status, message });
+            return Err(HttpError::Server { url: url.to_string(), status, message });
         }
         #[cfg(test)]
         recording::sent(self.database.as_deref(), query_in_url, body, select.then_some(bytes.len()));

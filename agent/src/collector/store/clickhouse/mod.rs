@@ -213,6 +213,9 @@ pub struct ClickHouseStore {
     shards: Vec<Shard>,
     /// A cluster's: shards of replicated tables.
     replicated: bool,
+    /// A cluster's name and the nodes given for it that did not answer when
+    /// the store opened: each joins its shard's writes once it answers.
+    cluster: Option<(String, std::sync::Mutex<Vec<String>>)>,
     shown: String,
     rollup_settle_ms: i64,
 }
@@ -252,24 +255,35 @@ impl ClickHouseStore {
         };
         let server = http::Client::new(endpoint, None).map_err(open_err)?;
         let database = &location.database;
-        let (migrated, db, shards) = match &location.cluster {
+        let (migrated, db, shards, unplaced) = match &location.cluster {
             None => {
                 let migrated = schema::migrate(&server, database).map_err(open_err)?;
                 let db = server.with_database(database);
                 let shards = vec![Shard::new(server.with_database(database))];
-                (migrated, db, shards)
+                (migrated, db, shards, Vec::new())
             }
             Some(cluster) => {
-                let bases = cluster::discover(&server, cluster)
+                let placement = cluster::discover(&server, cluster)
                     .map_err(|source| StoreError::Open { path: shown.clone(), source: source.into() })?;
-                let migrated = schema::migrate_cluster(&server, cluster, database).map_err(open_err)?;
+                let reachable: Vec<String> = placement.shards.iter().flatten().cloned().collect();
+                let migrated = schema::migrate_cluster(&server, cluster, database, &reachable).map_err(open_err)?;
                 // The winners' subqueries read each shard's own records.
-                let db = server.with_database(database).with_setting("distributed_product_mode", "local");
+                // Each shard is read from its first replica that answers,
+                // in the cluster's order, as writes go to the first listed
+                // replica that answers: a batch just acknowledged is read
+                // back at once, not after the other replica fetched it.
+                let db = server
+                    .with_database(database)
+                    .with_setting("distributed_product_mode", "local")
+                    .with_setting("load_balancing", "in_order");
                 let shard_db = schema::shard_database(database);
-                let shards: Vec<Shard> =
-                    bases.into_iter().map(|b| Shard::new(server.with_bases(b).with_database(&shard_db))).collect();
+                let shards: Vec<Shard> = placement
+                    .shards
+                    .into_iter()
+                    .map(|b| Shard::new(server.with_bases(b).with_database(&shard_db)))
+                    .collect();
                 tracing::info!(store = %shown, shards = shards.len(), "opened the cluster store");
-                (migrated, db, shards)
+                (migrated, db, shards, placement.unplaced)
             }
         };
         let found = match migrated {
@@ -289,9 +303,35 @@ impl ClickHouseStore {
             db,
             shards,
             replicated: location.cluster.is_some(),
+            cluster: location.cluster.clone().map(|name| (name, std::sync::Mutex::new(unplaced))),
             shown,
             rollup_settle_ms: location.rollup_settle_ms,
         })
+    }
+
+    /// Asks each node that did not answer when the store opened which
+    /// shard it serves, and adds those that answer to their shard's writes.
+    /// A node that answers as a stranger, or for a cluster of another
+    /// shape, is left out for good, with a warning.
+    fn place_late_nodes(&self) {
+        let Some((name, unplaced)) = &self.cluster else { return };
+        let Ok(mut unplaced) = unplaced.lock() else { return };
+        unplaced.retain(|base| match cluster::shard_of_node(&self.db, base, name) {
+            Ok((count, own)) if count as usize == self.shards.len() => {
+                self.shards[own as usize - 1].db.add_base(base);
+                tracing::info!(store = %self.shown, node = %base, shard = own, "a ClickHouse node that was unreachable now takes its shard's writes");
+                false
+            }
+            Ok((count, _)) => {
+                tracing::warn!(store = %self.shown, node = %base, shards = count, opened_with = self.shards.len(), "a ClickHouse node answers for a cluster of another number of shards; restart the collector to use it");
+                false
+            }
+            Err(cluster::ClusterError::Http(e)) if e.is_unreachable() => true,
+            Err(error) => {
+                tracing::warn!(store = %self.shown, node = %base, %error, "a ClickHouse node given for the cluster store cannot take writes");
+                false
+            }
+        });
     }
 
     /// A rollup pass that takes inserts as visible `settle_ms` after the
@@ -389,6 +429,8 @@ impl Store for ClickHouseStore {
     }
 
     fn roll_up(&self) -> Result<usize, StoreError> {
+        // The pass's interval paces the retries of nodes not yet placed.
+        self.place_late_nodes();
         let outcome = self.roll_up_settled(self.rollup_settle_ms)?;
         if outcome.buckets > 0 {
             tracing::info!(store = %self.shown, buckets = outcome.buckets, rows = outcome.rows, left = outcome.left, "rolled up");

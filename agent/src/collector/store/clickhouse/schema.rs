@@ -412,17 +412,35 @@ pub(super) fn migrate(server: &Client, database: &str) -> Result<Result<u32, u32
 /// Creates a cluster store's databases and what they lack on every node
 /// (`ON CLUSTER`: each node's DDL queue, so a node that is down takes it
 /// when it is back). Ok(version found: 0 for a new store), or Err(version
-/// found) when a newer collector wrote it. `server` may be any node.
-pub(super) fn migrate_cluster(server: &Client, cluster: &str, database: &str) -> Result<Result<u32, u32>, HttpError> {
+/// found) when a newer collector wrote it. `server` may be any node;
+/// `reachable` are the nodes that answered, each waited for until it has
+/// applied the DDL.
+pub(super) fn migrate_cluster(
+    server: &Client,
+    cluster: &str,
+    database: &str,
+    reachable: &[String],
+) -> Result<Result<u32, u32>, HttpError> {
     let shard_db = shard_database(database);
     let layout = Layout::Cluster { cluster, database, shard_db: &shard_db };
     let tables = tables_for(layout);
     let present = present_tables(server, database, &shard_db, &tables)?;
+    let wait_for_tables = |tables: &[(&str, String)]| {
+        let names: Vec<String> = tables.iter().map(|(name, _)| super::http::quote(name)).collect();
+        let check = format!(
+            "SELECT toUInt64(count()) FROM system.tables WHERE database IN ({}, {}) AND name IN ({})",
+            super::http::quote(&shard_db),
+            super::http::quote(database),
+            names.join(", ")
+        );
+        wait_until_applied(server, reachable, &check, 2 * tables.len() as u64)
+    };
     if present < tables.len() {
         for db in [&shard_db, database] {
-            server.execute(&format!("CREATE DATABASE IF NOT EXISTS {db} ON CLUSTER {cluster}"))?;
+            on_cluster(server, &format!("CREATE DATABASE IF NOT EXISTS {db} ON CLUSTER {cluster}"))?;
         }
         create_on_cluster(server, layout, &tables[..1])?;
+        wait_for_tables(&tables[..1])?;
     }
     let found = version(&server.with_database(database))?;
     if found > SCHEMA_VERSION {
@@ -430,13 +448,14 @@ pub(super) fn migrate_cluster(server: &Client, cluster: &str, database: &str) ->
     }
     if present < tables.len() {
         create_on_cluster(server, layout, &tables[1..])?;
+        wait_for_tables(&tables[1..])?;
     }
     // The first cluster store was version 7, but an upgrade runs the same
     // way from any version: a column goes to the shard table, then to the
     // `Distributed` table that reads it.
     for (added, table, column, definition) in ADDED_COLUMNS {
         if (1..added).contains(&found) {
-            add_column_on_cluster(server, layout, table, column, definition)?;
+            add_column_on_cluster(server, layout, reachable, (table, column, definition))?;
         }
     }
     if found < SCHEMA_VERSION {
@@ -454,8 +473,57 @@ pub(super) fn migrate_cluster(server: &Client, cluster: &str, database: &str) ->
 fn create_on_cluster(server: &Client, layout: Layout<'_>, tables: &[(&str, String)]) -> Result<(), HttpError> {
     let Layout::Cluster { cluster, database, shard_db } = layout else { return Ok(()) };
     for (name, create) in tables {
-        server.execute(create)?;
-        server.execute(&create_distributed(cluster, database, shard_db, name))?;
+        on_cluster(server, create)?;
+        on_cluster(server, &create_distributed(cluster, database, shard_db, name))?;
+    }
+    Ok(())
+}
+
+/// ClickHouse's code for a distributed DDL not yet applied on every node
+/// when its wait ended (TIMEOUT_EXCEEDED).
+const DDL_NOT_EVERYWHERE: u32 = 159;
+
+/// How long the nodes that answer get to apply the DDL queued for them.
+const APPLY_LIMIT: std::time::Duration = std::time::Duration::from_secs(180);
+
+/// Queues a statement `ON CLUSTER` for every node without waiting for
+/// them: ClickHouse would hold each statement `distributed_ddl_task_timeout`
+/// (180 s) for a node that is down, which takes it from its queue when it
+/// is back. The nodes that answer are waited for by `wait_until_applied`.
+fn on_cluster(server: &Client, sql: &str) -> Result<(), HttpError> {
+    match server.with_setting("distributed_ddl_task_timeout", "0").execute(sql) {
+        Err(e) if e.code() == Some(DDL_NOT_EVERYWHERE) => Ok(()),
+        other => other,
+    }
+}
+
+/// Waits until `check` (a count) answers at least `expected` on each of
+/// `nodes`, so that what follows finds the queued DDL applied there.
+fn wait_until_applied(server: &Client, nodes: &[String], check: &str, expected: u64) -> Result<(), HttpError> {
+    let deadline = std::time::Instant::now() + APPLY_LIMIT;
+    for node in nodes {
+        let one = server.with_bases(vec![node.clone()]);
+        loop {
+            let found = one.select(check)?.u64().map_err(|e| HttpError::Server {
+                url: node.clone(),
+                status: 200,
+                message: e.to_string(),
+            })?;
+            if found >= expected {
+                break;
+            }
+            if std::time::Instant::now() > deadline {
+                return Err(HttpError::Server {
+                    url: node.clone(),
+                    status: 0,
+                    message: format!(
+                        "the node has not applied the store's cluster DDL within {} s ({found} of {expected} for {check})",
+                        APPLY_LIMIT.as_secs()
+                    ),
+                });
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
     }
     Ok(())
 }
@@ -503,22 +571,32 @@ fn version(db: &Client) -> Result<u32, HttpError> {
 fn add_column_on_cluster(
     server: &Client,
     layout: Layout<'_>,
-    table: &str,
-    name: &str,
-    definition: &str,
+    reachable: &[String],
+    (table, name, definition): (&str, &str, &str),
 ) -> Result<(), HttpError> {
     let Layout::Cluster { cluster, database, shard_db } = layout else { return Ok(()) };
+    let has_it = |db: &str| {
+        format!(
+            "SELECT count() FROM system.columns WHERE database = {} AND table = {} AND name = {}",
+            super::http::quote(db),
+            super::http::quote(table),
+            super::http::quote(name)
+        )
+    };
     if !has_column(&server.with_database(shard_db), table, name)? {
-        server.execute(&format!("ALTER TABLE {shard_db}.{table} ON CLUSTER {cluster} ADD COLUMN {definition}"))?;
+        on_cluster(server, &format!("ALTER TABLE {shard_db}.{table} ON CLUSTER {cluster} ADD COLUMN {definition}"))?;
     }
+    // Each node's `Distributed` table is made from its own shard table.
+    wait_until_applied(server, reachable, &has_it(shard_db), 1)?;
     if !has_column(&server.with_database(database), table, name)? {
         // ClickHouse refuses ALTER ... ON CLUSTER of a table that is not
         // replicated when the cluster's shards are (18.16: "isn't
         // replicated, but shard is replicated"). The `Distributed` table
         // holds no rows, so it is made again from its shard table.
-        server.execute(&format!("DROP TABLE IF EXISTS {database}.{table} ON CLUSTER {cluster}"))?;
-        server.execute(&create_distributed(cluster, database, shard_db, table))?;
+        on_cluster(server, &format!("DROP TABLE IF EXISTS {database}.{table} ON CLUSTER {cluster}"))?;
+        on_cluster(server, &create_distributed(cluster, database, shard_db, table))?;
     }
+    wait_until_applied(server, reachable, &has_it(database), 1)?;
     Ok(())
 }
 
