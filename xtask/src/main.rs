@@ -214,29 +214,24 @@ fn test(args: &[String]) -> anyhow::Result<()> {
         .env("SQLBEE_REQUIRE_PRIVILEGED", "1")
         .env("SQLBEE_COLLECTOR_ONLY_BIN", &collector_only);
     let mut totals = [0u64; 3];
-    let status = counted(&mut all, &mut totals)?;
+    let mut status = counted(&mut all, &mut totals)?;
     // The collector suite once more against ClickHouse, with the same
-    // assertions (a fresh database per collector on a private server).
-    println!("==> cargo test --test collector with SQLBEE_TEST_STORE=clickhouse");
-    let mut clickhouse = cargo();
-    clickhouse
-        .args(["test", "--no-fail-fast", "-p", "sqlbee", "--test", "collector", "--"])
-        .args(args)
-        .env("SQLBEE_REQUIRE_PRIVILEGED", "1")
-        .env("SQLBEE_TEST_STORE", "clickhouse");
-    let clickhouse = counted(&mut clickhouse, &mut totals)?;
-    let status = if clickhouse.success() { status } else { clickhouse };
-    // And against a ClickHouse cluster: two shards of two replicas and a
-    // ZooKeeper (xtask::clickhouse_cluster), a fresh database per collector.
-    println!("==> cargo test --test collector with SQLBEE_TEST_STORE=clickhouse-cluster");
-    let mut on_cluster = cargo();
-    on_cluster
-        .args(["test", "--no-fail-fast", "-p", "sqlbee", "--test", "collector", "--"])
-        .args(args)
-        .env("SQLBEE_REQUIRE_PRIVILEGED", "1")
-        .env("SQLBEE_TEST_STORE", "clickhouse-cluster");
-    let on_cluster = counted(&mut on_cluster, &mut totals)?;
-    let status = if on_cluster.success() { status } else { on_cluster };
+    // assertions (a fresh database per collector): on a private server, and
+    // on a cluster of two shards of two replicas and a ZooKeeper
+    // (xtask::clickhouse_cluster).
+    for store in ["clickhouse", "clickhouse-cluster"] {
+        println!("==> cargo test --test collector with SQLBEE_TEST_STORE={store}");
+        let mut suite = cargo();
+        suite
+            .args(["test", "--no-fail-fast", "-p", "sqlbee", "--test", "collector", "--"])
+            .args(args)
+            .env("SQLBEE_REQUIRE_PRIVILEGED", "1")
+            .env("SQLBEE_TEST_STORE", store);
+        let outcome = counted(&mut suite, &mut totals)?;
+        if !outcome.success() {
+            status = outcome;
+        }
+    }
     // The formatting, lint and manual checks, counted as tests.
     for ok in &lints {
         totals[if *ok { 0 } else { 1 }] += 1;
