@@ -8,7 +8,9 @@
 //! address only: its socket is not in the server's namespace). Part of the
 //! statements are counted in the kernel, which tells clients apart by the
 //! key the agent gave each connection. Short connections, as a web request
-//! makes them, are named too: the kernel wakes the agent for each.
+//! makes them, are named too: the kernel wakes the agent for each. With a
+//! login that may read `performance_schema.session_connect_attrs`, each
+//! client also carries the program it said it is at connect, exactly.
 mod common;
 
 use std::{
@@ -17,7 +19,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{Agent, PrivateServer, collector::Collector, collector::top_json, privileged, root_conn};
+use common::{Agent, PrivateServer, collector::Collector, collector::top_json, login_file, privileged, root_conn};
 use mysql::prelude::Queryable;
 use serde_json::Value;
 use xtask::image::{MARIADB_IMAGE, podman};
@@ -95,15 +97,20 @@ impl Drop for Netns {
     }
 }
 
-/// The digest's clients: (process, address, container) -> count, and the
-/// pids each process was seen with.
-fn clients_of(row: &Value) -> BTreeMap<(Option<String>, Option<String>, Option<String>), u64> {
+/// (program, process, address, container).
+type ClientKey = (Option<String>, Option<String>, Option<String>, Option<String>);
+
+/// The digest's clients: (program, process, address, container) -> count.
+fn clients_of(row: &Value) -> BTreeMap<ClientKey, u64> {
     let text = |v: &Value| v.as_str().map(str::to_string);
     row["clients"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|c| ((text(&c["process"]), text(&c["address"]), text(&c["container"])), c["count"].as_u64().unwrap()))
+        .map(|c| {
+            let key = (text(&c["program"]), text(&c["process"]), text(&c["address"]), text(&c["container"]));
+            (key, c["count"].as_u64().unwrap())
+        })
         .fold(BTreeMap::new(), |mut all, (key, n)| {
             *all.entry(key).or_default() += n;
             all
@@ -119,17 +126,21 @@ fn each_client_of_a_digest_is_named_with_its_exact_count() {
     assert!(image_present, "{MARIADB_IMAGE} is missing (./x image builds it; ./x test does so first)");
     let _serial = common::one_at_a_time();
     let netns = Netns::create();
-    let server = PrivateServer::start("clients", &["--bind-address=0.0.0.0"]).unwrap();
+    // Connection attributes live only in performance_schema.
+    let server = PrivateServer::start("clients", &["--bind-address=0.0.0.0", "--performance-schema=ON"]).unwrap();
     let mut conn = root_conn(&server);
     conn.query_drop(
         "CREATE DATABASE app; CREATE TABLE app.t (id INT PRIMARY KEY, v INT); INSERT INTO app.t VALUES (1, 10); \
          CREATE USER app@'%' IDENTIFIED BY 'app-pw'; GRANT SELECT ON app.* TO app@'%'; \
-         CREATE USER app@localhost IDENTIFIED BY 'app-pw'; GRANT SELECT ON app.* TO app@localhost",
+         CREATE USER app@localhost IDENTIFIED BY 'app-pw'; GRANT SELECT ON app.* TO app@localhost; \
+         CREATE USER sqlbee@localhost IDENTIFIED BY 'watch-pw'; \
+         GRANT SELECT ON performance_schema.session_connect_attrs TO sqlbee@localhost",
     )
     .unwrap();
     drop(conn);
     let collector = Collector::start(&[]);
     let url = collector.http_url();
+    let login = login_file(server.dir(), "sqlbee", "watch-pw");
     let agent = Agent::start(
         server.dir(),
         &[
@@ -137,6 +148,7 @@ fn each_client_of_a_digest_is_named_with_its_exact_count() {
             format!("--collector={url}"),
             format!("--state-dir={}", server.dir().join("state").display()),
             "--window=1s".into(),
+            format!("--server-login={}", login.display()),
         ],
     );
     let socket = server.socket.to_str().unwrap().to_string();
@@ -154,7 +166,8 @@ fn each_client_of_a_digest_is_named_with_its_exact_count() {
     run_with_input(Command::new("mariadb").arg(format!("--socket={socket}")).args(login), &script(CLI));
     // A Python program on the unix socket.
     let python = format!(
-        "import pymysql\nc = pymysql.connect(unix_socket={socket:?}, user='app', password='app-pw')\n\
+        "import pymysql\nc = pymysql.connect(unix_socket={socket:?}, user='app', password='app-pw', \
+         program_name='orders-service')\n\
          cur = c.cursor()\nfor _ in range({PYTHON}):\n    cur.execute({STATEMENT:?})\n    cur.fetchall()\n\
          cur.execute({LINGER:?})\nc.close()\n"
     );
@@ -166,7 +179,8 @@ fn each_client_of_a_digest_is_named_with_its_exact_count() {
         .tcp_port(server.port)
         .user(Some("app"))
         .pass(Some("app-pw"))
-        .prefer_socket(false);
+        .prefer_socket(false)
+        .connect_attrs(Some(std::collections::HashMap::from([("program_name", "billing")])));
     let mut tcp = mysql::Conn::new(tcp).unwrap();
     for _ in 0..TCP {
         tcp.query_drop(STATEMENT).unwrap();
@@ -220,15 +234,17 @@ fn each_client_of_a_digest_is_named_with_its_exact_count() {
     let me = std::env::current_exe().unwrap().file_name().unwrap().to_string_lossy().into_owned();
     let python_exe =
         std::fs::read_link("/usr/bin/python3").unwrap().file_name().unwrap().to_string_lossy().into_owned();
-    let key = |process: Option<&str>, address: Option<&str>, container: Option<&str>| {
-        (process.map(str::to_string), address.map(str::to_string), container.map(str::to_string))
+    let key = |program: &str, process: Option<&str>, address: Option<&str>, container: Option<&str>| {
+        let text = |s: Option<&str>| s.map(str::to_string);
+        (Some(program.to_string()), text(process), text(address), text(container))
     };
+    // The command-line client calls itself `mysql`.
     let expected: BTreeMap<_, u64> = [
-        (key(Some("mariadb"), None, None), CLI),
-        (key(Some(&python_exe), None, None), PYTHON),
-        (key(Some(&me), Some("127.0.0.1"), None), TCP),
-        (key(Some("mariadb"), None, Some(&container)), CONTAINER),
-        (key(None, Some(&netns.inner_ip), None), NETNS),
+        (key("mysql", Some("mariadb"), None, None), CLI),
+        (key("orders-service", Some(&python_exe), None, None), PYTHON),
+        (key("billing", Some(&me), Some("127.0.0.1"), None), TCP),
+        (key("mysql", Some("mariadb"), None, Some(&container)), CONTAINER),
+        (key("mysql", None, Some(&netns.inner_ip), None), NETNS),
     ]
     .into_iter()
     .collect();
@@ -236,6 +252,10 @@ fn each_client_of_a_digest_is_named_with_its_exact_count() {
     // This test's own connection carries its pid.
     let mine = row["clients"].as_array().unwrap().iter().find(|c| c["process"] == me.as_str()).unwrap();
     assert_eq!(mine["pid"], std::process::id(), "{mine:#}");
+    // What the Python program said: its driver and its own pid.
+    let python_row = row["clients"].as_array().unwrap().iter().find(|c| c["program"] == "orders-service").unwrap();
+    assert!(python_row["driver"].as_str().is_some_and(|d| d.starts_with("pymysql ")), "{python_row:#}");
+    assert_eq!(python_row["client_pid"], python_row["pid"], "{python_row:#}");
     // Grouped by process over the top digests: the container's client and
     // the command-line client are one program, the namespaced client has
     // no process, and the groups add up.
@@ -248,18 +268,22 @@ fn each_client_of_a_digest_is_named_with_its_exact_count() {
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         serde_json::from_slice(&out.stdout).unwrap()
     };
-    let by = top_with(&["--by", "process", "--limit", "50"]);
-    let group = |value: &str| {
+    let group = |by: &Value, value: &str| {
         by["groups"].as_array().unwrap().iter().find(|g| g["value"] == value).map(|g| {
             g["digests"].as_array().unwrap().iter().find(|d| d["digest_text"] == DIGEST_TEXT).unwrap()["count"].clone()
         })
     };
-    assert_eq!(group("mariadb"), Some((CLI + CONTAINER).into()), "{by:#}");
-    assert_eq!(group(&python_exe), Some(PYTHON.into()), "{by:#}");
+    let by = top_with(&["--by", "process", "--limit", "50"]);
+    assert_eq!(group(&by, "mariadb"), Some((CLI + CONTAINER).into()), "{by:#}");
+    assert_eq!(group(&by, &python_exe), Some(PYTHON.into()), "{by:#}");
     let missing = by["groups"].as_array().unwrap().iter().find(|g| g["missing"] == true).unwrap();
     assert!(
         missing["digests"].as_array().unwrap().iter().any(|d| d["digest_text"] == DIGEST_TEXT && d["count"] == NETNS)
     );
+    // By the name each gave itself: the remote client is a `mysql` too.
+    let by = top_with(&["--by", "program", "--limit", "50"]);
+    assert_eq!(group(&by, "mysql"), Some((CLI + CONTAINER + NETNS).into()), "{by:#}");
+    assert_eq!(group(&by, "orders-service"), Some(PYTHON.into()), "{by:#}");
 
     // Only the digests the container sent, with how many it sent.
     let only = top_with(&["--client", &container]);
@@ -293,7 +317,7 @@ fn each_client_of_a_digest_is_named_with_its_exact_count() {
     let named: u64 = clients_of(&short_row).values().sum();
     assert!(named >= short_total / 4, "only {named} of {short_total} named: {short_row:#}");
     assert!(
-        clients_of(&short_row).keys().all(|(process, _, _)| process.as_deref() == Some(python_exe.as_str())),
+        clients_of(&short_row).keys().all(|(_, process, _, _)| process.as_deref() == Some(python_exe.as_str())),
         "{short_row:#}"
     );
 

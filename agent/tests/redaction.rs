@@ -25,8 +25,16 @@ const SECRETS: [&str; 7] = [
 ];
 
 fn connect(server: &PrivateServer) -> mysql::Conn {
-    let opts =
-        mysql::OptsBuilder::new().socket(Some(server.socket.to_str().unwrap())).user(Some("root")).prefer_socket(true);
+    connect_as(server, "redaction-test")
+}
+
+/// A connection whose client calls itself `program` at connect.
+fn connect_as(server: &PrivateServer, program: &str) -> mysql::Conn {
+    let opts = mysql::OptsBuilder::new()
+        .socket(Some(server.socket.to_str().unwrap()))
+        .user(Some("root"))
+        .prefer_socket(true)
+        .connect_attrs(Some(std::collections::HashMap::from([("program_name", program)])));
     mysql::Conn::new(opts).unwrap()
 }
 
@@ -56,7 +64,9 @@ fn no_literal_leaves_by_default_and_counts_stay_exact() {
         return;
     }
     let _serial = common::one_at_a_time();
-    let server = PrivateServer::start("redaction", &[]).unwrap();
+    // performance_schema keeps the program names clients send (read with
+    // the login).
+    let server = PrivateServer::start("redaction", &["--performance-schema=ON"]).unwrap();
     server
         .sql(
             "CREATE DATABASE app; CREATE TABLE app.people (id INT PRIMARY KEY, email VARCHAR(64) UNIQUE, \
@@ -67,7 +77,8 @@ fn no_literal_leaves_by_default_and_counts_stay_exact() {
     server
         .sql(
             "CREATE USER 'redact_plans'@'localhost' IDENTIFIED BY 'plans-login-pw'; \
-             GRANT SELECT, UPDATE ON app.* TO 'redact_plans'@'localhost'",
+             GRANT SELECT, UPDATE ON app.* TO 'redact_plans'@'localhost'; \
+             GRANT SELECT ON performance_schema.session_connect_attrs TO 'redact_plans'@'localhost'",
         )
         .unwrap();
     let login = server.dir().join("login.toml");
@@ -90,7 +101,10 @@ fn no_literal_leaves_by_default_and_counts_stay_exact() {
         ],
     );
 
-    let mut conn = connect(&server);
+    // Program names are the client's own words: data may be in them.
+    let mut conn = connect_as(&server, "mailer for ann.secret@example.com");
+    let mut card_client = connect_as(&server, "card-4111111111111111");
+    card_client.query_drop("SELECT 1").unwrap();
     let passwords = [
         "CREATE USER 'redact1'@'localhost' IDENTIFIED BY 'Pw-S3cret-1'",
         "ALTER USER 'redact1'@'localhost' IDENTIFIED BY 'Pw-S3cret-2'",
@@ -132,7 +146,7 @@ fn no_literal_leaves_by_default_and_counts_stay_exact() {
     std::thread::sleep(Duration::from_millis(400));
     holder.query_drop("COMMIT").unwrap();
     waiting.join().unwrap();
-    drop((conn, holder));
+    drop((conn, holder, card_client));
 
     // A statement running with literals in it: live activity shows it
     // redacted, and, past --long-statement, it is an event, redacted.
@@ -190,6 +204,13 @@ fn no_literal_leaves_by_default_and_counts_stay_exact() {
     let tagged = out.of_type("digest").find(|d| d["tags"]["route"].is_array()).expect("the tagged statement's row");
     assert_eq!(tagged["tags"]["controller"][0]["value"], "?", "{tagged}");
     assert_eq!(tagged["tags"]["route"][0]["value"], "/cards/?", "{tagged}");
+    // The clients' program names were read, and only redacted.
+    let programs: std::collections::BTreeSet<&str> = out
+        .of_type("digest")
+        .flat_map(|d| d["clients"].as_array().into_iter().flatten())
+        .filter_map(|c| c["program"].as_str())
+        .collect();
+    assert!(programs.contains("?") && programs.contains("card-?"), "{programs:?}");
     let messages: Vec<&str> = out
         .of_type("digest")
         .filter_map(|d| d["error_messages"].as_object())

@@ -85,6 +85,9 @@ pub const LENGTH_LIMITS: &[(&str, u64)] = &[
     ("ClientCount.container_id", 128),
     ("ClientCount.pod", 512),
     ("ClientCount.namespace", 256),
+    // The agent keeps 128 bytes of each (redacted as tag values are).
+    ("ClientCount.program", 512),
+    ("ClientCount.driver", 512),
     ("CommandCount.command", 1_024),
     ("LockWait.class", 32),
     ("LockWait.digest_text", 65_536),

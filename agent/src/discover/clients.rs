@@ -36,6 +36,12 @@ pub struct Client {
     pub container_id: Option<String>,
     pub pod: Option<String>,
     pub namespace: Option<String>,
+    /// What the client said it is at connect (its connection attributes,
+    /// read with the login): the program's name, its client library and
+    /// version, and its pid on its own host.
+    pub program: Option<String>,
+    pub driver: Option<String>,
+    pub client_pid: Option<u32>,
 }
 
 impl Client {
@@ -323,6 +329,7 @@ fn local_client(pid: u32, address: Option<String>) -> Client {
         container_id: container.map(|c| c.id),
         pod,
         namespace,
+        ..Client::default()
     }
 }
 

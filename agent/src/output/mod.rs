@@ -230,6 +230,7 @@ fn add_clients(line: &mut Value, d: &DigestRow) {
         .into_iter()
         .map(|(c, n)| {
             json!({
+                "program": c.program, "driver": c.driver, "client_pid": c.client_pid,
                 "address": c.address, "process": c.process, "pid": c.pid, "container": c.container,
                 "container_id": c.container_id, "pod": c.pod, "namespace": c.namespace, "count": n,
             })

@@ -34,7 +34,7 @@ use crate::discover::{BinaryInfo, ProbePoint, ServerProcess};
 /// The kernel object built by `build.rs`.
 pub(super) static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/agent-ebpf"));
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct ProbeConfig {
     /// Text bytes copied per statement (at most `MAX_TEXT`).
     pub text_limit: u32,
@@ -62,6 +62,8 @@ pub struct ProbeConfig {
     pub task_btf: bool,
     /// Name each connection's client (see `clients`).
     pub clients: bool,
+    /// With it, a client's connection attributes are read too.
+    pub client_login: Option<crate::plans::ServerLogin>,
 }
 
 pub struct AttachedServer {
@@ -89,11 +91,17 @@ pub struct AttachedServer {
     /// Error messages waiting for their statement, by (thread, time
     /// raised); bounded.
     messages: std::collections::HashMap<(u32, u64), ErrorMessage>,
+    /// Statements of connections whose client waits for its connection
+    /// attributes, released once it is named; bounded.
+    held: Vec<Statement>,
     ebpf: Ebpf,
 }
 
 /// Error messages kept while their statement has not been drained yet.
 const MAX_PENDING_MESSAGES: usize = 4096;
+/// Statements held for their connection's attributes at most; past this,
+/// every waiting connection is named without them.
+const MAX_HELD: usize = 50_000;
 
 impl AttachedServer {
     pub fn attach(server: ServerProcess, binary: BinaryInfo, config: ProbeConfig) -> Result<Self, ProbeError> {
@@ -132,7 +140,9 @@ impl AttachedServer {
         let kernel_digests = (config.digest_slots > 0)
             .then(|| KernelDigests::new(&mut ebpf, config.digest_slots, layout.known_sets))
             .transpose()?;
-        let clients = (layout.vio_offset != agent_common::UNKNOWN).then(|| Clients::new(&mut ebpf, pid)).transpose()?;
+        let clients = (layout.vio_offset != agent_common::UNKNOWN)
+            .then(|| Clients::new(&mut ebpf, pid, config.client_login.clone()))
+            .transpose()?;
         let mut points =
             vec![("statement_end", binary.points.statement_end), ("error_raised", binary.points.error_raised)];
         if config.commands {
@@ -196,6 +206,7 @@ impl AttachedServer {
             links: Vec::new(),
             detaching: Arc::new(AtomicUsize::new(0)),
             messages: Default::default(),
+            held: Vec::new(),
             ebpf,
         };
         attached.set_attached(true)?;
@@ -206,7 +217,6 @@ impl AttachedServer {
     /// how many records could not be decoded.
     pub fn drain(&mut self, out: &mut Vec<Statement>, waits: &mut Vec<LongWait>) -> u64 {
         let mut bad = 0;
-        let first = out.len();
         // Long waits before statements, so a waiting statement finds its
         // wait already known downstream.
         while let Some(record) = self.long_waits.next() {
@@ -226,6 +236,8 @@ impl AttachedServer {
         if let Some(clients) = &mut self.clients {
             clients.name_new_connections(&mut self.names);
         }
+        self.release_held(out, false);
+        let first = out.len();
         // Errors first: a statement's error is written before the
         // statement itself, so its message is here when the statement is.
         while let Some(record) = self.errors.next() {
@@ -278,7 +290,7 @@ impl AttachedServer {
                 None => bad += 1,
             }
         }
-        self.name_late_clients(&mut out[first..]);
+        self.name_late_clients(out, first);
         bad
     }
 
@@ -302,9 +314,9 @@ impl AttachedServer {
     /// Names the clients of statements whose connection was named after
     /// the names were drained above (its name record and the statement's
     /// were written in between).
-    fn name_late_clients(&mut self, statements: &mut [Statement]) {
+    fn name_late_clients(&mut self, out: &mut Vec<Statement>, first: usize) {
         let Some(clients) = &mut self.clients else { return };
-        let mut unnamed = statements.iter_mut().filter(|s| s.client.is_none() && s.connection_id != 0).peekable();
+        let mut unnamed = out[first..].iter_mut().filter(|s| s.client.is_none() && s.connection_id != 0).peekable();
         if unnamed.peek().is_none() {
             return;
         }
@@ -312,12 +324,54 @@ impl AttachedServer {
             self.names.learn(&record);
         }
         clients.name_new_connections(&mut self.names);
+        let mut waiting = false;
         for statement in unnamed {
             statement.client = clients.client(statement.account_hash, statement.connection_id);
             if statement.account.is_none() {
                 statement.account = self.names.account(statement.account_hash);
             }
+            waiting |= statement.client.is_none() && clients.is_awaiting(statement.connection_id);
         }
+        if waiting {
+            let (kept, held): (Vec<Statement>, Vec<Statement>) = out
+                .drain(first..)
+                .partition(|s| s.client.is_some() || s.connection_id == 0 || !clients.is_awaiting(s.connection_id));
+            out.extend(kept);
+            self.held.extend(held);
+            if self.held.len() > MAX_HELD {
+                self.release_held(out, true);
+            }
+        }
+    }
+
+    /// Statements held for their connection's attributes whose client is
+    /// now named (all of them, when `all`: their connections are named with
+    /// what is known) into `out`.
+    fn release_held(&mut self, out: &mut Vec<Statement>, all: bool) {
+        let Some(clients) = &mut self.clients else { return };
+        if self.held.is_empty() {
+            return;
+        }
+        if all {
+            clients.settle_all(&mut self.names);
+        }
+        for mut statement in std::mem::take(&mut self.held) {
+            if clients.is_awaiting(statement.connection_id) {
+                self.held.push(statement);
+                continue;
+            }
+            statement.client = clients.client(statement.account_hash, statement.connection_id);
+            if statement.account.is_none() {
+                statement.account = self.names.account(statement.account_hash);
+            }
+            out.push(statement);
+        }
+    }
+
+    /// The statements still held, released with the clients known now (the
+    /// last drain, once the programs are gone).
+    pub fn release_all_held(&mut self, out: &mut Vec<Statement>) {
+        self.release_held(out, true);
     }
 
     /// Closes the kernel digests' epoch (see [`KernelDigests::flip`]).

@@ -6,23 +6,54 @@
 //! sends the connection's statements as records, which name their
 //! connection. Every statement is thus counted by its client, or under
 //! none when the client could not be found (its connection closed first).
-use std::{collections::HashMap, sync::Arc};
+//! With the login, what the client said it is at connect (its program) is
+//! asked for on a thread of its own (`discover::AttrAsker`) before the key
+//! is written: meanwhile the connection's statements come as records and
+//! are held back (`is_awaiting`) until its client is whole, so that is
+//! exact too.
+use std::{
+    collections::HashMap,
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use agent_common::with_client;
 use aya::maps::{HashMap as BpfHashMap, MapData};
-use tracing::debug;
+use tracing::{debug, warn};
 
-use super::{ProbeError, names::Names};
-use crate::discover::{Client, ClientConnection, ClientResolver};
+use super::{
+    ProbeError,
+    names::{NamedConnection, Names},
+};
+use crate::{
+    discover::{AttrAsker, Client, ClientConnection, ClientResolver},
+    plans::ServerLogin,
+};
 
 /// Connections and client keys remembered per server; past this, the
 /// tables start over (a connection named again is looked up again).
 const MAX_REMEMBERED: usize = 65_536;
+/// Connections waiting for their attributes at once; past this, new ones
+/// are named without.
+const MAX_AWAITING: usize = 10_000;
+/// A connection waits at most this long for its attributes (the asker's
+/// waits are bounded well below it).
+const MAX_WAIT: Duration = Duration::from_secs(3);
+
+/// A connection whose peer is known, waiting for its attributes.
+struct Awaiting {
+    named: NamedConnection,
+    client: Client,
+    since: Instant,
+}
 
 pub struct Clients {
     keys: BpfHashMap<MapData, u64, u64>,
     server_pid: u32,
     resolver: ClientResolver,
+    /// With a login: asks for the connection attributes.
+    attrs: Option<AttrAsker>,
+    awaiting: HashMap<u64, Awaiting>,
     /// By account hash with a client key in it.
     by_account: HashMap<u64, Arc<Client>>,
     /// By connection id: its key, and its client for records sent before
@@ -33,16 +64,25 @@ pub struct Clients {
 }
 
 impl Clients {
-    pub fn new(ebpf: &mut aya::Ebpf, server_pid: u32) -> Result<Self, ProbeError> {
+    pub fn new(ebpf: &mut aya::Ebpf, server_pid: u32, login: Option<ServerLogin>) -> Result<Self, ProbeError> {
         let map = ebpf
             .take_map("CLIENT_KEYS")
             .ok_or_else(|| ProbeError::Map { map: "CLIENT_KEYS", detail: "not in object".into() })?;
         let keys =
             BpfHashMap::try_from(map).map_err(|e| ProbeError::Map { map: "CLIENT_KEYS", detail: e.to_string() })?;
+        let attrs = login.and_then(|login| match AttrAsker::start(login, server_pid) {
+            Ok(asker) => Some(asker),
+            Err(error) => {
+                warn!(pid = server_pid, %error, "no thread to read connection attributes; clients have no program");
+                None
+            }
+        });
         Ok(Self {
             keys,
             server_pid,
             resolver: ClientResolver::default(),
+            attrs,
+            awaiting: HashMap::new(),
             by_account: HashMap::new(),
             by_connection: HashMap::new(),
             interned: HashMap::new(),
@@ -50,19 +90,27 @@ impl Clients {
     }
 
     /// Names the clients of the connections `names` learnt since last time,
-    /// and hands the kernel their keys.
+    /// and hands the kernel their keys (with a login: once their attributes
+    /// came, here on a later call).
     pub fn name_new_connections(&mut self, names: &mut Names) {
+        self.take_answers(names);
         let mut new = names.take_connections();
         // Named again (a changed user, another thread): the account it now
         // runs as gets its hash with the key, and when the kernel did not
         // find the key (gone from its map since), the key goes in again.
         let mut known = Vec::new();
-        new.retain(|c| match self.by_connection.get(&c.connection) {
-            Some((key, client)) => {
-                known.push((*c, *key, client.clone()));
-                false
+        new.retain(|c| {
+            if let Some(waiting) = self.awaiting.get_mut(&c.connection) {
+                waiting.named = *c;
+                return false;
             }
-            None => true,
+            match self.by_connection.get(&c.connection) {
+                Some((key, client)) => {
+                    known.push((*c, *key, client.clone()));
+                    false
+                }
+                None => true,
+            }
         });
         for (named, key, client) in known {
             if named.client_pending {
@@ -85,19 +133,78 @@ impl Clients {
         let sockets: Vec<ClientConnection> =
             new.iter().map(|c| ClientConnection { server_pid: self.server_pid, socket_fd: c.socket_fd }).collect();
         let found = self.resolver.resolve(&sockets);
-        for (named, client) in new.iter().zip(found) {
-            let key = if client.is_unknown() { 0 } else { self.intern(client.clone()).0 };
-            self.write_key(named.connection, key);
-            if key == 0 {
-                self.by_connection.insert(named.connection, (0, None));
-                continue;
+        let now = Instant::now();
+        let mut asked = Vec::new();
+        for (named, client) in new.into_iter().zip(found) {
+            if self.attrs.is_some() && self.awaiting.len() < MAX_AWAITING {
+                asked.push(named.connection);
+                self.awaiting.insert(named.connection, Awaiting { named, client, since: now });
+            } else {
+                self.settle(named, client, names);
             }
-            let client = self.intern(client).1;
-            let hash = with_client(named.login_hash, key);
-            names.alias_account(hash, named.login_hash);
-            self.by_account.insert(hash, client.clone());
-            self.by_connection.insert(named.connection, (key, Some(client)));
         }
+        if !asked.is_empty() && !self.attrs.as_ref().is_some_and(|a| a.ask(asked)) {
+            self.attrs = None;
+            self.settle_all(names);
+        }
+    }
+
+    /// Whether records of `connection` wait for its client to be whole.
+    pub fn is_awaiting(&self, connection: u64) -> bool {
+        self.awaiting.contains_key(&connection)
+    }
+
+    /// Names every waiting connection with what is known now.
+    pub fn settle_all(&mut self, names: &mut Names) {
+        for (_, waiting) in std::mem::take(&mut self.awaiting) {
+            self.settle(waiting.named, waiting.client, names);
+        }
+    }
+
+    /// Completes the waiting connections the asker answered for, and those
+    /// that waited too long.
+    fn take_answers(&mut self, names: &mut Names) {
+        let Some(asker) = &self.attrs else { return };
+        let Some(answers) = asker.answers() else {
+            warn!(pid = self.server_pid, "the connection attributes thread ended; clients have no program");
+            self.attrs = None;
+            self.settle_all(names);
+            return;
+        };
+        for (connections, mut said) in answers {
+            for connection in connections {
+                let Some(Awaiting { named, mut client, .. }) = self.awaiting.remove(&connection) else { continue };
+                if let Some(attrs) = said.remove(&connection) {
+                    client.program = attrs.program;
+                    client.driver = attrs.driver;
+                    client.client_pid = attrs.pid;
+                }
+                self.settle(named, client, names);
+            }
+        }
+        let late: Vec<u64> =
+            self.awaiting.iter().filter(|(_, w)| w.since.elapsed() > MAX_WAIT).map(|(c, _)| *c).collect();
+        for connection in late {
+            if let Some(waiting) = self.awaiting.remove(&connection) {
+                self.settle(waiting.named, waiting.client, names);
+            }
+        }
+    }
+
+    /// Gives a connection its client: its key to the kernel, and the
+    /// account hash with the key in it named.
+    fn settle(&mut self, named: NamedConnection, client: Client, names: &mut Names) {
+        let key = if client.is_unknown() { 0 } else { self.intern(client.clone()).0 };
+        self.write_key(named.connection, key);
+        if key == 0 {
+            self.by_connection.insert(named.connection, (0, None));
+            return;
+        }
+        let client = self.intern(client).1;
+        let hash = with_client(named.login_hash, key);
+        names.alias_account(hash, named.login_hash);
+        self.by_account.insert(hash, client.clone());
+        self.by_connection.insert(named.connection, (key, Some(client)));
     }
 
     fn write_key(&mut self, connection: u64, key: u64) {

@@ -141,7 +141,7 @@ impl Supervisor {
         }
         let pid = server.pid;
         debug!(pid, layout = ?binary.layout, "layout learned from the binary");
-        let mut attached = AttachedServer::attach(server, binary, self.config)?;
+        let mut attached = AttachedServer::attach(server, binary, self.config.clone())?;
         attached.set_shedding(self.shedding)?;
         let budget = self.config.overhead_budget.map(|budget| DutyConfig { budget, period: self.config.duty_period });
         let counter = attached.binary.query_counter.and_then(|v| QueryCounter::locate(pid, v));
@@ -375,6 +375,7 @@ fn final_batch(attached: &mut AttachedServer, overhead: Option<Overhead>) -> Pro
     attached.detach_programs();
     let (mut statements, mut long_waits) = (Vec::new(), Vec::new());
     attached.drain(&mut statements, &mut long_waits);
+    attached.release_all_held(&mut statements);
     let counters = read_counters(attached);
     let mut kernel = Vec::new();
     if let Err(e) = attached.collect_all(&mut kernel) {

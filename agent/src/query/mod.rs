@@ -87,13 +87,13 @@ pub struct TopArgs {
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub limit: u32,
     /// Group the top digests' statements by a query tag's values
-    /// (`tag:controller`), or by who sent them: `client`, `process`,
-    /// `address`, `container` or `pod`. Per value: its statements and
-    /// digests.
-    #[arg(long, value_name = "tag:KEY|client|process|address|container|pod", value_parser = render_by::By::parse)]
+    /// (`tag:controller`), or by who sent them: `client`, `program` (the
+    /// name it gave at connect), `process`, `address`, `container` or
+    /// `pod`. Per value: its statements and digests.
+    #[arg(long, value_name = "tag:KEY|client|program|process|address|container|pod", value_parser = render_by::By::parse)]
     pub by: Option<render_by::By>,
-    /// Only digests this client sent statements of: a process name, an
-    /// address, a container, or a client as `--by client` prints it. Each
+    /// Only digests this client sent statements of: a program, a process
+    /// name, an address, a container, or a client as `--by client` prints it. Each
     /// row's `matched` says how many of its statements it sent. Looks
     /// through the 10,000 top digests.
     #[arg(long, conflicts_with_all = ["pod", "tag"])]

@@ -1,4 +1,4 @@
-//! `sqlbee top --by tag:KEY|client|process|address|container|pod`: the
+//! `sqlbee top --by tag:KEY|client|program|process|address|container|pod`: the
 //! top digests' statements grouped by the values of one query tag, or by
 //! who sent them. Built from the answer's digests, so it covers what
 //! `--limit` digests and their listed values hold; statements whose value a
@@ -16,8 +16,10 @@ use super::cells::cut;
 pub enum By {
     /// A query tag's values.
     Tag(String),
-    /// Whole clients: process and pid, address, container.
+    /// Whole clients: program, process and pid, address, container.
     Client,
+    /// The name the client gave itself at connect.
+    Program,
     Process,
     Address,
     Container,
@@ -28,7 +30,8 @@ impl By {
     pub fn parse(value: &str) -> Result<By, String> {
         Ok(match value {
             "client" => By::Client,
-            "process" | "program" => By::Process,
+            "program" => By::Program,
+            "process" => By::Process,
             "address" => By::Address,
             "container" => By::Container,
             "pod" => By::Pod,
@@ -36,7 +39,7 @@ impl By {
                 Some(key) if !key.is_empty() => By::Tag(key.to_string()),
                 _ => {
                     return Err(format!(
-                        "{value:?}: expected tag:KEY, client, process, address, container or pod \
+                        "{value:?}: expected tag:KEY, client, program, process, address, container or pod \
                          (as `--by tag:controller` or `--by pod`)"
                     ));
                 }
@@ -48,6 +51,7 @@ impl By {
         match self {
             By::Tag(key) => format!("tag:{key}"),
             By::Client => "client".into(),
+            By::Program => "program".into(),
             By::Process => "process".into(),
             By::Address => "address".into(),
             By::Container => "container".into(),
@@ -78,6 +82,7 @@ impl By {
         match self {
             By::Tag(_) => None,
             By::Client => Some(client_label(c)).filter(|l| !l.is_empty()),
+            By::Program => text(&c.program),
             By::Process => text(&c.process),
             By::Address => text(&c.address),
             By::Container => text(&c.container),
@@ -122,11 +127,15 @@ impl By {
     }
 }
 
-/// A client as one line: `process[pid] address container`, what is known.
+/// A client as one line: `process[pid] as program from address in
+/// container`, what is known.
 pub fn client_label(c: &ClientCount) -> String {
     let mut parts = Vec::new();
     if !c.process.is_empty() {
         parts.push(if c.pid != 0 { format!("{}[{}]", c.process, c.pid) } else { c.process.clone() });
+    }
+    if !c.program.is_empty() {
+        parts.push(format!("as {}", c.program));
     }
     if !c.address.is_empty() {
         parts.push(format!("from {}", c.address));
@@ -146,8 +155,8 @@ pub fn client_label(c: &ClientCount) -> String {
 /// statements a filter keeps.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Filter {
-    /// A client by its process name, address, container or its whole
-    /// label (as `--by client` prints it).
+    /// A client by its program, process name, address, container or its
+    /// whole label (as `--by client` prints it).
     Client(String),
     /// `POD` or `NAMESPACE/POD`.
     Pod(String),
@@ -169,7 +178,9 @@ impl Filter {
             Filter::Client(name) => d
                 .clients
                 .iter()
-                .filter(|c| [&c.process, &c.address, &c.container].contains(&name) || client_label(c) == *name)
+                .filter(|c| {
+                    [&c.program, &c.process, &c.address, &c.container].contains(&name) || client_label(c) == *name
+                })
                 .map(|c| c.count)
                 .sum(),
             Filter::Pod(name) => d
@@ -372,6 +383,6 @@ mod tests {
         assert_eq!(clients[0], ("php-fpm[10] pod web-1".into(), 14));
         assert_eq!(clients.iter().map(|(_, n)| n).sum::<u64>(), 26);
         assert!(By::parse("tag:").is_err() && By::parse("user").is_err());
-        assert_eq!(By::parse("program"), Ok(By::Process));
+        assert_eq!(By::parse("program"), Ok(By::Program));
     }
 }

@@ -148,6 +148,9 @@ fn clients(d: &DigestRow) -> Vec<ClientCount> {
             container_id: text(&c.container_id),
             pod: text(&c.pod),
             namespace: text(&c.namespace),
+            program: text(&c.program),
+            driver: text(&c.driver),
+            client_pid: c.client_pid.unwrap_or(0),
             count: *n,
         })
         .collect();

@@ -136,15 +136,17 @@ pub fn diff_json(digests: &[DigestChange]) -> Value {
 }
 
 /// Clients, the most statements first; each field null where unknown.
-/// `program` is the name a client gives itself at connect, which the
-/// server keeps only in performance_schema: not read yet, so null.
+/// `program`, `driver` and `client_pid` are what the client said it is at
+/// connect (its connection attributes, read with the agent's login).
 pub fn clients_json(clients: &[ClientCount]) -> Value {
     let text = |s: &str| (!s.is_empty()).then(|| s.to_string());
     clients
         .iter()
         .map(|c| {
             json!({
-                "program": Value::Null,
+                "program": text(&c.program),
+                "driver": text(&c.driver),
+                "client_pid": (c.client_pid != 0).then_some(c.client_pid),
                 "address": text(&c.address),
                 "process": text(&c.process),
                 "pid": (c.pid != 0).then_some(c.pid),

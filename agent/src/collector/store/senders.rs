@@ -143,26 +143,42 @@ impl MergedSenders {
 }
 
 /// A `ClientCount` but its count: (address, process, pid, container,
-/// container id, pod, namespace).
+/// container id, pod, namespace, program, driver, client pid).
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
-struct ClientKey(String, String, u32, String, String, String, String);
+struct ClientKey(String, String, u32, String, String, String, String, String, String, u32);
 
 impl ClientKey {
     fn of(c: &ClientCount) -> Self {
+        let c = c.clone();
         Self(
-            c.address.clone(),
-            c.process.clone(),
+            c.address,
+            c.process,
             c.pid,
-            c.container.clone(),
-            c.container_id.clone(),
-            c.pod.clone(),
-            c.namespace.clone(),
+            c.container,
+            c.container_id,
+            c.pod,
+            c.namespace,
+            c.program,
+            c.driver,
+            c.client_pid,
         )
     }
 
     fn with_count(self, count: u64) -> ClientCount {
-        let Self(address, process, pid, container, container_id, pod, namespace) = self;
-        ClientCount { address, process, pid, container, container_id, pod, namespace, count }
+        let Self(address, process, pid, container, container_id, pod, namespace, program, driver, client_pid) = self;
+        ClientCount {
+            address,
+            process,
+            pid,
+            container,
+            container_id,
+            pod,
+            namespace,
+            program,
+            driver,
+            client_pid,
+            count,
+        }
     }
 }
 

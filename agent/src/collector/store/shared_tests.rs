@@ -307,7 +307,8 @@ pub(super) fn tags_and_exemplars_merge_over_windows(store: &dyn Store, batch: Ma
             span_id: format!("{sequence:016x}"),
             duration_ns: slowest.min(d.max_ns),
         });
-        // The same program in every window, and one client of one window.
+        // The same program in every window, and one client of one window;
+        // only the first says what it is (as connection attributes do).
         let client = |process: &str, pid: u32, count: u64| ClientCount {
             process: process.into(),
             pid,
@@ -315,7 +316,13 @@ pub(super) fn tags_and_exemplars_merge_over_windows(store: &dyn Store, batch: Ma
             count,
             ..Default::default()
         };
-        d.clients = vec![client("php-fpm", 7, 2), client(&format!("worker-{sequence}"), 9, 1)];
+        let shop = ClientCount {
+            program: "shop".into(),
+            driver: "mysqlnd 8.2".into(),
+            client_pid: 7,
+            ..client("php-fpm", 7, 2)
+        };
+        d.clients = vec![shop, client(&format!("worker-{sequence}"), 9, 1)];
         b
     };
     for b in [
@@ -338,17 +345,21 @@ pub(super) fn tags_and_exemplars_merge_over_windows(store: &dyn Store, batch: Ma
     assert_eq!(one[0].tags[0].values[0].count, 7);
     assert_eq!(one[0].exemplars.len(), 2);
     // Clients add up by everything that names them, the most first.
-    let clients: Vec<(&str, u32, &str, u64)> =
-        d.clients.iter().map(|c| (c.process.as_str(), c.pid, c.container.as_str(), c.count)).collect();
+    let clients: Vec<(&str, &str, u32, &str, u64)> = d
+        .clients
+        .iter()
+        .map(|c| (c.program.as_str(), c.process.as_str(), c.pid, c.container.as_str(), c.count))
+        .collect();
     assert_eq!(
         clients,
         [
-            ("php-fpm", 7, "web-1", 6),
-            ("worker-1", 9, "web-1", 1),
-            ("worker-2", 9, "web-1", 1),
-            ("worker-3", 9, "web-1", 1)
+            ("shop", "php-fpm", 7, "web-1", 6),
+            ("", "worker-1", 9, "web-1", 1),
+            ("", "worker-2", 9, "web-1", 1),
+            ("", "worker-3", 9, "web-1", 1)
         ]
     );
+    assert_eq!((d.clients[0].driver.as_str(), d.clients[0].client_pid), ("mysqlnd 8.2", 7));
     assert_eq!(one[0].clients.iter().map(|c| c.count).sum::<u64>(), 6);
 }
 

@@ -24,15 +24,15 @@ const MAX_DIGESTS: u32 = 1_000;
 /// Digests listed under each client.
 const DIGESTS_PER_CLIENT: usize = 5;
 
-/// A client as the page groups it: (process, container, pod, address);
-/// all empty for statements no client was named for.
-type ClientKey = (String, String, String, String);
+/// A client as the page groups it: (program, process, container, pod,
+/// address); all empty for statements no client was named for.
+type ClientKey = (String, String, String, String, String);
 
 fn key_of(c: &ClientCount) -> ClientKey {
     let pod = if c.namespace.is_empty() { c.pod.clone() } else { format!("{}/{}", c.namespace, c.pod) };
     // A local process is told by what it is, not by the port it came from.
     let address = if c.process.is_empty() { c.address.clone() } else { String::new() };
-    (c.process.clone(), c.container.clone(), pod, address)
+    (c.program.clone(), c.process.clone(), c.container.clone(), pod, address)
 }
 
 #[derive(Default)]
@@ -85,7 +85,8 @@ pub async fn render(ui: &Ui, view: &View) -> Rendered {
     let head = PageHead { title: "Clients".into(), nav: Nav::Clients, instances, keep: Vec::new() };
     let mut body = String::from(
         "<p>Who sent the statements of the costliest digests: each client as the agent on the server's node named \
-         its connections (a local process, its container and pod; a remote client by its address). Time is an \
+         its connections (a local process, its container and pod; a remote client by its address) and the program \
+         it said it is at connect, where the agent reads that. Time is an \
          estimate: each digest's mean latency times the client's statements of it.</p>",
     );
     if answer.digests.is_empty() {
@@ -93,23 +94,25 @@ pub async fn render(ui: &Ui, view: &View) -> Rendered {
         return Ok((head, body));
     }
     body.push_str(
-        "<table class=\"data\" id=\"clients\"><thead><tr><th>Process</th><th>Container</th><th>Pod</th>\
+        "<table class=\"data\" id=\"clients\"><thead><tr><th>Program</th><th>Process</th><th>Container</th><th>Pod</th>\
          <th>Address</th><th>Pids</th><th>Statements</th><th>Est. time</th><th>Digests</th></tr></thead><tbody>",
     );
-    for ((process, container, pod, address), mut t) in totals(answer.digests) {
-        let unnamed = process.is_empty() && container.is_empty() && pod.is_empty() && address.is_empty();
-        let first = if unnamed { "<em>not named</em>".to_string() } else { esc(or_dash(&process)) };
+    for ((program, process, container, pod, address), mut t) in totals(answer.digests) {
+        let unnamed = [&program, &process, &container, &pod, &address].iter().all(|s| s.is_empty());
+        let first = if unnamed { "<em>not named</em>".to_string() } else { esc(or_dash(&program)) };
         let addresses =
             if address.is_empty() { t.addresses.iter().cloned().collect::<Vec<_>>().join(", ") } else { address };
         let _ = write!(
             body,
-            "<tr class=\"client\" data-process=\"{}\" data-container=\"{}\" data-pod=\"{}\" data-statements=\"{}\">\
-             <td><strong>{first}</strong></td><td>{}</td><td>{}</td><td>{}</td><td class=\"num\">{}</td>\
-             <td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
+            "<tr class=\"client\" data-program=\"{}\" data-process=\"{}\" data-container=\"{}\" data-pod=\"{}\" \
+             data-statements=\"{}\"><td><strong>{first}</strong></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
+             <td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
+            esc(&program),
             esc(&process),
             esc(&container),
             esc(&pod),
             t.statements,
+            esc(or_dash(&process)),
             esc(or_dash(&container)),
             esc(or_dash(&pod)),
             esc(or_dash(&addresses)),
@@ -119,7 +122,7 @@ pub async fn render(ui: &Ui, view: &View) -> Rendered {
             html::count(t.digests.len() as u64)
         );
         t.digests.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.digest.cmp(&b.1.digest)));
-        body.push_str("<tr class=\"client-digests\"><td colspan=\"8\"><ul>");
+        body.push_str("<tr class=\"client-digests\"><td colspan=\"9\"><ul>");
         for (n, d) in t.digests.iter().take(DIGESTS_PER_CLIENT) {
             let _ = write!(
                 body,

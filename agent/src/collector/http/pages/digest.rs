@@ -223,11 +223,11 @@ fn accounts(body: &mut String, digests: &[TopDigest]) {
 /// Who sends it, as the server's node sees it: statements per client over
 /// the digest's rows, then those from clients not listed or not named.
 fn clients(body: &mut String, digests: &[TopDigest]) {
-    let mut by_client: BTreeMap<(String, u32, String, String, String), u64> = BTreeMap::new();
+    let mut by_client: BTreeMap<(String, String, u32, String, String, String), u64> = BTreeMap::new();
     for c in digests.iter().flat_map(|d| &d.clients) {
         let pod = if c.namespace.is_empty() { c.pod.clone() } else { format!("{}/{}", c.namespace, c.pod) };
-        *by_client.entry((c.process.clone(), c.pid, c.address.clone(), c.container.clone(), pod)).or_default() +=
-            c.count;
+        let key = (c.program.clone(), c.process.clone(), c.pid, c.address.clone(), c.container.clone(), pod);
+        *by_client.entry(key).or_default() += c.count;
     }
     if by_client.is_empty() {
         return;
@@ -236,16 +236,18 @@ fn clients(body: &mut String, digests: &[TopDigest]) {
     let mut sorted: Vec<_> = by_client.into_iter().collect();
     sorted.sort_by_key(|entry| std::cmp::Reverse(entry.1));
     body.push_str(
-        "<h2>Clients</h2><table class=\"data\" id=\"clients\"><thead><tr><th>Process</th><th>Pid</th>\
+        "<h2>Clients</h2><table class=\"data\" id=\"clients\"><thead><tr><th>Program</th><th>Process</th><th>Pid</th>\
          <th>Address</th><th>Container</th><th>Pod</th><th>Statements</th></tr></thead><tbody>",
     );
     let dash = |s: &str| if s.is_empty() { "-".to_string() } else { esc(s) };
-    for ((process, pid, address, container, pod), count) in sorted {
+    for ((program, process, pid, address, container, pod), count) in sorted {
         let _ = write!(
             body,
-            "<tr class=\"client\" data-process=\"{}\" data-count=\"{count}\"><td>{}</td><td class=\"num\">{}</td>\
-             <td>{}</td><td>{}</td><td>{}</td><td class=\"num\">{}</td></tr>",
+            "<tr class=\"client\" data-program=\"{}\" data-process=\"{}\" data-count=\"{count}\"><td>{}</td>\
+             <td>{}</td><td class=\"num\">{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"num\">{}</td></tr>",
+            esc(&program),
             esc(&process),
+            dash(&program),
             dash(&process),
             if pid == 0 { "-".to_string() } else { pid.to_string() },
             dash(&address),
@@ -257,7 +259,7 @@ fn clients(body: &mut String, digests: &[TopDigest]) {
     if unnamed > 0 {
         let _ = write!(
             body,
-            "<tr class=\"client\" data-process=\"\" data-count=\"{unnamed}\"><td colspan=\"5\"><em>other or not \
+            "<tr class=\"client\" data-process=\"\" data-count=\"{unnamed}\"><td colspan=\"6\"><em>other or not \
              named</em></td><td class=\"num\">{}</td></tr>",
             html::count(unnamed)
         );
