@@ -125,7 +125,7 @@ fn top(
     range: (i64, i64),
     digest: Option<(u64, &str)>,
 ) -> Result<Vec<TopDigest>, StoreError> {
-    store.top(&TopQuery {
+    store.top_lean(&TopQuery {
         instance: Some(instance.to_string()),
         digest: digest.map(|d| d.0),
         schema: digest.map(|d| d.1.to_string()),

@@ -304,13 +304,13 @@ impl Query for QueryService {
         let now = now_unix_ms();
         let length = |(since_ms, until_ms): (i64, i64)| until_ms.min(now) - since_ms.max(0);
         let ranges_ms = (length(before), length(after));
-        let store = self.store.clone();
-        let digests = blocking(move || {
-            let before = store.top(&before_query)?;
-            let after = store.top(&after_query)?;
-            Ok(diff::compare(&before, &after, ranges_ms, thresholds))
-        })
-        .await?;
+        // Both sides at once, each read lean: every digest of two ranges.
+        let (store, other) = (self.store.clone(), self.store.clone());
+        let (before, after) = tokio::try_join!(
+            blocking(move || store.top_lean(&before_query)),
+            blocking(move || other.top_lean(&after_query))
+        )?;
+        let digests = diff::compare(&before, &after, ranges_ms, thresholds);
         Ok(Response::new(DiffResponse { digests: digests.into_iter().take(limit).collect() }))
     }
 

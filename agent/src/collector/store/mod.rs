@@ -417,6 +417,16 @@ pub trait Store: Send + Sync {
     /// queues it (ClickHouse's group commit) need not copy it.
     fn ingest(&self, batch: Batch, received_unix_ms: i64, content_hash: u64) -> Result<IngestOutcome, StoreError>;
     fn top(&self, query: &TopQuery) -> Result<Vec<TopDigest>, StoreError>;
+    /// `top` with only what comparing two ranges needs (`diff` and
+    /// detection read every digest of both): counts, sums, min and max,
+    /// the histogram and its percentiles, instances, the digest text, and
+    /// of the figures rows examined and CPU, each as `top` gives it.
+    /// Accounts, clients, tags, exemplars, samples, waits, error codes and
+    /// the other figures are left empty, which spares reading and decoding
+    /// them.
+    fn top_lean(&self, query: &TopQuery) -> Result<Vec<TopDigest>, StoreError> {
+        self.top(query)
+    }
     /// Every agent/instance pair, each with its newest window's cost.
     fn instances(&self) -> Result<Vec<InstanceInfo>, StoreError>;
     /// What watching cost per agent over the windows `query` covers.

@@ -360,7 +360,11 @@ impl Store for ClickHouseStore {
     }
 
     fn top(&self, query: &TopQuery) -> Result<Vec<TopDigest>, StoreError> {
-        read::top(&self.db, query)
+        read::top(&self.db, query, false)
+    }
+
+    fn top_lean(&self, query: &TopQuery) -> Result<Vec<TopDigest>, StoreError> {
+        read::top(&self.db, query, true)
     }
 
     fn instances(&self) -> Result<Vec<InstanceInfo>, StoreError> {

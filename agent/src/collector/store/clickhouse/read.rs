@@ -10,7 +10,7 @@ use sqlbee_proto::v1::{
 };
 
 use super::{
-    digest_rows::{DIGEST_COLUMNS, MERGE_COLUMNS, Merging, RowKey, read_full_row},
+    digest_rows::{DIGEST_COLUMNS, FullRow, MERGE_COLUMNS, Merging, RowKey, read_digest_row, read_full_row},
     equals, error,
     http::{Client, Malformed, Rows, quote},
     malformed,
@@ -32,7 +32,10 @@ pub(super) fn top_filters(query: &TopQuery) -> String {
     sql
 }
 
-pub(super) fn top(db: &Client, query: &TopQuery) -> Result<Vec<TopDigest>, StoreError> {
+/// The top digests (`lean`: see `Store::top_lean`; ranking by waits reads
+/// them, so it is never lean).
+pub(super) fn top(db: &Client, query: &TopQuery, lean: bool) -> Result<Vec<TopDigest>, StoreError> {
+    let lean = lean && query.order_by != OrderBy::Wait;
     let bad = malformed("top");
     let figure = match query.order_by {
         OrderBy::RowsExamined => "ifNull(rows_examined, 0)",
@@ -42,12 +45,18 @@ pub(super) fn top(db: &Client, query: &TopQuery) -> Result<Vec<TopDigest>, Store
         _ => "materialize(toUInt64(0))",
     };
     let sources = rollups::sources(db, query.since_unix_ms, query.until_unix_ms, None, "top")?;
-    let columns = format!("{DIGEST_COLUMNS}, {MERGE_COLUMNS}, {figure} AS figure");
+    let merged = if lean { LEAN_COLUMNS } else { MERGE_COLUMNS };
+    let columns = format!("{DIGEST_COLUMNS}, {merged}, {figure} AS figure");
     let mut rows =
         db.select(&sources.union(Table::Digests, &columns, &top_filters(query))).map_err(|e| error("top", e))?;
     let mut digests: HashMap<RowKey, Merging> = HashMap::new();
     while !rows.done() {
-        let full = read_full_row(&mut rows, &bad)?;
+        let (full, lean_figures) = if lean {
+            let (full, figures) = read_lean_row(&mut rows).map_err(&bad)?;
+            (full, Some(figures))
+        } else {
+            (read_full_row(&mut rows, &bad)?, None)
+        };
         let figure = rows.u64().map_err(&bad)?;
         // Looked up before it is copied: most rows find their key.
         if !digests.contains_key(&full.row.key) {
@@ -58,6 +67,10 @@ pub(super) fn top(db: &Client, query: &TopQuery) -> Result<Vec<TopDigest>, Store
             m.rank = m.rank.saturating_add(figure);
         }
         m.add(full)?;
+        if let Some((rows_examined, cpu_ns)) = lean_figures {
+            add_some(&mut m.stats.rows_examined, rows_examined);
+            add_some(&mut m.stats.cpu_ns, cpu_ns);
+        }
     }
     for m in digests.values_mut() {
         match query.order_by {
@@ -74,7 +87,7 @@ pub(super) fn top(db: &Client, query: &TopQuery) -> Result<Vec<TopDigest>, Store
     ranked.truncate(query.limit);
     let ids: BTreeSet<u64> = ranked.iter().map(|(k, _)| k.digest).collect();
     let texts = texts(db, &ids)?;
-    let mut messages = messages(db, &ids, query.instance.as_deref())?;
+    let mut messages = if lean { HashMap::new() } else { messages(db, &ids, query.instance.as_deref())? };
     let mut out = Vec::with_capacity(ranked.len());
     for (key, m) in ranked {
         let digest = key.digest;
@@ -111,6 +124,38 @@ pub(super) fn top(db: &Client, query: &TopQuery) -> Result<Vec<TopDigest>, Store
         });
     }
     Ok(out)
+}
+
+/// What a lean read takes after `DIGEST_COLUMNS`: rows examined and CPU,
+/// each as (value, known).
+const LEAN_COLUMNS: &str = "ifNull(rows_examined, 0), isNotNull(rows_examined), ifNull(cpu_ns, 0), isNotNull(cpu_ns)";
+
+/// A row of a lean read: the digest row alone (nothing else to merge), and
+/// its rows examined and CPU.
+fn read_lean_row(rows: &mut Rows) -> Result<(FullRow, (Option<u64>, Option<u64>)), Malformed> {
+    let row = read_digest_row(rows)?;
+    let figure = |rows: &mut Rows| -> Result<Option<u64>, Malformed> {
+        let value = rows.u64()?;
+        Ok((rows.u8()? != 0).then_some(value))
+    };
+    let figures = (figure(rows)?, figure(rows)?);
+    let full = FullRow {
+        row,
+        truncated: 0,
+        errors: Vec::new(),
+        waits: Vec::new(),
+        figures: Vec::new(),
+        accounts: Vec::new(),
+        sample: String::new(),
+        sample_end: 0,
+    };
+    Ok((full, figures))
+}
+
+fn add_some(sum: &mut Option<u64>, value: Option<u64>) {
+    if let Some(value) = value {
+        *sum = Some(sum.unwrap_or(0).saturating_add(value));
+    }
 }
 
 fn id_list(ids: &BTreeSet<u64>) -> String {

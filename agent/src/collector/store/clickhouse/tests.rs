@@ -707,6 +707,10 @@ fn answers(store: &ClickHouseStore, since: i64, until: i64) -> String {
             out += &format!("{key} {nested}: {:?}\n", store.top(&top).unwrap());
         }
     }
+    shared_tests::lean_top_answers_as_top_does(
+        store,
+        &TopQuery { since_unix_ms: since, until_unix_ms: until, ..everything(0) },
+    );
     for instance in [None, Some("h:1".to_string()), Some("h:2".to_string())] {
         let totals = TotalsQuery { instance: instance.clone(), since_unix_ms: since, until_unix_ms: until };
         out += &format!("totals {instance:?}: {:?}\n", store.totals(&totals).unwrap());

@@ -209,7 +209,13 @@ impl Store for SqliteStore {
         // One read transaction: every step sees the same snapshot, so the
         // merged histograms add up to the counts of the first step.
         let tx = conn.transaction().map_err(|e| error("top", e))?;
-        read::top(&tx, query)
+        read::top(&tx, query, false)
+    }
+
+    fn top_lean(&self, query: &TopQuery) -> Result<Vec<TopDigest>, StoreError> {
+        let mut conn = self.read()?;
+        let tx = conn.transaction().map_err(|e| error("top", e))?;
+        read::top(&tx, query, true)
     }
 
     fn instances(&self) -> Result<Vec<InstanceInfo>, StoreError> {

@@ -85,7 +85,8 @@ fn filters(query: &TopQuery, first: usize) -> Filters {
     Filters { sql, values }
 }
 
-pub(super) fn top(tx: &rusqlite::Transaction<'_>, query: &TopQuery) -> Result<Vec<TopDigest>, StoreError> {
+/// The top digests (`lean`: see `Store::top_lean`).
+pub(super) fn top(tx: &rusqlite::Transaction<'_>, query: &TopQuery, lean: bool) -> Result<Vec<TopDigest>, StoreError> {
     let err = |e| error("top", e);
     let spans = rollup::plan(query.since_unix_ms, query.until_unix_ms, None);
     // Step 1: scalar sums per (schema, digest), without reading any blob.
@@ -196,6 +197,9 @@ pub(super) fn top(tx: &rusqlite::Transaction<'_>, query: &TopQuery) -> Result<Ve
             .then_with(|| ka.cmp(kb))
     });
     ranked.truncate(query.limit);
+    if lean {
+        return lean_details(tx, query, &spans, ranked, histograms, &names);
+    }
 
     // Step 3: details of the digests that made the cut: one read per
     // digest for a short list, one scan of the range for a long one (a
@@ -301,6 +305,76 @@ pub(super) fn top(tx: &rusqlite::Transaction<'_>, query: &TopQuery) -> Result<Ve
             tags: senders.tags,
             exemplars: senders.exemplars,
             histogram: Some(merge::wire_histogram(&histogram)),
+        });
+    }
+    Ok(out)
+}
+
+/// Step 3 of a lean `top`: of the digests that made the cut, only their
+/// histograms (unless ranking read them), rows examined and CPU, in one
+/// scan of the range.
+fn lean_details(
+    tx: &rusqlite::Transaction<'_>,
+    query: &TopQuery,
+    spans: &[rollup::Span],
+    ranked: Vec<(RowKey, Merging)>,
+    mut histograms: HashMap<RowKey, Histogram>,
+    names: &[String],
+) -> Result<Vec<TopDigest>, StoreError> {
+    let err = |e| error("top", e);
+    let preloaded = !histograms.is_empty();
+    let mut lean: HashMap<RowKey, (Histogram, QueryStats)> =
+        ranked.iter().map(|(key, _)| (key.clone(), Default::default())).collect();
+    let columns = format!("histogram, rows_examined, cpu_ns, {KEY_COLUMNS}");
+    let mut stmt = scan(tx, query, spans, &columns, "").map_err(err)?;
+    let mut rows = stmt.raw_query();
+    while let Some(row) = rows.next().map_err(err)? {
+        let key = row_key(row, 3).map_err(err)?;
+        let Some((histogram, stats)) = lean.get_mut(&key) else { continue };
+        if !preloaded {
+            add_blob(histogram, row.get_ref(0).map_err(err)?.as_blob().map_err(|e| err(e.into()))?)?;
+        }
+        let figure =
+            |n: usize| -> Result<Option<u64>, StoreError> { Ok(row.get::<_, Option<i64>>(n).map_err(err)?.map(u)) };
+        let add = |sum: &mut Option<u64>, value: Option<u64>| {
+            if let Some(value) = value {
+                *sum = Some(sum.unwrap_or(0).saturating_add(value));
+            }
+        };
+        add(&mut stats.rows_examined, figure(1)?);
+        add(&mut stats.cpu_ns, figure(2)?);
+    }
+    drop(rows);
+    let mut text_stmt = tx.prepare_cached("SELECT text FROM digest_texts WHERE digest = ?1").map_err(err)?;
+    let mut out = Vec::with_capacity(ranked.len());
+    for (key, m) in ranked {
+        let (scanned, stats) = lean.remove(&key).unwrap_or_default();
+        let histogram = histograms.remove(&key).unwrap_or(scanned);
+        let digest_text: String =
+            text_stmt.query_row([i(key.digest)], |r| r.get(0)).optional().map_err(err)?.unwrap_or_default();
+        let t = &m.totals;
+        out.push(TopDigest {
+            digest: key.digest,
+            digest_text,
+            schema: key.schema,
+            nested: key.nested,
+            program: key.program,
+            program_kind: key.program_kind,
+            parent_digest: key.parent_digest,
+            source: key.source,
+            count: t.count,
+            errors: t.errors,
+            sum_ns: t.sum_ns,
+            min_ns: t.min_ns,
+            max_ns: t.max_ns,
+            p50_ns: merge::percentile(&histogram, 0.50, t),
+            p95_ns: merge::percentile(&histogram, 0.95, t),
+            p99_ns: merge::percentile(&histogram, 0.99, t),
+            instances: m.instances.iter().map(|id| names[*id as usize].clone()).collect(),
+            estimated_count: if m.sampled { m.estimated } else { 0 },
+            stats: Some(stats),
+            histogram: Some(merge::wire_histogram(&histogram)),
+            ..Default::default()
         });
     }
     Ok(out)

@@ -695,6 +695,15 @@ fn assert_rollups_match(store: &SqliteStore, batches: &[Batch], ranges: &[(i64, 
     };
     for &(since, until, instance) in ranges {
         let spans = rollup::plan(since, until, None);
+        shared_tests::lean_top_answers_as_top_does(
+            store,
+            &TopQuery {
+                since_unix_ms: since,
+                until_unix_ms: until,
+                instance: instance.map(str::to_string),
+                ..query.clone()
+            },
+        );
         let answer = store
             .top(&TopQuery {
                 since_unix_ms: since,
