@@ -12,7 +12,7 @@
 //! are held back (`is_awaiting`) until its client is whole, so that is
 //! exact too.
 use std::{
-    collections::HashMap,
+    collections::{HashMap, VecDeque},
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -54,6 +54,8 @@ pub struct Clients {
     /// With a login: asks for the connection attributes.
     attrs: Option<AttrAsker>,
     awaiting: HashMap<u64, Awaiting>,
+    /// The waiting connections, oldest first, for their deadline.
+    waiting_since: VecDeque<(Instant, u64)>,
     /// By account hash with a client key in it.
     by_account: HashMap<u64, Arc<Client>>,
     /// By connection id: its key, and its client for records sent before
@@ -83,6 +85,7 @@ impl Clients {
             resolver: ClientResolver::default(),
             attrs,
             awaiting: HashMap::new(),
+            waiting_since: VecDeque::new(),
             by_account: HashMap::new(),
             by_connection: HashMap::new(),
             interned: HashMap::new(),
@@ -138,6 +141,7 @@ impl Clients {
         for (named, client) in new.into_iter().zip(found) {
             if self.attrs.is_some() && self.awaiting.len() < MAX_AWAITING {
                 asked.push(named.connection);
+                self.waiting_since.push_back((now, named.connection));
                 self.awaiting.insert(named.connection, Awaiting { named, client, since: now });
             } else {
                 self.settle(named, client, names);
@@ -156,6 +160,7 @@ impl Clients {
 
     /// Names every waiting connection with what is known now.
     pub fn settle_all(&mut self, names: &mut Names) {
+        self.waiting_since.clear();
         for (_, waiting) in std::mem::take(&mut self.awaiting) {
             self.settle(waiting.named, waiting.client, names);
         }
@@ -182,10 +187,14 @@ impl Clients {
                 self.settle(named, client, names);
             }
         }
-        let late: Vec<u64> =
-            self.awaiting.iter().filter(|(_, w)| w.since.elapsed() > MAX_WAIT).map(|(c, _)| *c).collect();
-        for connection in late {
-            if let Some(waiting) = self.awaiting.remove(&connection) {
+        while let Some(&(since, connection)) = self.waiting_since.front() {
+            if since.elapsed() <= MAX_WAIT {
+                break;
+            }
+            self.waiting_since.pop_front();
+            // Still waiting since then (not answered, nor asked again).
+            if self.awaiting.get(&connection).is_some_and(|w| w.since == since) {
+                let waiting = self.awaiting.remove(&connection).expect("looked up above");
                 self.settle(waiting.named, waiting.client, names);
             }
         }
