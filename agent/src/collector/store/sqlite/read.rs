@@ -275,36 +275,17 @@ pub(super) fn top(tx: &rusqlite::Transaction<'_>, query: &TopQuery, lean: bool) 
                 messages.insert(code, message);
             }
         }
-        let t = &m.totals;
         let senders = senders.into_top();
         out.push(TopDigest {
-            digest,
-            digest_text,
-            schema: key.schema,
-            nested: key.nested,
-            program: key.program,
-            program_kind: key.program_kind,
-            parent_digest: key.parent_digest,
-            source: key.source,
-            count: t.count,
-            errors: t.errors,
-            sum_ns: t.sum_ns,
-            min_ns: t.min_ns,
-            max_ns: t.max_ns,
-            p50_ns: merge::percentile(&histogram, 0.50, t),
-            p95_ns: merge::percentile(&histogram, 0.95, t),
-            p99_ns: merge::percentile(&histogram, 0.99, t),
             sample,
-            instances: m.instances.iter().map(|id| names[*id as usize].clone()).collect(),
             waits: waits.into_stats(),
             error_codes: errors.into_counts(|code| messages.remove(&code).unwrap_or_default()),
-            estimated_count: if m.sampled { m.estimated } else { 0 },
             stats: Some(stats),
             accounts: senders.accounts,
             clients: senders.clients,
             tags: senders.tags,
             exemplars: senders.exemplars,
-            histogram: Some(merge::wire_histogram(&histogram)),
+            ..merged_digest(key, digest_text, &m, &histogram, &names)
         });
     }
     Ok(out)
@@ -352,32 +333,37 @@ fn lean_details(
         let histogram = histograms.remove(&key).unwrap_or(scanned);
         let digest_text: String =
             text_stmt.query_row([i(key.digest)], |r| r.get(0)).optional().map_err(err)?.unwrap_or_default();
-        let t = &m.totals;
-        out.push(TopDigest {
-            digest: key.digest,
-            digest_text,
-            schema: key.schema,
-            nested: key.nested,
-            program: key.program,
-            program_kind: key.program_kind,
-            parent_digest: key.parent_digest,
-            source: key.source,
-            count: t.count,
-            errors: t.errors,
-            sum_ns: t.sum_ns,
-            min_ns: t.min_ns,
-            max_ns: t.max_ns,
-            p50_ns: merge::percentile(&histogram, 0.50, t),
-            p95_ns: merge::percentile(&histogram, 0.95, t),
-            p99_ns: merge::percentile(&histogram, 0.99, t),
-            instances: m.instances.iter().map(|id| names[*id as usize].clone()).collect(),
-            estimated_count: if m.sampled { m.estimated } else { 0 },
-            stats: Some(stats),
-            histogram: Some(merge::wire_histogram(&histogram)),
-            ..Default::default()
-        });
+        out.push(TopDigest { stats: Some(stats), ..merged_digest(key, digest_text, &m, &histogram, names) });
     }
     Ok(out)
+}
+
+/// A digest's answer from its key, text, sums and histogram; what step 3
+/// read besides is for the caller to add.
+fn merged_digest(key: RowKey, digest_text: String, m: &Merging, histogram: &Histogram, names: &[String]) -> TopDigest {
+    let t = &m.totals;
+    TopDigest {
+        digest: key.digest,
+        digest_text,
+        schema: key.schema,
+        nested: key.nested,
+        program: key.program,
+        program_kind: key.program_kind,
+        parent_digest: key.parent_digest,
+        source: key.source,
+        count: t.count,
+        errors: t.errors,
+        sum_ns: t.sum_ns,
+        min_ns: t.min_ns,
+        max_ns: t.max_ns,
+        p50_ns: merge::percentile(histogram, 0.50, t),
+        p95_ns: merge::percentile(histogram, 0.95, t),
+        p99_ns: merge::percentile(histogram, 0.99, t),
+        instances: m.instances.iter().map(|id| names[*id as usize].clone()).collect(),
+        estimated_count: if m.sampled { m.estimated } else { 0 },
+        histogram: Some(merge::wire_histogram(histogram)),
+        ..Default::default()
+    }
 }
 
 /// A cut this long has its details read in one scan of the range rather
