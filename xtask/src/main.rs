@@ -43,6 +43,12 @@ enum Task {
     /// control, the one-trap floor and a baseline binary; report and CSV in
     /// benches/results/.
     BenchRate(bench::rate::RateArgs),
+    /// The experiment this project started from: sysbench oltp_read_write
+    /// at 12 threads, nothing attached, sqlbee and performance_schema with
+    /// its statement consumers on, in alternating rounds at saturation
+    /// (throughput and latency lost) and at a fixed rate (mysqld CPU per
+    /// statement); two reports in benches/results/.
+    BenchSeeds(bench::rate::SeedsArgs),
     /// Fuzz every decoder of outside bytes (batches through decode,
     /// validate and a SQLite store; spool records; store blobs; the
     /// normalizer and redactor; kernel records) for N seconds each, with a
@@ -105,6 +111,13 @@ fn main() -> anyhow::Result<()> {
             setup::run()?;
             let outcome = bench::rate::run(&args)?;
             println!("{}", std::fs::read_to_string(outcome.report)?);
+            Ok(())
+        }
+        Task::BenchSeeds(args) => {
+            setup::run()?;
+            for outcome in bench::rate::seeds(&args)? {
+                println!("{}", std::fs::read_to_string(outcome.report)?);
+            }
             Ok(())
         }
         Task::Fuzz { seconds, seed, executions } => fuzz(seconds, seed, executions),

@@ -72,7 +72,8 @@ pub struct BenchArgs {
     /// sqlbee, sqlbee-all (every optional probe), sqlbee-waits (the wait
     /// probes only), sqlbee-events (every statement sent to user space),
     /// sqlbee-budget (--mysqld-overhead-budget 1%), performance-schema
-    /// (server restarted, its control too), slow-log (long_query_time=0),
+    /// (server restarted, its control too), performance-schema-statements
+    /// (the same with the statement consumers on), slow-log (long_query_time=0),
     /// general-log, bpftrace-pair (uprobe + uretprobe on dispatch_command
     /// with a latency histogram), bpftrace-count (one counting uprobe).
     #[arg(long, value_delimiter = ',', default_value = "sqlbee")]

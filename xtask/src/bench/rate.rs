@@ -48,8 +48,9 @@ pub struct RateArgs {
     /// Arms run in every round: `control` (nothing attached) and
     /// treatments of `cargo xtask bench` (sqlbee, sqlbee-all, sqlbee-waits,
     /// sqlbee-events, sqlbee-plans, sqlbee-budget, slow-log, general-log, bpftrace-pair,
-    /// bpftrace-count = the one-trap floor, performance-schema). Only the
-    /// host's server runs performance-schema: each of its runs restarts the
+    /// bpftrace-count = the one-trap floor, performance-schema,
+    /// performance-schema-statements). Only the host's server runs the
+    /// performance_schema arms: each of their runs restarts the
     /// server with it on, warms, measures, then restarts and warms again, so
     /// its rounds take longer.
     #[arg(long, value_delimiter = ',', default_value = "control,bpftrace-count,sqlbee,sqlbee-waits")]
@@ -69,7 +70,9 @@ pub struct RateArgs {
     #[arg(long, default_value_t = 4)]
     pub threads: u32,
     /// sysbench --rate: events per second to hold to (one statement per
-    /// event for oltp_point_select). Keep it well under saturation.
+    /// event for oltp_point_select). Keep it well under saturation. 0 runs
+    /// every round at saturation (no limit), and the report adds each
+    /// arm's throughput and latency, and their loss against control.
     #[arg(long, default_value_t = 2000)]
     pub rate: u32,
     /// Seconds each arm runs per round.
@@ -97,6 +100,73 @@ pub struct RateArgs {
     /// no interval: the VM spreads them by 10-30%).
     #[arg(long, default_value_t = 0)]
     pub saturation_seconds: u32,
+}
+
+/// The experiment this project started from, rerun here: sysbench
+/// `oltp_read_write` at 12 threads, nothing attached against sqlbee against
+/// performance_schema with its statement consumers on, first at
+/// saturation (throughput and latency lost), then at a fixed rate (mysqld
+/// CPU per statement), both in alternating rounds on the host's 10.11.
+#[derive(clap::Parser, Debug, Clone)]
+#[command(name = "bench-seeds")]
+pub struct SeedsArgs {
+    /// Rounds of each part; each runs every arm once.
+    #[arg(long, default_value_t = 10)]
+    pub rounds: u32,
+    /// Seconds each arm runs per saturated round.
+    #[arg(long, default_value_t = 15)]
+    pub saturated_seconds: u32,
+    /// sysbench --rate of the fixed-rate part, in transactions per second
+    /// (oltp_read_write runs 20 statements in each). 0 leaves it out.
+    #[arg(long, default_value_t = 100)]
+    pub rate: u32,
+    /// Seconds each arm runs per fixed-rate round.
+    #[arg(long, default_value_t = 10)]
+    pub rate_seconds: u32,
+    #[arg(long, default_value_t = 12)]
+    pub threads: u32,
+    #[arg(long, default_value_t = 8)]
+    pub tables: u32,
+    #[arg(long, default_value_t = 10_000)]
+    pub table_size: u32,
+    /// The sqlbee binary to measure (default: a release build made first).
+    #[arg(long)]
+    pub agent_bin: Option<PathBuf>,
+    /// Results are <date>-<name>-saturation and <date>-<name>-rate.
+    #[arg(long, default_value = "seeds")]
+    pub name: String,
+    /// Where the reports and CSVs go (default benches/results in the workspace).
+    #[arg(long)]
+    pub out_dir: Option<PathBuf>,
+}
+
+/// The arms of the seeds' experiment.
+const SEEDS_ARMS: [&str; 3] = ["control", "sqlbee", "performance-schema-statements"];
+
+/// Runs the seeds' experiment: the saturated part, then the fixed-rate one.
+pub fn seeds(args: &SeedsArgs) -> anyhow::Result<Vec<RateOutcome>> {
+    let part = |suffix: &str, rate: u32, round_seconds: u32| RateArgs {
+        servers: vec!["10.11".into()],
+        arms: SEEDS_ARMS.map(String::from).to_vec(),
+        agent_bin: args.agent_bin.clone(),
+        baseline_bin: None,
+        script: "oltp_read_write".into(),
+        threads: args.threads,
+        rate,
+        round_seconds,
+        rounds: args.rounds,
+        warm_seconds: 5,
+        tables: args.tables,
+        table_size: args.table_size,
+        name: format!("{}-{suffix}", args.name),
+        out_dir: args.out_dir.clone(),
+        saturation_seconds: 0,
+    };
+    let mut parts = vec![part("saturation", 0, args.saturated_seconds)];
+    if args.rate > 0 {
+        parts.push(part("rate", args.rate, args.rate_seconds));
+    }
+    parts.iter().map(run).collect()
 }
 
 /// A baseline arm's name is its treatment's with this suffix.
@@ -195,6 +265,9 @@ pub struct ArmRun {
     pub seconds: f64,
     /// What sysbench reported.
     pub statements: u64,
+    pub tps: f64,
+    pub latency_avg_ms: f64,
+    pub latency_p95_ms: f64,
     /// The server's Questions over the run, without the bench's own reads.
     pub questions: u64,
     pub mysqld_cpu_ns: u64,
@@ -285,16 +358,9 @@ impl Plan {
                 "--script: no sysbench script {lua}.lua in /usr/share/sysbench (e.g. oltp_point_select, oltp_read_only-text)"
             );
         }
-        if args.threads == 0
-            || args.rate == 0
-            || args.round_seconds == 0
-            || args.rounds == 0
-            || args.tables == 0
-            || args.table_size == 0
+        if args.threads == 0 || args.round_seconds == 0 || args.rounds == 0 || args.tables == 0 || args.table_size == 0
         {
-            bail!(
-                "--threads, --rate, --round-seconds, --rounds, --tables and --table-size must be at least 1 (sysbench reads --rate=0 as no limit; --saturation-seconds measures that)"
-            );
+            bail!("--threads, --round-seconds, --rounds, --tables and --table-size must be at least 1");
         }
         Ok(Plan {
             name: args.name.clone(),
@@ -586,7 +652,11 @@ fn measured(
     if let Some(tracer) = tracer {
         tracer.stop()?;
     }
-    run.statements = parse_sysbench(&report?).queries;
+    let report = parse_sysbench(&report?);
+    run.statements = report.queries;
+    run.tps = report.tps;
+    run.latency_avg_ms = report.avg_ms;
+    run.latency_p95_ms = report.p95_ms;
     if run.questions == 0 {
         bail!("the server counted no statements");
     }

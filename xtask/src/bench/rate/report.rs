@@ -69,6 +69,51 @@ impl<'a> Rounds<'a> {
     fn median_of(&self, arm: &str, value: impl Fn(&ArmRun) -> f64) -> Option<f64> {
         median(&self.by_round(arm, value).into_iter().map(|(_, v)| v).collect::<Vec<_>>())
     }
+
+    fn estimate_of(&self, arm: &str, value: impl Fn(&ArmRun) -> f64) -> Option<Estimate> {
+        bootstrap(&self.by_round(arm, value).into_iter().map(|(_, v)| v).collect::<Vec<_>>())
+    }
+
+    /// `arm`'s `value` against the same round's control, in percent (+10:
+    /// 10% more than control), by round.
+    fn percent_of_control(&self, arm: &str, value: impl Fn(&ArmRun) -> f64) -> Vec<(u32, f64)> {
+        let control = self.by_round(CONTROL, &value);
+        self.by_round(arm, &value)
+            .into_iter()
+            .filter_map(|(round, v)| {
+                let c = control.iter().find(|&&(r, _)| r == round)?.1;
+                (c > 0.0).then(|| (round, (v / c - 1.0) * 100.0))
+            })
+            .collect()
+    }
+
+    /// What `arm` costs in each round: the throughput it loses against the
+    /// round's control in percent at saturation, its extra mysqld ns per
+    /// statement at a fixed rate.
+    fn cost_by_round(&self, arm: &str, saturated: bool) -> Vec<(u32, f64)> {
+        if saturated {
+            self.percent_of_control(arm, |r| r.tps).into_iter().map(|(round, p)| (round, -p)).collect()
+        } else {
+            let control = self.ns(CONTROL);
+            self.ns(arm)
+                .into_iter()
+                .filter_map(|(round, v)| Some((round, v - control.iter().find(|&&(r, _)| r == round)?.1)))
+                .collect()
+        }
+    }
+
+    /// `reference`'s cost less twice `arm`'s, paired by round: above 0 with
+    /// its interval, `arm` costs at most half of what `reference` does.
+    fn half_of(&self, arm: &str, reference: &str, saturated: bool) -> Option<Estimate> {
+        let twice: Vec<(u32, f64)> =
+            self.cost_by_round(arm, saturated).into_iter().map(|(r, c)| (r, 2.0 * c)).collect();
+        bootstrap(&paired(&self.cost_by_round(reference, saturated), &twice))
+    }
+}
+
+/// performance_schema arms, the reference an agent's cost is held against.
+fn is_performance_schema(arm: &Arm) -> bool {
+    arm.name.starts_with("performance-schema")
 }
 
 /// Everything the table and the reading say about one arm.
@@ -89,6 +134,14 @@ struct Row {
     bpf_vs_baseline: Option<Estimate>,
     ok: usize,
     total: usize,
+    /// Saturated rounds: transactions per second, the loss against
+    /// control in percent, mean and 95th percentile latency (ms) and the
+    /// mean's change against control in percent.
+    tps: Option<Estimate>,
+    tps_loss: Option<Estimate>,
+    latency: Option<Estimate>,
+    latency_change: Option<Estimate>,
+    p95: Option<Estimate>,
 }
 
 fn rows(plan: &Plan, server: &ServerInfo, rounds: &Rounds) -> Vec<Row> {
@@ -121,6 +174,25 @@ fn rows(plan: &Plan, server: &ServerInfo, rounds: &Rounds) -> Vec<Row> {
                 bpf_vs_baseline: if compared { rounds.bpf_versus(name, &baseline) } else { None },
                 ok: rounds.ok(name).count(),
                 total: rounds.runs.iter().filter(|r| r.arm == name).count(),
+                tps: rounds.estimate_of(name, |r| r.tps),
+                tps_loss: if name == CONTROL {
+                    None
+                } else {
+                    bootstrap(&rounds.cost_by_round(name, true).into_iter().map(|(_, v)| v).collect::<Vec<_>>())
+                },
+                latency: rounds.estimate_of(name, |r| r.latency_avg_ms),
+                latency_change: if name == CONTROL {
+                    None
+                } else {
+                    bootstrap(
+                        &rounds
+                            .percent_of_control(name, |r| r.latency_avg_ms)
+                            .into_iter()
+                            .map(|(_, v)| v)
+                            .collect::<Vec<_>>(),
+                    )
+                },
+                p95: rounds.estimate_of(name, |r| r.latency_p95_ms),
             }
         })
         .collect()
@@ -144,16 +216,21 @@ fn opt(value: Option<f64>, decimals: usize) -> String {
 
 pub(super) fn markdown(plan: &Plan, binaries: &[(&str, String)], servers: &[ServerInfo], runs: &[ArmRun]) -> String {
     let mut md = String::new();
-    let _ = writeln!(md, "# sqlbee cost at a fixed rate: {}\n", plan.name);
+    let saturated = plan.rate == 0;
+    let (title, pace) = if saturated {
+        ("at saturation", "without a rate limit (saturation)".to_string())
+    } else {
+        ("at a fixed rate", format!("held to `--rate {}` events/s", plan.rate))
+    };
+    let _ = writeln!(md, "# sqlbee cost {title}: {}\n", plan.name);
     let _ = writeln!(
         md,
-        "`cargo xtask bench-rate`: sysbench `{}` ({}), {} threads held to `--rate {}` events/s, {} rounds of {} s; every round \
+        "`cargo xtask bench-rate`: sysbench `{}` ({}), {} threads {pace}, {} rounds of {} s; every round \
          runs every arm once, in an order that rotates and reverses so each arm sits in every position and linear drift \
-         cancels over each pair of rounds. {} tables x {} rows, {} s warm-up at the rate. Kernel {}, {} cores.\n",
+         cancels over each pair of rounds. {} tables x {} rows, {} s warm-up at the same pace. Kernel {}, {} cores.\n",
         plan.script,
         if plan.ps_mode == "disable" { "text protocol" } else { "prepared statements" },
         plan.threads,
-        plan.rate,
         plan.rounds,
         plan.round_seconds,
         plan.tables,
@@ -229,6 +306,9 @@ fn server_section(md: &mut String, plan: &Plan, server: &ServerInfo, runs: &[Arm
             row.total,
         );
     }
+    if plan.rate == 0 {
+        throughput_table(md, &rows);
+    }
     program_time_table(md, &rows);
     let ok: Vec<&&ArmRun> = rounds.runs.iter().filter(|r| r.ok()).collect();
     let check = median(&ok.iter().map(|r| r.ticks_ns_per_statement() / r.ns_per_statement()).collect::<Vec<_>>());
@@ -261,7 +341,7 @@ fn server_section(md: &mut String, plan: &Plan, server: &ServerInfo, runs: &[Arm
         md.push('\n');
     }
     let _ = writeln!(md, "Reading:\n");
-    for line in reading(&rows) {
+    for line in reading(&rows).into_iter().chain(half_reading(plan, &rows, &rounds)) {
         let _ = writeln!(md, "- {line}");
     }
     md.push('\n');
@@ -284,6 +364,33 @@ fn server_section(md: &mut String, plan: &Plan, server: &ServerInfo, runs: &[Arm
                 writeln!(md, "| {} | {qps} | {ns} | {} |", r.arm, r.error.as_deref().unwrap_or("").replace('|', "/"));
         }
         md.push('\n');
+    }
+}
+
+/// Saturated rounds: what each arm leaves of control's throughput and
+/// what it adds to latency, paired by round.
+fn throughput_table(md: &mut String, rows: &[Row]) {
+    let _ = writeln!(
+        md,
+        "\nThroughput and latency at saturation (sysbench's own figures; a loss or change is paired with the same \
+         round's control, in percent).\n"
+    );
+    let _ = writeln!(
+        md,
+        "| arm | TPS [CI] | throughput loss % [CI] | mean latency ms [CI] | latency change % [CI] | p95 latency ms [CI] |\n\
+         |---|---|---|---|---|---|"
+    );
+    for row in rows {
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} | {} | {} |",
+            row.arm.name,
+            show(row.tps, 1, false),
+            show(row.tps_loss, 2, true),
+            show(row.latency, 2, false),
+            show(row.latency_change, 2, true),
+            show(row.p95, 2, false),
+        );
     }
 }
 
@@ -378,14 +485,45 @@ fn reading(rows: &[Row]) -> Vec<String> {
     lines
 }
 
+/// Whether each agent arm costs at most half of what each
+/// performance_schema arm costs, in the bench's own figure of cost.
+fn half_reading(plan: &Plan, rows: &[Row], rounds: &Rounds) -> Vec<String> {
+    let saturated = plan.rate == 0;
+    let (figure, unit, decimals) = if saturated {
+        ("throughput loss", "percentage points", 2)
+    } else {
+        ("extra mysqld CPU per statement", "ns", 0)
+    };
+    let mut lines = Vec::new();
+    for reference in rows.iter().filter(|r| is_performance_schema(&r.arm)) {
+        for agent in rows.iter().filter(|r| r.arm.is_agent()) {
+            let (a, p) = (&agent.arm.name, &reference.arm.name);
+            let Some(e) = rounds.half_of(a, p, saturated) else { continue };
+            let verdict = if e.resolved() && e.lo > 0.0 {
+                "resolved: at most half".to_string()
+            } else if e.resolved() {
+                "resolved: more than half".to_string()
+            } else {
+                "not resolved: this VM's rounds cannot say whether it is under half".to_string()
+            };
+            lines.push(format!(
+                "Half of performance_schema: `{p}`'s {figure} less twice `{a}`'s, round by round: \
+                 {:+.decimals$} {unit} [{:+.decimals$}, {:+.decimals$}], {verdict}.",
+                e.median, e.lo, e.hi
+            ));
+        }
+    }
+    lines
+}
+
 pub(super) fn csv(runs: &[ArmRun]) -> String {
     let mut csv = String::from(
-        "server,round,position,arm,seconds,statements,questions,mysqld_cpu_ns_schedstat,mysqld_cpu_ticks,agent_cpu_s,bpf_runs,bpf_ns,error\n",
+        "server,round,position,arm,seconds,statements,questions,mysqld_cpu_ns_schedstat,mysqld_cpu_ticks,agent_cpu_s,bpf_runs,bpf_ns,tps,latency_avg_ms,latency_p95_ms,error\n",
     );
     for r in runs {
         let _ = writeln!(
             csv,
-            "{},{},{},{},{:.3},{},{},{},{},{:.3},{},{},{}",
+            "{},{},{},{},{:.3},{},{},{},{},{:.3},{},{},{:.2},{:.3},{:.3},{}",
             r.server,
             r.round.map_or("saturation".into(), |n| n.to_string()),
             r.position,
@@ -398,6 +536,9 @@ pub(super) fn csv(runs: &[ArmRun]) -> String {
             r.agent_cpu_s,
             r.bpf_runs,
             r.bpf_ns,
+            r.tps,
+            r.latency_avg_ms,
+            r.latency_p95_ms,
             r.error.as_deref().unwrap_or("").replace([',', '\n'], ";"),
         );
     }
@@ -454,13 +595,54 @@ mod tests {
     }
 
     #[test]
+    fn saturated_losses_pair_rounds_and_hold_an_agent_against_half_of_performance_schema() {
+        let mut runs = Vec::new();
+        for round in 0..6u32 {
+            // Throughput drifts by 10 tps a round; the agent loses 2%, the
+            // performance_schema arm 10%.
+            let control = 500.0 + 10.0 * round as f64;
+            for (arm, tps, latency) in
+                [("control", control, 20.0), ("sqlbee", control * 0.98, 20.4), ("ps", control * 0.9, 22.0)]
+            {
+                runs.push(ArmRun { tps, latency_avg_ms: latency, ..run(round, arm, 1) });
+            }
+        }
+        let rounds = Rounds::of(&runs, "10.11");
+        let loss = bootstrap(&rounds.cost_by_round("sqlbee", true).into_iter().map(|(_, v)| v).collect::<Vec<_>>());
+        let loss = loss.unwrap();
+        assert!((loss.median - 2.0).abs() < 1e-9 && loss.resolved(), "{loss:?}");
+        let latency = rounds.percent_of_control("ps", |r| r.latency_avg_ms);
+        assert!(latency.iter().all(|&(_, p)| (p - 10.0).abs() < 1e-9), "{latency:?}");
+        // 10 - 2 x 2 = 6 points to spare: under half, resolved.
+        let half = rounds.half_of("sqlbee", "ps", true).unwrap();
+        assert!((half.median - 6.0).abs() < 1e-9 && half.lo > 0.0, "{half:?}");
+        // An arm that costs more than half comes out below 0.
+        let over = rounds.half_of("ps", "sqlbee", true).unwrap();
+        assert!(over.hi < 0.0, "{over:?}");
+    }
+
+    #[test]
+    fn fixed_rate_cost_is_extra_cpu_per_statement() {
+        let mut runs = Vec::new();
+        for round in 0..4u32 {
+            runs.push(run(round, "control", 20_000_000));
+            runs.push(run(round, "sqlbee", 21_000_000));
+            runs.push(run(round, "ps", 25_000_000));
+        }
+        let rounds = Rounds::of(&runs, "10.11");
+        assert_eq!(rounds.cost_by_round("sqlbee", false), vec![(0, 1000.0), (1, 1000.0), (2, 1000.0), (3, 1000.0)]);
+        let half = rounds.half_of("sqlbee", "ps", false).unwrap();
+        assert_eq!((half.median, half.n), (3000.0, 4));
+    }
+
+    #[test]
     fn csv_has_one_line_per_run_and_no_stray_commas() {
         let mut r = run(0, "sqlbee@baseline", 5);
         r.error = Some("a, b\nc".into());
         let text = csv(&[r, ArmRun { round: None, ..run(0, "control", 7) }]);
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 3);
-        assert!(lines.iter().all(|l| l.split(',').count() == 13), "{text}");
+        assert!(lines.iter().all(|l| l.split(',').count() == 16), "{text}");
         assert!(lines[2].starts_with("10.11,saturation,"));
     }
 }
