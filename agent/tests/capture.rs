@@ -167,6 +167,67 @@ fn kernel_aggregation_keeps_counts_exact_for_long_texts_and_few_slots() {
     }
 }
 
+/// With the binary log on, the server writes the values of an executed
+/// prepared write into its text (to log it), so each execution of one
+/// statement has a text of its own, which reaches the agent as a record; a
+/// read keeps its `?` and counts in the kernel. Both are counted exactly,
+/// each under one digest.
+#[test]
+fn prepared_writes_with_the_binary_log_on_are_counted_exactly() {
+    if !privileged("prepared_writes_with_the_binary_log_on_are_counted_exactly") {
+        return;
+    }
+    let server = PrivateServer::start("binlog-prepared", &["--log-bin=sqlbee-bin", "--server-id=1"]).unwrap();
+    assert_eq!(server.sql("SELECT @@log_bin").unwrap().trim(), "1", "the binary log is on");
+    let rows: Vec<String> = (1..=50).map(|id| format!("({id}, 0)")).collect();
+    server
+        .sql(&format!(
+            "CREATE DATABASE app; CREATE TABLE app.t (id INT PRIMARY KEY, v INT); INSERT INTO app.t VALUES {}",
+            rows.join(", ")
+        ))
+        .unwrap();
+    const ROUNDS: u64 = 200;
+    let mut conn = connect(&server);
+    let update = conn.prep("UPDATE app.t SET v = v + ? WHERE id = ?").unwrap();
+    let select = conn.prep("SELECT v FROM app.t WHERE id = ?").unwrap();
+    let agent = Agent::start(server.dir(), &with(agent_args(&server), "--window=1s"));
+    let mut added = 0;
+    for round in 0..ROUNDS {
+        let (step, id) = (round % 7 + 1, round % 50 + 1);
+        conn.exec_drop(&update, (step, id)).unwrap();
+        conn.exec_drop(&select, (id,)).unwrap();
+        added += step;
+        if round == 0 {
+            // Time to drain the first records and register their hashes.
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+    conn.close(update).unwrap();
+    conn.close(select).unwrap();
+    drop(conn);
+    std::thread::sleep(Duration::from_millis(100));
+    let out = agent.stop();
+    assert!(out.success, "agent failed: {}", out.stderr);
+    let total: u64 = server.sql("SELECT SUM(v) FROM app.t").unwrap().trim().parse().unwrap();
+    assert_eq!(total, added, "every update ran");
+    let counts = out.digest_counts(None);
+    for (start, what) in [("UPDATE", "the update"), ("SELECT", "the select")] {
+        let of: Vec<_> = counts.iter().filter(|(text, _)| text.starts_with(start) && text.contains("WHERE")).collect();
+        assert_eq!(of.len(), 1, "one digest for {what}: {counts:#?}");
+        assert_eq!(*of[0].1, ROUNDS, "{what}: {counts:#?}");
+    }
+    assert_eq!(out.summary_total(None, "dropped_events"), 0);
+    // The reads count in the kernel; the writes' texts with their values
+    // do not (see the kernel-aggregation page).
+    let in_kernel = out.summary_total(None, "aggregated_in_kernel");
+    assert!((ROUNDS - 10..ROUNDS + 40).contains(&in_kernel), "{in_kernel} of {} in the kernel", 2 * ROUNDS);
+    // Samples keep no value.
+    let written = serde_json::to_string(&out.lines).unwrap();
+    for step in 1..=7 {
+        assert!(!written.contains(&format!("v + {step}")), "a write's value left the agent");
+    }
+}
+
 /// The statement start comes from the server's own THD (`start_utime`), not
 /// from a probe at the start: a statement already running when the agent
 /// attaches is still timed from its real start, and the default attaches

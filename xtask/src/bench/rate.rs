@@ -95,6 +95,11 @@ pub struct RateArgs {
     /// Where the report and CSV go (default benches/results in the workspace).
     #[arg(long)]
     pub out_dir: Option<PathBuf>,
+    /// An extra mariadbd flag for every server, on top of the bench's own
+    /// (repeat it for more), e.g. `--server-flag=--log-bin=bench-bin
+    /// --server-flag=--server-id=1` for a server that writes a binary log.
+    #[arg(long = "server-flag", allow_hyphen_values = true)]
+    pub server_flags: Vec<String>,
     /// If above 0: after the rounds, each arm runs once more this many
     /// seconds without a rate limit, and its QPS is reported (single runs,
     /// no interval: the VM spreads them by 10-30%).
@@ -161,6 +166,7 @@ pub fn seeds(args: &SeedsArgs) -> anyhow::Result<Vec<RateOutcome>> {
         name: format!("{}-{suffix}", args.name),
         out_dir: args.out_dir.clone(),
         saturation_seconds: 0,
+        server_flags: Vec::new(),
     };
     let mut parts = vec![part("saturation", 0, args.saturated_seconds)];
     if args.rate > 0 {
@@ -333,6 +339,7 @@ pub struct Plan {
     pub tables: u32,
     pub table_size: u32,
     pub saturation_seconds: u32,
+    pub server_flags: Vec<String>,
     pub out_dir: PathBuf,
 }
 
@@ -376,6 +383,7 @@ impl Plan {
             tables: args.tables,
             table_size: args.table_size,
             saturation_seconds: args.saturation_seconds,
+            server_flags: args.server_flags.clone(),
             out_dir: args.out_dir.clone().unwrap_or_else(|| workspace_root().join("benches/results")),
         })
     }
@@ -509,7 +517,8 @@ fn one_server(
     for (arm, why) in &skipped_arms {
         eprintln!("    {arm} left out on {}: {why}", kind.name());
     }
-    let Some(mut server) = Server::start(kind, BASE_FLAGS)? else {
+    let flags: Vec<&str> = BASE_FLAGS.iter().copied().chain(plan.server_flags.iter().map(String::as_str)).collect();
+    let Some(mut server) = Server::start(kind, &flags)? else {
         return Ok(ServerInfo {
             name: kind.name(),
             version: "-".into(),

@@ -239,6 +239,9 @@ pub(super) fn markdown(plan: &Plan, binaries: &[(&str, String)], servers: &[Serv
         std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim(),
         std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
     );
+    if !plan.server_flags.is_empty() {
+        let _ = writeln!(md, "- extra mariadbd flags: `{}`", plan.server_flags.join(" "));
+    }
     for (role, binary) in binaries {
         let _ = writeln!(md, "- {role}: {binary}");
     }
