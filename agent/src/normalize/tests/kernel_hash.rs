@@ -4,7 +4,7 @@
 //! kernel digests would save nothing.
 use std::collections::HashMap;
 
-use agent_common::text_hash::hash;
+use agent_common::text_hash::{hash, hash_by_runs};
 use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::sample::select;
@@ -94,6 +94,13 @@ proptest! {
     }
 
     #[test]
+    fn runs_of_bytes_hash_as_single_bytes_do((a, b) in texts(), bytes in vec(any::<u8>(), 0..64)) {
+        for text in [a.as_bytes(), b.as_bytes(), &bytes] {
+            prop_assert_eq!(hash_by_runs(text), hash(text), "{:?}", String::from_utf8_lossy(text));
+        }
+    }
+
+    #[test]
     fn random_bytes_never_merge_digests(a in vec(any::<u8>(), 0..64), b in vec(any::<u8>(), 0..64)) {
         if hash(&a) == hash(&b) {
             prop_assert_eq!(digest_of(&a), digest_of(&b));
@@ -105,6 +112,7 @@ proptest! {
 fn corpus_statements_with_equal_hashes_share_a_digest() {
     let mut by_hash: HashMap<u64, Vec<&str>> = HashMap::new();
     for (_, sql) in corpus_statements() {
+        assert_eq!(hash_by_runs(sql.as_bytes()), hash(sql.as_bytes()), "{sql:?}");
         by_hash.entry(hash(sql.as_bytes())).or_default().push(sql);
     }
     for same in by_hash.values() {
@@ -157,5 +165,22 @@ fn literal_values_do_not_change_the_hash() {
     ];
     for (a, b) in apart {
         assert_ne!(hash(a.as_bytes()), hash(b.as_bytes()), "{a:?} vs {b:?}");
+    }
+}
+
+#[test]
+fn long_runs_of_code_and_string_hash_as_single_bytes_do() {
+    let pad = "67847967377-48000963322-62604785301-91415491898-96926520291";
+    let texts = [
+        format!("INSERT INTO sbtest1 (id, k, c, pad) VALUES (5021, 4993, '{pad}-{pad}', '{pad}')"),
+        format!("UPDATE sbtest1 SET c='{pad}\\'{pad}' WHERE id=17 -- done\n/* and */ # more"),
+        "SELECT `c` FROM `sbtest1` WHERE `id` = ? AND \"x\"='y'".to_string(),
+        "select/*!50000 straight_join*/ a.b, c.d from aaaaaaaaaaaaaaaa a join bbbbbbbbbbbbbbbbbb c".to_string(),
+    ];
+    for text in &texts {
+        for cut in 0..=text.len() {
+            let bytes = &text.as_bytes()[..cut];
+            assert_eq!(hash_by_runs(bytes), hash(bytes), "{:?}", String::from_utf8_lossy(bytes));
+        }
     }
 }
