@@ -83,6 +83,12 @@ pub fn text_hash(text: &[u8; MAX_TEXT], len: u64, prepared: bool) -> u64 {
         return word_hash(text, len);
     }
     let ones = CONTROL.get(CONTROL_OPAQUE_ONES).copied().unwrap_or(0);
+    // The agent writes it before it attaches; unwritten, the position
+    // below would leave the text after its first run, so no hash (the
+    // statement goes as a record). Testing one bit leaves the rest opaque.
+    if ones & (1 << 31) == 0 {
+        return 0;
+    }
     let mut job = HashJob { state: HashState::new(), len, at: 0, ones };
     // At most one call per byte; runs end the loop sooner.
     let steps = len as u32;
