@@ -74,17 +74,29 @@ impl<'a> Rounds<'a> {
         bootstrap(&self.by_round(arm, value).into_iter().map(|(_, v)| v).collect::<Vec<_>>())
     }
 
-    /// `arm`'s `value` against the same round's control, in percent (+10:
-    /// 10% more than control), by round.
-    fn percent_of_control(&self, arm: &str, value: impl Fn(&ArmRun) -> f64) -> Vec<(u32, f64)> {
+    /// `arm`'s `value` put together with the same round's control's by
+    /// `combine`, by round (rounds either lacks, or `combine` refuses, are
+    /// left out).
+    fn against_control(
+        &self,
+        arm: &str,
+        value: impl Fn(&ArmRun) -> f64,
+        combine: impl Fn(f64, f64) -> Option<f64>,
+    ) -> Vec<(u32, f64)> {
         let control = self.by_round(CONTROL, &value);
         self.by_round(arm, &value)
             .into_iter()
             .filter_map(|(round, v)| {
                 let c = control.iter().find(|&&(r, _)| r == round)?.1;
-                (c > 0.0).then(|| (round, (v / c - 1.0) * 100.0))
+                Some((round, combine(v, c)?))
             })
             .collect()
+    }
+
+    /// `arm`'s `value` against the same round's control, in percent (+10:
+    /// 10% more than control), by round.
+    fn percent_of_control(&self, arm: &str, value: impl Fn(&ArmRun) -> f64) -> Vec<(u32, f64)> {
+        self.against_control(arm, value, |v, c| (c > 0.0).then(|| (v / c - 1.0) * 100.0))
     }
 
     /// What `arm` costs in each round: the throughput it loses against the
@@ -92,13 +104,9 @@ impl<'a> Rounds<'a> {
     /// statement at a fixed rate.
     fn cost_by_round(&self, arm: &str, saturated: bool) -> Vec<(u32, f64)> {
         if saturated {
-            self.percent_of_control(arm, |r| r.tps).into_iter().map(|(round, p)| (round, -p)).collect()
+            self.against_control(arm, |r| r.tps, |v, c| (c > 0.0).then(|| (1.0 - v / c) * 100.0))
         } else {
-            let control = self.ns(CONTROL);
-            self.ns(arm)
-                .into_iter()
-                .filter_map(|(round, v)| Some((round, v - control.iter().find(|&&(r, _)| r == round)?.1)))
-                .collect()
+            self.against_control(arm, ArmRun::ns_per_statement, |v, c| Some(v - c))
         }
     }
 
