@@ -620,6 +620,33 @@ pub struct LongWait {
     pub statement_start_ns: u64,
 }
 
+/// Bytes of a parameter value copied, with its length prefix: a longer
+/// string or decimal is marked cut, and its statement is not bound.
+pub const VALUE_BYTES: usize = 256;
+
+/// One parameter value of a prepared statement, as the server is about to
+/// decode it from the client's `COM_STMT_EXECUTE` packet: the value probes
+/// (attached only while the agent asks for values, for plans) fire at the
+/// entry of each `Item_param::set_param_*` decoder and of
+/// `Item_param::set_null`, in the order of the statement's placeholders.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ValueEvent {
+    pub tid: u32,
+    /// Bytes copied into `bytes`.
+    pub captured: u32,
+    /// Where the probe fired: which decoder, so which type the value has.
+    pub ip: u64,
+    /// CLOCK_MONOTONIC ns: with `tid`, names the statement it belongs to.
+    pub at_ns: u64,
+    /// Bytes of the packet left from the value on (the decoder's length
+    /// argument).
+    pub available: u64,
+    /// The value as the wire has it (integers little-endian, strings and
+    /// decimals with their length prefix, dates and times with theirs).
+    pub bytes: [u8; VALUE_BYTES],
+}
+
 /// Per-thread state between statement ends: what the optional probes
 /// (command start, errors, waits) learned about the statement in flight.
 /// Each piece carries the time it belongs to, so the statement end takes
@@ -666,6 +693,10 @@ pub struct Inflight {
     /// 1 while the connection's client key is not in `CLIENT_KEYS` yet:
     /// its statements go out as records, and each looks the key up again.
     pub client_pending: u64,
+    /// 1 once the value probes saw a parameter value on this thread since
+    /// its last statement end: that statement goes out as a record, so the
+    /// agent can pair the values with it (see `ValueEvent`).
+    pub values_pending: u64,
     pub schema_hash: u64,
     /// The THD and `{pointer, length}` of the schema name `schema_hash` was
     /// read from: while they stay, the name is not read again. The server
@@ -754,6 +785,7 @@ mod pod {
     unsafe impl aya::Pod for super::StatementEvent {}
     unsafe impl aya::Pod for super::ErrorSample {}
     unsafe impl aya::Pod for super::LongWait {}
+    unsafe impl aya::Pod for super::ValueEvent {}
     unsafe impl aya::Pod for super::SlotStats {}
     unsafe impl aya::Pod for super::NameRecord {}
     unsafe impl aya::Pod for super::FrameStack {}

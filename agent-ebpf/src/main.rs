@@ -37,6 +37,7 @@ mod names;
 mod query_stats;
 mod statements;
 mod stored_programs;
+mod values;
 mod waits;
 
 #[cfg(not(test))]

@@ -294,6 +294,12 @@ fn try_statement_end(ctx: &ProbeContext) -> Result<(), i64> {
         0
     };
     let waited = waits.iter().any(|w| *w != 0);
+    // A prepared statement's values were copied for the agent: its record
+    // goes out, for the agent to pair them with.
+    let values_pending = inflight.values_pending != 0;
+    if values_pending {
+        inflight.values_pending = 0;
+    }
     // Only a statement that is sent needs its record assembled.
     // Field by field: `stats` is in place already, and a whole header
     // would not fit on the stack.
@@ -324,6 +330,7 @@ fn try_statement_end(ctx: &ProbeContext) -> Result<(), i64> {
         && !ran_programs
         // Its record names the connection, whose client is not known yet.
         && inflight.client_pending == 0
+        && !values_pending
         && buffer.header.source == source::CLIENT
         && let Some(first) = kernel_digests::record(
             text_hash,

@@ -83,6 +83,7 @@ fn benches(c: &mut Criterion) {
             text_hash: 0,
             sample: false,
             shed: false,
+            values: None,
         })
         .collect();
     let batch = |statements: Vec<Statement>| ProbeBatch {

@@ -29,7 +29,7 @@ use crate::{
     metrics::{MetricsError, MetricsServer, agent_metrics},
     normalize::{Describer, Normalizer},
     output,
-    plans::{Explained, Explainer},
+    plans::{Explained, Explainer, ValueWants},
     privileges::{self, PrivilegeError},
     probe::{ProbeBatch, ProbeConfig, ProbeError, Supervisor, UntracedServer},
     ship::{ClosedWindows, ShipStage},
@@ -134,6 +134,7 @@ pub fn run_agent(config: AgentConfig, signalled: &'static AtomicBool) -> Result<
             task_btf: discover::has_current_task_btf(),
             clients: !config.options.no_clients,
             client_login: config.plans.as_ref().map(|p| p.login.clone()),
+            values: config.plans.is_some(),
         },
         prepared.stats,
     );
@@ -171,9 +172,13 @@ pub fn run_agent(config: AgentConfig, signalled: &'static AtomicBool) -> Result<
     // Who the activity reads saw blocking a statement, for the long ones.
     let blockers_seen = Arc::new(BlockersSeen::default());
     let aggregate_seen = blockers_seen.clone();
+    // The explainer asks for prepared statements' values; the probe stage
+    // attaches the value probes.
+    let value_wants = Arc::new(ValueWants::default());
+    let explainer_wants = value_wants.clone();
     let aggregator = thread::Builder::new()
         .name("aggregate".into())
-        .spawn(move || aggregate_loop(aggregate_config, rx, aggregate_ship, page, &aggregate_seen))?;
+        .spawn(move || aggregate_loop(aggregate_config, rx, aggregate_ship, page, &aggregate_seen, explainer_wants))?;
     for batch in initial {
         let _ = tx.send(Message::Batch(batch));
     }
@@ -188,7 +193,12 @@ pub fn run_agent(config: AgentConfig, signalled: &'static AtomicBool) -> Result<
     };
     // From here the aggregate thread and the activity thread hold it.
     drop(ship);
-    probe_loop(&config, &mut supervisor, &scan, &tx, &stop, budget.as_ref(), activity.as_ref());
+    let beside = Beside {
+        budget: budget.as_ref(),
+        activity: activity.as_ref(),
+        value_wants: config.plans.is_some().then_some(value_wants.as_ref()),
+    };
+    probe_loop(&config, &mut supervisor, &scan, &tx, &stop, &beside);
     drop(activity);
     drop(tx);
     aggregator.join().map_err(|_| PipelineError::Panicked("aggregate"))??;
@@ -201,15 +211,23 @@ pub fn run_agent(config: AgentConfig, signalled: &'static AtomicBool) -> Result<
     Ok(())
 }
 
+/// What the probe loop serves besides the aggregate thread.
+struct Beside<'a> {
+    budget: Option<&'a Applied>,
+    activity: Option<&'a crate::activity::Watcher>,
+    /// With plans on: which servers' prepared statements' values are wanted.
+    value_wants: Option<&'a ValueWants>,
+}
+
 fn probe_loop(
     config: &AgentConfig,
     supervisor: &mut Supervisor,
     scan: &dyn Fn() -> Vec<ServerProcess>,
     tx: &SyncSender<Message>,
     stop: &AtomicBool,
-    budget: Option<&Applied>,
-    activity: Option<&crate::activity::Watcher>,
+    beside: &Beside<'_>,
 ) {
+    let Beside { budget, activity, value_wants } = *beside;
     let mut cost = CostMeter::new();
     let mut shedder = Shedder::with_floor(config.options.shedding_floor);
     let mut host_sampler = HostSampler::new("/proc", "/sys");
@@ -250,6 +268,9 @@ fn probe_loop(
                 next_scan = now + config.rescan_interval;
             }
             supervisor.drain(now >= next_window, &mut batches);
+            if let Some(wants) = value_wants {
+                wants.set_unavailable(supervisor.capture_values(&wants.wanted()));
+            }
         }
         for batch in batches.drain(..) {
             // When aggregation falls behind, wait here rather than drop:
@@ -279,6 +300,7 @@ fn aggregate_loop(
     ship: Option<Arc<ShipStage>>,
     metrics_page: Option<MetricsPage>,
     blockers_seen: &BlockersSeen,
+    value_wants: Arc<ValueWants>,
 ) -> Result<(), PipelineError> {
     let mut metrics = metrics_page.map(|page| (page, agent_metrics::AgentMetrics::new(config.wait_probes)));
     let mut aggregator =
@@ -287,7 +309,7 @@ fn aggregate_loop(
             .with_raw_samples(config.plans.is_some())
             .with_long_statements(config.options.long_statement)
             .with_query_tags(config.tag_reader());
-    let explainer = config.plans.clone().map(Explainer::start).transpose()?;
+    let explainer = config.plans.clone().map(|plans| Explainer::start(plans, value_wants)).transpose()?;
     let mut describer = Describer::default();
     let mut namer =
         Namer { held: Vec::new(), reports_deadlocks: config.activity.as_ref().is_some_and(|a| a.login.is_some()) };

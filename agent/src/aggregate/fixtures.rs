@@ -46,6 +46,7 @@ pub fn statement(connection: u64, start_ns: u64, duration_ns: u64, sql: &str) ->
         text_hash: 0,
         sample: false,
         shed: false,
+        values: None,
     }
 }
 

@@ -121,21 +121,43 @@ pub struct DigestRow {
 /// A statement's text exactly as the server had it, literals and all. It
 /// exists for one reason, EXPLAIN, and lives in the agent's memory only:
 /// no output, spool or batch reads it, and its `Debug` shows its length,
-/// never its text.
+/// never its text. A prepared statement's sample has the values it ran
+/// with in place of its placeholders when the probe stage caught them.
 #[derive(Clone, PartialEq, Eq)]
-pub struct RawSample(pub Arc<[u8]>);
+pub struct RawSample {
+    pub text: Arc<[u8]>,
+    /// A prepared statement's text with its values bound in.
+    pub bound: bool,
+}
 
 impl std::fmt::Debug for RawSample {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "RawSample({} bytes)", self.0.len())
+        write!(f, "RawSample({} bytes, bound: {})", self.text.len(), self.bound)
     }
 }
 
 impl RawSample {
-    /// The statement's whole text, or None when the capture cut it (a
-    /// part of a statement cannot be explained).
+    /// The statement's whole text, with its values when it has them, or
+    /// None when the capture cut it (a part of a statement cannot be
+    /// explained).
     fn of(statement: &Statement) -> Option<RawSample> {
-        (!statement.truncated && !statement.text.is_empty()).then(|| RawSample(statement.text.as_slice().into()))
+        if statement.truncated || statement.text.is_empty() {
+            return None;
+        }
+        if let Some(values) = &statement.values
+            && let Some(bound) = crate::normalize::bind(&statement.text, &values.0)
+        {
+            return Some(RawSample { text: bound.into(), bound: true });
+        }
+        Some(RawSample { text: statement.text.as_slice().into(), bound: false })
+    }
+
+    /// The newer sample, unless only the older one has its values bound.
+    fn newer(new: Option<RawSample>, old: Option<RawSample>) -> Option<RawSample> {
+        match (new, old) {
+            (Some(new), Some(old)) if old.bound && !new.bound => Some(old),
+            (new, old) => new.or(old),
+        }
     }
 }
 
@@ -241,8 +263,8 @@ impl DigestRow {
     /// Adds what the kernel counted for one of this digest's text hashes.
     fn record_kernel(&mut self, kernel: &KernelDigest, text: &KernelText) {
         let sample = text.sample.as_str();
-        if self.raw_sample.is_none() {
-            self.raw_sample.clone_from(&text.raw);
+        if self.raw_sample.as_ref().is_none_or(|r| !r.bound) {
+            self.raw_sample = RawSample::newer(text.raw.clone(), self.raw_sample.take());
         }
         self.count += kernel.count;
         self.stats.add(&kernel.stats);
@@ -374,7 +396,7 @@ fn check_sample(
     }
     known.sample = samples.statement(&statement.text, MAX_SAMPLE);
     if known.raw.is_some() {
-        known.raw = RawSample::of(statement).or(known.raw.take());
+        known.raw = RawSample::newer(RawSample::of(statement), known.raw.take());
     }
 }
 
@@ -517,13 +539,18 @@ impl Aggregator {
             }
             let tags = self.tag_reader.as_mut().and_then(|r| r.read(&statement.text)).map(Arc::new);
             if statement.text_hash != 0 {
-                texts.entry(statement.text_hash).or_insert_with(|| KernelText {
+                let text = texts.entry(statement.text_hash).or_insert_with(|| KernelText {
                     digest: digest.clone(),
                     schema: statement.schema.clone(),
                     sample: self.samples.statement(&statement.text, MAX_SAMPLE),
-                    raw: if self.keep_raw { RawSample::of(&statement) } else { None },
+                    raw: None,
                     tags: tags.clone(),
                 });
+                // The hash's later statements come as kernel digests: a
+                // sample with its values is kept for them.
+                if self.keep_raw && (text.raw.is_none() || statement.values.is_some()) {
+                    text.raw = RawSample::newer(RawSample::of(&statement), text.raw.take());
+                }
             }
             let lineage = Lineage { source: statement.source, ..Lineage::default() };
             if let Some((children, _)) = self.pending.remove(&(key.clone(), statement.thd, statement.start_ns)) {
@@ -537,8 +564,14 @@ impl Aggregator {
             if let Some(tags) = &tags {
                 row.tags.count(tags, 1, statement.duration_ns);
             }
-            if self.keep_raw && row.raw_sample.is_none() && row.digest == digest.id {
-                row.raw_sample = RawSample::of(&statement);
+            // The first sample, or the first with its values bound.
+            let unbound = row.raw_sample.as_ref().is_none_or(|r| !r.bound);
+            if self.keep_raw
+                && unbound
+                && row.digest == digest.id
+                && (row.raw_sample.is_none() || statement.values.is_some())
+            {
+                row.raw_sample = RawSample::newer(RawSample::of(&statement), row.raw_sample.take());
             }
         }
         for kernel in &batch.kernel {

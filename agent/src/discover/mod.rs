@@ -15,8 +15,8 @@ mod sock_diag;
 
 pub use activity_layout::ActivityLayout;
 pub use binary::{
-    BinaryIdentity, BinaryInfo, Flavor, ProbePoint, ProbePoints, ProgramLayout, StaticVariable, identify_binary,
-    inspect_binary,
+    BinaryIdentity, BinaryInfo, Flavor, ProbePoint, ProbePoints, ProgramLayout, StaticVariable, ValueDecoder,
+    ValueType, identify_binary, inspect_binary,
 };
 pub use clients::{Client, Connection as ClientConnection, Resolver as ClientResolver, resolve as resolve_clients};
 pub use connect_attrs::{AttrAsker, AttrReader, ConnectAttrs};

@@ -164,6 +164,11 @@ impl<'a> Lexer<'a> {
         Self { raw, i: 0, in_comment: false, next: Next::Any }
     }
 
+    /// Where the last token ended.
+    pub fn position(&self) -> usize {
+        self.i
+    }
+
     fn peek(&self, ahead: usize) -> u8 {
         self.raw.get(self.i + ahead).copied().unwrap_or(0)
     }

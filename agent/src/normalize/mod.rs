@@ -27,6 +27,7 @@
 //! `redact` is the other way out for statement text: samples and error
 //! messages with their literal values replaced, in the statement's shape.
 
+mod bind;
 mod cache;
 mod digest;
 mod keywords;
@@ -37,6 +38,7 @@ pub mod tags;
 
 use std::sync::Arc;
 
+pub use bind::bind;
 pub use cache::CacheStats;
 use cache::TextCache;
 pub use digest::MAX_DIGEST_TEXT;

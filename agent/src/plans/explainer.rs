@@ -22,7 +22,7 @@ use std::{
 use mysql::prelude::Queryable;
 use tracing::{debug, info, warn};
 
-use super::{Explained, LoginState, PlanConfig, PlanRecord, login::describe, plan};
+use super::{Explained, LoginState, PlanConfig, PlanRecord, ValueWants, login::describe, plan};
 use crate::{
     aggregate::{OVERFLOW_DIGEST, RawSample, WindowReport},
     normalize::{Samples, redact},
@@ -48,6 +48,9 @@ const LAST_RETRY: Duration = Duration::from_secs(300);
 const EXPLAIN_TIMEOUT: Duration = Duration::from_secs(5);
 /// A server no window mentioned for this long is forgotten.
 const FORGET_AFTER: Duration = Duration::from_secs(600);
+/// How long a prepared statement's digest waits for a sample with the
+/// values it ran with before it is recorded as having none.
+const VALUES_PATIENCE: Duration = Duration::from_secs(300);
 
 /// The handle the pipeline holds.
 pub struct Explainer {
@@ -77,12 +80,14 @@ struct Candidate {
 }
 
 impl Explainer {
-    pub fn start(config: PlanConfig) -> std::io::Result<Explainer> {
+    /// `wants` carries the servers whose prepared statements wait for
+    /// their values to the probe stage, and its answer back.
+    pub fn start(config: PlanConfig, wants: Arc<ValueWants>) -> std::io::Result<Explainer> {
         let (offers, rx) = sync_channel(4);
         let done = Arc::new(Mutex::new(Explained::default()));
         let stop = Arc::new(AtomicBool::new(false));
         let own_user = config.login.user.clone();
-        let worker = Worker { config, servers: HashMap::new(), done: done.clone() };
+        let worker = Worker { config, servers: HashMap::new(), done: done.clone(), wants };
         let thread_stop = stop.clone();
         let thread = thread::Builder::new().name("explain".into()).spawn(move || worker.run(rx, &thread_stop))?;
         Ok(Explainer { own_user, offers, done, stop, thread: Some(thread) })
@@ -171,6 +176,9 @@ struct Known {
     last_offered: Instant,
     queued: bool,
     last: Option<LastExplain>,
+    /// Since when its sample is a prepared statement's text still waiting
+    /// for one with its values.
+    awaiting_values: Option<Instant>,
 }
 
 struct LastExplain {
@@ -251,7 +259,7 @@ impl Server {
             let key = (candidate.schema.clone(), candidate.digest);
             let count = candidate.count.max(1) as f64;
             let figures = (candidate.sum_ns as f64 / count, candidate.rows_examined as f64 / count);
-            let incoming = candidate.raw.0.len();
+            let incoming = candidate.raw.text.len();
             if !self.known.contains_key(&key)
                 && (self.known.len() >= MAX_KNOWN || self.known_bytes + incoming > MAX_KNOWN_BYTES)
             {
@@ -263,8 +271,11 @@ impl Server {
             let known = match self.known.entry(key.clone()) {
                 Entry::Occupied(entry) => {
                     let known = entry.into_mut();
-                    self.known_bytes = self.known_bytes - known.raw.0.len() + incoming;
-                    known.raw = candidate.raw;
+                    // A sample with its values stays until another comes.
+                    if candidate.raw.bound || !known.raw.bound {
+                        self.known_bytes = self.known_bytes - known.raw.text.len() + incoming;
+                        known.raw = candidate.raw;
+                    }
                     known
                 }
                 Entry::Vacant(entry) => {
@@ -275,12 +286,15 @@ impl Server {
                         last_offered: now,
                         queued: false,
                         last: None,
+                        awaiting_values: None,
                     })
                 }
             };
             known.last_offered = now;
             by_time.push((candidate.sum_ns, key.clone()));
+            let values_arrived = known.raw.bound && known.awaiting_values.take().is_some();
             let reason = match &known.last {
+                _ if values_arrived => Some(Reason::New),
                 None => Some(Reason::New),
                 Some(last) if candidate.count >= MIN_STATEMENTS && now.duration_since(last.at) >= config.recheck => {
                     (moved(figures.0, last.mean_ns) || moved(figures.1, last.rows_per_statement))
@@ -309,7 +323,7 @@ impl Server {
         if let Some(cutoff) = cutoff {
             self.known.retain(|_, k| k.last_offered > cutoff || k.queued);
         }
-        self.known_bytes = self.known.values().map(|k| k.raw.0.len()).sum();
+        self.known_bytes = self.known.values().map(|k| k.raw.text.len()).sum();
     }
 }
 
@@ -323,6 +337,7 @@ struct Worker {
     config: PlanConfig,
     servers: HashMap<String, Server>,
     done: Arc<Mutex<Explained>>,
+    wants: Arc<ValueWants>,
 }
 
 /// What went wrong with one EXPLAIN.
@@ -333,6 +348,9 @@ enum Failure {
     /// This statement gets no plan (a grant missing for its tables, a
     /// statement EXPLAIN cannot take); recorded as the reason.
     Statement { reason: String, warning: Option<String> },
+    /// A prepared statement's text, without the values it ran with: it
+    /// waits for a sample that has them.
+    NeedsValues,
 }
 
 impl Worker {
@@ -359,7 +377,8 @@ impl Worker {
                     continue;
                 }
                 let asked = server.asked;
-                let record = explain_next(&instance, server, &self.config);
+                let values_unavailable = self.wants.unavailable(server.pid);
+                let record = explain_next(&instance, server, &self.config, values_unavailable);
                 let mut done = self.done.lock().unwrap_or_else(|e| e.into_inner());
                 if server.asked != asked {
                     server.next_explain = now + gap;
@@ -374,13 +393,26 @@ impl Worker {
             }
             let mut done = self.done.lock().unwrap_or_else(|e| e.into_inner());
             done.logins.retain(|instance, _| self.servers.contains_key(instance));
+            drop(done);
+            let wanted = self
+                .servers
+                .values()
+                .filter(|s| s.known.values().any(|k| k.awaiting_values.is_some()))
+                .map(|s| s.pid)
+                .collect();
+            self.wants.want(wanted);
         }
     }
 }
 
 /// Explains the server's next queued digest; None when the login failed
 /// (the digest stays first in line for the retry).
-fn explain_next(instance: &str, server: &mut Server, config: &PlanConfig) -> Option<(PlanRecord, u64)> {
+fn explain_next(
+    instance: &str,
+    server: &mut Server,
+    config: &PlanConfig,
+    values_unavailable: Option<&'static str>,
+) -> Option<(PlanRecord, u64)> {
     let (key, reason) = server.queue.pop_front()?;
     let raw = server.known.get(&key)?.raw.clone();
     let started = Instant::now();
@@ -403,6 +435,23 @@ fn explain_next(instance: &str, server: &mut Server, config: &PlanConfig) -> Opt
             if let Some(w) = warning {
                 server.warning = Some(w);
             }
+            Err(reason)
+        }
+        Err(Failure::NeedsValues) => {
+            let known = server.known.get_mut(&key)?;
+            known.queued = false;
+            let since = *known.awaiting_values.get_or_insert_with(Instant::now);
+            let waited = since.elapsed();
+            let reason = match values_unavailable {
+                Some(why) => format!("a prepared statement's text, and its values cannot be captured: {why}"),
+                // Asked of the probe stage; a later window brings them.
+                None if waited < VALUES_PATIENCE => return None,
+                None => format!(
+                    "a prepared statement's text, and no execution's values were caught in {} s",
+                    waited.as_secs()
+                ),
+            };
+            known.awaiting_values = None;
             Err(reason)
         }
     };
@@ -477,7 +526,7 @@ fn explain(
     config: &PlanConfig,
 ) -> Result<plan::Plan, Failure> {
     let not = |reason: String| Failure::Statement { reason, warning: None };
-    let text = std::str::from_utf8(&raw.0).map_err(|_| not("the statement's text is not UTF-8".into()))?;
+    let text = std::str::from_utf8(&raw.text).map_err(|_| not("the statement's text is not UTF-8".into()))?;
     let word = first_word(text);
     if !EXPLAINABLE.contains(&word.as_str()) {
         return Err(not(format!("EXPLAIN does not take {} statements", if word.is_empty() { "these" } else { &word })));
@@ -485,7 +534,7 @@ fn explain(
     // A sample with `?` placeholders is a prepared statement's text: its
     // values are not in it.
     if has_placeholder(text) {
-        return Err(not("a prepared statement's text (its values are not known to the agent)".into()));
+        return Err(Failure::NeedsValues);
     }
     server.asked += 1;
     let known_procedure = schema.as_ref().and_then(|s| server.procedures.get(s).copied());
@@ -503,7 +552,7 @@ fn explain(
             .is_some(),
     };
     let redact_plan = |s: &str| match config.samples {
-        Samples::Raw if !redact::carries_secret(raw.0.as_ref()) => s.to_string(),
+        Samples::Raw if !redact::carries_secret(raw.text.as_ref()) => s.to_string(),
         _ => redact::statement(s.as_bytes()),
     };
     let answer = match schema {
@@ -604,7 +653,7 @@ mod tests {
                 .map(|&(digest, count, sum_ns, rows_examined, bytes)| Candidate {
                     schema: None,
                     digest,
-                    raw: RawSample(vec![b'x'; bytes].into()),
+                    raw: RawSample { text: vec![b'x'; bytes].into(), bound: false },
                     count,
                     sum_ns,
                     rows_examined,

@@ -12,7 +12,11 @@ mod login;
 mod plan;
 mod server_address;
 
-use std::{collections::BTreeMap, sync::Arc, time::Duration, time::SystemTime};
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::{Arc, Mutex},
+    time::{Duration, SystemTime},
+};
 
 pub use explainer::Explainer;
 pub use login::{LoginError, ServerLogin, describe};
@@ -70,6 +74,43 @@ impl LoginState {
             LoginState::Ok => "ok",
             LoginState::Warning(w) => w,
         }
+    }
+}
+
+/// The explainer's ask for the values prepared statements ran with (the
+/// servers whose prepared digests wait for them), and the probe stage's
+/// answer (servers that cannot give them, and why). `pipeline.rs` hands
+/// one to both.
+#[derive(Debug, Default)]
+pub struct ValueWants(Mutex<Wants>);
+
+#[derive(Debug, Default)]
+struct Wants {
+    wanted: Vec<u32>,
+    unavailable: HashMap<u32, &'static str>,
+}
+
+impl ValueWants {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Wants> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The pids whose prepared statements' values are wanted now.
+    pub fn wanted(&self) -> Vec<u32> {
+        self.lock().wanted.clone()
+    }
+
+    pub fn want(&self, pids: Vec<u32>) {
+        self.lock().wanted = pids;
+    }
+
+    pub fn set_unavailable(&self, unavailable: HashMap<u32, &'static str>) {
+        self.lock().unavailable = unavailable;
+    }
+
+    /// Why this server cannot give its prepared statements' values.
+    pub fn unavailable(&self, pid: u32) -> Option<&'static str> {
+        self.lock().unavailable.get(&pid).copied()
     }
 }
 

@@ -28,6 +28,7 @@ use super::{
     kernel_digests::{KernelDigest, KernelDigests},
     link_mode::object_name,
     names::Names,
+    values::Values,
 };
 use crate::discover::{BinaryInfo, ProbePoint, ServerProcess};
 
@@ -64,6 +65,9 @@ pub struct ProbeConfig {
     pub clients: bool,
     /// With it, a client's connection attributes are read too.
     pub client_login: Option<crate::plans::ServerLogin>,
+    /// Load the value probes, attached while `capture_values` asks: the
+    /// values prepared statements ran with, for their plans.
+    pub values: bool,
 }
 
 pub struct AttachedServer {
@@ -76,6 +80,12 @@ pub struct AttachedServer {
     errors: RingBuf<MapData>,
     long_waits: RingBuf<MapData>,
     names_ring: RingBuf<MapData>,
+    values_ring: RingBuf<MapData>,
+    /// Where the values a prepared statement ran with are decoded, when the
+    /// value probes are loaded; else why not.
+    value_decoders: Result<Vec<crate::discover::ValueDecoder>, &'static str>,
+    values: Values,
+    value_link: Option<UProbeLinkId>,
     /// What the schema and account hashes in records stand for.
     names: Names,
     /// Each connection's client, when they are named.
@@ -172,6 +182,14 @@ impl AttachedServer {
             let program = *program;
             uprobe(&mut ebpf, program, pid)?.load().map_err(|source| ProbeError::Program { pid, program, source })?;
         }
+        let value_decoders = value_decoders(&mut ebpf, &config, &binary, pid)?;
+        let values = Values::new(match &value_decoders {
+            Ok(decoders) => decoders
+                .iter()
+                .filter_map(|d| Some((crate::discover::runtime_address(pid, d.probe)?, d.value_type)))
+                .collect(),
+            Err(_) => Default::default(),
+        });
         let events =
             ebpf.take_map("EVENTS").ok_or_else(|| ProbeError::Map { map: "EVENTS", detail: "not in object".into() })?;
         let events = RingBuf::try_from(events).map_err(|e| ProbeError::Map { map: "EVENTS", detail: e.to_string() })?;
@@ -187,6 +205,10 @@ impl AttachedServer {
             ebpf.take_map("NAMES").ok_or_else(|| ProbeError::Map { map: "NAMES", detail: "not in object".into() })?;
         let names_ring =
             RingBuf::try_from(names_ring).map_err(|e| ProbeError::Map { map: "NAMES", detail: e.to_string() })?;
+        let values_ring =
+            ebpf.take_map("VALUES").ok_or_else(|| ProbeError::Map { map: "VALUES", detail: "not in object".into() })?;
+        let values_ring =
+            RingBuf::try_from(values_ring).map_err(|e| ProbeError::Map { map: "VALUES", detail: e.to_string() })?;
         let gate =
             ebpf.take_map("GATE").ok_or_else(|| ProbeError::Map { map: "GATE", detail: "not in object".into() })?;
         let gate = Array::try_from(gate).map_err(|e| ProbeError::Map { map: "GATE", detail: e.to_string() })?;
@@ -198,6 +220,10 @@ impl AttachedServer {
             errors,
             long_waits,
             names_ring,
+            values_ring,
+            value_decoders,
+            values,
+            value_link: None,
             names: Names::default(),
             clients,
             gate,
@@ -290,8 +316,61 @@ impl AttachedServer {
                 None => bad += 1,
             }
         }
+        // After the statements: every value of a statement drained above
+        // was written before it, so it is in the ring by now.
+        while let Some(record) = self.values_ring.next() {
+            self.values.learn(&record);
+        }
+        self.values.pair(&mut out[first..]);
         self.name_late_clients(out, first);
         bad
+    }
+
+    /// Why this server's prepared statements cannot get their values, if
+    /// they cannot.
+    pub fn values_unavailable(&self) -> Option<&'static str> {
+        self.value_decoders.as_ref().err().copied()
+    }
+
+    /// Whether the value probes are attached.
+    pub fn capturing_values(&self) -> bool {
+        self.value_link.is_some()
+    }
+
+    /// Attaches or detaches the value probes (loaded once). They attach
+    /// only while the other probes are attached.
+    pub fn capture_values(&mut self, on: bool) -> Result<(), ProbeError> {
+        let pid = self.server.pid;
+        const PROGRAM: &str = "value_set";
+        if !on {
+            if let Some(link) = self.value_link.take() {
+                uprobe(&mut self.ebpf, PROGRAM, pid)?.detach(link).map_err(|source| ProbeError::Program {
+                    pid,
+                    program: PROGRAM,
+                    source,
+                })?;
+            }
+            return Ok(());
+        }
+        let Ok(decoders) = &self.value_decoders else { return Ok(()) };
+        if self.value_link.is_some() || self.links.is_empty() {
+            return Ok(());
+        }
+        let scope = UProbeScope::OneProcess(NonZeroU32::new(pid).expect("pids are positive"));
+        let locations: Vec<UProbeAttachLocation> =
+            decoders.iter().map(|d| UProbeAttachLocation::SymbolOffset(d.symbol, d.offset)).collect();
+        let target = &self.server.binary;
+        let link = uprobe(&mut self.ebpf, PROGRAM, pid)?.attach(locations, target, scope).map_err(|source| {
+            ProbeError::Attach {
+                pid,
+                program: PROGRAM,
+                symbol: "Item_param::set_param_*",
+                binary: target.display().to_string(),
+                source,
+            }
+        })?;
+        self.value_link = Some(link);
+        Ok(())
     }
 
     /// The names ring's fd, to wait on for new connections when clients are
@@ -403,6 +482,7 @@ impl AttachedServer {
     pub fn set_attached(&mut self, attach: bool) -> Result<(), ProbeError> {
         let pid = self.server.pid;
         if !attach {
+            self.capture_values(false)?;
             for (program, link) in self.links.drain(..) {
                 uprobe(&mut self.ebpf, program, pid)?.detach(link).map_err(|source| ProbeError::Program {
                     pid,
@@ -426,7 +506,8 @@ impl AttachedServer {
     pub fn detach_in_background(&mut self) -> Result<(), ProbeError> {
         let pid = self.server.pid;
         self.set_gate(false)?;
-        for (program, link) in self.links.drain(..) {
+        let value_link = self.value_link.take().map(|link| ("value_set", link));
+        for (program, link) in self.links.drain(..).chain(value_link) {
             let link = uprobe(&mut self.ebpf, program, pid)?.take_link(link).map_err(|source| ProbeError::Program {
                 pid,
                 program,
@@ -491,11 +572,14 @@ impl AttachedServer {
     /// Run time and runs of each loaded program so far (BPF run-time
     /// statistics; zero unless they are enabled).
     pub fn program_stats(&self) -> Vec<(&'static str, Duration, u64)> {
+        let values = self.value_decoders.is_ok().then_some("value_set");
         self.points
             .iter()
-            .filter_map(|(name, _)| {
+            .map(|(name, _)| *name)
+            .chain(values)
+            .filter_map(|name| {
                 let info = self.ebpf.program(object_name(name))?.info().ok()?;
-                Some((*name, info.run_time(), info.run_count()))
+                Some((name, info.run_time(), info.run_count()))
             })
             .collect()
     }
@@ -515,6 +599,28 @@ impl AttachedServer {
         let commands = sum_per_cpu(&self.ebpf, "COMMANDS", COMMAND_SLOTS)?;
         Ok(Counters::from_stats(commands, &sum_stats(&self.ebpf)?))
     }
+}
+
+/// Loads the value program when values are wanted and this kernel and
+/// build allow them; the decoders, or why there are none.
+fn value_decoders(
+    ebpf: &mut Ebpf,
+    config: &ProbeConfig,
+    binary: &BinaryInfo,
+    pid: u32,
+) -> Result<Result<Vec<crate::discover::ValueDecoder>, &'static str>, ProbeError> {
+    if !config.values {
+        return Ok(Err("plans are off"));
+    }
+    if !super::multi_links() {
+        return Ok(Err("this kernel has no multi-uprobe links (6.6 or later), which the value probe needs"));
+    }
+    if binary.points.values.is_empty() {
+        return Ok(Err("this build exports no Item_param::set_param_* decoders"));
+    }
+    let program = "value_set";
+    uprobe(ebpf, program, pid)?.load().map_err(|source| ProbeError::Program { pid, program, source })?;
+    Ok(Ok(binary.points.values.clone()))
 }
 
 /// The server's layout with where its running program is named, the

@@ -57,6 +57,9 @@ pub struct Statement {
     pub sample: bool,
     /// Sent without its text because the agent is shedding load.
     pub shed: bool,
+    /// The values an executed prepared statement ran with, when the value
+    /// probes were attached (for plans; see `values`).
+    pub values: Option<super::values::BoundValues>,
 }
 
 /// An error message the server sent, for attaching to its statement.
@@ -127,6 +130,7 @@ pub fn decode_statement(record: &[u8]) -> Option<Statement> {
         text_hash: header.text_hash,
         sample: header.flags & flags::SAMPLE != 0,
         shed: header.flags & flags::SHED != 0,
+        values: None,
     })
 }
 

@@ -12,6 +12,7 @@ mod kernel_digests;
 mod link_mode;
 mod names;
 mod supervisor;
+mod values;
 
 pub use crate::discover::Client;
 pub use attach::{AttachedServer, ProbeConfig};
@@ -21,6 +22,7 @@ pub use kernel_digests::KernelDigest;
 pub use link_mode::multi_links;
 pub use names::{Account, Program, UNKNOWN_SCHEMA};
 pub use supervisor::Supervisor;
+pub use values::BoundValues;
 
 use agent_common::{COMMAND_SLOTS, command, stat};
 

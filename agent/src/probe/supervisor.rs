@@ -30,6 +30,12 @@ use crate::{
 const RETRY_FIRST: Duration = Duration::from_secs(10);
 const RETRY_MAX: Duration = Duration::from_secs(600);
 
+/// How long the value probes stay attached per capture, and how often a
+/// server gets one at most: while attached, every value of every prepared
+/// statement traps once more, and its statement goes out as a record.
+const VALUE_CAPTURE: Duration = Duration::from_secs(2);
+const VALUE_CAPTURE_EVERY: Duration = Duration::from_secs(60);
+
 /// A server that could not be traced and when to try it again.
 struct Refusal {
     untraced: UntracedServer,
@@ -60,6 +66,8 @@ pub struct Supervisor {
     /// Ring-buffer drops seen at the last window end, per server.
     dropped: HashMap<u32, u64>,
     dropped_since_check: bool,
+    /// When each server's last value capture began.
+    value_captures: HashMap<u32, Instant>,
 }
 
 impl Supervisor {
@@ -106,7 +114,48 @@ impl Supervisor {
             shedding: 0,
             dropped: HashMap::new(),
             dropped_since_check: false,
+            value_captures: HashMap::new(),
         }
+    }
+
+    /// Attaches the value probes of the servers in `wanted` (for
+    /// `VALUE_CAPTURE`, at most once per `VALUE_CAPTURE_EVERY`) and detaches
+    /// them when the time is up. Returns why a wanted server cannot give
+    /// values, for those that cannot.
+    pub fn capture_values(&mut self, wanted: &[u32]) -> HashMap<u32, &'static str> {
+        let now = Instant::now();
+        let mut unavailable = HashMap::new();
+        self.value_captures.retain(|pid, _| self.attached.contains_key(pid));
+        for (pid, server) in &mut self.attached {
+            let began = self.value_captures.get(pid).copied();
+            if server.capturing_values() {
+                if began.is_none_or(|b| now.duration_since(b) >= VALUE_CAPTURE) {
+                    debug!(pid, "value capture over");
+                    if let Err(e) = server.capture_values(false) {
+                        warn!(pid, error = %e, "detaching the value probes failed");
+                    }
+                }
+                continue;
+            }
+            if !wanted.contains(pid) {
+                continue;
+            }
+            if let Some(why) = server.values_unavailable() {
+                unavailable.insert(*pid, why);
+                continue;
+            }
+            if began.is_some_and(|b| now.duration_since(b) < VALUE_CAPTURE_EVERY) {
+                continue;
+            }
+            self.value_captures.insert(*pid, now);
+            match server.capture_values(true) {
+                Ok(()) => {
+                    info!(pid, seconds = VALUE_CAPTURE.as_secs(), "capturing prepared statements' values for plans")
+                }
+                Err(e) => warn!(pid, error = %e, "attaching the value probes failed"),
+            }
+        }
+        unavailable
     }
 
     pub fn attached(&self) -> impl Iterator<Item = &ServerProcess> {
