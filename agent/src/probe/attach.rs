@@ -337,6 +337,11 @@ impl AttachedServer {
         self.value_link.is_some()
     }
 
+    /// Prepared statements' values drained so far.
+    pub fn values_learned(&self) -> u64 {
+        self.values.learned
+    }
+
     /// Attaches or detaches the value probes (loaded once). They attach
     /// only while the other probes are attached.
     pub fn capture_values(&mut self, on: bool) -> Result<(), ProbeError> {

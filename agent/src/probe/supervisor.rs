@@ -30,11 +30,24 @@ use crate::{
 const RETRY_FIRST: Duration = Duration::from_secs(10);
 const RETRY_MAX: Duration = Duration::from_secs(600);
 
-/// How long the value probes stay attached per capture, and how often a
-/// server gets one at most: while attached, every value of every prepared
-/// statement traps once more, and its statement goes out as a record.
+/// How long the value probes stay attached per capture at most, how many
+/// values end one early, and how often a server gets a capture that caught
+/// values: while attached, every value of every prepared statement traps
+/// once more, and its statement goes out as a record. A capture that
+/// caught nothing cost nothing, and the next may come sooner.
 const VALUE_CAPTURE: Duration = Duration::from_secs(2);
+const VALUE_CAPTURE_MAX: u64 = 2_000;
 const VALUE_CAPTURE_EVERY: Duration = Duration::from_secs(60);
+const VALUE_CAPTURE_AGAIN: Duration = Duration::from_secs(5);
+
+/// One server's value captures.
+struct ValueCapture {
+    began: Instant,
+    /// `values_learned` when it began.
+    learned: u64,
+    /// When the next may begin.
+    next: Instant,
+}
 
 /// A server that could not be traced and when to try it again.
 struct Refusal {
@@ -66,8 +79,8 @@ pub struct Supervisor {
     /// Ring-buffer drops seen at the last window end, per server.
     dropped: HashMap<u32, u64>,
     dropped_since_check: bool,
-    /// When each server's last value capture began.
-    value_captures: HashMap<u32, Instant>,
+    /// Each server's last value capture.
+    value_captures: HashMap<u32, ValueCapture>,
 }
 
 impl Supervisor {
@@ -127,10 +140,15 @@ impl Supervisor {
         let mut unavailable = HashMap::new();
         self.value_captures.retain(|pid, _| self.attached.contains_key(pid));
         for (pid, server) in &mut self.attached {
-            let began = self.value_captures.get(pid).copied();
+            let capture = self.value_captures.get_mut(pid);
             if server.capturing_values() {
-                if began.is_none_or(|b| now.duration_since(b) >= VALUE_CAPTURE) {
-                    debug!(pid, "value capture over");
+                let caught = capture.as_ref().map_or(0, |c| server.values_learned() - c.learned);
+                let over = capture.as_ref().is_none_or(|c| now.duration_since(c.began) >= VALUE_CAPTURE);
+                if over || caught >= VALUE_CAPTURE_MAX {
+                    debug!(pid, caught, "value capture over");
+                    if let Some(capture) = capture {
+                        capture.next = now + if caught > 0 { VALUE_CAPTURE_EVERY } else { VALUE_CAPTURE_AGAIN };
+                    }
                     if let Err(e) = server.capture_values(false) {
                         warn!(pid, error = %e, "detaching the value probes failed");
                     }
@@ -144,10 +162,10 @@ impl Supervisor {
                 unavailable.insert(*pid, why);
                 continue;
             }
-            if began.is_some_and(|b| now.duration_since(b) < VALUE_CAPTURE_EVERY) {
+            if capture.is_some_and(|c| now < c.next) {
                 continue;
             }
-            self.value_captures.insert(*pid, now);
+            self.value_captures.insert(*pid, ValueCapture { began: now, learned: server.values_learned(), next: now });
             match server.capture_values(true) {
                 Ok(()) => {
                     info!(pid, seconds = VALUE_CAPTURE.as_secs(), "capturing prepared statements' values for plans")

@@ -51,6 +51,8 @@ pub struct Values {
     held: usize,
     /// Records that could not be read.
     pub bad: u64,
+    /// Values taken in so far.
+    pub learned: u64,
 }
 
 impl Values {
@@ -66,8 +68,13 @@ impl Values {
         }
         // SAFETY: length checked; plain integers and bytes.
         let event: ValueEvent = unsafe { std::ptr::read_unaligned(record.as_ptr().cast()) };
+        self.learned += 1;
         let captured = &event.bytes[..(event.captured as usize).min(event.bytes.len())];
-        let literal = self.decoders.get(&event.ip).and_then(|t| literal(*t, captured));
+        let decoder = self.decoders.get(&event.ip);
+        if decoder.is_none() {
+            tracing::debug!(ip = event.ip, known = ?self.decoders, "a value from an unknown decoder");
+        }
+        let literal = decoder.and_then(|t| literal(*t, captured));
         if self.held >= MAX_PENDING {
             self.pending.clear();
             self.held = 0;
