@@ -183,6 +183,29 @@ fn no_literal_leaves_by_default_and_counts_stay_exact() {
         assert!(started.elapsed() < Duration::from_secs(30), "the SELECT got no plan: {}", agent.progress());
         std::thread::sleep(Duration::from_millis(200));
     }
+    // The same values sent apart, by a prepared statement: its plan is
+    // explained with them bound in (in the agent's memory), and they
+    // appear nowhere either.
+    let mut app = connect(&server);
+    let prepared = app.prep("SELECT id, n FROM app.people WHERE email = ? AND card = ?").unwrap();
+    let prepared_digest = sqlbee::normalize::digest_text(b"SELECT id, n FROM app.people WHERE email = ? AND card = ?");
+    let prepared_id = format!("{:016x}", common::collector::id_of(&prepared_digest));
+    let started = std::time::Instant::now();
+    loop {
+        for _ in 0..10 {
+            let _: Vec<(u64, u64)> = app.exec(&prepared, ("ann.secret@example.com", "4111111111111111")).unwrap();
+        }
+        let lines = agent.lines_so_far();
+        if lines
+            .iter()
+            .any(|l| l["type"] == "plan" && l["digest"] == prepared_id.as_str() && l["plan_hash"].is_string())
+        {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "the prepared SELECT got no plan: {}", agent.progress());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    drop(app);
     std::thread::sleep(Duration::from_millis(1500));
     let out = agent.stop();
     assert!(out.success, "{}", out.stderr);
@@ -251,6 +274,7 @@ fn no_literal_leaves_by_default_and_counts_stay_exact() {
         vec!["top", "--since", "all", "--limit", "10000"],
         vec!["plans", &select_id, "--format", "json", "--since", "all"],
         vec!["plans", &select_id, "--since", "all"],
+        vec!["plans", &prepared_id, "--format", "json", "--since", "all"],
         vec!["plans", "--format", "json", "--since", "all"],
     ] {
         let mut full = args.clone();
