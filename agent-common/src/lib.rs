@@ -620,6 +620,18 @@ pub struct LongWait {
     pub statement_start_ns: u64,
 }
 
+/// Why a thread's statements must go out as records rather than into a
+/// kernel digest (`Inflight::record_pending` bits).
+pub mod record_pending {
+    /// The connection's client key is not in `CLIENT_KEYS` yet: each
+    /// statement looks it up again.
+    pub const CLIENT: u64 = 1;
+    /// The value probes copied a prepared statement's values on this
+    /// thread since its last record: the next one carries the statement
+    /// the agent pairs them with (see `ValueEvent`).
+    pub const VALUES: u64 = 2;
+}
+
 /// Bytes of a parameter value copied, with its length prefix: a longer
 /// string or decimal is marked cut, and its statement is not bound.
 pub const VALUE_BYTES: usize = 256;
@@ -690,13 +702,10 @@ pub struct Inflight {
     pub account_hash: u64,
     /// The account's own hash, before its client key was mixed in.
     pub login_hash: u64,
-    /// 1 while the connection's client key is not in `CLIENT_KEYS` yet:
-    /// its statements go out as records, and each looks the key up again.
-    pub client_pending: u64,
-    /// 1 once the value probes saw a parameter value on this thread since
-    /// its last statement end: that statement goes out as a record, so the
-    /// agent can pair the values with it (see `ValueEvent`).
-    pub values_pending: u64,
+    /// `record_pending` bits: while any is set, this thread's statements go
+    /// out as records. One word, so the statement end tests both with the
+    /// one comparison it made before the value probes existed.
+    pub record_pending: u64,
     pub schema_hash: u64,
     /// The THD and `{pointer, length}` of the schema name `schema_hash` was
     /// read from: while they stay, the name is not read again. The server

@@ -10,8 +10,8 @@
 //! `acl_authenticate`, which a `COM_CHANGE_USER` runs on the connection's
 //! own thread.
 use agent_common::{
-    CLIENT_KEY_ENTRIES, EventBuffer, Inflight, MAX_HOST, MAX_NAME, NameRecord, ServerLayout, UNKNOWN, name_kind, stat,
-    with_client,
+    CLIENT_KEY_ENTRIES, EventBuffer, Inflight, MAX_HOST, MAX_NAME, NameRecord, ServerLayout, UNKNOWN, name_kind,
+    record_pending, stat, with_client,
 };
 use aya_ebpf::{
     bindings::{BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
@@ -159,7 +159,7 @@ fn account_hash<const WAKE: bool>(
         return 0;
     }
     if inflight.named_connection == connection {
-        if inflight.client_pending != 0 {
+        if inflight.record_pending & record_pending::CLIENT != 0 {
             client_key(connection, inflight);
         }
         return inflight.account_hash;
@@ -192,18 +192,18 @@ fn account_hash<const WAKE: bool>(
     inflight.named_connection = connection;
     inflight.login_hash = hash;
     inflight.account_hash = hash;
-    inflight.client_pending = 0;
+    inflight.record_pending &= !record_pending::CLIENT;
     if layout.vio_offset != UNKNOWN {
         client_key(connection, inflight);
     }
-    record.client_pending = inflight.client_pending as u32;
+    record.client_pending = (inflight.record_pending & record_pending::CLIENT) as u32;
     // Woken, the agent names the connection's client while it is open;
     // one it named already (a thread pool names a connection on each
     // thread it moves to) wakes nobody. Only a client statement's end wakes
     // it: in the nested-statement program the choice would push the stack
     // past BPF's 512 bytes, and a connection whose first statement ran a
     // program wakes it at that statement's end anyway.
-    let wake = WAKE && inflight.client_pending != 0;
+    let wake = WAKE && inflight.record_pending & record_pending::CLIENT != 0;
     send_flags(record, if wake { BPF_RB_FORCE_WAKEUP as u64 } else { BPF_RB_NO_WAKEUP as u64 });
     inflight.account_hash
 }
@@ -214,10 +214,10 @@ fn account_hash<const WAKE: bool>(
 fn client_key(connection: u64, inflight: &mut Inflight) {
     let key = lookup_client_key(connection);
     if key == NO_KEY {
-        inflight.client_pending = 1;
+        inflight.record_pending |= record_pending::CLIENT;
     } else {
         inflight.account_hash = with_client(inflight.login_hash, key);
-        inflight.client_pending = 0;
+        inflight.record_pending &= !record_pending::CLIENT;
     }
 }
 

@@ -12,7 +12,7 @@
 //! here only; the agent names the symbols.
 use agent_common::{
     EVENT_HEADER_LEN, EventBuffer, Inflight, MAX_TEXT, ServerLayout, StatementStats, UNKNOWN, command, flags,
-    kernel_digests::with_schema, source, stat, statement_flag, wait_class,
+    kernel_digests::with_schema, record_pending, source, stat, statement_flag, wait_class,
 };
 use aya_ebpf::{
     bindings::BPF_RB_NO_WAKEUP,
@@ -294,12 +294,6 @@ fn try_statement_end(ctx: &ProbeContext) -> Result<(), i64> {
         0
     };
     let waited = waits.iter().any(|w| *w != 0);
-    // A prepared statement's values were copied for the agent: its record
-    // goes out, for the agent to pair them with.
-    let values_pending = inflight.values_pending != 0;
-    if values_pending {
-        inflight.values_pending = 0;
-    }
     // Only a statement that is sent needs its record assembled.
     // Field by field: `stats` is in place already, and a whole header
     // would not fit on the stack.
@@ -328,9 +322,9 @@ fn try_statement_end(ctx: &ProbeContext) -> Result<(), i64> {
         && (layout.long_statement_ms == 0 || duration_ns < layout.long_statement_ms as u64 * 1_000_000)
         && !waited
         && !ran_programs
-        // Its record names the connection, whose client is not known yet.
-        && inflight.client_pending == 0
-        && !values_pending
+        // Its record names the connection, whose client is not known yet,
+        // or carries the statement whose values the agent pairs.
+        && inflight.record_pending == 0
         && buffer.header.source == source::CLIENT
         && let Some(first) = kernel_digests::record(
             text_hash,
@@ -352,6 +346,10 @@ fn try_statement_end(ctx: &ProbeContext) -> Result<(), i64> {
     }
 
     write_header(buffer, event_flags);
+    // This record is the one the copied values belong to.
+    if inflight.record_pending & record_pending::VALUES != 0 {
+        inflight.record_pending &= !record_pending::VALUES;
+    }
     // Read with the counters when the build keeps it among them.
     if buffer.header.connection_id == 0 {
         buffer.header.connection_id = read_thd_u64(thd, layout.connection_id_offset);

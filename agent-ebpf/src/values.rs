@@ -12,7 +12,7 @@
 //! out as a record the agent pairs the values with, instead of into a
 //! kernel digest. No classic-uprobe copy: without multi links there are
 //! no values, and prepared statements say so instead of a plan.
-use agent_common::{VALUE_BYTES, ValueEvent};
+use agent_common::{VALUE_BYTES, ValueEvent, record_pending};
 use aya_ebpf::{
     bindings::BPF_RB_NO_WAKEUP,
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user, bpf_probe_read_user_buf},
@@ -64,9 +64,9 @@ fn try_value_set(ctx: &ProbeContext) -> Result<(), i64> {
     }
     entry.submit(BPF_RB_NO_WAKEUP as u64);
     if let Some(inflight) = owned_slot(tid)
-        && inflight.values_pending == 0
+        && inflight.record_pending & record_pending::VALUES == 0
     {
-        inflight.values_pending = 1;
+        inflight.record_pending |= record_pending::VALUES;
     }
     Ok(())
 }
