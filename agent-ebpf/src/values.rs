@@ -17,7 +17,7 @@ use aya_ebpf::{
     bindings::BPF_RB_NO_WAKEUP,
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user, bpf_probe_read_user_buf},
     macros::{map, uprobe},
-    maps::RingBuf,
+    maps::{PerCpuArray, RingBuf},
     programs::ProbeContext,
 };
 
@@ -26,6 +26,13 @@ use crate::{maps::gate_closed, statements::owned_slot};
 /// Values for the agent; only written while the value probes are attached.
 #[map]
 pub static VALUES: RingBuf = RingBuf::with_byte_size(1024 * 1024, 0);
+
+/// Values this CPU may still copy in this capture; the agent sets it when
+/// it attaches the probes. Past it the program does nothing, so a capture
+/// costs a bounded number of records however many statements run before
+/// the agent detaches it.
+#[map]
+pub static VALUES_LEFT: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 
 #[uprobe(multi)]
 pub fn value_set(ctx: ProbeContext) -> u32 {
@@ -36,6 +43,14 @@ pub fn value_set(ctx: ProbeContext) -> u32 {
 fn try_value_set(ctx: &ProbeContext) -> Result<(), i64> {
     if gate_closed() {
         return Ok(());
+    }
+    let left = VALUES_LEFT.get_ptr_mut(0).ok_or(0i64)?;
+    // SAFETY: this CPU's slot; no other writer while the program runs.
+    unsafe {
+        if *left == 0 {
+            return Ok(());
+        }
+        *left -= 1;
     }
     let tid = bpf_get_current_pid_tgid() as u32;
     // SAFETY: a read of the probe context at a fixed offset. At a uprobe

@@ -12,7 +12,7 @@ use std::{
 use agent_common::{COMMAND_SLOTS, LongWait, MAX_TEXT, ServerLayout, StatBlock, kernel_digests::known_sets};
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{Array, MapData, PerCpuArray, RingBuf},
+    maps::{Array, MapData, PerCpuArray, PerCpuValues, RingBuf},
     programs::{
         UProbe,
         uprobe::{UProbeAttachLocation, UProbeLinkId, UProbeScope},
@@ -342,9 +342,10 @@ impl AttachedServer {
         self.values.learned
     }
 
-    /// Attaches or detaches the value probes (loaded once). They attach
-    /// only while the other probes are attached.
-    pub fn capture_values(&mut self, on: bool) -> Result<(), ProbeError> {
+    /// Attaches or detaches the value probes (loaded once), which then copy
+    /// at most `at_most` values (spread over the CPUs). They attach only
+    /// while the other probes are attached.
+    pub fn capture_values(&mut self, on: bool, at_most: u64) -> Result<(), ProbeError> {
         let pid = self.server.pid;
         const PROGRAM: &str = "value_set";
         if !on {
@@ -361,6 +362,17 @@ impl AttachedServer {
         if self.value_link.is_some() || self.links.is_empty() {
             return Ok(());
         }
+        let name = "VALUES_LEFT";
+        let cpus = aya::util::nr_cpus().map_err(|(_, e)| ProbeError::Map { map: name, detail: e.to_string() })?;
+        let cpus = cpus.get() as usize;
+        let per_cpu = at_most.div_ceil(cpus as u64);
+        let map =
+            self.ebpf.map_mut(name).ok_or_else(|| ProbeError::Map { map: name, detail: "not in object".into() })?;
+        let mut left =
+            PerCpuArray::<_, u64>::try_from(map).map_err(|e| ProbeError::Map { map: name, detail: e.to_string() })?;
+        let values = PerCpuValues::try_from(vec![per_cpu; cpus])
+            .map_err(|e| ProbeError::Map { map: name, detail: e.to_string() })?;
+        left.set(0, values, 0).map_err(|e| ProbeError::Map { map: name, detail: e.to_string() })?;
         let scope = UProbeScope::OneProcess(NonZeroU32::new(pid).expect("pids are positive"));
         let locations: Vec<UProbeAttachLocation> =
             decoders.iter().map(|d| UProbeAttachLocation::SymbolOffset(d.symbol, d.offset)).collect();
@@ -487,7 +499,7 @@ impl AttachedServer {
     pub fn set_attached(&mut self, attach: bool) -> Result<(), ProbeError> {
         let pid = self.server.pid;
         if !attach {
-            self.capture_values(false)?;
+            self.capture_values(false, 0)?;
             for (program, link) in self.links.drain(..) {
                 uprobe(&mut self.ebpf, program, pid)?.detach(link).map_err(|source| ProbeError::Program {
                     pid,

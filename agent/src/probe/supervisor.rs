@@ -31,8 +31,9 @@ const RETRY_FIRST: Duration = Duration::from_secs(10);
 const RETRY_MAX: Duration = Duration::from_secs(600);
 
 /// How long the value probes stay attached per capture at most, how many
-/// values end one early, and how often a server gets a capture that caught
-/// values: while attached, every value of every prepared statement traps
+/// values they copy at most (the kernel side stops there; once the agent
+/// has them it detaches early), and how often a server gets a capture that
+/// caught values: while attached, every value of every prepared statement traps
 /// once more, and its statement goes out as a record. A capture that
 /// caught nothing cost nothing, and the next may come sooner.
 const VALUE_CAPTURE: Duration = Duration::from_secs(2);
@@ -145,11 +146,11 @@ impl Supervisor {
                 let caught = capture.as_ref().map_or(0, |c| server.values_learned() - c.learned);
                 let over = capture.as_ref().is_none_or(|c| now.duration_since(c.began) >= VALUE_CAPTURE);
                 if over || caught >= VALUE_CAPTURE_MAX {
-                    debug!(pid, caught, "value capture over");
+                    info!(pid, caught, "value capture over");
                     if let Some(capture) = capture {
                         capture.next = now + if caught > 0 { VALUE_CAPTURE_EVERY } else { VALUE_CAPTURE_AGAIN };
                     }
-                    if let Err(e) = server.capture_values(false) {
+                    if let Err(e) = server.capture_values(false, 0) {
                         warn!(pid, error = %e, "detaching the value probes failed");
                     }
                 }
@@ -166,7 +167,7 @@ impl Supervisor {
                 continue;
             }
             self.value_captures.insert(*pid, ValueCapture { began: now, learned: server.values_learned(), next: now });
-            match server.capture_values(true) {
+            match server.capture_values(true, VALUE_CAPTURE_MAX) {
                 Ok(()) => {
                     info!(pid, seconds = VALUE_CAPTURE.as_secs(), "capturing prepared statements' values for plans")
                 }
