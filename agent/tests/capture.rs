@@ -88,10 +88,16 @@ fn exact_counts_for_text_and_prepared_statements() {
         out.of_type("summary").map(|s| s["probes"]["server_statements"].as_u64().unwrap_or(0)).sum();
     let skipped = get("COM_STMT_PREPARE") + get("COM_STMT_CLOSE") + get("COM_STMT_RESET");
     assert_eq!(skipped, 2);
+    // Window by window, for a failure to say where the counts parted.
+    let by_window: Vec<(u64, u64)> = out
+        .of_type("summary")
+        .map(|s| (s["probes"]["server_statements"].as_u64().unwrap_or(0), s["statements"].as_u64().unwrap_or(0)))
+        .collect();
     assert_eq!(
         server_counted + 2,
         delta(&before, &after, "Questions") + skipped,
-        "the server's counter over the windows"
+        "the server's counter over the windows (server's, agent's per window: {by_window:?})\n{}",
+        out.stderr
     );
     // Every statement the kernel saw arrived as an event and in a digest
     // (unmatched: statement ends whose start fell before the attach).
@@ -375,10 +381,16 @@ fn sysbench_started_before_agent(ps_mode: &'static str) {
     let server_counted: u64 =
         out.of_type("summary").map(|s| s["probes"]["server_statements"].as_u64().unwrap_or(0)).sum();
     let skipped = get("COM_STMT_PREPARE") + get("COM_STMT_CLOSE") + get("COM_STMT_RESET");
+    // Window by window, for a failure to say where the counts parted.
+    let by_window: Vec<(u64, u64)> = out
+        .of_type("summary")
+        .map(|s| (s["probes"]["server_statements"].as_u64().unwrap_or(0), s["statements"].as_u64().unwrap_or(0)))
+        .collect();
     assert_eq!(
         server_counted + 2,
         delta(&before, &after, "Questions") + skipped,
-        "the server's counter over the windows"
+        "the server's counter over the windows (server's, agent's per window: {by_window:?})\n{}",
+        out.stderr
     );
     assert_eq!(out.summary_total(None, "statements") - out.summary_total(None, "unmatched"), total);
     assert!(out.summary_total(None, "unmatched") <= 1, "only a statement ending at the attach may be unmatched");
