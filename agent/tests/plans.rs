@@ -541,9 +541,12 @@ fn prepared_statements_are_explained_with_the_values_they_ran_with() {
     let text = plan["plan"].to_string();
     assert!(text.contains("orders.email = "), "the condition is in the plan: {text}");
     stored_plans(&collector.http_url(), &digest, |p| p["plan_hash"] == plan["plan_hash"]);
-    for _ in 0..20 {
+    // Until the capture is over (2 s at most), so its bound is in the log.
+    let started = Instant::now();
+    while !agent.stderr_text().contains("value capture over") {
         app.exec_drop(&statement, values()).unwrap();
         executed += 1;
+        assert!(started.elapsed() < Duration::from_secs(20), "the capture never ended: {}", agent.stderr_text());
     }
     drop(statement);
     let out = agent.stop();
