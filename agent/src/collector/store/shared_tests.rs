@@ -214,7 +214,8 @@ pub(super) fn error_messages_are_kept_per_instance(store: &dyn Store, batch: Mak
 
 /// Plans: sightings of one hash merge into one plan (first and last seen,
 /// the newest sighting's content) whatever order batches arrive in, a
-/// replayed batch adds nothing, and changes come newest first.
+/// replayed batch adds nothing, changes come newest first, and an agent's
+/// first plan of a digest changes from the plan stored before it.
 pub(super) fn plans_merge_sightings_and_list_changes(store: &dyn Store, batch: MakeBatch) {
     use sqlbee_proto::v1::{Plan, TableAccess};
     let plan = |hash: u64, previous: u64, at: i64, key: &str| Plan {
@@ -272,6 +273,17 @@ pub(super) fn plans_merge_sightings_and_list_changes(store: &dyn Store, batch: M
     assert!(fleet.plans.is_empty(), "no digest: changes only");
     assert_eq!(fleet.changes.len(), 1);
 
+    // A restarted agent knows no previous plan: the stored one stands for
+    // it, whether the plan changed (33 after 11) or not (33 again, from
+    // an agent restarted once more), and in the same batch too (44 after
+    // 33, and back to 33, all first plans of their agent).
+    put(4, 5500, vec![plan(33, 0, 5400, "")], "ok");
+    put(5, 6500, vec![plan(33, 0, 6400, "")], "ok");
+    put(6, 7500, vec![plan(44, 0, 7300, ""), plan(33, 0, 7400, "")], "ok");
+    let changes: Vec<(i64, u64, u64)> =
+        store.plans(&query).unwrap().changes.iter().map(|c| (c.at_unix_ms, c.from_hash, c.to_hash)).collect();
+    assert_eq!(changes, [(7400, 44, 33), (7300, 33, 44), (5400, 11, 33), (3400, 22, 11), (2400, 11, 22)]);
+
     // The newest window's word on the login stands.
     let instances = store.instances().unwrap();
     assert_eq!(instances.iter().find(|i| i.instance == "h:1").unwrap().server_login, "ok");
@@ -282,8 +294,8 @@ pub(super) fn plans_merge_sightings_and_list_changes(store: &dyn Store, batch: M
     // Rows: merged plans (SQLite) or sightings (ClickHouse).
     assert!(pruned.plan_rows >= 2, "plan 22 (last seen 2400) and the change at 2400: {pruned:?}");
     let left = store.plans(&query).unwrap();
-    assert_eq!(left.plans.iter().map(|r| r.plan.as_ref().unwrap().plan_hash).collect::<Vec<_>>(), [11]);
-    assert_eq!(left.changes.len(), 1);
+    assert_eq!(left.plans.iter().map(|r| r.plan.as_ref().unwrap().plan_hash).collect::<Vec<_>>(), [33, 44, 11]);
+    assert_eq!(left.changes.len(), 4);
 }
 
 /// Long statements come back whole, newest first, once each (a replayed

@@ -266,6 +266,8 @@ pub(super) struct DataRows {
     gaps: RowWriter,
     plans: RowWriter,
     plan_changes: RowWriter,
+    /// Plan changes are written from these at insert (see `plans::changes`).
+    plan_sightings: Vec<super::plans::Sighting>,
     digest_tables: RowWriter,
     /// A digest's text is written once per group: any copy will do.
     text_seen: std::collections::HashSet<u64>,
@@ -289,9 +291,11 @@ impl DataRows {
             gaps,
             plans,
             plan_changes,
+            plan_sightings,
             digest_tables,
             text_seen,
         } = self;
+        plan_sightings.clear();
         for w in [
             windows,
             digests,
@@ -323,7 +327,8 @@ impl DataRows {
             untraced,
             gaps,
             plans,
-            plan_changes,
+            plan_changes: _,
+            plan_sightings,
             digest_tables,
             text_seen,
         } = self;
@@ -397,11 +402,15 @@ impl DataRows {
                 plans.col("digest").u64(plan.digest).col("plan_hash").u64(plan.plan_hash);
                 plans.col("seen_unix_ms").i64(plan.explained_unix_ms).col("plan").message(Some(plan));
                 plans.end_row();
-                if plan.plan_hash != 0 && plan.previous_plan_hash != 0 && plan.previous_plan_hash != plan.plan_hash {
-                    plan_changes.col("instance").str(&server.name).col("schema").str(&plan.schema);
-                    plan_changes.col("digest").u64(plan.digest).col("at_unix_ms").i64(plan.explained_unix_ms);
-                    plan_changes.col("from_hash").u64(plan.previous_plan_hash).col("to_hash").u64(plan.plan_hash);
-                    plan_changes.end_row();
+                if plan.plan_hash != 0 {
+                    plan_sightings.push(super::plans::Sighting {
+                        instance: server.name.clone(),
+                        schema: plan.schema.clone(),
+                        digest: plan.digest,
+                        at_unix_ms: plan.explained_unix_ms,
+                        plan_hash: plan.plan_hash,
+                        previous_plan_hash: plan.previous_plan_hash,
+                    });
                 }
             }
             for d in &w.digests {
@@ -483,7 +492,8 @@ impl DataRows {
         }
     }
 
-    pub(super) fn insert(&self, db: &Client) -> Result<(), StoreError> {
+    pub(super) fn insert(&mut self, db: &Client) -> Result<(), StoreError> {
+        super::plans::changes(db, &self.plan_sightings, &mut self.plan_changes)?;
         let inserts: [(&str, &RowWriter); 12] = [
             ("instance_windows", &self.windows),
             ("digest_windows", &self.digests),

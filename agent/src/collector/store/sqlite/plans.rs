@@ -22,7 +22,8 @@ CREATE TABLE IF NOT EXISTS plans (
     PRIMARY KEY (digest, instance, schema, plan_hash)
 ) WITHOUT ROWID;
 
--- A digest's plan went from one hash to another (as its agent saw it).
+-- A digest's plan went from one hash to another: as its agent saw it, or,
+-- for an agent's first plan of the digest, from the plan stored before.
 CREATE TABLE IF NOT EXISTS plan_changes (
     instance   TEXT NOT NULL,
     schema     TEXT NOT NULL,
@@ -47,10 +48,25 @@ pub(super) fn write(tx: &Transaction<'_>, instance: &str, plans: &[Plan]) -> rus
              first_seen_unix_ms = min(first_seen_unix_ms, excluded.first_seen_unix_ms),
              last_seen_unix_ms = max(last_seen_unix_ms, excluded.last_seen_unix_ms)",
     )?;
+    let mut stored_before = tx.prepare_cached(
+        "SELECT plan_hash FROM plans
+         WHERE digest = ?1 AND instance = ?2 AND schema = ?3 AND plan_hash != 0 AND last_seen_unix_ms < ?4
+         ORDER BY last_seen_unix_ms DESC LIMIT 1",
+    )?;
     for plan in plans {
         let at = plan.explained_unix_ms;
+        // An agent that has not explained the digest since it started
+        // knows no previous plan; what was stored before stands for it.
+        let previous = if plan.previous_plan_hash == 0 && plan.plan_hash != 0 {
+            stored_before
+                .query_row(params![i(plan.digest), instance, plan.schema, at], |r| r.get::<_, i64>(0))
+                .map(u)
+                .or_else(|e| if e == rusqlite::Error::QueryReturnedNoRows { Ok(0) } else { Err(e) })?
+        } else {
+            plan.previous_plan_hash
+        };
         upsert.execute(params![instance, plan.schema, i(plan.digest), i(plan.plan_hash), at, plan.encode_to_vec()])?;
-        if plan.plan_hash != 0 && plan.previous_plan_hash != 0 && plan.previous_plan_hash != plan.plan_hash {
+        if plan.plan_hash != 0 && previous != 0 && previous != plan.plan_hash {
             super::row::insert_or_ignore(
                 tx,
                 "plan_changes",
@@ -59,7 +75,7 @@ pub(super) fn write(tx: &Transaction<'_>, instance: &str, plans: &[Plan]) -> rus
                     ("schema", &plan.schema),
                     ("digest", &i(plan.digest)),
                     ("at_unix_ms", &at),
-                    ("from_hash", &i(plan.previous_plan_hash)),
+                    ("from_hash", &i(previous)),
                     ("to_hash", &i(plan.plan_hash)),
                 ],
             )?;
