@@ -1,9 +1,10 @@
 //! Plans, from a real agent logged in to a real MariaDB: a query on a
 //! table without an index shows a full scan, adding the index brings a
 //! second plan with the key (a plan change), and dropping it brings the
-//! first plan back as a change again. EXPLAIN never changes data, plans
-//! keep no literal, and a login that fails is a warning while counting
-//! stays exact.
+//! first plan back as a change again; an index added while no agent runs
+//! is a change too, found by the collector. EXPLAIN never changes data,
+//! plans keep no literal, and a login that fails is a warning while
+//! counting stays exact.
 mod common;
 
 use std::{
@@ -239,6 +240,29 @@ fn plans_follow_an_index_and_explain_changes_nothing() {
             browser::screenshot(&format!("{}plans?{range}", collector.ui), &shots.join("plan-changes.png")).is_empty()
         );
     }
+
+    // The index comes back while no agent runs. The next agent knows no
+    // plan from before (its first plan changes nothing as far as it
+    // knows); the collector compares it with the plan it stored last.
+    root.query_drop("ALTER TABLE app.orders ADD INDEX by_email (email)").unwrap();
+    let agent = Agent::start(server.dir(), &agent_args(&server, &login, &collector));
+    let again =
+        plan_after(&agent, &mut app, &query, 20, |p| p["digest"] == digest && uses_key(p, "orders", "by_email"));
+    assert!(again["previous_plan_hash"].is_null(), "a new agent knows no plan from before: {again}");
+    let started = Instant::now();
+    let changes = loop {
+        let answer = sqlbee_query(&["plans", digest, "--format", "json", "--since", "all", "--collector", &url]);
+        let answer: Value = serde_json::from_slice(&answer.stdout).unwrap();
+        let changes = answer["changes"].as_array().cloned().unwrap_or_default();
+        if changes.len() >= 3 {
+            break changes;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "no change across the restart: {answer}");
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    assert_eq!(changes.len(), 3, "{changes:?}");
+    assert_eq!((&changes[0]["from_plan_hash"], &changes[0]["to_plan_hash"]), (&scan_hash, &again["plan_hash"]));
+    assert!(agent.stop().success);
 }
 
 #[test]
