@@ -28,6 +28,7 @@ macro_rules! uprobe_pair {
     };
 }
 
+mod bounds;
 mod calibrate;
 mod errors;
 mod kernel_digests;

@@ -118,11 +118,9 @@ fn schema_hash(db: [u64; 2], layout: &ServerLayout, buffer: &mut EventBuffer, in
     if layout.db_offset == UNKNOWN || pointer == 0 || length == 0 {
         return 0;
     }
-    let n = (length as usize).min(MAX_NAME);
+    let n = crate::bounds::within::<MAX_NAME>(length);
     let record = &mut buffer.name;
     clear(&mut record.name);
-    // The mask restates the bound for the verifier.
-    let n = n & (MAX_NAME * 2 - 1);
     if n > MAX_NAME || unsafe { bpf_probe_read_user_buf(pointer as *const u8, &mut record.name[..n]) }.is_err() {
         return 0;
     }

@@ -11,8 +11,8 @@
 //! CLOSE, PING, QUIT, ...) at the price of a second trap. Placement lives
 //! here only; the agent names the symbols.
 use agent_common::{
-    EVENT_HEADER_LEN, EventBuffer, Inflight, MAX_TEXT, ServerLayout, StatementStats, UNKNOWN, command, flags,
-    kernel_digests::with_schema, record_pending, source, stat, statement_flag, wait_class,
+    EVENT_HEADER_LEN, EventBuffer, Inflight, MAX_TEXT, STATS_WINDOW, ServerLayout, StatementStats, UNKNOWN, command,
+    flags, kernel_digests::with_schema, record_pending, source, stat, statement_flag, wait_class,
 };
 use aya_ebpf::{
     bindings::BPF_RB_NO_WAKEUP,
@@ -116,9 +116,11 @@ const THD_WINDOW_WORDS: usize = 16;
 /// `THD_WINDOW_WORDS` words of each other (in MariaDB 10.11 they span 72
 /// bytes) they are copied in one read, and the connection id is read only
 /// for statements that are sent. The offsets are constants to the
-/// verifier, so it keeps one branch.
+/// verifier, so it keeps one branch. The copy lands in `scratch` (the
+/// record's counters' window, filled later), not on the stack: every
+/// program's call chain must fit 512 bytes on every kernel.
 #[inline(always)]
-pub fn read_command_and_times(thd: u64, layout: &ServerLayout) -> [u64; 3] {
+pub fn read_command_and_times(thd: u64, layout: &ServerLayout, scratch: &mut [u64; STATS_WINDOW / 8]) -> [u64; 3] {
     let command = layout.command_offset as u64;
     let start = layout.start_utime_offset as u64;
     let lock = layout.lock_utime_offset as u64;
@@ -126,16 +128,15 @@ pub fn read_command_and_times(thd: u64, layout: &ServerLayout) -> [u64; 3] {
     let words = ((command + 4).max(start + 8).max(lock + 8) - low).div_ceil(8);
     let aligned = start % 8 == 0 && lock % 8 == 0 && command % 4 == 0;
     if aligned && words <= THD_WINDOW_WORDS as u64 {
-        let mut window = [0u64; THD_WINDOW_WORDS];
         let n = (words as usize) & (THD_WINDOW_WORDS * 2 - 1);
         if n <= THD_WINDOW_WORDS {
-            // SAFETY: the first `n` words of a stack array.
-            let bytes = unsafe { core::slice::from_raw_parts_mut(window.as_mut_ptr() as *mut u8, n * 8) };
+            // SAFETY: the first `n` words of the scratch array.
+            let bytes = unsafe { core::slice::from_raw_parts_mut(scratch.as_mut_ptr() as *mut u8, n * 8) };
             if unsafe { bpf_probe_read_user_buf((thd + low) as *const u8, bytes) }.is_err() {
                 return [0; 3];
             }
         }
-        let word = |offset: u64| window[((offset - low) / 8) as usize & (THD_WINDOW_WORDS - 1)];
+        let word = |offset: u64| scratch[((offset - low) / 8) as usize & (THD_WINDOW_WORDS - 1)];
         // Little-endian: a u32 in the upper half of its word is shifted down.
         let command = word(command) >> ((command % 8) * 8);
         return [command & 0xffff_ffff, word(start), word(lock)];
@@ -145,10 +146,15 @@ pub fn read_command_and_times(thd: u64, layout: &ServerLayout) -> [u64; 3] {
 }
 
 /// The statement text `{const char*, size_t}` and the current schema
-/// `{const char*, size_t}`: one copy when they lie close together (in
-/// MariaDB 10.11 and 11.8 they are 56 bytes apart), two otherwise.
+/// `{const char*, size_t}`: one copy (into `scratch`, see
+/// [`read_command_and_times`]) when they lie close together (in MariaDB
+/// 10.11 and 11.8 they are 56 bytes apart), two otherwise.
 #[inline(always)]
-pub fn read_text_and_schema(thd: u64, layout: &ServerLayout) -> ([u64; 2], [u64; 2]) {
+pub fn read_text_and_schema(
+    thd: u64,
+    layout: &ServerLayout,
+    scratch: &mut [u64; STATS_WINDOW / 8],
+) -> ([u64; 2], [u64; 2]) {
     let query = layout.query_offset as u64;
     let db = layout.db_offset;
     if db == UNKNOWN {
@@ -157,9 +163,14 @@ pub fn read_text_and_schema(thd: u64, layout: &ServerLayout) -> ([u64; 2], [u64;
     }
     let db = db as u64;
     if db > query && db - query <= 48 && (db - query) % 8 == 0 {
-        let head = unsafe { bpf_probe_read_user((thd + query) as *const [u64; 8]) }.unwrap_or([0; 8]);
+        let head = &mut scratch[..8];
+        // SAFETY: eight words of the scratch array.
+        let bytes = unsafe { core::slice::from_raw_parts_mut(head.as_mut_ptr() as *mut u8, 64) };
+        if unsafe { bpf_probe_read_user_buf((thd + query) as *const u8, bytes) }.is_err() {
+            return ([0, 0], [0, 0]);
+        }
         let at = ((db - query) / 8) as usize & 7;
-        return ([head[0], head[1]], [head[at], head[(at + 1) & 7]]);
+        return ([scratch[0], scratch[1]], [scratch[at], scratch[(at + 1) & 7]]);
     }
     let text = unsafe { bpf_probe_read_user((thd + query) as *const [u64; 2]) }.unwrap_or([0, 0]);
     let schema = unsafe { bpf_probe_read_user((thd + db) as *const [u64; 2]) }.unwrap_or([0, 0]);
@@ -199,17 +210,17 @@ fn try_statement_end(ctx: &ProbeContext) -> Result<(), i64> {
         inflight.nested_sp = 0;
     }
 
-    let [command, start_us, lock_utime] = read_command_and_times(thd, &layout);
-    let command = command as u32 & 0xff;
     let buffer = SCRATCH.get_ptr_mut(0).ok_or(0i64)?;
     let buffer = unsafe { &mut *buffer };
-    let ([text_ptr, text_len], db) = read_text_and_schema(thd, &layout);
+    let [command, start_us, lock_utime] = read_command_and_times(thd, layout, &mut buffer.window);
+    let command = command as u32 & 0xff;
+    let ([text_ptr, text_len], db) = read_text_and_schema(thd, layout, &mut buffer.window);
     // Built in place: the BPF stack (512 bytes) has no room for copies.
     // These steps leave what they learn in the record, not in registers:
     // the verifier does not tell map memory apart by value, so the paths
     // through them merge again instead of multiplying the paths after.
     buffer.header.stats = StatementStats::default();
-    query_stats::read(thd, &layout, buffer);
+    query_stats::read(thd, layout, buffer);
     // One statement reaching its end twice (EXECUTE IMMEDIATE) keeps its
     // query id: counted once.
     if buffer.query_id != 0 {
@@ -240,9 +251,9 @@ fn try_statement_end(ctx: &ProbeContext) -> Result<(), i64> {
     let start_ns = start_us * 1000;
     let lock_us = lock_utime.saturating_sub(start_us);
     buffer.header.stats.lock_ns = lock_us * 1000;
-    query_stats::cpu(&layout, inflight, &mut buffer.header.stats);
-    names::schema(thd, db, &layout, buffer, inflight);
-    names::account::<true>(thd, &layout, buffer, inflight);
+    query_stats::cpu(layout, inflight, &mut buffer.header.stats);
+    names::schema(thd, db, layout, buffer, inflight);
+    names::account::<true>(thd, layout, buffer, inflight);
     buffer.header.program_hash = 0;
     buffer.header.parent_start_ns = 0;
     buffer.header.program_kind = 0;
@@ -251,7 +262,7 @@ fn try_statement_end(ctx: &ProbeContext) -> Result<(), i64> {
     let ran_programs = inflight.nested_parent_us == start_us;
 
     let mut event_flags = if buffer.header.stats.flags & statement_flag::CPU_MEASURED != 0 { flags::CPU } else { 0 };
-    let (mut captured, text_flags) = capture_text(text_ptr, text_len, &layout, buffer, stats);
+    let (mut captured, text_flags) = capture_text(text_ptr, text_len, layout, buffer, stats);
     event_flags |= text_flags;
     // What the optional probes recorded counts only when it happened
     // after this statement began.

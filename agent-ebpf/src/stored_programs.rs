@@ -24,6 +24,7 @@ use aya_ebpf::{
 };
 
 use crate::{
+    bounds,
     layout::layout,
     maps::{SCRATCH, gate_closed, stats},
     names, query_stats,
@@ -98,7 +99,7 @@ fn on_nested_start(ctx: ProbeContext) -> u32 {
     }
     let Some(slot) = frame(tid, depth) else { return 0 };
     let layout = layout();
-    *slot = Frame { entry_sp: sp, start_ns: unsafe { bpf_ktime_get_ns() }, cpu_ns: query_stats::runtime(&layout) };
+    *slot = Frame { entry_sp: sp, start_ns: unsafe { bpf_ktime_get_ns() }, cpu_ns: query_stats::runtime(layout) };
     stack.depth += 1;
     if let Some(inflight) = owned_slot(tid) {
         inflight.nested_sp = sp;
@@ -150,20 +151,20 @@ fn try_nested_end(ctx: &ProbeContext) -> Result<(), i64> {
     let buffer = unsafe { &mut *buffer };
     // The client statement the program runs for began at start_utime,
     // which the server does not reset for a program's statements.
-    let [command, parent_start_us, _] = read_command_and_times(thd, &layout);
-    let ([text_ptr, text_len], db) = read_text_and_schema(thd, &layout);
+    let [command, parent_start_us, _] = read_command_and_times(thd, layout, &mut buffer.window);
+    let ([text_ptr, text_len], db) = read_text_and_schema(thd, layout, &mut buffer.window);
     buffer.header.stats = StatementStats::default();
-    query_stats::read(thd, &layout, buffer);
-    let runtime = query_stats::runtime(&layout);
+    query_stats::read(thd, layout, buffer);
+    let runtime = query_stats::runtime(layout);
     if frame.cpu_ns != 0 && runtime >= frame.cpu_ns {
         buffer.header.stats.cpu_ns = runtime - frame.cpu_ns;
         buffer.header.stats.flags |= agent_common::statement_flag::CPU_MEASURED;
     }
-    names::schema(thd, db, &layout, buffer, inflight);
-    names::account::<false>(thd, &layout, buffer, inflight);
-    program(thd, &layout, buffer, inflight);
+    names::schema(thd, db, layout, buffer, inflight);
+    names::account::<false>(thd, layout, buffer, inflight);
+    program(thd, layout, buffer, inflight);
     inflight.nested_parent_us = parent_start_us;
-    let (captured, text_flags) = capture_text(text_ptr, text_len, &layout, buffer, stats);
+    let (captured, text_flags) = capture_text(text_ptr, text_len, layout, buffer, stats);
     let mut record_flags = flags::NESTED | text_flags;
     if buffer.header.stats.flags & agent_common::statement_flag::CPU_MEASURED != 0 {
         record_flags |= flags::CPU;
@@ -245,8 +246,8 @@ fn program(thd: u64, layout: &ServerLayout, buffer: &mut EventBuffer, inflight: 
     let record = &mut buffer.name;
     names::clear(&mut record.name);
     names::clear(&mut record.host);
-    let db_n = (db_len as usize).min(agent_common::MAX_NAME) & (agent_common::MAX_NAME * 2 - 1);
-    let name_n = (name_len as usize).min(agent_common::MAX_HOST) & (agent_common::MAX_HOST * 2 - 1);
+    let db_n = bounds::within::<{ agent_common::MAX_NAME }>(db_len);
+    let name_n = bounds::within::<{ agent_common::MAX_HOST }>(name_len);
     if db != 0 && db_n <= agent_common::MAX_NAME {
         let _ = unsafe { bpf_probe_read_user_buf(db as *const u8, &mut record.name[..db_n]) };
     }

@@ -71,7 +71,7 @@ fn try_value_set(ctx: &ProbeContext) -> Result<(), i64> {
         (*event).available = available;
         (*event).captured = 0;
         let at = bpf_probe_read_user(position as *const u64).unwrap_or(0);
-        let n = (available.min(VALUE_BYTES as u64) as usize) & (VALUE_BYTES * 2 - 1);
+        let n = crate::bounds::within::<VALUE_BYTES>(available);
         let bytes = &mut (*event).bytes;
         if at != 0 && n > 0 && n <= VALUE_BYTES && bpf_probe_read_user_buf(at as *const u8, &mut bytes[..n]).is_ok() {
             (*event).captured = n as u32;

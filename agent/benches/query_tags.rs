@@ -72,6 +72,7 @@ fn benches(c: &mut Criterion) {
     let batch = |statements: Vec<Statement>| ProbeBatch {
         binary: Default::default(),
         readable: Default::default(),
+        programs: Default::default(),
         server: server.clone(),
         statements,
         long_waits: Vec::new(),

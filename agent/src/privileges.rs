@@ -26,9 +26,65 @@ pub fn prepare(keep_all: bool) -> Result<Prepared, PrivilegeError> {
     if keep_all {
         tracing::warn!("--keep-privileges: the agent keeps every capability it was started with");
     } else {
-        drop_to_needed()?;
+        let extra = if crate::probe::multi_links() { 0 } else { perf_events_need_sys_admin()? };
+        drop_to_needed(extra)?;
     }
     Ok(Prepared { stats })
+}
+
+/// Whether opening a perf event takes CAP_SYS_ADMIN here: the bit to keep
+/// beside `KEPT`, or 0. Classic uprobes are perf events, and a kernel
+/// without multi-uprobe links (before 6.6) attaches every probe as one.
+/// Debian's and Ubuntu's kernels refuse every `perf_event_open` without
+/// CAP_SYS_ADMIN while `kernel.perf_event_paranoid` is above 2, their
+/// default (CAP_PERFMON is not enough there). Tried, not guessed: with
+/// only `KEPT` effective (CAP_SYS_ADMIN still permitted, so it comes
+/// back), one software event is opened.
+fn perf_events_need_sys_admin() -> Result<u64, PrivilegeError> {
+    let (effective, permitted) = capget()?;
+    if permitted & 1 << CAP_SYS_ADMIN == 0 {
+        return Ok(0);
+    }
+    capset(effective & kept_mask(), permitted)?;
+    let refused = open_dummy_perf_event() == Some(libc::EACCES);
+    capset(effective, permitted)?;
+    if !refused {
+        return Ok(0);
+    }
+    let paranoid = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid").unwrap_or_default();
+    tracing::info!(
+        perf_event_paranoid = paranoid.trim(),
+        "keeping CAP_SYS_ADMIN: this kernel has no multi-uprobe links, so every probe is a perf event, and it \
+         opens perf events only for CAP_SYS_ADMIN (see the manual's page \"Privileges the agent keeps\")"
+    );
+    Ok(1 << CAP_SYS_ADMIN)
+}
+
+/// Opens and closes a software event counting nothing on this thread; the
+/// errno when the kernel refuses it.
+fn open_dummy_perf_event() -> Option<i32> {
+    // struct perf_event_attr as of PERF_ATTR_SIZE_VER0: type, size, config,
+    // and the rest zero.
+    let mut attr = [0u8; 64];
+    const PERF_TYPE_SOFTWARE: u32 = 1;
+    const PERF_COUNT_SW_DUMMY: u64 = 9;
+    attr[0..4].copy_from_slice(&PERF_TYPE_SOFTWARE.to_ne_bytes());
+    let size = attr.len() as u32;
+    attr[4..8].copy_from_slice(&size.to_ne_bytes());
+    attr[8..16].copy_from_slice(&PERF_COUNT_SW_DUMMY.to_ne_bytes());
+    // Disabled (bit 0 of the flags word) and excluding the kernel (bit 5)
+    // and the hypervisor (bit 6): the least a perf event can ask for.
+    let flags: u64 = 1 | 1 << 5 | 1 << 6;
+    attr[40..48].copy_from_slice(&flags.to_ne_bytes());
+    const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 1 << 3;
+    // SAFETY: a valid attr of the size it states; pid 0, any CPU.
+    let fd = unsafe { libc::syscall(libc::SYS_perf_event_open, attr.as_ptr(), 0, -1, -1, PERF_FLAG_FD_CLOEXEC) };
+    if fd < 0 {
+        return io::Error::last_os_error().raw_os_error();
+    }
+    // SAFETY: the fd just opened.
+    unsafe { libc::close(fd as libc::c_int) };
+    None
 }
 
 /// Capability numbers (linux/capability.h).
@@ -138,7 +194,11 @@ fn last_cap() -> u32 {
 pub fn names(mask: u64) -> Vec<String> {
     (0..64)
         .filter(|cap| mask & 1 << cap != 0)
-        .map(|cap| KEPT.iter().find(|k| k.0 == cap).map_or(format!("cap {cap}"), |k| k.1.to_string()))
+        .map(|cap| match KEPT.iter().find(|k| k.0 == cap) {
+            Some(k) => k.1.to_string(),
+            None if cap == CAP_SYS_ADMIN => "CAP_SYS_ADMIN".to_string(),
+            None => format!("cap {cap}"),
+        })
         .collect()
 }
 
@@ -172,16 +232,17 @@ fn bounding_set() -> u64 {
         .unwrap_or(u64::MAX)
 }
 
-/// Drops every capability but `KEPT` for good. Capabilities in `KEPT` the
-/// agent does not hold are not gained, of course; what it lacks is logged.
-/// Returns the effective set it keeps.
-pub fn drop_to_needed() -> Result<u64, PrivilegeError> {
-    let keep = keep_only(kept_mask())?;
+/// Drops every capability but `KEPT` (and `extra`, which this kernel
+/// needs, see `perf_events_need_sys_admin`) for good. Capabilities in
+/// `KEPT` the agent does not hold are not gained, of course; what it lacks
+/// is logged. Returns the effective set it keeps.
+pub fn drop_to_needed(extra: u64) -> Result<u64, PrivilegeError> {
+    let keep = keep_only(kept_mask() | extra)?;
     let missing = kept_mask() & !keep;
     if missing != 0 {
         tracing::warn!(missing = ?names(missing), "the agent lacks capabilities it needs to attach servers that start later");
     }
-    let bounded = bounding_set() & !kept_mask() == 0;
+    let bounded = bounding_set() & !(kept_mask() | extra) == 0;
     tracing::info!(kept = ?names(keep), bounding_set_narrowed = bounded, "dropped every other capability; no_new_privs set");
     Ok(keep)
 }

@@ -73,6 +73,7 @@ pub fn probe_batch(instance: &str, readable: Readable, statements: Vec<Statement
     ProbeBatch {
         binary: Default::default(),
         readable,
+        programs: Default::default(),
         server: ServerProcess {
             pid: 1,
             start_ticks: 1,

@@ -303,6 +303,8 @@ pub struct Summary {
     pub server_version: Option<String>,
     /// Which per-statement figures its records carry.
     pub readable: Readable,
+    /// The kernel programs loaded for it, and those its kernel refused.
+    pub programs: Arc<crate::probe::ProgramSet>,
     pub commands: BTreeMap<String, u64>,
     /// Statements that finished (exact, from kernel counters).
     pub statements: u64,
@@ -506,6 +508,7 @@ impl Aggregator {
         }
         window.summary.build_id.clone_from(&batch.binary.build_id);
         window.summary.readable = batch.readable;
+        window.summary.programs = batch.programs.clone();
         window.summary.server_version.clone_from(&batch.binary.version);
         let locks = self.locks.entry(instance.clone()).or_default();
         for wait in &batch.long_waits {

@@ -37,7 +37,7 @@ pub enum DiscoverError {
         #[source]
         source: std::io::Error,
     },
-    #[error("cannot read server binary {path}: {source}")]
+    #[error("cannot read server binary {path}: {source}{}", binary_hint(source))]
     Binary {
         path: PathBuf,
         #[source]
@@ -58,4 +58,17 @@ pub enum DiscoverError {
          pattern (bytes {bytes}); refusing to guess an offset"
     )]
     UnknownLayout { path: PathBuf, field: &'static str, symbol: &'static str, bytes: String },
+}
+
+/// What to do about a binary the agent may not read.
+fn binary_hint(source: &std::io::Error) -> &'static str {
+    match source.kind() {
+        std::io::ErrorKind::PermissionDenied => {
+            " (the agent reads a server's binary through /proc/PID/exe, which takes CAP_SYS_PTRACE when the \
+             server runs as another user or in another container; see the manual's page \"Privileges the \
+             agent keeps\")"
+        }
+        std::io::ErrorKind::NotFound => " (the process has exited, or is not a program with a binary)",
+        _ => "",
+    }
 }

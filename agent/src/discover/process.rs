@@ -153,9 +153,11 @@ pub fn server_by_pid(pid: u32, hostname: &str) -> Result<ServerProcess, Discover
     // root: a container's mount namespace, a chroot (whose exe link names
     // the host's path, so joining it to /proc/PID/root would name a file
     // twice inside the chroot), or a binary replaced on disk ("(deleted)").
-    let exe_link = proc_dir.join("exe");
-    fs::read_link(&exe_link).map_err(|source| DiscoverError::Proc { path: exe_link.clone(), source })?;
-    let binary = exe_link;
+    // A link this agent may not read (a server of another user without
+    // CAP_SYS_PTRACE, an exited one not yet reaped) still names a server:
+    // reading its binary fails at attach, and the server is reported as
+    // untraced with why, not skipped in silence.
+    let binary = proc_dir.join("exe");
     let cmdline = fs::read(proc_dir.join("cmdline")).unwrap_or_default();
     let args: Vec<String> =
         cmdline.split(|b| *b == 0).filter(|a| !a.is_empty()).map(|a| String::from_utf8_lossy(a).into_owned()).collect();

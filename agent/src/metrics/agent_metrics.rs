@@ -444,6 +444,22 @@ fn encode_window(
             f.sample(&[("instance", &r.instance)], rate);
         }
     }
+    {
+        let mut f = enc.family(
+            "sqlbee_probe_program_loaded",
+            "Kernel programs per instance: 1 loaded, 0 left out because the kernel refused it (the agent's log and \
+             jsonl say why and what the instance lacks).",
+            MetricType::Gauge,
+        );
+        for r in reports {
+            for l in &r.summary.programs.loaded {
+                f.sample(&[("instance", &r.instance), ("program", l.program)], 1u64);
+            }
+            for l in &r.summary.programs.left_out {
+                f.sample(&[("instance", &r.instance), ("program", l.program)], 0u64);
+            }
+        }
+    }
     enc.family(
         "sqlbee_servers_untraced",
         "Servers the agent found but does not trace (see sqlbee_server_untraced for why).",

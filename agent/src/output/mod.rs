@@ -172,8 +172,25 @@ pub fn window_to_json(report: &WindowReport) -> Vec<Value> {
         "sampled": sampled,
         "estimated_statements": sampled.then(|| cost.map_or(s.statements, |c| c.estimate_total(s.statements))),
         "digests": report.digests.len(),
+        "programs": programs_to_json(&s.programs),
     }));
     lines
+}
+
+/// The kernel programs an instance has (with what verifying each took)
+/// and those its kernel refused, with why and what the instance lacks.
+pub fn programs_to_json(programs: &crate::probe::ProgramSet) -> Value {
+    json!({
+        "loaded": programs.loaded.iter().map(|l| (l.program.to_string(), json!({
+            "verified_insns": l.verified_insns,
+            "load_ms": l.load_time.as_millis() as u64,
+        }))).collect::<serde_json::Map<_, _>>(),
+        "left_out": programs.left_out.iter().map(|l| json!({
+            "program": l.program,
+            "reason": l.reason,
+            "lost": l.lost,
+        })).collect::<Vec<_>>(),
+    })
 }
 
 /// Most accounts, users and hosts listed per digest; the rest are `other`.

@@ -19,7 +19,7 @@ use aya::{
     },
 };
 
-use tracing::warn;
+use tracing::{debug, warn};
 
 use super::{
     Counters, ErrorMessage, ProbeError, Statement,
@@ -28,6 +28,10 @@ use super::{
     kernel_digests::{KernelDigest, KernelDigests},
     link_mode::object_name,
     names::Names,
+    programs::{
+        LeftOut, Loaded, ProgramSet, REQUIRED, kernel_release, lost_without, partners, refused_on_purpose,
+        verifier_reason, without,
+    },
     values::Values,
 };
 use crate::discover::{BinaryInfo, ProbePoint, ServerProcess};
@@ -75,6 +79,8 @@ pub struct AttachedServer {
     pub binary: BinaryInfo,
     /// Which figures the loaded programs read (see `Readable`).
     pub readable: super::Readable,
+    /// The programs loaded, and those this kernel refused.
+    pub programs: Arc<ProgramSet>,
     // Field order matters on drop: maps taken out of `ebpf` go first.
     events: RingBuf<MapData>,
     errors: RingBuf<MapData>,
@@ -139,50 +145,16 @@ impl AttachedServer {
             },
             ..layout
         };
-        let mut ebpf = EbpfLoader::new()
-            .override_global("LAYOUT", &layout, true)
-            .map_max_entries("EVENTS", config.ring_bytes)
-            .map_max_entries("KNOWN", layout.known_sets)
-            .map_max_entries("DIGEST_SLOTS", config.digest_slots.max(1) * 2)
-            .load(EBPF_OBJECT)
-            .map_err(|source| ProbeError::Load { pid, source })?;
-        // Before any program runs: it sets the maps up.
+        let (mut ebpf, layout, points, programs) = load_programs(pid, layout, &binary, &config)?;
+        // Before any program runs (none is attached yet): they set the maps up.
         let kernel_digests = (config.digest_slots > 0)
             .then(|| KernelDigests::new(&mut ebpf, config.digest_slots, layout.known_sets))
             .transpose()?;
         let clients = (layout.vio_offset != agent_common::UNKNOWN)
             .then(|| Clients::new(&mut ebpf, pid, config.client_login.clone()))
             .transpose()?;
-        let mut points =
-            vec![("statement_end", binary.points.statement_end), ("error_raised", binary.points.error_raised)];
-        if config.commands {
-            points.push(("command_start", binary.points.command_start));
-        }
-        if let Some((begin, end)) = binary.points.waits.filter(|_| config.waits) {
-            points.extend([("wait_begin", begin), ("wait_end", end)]);
-        }
-        // `USE` is rare next to statements: one trap each spares every
-        // statement a read of the schema's name. Without the probe the name
-        // could change in place unseen, so the schema is left out.
-        match binary.points.schema_change {
-            Some(point) if layout.db_offset != agent_common::UNKNOWN => points.push(("schema_change", point)),
-            _ => {}
-        }
-        // Statements of stored programs: two traps each, none for a
-        // statement that runs no program.
-        if let Some((start, end)) = binary.points.nested {
-            points.extend([("nested_start", start), ("nested_end", end)]);
-        }
-        // Logins and changes of user are rare: one trap each keeps the
-        // account of a connection right after a COM_CHANGE_USER.
-        if let Some(point) = binary.points.account_change.filter(|_| layout.sctx_offset != agent_common::UNKNOWN) {
-            points.push(("account_change", point));
-        }
-        for (program, _) in &points {
-            let program = *program;
-            uprobe(&mut ebpf, program, pid)?.load().map_err(|source| ProbeError::Program { pid, program, source })?;
-        }
-        let value_decoders = value_decoders(&mut ebpf, &config, &binary, pid)?;
+        let mut programs = programs;
+        let value_decoders = value_decoders(&mut ebpf, &config, &binary, pid, &mut programs)?;
         let values = Values::new(match &value_decoders {
             Ok(decoders) => decoders
                 .iter()
@@ -215,6 +187,7 @@ impl AttachedServer {
         let mut attached = Self {
             server,
             readable: super::Readable::of(&layout),
+            programs: Arc::new(programs),
             binary,
             events,
             errors,
@@ -625,6 +598,7 @@ fn value_decoders(
     config: &ProbeConfig,
     binary: &BinaryInfo,
     pid: u32,
+    programs: &mut ProgramSet,
 ) -> Result<Result<Vec<crate::discover::ValueDecoder>, &'static str>, ProbeError> {
     if !config.values {
         return Ok(Err("plans are off"));
@@ -636,8 +610,147 @@ fn value_decoders(
         return Ok(Err("this build exports no Item_param::set_param_* decoders"));
     }
     let program = "value_set";
-    uprobe(ebpf, program, pid)?.load().map_err(|source| ProbeError::Program { pid, program, source })?;
-    Ok(Ok(binary.points.values.clone()))
+    match try_load(ebpf, program, pid)? {
+        Ok(done) => {
+            programs.loaded.push(done);
+            Ok(Ok(binary.points.values.clone()))
+        }
+        Err(refusal) => {
+            warn!(pid, program, kernel = kernel_release(), reason = %refusal.reason, lost = lost_without(program),
+                "the kernel refused an optional program; going on without it");
+            programs.left_out.push(LeftOut { program, reason: refusal.reason, lost: lost_without(program) });
+            Ok(Err("this kernel refused the value probe (see the agent's log)"))
+        }
+    }
+}
+
+/// Loads the server's programs: the optional ones first, then the
+/// statement program with a layout that relies only on what loaded. A
+/// refused optional program is left out (with its partner) and the set
+/// loaded again without it; a refused statement program is the error.
+/// Returns the loaded object, the layout it was loaded with, the points to
+/// attach and what was loaded and left out.
+fn load_programs(
+    pid: u32,
+    full: ServerLayout,
+    binary: &BinaryInfo,
+    config: &ProbeConfig,
+) -> Result<(Ebpf, ServerLayout, Vec<(&'static str, ProbePoint)>, ProgramSet), ProbeError> {
+    let mut left_out: Vec<LeftOut> = Vec::new();
+    loop {
+        let layout = without(full, &left_out);
+        let points: Vec<(&'static str, ProbePoint)> = probe_points(binary, config, &layout)
+            .into_iter()
+            .filter(|(program, _)| !left_out.iter().any(|l| l.program == *program))
+            .collect();
+        let mut ebpf = EbpfLoader::new()
+            .override_global("LAYOUT", &layout, true)
+            .map_max_entries("EVENTS", config.ring_bytes)
+            .map_max_entries("KNOWN", layout.known_sets)
+            .map_max_entries("DIGEST_SLOTS", config.digest_slots.max(1) * 2)
+            .load(EBPF_OBJECT)
+            .map_err(|source| ProbeError::Load { pid, source })?;
+        let mut loaded = Vec::new();
+        let mut refused = None;
+        // The statement program last: its layout depends on the others.
+        let order = points.iter().filter(|(p, _)| *p != REQUIRED).chain(points.iter().filter(|(p, _)| *p == REQUIRED));
+        for (program, _) in order {
+            match try_load(&mut ebpf, program, pid)? {
+                Ok(done) => loaded.push(done),
+                Err(refusal) if *program == REQUIRED => {
+                    return Err(ProbeError::Refused {
+                        pid,
+                        program,
+                        kernel: kernel_release(),
+                        reason: refusal.reason,
+                        source: refusal.source,
+                    });
+                }
+                Err(refusal) => {
+                    refused = Some((*program, refusal));
+                    break;
+                }
+            }
+        }
+        let Some((program, refusal)) = refused else {
+            return Ok((ebpf, layout, points, ProgramSet { loaded, left_out }));
+        };
+        warn!(pid, program, kernel = kernel_release(), reason = %refusal.reason, lost = lost_without(program),
+            "the kernel refused an optional program; going on without it");
+        if let Some(source) = &refusal.source {
+            debug!(pid, program, log = %source, "the verifier's whole answer");
+        }
+        let mut gone: Vec<&'static str> = partners(program).to_vec();
+        if gone.is_empty() {
+            gone.push(program);
+        }
+        for g in gone {
+            let reason = if g == program { refusal.reason.clone() } else { format!("left out with {program}") };
+            left_out.push(LeftOut { program: g, reason, lost: lost_without(g) });
+        }
+    }
+}
+
+/// The programs a server gets and where each attaches, as this build,
+/// the options and `layout` allow.
+fn probe_points(binary: &BinaryInfo, config: &ProbeConfig, layout: &ServerLayout) -> Vec<(&'static str, ProbePoint)> {
+    let mut points = vec![(REQUIRED, binary.points.statement_end), ("error_raised", binary.points.error_raised)];
+    if config.commands {
+        points.push(("command_start", binary.points.command_start));
+    }
+    if let Some((begin, end)) = binary.points.waits.filter(|_| layout.wait_probes != 0) {
+        points.extend([("wait_begin", begin), ("wait_end", end)]);
+    }
+    // `USE` is rare next to statements: one trap each spares every
+    // statement a read of the schema's name. Without the probe the name
+    // could change in place unseen, so the schema is left out.
+    match binary.points.schema_change {
+        Some(point) if layout.db_offset != agent_common::UNKNOWN => points.push(("schema_change", point)),
+        _ => {}
+    }
+    // Statements of stored programs: two traps each, none for a
+    // statement that runs no program.
+    if let Some((start, end)) = binary.points.nested.filter(|_| layout.nested_probes != 0) {
+        points.extend([("nested_start", start), ("nested_end", end)]);
+    }
+    // Logins and changes of user are rare: one trap each keeps the
+    // account of a connection right after a COM_CHANGE_USER.
+    if let Some(point) = binary.points.account_change.filter(|_| layout.sctx_offset != agent_common::UNKNOWN) {
+        points.push(("account_change", point));
+    }
+    points
+}
+
+/// Why a kernel refused a program.
+struct Refusal {
+    reason: String,
+    source: Option<aya::programs::ProgramError>,
+}
+
+/// Loads one program, timing the verifier. `Err(Refusal)` when the kernel
+/// (or a test build, on purpose) refused it; other failures are errors.
+fn try_load(ebpf: &mut Ebpf, program: &'static str, pid: u32) -> Result<Result<Loaded, Refusal>, ProbeError> {
+    if refused_on_purpose(program) {
+        return Ok(Err(Refusal { reason: "refused on purpose (SQLBEE_TEST_REFUSE_PROGRAMS)".into(), source: None }));
+    }
+    let started = std::time::Instant::now();
+    let probe = uprobe(ebpf, program, pid)?;
+    match probe.load() {
+        Ok(()) => {
+            let load_time = started.elapsed();
+            let verified_insns = probe.info().ok().and_then(|info| info.verified_instruction_count());
+            Ok(Ok(Loaded { program, verified_insns, load_time }))
+        }
+        Err(source) => {
+            let reason = match &source {
+                aya::programs::ProgramError::LoadError { io_error, verifier_log } => {
+                    verifier_reason(&verifier_log.to_string()).unwrap_or_else(|| io_error.to_string())
+                }
+                other => other.to_string(),
+            };
+            Ok(Err(Refusal { reason, source: Some(source) }))
+        }
+    }
 }
 
 /// The server's layout with where its running program is named, the

@@ -31,17 +31,28 @@ pub fn object_name(program: &'static str) -> &'static str {
     if multi_links() { program } else { perf_name(program) }
 }
 
+/// Every program of the object and its classic copy (`None`: it attaches
+/// only through a multi link, and is left out on kernels without them).
+pub const PROGRAMS: [(&str, Option<&str>); 11] = [
+    ("statement_end", Some("statement_end_perf")),
+    ("command_start", Some("command_start_perf")),
+    ("error_raised", Some("error_raised_perf")),
+    ("wait_begin", Some("wait_begin_perf")),
+    ("wait_end", Some("wait_end_perf")),
+    ("schema_change", Some("schema_change_perf")),
+    ("account_change", Some("account_change_perf")),
+    ("nested_start", Some("nested_start_perf")),
+    ("nested_end", Some("nested_end_perf")),
+    ("calibrate", Some("calibrate_perf")),
+    ("value_set", None),
+];
+
 fn perf_name(program: &'static str) -> &'static str {
-    match program {
-        "statement_end" => "statement_end_perf",
-        "command_start" => "command_start_perf",
-        "error_raised" => "error_raised_perf",
-        "wait_begin" => "wait_begin_perf",
-        "wait_end" => "wait_end_perf",
-        "calibrate" => "calibrate_perf",
+    match PROGRAMS.iter().find(|(name, _)| *name == program) {
+        Some((_, Some(perf))) => perf,
         // A program without a classic copy: loading it fails with the
         // kernel's own error, which names it.
-        other => other,
+        _ => program,
     }
 }
 
@@ -52,17 +63,30 @@ mod tests {
     use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
 
     #[test]
-    fn every_program_has_a_classic_copy_in_the_object() {
+    fn every_program_has_its_classic_copy_in_the_object() {
         let object = object::File::parse(super::super::attach::EBPF_OBJECT).expect("the embedded object parses");
         let section_of = |name: &str| {
             let symbol = object.symbols().find(|s| s.name() == Ok(name)).unwrap_or_else(|| panic!("{name} missing"));
             let index = symbol.section_index().expect("a program lives in a section");
             object.section_by_index(index).expect("its section exists").name().expect("named").to_owned()
         };
-        for program in ["statement_end", "command_start", "error_raised", "wait_begin", "wait_end", "calibrate"] {
+        for (program, perf) in PROGRAMS {
             assert_eq!(section_of(program), "uprobe.multi", "{program}");
-            let perf = perf_name(program);
-            assert_eq!(section_of(perf), "uprobe", "{perf}");
+            if let Some(perf) = perf {
+                assert_eq!(section_of(perf), "uprobe", "{perf}");
+            }
+        }
+        // And every multi program of the object is listed.
+        let multi: Vec<String> = object
+            .symbols()
+            .filter(|s| s.kind() == object::SymbolKind::Text && s.size() > 0)
+            .filter(|s| {
+                s.section_index().and_then(|i| object.section_by_index(i).ok()?.name().ok()) == Some("uprobe.multi")
+            })
+            .map(|s| s.name().expect("named").to_owned())
+            .collect();
+        for name in &multi {
+            assert!(PROGRAMS.iter().any(|(p, _)| p == name), "{name} is not in link_mode::PROGRAMS");
         }
     }
 }

@@ -11,8 +11,11 @@ mod event;
 mod kernel_digests;
 mod link_mode;
 mod names;
+mod programs;
 mod supervisor;
 mod values;
+#[cfg(test)]
+mod verifier_budget;
 
 pub use crate::discover::Client;
 pub use attach::{AttachedServer, ProbeConfig};
@@ -21,6 +24,7 @@ pub use event::{ErrorMessage, Statement, decode_error, decode_statement};
 pub use kernel_digests::KernelDigest;
 pub use link_mode::multi_links;
 pub use names::{Account, Program, UNKNOWN_SCHEMA};
+pub use programs::{LeftOut, Loaded, ProgramSet};
 pub use supervisor::Supervisor;
 pub use values::BoundValues;
 
@@ -33,11 +37,24 @@ use crate::{
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProbeError {
-    #[error("loading the eBPF programs for pid {pid} failed: {source} (sqlbee needs root or CAP_BPF+CAP_PERFMON)")]
+    #[error("loading the eBPF programs for pid {pid} failed: {source}{}", privilege_hint(source))]
     Load {
         pid: u32,
         #[source]
         source: aya::EbpfError,
+    },
+    #[error(
+        "kernel {kernel} refused the statement program `{program}` for pid {pid}, which every traced server \
+         needs: {reason} (the manual's troubleshooting page, \"The kernel refuses the statement program\", \
+         says what to do; the agent's debug log has the verifier's whole answer)"
+    )]
+    Refused {
+        pid: u32,
+        program: &'static str,
+        kernel: String,
+        reason: String,
+        #[source]
+        source: Option<aya::programs::ProgramError>,
     },
     #[error("eBPF program `{program}` for pid {pid}: {source}")]
     Program {
@@ -61,12 +78,26 @@ pub enum ProbeError {
     Discover(#[from] DiscoverError),
 }
 
+/// A missing privilege explains a load only when the kernel said no
+/// permission; a verifier's refusal or a bad object says something else.
+fn privilege_hint(source: &aya::EbpfError) -> &'static str {
+    let denied = std::error::Error::source(source)
+        .and_then(|e| e.downcast_ref::<std::io::Error>())
+        .is_some_and(|e| e.kind() == std::io::ErrorKind::PermissionDenied);
+    if denied || source.to_string().contains("Operation not permitted") {
+        " (sqlbee needs root, or CAP_BPF and CAP_PERFMON)"
+    } else {
+        ""
+    }
+}
+
 impl ProbeError {
     /// A short, stable name of what went wrong: a metric label and a
     /// column an operator can group by, where the message is prose.
     pub fn kind(&self) -> &'static str {
         match self {
             ProbeError::Load { .. } | ProbeError::Program { .. } | ProbeError::Map { .. } => "load_failed",
+            ProbeError::Refused { .. } => "kernel_refused",
             ProbeError::Attach { .. } => "attach_failed",
             ProbeError::Discover(e) => match e {
                 DiscoverError::NoSuchProcess { .. } => "gone",
@@ -235,6 +266,8 @@ pub struct ProbeBatch {
     pub binary: BinaryIdentity,
     /// Which figures its records carry.
     pub readable: Readable,
+    /// The programs loaded for it, and those its kernel refused.
+    pub programs: std::sync::Arc<ProgramSet>,
     pub statements: Vec<Statement>,
     /// Waits longer than the threshold, in the order they ended.
     pub long_waits: Vec<agent_common::LongWait>,

@@ -221,10 +221,23 @@ impl Supervisor {
             );
         }
         self.overheads.insert(pid, Overhead::new(pid, self.trap.clone(), budget, counter, Instant::now()));
+        // What verifying each program took: a restarted server is traced
+        // again only after it.
+        let programs: Vec<String> = attached
+            .programs
+            .loaded
+            .iter()
+            .map(|l| {
+                let insns = l.verified_insns.map_or("?".to_string(), |n| n.to_string());
+                format!("{}:{insns}insns/{}ms", l.program, l.load_time.as_millis())
+            })
+            .collect();
+        let left_out: Vec<&str> = attached.programs.left_out.iter().map(|l| l.program).collect();
         info!(pid, instance = %attached.server.instance, binary = %attached.server.binary.display(),
             build_id = attached.binary.build_id.as_deref().unwrap_or("-"),
             query_offset = attached.binary.layout.query_offset, inspected_ms,
-            attached_ms = started.elapsed().as_millis() as u64, "attached");
+            attached_ms = started.elapsed().as_millis() as u64, programs = programs.join(" "),
+            left_out = left_out.join(" "), "attached");
         self.attached.insert(pid, attached);
         Ok(())
     }
@@ -341,6 +354,7 @@ impl Supervisor {
                 server: attached.server.clone(),
                 binary: identity(attached),
                 readable: attached.readable,
+                programs: attached.programs.clone(),
                 statements,
                 long_waits,
                 counters,
@@ -455,6 +469,7 @@ fn final_batch(attached: &mut AttachedServer, overhead: Option<Overhead>) -> Pro
         server: attached.server.clone(),
         binary: identity(attached),
         readable: attached.readable,
+        programs: attached.programs.clone(),
         statements,
         long_waits,
         counters,
