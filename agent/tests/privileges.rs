@@ -91,3 +91,66 @@ fn the_agent_keeps_only_the_documented_capabilities() {
         out.digest_counts(None).iter().filter(|(t, _)| t.contains("after_the_drop")).map(|(_, n)| n).sum();
     assert_eq!(counted, EXECUTED, "{}", out.stderr);
 }
+
+/// A server whose binary the agent may not read (another user's, with
+/// CAP_SYS_PTRACE taken from the agent) is reported as untraced with
+/// why, in every window, never skipped in silence.
+#[test]
+fn a_server_whose_binary_cannot_be_read_is_reported_untraced() {
+    if !privileged("a_server_whose_binary_cannot_be_read_is_reported_untraced") {
+        return;
+    }
+    let _serial = common::one_at_a_time();
+    use std::{os::unix::fs::PermissionsExt, process::Command};
+    let dir = std::env::temp_dir().join(format!("sqlbee-unreadable-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // Any program will do: the agent finds servers by name, and this one
+    // is never read.
+    let fake = dir.join("mariadbd");
+    std::fs::copy("/bin/sleep", &fake).unwrap();
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut server = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(&fake)
+        .arg("120")
+        .spawn()
+        .expect("setpriv (util-linux) runs the stand-in as nobody");
+    let stdout = dir.join("agent.jsonl");
+    let stderr = dir.join("agent.log");
+    let mut agent = Command::new("setpriv")
+        .arg("--bounding-set=-sys_ptrace")
+        .arg(common::sqlbee())
+        .args(["agent", "--no-cgroup", "--output", "jsonl", "--window", "500ms"])
+        .stdout(std::fs::File::create(&stdout).unwrap())
+        .stderr(std::fs::File::create(&stderr).unwrap())
+        .spawn()
+        .expect("starting sqlbee");
+    let pid = u64::from(server.id());
+    let reports = || -> Vec<serde_json::Value> {
+        std::fs::read_to_string(&stdout)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|l| l["type"] == "untraced_server" && l["pid"].as_u64() == Some(pid))
+            .collect()
+    };
+    let started = Instant::now();
+    while reports().len() < 2 {
+        let log = std::fs::read_to_string(&stderr).unwrap_or_default();
+        assert!(started.elapsed() < Duration::from_secs(30), "not reported in two windows:\n{log}");
+        assert!(agent.try_wait().unwrap().is_none(), "the agent exited:\n{log}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // SAFETY: kill(2) on our own children.
+    unsafe { libc::kill(agent.id() as i32, libc::SIGTERM) };
+    let _ = agent.wait();
+    let _ = server.kill();
+    let _ = server.wait();
+    for report in reports() {
+        assert_eq!(report["kind"], "unreadable_binary", "{report:#}");
+        let reason = report["reason"].as_str().unwrap();
+        assert!(reason.contains("Permission denied") && reason.contains("CAP_SYS_PTRACE"), "{report:#}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -915,6 +915,15 @@ fn a_server_that_cannot_be_traced_is_reported_beside_a_traced_one() {
         "{line}"
     );
     assert!(page.contains("sqlbee_servers_untraced 1"), "{page}");
+    // The traced one has its programs, the statement program among them.
+    let traced_name = common::instance_of(&traced);
+    assert!(
+        page.lines().any(|l| l.starts_with("sqlbee_probe_program_loaded{")
+            && l.contains(&format!("instance=\"{traced_name}\""))
+            && l.contains("program=\"statement_end\"")
+            && l.ends_with(" 1")),
+        "{page}"
+    );
     std::thread::sleep(Duration::from_millis(1200));
     let out = agent.stop();
     assert!(out.success, "{}", out.stderr);

@@ -141,7 +141,8 @@ fn watch(sqlbee: &std::path::Path, server: &PrivateServer, seconds: u32, collect
     let started = Instant::now();
     while !ready.exists() {
         if let Some(status) = agent.try_wait()? {
-            bail!("sqlbee agent exited before attaching ({status}); it needs root");
+            // Its own error is on stderr just above, and says what to do.
+            bail!("sqlbee agent exited before attaching ({status}); its error is printed above");
         }
         if started.elapsed() > Duration::from_secs(30) {
             bail!("sqlbee agent did not attach within 30 s");

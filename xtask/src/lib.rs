@@ -6,6 +6,7 @@ pub mod chdb;
 pub mod clickhouse;
 pub mod clickhouse_cluster;
 pub mod image;
+pub mod kernel_matrix;
 pub mod mariadb;
 pub mod paths;
 pub mod sysbench;

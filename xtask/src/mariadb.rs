@@ -165,6 +165,14 @@ impl PrivateServer {
     /// was started with (for settings that need a restart, such as
     /// `--performance-schema`).
     pub fn restart_with_args(&mut self, extra_args: &[&str]) -> anyhow::Result<()> {
+        self.shut_down()?;
+        self.extra_args = extra_args.iter().map(|s| s.to_string()).collect();
+        self.spawn()
+    }
+
+    /// Shuts the server down cleanly (SIGKILL after 60 s), keeping its
+    /// datadir until the handle drops.
+    pub fn shut_down(&mut self) -> anyhow::Result<()> {
         if let Some(mut child) = self.child.take() {
             // SAFETY: kill(2) on our own child.
             unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
@@ -179,8 +187,7 @@ impl PrivateServer {
             }
         }
         let _ = fs::remove_file(&self.socket);
-        self.extra_args = extra_args.iter().map(|s| s.to_string()).collect();
-        self.spawn()
+        Ok(())
     }
 
     /// Runs SQL through the `mariadb` client, returning tab-separated rows.

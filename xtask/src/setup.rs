@@ -16,7 +16,7 @@ const MDBOOK_VERSION: &str = "0.5.4";
 /// registry is reachable), podman-compose for the compose file.
 /// mariadb-test: MariaDB's own test suite, the statements the digest
 /// agreement test samples.
-const DEBIAN_PACKAGES: [&str; 24] = [
+const DEBIAN_PACKAGES: [&str; 26] = [
     "mariadb-server",
     "mariadb-client",
     "sysbench",
@@ -54,14 +54,19 @@ const DEBIAN_PACKAGES: [&str; 24] = [
     // `ip netns` and veth pairs: the client attribution test's client in a
     // network namespace of its own.
     "iproute2",
+    // The kernel matrix: distribution kernels booted under QEMU, with a
+    // static busybox as the guest's shell (xtask::kernel_matrix).
+    "qemu-system-x86",
+    "busybox-static",
 ];
 
 pub fn run() -> anyhow::Result<()> {
-    toolchain().context("setup step 1/5 (pinned nightly toolchain)")?;
-    bpf_linker().context("setup step 2/5 (bpf-linker)")?;
-    mdbook().context("setup step 3/5 (mdbook)")?;
-    debian_packages().context("setup step 4/5 (Debian packages)")?;
-    chdb_venv().context("setup step 5/5 (chdb)")?;
+    toolchain().context("setup step 1/6 (pinned nightly toolchain)")?;
+    bpf_linker().context("setup step 2/6 (bpf-linker)")?;
+    mdbook().context("setup step 3/6 (mdbook)")?;
+    debian_packages().context("setup step 4/6 (Debian packages)")?;
+    chdb_venv().context("setup step 5/6 (chdb)")?;
+    xtask::kernel_matrix::install().context("setup step 6/6 (the kernel matrix's kernels)")?;
     Ok(())
 }
 
