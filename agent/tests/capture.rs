@@ -432,15 +432,9 @@ fn server_restart_is_followed() {
     server.restart().unwrap();
     let second_pid = server.pid();
     assert_ne!(first_pid, second_pid);
-    // The agent rescans every 500 ms and attaches the new process. How soon
-    // is the benchmarks' business (a debug build on two busy cores took
-    // 1.6-2.1 s); here it must happen, and count what follows exactly.
-    let attached = format!("pid={second_pid}");
-    let started = std::time::Instant::now();
-    while !common::strip_ansi(&agent.stderr_text()).lines().any(|l| l.contains("attached") && l.contains(&attached)) {
-        assert!(started.elapsed() < Duration::from_secs(30), "not re-attached:\n{}", agent.stderr_text());
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    // The agent rescans every 500 ms and attaches the new process; what
+    // follows is counted exactly.
+    agent.wait_attached(second_pid);
     for _ in 0..7 {
         server.sql("SELECT 'after restart'").unwrap();
     }

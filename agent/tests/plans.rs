@@ -305,7 +305,7 @@ fn a_login_that_fails_is_a_warning_and_counting_stays_exact() {
         // The server restarted mid-run: the agent follows it (it rescans
         // every 500 ms) and keeps counting.
         server.restart().unwrap();
-        std::thread::sleep(Duration::from_millis(2000));
+        agent.wait_attached(server.pid());
         run(&server);
         let out = agent.stop();
         assert!(out.success, "{}", out.stderr);

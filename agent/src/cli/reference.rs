@@ -96,6 +96,14 @@ pub fn limits_page() -> String {
     for (field, max) in LENGTH_LIMITS {
         let _ = writeln!(out, "| `{field}` | {max} |");
     }
+    #[cfg(feature = "collector")]
+    {
+        out.push_str(
+            "\n## What a collector holds for its callers\n\nBeyond one message: what one agent, one reader or a \
+             stranger can make a collector hold, in memory or in time, and what happens past each bound.\n\n",
+        );
+        out.push_str(&crate::collector::holds::table());
+    }
     out
 }
 

@@ -10,8 +10,9 @@
 //!
 //! An admitted request keeps its place until its store work has ended
 //! (`store_task::holding`), and its body must keep arriving (`MinRate`):
-//! a body that trickles is cut with UNAVAILABLE, which an agent retries,
-//! so a slow sender cannot hold places it does not use.
+//! a body that trickles, that stops, or that is not whole by a deadline is
+//! cut with UNAVAILABLE, which an agent retries, so a slow sender cannot
+//! hold places it does not use, whatever it sent first.
 use std::{
     convert::Infallible,
     future::Future,
@@ -38,6 +39,12 @@ use super::{auth::Caller, places::Places, store_task::holding};
 pub const BODY_GRACE: Duration = Duration::from_secs(10);
 /// Past the grace, a body must have arrived at this rate on average.
 pub const MIN_BODY_RATE: u64 = 64 * 1024;
+/// No byte for this long ends a body, however much came before: a burst
+/// then silence would otherwise hold its place for as long as the burst
+/// had paid for at the minimum rate.
+pub const BODY_STALL: Duration = Duration::from_secs(10);
+/// A whole body must have arrived within this: a 32 MiB push at 300 KiB/s.
+pub const BODY_DEADLINE: Duration = Duration::from_secs(120);
 
 #[derive(Clone, Debug)]
 pub struct Admit<S> {
@@ -130,11 +137,14 @@ where
 }
 
 /// A request body that must keep arriving: after `BODY_GRACE`, at least
-/// `MIN_BODY_RATE` bytes a second on average, or it ends with UNAVAILABLE.
+/// `MIN_BODY_RATE` bytes a second on average, never `BODY_STALL` without
+/// a byte, and whole within `BODY_DEADLINE`, or it ends with UNAVAILABLE.
 pub struct MinRate<B> {
     inner: Pin<Box<B>>,
     started: Instant,
     received: u64,
+    /// When the last bytes came (the start, before any).
+    last_data: Instant,
     check: Pin<Box<tokio::time::Sleep>>,
 }
 
@@ -145,13 +155,24 @@ impl<B> MinRate<B> {
             inner: Box::pin(inner),
             started,
             received: 0,
+            last_data: started,
             check: Box::pin(tokio::time::sleep_until((started + BODY_GRACE).into())),
         }
     }
 
-    /// When the bytes received so far stop being enough.
-    fn due(&self) -> Instant {
-        self.started + BODY_GRACE + Duration::from_secs_f64(self.received as f64 / MIN_BODY_RATE as f64)
+    /// When the body stops being acceptable, and why: the bytes received
+    /// so far stop being enough, it has been silent too long, or it is past
+    /// its deadline; the earliest of the three.
+    fn due(&self) -> (Instant, &'static str) {
+        let rate = self.started + BODY_GRACE + Duration::from_secs_f64(self.received as f64 / MIN_BODY_RATE as f64);
+        [
+            (rate, "arrived too slowly"),
+            (self.last_data + BODY_STALL.max(BODY_GRACE), "stopped arriving"),
+            (self.started + BODY_DEADLINE, "was not whole in time"),
+        ]
+        .into_iter()
+        .min_by_key(|(at, _)| *at)
+        .expect("three deadlines")
     }
 }
 
@@ -167,23 +188,30 @@ where
         match self.inner.as_mut().poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => {
                 if let Some(data) = frame.data_ref() {
-                    self.received += hyper::body::Buf::remaining(data) as u64;
+                    let bytes = hyper::body::Buf::remaining(data) as u64;
+                    if bytes > 0 {
+                        self.received += bytes;
+                        self.last_data = Instant::now();
+                    }
                 }
                 Poll::Ready(Some(Ok(frame)))
             }
             Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e.into()))),
             Poll::Ready(None) => Poll::Ready(None),
             Poll::Pending => {
-                let due = self.due();
+                let (due, why) = self.due();
                 if Instant::now() >= due {
                     let elapsed = self.started.elapsed().as_secs();
                     let received = self.received;
-                    tracing::debug!(received, elapsed, "cut a request body that arrives too slowly");
+                    let silent = self.last_data.elapsed().as_secs();
+                    tracing::debug!(received, elapsed, silent, why, "cut a request body");
                     return Poll::Ready(Some(Err(Box::new(Status::unavailable(format!(
-                        "the request body arrived too slowly ({received} bytes in {elapsed} s; at least {} KiB/s \
-                         after {} s); retry",
+                        "the request body {why} ({received} bytes in {elapsed} s, the last {silent} s ago; at least \
+                         {} KiB/s after {} s, no pause of {} s, whole within {} s); retry",
                         MIN_BODY_RATE / 1024,
-                        BODY_GRACE.as_secs()
+                        BODY_GRACE.as_secs(),
+                        BODY_STALL.as_secs(),
+                        BODY_DEADLINE.as_secs()
                     ))))));
                 }
                 self.check.as_mut().reset(due.into());

@@ -2,8 +2,15 @@
 //! person writes with a token of the `annotate` role (see `auth`). A marker
 //! is a line of text at a time, for the whole fleet or some instances; it
 //! is stored as given and shown on every plot, so it is checked here: one
-//! printable line, a bounded number of instances.
-use std::{hash::BuildHasher, sync::Arc};
+//! printable line without control or direction-changing characters (which
+//! could make a marker read as something else), a bounded number of
+//! instances, and at most `MAX_PER_HOUR` markers per token and hour, so one
+//! token cannot bury the real markers under its own.
+use std::{
+    collections::{HashMap, VecDeque},
+    hash::BuildHasher,
+    sync::{Arc, Mutex},
+};
 
 use sqlbee_common::clock::now_unix_ms;
 use sqlbee_proto::v1::{AnnotateRequest, Annotation, annotate_server};
@@ -18,20 +25,59 @@ pub const MAX_INSTANCES: usize = 256;
 /// How far from the collector's clock a marker may be placed: a marker for
 /// last week's deploy is fine, one a century away is a mistake.
 const MAX_SKEW_MS: i64 = 366 * 24 * 3600 * 1000;
+/// Markers one token may write per hour: deploys, with room.
+pub const MAX_PER_HOUR: usize = 60;
+const HOUR_MS: i64 = 3_600_000;
+/// Tokens whose writes are remembered at once.
+const MAX_WRITERS: usize = 10_000;
 
 pub struct AnnotateService {
     store: Arc<dyn Store>,
+    budget: MarkerBudget,
+}
+
+/// When each token (by fingerprint; 0 without tokens) wrote its markers of
+/// the last hour.
+#[derive(Default)]
+struct MarkerBudget {
+    written: Mutex<HashMap<u64, VecDeque<i64>>>,
+}
+
+impl MarkerBudget {
+    /// Counts a marker of `token` at `now_unix_ms`, or refuses it past the
+    /// token's hourly share.
+    fn charge(&self, token: u64, now_unix_ms: i64) -> Result<(), Status> {
+        let mut written = self.written.lock().unwrap_or_else(|e| e.into_inner());
+        if written.len() >= MAX_WRITERS && !written.contains_key(&token) {
+            written.retain(|_, times| times.back().is_some_and(|t| now_unix_ms - t < HOUR_MS));
+        }
+        let times = written.entry(token).or_default();
+        while times.front().is_some_and(|t| now_unix_ms - t >= HOUR_MS) {
+            times.pop_front();
+        }
+        if times.len() >= MAX_PER_HOUR {
+            let wait_s = times.front().map_or(0, |t| (t + HOUR_MS - now_unix_ms) / 1000);
+            return Err(Status::resource_exhausted(format!(
+                "this token wrote {MAX_PER_HOUR} markers in the last hour, at most that many; the next may come in \
+                 {wait_s} s"
+            )));
+        }
+        times.push_back(now_unix_ms);
+        Ok(())
+    }
 }
 
 impl AnnotateService {
     pub fn new(store: Arc<dyn Store>) -> AnnotateService {
-        AnnotateService { store }
+        AnnotateService { store, budget: MarkerBudget::default() }
     }
 
     /// Stores the marker `request` describes, at `now_unix_ms` unless it
-    /// names a time; the web UI's `POST /api/annotations` calls this too.
-    pub async fn annotate(&self, request: AnnotateRequest, now_unix_ms: i64) -> Result<Annotation, Status> {
+    /// names a time, for the caller whose token has this fingerprint (0
+    /// without tokens); the web UI's `POST /api/annotations` calls this too.
+    pub async fn annotate(&self, request: AnnotateRequest, now_unix_ms: i64, token: u64) -> Result<Annotation, Status> {
         let annotation = marker(request, now_unix_ms)?;
+        self.budget.charge(token, now_unix_ms)?;
         let store = self.store.clone();
         let stored = annotation.clone();
         blocking(move || store.annotate(&stored)).await?;
@@ -50,13 +96,15 @@ pub fn marker(request: AnnotateRequest, now_unix_ms: i64) -> Result<Annotation, 
     if text.chars().count() > MAX_TEXT_CHARS {
         return Err(Status::invalid_argument(format!("text: longer than {MAX_TEXT_CHARS} characters")));
     }
-    if text.chars().any(char::is_control) {
-        return Err(Status::invalid_argument("text: one line, without control characters"));
+    if text.chars().any(hidden) {
+        return Err(Status::invalid_argument(
+            "text: one line, without control characters or characters that change the text's direction",
+        ));
     }
     if request.instances.len() > MAX_INSTANCES {
         return Err(Status::invalid_argument(format!("instances: more than {MAX_INSTANCES}")));
     }
-    if let Some(bad) = request.instances.iter().find(|i| i.is_empty() || i.chars().any(char::is_control)) {
+    if let Some(bad) = request.instances.iter().find(|i| i.is_empty() || i.chars().any(hidden)) {
         return Err(Status::invalid_argument(format!("instances: {bad:?} is not an instance name")));
     }
     let at_unix_ms = match request.at_unix_ms {
@@ -80,6 +128,14 @@ pub fn marker(request: AnnotateRequest, now_unix_ms: i64) -> Result<Annotation, 
     })
 }
 
+/// A character that is not what it shows: a control character, or one that
+/// changes the direction text is drawn in (bidirectional overrides,
+/// embeddings, isolates and marks) or is drawn as nothing.
+fn hidden(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2069}' | '\u{061C}' | '\u{FEFF}')
+}
+
 /// Unique across collectors sharing a store: milliseconds in the high bits,
 /// random low bits. Never 0, which requests use for "no id".
 fn new_id(now_unix_ms: i64) -> u64 {
@@ -90,7 +146,8 @@ fn new_id(now_unix_ms: i64) -> u64 {
 #[tonic::async_trait]
 impl annotate_server::Annotate for AnnotateService {
     async fn annotate(&self, request: Request<AnnotateRequest>) -> Result<Response<Annotation>, Status> {
-        Ok(Response::new(AnnotateService::annotate(self, request.into_inner(), now_unix_ms()).await?))
+        let token = request.extensions().get::<super::auth::Caller>().map_or(0, |c| c.token);
+        Ok(Response::new(AnnotateService::annotate(self, request.into_inner(), now_unix_ms(), token).await?))
     }
 }
 
@@ -118,11 +175,27 @@ mod tests {
             (ask("a\nb", &[], 0), "text"),
             (ask(&"x".repeat(MAX_TEXT_CHARS + 1), &[], 0), "text"),
             (ask("x", &[""], 0), "instances"),
+            (ask("deploy \u{202E}3.2v", &[], 0), "text"),
+            (ask("a\u{2066}b", &[], 0), "text"),
+            (ask("x", &["db\u{200F}:3306"], 0), "instances"),
             (ask("x", &[], 1), "at_unix_ms"),
         ] {
             let refused = marker(request, now).unwrap_err();
             assert_eq!(refused.code(), tonic::Code::InvalidArgument);
             assert!(refused.message().starts_with(field), "{}", refused.message());
         }
+    }
+
+    #[test]
+    fn one_token_writes_its_share_of_markers_and_others_go_on() {
+        let service = MarkerBudget::default();
+        let now = 1_800_000_000_000;
+        for i in 0..MAX_PER_HOUR as i64 {
+            service.charge(7, now + i).unwrap();
+        }
+        let refused = service.charge(7, now + 100).unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::ResourceExhausted, "{}", refused.message());
+        service.charge(8, now + 100).unwrap();
+        service.charge(7, now + HOUR_MS).unwrap();
     }
 }

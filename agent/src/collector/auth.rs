@@ -22,11 +22,14 @@
 //! other token may send them (checked by the Ingest service, which sees
 //! the batch: see [`Caller`] and `ownership`).
 use std::{
+    net::IpAddr,
     path::{Path, PathBuf},
     sync::{Arc, RwLock},
 };
 
 use tonic::{Request, Status, service::Interceptor};
+
+use super::throttle::{LogLine, RefusedTokens};
 
 #[derive(Debug, thiserror::Error)]
 pub enum AuthError {
@@ -50,6 +53,28 @@ pub enum AuthError {
          cannot be guessed; make one with `head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n'`"
     )]
     ShortToken { path: String, line: usize, length: usize },
+    #[error(
+        "{path}:{line}: this token looks chosen, not random ({why}), so it could be guessed; make one with \
+         `head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n'`"
+    )]
+    WeakToken { path: String, line: usize, why: String },
+}
+
+/// Bits a token's characters must carry, by their own distribution: 32
+/// random hex characters carry about 115, one letter 32 times none.
+pub const MIN_TOKEN_BITS: f64 = 96.0;
+
+/// Why `secret` looks chosen rather than random, if it does: too little
+/// entropy in how its characters are distributed (`aaaa...`, `abab...`).
+fn weakness(secret: &[u8]) -> Option<String> {
+    let mut counts = [0u32; 256];
+    for b in secret {
+        counts[*b as usize] += 1;
+    }
+    let len = secret.len() as f64;
+    let per_char: f64 = counts.iter().filter(|n| **n > 0).map(|n| *n as f64 / len).map(|p| -p * p.log2()).sum();
+    let bits = per_char * len;
+    (bits < MIN_TOKEN_BITS).then(|| format!("about {bits:.0} bits in its characters, at least {MIN_TOKEN_BITS:.0}"))
 }
 
 /// Shortest token accepted: 32 random hex characters are 128 bits.
@@ -113,6 +138,8 @@ impl Caller {
 pub struct Auth {
     tokens: Arc<RwLock<Option<Arc<Vec<Token>>>>>,
     path: Option<PathBuf>,
+    /// Refused tokens per client address, over every surface.
+    refused: Arc<RefusedTokens>,
 }
 
 /// Never prints the tokens themselves.
@@ -163,6 +190,9 @@ fn parse(path: &Path) -> Result<Vec<Token>, AuthError> {
         if secret.len() < MIN_TOKEN_LEN {
             return Err(AuthError::ShortToken { path: shown, line: n + 1, length: secret.len() });
         }
+        if let Some(why) = weakness(secret.as_bytes()) {
+            return Err(AuthError::WeakToken { path: shown, line: n + 1, why });
+        }
         tokens.push(Token {
             secret: secret.as_bytes().to_vec(),
             fingerprint: fingerprint(secret.as_bytes()),
@@ -186,7 +216,11 @@ impl Auth {
 
     pub fn from_file(path: &Path) -> Result<Auth, AuthError> {
         let tokens = parse(path)?;
-        Ok(Auth { tokens: Arc::new(RwLock::new(Some(Arc::new(tokens)))), path: Some(path.to_path_buf()) })
+        Ok(Auth {
+            tokens: Arc::new(RwLock::new(Some(Arc::new(tokens)))),
+            path: Some(path.to_path_buf()),
+            refused: Arc::default(),
+        })
     }
 
     /// Reads the tokens file again (on SIGHUP). A file that fails to read
@@ -219,6 +253,50 @@ impl Auth {
             t.instances.as_ref().is_some_and(|i| i.iter().any(|n| n == instance))
                 && caller.is_none_or(|c| c.token != t.fingerprint)
         })
+    }
+
+    /// `check`, for a caller at `peer` on `surface` (for the log): an
+    /// address that had `throttle::MAX_REFUSED` tokens refused in its
+    /// minute is refused at once, without a look at its token.
+    pub fn check_from(
+        &self,
+        role: Role,
+        header: Option<&[u8]>,
+        peer: Option<IpAddr>,
+        surface: &'static str,
+    ) -> Result<Option<Caller>, Status> {
+        if let Some(wait) = peer.and_then(|p| self.refused_wait(p)) {
+            return Err(Status::resource_exhausted(format!(
+                "too many refused tokens from this address; try again in {} s",
+                wait.as_secs().max(1)
+            )));
+        }
+        let checked = self.check(role, header);
+        if let (Err(status), Some(peer)) = (&checked, peer)
+            && status.code() == tonic::Code::Unauthenticated
+        {
+            self.note_refused(peer, surface, status.message());
+        }
+        checked
+    }
+
+    /// How long `peer` must wait before a token of its is looked at again.
+    pub fn refused_wait(&self, peer: IpAddr) -> Option<std::time::Duration> {
+        // Without tokens nothing is refused, so nothing is throttled.
+        self.current()?;
+        self.refused.wait(peer)
+    }
+
+    /// Counts a refused token from `peer`; one log line per address and
+    /// minute, with how many the minute before refused.
+    pub fn note_refused(&self, peer: IpAddr, surface: &'static str, why: &str) {
+        match self.refused.refused(peer) {
+            (LogLine::First, 0) => tracing::info!(%peer, surface, reason = why, "token refused"),
+            (LogLine::First, quiet) => tracing::info!(
+                %peer, surface, reason = why, refused_in_the_minute_before = quiet + 1, "token refused"
+            ),
+            (LogLine::Quiet, _) => {}
+        }
     }
 
     pub(super) fn check(&self, role: Role, header: Option<&[u8]>) -> Result<Option<Caller>, Status> {
@@ -298,7 +376,8 @@ pub struct Gate {
 impl Interceptor for Gate {
     fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
         let header = request.metadata().get("authorization").map(|v| v.as_bytes());
-        if let Some(caller) = self.auth.check(self.role, header)? {
+        let peer = request.remote_addr().map(|a| a.ip());
+        if let Some(caller) = self.auth.check_from(self.role, header, peer, "grpc")? {
             request.extensions_mut().insert(caller);
         }
         Ok(request)
@@ -417,5 +496,22 @@ mod tests {
             "a bad file keeps the tokens in force"
         );
         std::fs::remove_dir_all(dir).ok();
+    }
+
+    #[test]
+    fn chosen_tokens_are_refused_at_load_and_random_ones_pass() {
+        for weak in ["a".repeat(32), "ab".repeat(16), "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaab".into()] {
+            let (dir, path) = file("weak", &format!("ingest {weak}\n"));
+            let err = Auth::from_file(&path).unwrap_err();
+            assert!(matches!(err, AuthError::WeakToken { line: 1, .. }), "{weak}: {err}");
+            assert!(err.to_string().contains("looks chosen"), "{err}");
+            std::fs::remove_dir_all(dir).unwrap();
+        }
+        // 32 random bytes as hex, as the manual makes them.
+        let mut random = [0u8; 32];
+        std::io::Read::read_exact(&mut std::fs::File::open("/dev/urandom").unwrap(), &mut random).unwrap();
+        let hex: String = random.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(weakness(hex.as_bytes()), None, "{hex}");
+        assert_eq!(weakness(&hex.as_bytes()[..32]), None, "{hex}");
     }
 }

@@ -6,7 +6,8 @@ mod admission;
 pub(crate) mod annotate;
 mod auth;
 mod decode_status;
-mod detect;
+pub(crate) mod detect;
+pub mod holds;
 pub(crate) mod http;
 mod ingest;
 mod live;
@@ -17,6 +18,7 @@ mod quota;
 mod server;
 pub mod store;
 mod store_task;
+mod throttle;
 pub mod validate;
 
 use std::{net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
@@ -89,6 +91,13 @@ pub struct CollectorArgs {
     /// read token.
     #[arg(long, env = "SQLBEE_COLLECTOR_HTTP_LISTEN", default_value = "127.0.0.1:7879")]
     pub http_listen: String,
+    /// Host names the web UI answers to (comma-separated, as in the
+    /// browser's address bar, without the port): a DNS name or a reverse
+    /// proxy's. IP addresses and `localhost` are always answered; a request
+    /// for any other name is refused, so that a page on another site cannot
+    /// read a UI through a name it points at this host (DNS rebinding).
+    #[arg(long, env = "SQLBEE_COLLECTOR_HTTP_HOST", value_delimiter = ',')]
+    pub http_host: Vec<String>,
     /// Written with the web UI's URL once it accepts connections.
     #[arg(long, env = "SQLBEE_COLLECTOR_HTTP_READY_FILE")]
     pub http_ready_file: Option<PathBuf>,
@@ -115,10 +124,16 @@ pub struct CollectorArgs {
     /// `instances=` pins instances to it instead.
     #[arg(long, env = "SQLBEE_COLLECTOR_INSTANCE_HANDOVER", default_value = "15m", value_parser = duration::parse)]
     pub instance_handover: Duration,
+    /// Take windows only of instances a token pins (`instances=` in the
+    /// tokens file), so no agent can claim a name another one will report:
+    /// what a fleet should run with. Needs --tokens.
+    #[arg(long, env = "SQLBEE_COLLECTOR_REQUIRE_INSTANCE_PINS", requires = "tokens")]
+    pub require_instance_pins: bool,
     /// Rows one agent may store per hour (each instance window, digest
-    /// row, lock wait, command count, agent window, untraced server and
-    /// gap is one); a batch beyond is answered RESOURCE_EXHAUSTED and
-    /// counted on the cost page. 0: no limit.
+    /// row, lock wait, command count, long statement, agent window,
+    /// untraced server and gap is one, a plan two); a batch beyond is
+    /// answered RESOURCE_EXHAUSTED and counted on the cost page. 0: no
+    /// limit.
     #[arg(long, env = "SQLBEE_COLLECTOR_AGENT_QUOTA_ROWS", default_value_t = 5_000_000)]
     pub agent_quota_rows: u64,
     /// MiB of batches (decoded) one agent may store per hour, as
@@ -281,6 +296,7 @@ async fn run(args: CollectorArgs) -> Result<(), CollectorError> {
     };
     let http = http::HttpServer::bind(&http::HttpSettings {
         listen: args.http_listen.clone(),
+        hosts: args.http_host.clone(),
         tls: args.tls_cert.clone().zip(args.tls_key.clone()),
         client_ca: args.tls_client_ca.clone(),
     })?;
@@ -302,6 +318,7 @@ async fn run(args: CollectorArgs) -> Result<(), CollectorError> {
         pushes_per_token: args.max_pushes_per_token,
         queries_in_flight: args.max_queries_in_flight,
         instance_handover: args.instance_handover,
+        require_instance_pins: args.require_instance_pins,
         agent_quota_rows: args.agent_quota_rows,
         agent_quota_bytes: args.agent_quota_mib << 20,
         detection: detect::Settings {

@@ -6,6 +6,12 @@
 //! passed). A token whose `instances=` names it overrides this: only that
 //! token may send it.
 //!
+//! Only windows claim an instance: live activity and plans may be sent
+//! only for an instance the agent already speaks for (or one pinned to
+//! its token), so a stream of small reports can neither squat a name nor
+//! grow the map. The map is bounded per agent and in all; a claim past a
+//! bound is refused.
+//!
 //! Owners live in memory, seeded at start from the store's instances (the
 //! newest report of each), so a restart keeps them. Each collector of a
 //! shared store holds its own; two collectors can each let a different
@@ -28,7 +34,28 @@ pub enum Refused {
         "this token may send windows of instances {allowed:?} only (instances= in the tokens file), not of {instance:?}"
     )]
     NotPinnedHere { instance: String, allowed: Vec<String> },
+    #[error(
+        "instance {instance:?} has no window from this agent yet (or its agent has changed): activity and plans \
+         follow the instance's windows"
+    )]
+    NotClaimed { instance: String },
+    #[error(
+        "this agent speaks for {held} instances already, at most {MAX_PER_AGENT}; the collector holds {total}, at \
+         most {MAX_OWNERS}"
+    )]
+    TooMany { held: usize, total: usize },
+    #[error(
+        "instance {instance:?} is pinned to no token, and this collector takes only pinned instances \
+         (--require-instance-pins): add instances= to the agent's token in the tokens file"
+    )]
+    Unpinned { instance: String },
 }
+
+/// Instances one agent may speak for at once: a node agent's servers,
+/// with room.
+pub const MAX_PER_AGENT: usize = 10_000;
+/// Instances this collector tracks owners of at once.
+pub const MAX_OWNERS: usize = 1_000_000;
 
 #[derive(Debug)]
 struct Owner {
@@ -39,7 +66,47 @@ struct Owner {
 #[derive(Debug)]
 pub struct Owners {
     handover: Duration,
-    owners: Mutex<HashMap<String, Owner>>,
+    owners: Mutex<Map>,
+}
+
+#[derive(Debug, Default)]
+struct Map {
+    by_instance: HashMap<String, Owner>,
+    /// Instances per agent.
+    per_agent: HashMap<String, usize>,
+}
+
+impl Map {
+    fn set(&mut self, instance: &str, agent: &str, last_seen_unix_ms: i64) {
+        let owner = Owner { agent: agent.to_string(), last_seen_unix_ms };
+        if let Some(old) = self.by_instance.insert(instance.to_string(), owner) {
+            self.forget(&old.agent);
+        }
+        *self.per_agent.entry(agent.to_string()).or_default() += 1;
+    }
+
+    fn forget(&mut self, agent: &str) {
+        if let Some(n) = self.per_agent.get_mut(agent) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.per_agent.remove(agent);
+            }
+        }
+    }
+
+    fn sweep(&mut self, now_unix_ms: i64, handover_ms: i64) {
+        let gone: Vec<String> = self
+            .by_instance
+            .iter()
+            .filter(|(_, o)| now_unix_ms - o.last_seen_unix_ms >= handover_ms)
+            .map(|(i, _)| i.clone())
+            .collect();
+        for instance in gone {
+            if let Some(old) = self.by_instance.remove(&instance) {
+                self.forget(&old.agent);
+            }
+        }
+    }
 }
 
 /// Sweeping owners past their handover time waits until the map has grown
@@ -60,17 +127,42 @@ impl Owners {
     pub fn seed(&self, instances: &[InstanceInfo], now_unix_ms: i64) {
         let mut owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
         for i in instances {
-            if now_unix_ms - i.last_seen_unix_ms >= self.handover_ms() {
+            if now_unix_ms - i.last_seen_unix_ms >= self.handover_ms() || owners.by_instance.len() >= MAX_OWNERS {
                 continue;
             }
-            let newer = owners.get(&i.instance).is_none_or(|o| o.last_seen_unix_ms < i.last_seen_unix_ms);
+            let newer = owners.by_instance.get(&i.instance).is_none_or(|o| o.last_seen_unix_ms < i.last_seen_unix_ms);
             if newer {
-                owners.insert(
-                    i.instance.clone(),
-                    Owner { agent: i.agent_id.clone(), last_seen_unix_ms: i.last_seen_unix_ms },
-                );
+                owners.set(&i.instance, &i.agent_id, i.last_seen_unix_ms);
             }
         }
+    }
+
+    /// Lets `agent` send live activity or plans for `instances`: each must
+    /// be the agent's already (its windows claimed it, within the handover
+    /// time). Claims nothing.
+    pub fn check<'a>(
+        &self,
+        agent: &str,
+        instances: impl Iterator<Item = &'a str>,
+        now_unix_ms: i64,
+    ) -> Result<(), Refused> {
+        let handover_ms = self.handover_ms();
+        let owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
+        for instance in instances {
+            match owners.by_instance.get(instance) {
+                Some(o) if o.agent == agent && now_unix_ms - o.last_seen_unix_ms < handover_ms => {}
+                Some(o) if o.agent != agent && now_unix_ms - o.last_seen_unix_ms < handover_ms => {
+                    return Err(Refused::Owned {
+                        instance: instance.to_string(),
+                        owner: o.agent.clone(),
+                        silent_s: (now_unix_ms - o.last_seen_unix_ms).max(0) / 1000,
+                        handover_s: self.handover.as_secs(),
+                    });
+                }
+                _ => return Err(Refused::NotClaimed { instance: instance.to_string() }),
+            }
+        }
+        Ok(())
     }
 
     /// Lets `agent` report `instances` (none of them pinned to a token: the
@@ -85,8 +177,9 @@ impl Owners {
     ) -> Result<(), Refused> {
         let handover_ms = self.handover_ms();
         let mut owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
+        let mut new = 0;
         for instance in instances.clone() {
-            if let Some(owner) = owners.get(instance) {
+            if let Some(owner) = owners.by_instance.get(instance) {
                 let silent_ms = now_unix_ms - owner.last_seen_unix_ms;
                 if owner.agent != agent && silent_ms < handover_ms {
                     return Err(Refused::Owned {
@@ -96,11 +189,27 @@ impl Owners {
                         handover_s: self.handover.as_secs(),
                     });
                 }
+                if owner.agent != agent {
+                    new += 1;
+                }
+            } else {
+                new += 1;
             }
         }
-        let before = owners.len();
+        if new > 0 {
+            let held = owners.per_agent.get(agent).copied().unwrap_or(0);
+            if held + new > MAX_PER_AGENT || owners.by_instance.len() + new > MAX_OWNERS {
+                owners.sweep(now_unix_ms, handover_ms);
+                let held = owners.per_agent.get(agent).copied().unwrap_or(0);
+                let total = owners.by_instance.len();
+                if held + new > MAX_PER_AGENT || total + new > MAX_OWNERS {
+                    return Err(Refused::TooMany { held, total });
+                }
+            }
+        }
+        let before = owners.by_instance.len();
         for instance in instances {
-            match owners.get_mut(instance) {
+            match owners.by_instance.get_mut(instance) {
                 Some(owner) if owner.agent == agent => {
                     owner.last_seen_unix_ms = owner.last_seen_unix_ms.max(now_unix_ms)
                 }
@@ -111,18 +220,13 @@ impl Owners {
                         to = agent,
                         "an instance changed agents: its agent had been silent past the handover time"
                     );
-                    *owner = Owner { agent: agent.to_string(), last_seen_unix_ms: now_unix_ms };
+                    owners.set(instance, agent, now_unix_ms);
                 }
-                None => {
-                    owners.insert(
-                        instance.to_string(),
-                        Owner { agent: agent.to_string(), last_seen_unix_ms: now_unix_ms },
-                    );
-                }
+                None => owners.set(instance, agent, now_unix_ms),
             }
         }
-        if owners.len() / SWEEP_EVERY > before / SWEEP_EVERY {
-            owners.retain(|_, o| now_unix_ms - o.last_seen_unix_ms < handover_ms);
+        if owners.by_instance.len() / SWEEP_EVERY > before / SWEEP_EVERY {
+            owners.sweep(now_unix_ms, handover_ms);
         }
         Ok(())
     }
@@ -147,6 +251,22 @@ mod tests {
         assert!(owners.claim("a", ["db-b:3306"].into_iter(), 18 * MIN).is_err(), "b reported it 9 minutes ago");
         owners.claim("a", ["db-b:3306"].into_iter(), 19 * MIN).unwrap();
         assert!(owners.claim("b", ["db-b:3306"].into_iter(), 19 * MIN).is_err(), "a took it over");
+    }
+
+    #[test]
+    fn activity_needs_a_claim_and_claims_are_bounded_per_agent() {
+        let owners = Owners::new(Duration::from_secs(600));
+        assert!(matches!(owners.check("a", ["db:1"].into_iter(), 0), Err(Refused::NotClaimed { .. })));
+        owners.claim("a", ["db:1"].into_iter(), 0).unwrap();
+        owners.check("a", ["db:1"].into_iter(), MIN).unwrap();
+        assert!(matches!(owners.check("b", ["db:1"].into_iter(), MIN), Err(Refused::Owned { .. })));
+        assert!(matches!(owners.check("a", ["db:1"].into_iter(), 11 * MIN), Err(Refused::NotClaimed { .. })));
+        let names: Vec<String> = (0..MAX_PER_AGENT).map(|i| format!("many:{i}")).collect();
+        owners.claim("greedy", names.iter().map(String::as_str), 0).unwrap();
+        let refused = owners.claim("greedy", ["one-more:1"].into_iter(), 0).unwrap_err();
+        assert!(matches!(refused, Refused::TooMany { held: MAX_PER_AGENT, .. }), "{refused}");
+        owners.claim("greedy", ["many:7"].into_iter(), 0).unwrap();
+        owners.claim("other", ["db:2"].into_iter(), 0).unwrap();
     }
 
     #[test]

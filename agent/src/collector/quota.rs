@@ -8,7 +8,8 @@
 //! agents' costs.
 //!
 //! A batch's rows are those it adds to the store (an instance window, each
-//! digest row, lock wait and command count, each agent window, untraced
+//! digest row, lock wait, command count and long statement, two for each
+//! plan (its row and the plan change it may be), each agent window, untraced
 //! server and gap); its bytes are its decoded protobuf size, which stored
 //! rows follow closely.
 //!
@@ -40,7 +41,15 @@ impl Cost {
         let windows: u64 = batch
             .windows
             .iter()
-            .map(|w| 1 + w.digests.len() as u64 + w.lock_waits.len() as u64 + w.commands.len() as u64)
+            .map(|w| {
+                // A plan is a row, and may be a plan change, another.
+                let plans = 2 * w.plans.len() as u64;
+                1 + w.digests.len() as u64
+                    + w.lock_waits.len() as u64
+                    + w.commands.len() as u64
+                    + w.long_statements.len() as u64
+                    + plans
+            })
             .sum();
         let agent_windows: u64 = batch.agent_windows.iter().map(|w| 1 + w.untraced.len() as u64).sum();
         Cost { rows: windows + agent_windows + batch.gaps.len() as u64, bytes: batch.encoded_len() as u64 }

@@ -77,6 +77,8 @@ pub struct Settings {
     /// How long an instance's agent may be silent before another agent
     /// may take it over (`ownership`).
     pub instance_handover: Duration,
+    /// Windows only of instances a token pins (`--require-instance-pins`).
+    pub require_instance_pins: bool,
     /// Per agent per hour (`quota`); 0: no limit.
     pub agent_quota_rows: u64,
     pub agent_quota_bytes: u64,
@@ -136,7 +138,8 @@ pub async fn serve(
     let live = Arc::new(LiveActivity::default());
     let ingest = IngestServer::new(
         IngestService::new(store.clone(), settings.retention.raw, settings.auth.clone(), owners, quotas.clone())
-            .with_live(live.clone()),
+            .with_live(live.clone())
+            .requiring_pins(settings.require_instance_pins),
     )
     .accept_compressed(CompressionEncoding::Gzip)
     .max_decoding_message_size(MAX_MESSAGE);
@@ -203,12 +206,15 @@ pub async fn serve(
                     anyone who reaches it reads the fleet's data (give --tokens and --tls-cert)");
             }
             let url = http.url();
-            let pages = Arc::new(Ui::new(
-                QueryService::new(store.clone(), quotas.clone()).with_live(live.clone()),
-                AnnotateService::new(store.clone()),
-                settings.auth.clone(),
-                http.is_tls(),
-            ));
+            let pages = Arc::new(
+                Ui::new(
+                    QueryService::new(store.clone(), quotas.clone()).with_live(live.clone()),
+                    AnnotateService::new(store.clone()),
+                    settings.auth.clone(),
+                    http.is_tls(),
+                )
+                .answering(http.hosts()),
+            );
             let task = tokio::spawn(http.serve(pages, async move {
                 let _ = ui_stopping.wait_for(|stop| *stop).await;
             }));

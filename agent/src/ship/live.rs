@@ -31,6 +31,7 @@ pub async fn push_activity(
         let Some(mut report) = snapshots.borrow_and_update().clone() else { continue };
         report.agent = Some(agent.clone());
         let mut outcome = Err(String::new());
+        let mut early = false;
         for client in &mut clients {
             let mut request = tonic::Request::new(report.clone());
             request.set_timeout(PUSH_TIMEOUT);
@@ -39,8 +40,18 @@ pub async fn push_activity(
                     outcome = Ok(());
                     break;
                 }
+                // Activity follows an instance's windows: until the first
+                // one is stored, the collector does not take it yet.
+                Err(status) if status.code() == tonic::Code::FailedPrecondition => {
+                    early = true;
+                    outcome = Err(format!("{}: {}", status.code(), status.message()));
+                }
                 Err(status) => outcome = Err(format!("{}: {}", status.code(), status.message())),
             }
+        }
+        if early && outcome.is_err() && !failing {
+            debug!(why = outcome.as_ref().err(), "activity waits for the instances' first windows");
+            continue;
         }
         match outcome {
             Ok(()) if failing => {

@@ -152,6 +152,18 @@ impl Agent {
         std::fs::read_to_string(&self.stderr).unwrap_or_default()
     }
 
+    /// Waits until the agent has attached the server process `pid` (a
+    /// server that started, or restarted, after the agent). How soon is the
+    /// benchmarks' business: a debug build on two busy cores took 1.6-2.1 s.
+    pub fn wait_attached(&self, pid: u32) {
+        let attached = format!("pid={pid} ");
+        let started = Instant::now();
+        while !strip_ansi(&self.stderr_text()).lines().any(|l| l.contains(" attached ") && l.contains(&attached)) {
+            assert!(started.elapsed() < Duration::from_secs(30), "pid {pid} not attached:\n{}", self.stderr_text());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// Log and the window summaries written so far, for failure messages.
     pub fn progress(&self) -> String {
         let stdout = std::fs::read_to_string(&self.stdout).unwrap_or_default();

@@ -3,9 +3,14 @@
 //! on them (an example rule file is in the manual), and whether detection
 //! runs at all. It formats the newest round's snapshot; a scrape reads no
 //! store.
-use std::sync::Arc;
+use std::{collections::BTreeMap, sync::Arc};
 
 use super::OpenEvents;
+
+/// Instances named on the page at most, those with the most open events
+/// first; the rest are added up under `instance="(others)"`. Instance
+/// names come from agents, and each series costs every scraper memory.
+pub const MAX_INSTANCE_SERIES: usize = 500;
 use crate::{
     collector::query_api::EVENT_KINDS,
     prometheus::{Encoder, MetricType, Render},
@@ -41,11 +46,33 @@ fn page(open: &OpenEvents) -> String {
         for kind in EVENT_KINDS {
             f.sample(&[("kind", kind), ("instance", "")], 0u64);
         }
-        for ((kind, instance), n) in &counts {
-            f.sample(&[("kind", kind), ("instance", instance)], *n);
+        for ((kind, instance), n) in bounded(counts) {
+            f.sample(&[("kind", &kind), ("instance", &instance)], n);
         }
     }
     enc.finish()
+}
+
+/// The counts of the `MAX_INSTANCE_SERIES` instances with the most open
+/// events, and the others' added up per kind.
+fn bounded(counts: BTreeMap<(String, String), u64>) -> BTreeMap<(String, String), u64> {
+    let mut per_instance: BTreeMap<&str, u64> = BTreeMap::new();
+    for ((_, instance), n) in &counts {
+        *per_instance.entry(instance.as_str()).or_default() += n;
+    }
+    if per_instance.len() <= MAX_INSTANCE_SERIES {
+        return counts;
+    }
+    let mut ranked: Vec<(&str, u64)> = per_instance.into_iter().collect();
+    ranked.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    let named: std::collections::HashSet<String> =
+        ranked.iter().take(MAX_INSTANCE_SERIES).map(|(i, _)| i.to_string()).collect();
+    let mut out = BTreeMap::new();
+    for ((kind, instance), n) in counts {
+        let instance = if named.contains(&instance) { instance } else { "(others)".to_string() };
+        *out.entry((kind, instance)).or_default() += n;
+    }
+    out
 }
 
 #[cfg(test)]
@@ -60,5 +87,26 @@ mod tests {
         let text = page(&open);
         assert!(text.contains("sqlbee_collector_open_events{kind=\"regressed\",instance=\"db:3306\"} 2"), "{text}");
         assert!(text.contains("sqlbee_collector_open_events{kind=\"new\",instance=\"\"} 0"), "{text}");
+    }
+
+    /// 2,000 instances an agent invented make a bounded page, the largest
+    /// named and the rest added up, every event still counted.
+    #[test]
+    fn invented_instances_make_a_bounded_page() {
+        let open = OpenEvents::default();
+        let counts: BTreeMap<(String, String), u64> =
+            (0..2_000u64).map(|i| (("new".to_string(), format!("invented-{i}:1")), 1 + i / 1_000)).collect();
+        open.set(counts);
+        let text = page(&open);
+        let series = text.lines().filter(|l| l.starts_with("sqlbee_collector_open_events{")).count();
+        assert!(series <= MAX_INSTANCE_SERIES + 1 + EVENT_KINDS.len(), "{series}");
+        let total: u64 = text
+            .lines()
+            .filter(|l| l.starts_with("sqlbee_collector_open_events{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum();
+        assert_eq!(total, 1_000 + 2 * 1_000);
+        assert!(text.contains("instance=\"invented-1999:1\"} 2"), "the largest are named");
+        assert!(text.contains("instance=\"(others)\"}"), "{text}");
     }
 }

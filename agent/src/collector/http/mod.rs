@@ -15,10 +15,9 @@ mod page_error;
 mod pages;
 mod params;
 mod routes;
-mod server;
+pub(crate) mod server;
 mod session;
 mod svg;
-mod throttle;
 
 use std::sync::Arc;
 
@@ -76,7 +75,8 @@ pub struct Ui {
     /// Served over TLS: cookies get `Secure`.
     secure: bool,
     gate: Arc<Semaphore>,
-    sign_ins: throttle::SignInThrottle,
+    /// Host names answered besides IP addresses and `localhost`.
+    hosts: Vec<String>,
 }
 
 impl Ui {
@@ -88,8 +88,33 @@ impl Ui {
             sessions: session::Sessions::new(auth),
             secure,
             gate: Arc::new(Semaphore::new(UI_QUERIES_IN_FLIGHT)),
-            sign_ins: throttle::SignInThrottle::default(),
+            hosts: Vec::new(),
         }
+    }
+
+    /// Answers these host names too (`--http-host`).
+    pub fn answering(mut self, hosts: Vec<String>) -> Ui {
+        self.hosts = hosts;
+        self
+    }
+
+    /// Whether a request's Host names this UI: an IP address, `localhost`
+    /// or a configured name (any port). A name a page on another site
+    /// resolved to this host is none of these (DNS rebinding).
+    pub fn answers_host(&self, host: Option<&str>) -> bool {
+        let Some(host) = host.map(str::trim).filter(|h| !h.is_empty()) else { return false };
+        let name = match host.strip_prefix('[') {
+            // [v6]:port
+            Some(rest) => return rest.split(']').next().is_some_and(|ip| ip.parse::<std::net::Ipv6Addr>().is_ok()),
+            None => host
+                .rsplit_once(':')
+                .map_or(host, |(name, port)| if port.bytes().all(|b| b.is_ascii_digit()) { name } else { host }),
+        };
+        let name = name.to_ascii_lowercase();
+        name.parse::<std::net::Ipv4Addr>().is_ok()
+            || name == "localhost"
+            || name.parse::<std::net::Ipv6Addr>().is_ok()
+            || self.hosts.contains(&name)
     }
 
     /// The UI over `query` without tokens, for tests that render pages in

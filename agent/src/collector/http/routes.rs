@@ -16,7 +16,6 @@ use super::{
     pages,
     params::{Params, View, encode},
     session::{self, Refusal},
-    throttle,
 };
 
 /// A login form is a token and a path: anything longer is not one.
@@ -121,10 +120,37 @@ fn same_origin(request: &Request<Incoming>, secure: bool) -> bool {
     origin == format!("{}://{host}", if secure { "https" } else { "http" })
 }
 
+/// What a spare place answers while every place of the UI is taken:
+/// health, or that the UI is busy.
+pub fn busy_or_healthy(method: &Method, path: &str) -> Answer {
+    match (method, path) {
+        (&Method::GET | &Method::HEAD, "/healthz") => {
+            answer(StatusCode::OK, "text/plain; charset=utf-8", "ok\n".into())
+        }
+        _ => {
+            let mut busy = answer(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "text/plain; charset=utf-8",
+                "the web UI is busy; try again in a moment\n".into(),
+            );
+            busy.headers_mut().insert(header::RETRY_AFTER, hyper::header::HeaderValue::from_static("5"));
+            busy
+        }
+    }
+}
+
 pub async fn respond(ui: Shared, request: Request<Incoming>, peer: std::net::IpAddr) -> Answer {
     let path = request.uri().path().to_string();
     let params = Params::parse(request.uri().query().unwrap_or(""));
     let method = request.method().clone();
+    if path != "/healthz" && !ui.answers_host(header_text(&request, header::HOST)) {
+        tracing::info!(%peer, host = header_text(&request, header::HOST).unwrap_or(""), "web UI: refused a request for another host name");
+        return answer(
+            StatusCode::MISDIRECTED_REQUEST,
+            "text/plain; charset=utf-8",
+            "this web UI answers to its IP addresses, localhost and the names given with --http-host\n".into(),
+        );
+    }
     match (&method, path.as_str()) {
         (&Method::GET, "/healthz") => return answer(StatusCode::OK, "text/plain; charset=utf-8", "ok\n".into()),
         (&Method::GET, "/static/sqlbee.css") => return answer(StatusCode::OK, "text/css; charset=utf-8", CSS.into()),
@@ -150,7 +176,7 @@ pub async fn respond(ui: Shared, request: Request<Incoming>, peer: std::net::IpA
 
     let api = path.starts_with("/api/");
     if let Err(refusal) =
-        ui.sessions.admit(header_text(&request, header::AUTHORIZATION), header_text(&request, header::COOKIE))
+        ui.sessions.admit(header_text(&request, header::AUTHORIZATION), header_text(&request, header::COOKIE), peer)
     {
         return match (api, refusal) {
             (true, Refusal::SignIn) => json(
@@ -165,6 +191,7 @@ pub async fn respond(ui: Shared, request: Request<Incoming>, peer: std::net::IpA
             (false, Refusal::Refused(why)) => {
                 html_page(StatusCode::UNAUTHORIZED, pages::login::render(&safe_next(Some(&path)), Some(&why)))
             }
+            (_, Refusal::Throttled(wait)) => throttled(wait),
         };
     }
     if method != Method::GET {
@@ -205,16 +232,32 @@ pub async fn respond(ui: Shared, request: Request<Incoming>, peer: std::net::IpA
     }
 }
 
+/// 429 for an address that had too many tokens refused in its minute.
+fn throttled(wait: std::time::Duration) -> Answer {
+    let mut refused = answer(
+        StatusCode::TOO_MANY_REQUESTS,
+        "text/plain; charset=utf-8",
+        "too many refused tokens from this address; try again in a minute\n".into(),
+    );
+    if let Ok(seconds) = HeaderValue::from_str(&wait.as_secs().max(1).to_string()) {
+        refused.headers_mut().insert(header::RETRY_AFTER, seconds);
+    }
+    refused
+}
+
 /// `POST /api/annotations`: a marker, with a token of the `annotate` role
 /// (not a session: a CI job posts it). The body must be JSON, which a
 /// form on another site cannot send without the browser asking first.
 async fn annotate(ui: &Shared, request: Request<Incoming>, peer: std::net::IpAddr) -> Answer {
     let refuse = |error: PageError| json(error.status(), &serde_json::json!({"error": error.to_string()}));
     let header = request.headers().get(header::AUTHORIZATION).map(|v| v.as_bytes());
-    if let Err(status) = ui.auth.check(crate::collector::auth::Role::Annotate, header) {
-        tracing::info!(%peer, reason = status.message(), "web UI: marker refused");
-        return refuse(PageError::Query(status));
-    }
+    let token = match ui.auth.check_from(crate::collector::auth::Role::Annotate, header, Some(peer), "http") {
+        Ok(caller) => caller.map_or(0, |c| c.token),
+        Err(status) => {
+            tracing::debug!(%peer, reason = status.message(), "web UI: marker refused");
+            return refuse(PageError::Query(status));
+        }
+    };
     let json_body =
         header_text(&request, header::CONTENT_TYPE).is_some_and(|t| t.trim_start().starts_with("application/json"));
     if !json_body {
@@ -238,7 +281,7 @@ async fn annotate(ui: &Shared, request: Request<Incoming>, peer: std::net::IpAdd
         Ok(marker) => marker,
         Err(bad) => return refuse(PageError::Bad(bad)),
     };
-    match ui.annotate.annotate(marker, now_unix_ms()).await {
+    match ui.annotate.annotate(marker, now_unix_ms(), token).await {
         Ok(stored) => json(StatusCode::CREATED, &crate::collector::query_api::json::annotations_json(&[stored])),
         Err(status) => refuse(PageError::Query(status)),
     }
@@ -275,7 +318,7 @@ fn error_page(path: &str, signed_in: bool, error: &PageError) -> Answer {
 }
 
 async fn login(ui: &Shared, request: Request<Incoming>, peer: std::net::IpAddr) -> Answer {
-    if let Some(wait) = ui.sign_ins.wait(peer) {
+    if let Some(wait) = ui.auth.refused_wait(peer) {
         let mut refused = html_page(
             StatusCode::TOO_MANY_REQUESTS,
             pages::login::render("/", Some("too many refused sign-ins from this address; try again in a minute")),
@@ -299,21 +342,15 @@ async fn login(ui: &Shared, request: Request<Incoming>, peer: std::net::IpAddr) 
         }
     };
     let next = safe_next(form.get("next"));
-    match ui.sessions.sign_in(form.get("token").unwrap_or("")) {
+    // A refused token is counted (and logged) by the token check itself.
+    match ui.sessions.sign_in(form.get("token").unwrap_or(""), peer) {
         Ok(Ok(id)) => redirect(&next, Some(session::open_cookie(&id, ui.secure))),
         Ok(Err(refusal)) => {
             let why = match refusal {
                 Refusal::Refused(why) => why,
                 Refusal::SignIn => "token refused".to_string(),
+                Refusal::Throttled(wait) => return throttled(wait),
             };
-            match ui.sign_ins.refused(peer) {
-                (throttle::LogLine::First, 0) => tracing::info!(%peer, reason = %why, "web UI: sign-in refused"),
-                (throttle::LogLine::First, quiet) => tracing::info!(
-                    %peer, reason = %why, refused_in_the_minute_before = quiet + 1,
-                    "web UI: sign-in refused"
-                ),
-                (throttle::LogLine::Quiet, _) => {}
-            }
             html_page(StatusCode::UNAUTHORIZED, pages::login::render(&next, Some(&why)))
         }
         Err(error) => {

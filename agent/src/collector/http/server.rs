@@ -1,7 +1,10 @@
 //! The UI's listener: HTTP/1.1, over TLS when the collector has a
-//! certificate (the same one gRPC uses). Connections are capped, request
-//! heads are bounded in size and time, and each connection has a deadline,
-//! so a slow or hostile client holds little. Stops with the collector.
+//! certificate (the same one gRPC uses). Connections are capped in all and
+//! per client address, request heads are bounded in size and time, an
+//! answer the client does not read is cut (`WriteStall`), and each
+//! connection has a deadline, so a slow or hostile client holds little.
+//! When every place is taken, a few spare ones answer `/healthz` alone,
+//! so a health check still gets through. Stops with the collector.
 use std::{convert::Infallible, future::Future, net::SocketAddr, path::Path, sync::Arc, time::Duration};
 
 use hyper::service::service_fn;
@@ -18,18 +21,26 @@ use tokio_rustls::{
 use super::{HttpError, Shared, routes};
 
 /// Connections served at once; more are closed as they arrive.
-const MAX_CONNECTIONS: usize = 64;
+pub const MAX_CONNECTIONS: usize = 256;
 /// Connections one client address holds at once, so that a few hostile or
 /// broken clients cannot take every connection (a browser opens about 6).
-const MAX_PER_ADDRESS: usize = 16;
+pub const MAX_PER_ADDRESS: usize = 8;
+/// Connections past `MAX_CONNECTIONS` that answer `/healthz` only, each
+/// briefly, so a health check gets through a full UI.
+pub const HEALTH_SPARE: usize = 8;
+const HEALTH_DEADLINE: Duration = Duration::from_secs(5);
+/// An answer the client reads nothing of for this long is cut: a client
+/// that asks and never reads would otherwise hold its connection (and the
+/// answer's memory) until the connection's deadline.
+pub const WRITE_STALL: Duration = Duration::from_secs(10);
 /// A client must send its request line and headers within this.
-const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 /// A TLS handshake must finish within this.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// One request's answer must be ready within this, as gRPC's deadline.
-const REQUEST_DEADLINE: Duration = Duration::from_secs(120);
+pub const REQUEST_DEADLINE: Duration = Duration::from_secs(120);
 /// Whole life of one connection (keep-alive included).
-const CONNECTION_DEADLINE: Duration = Duration::from_secs(300);
+pub const CONNECTION_DEADLINE: Duration = Duration::from_secs(300);
 /// Request head size limit.
 const MAX_HEAD_BYTES: usize = 16 * 1024;
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
@@ -38,6 +49,8 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 pub struct HttpSettings {
     /// `IP:PORT`, or `none`.
     pub listen: String,
+    /// Host names answered besides IP addresses and `localhost`.
+    pub hosts: Vec<String>,
     /// Certificate and key (PEM): serve over TLS.
     pub tls: Option<(std::path::PathBuf, std::path::PathBuf)>,
     /// With TLS: require client certificates signed by this CA, as gRPC
@@ -50,6 +63,7 @@ pub struct HttpServer {
     listener: std::net::TcpListener,
     local: SocketAddr,
     tls: Option<TlsAcceptor>,
+    hosts: Vec<String>,
 }
 
 fn read(path: &Path) -> Result<Vec<u8>, HttpError> {
@@ -104,7 +118,13 @@ impl HttpServer {
         let listener = std::net::TcpListener::bind(addr).map_err(|source| HttpError::Bind { addr, source })?;
         let local = listener.local_addr().map_err(|source| HttpError::Bind { addr, source })?;
         listener.set_nonblocking(true).map_err(|source| HttpError::Bind { addr, source })?;
-        Ok(Some(HttpServer { listener, local, tls }))
+        let hosts = settings.hosts.iter().map(|h| h.trim().to_ascii_lowercase()).filter(|h| !h.is_empty()).collect();
+        Ok(Some(HttpServer { listener, local, tls, hosts }))
+    }
+
+    /// Host names answered besides IP addresses and `localhost`.
+    pub fn hosts(&self) -> Vec<String> {
+        self.hosts.clone()
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -126,12 +146,14 @@ impl HttpServer {
             .map_err(|source| HttpError::Bind { addr: local, source })?;
         let (stop_tx, stop_rx) = watch::channel(false);
         let mut connections = JoinSet::new();
+        let mut spare = JoinSet::new();
         let mut per_address: std::collections::HashMap<std::net::IpAddr, usize> = Default::default();
         tracing::info!(url = %format!("{}://{local}/", if self.tls.is_some() { "https" } else { "http" }), "web UI listening");
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
                 () = &mut shutdown => break,
+                Some(_) = spare.join_next(), if !spare.is_empty() => {}
                 Some(ended) = connections.join_next(), if !connections.is_empty() => {
                     if let Ok(address) = ended
                         && let Some(held) = per_address.get_mut(&address)
@@ -152,7 +174,11 @@ impl HttpServer {
                         }
                     };
                     if connections.len() >= MAX_CONNECTIONS {
-                        tracing::warn!(%peer, limit = MAX_CONNECTIONS, "web UI busy; closing connection");
+                        if spare.len() < HEALTH_SPARE {
+                            spare.spawn(health_only(stream, peer, self.tls.clone()));
+                        } else {
+                            tracing::warn!(%peer, limit = MAX_CONNECTIONS, "web UI busy; closing connection");
+                        }
                         continue;
                     }
                     let held = per_address.entry(peer.ip()).or_default();
@@ -167,9 +193,112 @@ impl HttpServer {
             }
         }
         let _ = stop_tx.send(true);
+        spare.abort_all();
         let _ = tokio::time::timeout(SHUTDOWN_GRACE, async { while connections.join_next().await.is_some() {} }).await;
         connections.abort_all();
         Ok(())
+    }
+}
+
+/// A spare place: `/healthz` is answered, anything else is told the UI is
+/// busy; the whole exchange within `HEALTH_DEADLINE`.
+async fn health_only(stream: TcpStream, peer: SocketAddr, tls: Option<TlsAcceptor>) {
+    let served = tokio::time::timeout(HEALTH_DEADLINE, async move {
+        let mut http = hyper::server::conn::http1::Builder::new();
+        http.timer(TokioTimer::new())
+            .header_read_timeout(HEALTH_DEADLINE)
+            .max_buf_size(MAX_HEAD_BYTES)
+            .keep_alive(false);
+        let service = service_fn(|request: hyper::Request<hyper::body::Incoming>| async move {
+            Ok::<_, Infallible>(routes::busy_or_healthy(request.method(), request.uri().path()))
+        });
+        match tls {
+            Some(acceptor) => {
+                if let Ok(stream) = acceptor.accept(stream).await {
+                    let _ = http.serve_connection(TokioIo::new(WriteStall::new(stream)), service).await;
+                }
+            }
+            None => {
+                let _ = http.serve_connection(TokioIo::new(WriteStall::new(stream)), service).await;
+            }
+        }
+    })
+    .await;
+    if served.is_err() {
+        tracing::debug!(%peer, "web UI: a spare connection reached its deadline");
+    }
+}
+
+/// A connection that ends when what is written to it sits unread for
+/// `WRITE_STALL` (the client's window and the socket's buffer both full).
+pub struct WriteStall<T> {
+    inner: T,
+    /// Armed while a write waits.
+    stalled: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<T> WriteStall<T> {
+    pub fn new(inner: T) -> WriteStall<T> {
+        WriteStall { inner, stalled: None }
+    }
+
+    /// Pending: arms the timer, or fails once it has run out.
+    fn waiting(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Error> {
+        use std::future::Future as _;
+        let timer = self.stalled.get_or_insert_with(|| Box::pin(tokio::time::sleep(WRITE_STALL)));
+        match timer.as_mut().poll(cx) {
+            std::task::Poll::Ready(()) => std::task::Poll::Ready(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("the client read nothing of the answer for {} s", WRITE_STALL.as_secs()),
+            )),
+            std::task::Poll::Pending => std::task::Poll::Pending,
+        }
+    }
+}
+
+impl<T: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for WriteStall<T> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<T: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for WriteStall<T> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        match std::pin::Pin::new(&mut self.inner).poll_write(cx, buf) {
+            std::task::Poll::Pending => self.waiting(cx).map(Err),
+            done => {
+                self.stalled = None;
+                done
+            }
+        }
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match std::pin::Pin::new(&mut self.inner).poll_flush(cx) {
+            std::task::Poll::Pending => self.waiting(cx).map(Err),
+            done => {
+                self.stalled = None;
+                done
+            }
+        }
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
 
@@ -184,11 +313,11 @@ async fn connection(
 ) -> std::net::IpAddr {
     match tls {
         Some(acceptor) => match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-            Ok(Ok(stream)) => serve_http(TokioIo::new(stream), peer, ui, stop).await,
+            Ok(Ok(stream)) => serve_http(TokioIo::new(WriteStall::new(stream)), peer, ui, stop).await,
             Ok(Err(error)) => tracing::debug!(%peer, %error, "web UI: TLS handshake failed"),
             Err(_) => tracing::debug!(%peer, "web UI: TLS handshake timed out"),
         },
-        None => serve_http(TokioIo::new(stream), peer, ui, stop).await,
+        None => serve_http(TokioIo::new(WriteStall::new(stream)), peer, ui, stop).await,
     }
     peer.ip()
 }

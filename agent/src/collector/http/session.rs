@@ -38,6 +38,8 @@ pub enum Refusal {
     SignIn,
     /// A token was presented and refused; the reason says why.
     Refused(String),
+    /// This address had too many tokens refused: wait this long.
+    Throttled(Duration),
 }
 
 struct Session {
@@ -60,22 +62,28 @@ impl Sessions {
         self.auth.token_count() > 0
     }
 
-    fn check_token(&self, token: &[u8]) -> Result<(), Refusal> {
+    /// A token presented from `peer` (counted and throttled when refused);
+    /// None: a session's own token, checked again.
+    fn check_token(&self, token: &[u8], peer: Option<std::net::IpAddr>) -> Result<(), Refusal> {
         let mut header = b"Bearer ".to_vec();
         header.extend_from_slice(token);
-        self.auth
-            .check(Role::Read, Some(&header))
-            .map(|_| ())
-            .map_err(|status| Refusal::Refused(status.message().to_string()))
+        let checked = match peer {
+            Some(_) => self.auth.check_from(Role::Read, Some(&header), peer, "http"),
+            None => self.auth.check(Role::Read, Some(&header)),
+        };
+        checked.map(|_| ()).map_err(|status| Refusal::Refused(status.message().to_string()))
     }
 
-    /// Signs in with a token: the new session's id, or why not.
-    pub fn sign_in(&self, token: &str) -> Result<Result<String, Refusal>, SessionError> {
+    /// Signs in with a token from `peer`: the new session's id, or why not.
+    pub fn sign_in(&self, token: &str, peer: std::net::IpAddr) -> Result<Result<String, Refusal>, SessionError> {
         let token = token.trim();
         if token.is_empty() {
             return Ok(Err(Refusal::Refused("no token given".into())));
         }
-        if let Err(refusal) = self.check_token(token.as_bytes()) {
+        if let Some(wait) = self.auth.refused_wait(peer) {
+            return Ok(Err(Refusal::Throttled(wait)));
+        }
+        if let Err(refusal) = self.check_token(token.as_bytes(), Some(peer)) {
             return Ok(Err(refusal));
         }
         let id = random_id()?;
@@ -98,16 +106,24 @@ impl Sessions {
 
     /// Whether a request may read: no tokens configured, a bearer token
     /// that reads, or a live session whose token still reads.
-    pub fn admit(&self, authorization: Option<&str>, cookie_header: Option<&str>) -> Result<(), Refusal> {
+    pub fn admit(
+        &self,
+        authorization: Option<&str>,
+        cookie_header: Option<&str>,
+        peer: std::net::IpAddr,
+    ) -> Result<(), Refusal> {
         if !self.required() {
             return Ok(());
         }
         if let Some(header) = authorization {
+            if let Some(wait) = self.auth.refused_wait(peer) {
+                return Err(Refusal::Throttled(wait));
+            }
             let token = header
                 .strip_prefix("Bearer ")
                 .or_else(|| header.strip_prefix("bearer "))
                 .ok_or_else(|| Refusal::Refused("authorization is not of the form `Bearer <token>`".into()))?;
-            return self.check_token(token.as_bytes());
+            return self.check_token(token.as_bytes(), Some(peer));
         }
         let Some(id) = cookie_header.and_then(session_id) else { return Err(Refusal::SignIn) };
         let token = {
@@ -121,7 +137,7 @@ impl Sessions {
                 None => return Err(Refusal::SignIn),
             }
         };
-        if self.check_token(&token).is_err() {
+        if self.check_token(&token, None).is_err() {
             // The token left the tokens file: its sessions end with it.
             self.open.lock().unwrap_or_else(|e| e.into_inner()).remove(id);
             return Err(Refusal::SignIn);
@@ -162,6 +178,8 @@ pub fn close_cookie(secure: bool) -> String {
 mod tests {
     use super::*;
 
+    const PEER: std::net::IpAddr = std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
+
     fn sessions(tokens: &str) -> (Sessions, std::path::PathBuf) {
         let dir = std::env::temp_dir().join(format!("sqlbee-session-{}-{}", std::process::id(), tokens.len()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -175,25 +193,25 @@ mod tests {
         let (s, path) = sessions(
             "read reader-token-0123456789abcdef0123456789abcdef\ningest agent-token-0123456789abcdef0123456789abcdef\n",
         );
-        assert_eq!(s.admit(None, None), Err(Refusal::SignIn));
-        assert!(matches!(s.sign_in("wrong").unwrap(), Err(Refusal::Refused(_))));
+        assert_eq!(s.admit(None, None, PEER), Err(Refusal::SignIn));
+        assert!(matches!(s.sign_in("wrong", PEER).unwrap(), Err(Refusal::Refused(_))));
         assert!(
-            matches!(s.sign_in("agent-token-0123456789abcdef0123456789abcdef").unwrap(), Err(Refusal::Refused(m)) if m.contains("not read"))
+            matches!(s.sign_in("agent-token-0123456789abcdef0123456789abcdef", PEER).unwrap(), Err(Refusal::Refused(m)) if m.contains("not read"))
         );
-        let id = s.sign_in("reader-token-0123456789abcdef0123456789abcdef").unwrap().unwrap();
+        let id = s.sign_in("reader-token-0123456789abcdef0123456789abcdef", PEER).unwrap().unwrap();
         assert_eq!(id.len(), 64);
         let cookie = format!("other=1; {COOKIE}={id}");
-        assert_eq!(s.admit(None, Some(&cookie)), Ok(()));
-        assert_eq!(s.admit(None, Some(&format!("{COOKIE}=forged"))), Err(Refusal::SignIn));
-        assert_eq!(s.admit(Some("Bearer reader-token-0123456789abcdef0123456789abcdef"), None), Ok(()));
+        assert_eq!(s.admit(None, Some(&cookie), PEER), Ok(()));
+        assert_eq!(s.admit(None, Some(&format!("{COOKIE}=forged")), PEER), Err(Refusal::SignIn));
+        assert_eq!(s.admit(Some("Bearer reader-token-0123456789abcdef0123456789abcdef"), None, PEER), Ok(()));
         assert!(matches!(
-            s.admit(Some("Bearer agent-token-0123456789abcdef0123456789abcdef"), None),
+            s.admit(Some("Bearer agent-token-0123456789abcdef0123456789abcdef"), None, PEER),
             Err(Refusal::Refused(_))
         ));
         // Removing the token ends its sessions.
         std::fs::write(&path, "read another-token-0123456789abcdef0123456789abcdef\n").unwrap();
         s.auth.reload().unwrap();
-        assert_eq!(s.admit(None, Some(&cookie)), Err(Refusal::SignIn));
+        assert_eq!(s.admit(None, Some(&cookie), PEER), Err(Refusal::SignIn));
         s.sign_out(Some(&cookie));
     }
 

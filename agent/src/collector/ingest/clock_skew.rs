@@ -33,6 +33,12 @@ pub fn correct(batch: &mut Batch, now_unix_ms: i64) -> i64 {
                 back(&mut b.started_unix_ms);
             }
         }
+        for p in &mut w.plans {
+            back(&mut p.explained_unix_ms);
+        }
+        for l in &mut w.long_statements {
+            back(&mut l.start_unix_ms);
+        }
     }
     for w in &mut batch.agent_windows {
         back(&mut w.window_start_unix_ms);

@@ -38,6 +38,9 @@ pub struct IngestService {
     quotas: Arc<Quotas>,
     per_agent: Places<String>,
     live: Arc<LiveActivity>,
+    /// `--require-instance-pins`: no instance is claimed by its first
+    /// report, only pinned to a token.
+    require_pins: bool,
 }
 
 impl IngestService {
@@ -56,7 +59,14 @@ impl IngestService {
             quotas,
             per_agent: Places::new(PUSHES_PER_AGENT),
             live: Arc::default(),
+            require_pins: false,
         }
+    }
+
+    /// Takes windows only of instances a token pins.
+    pub fn requiring_pins(mut self, require: bool) -> IngestService {
+        self.require_pins = require;
+        self
     }
 
     /// Keeps activity in these snapshots (which the Query service reads).
@@ -84,6 +94,31 @@ impl IngestService {
         caller: Option<&Caller>,
         now_unix_ms: i64,
     ) -> Result<(), Refused> {
+        let unpinned = self.unpinned(names, caller)?;
+        if self.require_pins
+            && let Some(name) = unpinned.first()
+        {
+            return Err(Refused::Unpinned { instance: name.to_string() });
+        }
+        self.owners.claim(agent, unpinned.into_iter(), now_unix_ms)
+    }
+
+    /// Whether `agent` may send live activity (or plans) of these
+    /// instances: each pinned to the caller's token, or the agent's already
+    /// through its windows. Claims nothing.
+    fn may_send_live(
+        &self,
+        agent: &str,
+        names: BTreeSet<&str>,
+        caller: Option<&Caller>,
+        now_unix_ms: i64,
+    ) -> Result<(), Refused> {
+        let unpinned = self.unpinned(names, caller)?;
+        self.owners.check(agent, unpinned.into_iter(), now_unix_ms)
+    }
+
+    /// The names no token pins, once the pins allow the caller the rest.
+    fn unpinned<'a>(&self, names: BTreeSet<&'a str>, caller: Option<&Caller>) -> Result<Vec<&'a str>, Refused> {
         let mut unpinned = Vec::with_capacity(names.len());
         for name in names {
             match caller {
@@ -97,7 +132,7 @@ impl IngestService {
                 _ => unpinned.push(name),
             }
         }
-        self.owners.claim(agent, unpinned.into_iter(), now_unix_ms)
+        Ok(unpinned)
     }
 }
 
@@ -120,9 +155,9 @@ impl Ingest for IngestService {
         if names.contains("") {
             return Err(Status::invalid_argument("invalid activity: an instance has no name"));
         }
-        if let Err(refused) = self.may_speak_for(&agent_id, names, caller.as_ref(), now) {
+        if let Err(refused) = self.may_send_live(&agent_id, names, caller.as_ref(), now) {
             tracing::debug!(?peer, agent = agent_id, %refused, "refused activity for an instance its agent does not speak for");
-            return Err(Status::permission_denied(refused.to_string()));
+            return Err(refused_status(refused));
         }
         self.live.put(report, now).map_err(|full| {
             tracing::warn!(?peer, agent = agent_id, %full, "refused activity");
@@ -167,7 +202,7 @@ impl Ingest for IngestService {
         }
         if let Err(refused) = self.speaks_for(&batch, caller.as_ref(), now) {
             tracing::warn!(?peer, agent = agent_id, %refused, "refused a batch for an instance its agent does not speak for");
-            return Err(Status::permission_denied(refused.to_string()));
+            return Err(refused_status(refused));
         }
         cut_blocker_statements(&mut batch);
         let cost = Cost::of(&batch);
@@ -209,6 +244,19 @@ impl Ingest for IngestService {
             collector_unix_ms: now_unix_ms(),
             clock_correction_ms,
         }))
+    }
+}
+
+/// A refusal as the agent should take it: too many instances is a limit
+/// it may fall under again (retried with backoff), activity before the
+/// instance's first window comes in order soon, the rest are not its to
+/// send.
+fn refused_status(refused: Refused) -> Status {
+    match refused {
+        Refused::TooMany { .. } => Status::resource_exhausted(refused.to_string()),
+        // Activity ahead of the instance's first window: it comes.
+        Refused::NotClaimed { .. } => Status::failed_precondition(refused.to_string()),
+        _ => Status::permission_denied(refused.to_string()),
     }
 }
 

@@ -584,6 +584,8 @@ pub fn activity_json(answer: &ActivityResponse, now_unix_ms: i64) -> Value {
             "taken_unix_ms": live.taken_unix_ms,
             "age_ms": (now_unix_ms - live.taken_unix_ms).max(0),
             "connections": snapshot.connections.len(),
+            // The longest-running are answered; these were left out.
+            "more_connections": live.more_connections,
             "warning": (!snapshot.warning.is_empty()).then_some(&snapshot.warning),
             "blocker_sources": snapshot.blocker_sources,
         }));
@@ -619,78 +621,75 @@ fn live_connection_json(instance: &str, c: &LiveConnection) -> Value {
     })
 }
 
+/// Deepest a blocking tree is drawn. A chain an agent reports can be as
+/// long as its connections; past this depth its waiters are counted
+/// (`more_blocked`), not drawn, so no reader (this collector's pages, a
+/// JSON parser with a nesting limit) walks thousands of levels.
+pub const MAX_CHAIN_DEPTH: usize = 32;
+
 /// Who blocks whom, as trees: a root blocks others and is blocked by
-/// nobody the server named (or closes a cycle, which is cut there).
+/// nobody the server named (or closes a cycle, which is cut there). Linear
+/// in the connections, and never deeper than `MAX_CHAIN_DEPTH`.
 pub fn blocking_trees(instance: &str, connections: &[LiveConnection]) -> Vec<Value> {
-    use std::collections::{BTreeMap, HashSet};
-    let by_id: BTreeMap<u64, &LiveConnection> = connections.iter().map(|c| (c.thread_id, c)).collect();
+    use std::collections::{BTreeMap, HashMap, HashSet};
+    let by_id: HashMap<u64, &LiveConnection> = connections.iter().map(|c| (c.thread_id, c)).collect();
     let mut waiters: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
-    for c in connections.iter().filter(|c| c.blocked_by != 0) {
+    for c in connections.iter().filter(|c| c.blocked_by != 0 && c.blocked_by != c.thread_id) {
         waiters.entry(c.blocked_by).or_default().push(c.thread_id);
     }
-    fn node(
-        id: u64,
-        instance: &str,
-        by_id: &BTreeMap<u64, &LiveConnection>,
-        waiters: &BTreeMap<u64, Vec<u64>>,
-        seen: &mut HashSet<u64>,
-    ) -> Value {
-        seen.insert(id);
-        let blocked: Vec<Value> = waiters
-            .get(&id)
-            .into_iter()
-            .flatten()
-            .filter(|w| !seen.contains(w))
-            .copied()
-            .collect::<Vec<_>>()
-            .into_iter()
-            .map(|w| node(w, instance, by_id, waiters, seen))
-            .collect();
-        let c = by_id.get(&id);
-        json!({
-            "instance": instance,
-            "thread_id": id,
-            "state": c.map(|c| c.state.as_str()),
-            "command": c.map(|c| c.command.as_str()),
-            "digest_text": c.map(|c| c.digest_text.as_str()).filter(|t| !t.is_empty()),
-            "running_ms": c.map(|c| c.running_ms),
-            "wait": c.map(|c| c.wait.as_str()).filter(|w| !w.is_empty()),
-            "source": c.map(|c| c.blocked_by_source.as_str()).filter(|s| !s.is_empty()),
-            "blocked": blocked,
-        })
-    }
-    let mut seen = HashSet::new();
-    let mut roots: Vec<u64> = waiters
-        .keys()
-        .copied()
-        .filter(|id| by_id.get(id).is_none_or(|c| c.blocked_by == 0 || !by_id.contains_key(&c.blocked_by)))
-        .collect();
-    // A cycle has no root: start it at its lowest id.
-    for id in waiters.keys() {
-        if !roots.contains(id) && !reaches_root(*id, &by_id, &roots) {
-            roots.push(*id);
-        }
-    }
+    let is_root = |id: &u64| by_id.get(id).is_none_or(|c| c.blocked_by == 0 || !by_id.contains_key(&c.blocked_by));
+    let mut seen: HashSet<u64> = HashSet::new();
     let mut trees = Vec::new();
-    for root in roots {
-        if !seen.contains(&root) {
-            trees.push(node(root, instance, &by_id, &waiters, &mut seen));
+    // Roots first; then what only cycles reach, each from its lowest id.
+    let roots: Vec<u64> = waiters.keys().copied().filter(is_root).collect();
+    for start in roots.into_iter().chain(waiters.keys().copied().collect::<Vec<_>>()) {
+        if seen.insert(start) {
+            trees.push(tree(start, instance, &by_id, &waiters, &mut seen, 0));
         }
     }
     trees
 }
 
-fn reaches_root(mut id: u64, by_id: &std::collections::BTreeMap<u64, &LiveConnection>, roots: &[u64]) -> bool {
-    for _ in 0..by_id.len() + 1 {
-        if roots.contains(&id) {
-            return true;
+/// One node and its waiters, `depth` levels below its root; its id is in
+/// `seen` already.
+fn tree(
+    id: u64,
+    instance: &str,
+    by_id: &std::collections::HashMap<u64, &LiveConnection>,
+    waiters: &std::collections::BTreeMap<u64, Vec<u64>>,
+    seen: &mut std::collections::HashSet<u64>,
+    depth: usize,
+) -> Value {
+    let next: Vec<u64> = waiters.get(&id).into_iter().flatten().copied().filter(|w| seen.insert(*w)).collect();
+    let (blocked, more) = if depth + 1 >= MAX_CHAIN_DEPTH {
+        // Counted, iteratively: everything that waits below the cut.
+        let mut more = next.len() as u64;
+        let mut stack = next;
+        while let Some(w) = stack.pop() {
+            for below in waiters.get(&w).into_iter().flatten() {
+                if seen.insert(*below) {
+                    more += 1;
+                    stack.push(*below);
+                }
+            }
         }
-        match by_id.get(&id) {
-            Some(c) if c.blocked_by != 0 => id = c.blocked_by,
-            _ => return false,
-        }
-    }
-    false
+        (Vec::new(), more)
+    } else {
+        (next.into_iter().map(|w| tree(w, instance, by_id, waiters, seen, depth + 1)).collect(), 0)
+    };
+    let c = by_id.get(&id);
+    json!({
+        "instance": instance,
+        "thread_id": id,
+        "state": c.map(|c| c.state.as_str()),
+        "command": c.map(|c| c.command.as_str()),
+        "digest_text": c.map(|c| c.digest_text.as_str()).filter(|t| !t.is_empty()),
+        "running_ms": c.map(|c| c.running_ms),
+        "wait": c.map(|c| c.wait.as_str()).filter(|w| !w.is_empty()),
+        "source": c.map(|c| c.blocked_by_source.as_str()).filter(|s| !s.is_empty()),
+        "blocked": blocked,
+        "more_blocked": (more > 0).then_some(more),
+    })
 }
 
 #[cfg(test)]

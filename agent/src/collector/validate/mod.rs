@@ -268,11 +268,93 @@ fn window(at: &Path<'_>, w: &InstanceWindow, range: TimeRange) -> Result<(), Inv
     for (i, l) in w.long_statements.iter().enumerate() {
         long_statement(&at.field("long_statements").index(i), l, range)?;
     }
+    let most = count_limit("InstanceWindow.plans");
+    if w.plans.len() > most {
+        return Err(invalid(at.field("plans"), format!("{} plans in one window, at most {most}", w.plans.len())));
+    }
+    for (i, p) in w.plans.iter().enumerate() {
+        plan(&at.field("plans").index(i), p, w)?;
+    }
     if let Some(c) = &w.probes {
         measures::probe_cost(&at.field("probes"), c, w.statements)?;
     }
     if let Some(p) = &w.process {
         measures::process(&at.field("process"), p)?;
+    }
+    Ok(())
+}
+
+/// How far a plan may be dated before its window began: the explainer
+/// works through a backlog, and a prepared statement's plan waits for its
+/// values.
+pub const PLAN_MAX_AGE_MS: i64 = 86_400_000;
+/// How far after its window's end: none, but for clock jitter.
+pub const PLAN_SLACK_MS: i64 = 60_000;
+
+/// A plan the agent got since its previous window: dated no later than the
+/// window's end (a plan dated ahead would stay a digest's newest plan for
+/// ever, and never be pruned), and no earlier than a day before its start.
+fn plan(at: &Path<'_>, p: &sqlbee_proto::v1::Plan, w: &InstanceWindow) -> Result<(), Invalid> {
+    let low = w.window_start_unix_ms.saturating_sub(PLAN_MAX_AGE_MS);
+    let high = w.window_end_unix_ms.saturating_add(PLAN_SLACK_MS);
+    if p.explained_unix_ms < low || p.explained_unix_ms > high {
+        return Err(invalid(
+            at.field("explained_unix_ms"),
+            format!(
+                "{} ({}) is outside its window's range {} .. {} (a day before the window to a minute after it)",
+                p.explained_unix_ms,
+                time(p.explained_unix_ms),
+                time(low),
+                time(high)
+            ),
+        ));
+    }
+    if p.digest == 0 {
+        return Err(invalid(at.field("digest"), "0; a plan names the digest it explains"));
+    }
+    let limited = |field: &'static str, value: &str, name: &str| -> Result<(), Invalid> {
+        let most = length_limit(name);
+        if value.len() > most {
+            return Err(invalid(at.field(field), format!("{} bytes, at most {most}", value.len())));
+        }
+        Ok(())
+    };
+    limited("schema", &p.schema, "Plan.schema")?;
+    limited("plan_json", &p.plan_json, "Plan.plan_json")?;
+    limited("not_explained", &p.not_explained, "Plan.not_explained")?;
+    let most = count_limit("Plan.access");
+    if p.access.len() > most {
+        return Err(invalid(at.field("access"), format!("{} tables, at most {most}", p.access.len())));
+    }
+    let access = at.field("access");
+    for (i, a) in p.access.iter().enumerate() {
+        let at = access.index(i);
+        for (field, value, name) in [
+            ("table", &a.table, "TableAccess.table"),
+            ("type", &a.r#type, "TableAccess.type"),
+            ("key", &a.key, "TableAccess.key"),
+        ] {
+            if value.len() > length_limit(name) {
+                return Err(invalid(at.field(field), format!("{} bytes, at most {}", value.len(), length_limit(name))));
+            }
+        }
+        for (field, values, count, name) in [
+            ("key_parts", &a.key_parts, "TableAccess.key_parts", "TableAccess.key_parts"),
+            ("possible_keys", &a.possible_keys, "TableAccess.possible_keys", "TableAccess.possible_keys"),
+        ] {
+            if values.len() > count_limit(count) {
+                return Err(invalid(
+                    at.field(field),
+                    format!("{} names, at most {}", values.len(), count_limit(count)),
+                ));
+            }
+            if let Some(long) = values.iter().find(|v| v.len() > length_limit(name)) {
+                return Err(invalid(
+                    at.field(field),
+                    format!("a name of {} bytes, at most {}", long.len(), length_limit(name)),
+                ));
+            }
+        }
     }
     Ok(())
 }

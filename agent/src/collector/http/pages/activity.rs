@@ -57,6 +57,13 @@ pub async fn render(ui: &Ui, view: &View) -> Rendered {
         if !snapshot.warning.is_empty() {
             body.push_str(&html::notice(&snapshot.warning));
         }
+        if live.more_connections > 0 {
+            body.push_str(&html::notice(&format!(
+                "{} more connections are not shown: the page lists the {} that have run longest",
+                live.more_connections,
+                snapshot.connections.len()
+            )));
+        }
         let trees = blocking_trees(&name, &snapshot.connections);
         if !trees.is_empty() {
             body.push_str("<h3>Blocking chains</h3><ul class=\"chains\">");
@@ -196,6 +203,10 @@ fn chain(body: &mut String, node: &Value) {
             chain(body, waiter);
         }
         body.push_str("</ul>");
+    }
+    // The tree is cut at MAX_CHAIN_DEPTH: say how many wait below.
+    if let Some(more) = node.get("more_blocked").and_then(Value::as_u64) {
+        let _ = write!(body, "<ul><li class=\"chain more\">{more} more connections wait below</li></ul>");
     }
     body.push_str("</li>");
 }

@@ -1,7 +1,8 @@
-//! Refused sign-ins counted per client address, so that guessing tokens
-//! through the login form is slow and cannot fill the log: past
-//! `MAX_REFUSED` in a minute an address is answered 429 until its minute
-//! ends, and the log says so once per address and minute, with the count.
+//! Refused tokens counted per client address, on every surface that takes
+//! one (gRPC, `/api/`, the sign-in form), so that guessing tokens is slow
+//! and cannot fill the log: past `MAX_REFUSED` in a minute an address is
+//! refused at once (RESOURCE_EXHAUSTED, 429) until its minute ends, and the
+//! log says so once per address and minute, with the count.
 use std::{
     collections::HashMap,
     net::IpAddr,
@@ -9,7 +10,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-/// Refused sign-ins from one address per `PERIOD`.
+/// Refused tokens from one address per `PERIOD`.
 pub const MAX_REFUSED: u32 = 10;
 pub const PERIOD: Duration = Duration::from_secs(60);
 /// Addresses remembered at once; past this the stale ones are forgotten,
@@ -22,11 +23,11 @@ struct Counter {
 }
 
 #[derive(Default)]
-pub struct SignInThrottle {
+pub struct RefusedTokens {
     by_address: Mutex<HashMap<IpAddr, Counter>>,
 }
 
-/// What to do with a refused sign-in's log line.
+/// What to do with a refused token's log line.
 #[derive(Debug, PartialEq, Eq)]
 pub enum LogLine {
     /// The first refusal from the address in its period.
@@ -35,7 +36,7 @@ pub enum LogLine {
     Quiet,
 }
 
-impl SignInThrottle {
+impl RefusedTokens {
     /// How long `address` must wait before it may try again, if at all.
     pub fn wait(&self, address: IpAddr) -> Option<Duration> {
         let map = self.by_address.lock().unwrap_or_else(|e| e.into_inner());
@@ -44,7 +45,7 @@ impl SignInThrottle {
         (elapsed < PERIOD && counter.refused >= MAX_REFUSED).then(|| PERIOD - elapsed)
     }
 
-    /// Counts a refused sign-in; when a new period starts, returns how
+    /// Counts a refused token; when a new period starts, returns how
     /// many the previous one refused beyond its first (for the log).
     pub fn refused(&self, address: IpAddr) -> (LogLine, u32) {
         let mut map = self.by_address.lock().unwrap_or_else(|e| e.into_inner());
@@ -73,7 +74,7 @@ mod tests {
 
     #[test]
     fn an_address_is_stopped_after_its_refusals_and_others_are_not() {
-        let throttle = SignInThrottle::default();
+        let throttle = RefusedTokens::default();
         let (guesser, other): (IpAddr, IpAddr) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
         assert_eq!(throttle.refused(guesser), (LogLine::First, 0));
         for _ in 1..MAX_REFUSED {
