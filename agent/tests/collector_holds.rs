@@ -443,3 +443,50 @@ async fn markers_are_bounded_per_token_and_shown_as_written() {
     assert_eq!(stored, 60);
     assert_eq!(last, Code::ResourceExhausted);
 }
+
+/// Digests an agent made large (60 KB texts and samples) cannot make a
+/// reader's Top answer gigabytes: the answer holds what fits its budget,
+/// in rank order, and counts the rest, on `/api/`, the page and the CLI;
+/// comparisons and tables read the same digests with their texts cut.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_top_answer_is_bounded_before_it_is_built() {
+    let collector = Collector::start(&[]);
+    let mut agent = ingest_client(&plain(&collector.http_url())).await;
+    const DIGESTS: usize = 400;
+    let text = |n: usize| format!("SELECT ? FROM `t{n}` WHERE `c` IN ({})", "?, ".repeat(20_000));
+    for part in 0..8 {
+        let digests = (part * 50..part * 50 + 50).map(|n| digest(&text(n), &[1_000_000 * (n as u64 + 1)])).collect();
+        let w = window("big:3306", 1, now_ms() - 60_000 + part as i64, digests);
+        push(&mut agent, batch("big", part as u64 + 1, vec![w])).await.expect("a push of 50 large digests");
+    }
+    let (code, body) = http("127.0.0.1", &collector.ui, "/api/top?since=all&limit=10000", None, None);
+    assert_eq!(code, 200, "{}", &body[..body.len().min(500)]);
+    let answer: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let answered = answer["digests"].as_array().unwrap().len();
+    let left_out = answer["left_out"].as_u64().unwrap();
+    assert_eq!(answered + left_out as usize, DIGESTS, "every digest answered or counted");
+    assert!(left_out > 0 && answered > 50, "{answered} answered, {left_out} left out");
+    assert!(body.len() < 64 << 20, "{} MiB", body.len() >> 20);
+    // In rank order: the slowest (last pushed) first, none skipped.
+    let first_texts: Vec<&str> =
+        answer["digests"].as_array().unwrap().iter().map(|d| d["digest_text"].as_str().unwrap_or_default()).collect();
+    for (rank, shown) in first_texts.iter().enumerate() {
+        assert!(shown.starts_with(&format!("SELECT ? FROM `t{}`", DIGESTS - 1 - rank)), "rank {rank}");
+    }
+    let (code, page) = http("127.0.0.1", &collector.ui, "/top?since=all&limit=500", None, None);
+    assert_eq!(code, 200);
+    assert!(page.contains("more digests were left out"), "the page says so");
+    let cli = top_answer(&collector.http_url(), &["--limit", "10000"]);
+    assert_eq!(cli["left_out"].as_u64(), Some(left_out), "the CLI's JSON says so");
+    // A comparison reads every digest of both ranges lean: texts cut to
+    // 4 KiB.
+    let (code, diff) = http("127.0.0.1", &collector.ui, "/api/diff?since=1h&limit=10000", None, None);
+    assert_eq!(code, 200, "{}", &diff[..diff.len().min(500)]);
+    let diff: serde_json::Value = serde_json::from_str(&diff).unwrap();
+    let rows = diff["digests"].as_array().unwrap();
+    assert_eq!(rows.len(), DIGESTS, "every digest compared");
+    for row in rows {
+        let shown = row["digest_text"].as_str().unwrap();
+        assert!(shown.len() <= 4096 && shown.ends_with('…'), "{} bytes", shown.len());
+    }
+}

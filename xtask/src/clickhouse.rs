@@ -52,6 +52,10 @@ enum Order {
 }
 
 static SHARED: OnceLock<Result<PrivateClickHouse, String>> = OnceLock::new();
+/// How long a started server (or ZooKeeper) may take to answer: seconds
+/// when idle, much longer when every test of a run starts its servers at
+/// once on two cores.
+pub(crate) const READY_WITHIN: Duration = Duration::from_secs(120);
 static DATABASES: AtomicU32 = AtomicU32::new(0);
 
 impl PrivateClickHouse {
@@ -138,11 +142,12 @@ impl PrivateClickHouse {
             if self.sql("SELECT 1").is_ok_and(|out| out.trim() == "1") {
                 return Ok(());
             }
-            if started.elapsed() > Duration::from_secs(60) {
+            if started.elapsed() > READY_WITHIN {
                 let dir = self.dir.clone().unwrap_or_default();
                 let log = fs::read_to_string(dir.join("log/clickhouse-server.err.log")).unwrap_or_default();
                 bail!(
-                    "clickhouse-server did not answer within 60 s: {}",
+                    "clickhouse-server on {} did not answer within {READY_WITHIN:?}: {}",
+                    self.host_port,
                     log.lines().rev().take(20).collect::<Vec<_>>().join("\n")
                 );
             }
@@ -165,10 +170,12 @@ impl PrivateClickHouse {
     fn launch(dir_name: &str) -> anyhow::Result<PrivateClickHouse> {
         remove_orphaned_dirs();
         let dir = std::env::temp_dir().join(dir_name);
-        let _ = fs::remove_dir_all(&dir);
-        let server = Self::prepare(&dir, Ports::free()?, None)?;
-        server.start()?;
-        Ok(server)
+        twice(dir_name, || {
+            let _ = fs::remove_dir_all(&dir);
+            let server = Self::prepare(&dir, Ports::free()?, None)?;
+            server.start()?;
+            Ok(server)
+        })
     }
 
     /// Writes a server's config under `dir` for `ports`, with `include`
@@ -361,6 +368,18 @@ impl Drop for PrivateClickHouse {
             }
         }
     }
+}
+
+/// `launch` again on fresh ports when it fails once: a port found free
+/// can be taken before the server binds it (the tests start servers and
+/// open connections in parallel), and a loaded machine can miss a
+/// readiness wait. The first failure is printed, so a flaky start shows
+/// in the test's output instead of passing silently.
+pub(crate) fn twice<T>(what: &str, mut launch: impl FnMut() -> anyhow::Result<T>) -> anyhow::Result<T> {
+    launch().or_else(|first| {
+        eprintln!("{what} did not start, trying once more on fresh ports: {first:#}");
+        launch().with_context(|| format!("the first attempt failed too: {first:#}"))
+    })
 }
 
 pub(crate) fn free_port() -> anyhow::Result<u16> {

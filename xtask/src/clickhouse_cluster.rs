@@ -33,9 +33,9 @@ pub struct ClickHouseCluster {
     pub nodes: Vec<PrivateClickHouse>,
     zookeeper: Runner,
     pub zookeeper_port: u16,
+    /// Removed on drop (the shared cluster is a static, never dropped:
+    /// its directory goes with the next run's orphan sweep).
     dir: PathBuf,
-    /// Removed on drop: only a private cluster's.
-    remove_dir: bool,
 }
 
 static SHARED: OnceLock<Result<ClickHouseCluster, String>> = OnceLock::new();
@@ -51,9 +51,7 @@ impl ClickHouseCluster {
     /// A cluster of the caller's own, whose nodes it may stop and start.
     pub fn private(name: &str) -> anyhow::Result<ClickHouseCluster> {
         let clean: String = name.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
-        let mut cluster = Self::launch(&clean)?;
-        cluster.remove_dir = true;
-        Ok(cluster)
+        Self::launch(&clean)
     }
 
     /// The node of `shard` and `replica` (both from 1).
@@ -120,6 +118,10 @@ impl ClickHouseCluster {
 
     fn launch(name: &str) -> anyhow::Result<ClickHouseCluster> {
         crate::clickhouse::remove_orphaned_dirs();
+        crate::clickhouse::twice(&format!("the ClickHouse cluster {name}"), || Self::launch_once(name))
+    }
+
+    fn launch_once(name: &str) -> anyhow::Result<ClickHouseCluster> {
         let n = CLUSTERS.fetch_add(1, Ordering::Relaxed);
         let dir = std::env::temp_dir().join(format!("sqlbee-clickhouse-{}-cluster-{name}-{n}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
@@ -134,7 +136,7 @@ impl ClickHouseCluster {
             let node_dir = dir.join(format!("s{shard}r{replica}"));
             nodes.push(PrivateClickHouse::prepare(&node_dir, *own, Some(&include))?);
         }
-        let cluster = ClickHouseCluster { nodes, zookeeper, zookeeper_port, dir, remove_dir: false };
+        let cluster = ClickHouseCluster { nodes, zookeeper, zookeeper_port, dir };
         for node in &cluster.nodes {
             node.start()?;
         }
@@ -205,10 +207,11 @@ fn wait_zookeeper(port: u16, dir: &Path) -> anyhow::Result<()> {
         if answer.is_ok_and(|a| a == "imok") {
             return Ok(());
         }
-        if started.elapsed() > Duration::from_secs(60) {
+        if started.elapsed() > crate::clickhouse::READY_WITHIN {
             let log = fs::read_to_string(dir.join("stderr.log")).unwrap_or_default();
             bail!(
-                "ZooKeeper did not answer within 60 s: {}",
+                "ZooKeeper did not answer within {:?}: {}",
+                crate::clickhouse::READY_WITHIN,
                 log.lines().rev().take(20).collect::<Vec<_>>().join("\n")
             );
         }
@@ -218,13 +221,11 @@ fn wait_zookeeper(port: u16, dir: &Path) -> anyhow::Result<()> {
 
 impl Drop for ClickHouseCluster {
     fn drop(&mut self) {
-        if self.remove_dir {
-            for node in &self.nodes {
-                let _ = node.stop();
-            }
-            let _ = self.zookeeper.stop();
-            let _ = fs::remove_dir_all(&self.dir);
+        for node in &self.nodes {
+            let _ = node.stop();
         }
+        let _ = self.zookeeper.stop();
+        let _ = fs::remove_dir_all(&self.dir);
     }
 }
 

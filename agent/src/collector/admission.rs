@@ -129,7 +129,7 @@ where
             return busy(format!("{}: {} requests in flight already; retry later", S::NAME, self.limit));
         };
         let response = self.inner.call(request.map(MinRate::new));
-        Box::pin(holding(permit, async move {
+        Box::pin(holding(vec![permit], async move {
             let _places = (place, token_place);
             response.await
         }))

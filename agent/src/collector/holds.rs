@@ -3,7 +3,7 @@
 //! constants, so the page cannot drift from the code).
 use std::fmt::Write as _;
 
-use super::{admission, annotate, detect::webhook, http, live, ownership, query_api, throttle};
+use super::{admission, annotate, detect::webhook, http, live, ownership, query_api, store::answer_budget, throttle};
 
 fn mib(bytes: usize) -> String {
     format!("{} MiB", bytes >> 20)
@@ -60,6 +60,21 @@ pub fn table() -> String {
             "when every place is taken; anything else is answered 503",
         ),
         ("Web UI answer left unread", secs(http::server::WRITE_STALL), "the connection is closed"),
+        (
+            "Web UI store calls at once",
+            http::UI_QUERIES_IN_FLIGHT.to_string(),
+            "one at a time per client address: a reader waits for its own previous call, not for others'",
+        ),
+        (
+            "Top answer",
+            format!("{} of digests", mib(answer_budget::TOP_ANSWER_BYTES)),
+            "counted encoded as each digest is built, in rank order; the rest counted in `left_out` (`/api/top`, `sqlbee top`, the Top page)",
+        ),
+        (
+            "Digest text in comparisons and tables",
+            format!("{} KiB", answer_budget::LEAN_TEXT_BYTES / 1024),
+            "cut with `…`: those reads hold every digest of two ranges",
+        ),
         ("Web UI request head, and an idle connection", secs(http::server::HEADER_TIMEOUT), ""),
         ("Web UI answer ready within", secs(http::server::REQUEST_DEADLINE), ""),
         ("Web UI connection, whole life", secs(http::server::CONNECTION_DEADLINE), ""),

@@ -16,15 +16,15 @@ use tonic::Status;
 use super::store::{StoreError, cancel::Cancel};
 
 tokio::task_local! {
-    /// The admission permit of the request being served, if it was given
-    /// one: a store call it starts keeps it until the call ends.
-    static HELD: Arc<OwnedSemaphorePermit>;
+    /// The admission permits of the request being served, if it was given
+    /// any: a store call it starts keeps them until the call ends.
+    static HELD: Arc<Vec<OwnedSemaphorePermit>>;
 }
 
-/// Runs `request` holding `permit` for it and for every store call it
+/// Runs `request` holding `permits` for it and for every store call it
 /// starts, however long those outlive it.
-pub async fn holding<F: Future>(permit: OwnedSemaphorePermit, request: F) -> F::Output {
-    HELD.scope(Arc::new(permit), request).await
+pub async fn holding<F: Future>(permits: Vec<OwnedSemaphorePermit>, request: F) -> F::Output {
+    HELD.scope(Arc::new(permits), request).await
 }
 
 /// A full store and an unavailable one are told apart for the operator;

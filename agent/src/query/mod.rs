@@ -478,6 +478,9 @@ pub fn top(args: TopArgs) -> Result<(), QueryError> {
         None => request,
     };
     let mut answer = call(&args.connect, "Top", |mut client| async move { client.top(request).await })?;
+    if answer.left_out > 0 {
+        eprintln!("{}", json::left_out_note(answer.left_out));
+    }
     let mut out = std::io::stdout().lock();
     let mut matched = Vec::new();
     if let Some(filter) = &filter {
@@ -506,6 +509,7 @@ pub fn top(args: TopArgs) -> Result<(), QueryError> {
                 &mut out,
                 &serde_json::json!({
                     "digests": digests,
+                    "left_out": answer.left_out,
                     "costs": json::costs_json(&answer.costs),
                     "quotas": json::quotas_json(&answer.quotas),
                 }),

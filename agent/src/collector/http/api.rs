@@ -91,6 +91,7 @@ pub async fn answer(ui: &Ui, path: &str, params: &Params, now: i64) -> Option<Re
                     .await?;
                 json!({
                     "digests": shape::top_json(&answer.digests),
+                    "left_out": answer.left_out,
                     "costs": shape::costs_json(&answer.costs),
                     "quotas": shape::quotas_json(&answer.quotas),
                 })

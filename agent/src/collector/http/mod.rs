@@ -18,6 +18,7 @@ mod routes;
 pub(crate) mod server;
 mod session;
 mod svg;
+mod turns;
 
 use std::sync::Arc;
 
@@ -75,6 +76,8 @@ pub struct Ui {
     /// Served over TLS: cookies get `Secure`.
     secure: bool,
     gate: Arc<Semaphore>,
+    /// One place at a time per reader.
+    turns: turns::Turns,
     /// Host names answered besides IP addresses and `localhost`.
     hosts: Vec<String>,
 }
@@ -88,6 +91,7 @@ impl Ui {
             sessions: session::Sessions::new(auth),
             secure,
             gate: Arc::new(Semaphore::new(UI_QUERIES_IN_FLIGHT)),
+            turns: turns::Turns::default(),
             hosts: Vec::new(),
         }
     }
@@ -128,11 +132,14 @@ impl Ui {
     where
         F: Future<Output = Result<tonic::Response<T>, Status>>,
     {
+        // The reader's turn first, then a place: a reader waiting for its
+        // own previous call holds no place another reader could use.
+        let turn = self.turns.take().await;
         let permit =
             self.gate.clone().acquire_owned().await.map_err(|_| Status::unavailable("the collector is stopping"))?;
-        // The place is given back when the store work ends, not when the
-        // page is given up: an abandoned page cannot pile up store calls.
-        query_api::holding(permit, call).await.map(tonic::Response::into_inner)
+        // Both are given back when the store work ends, not when the page
+        // is given up: an abandoned page cannot pile up store calls.
+        query_api::holding(turn.into_iter().chain([permit]).collect(), call).await.map(tonic::Response::into_inner)
     }
 
     async fn top(&self, request: TopRequest) -> Result<TopResponse, Status> {

@@ -197,35 +197,31 @@ pub async fn respond(ui: Shared, request: Request<Incoming>, peer: std::net::IpA
     if method != Method::GET {
         return answer(StatusCode::METHOD_NOT_ALLOWED, "text/plain; charset=utf-8", "only GET here\n".into());
     }
+    super::turns::as_reader(peer, read(&ui, &path, &params)).await
+}
 
+/// A page or an `/api/` answer, for a reader already admitted.
+async fn read(ui: &Shared, path: &str, params: &Params) -> Answer {
     let now = now_unix_ms();
-    if api {
-        return match api::answer(&ui, &path, &params, now).await {
+    if path.starts_with("/api/") {
+        return match api::answer(ui, path, params, now).await {
             Some(Ok(value)) => json(StatusCode::OK, &value),
             Some(Err(error)) => json(error.status(), &serde_json::json!({"error": error.to_string()})),
             None => json(StatusCode::NOT_FOUND, &serde_json::json!({"error": format!("no endpoint {path}")})),
         };
     }
     let signed_in = ui.sessions.required();
-    let view = match View::from(&params, now) {
+    let view = match View::from(params, now) {
         Ok(view) => view,
-        Err(bad) => return error_page(&path, signed_in, &PageError::Bad(bad)),
+        Err(bad) => return error_page(path, signed_in, &PageError::Bad(bad)),
     };
-    match pages::render(&ui, &path, &view, &params, now, signed_in).await {
+    match pages::render(ui, path, &view, params, now, signed_in).await {
         Some(Ok(body)) => html_page(StatusCode::OK, body),
-        Some(Err(error)) => error_page(&path, signed_in, &error),
+        Some(Err(error)) => error_page(path, signed_in, &error),
         None => html_page(
             StatusCode::NOT_FOUND,
             html::page(
-                &Header {
-                    title: "Not found",
-                    nav: Nav::Fleet,
-                    path: &path,
-                    view: None,
-                    instances: &[],
-                    keep: &[],
-                    signed_in,
-                },
+                &Header { title: "Not found", nav: Nav::Fleet, path, view: None, instances: &[], keep: &[], signed_in },
                 &html::notice(&format!("There is no page at {path}.")),
             ),
         ),

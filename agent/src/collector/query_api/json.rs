@@ -18,6 +18,14 @@ fn time(ms: i64) -> String {
     clock::rfc3339(clock::from_unix_ms(ms))
 }
 
+/// What a Top answer that was full says about the digests it left out.
+pub fn left_out_note(left_out: u64) -> String {
+    format!(
+        "{left_out} more digests were left out: the answer was full (16 MiB of digests); ask for fewer, a shorter \
+         range or one instance"
+    )
+}
+
 pub fn top_json(digests: &[TopDigest]) -> Value {
     Value::Array(
         digests

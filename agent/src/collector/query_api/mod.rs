@@ -23,8 +23,8 @@ use crate::collector::{
     live::LiveActivity,
     quota::Quotas,
     store::{
-        AnnotationsQuery, EventsQuery, HostsQuery, LocksQuery, PlansQuery, SeriesOf, SeriesQuery, Store, TopQuery,
-        TotalsQuery, rollup,
+        AnnotationsQuery, EventsQuery, HostsQuery, LocksQuery, PlansQuery, SeriesOf, SeriesQuery, Store, TopPage,
+        TopQuery, TotalsQuery, rollup,
     },
     store_task::blocking,
 };
@@ -257,16 +257,15 @@ impl Query for QueryService {
             since_unix_ms: query.since_unix_ms,
             until_unix_ms: query.until_unix_ms,
         };
-        let digests = blocking({
+        let TopPage { mut digests, left_out } = blocking({
             let store = store.clone();
-            move || store.top(&query)
+            move || store.top_page(&query)
         })
         .await?;
-        let mut digests = digests;
         // Histograms are for the collector's own comparisons (Diff).
         digests.iter_mut().for_each(|d| d.histogram = None);
         let costs = blocking(move || store.costs(&costs_query)).await?;
-        Ok(Response::new(TopResponse { digests, costs, quotas: self.quotas.report(now_unix_ms()) }))
+        Ok(Response::new(TopResponse { digests, costs, quotas: self.quotas.report(now_unix_ms()), left_out }))
     }
 
     async fn diff(&self, request: Request<DiffRequest>) -> Result<Response<DiffResponse>, Status> {
@@ -437,7 +436,8 @@ impl Query for QueryService {
         };
         let store = self.store.clone();
         let answer = blocking(move || {
-            let rows = store.top(&query)?;
+            // Counts, time and rows examined are all a table needs.
+            let rows = store.top_lean(&query)?;
             let mut digests: Vec<u64> = rows.iter().map(|r| r.digest).collect();
             digests.sort_unstable();
             digests.dedup();

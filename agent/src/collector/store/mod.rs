@@ -3,6 +3,7 @@
 //! receives batches that `validate` accepted; it must store each
 //! (agent_id, sequence) at most once and must never decide what is valid.
 //! Calls block: the services run them on tokio's blocking pool.
+pub mod answer_budget;
 pub mod blob;
 pub mod cancel;
 pub mod clickhouse;
@@ -20,6 +21,7 @@ use sqlbee_proto::v1::{
     LongStatementRow, PlansResponse, SeriesPoint, TopDigest, TotalsResponse,
 };
 
+pub use answer_budget::TopPage;
 pub use sqlite::SqliteStore;
 
 /// How the digests of `Top` are ranked (all descending).
@@ -416,17 +418,21 @@ pub trait Store: Send + Sync {
     /// for last-seen and retention. Takes the batch whole, so a store that
     /// queues it (ClickHouse's group commit) need not copy it.
     fn ingest(&self, batch: Batch, received_unix_ms: i64, content_hash: u64) -> Result<IngestOutcome, StoreError>;
-    fn top(&self, query: &TopQuery) -> Result<Vec<TopDigest>, StoreError>;
+    /// The top digests of `query`, as many of its `limit` as fit
+    /// `answer_budget::TOP_ANSWER_BYTES`; the rest are counted.
+    fn top_page(&self, query: &TopQuery) -> Result<TopPage, StoreError>;
+    fn top(&self, query: &TopQuery) -> Result<Vec<TopDigest>, StoreError> {
+        Ok(self.top_page(query)?.digests)
+    }
     /// `top` with only what comparing two ranges needs (`diff` and
     /// detection read every digest of both): counts, sums, min and max,
     /// the histogram and its percentiles, instances, the digest text, and
     /// of the figures rows examined and CPU, each as `top` gives it.
     /// Accounts, clients, tags, exemplars, samples, waits, error codes and
     /// the other figures are left empty, which spares reading and decoding
-    /// them.
-    fn top_lean(&self, query: &TopQuery) -> Result<Vec<TopDigest>, StoreError> {
-        self.top(query)
-    }
+    /// them; texts are cut to `answer_budget::LEAN_TEXT_BYTES`. Every
+    /// digest of the cut is answered (a comparison needs them all).
+    fn top_lean(&self, query: &TopQuery) -> Result<Vec<TopDigest>, StoreError>;
     /// Every agent/instance pair, each with its newest window's cost.
     fn instances(&self) -> Result<Vec<InstanceInfo>, StoreError>;
     /// What watching cost per agent over the windows `query` covers.

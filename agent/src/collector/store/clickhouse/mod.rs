@@ -74,7 +74,7 @@ use sqlbee_proto::v1::{
 
 use super::{
     AnnotationsQuery, DigestTables, EventsQuery, HostsQuery, IngestOutcome, LocksQuery, PlansQuery, PruneCutoffs,
-    PruneOutcome, SeriesQuery, Store, StoreError, TopQuery, TotalsQuery,
+    PruneOutcome, SeriesQuery, Store, StoreError, TopPage, TopQuery, TotalsQuery,
 };
 pub use cluster::shard_of;
 pub use schema::SCHEMA_VERSION;
@@ -359,12 +359,12 @@ impl Store for ClickHouseStore {
         shard.groups.ingest(&shard.db, batch, received_unix_ms, content_hash)
     }
 
-    fn top(&self, query: &TopQuery) -> Result<Vec<TopDigest>, StoreError> {
+    fn top_page(&self, query: &TopQuery) -> Result<TopPage, StoreError> {
         read::top(&self.db, query, false)
     }
 
     fn top_lean(&self, query: &TopQuery) -> Result<Vec<TopDigest>, StoreError> {
-        read::top(&self.db, query, true)
+        Ok(read::top(&self.db, query, true)?.digests)
     }
 
     fn instances(&self) -> Result<Vec<InstanceInfo>, StoreError> {

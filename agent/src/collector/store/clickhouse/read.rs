@@ -17,7 +17,11 @@ use super::{
     rollups::{self, Table},
     winners,
 };
-use crate::collector::store::{LocksQuery, OrderBy, StoreError, TopQuery, TotalsQuery, blob, merge};
+use crate::collector::store::{
+    LocksQuery, OrderBy, StoreError, TopPage, TopQuery, TotalsQuery,
+    answer_budget::{AnswerBudget, lean_text},
+    blob, merge,
+};
 
 /// The top query's filters on digest rows (the range apart).
 pub(super) fn top_filters(query: &TopQuery) -> String {
@@ -34,7 +38,10 @@ pub(super) fn top_filters(query: &TopQuery) -> String {
 
 /// The top digests (`lean`: see `Store::top_lean`; ranking by waits reads
 /// them, so it is never lean).
-pub(super) fn top(db: &Client, query: &TopQuery, lean: bool) -> Result<Vec<TopDigest>, StoreError> {
+pub(super) fn top(db: &Client, query: &TopQuery, lean: bool) -> Result<TopPage, StoreError> {
+    // A comparison answers every digest of its cut, texts cut short; a
+    // full read as many as fit the answer.
+    let answer_all = lean;
     let lean = lean && query.order_by != OrderBy::Wait;
     let bad = malformed("top");
     let figure = match query.order_by {
@@ -88,14 +95,17 @@ pub(super) fn top(db: &Client, query: &TopQuery, lean: bool) -> Result<Vec<TopDi
     let ids: BTreeSet<u64> = ranked.iter().map(|(k, _)| k.digest).collect();
     let texts = texts(db, &ids)?;
     let mut messages = if lean { HashMap::new() } else { messages(db, &ids, query.instance.as_deref())? };
-    let mut out = Vec::with_capacity(ranked.len());
+    let qualified = ranked.len();
+    let mut page = TopPage { digests: Vec::with_capacity(qualified), left_out: 0 };
+    let mut budget = AnswerBudget::default();
     for (key, m) in ranked {
         let digest = key.digest;
         let t = &m.totals;
         let senders = m.senders.into_top();
-        out.push(TopDigest {
+        let text = texts.get(&digest).cloned().unwrap_or_default();
+        let row = TopDigest {
             digest,
-            digest_text: texts.get(&digest).cloned().unwrap_or_default(),
+            digest_text: if answer_all { lean_text(text) } else { text },
             schema: key.schema,
             nested: key.nested,
             program: key.program,
@@ -121,9 +131,15 @@ pub(super) fn top(db: &Client, query: &TopQuery, lean: bool) -> Result<Vec<TopDi
             tags: senders.tags,
             exemplars: senders.exemplars,
             histogram: Some(merge::wire_histogram(&m.histogram)),
-        });
+        };
+        if answer_all {
+            page.digests.push(row);
+        } else if !budget.take(&mut page, row) {
+            break;
+        }
     }
-    Ok(out)
+    page.left_out = (qualified - page.digests.len()) as u64;
+    Ok(page)
 }
 
 /// What a lean read takes after `DIGEST_COLUMNS`: rows examined and CPU,

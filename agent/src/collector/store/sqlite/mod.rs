@@ -39,7 +39,7 @@ use sqlbee_proto::v1::{
 
 use super::{
     AnnotationsQuery, DigestTables, EventsQuery, HostsQuery, IngestOutcome, LocksQuery, PlansQuery, PruneCutoffs,
-    PruneOutcome, SeriesQuery, Store, StoreError, TopQuery, TotalsQuery, cancel,
+    PruneOutcome, SeriesQuery, Store, StoreError, TopPage, TopQuery, TotalsQuery, cancel,
 };
 
 pub use schema::{Durability, SCHEMA_VERSION};
@@ -204,7 +204,7 @@ impl Store for SqliteStore {
         Ok(outcome)
     }
 
-    fn top(&self, query: &TopQuery) -> Result<Vec<TopDigest>, StoreError> {
+    fn top_page(&self, query: &TopQuery) -> Result<TopPage, StoreError> {
         let mut conn = self.read()?;
         // One read transaction: every step sees the same snapshot, so the
         // merged histograms add up to the counts of the first step.
@@ -215,7 +215,7 @@ impl Store for SqliteStore {
     fn top_lean(&self, query: &TopQuery) -> Result<Vec<TopDigest>, StoreError> {
         let mut conn = self.read()?;
         let tx = conn.transaction().map_err(|e| error("top", e))?;
-        read::top(&tx, query, true)
+        Ok(read::top(&tx, query, true)?.digests)
     }
 
     fn instances(&self) -> Result<Vec<InstanceInfo>, StoreError> {

@@ -9,7 +9,9 @@ use sqlbee_proto::v1::{CommandCount, InstanceInfo, LockWait, LockWaitRow, QueryS
 
 use super::{digest_rows, error, i, instance_filter, u};
 use crate::collector::store::{
-    LocksQuery, OrderBy, StoreError, TopQuery, TotalsQuery, blob,
+    LocksQuery, OrderBy, StoreError, TopPage, TopQuery, TotalsQuery,
+    answer_budget::{AnswerBudget, lean_text},
+    blob,
     merge::{self, DigestTotals, MergedErrors, MergedWaits},
     rollup,
     senders::MergedSenders,
@@ -86,7 +88,7 @@ fn filters(query: &TopQuery, first: usize) -> Filters {
 }
 
 /// The top digests (`lean`: see `Store::top_lean`).
-pub(super) fn top(tx: &rusqlite::Transaction<'_>, query: &TopQuery, lean: bool) -> Result<Vec<TopDigest>, StoreError> {
+pub(super) fn top(tx: &rusqlite::Transaction<'_>, query: &TopQuery, lean: bool) -> Result<TopPage, StoreError> {
     let err = |e| error("top", e);
     let spans = rollup::plan(query.since_unix_ms, query.until_unix_ms, None);
     // Step 1: scalar sums per (schema, digest), without reading any blob.
@@ -198,31 +200,15 @@ pub(super) fn top(tx: &rusqlite::Transaction<'_>, query: &TopQuery, lean: bool) 
     });
     ranked.truncate(query.limit);
     if lean {
-        return lean_details(tx, query, &spans, ranked, histograms, &names);
+        let digests = lean_details(tx, query, &spans, ranked, histograms, &names)?;
+        return Ok(TopPage { digests, left_out: 0 });
     }
 
-    // Step 3: details of the digests that made the cut: one read per
-    // digest for a short list, one scan of the range for a long one (a
-    // diff asks for every digest, where thousands of reads cost seconds).
-    let mut scanned: HashMap<RowKey, Details> = HashMap::new();
-    if ranked.len() > DETAILS_BY_SCAN {
-        for (key, _) in &ranked {
-            scanned.insert(key.clone(), Details::default());
-        }
-        let columns = format!("histogram, error_codes, waits, figures, accounts, sample, sample_end, {KEY_COLUMNS}");
-        let mut stmt = scan(tx, query, &spans, &columns, "").map_err(err)?;
-        let mut rows = stmt.raw_query();
-        while let Some(row) = rows.next().map_err(err)? {
-            let key = row_key(row, 7).map_err(err)?;
-            let Some(details) = scanned.get_mut(&key) else { continue };
-            details.add(row, !histograms.contains_key(&key))?;
-            let sample = row.get_ref(5).map_err(err)?.as_str().map_err(|e| err(e.into()))?;
-            let end: i64 = row.get(6).map_err(err)?;
-            if !sample.is_empty() && details.sample.as_ref().is_none_or(|(newest, _)| end > *newest) {
-                details.sample = Some((end, sample.to_string()));
-            }
-        }
-    }
+    // Step 3: details of the digests that made the cut, in rank order and
+    // by chunks, until the answer is full: one read per digest for a short
+    // chunk, one scan of the range for a long one (thousands of reads cost
+    // seconds). A chunk is sized from the rows answered so far, so what
+    // is read but not answered stays near the budget.
     let mut text_stmt = tx.prepare_cached("SELECT text FROM digest_texts WHERE digest = ?1").map_err(err)?;
     let mut blobs_stmt = tx.prepare(&by_row_sql).map_err(err)?;
     let mut sample_stmt = tx.prepare(&sample_sql).map_err(err)?;
@@ -234,61 +220,92 @@ pub(super) fn top(tx: &rusqlite::Transaction<'_>, query: &TopQuery, lean: bool) 
              ORDER BY last_seen",
         )
         .map_err(err)?;
-    let mut out = Vec::with_capacity(ranked.len());
-    for (key, m) in ranked {
-        let digest = key.digest;
-        let preloaded = histograms.remove(&key);
-        let (details, sample) = match scanned.remove(&key) {
-            Some(mut details) => {
-                let sample = details.sample.take().map(|(_, text)| text).unwrap_or_default();
-                (details, sample)
+    let qualified = ranked.len();
+    let mut page = TopPage { digests: Vec::with_capacity(qualified.min(DETAILS_CHUNK)), left_out: 0 };
+    let mut budget = AnswerBudget::default();
+    let mut ranked = ranked.into_iter().peekable();
+    'chunks: while ranked.peek().is_some() {
+        let chunk_len = budget.more_rows_fitting(page.digests.len()).map_or(FIRST_CHUNK, |n| n.clamp(1, DETAILS_CHUNK));
+        let chunk: Vec<(RowKey, Merging)> = ranked.by_ref().take(chunk_len).collect();
+        let mut scanned: HashMap<RowKey, Details> = HashMap::new();
+        if chunk.len() > DETAILS_BY_SCAN {
+            for (key, _) in &chunk {
+                scanned.insert(key.clone(), Details::default());
             }
-            None => {
-                let mut details = Details::default();
-                bind(&mut blobs_stmt, &key).map_err(err)?;
-                let mut rows = blobs_stmt.raw_query();
-                while let Some(row) = rows.next().map_err(err)? {
-                    details.add(row, preloaded.is_none())?;
+            let columns =
+                format!("histogram, error_codes, waits, figures, accounts, sample, sample_end, {KEY_COLUMNS}");
+            let mut stmt = scan(tx, query, &spans, &columns, "").map_err(err)?;
+            let mut rows = stmt.raw_query();
+            while let Some(row) = rows.next().map_err(err)? {
+                let key = row_key(row, 7).map_err(err)?;
+                let Some(details) = scanned.get_mut(&key) else { continue };
+                details.add(row, !histograms.contains_key(&key))?;
+                let sample = row.get_ref(5).map_err(err)?.as_str().map_err(|e| err(e.into()))?;
+                let end: i64 = row.get(6).map_err(err)?;
+                if !sample.is_empty() && details.sample.as_ref().is_none_or(|(newest, _)| end > *newest) {
+                    details.sample = Some((end, sample.to_string()));
                 }
-                drop(rows);
-                bind(&mut sample_stmt, &key).map_err(err)?;
-                let sample: String = match sample_stmt.raw_query().next().map_err(err)? {
-                    Some(row) => row.get(0).map_err(err)?,
-                    None => String::new(),
-                };
-                (details, sample)
-            }
-        };
-        let Details { histogram, waits, errors, stats, senders, .. } = details;
-        let histogram = preloaded.unwrap_or(histogram);
-        let digest_text: String =
-            text_stmt.query_row([i(digest)], |r| r.get(0)).optional().map_err(err)?.unwrap_or_default();
-        let mut messages: HashMap<u32, String> = HashMap::new();
-        if !errors.is_empty() {
-            let rows = messages_stmt
-                .query_map(rusqlite::params![i(digest), query.instance], |r| {
-                    Ok((r.get::<_, u32>(0)?, r.get::<_, String>(1)?))
-                })
-                .map_err(err)?;
-            for row in rows {
-                let (code, message) = row.map_err(err)?;
-                messages.insert(code, message);
             }
         }
-        let senders = senders.into_top();
-        out.push(TopDigest {
-            sample,
-            waits: waits.into_stats(),
-            error_codes: errors.into_counts(|code| messages.remove(&code).unwrap_or_default()),
-            stats: Some(stats),
-            accounts: senders.accounts,
-            clients: senders.clients,
-            tags: senders.tags,
-            exemplars: senders.exemplars,
-            ..merged_digest(key, digest_text, &m, &histogram, &names)
-        });
+        for (key, m) in chunk {
+            let digest = key.digest;
+            let preloaded = histograms.remove(&key);
+            let (details, sample) = match scanned.remove(&key) {
+                Some(mut details) => {
+                    let sample = details.sample.take().map(|(_, text)| text).unwrap_or_default();
+                    (details, sample)
+                }
+                None => {
+                    let mut details = Details::default();
+                    bind(&mut blobs_stmt, &key).map_err(err)?;
+                    let mut rows = blobs_stmt.raw_query();
+                    while let Some(row) = rows.next().map_err(err)? {
+                        details.add(row, preloaded.is_none())?;
+                    }
+                    drop(rows);
+                    bind(&mut sample_stmt, &key).map_err(err)?;
+                    let sample: String = match sample_stmt.raw_query().next().map_err(err)? {
+                        Some(row) => row.get(0).map_err(err)?,
+                        None => String::new(),
+                    };
+                    (details, sample)
+                }
+            };
+            let Details { histogram, waits, errors, stats, senders, .. } = details;
+            let histogram = preloaded.unwrap_or(histogram);
+            let digest_text: String =
+                text_stmt.query_row([i(digest)], |r| r.get(0)).optional().map_err(err)?.unwrap_or_default();
+            let mut messages: HashMap<u32, String> = HashMap::new();
+            if !errors.is_empty() {
+                let rows = messages_stmt
+                    .query_map(rusqlite::params![i(digest), query.instance], |r| {
+                        Ok((r.get::<_, u32>(0)?, r.get::<_, String>(1)?))
+                    })
+                    .map_err(err)?;
+                for row in rows {
+                    let (code, message) = row.map_err(err)?;
+                    messages.insert(code, message);
+                }
+            }
+            let senders = senders.into_top();
+            let row = TopDigest {
+                sample,
+                waits: waits.into_stats(),
+                error_codes: errors.into_counts(|code| messages.remove(&code).unwrap_or_default()),
+                stats: Some(stats),
+                accounts: senders.accounts,
+                clients: senders.clients,
+                tags: senders.tags,
+                exemplars: senders.exemplars,
+                ..merged_digest(key, digest_text, &m, &histogram, &names)
+            };
+            if !budget.take(&mut page, row) {
+                break 'chunks;
+            }
+        }
     }
-    Ok(out)
+    page.left_out = (qualified - page.digests.len()) as u64;
+    Ok(page)
 }
 
 /// Step 3 of a lean `top`: of the digests that made the cut, only their
@@ -333,7 +350,7 @@ fn lean_details(
         let histogram = histograms.remove(&key).unwrap_or(scanned);
         let digest_text: String =
             text_stmt.query_row([i(key.digest)], |r| r.get(0)).optional().map_err(err)?.unwrap_or_default();
-        out.push(TopDigest { stats: Some(stats), ..merged_digest(key, digest_text, &m, &histogram, names) });
+        out.push(TopDigest { stats: Some(stats), ..merged_digest(key, lean_text(digest_text), &m, &histogram, names) });
     }
     Ok(out)
 }
@@ -369,6 +386,11 @@ fn merged_digest(key: RowKey, digest_text: String, m: &Merging, histogram: &Hist
 /// A cut this long has its details read in one scan of the range rather
 /// than one read per digest.
 pub(super) const DETAILS_BY_SCAN: usize = 64;
+/// Most digests whose details are read at once (their senders are held
+/// until each is answered), and the first read's, before any row's size
+/// is known.
+const DETAILS_CHUNK: usize = 1_000;
+const FIRST_CHUNK: usize = 250;
 
 /// What a digest's rows add up to beyond the scalar sums.
 #[derive(Default)]
