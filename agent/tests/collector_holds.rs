@@ -14,8 +14,8 @@ use std::{
 use common::collector::*;
 use sqlbee::client::ClientOptions;
 use sqlbee_proto::v1::{
-    ActivityReport, AgentIdentity, AnnotateRequest, InstanceActivity, LiveConnection, LongStatement, Plan,
-    ServerInstance, annotate_client::AnnotateClient,
+    ActivityReport, AgentIdentity, AnnotateRequest, Blocker, InstanceActivity, LiveConnection, LockWait, LocksRequest,
+    LongStatement, Plan, ServerInstance, annotate_client::AnnotateClient,
 };
 use tonic::Code;
 
@@ -489,4 +489,61 @@ async fn a_top_answer_is_bounded_before_it_is_built() {
         let shown = row["digest_text"].as_str().unwrap();
         assert!(shown.len() <= 4096 && shown.ends_with('…'), "{} bytes", shown.len());
     }
+}
+
+/// Lock waits an agent made large (60 KB texts and samples: 160 of them
+/// are 19 MB) are answered newest first until the answer is full, and the
+/// rest are counted: on the page, the CLI and the gRPC answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_wait_answer_is_bounded_before_it_is_built() {
+    let collector = Collector::start(&[]);
+    let mut agent = ingest_client(&plain(&collector.http_url())).await;
+    const WAITS: usize = 160;
+    let filler = |n: usize| format!("SELECT ? FROM `t{n}` WHERE `c` IN ({})", "?, ".repeat(20_000));
+    let now = now_ms();
+    for part in 0..4 {
+        let mut w = window("locked:3306", 1, now - 60_000 + part, vec![digest("SELECT ?", &[1_000])]);
+        w.lock_waits = (0..WAITS / 4)
+            .map(|n| {
+                let text = filler(part as usize * 100 + n);
+                LockWait {
+                    start_unix_ms: w.window_end_unix_ms - 5_000 + n as i64,
+                    duration_ns: 120_000_000,
+                    class: "row_lock".into(),
+                    connection_id: n as u64,
+                    digest: id_of(&text),
+                    sample: text.replace('?', "1"),
+                    digest_text: text,
+                    blocker_kind: "candidates".into(),
+                    blockers: (0..2)
+                        .map(|b| Blocker {
+                            connection_id: 1_000 + b,
+                            statements: vec![format!("UPDATE `t` SET `c` = ? WHERE `id` = {b}"); 8],
+                            ..Default::default()
+                        })
+                        .collect(),
+                }
+            })
+            .collect();
+        push(&mut agent, batch("locked", part as u64 + 1, vec![w])).await.expect("a push of 40 large lock waits");
+    }
+    let answer = query_client(&plain(&collector.http_url()))
+        .await
+        .max_decoding_message_size(64 << 20)
+        .locks(LocksRequest { since_unix_ms: 0, limit: 10_000, ..Default::default() })
+        .await
+        .unwrap()
+        .into_inner();
+    let answered = answer.waits.len();
+    assert_eq!(answered + answer.left_out as usize, WAITS, "every wait answered or counted");
+    assert!(answer.left_out > 0 && answered > 1, "{answered} answered, {} left out", answer.left_out);
+    let newest = answer.waits.iter().map(|r| r.wait.as_ref().unwrap().start_unix_ms).collect::<Vec<_>>();
+    assert!(newest.windows(2).all(|p| p[0] >= p[1]), "newest first, the oldest left out");
+    let (code, page) = http("127.0.0.1", &collector.ui, "/locks?since=all", None, None);
+    assert_eq!(code, 200);
+    assert!(page.contains("more lock waits were left out"), "the page says so");
+    let cli = sqlbee_query(&["locks", "--collector", &collector.http_url(), "--since", "all", "--limit", "1000"]);
+    assert!(cli.status.success());
+    let said = String::from_utf8_lossy(&cli.stderr);
+    assert!(said.contains(&format!("{} more lock waits were left out", answer.left_out)), "{said}");
 }

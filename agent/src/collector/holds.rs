@@ -3,7 +3,9 @@
 //! constants, so the page cannot drift from the code).
 use std::fmt::Write as _;
 
-use super::{admission, annotate, detect::webhook, http, live, ownership, query_api, store::answer_budget, throttle};
+use super::{
+    admission, annotate, detect, detect::webhook, http, live, ownership, query_api, store::answer_budget, throttle,
+};
 
 fn mib(bytes: usize) -> String {
     format!("{} MiB", bytes >> 20)
@@ -66,9 +68,9 @@ pub fn table() -> String {
             "one at a time per client address: a reader waits for its own previous call, not for others'",
         ),
         (
-            "Top answer",
-            format!("{} of digests", mib(answer_budget::TOP_ANSWER_BYTES)),
-            "counted encoded as each digest is built, in rank order; the rest counted in `left_out` (`/api/top`, `sqlbee top`, the Top page)",
+            "Top, lock waits and long statements answers",
+            mib(answer_budget::ANSWER_BYTES),
+            "counted encoded as each row is built, in order (rank, newest first); the rest counted in `left_out` (gRPC, `/api/top`, the CLI's stderr, the pages)",
         ),
         (
             "Digest text in comparisons and tables",
@@ -97,6 +99,11 @@ pub fn table() -> String {
             "Markers per token",
             format!("{} an hour", annotate::MAX_PER_HOUR),
             "without control or direction-changing characters",
+        ),
+        (
+            "Instances judged per detection round",
+            detect::MAX_JUDGED.to_string(),
+            "a larger fleet in turns: each round the next slice of the sorted names, the same on every collector",
         ),
         ("Webhook events waiting, one instance", webhook::PER_INSTANCE.to_string(), "instances take turns"),
         (

@@ -479,7 +479,7 @@ pub fn top(args: TopArgs) -> Result<(), QueryError> {
     };
     let mut answer = call(&args.connect, "Top", |mut client| async move { client.top(request).await })?;
     if answer.left_out > 0 {
-        eprintln!("{}", json::left_out_note(answer.left_out));
+        eprintln!("{}", json::left_out_note(answer.left_out, "digests"));
     }
     let mut out = std::io::stdout().lock();
     let mut matched = Vec::new();
@@ -679,7 +679,11 @@ pub fn locks(args: LocksArgs) -> Result<(), QueryError> {
         since_unix_ms: since_unix_ms(&args.since)?,
         limit: args.limit,
     };
-    let waits = call(&args.connect, "Locks", |mut client| async move { client.locks(request).await })?.waits;
+    let answer = call(&args.connect, "Locks", |mut client| async move { client.locks(request).await })?;
+    if answer.left_out > 0 {
+        eprintln!("{}", json::left_out_note(answer.left_out, "lock waits"));
+    }
+    let waits = answer.waits;
     let mut out = std::io::stdout().lock();
     match args.format {
         Format::Json => render::write_json(&mut out, &json::locks_json(&waits)),
@@ -733,6 +737,9 @@ pub fn long(args: LongArgs) -> Result<(), QueryError> {
     };
     let answer =
         call(&args.connect, "LongStatements", |mut client| async move { client.long_statements(request).await })?;
+    if answer.left_out > 0 {
+        eprintln!("{}", json::left_out_note(answer.left_out, "statements"));
+    }
     let mut out = std::io::stdout().lock();
     match args.format {
         Format::Json => render::write_json(&mut out, &json::long_statements_json(&answer.statements)),

@@ -33,6 +33,12 @@ use super::{
 const MAX_DIGESTS: usize = 10_000;
 /// Open events read per round.
 const MAX_OPEN: usize = 10_000;
+/// Instances judged per round. A larger fleet is judged in turns: round
+/// `n` judges slice `n` mod the number of slices of the sorted names, the
+/// same slice on every collector of a store, so a round's cost stays
+/// bounded however many instances agents report (each instance is read
+/// two or three times a round).
+pub const MAX_JUDGED: usize = 500;
 
 #[derive(Clone, Copy, Debug)]
 pub struct Settings {
@@ -95,9 +101,10 @@ pub async fn run(store: Arc<dyn Store>, settings: Settings, open: Arc<OpenEvents
         use std::sync::atomic::Ordering::Relaxed;
         open.rounds.fetch_add(1, Relaxed);
         match outcome {
-            Ok(Ok(Outcome { written, open_counts: counts, instances })) => {
+            Ok(Ok(Outcome { written, open_counts: counts, instances, waiting })) => {
                 tracing::info!(
                     instances,
+                    waiting,
                     events_written = written.len(),
                     elapsed_ms = started.elapsed().as_millis() as u64,
                     "detection round"
@@ -159,8 +166,11 @@ pub struct Outcome {
     pub written: Vec<Event>,
     /// Open events by (kind, instance) after the round.
     pub open_counts: BTreeMap<(String, String), u64>,
-    /// Instances judged (those with a window in the recent range).
+    /// Instances judged (those with a window in the recent range, in
+    /// their turn).
     pub instances: usize,
+    /// Instances left for later rounds (see `MAX_JUDGED`).
+    pub waiting: usize,
 }
 
 /// One round at `at`.
@@ -179,6 +189,7 @@ pub fn round(store: &dyn Store, settings: &Settings, at: i64) -> Result<Outcome,
         .collect();
     instances.sort();
     instances.dedup();
+    let waiting = judged_in_turn(&mut instances, at, ms(settings.every));
     let mut written = Vec::new();
     for instance in &instances {
         let after = top(store, instance, recent, None)?;
@@ -246,7 +257,22 @@ pub fn round(store: &dyn Store, settings: &Settings, at: i64) -> Result<Outcome,
     for e in open_events(store)? {
         *counts.entry((e.kind, e.instance)).or_insert(0) += 1;
     }
-    Ok(Outcome { written, open_counts: counts, instances: instances.len() })
+    Ok(Outcome { written, open_counts: counts, instances: instances.len(), waiting })
+}
+
+/// Keeps of `sorted` the slice of at most `MAX_JUDGED` whose turn the round
+/// at `at` is (rounds `every` apart); how many others wait for theirs.
+fn judged_in_turn(sorted: &mut Vec<String>, at: i64, every: i64) -> usize {
+    let total = sorted.len();
+    if total <= MAX_JUDGED {
+        return 0;
+    }
+    let slices = total.div_ceil(MAX_JUDGED);
+    let turn = (at.div_euclid(every.max(1)).rem_euclid(slices as i64)) as usize;
+    let start = turn * MAX_JUDGED;
+    sorted.truncate((start + MAX_JUDGED).min(total));
+    sorted.drain(..start);
+    total - sorted.len()
 }
 
 #[cfg(test)]
@@ -285,5 +311,24 @@ mod tests {
         assert!(outcome.written[0].closed_because.starts_with("no statement"), "{:?}", outcome.written[0]);
         assert!(outcome.open_counts.is_empty());
         std::fs::remove_dir_all(dir).ok();
+    }
+
+    #[test]
+    fn a_large_fleet_is_judged_in_turns_every_instance_once() {
+        let every = 300_000;
+        let names: Vec<String> = (0..MAX_JUDGED * 2 + 7).map(|n| format!("db-{n:05}:3306")).collect();
+        let mut seen = Vec::new();
+        for round in 0..3 {
+            let mut turn = names.clone();
+            let waiting = judged_in_turn(&mut turn, (1_000 + round) * every, every);
+            assert!(turn.len() <= MAX_JUDGED && !turn.is_empty());
+            assert_eq!(waiting + turn.len(), names.len());
+            seen.extend(turn);
+        }
+        seen.sort();
+        assert_eq!(seen, names, "three rounds judge each of the 1,007 once");
+        let mut small = names[..MAX_JUDGED].to_vec();
+        assert_eq!(judged_in_turn(&mut small, every, every), 0);
+        assert_eq!(small.len(), MAX_JUDGED, "a fleet that fits is judged whole every round");
     }
 }

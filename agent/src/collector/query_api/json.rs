@@ -18,11 +18,11 @@ fn time(ms: i64) -> String {
     clock::rfc3339(clock::from_unix_ms(ms))
 }
 
-/// What a Top answer that was full says about the digests it left out.
-pub fn left_out_note(left_out: u64) -> String {
+/// What an answer that was full says about the rows (`what`) it left out.
+pub fn left_out_note(left_out: u64, what: &str) -> String {
     format!(
-        "{left_out} more digests were left out: the answer was full (16 MiB of digests); ask for fewer, a shorter \
-         range or one instance"
+        "{left_out} more {what} were left out: the answer was full (16 MiB); ask for fewer, a shorter range or one \
+         instance"
     )
 }
 

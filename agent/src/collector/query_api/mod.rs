@@ -257,7 +257,7 @@ impl Query for QueryService {
             since_unix_ms: query.since_unix_ms,
             until_unix_ms: query.until_unix_ms,
         };
-        let TopPage { mut digests, left_out } = blocking({
+        let TopPage { rows: mut digests, left_out, .. } = blocking({
             let store = store.clone();
             move || store.top_page(&query)
         })
@@ -346,8 +346,8 @@ impl Query for QueryService {
     async fn locks(&self, request: Request<LocksRequest>) -> Result<Response<LocksResponse>, Status> {
         let query = locks_query(request.into_inner())?;
         let store = self.store.clone();
-        let waits = blocking(move || store.locks(&query)).await?;
-        Ok(Response::new(LocksResponse { waits }))
+        let page = blocking(move || store.locks_page(&query)).await?;
+        Ok(Response::new(LocksResponse { waits: page.rows, left_out: page.left_out }))
     }
 
     async fn long_statements(
@@ -361,8 +361,8 @@ impl Query for QueryService {
             limit: request.limit,
         })?;
         let store = self.store.clone();
-        let statements = blocking(move || store.long_statements(&query)).await?;
-        Ok(Response::new(LongStatementsResponse { statements }))
+        let page = blocking(move || store.long_statements_page(&query)).await?;
+        Ok(Response::new(LongStatementsResponse { statements: page.rows, left_out: page.left_out }))
     }
 
     async fn plans(&self, request: Request<PlansRequest>) -> Result<Response<PlansResponse>, Status> {

@@ -1,63 +1,74 @@
-//! How much one Top answer may hold, and the cut when it would hold more.
+//! How much one answer may hold, and the cut when it would hold more.
 //! Rows are counted by their encoded size as they are built, so a reader
-//! asking for 10,000 digests that agents made large (64 KiB texts, every
-//! sender list full) gets the first rows and a count of the rest instead
-//! of a gigabyte built, serialized and refused.
-use prost::Message as _;
+//! asking for 10,000 digests or lock waits that agents made large (64 KiB
+//! texts, every list full) gets the first rows and a count of the rest
+//! instead of a gigabyte built, serialized and refused.
+use prost::Message;
 use sqlbee_proto::v1::TopDigest;
 
-/// Encoded bytes of the digests one Top answer holds (its JSON is about
-/// twice that, below the 64 MiB an `/api/` or gRPC answer may be).
-pub const TOP_ANSWER_BYTES: usize = 16 * 1024 * 1024;
+/// Encoded bytes of the rows one answer holds (its JSON is about twice
+/// that, below the 64 MiB an `/api/` or gRPC answer may be).
+pub const ANSWER_BYTES: usize = 16 * 1024 * 1024;
 
 /// Digest texts in a lean read (comparisons, detection, tables) are cut
 /// to this many bytes: those reads hold every digest of a range at once,
 /// and a text is only shown there, never parsed.
 pub const LEAN_TEXT_BYTES: usize = 4 * 1024;
 
-/// Digests that made a Top cut, and how many of them were left out for the
-/// answer's size.
-#[derive(Debug, Default)]
-pub struct TopPage {
-    pub digests: Vec<TopDigest>,
-    pub left_out: u64,
-}
-
-/// Counts the bytes of the rows taken so far.
+/// The rows of an answer, in the order they were offered, and how many
+/// more were left out because it was full.
 #[derive(Debug)]
-pub struct AnswerBudget {
+pub struct Page<T> {
+    pub rows: Vec<T>,
+    pub left_out: u64,
     left: usize,
-    full: bool,
 }
 
-impl Default for AnswerBudget {
+pub type TopPage = Page<TopDigest>;
+
+impl<T> Default for Page<T> {
     fn default() -> Self {
-        AnswerBudget { left: TOP_ANSWER_BYTES, full: false }
+        Page { rows: Vec::new(), left_out: 0, left: ANSWER_BYTES }
     }
 }
 
-impl AnswerBudget {
-    /// Takes `row` into `page` if it fits (the first row always does: an
-    /// answer is never empty for its size alone). False: the answer is
-    /// full, and the caller counts the rest as left out.
-    pub fn take(&mut self, page: &mut TopPage, row: TopDigest) -> bool {
+impl<T: Message> Page<T> {
+    /// Every row of `rows`, none left out: a comparison's read answers all
+    /// of its cut.
+    pub fn all(rows: Vec<T>) -> Page<T> {
+        Page { rows, ..Page::default() }
+    }
+
+    /// Once full, a page stays full: a smaller row after a cut would
+    /// answer out of order. Callers count the rest with `skip` without
+    /// building them.
+    pub fn is_full(&self) -> bool {
+        self.left_out > 0
+    }
+
+    /// Adds `row` if it fits (the first row always does: an answer is
+    /// never empty for its size alone); else the page is full and the row
+    /// is counted as left out.
+    pub fn push(&mut self, row: T) {
         let size = row.encoded_len();
-        if self.full || (size > self.left && !page.digests.is_empty()) {
-            // Full stays full: a smaller row after a cut would answer out
-            // of rank order.
-            self.full = true;
-            return false;
+        if self.is_full() || (size > self.left && !self.rows.is_empty()) {
+            self.left_out += 1;
+            return;
         }
         self.left = self.left.saturating_sub(size);
-        page.digests.push(row);
-        true
+        self.rows.push(row);
     }
 
-    /// How many more rows of the average size of the `answered` so far
+    /// Counts a row left out unbuilt (the page is full).
+    pub fn skip(&mut self) {
+        self.left_out += 1;
+    }
+
+    /// How many more rows of the average size of those answered so far
     /// fit; None before any.
-    pub fn more_rows_fitting(&self, answered: usize) -> Option<usize> {
-        let used = TOP_ANSWER_BYTES - self.left;
-        (answered > 0).then(|| self.left / (used / answered).max(1))
+    pub fn more_rows_fitting(&self) -> Option<usize> {
+        let used = ANSWER_BYTES - self.left;
+        (!self.rows.is_empty()).then(|| self.left / (used / self.rows.len()).max(1))
     }
 }
 
@@ -81,20 +92,22 @@ mod tests {
 
     #[test]
     fn rows_are_taken_until_the_budget_and_the_first_always() {
-        let big = || TopDigest { digest_text: "x".repeat(TOP_ANSWER_BYTES / 4), ..Default::default() };
+        let big = || TopDigest { digest_text: "x".repeat(ANSWER_BYTES / 4), ..Default::default() };
         let mut page = TopPage::default();
-        let mut budget = AnswerBudget::default();
         for _ in 0..3 {
-            assert!(budget.take(&mut page, big()));
+            page.push(big());
         }
-        assert!(!budget.take(&mut page, big()), "a fourth quarter and its framing are over");
-        assert_eq!(page.digests.len(), 3);
-        assert_eq!(budget.more_rows_fitting(3), Some(0));
-        assert_eq!(AnswerBudget::default().more_rows_fitting(0), None);
-        assert!(!budget.take(&mut page, TopDigest::default()), "a full answer stays full");
+        assert_eq!((page.rows.len(), page.left_out), (3, 0));
+        assert_eq!(page.more_rows_fitting(), Some(0));
+        page.push(big());
+        assert_eq!((page.rows.len(), page.left_out), (3, 1), "a fourth quarter and its framing are over");
+        page.push(TopDigest::default());
+        page.skip();
+        assert_eq!((page.rows.len(), page.left_out), (3, 3), "a full answer stays full");
         let mut alone = TopPage::default();
-        let huge = TopDigest { digest_text: "y".repeat(TOP_ANSWER_BYTES + 1), ..Default::default() };
-        assert!(AnswerBudget::default().take(&mut alone, huge), "the first row is always answered");
+        assert_eq!(alone.more_rows_fitting(), None);
+        alone.push(TopDigest { digest_text: "y".repeat(ANSWER_BYTES + 1), ..Default::default() });
+        assert_eq!(alone.rows.len(), 1, "the first row is always answered");
     }
 
     #[test]

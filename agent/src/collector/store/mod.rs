@@ -21,7 +21,7 @@ use sqlbee_proto::v1::{
     LongStatementRow, PlansResponse, SeriesPoint, TopDigest, TotalsResponse,
 };
 
-pub use answer_budget::TopPage;
+pub use answer_budget::{Page, TopPage};
 pub use sqlite::SqliteStore;
 
 /// How the digests of `Top` are ranked (all descending).
@@ -419,10 +419,10 @@ pub trait Store: Send + Sync {
     /// queues it (ClickHouse's group commit) need not copy it.
     fn ingest(&self, batch: Batch, received_unix_ms: i64, content_hash: u64) -> Result<IngestOutcome, StoreError>;
     /// The top digests of `query`, as many of its `limit` as fit
-    /// `answer_budget::TOP_ANSWER_BYTES`; the rest are counted.
+    /// `answer_budget::ANSWER_BYTES`; the rest are counted.
     fn top_page(&self, query: &TopQuery) -> Result<TopPage, StoreError>;
     fn top(&self, query: &TopQuery) -> Result<Vec<TopDigest>, StoreError> {
-        Ok(self.top_page(query)?.digests)
+        Ok(self.top_page(query)?.rows)
     }
     /// `top` with only what comparing two ranges needs (`diff` and
     /// detection read every digest of both): counts, sums, min and max,
@@ -439,11 +439,18 @@ pub trait Store: Send + Sync {
     fn costs(&self, query: &TotalsQuery) -> Result<Vec<CostSummary>, StoreError>;
     fn hosts(&self, query: &HostsQuery) -> Result<Vec<AgentWindowRow>, StoreError>;
     fn totals(&self, query: &TotalsQuery) -> Result<TotalsResponse, StoreError>;
-    /// Lock waits newest first (by start, then arrival), at most `limit`.
-    fn locks(&self, query: &LocksQuery) -> Result<Vec<LockWaitRow>, StoreError>;
-    /// Long, killed and disconnected statements, asked and ordered as lock
-    /// waits are.
-    fn long_statements(&self, query: &LocksQuery) -> Result<Vec<LongStatementRow>, StoreError>;
+    /// Lock waits newest first (by start, then arrival), at most `limit`
+    /// and as many as fit `answer_budget::ANSWER_BYTES`; the rest counted.
+    fn locks_page(&self, query: &LocksQuery) -> Result<Page<LockWaitRow>, StoreError>;
+    fn locks(&self, query: &LocksQuery) -> Result<Vec<LockWaitRow>, StoreError> {
+        Ok(self.locks_page(query)?.rows)
+    }
+    /// Long, killed and disconnected statements, asked, ordered and bounded
+    /// as lock waits are.
+    fn long_statements_page(&self, query: &LocksQuery) -> Result<Page<LongStatementRow>, StoreError>;
+    fn long_statements(&self, query: &LocksQuery) -> Result<Vec<LongStatementRow>, StoreError> {
+        Ok(self.long_statements_page(query)?.rows)
+    }
     /// One point per step, oldest first (see [`SeriesQuery`]).
     fn series(&self, query: &SeriesQuery) -> Result<Vec<SeriesPoint>, StoreError>;
     /// The statement or digest series of `query` for every instance (or

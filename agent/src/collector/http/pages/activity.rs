@@ -16,7 +16,7 @@ use crate::collector::{
         page_error::PageError,
         params::View,
     },
-    query_api::json::blocking_trees,
+    query_api::json::{blocking_trees, left_out_note},
 };
 
 /// Long statements the page lists, newest first.
@@ -130,6 +130,9 @@ async fn long_statements(ui: &Ui, view: &View, body: &mut String) -> Result<(), 
         })
         .await?;
     body.push_str("<h2>Long, killed and disconnected statements</h2>");
+    if answer.left_out > 0 {
+        body.push_str(&html::notice(&left_out_note(answer.left_out, "statements")));
+    }
     if answer.statements.is_empty() {
         body.push_str(&html::notice(
             "None in this range: no statement ran past the agents' --long-statement, was killed or lost its client.",

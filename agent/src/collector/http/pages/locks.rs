@@ -6,10 +6,13 @@ use std::fmt::Write;
 use sqlbee_proto::v1::LocksRequest;
 
 use super::{PageHead, Rendered, instance_names};
-use crate::collector::http::{
-    Ui,
-    html::{self, Nav, esc},
-    params::View,
+use crate::collector::{
+    http::{
+        Ui,
+        html::{self, Nav, esc},
+        params::View,
+    },
+    query_api::json::left_out_note,
 };
 
 /// Waits a page lists.
@@ -33,6 +36,9 @@ pub async fn render(ui: &Ui, view: &View) -> Rendered {
         "<p class=\"summary\">The {} newest waits longer than the agents' threshold (default 50 ms).</p>",
         waits.len()
     );
+    if answer.left_out > 0 {
+        body.push_str(&html::notice(&left_out_note(answer.left_out, "lock waits")));
+    }
     body.push_str(
         "<table class=\"data\" id=\"locks\"><thead><tr><th>Started</th><th>Instance</th><th>Waited</th><th>Class</th>\
          <th>Connection</th><th>Statement</th><th>Blockers</th></tr></thead><tbody>",

@@ -68,7 +68,7 @@ pub async fn render(ui: &Ui, view: &View, params: &Params) -> Rendered {
         if schema.is_empty() { String::new() } else { format!(" (schema {} only)", esc(&schema)) },
     );
     if answer.left_out > 0 {
-        body.push_str(&html::notice(&crate::collector::query_api::json::left_out_note(answer.left_out)));
+        body.push_str(&html::notice(&crate::collector::query_api::json::left_out_note(answer.left_out, "digests")));
     }
     body.push_str("<table class=\"data\" id=\"top\"><thead><tr><th>Digest</th><th>Schema</th>");
     for sort in OrderBy::ALL {

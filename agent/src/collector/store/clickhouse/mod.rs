@@ -73,7 +73,7 @@ use sqlbee_proto::v1::{
 };
 
 use super::{
-    AnnotationsQuery, DigestTables, EventsQuery, HostsQuery, IngestOutcome, LocksQuery, PlansQuery, PruneCutoffs,
+    AnnotationsQuery, DigestTables, EventsQuery, HostsQuery, IngestOutcome, LocksQuery, Page, PlansQuery, PruneCutoffs,
     PruneOutcome, SeriesQuery, Store, StoreError, TopPage, TopQuery, TotalsQuery,
 };
 pub use cluster::shard_of;
@@ -364,7 +364,7 @@ impl Store for ClickHouseStore {
     }
 
     fn top_lean(&self, query: &TopQuery) -> Result<Vec<TopDigest>, StoreError> {
-        Ok(read::top(&self.db, query, true)?.digests)
+        Ok(read::top(&self.db, query, true)?.rows)
     }
 
     fn instances(&self) -> Result<Vec<InstanceInfo>, StoreError> {
@@ -396,7 +396,7 @@ impl Store for ClickHouseStore {
         tables::read(&self.db, digests)
     }
 
-    fn long_statements(&self, query: &LocksQuery) -> Result<Vec<LongStatementRow>, StoreError> {
+    fn long_statements_page(&self, query: &LocksQuery) -> Result<Page<LongStatementRow>, StoreError> {
         read::long_statements(&self.db, query)
     }
 
@@ -416,7 +416,7 @@ impl Store for ClickHouseStore {
         events::read(&self.db, query)
     }
 
-    fn locks(&self, query: &LocksQuery) -> Result<Vec<LockWaitRow>, StoreError> {
+    fn locks_page(&self, query: &LocksQuery) -> Result<Page<LockWaitRow>, StoreError> {
         read::locks(&self.db, query)
     }
 

@@ -18,9 +18,7 @@ use super::{
     winners,
 };
 use crate::collector::store::{
-    LocksQuery, OrderBy, StoreError, TopPage, TopQuery, TotalsQuery,
-    answer_budget::{AnswerBudget, lean_text},
-    blob, merge,
+    LocksQuery, OrderBy, Page, StoreError, TopPage, TopQuery, TotalsQuery, answer_budget::lean_text, blob, merge,
 };
 
 /// The top query's filters on digest rows (the range apart).
@@ -95,10 +93,12 @@ pub(super) fn top(db: &Client, query: &TopQuery, lean: bool) -> Result<TopPage, 
     let ids: BTreeSet<u64> = ranked.iter().map(|(k, _)| k.digest).collect();
     let texts = texts(db, &ids)?;
     let mut messages = if lean { HashMap::new() } else { messages(db, &ids, query.instance.as_deref())? };
-    let qualified = ranked.len();
-    let mut page = TopPage { digests: Vec::with_capacity(qualified), left_out: 0 };
-    let mut budget = AnswerBudget::default();
+    let mut page = TopPage::default();
     for (key, m) in ranked {
+        if page.is_full() {
+            page.skip();
+            continue;
+        }
         let digest = key.digest;
         let t = &m.totals;
         let senders = m.senders.into_top();
@@ -133,12 +133,11 @@ pub(super) fn top(db: &Client, query: &TopQuery, lean: bool) -> Result<TopPage, 
             histogram: Some(merge::wire_histogram(&m.histogram)),
         };
         if answer_all {
-            page.digests.push(row);
-        } else if !budget.take(&mut page, row) {
-            break;
+            page.rows.push(row);
+        } else {
+            page.push(row);
         }
     }
-    page.left_out = (qualified - page.digests.len()) as u64;
     Ok(page)
 }
 
@@ -398,7 +397,7 @@ pub(super) fn instances(db: &Client) -> Result<Vec<InstanceInfo>, StoreError> {
     Ok(out)
 }
 
-pub(super) fn locks(db: &Client, query: &LocksQuery) -> Result<Vec<LockWaitRow>, StoreError> {
+pub(super) fn locks(db: &Client, query: &LocksQuery) -> Result<Page<LockWaitRow>, StoreError> {
     let bad = malformed("locks");
     let mut rows = db
         .select(&format!(
@@ -412,7 +411,7 @@ pub(super) fn locks(db: &Client, query: &LocksQuery) -> Result<Vec<LockWaitRow>,
             query.limit
         ))
         .map_err(|e| error("locks", e))?;
-    let mut out = Vec::new();
+    let mut out = Page::default();
     while !rows.done() {
         let agent_id = rows.string().map_err(&bad)?;
         let instance = rows.string().map_err(&bad)?;
@@ -434,7 +433,7 @@ pub(super) fn locks(db: &Client, query: &LocksQuery) -> Result<Vec<LockWaitRow>,
     Ok(out)
 }
 
-pub(super) fn long_statements(db: &Client, query: &LocksQuery) -> Result<Vec<LongStatementRow>, StoreError> {
+pub(super) fn long_statements(db: &Client, query: &LocksQuery) -> Result<Page<LongStatementRow>, StoreError> {
     let bad = malformed("long_statements");
     let mut rows = db
         .select(&format!(
@@ -446,7 +445,7 @@ pub(super) fn long_statements(db: &Client, query: &LocksQuery) -> Result<Vec<Lon
             query.limit
         ))
         .map_err(|e| error("long_statements", e))?;
-    let mut out = Vec::new();
+    let mut out = Page::default();
     while !rows.done() {
         let agent_id = rows.string().map_err(&bad)?;
         let instance = rows.string().map_err(&bad)?;

@@ -7,7 +7,7 @@ use rusqlite::{Transaction, params};
 use sqlbee_proto::v1::{LongStatement, LongStatementRow};
 
 use super::{error, i, instance_filter};
-use crate::collector::store::{LocksQuery, StoreError};
+use crate::collector::store::{LocksQuery, Page, StoreError};
 
 pub(super) const TABLES: &str = "
 CREATE TABLE IF NOT EXISTS long_statements (
@@ -42,7 +42,7 @@ pub(super) fn write(
     Ok(())
 }
 
-pub(super) fn read(tx: &Transaction<'_>, query: &LocksQuery) -> Result<Vec<LongStatementRow>, StoreError> {
+pub(super) fn read(tx: &Transaction<'_>, query: &LocksQuery) -> Result<Page<LongStatementRow>, StoreError> {
     let err = |e| error("long_statements", e);
     let mut stmt = tx
         .prepare(&format!(
@@ -57,8 +57,12 @@ pub(super) fn read(tx: &Transaction<'_>, query: &LocksQuery) -> Result<Vec<LongS
         stmt.raw_bind_parameter(2, instance).map_err(err)?;
     }
     let mut rows = stmt.raw_query();
-    let mut out = Vec::new();
+    let mut out = Page::default();
     while let Some(row) = rows.next().map_err(err)? {
+        if out.is_full() {
+            out.skip();
+            continue;
+        }
         let bytes: Vec<u8> = row.get(2).map_err(err)?;
         let statement = LongStatement::decode(bytes.as_slice())
             .map_err(|_| StoreError::Corrupt { what: "long_statements.statement" })?;

@@ -38,7 +38,7 @@ use sqlbee_proto::v1::{
 };
 
 use super::{
-    AnnotationsQuery, DigestTables, EventsQuery, HostsQuery, IngestOutcome, LocksQuery, PlansQuery, PruneCutoffs,
+    AnnotationsQuery, DigestTables, EventsQuery, HostsQuery, IngestOutcome, LocksQuery, Page, PlansQuery, PruneCutoffs,
     PruneOutcome, SeriesQuery, Store, StoreError, TopPage, TopQuery, TotalsQuery, cancel,
 };
 
@@ -215,7 +215,7 @@ impl Store for SqliteStore {
     fn top_lean(&self, query: &TopQuery) -> Result<Vec<TopDigest>, StoreError> {
         let mut conn = self.read()?;
         let tx = conn.transaction().map_err(|e| error("top", e))?;
-        Ok(read::top(&tx, query, true)?.digests)
+        Ok(read::top(&tx, query, true)?.rows)
     }
 
     fn instances(&self) -> Result<Vec<InstanceInfo>, StoreError> {
@@ -246,13 +246,13 @@ impl Store for SqliteStore {
         read::totals(&tx, query).map_err(|e| error("totals", e))
     }
 
-    fn locks(&self, query: &LocksQuery) -> Result<Vec<LockWaitRow>, StoreError> {
+    fn locks_page(&self, query: &LocksQuery) -> Result<Page<LockWaitRow>, StoreError> {
         let mut conn = self.read()?;
         let tx = conn.transaction().map_err(|e| error("locks", e))?;
         read::locks(&tx, query)
     }
 
-    fn long_statements(&self, query: &LocksQuery) -> Result<Vec<LongStatementRow>, StoreError> {
+    fn long_statements_page(&self, query: &LocksQuery) -> Result<Page<LongStatementRow>, StoreError> {
         let mut conn = self.read()?;
         let tx = conn.transaction().map_err(|e| error("long_statements", e))?;
         long::read(&tx, query)

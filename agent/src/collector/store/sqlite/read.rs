@@ -9,8 +9,8 @@ use sqlbee_proto::v1::{CommandCount, InstanceInfo, LockWait, LockWaitRow, QueryS
 
 use super::{digest_rows, error, i, instance_filter, u};
 use crate::collector::store::{
-    LocksQuery, OrderBy, StoreError, TopPage, TopQuery, TotalsQuery,
-    answer_budget::{AnswerBudget, lean_text},
+    LocksQuery, OrderBy, Page, StoreError, TopPage, TopQuery, TotalsQuery,
+    answer_budget::lean_text,
     blob,
     merge::{self, DigestTotals, MergedErrors, MergedWaits},
     rollup,
@@ -200,8 +200,8 @@ pub(super) fn top(tx: &rusqlite::Transaction<'_>, query: &TopQuery, lean: bool) 
     });
     ranked.truncate(query.limit);
     if lean {
-        let digests = lean_details(tx, query, &spans, ranked, histograms, &names)?;
-        return Ok(TopPage { digests, left_out: 0 });
+        let rows = lean_details(tx, query, &spans, ranked, histograms, &names)?;
+        return Ok(TopPage::all(rows));
     }
 
     // Step 3: details of the digests that made the cut, in rank order and
@@ -220,12 +220,14 @@ pub(super) fn top(tx: &rusqlite::Transaction<'_>, query: &TopQuery, lean: bool) 
              ORDER BY last_seen",
         )
         .map_err(err)?;
-    let qualified = ranked.len();
-    let mut page = TopPage { digests: Vec::with_capacity(qualified.min(DETAILS_CHUNK)), left_out: 0 };
-    let mut budget = AnswerBudget::default();
+    let mut page = TopPage::default();
     let mut ranked = ranked.into_iter().peekable();
-    'chunks: while ranked.peek().is_some() {
-        let chunk_len = budget.more_rows_fitting(page.digests.len()).map_or(FIRST_CHUNK, |n| n.clamp(1, DETAILS_CHUNK));
+    while ranked.peek().is_some() {
+        if page.is_full() {
+            ranked.by_ref().for_each(|_| page.skip());
+            break;
+        }
+        let chunk_len = page.more_rows_fitting().map_or(FIRST_CHUNK, |n| n.clamp(1, DETAILS_CHUNK));
         let chunk: Vec<(RowKey, Merging)> = ranked.by_ref().take(chunk_len).collect();
         let mut scanned: HashMap<RowKey, Details> = HashMap::new();
         if chunk.len() > DETAILS_BY_SCAN {
@@ -248,6 +250,10 @@ pub(super) fn top(tx: &rusqlite::Transaction<'_>, query: &TopQuery, lean: bool) 
             }
         }
         for (key, m) in chunk {
+            if page.is_full() {
+                page.skip();
+                continue;
+            }
             let digest = key.digest;
             let preloaded = histograms.remove(&key);
             let (details, sample) = match scanned.remove(&key) {
@@ -299,12 +305,9 @@ pub(super) fn top(tx: &rusqlite::Transaction<'_>, query: &TopQuery, lean: bool) 
                 exemplars: senders.exemplars,
                 ..merged_digest(key, digest_text, &m, &histogram, &names)
             };
-            if !budget.take(&mut page, row) {
-                break 'chunks;
-            }
+            page.push(row);
         }
     }
-    page.left_out = (qualified - page.digests.len()) as u64;
     Ok(page)
 }
 
@@ -530,7 +533,7 @@ pub(super) fn instances(tx: &rusqlite::Transaction<'_>) -> rusqlite::Result<Vec<
     Ok(out)
 }
 
-pub(super) fn locks(tx: &rusqlite::Transaction<'_>, query: &LocksQuery) -> Result<Vec<LockWaitRow>, StoreError> {
+pub(super) fn locks(tx: &rusqlite::Transaction<'_>, query: &LocksQuery) -> Result<Page<LockWaitRow>, StoreError> {
     let err = |e| error("locks", e);
     let mut stmt = tx
         .prepare(&format!(
@@ -547,8 +550,12 @@ pub(super) fn locks(tx: &rusqlite::Transaction<'_>, query: &LocksQuery) -> Resul
         stmt.raw_bind_parameter(2, instance).map_err(err)?;
     }
     let mut rows = stmt.raw_query();
-    let mut out = Vec::new();
+    let mut out = Page::default();
     while let Some(row) = rows.next().map_err(err)? {
+        if out.is_full() {
+            out.skip();
+            continue;
+        }
         let blockers: String = row.get(10).map_err(err)?;
         let wait = LockWait {
             start_unix_ms: row.get(2).map_err(err)?,
