@@ -547,3 +547,49 @@ async fn a_lock_wait_answer_is_bounded_before_it_is_built() {
     let said = String::from_utf8_lossy(&cli.stderr);
     assert!(said.contains(&format!("{} more lock waits were left out", answer.left_out)), "{said}");
 }
+
+/// Live activity of many instances, each of large statements (19 MB in
+/// all), is answered by instance name until the answer is full; the rest
+/// of the instances are counted, in JSON and on the page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_activity_answer_is_bounded_before_it_is_built() {
+    let collector = Collector::start(&[]);
+    let mut agent = ingest_client(&plain(&collector.http_url())).await.max_encoding_message_size(64 << 20);
+    const INSTANCES: usize = 30;
+    let names: Vec<String> = (0..INSTANCES).map(|n| format!("wide-{n:02}:3306")).collect();
+    let windows = names.iter().map(|name| window(name, 1, now_ms(), vec![digest("SELECT ?", &[1])])).collect();
+    push(&mut agent, batch("wide", 1, windows)).await.expect("windows claim the instances");
+    let sample = format!("SELECT * FROM `t` WHERE `c` IN ({})", "1, ".repeat(2_600));
+    let report = ActivityReport {
+        agent: Some(AgentIdentity { agent_id: "wide".into(), ..Default::default() }),
+        taken_unix_ms: now_ms(),
+        instances: names
+            .iter()
+            .map(|name| InstanceActivity {
+                instance: Some(ServerInstance { name: name.clone(), ..Default::default() }),
+                connections: (0..80)
+                    .map(|id| LiveConnection {
+                        thread_id: id,
+                        command: "Query".into(),
+                        sample: sample.clone(),
+                        running_ms: 1_000,
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
+            })
+            .collect(),
+    };
+    agent.push_activity(report).await.expect("within the agent's share");
+    let (code, body) = http("127.0.0.1", &collector.ui, "/api/activity", None, None);
+    assert_eq!(code, 200, "{}", &body[..body.len().min(500)]);
+    let answer: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let answered: Vec<&str> =
+        answer["instances"].as_array().unwrap().iter().map(|i| i["instance"].as_str().unwrap()).collect();
+    let left_out = answer["left_out"].as_u64().unwrap() as usize;
+    assert!(left_out > 0 && !answered.is_empty(), "{} answered, {left_out} left out", answered.len());
+    assert_eq!(answered, names[..INSTANCES - left_out], "by name, the last ones left out");
+    let (code, page) = http("127.0.0.1", &collector.ui, "/activity", None, None);
+    assert_eq!(code, 200);
+    assert!(page.contains(&format!("{left_out} more instances were left out")), "the page says so");
+}

@@ -68,9 +68,9 @@ pub fn table() -> String {
             "one at a time per client address: a reader waits for its own previous call, not for others'",
         ),
         (
-            "Top, lock waits and long statements answers",
+            "Top, lock waits, long statements and live activity answers",
             mib(answer_budget::ANSWER_BYTES),
-            "counted encoded as each row is built, in order (rank, newest first); the rest counted in `left_out` (gRPC, `/api/top`, the CLI's stderr, the pages)",
+            "counted encoded as each row is built, in order (rank, newest first, instance name); the rest counted in `left_out` (gRPC, `/api/top`, `/api/activity`, the CLI's stderr, the pages)",
         ),
         (
             "Digest text in comparisons and tables",

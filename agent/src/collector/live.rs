@@ -14,6 +14,8 @@ use std::{collections::HashMap, sync::Mutex};
 
 use sqlbee_proto::v1::{ActivityReport, InstanceActivity, LiveConnection, LiveInstance};
 
+use super::store::Page;
+
 /// A snapshot this old is not live any more.
 pub const STALE_MS: i64 = 30_000;
 /// Instances held at most.
@@ -173,20 +175,29 @@ impl LiveActivity {
     /// The live instances (or one), with only the connections running at
     /// least `min_running_ms` (every one when 0), by instance name; each
     /// with its `MAX_ANSWERED` longest-running connections, the rest
-    /// counted in `more_connections`. Only what is answered is copied.
-    pub fn get(&self, instance: Option<&str>, min_running_ms: u64, now_unix_ms: i64) -> Vec<LiveInstance> {
+    /// counted in `more_connections`, and as many instances as fit an
+    /// answer (`answer_budget`), the rest counted. Only what is answered is
+    /// copied.
+    pub fn get(&self, instance: Option<&str>, min_running_ms: u64, now_unix_ms: i64) -> Page<LiveInstance> {
         let held = self.held.lock().unwrap_or_else(|e| e.into_inner());
-        let mut out: Vec<LiveInstance> = held
+        let mut fresh: Vec<(&String, &LiveInstance)> = held
             .instances
             .iter()
             .filter(|(name, (live, _))| {
                 instance.is_none_or(|i| i == name.as_str()) && now_unix_ms - live.received_unix_ms <= STALE_MS
             })
-            .map(|(_, (live, _))| answered(live, min_running_ms))
+            .map(|(name, (live, _))| (name, live))
             .collect();
-        drop(held);
-        out.sort_by(|a, b| name_of(a).cmp(name_of(b)));
-        out
+        fresh.sort_by(|a, b| a.0.cmp(b.0));
+        let mut page = Page::default();
+        for (_, live) in fresh {
+            if page.is_full() {
+                page.skip();
+            } else {
+                page.push(answered(live, min_running_ms));
+            }
+        }
+        page
     }
 }
 
@@ -225,10 +236,6 @@ fn answered(live: &LiveInstance, min_running_ms: u64) -> LiveInstance {
     }
 }
 
-fn name_of(live: &LiveInstance) -> &str {
-    live.activity.as_ref().and_then(|a| a.instance.as_ref()).map_or("", |i| i.name.as_str())
-}
-
 #[cfg(test)]
 mod tests {
     use sqlbee_proto::v1::{AgentIdentity, ServerInstance};
@@ -265,13 +272,13 @@ mod tests {
         live.put(report("db1", &[(1, "Query", 5)]), 1_000).unwrap();
         live.put(report("db1", &[(1, "Query", 2_000), (2, "Sleep", 9_000)]), 2_000).unwrap();
         live.put(report("db2", &[]), 2_000).unwrap();
-        let all = live.get(None, 0, 2_500);
+        let all = live.get(None, 0, 2_500).rows;
         assert_eq!(all.len(), 2);
         assert_eq!(all[0].activity.as_ref().unwrap().connections.len(), 2);
-        let slow = live.get(Some("db1"), 1_000, 2_500);
+        let slow = live.get(Some("db1"), 1_000, 2_500).rows;
         let ids: Vec<u64> = slow[0].activity.as_ref().unwrap().connections.iter().map(|c| c.thread_id).collect();
         assert_eq!(ids, [1], "idle connections never qualify for a minimum");
-        assert!(live.get(None, 0, 2_000 + STALE_MS + 1).is_empty());
+        assert!(live.get(None, 0, 2_000 + STALE_MS + 1).rows.is_empty());
     }
 
     #[test]
@@ -284,9 +291,9 @@ mod tests {
         let mut other = big.clone();
         other.instances[0].instance.as_mut().unwrap().name = "db2".into();
         assert!(matches!(live.put(other.clone(), 1_002), Err(Full::Agent { .. })), "past the agent's bound");
-        assert_eq!(live.get(None, 0, 1_003).len(), 1, "nothing of the refused report is kept");
+        assert_eq!(live.get(None, 0, 1_003).rows.len(), 1, "nothing of the refused report is kept");
         live.put(other, 1_002 + STALE_MS + 1).unwrap();
-        assert_eq!(live.get(None, 0, 1_003 + STALE_MS + 1).len(), 1, "the stale one made room");
+        assert_eq!(live.get(None, 0, 1_003 + STALE_MS + 1).rows.len(), 1, "the stale one made room");
     }
 
     /// Empty connections cost two bytes each on the wire and a struct each
@@ -313,7 +320,7 @@ mod tests {
         let live = LiveActivity::default();
         let connections: Vec<(u64, &str, u64)> = (0..MAX_ANSWERED as u64 + 10).map(|i| (i, "Query", i)).collect();
         live.put(report("db1", &connections), 1_000).unwrap();
-        let answer = live.get(None, 0, 1_001);
+        let answer = live.get(None, 0, 1_001).rows;
         let kept = &answer[0].activity.as_ref().unwrap().connections;
         assert_eq!(kept.len(), MAX_ANSWERED);
         assert_eq!(answer[0].more_connections, 10);

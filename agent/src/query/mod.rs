@@ -720,6 +720,9 @@ pub fn activity(args: ActivityArgs) -> Result<(), QueryError> {
     };
     let request = ActivityRequest { instance: args.instance.clone().unwrap_or_default(), min_running_ms };
     let answer = call(&args.connect, "Activity", |mut client| async move { client.activity(request).await })?;
+    if answer.left_out > 0 {
+        eprintln!("{}", json::left_out_note(answer.left_out, "instances"));
+    }
     let now = sqlbee_common::clock::now_unix_ms();
     let mut out = std::io::stdout().lock();
     match args.format {

@@ -602,7 +602,7 @@ pub fn activity_json(answer: &ActivityResponse, now_unix_ms: i64) -> Value {
         }
         chains.extend(blocking_trees(&name, &snapshot.connections));
     }
-    json!({ "activity": activity, "instances": instances, "chains": chains })
+    json!({ "activity": activity, "instances": instances, "chains": chains, "left_out": answer.left_out })
 }
 
 fn live_connection_json(instance: &str, c: &LiveConnection) -> Value {

@@ -413,8 +413,8 @@ impl Query for QueryService {
     async fn activity(&self, request: Request<ActivityRequest>) -> Result<Response<ActivityResponse>, Status> {
         let request = request.into_inner();
         let instance = non_empty(request.instance);
-        let instances = self.live.get(instance.as_deref(), request.min_running_ms, now_unix_ms());
-        Ok(Response::new(ActivityResponse { instances }))
+        let page = self.live.get(instance.as_deref(), request.min_running_ms, now_unix_ms());
+        Ok(Response::new(ActivityResponse { instances: page.rows, left_out: page.left_out }))
     }
 
     async fn tables(&self, request: Request<TablesRequest>) -> Result<Response<TablesResponse>, Status> {

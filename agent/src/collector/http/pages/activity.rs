@@ -29,6 +29,9 @@ pub async fn render(ui: &Ui, view: &View) -> Rendered {
     let head = PageHead { title: "Activity".into(), nav: Nav::Activity, instances, keep: Vec::new() };
     let now = now_unix_ms();
     let mut body = String::from("<div id=\"live\" data-refresh-ms=\"2000\">");
+    if answer.left_out > 0 {
+        body.push_str(&html::notice(&left_out_note(answer.left_out, "instances")));
+    }
     if answer.instances.is_empty() {
         body.push_str(&html::notice(
             "No live activity: no agent sent any in the last 30 s (agents send it once a second unless \
