@@ -129,10 +129,10 @@ where
             return busy(format!("{}: {} requests in flight already; retry later", S::NAME, self.limit));
         };
         let response = self.inner.call(request.map(MinRate::new));
-        Box::pin(holding(vec![permit], async move {
-            let _places = (place, token_place);
-            response.await
-        }))
+        // Every place, the address's and the token's too, is given back
+        // when the store work ends: a reader that gives up its requests
+        // cannot start more store work than its places allow.
+        Box::pin(holding((permit, place, token_place), response))
     }
 }
 

@@ -5,26 +5,29 @@
 //!
 //! A store call outlives the request that started it unless told: a
 //! dropped request cancels its call (`store::cancel`), and the admission
-//! permit the request held ([`HELD`]) stays held until the call has ended,
+//! places the request held ([`HELD`]) stay held until the call has ended,
 //! so requests given up by their clients cannot pile work onto the
 //! blocking threads that ingest needs.
 use std::{future::Future, sync::Arc};
 
-use tokio::sync::OwnedSemaphorePermit;
 use tonic::Status;
 
 use super::store::{StoreError, cancel::Cancel};
 
+/// What a request was admitted with (semaphore permits, places per
+/// address or token): given back when its last holder is dropped.
+type Held = Arc<dyn std::any::Any + Send + Sync>;
+
 tokio::task_local! {
-    /// The admission permits of the request being served, if it was given
+    /// The admission places of the request being served, if it was given
     /// any: a store call it starts keeps them until the call ends.
-    static HELD: Arc<Vec<OwnedSemaphorePermit>>;
+    static HELD: Held;
 }
 
-/// Runs `request` holding `permits` for it and for every store call it
+/// Runs `request` holding `places` for it and for every store call it
 /// starts, however long those outlive it.
-pub async fn holding<F: Future>(permits: Vec<OwnedSemaphorePermit>, request: F) -> F::Output {
-    HELD.scope(Arc::new(permits), request).await
+pub async fn holding<F: Future>(places: impl Send + Sync + 'static, request: F) -> F::Output {
+    HELD.scope(Arc::new(places) as Held, request).await
 }
 
 /// A full store and an unavailable one are told apart for the operator;

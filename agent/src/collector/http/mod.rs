@@ -139,7 +139,7 @@ impl Ui {
             self.gate.clone().acquire_owned().await.map_err(|_| Status::unavailable("the collector is stopping"))?;
         // Both are given back when the store work ends, not when the page
         // is given up: an abandoned page cannot pile up store calls.
-        query_api::holding(turn.into_iter().chain([permit]).collect(), call).await.map(tonic::Response::into_inner)
+        query_api::holding((turn, permit), call).await.map(tonic::Response::into_inner)
     }
 
     async fn top(&self, request: TopRequest) -> Result<TopResponse, Status> {
