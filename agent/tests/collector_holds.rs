@@ -593,3 +593,21 @@ async fn an_activity_answer_is_bounded_before_it_is_built() {
     assert_eq!(code, 200);
     assert!(page.contains(&format!("{left_out} more instances were left out")), "the page says so");
 }
+
+/// A push of many small new digests grows the store about twenty times its
+/// size on the wire; the byte quota charges what it stores, so 4 MB pushes
+/// of 40,000 new digests each fill a 50 MiB quota after one, not twelve.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_byte_quota_charges_what_a_push_stores() {
+    let collector = Collector::start(&["--agent-quota-mib".into(), "50".into()]);
+    let mut agent = ingest_client(&plain(&collector.http_url())).await.max_encoding_message_size(64 << 20);
+    let digests = |from: u64| (from..from + 40_000).map(|n| digest(&format!("SELECT {n}"), &[1])).collect::<Vec<_>>();
+    let first = batch("small-rows", 1, vec![window("small:3306", 1, now_ms() - 20_000, digests(0))]);
+    use prost::Message as _;
+    assert!(first.encoded_len() < 5 << 20, "{} bytes on the wire", first.encoded_len());
+    push(&mut agent, first).await.expect("the first fits");
+    let second = batch("small-rows", 2, vec![window("small:3306", 1, now_ms() - 10_000, digests(40_000))]);
+    let refused = push(&mut agent, second).await.unwrap_err();
+    assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
+    assert!(refused.message().contains("bytes stored per hour"), "{}", refused.message());
+}

@@ -136,8 +136,8 @@ pub struct CollectorArgs {
     /// limit.
     #[arg(long, env = "SQLBEE_COLLECTOR_AGENT_QUOTA_ROWS", default_value_t = 5_000_000)]
     pub agent_quota_rows: u64,
-    /// MiB of batches (decoded) one agent may store per hour, as
-    /// --agent-quota-rows; 0: no limit.
+    /// MiB one agent may store per hour (a batch's decoded size, or 1 KiB
+    /// per row if more), as --agent-quota-rows; 0: no limit.
     #[arg(long, env = "SQLBEE_COLLECTOR_AGENT_QUOTA_MIB", default_value_t = 2048,
         value_parser = clap::value_parser!(u64).range(0..=1 << 30))]
     pub agent_quota_mib: u64,
