@@ -14,7 +14,6 @@
 //! kills its server, when the `PrivateClickHouse` is dropped.
 use std::{
     fs,
-    net::TcpListener,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     sync::{
@@ -255,7 +254,11 @@ pub(crate) struct Ports {
 
 impl Ports {
     pub(crate) fn free() -> anyhow::Result<Ports> {
-        Ok(Ports { http: free_port()?, tcp: free_port()?, interserver: free_port()? })
+        Ok(Ports {
+            http: crate::ports::free_port()?,
+            tcp: crate::ports::free_port()?,
+            interserver: crate::ports::free_port()?,
+        })
     }
 }
 
@@ -380,11 +383,6 @@ pub(crate) fn twice<T>(what: &str, mut launch: impl FnMut() -> anyhow::Result<T>
         eprintln!("{what} did not start, trying once more on fresh ports: {first:#}");
         launch().with_context(|| format!("the first attempt failed too: {first:#}"))
     })
-}
-
-pub(crate) fn free_port() -> anyhow::Result<u16> {
-    let listener = TcpListener::bind("127.0.0.1:0").context("binding a probe socket to find a free port")?;
-    Ok(listener.local_addr()?.port())
 }
 
 /// The shared server for a test named `test`, or None after saying why it

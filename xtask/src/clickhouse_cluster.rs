@@ -126,7 +126,7 @@ impl ClickHouseCluster {
         let dir = std::env::temp_dir().join(format!("sqlbee-clickhouse-{}-cluster-{name}-{n}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir)?;
-        let zookeeper_port = crate::clickhouse::free_port()?;
+        let zookeeper_port = crate::ports::free_port()?;
         let zookeeper = start_zookeeper(&dir.join("zookeeper"), zookeeper_port)?;
         let ports: Vec<Ports> = (0..SHARDS * REPLICAS).map(|_| Ports::free()).collect::<anyhow::Result<_>>()?;
         let mut nodes = Vec::new();

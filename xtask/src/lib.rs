@@ -9,6 +9,7 @@ pub mod image;
 pub mod kernel_matrix;
 pub mod mariadb;
 pub mod paths;
+pub mod ports;
 pub mod sysbench;
 
 use std::process::Command;

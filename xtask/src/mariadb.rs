@@ -5,7 +5,6 @@
 use std::{
     collections::HashMap,
     fs,
-    net::TcpListener,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     sync::atomic::{AtomicU32, Ordering},
@@ -25,11 +24,6 @@ pub struct PrivateServer {
 }
 
 static SEQUENCE: AtomicU32 = AtomicU32::new(0);
-
-fn free_port() -> anyhow::Result<u16> {
-    let listener = TcpListener::bind("127.0.0.1:0").context("binding a probe socket to find a free port")?;
-    Ok(listener.local_addr()?.port())
-}
 
 /// A system database installed once per machine and MariaDB version, then
 /// copied: `mariadb-install-db` takes seconds, a copy milliseconds.
@@ -90,7 +84,7 @@ impl PrivateServer {
         let mut server = Self {
             socket: dir.join("mysqld.sock"),
             dir,
-            port: free_port()?,
+            port: crate::ports::free_port()?,
             extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
             binary: binary.to_path_buf(),
             child: None,
