@@ -1,8 +1,7 @@
 //! Builds the kernel programs (agent-ebpf) for the BPF target; the object
-//! lands in OUT_DIR, where `probe::attach` embeds it. Only the agent needs
-//! them: a collector-only build (`--no-default-features --features
-//! collector`) skips this and needs no eBPF toolchain.
-#[cfg(feature = "agent")]
+//! lands in OUT_DIR, where `probe::attach` embeds it. Only this crate
+//! needs the eBPF toolchain: the collector and the query tools never
+//! depend on it.
 fn main() -> anyhow::Result<()> {
     use anyhow::{Context as _, anyhow};
 
@@ -12,15 +11,12 @@ fn main() -> anyhow::Result<()> {
     let root_dir = ebpf_dir.to_str().ok_or_else(|| anyhow!("non UTF-8 path {}", ebpf_dir.display()))?;
     // aya-build watches the eBPF crate only; the types and functions it
     // shares with the agent change the programs as well.
-    println!("cargo:rerun-if-changed={}", ebpf_dir.with_file_name("agent-common").display());
+    for shared in ["kernel-abi", "figures"] {
+        println!("cargo:rerun-if-changed={}", ebpf_dir.with_file_name(shared).display());
+    }
     aya_build::build_ebpf(
         [aya_build::Package { name: "agent-ebpf", root_dir, ..Default::default() }],
         aya_build::Toolchain::Custom("nightly-2026-10-30"),
     )
     .context("building the eBPF programs failed (is bpf-linker on PATH? `./x setup` installs it)")
-}
-
-#[cfg(not(feature = "agent"))]
-fn main() -> anyhow::Result<()> {
-    Ok(())
 }

@@ -133,7 +133,7 @@ fn bounds(set: &FileDescriptorSet) -> Result<String, Box<dyn std::error::Error>>
         .collect();
     let _ = writeln!(code, "/// Every message's schema.\npub static ALL: &[&Schema] = &[{}];", names.join(", "));
     // The figures' message, field by field, for the test that holds it to
-    // the one list of figures (`agent_common::figures`).
+    // the one list of figures (`sqlbee_figures`).
     let query_stats = set
         .file
         .iter()

@@ -1,8 +1,8 @@
 //! The cheapest program there is, for measuring what the uprobe trap
 //! itself costs: the agent attaches it to a function of its own and times
 //! calls with and without it.
-use agent_common::stat;
 use aya_ebpf::programs::ProbeContext;
+use sqlbee_kernel_abi::stat;
 
 use crate::maps::bump_stat;
 

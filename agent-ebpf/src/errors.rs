@@ -1,12 +1,12 @@
 //! Errors sent to clients. `my_message_sql(uint code, const char*, myf)` is
 //! the one funnel for every error the server reports; it runs only when
 //! something failed, so it costs nothing on the statement path.
-use agent_common::{ErrorSample, MAX_ERROR_MESSAGE};
 use aya_ebpf::{
     bindings::BPF_RB_NO_WAKEUP,
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user, bpf_probe_read_user_str_bytes},
     programs::ProbeContext,
 };
+use sqlbee_kernel_abi::{ErrorSample, MAX_ERROR_MESSAGE};
 
 use crate::{
     layout::layout,
@@ -45,7 +45,7 @@ fn on_error_raised(ctx: ProbeContext) -> u32 {
     }
     inflight.error_code = code;
     inflight.error_ns = now;
-    bump_stat(agent_common::stat::ERRORS);
+    bump_stat(sqlbee_kernel_abi::stat::ERRORS);
     sample(&ctx, tid, code, inflight.thd, now);
     0
 }

@@ -1,22 +1,22 @@
 //! Kernel digests: statements counted by text hash (see
-//! `agent_common::kernel_digests`). A statement whose hash the agent
+//! `sqlbee_kernel_abi::kernel_digests`). A statement whose hash the agent
 //! registered costs a map lookup and a few adds instead of a ring-buffer
 //! record and the agent's work on it.
-use agent_common::{
-    CONTROL_EPOCH, CONTROL_OPAQUE_ONES, CONTROL_SHEDDING, CONTROL_SLOTS, MAX_TEXT, SLOT_ACCOUNTS, SlotStats,
-    StatementStats,
-    kernel_digests::{BUCKETS, KnownSet, LOW_POWER, POWERS, bucket_at, entry_slot, known_set},
-    text_hash::{HashState, run, step},
-};
 use aya_ebpf::{
     helpers::generated::bpf_loop,
     macros::map,
     maps::{Array, PerCpuArray},
 };
+use sqlbee_kernel_abi::{
+    CONTROL_EPOCH, CONTROL_OPAQUE_ONES, CONTROL_SHEDDING, CONTROL_SLOTS, MAX_TEXT, SLOT_ACCOUNTS, SlotStats,
+    StatementStats,
+    kernel_digests::{BUCKETS, KnownSet, LOW_POWER, POWERS, bucket_at, entry_slot, known_set},
+    text_hash::{HashState, run, step},
+};
 
 use crate::maps::SCRATCH;
 
-/// Text hash -> slot, set-associative (`agent_common::kernel_digests::KNOWN_WAYS`),
+/// Text hash -> slot, set-associative (`sqlbee_kernel_abi::kernel_digests::KNOWN_WAYS`),
 /// written only by the agent. Sized at load time.
 #[map]
 pub static KNOWN: Array<KnownSet> = Array::with_max_entries(1, 0);
@@ -130,7 +130,7 @@ fn mix_word(hash: u64, word: u64) -> u64 {
 /// steps read the same text from `SCRATCH`.
 #[inline(always)]
 fn word_hash(text: &[u8; MAX_TEXT], len: u64) -> u64 {
-    let seed = agent_common::kernel_digests::HASH_SEED ^ len.wrapping_mul(WORD_PRIME);
+    let seed = sqlbee_kernel_abi::kernel_digests::HASH_SEED ^ len.wrapping_mul(WORD_PRIME);
     let steps = len.div_ceil(8);
     let hash = if steps <= INLINE_WORDS as u64 {
         let mut hash = seed;

@@ -1,6 +1,6 @@
 //! The server layout the agent learned for this binary, patched into
 //! `.rodata` before load so the verifier sees constants.
-use agent_common::ServerLayout;
+use sqlbee_kernel_abi::ServerLayout;
 
 #[unsafe(no_mangle)]
 static LAYOUT: ServerLayout = ServerLayout {
@@ -9,7 +9,7 @@ static LAYOUT: ServerLayout = ServerLayout {
     packet_arg: 2,
     query_offset: 0,
     connection_id_offset: 0,
-    text_limit: agent_common::DEFAULT_TEXT_LIMIT,
+    text_limit: sqlbee_kernel_abi::DEFAULT_TEXT_LIMIT,
     long_wait_us: 0,
     command_offset: 0,
     start_utime_offset: 0,
@@ -18,7 +18,7 @@ static LAYOUT: ServerLayout = ServerLayout {
     digest_slots: 0,
     wait_probes: 0,
     known_sets: 1,
-    db_offset: agent_common::UNKNOWN,
+    db_offset: sqlbee_kernel_abi::UNKNOWN,
     stats_base: 0,
     stats_len: 0,
     stats_fields: 0,
@@ -30,13 +30,13 @@ static LAYOUT: ServerLayout = ServerLayout {
     connection_id_rel: 0,
     task_runtime_offset: 0,
     task_btf: 0,
-    sctx_offset: agent_common::UNKNOWN,
+    sctx_offset: sqlbee_kernel_abi::UNKNOWN,
     sctx_user_offset: 0,
     sctx_host_offset: 0,
     system_thread_rel: 0,
     query_id_rel: 0,
     nested_probes: 0,
-    spcont_offset: agent_common::UNKNOWN,
+    spcont_offset: sqlbee_kernel_abi::UNKNOWN,
     rcontext_sp_offset: 0,
     sp_db_offset: 0,
     sp_name_offset: 0,
@@ -46,7 +46,7 @@ static LAYOUT: ServerLayout = ServerLayout {
     handler_function: 0,
     handler_trigger: 0,
     long_statement_ms: 0,
-    vio_offset: agent_common::UNKNOWN,
+    vio_offset: sqlbee_kernel_abi::UNKNOWN,
 };
 
 /// The layout, read where each field is used. Through a pointer the

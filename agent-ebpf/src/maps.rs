@@ -1,9 +1,9 @@
 //! Every map of the kernel side, in one place, each bounded.
-use agent_common::{COMMAND_SLOTS, EventBuffer, INFLIGHT_SLOTS, Inflight, StatBlock, stat};
 use aya_ebpf::{
     macros::map,
     maps::{Array, PerCpuArray, RingBuf},
 };
+use sqlbee_kernel_abi::{COMMAND_SLOTS, EventBuffer, INFLIGHT_SLOTS, Inflight, StatBlock, stat};
 
 /// Statement records for the agent. Its size is set at load time.
 #[map]
@@ -49,7 +49,7 @@ pub fn gate_closed() -> bool {
 #[map]
 pub static COMMANDS: PerCpuArray<u64> = PerCpuArray::with_max_entries(COMMAND_SLOTS, 0);
 
-/// Health counters, one block per CPU indexed by `agent_common::stat`.
+/// Health counters, one block per CPU indexed by `sqlbee_kernel_abi::stat`.
 #[map]
 pub static STATS: PerCpuArray<StatBlock> = PerCpuArray::with_max_entries(1, 0);
 

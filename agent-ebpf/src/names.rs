@@ -9,16 +9,16 @@
 //! connection (its id comes with the counters' window) and again after
 //! `acl_authenticate`, which a `COM_CHANGE_USER` runs on the connection's
 //! own thread.
-use agent_common::{
-    CLIENT_KEY_ENTRIES, EventBuffer, Inflight, MAX_HOST, MAX_NAME, NameRecord, ServerLayout, UNKNOWN, name_kind,
-    record_pending, stat, with_client,
-};
 use aya_ebpf::{
     bindings::{BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     helpers::{bpf_get_current_pid_tgid, bpf_probe_read_user, bpf_probe_read_user_buf, bpf_probe_read_user_str_bytes},
     macros::map,
     maps::{LruHashMap, RingBuf},
     programs::ProbeContext,
+};
+use sqlbee_kernel_abi::{
+    CLIENT_KEY_ENTRIES, EventBuffer, Inflight, MAX_HOST, MAX_NAME, NameRecord, ServerLayout, UNKNOWN, name_kind,
+    record_pending, stat, with_client,
 };
 
 use crate::{maps::bump_stat, statements::owned_slot};

@@ -8,12 +8,12 @@
 //! the agent took from the kernel's BTF): a connection thread idles between
 //! statements, so the runtime it gained since its previous statement end
 //! is this statement's. Nothing here is a second trap.
-use agent_common::{
-    EventBuffer, Inflight, STATS_WINDOW, ServerLayout, StatementStats, UNKNOWN, plan, server_status, source, stat,
-    statement_flag as bit, stats_field,
-};
 use aya_ebpf::helpers::{
     bpf_get_current_task, bpf_probe_read_kernel, bpf_probe_read_user_buf, generated::bpf_get_current_task_btf,
+};
+use sqlbee_kernel_abi::{
+    EventBuffer, Inflight, STATS_WINDOW, ServerLayout, StatementStats, UNKNOWN, plan, server_status, source, stat,
+    statement_flag as bit, stats_field,
 };
 
 use crate::maps::bump_stat;

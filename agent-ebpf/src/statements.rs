@@ -10,14 +10,14 @@
 //! only adds exact counts of commands that are not statements (PREPARE,
 //! CLOSE, PING, QUIT, ...) at the price of a second trap. Placement lives
 //! here only; the agent names the symbols.
-use agent_common::{
-    EVENT_HEADER_LEN, EventBuffer, Inflight, MAX_TEXT, STATS_WINDOW, ServerLayout, StatementStats, UNKNOWN, command,
-    flags, kernel_digests::with_schema, record_pending, source, stat, statement_flag, wait_class,
-};
 use aya_ebpf::{
     bindings::BPF_RB_NO_WAKEUP,
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user, bpf_probe_read_user_buf},
     programs::ProbeContext,
+};
+use sqlbee_kernel_abi::{
+    EVENT_HEADER_LEN, EventBuffer, Inflight, MAX_TEXT, STATS_WINDOW, ServerLayout, StatementStats, UNKNOWN, command,
+    flags, kernel_digests::with_schema, record_pending, source, stat, statement_flag, wait_class,
 };
 
 use crate::{
@@ -390,7 +390,7 @@ pub fn capture_text(
     text_len: u64,
     layout: &ServerLayout,
     buffer: &mut EventBuffer,
-    stats: &mut agent_common::StatBlock,
+    stats: &mut sqlbee_kernel_abi::StatBlock,
 ) -> (u64, u32) {
     let mut event_flags = 0;
     let mut captured = text_len;

@@ -11,7 +11,7 @@
 //! end sees the same frame (`%rbp + 8`). Starts whose end never came (a
 //! query-cache hit, an allocation failure) are dropped when a shallower
 //! start or end comes.
-use agent_common::{
+use sqlbee_kernel_abi::{
     EventBuffer, FRAME_SLOTS, Frame, FrameStack, MAX_FRAMES, ServerLayout, StatementStats, UNKNOWN, flags, name_kind,
     program_kind, source, stat,
 };
@@ -158,7 +158,7 @@ fn try_nested_end(ctx: &ProbeContext) -> Result<(), i64> {
     let runtime = query_stats::runtime(layout);
     if frame.cpu_ns != 0 && runtime >= frame.cpu_ns {
         buffer.header.stats.cpu_ns = runtime - frame.cpu_ns;
-        buffer.header.stats.flags |= agent_common::statement_flag::CPU_MEASURED;
+        buffer.header.stats.flags |= sqlbee_kernel_abi::statement_flag::CPU_MEASURED;
     }
     names::schema(thd, db, layout, buffer, inflight);
     names::account::<false>(thd, layout, buffer, inflight);
@@ -166,7 +166,7 @@ fn try_nested_end(ctx: &ProbeContext) -> Result<(), i64> {
     inflight.nested_parent_us = parent_start_us;
     let (captured, text_flags) = capture_text(text_ptr, text_len, layout, buffer, stats);
     let mut record_flags = flags::NESTED | text_flags;
-    if buffer.header.stats.flags & agent_common::statement_flag::CPU_MEASURED != 0 {
+    if buffer.header.stats.flags & sqlbee_kernel_abi::statement_flag::CPU_MEASURED != 0 {
         record_flags |= flags::CPU;
     }
     let (error_code, error_ns) = if inflight.error_code != 0 && inflight.error_ns >= frame.start_ns {
@@ -191,7 +191,7 @@ fn try_nested_end(ctx: &ProbeContext) -> Result<(), i64> {
     header.captured_len = captured as u32;
     header.flags = record_flags;
     header.parent_start_ns = if header.source == source::EVENT { 0 } else { parent_start_us * 1000 };
-    header.waits = [0; agent_common::wait_class::COUNT];
+    header.waits = [0; sqlbee_kernel_abi::wait_class::COUNT];
     header.text_hash = 0;
     if send(buffer, captured) {
         stats[stat::EVENTS as usize] += 1;
@@ -204,7 +204,7 @@ fn try_nested_end(ctx: &ProbeContext) -> Result<(), i64> {
 /// The running program (`thd->spcont->m_sp`): its kind, and its name's
 /// hash, with the name sent when this thread has not sent it last.
 #[inline(always)]
-fn program(thd: u64, layout: &ServerLayout, buffer: &mut EventBuffer, inflight: &mut agent_common::Inflight) {
+fn program(thd: u64, layout: &ServerLayout, buffer: &mut EventBuffer, inflight: &mut sqlbee_kernel_abi::Inflight) {
     buffer.header.program_hash = 0;
     buffer.header.program_kind = program_kind::UNKNOWN;
     if layout.spcont_offset == UNKNOWN {
@@ -246,12 +246,12 @@ fn program(thd: u64, layout: &ServerLayout, buffer: &mut EventBuffer, inflight: 
     let record = &mut buffer.name;
     names::clear(&mut record.name);
     names::clear(&mut record.host);
-    let db_n = bounds::within::<{ agent_common::MAX_NAME }>(db_len);
-    let name_n = bounds::within::<{ agent_common::MAX_HOST }>(name_len);
-    if db != 0 && db_n <= agent_common::MAX_NAME {
+    let db_n = bounds::within::<{ sqlbee_kernel_abi::MAX_NAME }>(db_len);
+    let name_n = bounds::within::<{ sqlbee_kernel_abi::MAX_HOST }>(name_len);
+    if db != 0 && db_n <= sqlbee_kernel_abi::MAX_NAME {
         let _ = unsafe { bpf_probe_read_user_buf(db as *const u8, &mut record.name[..db_n]) };
     }
-    if name_n <= agent_common::MAX_HOST {
+    if name_n <= sqlbee_kernel_abi::MAX_HOST {
         let _ = unsafe { bpf_probe_read_user_buf(name as *const u8, &mut record.host[..name_n]) };
     }
     let hash = names::hash_bytes(&record.name, db_len, 0x9009_0000)

@@ -12,7 +12,6 @@
 //! out as a record the agent pairs the values with, instead of into a
 //! kernel digest. No classic-uprobe copy: without multi links there are
 //! no values, and prepared statements say so instead of a plan.
-use agent_common::{VALUE_BYTES, ValueEvent, record_pending};
 use aya_ebpf::{
     bindings::BPF_RB_NO_WAKEUP,
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user, bpf_probe_read_user_buf},
@@ -20,6 +19,7 @@ use aya_ebpf::{
     maps::{PerCpuArray, RingBuf},
     programs::ProbeContext,
 };
+use sqlbee_kernel_abi::{VALUE_BYTES, ValueEvent, record_pending};
 
 use crate::{maps::gate_closed, statements::owned_slot};
 

@@ -3,12 +3,12 @@
 //! and table-lock waits, disk I/O, commit and more; these probes run only
 //! when a thread actually waits, so a statement that never waits pays
 //! nothing for them.
-use agent_common::{LongWait, wait_class};
 use aya_ebpf::{
     bindings::BPF_RB_NO_WAKEUP,
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user},
     programs::ProbeContext,
 };
+use sqlbee_kernel_abi::{LongWait, wait_class};
 
 use crate::{
     layout::layout,
@@ -87,7 +87,7 @@ fn on_wait_end(_ctx: ProbeContext) -> u32 {
 
 /// Writes one record for a long wait; a full ring loses the record only
 /// (the per-class totals above stay exact).
-fn report_long_wait(inflight: &agent_common::Inflight, tid: u32, waited: u64, connection_id_offset: u32) {
+fn report_long_wait(inflight: &sqlbee_kernel_abi::Inflight, tid: u32, waited: u64, connection_id_offset: u32) {
     let connection_id =
         unsafe { bpf_probe_read_user((inflight.thd + connection_id_offset as u64) as *const u64) }.unwrap_or(0);
     if let Some(mut entry) = LONG_WAITS.reserve::<LongWait>(0) {

@@ -14,7 +14,7 @@ use std::{ffi::OsString, path::PathBuf, time::Duration};
 use clap::{CommandFactory, FromArgMatches, Parser, ValueEnum, parser::ValueSource};
 use serde::Deserialize;
 
-use agent_common::{DEFAULT_TEXT_LIMIT, MAX_TEXT};
+use sqlbee_kernel_abi::{DEFAULT_TEXT_LIMIT, MAX_TEXT};
 
 use crate::{budget::Step, normalize::Samples};
 
@@ -39,11 +39,11 @@ pub enum ConfigError {
     #[error("{0}")]
     Args(String),
     #[error("collector connection settings: {0}")]
-    Client(#[from] crate::client::ClientError),
+    Client(#[from] sqlbee_proto::client::ClientError),
     #[error("`{field}` = {value} is out of range: {expected}")]
     Range { field: &'static str, value: u64, expected: String },
     #[error(transparent)]
-    Login(#[from] crate::plans::LoginError),
+    Login(#[from] crate::server_login::LoginError),
     #[error("`explain_rate` = {0} is out of range: 0.01..=100 per second")]
     ExplainRate(f64),
     #[error("`query_tags`: {0}")]
@@ -281,14 +281,14 @@ impl AgentConfig {
     }
 }
 
-const MAX_KERNEL_DIGESTS: u32 = agent_common::kernel_digests::MAX_SLOTS;
+const MAX_KERNEL_DIGESTS: u32 = sqlbee_kernel_abi::kernel_digests::MAX_SLOTS;
 
 /// `250ms`, `10s`, `5m`, `2h`, `7d`; `0` is zero.
 fn duration(value: &str) -> Result<Duration, String> {
     if value.trim() == "0" {
         return Ok(Duration::ZERO);
     }
-    sqlbee_common::duration::parse(value).map_err(|e| e.to_string())
+    sqlbee_vocabulary::duration::parse(value).map_err(|e| e.to_string())
 }
 
 /// `1%`, `0.5 %` or `0.01`: a fraction in (0, 1].
@@ -320,7 +320,7 @@ fn collector_url(urls: &str) -> Result<String, String> {
 /// between 64 and 4096.
 fn default_kernel_digests() -> u32 {
     let cpus = aya::util::nr_cpus().map(|n| n.get()).unwrap_or(1) as usize;
-    let per_slot = 2 * cpus * std::mem::size_of::<agent_common::SlotStats>();
+    let per_slot = 2 * cpus * std::mem::size_of::<sqlbee_kernel_abi::SlotStats>();
     ((32usize << 20) / per_slot).clamp(64, 4096) as u32
 }
 
@@ -362,10 +362,10 @@ impl AgentOptions {
         let ship = match &self.collector {
             None => None,
             Some(urls) => {
-                let token = self.token_file.as_deref().map(crate::client::read_token_file).transpose()?;
+                let token = self.token_file.as_deref().map(sqlbee_proto::client::read_token_file).transpose()?;
                 let mut targets = Vec::new();
                 for url in urls.split(',') {
-                    let target = crate::client::ClientOptions {
+                    let target = sqlbee_proto::client::ClientOptions {
                         url: url.to_string(),
                         token: token.clone(),
                         ca_cert: self.ca_cert.clone(),
@@ -375,7 +375,7 @@ impl AgentOptions {
                         ..Default::default()
                     };
                     // Checked now so a bad URL or TLS file stops the agent at start.
-                    crate::client::endpoint(&target)?;
+                    sqlbee_proto::client::endpoint(&target)?;
                     if target.token.is_some() && url.starts_with("http://") {
                         tracing::warn!(collector = %url, "the bearer token travels in clear text: use https:// with --ca-cert");
                     }
@@ -416,7 +416,7 @@ impl AgentOptions {
             plans: match &self.server_login {
                 None => None,
                 Some(path) => Some(crate::plans::PlanConfig {
-                    login: crate::plans::ServerLogin::load(path)?,
+                    login: crate::server_login::ServerLogin::load(path)?,
                     explain_rate: self.explain_rate,
                     refresh: self.plan_refresh,
                     recheck: self.plan_recheck,

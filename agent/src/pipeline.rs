@@ -20,7 +20,7 @@ use std::{
 use tracing::{info, warn};
 
 use crate::{
-    activity::BlockersSeen,
+    activity::{self, BlockersSeen},
     aggregate::Aggregator,
     budget::{Applied, BudgetError, CostMeter, CostSample, SelfLimit, Shedder},
     config::{AgentConfig, OutputFormat},
@@ -263,7 +263,7 @@ fn probe_loop(
             if now >= next_scan {
                 supervisor.reconcile(&scan(), &mut batches);
                 if let Some(activity) = activity {
-                    activity.set_targets(supervisor.activity_targets());
+                    activity.set_targets(activity_targets(supervisor));
                 }
                 next_scan = now + config.rescan_interval;
             }
@@ -458,4 +458,18 @@ fn serve_metrics(
         }
     })?;
     Ok(handle)
+}
+
+/// The traced servers, as the activity reader needs them.
+fn activity_targets(supervisor: &Supervisor) -> Vec<activity::Target> {
+    supervisor
+        .traced()
+        .map(|(server, binary)| activity::Target {
+            server: server.clone(),
+            build_id: binary.build_id.clone(),
+            version: binary.version.clone(),
+            layout: binary.layout,
+            activity: binary.activity.clone(),
+        })
+        .collect()
 }

@@ -26,7 +26,7 @@ pub fn prepare(keep_all: bool) -> Result<Prepared, PrivilegeError> {
     if keep_all {
         tracing::warn!("--keep-privileges: the agent keeps every capability it was started with");
     } else {
-        let extra = if crate::probe::multi_links() { 0 } else { perf_events_need_sys_admin()? };
+        let extra = if crate::discover::multi_links() { 0 } else { perf_events_need_sys_admin()? };
         drop_to_needed(extra)?;
     }
     Ok(Prepared { stats })

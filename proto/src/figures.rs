@@ -1,13 +1,12 @@
 //! The wire's `QueryStats` seen through the one list of figures
-//! (`agent_common::figures`): each figure's value by its place in the
+//! (`sqlbee_figures`): each figure's value by its place in the
 //! list, so code that merges, checks or shows figures takes them all from
 //! the list instead of naming each field.
-use agent_common::figures::{FIGURES, Figure};
+use sqlbee_figures::{FIGURES, Figure};
 
 use crate::v1::QueryStats;
 
-/// How many figures there are.
-pub const COUNT: usize = FIGURES.len();
+pub use sqlbee_figures::COUNT;
 
 macro_rules! access {
     ($(($name:ident, $($rest:tt)*)),* $(,)?) => {
@@ -25,7 +24,7 @@ macro_rules! access {
     };
 }
 
-agent_common::figures!(access);
+sqlbee_figures::figures!(access);
 
 impl QueryStats {
     /// Each figure with its value.
@@ -39,7 +38,7 @@ impl QueryStats {
     pub fn merge(&mut self, row: &QueryStats) {
         for ((total, value), figure) in self.values_mut().into_iter().zip(row.values()).zip(FIGURES) {
             match (figure.merge, value) {
-                (agent_common::figures::Merge::Sum, Some(v)) => *total = Some(total.unwrap_or(0).saturating_add(v)),
+                (sqlbee_figures::Merge::Sum, Some(v)) => *total = Some(total.unwrap_or(0).saturating_add(v)),
                 (_, None) => {}
             }
         }
@@ -54,7 +53,7 @@ mod tests {
     fn the_wire_has_every_figure_in_list_order_and_nothing_else() {
         let names: Vec<&str> = FIGURES.iter().map(|f| f.name).collect();
         let declared: Vec<&str> = crate::bounds::QUERY_STATS_FIELDS.iter().map(|(name, _)| *name).collect();
-        assert_eq!(declared, names, "sqlbee.v1.QueryStats and agent_common::figures disagree");
+        assert_eq!(declared, names, "sqlbee.v1.QueryStats and sqlbee_figures disagree");
         let numbers: Vec<i32> = crate::bounds::QUERY_STATS_FIELDS.iter().map(|(_, n)| *n).collect();
         assert_eq!(numbers, (1..=COUNT as i32).collect::<Vec<_>>(), "fields numbered in list order");
     }

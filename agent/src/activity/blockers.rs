@@ -26,7 +26,7 @@ use std::{
 
 use mysql::prelude::Queryable;
 
-use crate::plans::{ServerLogin, describe};
+use crate::server_login::{ServerLogin, describe};
 
 const TIMEOUT: Duration = Duration::from_secs(2);
 const RETRY_SOURCE: Duration = Duration::from_secs(60);

@@ -21,7 +21,7 @@ use std::{
     time::{Duration, Instant, SystemTime},
 };
 
-use agent_common::ServerLayout;
+use sqlbee_kernel_abi::ServerLayout;
 use tracing::warn;
 
 use blockers::{BlockerReader, INNODB};
@@ -32,7 +32,7 @@ use crate::{
     aggregate::DeadlockPartner,
     discover::{ActivityLayout, ServerProcess},
     normalize::{Normalizer, Samples, TableUse, Tables, tables_of},
-    plans::ServerLogin,
+    server_login::ServerLogin,
 };
 
 /// Bytes of a running statement's sample kept.

@@ -8,7 +8,7 @@
 //! THD being torn down is at worst one stale line in one snapshot.
 use std::collections::HashMap;
 
-use agent_common::{ServerLayout, UNKNOWN, stats_field};
+use sqlbee_kernel_abi::{ServerLayout, UNKNOWN, stats_field};
 
 use super::memory::{Memory, le_u32, le_u64};
 use crate::discover::ActivityLayout;

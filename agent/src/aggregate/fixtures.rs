@@ -3,7 +3,7 @@
 //! collector pages fed by them) without root or a server.
 use std::time::SystemTime;
 
-use agent_common::{QueryStats, wait_class};
+use sqlbee_kernel_abi::{FigureSums, wait_class};
 
 use crate::{
     discover::ServerProcess,
@@ -29,7 +29,7 @@ pub fn statement(connection: u64, start_ns: u64, duration_ns: u64, sql: &str) ->
         truncated: false,
         text: sql.as_bytes().to_vec(),
         waits: [0; wait_class::COUNT],
-        stats: QueryStats::default(),
+        stats: FigureSums::default(),
         schema_hash: 0,
         account_hash: 0,
         schema: None,
@@ -62,8 +62,8 @@ pub fn with_figures(mut s: Statement, scale: u64) -> Statement {
 /// counts statements (a statement is flagged or not), `(i + 1) * scale`
 /// for the others.
 pub fn figure_value(i: usize, scale: u64) -> u64 {
-    match agent_common::FIGURES[i].unit {
-        agent_common::figures::Unit::Statements => 1,
+    match sqlbee_figures::FIGURES[i].unit {
+        sqlbee_figures::Unit::Statements => 1,
         _ => (i as u64 + 1) * scale,
     }
 }

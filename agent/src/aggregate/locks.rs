@@ -18,7 +18,7 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use agent_common::{LongWait, wait_class};
+use sqlbee_kernel_abi::{LongWait, wait_class};
 
 use crate::{
     normalize::{Digest, Samples},

@@ -6,7 +6,7 @@
 //! the longest kept; the rest are counted.
 use std::{sync::Arc, time::SystemTime};
 
-use agent_common::wait_class;
+use sqlbee_kernel_abi::wait_class;
 
 use super::locks::wall_time;
 use crate::{

@@ -5,15 +5,15 @@
 //! still counted. Exact command totals come from the kernel counters, not
 //! from the events, so they stay exact when events were dropped.
 mod commands;
-#[cfg(test)]
-pub(crate) mod fixtures;
+#[cfg(any(test, feature = "test-support"))]
+pub mod fixtures;
 mod locks;
 mod long;
 mod tags;
 #[cfg(test)]
 mod tests;
 
-use agent_common::{QueryStats, wait_class};
+use sqlbee_kernel_abi::{FigureSums, wait_class};
 use std::{
     collections::{BTreeMap, HashMap},
     sync::Arc,
@@ -25,10 +25,10 @@ use commands::{COM_QUERY, COM_STMT_EXECUTE};
 use locks::LockTracker;
 pub use locks::{Blocker, LockWaitRecord};
 pub use long::{DeadlockPartner, LongStatement, LongStatements, Outcome};
-use sqlbee_common::histogram::Histogram;
+use sqlbee_vocabulary::histogram::Histogram;
 pub use tags::{Exemplar, MAX_TAG_VALUES, RowTags, TagValues};
 
-use agent_common::kernel_digests::FIRST_AGENT_BUCKET;
+use sqlbee_kernel_abi::kernel_digests::FIRST_AGENT_BUCKET;
 use tracing::warn;
 
 use crate::{
@@ -40,7 +40,7 @@ use crate::{
 /// Longest sample text kept per digest.
 pub const MAX_SAMPLE: usize = 1024;
 /// Digest id of the overflow row.
-pub const OVERFLOW_DIGEST: u64 = sqlbee_common::digest_id::OVERFLOW_ID;
+pub const OVERFLOW_DIGEST: u64 = sqlbee_vocabulary::digest_id::OVERFLOW_ID;
 /// Accounts told apart per digest per window; statements of further ones
 /// are counted in `other_accounts`.
 pub const MAX_ACCOUNTS: usize = 32;
@@ -53,7 +53,7 @@ pub const MAX_CLIENTS: usize = 32;
 /// ran it), the replica applier or the event scheduler.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Lineage {
-    /// `agent_common::source`.
+    /// `sqlbee_kernel_abi::source`.
     pub source: u32,
     pub nested: bool,
     pub program: Option<Arc<Program>>,
@@ -66,8 +66,8 @@ impl Lineage {
     /// `client`, `replica` or `event`.
     pub fn source_name(&self) -> &'static str {
         match self.source {
-            agent_common::source::REPLICA => "replica",
-            agent_common::source::EVENT => "event",
+            sqlbee_kernel_abi::source::REPLICA => "replica",
+            sqlbee_kernel_abi::source::EVENT => "event",
             _ => "client",
         }
     }
@@ -88,7 +88,7 @@ pub struct DigestRow {
     /// Top level, or which program ran them for which client statement.
     pub lineage: Lineage,
     /// The server's figures summed over the statements (with CPU time).
-    pub stats: QueryStats,
+    pub stats: FigureSums,
     /// Statements per account, at most `MAX_ACCOUNTS`; the rest of `count`
     /// had an account beyond those, or none the agent could name.
     pub accounts: HashMap<Arc<Account>, u64>,
@@ -112,7 +112,7 @@ pub struct DigestRow {
     /// window (set by the pipeline's `normalize::Describer`).
     pub tables: Option<Arc<crate::normalize::Tables>>,
     pub truncated: u64,
-    /// Per wait class (`agent_common::wait_class`).
+    /// Per wait class (`sqlbee_kernel_abi::wait_class`).
     pub waits: [WaitStats; wait_class::COUNT],
     /// One message per error code.
     pub error_messages: BTreeMap<u32, String>,
@@ -178,7 +178,7 @@ impl DigestRow {
             digest_text: digest.text.clone(),
             schema,
             lineage,
-            stats: QueryStats::default(),
+            stats: FigureSums::default(),
             accounts: HashMap::new(),
             clients: HashMap::new(),
             tags: RowTags::default(),
@@ -374,7 +374,7 @@ impl InstanceWindow {
         }
         self.summary.overflow_statements += statements;
         self.overflow.get_or_insert_with(|| {
-            let overflow = Digest { id: OVERFLOW_DIGEST, text: Arc::from(sqlbee_common::digest_id::OVERFLOW_TEXT) };
+            let overflow = Digest { id: OVERFLOW_DIGEST, text: Arc::from(sqlbee_vocabulary::digest_id::OVERFLOW_TEXT) };
             DigestRow::new(&overflow, None, Lineage::default())
         })
     }

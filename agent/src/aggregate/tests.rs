@@ -2,7 +2,7 @@
 //! them on become one row per digest, with exact counts and sums.
 use std::time::SystemTime;
 
-use sqlbee_common::digest_id;
+use sqlbee_vocabulary::digest_id;
 
 use super::{
     Aggregator, OVERFLOW_DIGEST,
@@ -56,7 +56,7 @@ fn every_figure_is_summed_per_digest() {
         ],
     );
     let a = report.digests.iter().find(|d| d.digest == digest_of("SELECT a FROM t")).unwrap();
-    for (i, (figure, value)) in agent_common::FIGURES.iter().zip(a.stats.values()).enumerate() {
+    for (i, (figure, value)) in sqlbee_figures::FIGURES.iter().zip(a.stats.values()).enumerate() {
         assert_eq!(value, figure_value(i, 1) + figure_value(i, 10), "{}", figure.name);
     }
     let b = report.digests.iter().find(|d| d.digest == digest_of("SELECT b FROM t")).unwrap();

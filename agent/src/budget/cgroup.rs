@@ -10,6 +10,8 @@ use cgroups_rs::fs::{
     memory::MemController,
 };
 
+use sqlbee_vocabulary::error_chain;
+
 use super::{
     BudgetConfig, BudgetError,
     cgroup_files::{PERIOD_US, parse_cpu_max, quota_us, usage_ns},
@@ -256,17 +258,6 @@ fn create_error(name: &str, e: cgroups_rs::fs::error::Error) -> BudgetError {
     } else {
         BudgetError::Cgroup { what: "creation", path: name.to_string(), detail }
     }
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(inner) = source {
-        text.push_str(": ");
-        text.push_str(&inner.to_string());
-        source = inner.source();
-    }
-    text
 }
 
 /// Container runtimes leave a marker; Kubernetes puts pods under kubepods.

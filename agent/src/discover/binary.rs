@@ -24,8 +24,8 @@
 //! statements ran while its probes were off.
 use std::{fs::File, path::Path};
 
-use agent_common::ServerLayout;
 use object::{Object, ObjectSection, ObjectSymbol};
+use sqlbee_kernel_abi::ServerLayout;
 
 use super::{
     DiscoverError,
@@ -455,7 +455,7 @@ struct StatementFields {
 /// exported functions that touch it (the slow log reads the same fields).
 /// A figure whose code does not match is left out with its reason.
 fn statement_fields(code: &dyn Fn(&'static str) -> Vec<u8>, connection_id_offset: u32) -> StatementFields {
-    use agent_common::{STATS_WINDOW, UNKNOWN, stats_field};
+    use sqlbee_kernel_abi::{STATS_WINDOW, UNKNOWN, stats_field};
     let mut missing = Vec::new();
     let mut found = |what: &'static str, symbol: &'static str, decoded: Option<u32>| {
         if decoded.is_none() {
@@ -483,8 +483,8 @@ fn statement_fields(code: &dyn Fn(&'static str) -> Vec<u8>, connection_id_offset
     // them. Both functions must agree on all of it.
     let tmp = body(INC_TMP_TABLES);
     let disk = body(INC_TMP_DISK_TABLES);
-    let plan = find_disp_imm32(&tmp, &[0x48, 0x81, 0x8f], agent_common::plan::TMP_TABLE as u32).filter(|plan| {
-        find_disp_imm32(&disk, &[0x48, 0x81, 0x8f], agent_common::plan::TMP_DISK as u32) == Some(*plan)
+    let plan = find_disp_imm32(&tmp, &[0x48, 0x81, 0x8f], sqlbee_kernel_abi::plan::TMP_TABLE as u32).filter(|plan| {
+        find_disp_imm32(&disk, &[0x48, 0x81, 0x8f], sqlbee_kernel_abi::plan::TMP_DISK as u32) == Some(*plan)
             && find_disp_imm8(&tmp, &[0x48, 0x83, 0x87], 1) == Some(plan + 16)
             && find_disp_imm8(&disk, &[0x48, 0x83, 0x87], 1) == Some(plan + 24)
     });

@@ -26,7 +26,7 @@ use tracing::{info, warn};
 
 use crate::{
     normalize::tags,
-    plans::{ServerLogin, describe},
+    server_login::{ServerLogin, describe},
 };
 
 /// Each wait on the server (connect, query): the naming round waits on it.

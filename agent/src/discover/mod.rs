@@ -12,6 +12,7 @@ mod elf;
 mod kernel_btf;
 mod process;
 mod sock_diag;
+mod uprobe_links;
 
 pub use activity_layout::ActivityLayout;
 pub use binary::{
@@ -24,6 +25,7 @@ pub use kernel_btf::{BtfError, has_current_task_btf, task_runtime_offset};
 pub use process::{
     Container, ServerProcess, cpu_seconds, find_servers, runtime_address, server_by_pid, threads_cpu_ns,
 };
+pub use uprobe_links::multi_links;
 
 use std::path::PathBuf;
 

@@ -11,8 +11,8 @@
 //! counters may.
 use std::collections::{BTreeMap, HashMap};
 
-use agent_common::wait_class;
-use sqlbee_common::histogram::{Histogram, bucket_high, bucket_of};
+use sqlbee_kernel_abi::wait_class;
+use sqlbee_vocabulary::histogram::{Histogram, bucket_high, bucket_of};
 
 use crate::{
     aggregate::{DigestRow, WindowReport},
@@ -129,7 +129,7 @@ struct DigestTotals {
 
 /// Client statements at the top level, the ones `statements` counts.
 fn client_top_level(d: &DigestRow) -> bool {
-    !d.lineage.nested && d.lineage.source == agent_common::source::CLIENT
+    !d.lineage.nested && d.lineage.source == sqlbee_kernel_abi::source::CLIENT
 }
 
 impl AgentMetrics {
@@ -557,7 +557,7 @@ fn encode_window(
         for (figure_name, name, help, scale) in DIGEST_FIGURE_METRICS {
             let at = figure(figure_name);
             let value = move |d: &crate::aggregate::DigestRow| d.stats.values()[at] as f64 * scale;
-            families.push((name, help, Box::new(value), agent_common::FIGURES[at].needs));
+            families.push((name, help, Box::new(value), sqlbee_figures::FIGURES[at].needs));
         }
         for (name, help, value, needs) in families {
             let mut family = enc.family(name, help, MetricType::Gauge);
@@ -631,9 +631,9 @@ const DIGEST_FIGURE_METRICS: [(&str, &str, &str, f64); 4] = [
     ),
 ];
 
-/// A figure's place in `agent_common::FIGURES`.
+/// A figure's place in `sqlbee_figures::FIGURES`.
 fn figure_index(name: &str) -> Option<usize> {
-    agent_common::FIGURES.iter().position(|f| f.name == name)
+    sqlbee_figures::FIGURES.iter().position(|f| f.name == name)
 }
 
 #[cfg(test)]
@@ -646,7 +646,7 @@ mod tests {
     #[test]
     fn every_exported_figure_is_in_the_list() {
         for (figure, ..) in DIGEST_FIGURE_METRICS {
-            assert!(figure_index(figure).is_some(), "{figure} is not in agent_common::FIGURES");
+            assert!(figure_index(figure).is_some(), "{figure} is not in sqlbee_figures::FIGURES");
         }
     }
 
@@ -721,7 +721,7 @@ mod tests {
         let cost = CostSample { cpu_source: "process", cpu_seconds_total: 1.25, ..Default::default() };
         let first = bucket_high(LATENCY_BOUNDS[0]);
         let nested = Lineage { nested: true, ..Lineage::default() };
-        let replica = Lineage { source: agent_common::source::REPLICA, ..Lineage::default() };
+        let replica = Lineage { source: sqlbee_kernel_abi::source::REPLICA, ..Lineage::default() };
         // At the first edge, one past it, far past the last; errors; and
         // rows of nested and replica statements, which are not counted.
         let window = [

@@ -2,6 +2,6 @@
 //! the crate's `prometheus` module, which the collector shares.
 pub mod agent_metrics;
 
-pub use crate::prometheus::{
+pub use sqlbee_prometheus::{
     CONTENT_TYPE, Encoder, Family, MetricType, MetricsError, MetricsServer, Render, SampleValue,
 };

@@ -7,7 +7,7 @@
 //! Where the server gives up (an unterminated string, quote or comment: a
 //! syntax error, so no digest at all), the rest of the text is one token,
 //! which keeps the kernel's text hash sound: that hash skips the content of
-//! a string to the end of the text too (`agent_common::text_hash`).
+//! a string to the end of the text too (`sqlbee_kernel_abi::text_hash`).
 //!
 //! Never fails and never panics: any bytes give some tokens.
 use super::keywords::{self, Kw, WORDS};

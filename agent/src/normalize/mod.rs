@@ -17,7 +17,7 @@
 //! grouping with a real server's on thousands of statements of MariaDB's
 //! own test suite (`agent/tests/digest_agreement.rs`).
 //!
-//! The kernel's text hash (`agent_common::text_hash`) groups statements
+//! The kernel's text hash (`sqlbee_kernel_abi::text_hash`) groups statements
 //! before they reach the normalizer; it may split what the normalizer
 //! groups, never merge what it keeps apart.
 //!
@@ -57,7 +57,7 @@ pub struct Digest {
 
 impl Digest {
     pub fn from_text(text: &str) -> Self {
-        Self { id: sqlbee_common::digest_id::of(text), text: Arc::from(text) }
+        Self { id: sqlbee_vocabulary::digest_id::of(text), text: Arc::from(text) }
     }
 }
 

@@ -4,9 +4,9 @@ use std::io::Write;
 
 use serde_json::{Value, json};
 
-use agent_common::wait_class;
+use sqlbee_kernel_abi::wait_class;
 
-use sqlbee_common::{clock::rfc3339, histogram::Histogram};
+use sqlbee_vocabulary::{clock::rfc3339, histogram::Histogram};
 
 use std::collections::BTreeMap;
 
@@ -112,7 +112,7 @@ pub fn window_to_json(report: &WindowReport) -> Vec<Value> {
             "duration_ns": e.duration_ns,
             "outcome": e.outcome.name(),
             "error_code": (e.error_code != 0).then_some(e.error_code),
-            "waits": agent_common::wait_class::NAMES
+            "waits": sqlbee_kernel_abi::wait_class::NAMES
                 .iter()
                 .zip(e.waits)
                 .filter(|(_, ns)| *ns > 0)
@@ -200,7 +200,7 @@ pub const TOP_ACCOUNTS: usize = 5;
 /// does not let the agent read one (never 0 for "unknown").
 fn add_figures(line: &mut Value, d: &DigestRow, readable: Readable) {
     let object = line.as_object_mut().expect("a digest line is an object");
-    for (figure, value) in agent_common::FIGURES.iter().zip(d.stats.values()) {
+    for (figure, value) in sqlbee_figures::FIGURES.iter().zip(d.stats.values()) {
         let known = if readable.knows(figure.needs) { json!(value) } else { Value::Null };
         object.insert(figure.name.into(), known);
     }
@@ -346,7 +346,7 @@ pub fn write_table(out: &mut impl Write, report: &WindowReport, rows: usize) -> 
         // Statements of stored programs: marked, with their program.
         if let Some(program) = &d.lineage.program {
             text = format!("  -> [{} {}] {text}", program.kind, program.name);
-        } else if d.lineage.source != agent_common::source::CLIENT {
+        } else if d.lineage.source != sqlbee_kernel_abi::source::CLIENT {
             text = format!("[{}] {text}", d.lineage.source_name());
         }
         writeln!(
@@ -492,7 +492,7 @@ pub fn write_untraced_table(out: &mut impl Write, untraced: &[UntracedServer]) -
 
 #[cfg(test)]
 mod tests {
-    use agent_common::figures::needs;
+    use sqlbee_figures::needs;
 
     use super::*;
     use crate::aggregate::fixtures::{all_figures, figure_value, report, statement, with_figures};
@@ -506,7 +506,7 @@ mod tests {
         let readable = Readable(needs::SERVER_STATUS | needs::CPU);
         let r = report("db:3306", readable, vec![with_figures(statement(1, 0, 1000, "SELECT 1"), 3)]);
         let line = &digest_lines(&r)[0];
-        for (i, figure) in agent_common::FIGURES.iter().enumerate() {
+        for (i, figure) in sqlbee_figures::FIGURES.iter().enumerate() {
             let expected = if readable.knows(figure.needs) { json!(figure_value(i, 3)) } else { Value::Null };
             assert_eq!(line[figure.name], expected, "{}", figure.name);
         }

@@ -22,10 +22,11 @@ use std::{
 use mysql::prelude::Queryable;
 use tracing::{debug, info, warn};
 
-use super::{Explained, LoginState, PlanConfig, PlanRecord, ValueWants, login::describe, plan};
+use super::{Explained, LoginState, PlanConfig, PlanRecord, ValueWants, plan};
 use crate::{
     aggregate::{OVERFLOW_DIGEST, RawSample, WindowReport},
     normalize::{Samples, redact},
+    server_login::{ServerLogin, describe},
 };
 
 /// Digests remembered per server, and the bytes of their raw samples;
@@ -585,7 +586,7 @@ fn explain_directly(conn: &mut mysql::Conn, schema: &Option<Arc<str>>, text: &st
 }
 
 /// The open connection to the server, or a new one.
-fn connection<'a>(server: &'a mut Server, login: &super::ServerLogin) -> Result<&'a mut mysql::Conn, Failure> {
+fn connection<'a>(server: &'a mut Server, login: &ServerLogin) -> Result<&'a mut mysql::Conn, Failure> {
     if server.conn.as_mut().is_some_and(|c| c.ping().is_ok()) {
         return Ok(server.conn.as_mut().expect("checked above"));
     }
@@ -635,7 +636,7 @@ mod tests {
 
     fn config() -> PlanConfig {
         PlanConfig {
-            login: super::super::ServerLogin { user: "u".into(), password: "p".into() },
+            login: ServerLogin { user: "u".into(), password: "p".into() },
             explain_rate: 1.0,
             refresh: Duration::from_secs(3600),
             recheck: Duration::from_secs(60),

@@ -8,9 +8,7 @@
 //! window (`take`). Counting never depends on any of it: a login that
 //! fails is a warning on the instance, retried with back-off.
 mod explainer;
-mod login;
 mod plan;
-mod server_address;
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -19,11 +17,9 @@ use std::{
 };
 
 pub use explainer::Explainer;
-pub use login::{LoginError, ServerLogin, describe};
 pub use plan::{Plan, PlanError, TableAccess};
-pub use server_address::{ServerAddress, address_of};
 
-use crate::normalize::Samples;
+use crate::{normalize::Samples, server_login::ServerLogin};
 
 /// What the explainer may do, validated at start.
 #[derive(Clone, Debug)]

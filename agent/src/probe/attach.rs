@@ -9,7 +9,6 @@ use std::{
     time::Duration,
 };
 
-use agent_common::{COMMAND_SLOTS, LongWait, MAX_TEXT, ServerLayout, StatBlock, kernel_digests::known_sets};
 use aya::{
     Ebpf, EbpfLoader,
     maps::{Array, MapData, PerCpuArray, PerCpuValues, RingBuf},
@@ -18,6 +17,7 @@ use aya::{
         uprobe::{UProbeAttachLocation, UProbeLinkId, UProbeScope},
     },
 };
+use sqlbee_kernel_abi::{COMMAND_SLOTS, LongWait, MAX_TEXT, ServerLayout, StatBlock, kernel_digests::known_sets};
 
 use tracing::{debug, warn};
 
@@ -68,7 +68,7 @@ pub struct ProbeConfig {
     /// Name each connection's client (see `clients`).
     pub clients: bool,
     /// With it, a client's connection attributes are read too.
-    pub client_login: Option<crate::plans::ServerLogin>,
+    pub client_login: Option<crate::server_login::ServerLogin>,
     /// Load the value probes, attached while `capture_values` asks: the
     /// values prepared statements ran with, for their plans.
     pub values: bool,
@@ -136,12 +136,16 @@ impl AttachedServer {
             task_btf: u32::from(config.task_btf),
             // The name is cached on the probe of THD::set_db: without it,
             // no schema.
-            db_offset: if binary.points.schema_change.is_some() { layout.db_offset } else { agent_common::UNKNOWN },
+            db_offset: if binary.points.schema_change.is_some() {
+                layout.db_offset
+            } else {
+                sqlbee_kernel_abi::UNKNOWN
+            },
             // Known only when each connection's client is named.
-            vio_offset: if config.clients && layout.sctx_offset != agent_common::UNKNOWN {
+            vio_offset: if config.clients && layout.sctx_offset != sqlbee_kernel_abi::UNKNOWN {
                 layout.vio_offset
             } else {
-                agent_common::UNKNOWN
+                sqlbee_kernel_abi::UNKNOWN
             },
             ..layout
         };
@@ -150,7 +154,7 @@ impl AttachedServer {
         let kernel_digests = (config.digest_slots > 0)
             .then(|| KernelDigests::new(&mut ebpf, config.digest_slots, layout.known_sets))
             .transpose()?;
-        let clients = (layout.vio_offset != agent_common::UNKNOWN)
+        let clients = (layout.vio_offset != sqlbee_kernel_abi::UNKNOWN)
             .then(|| Clients::new(&mut ebpf, pid, config.client_login.clone()))
             .transpose()?;
         let mut programs = programs;
@@ -705,7 +709,7 @@ fn probe_points(binary: &BinaryInfo, config: &ProbeConfig, layout: &ServerLayout
     // statement a read of the schema's name. Without the probe the name
     // could change in place unseen, so the schema is left out.
     match binary.points.schema_change {
-        Some(point) if layout.db_offset != agent_common::UNKNOWN => points.push(("schema_change", point)),
+        Some(point) if layout.db_offset != sqlbee_kernel_abi::UNKNOWN => points.push(("schema_change", point)),
         _ => {}
     }
     // Statements of stored programs: two traps each, none for a
@@ -715,7 +719,7 @@ fn probe_points(binary: &BinaryInfo, config: &ProbeConfig, layout: &ServerLayout
     }
     // Logins and changes of user are rare: one trap each keeps the
     // account of a connection right after a COM_CHANGE_USER.
-    if let Some(point) = binary.points.account_change.filter(|_| layout.sctx_offset != agent_common::UNKNOWN) {
+    if let Some(point) = binary.points.account_change.filter(|_| layout.sctx_offset != sqlbee_kernel_abi::UNKNOWN) {
         points.push(("account_change", point));
     }
     points

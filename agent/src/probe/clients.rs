@@ -17,8 +17,8 @@ use std::{
     time::{Duration, Instant},
 };
 
-use agent_common::with_client;
 use aya::maps::{HashMap as BpfHashMap, MapData};
+use sqlbee_kernel_abi::with_client;
 use tracing::{debug, warn};
 
 use super::{
@@ -27,7 +27,7 @@ use super::{
 };
 use crate::{
     discover::{AttrAsker, Client, ClientConnection, ClientResolver},
-    plans::ServerLogin,
+    server_login::ServerLogin,
 };
 
 /// Connections and client keys remembered per server; past this, the
@@ -248,7 +248,7 @@ impl Clients {
 
 #[cfg(test)]
 mod tests {
-    use agent_common::with_client;
+    use sqlbee_kernel_abi::with_client;
 
     #[test]
     fn a_client_key_makes_another_account_hash() {

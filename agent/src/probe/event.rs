@@ -1,7 +1,7 @@
 //! Ring-buffer record -> owned statement.
 use std::sync::Arc;
 
-use agent_common::{EVENT_HEADER_LEN, ErrorSample, QueryStats, StatementEvent, flags, wait_class};
+use sqlbee_kernel_abi::{EVENT_HEADER_LEN, ErrorSample, FigureSums, StatementEvent, flags, wait_class};
 
 use super::names::{Account, Program};
 use crate::discover::Client;
@@ -22,11 +22,11 @@ pub struct Statement {
     pub truncated: bool,
     /// The captured text: raw bytes, not necessarily UTF-8.
     pub text: Vec<u8>,
-    /// Time waited per wait class (`agent_common::wait_class`), ns.
+    /// Time waited per wait class (`sqlbee_kernel_abi::wait_class`), ns.
     pub waits: [u64; wait_class::COUNT],
     /// The server's own figures (rows, lock time, temporary tables, ...)
     /// and the thread's CPU time.
-    pub stats: QueryStats,
+    pub stats: FigureSums,
     /// Hashes of the schema and account (0: none), and what they name when
     /// the probe stage knows (see `names`).
     pub schema_hash: u64,
@@ -37,7 +37,7 @@ pub struct Statement {
     pub client: Option<Arc<Client>>,
     /// Run by a stored program (see `Program`): timed from its own start.
     pub nested: bool,
-    /// `agent_common::source`: a client's, the replica applier's or the
+    /// `sqlbee_kernel_abi::source`: a client's, the replica applier's or the
     /// event scheduler's.
     pub source: u32,
     /// The program a nested statement ran in: its hash, kind and name.
@@ -110,7 +110,7 @@ pub fn decode_statement(record: &[u8]) -> Option<Statement> {
         text: body[..captured].to_vec(),
         waits: header.waits,
         stats: {
-            let mut sum = QueryStats::default();
+            let mut sum = FigureSums::default();
             sum.add_statement(&header.stats);
             sum
         },

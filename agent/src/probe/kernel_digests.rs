@@ -1,4 +1,4 @@
-//! The agent's half of kernel digests (`agent_common::kernel_digests`):
+//! The agent's half of kernel digests (`sqlbee_kernel_abi::kernel_digests`):
 //! hands out slots to text hashes, flips the epoch at each window end and
 //! reads back what the kernel counted in the other one.
 //!
@@ -17,11 +17,11 @@ use std::sync::Arc;
 
 use crate::discover::Client;
 
-use agent_common::{
-    CONTROL_EPOCH, CONTROL_OPAQUE_ONES, CONTROL_SHEDDING, QueryStats, SlotStats,
+use aya::maps::{Array, MapData, PerCpuArray, PerCpuValues};
+use sqlbee_kernel_abi::{
+    CONTROL_EPOCH, CONTROL_OPAQUE_ONES, CONTROL_SHEDDING, FigureSums, SlotStats,
     kernel_digests::{BUCKETS, KnownSet, entry_slot, known_entry, known_set},
 };
-use aya::maps::{Array, MapData, PerCpuArray, PerCpuValues};
 
 use super::{
     ProbeError,
@@ -40,7 +40,7 @@ pub struct KernelDigest {
     /// (kernel bucket, count), non-zero buckets only.
     pub buckets: Vec<(u16, u64)>,
     /// The server's figures summed over these statements.
-    pub stats: QueryStats,
+    pub stats: FigureSums,
     /// Statements per account (by hash until `name_accounts`, then by
     /// name); the rest of `count` is in no account the kernel told apart.
     pub accounts: Vec<(u64, u64)>,
@@ -247,7 +247,7 @@ fn sum(text_hash: u64, per_cpu: &[SlotStats]) -> Option<KernelDigest> {
         min_ns: u64::MAX,
         max_ns: 0,
         buckets: Vec::new(),
-        stats: QueryStats::default(),
+        stats: FigureSums::default(),
         accounts: Vec::new(),
         named_accounts: Vec::new(),
         clients: Vec::new(),
@@ -279,7 +279,7 @@ fn sum(text_hash: u64, per_cpu: &[SlotStats]) -> Option<KernelDigest> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use agent_common::kernel_digests::{MAX_SLOTS, known_sets};
+    use sqlbee_kernel_abi::kernel_digests::{MAX_SLOTS, known_sets};
 
     #[test]
     fn per_cpu_values_add_up() {

@@ -8,23 +8,7 @@
 //! took seconds on a saturated host. A multi link needs no perf event, so
 //! it is used wherever the kernel filters it by process (6.6 and later
 //! with the pid-filter fix).
-use std::sync::OnceLock;
-
-use aya::sys::{UProbeMultiFeature, is_uprobe_multi_supported};
-use tracing::info;
-
-/// Whether the multi programs are used; probed once per agent.
-pub fn multi_links() -> bool {
-    static MULTI: OnceLock<bool> = OnceLock::new();
-    *MULTI.get_or_init(|| {
-        let multi = is_uprobe_multi_supported(UProbeMultiFeature::ProcessScopedPidFilter).unwrap_or_else(|e| {
-            info!(error = %e, "could not probe for multi-uprobe links; using classic uprobes");
-            false
-        });
-        info!(multi_links = multi, "uprobe attach mode");
-        multi
-    })
-}
+pub use crate::discover::multi_links;
 
 /// The object's name of `program` in this kernel's attach mode.
 pub fn object_name(program: &'static str) -> &'static str {

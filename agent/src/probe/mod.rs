@@ -28,7 +28,7 @@ pub use programs::{LeftOut, Loaded, ProgramSet};
 pub use supervisor::Supervisor;
 pub use values::BoundValues;
 
-use agent_common::{COMMAND_SLOTS, command, stat};
+use sqlbee_kernel_abi::{COMMAND_SLOTS, command, stat};
 
 use crate::{
     budget::ProbeCost,
@@ -229,19 +229,19 @@ impl Counters {
 pub struct Readable(pub u32);
 
 impl Readable {
-    pub const CPU: u32 = agent_common::figures::needs::CPU;
+    pub const CPU: u32 = sqlbee_figures::needs::CPU;
     pub const SCHEMA: u32 = 1 << 17;
     pub const ACCOUNT: u32 = 1 << 18;
 
-    pub fn of(layout: &agent_common::ServerLayout) -> Readable {
+    pub fn of(layout: &sqlbee_kernel_abi::ServerLayout) -> Readable {
         let mut bits = layout.stats_fields;
-        if layout.task_runtime_offset != 0 && layout.task_runtime_offset != agent_common::UNKNOWN {
+        if layout.task_runtime_offset != 0 && layout.task_runtime_offset != sqlbee_kernel_abi::UNKNOWN {
             bits |= Self::CPU;
         }
-        if layout.db_offset != agent_common::UNKNOWN {
+        if layout.db_offset != sqlbee_kernel_abi::UNKNOWN {
             bits |= Self::SCHEMA;
         }
-        if layout.sctx_offset != agent_common::UNKNOWN {
+        if layout.sctx_offset != sqlbee_kernel_abi::UNKNOWN {
             bits |= Self::ACCOUNT;
         }
         Readable(bits)
@@ -251,7 +251,7 @@ impl Readable {
         self.0 & bit != 0
     }
 
-    /// Whether a figure that needs `needs` (`agent_common::figures::needs`)
+    /// Whether a figure that needs `needs` (`sqlbee_figures::needs`)
     /// can be read: `ALWAYS` (0) always can.
     pub fn knows(self, needs: u32) -> bool {
         self.0 & needs == needs
@@ -270,7 +270,7 @@ pub struct ProbeBatch {
     pub programs: std::sync::Arc<ProgramSet>,
     pub statements: Vec<Statement>,
     /// Waits longer than the threshold, in the order they ended.
-    pub long_waits: Vec<agent_common::LongWait>,
+    pub long_waits: Vec<sqlbee_kernel_abi::LongWait>,
     /// Cumulative counters, read at window ends and at detach.
     pub counters: Option<Counters>,
     /// Statements counted in the kernel, read at window ends and at detach.

@@ -3,7 +3,7 @@
 //! table per attached server, bounded.
 use std::{collections::HashMap, sync::Arc};
 
-use agent_common::{NameRecord, name_kind};
+use sqlbee_kernel_abi::{NameRecord, name_kind};
 
 /// A connection's login: user and client host (host name or address).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -21,7 +21,7 @@ pub struct Program {
 }
 
 pub fn program_kind_name(kind: u32) -> &'static str {
-    use agent_common::program_kind as k;
+    use sqlbee_kernel_abi::program_kind as k;
     match kind {
         k::PROCEDURE => "procedure",
         k::FUNCTION => "function",

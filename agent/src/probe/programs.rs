@@ -9,7 +9,7 @@
 //! stops relying on it, and the server is reported with what it lacks.
 use std::time::Duration;
 
-use agent_common::{ServerLayout, UNKNOWN};
+use sqlbee_kernel_abi::{ServerLayout, UNKNOWN};
 
 /// The program every traced server needs.
 pub const REQUIRED: &str = "statement_end";

@@ -21,7 +21,7 @@ use crate::{
         DutyConfig, Overhead, ProbeCost, QueryCounter,
         calibrate::{FALLBACK_TRAP, trap_cost},
     },
-    discover::{BinaryIdentity, ServerProcess, identify_binary, inspect_binary},
+    discover::{BinaryIdentity, BinaryInfo, ServerProcess, identify_binary, inspect_binary},
 };
 
 /// First retry of a server that could not be traced, doubled per failure
@@ -181,18 +181,9 @@ impl Supervisor {
         self.attached.values().map(|a| &a.server)
     }
 
-    /// The traced servers, as the activity reader needs them.
-    pub fn activity_targets(&self) -> Vec<crate::activity::Target> {
-        self.attached
-            .values()
-            .map(|a| crate::activity::Target {
-                server: a.server.clone(),
-                build_id: a.binary.build_id.clone(),
-                version: a.binary.version.clone(),
-                layout: a.binary.layout,
-                activity: a.binary.activity.clone(),
-            })
-            .collect()
+    /// The traced servers with what was learned of each one's binary.
+    pub fn traced(&self) -> impl Iterator<Item = (&ServerProcess, &BinaryInfo)> {
+        self.attached.values().map(|a| (&a.server, &a.binary))
     }
 
     /// Attaches one server now, returning the error instead of logging it.

@@ -13,7 +13,7 @@ use std::{
     sync::Arc,
 };
 
-use agent_common::{ValueEvent, command};
+use sqlbee_kernel_abi::{ValueEvent, command};
 
 use super::Statement;
 use crate::discover::ValueType;
@@ -229,7 +229,7 @@ mod tests {
             ip,
             at_ns,
             available: bytes.len() as u64,
-            bytes: [0; agent_common::VALUE_BYTES],
+            bytes: [0; sqlbee_kernel_abi::VALUE_BYTES],
         };
         event.bytes[..bytes.len()].copy_from_slice(bytes);
         // SAFETY: a plain struct viewed as its bytes.

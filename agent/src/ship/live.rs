@@ -9,7 +9,7 @@ use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use super::sender::ingest_client;
-use crate::client::ClientOptions;
+use sqlbee_proto::client::ClientOptions;
 
 /// A push that takes longer is given up: the next snapshot is due.
 const PUSH_TIMEOUT: Duration = Duration::from_secs(2);

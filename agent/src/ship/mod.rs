@@ -70,7 +70,7 @@ pub enum ShipError {
         source: std::io::Error,
     },
     #[error(transparent)]
-    Client(#[from] crate::client::ClientError),
+    Client(#[from] sqlbee_proto::client::ClientError),
     #[error("the spool lock was poisoned by a panic")]
     Poisoned,
     #[error("starting the ship runtime failed: {0}")]
@@ -104,7 +104,7 @@ where
 #[derive(Clone, Debug)]
 pub struct ShipConfig {
     /// The collectors, in the order they are tried (at least one).
-    pub targets: Vec<crate::client::ClientOptions>,
+    pub targets: Vec<sqlbee_proto::client::ClientOptions>,
     pub state_dir: PathBuf,
     /// Spool, `rejected/` and `corrupt/` together.
     pub spool_limit_bytes: u64,
@@ -167,7 +167,7 @@ impl Batcher {
             let mut batch = Batch {
                 agent: Some(self.agent.clone()),
                 sequence,
-                created_unix_ms: sqlbee_common::clock::now_unix_ms(),
+                created_unix_ms: sqlbee_vocabulary::clock::now_unix_ms(),
                 epoch: identity.epoch,
                 windows,
                 gaps,

@@ -29,8 +29,8 @@ use std::{
 };
 
 use prost::Message;
-use sqlbee_common::clock::now_unix_ms;
 use sqlbee_proto::v1::{Batch, ingest_client::IngestClient};
+use sqlbee_vocabulary::clock::now_unix_ms;
 use tokio::sync::{Notify, watch};
 use tonic::{Code, codec::CompressionEncoding, service::interceptor::InterceptedService, transport::Channel};
 use tracing::{error, info, warn};
@@ -42,7 +42,7 @@ use super::{
     on_disk, relock,
     spool::{Entry, Spool},
 };
-use crate::client::{BearerToken, ClientOptions, endpoint};
+use sqlbee_proto::client::{BearerToken, ClientOptions, endpoint};
 
 pub enum Verdict {
     Retry,
@@ -109,7 +109,7 @@ pub(super) type Client = IngestClient<InterceptedService<Channel, BearerToken>>;
 
 /// A lazily connecting Ingest client for one collector, as every push
 /// (batches and activity) uses it.
-pub(super) fn ingest_client(target: &ClientOptions) -> Result<Client, crate::client::ClientError> {
+pub(super) fn ingest_client(target: &ClientOptions) -> Result<Client, sqlbee_proto::client::ClientError> {
     let token = BearerToken::new(target.token.as_deref())?;
     Ok(IngestClient::with_interceptor(endpoint(target)?.connect_lazy(), token)
         .send_compressed(CompressionEncoding::Gzip)

@@ -1,13 +1,13 @@
-//! The kernel's text hash (`agent_common::text_hash`) against the
+//! The kernel's text hash (`sqlbee_kernel_abi::text_hash`) against the
 //! normalizer: equal hashes must mean equal digests, and the hash must
 //! still group what differs only in literal values, or in-kernel
 //! kernel digests would save nothing.
 use std::collections::HashMap;
 
-use agent_common::text_hash::{hash, hash_by_runs};
 use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::sample::select;
+use sqlbee_kernel_abi::text_hash::{hash, hash_by_runs};
 
 use super::{corpus_statements, digest_of};
 

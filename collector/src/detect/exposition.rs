@@ -1,0 +1,113 @@
+//! The collector's Prometheus page (`--metrics-listen`): the events the
+//! detection holds open, by kind and instance, so that alert rules can page
+//! on them (an example rule file is in the manual), and whether detection
+//! runs at all. It formats the newest round's snapshot; a scrape reads no
+//! store.
+use std::{collections::BTreeMap, sync::Arc};
+
+use super::OpenEvents;
+
+/// Instances named on the page at most, those with the most open events
+/// first; the rest are added up under `instance="(others)"`. Instance
+/// names come from agents, and each series costs every scraper memory.
+pub const MAX_INSTANCE_SERIES: usize = 500;
+use sqlbee_prometheus::{Encoder, MetricType, Render};
+
+use crate::query_api::EVENT_KINDS;
+
+pub fn render(open: Arc<OpenEvents>) -> Render {
+    Arc::new(move || page(&open))
+}
+
+fn page(open: &OpenEvents) -> String {
+    let mut enc = Encoder::new();
+    let (rounds, failed) = open.rounds();
+    enc.family(
+        "sqlbee_collector_detection_rounds_total",
+        "Detection rounds run since the collector started.",
+        MetricType::Counter,
+    )
+    .sample(&[], rounds);
+    enc.family(
+        "sqlbee_collector_detection_failed_rounds_total",
+        "Detection rounds that failed (the store did not answer); see the collector's log.",
+        MetricType::Counter,
+    )
+    .sample(&[], failed);
+    if let Some(counts) = open.counts() {
+        let mut f = enc.family(
+            "sqlbee_collector_open_events",
+            "Events the detection holds open, by kind (regressed, new) and instance, as of its newest round.",
+            MetricType::Gauge,
+        );
+        // Every kind appears for the fleet even at zero, so a rule can tell
+        // "none open" from "not reported".
+        for kind in EVENT_KINDS {
+            f.sample(&[("kind", kind), ("instance", "")], 0u64);
+        }
+        for ((kind, instance), n) in bounded(counts) {
+            f.sample(&[("kind", &kind), ("instance", &instance)], n);
+        }
+    }
+    enc.finish()
+}
+
+/// The counts of the `MAX_INSTANCE_SERIES` instances with the most open
+/// events, and the others' added up per kind.
+fn bounded(counts: BTreeMap<(String, String), u64>) -> BTreeMap<(String, String), u64> {
+    let mut per_instance: BTreeMap<&str, u64> = BTreeMap::new();
+    for ((_, instance), n) in &counts {
+        *per_instance.entry(instance.as_str()).or_default() += n;
+    }
+    if per_instance.len() <= MAX_INSTANCE_SERIES {
+        return counts;
+    }
+    let mut ranked: Vec<(&str, u64)> = per_instance.into_iter().collect();
+    ranked.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    let named: std::collections::HashSet<String> =
+        ranked.iter().take(MAX_INSTANCE_SERIES).map(|(i, _)| i.to_string()).collect();
+    let mut out = BTreeMap::new();
+    for ((kind, instance), n) in counts {
+        let instance = if named.contains(&instance) { instance } else { "(others)".to_string() };
+        *out.entry((kind, instance)).or_default() += n;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_page_names_open_events_by_kind_and_instance() {
+        let open = OpenEvents::default();
+        assert!(!page(&open).contains("sqlbee_collector_open_events"), "nothing before the first round");
+        open.set(std::collections::BTreeMap::from([(("regressed".to_string(), "db:3306".to_string()), 2)]));
+        let text = page(&open);
+        assert!(text.contains("sqlbee_collector_open_events{kind=\"regressed\",instance=\"db:3306\"} 2"), "{text}");
+        assert!(text.contains("sqlbee_collector_open_events{kind=\"new\",instance=\"\"} 0"), "{text}");
+    }
+
+    /// 2,000 instances an agent invented make a bounded page, the largest
+    /// named and the rest added up, every event still counted.
+    #[test]
+    fn invented_instances_make_a_bounded_page() {
+        let open = OpenEvents::default();
+        let counts: BTreeMap<(String, String), u64> =
+            (0..2_000u64).map(|i| (("new".to_string(), format!("invented-{i}:1")), 1 + i / 1_000)).collect();
+        open.set(counts);
+        let text = page(&open);
+        let series = text.lines().filter(|l| l.starts_with("sqlbee_collector_open_events{")).count();
+        assert!(series <= MAX_INSTANCE_SERIES + 1 + EVENT_KINDS.len(), "{series}");
+        let total: u64 = text
+            .lines()
+            .filter(|l| l.starts_with("sqlbee_collector_open_events{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum();
+        assert_eq!(total, 1_000 + 2 * 1_000);
+        // Ties go by name: the first 500 of the instances with two events.
+        assert!(text.contains("instance=\"invented-1000:1\"} 2"), "the largest are named");
+        assert!(!text.contains("instance=\"invented-7:1\""), "a small one is not");
+        assert!(text.contains("instance=\"(others)\"}"), "{text}");
+    }
+}

@@ -1,0 +1,85 @@
+//! Tables: per-table totals over the range, each with the digests that
+//! touch it (linked to their pages). A statement counts in full for every
+//! table its digest touches, as the page says.
+use std::fmt::Write;
+
+use sqlbee_proto::v1::TablesRequest;
+
+use super::{PageHead, Rendered, digest_href, instance_names};
+use crate::http::{
+    Ui,
+    html::{self, Nav, esc},
+    params::View,
+};
+
+/// Tables a page lists.
+const MAX_TABLES: u32 = 200;
+
+pub async fn render(ui: &Ui, view: &View) -> Rendered {
+    let answer = ui
+        .tables(TablesRequest {
+            instance: view.instance.clone().unwrap_or_default(),
+            since_unix_ms: view.range.since_unix_ms,
+            until_unix_ms: view.range.until_unix_ms,
+            limit: MAX_TABLES,
+        })
+        .await?;
+    let instances = instance_names(ui).await?;
+    let head = PageHead { title: "Tables".into(), nav: Nav::Tables, instances, keep: Vec::new() };
+    let mut body = String::from(
+        "<p>Each statement counts in full for every table its digest reads or writes, so the tables' totals add up \
+         to more than the statements that ran.</p>",
+    );
+    if answer.tables.is_empty() {
+        body.push_str(&html::notice("No statement touched a table in this range."));
+    } else {
+        body.push_str(
+            "<table class=\"data\" id=\"tables\"><thead><tr><th>Table</th><th>Statements</th><th>Total</th>\
+             <th>Rows examined</th><th>Writing</th><th>Reading</th><th>Digests</th></tr></thead><tbody>",
+        );
+        for t in &answer.tables {
+            let name = if t.schema.is_empty() { t.table.clone() } else { format!("{}.{}", t.schema, t.table) };
+            let _ = write!(
+                body,
+                "<tr data-table=\"{}\" data-statements=\"{}\" data-sum-ns=\"{}\"><td><strong>{}</strong></td>\
+                 <td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>\
+                 <td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
+                esc(&name),
+                t.statements,
+                t.sum_ns,
+                esc(&name),
+                html::count(t.statements),
+                html::duration_ns(t.sum_ns as f64),
+                t.rows_examined.map_or_else(|| "-".to_string(), html::count),
+                html::count(t.writing_statements),
+                html::count(t.reading_statements),
+                html::count(t.digest_count)
+            );
+            body.push_str("<tr class=\"table-digests\"><td colspan=\"7\"><ul>");
+            for d in &t.digests {
+                let _ = write!(
+                    body,
+                    "<li><a class=\"table-digest\" data-digest=\"{}\" href=\"{}\">{}</a> {} · {} statements · {}</li>",
+                    html::digest_hex(d.digest),
+                    esc(&digest_href(view, d.digest, &d.schema)),
+                    esc(&html::cut(&d.digest_text, 90)),
+                    if d.write { "writes" } else { "reads" },
+                    html::count(d.count),
+                    html::duration_ns(d.sum_ns as f64)
+                );
+            }
+            body.push_str("</ul></td></tr>");
+        }
+        body.push_str("</tbody></table>");
+    }
+    if answer.unknown_statements + answer.undescribed_statements > 0 {
+        let _ = write!(
+            body,
+            "<p class=\"label\">Not in any table: {} statements whose text the agent could not parse, {} whose digest \
+             no agent has described yet.</p>",
+            html::count(answer.unknown_statements),
+            html::count(answer.undescribed_statements)
+        );
+    }
+    Ok((head, body))
+}
