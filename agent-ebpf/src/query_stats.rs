@@ -3,7 +3,9 @@
 //! read at the statement end the program already traps.
 //!
 //! The THD keeps the counters within a few hundred bytes of each other, so
-//! they come with one copy of `ServerLayout::stats_len` bytes. CPU time is
+//! they come with one copy of `ServerLayout::stats_len` bytes; a field a
+//! build keeps farther away is copied on its own (see
+//! `sqlbee_kernel_abi::thd_field`, which also decodes them). CPU time is
 //! the kernel's own per-task runtime (`se.sum_exec_runtime`, at an offset
 //! the agent took from the kernel's BTF): a connection thread idles between
 //! statements, so the runtime it gained since its previous statement end
@@ -12,95 +14,80 @@ use aya_ebpf::helpers::{
     bpf_get_current_task, bpf_probe_read_kernel, bpf_probe_read_user_buf, generated::bpf_get_current_task_btf,
 };
 use sqlbee_kernel_abi::{
-    EventBuffer, Inflight, STATS_WINDOW, ServerLayout, StatementStats, UNKNOWN, plan, server_status, source, stat,
-    statement_flag as bit, stats_field,
+    EventBuffer, Inflight, MAX_ALONE, STATS_WINDOW, ServerLayout, StatementStats, UNKNOWN, alone_copy, decode, source,
+    stat, statement_flag as bit, thd_field,
 };
 
 use crate::maps::bump_stat;
 
-const WORDS: usize = STATS_WINDOW / 8;
-
-/// Copies the window and reads this build's counters out of it into the
-/// record's `stats`, and the connection id and the source (the replica's
-/// applier, the event scheduler) into its header and the query id into
-/// the buffer when the window holds them (0 otherwise). A failed copy
-/// leaves them 0 and is counted.
+/// Copies the fields this build lets the program read (the shared window
+/// in one read, each other one on its own) and reads this build's
+/// counters out of them into the record's `stats`, and the connection id
+/// and the source (the replica's applier, the event scheduler) into its
+/// header and the query id into the buffer (0 when unknown). A failed
+/// copy leaves what it held unknown and is counted; it never takes the
+/// other fields with it.
 #[inline(always)]
 pub fn read(thd: u64, layout: &ServerLayout, buffer: &mut EventBuffer) {
     buffer.header.connection_id = 0;
     buffer.header.source = source::CLIENT;
     buffer.query_id = 0;
-    let fields = layout.stats_fields;
+    let mut fields = layout.stats_fields;
     if fields == 0 {
         return;
     }
-    let n = layout.stats_len as usize & (STATS_WINDOW * 2 - 1);
-    // SAFETY: the first `n` bytes of the window array (`n <= STATS_WINDOW`).
-    let copied = n <= STATS_WINDOW && {
-        let bytes = unsafe { core::slice::from_raw_parts_mut(buffer.window.as_mut_ptr() as *mut u8, n) };
-        unsafe { bpf_probe_read_user_buf((thd + layout.stats_base as u64) as *const u8, bytes) }.is_ok()
+    let shared = fields & !layout.stats_alone;
+    if shared != 0 {
+        let n = layout.stats_len as usize & (STATS_WINDOW * 2 - 1);
+        // SAFETY: the first `n` bytes of the window array (`n <= STATS_WINDOW`).
+        let copied = n <= STATS_WINDOW && {
+            let bytes = unsafe { core::slice::from_raw_parts_mut(buffer.window.as_mut_ptr() as *mut u8, n) };
+            unsafe { bpf_probe_read_user_buf((thd + layout.stats_base as u64) as *const u8, bytes) }.is_ok()
+        };
+        if !copied {
+            bump_stat(stat::READ_FAILED);
+            fields &= !shared;
+        }
+    }
+    // The layout is a constant to the verifier: on a build whose fields
+    // all fit the shared window, none of these copies is even loaded.
+    fields = copy_alone(thd, layout, buffer, fields, thd_field::ROWS_SENT);
+    fields = copy_alone(thd, layout, buffer, fields, thd_field::ROWS_EXAMINED);
+    fields = copy_alone(thd, layout, buffer, fields, thd_field::ROWS_AFFECTED);
+    fields = copy_alone(thd, layout, buffer, fields, thd_field::PLAN);
+    fields = copy_alone(thd, layout, buffer, fields, thd_field::SERVER_STATUS);
+    fields = copy_alone(thd, layout, buffer, fields, thd_field::CONNECTION_ID);
+    fields = copy_alone(thd, layout, buffer, fields, thd_field::SYSTEM_THREAD);
+    fields = copy_alone(thd, layout, buffer, fields, thd_field::QUERY_ID);
+    let identity = decode(&buffer.window, layout, fields, &mut buffer.header.stats);
+    buffer.header.connection_id = identity.connection_id;
+    buffer.header.source = identity.source;
+    buffer.query_id = identity.query_id;
+}
+
+/// Copies `field` on its own when the layout says so, into its slot after
+/// the shared window; returns `fields` without its bit when that failed.
+#[inline(always)]
+fn copy_alone(thd: u64, layout: &ServerLayout, buffer: &mut EventBuffer, fields: u32, field: usize) -> u32 {
+    let Some(copy) = alone_copy(layout, field) else { return fields };
+    if fields & (1 << field) == 0 {
+        return fields;
+    }
+    let (to, len) = (copy.to as usize, copy.len as usize);
+    // SAFETY: `len` bytes of the window array from `to`, both checked
+    // against its end here (the agent placed them so).
+    let copied = to % 8 == 0 && len <= MAX_ALONE as usize && to <= STATS_WINDOW - MAX_ALONE as usize && {
+        let bytes = unsafe {
+            core::slice::from_raw_parts_mut((buffer.window.as_mut_ptr() as *mut u8).add(to & (STATS_WINDOW - 1)), len)
+        };
+        unsafe { bpf_probe_read_user_buf((thd + copy.from as u64) as *const u8, bytes) }.is_ok()
     };
-    if !copied {
-        bump_stat(stat::READ_FAILED);
-        return;
-    }
-    let window = &buffer.window;
-    let stats = &mut buffer.header.stats;
-    // The agent checked every offset against the window; the masks restate
-    // that for the verifier.
-    let word = |rel: u32| window[(rel as usize / 8) & (WORDS - 1)];
-    if fields & stats_field::ROWS_SENT != 0 {
-        stats.rows_sent = word(layout.rows_sent_rel);
-    }
-    if fields & stats_field::ROWS_EXAMINED != 0 {
-        stats.rows_examined = word(layout.rows_examined_rel);
-    }
-    if fields & stats_field::ROWS_AFFECTED != 0 {
-        stats.rows_affected = word(layout.rows_affected_rel);
-    }
-    // Counters a statement cannot push past u32 are kept as u32.
-    if fields & stats_field::PLAN != 0 {
-        let flags = word(layout.plan_flags_rel);
-        stats.sort_merge_passes = word(layout.plan_flags_rel + 8) as u32;
-        stats.tmp_tables = word(layout.plan_flags_rel + 16) as u32;
-        stats.tmp_disk_tables = word(layout.plan_flags_rel + 24) as u32;
-        for (plan_bit, flag) in [
-            (plan::FULL_JOIN, bit::SELECT_FULL_JOIN),
-            (plan::FULL_SCAN, bit::SELECT_SCAN),
-            (plan::FILESORT, bit::FILESORT),
-            (plan::FILESORT_DISK, bit::FILESORT_ON_DISK),
-        ] {
-            if flags & plan_bit != 0 {
-                stats.flags |= flag;
-            }
-        }
-    }
-    if fields & stats_field::SERVER_STATUS != 0 {
-        let rel = layout.server_status_rel;
-        // A u32, in the low or the high half of its word (little-endian).
-        let status = (word(rel) >> ((rel % 8) * 8)) as u32;
-        if status & server_status::NO_INDEX_USED != 0 {
-            stats.flags |= bit::NO_INDEX_USED;
-        }
-        if status & server_status::NO_GOOD_INDEX_USED != 0 {
-            stats.flags |= bit::NO_GOOD_INDEX_USED;
-        }
-    }
-    let connection = if fields & stats_field::CONNECTION_ID != 0 { word(layout.connection_id_rel) } else { 0 };
-    let system_thread = if fields & stats_field::SYSTEM_THREAD != 0 {
-        let rel = layout.system_thread_rel;
-        (word(rel) >> ((rel % 8) * 8)) as u32
+    if copied {
+        fields
     } else {
-        0
-    };
-    let query_id = if fields & stats_field::QUERY_ID != 0 { word(layout.query_id_rel) } else { 0 };
-    buffer.header.connection_id = connection;
-    buffer.header.source = match system_thread {
-        source::SYSTEM_THREAD_SLAVE_SQL => source::REPLICA,
-        source::SYSTEM_THREAD_EVENT_WORKER => source::EVENT,
-        _ => source::CLIENT,
-    };
-    buffer.query_id = query_id;
+        bump_stat(stat::READ_FAILED);
+        fields & !(1 << field)
+    }
 }
 
 /// The current thread's on-CPU time so far (ns), 0 when unknown. Through

@@ -39,7 +39,10 @@ pub mod needs {
             CPU => "when the kernel has BTF (the agent reads each thread's run time)",
             PLAN => "when the agent can read the server's query plan flags on this build",
             SERVER_STATUS => "when the agent can read the server's status flags on this build",
-            _ => "when the agent can read the server's row counter on this build",
+            ROWS_SENT | ROWS_EXAMINED | ROWS_AFFECTED => {
+                "when the agent can read the server's row counter on this build"
+            }
+            _ => "when the agent can read what it takes on this build",
         }
     }
 }

@@ -9,10 +9,12 @@
 
 mod figure_sums;
 pub mod text_hash;
+mod thd_fields;
 
 pub use figure_sums::FigureSums;
 /// The histogram scheme the kernel counts into.
 pub use sqlbee_figures::histogram;
+pub use thd_fields::{AloneCopy, Identity, MAX_ALONE, alone_copy, decode, stats_field, thd_field};
 
 /// Largest statement text the kernel can copy. The configured limit
 /// (default 4 KiB) must not exceed it.
@@ -226,24 +228,23 @@ pub struct ServerLayout {
     /// Offset of the current database `{const char*, size_t}` in THD;
     /// `UNKNOWN` leaves the schema out.
     pub db_offset: u32,
-    /// The THD's per-statement counters (see [`FigureSums`]) are copied
-    /// with one read of `stats_len` bytes (at most [`STATS_WINDOW`]) from
-    /// THD+`stats_base`; each offset below is relative to `stats_base`.
+    /// The THD fields of [`thd_field`] (the per-statement counters of
+    /// [`FigureSums`], the connection id, the source, the query id) are
+    /// copied into [`EventBuffer::window`]: those close together with one
+    /// read of `stats_len` bytes from THD+`stats_base` to its start, each
+    /// other one on its own (`stats_alone`) into a slot after that.
     pub stats_base: u32,
     pub stats_len: u32,
-    /// Which counters this build lets the kernel read ([`stats_field`] bits).
+    /// Which fields this build lets the kernel read ([`stats_field`] bits).
     pub stats_fields: u32,
-    pub rows_sent_rel: u32,
-    pub rows_examined_rel: u32,
-    pub rows_affected_rel: u32,
-    /// `query_plan_flags` (u64), then `query_plan_fsort_passes`,
-    /// `tmp_tables_used` and `tmp_tables_disk_used` in the next three words.
-    pub plan_flags_rel: u32,
-    /// `server_status` (u32).
-    pub server_status_rel: u32,
-    /// The connection id, when it lies in the window (it names the
-    /// connection whose account is cached).
-    pub connection_id_rel: u32,
+    /// Of those, the ones copied on their own ([`stats_field`] bits).
+    pub stats_alone: u32,
+    /// Where each field of [`thd_field`] lies in the THD (bytes from its
+    /// start), by its index.
+    pub field_at: [u32; thd_field::COUNT],
+    /// Where the program finds each field in its copy (bytes into
+    /// [`EventBuffer::window`]), by its index.
+    pub field_rel: [u32; thd_field::COUNT],
     /// Offset of `se.sum_exec_runtime` in the running kernel's
     /// `task_struct`, from its BTF; 0 leaves CPU time out.
     pub task_runtime_offset: u32,
@@ -258,9 +259,9 @@ pub struct ServerLayout {
     pub sctx_offset: u32,
     pub sctx_user_offset: u32,
     pub sctx_host_offset: u32,
-    /// Relative to `stats_base`, like the counters.
-    pub system_thread_rel: u32,
-    pub query_id_rel: u32,
+    /// Keeps the u64 fields below aligned without a padding hole (the
+    /// struct is copied as plain bytes).
+    pub reserved: u32,
     /// Non-zero when the nested-statement probes are attached.
     pub nested_probes: u32,
     /// `THD::spcont` (the running program's `sp_rcontext*`), its `m_sp`
@@ -294,20 +295,9 @@ pub struct ServerLayout {
 /// A layout offset the agent could not learn for this build.
 pub const UNKNOWN: u32 = u32::MAX;
 
-/// Largest THD span the statement program copies for [`FigureSums`].
+/// Bytes of the statement program's copy of the THD fields (the shared
+/// window and the slots of the fields read on their own).
 pub const STATS_WINDOW: usize = 1024;
-
-/// Bits of [`ServerLayout::stats_fields`]: counters read for this build.
-/// A figure's own bits are its `needs` (one bit set for both); the rest
-/// say what else the statement program reads from the same window.
-pub mod stats_field {
-    pub use sqlbee_figures::needs::{PLAN, ROWS_AFFECTED, ROWS_EXAMINED, ROWS_SENT, SERVER_STATUS};
-    pub const CONNECTION_ID: u32 = 32;
-    /// `system_thread` (u32): the replica's applier, the event scheduler.
-    pub const SYSTEM_THREAD: u32 = 64;
-    /// `query_id` (u64): tells a second end of one statement.
-    pub const QUERY_ID: u32 = 128;
-}
 
 /// Bits of the server's `query_plan_flags` (MariaDB `sql/log_slow.h`,
 /// unchanged since 5.5; the agent checks `QPLAN_TMP_TABLE` against the
@@ -776,7 +766,8 @@ pub const EVENT_HEADER_LEN: usize = core::mem::size_of::<StatementEvent>();
 pub struct EventBuffer {
     pub header: StatementEvent,
     pub text: [u8; MAX_TEXT],
-    /// The THD's counters, copied in one read (never sent as such).
+    /// The THD fields, copied (never sent as such; see
+    /// [`ServerLayout::stats_base`]).
     pub window: [u64; STATS_WINDOW / 8],
     /// A name record being assembled.
     pub name: NameRecord,

@@ -171,8 +171,9 @@ say agent-log
 cat "$RUN/agent.log"
 kill -9 $SB 2>/dev/null
 # The wait probes turn the kernel's aggregation off: a second, short run
-# loads them and counts a few statements.
-"$SQLBEE" agent --pid $MPID --wait-probes --window 1s --no-cgroup --output jsonl \
+# loads them and counts a few statements, with every THD field copied on
+# its own (the path of a build that keeps them far apart).
+SQLBEE_TEST_FIELDS_ALONE=1 "$SQLBEE" agent --pid $MPID --wait-probes --window 1s --no-cgroup --output jsonl \
   --ready-file "$RUN/waits.ready" >"$RUN/waits.jsonl" 2>"$RUN/waits.log" &
 AG=$!
 i=0

@@ -8,7 +8,7 @@
 //! THD being torn down is at worst one stale line in one snapshot.
 use std::collections::HashMap;
 
-use sqlbee_kernel_abi::{ServerLayout, UNKNOWN, stats_field};
+use sqlbee_kernel_abi::{ServerLayout, UNKNOWN, stats_field, thd_field};
 
 use super::memory::{Memory, le_u32, le_u64};
 use crate::discover::ActivityLayout;
@@ -139,7 +139,6 @@ impl ThreadReader {
         let l = &self.layout;
         let a = &self.activity;
         let has = |bit: u32| l.stats_fields & bit != 0;
-        let stats = u64::from(l.stats_base);
         let mut spans = vec![
             (thd + u64::from(l.connection_id_offset), 8),
             (thd + u64::from(l.command_offset), 4),
@@ -151,8 +150,8 @@ impl ThreadReader {
         let optional = [
             (l.db_offset != UNKNOWN, l.db_offset as u64, 16),
             (l.sctx_offset != UNKNOWN, l.sctx_offset as u64, 8),
-            (has(stats_field::SERVER_STATUS), stats + u64::from(l.server_status_rel), 4),
-            (has(stats_field::SYSTEM_THREAD), stats + u64::from(l.system_thread_rel), 4),
+            (has(stats_field::SERVER_STATUS), u64::from(l.field_at[thd_field::SERVER_STATUS]), 4),
+            (has(stats_field::SYSTEM_THREAD), u64::from(l.field_at[thd_field::SYSTEM_THREAD]), 4),
         ];
         for (present, offset, len) in optional {
             spans.push(if present { (thd + offset, len) } else { (thd, 0) });

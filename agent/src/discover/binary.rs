@@ -30,6 +30,7 @@ use sqlbee_kernel_abi::ServerLayout;
 use super::{
     DiscoverError,
     elf::{find_symbol, function_bytes},
+    thd_fields,
 };
 
 const MARIADB_DISPATCH: &str = "_Z16dispatch_command19enum_server_commandP3THDPcjb";
@@ -43,22 +44,12 @@ const THD_STORAGE_LOCK_WAIT: &str = "thd_storage_lock_wait";
 const THD_WAIT_BEGIN: &str = "thd_wait_begin";
 const THD_WAIT_END: &str = "thd_wait_end";
 const GLOBAL_QUERY_ID: &str = "global_query_id";
-const SET_SENT_ROW_COUNT: &str = "_ZN3THD18set_sent_row_countEy";
-/// 10.x; 11.x dropped it for `ps_report_examined_row_count`.
-const SET_EXAMINED_ROW_COUNT: &str = "_ZN3THD22set_examined_row_countEy";
-const PS_REPORT_EXAMINED_ROW_COUNT: &str = "_ZN3THD28ps_report_examined_row_countEv";
-const STORE_SLOW_QUERY_STATE: &str = "_ZN3THD22store_slow_query_stateEP19Sub_statement_state";
-const INC_TMP_TABLES: &str = "_ZN3THD29inc_status_created_tmp_tablesEv";
-const INC_TMP_DISK_TABLES: &str = "_ZN3THD34inc_status_created_tmp_disk_tablesEv";
-const SET_NO_INDEX_USED: &str = "_ZN3THD24set_status_no_index_usedEv";
-const SET_NO_GOOD_INDEX_USED: &str = "_ZN3THD29set_status_no_good_index_usedEv";
 const THD_CURRENT_DB: &str = "thd_current_db";
 const THD_USER_NAME: &str = "thd_user_name";
 const SECURITY_CONTEXT_SKIP_GRANTS: &str = "_ZN16Security_context11skip_grantsEv";
 const ACL_AUTHENTICATE: &str = "_Z16acl_authenticateP3THDj";
-const THD_IS_CONNECTED: &str = "thd_is_connected";
+pub(super) const THD_IS_CONNECTED: &str = "thd_is_connected";
 const THD_SET_DB: &str = "_ZN3THD6set_dbEPK25st_mysql_const_lex_string";
-const THD_QUERY_ID: &str = "thd_query_id";
 const SP_INSTR_STMT_EXECUTE: &str = "_ZN13sp_instr_stmt7executeEP3THDPj";
 const ADD_SLOW_QUERY_STATE: &str = "_ZN3THD20add_slow_query_stateEP19Sub_statement_state";
 const SELECT_SEND_ABORT: &str = "_ZN11select_send16abort_result_setEv";
@@ -455,68 +446,19 @@ struct StatementFields {
 /// exported functions that touch it (the slow log reads the same fields).
 /// A figure whose code does not match is left out with its reason.
 fn statement_fields(code: &dyn Fn(&'static str) -> Vec<u8>, connection_id_offset: u32) -> StatementFields {
-    use sqlbee_kernel_abi::{STATS_WINDOW, UNKNOWN, stats_field};
+    use sqlbee_kernel_abi::{UNKNOWN, stats_field, thd_field};
     let mut missing = Vec::new();
-    let mut found = |what: &'static str, symbol: &'static str, decoded: Option<u32>| {
-        if decoded.is_none() {
-            missing.push((what, format!("`{symbol}` is missing or does not match a known pattern")));
-        }
-        decoded
-    };
     let body = |symbol| code(symbol);
-    let sent = found("rows_sent", SET_SENT_ROW_COUNT, find_disp(&body(SET_SENT_ROW_COUNT), &[0x48, 0x89, 0xb7]));
-    let examined = found(
-        "rows_examined",
-        SET_EXAMINED_ROW_COUNT,
-        find_disp(&body(SET_EXAMINED_ROW_COUNT), &[0x48, 0x89, 0xb7])
-            .or_else(|| find_disp(&body(PS_REPORT_EXAMINED_ROW_COUNT), &[0x48, 0x8b, 0xb7])),
-    );
-    // `store_slow_query_state` saves `affected_rows` first.
-    let first_load = match strip_endbr(&body(STORE_SLOW_QUERY_STATE)) {
-        [0x48, 0x8b, 0x87 | 0x97, a, b, c, d, ..] => u32::try_from(i32::from_le_bytes([*a, *b, *c, *d])).ok(),
-        _ => None,
-    };
-    let affected = found("rows_affected", STORE_SLOW_QUERY_STATE, first_load);
-    // `query_plan_flags |= QPLAN_TMP_TABLE; tmp_tables_used++` and the
-    // disk variant: the flags word, then `query_plan_fsort_passes`,
-    // `tmp_tables_used` and `tmp_tables_disk_used`, as the server declares
-    // them. Both functions must agree on all of it.
-    let tmp = body(INC_TMP_TABLES);
-    let disk = body(INC_TMP_DISK_TABLES);
-    let plan = find_disp_imm32(&tmp, &[0x48, 0x81, 0x8f], sqlbee_kernel_abi::plan::TMP_TABLE as u32).filter(|plan| {
-        find_disp_imm32(&disk, &[0x48, 0x81, 0x8f], sqlbee_kernel_abi::plan::TMP_DISK as u32) == Some(*plan)
-            && find_disp_imm8(&tmp, &[0x48, 0x83, 0x87], 1) == Some(plan + 16)
-            && find_disp_imm8(&disk, &[0x48, 0x83, 0x87], 1) == Some(plan + 24)
-    });
-    let plan =
-        found("tmp_tables, tmp_disk_tables, sort_merge_passes, select_scan, select_full_join", INC_TMP_TABLES, plan);
-    let status = find_disp_imm8(&body(SET_NO_INDEX_USED), &[0x83, 0x8f], 0x20)
-        .filter(|at| find_disp_imm8(&body(SET_NO_GOOD_INDEX_USED), &[0x83, 0x8f], 0x10) == Some(*at));
-    let status = found("no_index_used, no_good_index_used", SET_NO_INDEX_USED, status);
-    // thd_is_connected starts by loading system_thread (a u32).
-    let system_thread = match strip_endbr(&body(THD_IS_CONNECTED)) {
-        [0x8b, 0x97, a, b, c, d, ..] => u32::try_from(i32::from_le_bytes([*a, *b, *c, *d])).ok(),
-        _ => None,
-    };
-    let system_thread = found("source (replica applier, event scheduler)", THD_IS_CONNECTED, system_thread);
-    let query_id = found("query id (second ends of one statement)", THD_QUERY_ID, decode_mov_rdi(&body(THD_QUERY_ID)));
-
-    // One window over all of them (and the connection id when it fits).
-    let spans: Vec<(u32, u32, u32)> = [
-        (stats_field::ROWS_SENT, sent, 8),
-        (stats_field::ROWS_EXAMINED, examined, 8),
-        (stats_field::ROWS_AFFECTED, affected, 8),
-        (stats_field::PLAN, plan, 32),
-        (stats_field::SERVER_STATUS, status, 4),
-        (stats_field::SYSTEM_THREAD, system_thread, 4),
-        (stats_field::QUERY_ID, query_id, 8),
-    ]
-    .into_iter()
-    .filter_map(|(bit, at, len)| Some((bit, at?, len)))
-    .filter(|(bit, at, _)| {
-        if *bit == stats_field::SERVER_STATUS || *bit == stats_field::SYSTEM_THREAD { at % 4 == 0 } else { at % 8 == 0 }
-    })
-    .collect();
+    let mut found = Vec::new();
+    let connection_id = (thd_field::CONNECTION_ID, Some(connection_id_offset), "connection id", THD_GET_THREAD_ID);
+    let sourced = thd_fields::SOURCES.iter().map(|s| (s.field, (s.find)(code), s.what, s.symbol));
+    for (field, at, what, symbol) in std::iter::once(connection_id).chain(sourced) {
+        match at {
+            Some(at) if at % thd_field::ALIGN[field] == 0 => found.push((field, at)),
+            Some(at) => missing.push((what, format!("`{symbol}` puts it at {at}, not a multiple of its width"))),
+            None => missing.push((what, format!("`{symbol}` is missing or does not match a known pattern"))),
+        }
+    }
     let mut layout = ServerLayout {
         db_offset: UNKNOWN,
         sctx_offset: UNKNOWN,
@@ -524,40 +466,10 @@ fn statement_fields(code: &dyn Fn(&'static str) -> Vec<u8>, connection_id_offset
         vio_offset: UNKNOWN,
         ..ServerLayout::default()
     };
-    if let (Some(low), Some(high)) = (spans.iter().map(|s| s.1 & !7).min(), spans.iter().map(|s| s.1 + s.2).max()) {
-        if high - low <= STATS_WINDOW as u32 {
-            layout.stats_base = low;
-            layout.stats_len = (high - low).div_ceil(8) * 8;
-            for (bit, at, _) in &spans {
-                layout.stats_fields |= bit;
-                let rel = at - low;
-                match *bit {
-                    stats_field::ROWS_SENT => layout.rows_sent_rel = rel,
-                    stats_field::ROWS_EXAMINED => layout.rows_examined_rel = rel,
-                    stats_field::ROWS_AFFECTED => layout.rows_affected_rel = rel,
-                    stats_field::PLAN => layout.plan_flags_rel = rel,
-                    stats_field::SYSTEM_THREAD => layout.system_thread_rel = rel,
-                    stats_field::QUERY_ID => layout.query_id_rel = rel,
-                    _ => layout.server_status_rel = rel,
-                }
-            }
-            if connection_id_offset >= low
-                && connection_id_offset + 8 <= low + layout.stats_len
-                && connection_id_offset % 8 == 0
-            {
-                layout.stats_fields |= stats_field::CONNECTION_ID;
-                layout.connection_id_rel = connection_id_offset - low;
-            }
-        } else {
-            missing.push((
-                "rows, temporary tables, sorts, index use",
-                format!(
-                    "the server keeps them {} bytes apart, more than the {STATS_WINDOW} the statement program copies",
-                    high - low
-                ),
-            ));
-        }
-    }
+    // A test hook, not an option: the kernel tests have the programs copy
+    // every field on its own, the path a build with fields far apart takes.
+    let shared = std::env::var_os("SQLBEE_TEST_FIELDS_ALONE").is_none_or(|v| v != "1");
+    thd_fields::place(&found, &mut layout, shared);
     match decode_lea_rdi(&body(THD_CURRENT_DB)) {
         Some(at) => layout.db_offset = at,
         None => missing.push(("schema", format!("`{THD_CURRENT_DB}` is missing or does not match a known pattern"))),
@@ -596,14 +508,14 @@ fn decode_vio(code: &[u8]) -> Option<u32> {
 
 /// The disp32 of the first instruction that starts with `prefix` (opcode
 /// and a ModRM byte with a 32-bit displacement from %rdi or %rbx).
-fn find_disp(code: &[u8], prefix: &[u8]) -> Option<u32> {
+pub(super) fn find_disp(code: &[u8], prefix: &[u8]) -> Option<u32> {
     let at = code.windows(prefix.len()).position(|w| w == prefix)? + prefix.len();
     let disp = i32::from_le_bytes(code.get(at..at + 4)?.try_into().ok()?);
     u32::try_from(disp).ok()
 }
 
 /// `prefix disp32 imm32` with this immediate: `orq $imm, disp(%rdi)`.
-fn find_disp_imm32(code: &[u8], prefix: &[u8], imm: u32) -> Option<u32> {
+pub(super) fn find_disp_imm32(code: &[u8], prefix: &[u8], imm: u32) -> Option<u32> {
     let mut from = 0;
     while let Some(at) = code.get(from..)?.windows(prefix.len()).position(|w| w == prefix) {
         let start = from + at + prefix.len();
@@ -619,7 +531,7 @@ fn find_disp_imm32(code: &[u8], prefix: &[u8], imm: u32) -> Option<u32> {
 
 /// `prefix disp32 imm8` with this immediate: `addq $1, disp(%rdi)`,
 /// `orl $0x20, disp(%rdi)`.
-fn find_disp_imm8(code: &[u8], prefix: &[u8], imm: u8) -> Option<u32> {
+pub(super) fn find_disp_imm8(code: &[u8], prefix: &[u8], imm: u8) -> Option<u32> {
     let mut from = 0;
     while let Some(at) = code.get(from..)?.windows(prefix.len()).position(|w| w == prefix) {
         let start = from + at + prefix.len();
@@ -701,7 +613,7 @@ fn missing(path: &Path, symbol: &'static str, what: &'static str) -> DiscoverErr
     DiscoverError::MissingSymbol { path: path.into(), symbol, what }
 }
 
-fn strip_endbr(code: &[u8]) -> &[u8] {
+pub(super) fn strip_endbr(code: &[u8]) -> &[u8] {
     code.strip_prefix(&[0xf3, 0x0f, 0x1e, 0xfa]).unwrap_or(code)
 }
 
@@ -888,5 +800,27 @@ mod tests {
         let err = inspect_binary(&me).unwrap_err();
         let text = err.to_string();
         assert!(text.contains("dispatch_command") && text.contains(&me.display().to_string()), "{text}");
+    }
+
+    /// Debian's own server (`./x setup` installs it): every field the
+    /// statement program reads is found, and all of them share one copy,
+    /// so this build pays no copy of a field on its own.
+    #[test]
+    fn the_installed_server_keeps_every_field_in_one_window() {
+        let exe = Path::new("/usr/sbin/mariadbd");
+        if !exe.exists() {
+            assert!(
+                std::env::var_os("SQLBEE_REQUIRE_PRIVILEGED").is_none(),
+                "no {} (./x setup installs it)",
+                exe.display()
+            );
+            return eprintln!("skipping: no {} (./x setup installs it)", exe.display());
+        }
+        let info = inspect_binary(exe).unwrap();
+        let layout = info.layout;
+        let all = (1u32 << sqlbee_kernel_abi::thd_field::COUNT) - 1;
+        assert_eq!(layout.stats_fields, all, "fields left out: {:?}", info.missing_fields);
+        assert_eq!(layout.stats_alone, 0, "{layout:?}");
+        assert!(layout.stats_len as usize <= sqlbee_kernel_abi::STATS_WINDOW);
     }
 }

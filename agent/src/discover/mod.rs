@@ -12,6 +12,7 @@ mod elf;
 mod kernel_btf;
 mod process;
 mod sock_diag;
+mod thd_fields;
 mod uprobe_links;
 
 pub use activity_layout::ActivityLayout;
