@@ -50,23 +50,7 @@ pub fn window(agent: u64, end_ms: i64, window_ms: i64, digests: u64, seed: &mut 
             // What a current agent sends with every row: the schema, the
             // server's figures and the accounts.
             schema: format!("app{}", d % 3),
-            stats: Some(QueryStats {
-                rows_sent: Some(count),
-                rows_examined: Some(count * (d % 50 + 1)),
-                rows_affected: Some(0),
-                lock_ns: Some(count * 2_000),
-                cpu_ns: Some(sum / 2),
-                cpu_statements: Some(count),
-                no_index_used: Some(if d % 9 == 0 { count } else { 0 }),
-                no_good_index_used: Some(0),
-                tmp_tables: Some(d % 3),
-                tmp_disk_tables: Some(d % 5 / 4),
-                sort_merge_passes: Some(0),
-                select_full_join: Some(0),
-                select_scan: Some(if d % 9 == 0 { count } else { 0 }),
-                filesort: Some(d % 2),
-                filesort_on_disk: Some(0),
-            }),
+            stats: Some(figures(d, count, sum)),
             accounts: vec![
                 AccountCount {
                     user: "app".into(),
@@ -92,5 +76,27 @@ pub fn window(agent: u64, end_ms: i64, window_ms: i64, digests: u64, seed: &mut 
         statements,
         events: statements,
         ..Default::default()
+    }
+}
+
+/// A digest's figures as a current agent sends them: every one known (0
+/// unless set here), so a figure added later is carried too.
+fn figures(d: u64, count: u64, sum: u64) -> QueryStats {
+    let mut stats = QueryStats::default();
+    for value in stats.values_mut() {
+        *value = Some(0);
+    }
+    QueryStats {
+        rows_sent: Some(count),
+        rows_examined: Some(count * (d % 50 + 1)),
+        lock_ns: Some(count * 2_000),
+        cpu_ns: Some(sum / 2),
+        cpu_statements: Some(count),
+        no_index_used: Some(if d % 9 == 0 { count } else { 0 }),
+        tmp_tables: Some(d % 3),
+        tmp_disk_tables: Some(d % 5 / 4),
+        select_scan: Some(if d % 9 == 0 { count } else { 0 }),
+        filesort: Some(d % 2),
+        ..stats
     }
 }
