@@ -11,7 +11,7 @@ use sqlbee_proto::v1::{AgentIdentity, Batch};
 use sqlbee_vocabulary::clock::now_unix_ms;
 
 use sqlbee_agent::{
-    aggregate::fixtures::{all_figures, figure_value, report, statement, with_figures},
+    aggregate::fixtures::{all_figures, figure_value, report, statement, two_reads_and_a_deadlock, with_figures},
     ship,
 };
 use sqlbee_collector::{
@@ -184,15 +184,7 @@ async fn every_page_renders_whole() {
 
 #[test]
 fn the_collector_takes_a_window_with_every_figure_and_a_failed_statement() {
-    let mut failed = statement(2, 5_000, 9_000, "UPDATE t SET a = 1 WHERE id = 2");
-    failed.error_code = 1213;
-    failed.error_message = Some("Deadlock found when trying to get lock".into());
-    let statements = vec![
-        with_figures(statement(1, 0, 1_000_000, "SELECT * FROM t WHERE id = 1"), 1),
-        with_figures(statement(1, 2_000_000, 3_000_000, "SELECT * FROM t WHERE id = 2"), 1),
-        failed,
-    ];
-    let window = ship::instance_window(&report("db:3306", all_figures(), statements), None);
+    let window = ship::instance_window(&report("db:3306", all_figures(), two_reads_and_a_deadlock()), None);
     let batch = Batch {
         agent: Some(AgentIdentity { host: "h".into(), agent_id: "a".into(), version: "v".into() }),
         sequence: 1,

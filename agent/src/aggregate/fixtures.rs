@@ -61,6 +61,19 @@ pub fn with_figures(mut s: Statement, scale: u64) -> Statement {
 /// What `with_figures` gives figure `i` of the list: 1 for a figure that
 /// counts statements (a statement is flagged or not), `(i + 1) * scale`
 /// for the others.
+/// Two reads with every figure on one connection and a deadlocked update
+/// on another: a window of each kind of row.
+pub fn two_reads_and_a_deadlock() -> Vec<Statement> {
+    let mut failed = statement(2, 5_000, 9_000, "UPDATE t SET a = 1 WHERE id = 2");
+    failed.error_code = 1213;
+    failed.error_message = Some("Deadlock found when trying to get lock".into());
+    vec![
+        with_figures(statement(1, 0, 1_000_000, "SELECT * FROM t WHERE id = 1"), 1),
+        with_figures(statement(1, 2_000_000, 3_000_000, "SELECT * FROM t WHERE id = 2"), 1),
+        failed,
+    ]
+}
+
 pub fn figure_value(i: usize, scale: u64) -> u64 {
     match sqlbee_figures::FIGURES[i].unit {
         sqlbee_figures::Unit::Statements => 1,

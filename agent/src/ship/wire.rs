@@ -497,7 +497,9 @@ mod tests {
     use sqlbee_figures::needs;
 
     use super::*;
-    use crate::aggregate::fixtures::{all_figures, figure_value, report, statement, with_figures};
+    use crate::aggregate::fixtures::{
+        all_figures, figure_value, report, statement, two_reads_and_a_deadlock, with_figures,
+    };
 
     #[test]
     fn a_figure_goes_on_the_wire_when_the_build_lets_the_agent_read_it() {
@@ -513,15 +515,7 @@ mod tests {
 
     #[test]
     fn a_window_goes_on_the_wire_whole() {
-        let mut failed = statement(2, 5_000, 9_000, "UPDATE t SET a = 1 WHERE id = 2");
-        failed.error_code = 1213;
-        failed.error_message = Some("Deadlock found when trying to get lock".into());
-        let statements = vec![
-            with_figures(statement(1, 0, 1_000_000, "SELECT * FROM t WHERE id = 1"), 1),
-            with_figures(statement(1, 2_000_000, 3_000_000, "SELECT * FROM t WHERE id = 2"), 1),
-            failed,
-        ];
-        let r = report("db:3306", all_figures(), statements);
+        let r = report("db:3306", all_figures(), two_reads_and_a_deadlock());
         let window = instance_window(&r, None);
         assert_eq!(window.instance.as_ref().unwrap().name, "db:3306");
         assert_eq!(window.digests.len(), r.digests.len());
