@@ -14,6 +14,7 @@ mod process;
 mod sock_diag;
 mod thd_fields;
 mod uprobe_links;
+mod x86;
 
 pub use activity_layout::ActivityLayout;
 pub use binary::{

@@ -11,7 +11,7 @@
 //! another field, or the query id that counts each statement once, with it.
 use sqlbee_kernel_abi::{MAX_ALONE, STATS_WINDOW, ServerLayout, plan, thd_field};
 
-use super::binary::{THD_IS_CONNECTED, decode_mov_rdi, find_disp, find_disp_imm8, find_disp_imm32, strip_endbr};
+use super::x86::{decode_mov_rdi, find_disp, find_disp_imm8, find_disp_imm32, strip_endbr};
 
 const SET_SENT_ROW_COUNT: &str = "_ZN3THD18set_sent_row_countEy";
 /// 10.x; 11.x dropped it for `ps_report_examined_row_count`.
@@ -23,6 +23,8 @@ const INC_TMP_DISK_TABLES: &str = "_ZN3THD34inc_status_created_tmp_disk_tablesEv
 const SET_NO_INDEX_USED: &str = "_ZN3THD24set_status_no_index_usedEv";
 const SET_NO_GOOD_INDEX_USED: &str = "_ZN3THD29set_status_no_good_index_usedEv";
 const THD_QUERY_ID: &str = "thd_query_id";
+/// Also where `binary` finds the connection's socket.
+pub(super) const THD_IS_CONNECTED: &str = "thd_is_connected";
 
 /// The machine code of an exported function, by symbol (empty when it is
 /// not there).
