@@ -418,6 +418,18 @@ fn sysbench_text_protocol_before_attach() {
     }
 }
 
+/// Waits until every connection but this one has ended, and with it the
+/// last statement each ran (a client has its answer a moment before the
+/// server ends the statement).
+fn other_connections_ended(server: &PrivateServer) {
+    let others = "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE USER = 'root' AND ID <> CONNECTION_ID()";
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while server.sql(others).unwrap().trim() != "0" {
+        assert!(std::time::Instant::now() < deadline, "the earlier connections did not end");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 #[test]
 fn server_restart_is_followed() {
     if !privileged("server_restart_is_followed") {
@@ -429,6 +441,10 @@ fn server_restart_is_followed() {
     for _ in 0..5 {
         server.sql("SELECT 'before restart'").unwrap();
     }
+    // The restart is a SIGKILL: a connection thread that has answered its
+    // client but not yet ended the statement (where the probe fires) would
+    // lose it with the server.
+    other_connections_ended(&server);
     server.restart().unwrap();
     let second_pid = server.pid();
     assert_ne!(first_pid, second_pid);
@@ -438,6 +454,7 @@ fn server_restart_is_followed() {
     for _ in 0..7 {
         server.sql("SELECT 'after restart'").unwrap();
     }
+    other_connections_ended(&server);
     let out = agent.stop();
     assert!(out.success, "{}", out.stderr);
     let counts = out.digest_counts(None);
