@@ -91,10 +91,25 @@ pub struct Figure {
     pub label: &'static str,
     /// One line for the manual.
     pub about: &'static str,
+    /// When the top list can be ranked by it: a column of its own in each
+    /// store, an order key and a column on the top page and the query
+    /// tools' table.
+    pub rank: Option<Rank>,
+}
+
+/// How a figure the top list ranks by is named there.
+#[derive(Clone, Copy, Debug)]
+pub struct Rank {
+    /// The wire's `order_by` key (the query tools' `--order-by`, the top
+    /// page's `order`).
+    pub key: &'static str,
+    /// The top page's column.
+    pub label: &'static str,
 }
 
 /// Calls `$then!` with every figure, in wire order, as
-/// `name, needs::CAPABILITY, Unit, from_record(...), "Label", "About"`.
+/// `name, needs::CAPABILITY, Unit, from_record(...), "Label", "About"`,
+/// then `rank("key", "Column")` for a figure the top list ranks by.
 /// `from_record` says how one statement's record (`StatementStats`) gives
 /// it: `value(field)` (a u64 field), `widen(field)` (a u32 field) or
 /// `flag(BIT)` (1 when the `statement_flag` bit is set).
@@ -105,13 +120,13 @@ macro_rules! figures {
             (rows_sent, ROWS_SENT, Rows, value(rows_sent), "Rows sent",
                 "rows the statements sent to the client"),
             (rows_examined, ROWS_EXAMINED, Rows, value(rows_examined), "Rows examined",
-                "rows the statements read in the storage engines"),
+                "rows the statements read in the storage engines", rank("rows_examined", "Rows examined")),
             (rows_affected, ROWS_AFFECTED, Rows, value(rows_affected), "Rows affected",
                 "rows the statements changed"),
             (lock_ns, ALWAYS, Ns, value(lock_ns), "Lock time",
                 "time spent acquiring locks, row-lock waits included (the server's Lock_time)"),
             (cpu_ns, CPU, Ns, value(cpu_ns), "CPU time",
-                "on-CPU time of the statements' threads, each from its previous statement's end"),
+                "on-CPU time of the statements' threads, each from its previous statement's end", rank("cpu", "CPU")),
             (cpu_statements, CPU, Statements, flag(CPU_MEASURED), "Statements with CPU time",
                 "statements whose CPU time was measured"),
             (no_index_used, SERVER_STATUS, Statements, flag(NO_INDEX_USED), "No index used",
@@ -121,7 +136,7 @@ macro_rules! figures {
             (tmp_tables, PLAN, Count, widen(tmp_tables), "Temporary tables",
                 "temporary tables the statements created"),
             (tmp_disk_tables, PLAN, Count, widen(tmp_disk_tables), "Temporary tables on disk",
-                "of those, the ones on disk"),
+                "of those, the ones on disk", rank("tmp_disk", "Tmp disk")),
             (sort_merge_passes, PLAN, Count, widen(sort_merge_passes), "Sort merge passes",
                 "merge passes the statements' sorts made"),
             (select_full_join, PLAN, Statements, flag(SELECT_FULL_JOIN), "Full joins",
@@ -137,7 +152,8 @@ macro_rules! figures {
 }
 
 macro_rules! list {
-    ($(($name:ident, $needs:ident, $unit:ident, $from:ident($source:ident), $label:literal, $about:literal)),* $(,)?) => {
+    ($(($name:ident, $needs:ident, $unit:ident, $from:ident($source:ident), $label:literal, $about:literal
+        $(, rank($key:literal, $column:literal))?)),* $(,)?) => {
         /// Every figure, in wire order.
         pub const FIGURES: &[Figure] = &[
             $(Figure {
@@ -147,8 +163,18 @@ macro_rules! list {
                 merge: Merge::Sum,
                 label: $label,
                 about: $about,
+                rank: rank!($($key, $column)?),
             },)*
         ];
+    };
+}
+
+macro_rules! rank {
+    () => {
+        None
+    };
+    ($key:literal, $column:literal) => {
+        Some(Rank { key: $key, label: $column })
     };
 }
 
@@ -156,3 +182,44 @@ figures!(list);
 
 /// How many figures there are.
 pub const COUNT: usize = FIGURES.len();
+
+/// How many figures the top list ranks by.
+pub const RANKED: usize = {
+    let mut n = 0;
+    let mut i = 0;
+    while i < COUNT {
+        if FIGURES[i].rank.is_some() {
+            n += 1;
+        }
+        i += 1;
+    }
+    n
+};
+
+/// The places in [`FIGURES`] of the figures the top list ranks by, in
+/// list order (the order of their columns).
+pub const RANK_FIGURES: [usize; RANKED] = {
+    let mut places = [0; RANKED];
+    let (mut i, mut n) = (0, 0);
+    while i < COUNT {
+        if FIGURES[i].rank.is_some() {
+            places[n] = i;
+            n += 1;
+        }
+        i += 1;
+    }
+    places
+};
+
+/// Their order keys, in the same order.
+pub const RANK_KEYS: [&str; RANKED] = {
+    let mut keys = [""; RANKED];
+    let mut n = 0;
+    while n < RANKED {
+        if let Some(rank) = FIGURES[RANK_FIGURES[n]].rank {
+            keys[n] = rank.key;
+        }
+        n += 1;
+    }
+    keys
+};

@@ -6,7 +6,8 @@ use sqlbee_figures::{COUNT, figures};
 use crate::{StatementStats, statement_flag};
 
 macro_rules! declare {
-    ($(($name:ident, $needs:ident, $unit:ident, $from:ident($source:ident), $label:literal, $about:literal)),* $(,)?) => {
+    ($(($name:ident, $needs:ident, $unit:ident, $from:ident($source:ident), $label:literal, $about:literal
+        $(, rank($key:literal, $column:literal))?)),* $(,)?) => {
         /// What the server counted for one digest's statements (the sum
         /// over them), one field per figure.
         #[repr(C)]

@@ -3,6 +3,7 @@
 //! collector. Owns what a caller must agree on with the service: the order
 //! keys, the event kinds and how large an answer may be (the collector's
 //! tests hold its own lists to these).
+use sqlbee_figures::{RANK_KEYS, RANKED};
 use tonic::{codec::CompressionEncoding, service::interceptor::InterceptedService, transport::Channel};
 
 use crate::client::{self, BearerToken};
@@ -12,10 +13,20 @@ use crate::v1::{annotate_client::AnnotateClient, query_client::QueryClient};
 /// The event kinds `Events` filters by, as the detection records them.
 pub const EVENT_KINDS: [&str; 3] = ["regressed", "new", "plan_changed"];
 
+/// The `order_by` keys of what every digest has, before the figures'.
+const TOTALS_KEYS: [&str; 6] = ["count", "errors", "total", "avg", "p99", "wait"];
+
 /// The `order_by` keys `Top` accepts, in the order the top page shows its
-/// columns.
-pub const ORDER_KEYS: [&str; 9] =
-    ["count", "errors", "total", "avg", "p99", "wait", "rows_examined", "cpu", "tmp_disk"];
+/// columns: the totals', then each figure the figure list ranks by.
+pub const ORDER_KEYS: [&str; TOTALS_KEYS.len() + RANKED] = {
+    let mut keys = [""; TOTALS_KEYS.len() + RANKED];
+    let mut i = 0;
+    while i < keys.len() {
+        keys[i] = if i < TOTALS_KEYS.len() { TOTALS_KEYS[i] } else { RANK_KEYS[i - TOTALS_KEYS.len()] };
+        i += 1;
+    }
+    keys
+};
 
 /// Answers can be large (10 000 digests with samples).
 pub const MAX_ANSWER: usize = 256 * 1024 * 1024;

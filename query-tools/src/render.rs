@@ -3,6 +3,7 @@
 use std::io::Write;
 
 use serde_json::Value;
+use sqlbee_figures::{FIGURES, RANK_FIGURES, Unit};
 use sqlbee_proto::v1::{Blocker, InstanceInfo, LockWaitRow, PlansResponse, TablesResponse, TopDigest, WaitStats};
 
 use super::cells::{cut, time};
@@ -42,26 +43,16 @@ fn dominant_wait(waits: &[WaitStats]) -> String {
 }
 
 pub fn write_top_table(out: &mut impl Write, digests: &[TopDigest]) -> std::io::Result<()> {
-    writeln!(
+    let figures = rank_columns();
+    write!(
         out,
-        "{:>9} {:>6} {:>11} {:>9} {:>9} {:>9} {:>9} {:>9} {:>11} {:<24} {:>10} {:>9} {:>9} {:>4}  {:<16}  {:<12}  digest_text",
-        "count",
-        "errors",
-        "total_ms",
-        "avg_ms",
-        "p50_ms",
-        "p95_ms",
-        "p99_ms",
-        "max_ms",
-        "wait_ms",
-        "top_wait",
-        "rows_exam",
-        "cpu_ms",
-        "tmp_disk",
-        "inst",
-        "digest",
-        "schema"
+        "{:>9} {:>6} {:>11} {:>9} {:>9} {:>9} {:>9} {:>9} {:>11} {:<24}",
+        "count", "errors", "total_ms", "avg_ms", "p50_ms", "p95_ms", "p99_ms", "max_ms", "wait_ms", "top_wait",
     )?;
+    for (_, header, width) in &figures {
+        write!(out, " {header:>width$}")?;
+    }
+    writeln!(out, " {:>4}  {:<16}  {:<12}  digest_text", "inst", "digest", "schema")?;
     // Nested rows right under the client statement that ran them; the
     // rest (their parent is not in this answer, or they have none) after.
     let mut shown = vec![false; digests.len()];
@@ -81,10 +72,9 @@ pub fn write_top_table(out: &mut impl Write, digests: &[TopDigest]) -> std::io::
         let avg = d.sum_ns.checked_div(d.count).unwrap_or(0);
         let waited = d.waits.iter().fold(0u64, |a, w| a.saturating_add(w.sum_ns));
         let stats = d.stats.unwrap_or_default();
-        let figure = |v: Option<u64>| v.map_or_else(|| "-".to_string(), |v| v.to_string());
-        writeln!(
+        write!(
             out,
-            "{:>9} {:>6} {:>11} {:>9} {:>9} {:>9} {:>9} {:>9} {:>11} {:<24} {:>10} {:>9} {:>9} {:>4}  {:016x}  {:<12}  {}",
+            "{:>9} {:>6} {:>11} {:>9} {:>9} {:>9} {:>9} {:>9} {:>11} {:<24}",
             d.count,
             d.errors,
             ms(d.sum_ns),
@@ -95,9 +85,19 @@ pub fn write_top_table(out: &mut impl Write, digests: &[TopDigest]) -> std::io::
             ms(d.max_ns),
             ms(waited),
             dominant_wait(&d.waits),
-            figure(stats.rows_examined),
-            stats.cpu_ns.map_or_else(|| "-".to_string(), ms),
-            figure(stats.tmp_disk_tables),
+        )?;
+        let values = stats.values();
+        for (place, _, width) in &figures {
+            let shown = match (values[*place], FIGURES[*place].unit) {
+                (None, _) => "-".to_string(),
+                (Some(ns), Unit::Ns) => ms(ns),
+                (Some(n), _) => n.to_string(),
+            };
+            write!(out, " {shown:>width$}")?;
+        }
+        writeln!(
+            out,
+            " {:>4}  {:016x}  {:<12}  {}",
             d.instances.len(),
             d.digest,
             cut(if d.schema.is_empty() { "-" } else { &d.schema }, 12),
@@ -108,6 +108,21 @@ pub fn write_top_table(out: &mut impl Write, digests: &[TopDigest]) -> std::io::
         writeln!(out, "(no digests in this range)")?;
     }
     out.flush()
+}
+
+/// The columns of the figures the top list ranks by: (place in the
+/// figure list, header, width). The header is the order key, in ms when
+/// the figure is a time.
+fn rank_columns() -> Vec<(usize, String, usize)> {
+    RANK_FIGURES
+        .iter()
+        .filter_map(|&place| {
+            let figure = &FIGURES[place];
+            let rank = figure.rank?;
+            let header = if figure.unit == Unit::Ns { format!("{}_ms", rank.key) } else { rank.key.to_string() };
+            Some((place, header.clone(), header.len().max(9)))
+        })
+        .collect()
 }
 
 /// The digest text, marked when a stored program ran the statements

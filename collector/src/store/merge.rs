@@ -199,7 +199,7 @@ pub fn instance_cost(
 /// Descending by the order key; ties by digest id so answers are stable.
 /// The third element is the key computed from more than the totals: each
 /// digest's p99 when ordering by `p99`, its total wait when by `wait`,
-/// and the sum of its figure for `rows_examined`, `cpu` and `tmp_disk`.
+/// and the sum of its figure when by a figure.
 pub fn compare(order: OrderBy, a: (u64, &DigestTotals, u64), b: (u64, &DigestTotals, u64)) -> Ordering {
     let (da, ta, pa) = a;
     let (db, tb, pb) = b;
@@ -208,7 +208,7 @@ pub fn compare(order: OrderBy, a: (u64, &DigestTotals, u64), b: (u64, &DigestTot
         // sum_a/count_a vs sum_b/count_b without losing precision.
         OrderBy::Avg => (u128::from(tb.sum_ns) * u128::from(ta.count.max(1)))
             .cmp(&(u128::from(ta.sum_ns) * u128::from(tb.count.max(1)))),
-        OrderBy::P99 | OrderBy::Wait | OrderBy::RowsExamined | OrderBy::Cpu | OrderBy::TmpDisk => pb.cmp(&pa),
+        OrderBy::P99 | OrderBy::Wait | OrderBy::Figure(_) => pb.cmp(&pa),
         OrderBy::Count => tb.count.cmp(&ta.count),
         OrderBy::Errors => tb.errors.cmp(&ta.errors),
     };

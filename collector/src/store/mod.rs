@@ -8,6 +8,7 @@ pub mod blob;
 pub mod cancel;
 pub mod clickhouse;
 pub mod merge;
+pub mod rank_columns;
 pub mod retention;
 pub mod rollup;
 pub mod rollup_pass;
@@ -22,6 +23,7 @@ use sqlbee_proto::v1::{
 };
 
 pub use answer_budget::{Page, TopPage};
+use sqlbee_figures::{FIGURES, Figure, RANK_FIGURES, RANKED};
 pub use sqlite::SqliteStore;
 
 /// How the digests of `Top` are ranked (all descending).
@@ -34,32 +36,36 @@ pub enum OrderBy {
     Errors,
     /// Time spent waiting, every wait class together.
     Wait,
-    /// Sums of the server's figures.
-    RowsExamined,
-    Cpu,
-    TmpDisk,
+    /// The sum of a figure the figure list ranks by (its place in
+    /// `sqlbee_figures::FIGURES`; see `ALL`). Each store keeps it in a
+    /// column of the figure's name.
+    Figure(usize),
 }
 
+/// The rankings by what every digest has, before the figures'.
+const BY_TOTALS: [OrderBy; 6] =
+    [OrderBy::Count, OrderBy::Errors, OrderBy::Total, OrderBy::Avg, OrderBy::P99, OrderBy::Wait];
+
 impl OrderBy {
-    /// Every ranking, in the order the top page shows its columns. The
+    /// Every ranking, in the order the top page shows its columns: the
+    /// totals', then each figure marked `rank` in the figure list. The
     /// stores, the Query service and the pages take the keys from here;
     /// the query tools from the wire crate's `ORDER_KEYS`, which a test
     /// holds to these.
-    pub const ALL: [OrderBy; 9] = [
-        OrderBy::Count,
-        OrderBy::Errors,
-        OrderBy::Total,
-        OrderBy::Avg,
-        OrderBy::P99,
-        OrderBy::Wait,
-        OrderBy::RowsExamined,
-        OrderBy::Cpu,
-        OrderBy::TmpDisk,
-    ];
+    pub const ALL: [OrderBy; BY_TOTALS.len() + RANKED] = {
+        let mut all = [OrderBy::Count; BY_TOTALS.len() + RANKED];
+        let mut i = 0;
+        while i < all.len() {
+            all[i] =
+                if i < BY_TOTALS.len() { BY_TOTALS[i] } else { OrderBy::Figure(RANK_FIGURES[i - BY_TOTALS.len()]) };
+            i += 1;
+        }
+        all
+    };
 
     /// Every key the wire's `order_by` accepts, in `ALL`'s order.
-    pub const NAMES: [&'static str; 9] = {
-        let mut names = [""; 9];
+    pub const NAMES: [&'static str; OrderBy::ALL.len()] = {
+        let mut names = [""; OrderBy::ALL.len()];
         let mut i = 0;
         while i < names.len() {
             names[i] = OrderBy::ALL[i].key();
@@ -77,9 +83,10 @@ impl OrderBy {
             OrderBy::Count => "count",
             OrderBy::Errors => "errors",
             OrderBy::Wait => "wait",
-            OrderBy::RowsExamined => "rows_examined",
-            OrderBy::Cpu => "cpu",
-            OrderBy::TmpDisk => "tmp_disk",
+            OrderBy::Figure(place) => match FIGURES[place].rank {
+                Some(rank) => rank.key,
+                None => FIGURES[place].name,
+            },
         }
     }
 
@@ -92,9 +99,18 @@ impl OrderBy {
             OrderBy::Count => "Count",
             OrderBy::Errors => "Errors",
             OrderBy::Wait => "Wait",
-            OrderBy::RowsExamined => "Rows examined",
-            OrderBy::Cpu => "CPU",
-            OrderBy::TmpDisk => "Tmp disk",
+            OrderBy::Figure(place) => match FIGURES[place].rank {
+                Some(rank) => rank.label,
+                None => FIGURES[place].label,
+            },
+        }
+    }
+
+    /// The figure it ranks by: the store column of its name holds it.
+    pub fn figure(self) -> Option<&'static Figure> {
+        match self {
+            OrderBy::Figure(place) => FIGURES.get(place),
+            _ => None,
         }
     }
 

@@ -48,8 +48,10 @@ pub fn figures_page() -> String {
          [jsonl output](jsonl.md), of `sqlbee.v1.QueryStats` on the [wire](wire-protocol.md), of every \
          digest in `sqlbee top --format json` and `/api/top`, and a row of *What the server did* on the \
          web UI's digest page. A figure the agent cannot read on a server's build is absent (`null`), \
-         never 0; over many windows, a figure sums the windows that carried it.\n\n\
-         | field | what it counts | unit | combined | known |\n|---|---|---|---|---|\n",
+         never 0; over many windows, a figure sums the windows that carried it. A figure with an order key \
+         also ranks the top list: `sqlbee top --order-by KEY`, the web UI's top page (its column) and \
+         `order_by` on the wire.\n\n\
+         | field | what it counts | unit | combined | known | order key |\n|---|---|---|---|---|---|\n",
     );
     for f in FIGURES {
         let merge = match f.merge {
@@ -57,12 +59,13 @@ pub fn figures_page() -> String {
         };
         let _ = writeln!(
             out,
-            "| `{}` | {} (*{}* on the digest page) | {} | {merge} | {} |",
+            "| `{}` | {} (*{}* on the digest page) | {} | {merge} | {} | {} |",
             f.name,
             f.about,
             f.label,
             f.unit.described(),
-            needs::described(f.needs)
+            needs::described(f.needs),
+            f.rank.map_or("-".to_string(), |rank| format!("`{}` (*{}*)", rank.key, rank.label)),
         );
     }
     out

@@ -4,6 +4,7 @@
 //! show rounded, scripts and tests read whole.
 use std::{collections::HashMap, fmt::Write};
 
+use sqlbee_figures::{FIGURES, RANK_FIGURES, Unit};
 use sqlbee_proto::v1::{SeriesPoint, SeriesRequest, SeriesResponse, TopDigest, TopRequest, TotalsRequest};
 
 use super::{PageHead, Rendered, instance_names, seconds, sparkline_request, top_request};
@@ -76,7 +77,8 @@ pub async fn render(ui: &Ui, view: &View, params: &Params) -> Rendered {
     }
     body.push_str("<th>Statements/s</th><th>Trend</th><th>Instances</th></tr></thead><tbody>");
     if answer.digests.is_empty() {
-        body.push_str("<tr><td colspan=\"14\">No statements in this range.</td></tr>");
+        let columns = 2 + OrderBy::ALL.len() + 3;
+        let _ = write!(body, "<tr><td colspan=\"{columns}\">No statements in this range.</td></tr>");
     }
     // Every row's sparkline in one read: a series per row would be one
     // store query each.
@@ -109,8 +111,7 @@ pub async fn render(ui: &Ui, view: &View, params: &Params) -> Rendered {
             "<tr data-digest=\"{}\" data-schema=\"{}\" data-count=\"{}\" data-errors=\"{}\" data-sum-ns=\"{}\" \
              data-p99-ns=\"{}\" data-wait-ns=\"{}\" data-trend-count=\"{trend_count}\"><td class=\"sql\"><a href=\"{}\">{}</a></td><td>{}</td>\
              <td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>\
-             <td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>\
-             <td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td><td class=\"num\">{}</td></tr>",
+             <td class=\"num\">{}</td><td class=\"num\">{}</td>",
             html::digest_hex(d.digest),
             esc(&d.schema),
             d.count,
@@ -127,9 +128,20 @@ pub async fn render(ui: &Ui, view: &View, params: &Params) -> Rendered {
             html::duration_ns(avg),
             html::duration_ns(d.p99_ns as f64),
             html::duration_ns(wait_ns(d) as f64),
-            stats.rows_examined.map_or("-".into(), html::count),
-            stats.cpu_ns.map_or("-".into(), |ns| html::duration_ns(ns as f64)),
-            stats.tmp_disk_tables.map_or("-".into(), html::count),
+        );
+        // The figures' columns, in `OrderBy::ALL`'s order as their headers.
+        let values = stats.values();
+        for place in RANK_FIGURES {
+            let shown = match (values[place], FIGURES[place].unit) {
+                (None, _) => "-".into(),
+                (Some(ns), Unit::Ns) => html::duration_ns(ns as f64),
+                (Some(n), _) => html::count(n),
+            };
+            let _ = write!(body, "<td class=\"num\">{shown}</td>");
+        }
+        let _ = write!(
+            body,
+            "<td class=\"num\">{}</td><td>{}</td><td class=\"num\">{}</td></tr>",
             html::number(d.count as f64 / covered),
             svg::sparkline(&trend),
             d.instances.len(),

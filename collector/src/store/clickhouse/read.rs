@@ -42,12 +42,10 @@ pub(super) fn top(db: &Client, query: &TopQuery, lean: bool) -> Result<TopPage, 
     let answer_all = lean;
     let lean = lean && query.order_by != OrderBy::Wait;
     let bad = malformed("top");
-    let figure = match query.order_by {
-        OrderBy::RowsExamined => "ifNull(rows_examined, 0)",
-        OrderBy::Cpu => "ifNull(cpu_ns, 0)",
-        OrderBy::TmpDisk => "ifNull(tmp_disk_tables, 0)",
+    let figure = match query.order_by.figure() {
+        Some(figure) => format!("ifNull({}, 0)", figure.name),
         // Materialized: see `costs::AGENT_RAW`.
-        _ => "materialize(toUInt64(0))",
+        None => "materialize(toUInt64(0))".to_string(),
     };
     let sources = rollups::sources(db, query.since_unix_ms, query.until_unix_ms, None, "top")?;
     let merged = if lean { LEAN_COLUMNS } else { MERGE_COLUMNS };

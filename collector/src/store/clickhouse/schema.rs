@@ -14,7 +14,7 @@
 //! `clickhouse`).
 
 use super::http::{Client, HttpError};
-use crate::store::rollup;
+use crate::store::{rank_columns, rollup};
 
 /// Bumped when the schema changes. 1: first version. 2: hour rollups
 /// (`digest_rollups`, `instance_rollups`, `agent_rollups`, `rollup_marks`)
@@ -84,6 +84,7 @@ pub(super) fn tables_for(layout: Layout<'_>) -> Vec<(&'static str, String)> {
         (name, layout.create(name, columns, &format!("{partition} ORDER BY ({order})")))
     };
     let fine_grained = |(name, sql): (&'static str, String)| (name, sql + " SETTINGS index_granularity = 1024");
+    let rank_columns = rank_columns::definitions(rank_column);
     vec![
         table("schema_version", "version UInt32, written_unix_ms Int64", None, "version"),
         // The exactly-once record: one per attempt that got this far. The
@@ -127,7 +128,8 @@ pub(super) fn tables_for(layout: Layout<'_>) -> Vec<(&'static str, String)> {
         // error codes (increasing) and waits are parallel arrays; figures
         // is an encoded sqlbee.v1.QueryStats and accounts an encoded
         // DigestStats holding only its accounts (both empty when absent);
-        // three figures are repeated as columns (NULL: unknown) to rank by.
+        // the figures the top list ranks by are repeated as columns
+        // (`store::rank_columns`; NULL: unknown).
         // Granules of 1024 rows, not 8192: one holds less of an instance's
         // time, so the raw ends of a range read fewer rows (a sixth in the
         // load bench: 100 agents, 60 s windows of 20 digests).
@@ -139,9 +141,8 @@ pub(super) fn tables_for(layout: Layout<'_>) -> Vec<(&'static str, String)> {
                  errors UInt64, sum_ns UInt64, min_ns UInt64, max_ns UInt64, estimated_count UInt64,
                  truncated UInt64, hist_index Array(UInt32), hist_count Array(UInt64), error_code Array(UInt32),
                  error_count Array(UInt64), wait_class Array(String), wait_sum_ns Array(UInt64),
-                 wait_max_ns Array(UInt64), wait_statements Array(UInt64), rows_examined Nullable(UInt64),
-                 cpu_ns Nullable(UInt64), tmp_disk_tables Nullable(UInt64), figures String, accounts String,
-                 sample String, {SAMPLE_END}"
+                 wait_max_ns Array(UInt64), wait_statements Array(UInt64), {rank_columns}, figures String,
+                 accounts String, sample String, {SAMPLE_END}"
             ),
             Some("window_end"),
             "instance, window_end, digest",
@@ -267,8 +268,7 @@ pub(super) fn tables_for(layout: Layout<'_>) -> Vec<(&'static str, String)> {
                  max_ns UInt64, estimated_count UInt64, truncated UInt64, hist_index Array(UInt32),
                  hist_count Array(UInt64), error_code Array(UInt32), error_count Array(UInt64),
                  wait_class Array(String), wait_sum_ns Array(UInt64), wait_max_ns Array(UInt64),
-                 wait_statements Array(UInt64), rows_examined Nullable(UInt64), cpu_ns Nullable(UInt64),
-                 tmp_disk_tables Nullable(UInt64), figures String, accounts String, sample String"
+                 wait_statements Array(UInt64), {rank_columns}, figures String, accounts String, sample String"
             ),
             Some("bucket"),
             "bucket, pass, instance, digest",
@@ -381,6 +381,17 @@ const ADDED_COLUMNS: [(u32, &str, &str, &str); 9] = [
     (5, "instance_windows", "server_login", SERVER_LOGIN),
 ];
 
+/// A rank column's definition (`store::rank_columns`).
+fn rank_column(name: &str) -> String {
+    format!("{name} Nullable(UInt64)")
+}
+
+/// The rank columns a store lacks: those of a figure the list ranks by
+/// since the store was made. They are added on open with no new version
+/// (a row written before reads NULL, unknown; an older collector reads
+/// the store as it did).
+const RANKED_TABLES: [&str; 2] = ["digest_windows", "digest_rollups"];
+
 /// Creates the database and what it lacks. Ok(version found: 0 for a new
 /// database), or Err(version found) when a newer collector wrote it.
 pub(super) fn migrate(server: &Client, database: &str) -> Result<Result<u32, u32>, HttpError> {
@@ -398,6 +409,11 @@ pub(super) fn migrate(server: &Client, database: &str) -> Result<Result<u32, u32
     for (added, table, column, definition) in ADDED_COLUMNS {
         if (1..added).contains(&found) {
             add_column(&db, table, column, definition)?;
+        }
+    }
+    for table in RANKED_TABLES {
+        for name in rank_columns::names() {
+            add_column(&db, table, name, &rank_column(name))?;
         }
     }
     if found < SCHEMA_VERSION {
@@ -456,6 +472,14 @@ pub(super) fn migrate_cluster(
     for (added, table, column, definition) in ADDED_COLUMNS {
         if (1..added).contains(&found) {
             add_column_on_cluster(server, layout, reachable, (table, column, definition))?;
+        }
+    }
+    for table in RANKED_TABLES {
+        for name in rank_columns::names() {
+            let missing = |db: &str| has_column(&server.with_database(db), table, name).map(|has| !has);
+            if missing(&shard_db)? || missing(database)? {
+                add_column_on_cluster(server, layout, reachable, (table, name, &rank_column(name)))?;
+            }
         }
     }
     if found < SCHEMA_VERSION {

@@ -958,6 +958,25 @@ fn a_version_1_database_is_upgraded_in_place() {
     let store = ClickHouseStore::open(&location).unwrap();
     assert_eq!(count_of(&store, "SELECT toUInt64(max(version)) FROM schema_version"), u64::from(SCHEMA_VERSION));
     assert_eq!(count_of(&store, &format!("SELECT count() FROM rollup_marks WHERE level = {hour}")), marks);
+
+    // A figure the list ranks by since the store was made gets its column
+    // on open, with no new version; rows written before rank as unknown.
+    let newest = crate::store::rank_columns::names().last().unwrap();
+    let has_it = format!(
+        "SELECT count() FROM system.columns WHERE database = currentDatabase() AND name = '{newest}'
+         AND table IN ('digest_windows', 'digest_rollups')"
+    );
+    for table in ["digest_windows", "digest_rollups"] {
+        store.db.execute(&format!("ALTER TABLE {table} DROP COLUMN {newest}")).unwrap();
+    }
+    assert_eq!(count_of(&store, &has_it), 0);
+    drop(store);
+    let store = ClickHouseStore::open(&location).unwrap();
+    assert_eq!(count_of(&store, &has_it), 2);
+    let by_it = OrderBy::ALL.into_iter().find(|o| o.figure().is_some_and(|f| f.name == newest)).unwrap();
+    let statements =
+        |order_by| store.top(&TopQuery { order_by, ..everything(0) }).unwrap().iter().map(|d| d.count).sum::<u64>();
+    assert_eq!(statements(by_it), statements(OrderBy::Total));
 }
 
 /// The store's SQL runs on current ClickHouse too. Every statement the

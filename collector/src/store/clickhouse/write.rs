@@ -551,9 +551,9 @@ pub(super) fn digest_arrays(
 
 /// The figures a digest row keeps in columns of their own, to rank by.
 pub(super) fn rank_figures(w: &mut RowWriter, stats: Option<&sqlbee_proto::v1::QueryStats>) {
-    w.col("rows_examined").opt_u64(stats.and_then(|s| s.rows_examined));
-    w.col("cpu_ns").opt_u64(stats.and_then(|s| s.cpu_ns));
-    w.col("tmp_disk_tables").opt_u64(stats.and_then(|s| s.tmp_disk_tables));
+    for (column, value) in crate::store::rank_columns::values(stats) {
+        w.col(column).opt_u64(value);
+    }
 }
 
 /// Every row of one batch under `ingest_id` (see `DataRows`).

@@ -95,12 +95,7 @@ pub(super) fn top(tx: &rusqlite::Transaction<'_>, query: &TopQuery, lean: bool) 
     let mut names: Vec<String> = Vec::new();
     let mut name_ids: HashMap<String, u32> = HashMap::new();
     let mut digests: HashMap<RowKey, Merging> = HashMap::new();
-    let figure_column = match query.order_by {
-        OrderBy::RowsExamined => "rows_examined",
-        OrderBy::Cpu => "cpu_ns",
-        OrderBy::TmpDisk => "tmp_disk_tables",
-        _ => "0",
-    };
+    let figure_column = query.order_by.figure().map_or("0", |f| f.name);
     {
         let columns = format!(
             "instance, count, errors, sum_ns, min_ns, max_ns, estimated_count, coalesce({figure_column}, 0), {KEY_COLUMNS}"

@@ -135,42 +135,39 @@ fn add_to(tx: &rusqlite::Transaction<'_>, row: &Row<'_>, levels: &[i64]) -> Resu
         } else {
             QueryStats::decode(merged.figures.as_slice()).map_err(|_| RollupError::Corrupt("figures"))?
         };
-        tx.prepare_cached(
-            "INSERT OR REPLACE INTO digest_rollups (level, bucket, instance, schema, digest, nested, program,
-                 program_kind, parent_digest, source, count, errors, sum_ns, min_ns, max_ns, estimated_count,
-                 rows_examined, cpu_ns, tmp_disk_tables, histogram, error_codes, waits, figures, accounts, sample,
-                 sample_end)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20,
-                 ?21, ?22, ?23, ?24, ?25, ?26)",
-        )?
-        .execute(params![
-            level,
-            bucket,
-            row.instance,
-            row.schema,
-            i(row.digest),
-            row.nested,
-            row.program,
-            row.program_kind,
-            i(row.parent_digest),
-            row.source,
-            i(merged.count),
-            i(merged.errors),
-            i(merged.sum_ns),
-            i(merged.min_ns),
-            i(merged.max_ns),
-            i(merged.estimated_count),
-            stats.rows_examined.map(i),
-            stats.cpu_ns.map(i),
-            stats.tmp_disk_tables.map(i),
-            merged.histogram,
-            merged.error_codes,
-            merged.waits,
-            merged.figures,
-            merged.accounts,
-            merged.sample,
-            merged.sample_end,
-        ])?;
+        let ranks = super::row::rank_values(Some(&stats));
+        super::row::insert_or_replace(
+            tx,
+            "digest_rollups",
+            &super::row::with_ranks(
+                &[
+                    ("level", &level),
+                    ("bucket", &bucket),
+                    ("instance", &row.instance),
+                    ("schema", &row.schema),
+                    ("digest", &i(row.digest)),
+                    ("nested", &row.nested),
+                    ("program", &row.program),
+                    ("program_kind", &row.program_kind),
+                    ("parent_digest", &i(row.parent_digest)),
+                    ("source", &row.source),
+                    ("count", &i(merged.count)),
+                    ("errors", &i(merged.errors)),
+                    ("sum_ns", &i(merged.sum_ns)),
+                    ("min_ns", &i(merged.min_ns)),
+                    ("max_ns", &i(merged.max_ns)),
+                    ("estimated_count", &i(merged.estimated_count)),
+                    ("histogram", &merged.histogram),
+                    ("error_codes", &merged.error_codes),
+                    ("waits", &merged.waits),
+                    ("figures", &merged.figures),
+                    ("accounts", &merged.accounts),
+                    ("sample", &merged.sample),
+                    ("sample_end", &merged.sample_end),
+                ],
+                &ranks,
+            ),
+        )?;
     }
     Ok(())
 }

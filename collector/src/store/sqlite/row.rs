@@ -3,8 +3,8 @@
 //! drift apart when a column is added.
 use rusqlite::{ToSql, Transaction};
 
-/// `verb table (columns) VALUES (?1, ...)`, `verb` being `INSERT INTO`
-/// or `INSERT OR IGNORE INTO`.
+/// `verb table (columns) VALUES (?1, ...)`, `verb` being `INSERT INTO`,
+/// `INSERT OR IGNORE INTO` or `INSERT OR REPLACE INTO`.
 pub(super) fn insert_sql(verb: &str, table: &str, columns: &[&str]) -> String {
     let marks: Vec<String> = (1..=columns.len()).map(|n| format!("?{n}")).collect();
     format!("{verb} {table} ({}) VALUES ({})", columns.join(", "), marks.join(", "))
@@ -22,6 +22,29 @@ pub(super) fn insert_or_ignore(
     row: &[(&str, &dyn ToSql)],
 ) -> rusqlite::Result<usize> {
     execute(tx, "INSERT OR IGNORE INTO", table, row)
+}
+
+/// As `insert`, replacing a row whose key is there already.
+pub(super) fn insert_or_replace(
+    tx: &Transaction<'_>,
+    table: &str,
+    row: &[(&str, &dyn ToSql)],
+) -> rusqlite::Result<usize> {
+    execute(tx, "INSERT OR REPLACE INTO", table, row)
+}
+
+/// A digest row's columns followed by its rank columns (`ranks`: from
+/// `rank_values`).
+pub(super) fn with_ranks<'a>(
+    row: &[(&'a str, &'a dyn ToSql)],
+    ranks: &'a [(&'static str, Option<i64>)],
+) -> Vec<(&'a str, &'a dyn ToSql)> {
+    row.iter().copied().chain(ranks.iter().map(|(column, value)| (*column, value as &dyn ToSql))).collect()
+}
+
+/// The rank columns of a digest row's figures (`store::rank_columns`).
+pub(super) fn rank_values(stats: Option<&sqlbee_proto::v1::QueryStats>) -> Vec<(&'static str, Option<i64>)> {
+    crate::store::rank_columns::values(stats).map(|(column, value)| (column, value.map(super::i))).collect()
 }
 
 fn execute(tx: &Transaction<'_>, verb: &str, table: &str, row: &[(&str, &dyn ToSql)]) -> rusqlite::Result<usize> {

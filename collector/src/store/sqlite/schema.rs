@@ -4,6 +4,8 @@ use std::time::Duration;
 
 use rusqlite::{Connection, TransactionBehavior};
 
+use crate::store::rank_columns;
+
 /// Bumped when the schema changes; a newer file is refused, not guessed at.
 /// An older one is brought up to date on open (`migrate`), keeping its data:
 /// - 1: first version.
@@ -20,9 +22,11 @@ use rusqlite::{Connection, TransactionBehavior};
 ///   older rows read "", on the host).
 /// - 7: `agent_instances.build_id`, `.server_version` and the `untraced_*`
 ///   columns (ALTER TABLE; older rows read "" and 0: unknown build, traced).
-/// - 8: `digest_windows.schema`, the rank figures `rows_examined`, `cpu_ns`
-///   and `tmp_disk_tables`, and the `figures` and `accounts` blobs (ALTER
-///   TABLE; older rows read "no schema" and figures unknown).
+/// - 8: `digest_windows.schema`, the rank columns (then `rows_examined`,
+///   `cpu_ns` and `tmp_disk_tables`), and the `figures` and `accounts`
+///   blobs (ALTER TABLE; older rows read "no schema" and figures unknown).
+///   A figure ranked later gets its column on open the same way, with no
+///   new version: an older collector reads the file as it did.
 /// - 9: `digest_windows.nested`, `program`, `program_kind`,
 ///   `parent_digest` and `source` (ALTER TABLE; older rows read as client
 ///   statements at top level), and `instance_windows.nested_statements`
@@ -40,6 +44,17 @@ use rusqlite::{Connection, TransactionBehavior};
 /// - 14: `long_statements` (a new table: older files simply get it, empty).
 /// - 15: `annotations` and `events` (new tables, likewise).
 pub const SCHEMA_VERSION: i64 = 15;
+
+/// The tables, with the rank columns in their place.
+pub(super) fn schema() -> String {
+    with_rank_columns(SCHEMA)
+}
+
+/// `tables` (`SCHEMA` or a test's older version of it) with the rank
+/// columns in place of `{rank_columns}`.
+pub(super) fn with_rank_columns(tables: &str) -> String {
+    tables.replace("{rank_columns}", &rank_columns::definitions(|name| format!("{name} INTEGER")))
+}
 
 pub(super) const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS agents (
@@ -121,10 +136,10 @@ CREATE TABLE IF NOT EXISTS window_commands (
 -- increasing; waits is blob-encoded (class, sum_ns, max_ns, statements),
 -- empty when the agent sent none. figures is an encoded sqlbee.v1.QueryStats
 -- and accounts an encoded sqlbee.v1.DigestStats holding only its accounts
--- (both empty when absent); rows_examined, cpu_ns and tmp_disk_tables
--- repeat three of the figures (NULL: unknown) so `top` can rank by them
--- without decoding. The columns from waits on must stay last, in this
--- order: older files get them appended by ALTER TABLE.
+-- (both empty when absent); the rank columns repeat the figures the top
+-- list ranks by (`store::rank_columns`; NULL: unknown) so `top` can rank
+-- by them without decoding. The columns from waits on must stay last, in
+-- this order: older files get them appended by ALTER TABLE.
 CREATE TABLE IF NOT EXISTS digest_windows (
     window_id   INTEGER NOT NULL,
     instance    TEXT NOT NULL,
@@ -142,9 +157,7 @@ CREATE TABLE IF NOT EXISTS digest_windows (
     waits       BLOB NOT NULL DEFAULT x'',
     estimated_count INTEGER NOT NULL DEFAULT 0,
     schema      TEXT NOT NULL DEFAULT '',
-    rows_examined INTEGER,
-    cpu_ns      INTEGER,
-    tmp_disk_tables INTEGER,
+    {rank_columns},
     figures     BLOB NOT NULL DEFAULT x'',
     accounts    BLOB NOT NULL DEFAULT x'',
     nested      INTEGER NOT NULL DEFAULT 0,
@@ -183,9 +196,7 @@ CREATE TABLE IF NOT EXISTS digest_rollups (
     min_ns          INTEGER NOT NULL,
     max_ns          INTEGER NOT NULL,
     estimated_count INTEGER NOT NULL,
-    rows_examined   INTEGER,
-    cpu_ns          INTEGER,
-    tmp_disk_tables INTEGER,
+    {rank_columns},
     histogram       BLOB NOT NULL,
     error_codes     BLOB NOT NULL,
     waits           BLOB NOT NULL,
@@ -318,7 +329,7 @@ pub(super) fn migrate(conn: &mut Connection) -> rusqlite::Result<Result<i64, i64
         return Ok(Err(found));
     }
     // New files get everything; older ones the tables they lack.
-    tx.execute_batch(SCHEMA)?;
+    tx.execute_batch(&schema())?;
     tx.execute_batch(super::plans::TABLES)?;
     tx.execute_batch(super::tables::TABLES)?;
     tx.execute_batch(super::long::TABLES)?;
@@ -336,7 +347,7 @@ pub(super) fn migrate(conn: &mut Connection) -> rusqlite::Result<Result<i64, i64
     // moves aside, SCHEMA creates the new one, and the rows come over.
     if !has_column(&tx, "batches", "epoch")? {
         tx.execute_batch("ALTER TABLE batches RENAME TO batches_v4")?;
-        tx.execute_batch(SCHEMA)?;
+        tx.execute_batch(&schema())?;
         tx.execute_batch(
             "INSERT INTO batches (agent_id, epoch, sequence, received_unix_ms, keep_until_unix_ms, content_hash)
                  SELECT agent_id, 0, sequence, received_unix_ms, keep_until_unix_ms, 0 FROM batches_v4;
@@ -350,7 +361,7 @@ pub(super) fn migrate(conn: &mut Connection) -> rusqlite::Result<Result<i64, i64
             "ALTER TABLE error_samples RENAME TO error_samples_v11;
              DROP INDEX IF EXISTS error_samples_last_seen;",
         )?;
-        tx.execute_batch(SCHEMA)?;
+        tx.execute_batch(&schema())?;
         tx.execute_batch(
             "INSERT INTO error_samples (instance, digest, code, message, last_seen)
                  SELECT '', digest, code, message, last_seen FROM error_samples_v11;
@@ -384,9 +395,6 @@ pub(super) fn migrate(conn: &mut Connection) -> rusqlite::Result<Result<i64, i64
     if !has_column(&tx, "digest_windows", "schema")? {
         tx.execute_batch(
             "ALTER TABLE digest_windows ADD COLUMN schema TEXT NOT NULL DEFAULT '';
-             ALTER TABLE digest_windows ADD COLUMN rows_examined INTEGER;
-             ALTER TABLE digest_windows ADD COLUMN cpu_ns INTEGER;
-             ALTER TABLE digest_windows ADD COLUMN tmp_disk_tables INTEGER;
              ALTER TABLE digest_windows ADD COLUMN figures BLOB NOT NULL DEFAULT x'';
              ALTER TABLE digest_windows ADD COLUMN accounts BLOB NOT NULL DEFAULT x'';",
         )?;
@@ -401,6 +409,15 @@ pub(super) fn migrate(conn: &mut Connection) -> rusqlite::Result<Result<i64, i64
              ALTER TABLE agent_instances ADD COLUMN untraced_since_unix_ms INTEGER NOT NULL DEFAULT 0;
              ALTER TABLE agent_instances ADD COLUMN untraced_seen_unix_ms INTEGER NOT NULL DEFAULT 0;",
         )?;
+    }
+    // Version 7 -> 8 and any figure the list ranks by since: its column.
+    // A row written before reads NULL, unknown.
+    for table in ["digest_windows", "digest_rollups"] {
+        for name in rank_columns::names() {
+            if !has_column(&tx, table, name)? {
+                tx.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {name} INTEGER"))?;
+            }
+        }
     }
     // Version 12 -> 13.
     if !has_column(&tx, "agent_instances", "server_login")? {

@@ -8,7 +8,10 @@ use sqlbee_proto::v1::{
 use rusqlite::Connection;
 use sqlbee_proto::v1::{Blocker, CommandCount, LockWait};
 
-use super::{SCHEMA_VERSION, SqliteStore, lock, schema::SCHEMA};
+use super::{
+    SCHEMA_VERSION, SqliteStore, lock,
+    schema::{SCHEMA, schema, with_rank_columns},
+};
 use crate::store::*;
 
 /// `ingest` with the batch's own content hash, as the Ingest service calls it.
@@ -403,12 +406,12 @@ fn version_2_files_get_lock_waits() {
 /// The version-3 schema, from today's: without the cost tables and
 /// digest_windows' columns from estimated_count on.
 fn schema_v3() -> String {
-    let later_columns = ",\n    estimated_count INTEGER NOT NULL DEFAULT 0,\n    schema      TEXT NOT NULL DEFAULT '',\n    rows_examined INTEGER,\n    cpu_ns      INTEGER,\n    tmp_disk_tables INTEGER,\n    figures     BLOB NOT NULL DEFAULT x'',\n    accounts    BLOB NOT NULL DEFAULT x'',\n    nested      INTEGER NOT NULL DEFAULT 0,\n    program     TEXT NOT NULL DEFAULT '',\n    program_kind TEXT NOT NULL DEFAULT '',\n    parent_digest INTEGER NOT NULL DEFAULT 0,\n    source      TEXT NOT NULL DEFAULT ''\n";
+    let later_columns = ",\n    estimated_count INTEGER NOT NULL DEFAULT 0,\n    schema      TEXT NOT NULL DEFAULT '',\n    {rank_columns},\n    figures     BLOB NOT NULL DEFAULT x'',\n    accounts    BLOB NOT NULL DEFAULT x'',\n    nested      INTEGER NOT NULL DEFAULT 0,\n    program     TEXT NOT NULL DEFAULT '',\n    program_kind TEXT NOT NULL DEFAULT '',\n    parent_digest INTEGER NOT NULL DEFAULT 0,\n    source      TEXT NOT NULL DEFAULT ''\n";
     let without_estimates = SCHEMA.replace(later_columns, "\n");
     assert_ne!(without_estimates, SCHEMA, "the estimated_count column moved; update this test");
     let start = without_estimates.find("-- What the probes cost each instance window").unwrap();
     let end = without_estimates.find("-- What agents lost").unwrap();
-    format!("{}{}", &without_estimates[..start], &without_estimates[end..])
+    with_rank_columns(&format!("{}{}", &without_estimates[..start], &without_estimates[end..]))
 }
 
 #[test]
@@ -456,9 +459,9 @@ fn version_11_error_samples_get_an_instance() {
     last_seen INTEGER NOT NULL,
     PRIMARY KEY (digest, code)
 ) WITHOUT ROWID;";
-    assert!(SCHEMA.contains(v12), "error_samples changed; update this test");
+    assert!(schema().contains(v12), "error_samples changed; update this test");
     let rows = "INSERT INTO error_samples VALUES (7, 1062, 'Duplicate entry', 1000); PRAGMA user_version = 11;";
-    let (dir, path) = old_store("v11", &SCHEMA.replace(v12, v11), rows);
+    let (dir, path) = old_store("v11", &schema().replace(v12, v11), rows);
     drop(SqliteStore::open(&path).unwrap());
     let conn = Connection::open(&path).unwrap();
     let moved: (String, i64, String) = conn
@@ -1009,5 +1012,49 @@ fn a_long_cut_reads_details_in_one_scan_with_the_same_answers() {
     }
     assert!(all.iter().any(|d| !d.sample.is_empty() && !d.error_codes.is_empty()));
     drop(store);
+    std::fs::remove_dir_all(dir).ok();
+}
+
+/// A figure the list ranks by that the file's tables lack (one ranked
+/// after the file was made) gets its column on open, with no new schema
+/// version: rows written before rank as unknown, later ones by their sum.
+#[test]
+fn a_rank_column_the_file_lacks_is_added_on_open() {
+    let newest = crate::store::rank_columns::names().last().unwrap();
+    let older = SCHEMA.replace(
+        "{rank_columns}",
+        &crate::store::rank_columns::names()
+            .filter(|name| *name != newest)
+            .map(|name| format!("{name} INTEGER"))
+            .collect::<Vec<_>>()
+            .join(", "),
+    );
+    let (dir, path) = old_store("unranked", &older, &format!("{ONE_V2_ROW} PRAGMA user_version = {SCHEMA_VERSION};"));
+    let store = SqliteStore::open(&path).unwrap();
+    let order_by = OrderBy::ALL.into_iter().find(|o| o.figure().is_some_and(|f| f.name == newest)).unwrap();
+    let mut ranked = batch(1, 2000, &[(10, 1)]);
+    let digest = &mut ranked.windows[0].digests[0];
+    digest.digest = 42;
+    let mut stats = QueryStats::default();
+    let place = sqlbee_figures::FIGURES.iter().position(|f| f.name == newest).unwrap();
+    *stats.values_mut()[place] = Some(9);
+    digest.stats = Some(stats);
+    store.put(&ranked, 2000).unwrap();
+    let query = TopQuery {
+        instance: None,
+        digest: None,
+        schema: None,
+        nested: false,
+        program: None,
+        since_unix_ms: 0,
+        until_unix_ms: i64::MAX,
+        order_by,
+        limit: 20,
+    };
+    let top = store.top(&query).unwrap();
+    assert_eq!(top.iter().map(|d| d.digest).collect::<Vec<_>>()[0], 42, "ranked by {newest}");
+    assert_eq!(top[0].stats.unwrap().values()[place], Some(9));
+    let version: i64 = lock(&store.writer).query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
+    assert_eq!(version, SCHEMA_VERSION);
     std::fs::remove_dir_all(dir).ok();
 }
