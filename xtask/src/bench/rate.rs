@@ -145,8 +145,10 @@ pub struct SeedsArgs {
     pub out_dir: Option<PathBuf>,
 }
 
-/// The arms of the seeds' experiment.
-const SEEDS_ARMS: [&str; 3] = ["control", "sqlbee", "performance-schema-statements"];
+/// The arms of the seeds' experiment: the floor (one bare counting uprobe
+/// where sqlbee's one trap per statement sits, `log_slow_statement`'s
+/// entry) shows what sqlbee costs above what any uprobe agent must.
+const SEEDS_ARMS: [&str; 4] = ["control", "bpftrace-count", "sqlbee", "performance-schema-statements"];
 
 /// Runs the seeds' experiment: the saturated part, then the fixed-rate one.
 pub fn seeds(args: &SeedsArgs) -> anyhow::Result<Vec<RateOutcome>> {

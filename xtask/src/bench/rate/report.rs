@@ -110,13 +110,34 @@ impl<'a> Rounds<'a> {
         }
     }
 
-    /// `reference`'s cost less twice `arm`'s, paired by round: above 0 with
-    /// its interval, `arm` costs at most half of what `reference` does.
-    fn half_of(&self, arm: &str, reference: &str, saturated: bool) -> Option<Estimate> {
-        let twice: Vec<(u32, f64)> =
-            self.cost_by_round(arm, saturated).into_iter().map(|(r, c)| (r, 2.0 * c)).collect();
-        bootstrap(&paired(&self.cost_by_round(reference, saturated), &twice))
+    /// `goal.reference`'s cost less `goal.times` what `goal.arm` costs
+    /// above the floor (the whole of it without one), paired by round:
+    /// above 0 with its interval, the arm meets the goal.
+    fn within(&self, goal: Goal<'_>, saturated: bool) -> Option<Estimate> {
+        let floor = goal.floor.map(|f| self.cost_by_round(f, saturated));
+        let scaled: Vec<(u32, f64)> = self
+            .cost_by_round(goal.arm, saturated)
+            .into_iter()
+            .filter_map(|(round, cost)| {
+                let under = match &floor {
+                    Some(floor) => floor.iter().find(|&&(r, _)| r == round)?.1,
+                    None => 0.0,
+                };
+                Some((round, goal.times * (cost - under)))
+            })
+            .collect();
+        bootstrap(&paired(&self.cost_by_round(goal.reference, saturated), &scaled))
     }
+}
+
+/// A cost goal: `arm`'s cost above `floor`'s, `times` over, at most
+/// `reference`'s.
+#[derive(Clone, Copy)]
+struct Goal<'a> {
+    arm: &'a str,
+    reference: &'a str,
+    floor: Option<&'a str>,
+    times: f64,
 }
 
 /// performance_schema arms, the reference an agent's cost is held against.
@@ -496,8 +517,10 @@ fn reading(rows: &[Row]) -> Vec<String> {
     lines
 }
 
-/// Whether each agent arm costs at most half of what each
-/// performance_schema arm costs, in the bench's own figure of cost.
+/// Whether each agent arm meets the cost goals against each
+/// performance_schema arm, in the bench's own figure of cost: at most
+/// what it costs, at most half of it, and (with the floor arm) at most
+/// half of it above the floor.
 fn half_reading(plan: &Plan, rows: &[Row], rounds: &Rounds) -> Vec<String> {
     let saturated = plan.rate == 0;
     let (figure, unit, decimals) = if saturated {
@@ -505,23 +528,45 @@ fn half_reading(plan: &Plan, rows: &[Row], rounds: &Rounds) -> Vec<String> {
     } else {
         ("extra mysqld CPU per statement", "ns", 0)
     };
+    let floor = rows.iter().any(|r| r.arm.name == FLOOR).then_some(FLOOR);
     let mut lines = Vec::new();
     for reference in rows.iter().filter(|r| is_performance_schema(&r.arm)) {
         for agent in rows.iter().filter(|r| r.arm.is_agent()) {
-            let (a, p) = (&agent.arm.name, &reference.arm.name);
-            let Some(e) = rounds.half_of(a, p, saturated) else { continue };
-            let verdict = if e.resolved() && e.lo > 0.0 {
-                "resolved: at most half".to_string()
-            } else if e.resolved() {
-                "resolved: more than half".to_string()
-            } else {
-                "not resolved: this VM's rounds cannot say whether it is under half".to_string()
-            };
-            lines.push(format!(
-                "Half of performance_schema: `{p}`'s {figure} less twice `{a}`'s, round by round: \
-                 {:+.decimals$} {unit} [{:+.decimals$}, {:+.decimals$}], {verdict}.",
-                e.median, e.lo, e.hi
-            ));
+            let (arm, p) = (agent.arm.name.as_str(), reference.arm.name.as_str());
+            let mut goals = vec![
+                (
+                    "Under performance_schema",
+                    format!("`{p}`'s {figure} less `{arm}`'s"),
+                    Goal { arm, reference: p, floor: None, times: 1.0 },
+                ),
+                (
+                    "Half of performance_schema",
+                    format!("`{p}`'s {figure} less twice `{arm}`'s"),
+                    Goal { arm, reference: p, floor: None, times: 2.0 },
+                ),
+            ];
+            if let Some(floor) = floor {
+                goals.push((
+                    "Half of performance_schema above the floor",
+                    format!("`{p}`'s {figure} less twice what `{arm}` costs above `{floor}`"),
+                    Goal { arm, reference: p, floor: Some(floor), times: 2.0 },
+                ));
+            }
+            for (title, what, goal) in goals {
+                let Some(e) = rounds.within(goal, saturated) else { continue };
+                let verdict = if e.resolved() && e.lo > 0.0 {
+                    "resolved: met"
+                } else if e.resolved() {
+                    "resolved: not met"
+                } else {
+                    "not resolved: this VM's rounds cannot say"
+                };
+                lines.push(format!(
+                    "{title}: {what}, round by round: {:+.decimals$} {unit} [{:+.decimals$}, {:+.decimals$}], \
+                     {verdict}.",
+                    e.median, e.lo, e.hi
+                ));
+            }
         }
     }
     lines
@@ -625,10 +670,10 @@ mod tests {
         let latency = rounds.percent_of_control("ps", |r| r.latency_avg_ms);
         assert!(latency.iter().all(|&(_, p)| (p - 10.0).abs() < 1e-9), "{latency:?}");
         // 10 - 2 x 2 = 6 points to spare: under half, resolved.
-        let half = rounds.half_of("sqlbee", "ps", true).unwrap();
+        let half = rounds.within(Goal { arm: "sqlbee", reference: "ps", floor: None, times: 2.0 }, true).unwrap();
         assert!((half.median - 6.0).abs() < 1e-9 && half.lo > 0.0, "{half:?}");
         // An arm that costs more than half comes out below 0.
-        let over = rounds.half_of("ps", "sqlbee", true).unwrap();
+        let over = rounds.within(Goal { arm: "ps", reference: "sqlbee", floor: None, times: 2.0 }, true).unwrap();
         assert!(over.hi < 0.0, "{over:?}");
     }
 
@@ -642,8 +687,31 @@ mod tests {
         }
         let rounds = Rounds::of(&runs, "10.11");
         assert_eq!(rounds.cost_by_round("sqlbee", false), vec![(0, 1000.0), (1, 1000.0), (2, 1000.0), (3, 1000.0)]);
-        let half = rounds.half_of("sqlbee", "ps", false).unwrap();
+        let half = rounds.within(Goal { arm: "sqlbee", reference: "ps", floor: None, times: 2.0 }, false).unwrap();
         assert_eq!((half.median, half.n), (3000.0, 4));
+    }
+
+    #[test]
+    fn the_goal_above_the_floor_takes_the_floors_cost_away_round_by_round() {
+        let mut runs = Vec::new();
+        for round in 0..5u32 {
+            // The floor costs 600 ns one round and 400 the next; the agent
+            // 500 more than the floor each round; performance_schema 1200.
+            let floor = if round % 2 == 0 { 600 } else { 400 };
+            runs.push(run(round, "control", 20_000_000));
+            runs.push(run(round, "bpftrace-count", 20_000_000 + floor * 1000));
+            runs.push(run(round, "sqlbee", 20_000_000 + (floor + 500) * 1000));
+            runs.push(run(round, "ps", 21_200_000));
+        }
+        let rounds = Rounds::of(&runs, "10.11");
+        let above = rounds
+            .within(Goal { arm: "sqlbee", reference: "ps", floor: Some("bpftrace-count"), times: 2.0 }, false)
+            .unwrap();
+        // 1200 - 2 x 500, every round.
+        assert_eq!((above.median, above.lo, above.hi, above.n), (200.0, 200.0, 200.0, 5));
+        let under = rounds.within(Goal { arm: "sqlbee", reference: "ps", floor: None, times: 1.0 }, false).unwrap();
+        // 1200 - 1100 or 1200 - 900: the floor is not taken away.
+        assert_eq!(under.median, 100.0);
     }
 
     #[test]
