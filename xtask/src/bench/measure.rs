@@ -123,11 +123,20 @@ pub fn clock_ticks() -> f64 {
 /// utime + stime of a process (all its threads, exited ones included), in
 /// clock ticks.
 pub fn cpu_ticks(pid: u32) -> u64 {
-    let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else { return 0 };
-    let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else { return 0 };
+    let (user, system) = user_and_system_ticks(pid);
+    user + system
+}
+
+/// utime and stime of a process (all its threads), in clock ticks: the
+/// kernel charges each tick to the side the thread was on, so over many
+/// ticks their ratio is how its time splits between its own code and the
+/// kernel (system calls, and a uprobe's trap and programs).
+pub fn user_and_system_ticks(pid: u32) -> (u64, u64) {
+    let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else { return (0, 0) };
+    let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else { return (0, 0) };
     let fields: Vec<&str> = rest.split_whitespace().collect();
-    fields.get(11).and_then(|v| v.parse().ok()).unwrap_or(0u64)
-        + fields.get(12).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
+    let field = |n: usize| fields.get(n).and_then(|v| v.parse().ok()).unwrap_or(0u64);
+    (field(11), field(12))
 }
 
 /// utime + stime of a process (all its threads), in seconds.
@@ -145,6 +154,8 @@ pub struct CpuReading {
     /// ns on CPU (schedstat's first field) by thread id.
     pub tasks_ns: BTreeMap<u32, u64>,
     pub ticks: u64,
+    /// Of those, the ticks in the kernel (stime).
+    pub system_ticks: u64,
 }
 
 impl CpuReading {
@@ -157,7 +168,8 @@ impl CpuReading {
                 tasks_ns.insert(tid, ns);
             }
         }
-        CpuReading { tasks_ns, ticks: cpu_ticks(pid) }
+        let (user, system) = user_and_system_ticks(pid);
+        CpuReading { tasks_ns, ticks: user + system, system_ticks: system }
     }
 
     /// ns on CPU since `earlier`, thread by thread: a thread born since
@@ -225,8 +237,8 @@ mod tests {
         assert!(!before.tasks_ns.is_empty(), "no schedstat for this process");
         assert!(after.ns_since(&before) > 0 && after.ticks >= before.ticks);
         // A thread that is gone since counts nothing, a new one whole.
-        let gone = CpuReading { tasks_ns: BTreeMap::from([(1, 50), (2, 70)]), ticks: 0 };
-        let now = CpuReading { tasks_ns: BTreeMap::from([(2, 100), (3, 20)]), ticks: 0 };
+        let gone = CpuReading { tasks_ns: BTreeMap::from([(1, 50), (2, 70)]), ticks: 0, system_ticks: 0 };
+        let now = CpuReading { tasks_ns: BTreeMap::from([(2, 100), (3, 20)]), ticks: 0, system_ticks: 0 };
         assert_eq!(now.ns_since(&gone), 30 + 20);
     }
 

@@ -280,6 +280,8 @@ pub struct ArmRun {
     pub questions: u64,
     pub mysqld_cpu_ns: u64,
     pub mysqld_cpu_ticks: u64,
+    /// Of those, the ticks mysqld's threads spent in the kernel.
+    pub mysqld_system_ticks: u64,
     pub agent_cpu_s: f64,
     pub bpf_runs: u64,
     pub bpf_ns: u64,
@@ -309,6 +311,26 @@ impl ArmRun {
     /// CPU its program bodies add on top of the trap.
     pub fn bpf_ns_per_statement(&self) -> f64 {
         self.bpf_ns as f64 / self.questions as f64
+    }
+
+    /// mysqld's ns per statement in the kernel: the schedstat figure
+    /// split by the ticks' share (the programs run there too).
+    pub fn kernel_ns_per_statement(&self) -> f64 {
+        if self.mysqld_cpu_ticks == 0 {
+            return 0.0;
+        }
+        self.ns_per_statement() * self.mysqld_system_ticks as f64 / self.mysqld_cpu_ticks as f64
+    }
+
+    /// mysqld's ns per statement in its own code.
+    pub fn user_ns_per_statement(&self) -> f64 {
+        self.ns_per_statement() - self.kernel_ns_per_statement()
+    }
+
+    /// The kernel's share less the programs' run time: the trap, the
+    /// uprobe's way in and out and the system calls.
+    pub fn kernel_outside_programs_ns_per_statement(&self) -> f64 {
+        self.kernel_ns_per_statement() - self.bpf_ns_per_statement()
     }
 }
 
@@ -659,6 +681,7 @@ fn measured(
     let questions1 = questions(server)?;
     run.mysqld_cpu_ns = cpu1.ns_since(&cpu0);
     run.mysqld_cpu_ticks = cpu1.ticks.saturating_sub(cpu0.ticks);
+    run.mysqld_system_ticks = cpu1.system_ticks.saturating_sub(cpu0.system_ticks);
     run.questions = questions1.saturating_sub(questions0).saturating_sub(status_cost);
     if let Some(tracer) = tracer {
         tracer.stop()?;
@@ -809,6 +832,24 @@ mod tests {
         );
         assert!(arms(&["nope".to_string()], false).is_err());
         assert!(arms(&["sqlbee".to_string(), "sqlbee".to_string()], false).is_err());
+    }
+
+    #[test]
+    fn mysqld_time_splits_by_its_ticks_and_the_programs_come_out_of_the_kernel_share() {
+        // 10 000 ns per statement, a quarter of the ticks in the kernel,
+        // 1000 ns of it the programs'.
+        let run = ArmRun {
+            questions: 1000,
+            mysqld_cpu_ns: 10_000_000,
+            mysqld_cpu_ticks: 400,
+            mysqld_system_ticks: 100,
+            bpf_ns: 1_000_000,
+            ..Default::default()
+        };
+        assert_eq!(run.kernel_ns_per_statement(), 2500.0);
+        assert_eq!(run.user_ns_per_statement(), 7500.0);
+        assert_eq!(run.kernel_outside_programs_ns_per_statement(), 1500.0);
+        assert_eq!(ArmRun { mysqld_cpu_ticks: 0, ..run }.kernel_ns_per_statement(), 0.0);
     }
 
     #[test]

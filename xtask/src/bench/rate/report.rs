@@ -342,6 +342,7 @@ fn server_section(md: &mut String, plan: &Plan, server: &ServerInfo, runs: &[Arm
         throughput_table(md, &rows);
     }
     program_time_table(md, &rows);
+    where_the_time_goes_table(md, &rows, &rounds);
     let ok: Vec<&&ArmRun> = rounds.runs.iter().filter(|r| r.ok()).collect();
     let check = median(&ok.iter().map(|r| r.ticks_ns_per_statement() / r.ns_per_statement()).collect::<Vec<_>>());
     let statements = median(&ok.iter().map(|r| r.questions as f64 / r.statements.max(1) as f64).collect::<Vec<_>>());
@@ -450,6 +451,48 @@ fn program_time_table(md: &mut String, rows: &[Row]) {
             show(row.bpf, 0, false),
             show(row.bpf_vs_floor, 0, true),
             show(row.bpf_vs_baseline, 0, true),
+        );
+    }
+}
+
+/// mysqld's added CPU per statement split into its own code and the
+/// kernel, and the kernel's share less the programs' run time, each
+/// paired with the same round's control (and the floor's, when it ran):
+/// where the time outside the programs goes.
+fn where_the_time_goes_table(md: &mut String, rows: &[Row], rounds: &Rounds) {
+    if !rounds.has(CONTROL) || rounds.ok(CONTROL).all(|r| r.mysqld_system_ticks == 0) {
+        return;
+    }
+    let versus = |arm: &str, other: &str, value: fn(&ArmRun) -> f64| {
+        if !rounds.has(other) || arm == other {
+            return None;
+        }
+        bootstrap(&paired(&rounds.by_round(arm, value), &rounds.by_round(other, value)))
+    };
+    let _ = writeln!(
+        md,
+        "\nWhere mysqld's added CPU goes: its ns per statement in its own code (user) and in the kernel (system), \
+         split by the share of /proc/PID/stat's utime and stime ticks, and the kernel's part less the programs' run \
+         time (the trap, the uprobe's way in and out, the system calls), each paired with the same round's control \
+         and floor (`{FLOOR}`). More user time is the server's own code running slower (what the probes evict from \
+         the caches and TLB); more kernel time outside the programs is the trap's path.\n"
+    );
+    let _ = writeln!(
+        md,
+        "| arm | user vs control ns/stmt [CI] | kernel vs control ns/stmt [CI] | kernel outside programs vs control \
+         ns/stmt [CI] | user vs floor ns/stmt [CI] | kernel outside programs vs floor ns/stmt [CI] |\n\
+         |---|---|---|---|---|---|"
+    );
+    for row in rows.iter().filter(|r| r.arm.name != CONTROL) {
+        let name = row.arm.name.as_str();
+        let _ = writeln!(
+            md,
+            "| {name} | {} | {} | {} | {} | {} |",
+            show(versus(name, CONTROL, ArmRun::user_ns_per_statement), 0, true),
+            show(versus(name, CONTROL, ArmRun::kernel_ns_per_statement), 0, true),
+            show(versus(name, CONTROL, ArmRun::kernel_outside_programs_ns_per_statement), 0, true),
+            show(versus(name, FLOOR, ArmRun::user_ns_per_statement), 0, true),
+            show(versus(name, FLOOR, ArmRun::kernel_outside_programs_ns_per_statement), 0, true),
         );
     }
 }
@@ -574,12 +617,12 @@ fn half_reading(plan: &Plan, rows: &[Row], rounds: &Rounds) -> Vec<String> {
 
 pub(super) fn csv(runs: &[ArmRun]) -> String {
     let mut csv = String::from(
-        "server,round,position,arm,seconds,statements,questions,mysqld_cpu_ns_schedstat,mysqld_cpu_ticks,agent_cpu_s,bpf_runs,bpf_ns,tps,latency_avg_ms,latency_p95_ms,error\n",
+        "server,round,position,arm,seconds,statements,questions,mysqld_cpu_ns_schedstat,mysqld_cpu_ticks,mysqld_system_ticks,agent_cpu_s,bpf_runs,bpf_ns,tps,latency_avg_ms,latency_p95_ms,error\n",
     );
     for r in runs {
         let _ = writeln!(
             csv,
-            "{},{},{},{},{:.3},{},{},{},{},{:.3},{},{},{:.2},{:.3},{:.3},{}",
+            "{},{},{},{},{:.3},{},{},{},{},{},{:.3},{},{},{:.2},{:.3},{:.3},{}",
             r.server,
             r.round.map_or("saturation".into(), |n| n.to_string()),
             r.position,
@@ -589,6 +632,7 @@ pub(super) fn csv(runs: &[ArmRun]) -> String {
             r.questions,
             r.mysqld_cpu_ns,
             r.mysqld_cpu_ticks,
+            r.mysqld_system_ticks,
             r.agent_cpu_s,
             r.bpf_runs,
             r.bpf_ns,
@@ -721,7 +765,7 @@ mod tests {
         let text = csv(&[r, ArmRun { round: None, ..run(0, "control", 7) }]);
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 3);
-        assert!(lines.iter().all(|l| l.split(',').count() == 16), "{text}");
+        assert!(lines.iter().all(|l| l.split(',').count() == 17), "{text}");
         assert!(lines[2].starts_with("10.11,saturation,"));
     }
 }
