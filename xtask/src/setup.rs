@@ -16,7 +16,7 @@ const MDBOOK_VERSION: &str = "0.5.4";
 /// registry is reachable), podman-compose for the compose file.
 /// mariadb-test: MariaDB's own test suite, the statements the digest
 /// agreement test samples.
-const DEBIAN_PACKAGES: [&str; 26] = [
+const DEBIAN_PACKAGES: [&str; 27] = [
     "mariadb-server",
     "mariadb-client",
     "sysbench",
@@ -24,6 +24,8 @@ const DEBIAN_PACKAGES: [&str; 26] = [
     "protobuf-compiler",
     "bpftool",
     "bpftrace",
+    // perf record: where mysqld's CPU goes (`bench-rate --profile`).
+    "linux-perf",
     // prometheus and promtool: what the metrics tests scrape and parse with.
     "prometheus",
     "podman",

@@ -16,6 +16,7 @@
 //! (TCP on a published 127.0.0.1 port), one after the other. A failed
 //! arm-run is recorded with its reason and the bench goes on; a server or
 //! data set that cannot be set up stops it.
+mod profile;
 mod report;
 mod servers;
 mod stats;
@@ -100,6 +101,14 @@ pub struct RateArgs {
     /// --server-flag=--server-id=1` for a server that writes a binary log.
     #[arg(long = "server-flag", allow_hyphen_values = true)]
     pub server_flags: Vec<String>,
+    /// Also sample mysqld's threads with `perf record -e cpu-clock` during
+    /// each run and report each arm's CPU per statement by where it went:
+    /// the BPF programs, the uprobe's kernel path, the rest of the kernel,
+    /// mysqld's own code and its libraries. The sampling costs every arm
+    /// alike, so compare these runs with each other, not with unprofiled
+    /// ones.
+    #[arg(long)]
+    pub profile: bool,
     /// If above 0: after the rounds, each arm runs once more this many
     /// seconds without a rate limit, and its QPS is reported (single runs,
     /// no interval: the VM spreads them by 10-30%).
@@ -169,6 +178,7 @@ pub fn seeds(args: &SeedsArgs) -> anyhow::Result<Vec<RateOutcome>> {
         out_dir: args.out_dir.clone(),
         saturation_seconds: 0,
         server_flags: Vec::new(),
+        profile: false,
     };
     let mut parts = vec![part("saturation", 0, args.saturated_seconds)];
     if args.rate > 0 {
@@ -285,6 +295,8 @@ pub struct ArmRun {
     pub agent_cpu_s: f64,
     pub bpf_runs: u64,
     pub bpf_ns: u64,
+    /// With --profile: mysqld's samples in each of `profile::PLACES`.
+    pub profile: [u64; profile::PLACES.len()],
     pub error: Option<String>,
 }
 
@@ -365,6 +377,7 @@ pub struct Plan {
     pub saturation_seconds: u32,
     pub server_flags: Vec<String>,
     pub out_dir: PathBuf,
+    pub profile: bool,
 }
 
 impl Plan {
@@ -409,6 +422,7 @@ impl Plan {
             saturation_seconds: args.saturation_seconds,
             server_flags: args.server_flags.clone(),
             out_dir: args.out_dir.clone().unwrap_or_else(|| workspace_root().join("benches/results")),
+            profile: args.profile,
         })
     }
 
@@ -619,7 +633,7 @@ fn one_arm_run(
         result = server.restart_with(restart).and_then(|()| warm(server, plan));
     }
     if result.is_ok() {
-        result = measured(server, agents, arm, bench, status_cost, run);
+        result = measured(server, agents, arm, bench, status_cost, plan.profile, run);
     }
     if let Err(e) = result {
         eprintln!("    failed: {e:#}");
@@ -652,6 +666,7 @@ fn measured(
     arm: &Arm,
     bench: &Sysbench,
     status_cost: u64,
+    profiled: bool,
     run: &mut ArmRun,
 ) -> anyhow::Result<()> {
     let tag = format!("rate-{}-{}", run.round.map_or("sat".into(), |r| r.to_string()), arm.name.replace('@', "-"));
@@ -670,10 +685,18 @@ fn measured(
     let questions0 = questions(server)?;
     let tracer0 = tracer.as_ref().map(|t| (cpu_ticks(t.pid()), programs_of(t.pid())));
     let cpu0 = CpuReading::of(server.pid());
+    let recording = if profiled {
+        Some(profile::start(server.pid(), &server.dir().join(format!("{tag}.perf.data")))?)
+    } else {
+        None
+    };
     let started = Instant::now();
     let report = bench.run(server.target());
     run.seconds = started.elapsed().as_secs_f64();
     let cpu1 = CpuReading::of(server.pid());
+    if let Some(recording) = recording {
+        run.profile = recording.finish()?;
+    }
     if let (Some(tracer), Some((ticks0, programs0))) = (&tracer, &tracer0) {
         run.agent_cpu_s = cpu_ticks(tracer.pid()).saturating_sub(*ticks0) as f64 / clock_ticks();
         (run.bpf_runs, run.bpf_ns) = bpf_since(&programs_of(tracer.pid()), programs0);

@@ -343,6 +343,7 @@ fn server_section(md: &mut String, plan: &Plan, server: &ServerInfo, runs: &[Arm
     }
     program_time_table(md, &rows);
     where_the_time_goes_table(md, &rows, &rounds);
+    profile_table(md, &rows, &rounds);
     let ok: Vec<&&ArmRun> = rounds.runs.iter().filter(|r| r.ok()).collect();
     let check = median(&ok.iter().map(|r| r.ticks_ns_per_statement() / r.ns_per_statement()).collect::<Vec<_>>());
     let statements = median(&ok.iter().map(|r| r.questions as f64 / r.statements.max(1) as f64).collect::<Vec<_>>());
@@ -497,6 +498,46 @@ fn where_the_time_goes_table(md: &mut String, rows: &[Row], rounds: &Rounds) {
     }
 }
 
+/// With --profile: each arm's mysqld CPU per statement by where the
+/// samples fell, control's whole and the other arms' paired with it.
+fn profile_table(md: &mut String, rows: &[Row], rounds: &Rounds) {
+    use super::profile::PLACES;
+    if rounds.runs.iter().all(|r| r.profile.iter().all(|&n| n == 0)) {
+        return;
+    }
+    let in_place = |place: usize| {
+        move |r: &ArmRun| {
+            let total: u64 = r.profile.iter().sum();
+            if total == 0 { 0.0 } else { r.ns_per_statement() * r.profile[place] as f64 / total as f64 }
+        }
+    };
+    let _ = writeln!(
+        md,
+        "\nWhere mysqld's CPU goes, sampled (`perf record -e cpu-clock` on its threads): ns per statement in each \
+         place, the run's schedstat ns split by its samples' shares; control's own, every other arm's added to \
+         the same round's control.\n"
+    );
+    let _ = writeln!(md, "| arm | {} |\n|---|{}", PLACES.join(" | "), "---|".repeat(PLACES.len()));
+    for row in rows {
+        let name = row.arm.name.as_str();
+        let cells: Vec<String> = (0..PLACES.len())
+            .map(|place| {
+                let value = in_place(place);
+                if name == CONTROL {
+                    show(
+                        bootstrap(&rounds.by_round(name, value).into_iter().map(|(_, v)| v).collect::<Vec<_>>()),
+                        0,
+                        false,
+                    )
+                } else {
+                    show(bootstrap(&paired(&rounds.by_round(name, value), &rounds.by_round(CONTROL, value))), 0, true)
+                }
+            })
+            .collect();
+        let _ = writeln!(md, "| {name} | {} |", cells.join(" | "));
+    }
+}
+
 /// The table in sentences: what each difference is and whether the rounds
 /// resolve it.
 fn reading(rows: &[Row]) -> Vec<String> {
@@ -617,12 +658,12 @@ fn half_reading(plan: &Plan, rows: &[Row], rounds: &Rounds) -> Vec<String> {
 
 pub(super) fn csv(runs: &[ArmRun]) -> String {
     let mut csv = String::from(
-        "server,round,position,arm,seconds,statements,questions,mysqld_cpu_ns_schedstat,mysqld_cpu_ticks,mysqld_system_ticks,agent_cpu_s,bpf_runs,bpf_ns,tps,latency_avg_ms,latency_p95_ms,error\n",
+        "server,round,position,arm,seconds,statements,questions,mysqld_cpu_ns_schedstat,mysqld_cpu_ticks,mysqld_system_ticks,agent_cpu_s,bpf_runs,bpf_ns,tps,latency_avg_ms,latency_p95_ms,perf_programs,perf_uprobe_path,perf_other_kernel,perf_mysqld,perf_libraries,error\n",
     );
     for r in runs {
         let _ = writeln!(
             csv,
-            "{},{},{},{},{:.3},{},{},{},{},{},{:.3},{},{},{:.2},{:.3},{:.3},{}",
+            "{},{},{},{},{:.3},{},{},{},{},{},{:.3},{},{},{:.2},{:.3},{:.3},{},{}",
             r.server,
             r.round.map_or("saturation".into(), |n| n.to_string()),
             r.position,
@@ -639,6 +680,7 @@ pub(super) fn csv(runs: &[ArmRun]) -> String {
             r.tps,
             r.latency_avg_ms,
             r.latency_p95_ms,
+            r.profile.map(|n| n.to_string()).join(","),
             r.error.as_deref().unwrap_or("").replace([',', '\n'], ";"),
         );
     }
@@ -765,7 +807,7 @@ mod tests {
         let text = csv(&[r, ArmRun { round: None, ..run(0, "control", 7) }]);
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 3);
-        assert!(lines.iter().all(|l| l.split(',').count() == 17), "{text}");
+        assert!(lines.iter().all(|l| l.split(',').count() == 22), "{text}");
         assert!(lines[2].starts_with("10.11,saturation,"));
     }
 }
