@@ -295,8 +295,8 @@ pub struct ArmRun {
     pub agent_cpu_s: f64,
     pub bpf_runs: u64,
     pub bpf_ns: u64,
-    /// With --profile: mysqld's samples in each of `profile::PLACES`.
-    pub profile: [u64; profile::PLACES.len()],
+    /// With --profile: where mysqld's samples fell.
+    pub profile: profile::Samples,
     pub error: Option<String>,
 }
 

@@ -12,6 +12,8 @@ use std::{
     process::{Child, Command, Stdio},
 };
 
+use std::collections::BTreeMap;
+
 use anyhow::Context;
 
 /// The places, in the order `ArmRun::profile` counts them.
@@ -24,6 +26,16 @@ const FREQUENCY: &str = "1999";
 /// back, and of what the programs call (names as 6.x kernels spell them).
 const UPROBE_PATH: [&str; 10] =
     ["uprobe", "int3", "swbp", "bpf", "htab", "ringbuf", "nofault", "srcu", "task_storage", "pcpu_freelist"];
+
+/// What one run's samples say.
+#[derive(Debug, Clone, Default)]
+pub struct Samples {
+    /// Samples in each of `PLACES`.
+    pub places: [u64; PLACES.len()],
+    /// Samples by function (`[k] name` in the kernel, `dso name` in user
+    /// space), for the functions behind a place's change.
+    pub functions: BTreeMap<String, u64>,
+}
 
 /// A `perf record` running on a server's threads.
 pub struct Recording {
@@ -45,8 +57,8 @@ pub fn start(pid: u32, path: &Path) -> anyhow::Result<Recording> {
 }
 
 impl Recording {
-    /// Stops sampling and counts the samples of each place.
-    pub fn finish(mut self) -> anyhow::Result<[u64; PLACES.len()]> {
+    /// Stops sampling and counts the samples of each place and function.
+    pub fn finish(mut self) -> anyhow::Result<Samples> {
         // SIGINT: perf writes out what it holds and exits.
         // SAFETY: plain kill(2) on our own child.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
@@ -80,17 +92,19 @@ impl Recording {
 }
 
 /// `perf report -F sample,dso,sym` lines ("  120  mariadbd  [.] do_command")
-/// added up by place.
-fn sorted(report: &str) -> [u64; PLACES.len()] {
-    let mut counts = [0u64; PLACES.len()];
+/// added up by place and by function.
+fn sorted(report: &str) -> Samples {
+    let mut out = Samples::default();
     for line in report.lines() {
         let mut words = line.split_whitespace();
         let (Some(samples), Some(dso), Some(mark)) = (words.next(), words.next(), words.next()) else { continue };
         let Ok(samples) = samples.parse::<u64>() else { continue };
         let symbol: String = words.collect::<Vec<_>>().join(" ");
-        counts[place(dso, mark, &symbol)] += samples;
+        out.places[place(dso, mark, &symbol)] += samples;
+        let function = if mark == "[k]" { format!("[k] {symbol}") } else { format!("{dso} {symbol}") };
+        *out.functions.entry(function).or_default() += samples;
     }
-    counts
+    out
 }
 
 /// Which of `PLACES` a sample's function is in.
@@ -122,7 +136,10 @@ mod tests {
       25  libc.so.6              [.] __memmove_avx_unaligned_erms
   garbage line
 ";
-        assert_eq!(sorted(report), [20, 80, 70, 900, 25]);
+        let samples = sorted(report);
+        assert_eq!(samples.places, [20, 80, 70, 900, 25]);
+        assert_eq!(samples.functions["[k] asm_exc_int3"], 40);
+        assert_eq!(samples.functions["mariadbd do_command(THD*, bool)"], 900);
     }
 
     #[test]
@@ -140,6 +157,6 @@ mod tests {
         let _ = busy.kill();
         let _ = busy.wait();
         let counts = counts.unwrap();
-        assert!(counts.iter().sum::<u64>() > 50, "{counts:?}");
+        assert!(counts.places.iter().sum::<u64>() > 50, "{counts:?}");
     }
 }

@@ -3,7 +3,7 @@
 //! the control, to the one-trap floor and to the baseline binary, a few
 //! sentences that read the table, and the CSV of every raw run. Pure: it
 //! formats text and never measures or writes files.
-use std::fmt::Write as _;
+use std::{collections::BTreeMap, fmt::Write as _};
 
 use super::{
     Arm, ArmRun, Plan, ServerInfo,
@@ -502,13 +502,13 @@ fn where_the_time_goes_table(md: &mut String, rows: &[Row], rounds: &Rounds) {
 /// samples fell, control's whole and the other arms' paired with it.
 fn profile_table(md: &mut String, rows: &[Row], rounds: &Rounds) {
     use super::profile::PLACES;
-    if rounds.runs.iter().all(|r| r.profile.iter().all(|&n| n == 0)) {
+    if rounds.runs.iter().all(|r| r.profile.places.iter().all(|&n| n == 0)) {
         return;
     }
     let in_place = |place: usize| {
         move |r: &ArmRun| {
-            let total: u64 = r.profile.iter().sum();
-            if total == 0 { 0.0 } else { r.ns_per_statement() * r.profile[place] as f64 / total as f64 }
+            let total: u64 = r.profile.places.iter().sum();
+            if total == 0 { 0.0 } else { r.ns_per_statement() * r.profile.places[place] as f64 / total as f64 }
         }
     };
     let _ = writeln!(
@@ -535,6 +535,49 @@ fn profile_table(md: &mut String, rows: &[Row], rounds: &Rounds) {
             })
             .collect();
         let _ = writeln!(md, "| {name} | {} |", cells.join(" | "));
+    }
+    functions_table(md, rows, rounds);
+}
+
+/// The functions behind the places' changes: for each arm, those whose
+/// ns per statement (mean over rounds) grew most over control's.
+fn functions_table(md: &mut String, rows: &[Row], rounds: &Rounds) {
+    const SHOWN: usize = 15;
+    // Mean ns per statement of each function over an arm's runs.
+    let per_function = |arm: &str| {
+        let runs: Vec<&&ArmRun> = rounds.ok(arm).collect();
+        let mut sums: BTreeMap<&str, f64> = BTreeMap::new();
+        for r in &runs {
+            let total: u64 = r.profile.places.iter().sum();
+            if total == 0 {
+                continue;
+            }
+            let ns_per_sample = r.ns_per_statement() / total as f64;
+            for (function, &samples) in &r.profile.functions {
+                *sums.entry(function.as_str()).or_default() += samples as f64 * ns_per_sample;
+            }
+        }
+        sums.values_mut().for_each(|v| *v /= runs.len().max(1) as f64);
+        sums
+    };
+    let control = per_function(CONTROL);
+    for row in rows.iter().filter(|r| r.arm.name != CONTROL) {
+        let arm = per_function(&row.arm.name);
+        let mut grown: Vec<(&str, f64, f64)> = arm
+            .iter()
+            .map(|(function, &ns)| (*function, ns, ns - control.get(function).copied().unwrap_or(0.0)))
+            .collect();
+        grown.sort_by(|a, b| b.2.total_cmp(&a.2));
+        let _ = writeln!(
+            md,
+            "\nThe {SHOWN} functions whose time grew most with `{}` (mean over rounds, ns per statement; `[k]`: the \
+             kernel):\n\n| function | ns/stmt | vs control |\n|---|---|---|",
+            row.arm.name
+        );
+        for (function, ns, more) in grown.into_iter().take(SHOWN) {
+            let function = function.replace('|', "\\|");
+            let _ = writeln!(md, "| `{function}` | {ns:.0} | {more:+.0} |");
+        }
     }
 }
 
@@ -680,7 +723,7 @@ pub(super) fn csv(runs: &[ArmRun]) -> String {
             r.tps,
             r.latency_avg_ms,
             r.latency_p95_ms,
-            r.profile.map(|n| n.to_string()).join(","),
+            r.profile.places.map(|n| n.to_string()).join(","),
             r.error.as_deref().unwrap_or("").replace([',', '\n'], ";"),
         );
     }
