@@ -15,7 +15,7 @@ pub(super) type MakeBatch = fn(u64, i64, &[(u32, u64)]) -> Batch;
 pub(super) type MakeCostedBatch = fn(u64, i64, f64, &str) -> Batch;
 
 /// The top 10 client digests of all time, of one instance or all.
-fn all_time(instance: Option<&str>) -> TopQuery {
+pub(super) fn all_time(instance: Option<&str>) -> TopQuery {
     TopQuery {
         instance: instance.map(str::to_string),
         digest: None,

@@ -1040,18 +1040,7 @@ fn a_rank_column_the_file_lacks_is_added_on_open() {
     *stats.values_mut()[place] = Some(9);
     digest.stats = Some(stats);
     store.put(&ranked, 2000).unwrap();
-    let query = TopQuery {
-        instance: None,
-        digest: None,
-        schema: None,
-        nested: false,
-        program: None,
-        since_unix_ms: 0,
-        until_unix_ms: i64::MAX,
-        order_by,
-        limit: 20,
-    };
-    let top = store.top(&query).unwrap();
+    let top = store.top(&TopQuery { order_by, ..crate::store::shared_tests::all_time(None) }).unwrap();
     assert_eq!(top.iter().map(|d| d.digest).collect::<Vec<_>>()[0], 42, "ranked by {newest}");
     assert_eq!(top[0].stats.unwrap().values()[place], Some(9));
     let version: i64 = lock(&store.writer).query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
