@@ -386,10 +386,10 @@ fn rank_column(name: &str) -> String {
     format!("{name} Nullable(UInt64)")
 }
 
-/// The rank columns a store lacks: those of a figure the list ranks by
-/// since the store was made. They are added on open with no new version
-/// (a row written before reads NULL, unknown; an older collector reads
-/// the store as it did).
+/// The tables that keep the rank columns. A column one lacks (a figure
+/// ranked since the store was made) is added on open with no new version:
+/// a row written before reads NULL, unknown, and an older collector reads
+/// the store as it did.
 const RANKED_TABLES: [&str; 2] = ["digest_windows", "digest_rollups"];
 
 /// Creates the database and what it lacks. Ok(version found: 0 for a new
