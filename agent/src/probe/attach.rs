@@ -231,11 +231,7 @@ impl AttachedServer {
             }
         }
         // Names first: a record's schema and account are named before it.
-        while let Some(record) = self.names_ring.next() {
-            if !self.names.learn(&record) {
-                bad += 1;
-            }
-        }
+        bad += learn_names(&mut self.names_ring, &mut self.names);
         if let Some(clients) = &mut self.clients {
             clients.name_new_connections(&mut self.names);
         }
@@ -272,6 +268,16 @@ impl AttachedServer {
                         if !registered {
                             statement.text_hash = 0;
                         }
+                    }
+                    // A name is written before the first record that
+                    // carries its hash, but may have come after the loop
+                    // above: read the ring again rather than name the
+                    // schema unknown (a kernel digest would keep that name
+                    // for every later statement of its text).
+                    if !self.names.knows_schema(statement.schema_hash)
+                        || (statement.nested && !self.names.knows_program(statement.program_hash))
+                    {
+                        bad += learn_names(&mut self.names_ring, &mut self.names);
                     }
                     statement.schema = self.names.schema(statement.schema_hash);
                     statement.account = self.names.account(statement.account_hash);
@@ -393,9 +399,7 @@ impl AttachedServer {
         if unnamed.peek().is_none() {
             return;
         }
-        while let Some(record) = self.names_ring.next() {
-            self.names.learn(&record);
-        }
+        learn_names(&mut self.names_ring, &mut self.names);
         clients.name_new_connections(&mut self.names);
         let mut waiting = false;
         for statement in unnamed {
@@ -838,4 +842,16 @@ fn sum_per_cpu(ebpf: &Ebpf, name: &'static str, slots: u32) -> Result<Vec<u64>, 
                 .map_err(|e| ProbeError::Map { map: name, detail: e.to_string() })
         })
         .collect()
+}
+
+/// Takes what the names ring holds; returns how many records were not
+/// names.
+fn learn_names(ring: &mut RingBuf<MapData>, names: &mut Names) -> u64 {
+    let mut bad = 0;
+    while let Some(record) = ring.next() {
+        if !names.learn(&record) {
+            bad += 1;
+        }
+    }
+    bad
 }

@@ -110,6 +110,17 @@ impl Names {
         (hash != 0).then(|| self.schemas.get(&hash).cloned().unwrap_or_else(|| Arc::from(UNKNOWN_SCHEMA)))
     }
 
+    /// Whether `hash` is "no schema" or a schema named already.
+    pub fn knows_schema(&self, hash: u64) -> bool {
+        hash == 0 || self.schemas.contains_key(&hash)
+    }
+
+    /// Whether `hash` names a stored program already (0: a block with no
+    /// name, which has nothing to wait for).
+    pub fn knows_program(&self, hash: u64) -> bool {
+        hash == 0 || self.programs.contains_key(&hash)
+    }
+
     pub fn account(&self, hash: u64) -> Option<Arc<Account>> {
         self.accounts.get(&hash).cloned()
     }
@@ -160,6 +171,7 @@ mod tests {
         assert_eq!(names.schema(7).as_deref(), Some("shop"));
         assert_eq!(names.schema(0), None);
         assert_eq!(names.schema(8).as_deref(), Some(UNKNOWN_SCHEMA));
+        assert!(names.knows_schema(7) && names.knows_schema(0) && !names.knows_schema(8));
         let account = names.account(9).unwrap();
         assert_eq!((account.user.as_str(), account.host.as_str()), ("app", "10.0.0.5"));
         assert!(names.account(10).is_none());
