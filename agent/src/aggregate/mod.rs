@@ -4,6 +4,7 @@
 //! instance per window, the rest go to an explicit overflow row that is
 //! still counted. Exact command totals come from the kernel counters, not
 //! from the events, so they stay exact when events were dropped.
+mod changes;
 mod commands;
 #[cfg(any(test, feature = "test-support"))]
 pub mod fixtures;
@@ -20,6 +21,7 @@ use std::{
     time::SystemTime,
 };
 
+pub use changes::ChangeRecord;
 pub use commands::command_name;
 use commands::{COM_QUERY, COM_STMT_EXECUTE};
 use locks::LockTracker;
@@ -347,6 +349,9 @@ pub struct WindowReport {
     /// Statements that ran long, were killed or lost their client.
     pub long_statements: Vec<LongStatement>,
     pub long_statements_dropped: u64,
+    /// Statements that changed the server (DDL, settings, privileges...).
+    pub changes: Vec<ChangeRecord>,
+    pub changes_dropped: u64,
 }
 
 #[derive(Default)]
@@ -425,6 +430,8 @@ pub struct Aggregator {
     pending: HashMap<ParentKey, (Vec<Statement>, u32)>,
     /// Per instance, this window's long, killed and disconnected statements.
     long: HashMap<String, LongStatements>,
+    /// Per instance, this window's changes.
+    changes: HashMap<String, changes::Changes>,
     /// `--long-statement` (0: only killed and disconnected ones).
     long_ns: u64,
     /// `--query-tags` (None: off).
@@ -467,6 +474,7 @@ impl Aggregator {
             keep_raw: false,
             pending: HashMap::new(),
             long: HashMap::new(),
+            changes: HashMap::new(),
             long_ns: 0,
             tag_reader: None,
         }
@@ -519,6 +527,7 @@ impl Aggregator {
         let texts = self.kernel_texts.entry(key.clone()).or_default();
         let pending_total: usize = self.pending.values().map(|(v, _)| v.len()).sum();
         let long = self.long.entry(instance_name.clone()).or_default();
+        let changes = self.changes.entry(instance_name.clone()).or_default();
         for statement in batch.statements {
             let digest = digest_of(&mut self.normalizer, &statement);
             if statement.sample {
@@ -526,6 +535,7 @@ impl Aggregator {
                 continue;
             }
             long.offer(&statement, &digest, self.samples, self.long_ns);
+            changes.offer(&statement, &digest, self.samples);
             if statement.shed {
                 window.summary.shed_statements += 1;
             }
@@ -666,6 +676,7 @@ impl Aggregator {
                 window.command_counts.iter().map(|(c, n)| (command_name(*c).into_owned(), *n)).collect();
             let lock_waits = self.locks.get_mut(&instance).map(LockTracker::take_records).unwrap_or_default();
             let long = self.long.remove(&instance).unwrap_or_default();
+            let changes = self.changes.remove(&instance).unwrap_or_default();
             reports.push(WindowReport {
                 instance,
                 window_start: start,
@@ -675,6 +686,8 @@ impl Aggregator {
                 lock_waits,
                 long_statements: long.kept,
                 long_statements_dropped: long.dropped,
+                changes: changes.kept,
+                changes_dropped: changes.dropped,
             });
         }
         reports

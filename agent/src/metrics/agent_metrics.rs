@@ -689,6 +689,8 @@ mod tests {
             lock_waits: Vec::new(),
             long_statements: Vec::new(),
             long_statements_dropped: 0,
+            changes: Vec::new(),
+            changes_dropped: 0,
         }
     }
 

@@ -24,11 +24,15 @@
 //! `tags` reads what frameworks write about a statement in its comments
 //! (sqlcommenter, marginalia) before the digest drops them.
 //!
+//! `changes` reads which statements change the server rather than its
+//! rows (schema, settings, privileges, ...), and what they name.
+//!
 //! `redact` is the other way out for statement text: samples and error
 //! messages with their literal values replaced, in the statement's shape.
 
 mod bind;
 mod cache;
+mod changes;
 mod digest;
 mod keywords;
 mod lexer;
@@ -41,6 +45,7 @@ use std::sync::Arc;
 pub use bind::bind;
 pub use cache::CacheStats;
 use cache::TextCache;
+pub use changes::{Change, ChangeKind, change_of};
 pub use digest::MAX_DIGEST_TEXT;
 pub use redact::Samples;
 pub use tables::{Describer, TableUse, Tables, tables_of};

@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 
 use crate::{
     aggregate::{DigestRow, WindowReport},
+    discover::Client,
     normalize::Tables,
     plans::{Explained, LoginState},
     probe::{Readable, UntracedServer},
@@ -125,6 +126,34 @@ pub fn window_to_json(report: &WindowReport) -> Vec<Value> {
                 "digest_text": p.digest_text,
                 "sample": p.sample,
             })),
+        }));
+    }
+    for c in &report.changes {
+        lines.push(json!({
+            "type": "change",
+            "instance": report.instance,
+            "kind": c.kind.name(),
+            "action": c.action,
+            "objects": c.objects,
+            "connection_id": c.connection_id,
+            "digest": format!("{:016x}", c.digest),
+            "digest_text": c.digest_text.to_string(),
+            "schema": c.schema.as_deref(),
+            "user": c.user,
+            "host": c.host,
+            "client": c.client.as_deref().map(client_json),
+            "program": c.program,
+            "sample": c.sample,
+            "start": rfc3339(c.start),
+            "duration_ns": c.duration_ns,
+            "error_code": (c.error_code != 0).then_some(c.error_code),
+        }));
+    }
+    if report.changes_dropped > 0 {
+        lines.push(json!({
+            "type": "changes_dropped",
+            "instance": report.instance,
+            "count": report.changes_dropped,
         }));
     }
     if report.long_statements_dropped > 0 {
@@ -246,11 +275,9 @@ fn add_clients(line: &mut Value, d: &DigestRow) {
     let mut listed: Vec<Value> = clients
         .into_iter()
         .map(|(c, n)| {
-            json!({
-                "program": c.program, "driver": c.driver, "client_pid": c.client_pid,
-                "address": c.address, "process": c.process, "pid": c.pid, "container": c.container,
-                "container_id": c.container_id, "pod": c.pod, "namespace": c.namespace, "count": n,
-            })
+            let mut client = client_json(c);
+            client.as_object_mut().expect("a client is an object").insert("count".into(), json!(n));
+            client
         })
         .collect();
     let other = d.other_clients();
@@ -258,6 +285,15 @@ fn add_clients(line: &mut Value, d: &DigestRow) {
         listed.push(json!({"other": other}));
     }
     line.as_object_mut().expect("a digest line is an object").insert("clients".into(), Value::Array(listed));
+}
+
+/// A client as jsonl names it, null for what is unknown.
+fn client_json(c: &Client) -> Value {
+    json!({
+        "program": c.program, "driver": c.driver, "client_pid": c.client_pid,
+        "address": c.address, "process": c.process, "pid": c.pid, "container": c.container,
+        "container_id": c.container_id, "pod": c.pod, "namespace": c.namespace,
+    })
 }
 
 /// Statements by user, by client host and by both: the top

@@ -257,8 +257,11 @@ impl AttachedServer {
                     if statement.text_hash != 0 && !statement.sample {
                         // Downstream learns the hash's digest from this
                         // record only when its later statements will come
-                        // as kernel digests.
+                        // as kernel digests. A change (DDL, SET GLOBAL,
+                        // GRANT, ...) is an event of its own each time it
+                        // runs: its text never goes to the kernel's count.
                         let registered = match &mut self.kernel_digests {
+                            Some(_) if crate::normalize::change_of(&statement.text, None).is_some() => false,
                             Some(kernel_digests) => kernel_digests.register(statement.text_hash).unwrap_or_else(|e| {
                                 warn!(pid = self.server.pid, error = %e, "registering a text hash failed");
                                 false

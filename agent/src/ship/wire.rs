@@ -4,10 +4,10 @@ use std::time::SystemTime;
 
 use sqlbee_kernel_abi::wait_class;
 use sqlbee_proto::v1::{
-    AccountCount, ActivityReport, AgentCost, AgentWindow, Blocker as WireBlocker, Bucket, ClientCount, CommandCount,
-    CpuModes as WireCpuModes, DigestStats as WireDigest, DiskIo as WireDiskIo, ErrorCount, Histogram as WireHistogram,
-    HostMetrics as WireHostMetrics, InstanceActivity, InstanceWindow, LiveConnection, LockWait,
-    LongStatement as WireLongStatement, NetIo as WireNetIo, Plan as WirePlan, ProbeCost as WireProbeCost,
+    AccountCount, ActivityReport, AgentCost, AgentWindow, Blocker as WireBlocker, Bucket, Change as WireChange,
+    ClientCount, CommandCount, CpuModes as WireCpuModes, DigestStats as WireDigest, DiskIo as WireDiskIo, ErrorCount,
+    Histogram as WireHistogram, HostMetrics as WireHostMetrics, InstanceActivity, InstanceWindow, LiveConnection,
+    LockWait, LongStatement as WireLongStatement, NetIo as WireNetIo, Plan as WirePlan, ProbeCost as WireProbeCost,
     ProcessMetrics as WireProcess, QueryStats as WireQueryStats, ServerInstance, TableAccess as WireTableAccess,
     TableUse as WireTableUse, TagCount, TagValue, TraceExemplar, UntracedServer as WireUntraced, WaitStats,
 };
@@ -16,8 +16,9 @@ use sqlbee_vocabulary::{clock::unix_ms, histogram};
 use super::health::HealthReport;
 use crate::{
     activity::{Connection, Snapshot},
-    aggregate::{DigestRow, LockWaitRecord, LongStatement, WindowReport},
+    aggregate::{ChangeRecord, DigestRow, LockWaitRecord, LongStatement, WindowReport},
     budget::{CostSample, ProbeCost},
+    discover::Client,
     host::{HostMetrics, ProcessMetrics, ProcessStatus},
     normalize::Tables,
     plans::{Explained, PlanRecord},
@@ -135,25 +136,25 @@ fn accounts(d: &DigestRow) -> Vec<AccountCount> {
     out
 }
 
-fn clients(d: &DigestRow) -> Vec<ClientCount> {
+fn client_count(c: &Client, count: u64) -> ClientCount {
     let text = |v: &Option<String>| v.clone().unwrap_or_default();
-    let mut out: Vec<ClientCount> = d
-        .clients
-        .iter()
-        .map(|(c, n)| ClientCount {
-            address: text(&c.address),
-            process: text(&c.process),
-            pid: c.pid.unwrap_or(0),
-            container: text(&c.container),
-            container_id: text(&c.container_id),
-            pod: text(&c.pod),
-            namespace: text(&c.namespace),
-            program: text(&c.program),
-            driver: text(&c.driver),
-            client_pid: c.client_pid.unwrap_or(0),
-            count: *n,
-        })
-        .collect();
+    ClientCount {
+        address: text(&c.address),
+        process: text(&c.process),
+        pid: c.pid.unwrap_or(0),
+        container: text(&c.container),
+        container_id: text(&c.container_id),
+        pod: text(&c.pod),
+        namespace: text(&c.namespace),
+        program: text(&c.program),
+        driver: text(&c.driver),
+        client_pid: c.client_pid.unwrap_or(0),
+        count,
+    }
+}
+
+fn clients(d: &DigestRow) -> Vec<ClientCount> {
+    let mut out: Vec<ClientCount> = d.clients.iter().map(|(c, n)| client_count(c, *n)).collect();
     out.sort_by(|a, b| {
         b.count.cmp(&a.count).then_with(|| (&a.process, a.pid, &a.address).cmp(&(&b.process, b.pid, &b.address)))
     });
@@ -352,9 +353,31 @@ pub fn instance_window(report: &WindowReport, host: Option<&HostMetrics>) -> Ins
         lock_waits: report.lock_waits.iter().map(lock_wait).collect(),
         long_statements: report.long_statements.iter().map(long_statement).collect(),
         long_statements_dropped: report.long_statements_dropped,
+        changes: report.changes.iter().map(change).collect(),
+        changes_dropped: report.changes_dropped,
         // Filled by `attach_plans`.
         plans: Vec::new(),
         server_login: String::new(),
+    }
+}
+
+fn change(c: &ChangeRecord) -> WireChange {
+    WireChange {
+        kind: c.kind.name().into(),
+        action: c.action.clone(),
+        objects: c.objects.clone(),
+        connection_id: c.connection_id,
+        digest: c.digest,
+        digest_text: c.digest_text.to_string(),
+        schema: c.schema.as_deref().unwrap_or_default().to_string(),
+        user: c.user.clone().unwrap_or_default(),
+        host: c.host.clone().unwrap_or_default(),
+        client: c.client.as_deref().filter(|c| !c.is_unknown()).map(|c| client_count(c, 1)),
+        program: c.program.clone().unwrap_or_default(),
+        sample: c.sample.clone(),
+        start_unix_ms: unix_ms(c.start),
+        duration_ns: c.duration_ns,
+        error_code: c.error_code,
     }
 }
 
