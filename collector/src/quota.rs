@@ -54,6 +54,7 @@ impl Cost {
                     + w.lock_waits.len() as u64
                     + w.commands.len() as u64
                     + w.long_statements.len() as u64
+                    + w.changes.len() as u64
                     + plans
             })
             .sum();

@@ -3,8 +3,8 @@
 //! written against one reads the other. Pure: takes the answer, returns a
 //! value.
 use crate::v1::{
-    ActivityResponse, AgentQuota, AgentWindowRow, Annotation, ClientCount, CostSummary, DiffSide, DigestChange, Event,
-    InstanceCost, InstanceInfo, LiveConnection, LockWaitRow, LongStatementRow, PlansResponse, ProcessMetrics,
+    ActivityResponse, AgentQuota, AgentWindowRow, Annotation, Change, ClientCount, CostSummary, DiffSide, DigestChange,
+    Event, InstanceCost, InstanceInfo, LiveConnection, LockWaitRow, LongStatementRow, PlansResponse, ProcessMetrics,
     QueryStats, SeriesResponse, TablesResponse, TagCount, TopDigest,
 };
 use serde_json::{Map, Value, json};
@@ -111,7 +111,28 @@ pub fn events_json(events: &[Event]) -> Value {
             "after_range_unix_ms": [e.after_since_unix_ms, e.after_until_unix_ms],
             "before": side_json(e.before.as_ref()),
             "after": side_json(e.after.as_ref()),
+            "change": e.change.as_ref().map(change_json),
         })).collect::<Vec<_>>(),
+    })
+}
+
+/// A change as an agent saw it run; null for what is unknown.
+fn change_json(c: &Change) -> Value {
+    let text = |s: &str| (!s.is_empty()).then(|| s.to_string());
+    json!({
+        "kind": c.kind,
+        "action": c.action,
+        "objects": c.objects,
+        "connection_id": (c.connection_id != 0).then_some(c.connection_id),
+        "schema": text(&c.schema),
+        "user": text(&c.user),
+        "host": text(&c.host),
+        "client": c.client.as_ref().and_then(|client| clients_json(std::slice::from_ref(client)).as_array()?.first().cloned()),
+        "program": text(&c.program),
+        "sample": text(&c.sample),
+        "start": time(c.start_unix_ms),
+        "duration_ns": c.duration_ns,
+        "error_code": (c.error_code != 0).then_some(c.error_code),
     })
 }
 

@@ -43,6 +43,10 @@ pub const COUNT_LIMITS: &[(&str, u64)] = &[
     // The agent lists at most 1,000 per window.
     ("InstanceWindow.long_statements", 1_000),
     ("LongStatement.waits", 16),
+    // The agent lists at most 1,000 per window, naming at most 16 objects
+    // each.
+    ("InstanceWindow.changes", 1_000),
+    ("Change.objects", 64),
     ("InstanceActivity.blocker_sources", 8),
     ("AnnotateRequest.instances", 256),
 ];
@@ -108,6 +112,15 @@ pub const LENGTH_LIMITS: &[(&str, u64)] = &[
     ("TableAccess.key_parts", 1_024),
     ("TableAccess.possible_keys", 1_024),
     ("InstanceActivity.warning", 4_096),
+    ("Change.kind", 32),
+    ("Change.action", 256),
+    ("Change.objects", 2_048),
+    ("Change.digest_text", 65_536),
+    ("Change.schema", 1_024),
+    ("Change.user", 1_024),
+    ("Change.host", 1_024),
+    ("Change.program", 1_024),
+    ("Change.sample", 65_536),
     ("LongStatement.digest_text", 65_536),
     ("LongStatement.schema", 1_024),
     ("LongStatement.user", 1_024),

@@ -10,8 +10,9 @@ use crate::client::{self, BearerToken};
 pub use crate::client::{ClientError, ClientOptions, read_token_file};
 use crate::v1::{annotate_client::AnnotateClient, query_client::QueryClient};
 
-/// The event kinds `Events` filters by, as the detection records them.
-pub const EVENT_KINDS: [&str; 3] = ["regressed", "new", "plan_changed"];
+/// The event kinds `Events` filters by: what the detection records, and
+/// the changes agents saw run.
+pub const EVENT_KINDS: [&str; 4] = ["regressed", "new", "plan_changed", "change"];
 
 /// The `order_by` keys of what every digest has, before the figures'.
 const TOTALS_KEYS: [&str; 6] = ["count", "errors", "total", "avg", "p99", "wait"];

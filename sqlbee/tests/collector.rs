@@ -1242,6 +1242,8 @@ async fn agent_histograms_keep_their_percentiles_through_the_wire_and_the_merge(
             lock_waits: vec![],
             long_statements: vec![],
             long_statements_dropped: 0,
+            changes: vec![],
+            changes_dropped: 0,
         }
     };
     for (sequence, (durations, end)) in [(&first, now - 10_000), (&second, now)].into_iter().enumerate() {

@@ -337,7 +337,8 @@ fn events_and_markers() {
     let counts = run(&mut conn, &steady, Duration::from_secs(16));
     let steady_end = now_ms();
     eprintln!("steady: {counts:?} statements of {} digests over 16 windows", steady.len());
-    let quiet = events(&url, &read, &[]);
+    let detected = |all: Vec<Value>| all.into_iter().filter(|e| e["kind"] != "change").collect::<Vec<_>>();
+    let quiet = detected(events(&url, &read, &[]));
     assert!(quiet.is_empty(), "a steady workload opened events: {quiet:#?}\n{}", collector.stderr_text());
     let scraped = |path: &str| {
         ureq::get(format!("http://127.0.0.1:{metrics_port}{path}")).call().unwrap().body_mut().read_to_string().unwrap()
@@ -407,8 +408,18 @@ fn events_and_markers() {
         listed["annotations"].as_array().unwrap().iter().map(|a| a["text"].as_str().unwrap()).collect();
     assert_eq!(texts, ["drop k_idx", "config: innodb_buffer_pool_size 1G"]);
 
-    // The index goes: the digest that needs it opens a regression, alone.
-    conn.query_drop("ALTER TABLE app.items DROP INDEX k_idx").unwrap();
+    // The index goes, dropped by a second program (which stays a moment,
+    // so the agent can name it), with a global setting changed beside it:
+    // both on the timeline, with who ran them, and no literal. The digest
+    // that needs the index opens a regression, alone.
+    let dropped_at = now_ms();
+    let migration = std::process::Command::new("mariadb")
+        .arg(format!("--socket={}", server.socket.display()))
+        .args(["-uroot", "-e"])
+        .arg("ALTER TABLE app.items DROP INDEX k_idx; SET GLOBAL long_query_time = 7.25; SELECT SLEEP(2)")
+        .output()
+        .unwrap();
+    assert!(migration.status.success(), "{}", String::from_utf8_lossy(&migration.stderr));
     let key_text = "SELECT `pad` FROM `app`.`items` WHERE `k` = ?";
     let mut busy = || {
         run_in_blocks(&mut conn, &steady, Duration::from_millis(1500));
@@ -462,8 +473,36 @@ fn events_and_markers() {
     let new = wait_for_event(&url, &read, "the new shape", &mut busy, &|e| e["kind"] == "new");
     assert_eq!(new["digest_text"], "SELECT `k` FROM `app`.`items` WHERE ID = ?", "{new:#}");
 
+    // The changes: the index dropped and the SET GLOBAL once each, by root
+    // from the mariadb client, the index added back by this test's own
+    // connection, and the server's start once.
+    let changes = events(&url, &read, &["--kind", "change"]);
+    let statement = |action: &str, says: &str| {
+        let found: Vec<&Value> = changes
+            .iter()
+            .filter(|e| e["change"]["action"] == action && e["change"]["sample"].as_str().unwrap().contains(says))
+            .collect();
+        assert_eq!(found.len(), 1, "{action} {says}: {changes:#?}");
+        found[0].clone()
+    };
+    let added = statement("ALTER TABLE", "ADD INDEX");
+    assert_eq!(added["change"]["client"]["pid"], std::process::id(), "{added:#}");
+    let alter = statement("ALTER TABLE", "DROP INDEX");
+    assert_eq!(alter["change"]["objects"], serde_json::json!(["app.items", "index k_idx"]), "{alter:#}");
+    assert_eq!((alter["change"]["user"].as_str(), alter["change"]["host"].as_str()), (Some("root"), Some("localhost")));
+    let program = alter["change"]["client"]["process"].as_str().unwrap_or_default();
+    assert!(program.contains("mariadb") || program.contains("mysql"), "{alter:#}");
+    assert!(alter["evidence"].as_str().unwrap().contains("by root@localhost ("), "{alter:#}");
+    assert!(alter["opened_unix_ms"].as_i64().unwrap() >= dropped_at - 1_000, "{alter:#}");
+    let setting = statement("SET GLOBAL", "long_query_time");
+    assert_eq!(setting["change"]["objects"], serde_json::json!(["long_query_time"]), "{setting:#}");
+    assert!(!setting.to_string().contains("7.25"), "a setting's value is a literal: {setting:#}");
+    let starts: Vec<&Value> = changes.iter().filter(|e| e["change"]["kind"] == "server").collect();
+    assert_eq!(starts.len(), 1, "{changes:#?}");
+    assert_eq!(starts[0]["change"]["action"], "server start", "{changes:#?}");
+
     // Nothing else opened, from the first window on.
-    let all = events(&url, &read, &[]);
+    let all = detected(events(&url, &read, &[]));
     let kinds: Vec<(&str, &str)> =
         all.iter().map(|e| (e["kind"].as_str().unwrap(), e["digest_text"].as_str().unwrap())).collect();
     assert_eq!(
@@ -508,7 +547,9 @@ fn events_and_markers() {
         assert!(page.dom.contains("class=\"marker annotation\""), "{}", page.dom);
         assert!(page.dom.contains("class=\"marker event\""), "{}", page.dom);
         let events_page = common::browser::load(&format!("{}events?since=10m", open.ui));
-        assert_eq!(events_page.dom.matches("<tr data-kind=").count(), 2, "{}", events_page.dom);
+        let rows = events_page.dom.matches("<tr data-kind=").count();
+        let change_rows = events_page.dom.matches("<tr data-kind=\"change\"").count();
+        assert_eq!((rows - change_rows, change_rows), (2, changes.len()), "{}", events_page.dom);
         let shots = common::browser::screenshot_dir();
         assert!(common::browser::screenshot(&format!("{}?since=10m", open.ui), &shots.join("markers.png")).is_empty());
     }

@@ -68,6 +68,7 @@ fn opened(round: &Round, kind: &str, change: &DigestChange) -> Event {
         p_value: change.p_value,
         updated_unix_ms: round.at_unix_ms,
         closed_because: String::new(),
+        change: None,
     }
 }
 

@@ -39,6 +39,9 @@ pub fn correct(batch: &mut Batch, now_unix_ms: i64) -> i64 {
         for l in &mut w.long_statements {
             back(&mut l.start_unix_ms);
         }
+        for c in &mut w.changes {
+            back(&mut c.start_unix_ms);
+        }
     }
     for w in &mut batch.agent_windows {
         back(&mut w.window_start_unix_ms);

@@ -6,6 +6,7 @@
 //! `validate` refuses is INVALID_ARGUMENT, which the agent never retries;
 //! one it may not send is PERMISSION_DENIED, which it retries (an instance
 //! handed over, a tokens file fixed and reloaded).
+mod changes;
 mod clock_skew;
 
 use std::{collections::BTreeSet, sync::Arc, time::Duration};
@@ -41,6 +42,7 @@ pub struct IngestService {
     /// `--require-instance-pins`: no instance is claimed by its first
     /// report, only pinned to a token.
     require_pins: bool,
+    server_starts: Arc<changes::ServerStarts>,
 }
 
 impl IngestService {
@@ -60,6 +62,7 @@ impl IngestService {
             per_agent: Places::new(PUSHES_PER_AGENT),
             live: Arc::default(),
             require_pins: false,
+            server_starts: Arc::default(),
         }
     }
 
@@ -221,8 +224,18 @@ impl Ingest for IngestService {
         }
         let sequence = batch.sequence;
         let store = self.store.clone();
+        let server_starts = self.server_starts.clone();
         let outcome = blocking_to_the_end(move || {
             let _place = agent_place;
+            // The changes first: a batch whose windows fail to store is
+            // sent again and writes the same events again (their ids come
+            // from what they record), while one stored is never replayed.
+            let mut events = changes::statement_events(&batch);
+            events.extend(server_starts.events(&store, &batch, cutoff)?);
+            if !events.is_empty() {
+                store.put_events(&events)?;
+                server_starts.recorded(&events);
+            }
             store.ingest(batch, now, content_hash)
         })
         .await

@@ -13,8 +13,8 @@ mod tags;
 use std::{fmt::Display, time::Duration};
 
 use sqlbee_proto::v1::{
-    AccountCount, Batch, ClientCount, DigestStats, Gap, Histogram, InstanceWindow, LockWait, LongStatement, QueryStats,
-    ServerInstance, UntracedServer, WaitStats,
+    AccountCount, Batch, Change, ClientCount, DigestStats, Gap, Histogram, InstanceWindow, LockWait, LongStatement,
+    QueryStats, ServerInstance, UntracedServer, WaitStats,
 };
 
 use sqlbee_figures::Unit;
@@ -268,6 +268,13 @@ fn window(at: &Path<'_>, w: &InstanceWindow, range: TimeRange) -> Result<(), Inv
     for (i, l) in w.long_statements.iter().enumerate() {
         long_statement(&at.field("long_statements").index(i), l, range)?;
     }
+    let most = count_limit("InstanceWindow.changes");
+    if w.changes.len() > most {
+        return Err(invalid(at.field("changes"), format!("{} changes in one window, at most {most}", w.changes.len())));
+    }
+    for (i, c) in w.changes.iter().enumerate() {
+        change(&at.field("changes").index(i), c, range)?;
+    }
     let most = count_limit("InstanceWindow.plans");
     if w.plans.len() > most {
         return Err(invalid(at.field("plans"), format!("{} plans in one window, at most {most}", w.plans.len())));
@@ -376,6 +383,27 @@ fn long_statement(at: &Path<'_>, l: &LongStatement, range: TimeRange) -> Result<
         digest_id(at.field("deadlock_with_digest"), l.deadlock_with_digest, &l.deadlock_with_digest_text)?;
     }
     text_len(at.field("deadlock_with_sample"), &l.deadlock_with_sample)?;
+    Ok(())
+}
+
+/// A statement that changed the server: it ran in the window, says what
+/// kind of change it is, and its digest id matches its text.
+fn change(at: &Path<'_>, c: &Change, range: TimeRange) -> Result<(), Invalid> {
+    range.check(at.field("start_unix_ms"), c.start_unix_ms)?;
+    if c.kind.is_empty() || c.action.is_empty() {
+        let field = if c.kind.is_empty() { "kind" } else { "action" };
+        return Err(invalid(at.field(field), "empty; a change says what it changed"));
+    }
+    name_len(at.field("kind"), &c.kind)?;
+    name_len(at.field("action"), &c.action)?;
+    text_len(at.field("digest_text"), &c.digest_text)?;
+    if c.digest != 0 || !c.digest_text.is_empty() {
+        digest_id(at.field("digest"), c.digest, &c.digest_text)?;
+    }
+    text_len(at.field("sample"), &c.sample)?;
+    for (i, o) in c.objects.iter().enumerate() {
+        name_len(at.field("objects").index(i), o)?;
+    }
     Ok(())
 }
 

@@ -51,13 +51,20 @@ pub async fn render(ui: &Ui, view: &View) -> Rendered {
             if !e.schema.is_empty() {
                 digest_link.push(("schema", e.schema.as_str()));
             }
+            // A change compares the quarter hours on either side of it.
+            let ranges = if e.kind == "change" {
+                const SPAN: i64 = 15 * 60_000;
+                [e.closed_unix_ms, e.closed_unix_ms + SPAN, e.opened_unix_ms - SPAN, e.opened_unix_ms]
+            } else {
+                [e.after_since_unix_ms, e.after_until_unix_ms, e.before_since_unix_ms, e.before_until_unix_ms]
+            };
             let compare = format!(
                 "/compare?since={}&until={}&instance={}&before={}..{}",
-                e.after_since_unix_ms,
-                e.after_until_unix_ms,
+                ranges[0],
+                ranges[1],
                 encode(&e.instance),
-                e.before_since_unix_ms,
-                e.before_until_unix_ms
+                ranges[2],
+                ranges[3]
             );
             let closed = match e.closed_unix_ms {
                 0 => "<strong>open</strong>".to_string(),
