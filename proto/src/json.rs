@@ -160,6 +160,7 @@ pub fn diff_json(digests: &[DigestChange]) -> Value {
             "status": d.status,
             "evidence": d.evidence,
             "p_value": d.p_value,
+            "changes": events_json(&d.changes)["events"],
         })).collect::<Vec<_>>(),
     })
 }

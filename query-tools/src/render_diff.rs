@@ -1,5 +1,6 @@
 //! `sqlbee diff` as a table: one line per digest, both ranges' mean and
-//! p99, the change, and the verdict; the evidence is in `--format json`.
+//! p99, the change, and the verdict, with the changes to the server that
+//! came before a regression under it; the evidence is in `--format json`.
 use std::io::Write;
 
 use sqlbee_proto::v1::{DiffSide, DigestChange};
@@ -52,6 +53,10 @@ pub fn write_table(out: &mut impl Write, digests: &[DigestChange]) -> std::io::R
             if d.schema.is_empty() { String::new() } else { format!("[{}] ", d.schema) },
             cut(&d.digest_text, 80)
         )?;
+        for e in &d.changes {
+            let at = sqlbee_vocabulary::clock::rfc3339(sqlbee_vocabulary::clock::from_unix_ms(e.opened_unix_ms));
+            writeln!(out, "    after {} at {at} on {}", e.evidence, e.instance)?;
+        }
     }
     out.flush()
 }

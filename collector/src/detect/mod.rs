@@ -25,7 +25,10 @@ use sqlbee_proto::v1::{DigestChange, Event, TopDigest};
 use sqlbee_vocabulary::clock::now_unix_ms;
 
 use super::{
-    query_api::diff::{self, Thresholds},
+    query_api::{
+        blame,
+        diff::{self, Thresholds},
+    },
     store::{EventsQuery, OrderBy, PlansQuery, Store, StoreError, TopQuery, rollup::DAY_MS},
 };
 
@@ -200,7 +203,8 @@ pub fn round(store: &dyn Store, settings: &Settings, at: i64) -> Result<Outcome,
             baseline = (recent.0 - ms(settings.baseline), recent.0);
             before = top(store, instance, baseline, None)?;
         }
-        let changes = diff::compare(&before, &after, (length(baseline), length(recent)), settings.thresholds);
+        let mut changes = diff::compare(&before, &after, (length(baseline), length(recent)), settings.thresholds);
+        blame::name_changes(store, Some(instance), (baseline.1, recent.1), &mut changes)?;
         let open: Vec<Event> = all_open.iter().filter(|e| e.instance == *instance).cloned().collect();
         let mut rechecks: HashMap<u64, Option<DigestChange>> = HashMap::new();
         for event in open.iter().filter(|e| e.kind == "regressed") {

@@ -209,6 +209,7 @@ mod tests {
             status: status.into(),
             evidence: "tested".into(),
             p_value: 0.0,
+            changes: Vec::new(),
         }
     }
 

@@ -135,6 +135,8 @@ pub fn compare(
                 status: status.into(),
                 evidence,
                 p_value,
+                // Named by `blame`, which reads the store.
+                changes: Vec::new(),
             };
             (load.abs(), change)
         })

@@ -1,6 +1,7 @@
 //! The Query service: checks the request, asks the store on the blocking
 //! pool. Owns the request defaults and limits (limit 20 digests or 100 lock
 //! waits, at most 10 000).
+pub(crate) mod blame;
 pub(crate) mod diff;
 mod findings;
 mod tables;
@@ -278,6 +279,7 @@ impl Query for QueryService {
         };
         let before = range(request.before_since_unix_ms, request.before_until_unix_ms, "before")?;
         let after = range(request.after_since_unix_ms, request.after_until_unix_ms, "after")?;
+        let (before_range, after_range) = (before, after);
         let limit = limit(request.limit, diff::DEFAULT_LIMIT)?;
         let defaults = diff::Thresholds::default();
         if !(request.min_change.is_finite() && request.min_change >= 0.0) {
@@ -309,8 +311,17 @@ impl Query for QueryService {
             blocking(move || store.top_lean(&before_query)),
             blocking(move || other.top_lean(&after_query))
         )?;
-        let digests = diff::compare(&before, &after, ranges_ms, thresholds);
-        Ok(Response::new(DiffResponse { digests: digests.into_iter().take(limit).collect() }))
+        let mut digests: Vec<_> =
+            diff::compare(&before, &after, ranges_ms, thresholds).into_iter().take(limit).collect();
+        // The changes after the first range ended, up to the second's end.
+        let between = (before_range.1.min(after_range.0), after_range.1.min(now));
+        let (store, instance) = (self.store.clone(), non_empty(request.instance.clone()));
+        let digests = blocking(move || {
+            blame::name_changes(store.as_ref(), instance.as_deref(), between, &mut digests)?;
+            Ok(digests)
+        })
+        .await?;
+        Ok(Response::new(DiffResponse { digests }))
     }
 
     async fn events(&self, request: Request<EventsRequest>) -> Result<Response<EventsResponse>, Status> {
