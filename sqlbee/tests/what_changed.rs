@@ -589,3 +589,87 @@ fn events_and_markers() {
         assert!(common::browser::screenshot(&format!("{}?since=10m", open.ui), &shots.join("markers.png")).is_empty());
     }
 }
+
+/// A copy of the server binary that is another build: the same code with
+/// another GNU build id (the agent names a build by it), in `dir`.
+fn another_build(dir: &std::path::Path) -> std::path::PathBuf {
+    let mut bytes = std::fs::read("/usr/sbin/mariadbd").unwrap();
+    // The build id note: name size 4, descriptor size 20, type 3, "GNU\0".
+    let header = [4u8, 0, 0, 0, 20, 0, 0, 0, 3, 0, 0, 0, b'G', b'N', b'U', 0];
+    let at = bytes.windows(header.len()).position(|w| w == header).expect("the binary has a build id");
+    bytes[at + header.len()] ^= 0xff;
+    let bin = dir.join("next");
+    std::fs::create_dir_all(&bin).unwrap();
+    let copy = bin.join("mariadbd");
+    std::fs::write(&copy, bytes).unwrap();
+    std::fs::set_permissions(&copy, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    copy
+}
+
+/// The server's starts are on its timeline: its first start, a restart
+/// after a crash, and an in-place restart onto another build, each once,
+/// with the build before and after; statements after each are counted.
+#[test]
+fn server_restarts_are_on_the_timeline() {
+    if !privileged("server_restarts_are_on_the_timeline") {
+        return;
+    }
+    let _serial = common::one_at_a_time();
+    let mut server = PrivateServer::start("restarts", &[]).unwrap();
+    let next = another_build(server.dir());
+    let collector = Collector::start(&[]);
+    let url = collector.http_url();
+    let agent = Agent::start(
+        server.dir(),
+        &[
+            format!("--pid={}", server.pid()),
+            format!("--collector={url}"),
+            format!("--state-dir={}", server.dir().join("state").display()),
+            "--window=500ms".into(),
+        ],
+    );
+    let server_changes = || -> Vec<Value> {
+        let out =
+            sqlbee_query(&["events", "--kind", "change", "--since", "all", "--format", "json", "--collector", &url]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let mut starts: Vec<Value> =
+            answer["events"].as_array().unwrap().iter().filter(|e| e["change"]["kind"] == "server").cloned().collect();
+        starts.sort_by_key(|e| e["opened_unix_ms"].as_i64());
+        starts
+    };
+    let wait_for = |n: usize, server: &PrivateServer| {
+        let started = Instant::now();
+        loop {
+            server.sql("SELECT 'keeps a window coming'").unwrap();
+            let starts = server_changes();
+            if starts.len() >= n {
+                return starts;
+            }
+            assert!(started.elapsed() < Duration::from_secs(60), "{n} starts never showed: {starts:#?}");
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    };
+    wait_for(1, &server);
+    let first_pid = server.pid();
+    server.restart().unwrap();
+    agent.wait_attached(server.pid());
+    wait_for(2, &server);
+    let second_pid = server.pid();
+    server.restart_with_binary(&next).unwrap();
+    assert!(![first_pid, second_pid].contains(&server.pid()));
+    agent.wait_attached(server.pid());
+    let starts = wait_for(3, &server);
+    std::thread::sleep(Duration::from_secs(2));
+    let starts_now = server_changes();
+    assert_eq!(starts_now.len(), 3, "each start once: {starts_now:#?}");
+    let actions: Vec<&str> = starts.iter().map(|e| e["change"]["action"].as_str().unwrap()).collect();
+    assert_eq!(actions, ["server start", "server restart", "server restart on another build"], "{starts:#?}");
+    let upgrade = starts[2]["evidence"].as_str().unwrap();
+    let builds: Vec<&str> = starts.iter().map(|e| e["change"]["objects"][0].as_str().unwrap()).collect();
+    assert_eq!(builds[0], builds[1], "{starts:#?}");
+    assert_ne!(builds[1], builds[2], "{starts:#?}");
+    assert!(upgrade.contains(&format!("was {}", builds[1])), "{upgrade}");
+    let out = agent.stop();
+    assert!(out.success, "{}", out.stderr);
+}

@@ -164,6 +164,14 @@ impl PrivateServer {
         self.spawn()
     }
 
+    /// Shuts the server down cleanly and starts `binary` (another build) on
+    /// the same datadir, socket, port and arguments: an in-place upgrade.
+    pub fn restart_with_binary(&mut self, binary: &Path) -> anyhow::Result<()> {
+        self.shut_down()?;
+        self.binary = binary.to_path_buf();
+        self.spawn()
+    }
+
     /// Shuts the server down cleanly (SIGKILL after 60 s), keeping its
     /// datadir until the handle drops.
     pub fn shut_down(&mut self) -> anyhow::Result<()> {
