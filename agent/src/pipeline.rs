@@ -17,7 +17,7 @@ use std::{
     time::{Instant, SystemTime},
 };
 
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::{
     activity::{self, BlockersSeen},
@@ -324,7 +324,7 @@ fn aggregate_loop(
                 namer.name(blockers_seen, &mut reports);
                 let sum = |f: fn(&crate::aggregate::Summary) -> u64| reports.iter().map(|r| f(&r.summary)).sum();
                 cost.attribute(sum(|s| s.statements), sum(|s| s.events), sum(|s| s.dropped_events));
-                let explained = match &explainer {
+                let mut explained = match &explainer {
                     None => Explained::default(),
                     Some(explainer) => {
                         explainer.offer(&reports);
@@ -336,6 +336,15 @@ fn aggregate_loop(
                         explained
                     }
                 };
+                // Settings read over the login: a `SET GLOBAL` of an
+                // earlier window again, now with its values, or values
+                // that changed with no statement seen.
+                for (instance, change) in std::mem::take(&mut explained.changes) {
+                    match reports.iter_mut().find(|r| r.instance == instance) {
+                        Some(report) => report.changes.push(change),
+                        None => debug!(%instance, "a settings change for an instance without a window; dropped"),
+                    }
+                }
                 if let Some((page, metrics)) = &mut metrics {
                     let text = metrics.render(
                         &cost,

@@ -133,6 +133,7 @@ fn change_json(c: &Change) -> Value {
         "start": time(c.start_unix_ms),
         "duration_ns": c.duration_ns,
         "error_code": (c.error_code != 0).then_some(c.error_code),
+        "values": c.values.iter().map(|v| json!({"name": v.name, "old": v.old, "new": v.new})).collect::<Vec<_>>(),
     })
 }
 

@@ -47,6 +47,8 @@ pub const COUNT_LIMITS: &[(&str, u64)] = &[
     // each.
     ("InstanceWindow.changes", 1_000),
     ("Change.objects", 64),
+    // A server has about 700 variables.
+    ("Change.values", 4_096),
     ("InstanceActivity.blocker_sources", 8),
     ("AnnotateRequest.instances", 256),
 ];
@@ -121,6 +123,10 @@ pub const LENGTH_LIMITS: &[(&str, u64)] = &[
     ("Change.host", 1_024),
     ("Change.program", 1_024),
     ("Change.sample", 65_536),
+    // The agent keeps 1,024 bytes of a value.
+    ("SettingValue.name", 1_024),
+    ("SettingValue.old", 4_096),
+    ("SettingValue.new", 4_096),
     ("LongStatement.digest_text", 65_536),
     ("LongStatement.schema", 1_024),
     ("LongStatement.user", 1_024),

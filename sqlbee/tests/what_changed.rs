@@ -14,7 +14,7 @@ use std::{
 use common::{
     Agent, PrivateServer,
     collector::{Collector, sqlbee_query, top_json},
-    privileged, root_conn,
+    login_file, privileged, root_conn,
 };
 use mysql::prelude::Queryable;
 use serde_json::Value;
@@ -670,6 +670,86 @@ fn server_restarts_are_on_the_timeline() {
     assert_eq!(builds[0], builds[1], "{starts:#?}");
     assert_ne!(builds[1], builds[2], "{starts:#?}");
     assert!(upgrade.contains(&format!("was {}", builds[1])), "{upgrade}");
+    let out = agent.stop();
+    assert!(out.success, "{}", out.stderr);
+}
+
+/// With a login (one with no grant: reading the variables needs none),
+/// each `SET GLOBAL` is on the timeline once, with its variable's value
+/// before and after; the login's password is nowhere in it.
+#[test]
+fn settings_changes_carry_their_values_with_a_login() {
+    if !privileged("settings_changes_carry_their_values_with_a_login") {
+        return;
+    }
+    let _serial = common::one_at_a_time();
+    let server = PrivateServer::start("settings", &[]).unwrap();
+    server.sql("CREATE USER 'sqlbee_watch'@'localhost' IDENTIFIED BY 'watch-pw-5e1f'").unwrap();
+    let login = login_file(server.dir(), "sqlbee_watch", "watch-pw-5e1f");
+    let before: Vec<String> = ["long_query_time", "max_connections"]
+        .iter()
+        .map(|v| server.sql(&format!("SELECT @@GLOBAL.{v}")).unwrap().trim().to_string())
+        .collect();
+    let collector = Collector::start(&[]);
+    let url = collector.http_url();
+    let agent = Agent::start(
+        server.dir(),
+        &[
+            format!("--pid={}", server.pid()),
+            format!("--collector={url}"),
+            format!("--state-dir={}", server.dir().join("state").display()),
+            "--window=500ms".into(),
+            format!("--server-login={}", login.display()),
+        ],
+    );
+    // A few windows, so the agent has read the variables once.
+    for _ in 0..10 {
+        server.sql("SELECT 'a window'").unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    server.sql("SET GLOBAL long_query_time = 7.25").unwrap();
+    server.sql("SET GLOBAL max_connections = 321").unwrap();
+    let settings = || -> Vec<Value> {
+        let out =
+            sqlbee_query(&["events", "--kind", "change", "--since", "all", "--format", "json", "--collector", &url]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
+        answer["events"].as_array().unwrap().iter().filter(|e| e["change"]["kind"] == "setting").cloned().collect()
+    };
+    let started = Instant::now();
+    let found = loop {
+        server.sql("SELECT 'a window'").unwrap();
+        let found = settings();
+        if found.len() >= 2 && found.iter().all(|e| !e["change"]["values"].as_array().unwrap().is_empty()) {
+            break found;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "no values came: {found:#?}\n{}", agent.stderr_text());
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(settings(), found, "each once, and nothing more");
+    let mut values: Vec<(String, String, String, String)> = found
+        .iter()
+        .map(|e| {
+            let c = &e["change"];
+            assert_eq!(c["action"], "SET GLOBAL", "{e:#}");
+            // `long_query_time` is also listed as `log_slow_query_time`:
+            // both values change, and both are named.
+            let set = &c["objects"][0];
+            let v =
+                c["values"].as_array().unwrap().iter().find(|v| v["name"] == *set).unwrap_or_else(|| panic!("{e:#}"));
+            let text = |x: &Value| x.as_str().unwrap().to_string();
+            (text(&v["name"]), text(&v["old"]), text(&v["new"]), text(&e["evidence"]))
+        })
+        .collect();
+    values.sort();
+    assert_eq!(values[0].0, "long_query_time");
+    assert_eq!((values[0].1.as_str(), values[0].2.as_str()), (before[0].as_str(), "7.250000"), "{values:?}");
+    assert_eq!(values[1].0, "max_connections");
+    assert_eq!((values[1].1.as_str(), values[1].2.as_str()), (before[1].as_str(), "321"), "{values:?}");
+    assert!(values[1].3.contains(&format!("max_connections: {} -> 321", before[1])), "{values:?}");
+    let everything = sqlbee_query(&["events", "--since", "all", "--format", "json", "--collector", &url]);
+    assert!(!String::from_utf8_lossy(&everything.stdout).contains("watch-pw-5e1f"));
     let out = agent.stop();
     assert!(out.success, "{}", out.stderr);
 }

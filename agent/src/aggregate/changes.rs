@@ -40,6 +40,17 @@ pub struct ChangeRecord {
     pub start: SystemTime,
     pub duration_ns: u64,
     pub error_code: u32,
+    /// For a setting, with a login: the variables' values before and
+    /// after (`plans::settings`).
+    pub values: Vec<SettingValue>,
+}
+
+/// One global variable's value before and after a change.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SettingValue {
+    pub name: String,
+    pub old: String,
+    pub new: String,
 }
 
 /// One instance's changes in the current window.
@@ -72,6 +83,7 @@ impl Changes {
             start: wall_time(statement.start_ns),
             duration_ns: statement.duration_ns,
             error_code: statement.error_code,
+            values: Vec::new(),
         });
     }
 }

@@ -21,7 +21,7 @@ use std::{
     time::SystemTime,
 };
 
-pub use changes::ChangeRecord;
+pub use changes::{ChangeRecord, SettingValue};
 pub use commands::command_name;
 use commands::{COM_QUERY, COM_STMT_EXECUTE};
 use locks::LockTracker;

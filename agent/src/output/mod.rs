@@ -147,6 +147,7 @@ pub fn window_to_json(report: &WindowReport) -> Vec<Value> {
             "start": rfc3339(c.start),
             "duration_ns": c.duration_ns,
             "error_code": (c.error_code != 0).then_some(c.error_code),
+            "values": c.values.iter().map(|v| json!({"name": v.name, "old": v.old, "new": v.new})).collect::<Vec<_>>(),
         }));
     }
     if report.changes_dropped > 0 {

@@ -22,10 +22,10 @@ use std::{
 use mysql::prelude::Queryable;
 use tracing::{debug, info, warn};
 
-use super::{Explained, LoginState, PlanConfig, PlanRecord, ValueWants, plan};
+use super::{Explained, LoginState, PlanConfig, PlanRecord, ValueWants, plan, settings::Settings};
 use crate::{
-    aggregate::{OVERFLOW_DIGEST, RawSample, WindowReport},
-    normalize::{Samples, redact},
+    aggregate::{ChangeRecord, OVERFLOW_DIGEST, RawSample, WindowReport},
+    normalize::{ChangeKind, Samples, redact},
     server_login::{ServerLogin, describe},
 };
 
@@ -69,6 +69,8 @@ struct Offer {
     instance: String,
     pid: u32,
     digests: Vec<Candidate>,
+    /// The window's changes of settings, to pair with their values.
+    changes: Vec<ChangeRecord>,
 }
 
 struct Candidate {
@@ -123,6 +125,7 @@ impl Explainer {
                         })
                     })
                     .collect(),
+                changes: report.changes.iter().filter(|c| c.kind == ChangeKind::Setting).cloned().collect(),
             })
             .collect();
         match self.offers.try_send(offers) {
@@ -139,6 +142,7 @@ impl Explainer {
             logins: done.logins.clone(),
             explains: std::mem::take(&mut done.explains),
             explain_ns: std::mem::take(&mut done.explain_ns),
+            changes: std::mem::take(&mut done.changes),
         }
     }
 
@@ -209,6 +213,7 @@ struct Server {
     /// EXPLAINs sent to the server (statements the agent can tell apart
     /// without asking cost nothing and do not count against the rate).
     asked: u64,
+    settings: Settings,
 }
 
 impl Server {
@@ -226,6 +231,7 @@ impl Server {
             next_explain: now,
             procedures: HashMap::new(),
             asked: 0,
+            settings: Settings::default(),
         }
     }
 
@@ -253,8 +259,10 @@ impl Server {
             self.retry_at = now;
             self.backoff = FIRST_RETRY;
             self.procedures.clear();
+            self.settings.forget();
         }
         self.last_offered = now;
+        self.settings.offer(&offer.changes, now);
         let mut by_time: Vec<(u64, DigestKey)> = Vec::new();
         for candidate in offer.digests {
             let key = (candidate.schema.clone(), candidate.digest);
@@ -372,6 +380,14 @@ impl Worker {
                 Err(RecvTimeoutError::Disconnected) => return,
             }
             let instances: Vec<String> = self.servers.keys().cloned().collect();
+            for instance in &instances {
+                let Some(server) = self.servers.get_mut(instance) else { continue };
+                if server.settings.due(now) && now >= server.retry_at {
+                    let changes = read_settings(server, &self.config, now);
+                    let mut done = self.done.lock().unwrap_or_else(|e| e.into_inner());
+                    done.changes.extend(changes.into_iter().map(|c| (instance.clone(), c)));
+                }
+            }
             for instance in instances {
                 let Some(server) = self.servers.get_mut(&instance) else { continue };
                 if server.queue.is_empty() || now < server.next_explain || now < server.retry_at {
@@ -585,6 +601,33 @@ fn explain_directly(conn: &mut mysql::Conn, schema: &Option<Arc<str>>, text: &st
     conn.exec_first::<String, _, _>(format!("EXPLAIN FORMAT=JSON {text}"), ()).map_err(|e| classify(e, "EXPLAIN"))
 }
 
+/// What changed in the server's settings since the last read; nothing
+/// when the login fails (the read comes again with the next EXPLAIN's
+/// retry) or the read does.
+fn read_settings(server: &mut Server, config: &PlanConfig, now: Instant) -> Vec<ChangeRecord> {
+    let mut settings = std::mem::take(&mut server.settings);
+    let outcome = match connection(server, &config.login) {
+        Ok(conn) => settings.read(conn, now).map_err(|e| classify(e, "SHOW GLOBAL VARIABLES")),
+        Err(failure) => Err(failure),
+    };
+    server.settings = settings;
+    match outcome {
+        Ok(changes) => changes,
+        Err(Failure::Login(why)) => {
+            server.conn = None;
+            server.retry_at = now + server.backoff;
+            server.backoff = (server.backoff * 2).min(LAST_RETRY);
+            debug!(pid = server.pid, %why, "reading the settings failed; retried later");
+            Vec::new()
+        }
+        Err(Failure::Statement { reason, .. }) => {
+            debug!(pid = server.pid, %reason, "reading the settings failed");
+            Vec::new()
+        }
+        Err(Failure::NeedsValues) => Vec::new(),
+    }
+}
+
 /// The open connection to the server, or a new one.
 fn connection<'a>(server: &'a mut Server, login: &ServerLogin) -> Result<&'a mut mysql::Conn, Failure> {
     if server.conn.as_mut().is_some_and(|c| c.ping().is_ok()) {
@@ -660,6 +703,7 @@ mod tests {
                     rows_examined,
                 })
                 .collect(),
+            changes: Vec::new(),
         }
     }
 

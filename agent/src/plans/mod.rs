@@ -9,6 +9,7 @@
 //! fails is a warning on the instance, retried with back-off.
 mod explainer;
 mod plan;
+mod settings;
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -122,6 +123,9 @@ pub struct Explained {
     pub explains: u64,
     /// Wall time spent waiting for EXPLAIN answers.
     pub explain_ns: u64,
+    /// Settings changed, by instance: `SET GLOBAL` statements seen before,
+    /// again with their values, and values that changed with none seen.
+    pub changes: Vec<(String, crate::aggregate::ChangeRecord)>,
 }
 
 impl Explained {

@@ -8,8 +8,9 @@ use sqlbee_proto::v1::{
     ClientCount, CommandCount, CpuModes as WireCpuModes, DigestStats as WireDigest, DiskIo as WireDiskIo, ErrorCount,
     Histogram as WireHistogram, HostMetrics as WireHostMetrics, InstanceActivity, InstanceWindow, LiveConnection,
     LockWait, LongStatement as WireLongStatement, NetIo as WireNetIo, Plan as WirePlan, ProbeCost as WireProbeCost,
-    ProcessMetrics as WireProcess, QueryStats as WireQueryStats, ServerInstance, TableAccess as WireTableAccess,
-    TableUse as WireTableUse, TagCount, TagValue, TraceExemplar, UntracedServer as WireUntraced, WaitStats,
+    ProcessMetrics as WireProcess, QueryStats as WireQueryStats, ServerInstance, SettingValue as WireSettingValue,
+    TableAccess as WireTableAccess, TableUse as WireTableUse, TagCount, TagValue, TraceExemplar,
+    UntracedServer as WireUntraced, WaitStats,
 };
 use sqlbee_vocabulary::{clock::unix_ms, histogram};
 
@@ -378,6 +379,11 @@ fn change(c: &ChangeRecord) -> WireChange {
         start_unix_ms: unix_ms(c.start),
         duration_ns: c.duration_ns,
         error_code: c.error_code,
+        values: c
+            .values
+            .iter()
+            .map(|v| WireSettingValue { name: v.name.clone(), old: v.old.clone(), new: v.new.clone() })
+            .collect(),
     }
 }
 

@@ -60,6 +60,9 @@ fn statement_event(instance: &str, c: &Change) -> Event {
     if c.error_code != 0 {
         evidence.push_str(&format!(", failed with error {}", c.error_code));
     }
+    for v in &c.values {
+        evidence.push_str(&format!("; {}: {} -> {}", v.name, v.old, v.new));
+    }
     Event {
         id: id_of(&[
             instance.as_bytes(),
@@ -76,7 +79,8 @@ fn statement_event(instance: &str, c: &Change) -> Event {
         digest_text: c.digest_text.clone(),
         opened_unix_ms: c.start_unix_ms,
         closed_unix_ms: ended,
-        updated_unix_ms: c.start_unix_ms,
+        // A `SET GLOBAL` comes again with its values: that version wins.
+        updated_unix_ms: c.start_unix_ms + i64::from(!c.values.is_empty()),
         closed_because: if c.error_code == 0 { "ran".into() } else { format!("error {}", c.error_code) },
         evidence,
         change: Some(c.clone()),
