@@ -585,6 +585,13 @@ fn events_and_markers() {
         let rows = events_page.dom.matches("<tr data-kind=").count();
         let change_rows = events_page.dom.matches("<tr data-kind=\"change\"").count();
         assert_eq!((rows - change_rows, change_rows), (2, changes.len()), "{}", events_page.dom);
+        // The tables page lists the table's changes under it: the drop and
+        // the re-add of its index.
+        let tables_page = common::browser::load(&format!("{}tables?since=10m", open.ui));
+        let items_changes: Vec<&str> =
+            tables_page.dom.split("<li class=\"table-change\"").skip(1).filter(|li| li.contains("app.items")).collect();
+        assert_eq!(items_changes.len(), 2, "{}", tables_page.dom);
+        assert!(items_changes.iter().any(|li| li.contains("ALTER TABLE app.items, index k_idx by root@localhost")));
         let shots = common::browser::screenshot_dir();
         assert!(common::browser::screenshot(&format!("{}?since=10m", open.ui), &shots.join("markers.png")).is_empty());
     }

@@ -1,9 +1,10 @@
 //! Tables: per-table totals over the range, each with the digests that
-//! touch it (linked to their pages). A statement counts in full for every
+//! touch it (linked to their pages) and the changes made to it (the
+//! `change` events that name it). A statement counts in full for every
 //! table its digest touches, as the page says.
 use std::fmt::Write;
 
-use sqlbee_proto::v1::TablesRequest;
+use sqlbee_proto::v1::{EventsRequest, TablesRequest};
 
 use super::{PageHead, Rendered, digest_href, instance_names};
 use crate::http::{
@@ -14,6 +15,8 @@ use crate::http::{
 
 /// Tables a page lists.
 const MAX_TABLES: u32 = 200;
+/// Changes read for the page, the newest.
+const MAX_CHANGES: u32 = 1_000;
 
 pub async fn render(ui: &Ui, view: &View) -> Rendered {
     let answer = ui
@@ -22,6 +25,16 @@ pub async fn render(ui: &Ui, view: &View) -> Rendered {
             since_unix_ms: view.range.since_unix_ms,
             until_unix_ms: view.range.until_unix_ms,
             limit: MAX_TABLES,
+        })
+        .await?;
+    let changes = ui
+        .events(EventsRequest {
+            instance: view.instance.clone().unwrap_or_default(),
+            since_unix_ms: view.range.since_unix_ms,
+            until_unix_ms: view.range.until_unix_ms,
+            kind: "change".into(),
+            limit: MAX_CHANGES,
+            ..Default::default()
         })
         .await?;
     let instances = instance_names(ui).await?;
@@ -66,6 +79,16 @@ pub async fn render(ui: &Ui, view: &View) -> Rendered {
                     if d.write { "writes" } else { "reads" },
                     html::count(d.count),
                     html::duration_ns(d.sum_ns as f64)
+                );
+            }
+            for e in changes.iter().filter(|e| e.change.as_ref().is_some_and(|c| c.objects.contains(&name))) {
+                let _ = write!(
+                    body,
+                    "<li class=\"table-change\" data-event=\"{:016x}\">{} · {} on {}</li>",
+                    e.id,
+                    esc(&e.evidence),
+                    html::time(e.opened_unix_ms),
+                    esc(&e.instance)
                 );
             }
             body.push_str("</ul></td></tr>");
