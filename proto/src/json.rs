@@ -359,6 +359,7 @@ pub fn plans_json(answer: &PlansResponse) -> Value {
                     "plan_line": f.plan_line,
                     "detail": f.detail,
                     "suggestion": (!f.suggestion.is_empty()).then_some(&f.suggestion),
+                    "check_first": (!f.check_first.is_empty()).then_some(&f.check_first),
                 })).collect::<Vec<_>>(),
                 "plan": (!p.plan_json.is_empty()).then_some(&p.plan_json),
                 "not_explained": (!p.not_explained.is_empty()).then_some(&p.not_explained),

@@ -145,6 +145,25 @@ fn plans_follow_an_index_and_explain_changes_nothing() {
     });
     assert_eq!(back["plan_hash"], scan_hash, "the same plan has the same hash: {back}");
 
+    // A range, and a sort after an equality: each gets its candidate index,
+    // the range's column after the equalities, or the sort's columns.
+    let plan_text = |p: &Value, part: &str| p["plan"].as_str().is_some_and(|j| j.contains(part));
+    for (sql, part, columns) in [
+        ("SELECT id FROM orders WHERE total BETWEEN 10 AND 12", "between", "(`total`)"),
+        ("SELECT id FROM orders WHERE total = 7 ORDER BY email", "sort_key", "(`total`, `email`)"),
+    ] {
+        let plan = plan_after(&agent, &mut app, sql, 20, |p| scans(p, "orders") && plan_text(p, part));
+        let stored = stored_plans(&url, plan["digest"].as_str().unwrap(), |p| p["plan_hash"] == plan["plan_hash"]);
+        let finding = &stored["plans"][0]["findings"][0];
+        assert_eq!(finding["kind"], "full_scan", "{sql}: {stored}");
+        assert_eq!(
+            finding["suggestion"],
+            format!("suggestion: ALTER TABLE `app`.`orders` ADD INDEX {columns}"),
+            "{stored}"
+        );
+        assert!(finding["check_first"].as_str().unwrap().starts_with("SHOW INDEX FROM `orders`"), "{stored}");
+    }
+
     // EXPLAIN of an UPDATE and a DELETE runs neither.
     app.query_drop("UPDATE orders SET total = total + 1000 WHERE id = 7").unwrap();
     app.query_drop("DELETE FROM orders WHERE id = 1999").unwrap();

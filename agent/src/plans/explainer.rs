@@ -383,9 +383,13 @@ impl Worker {
             for instance in &instances {
                 let Some(server) = self.servers.get_mut(instance) else { continue };
                 if server.settings.due(now) && now >= server.retry_at {
-                    let changes = read_settings(server, &self.config, now);
+                    let changes = read_settings(instance, server, &self.config, now);
                     let mut done = self.done.lock().unwrap_or_else(|e| e.into_inner());
                     done.changes.extend(changes.into_iter().map(|c| (instance.clone(), c)));
+                    // The read may be the login's first use: its state is
+                    // the instance's, as after an EXPLAIN.
+                    let state = server.warning.clone().map_or(LoginState::Ok, LoginState::Warning);
+                    done.logins.insert(instance.clone(), state);
                 }
             }
             for instance in instances {
@@ -604,7 +608,7 @@ fn explain_directly(conn: &mut mysql::Conn, schema: &Option<Arc<str>>, text: &st
 /// What changed in the server's settings since the last read; nothing
 /// when the login fails (the read comes again with the next EXPLAIN's
 /// retry) or the read does.
-fn read_settings(server: &mut Server, config: &PlanConfig, now: Instant) -> Vec<ChangeRecord> {
+fn read_settings(instance: &str, server: &mut Server, config: &PlanConfig, now: Instant) -> Vec<ChangeRecord> {
     let mut settings = std::mem::take(&mut server.settings);
     let outcome = match connection(server, &config.login) {
         Ok(conn) => settings.read(conn, now).map_err(|e| classify(e, "SHOW GLOBAL VARIABLES")),
@@ -613,11 +617,14 @@ fn read_settings(server: &mut Server, config: &PlanConfig, now: Instant) -> Vec<
     server.settings = settings;
     match outcome {
         Ok(changes) => changes,
-        Err(Failure::Login(why)) => {
+        Err(Failure::Login(warning)) => {
+            if server.warning.as_ref() != Some(&warning) {
+                warn!(instance, %warning, retry_in = ?server.backoff, "no plans or settings from this server for now");
+            }
+            server.warning = Some(warning);
             server.conn = None;
             server.retry_at = now + server.backoff;
             server.backoff = (server.backoff * 2).min(LAST_RETRY);
-            debug!(pid = server.pid, %why, "reading the settings failed; retried later");
             Vec::new()
         }
         Err(Failure::Statement { reason, .. }) => {

@@ -107,6 +107,9 @@ fn findings(body: &mut String, newest: &PlanRow) {
         );
         if !f.suggestion.is_empty() {
             let _ = write!(body, "<br><code class=\"suggestion\">{}</code>", esc(&f.suggestion));
+            if !f.check_first.is_empty() {
+                let _ = write!(body, "<br><small class=\"check-first\">Check first: {}</small>", esc(&f.check_first));
+            }
         }
         body.push_str("</li>");
     }
