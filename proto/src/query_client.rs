@@ -12,7 +12,11 @@ use crate::v1::{annotate_client::AnnotateClient, query_client::QueryClient};
 
 /// The event kinds `Events` filters by: what the detection records, and
 /// the changes agents saw run.
-pub const EVENT_KINDS: [&str; 4] = ["regressed", "new", "plan_changed", "change"];
+pub const EVENT_KINDS: [&str; 4] = ["regressed", "new", "plan_changed", CHANGE_EVENT_KIND];
+
+/// The kind of the events the collector writes for what agents saw change
+/// a server (`Event.change`).
+pub const CHANGE_EVENT_KIND: &str = "change";
 
 /// The `order_by` keys of what every digest has, before the figures'.
 const TOTALS_KEYS: [&str; 6] = ["count", "errors", "total", "avg", "p99", "wait"];

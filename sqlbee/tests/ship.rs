@@ -342,7 +342,13 @@ fn the_ledger_balances_when_the_collector_comes_back_mid_run() {
     let before = common::status_before_agent(&server);
     let agent = Agent::start(server.dir(), &args);
     run.resume();
+    // The collector stays away until the spool has dropped batches: how
+    // soon 20 kB fill depends on this VM's pace (15 s were not always
+    // enough).
     std::thread::sleep(Duration::from_secs(15));
+    wait_for("the spool to drop batches", Duration::from_secs(90), &agent, || {
+        common::strip_ansi(&agent.stderr_text()).contains("spool full")
+    });
     collector.restart();
     std::thread::sleep(Duration::from_secs(10));
     run.pause();

@@ -13,7 +13,7 @@ use sqlbee_proto::v1::{Batch, Change, Event, ServerInstance};
 
 use crate::store::{EventsQuery, Store, StoreError};
 
-pub const KIND: &str = "change";
+use sqlbee_proto::query_client::CHANGE_EVENT_KIND as KIND;
 
 /// Instances whose newest start this process has recorded, at most this
 /// many (past it the memory starts over; a start is then written again,
@@ -29,8 +29,9 @@ fn id_of(parts: &[&[u8]]) -> u64 {
     xxhash_rust::xxh3::xxh3_64(&bytes).max(1)
 }
 
-/// "by app@10.0.0.5 (migrate.py, pid 412)" or "" when nobody is known.
-pub fn who(c: &Change) -> String {
+/// "by app@10.0.0.5 (migrate.py)" or "" when nobody is known: the
+/// account, then the client's program, process or pod.
+fn who(c: &Change) -> String {
     let mut out = String::new();
     if !c.user.is_empty() || !c.host.is_empty() {
         out = format!("by {}@{}", c.user, c.host);

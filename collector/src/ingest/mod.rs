@@ -9,8 +9,6 @@
 mod changes;
 mod clock_skew;
 
-pub use changes::KIND as CHANGE_KIND;
-
 use std::{collections::BTreeSet, sync::Arc, time::Duration};
 
 use sqlbee_proto::v1::{ActivityAck, ActivityReport, Batch, PushResponse, ingest_server::Ingest};

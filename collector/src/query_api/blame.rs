@@ -31,7 +31,7 @@ pub fn name_changes(
     }
     let changes = store.events(&EventsQuery {
         instance: instance.map(str::to_string),
-        kind: Some(crate::ingest::CHANGE_KIND.into()),
+        kind: Some(sqlbee_proto::query_client::CHANGE_EVENT_KIND.into()),
         since_unix_ms: between.0,
         until_unix_ms: between.1,
         open_only: false,

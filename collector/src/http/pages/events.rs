@@ -52,7 +52,7 @@ pub async fn render(ui: &Ui, view: &View) -> Rendered {
                 digest_link.push(("schema", e.schema.as_str()));
             }
             // A change compares the quarter hours on either side of it.
-            let ranges = if e.kind == "change" {
+            let ranges = if e.kind == sqlbee_proto::query_client::CHANGE_EVENT_KIND {
                 const SPAN: i64 = 15 * 60_000;
                 [e.closed_unix_ms, e.closed_unix_ms + SPAN, e.opened_unix_ms - SPAN, e.opened_unix_ms]
             } else {

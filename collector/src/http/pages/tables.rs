@@ -32,7 +32,7 @@ pub async fn render(ui: &Ui, view: &View) -> Rendered {
             instance: view.instance.clone().unwrap_or_default(),
             since_unix_ms: view.range.since_unix_ms,
             until_unix_ms: view.range.until_unix_ms,
-            kind: "change".into(),
+            kind: sqlbee_proto::query_client::CHANGE_EVENT_KIND.into(),
             limit: MAX_CHANGES,
             ..Default::default()
         })
