@@ -1,5 +1,5 @@
-//! Userspace hot path: event decode, normalize (cache hit and miss),
-//! aggregate, batch encode, spool append and replay. Run by
+//! Userspace hot path: event decode, normalize (cache hit and miss), the
+//! change classifier every statement record meets, aggregate, batch encode, spool append and replay. Run by
 //! `cargo xtask bench`; `cargo test --bench hot_path` runs each once.
 use std::{hint::black_box, path::PathBuf, time::SystemTime};
 
@@ -8,7 +8,7 @@ use prost::Message;
 use sqlbee_agent::{
     aggregate::Aggregator,
     discover::ServerProcess,
-    normalize::{Normalizer, digest_text},
+    normalize::{Normalizer, change_of, digest_text},
     probe::{ProbeBatch, Statement, decode_statement},
     ship::{instance_window, spool::Spool},
 };
@@ -42,6 +42,12 @@ fn benches(c: &mut Criterion) {
     c.bench_function("normalize_cache_hit", |b| b.iter(|| normalizer.normalize(black_box(ORM_QUERY))));
     c.bench_function("normalize_miss_sysbench", |b| b.iter(|| digest_text(black_box(SYSBENCH_POINT))));
     c.bench_function("normalize_miss_orm", |b| b.iter(|| digest_text(black_box(ORM_QUERY))));
+    // What every statement record pays (a first word that starts no
+    // change), and what a change pays once.
+    c.bench_function("change_of_select", |b| b.iter(|| change_of(black_box(ORM_QUERY), None)));
+    c.bench_function("change_of_set_session", |b| b.iter(|| change_of(black_box(b"SET autocommit=0"), None)));
+    let ddl: &[u8] = b"ALTER TABLE shop.orders DROP INDEX idx_email, ALGORITHM=INPLACE, LOCK=NONE";
+    c.bench_function("change_of_ddl", |b| b.iter(|| change_of(black_box(ddl), Some("shop"))));
 
     let server = ServerProcess {
         pid: 1,

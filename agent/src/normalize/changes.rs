@@ -87,9 +87,14 @@ const OBJECT_WORDS: &[&str] = &[
 /// statement ran in, which qualifies a table named without one.
 pub fn change_of(raw: &[u8], schema: Option<&str>) -> Option<Change> {
     // Every statement the agent decodes asks: most answer at their first
-    // word, with nothing allocated.
-    if !Lexer::new(raw).next().is_some_and(|first| leads_a_change(&first)) {
-        return None;
+    // word, read straight from the bytes when nothing comes before it.
+    match plain_first_word(raw) {
+        Some(word) if !LEADING.iter().any(|w| w.as_bytes().eq_ignore_ascii_case(word)) => return None,
+        Some(word) if word.eq_ignore_ascii_case(b"SET") && !names_a_global_word(raw) => return None,
+        Some(_) => {}
+        // A comment, a parenthesis, an executable comment: the lexer reads it.
+        None if !Lexer::new(raw).next().is_some_and(|first| leads_a_change(&first)) => return None,
+        None => {}
     }
     let tokens: Vec<Tok<'_>> = Lexer::new(raw).take(MAX_TOKENS).collect();
     let words: Vec<Option<String>> = tokens.iter().map(word).collect();
@@ -187,6 +192,26 @@ const LEADING: &[&str] = &[
     "RESET",
     "PURGE",
 ];
+
+/// The first word when the text starts with one (after white space): its
+/// letters, up to the first byte that is not a letter.
+fn plain_first_word(raw: &[u8]) -> Option<&[u8]> {
+    let start = raw.iter().position(|b| !b.is_ascii_whitespace())?;
+    let rest = &raw[start..];
+    let len = rest.iter().take_while(|b| b.is_ascii_alphabetic()).count();
+    let next = rest.get(len).copied();
+    // `SELECT*`, `SET@@x`: a word ends at any byte an identifier cannot hold.
+    (len > 0 && !next.is_some_and(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'$' || b >= 0x80))
+        .then(|| &rest[..len])
+}
+
+/// Whether a `SET` may change more than its session: only one that says
+/// `GLOBAL`, `PERSIST`, `PASSWORD` or `ROLE` somewhere can.
+fn names_a_global_word(raw: &[u8]) -> bool {
+    ["GLOBAL", "PERSIST", "PASSWORD", "ROLE"]
+        .iter()
+        .any(|word| raw.windows(word.len()).any(|w| w.eq_ignore_ascii_case(word.as_bytes())))
+}
 
 fn leads_a_change(tok: &Tok<'_>) -> bool {
     let bytes = match tok {
@@ -423,6 +448,17 @@ mod tests {
         assert_eq!(kind("STOP SLAVE").unwrap().0, ChangeKind::Replication);
         assert_eq!(kind("CHANGE MASTER TO master_host = 'h'").unwrap().0, ChangeKind::Replication);
         assert_eq!(kind("SHUTDOWN").unwrap().0, ChangeKind::Server);
+    }
+
+    #[test]
+    fn the_first_word_is_read_from_the_bytes_when_it_can_be() {
+        assert_eq!(plain_first_word(b"  select * from t"), Some(&b"select"[..]));
+        assert_eq!(plain_first_word(b"SET@@global.x=1"), Some(&b"SET"[..]));
+        assert_eq!(plain_first_word(b"/* c */ ALTER TABLE t"), None, "the lexer reads past comments");
+        assert_eq!(plain_first_word(b"alter_x"), None);
+        assert!(change(" /* c */ ALTER TABLE t ADD c INT").is_some());
+        assert!(change("(SELECT 1)").is_none());
+        assert!(change("SET@@GLOBAL.max_connections = 1").is_some());
     }
 
     #[test]
