@@ -3,8 +3,10 @@
 //! collector only through the wire crate (the Query service's client
 //! `sqlbee_proto::query_client`, its answers as JSON and the wire types);
 //! this crate does not depend on the collector's. `render` prints; this
-//! module parses flags and makes one call.
+//! module parses flags and makes one call; `mcp` offers the same calls as
+//! tools to an assistant.
 mod cells;
+pub mod mcp;
 pub mod render;
 pub mod render_by;
 pub mod render_cost;
@@ -12,7 +14,7 @@ pub mod render_diff;
 pub mod render_events;
 pub mod render_series;
 
-use std::{path::PathBuf, time::Duration};
+use std::{io::Write, path::PathBuf, time::Duration};
 
 use clap::builder::PossibleValuesParser;
 use sqlbee_proto::v1::{
@@ -381,6 +383,11 @@ pub enum QueryError {
         #[source]
         source: std::io::Error,
     },
+    #[error("cannot read the input: {source}")]
+    Input {
+        #[source]
+        source: std::io::Error,
+    },
     #[error("cannot write the answer: {source}")]
     Output {
         #[source]
@@ -458,6 +465,11 @@ fn digest_id(text: Option<&str>) -> Result<Option<u64>, QueryError> {
 }
 
 pub fn top(args: TopArgs) -> Result<(), QueryError> {
+    top_to(args, &mut std::io::stdout().lock())
+}
+
+/// `top`, its answer written to `out`.
+pub fn top_to(args: TopArgs, mut out: &mut dyn Write) -> Result<(), QueryError> {
     let digest = digest_id(args.digest.as_deref())?;
     let request = TopRequest {
         instance: args.instance.clone().unwrap_or_default(),
@@ -484,7 +496,6 @@ pub fn top(args: TopArgs) -> Result<(), QueryError> {
     if answer.left_out > 0 {
         eprintln!("{}", json::left_out_note(answer.left_out, "digests"));
     }
-    let mut out = std::io::stdout().lock();
     let mut matched = Vec::new();
     if let Some(filter) = &filter {
         answer.digests.retain(|d| filter.matched(d) > 0);
@@ -557,6 +568,11 @@ fn marker_time(connect: &ConnectArgs, marker: &str) -> Result<i64, QueryError> {
 }
 
 pub fn diff(args: DiffArgs) -> Result<(), QueryError> {
+    diff_to(args, &mut std::io::stdout().lock())
+}
+
+/// `diff`, its answer written to `out`.
+pub fn diff_to(args: DiffArgs, mut out: &mut dyn Write) -> Result<(), QueryError> {
     let span = i64::try_from(args.span.as_millis()).unwrap_or(i64::MAX).max(1);
     let around = args.around.as_deref().map(|m| marker_time(&args.connect, m)).transpose()?;
     let (after_since, after_until) = match around {
@@ -585,7 +601,6 @@ pub fn diff(args: DiffArgs) -> Result<(), QueryError> {
         min_statements: args.min_statements.max(1),
     };
     let answer = call(&args.connect, "Diff", |mut client| async move { client.diff(request).await })?;
-    let mut out = std::io::stdout().lock();
     match args.format {
         Format::Json => render::write_json(&mut out, &json::diff_json(&answer.digests)),
         Format::Table => render_diff::write_table(&mut out, &answer.digests),
@@ -594,6 +609,11 @@ pub fn diff(args: DiffArgs) -> Result<(), QueryError> {
 }
 
 pub fn events(args: EventsArgs) -> Result<(), QueryError> {
+    events_to(args, &mut std::io::stdout().lock())
+}
+
+/// `events`, its answer written to `out`.
+pub fn events_to(args: EventsArgs, mut out: &mut dyn Write) -> Result<(), QueryError> {
     let request = EventsRequest {
         instance: args.instance.clone().unwrap_or_default(),
         since_unix_ms: since_unix_ms(&args.since)?,
@@ -603,7 +623,6 @@ pub fn events(args: EventsArgs) -> Result<(), QueryError> {
         kind: args.kind.clone().unwrap_or_default(),
     };
     let answer = call(&args.connect, "Events", |mut client| async move { client.events(request).await })?;
-    let mut out = std::io::stdout().lock();
     match args.format {
         Format::Json => render::write_json(&mut out, &json::events_json(&answer.events)),
         Format::Table => render_events::write_table(&mut out, &answer.events),
@@ -634,6 +653,11 @@ pub fn annotate(args: AnnotateArgs) -> Result<(), QueryError> {
 }
 
 pub fn series(args: SeriesArgs) -> Result<(), QueryError> {
+    series_to(args, &mut std::io::stdout().lock())
+}
+
+/// `series`, its answer written to `out`.
+pub fn series_to(args: SeriesArgs, mut out: &mut dyn Write) -> Result<(), QueryError> {
     let digest = digest_id(args.digest.as_deref())?;
     let of = match (args.of, digest) {
         (Some(SeriesOf::Digest) | None, Some(_)) => "digest",
@@ -654,7 +678,6 @@ pub fn series(args: SeriesArgs) -> Result<(), QueryError> {
         by_digests: Vec::new(),
     };
     let answer = call(&args.connect, "Series", |mut client| async move { client.series(request).await })?;
-    let mut out = std::io::stdout().lock();
     let cost = of == "cost";
     match args.format {
         Format::Json => render::write_json(&mut out, &json::series_json(&answer, cost)),
@@ -664,11 +687,15 @@ pub fn series(args: SeriesArgs) -> Result<(), QueryError> {
 }
 
 pub fn instances(args: InstancesArgs) -> Result<(), QueryError> {
+    instances_to(args, &mut std::io::stdout().lock())
+}
+
+/// `instances`, its answer written to `out`.
+pub fn instances_to(args: InstancesArgs, mut out: &mut dyn Write) -> Result<(), QueryError> {
     let instances =
         call(&args.connect, "Instances", |mut client| async move { client.instances(InstancesRequest {}).await })?
             .instances;
     let now = now_unix_ms();
-    let mut out = std::io::stdout().lock();
     match args.format {
         Format::Json => render::write_json(&mut out, &json::instances_json(&instances, now)),
         Format::Table => render::write_instances_table(&mut out, &instances, now),
@@ -677,6 +704,11 @@ pub fn instances(args: InstancesArgs) -> Result<(), QueryError> {
 }
 
 pub fn locks(args: LocksArgs) -> Result<(), QueryError> {
+    locks_to(args, &mut std::io::stdout().lock())
+}
+
+/// `locks`, its answer written to `out`.
+pub fn locks_to(args: LocksArgs, mut out: &mut dyn Write) -> Result<(), QueryError> {
     let request = LocksRequest {
         instance: args.instance.clone().unwrap_or_default(),
         since_unix_ms: since_unix_ms(&args.since)?,
@@ -687,7 +719,6 @@ pub fn locks(args: LocksArgs) -> Result<(), QueryError> {
         eprintln!("{}", json::left_out_note(answer.left_out, "lock waits"));
     }
     let waits = answer.waits;
-    let mut out = std::io::stdout().lock();
     match args.format {
         Format::Json => render::write_json(&mut out, &json::locks_json(&waits)),
         Format::Table => render::write_locks_table(&mut out, &waits),
@@ -696,6 +727,11 @@ pub fn locks(args: LocksArgs) -> Result<(), QueryError> {
 }
 
 pub fn plans(args: PlansArgs) -> Result<(), QueryError> {
+    plans_to(args, &mut std::io::stdout().lock())
+}
+
+/// `plans`, its answer written to `out`.
+pub fn plans_to(args: PlansArgs, mut out: &mut dyn Write) -> Result<(), QueryError> {
     let request = PlansRequest {
         digest: digest_id(args.digest.as_deref())?.unwrap_or(0),
         schema: args.schema.clone().unwrap_or_default(),
@@ -705,7 +741,6 @@ pub fn plans(args: PlansArgs) -> Result<(), QueryError> {
         limit: args.limit,
     };
     let answer = call(&args.connect, "Plans", |mut client| async move { client.plans(request).await })?;
-    let mut out = std::io::stdout().lock();
     match args.format {
         Format::Json => render::write_json(&mut out, &json::plans_json(&answer)),
         Format::Table => render::write_plans_table(&mut out, &answer),
@@ -714,6 +749,11 @@ pub fn plans(args: PlansArgs) -> Result<(), QueryError> {
 }
 
 pub fn activity(args: ActivityArgs) -> Result<(), QueryError> {
+    activity_to(args, &mut std::io::stdout().lock())
+}
+
+/// `activity`, its answer written to `out`.
+pub fn activity_to(args: ActivityArgs, mut out: &mut dyn Write) -> Result<(), QueryError> {
     let min_running_ms = if args.min_duration.trim() == "0" {
         0
     } else {
@@ -727,7 +767,6 @@ pub fn activity(args: ActivityArgs) -> Result<(), QueryError> {
         eprintln!("{}", json::left_out_note(answer.left_out, "instances"));
     }
     let now = sqlbee_vocabulary::clock::now_unix_ms();
-    let mut out = std::io::stdout().lock();
     match args.format {
         Format::Json => render::write_json(&mut out, &json::activity_json(&answer, now)),
         Format::Table => render::write_activity_table(&mut out, &answer, now),
@@ -736,6 +775,11 @@ pub fn activity(args: ActivityArgs) -> Result<(), QueryError> {
 }
 
 pub fn long(args: LongArgs) -> Result<(), QueryError> {
+    long_to(args, &mut std::io::stdout().lock())
+}
+
+/// `long`, its answer written to `out`.
+pub fn long_to(args: LongArgs, mut out: &mut dyn Write) -> Result<(), QueryError> {
     let request = LongStatementsRequest {
         instance: args.instance.clone().unwrap_or_default(),
         since_unix_ms: since_unix_ms(&args.since)?,
@@ -746,7 +790,6 @@ pub fn long(args: LongArgs) -> Result<(), QueryError> {
     if answer.left_out > 0 {
         eprintln!("{}", json::left_out_note(answer.left_out, "statements"));
     }
-    let mut out = std::io::stdout().lock();
     match args.format {
         Format::Json => render::write_json(&mut out, &json::long_statements_json(&answer.statements)),
         Format::Table => render::write_long_table(&mut out, &answer.statements),
@@ -755,6 +798,11 @@ pub fn long(args: LongArgs) -> Result<(), QueryError> {
 }
 
 pub fn tables(args: TablesArgs) -> Result<(), QueryError> {
+    tables_to(args, &mut std::io::stdout().lock())
+}
+
+/// `tables`, its answer written to `out`.
+pub fn tables_to(args: TablesArgs, mut out: &mut dyn Write) -> Result<(), QueryError> {
     let request = TablesRequest {
         instance: args.instance.clone().unwrap_or_default(),
         since_unix_ms: since_unix_ms(&args.since)?,
@@ -762,7 +810,6 @@ pub fn tables(args: TablesArgs) -> Result<(), QueryError> {
         limit: args.limit,
     };
     let answer = call(&args.connect, "Tables", |mut client| async move { client.tables(request).await })?;
-    let mut out = std::io::stdout().lock();
     match args.format {
         Format::Json => render::write_json(&mut out, &json::tables_json(&answer)),
         Format::Table => render::write_tables_table(&mut out, &answer),
@@ -771,13 +818,17 @@ pub fn tables(args: TablesArgs) -> Result<(), QueryError> {
 }
 
 pub fn hosts(args: HostsArgs) -> Result<(), QueryError> {
+    hosts_to(args, &mut std::io::stdout().lock())
+}
+
+/// `hosts`, its answer written to `out`.
+pub fn hosts_to(args: HostsArgs, mut out: &mut dyn Write) -> Result<(), QueryError> {
     let request = HostsRequest {
         host: args.host.clone().unwrap_or_default(),
         since_unix_ms: since_unix_ms(&args.since)?,
         limit: args.limit,
     };
     let windows = call(&args.connect, "Hosts", |mut client| async move { client.hosts(request).await })?.windows;
-    let mut out = std::io::stdout().lock();
     match args.format {
         Format::Json => render::write_json(&mut out, &json::hosts_json(&windows)),
         Format::Table => render_cost::write_hosts_table(&mut out, &windows),

@@ -58,6 +58,8 @@ fn main() -> anyhow::Result<()> {
         Role::Long(args) => query::long(args).context("long failed")?,
         #[cfg(feature = "collector")]
         Role::Hosts(args) => query::hosts(args).context("hosts failed")?,
+        #[cfg(feature = "collector")]
+        Role::Mcp(args) => query::mcp::serve(args).context("mcp failed")?,
         Role::Reference { dir } => {
             let pages = crate::cli::reference::write_pages(&dir).context("writing the option reference")?;
             println!("wrote {pages} pages into {}", dir.display());

@@ -8,25 +8,15 @@ use std::{
     process::Command,
 };
 
-use crate::paths::tools_dir;
+use crate::python_venv;
 
 /// The chdb release `./x setup` installs (ClickHouse 26.9 inside).
-pub const VERSION: &str = "4.4.0";
-
-/// The virtualenv chdb lives in.
-pub fn venv() -> PathBuf {
-    tools_dir().join("chdb")
-}
-
-/// The virtualenv's python, with chdb importable.
-pub fn python() -> PathBuf {
-    venv().join("bin/python")
-}
+pub const VERSION: &str = python_venv::CHDB.version;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ChdbError {
-    #[error("chdb {VERSION} is not installed in {venv}: run `./x setup` ({why})")]
-    Missing { venv: String, why: String },
+    #[error(transparent)]
+    Missing(#[from] python_venv::Missing),
     #[error("cannot write the statements to replay under {dir}: {source}")]
     Write {
         dir: String,
@@ -47,33 +37,13 @@ pub enum ChdbError {
 
 /// The python to replay with, when chdb {VERSION} imports there.
 pub fn installed() -> Result<PathBuf, ChdbError> {
-    let python = python();
-    let missing = |why: String| ChdbError::Missing { venv: venv().display().to_string(), why };
-    let out = Command::new(&python)
-        .args(["-c", "import chdb; print(chdb.__version__)"])
-        .output()
-        .map_err(|e| missing(format!("{}: {e}", python.display())))?;
-    let found = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    if !out.status.success() || found != VERSION {
-        return Err(missing(format!("found {found:?}: {}", String::from_utf8_lossy(&out.stderr).trim())));
-    }
-    Ok(python)
+    Ok(python_venv::CHDB.installed()?)
 }
 
 /// chdb's python for a test named `test`, or None after saying why it
-/// skips; under SQLBEE_REQUIRE_PRIVILEGED (CI, `./x test`) a missing chdb
-/// is a failure instead.
+/// skips (a failure under SQLBEE_REQUIRE_PRIVILEGED).
 pub fn for_test(test: &str) -> Option<PathBuf> {
-    match installed() {
-        Ok(python) => Some(python),
-        Err(why) => {
-            if std::env::var_os("SQLBEE_REQUIRE_PRIVILEGED").is_some() {
-                panic!("{test}: needs chdb, and SQLBEE_REQUIRE_PRIVILEGED is set: {why}");
-            }
-            eprintln!("skipping {test}: {why}");
-            None
-        }
-    }
+    python_venv::CHDB.for_test(test)
 }
 
 /// One statement as 18.16 took it.

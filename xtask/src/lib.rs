@@ -1,5 +1,5 @@
 //! Shared by `cargo xtask` and the integration tests: the things a test or
-//! demo needs around sqlbee (a private MariaDB, a private ClickHouse, chdb, sysbench, tool paths) and
+//! demo needs around sqlbee (a private MariaDB, a private ClickHouse, pinned Python packages, sysbench, tool paths) and
 //! the overhead benchmark, which a smoke test drives through this library.
 pub mod bench;
 pub mod chdb;
@@ -10,6 +10,7 @@ pub mod kernel_matrix;
 pub mod mariadb;
 pub mod paths;
 pub mod ports;
+pub mod python_venv;
 pub mod sysbench;
 
 use std::process::Command;

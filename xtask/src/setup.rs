@@ -4,8 +4,8 @@ use std::{fs, path::Path, process::Command};
 
 use anyhow::{Context as _, bail};
 use xtask::{
-    chdb,
     paths::{TOOLCHAIN, llvm_prefix, tools_dir},
+    python_venv,
 };
 
 const BPF_LINKER_VERSION: &str = "0.13.0";
@@ -48,7 +48,7 @@ const DEBIAN_PACKAGES: [&str; 27] = [
     "curl",
     // The web UI's tests open every page in headless Chromium.
     "chromium",
-    // Debian's python3 makes the virtualenv chdb goes in.
+    // Debian's python3 makes the virtualenvs of the Python packages.
     "python3-venv",
     // A Python client program, one of those the client attribution test
     // tells apart.
@@ -67,7 +67,7 @@ pub fn run() -> anyhow::Result<()> {
     bpf_linker().context("setup step 2/6 (bpf-linker)")?;
     mdbook().context("setup step 3/6 (mdbook)")?;
     debian_packages().context("setup step 4/6 (Debian packages)")?;
-    chdb_venv().context("setup step 5/6 (chdb)")?;
+    python_packages().context("setup step 5/6 (Python packages: chdb, mcp)")?;
     xtask::kernel_matrix::install().context("setup step 6/6 (the kernel matrix's kernels)")?;
     Ok(())
 }
@@ -193,24 +193,11 @@ fn debian_packages() -> anyhow::Result<()> {
     )
 }
 
-/// chdb (current ClickHouse in-process, from PyPI) in a virtualenv of its
-/// own, made by Debian's python3 so no other Python on the machine decides
-/// what it runs on; the ClickHouse store's tests replay their SQL on it.
-fn chdb_venv() -> anyhow::Result<()> {
-    if let Ok(python) = chdb::installed() {
-        println!("ok  chdb {} ({})", chdb::VERSION, python.display());
-        return Ok(());
+/// The pinned Python packages the tests use (chdb, the MCP client), each
+/// in a virtualenv of its own.
+fn python_packages() -> anyhow::Result<()> {
+    for package in [python_venv::CHDB, python_venv::MCP] {
+        package.install().with_context(|| format!("{} {}", package.name, package.version))?;
     }
-    let venv = chdb::venv();
-    println!("==> python3 -m venv {} and pip install chdb=={}", venv.display(), chdb::VERSION);
-    run_checked(Command::new("/usr/bin/python3").args(["-m", "venv", "--clear"]).arg(&venv), "python3 -m venv")?;
-    run_checked(
-        Command::new(venv.join("bin/pip"))
-            .args(["install", "--quiet", "--disable-pip-version-check"])
-            .arg(format!("chdb=={}", chdb::VERSION)),
-        "pip install chdb",
-    )?;
-    chdb::installed()?;
-    println!("ok  chdb {}", chdb::VERSION);
     Ok(())
 }

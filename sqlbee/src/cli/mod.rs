@@ -70,6 +70,11 @@ pub enum Role {
     /// killed, or lost their client: each with its duration, waits and blocker.
     #[cfg(feature = "collector")]
     Long(sqlbee_query_tools::LongArgs),
+    /// Serves the collector's read side (top, diff, plans, findings,
+    /// activity, events, ...) as Model Context Protocol tools on stdin and
+    /// stdout, for an assistant; no tool writes or runs SQL.
+    #[cfg(feature = "collector")]
+    Mcp(sqlbee_query_tools::mcp::McpArgs),
     /// Receive batches from agents (not in this build).
     #[cfg(not(feature = "collector"))]
     #[command(disable_help_flag = true)]

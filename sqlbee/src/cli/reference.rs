@@ -137,7 +137,40 @@ fn page(sub: &mut Command) -> String {
             out.push_str(&option(arg, name == "agent"));
         }
     }
+    #[cfg(feature = "collector")]
+    if name == "mcp" {
+        out.push_str(&mcp_tools());
+    }
     out.trim_end().to_string() + "\n"
+}
+
+/// The tools `sqlbee mcp` lists, each with its arguments, from the very
+/// descriptions `tools/list` answers with.
+#[cfg(feature = "collector")]
+fn mcp_tools() -> String {
+    let mut out = String::from(
+        "## Tools\n\nEach tool answers what its query command prints with `--format json` (`findings`: the \
+         findings of `plans`, one row each); its arguments are that command's flags, `_` for `-`.\n\n",
+    );
+    for tool in sqlbee_query_tools::mcp::tool_list() {
+        let text = |v: &serde_json::Value| markdown_text(v.as_str().unwrap_or_default());
+        let _ =
+            write!(out, "### `{}`\n\n{}\n\n", tool["name"].as_str().unwrap_or_default(), text(&tool["description"]));
+        let Some(properties) = tool["inputSchema"]["properties"].as_object().filter(|p| !p.is_empty()) else {
+            continue;
+        };
+        for (name, schema) in properties {
+            let default = match &schema["default"] {
+                serde_json::Value::Null => String::new(),
+                serde_json::Value::String(default) => format!(", default `{default}`"),
+                other => format!(", default `{other}`"),
+            };
+            let kind = schema["type"].as_str().unwrap_or_default();
+            let _ = writeln!(out, "- `{name}` ({kind}{default}): {}", text(&schema["description"]));
+        }
+        out.push('\n');
+    }
+    out
 }
 
 fn how_set(name: &str) -> String {
