@@ -5,7 +5,8 @@
 //! on: a channel to a collector (`client`: TLS, tokens), the Query
 //! service as its callers reach it (`query_client`: order keys, event
 //! kinds, answer size) and its answers as JSON (`json`: what the web UI's
-//! `/api/` serves and the query tools' `--json` prints).
+//! `/api/` serves and the query tools' `--json` prints), and those answers'
+//! schemas, learned from the same functions (`json_schema`).
 #![allow(clippy::all)]
 
 pub mod bounds;
@@ -14,6 +15,7 @@ pub mod codec;
 mod content_hash;
 pub mod figures;
 pub mod json;
+pub mod json_schema;
 pub mod limits;
 pub mod query_client;
 

@@ -9,18 +9,15 @@ mod common;
 use std::{path::Path, process::Command};
 
 use serde_json::{Value, json};
-use sqlbee_proto::{
-    client::ClientOptions,
-    v1::{AnnotationsRequest, Change, DigestStats, Plan, TableAccess, TableUse},
-};
+use sqlbee_proto::{client::ClientOptions, v1::AnnotationsRequest};
 
 use common::collector::*;
 
 const INGEST_TOKEN: &str = "ingest-token-0123456789abcdef0123456789abcdef";
 const READ_TOKEN: &str = "reader-token-0123456789abcdef0123456789abcdef";
 const INSTANCE: &str = "mcp-db:3306";
-const POINT: &str = "SELECT `v` FROM `app`.`orders` WHERE `email` = ?";
-const UPDATE: &str = "UPDATE `app`.`orders` SET `v` = ? WHERE `id` = ?";
+const POINT: &str = RICH_POINT;
+const UPDATE: &str = RICH_UPDATE;
 
 /// What the SDK's client reported: the tools listed and each call's answer.
 fn ask(python: &Path, url: &str, token_file: &Path, calls: &Value) -> Value {
@@ -58,43 +55,7 @@ async fn an_assistant_reads_what_the_query_commands_say_and_can_write_nothing() 
     // Seven point reads and three updates, a change to the table and a
     // plan that scans it.
     let now = now_ms();
-    let orders = |write| TableUse { schema: "app".into(), table: "orders".into(), write };
-    let point =
-        DigestStats { statement_kind: "SELECT".into(), tables: vec![orders(false)], ..digest(POINT, &[900_000; 7]) };
-    let update = DigestStats {
-        statement_kind: "UPDATE".into(),
-        tables: vec![orders(true)],
-        ..digest(UPDATE, &[50_000, 60_000, 70_000])
-    };
-    let mut w = window(INSTANCE, 1, now, vec![point, update]);
-    w.changes = vec![Change {
-        kind: "schema".into(),
-        action: "ALTER TABLE".into(),
-        objects: vec!["app.orders".into(), "index by_email".into()],
-        digest: id_of("ALTER TABLE `app`.`orders` DROP INDEX `by_email`"),
-        digest_text: "ALTER TABLE `app`.`orders` DROP INDEX `by_email`".into(),
-        user: "deploy".into(),
-        host: "localhost".into(),
-        start_unix_ms: now - 5_000,
-        duration_ns: 3_000_000,
-        ..Default::default()
-    }];
-    w.plans = vec![Plan {
-        digest: id_of(POINT),
-        schema: "app".into(),
-        explained_unix_ms: now - 1_000,
-        plan_hash: 7,
-        access: vec![TableAccess {
-            table: "orders".into(),
-            r#type: "ALL".into(),
-            rows: Some(20_000),
-            ..Default::default()
-        }],
-        plan_json: json!({"query_block": {"table": {"table_name": "orders", "access_type": "ALL",
-            "attached_condition": "orders.email = ?"}}})
-        .to_string(),
-        ..Default::default()
-    }];
+    let w = rich_window(INSTANCE, now);
     let ingest = ClientOptions { token: Some(INGEST_TOKEN.into()), ..plain(&url) };
     push(&mut ingest_client(&ingest).await, batch("mcp-agent", 1, vec![w])).await.expect("the batch is stored");
 

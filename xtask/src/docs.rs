@@ -39,7 +39,7 @@ fn generated(dir: &Path) -> HashSet<String> {
     let mut out: HashSet<String> = fs::read_dir(dir.join("cli"))
         .map(|d| d.flatten().map(|e| format!("cli/{}", e.file_name().to_string_lossy())).collect())
         .unwrap_or_default();
-    for page in ["limits.md", "figures.md"] {
+    for page in ["limits.md", "figures.md", "http-api.md", "openapi.json"] {
         if dir.join(page).exists() {
             out.insert(page.to_string());
         }

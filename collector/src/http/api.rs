@@ -1,16 +1,18 @@
 //! `/api/`: the Query service's answers as JSON, in the shapes `sqlbee ...
 //! --format json` prints (`query_api::json`), with the same parameters as
 //! the pages' URLs (`since`, `until`, `instance`, and per endpoint
-//! `order`, `limit`, `schema`, `digest`, `of`, `step`).
+//! `order`, `limit`, `schema`, `digest`, `of`, `step`), each endpoint's
+//! declared in `openapi`.
 use serde_json::{Value, json};
 use sqlbee_proto::v1::{
     ActivityRequest, AnnotateRequest, AnnotationsRequest, EventsRequest, HostsRequest, LocksRequest,
-    LongStatementsRequest, PlansRequest, SeriesRequest, TablesRequest, TopRequest, TotalsRequest,
+    LongStatementsRequest, PlansRequest, SeriesRequest, TablesRequest, TopRequest, TopResponse, TotalsRequest,
+    TotalsResponse,
 };
 use sqlbee_vocabulary::duration;
 
 use super::{
-    Ui,
+    Ui, openapi,
     page_error::PageError,
     params::{BadParam, Params, Range},
 };
@@ -68,8 +70,45 @@ pub fn marker_request(body: &[u8]) -> Result<AnnotateRequest, BadParam> {
     Ok(AnnotateRequest { text: text.to_string(), instances, at_unix_ms })
 }
 
-/// None: no such endpoint.
+/// `/api/top`'s answer: the digests, what was left out, and the cost and
+/// quota tables.
+pub fn top_answer(answer: &TopResponse) -> Value {
+    json!({
+        "digests": shape::top_json(&answer.digests),
+        "left_out": answer.left_out,
+        "costs": shape::costs_json(&answer.costs),
+        "quotas": shape::quotas_json(&answer.quotas),
+    })
+}
+
+/// `/api/totals`' answer, commands by name.
+pub fn totals_answer(t: &TotalsResponse) -> Value {
+    json!({
+        "statements": t.statements,
+        "digest_count": t.digest_count,
+        "commands": t.commands.iter().map(|c| (c.command.clone(), json!(c.count))).collect::<serde_json::Map<_, _>>(),
+        "dropped_events": t.dropped_events,
+        "lost_statements": t.lost_statements,
+        "unmatched": t.unmatched,
+    })
+}
+
+/// None: no such endpoint. A parameter the endpoint does not declare
+/// (`openapi::ENDPOINTS`) is refused, so the published contract is the
+/// one the code reads.
 pub async fn answer(ui: &Ui, path: &str, params: &Params, now: i64) -> Option<Result<Value, PageError>> {
+    static DOCUMENT: std::sync::OnceLock<Value> = std::sync::OnceLock::new();
+    if path == "/api/openapi.json" {
+        return Some(Ok(DOCUMENT.get_or_init(openapi::document).clone()));
+    }
+    let endpoint = openapi::endpoint(path)?;
+    if let Some(name) = params.names().find(|name| !endpoint.takes().any(|known| known == *name)) {
+        return Some(Err(PageError::UnknownParam {
+            path: endpoint.path,
+            name: name.to_string(),
+            takes: endpoint.takes().collect::<Vec<_>>().join(", "),
+        }));
+    }
     let result = async {
         let range = Range::from(params, now)?;
         let instance = text(params, "instance");
@@ -89,17 +128,16 @@ pub async fn answer(ui: &Ui, path: &str, params: &Params, now: i64) -> Option<Re
                         digest,
                     })
                     .await?;
-                json!({
-                    "digests": shape::top_json(&answer.digests),
-                    "left_out": answer.left_out,
-                    "costs": shape::costs_json(&answer.costs),
-                    "quotas": shape::quotas_json(&answer.quotas),
-                })
+                top_answer(&answer)
             }
             "/api/series" => {
                 let step_ms = match params.get("step") {
                     Some(step) => duration::parse(step)
-                        .map_err(|_| BadParam { name: "step", value: step.to_string(), expected: "a duration (10s, 1m, 1h)" })?
+                        .map_err(|_| BadParam {
+                            name: "step",
+                            value: step.to_string(),
+                            expected: "a duration (10s, 1m, 1h)",
+                        })?
                         .as_millis() as i64,
                     None => 0,
                 };
@@ -124,7 +162,11 @@ pub async fn answer(ui: &Ui, path: &str, params: &Params, now: i64) -> Option<Re
             "/api/instances" => shape::instances_json(&ui.instances().await?, now),
             "/api/locks" => {
                 let answer = ui
-                    .locks(LocksRequest { instance, since_unix_ms: range.since_unix_ms, limit: number(params, "limit")? })
+                    .locks(LocksRequest {
+                        instance,
+                        since_unix_ms: range.since_unix_ms,
+                        limit: number(params, "limit")?,
+                    })
                     .await?;
                 shape::locks_json(&answer.waits)
             }
@@ -218,23 +260,14 @@ pub async fn answer(ui: &Ui, path: &str, params: &Params, now: i64) -> Option<Re
                     .await?;
                 shape::hosts_json(&answer.windows)
             }
-            "/api/totals" => {
-                let t = ui
-                    .totals(TotalsRequest {
-                        instance,
-                        since_unix_ms: range.since_unix_ms,
-                        until_unix_ms: range.until_unix_ms,
-                    })
-                    .await?;
-                json!({
-                    "statements": t.statements,
-                    "digest_count": t.digest_count,
-                    "commands": t.commands.iter().map(|c| (c.command.clone(), json!(c.count))).collect::<serde_json::Map<_, _>>(),
-                    "dropped_events": t.dropped_events,
-                    "lost_statements": t.lost_statements,
-                    "unmatched": t.unmatched,
+            "/api/totals" => totals_answer(
+                &ui.totals(TotalsRequest {
+                    instance,
+                    since_unix_ms: range.since_unix_ms,
+                    until_unix_ms: range.until_unix_ms,
                 })
-            }
+                .await?,
+            ),
             _ => return Ok::<Option<Value>, PageError>(None),
         }))
     }

@@ -11,6 +11,7 @@
 //! configured (`session`).
 mod api;
 mod html;
+pub mod openapi;
 mod page_error;
 mod pages;
 mod params;

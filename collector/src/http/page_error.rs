@@ -11,6 +11,8 @@ use super::params::BadParam;
 pub enum PageError {
     #[error(transparent)]
     Bad(#[from] BadParam),
+    #[error("{path} takes no parameter {name:?}; it takes: {takes}")]
+    UnknownParam { path: &'static str, name: String, takes: String },
     #[error("{}", .0.message())]
     Query(#[from] Status),
 }
@@ -18,7 +20,7 @@ pub enum PageError {
 impl PageError {
     pub fn status(&self) -> StatusCode {
         match self {
-            PageError::Bad(_) => StatusCode::BAD_REQUEST,
+            PageError::Bad(_) | PageError::UnknownParam { .. } => StatusCode::BAD_REQUEST,
             PageError::Query(status) => match status.code() {
                 Code::InvalidArgument | Code::OutOfRange => StatusCode::BAD_REQUEST,
                 Code::NotFound => StatusCode::NOT_FOUND,

@@ -29,6 +29,11 @@ impl Params {
         )
     }
 
+    /// Every name given, in order.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.0.iter().map(|(name, _)| name.as_str())
+    }
+
     /// The value of `name`; an empty value counts as absent, as an empty
     /// form field does.
     pub fn get(&self, name: &str) -> Option<&str> {

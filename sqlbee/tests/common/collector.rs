@@ -372,3 +372,103 @@ pub fn top_answer(url: &str, extra: &[&str]) -> Value {
     serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("sqlbee top printed no JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
 }
+
+/// Statement texts of `rich_window`.
+pub const RICH_POINT: &str = "SELECT `v` FROM `app`.`orders` WHERE `email` = ?";
+pub const RICH_UPDATE: &str = "UPDATE `app`.`orders` SET `v` = ? WHERE `id` = ?";
+
+/// A window ending at `now` with something in every part of an answer:
+/// seven point reads (waits, an error code, the server's figures, an
+/// account) and three updates of `app.orders`, a change to that table, a
+/// plan that scans it, a lock wait and a long statement.
+#[allow(dead_code)]
+pub fn rich_window(instance: &str, now: i64) -> InstanceWindow {
+    use sqlbee_proto::v1::{
+        AccountCount, Blocker, Change, ErrorCount, LockWait, LongStatement, Plan, QueryStats, TableAccess, TableUse,
+        WaitStats,
+    };
+    let orders = |write| TableUse { schema: "app".into(), table: "orders".into(), write };
+    let point = DigestStats {
+        statement_kind: "SELECT".into(),
+        tables: vec![orders(false)],
+        schema: "app".into(),
+        errors: 1,
+        error_codes: vec![ErrorCount { code: 1205, count: 1, sample_message: "Lock wait timeout exceeded".into() }],
+        waits: vec![WaitStats {
+            class: "row_lock".into(),
+            sum_ns: 2_000_000_000,
+            max_ns: 2_000_000_000,
+            statements: 1,
+        }],
+        accounts: vec![AccountCount { user: "app".into(), host: "10.0.0.%".into(), count: 7 }],
+        stats: Some(QueryStats { rows_examined: Some(140_000), rows_sent: Some(7), ..Default::default() }),
+        ..digest(RICH_POINT, &[900_000; 7])
+    };
+    let update = DigestStats {
+        statement_kind: "UPDATE".into(),
+        tables: vec![orders(true)],
+        schema: "app".into(),
+        ..digest(RICH_UPDATE, &[50_000, 60_000, 70_000])
+    };
+    let mut w = window(instance, 1, now, vec![point, update]);
+    w.changes = vec![Change {
+        kind: "schema".into(),
+        action: "ALTER TABLE".into(),
+        objects: vec!["app.orders".into(), "index by_email".into()],
+        digest: id_of("ALTER TABLE `app`.`orders` DROP INDEX `by_email`"),
+        digest_text: "ALTER TABLE `app`.`orders` DROP INDEX `by_email`".into(),
+        user: "deploy".into(),
+        host: "localhost".into(),
+        start_unix_ms: now - 5_000,
+        duration_ns: 3_000_000,
+        ..Default::default()
+    }];
+    w.plans = vec![Plan {
+        digest: id_of(RICH_POINT),
+        schema: "app".into(),
+        explained_unix_ms: now - 1_000,
+        plan_hash: 7,
+        access: vec![TableAccess {
+            table: "orders".into(),
+            r#type: "ALL".into(),
+            rows: Some(20_000),
+            ..Default::default()
+        }],
+        plan_json: serde_json::json!({"query_block": {"table": {"table_name": "orders", "access_type": "ALL",
+            "attached_condition": "orders.email = ?"}}})
+        .to_string(),
+        ..Default::default()
+    }];
+    w.lock_waits = vec![LockWait {
+        start_unix_ms: now - 4_000,
+        duration_ns: 2_000_000_000,
+        class: "row_lock".into(),
+        connection_id: 41,
+        digest: id_of(RICH_POINT),
+        digest_text: RICH_POINT.into(),
+        sample: RICH_POINT.replace('?', "'?'"),
+        blocker_kind: "transaction".into(),
+        blockers: vec![Blocker {
+            connection_id: 42,
+            transaction: true,
+            started_unix_ms: now - 6_000,
+            statements: vec![RICH_UPDATE.into()],
+        }],
+    }];
+    w.long_statements = vec![LongStatement {
+        connection_id: 41,
+        digest: id_of(RICH_POINT),
+        digest_text: RICH_POINT.into(),
+        schema: "app".into(),
+        user: "app".into(),
+        host: "10.0.0.7".into(),
+        sample: RICH_POINT.replace('?', "'?'"),
+        start_unix_ms: now - 4_000,
+        duration_ns: 2_100_000_000,
+        outcome: "long".into(),
+        error_code: 1205,
+        blocked_by: 42,
+        ..Default::default()
+    }];
+    w
+}
