@@ -5,7 +5,7 @@
 use crate::v1::{
     ActivityResponse, AgentQuota, AgentWindowRow, Annotation, Change, ClientCount, CostSummary, DiffSide, DigestChange,
     Event, InstanceCost, InstanceInfo, LiveConnection, LockWaitRow, LongStatementRow, PlansResponse, ProcessMetrics,
-    QueryStats, SeriesResponse, TablesResponse, TagCount, TopDigest,
+    QueryStats, SeriesResponse, TablesResponse, TagCount, TopDigest, TopResponse, TotalsResponse,
 };
 use serde_json::{Map, Value, json};
 use sqlbee_vocabulary::clock;
@@ -70,6 +70,29 @@ pub fn top_json(digests: &[TopDigest]) -> Value {
             })
             .collect(),
     )
+}
+
+/// The web UI's `/api/top` answer: the digests, what was left out, and the cost and
+/// quota tables.
+pub fn top_answer_json(answer: &TopResponse) -> Value {
+    json!({
+        "digests": top_json(&answer.digests),
+        "left_out": answer.left_out,
+        "costs": costs_json(&answer.costs),
+        "quotas": quotas_json(&answer.quotas),
+    })
+}
+
+/// `/api/totals`' answer, commands by name.
+pub fn totals_json(t: &TotalsResponse) -> Value {
+    json!({
+        "statements": t.statements,
+        "digest_count": t.digest_count,
+        "commands": t.commands.iter().map(|c| (c.command.clone(), json!(c.count))).collect::<Map<_, _>>(),
+        "dropped_events": t.dropped_events,
+        "lost_statements": t.lost_statements,
+        "unmatched": t.unmatched,
+    })
 }
 
 /// `sqlbee diff`'s answer: `{"digests": [...]}`, each with both sides

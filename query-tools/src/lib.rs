@@ -511,23 +511,15 @@ pub fn top_to(args: TopArgs, mut out: &mut dyn Write) -> Result<(), QueryError> 
     }
     match args.format {
         Format::Json => {
-            let mut digests = json::top_json(&answer.digests);
+            let mut whole = json::top_answer_json(&answer);
             if filter.is_some()
-                && let Some(rows) = digests.as_array_mut()
+                && let Some(rows) = whole["digests"].as_array_mut()
             {
                 for (row, n) in rows.iter_mut().zip(&matched) {
                     row["matched"] = (*n).into();
                 }
             }
-            render::write_json(
-                &mut out,
-                &serde_json::json!({
-                    "digests": digests,
-                    "left_out": answer.left_out,
-                    "costs": json::costs_json(&answer.costs),
-                    "quotas": json::quotas_json(&answer.quotas),
-                }),
-            )
+            render::write_json(&mut out, &whole)
         }
         Format::Table => render::write_top_table(&mut out, &answer.digests)
             .and_then(|()| match &filter {

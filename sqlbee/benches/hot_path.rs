@@ -104,6 +104,7 @@ fn benches(c: &mut Criterion) {
         forgotten: Vec::new(),
         cost: None,
         detached: false,
+        stopped: None,
     };
     let mut aggregator = Aggregator::new(Normalizer::new(10_000), 5000, SystemTime::now());
     c.bench_function("aggregate_1000_statements", |b| b.iter(|| aggregator.ingest(batch(statements.clone()))));

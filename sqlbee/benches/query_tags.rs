@@ -81,6 +81,7 @@ fn benches(c: &mut Criterion) {
         forgotten: Vec::new(),
         cost: None,
         detached: false,
+        stopped: None,
     };
     let untagged: Vec<Statement> = (0..1000).map(|i| statement(if i % 2 == 0 { POINT } else { ORM }, i)).collect();
     let tagged: Vec<Statement> = (0..1000).map(|i| statement(&traced[i as usize], i)).collect();

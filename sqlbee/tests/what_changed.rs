@@ -645,11 +645,12 @@ fn server_restarts_are_on_the_timeline() {
         starts.sort_by_key(|e| e["opened_unix_ms"].as_i64());
         starts
     };
+    let is_stop = |e: &Value| e["change"]["action"] == "server stop";
     let wait_for = |n: usize, server: &PrivateServer| {
         let started = Instant::now();
         loop {
             server.sql("SELECT 'keeps a window coming'").unwrap();
-            let starts = server_changes();
+            let starts: Vec<Value> = server_changes().into_iter().filter(|e| !is_stop(e)).collect();
             if starts.len() >= n {
                 return starts;
             }
@@ -668,8 +669,19 @@ fn server_restarts_are_on_the_timeline() {
     agent.wait_attached(server.pid());
     let starts = wait_for(3, &server);
     std::thread::sleep(Duration::from_secs(2));
-    let starts_now = server_changes();
+    let everything = server_changes();
+    let starts_now: Vec<&Value> = everything.iter().filter(|e| !is_stop(e)).collect();
     assert_eq!(starts_now.len(), 3, "each start once: {starts_now:#?}");
+    // Each stop once, between the start before it and the one after it.
+    // A start's time is the kernel's boot time (whole seconds) plus the
+    // process's start: it can read up to a second early.
+    let stops: Vec<&Value> = everything.iter().filter(|e| is_stop(e)).collect();
+    assert_eq!(stops.len(), 2, "{everything:#?}");
+    let at = |e: &Value| e["opened_unix_ms"].as_i64().unwrap();
+    for (stop, around) in stops.iter().zip(starts_now.windows(2)) {
+        assert!(at(around[0]) < at(stop) && at(stop) <= at(around[1]) + 1_000, "{stop:#?} {around:#?}");
+        assert!(stop["evidence"].as_str().unwrap().starts_with("server stopped: its process exited within"), "{stop}");
+    }
     let actions: Vec<&str> = starts.iter().map(|e| e["change"]["action"].as_str().unwrap()).collect();
     assert_eq!(actions, ["server start", "server restart", "server restart on another build"], "{starts:#?}");
     let upgrade = starts[2]["evidence"].as_str().unwrap();
@@ -679,6 +691,8 @@ fn server_restarts_are_on_the_timeline() {
     assert!(upgrade.contains(&format!("was {}", builds[1])), "{upgrade}");
     let out = agent.stop();
     assert!(out.success, "{}", out.stderr);
+    // The agent's own stop leaves the server running: no stop of it.
+    assert_eq!(server_changes().len(), everything.len(), "{:#?}", server_changes());
 }
 
 /// With a login (one with no grant: reading the variables needs none),

@@ -11,7 +11,7 @@ use super::locks::wall_time;
 use crate::{
     discover::Client,
     normalize::{ChangeKind, Digest, Samples, change_of},
-    probe::Statement,
+    probe::{Statement, Stopped},
 };
 
 pub const MAX_PER_WINDOW: usize = 1_000;
@@ -88,6 +88,37 @@ impl Changes {
     }
 }
 
+impl Changes {
+    /// The server's process exited between `stopped.last_seen` and
+    /// `stopped.noticed`: a change of its own, timed over that span (no
+    /// statement ran it that the agent saw; a `SHUTDOWN` is its own).
+    pub fn server_stopped(&mut self, stopped: Stopped) {
+        if self.kept.len() >= MAX_PER_WINDOW {
+            self.dropped += 1;
+            return;
+        }
+        let span = stopped.noticed.duration_since(stopped.last_seen).unwrap_or_default();
+        self.kept.push(ChangeRecord {
+            kind: ChangeKind::Server,
+            action: "server stop".into(),
+            objects: Vec::new(),
+            connection_id: 0,
+            digest: 0,
+            digest_text: Arc::from(""),
+            schema: None,
+            user: None,
+            host: None,
+            client: None,
+            program: None,
+            sample: String::new(),
+            start: stopped.last_seen,
+            duration_ns: u64::try_from(span.as_nanos()).unwrap_or(u64::MAX),
+            error_code: 0,
+            values: Vec::new(),
+        });
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -108,5 +139,15 @@ mod tests {
             changes.offer(&statement(7, 1, 1_000, "TRUNCATE TABLE t"), &Digest::from_text("TRUNCATE TABLE t"), samples);
         }
         assert_eq!((changes.kept.len(), changes.dropped), (MAX_PER_WINDOW, 6));
+    }
+
+    #[test]
+    fn a_stop_spans_from_when_the_server_was_last_seen_to_when_it_was_missed() {
+        let mut changes = Changes::default();
+        let last_seen = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_800_000_000);
+        changes.server_stopped(Stopped { last_seen, noticed: last_seen + std::time::Duration::from_millis(480) });
+        let stop = &changes.kept[0];
+        assert_eq!((stop.kind, stop.action.as_str(), stop.digest), (ChangeKind::Server, "server stop", 0));
+        assert_eq!((stop.start, stop.duration_ns), (last_seen, 480_000_000));
     }
 }

@@ -103,6 +103,7 @@ pub fn probe_batch(instance: &str, readable: Readable, statements: Vec<Statement
         forgotten: Vec::new(),
         cost: None,
         detached: false,
+        stopped: None,
     }
 }
 

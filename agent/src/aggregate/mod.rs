@@ -528,6 +528,9 @@ impl Aggregator {
         let pending_total: usize = self.pending.values().map(|(v, _)| v.len()).sum();
         let long = self.long.entry(instance_name.clone()).or_default();
         let changes = self.changes.entry(instance_name.clone()).or_default();
+        if let Some(stopped) = batch.stopped {
+            changes.server_stopped(stopped);
+        }
         for statement in batch.statements {
             let digest = digest_of(&mut self.normalizer, &statement);
             if statement.sample {

@@ -281,4 +281,15 @@ pub struct ProbeBatch {
     pub cost: Option<ProbeCost>,
     /// The server went away; this is its last batch.
     pub detached: bool,
+    /// The server's process exited (a detach at the agent's own shutdown
+    /// leaves this unset).
+    pub stopped: Option<Stopped>,
+}
+
+/// When a traced server's process was found gone: it exited after
+/// `last_seen` (the rescan before, or its attach) and before `noticed`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stopped {
+    pub last_seen: std::time::SystemTime,
+    pub noticed: std::time::SystemTime,
 }

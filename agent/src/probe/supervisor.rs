@@ -15,7 +15,7 @@ use std::{
 
 use tracing::{debug, info, warn};
 
-use super::{AttachedServer, ProbeBatch, ProbeConfig, ProbeError, UntracedServer, calibrate, link_mode};
+use super::{AttachedServer, ProbeBatch, ProbeConfig, ProbeError, Stopped, UntracedServer, calibrate, link_mode};
 use crate::{
     budget::{
         DutyConfig, Overhead, ProbeCost, QueryCounter,
@@ -82,6 +82,8 @@ pub struct Supervisor {
     dropped_since_check: bool,
     /// Each server's last value capture.
     value_captures: HashMap<u32, ValueCapture>,
+    /// When the running servers were last listed (`reconcile`).
+    last_scan: SystemTime,
 }
 
 impl Supervisor {
@@ -129,6 +131,7 @@ impl Supervisor {
             dropped: HashMap::new(),
             dropped_since_check: false,
             value_captures: HashMap::new(),
+            last_scan: SystemTime::now(),
         }
     }
 
@@ -242,13 +245,18 @@ impl Supervisor {
             .filter(|(pid, a)| !running.iter().any(|s| s.pid == **pid && s.start_ticks == a.server.start_ticks))
             .map(|(pid, _)| *pid)
             .collect();
+        let noticed = SystemTime::now();
         for pid in gone {
             if let Some(mut attached) = self.attached.remove(&pid) {
                 self.dropped.remove(&pid);
-                out.push(final_batch(&mut attached, self.overheads.remove(&pid)));
+                let mut last = final_batch(&mut attached, self.overheads.remove(&pid));
+                // Every attached server was running at the rescan before.
+                last.stopped = Some(Stopped { last_seen: self.last_scan, noticed });
+                out.push(last);
                 info!(pid, instance = %attached.server.instance, "server went away; detached");
             }
         }
+        self.last_scan = noticed;
         self.refused.retain(|(pid, ticks), _| running.iter().any(|s| s.pid == *pid && s.start_ticks == *ticks));
         let now = Instant::now();
         for server in running {
@@ -353,6 +361,7 @@ impl Supervisor {
                 forgotten,
                 cost,
                 detached: false,
+                stopped: None,
             });
         }
     }
@@ -468,6 +477,7 @@ fn final_batch(attached: &mut AttachedServer, overhead: Option<Overhead>) -> Pro
         forgotten: Vec::new(),
         cost,
         detached: true,
+        stopped: None,
     }
 }
 

@@ -3,11 +3,10 @@
 //! the pages' URLs (`since`, `until`, `instance`, and per endpoint
 //! `order`, `limit`, `schema`, `digest`, `of`, `step`), each endpoint's
 //! declared in `openapi`.
-use serde_json::{Value, json};
+use serde_json::Value;
 use sqlbee_proto::v1::{
     ActivityRequest, AnnotateRequest, AnnotationsRequest, EventsRequest, HostsRequest, LocksRequest,
-    LongStatementsRequest, PlansRequest, SeriesRequest, TablesRequest, TopRequest, TopResponse, TotalsRequest,
-    TotalsResponse,
+    LongStatementsRequest, PlansRequest, SeriesRequest, TablesRequest, TopRequest, TotalsRequest,
 };
 use sqlbee_vocabulary::duration;
 
@@ -70,29 +69,6 @@ pub fn marker_request(body: &[u8]) -> Result<AnnotateRequest, BadParam> {
     Ok(AnnotateRequest { text: text.to_string(), instances, at_unix_ms })
 }
 
-/// `/api/top`'s answer: the digests, what was left out, and the cost and
-/// quota tables.
-pub fn top_answer(answer: &TopResponse) -> Value {
-    json!({
-        "digests": shape::top_json(&answer.digests),
-        "left_out": answer.left_out,
-        "costs": shape::costs_json(&answer.costs),
-        "quotas": shape::quotas_json(&answer.quotas),
-    })
-}
-
-/// `/api/totals`' answer, commands by name.
-pub fn totals_answer(t: &TotalsResponse) -> Value {
-    json!({
-        "statements": t.statements,
-        "digest_count": t.digest_count,
-        "commands": t.commands.iter().map(|c| (c.command.clone(), json!(c.count))).collect::<serde_json::Map<_, _>>(),
-        "dropped_events": t.dropped_events,
-        "lost_statements": t.lost_statements,
-        "unmatched": t.unmatched,
-    })
-}
-
 /// None: no such endpoint. A parameter the endpoint does not declare
 /// (`openapi::ENDPOINTS`) is refused, so the published contract is the
 /// one the code reads.
@@ -128,7 +104,7 @@ pub async fn answer(ui: &Ui, path: &str, params: &Params, now: i64) -> Option<Re
                         digest,
                     })
                     .await?;
-                top_answer(&answer)
+                shape::top_answer_json(&answer)
             }
             "/api/series" => {
                 let step_ms = match params.get("step") {
@@ -260,7 +236,7 @@ pub async fn answer(ui: &Ui, path: &str, params: &Params, now: i64) -> Option<Re
                     .await?;
                 shape::hosts_json(&answer.windows)
             }
-            "/api/totals" => totals_answer(
+            "/api/totals" => shape::totals_json(
                 &ui.totals(TotalsRequest {
                     instance,
                     since_unix_ms: range.since_unix_ms,

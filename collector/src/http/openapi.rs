@@ -18,8 +18,6 @@ use sqlbee_proto::{
     },
 };
 
-use super::api;
-
 /// One `GET` endpoint under `/api/`.
 pub struct Endpoint {
     pub path: &'static str,
@@ -50,7 +48,7 @@ pub const ENDPOINTS: &[Endpoint] = &[
         path: "/api/top",
         summary: "The digests that cost the most in the range (`sqlbee top`)",
         params: &["order", "limit", "schema", "digest", "nested", "program"],
-        answer: |e| api::top_answer(&example::<TopResponse>("TopResponse", e)),
+        answer: |e| sqlbee_proto::json::top_answer_json(&example::<TopResponse>("TopResponse", e)),
     },
     Endpoint {
         path: "/api/series",
@@ -133,7 +131,7 @@ pub const ENDPOINTS: &[Endpoint] = &[
         path: "/api/totals",
         summary: "Statements, digests and commands over the range, and what was lost",
         params: &[],
-        answer: |e| api::totals_answer(&example::<TotalsResponse>("TotalsResponse", e)),
+        answer: |e| sqlbee_proto::json::totals_json(&example::<TotalsResponse>("TotalsResponse", e)),
     },
 ];
 

@@ -45,10 +45,25 @@ fn who(c: &Change) -> String {
     out
 }
 
+/// The action of a server's stop, as the agent reports it when the
+/// server's process exits.
+const SERVER_STOP: &str = "server stop";
+
+/// Whether `c` records a start of the server (this module writes those).
+fn is_start(c: &Change) -> bool {
+    c.kind == "server" && c.action != SERVER_STOP && c.action.starts_with("server")
+}
+
 /// One statement's change as an event of `instance`.
 fn statement_event(instance: &str, c: &Change) -> Event {
     let ended = c.start_unix_ms.saturating_add((c.duration_ns / 1_000_000) as i64).max(c.start_unix_ms.max(1));
     let mut evidence = c.action.clone();
+    if c.kind == "server" && c.action == SERVER_STOP {
+        evidence = format!(
+            "server stopped: its process exited within {:.1} s after the agent last saw it running",
+            c.duration_ns as f64 / 1e9
+        );
+    }
     if !c.objects.is_empty() {
         evidence.push(' ');
         evidence.push_str(&c.objects.join(", "));
@@ -175,7 +190,7 @@ impl ServerStarts {
 
     /// After `events` were stored: they need not be written again.
     pub fn recorded(&self, events: &[Event]) {
-        for e in events.iter().filter(|e| e.change.as_ref().is_some_and(|c| c.kind == "server")) {
+        for e in events.iter().filter(|e| e.change.as_ref().is_some_and(is_start)) {
             let build = e.change.as_ref().and_then(|c| c.objects.first()).cloned().unwrap_or_default();
             self.remember(&e.instance, e.opened_unix_ms, build);
         }
@@ -206,7 +221,7 @@ fn previous_start(store: &Arc<dyn Store>, instance: &str, before: i64) -> Result
     })?;
     Ok(events
         .iter()
-        .filter(|e| e.change.as_ref().is_some_and(|c| c.kind == "server"))
+        .filter(|e| e.change.as_ref().is_some_and(is_start))
         .max_by_key(|e| e.opened_unix_ms)
         .map(|e| (e.opened_unix_ms, e.change.as_ref().and_then(|c| c.objects.first()).cloned().unwrap_or_default())))
 }
