@@ -45,6 +45,31 @@ pub struct ChangeRecord {
     pub values: Vec<SettingValue>,
 }
 
+impl ChangeRecord {
+    /// A change no statement the agent saw made (a stop, a variable read
+    /// with a new value): nobody named, no digest.
+    pub fn unattributed(kind: ChangeKind, action: &str, objects: Vec<String>, start: SystemTime) -> ChangeRecord {
+        ChangeRecord {
+            kind,
+            action: action.into(),
+            objects,
+            connection_id: 0,
+            digest: 0,
+            digest_text: Arc::from(""),
+            schema: None,
+            user: None,
+            host: None,
+            client: None,
+            program: None,
+            sample: String::new(),
+            start,
+            duration_ns: 0,
+            error_code: 0,
+            values: Vec::new(),
+        }
+    }
+}
+
 /// One global variable's value before and after a change.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SettingValue {
@@ -99,22 +124,8 @@ impl Changes {
         }
         let span = stopped.noticed.duration_since(stopped.last_seen).unwrap_or_default();
         self.kept.push(ChangeRecord {
-            kind: ChangeKind::Server,
-            action: "server stop".into(),
-            objects: Vec::new(),
-            connection_id: 0,
-            digest: 0,
-            digest_text: Arc::from(""),
-            schema: None,
-            user: None,
-            host: None,
-            client: None,
-            program: None,
-            sample: String::new(),
-            start: stopped.last_seen,
             duration_ns: u64::try_from(span.as_nanos()).unwrap_or(u64::MAX),
-            error_code: 0,
-            values: Vec::new(),
+            ..ChangeRecord::unattributed(ChangeKind::Server, "server stop", Vec::new(), stopped.last_seen)
         });
     }
 }

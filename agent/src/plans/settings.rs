@@ -7,7 +7,6 @@
 //! Variables that may hold a secret are never read out.
 use std::{
     collections::BTreeMap,
-    sync::Arc,
     time::{Duration, Instant, SystemTime},
 };
 
@@ -135,23 +134,10 @@ impl Settings {
         self.waiting = still;
         out.extend(answered.into_iter().map(|(_, c)| c));
         if !alone.is_empty() {
+            let names = alone.iter().map(|v| v.name.clone()).collect();
             out.push(ChangeRecord {
-                kind: ChangeKind::Setting,
-                action: "variables changed".into(),
-                objects: alone.iter().map(|v| v.name.clone()).collect(),
-                connection_id: 0,
-                digest: 0,
-                digest_text: Arc::from(""),
-                schema: None,
-                user: None,
-                host: None,
-                client: None,
-                program: None,
-                sample: String::new(),
-                start: SystemTime::now(),
-                duration_ns: 0,
-                error_code: 0,
                 values: alone,
+                ..ChangeRecord::unattributed(ChangeKind::Setting, "variables changed", names, SystemTime::now())
             });
         }
         out
@@ -164,22 +150,18 @@ mod tests {
 
     fn set_global(variables: &[&str]) -> ChangeRecord {
         ChangeRecord {
-            kind: ChangeKind::Setting,
-            action: "SET GLOBAL".into(),
-            objects: variables.iter().map(|v| v.to_string()).collect(),
             connection_id: 7,
             digest: 1,
-            digest_text: Arc::from("SET GLOBAL ..."),
-            schema: None,
+            digest_text: std::sync::Arc::from("SET GLOBAL ..."),
             user: Some("root".into()),
             host: Some("localhost".into()),
-            client: None,
-            program: None,
-            sample: String::new(),
-            start: SystemTime::now(),
             duration_ns: 1_000,
-            error_code: 0,
-            values: Vec::new(),
+            ..ChangeRecord::unattributed(
+                ChangeKind::Setting,
+                "SET GLOBAL",
+                variables.iter().map(|v| v.to_string()).collect(),
+                SystemTime::now(),
+            )
         }
     }
 
