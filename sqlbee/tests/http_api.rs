@@ -115,6 +115,17 @@ async fn every_endpoint_answers_what_its_published_schema_says() {
     assert!(answers["/api/instances"].to_string().contains(INSTANCE));
     assert!(len("/api/series", "points") >= 1, "{}", answers["/api/series"]);
 
+    // The other shapes an endpoint has: a series of the agents' cost, a
+    // diff against a range given outright.
+    let before = format!("{}..{}", now - 7_200_000, now - 3_600_000);
+    for url in ["/api/series?since=2h&of=cost".to_string(), format!("/api/diff?since=1h&before={before}")] {
+        let reply = request(&collector, "GET", &url, Some(READ), None);
+        assert_eq!(reply.status, 200, "{url}: {}", reply.body);
+        let path = url.split('?').next().unwrap();
+        let errors = validate(schema(&document, "get", path, "200"), &reply.body);
+        assert!(errors.is_empty(), "{url} does not answer what the document says: {errors:#?}");
+    }
+
     // What the document does not list is refused, naming what is taken.
     let unknown = request(&collector, "GET", "/api/top?since=all&sql=1", Some(READ), None);
     assert_eq!(unknown.status, 400, "{}", unknown.body);
