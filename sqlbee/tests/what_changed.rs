@@ -592,6 +592,11 @@ fn events_and_markers() {
             tables_page.dom.split("<li class=\"table-change\"").skip(1).filter(|li| li.contains("app.items")).collect();
         assert_eq!(items_changes.len(), 2, "{}", tables_page.dom);
         assert!(items_changes.iter().any(|li| li.contains("ALTER TABLE app.items, index k_idx by root@localhost")));
+        // So does the regressed digest's page, under its plots.
+        let digest = regressed["digest"].as_str().unwrap();
+        let digest_page = common::browser::load(&format!("{}digest?id={digest}&since=10m", open.ui));
+        let digest_changes: Vec<&str> = digest_page.dom.split("<li class=\"digest-change\"").skip(1).collect();
+        assert_eq!(digest_changes.iter().filter(|li| li.contains("app.items")).count(), 2, "{}", digest_page.dom);
         let shots = common::browser::screenshot_dir();
         assert!(common::browser::screenshot(&format!("{}?since=10m", open.ui), &shots.join("markers.png")).is_empty());
     }

@@ -72,15 +72,23 @@ fn describe(e: &Event) -> String {
 /// described) that ran in `schema`: it names one of its tables, or it
 /// changed the whole server.
 fn touches(change: &Event, tables: Option<&DigestTables>, schema: &str) -> bool {
+    let tables = tables.map_or(&[][..], |t| t.tables.as_slice());
+    touches_tables(
+        change,
+        tables.iter().map(|t| (if t.schema.is_empty() { schema } else { t.schema.as_str() }, t.table.as_str())),
+    )
+}
+
+/// Whether `change` names one of `tables` (schema, table; an empty schema
+/// matches any), or changed the whole server (a setting, a start or stop).
+pub fn touches_tables<'a>(change: &Event, mut tables: impl Iterator<Item = (&'a str, &'a str)>) -> bool {
     let Some(c) = &change.change else { return false };
     if matches!(c.kind.as_str(), "setting" | "server") {
         return true;
     }
-    let Some(tables) = tables else { return false };
-    tables.tables.iter().any(|t| {
-        let table_schema = if t.schema.is_empty() { schema } else { t.schema.as_str() };
-        let qualified = format!("{table_schema}.{}", t.table);
-        c.objects.iter().any(|o| *o == qualified || (table_schema.is_empty() && o.ends_with(&format!(".{}", t.table))))
+    tables.any(|(schema, table)| {
+        let qualified = format!("{schema}.{table}");
+        c.objects.iter().any(|o| *o == qualified || (schema.is_empty() && o.ends_with(&format!(".{table}"))))
     })
 }
 

@@ -1,7 +1,7 @@
 //! The Query service: checks the request, asks the store on the blocking
 //! pool. Owns the request defaults and limits (limit 20 digests or 100 lock
 //! waits, at most 10 000).
-pub(crate) mod blame;
+pub mod blame;
 pub(crate) mod diff;
 mod findings;
 mod tables;

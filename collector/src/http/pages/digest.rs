@@ -8,14 +8,22 @@
 use std::{collections::BTreeMap, fmt::Write};
 
 use sqlbee_figures::Unit;
-use sqlbee_proto::v1::{QueryStats, TopDigest, TopRequest};
+use sqlbee_proto::v1::{EventsRequest, QueryStats, TablesRequest, TopDigest, TopRequest};
 
-use super::{PageHead, Rendered, instance_names, plans, series_request, statement_plots, top_request};
-use crate::http::{
-    Ui,
-    html::{self, Nav, esc},
-    params::{Params, View, digest_id},
-    svg::MarkerKind,
+use super::{
+    PageHead, Rendered, instance_names, plans, series_request, statement_plots,
+    tables::{MAX_CHANGES, MAX_TABLES},
+    top_request,
+};
+use crate::{
+    http::{
+        Ui,
+        html::{self, Nav, esc},
+        page_error::PageError,
+        params::{Params, View, digest_id},
+        svg::MarkerKind,
+    },
+    query_api::blame,
 };
 
 /// Rows (schemas and lineages) a digest page lists.
@@ -61,6 +69,7 @@ pub async fn render(ui: &Ui, view: &View, params: &Params) -> Rendered {
     markers.extend(super::marks(ui, view).await?.into_iter().filter(|m| m.kind != MarkerKind::Plan));
     body.push_str(&statement_plots(view, &series, &markers));
     plans::section(&mut body, &plans);
+    changes(&mut body, ui, view, id).await?;
 
     rows(&mut body, view, &answer.digests);
     errors(&mut body, &answer.digests);
@@ -72,6 +81,52 @@ pub async fn render(ui: &Ui, view: &View, params: &Params) -> Rendered {
     traces(&mut body, &answer.digests);
     instances_on(&mut body, view, &answer.digests);
     Ok((head(format!("Digest {hex}"), instances), body))
+}
+
+/// The changes that may explain how it ran: those that named one of its
+/// tables, and those that changed the whole server (as `sqlbee diff`
+/// blames them).
+async fn changes(body: &mut String, ui: &Ui, view: &View, id: u64) -> Result<(), PageError> {
+    let instance = view.instance.clone().unwrap_or_default();
+    let (since_unix_ms, until_unix_ms) = (view.range.since_unix_ms, view.range.until_unix_ms);
+    let tables = ui
+        .tables(TablesRequest { instance: instance.clone(), since_unix_ms, until_unix_ms, limit: MAX_TABLES })
+        .await?;
+    let mine: Vec<(&str, &str)> = tables
+        .tables
+        .iter()
+        .filter(|t| t.digests.iter().any(|d| d.digest == id))
+        .map(|t| (t.schema.as_str(), t.table.as_str()))
+        .collect();
+    let events = ui
+        .events(EventsRequest {
+            instance,
+            since_unix_ms,
+            until_unix_ms,
+            kind: sqlbee_proto::query_client::CHANGE_EVENT_KIND.into(),
+            limit: MAX_CHANGES,
+            ..Default::default()
+        })
+        .await?;
+    let touching: Vec<_> = events.iter().filter(|e| blame::touches_tables(e, mine.iter().copied())).collect();
+    body.push_str("<h2>Changes</h2>");
+    if touching.is_empty() {
+        body.push_str("<p>No change to its tables or to the server in this range.</p>");
+        return Ok(());
+    }
+    body.push_str("<p>Changes to its tables, and to the whole server, in this range.</p><ul id=\"changes\">");
+    for e in touching {
+        let _ = write!(
+            body,
+            "<li class=\"digest-change\" data-event=\"{:016x}\">{} · {} on {}</li>",
+            e.id,
+            esc(&e.evidence),
+            html::time(e.opened_unix_ms),
+            esc(&e.instance)
+        );
+    }
+    body.push_str("</ul>");
+    Ok(())
 }
 
 fn rows(body: &mut String, view: &View, digests: &[TopDigest]) {

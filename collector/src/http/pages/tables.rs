@@ -14,9 +14,9 @@ use crate::http::{
 };
 
 /// Tables a page lists.
-const MAX_TABLES: u32 = 200;
+pub(super) const MAX_TABLES: u32 = 200;
 /// Changes read for the page, the newest.
-const MAX_CHANGES: u32 = 1_000;
+pub(super) const MAX_CHANGES: u32 = 1_000;
 
 pub async fn render(ui: &Ui, view: &View) -> Rendered {
     let answer = ui
