@@ -11,7 +11,7 @@ use sqlbee_figures::Unit;
 use sqlbee_proto::v1::{EventsRequest, QueryStats, TablesRequest, TopDigest, TopRequest};
 
 use super::{
-    PageHead, Rendered, instance_names, plans, series_request, statement_plots,
+    PageHead, Rendered, change_item, instance_names, plans, series_request, statement_plots,
     tables::{MAX_CHANGES, MAX_TABLES},
     top_request,
 };
@@ -116,14 +116,7 @@ async fn changes(body: &mut String, ui: &Ui, view: &View, id: u64) -> Result<(),
     }
     body.push_str("<p>Changes to its tables, and to the whole server, in this range.</p><ul id=\"changes\">");
     for e in touching {
-        let _ = write!(
-            body,
-            "<li class=\"digest-change\" data-event=\"{:016x}\">{} · {} on {}</li>",
-            e.id,
-            esc(&e.evidence),
-            html::time(e.opened_unix_ms),
-            esc(&e.instance)
-        );
+        change_item(body, "digest-change", e);
     }
     body.push_str("</ul>");
     Ok(())

@@ -14,6 +14,8 @@ mod plans;
 mod tables;
 mod top;
 
+use std::fmt::Write as _;
+
 use sqlbee_proto::v1::{
     self as wire, AnnotationsRequest, EventsRequest, SeriesPoint, SeriesRequest, SeriesResponse, TopRequest,
 };
@@ -203,6 +205,19 @@ fn plot_range(view: &View, series: &SeriesResponse) -> (i64, i64) {
 /// A Top request over the view's range and instance.
 /// The digest page of `digest` in `schema` (none: every schema), in the
 /// view's range.
+/// A change event as a list item of class `class`: what it did and who,
+/// when, and where.
+fn change_item(body: &mut String, class: &str, e: &sqlbee_proto::v1::Event) {
+    let _ = write!(
+        body,
+        "<li class=\"{class}\" data-event=\"{:016x}\">{} · {} on {}</li>",
+        e.id,
+        html::esc(&e.evidence),
+        html::time(e.opened_unix_ms),
+        html::esc(&e.instance)
+    );
+}
+
 fn digest_href(view: &View, digest: u64, schema: &str) -> String {
     let hex = html::digest_hex(digest);
     let mut keep = vec![("id", hex.as_str())];

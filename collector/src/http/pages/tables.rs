@@ -82,14 +82,7 @@ pub async fn render(ui: &Ui, view: &View) -> Rendered {
                 );
             }
             for e in changes.iter().filter(|e| e.change.as_ref().is_some_and(|c| c.objects.contains(&name))) {
-                let _ = write!(
-                    body,
-                    "<li class=\"table-change\" data-event=\"{:016x}\">{} · {} on {}</li>",
-                    e.id,
-                    esc(&e.evidence),
-                    html::time(e.opened_unix_ms),
-                    esc(&e.instance)
-                );
+                super::change_item(&mut body, "table-change", e);
             }
             body.push_str("</ul></td></tr>");
         }
