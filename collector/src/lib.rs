@@ -12,6 +12,7 @@ pub mod holds;
 pub mod http;
 mod ingest;
 mod live;
+pub mod otlp;
 mod ownership;
 mod places;
 pub mod query_api;
@@ -180,6 +181,75 @@ pub struct CollectorArgs {
     /// closes (retried a few times, never holding up ingest).
     #[arg(long, env = "SQLBEE_COLLECTOR_WEBHOOK", value_name = "URL")]
     pub webhook: Option<String>,
+    /// Export each instance's statements, per step, as OTLP metrics to this
+    /// receiver (for http/protobuf, a base URL that `/v1/metrics` is added
+    /// to). Without it, `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT` or
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT` turns the export on; the other
+    /// `OTEL_EXPORTER_OTLP_*` variables (protocol, headers, timeout,
+    /// certificate) are honoured where no flag says otherwise.
+    #[arg(long, env = "SQLBEE_COLLECTOR_OTLP_ENDPOINT", value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
+    /// `http/protobuf` (the default) or `grpc`.
+    #[arg(long, env = "SQLBEE_COLLECTOR_OTLP_PROTOCOL")]
+    pub otlp_protocol: Option<String>,
+    /// A header sent with every export request (`KEY=VALUE`; repeat for
+    /// more). A secret is better given in `OTEL_EXPORTER_OTLP_HEADERS`,
+    /// which other users cannot read from the process list.
+    #[arg(long = "otlp-header", value_name = "KEY=VALUE")]
+    pub otlp_headers: Vec<String>,
+    /// CA (PEM) that signed the receiver's certificate (for https).
+    #[arg(long, env = "SQLBEE_COLLECTOR_OTLP_CA")]
+    pub otlp_ca: Option<PathBuf>,
+    /// One export request's deadline (default 10s).
+    #[arg(long, env = "SQLBEE_COLLECTOR_OTLP_TIMEOUT", value_parser = duration::parse)]
+    pub otlp_timeout: Option<Duration>,
+    /// The interval each exported point covers (at least 1s).
+    #[arg(long, env = "SQLBEE_COLLECTOR_OTLP_STEP", default_value = "1m", value_parser = duration::parse)]
+    pub otlp_step: Duration,
+    /// How long after a step ends it is exported, so that agents' windows
+    /// of it have arrived. A window that arrives later is in the store
+    /// and `sqlbee top`, not in the export.
+    #[arg(long, env = "SQLBEE_COLLECTOR_OTLP_DELAY", default_value = "1m", value_parser = duration::parse)]
+    pub otlp_delay: Duration,
+    /// How far the export may fall behind (a receiver that is down) before
+    /// it skips the oldest steps, counting them as dropped.
+    #[arg(long, env = "SQLBEE_COLLECTOR_OTLP_MAX_BEHIND", default_value = "6h", value_parser = duration::parse)]
+    pub otlp_max_behind: Duration,
+    /// Digests per instance and step that get points of their own (the
+    /// busiest by total time); the rest are one point, digest `other`.
+    #[arg(long, env = "SQLBEE_COLLECTOR_OTLP_MAX_DIGESTS", default_value_t = 100,
+        value_parser = TypedValueParser::map(clap::value_parser!(u32).range(1..=10_000), |n| n as usize))]
+    pub otlp_max_digests: usize,
+    /// Also send each digest's redacted text (`db.query.text`).
+    #[arg(long, env = "SQLBEE_COLLECTOR_OTLP_QUERY_TEXT")]
+    pub otlp_query_text: bool,
+}
+
+/// The export's settings and its transport, or None without an endpoint.
+fn otlp_settings(args: &CollectorArgs) -> Result<Option<(otlp::Settings, otlp::send::Transport)>, CollectorError> {
+    let flags = otlp::config::Flags {
+        endpoint: args.otlp_endpoint.clone(),
+        protocol: args.otlp_protocol.clone(),
+        headers: args.otlp_headers.clone(),
+        ca: args.otlp_ca.clone(),
+        timeout: args.otlp_timeout,
+    };
+    let Some(target) = otlp::config::resolve(&flags, &|name| std::env::var(name).ok())? else {
+        return Ok(None);
+    };
+    if args.otlp_step < Duration::from_secs(1) {
+        return Err(CollectorError::Zero { field: "--otlp-step (at least 1s)" });
+    }
+    let transport = otlp::send::Transport::new(target.clone())?;
+    let settings = otlp::Settings {
+        target,
+        step: args.otlp_step,
+        delay: args.otlp_delay,
+        max_behind: args.otlp_max_behind.max(args.otlp_step),
+        max_digests: args.otlp_max_digests,
+        query_text: args.otlp_query_text,
+    };
+    Ok(Some((settings, transport)))
 }
 
 /// `off` or `0` for never, else a duration.
@@ -242,6 +312,10 @@ pub enum CollectorError {
     MinChange { value: f64 },
     #[error(transparent)]
     Webhook(#[from] detect::webhook::WebhookError),
+    #[error(transparent)]
+    OtlpConfig(#[from] otlp::config::ConfigError),
+    #[error(transparent)]
+    OtlpTransport(#[from] otlp::send::TransportError),
 }
 
 pub fn main(args: CollectorArgs) -> Result<(), CollectorError> {
@@ -285,6 +359,7 @@ async fn run(args: CollectorArgs) -> Result<(), CollectorError> {
     if !(args.detect_min_change.is_finite() && args.detect_min_change >= 0.0) {
         return Err(CollectorError::MinChange { value: args.detect_min_change });
     }
+    let otlp = otlp_settings(&args)?;
     let metrics = match args.metrics_listen.trim() {
         none if none.eq_ignore_ascii_case("none") => None,
         addr => Some(sqlbee_prometheus::MetricsServer::bind(addr)?),
@@ -332,6 +407,7 @@ async fn run(args: CollectorArgs) -> Result<(), CollectorError> {
         },
         metrics,
         webhook: args.webhook.as_deref().map(detect::webhook::Webhook::start).transpose()?,
+        otlp,
     };
     let location = args.store.clone();
     let store: Arc<dyn store::Store> = tokio::task::spawn_blocking(move || store::open(&location))

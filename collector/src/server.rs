@@ -27,6 +27,7 @@ use super::{
     http::{HttpServer, Ui},
     ingest::IngestService,
     live::LiveActivity,
+    otlp,
     ownership::Owners,
     query_api::QueryService,
     quota::Quotas,
@@ -85,6 +86,8 @@ pub struct Settings {
     pub detection: detect::Settings,
     /// `--webhook`: where each event is posted.
     pub webhook: Option<detect::webhook::Webhook>,
+    /// `--otlp-endpoint`: the OTLP export and how it sends.
+    pub otlp: Option<(otlp::Settings, otlp::send::Transport)>,
     /// The collector's Prometheus page; None: `--metrics-listen none`.
     pub metrics: Option<sqlbee_prometheus::MetricsServer>,
 }
@@ -231,10 +234,15 @@ pub async fn serve(
 
     let open_events = Arc::new(detect::OpenEvents::default());
     let detector = tokio::spawn(detect::run(store.clone(), settings.detection, open_events.clone(), settings.webhook));
+    let otlp_counts = settings.otlp.as_ref().map(|_| Arc::new(otlp::Counts::default()));
+    let exporter = settings
+        .otlp
+        .zip(otlp_counts.clone())
+        .map(|((otlp, transport), counts)| tokio::spawn(otlp::run(store.clone(), otlp, transport, counts)));
     let (stop_metrics, mut metrics_stopping) = tokio::sync::watch::channel(false);
     let metrics = settings.metrics.map(|server| {
         tracing::info!(addr = %server.local_addr(), "collector metrics at /metrics");
-        tokio::spawn(server.serve(detect::exposition::render(open_events), async move {
+        tokio::spawn(server.serve(detect::exposition::render(open_events, otlp_counts.clone()), async move {
             let _ = metrics_stopping.wait_for(|stop| *stop).await;
         }))
     });
@@ -254,6 +262,9 @@ pub async fn serve(
     pruner.abort();
     roller.abort();
     detector.abort();
+    if let Some(exporter) = exporter {
+        exporter.abort();
+    }
     if let Some(metrics) = metrics
         && let Ok(Err(error)) = metrics.await
     {

@@ -8,6 +8,7 @@ pub mod clickhouse_cluster;
 pub mod image;
 pub mod kernel_matrix;
 pub mod mariadb;
+pub mod otelcol;
 pub mod paths;
 pub mod ports;
 pub mod python_venv;

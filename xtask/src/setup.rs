@@ -63,12 +63,13 @@ const DEBIAN_PACKAGES: [&str; 27] = [
 ];
 
 pub fn run() -> anyhow::Result<()> {
-    toolchain().context("setup step 1/6 (pinned nightly toolchain)")?;
-    bpf_linker().context("setup step 2/6 (bpf-linker)")?;
-    mdbook().context("setup step 3/6 (mdbook)")?;
-    debian_packages().context("setup step 4/6 (Debian packages)")?;
-    python_packages().context("setup step 5/6 (Python packages: chdb, mcp)")?;
-    xtask::kernel_matrix::install().context("setup step 6/6 (the kernel matrix's kernels)")?;
+    toolchain().context("setup step 1/7 (pinned nightly toolchain)")?;
+    bpf_linker().context("setup step 2/7 (bpf-linker)")?;
+    mdbook().context("setup step 3/7 (mdbook)")?;
+    debian_packages().context("setup step 4/7 (Debian packages)")?;
+    python_packages().context("setup step 5/7 (Python packages: chdb, mcp)")?;
+    xtask::kernel_matrix::install().context("setup step 6/7 (the kernel matrix's kernels)")?;
+    xtask::otelcol::install().context("setup step 7/7 (the OpenTelemetry Collector the OTLP tests send to)")?;
     Ok(())
 }
 

@@ -2,7 +2,8 @@
 //! detection holds open, by kind and instance, so that alert rules can page
 //! on them (an example rule file is in the manual), and whether detection
 //! runs at all. It formats the newest round's snapshot; a scrape reads no
-//! store.
+//! store. With `--otlp-endpoint`, it also counts what the export sent,
+//! retried and dropped, and how far behind it is.
 use std::{collections::BTreeMap, sync::Arc};
 
 use super::OpenEvents;
@@ -15,12 +16,15 @@ use sqlbee_prometheus::{Encoder, MetricType, Render};
 
 use crate::query_api::EVENT_KINDS;
 
-pub fn render(open: Arc<OpenEvents>) -> Render {
-    Arc::new(move || page(&open))
+pub fn render(open: Arc<OpenEvents>, otlp: Option<Arc<crate::otlp::Counts>>) -> Render {
+    Arc::new(move || page(&open, otlp.as_deref()))
 }
 
-fn page(open: &OpenEvents) -> String {
+fn page(open: &OpenEvents, otlp: Option<&crate::otlp::Counts>) -> String {
     let mut enc = Encoder::new();
+    if let Some(otlp) = otlp {
+        otlp_families(&mut enc, otlp);
+    }
     let (rounds, failed) = open.rounds();
     enc.family(
         "sqlbee_collector_detection_rounds_total",
@@ -52,6 +56,42 @@ fn page(open: &OpenEvents) -> String {
     enc.finish()
 }
 
+fn otlp_families(enc: &mut Encoder, counts: &crate::otlp::Counts) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let counters = [
+        ("sqlbee_collector_otlp_requests_total", "OTLP export requests the receiver acknowledged.", &counts.requests),
+        ("sqlbee_collector_otlp_points_total", "Data points the receiver took.", &counts.points),
+        (
+            "sqlbee_collector_otlp_retries_total",
+            "Export passes that failed and were retried (receiver away, store error).",
+            &counts.retries,
+        ),
+        (
+            "sqlbee_collector_otlp_dropped_points_total",
+            "Data points the receiver refused for good or rejected.",
+            &counts.dropped_points,
+        ),
+        (
+            "sqlbee_collector_otlp_skipped_steps_total",
+            "Steps not exported because the export fell further behind than --otlp-max-behind.",
+            &counts.skipped_steps,
+        ),
+    ];
+    for (name, help, value) in counters {
+        enc.family(name, help, MetricType::Counter).sample(&[], value.load(Relaxed));
+    }
+    let mark = counts.mark_unix_ms.load(Relaxed);
+    if mark > 0 {
+        let behind = (sqlbee_vocabulary::clock::now_unix_ms() - mark).max(0) as f64 / 1000.0;
+        enc.family(
+            "sqlbee_collector_otlp_behind_seconds",
+            "How long ago the oldest step not yet exported began.",
+            MetricType::Gauge,
+        )
+        .sample(&[], behind);
+    }
+}
+
 /// The counts of the `MAX_INSTANCE_SERIES` instances with the most open
 /// events, and the others' added up per kind.
 fn bounded(counts: BTreeMap<(String, String), u64>) -> BTreeMap<(String, String), u64> {
@@ -81,9 +121,9 @@ mod tests {
     #[test]
     fn the_page_names_open_events_by_kind_and_instance() {
         let open = OpenEvents::default();
-        assert!(!page(&open).contains("sqlbee_collector_open_events"), "nothing before the first round");
+        assert!(!page(&open, None).contains("sqlbee_collector_open_events"), "nothing before the first round");
         open.set(std::collections::BTreeMap::from([(("regressed".to_string(), "db:3306".to_string()), 2)]));
-        let text = page(&open);
+        let text = page(&open, None);
         assert!(text.contains("sqlbee_collector_open_events{kind=\"regressed\",instance=\"db:3306\"} 2"), "{text}");
         assert!(text.contains("sqlbee_collector_open_events{kind=\"new\",instance=\"\"} 0"), "{text}");
     }
@@ -96,7 +136,7 @@ mod tests {
         let counts: BTreeMap<(String, String), u64> =
             (0..2_000u64).map(|i| (("new".to_string(), format!("invented-{i}:1")), 1 + i / 1_000)).collect();
         open.set(counts);
-        let text = page(&open);
+        let text = page(&open, None);
         let series = text.lines().filter(|l| l.starts_with("sqlbee_collector_open_events{")).count();
         assert!(series <= MAX_INSTANCE_SERIES + 1 + EVENT_KINDS.len(), "{series}");
         let total: u64 = text

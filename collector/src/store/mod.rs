@@ -427,6 +427,18 @@ pub enum StoreError {
     Conflict { agent_id: String, epoch: u64, sequence: u64 },
 }
 
+/// How far an export (`crate::otlp`) has come: every step of `step_ms`
+/// that ends at or before `until_unix_ms` is exported, and of the step that
+/// starts there, the instances up to `instance` (in byte order; empty:
+/// none). Kept in the store, so a restarted collector goes on where the
+/// last acknowledged request left off.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ExportMark {
+    pub step_ms: i64,
+    pub until_unix_ms: i64,
+    pub instance: String,
+}
+
 pub trait Store: Send + Sync {
     /// Stores a validated batch in one transaction, or reports that its
     /// (agent_id, epoch, sequence) was stored before: a duplicate when
@@ -504,6 +516,10 @@ pub trait Store: Send + Sync {
     /// windows are all gone, and rollup rows older than their level's
     /// cutoff.
     fn prune(&self, cutoffs: &PruneCutoffs) -> Result<PruneOutcome, StoreError>;
+    /// The export `name`'s furthest mark; None: it never ran on this store.
+    fn export_mark(&self, name: &str) -> Result<Option<ExportMark>, StoreError>;
+    /// Records that the export `name` came to `mark`.
+    fn set_export_mark(&self, name: &str, mark: &ExportMark) -> Result<(), StoreError>;
 }
 
 /// Opens the store named by `--store`: `sqlite:PATH`, or

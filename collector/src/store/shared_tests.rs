@@ -420,6 +420,19 @@ pub(super) fn tags_and_exemplars_merge_over_windows(store: &dyn Store, batch: Ma
 /// Markers read by range, instance and id; events read as their newest
 /// version, open or overlapping the range; both pruned by the hour
 /// retention.
+/// An export's mark reads as the furthest written, per export name.
+pub(super) fn export_marks_read_back_the_furthest(store: &dyn Store) {
+    assert_eq!(store.export_mark("otlp-metrics").unwrap(), None);
+    let mark = |until_unix_ms, instance: &str| ExportMark { step_ms: 60_000, until_unix_ms, instance: instance.into() };
+    for m in [mark(60_000, ""), mark(60_000, "db-a"), mark(60_000, "db-b"), mark(120_000, "")] {
+        store.set_export_mark("otlp-metrics", &m).unwrap();
+        assert_eq!(store.export_mark("otlp-metrics").unwrap(), Some(m));
+    }
+    store.set_export_mark("another", &mark(1_000, "x")).unwrap();
+    assert_eq!(store.export_mark("otlp-metrics").unwrap(), Some(mark(120_000, "")));
+    assert_eq!(store.export_mark("another").unwrap(), Some(mark(1_000, "x")));
+}
+
 pub(super) fn markers_and_events_keep_their_newest_version(store: &dyn Store) {
     use sqlbee_proto::v1::{Annotation, Event};
     let marker = |id: u64, at: i64, instances: &[&str]| Annotation {

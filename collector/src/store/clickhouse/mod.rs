@@ -53,6 +53,7 @@ mod cluster_tests;
 mod costs;
 mod digest_rows;
 mod events;
+mod export_marks;
 mod group_commit;
 mod http;
 mod plans;
@@ -73,8 +74,8 @@ use sqlbee_proto::v1::{
 };
 
 use super::{
-    AnnotationsQuery, DigestTables, EventsQuery, HostsQuery, IngestOutcome, LocksQuery, Page, PlansQuery, PruneCutoffs,
-    PruneOutcome, SeriesQuery, Store, StoreError, TopPage, TopQuery, TotalsQuery,
+    AnnotationsQuery, DigestTables, EventsQuery, ExportMark, HostsQuery, IngestOutcome, LocksQuery, Page, PlansQuery,
+    PruneCutoffs, PruneOutcome, SeriesQuery, Store, StoreError, TopPage, TopQuery, TotalsQuery,
 };
 pub use cluster::shard_of;
 pub use schema::SCHEMA_VERSION;
@@ -414,6 +415,14 @@ impl Store for ClickHouseStore {
 
     fn events(&self, query: &EventsQuery) -> Result<Vec<Event>, StoreError> {
         events::read(&self.db, query)
+    }
+
+    fn export_mark(&self, name: &str) -> Result<Option<ExportMark>, StoreError> {
+        export_marks::read(&self.db, name)
+    }
+
+    fn set_export_mark(&self, name: &str, mark: &ExportMark) -> Result<(), StoreError> {
+        export_marks::write(&self.first_shard().db, name, mark)
     }
 
     fn locks_page(&self, query: &LocksQuery) -> Result<Page<LockWaitRow>, StoreError> {

@@ -26,7 +26,8 @@ use crate::store::{rank_columns, rollup};
 /// (older rows read "", no login).
 /// 6: `long_statements` (a new table).
 /// 7: `annotations` and `events` (new tables).
-pub const SCHEMA_VERSION: u32 = 7;
+/// 8: `export_marks` (a new table).
+pub const SCHEMA_VERSION: u32 = 8;
 
 const SERVER_LOGIN: &str = "server_login String DEFAULT ''";
 
@@ -255,6 +256,14 @@ pub(super) fn tables_for(layout: Layout<'_>) -> Vec<(&'static str, String)> {
             None,
             "opened_unix_ms, id",
         ),
+        // How far each export has come (`export_marks`): a row per
+        // acknowledged request, read furthest first.
+        table(
+            "export_marks",
+            "name String, step_ms Int64, until_unix_ms Int64, instance String",
+            None,
+            "name, until_unix_ms",
+        ),
         // Rollups (see `rollups`): each row merges a bucket's winning rows
         // of one key, written by the pass whose id it carries; rows count
         // only under their bucket's newest mark. The columns are the raw
@@ -336,15 +345,17 @@ pub(super) const ROLLUP_AGING: [(&str, &str); 4] = [
     ("rollup_marks", "bucket"),
 ];
 
-/// Plans, plan changes, digest descriptions, markers and events, pruned
-/// by the hour rollups' retention (unpartitioned: small, and they go by
-/// mutation). An event goes by its opening, which all its versions share.
-pub(super) const PLAN_AGING: [(&str, &str); 5] = [
+/// Plans, plan changes, digest descriptions, markers, events and export
+/// marks, pruned by the hour rollups' retention (unpartitioned: small, and
+/// they go by mutation). An event goes by its opening, which all its
+/// versions share; an export's newest mark outlives its older ones.
+pub(super) const PLAN_AGING: [(&str, &str); 6] = [
     ("plans", "seen_unix_ms"),
     ("plan_changes", "at_unix_ms"),
     ("digest_tables", "seen_unix_ms"),
     ("annotations", "at_unix_ms"),
     ("events", "opened_unix_ms"),
+    ("export_marks", "until_unix_ms"),
 ];
 
 /// Tables whose rows age, with the column retention goes by.

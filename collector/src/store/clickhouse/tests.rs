@@ -542,6 +542,12 @@ fn long_statements_newest_first_once_and_pruned() {
 }
 
 #[test]
+fn export_marks_read_back_the_furthest() {
+    let Some((store, _)) = store("export_marks") else { return };
+    shared_tests::export_marks_read_back_the_furthest(&store);
+}
+
+#[test]
 fn markers_and_events_keep_their_newest_version() {
     let Some((store, _)) = store("events") else { return };
     shared_tests::markers_and_events_keep_their_newest_version(&store);
@@ -1058,6 +1064,7 @@ fn every_statement_the_store_sends_runs_on_current_clickhouse() {
         store.plans(&plans).unwrap();
         store.plans(&PlansQuery { digest: None, schema: Some("app".into()), ..plans }).unwrap();
         store.digest_tables(&[u64::MAX - 1, 11]).unwrap();
+        store.export_mark("otlp'metrics").unwrap();
         for instance in [None, Some("h'1".to_string())] {
             let marks = AnnotationsQuery {
                 instance: instance.clone(),
@@ -1101,6 +1108,8 @@ fn every_statement_the_store_sends_runs_on_current_clickhouse() {
     store
         .put_events(&[event.clone(), sqlbee_proto::v1::Event { closed_unix_ms: late, updated_unix_ms: late, ..event }])
         .unwrap();
+    let export = crate::store::ExportMark { step_ms: 60_000, until_unix_ms: early, instance: "h'1".into() };
+    store.set_export_mark("otlp'metrics", &export).unwrap();
     reads(&store);
     // Rolled up, then read through rollups and their delta (a late batch).
     std::thread::sleep(std::time::Duration::from_millis(1100));

@@ -12,6 +12,7 @@
 mod costs;
 mod digest_rows;
 mod events;
+mod export_marks;
 mod long;
 mod plans;
 mod read;
@@ -38,8 +39,8 @@ use sqlbee_proto::v1::{
 };
 
 use super::{
-    AnnotationsQuery, DigestTables, EventsQuery, HostsQuery, IngestOutcome, LocksQuery, Page, PlansQuery, PruneCutoffs,
-    PruneOutcome, SeriesQuery, Store, StoreError, TopPage, TopQuery, TotalsQuery, cancel,
+    AnnotationsQuery, DigestTables, EventsQuery, ExportMark, HostsQuery, IngestOutcome, LocksQuery, Page, PlansQuery,
+    PruneCutoffs, PruneOutcome, SeriesQuery, Store, StoreError, TopPage, TopQuery, TotalsQuery, cancel,
 };
 
 pub use schema::{Durability, SCHEMA_VERSION};
@@ -310,5 +311,15 @@ impl Store for SqliteStore {
 
     fn prune(&self, cutoffs: &PruneCutoffs) -> Result<PruneOutcome, StoreError> {
         write::prune(&self.writer, cutoffs)
+    }
+
+    fn export_mark(&self, name: &str) -> Result<Option<ExportMark>, StoreError> {
+        let mut conn = self.read()?;
+        let tx = conn.transaction().map_err(|e| error("export_mark", e))?;
+        export_marks::read(&tx, name)
+    }
+
+    fn set_export_mark(&self, name: &str, mark: &ExportMark) -> Result<(), StoreError> {
+        self.write("export_marks", |tx| export_marks::write(tx, name, mark))
     }
 }

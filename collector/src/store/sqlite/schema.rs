@@ -43,7 +43,8 @@ use crate::store::rank_columns;
 ///   login).
 /// - 14: `long_statements` (a new table: older files simply get it, empty).
 /// - 15: `annotations` and `events` (new tables, likewise).
-pub const SCHEMA_VERSION: i64 = 15;
+/// - 16: `export_marks` (a new table, likewise).
+pub const SCHEMA_VERSION: i64 = 16;
 
 /// The tables, with the rank columns in their place.
 pub(super) fn schema() -> String {
@@ -334,6 +335,7 @@ pub(super) fn migrate(conn: &mut Connection) -> rusqlite::Result<Result<i64, i64
     tx.execute_batch(super::tables::TABLES)?;
     tx.execute_batch(super::long::TABLES)?;
     tx.execute_batch(super::events::TABLES)?;
+    tx.execute_batch(super::export_marks::TABLES)?;
     // Version 1 -> 2: CREATE TABLE IF NOT EXISTS left digest_windows as it was.
     let has_waits = has_column(&tx, "digest_windows", "waits")?;
     if !has_waits {

@@ -951,6 +951,14 @@ fn long_statements_newest_first_once_and_pruned() {
 }
 
 #[test]
+fn export_marks_read_back_the_furthest() {
+    let (store, dir) = temp_store("export_marks");
+    shared_tests::export_marks_read_back_the_furthest(&store);
+    drop(store);
+    std::fs::remove_dir_all(dir).ok();
+}
+
+#[test]
 fn markers_and_events_keep_their_newest_version() {
     let (store, dir) = temp_store("events");
     shared_tests::markers_and_events_keep_their_newest_version(&store);

@@ -1,0 +1,232 @@
+//! Where and how the export sends: the collector's `--otlp-*` flags over
+//! the standard `OTEL_EXPORTER_OTLP_*` variables (the metrics-specific one
+//! before the general one, as the OTLP exporter specification orders them),
+//! validated once at start.
+use std::{path::PathBuf, time::Duration};
+
+/// How requests travel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    /// Protobuf bodies POSTed to `/v1/metrics` under the endpoint: the
+    /// specification's default.
+    HttpProtobuf,
+    /// The `MetricsService/Export` call over gRPC.
+    Grpc,
+}
+
+impl Protocol {
+    pub fn parse(text: &str) -> Result<Protocol, ConfigError> {
+        match text.trim() {
+            "http/protobuf" => Ok(Protocol::HttpProtobuf),
+            "grpc" => Ok(Protocol::Grpc),
+            other => Err(ConfigError::Protocol { value: other.to_string() }),
+        }
+    }
+}
+
+/// Where the export sends, resolved.
+#[derive(Clone, Debug)]
+pub struct Target {
+    pub protocol: Protocol,
+    /// The URL requests go to: for HTTP the metrics URL itself, for gRPC
+    /// the server's.
+    pub url: String,
+    /// Sent with every request (authentication, tenants).
+    pub headers: Vec<(String, String)>,
+    /// One request's whole deadline.
+    pub timeout: Duration,
+    /// CA (PEM) that signed the receiver's certificate.
+    pub ca: Option<PathBuf>,
+}
+
+/// The flags, before the environment fills what they leave out.
+#[derive(Clone, Debug, Default)]
+pub struct Flags {
+    pub endpoint: Option<String>,
+    pub protocol: Option<String>,
+    pub headers: Vec<String>,
+    pub ca: Option<PathBuf>,
+    pub timeout: Option<Duration>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("OTLP protocol {value:?}: expected http/protobuf or grpc (http/json is not sent)")]
+    Protocol { value: String },
+    #[error("OTLP endpoint {url:?}: expected an http:// or https:// URL")]
+    Scheme { url: String },
+    #[error("OTLP header {entry:?}: expected KEY=VALUE")]
+    Header { entry: String },
+    #[error("{variable}={value:?}: expected a whole number of milliseconds")]
+    Timeout { variable: &'static str, value: String },
+}
+
+/// The first of these variables that is set and not empty.
+fn env(names: &[&'static str], lookup: &dyn Fn(&str) -> Option<String>) -> Option<(&'static str, String)> {
+    names.iter().find_map(|&n| lookup(n).filter(|v| !v.trim().is_empty()).map(|v| (n, v)))
+}
+
+/// The target, or None when neither a flag nor the environment names an
+/// endpoint (no export). `lookup` reads the environment (tests pass their
+/// own).
+pub fn resolve(flags: &Flags, lookup: &dyn Fn(&str) -> Option<String>) -> Result<Option<Target>, ConfigError> {
+    let protocol =
+        match (&flags.protocol, env(&["OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"], lookup)) {
+            (Some(p), _) => Protocol::parse(p)?,
+            (None, Some((_, p))) => Protocol::parse(&p)?,
+            (None, None) => Protocol::HttpProtobuf,
+        };
+    // A signal-specific endpoint is the URL itself; the general one is a
+    // base that HTTP appends the signal's path to.
+    let (base, whole) = match (&flags.endpoint, lookup("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT").filter(|v| !v.is_empty()))
+    {
+        (Some(url), _) => (url.clone(), false),
+        (None, Some(url)) => (url, true),
+        (None, None) => match env(&["OTEL_EXPORTER_OTLP_ENDPOINT"], lookup) {
+            Some((_, url)) => (url, false),
+            None => return Ok(None),
+        },
+    };
+    let base = base.trim().to_string();
+    if !(base.starts_with("http://") || base.starts_with("https://")) {
+        return Err(ConfigError::Scheme { url: base });
+    }
+    let url = match protocol {
+        Protocol::HttpProtobuf if !whole => format!("{}/v1/metrics", base.trim_end_matches('/')),
+        _ => base,
+    };
+    let mut headers = Vec::new();
+    if let Some((_, list)) = env(&["OTEL_EXPORTER_OTLP_METRICS_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS"], lookup) {
+        for entry in list.split(',').filter(|e| !e.trim().is_empty()) {
+            headers.push(header(entry, true)?);
+        }
+    }
+    for entry in &flags.headers {
+        let (key, value) = header(entry, false)?;
+        headers.retain(|(k, _)| !k.eq_ignore_ascii_case(&key));
+        headers.push((key, value));
+    }
+    let timeout =
+        match (flags.timeout, env(&["OTEL_EXPORTER_OTLP_METRICS_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT"], lookup)) {
+            (Some(t), _) => t,
+            (None, Some((variable, value))) => Duration::from_millis(
+                value.trim().parse().map_err(|_| ConfigError::Timeout { variable, value: value.clone() })?,
+            ),
+            (None, None) => Duration::from_secs(10),
+        };
+    let ca = flags.ca.clone().or_else(|| {
+        env(&["OTEL_EXPORTER_OTLP_METRICS_CERTIFICATE", "OTEL_EXPORTER_OTLP_CERTIFICATE"], lookup)
+            .map(|(_, p)| PathBuf::from(p))
+    });
+    Ok(Some(Target { protocol, url, headers, timeout, ca }))
+}
+
+/// `KEY=VALUE`; the variables' values are percent-encoded (W3C baggage's
+/// format, as the specification says), the flag's are taken as written.
+fn header(entry: &str, encoded: bool) -> Result<(String, String), ConfigError> {
+    let bad = || ConfigError::Header { entry: entry.to_string() };
+    let (key, value) = entry.split_once('=').ok_or_else(bad)?;
+    let key = key.trim();
+    if key.is_empty() || !key.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b)) {
+        return Err(bad());
+    }
+    let value = if encoded { percent_decode(value.trim()).ok_or_else(bad)? } else { value.trim().to_string() };
+    if value.bytes().any(|b| b < 0x20 || b == 0x7f) {
+        return Err(bad());
+    }
+    Ok((key.to_ascii_lowercase(), value))
+}
+
+fn percent_decode(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    fn resolve_with(flags: &Flags, vars: &[(&str, &str)]) -> Result<Option<Target>, ConfigError> {
+        let vars: HashMap<String, String> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        resolve(flags, &|name| vars.get(name).cloned())
+    }
+
+    #[test]
+    fn nothing_named_means_no_export() {
+        assert!(resolve_with(&Flags::default(), &[("OTEL_EXPORTER_OTLP_HEADERS", "a=b")]).unwrap().is_none());
+    }
+
+    #[test]
+    fn the_general_endpoint_is_a_base_and_the_metrics_one_is_whole() {
+        let base = resolve_with(&Flags::default(), &[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://otel:4318/")]).unwrap();
+        assert_eq!(base.unwrap().url, "http://otel:4318/v1/metrics");
+        let whole = resolve_with(
+            &Flags::default(),
+            &[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://a:4318"), ("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "http://b/m")],
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(whole.url, "http://b/m");
+        let flag = Flags { endpoint: Some("https://c:4318".into()), ..Flags::default() };
+        assert_eq!(
+            resolve_with(&flag, &[("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "http://b/m")]).unwrap().unwrap().url,
+            "https://c:4318/v1/metrics"
+        );
+    }
+
+    #[test]
+    fn grpc_keeps_the_url_and_the_flags_win() {
+        let flags = Flags {
+            endpoint: Some("http://otel:4317".into()),
+            protocol: Some("grpc".into()),
+            headers: vec!["X-Tenant=blue".into()],
+            ..Flags::default()
+        };
+        let target = resolve_with(
+            &flags,
+            &[
+                ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+                ("OTEL_EXPORTER_OTLP_HEADERS", "x-tenant=red,api-key=a%20b%3D"),
+            ],
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(target.protocol, Protocol::Grpc);
+        assert_eq!(target.url, "http://otel:4317");
+        assert_eq!(target.headers, vec![("api-key".into(), "a b=".into()), ("x-tenant".into(), "blue".into())]);
+    }
+
+    #[test]
+    fn bad_settings_are_refused_by_name() {
+        let flags = Flags { endpoint: Some("otel:4318".into()), ..Flags::default() };
+        assert!(matches!(resolve_with(&flags, &[]), Err(ConfigError::Scheme { .. })));
+        let flags =
+            Flags { endpoint: Some("http://otel".into()), protocol: Some("http/json".into()), ..Flags::default() };
+        assert!(matches!(resolve_with(&flags, &[]), Err(ConfigError::Protocol { .. })));
+        let flags = Flags { endpoint: Some("http://otel".into()), headers: vec!["novalue".into()], ..Flags::default() };
+        assert!(matches!(resolve_with(&flags, &[]), Err(ConfigError::Header { .. })));
+        let flags = Flags { endpoint: Some("http://otel".into()), ..Flags::default() };
+        assert!(matches!(
+            resolve_with(&flags, &[("OTEL_EXPORTER_OTLP_TIMEOUT", "10s")]),
+            Err(ConfigError::Timeout { variable: "OTEL_EXPORTER_OTLP_TIMEOUT", .. })
+        ));
+        assert!(matches!(
+            resolve_with(&flags, &[("OTEL_EXPORTER_OTLP_HEADERS", "a=%zz")]),
+            Err(ConfigError::Header { .. })
+        ));
+    }
+}
