@@ -181,10 +181,12 @@ pub struct CollectorArgs {
     /// closes (retried a few times, never holding up ingest).
     #[arg(long, env = "SQLBEE_COLLECTOR_WEBHOOK", value_name = "URL")]
     pub webhook: Option<String>,
-    /// Export each instance's statements, per step, as OTLP metrics to this
-    /// receiver (for http/protobuf, a base URL that `/v1/metrics` is added
-    /// to). Without it, `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT` or
-    /// `OTEL_EXPORTER_OTLP_ENDPOINT` turns the export on; the other
+    /// Export each instance's statements (as OTLP metrics) and its events
+    /// and long statements (as OTLP log records), per step, to this
+    /// receiver (for http/protobuf, a base URL that `/v1/metrics` and
+    /// `/v1/logs` are added to). Without it, `OTEL_EXPORTER_OTLP_ENDPOINT`
+    /// or a signal's own `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT` or
+    /// `OTEL_EXPORTER_OTLP_LOGS_ENDPOINT` turns the export on; the other
     /// `OTEL_EXPORTER_OTLP_*` variables (protocol, headers, timeout,
     /// certificate) are honoured where no flag says otherwise.
     #[arg(long, env = "SQLBEE_COLLECTOR_OTLP_ENDPOINT", value_name = "URL")]
@@ -206,9 +208,9 @@ pub struct CollectorArgs {
     /// The interval each exported point covers (at least 1s).
     #[arg(long, env = "SQLBEE_COLLECTOR_OTLP_STEP", default_value = "1m", value_parser = duration::parse)]
     pub otlp_step: Duration,
-    /// How long after a step ends it is exported, so that agents' windows
-    /// of it have arrived. A window that arrives later is in the store
-    /// and `sqlbee top`, not in the export.
+    /// How long after a step ends it is exported, so that agents' windows,
+    /// changes and long statements of it have arrived. What arrives later
+    /// is in the store and the query tools, not in the export.
     #[arg(long, env = "SQLBEE_COLLECTOR_OTLP_DELAY", default_value = "1m", value_parser = duration::parse)]
     pub otlp_delay: Duration,
     /// How far the export may fall behind (a receiver that is down) before
@@ -220,13 +222,15 @@ pub struct CollectorArgs {
     #[arg(long, env = "SQLBEE_COLLECTOR_OTLP_MAX_DIGESTS", default_value_t = 100,
         value_parser = TypedValueParser::map(clap::value_parser!(u32).range(1..=10_000), |n| n as usize))]
     pub otlp_max_digests: usize,
-    /// Also send each digest's redacted text (`db.query.text`).
+    /// Also send each digest's redacted text (`db.query.text`), on points
+    /// and log records.
     #[arg(long, env = "SQLBEE_COLLECTOR_OTLP_QUERY_TEXT")]
     pub otlp_query_text: bool,
 }
 
-/// The export's settings and its transport, or None without an endpoint.
-fn otlp_settings(args: &CollectorArgs) -> Result<Option<(otlp::Settings, otlp::send::Transport)>, CollectorError> {
+/// The export's settings and a transport per signal, or None without an
+/// endpoint.
+fn otlp_settings(args: &CollectorArgs) -> Result<Option<(otlp::Settings, Vec<otlp::send::Transport>)>, CollectorError> {
     let flags = otlp::config::Flags {
         endpoint: args.otlp_endpoint.clone(),
         protocol: args.otlp_protocol.clone(),
@@ -234,22 +238,26 @@ fn otlp_settings(args: &CollectorArgs) -> Result<Option<(otlp::Settings, otlp::s
         ca: args.otlp_ca.clone(),
         timeout: args.otlp_timeout,
     };
-    let Some(target) = otlp::config::resolve(&flags, &|name| std::env::var(name).ok())? else {
+    let mut targets = Vec::new();
+    for signal in otlp::config::Signal::ALL {
+        targets.extend(otlp::config::resolve(&flags, signal, &|name| std::env::var(name).ok())?);
+    }
+    if targets.is_empty() {
         return Ok(None);
-    };
+    }
     if args.otlp_step < Duration::from_secs(1) {
         return Err(CollectorError::Zero { field: "--otlp-step (at least 1s)" });
     }
-    let transport = otlp::send::Transport::new(target.clone())?;
+    let transports = targets.iter().cloned().map(otlp::send::Transport::new).collect::<Result<Vec<_>, _>>()?;
     let settings = otlp::Settings {
-        target,
+        targets,
         step: args.otlp_step,
         delay: args.otlp_delay,
         max_behind: args.otlp_max_behind.max(args.otlp_step),
         max_digests: args.otlp_max_digests,
         query_text: args.otlp_query_text,
     };
-    Ok(Some((settings, transport)))
+    Ok(Some((settings, transports)))
 }
 
 /// `off` or `0` for never, else a duration.

@@ -86,8 +86,8 @@ pub struct Settings {
     pub detection: detect::Settings,
     /// `--webhook`: where each event is posted.
     pub webhook: Option<detect::webhook::Webhook>,
-    /// `--otlp-endpoint`: the OTLP export and how it sends.
-    pub otlp: Option<(otlp::Settings, otlp::send::Transport)>,
+    /// `--otlp-endpoint`: the OTLP export and how it sends each signal.
+    pub otlp: Option<(otlp::Settings, Vec<otlp::send::Transport>)>,
     /// The collector's Prometheus page; None: `--metrics-listen none`.
     pub metrics: Option<sqlbee_prometheus::MetricsServer>,
 }
@@ -234,11 +234,16 @@ pub async fn serve(
 
     let open_events = Arc::new(detect::OpenEvents::default());
     let detector = tokio::spawn(detect::run(store.clone(), settings.detection, open_events.clone(), settings.webhook));
-    let otlp_counts = settings.otlp.as_ref().map(|_| Arc::new(otlp::Counts::default()));
-    let exporter = settings
-        .otlp
-        .zip(otlp_counts.clone())
-        .map(|((otlp, transport), counts)| tokio::spawn(otlp::run(store.clone(), otlp, transport, counts)));
+    let mut otlp_counts = Vec::new();
+    let mut exporters = Vec::new();
+    if let Some((otlp, transports)) = settings.otlp {
+        let otlp = Arc::new(otlp);
+        for (target, transport) in otlp.targets.iter().zip(transports) {
+            let counts = Arc::new(otlp::Counts::new(target.signal));
+            otlp_counts.push(counts.clone());
+            exporters.push(tokio::spawn(otlp::run(store.clone(), otlp.clone(), transport, counts)));
+        }
+    }
     let (stop_metrics, mut metrics_stopping) = tokio::sync::watch::channel(false);
     let metrics = settings.metrics.map(|server| {
         tracing::info!(addr = %server.local_addr(), "collector metrics at /metrics");
@@ -262,7 +267,7 @@ pub async fn serve(
     pruner.abort();
     roller.abort();
     detector.abort();
-    if let Some(exporter) = exporter {
+    for exporter in exporters {
         exporter.abort();
     }
     if let Some(metrics) = metrics

@@ -3,9 +3,11 @@
 //! built by `./x setup` from the Go module proxy): batches pushed over
 //! gRPC as agents push them, and what the receiver wrote compared step by
 //! step with `sqlbee top` over the same range and with the latencies that
-//! were pushed, bucket by bucket. The receiver is stopped and started
-//! again mid-run, and the collector is killed and started again: every
-//! step arrives once, none missing, none twice.
+//! were pushed, bucket by bucket; the changes and long statements pushed
+//! arrive as log records, each once, as `sqlbee events` and `sqlbee long`
+//! list them. The receiver is stopped and started again mid-run, and the
+//! collector is killed and started again: every step arrives once, none
+//! missing, none twice.
 mod common;
 
 use std::{
@@ -15,11 +17,13 @@ use std::{
 
 use serde_json::Value;
 use sqlbee_figures::histogram::{bucket_high, bucket_of};
+use sqlbee_proto::v1::{Change, LongStatement};
 use xtask::otelcol::OtelCollector;
 
 use common::collector::*;
 
 const STEP_MS: i64 = 2_000;
+const ALTER: &str = "ALTER TABLE `shop`.`orders` ADD INDEX `ix` (`v`)";
 const INSTANCES: [&str; 2] = ["otlp-a:3306", "otlp-b:3306"];
 /// Each push's digests, busiest first by total time, and their latencies:
 /// with `--otlp-max-digests 2` the last one is exported as `other`.
@@ -152,6 +156,10 @@ fn top_of(collector: &Collector, instance: &str, start: i64) -> Vec<(String, u64
 struct Run {
     pushes: Vec<(String, i64)>,
     sequence: u64,
+    /// Connection ids of the changes and long statements pushed (every
+    /// fourth push brings one of each, to the first instance).
+    changes: Vec<u64>,
+    long: Vec<u64>,
 }
 
 impl Run {
@@ -175,13 +183,129 @@ impl Run {
                     }
                     w
                 })
-                .collect();
+                .collect::<Vec<_>>();
+            let mut windows = windows;
+            if self.sequence % 4 == 0 {
+                let n = self.sequence;
+                // A change and a long statement that end just before the
+                // window does, as an agent reports them.
+                windows[0].changes = vec![Change {
+                    kind: "schema".into(),
+                    action: "ALTER TABLE".into(),
+                    objects: vec!["shop.orders".into(), format!("index ix_{n}")],
+                    connection_id: 500 + n,
+                    digest: id_of(ALTER),
+                    digest_text: ALTER.into(),
+                    user: "deploy".into(),
+                    host: "10.0.0.9".into(),
+                    start_unix_ms: end - 60,
+                    duration_ns: 20_000_000,
+                    ..Default::default()
+                }];
+                windows[0].long_statements = vec![LongStatement {
+                    connection_id: 900 + n,
+                    digest: id_of(DIGESTS[0].0),
+                    digest_text: DIGESTS[0].0.into(),
+                    schema: "shop".into(),
+                    user: "app".into(),
+                    host: "10.0.0.7".into(),
+                    start_unix_ms: end - 1_540,
+                    duration_ns: 1_500_000_000,
+                    outcome: if n % 8 == 0 { "killed" } else { "long" }.into(),
+                    ..Default::default()
+                }];
+                self.changes.push(500 + n);
+                self.long.push(900 + n);
+            }
             self.sequence += 1;
             push(&mut ingest, batch("otlp-agent", self.sequence, windows)).await.expect("the batch is stored");
             self.pushes.extend(INSTANCES.iter().map(|i| (i.to_string(), end)));
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
     }
+}
+
+/// Every log record the receiver wrote: (event name, instance,
+/// attributes as key -> string value).
+fn received_logs(otel: &OtelCollector) -> Vec<(String, String, BTreeMap<String, String>)> {
+    let mut out = Vec::new();
+    for request in otel.received().unwrap() {
+        for resource in request["resourceLogs"].as_array().into_iter().flatten() {
+            let instance = attribute(&resource["resource"]["attributes"], "sqlbee.instance").unwrap().to_string();
+            for record in
+                resource["scopeLogs"].as_array().into_iter().flatten().flat_map(|s| s["logRecords"].as_array().unwrap())
+            {
+                let attributes = record["attributes"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|kv| {
+                        let v = &kv["value"];
+                        let text = v["stringValue"].as_str().map(str::to_string).unwrap_or_else(|| {
+                            v.get("intValue")
+                                .or(v.get("doubleValue"))
+                                .map(|x| x.to_string().trim_matches('"').to_string())
+                                .unwrap_or_default()
+                        });
+                        (kv["key"].as_str().unwrap().to_string(), text)
+                    })
+                    .collect();
+                out.push((record["eventName"].as_str().unwrap_or("").to_string(), instance.clone(), attributes));
+            }
+        }
+    }
+    out
+}
+
+/// The changes and long statements pushed arrived as log records, each
+/// once, with the ids `sqlbee events` and `sqlbee long` give them.
+fn check_logs(collector: &Collector, otel: &OtelCollector, run: &Run) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let logs = loop {
+        let logs = received_logs(otel);
+        if logs.len() >= run.changes.len() + run.long.len() || Instant::now() > deadline {
+            break logs;
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    let url = collector.http_url();
+    let events: Value = {
+        let out =
+            sqlbee_query(&["events", "--collector", &url, "--kind", "change", "--since", "all", "--format", "json"]);
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let stored_changes: BTreeSet<String> =
+        events["events"].as_array().unwrap().iter().map(|e| e["id"].as_str().unwrap().to_string()).collect();
+    assert_eq!(stored_changes.len(), run.changes.len(), "sqlbee events lists every change pushed: {events}");
+    let exported: Vec<String> = logs
+        .iter()
+        .filter(|(name, _, a)| {
+            name == "sqlbee.event" && a.get("sqlbee.event.kind").map(String::as_str) == Some("change")
+        })
+        .map(|(_, instance, a)| {
+            assert_eq!(instance, INSTANCES[0]);
+            assert_eq!(a["sqlbee.change.action"], "ALTER TABLE");
+            assert_eq!(a["sqlbee.account"], "deploy@10.0.0.9");
+            a["sqlbee.event.id"].clone()
+        })
+        .collect();
+    assert_eq!(exported.iter().cloned().collect::<BTreeSet<_>>(), stored_changes, "each change as a log record");
+    assert_eq!(exported.len(), stored_changes.len(), "no change twice");
+    let long: Vec<u64> = logs
+        .iter()
+        .filter(|(name, _, _)| name == "sqlbee.long_statement")
+        .map(|(_, _, a)| {
+            assert_eq!(a["sqlbee.statement.duration_s"], "1.5");
+            assert!(!a.contains_key("db.query.text"), "no text without --otlp-query-text");
+            a["sqlbee.connection.id"].parse().unwrap()
+        })
+        .collect();
+    let mut sorted = long.clone();
+    sorted.sort_unstable();
+    assert_eq!(sorted, run.long, "each long statement once");
+    let listed = sqlbee_query(&["long", "--collector", &url, "--since", "all", "--format", "json"]);
+    let listed: Value = serde_json::from_slice(&listed.stdout).unwrap();
+    assert_eq!(listed["statements"].as_array().map(Vec::len), Some(run.long.len()), "{listed}");
 }
 
 /// Waits until the receiver holds every step up to the last push's.
@@ -274,7 +398,7 @@ async fn every_step_arrives_once_as_top_says_through_receiver_and_collector_rest
     let dir = TempDir::new("otlp-http");
     let mut otel = OtelCollector::start(&dir.path().join("otelcol")).expect("the OpenTelemetry Collector starts");
     let mut collector = Collector::start(&collector_args(&otel.http_endpoint(), "http/protobuf"));
-    let mut run = Run { pushes: Vec::new(), sequence: 0 };
+    let mut run = Run { pushes: Vec::new(), sequence: 0, changes: Vec::new(), long: Vec::new() };
 
     run.push_for(&collector, Duration::from_secs(5)).await;
     // The receiver goes away for a few steps: the export waits and retries.
@@ -290,6 +414,7 @@ async fn every_step_arrives_once_as_top_says_through_receiver_and_collector_rest
     let checked = check_every_step(&collector, &got, &run.pushes);
     assert!(checked >= 2 * 7, "only {checked} steps held statements");
     eprintln!("{checked} steps compared");
+    check_logs(&collector, &otel, &run);
 
     let metrics_text = collector.stderr_text();
     assert!(metrics_text.contains("OTLP export on"), "{metrics_text}");
@@ -304,9 +429,10 @@ async fn grpc_sends_the_same_points() {
     let dir = TempDir::new("otlp-grpc");
     let otel = OtelCollector::start(&dir.path().join("otelcol")).expect("the OpenTelemetry Collector starts");
     let collector = Collector::start(&collector_args(&otel.grpc_endpoint(), "grpc"));
-    let mut run = Run { pushes: Vec::new(), sequence: 0 };
+    let mut run = Run { pushes: Vec::new(), sequence: 0, changes: Vec::new(), long: Vec::new() };
     run.push_for(&collector, Duration::from_secs(6)).await;
     let got = wait_for_last_step(&otel, &run.pushes);
     let checked = check_every_step(&collector, &got, &run.pushes);
     assert!(checked >= 2 * 2, "only {checked} steps held statements");
+    check_logs(&collector, &otel, &run);
 }

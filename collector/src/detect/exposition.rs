@@ -16,13 +16,13 @@ use sqlbee_prometheus::{Encoder, MetricType, Render};
 
 use crate::query_api::EVENT_KINDS;
 
-pub fn render(open: Arc<OpenEvents>, otlp: Option<Arc<crate::otlp::Counts>>) -> Render {
-    Arc::new(move || page(&open, otlp.as_deref()))
+pub fn render(open: Arc<OpenEvents>, otlp: Vec<Arc<crate::otlp::Counts>>) -> Render {
+    Arc::new(move || page(&open, &otlp))
 }
 
-fn page(open: &OpenEvents, otlp: Option<&crate::otlp::Counts>) -> String {
+fn page(open: &OpenEvents, otlp: &[Arc<crate::otlp::Counts>]) -> String {
     let mut enc = Encoder::new();
-    if let Some(otlp) = otlp {
+    if !otlp.is_empty() {
         otlp_families(&mut enc, otlp);
     }
     let (rounds, failed) = open.rounds();
@@ -56,39 +56,46 @@ fn page(open: &OpenEvents, otlp: Option<&crate::otlp::Counts>) -> String {
     enc.finish()
 }
 
-fn otlp_families(enc: &mut Encoder, counts: &crate::otlp::Counts) {
-    use std::sync::atomic::Ordering::Relaxed;
-    let counters = [
-        ("sqlbee_collector_otlp_requests_total", "OTLP export requests the receiver acknowledged.", &counts.requests),
-        ("sqlbee_collector_otlp_points_total", "Data points the receiver took.", &counts.points),
+/// Each signal's export counts, labelled `signal` (metrics, logs).
+fn otlp_families(enc: &mut Encoder, exports: &[Arc<crate::otlp::Counts>]) {
+    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+    type Field = fn(&crate::otlp::Counts) -> &AtomicU64;
+    let counters: [(&str, &str, Field); 5] = [
+        ("sqlbee_collector_otlp_requests_total", "OTLP export requests the receiver acknowledged.", |c| &c.requests),
+        ("sqlbee_collector_otlp_items_total", "Data points or log records the receiver took.", |c| &c.items),
         (
             "sqlbee_collector_otlp_retries_total",
             "Export passes that failed and were retried (receiver away, store error).",
-            &counts.retries,
+            |c| &c.retries,
         ),
         (
-            "sqlbee_collector_otlp_dropped_points_total",
-            "Data points the receiver refused for good or rejected.",
-            &counts.dropped_points,
+            "sqlbee_collector_otlp_dropped_items_total",
+            "Data points or log records the receiver refused for good or rejected.",
+            |c| &c.dropped_items,
         ),
         (
             "sqlbee_collector_otlp_skipped_steps_total",
             "Steps not exported because the export fell further behind than --otlp-max-behind.",
-            &counts.skipped_steps,
+            |c| &c.skipped_steps,
         ),
     ];
-    for (name, help, value) in counters {
-        enc.family(name, help, MetricType::Counter).sample(&[], value.load(Relaxed));
+    for (name, help, field) in counters {
+        let mut f = enc.family(name, help, MetricType::Counter);
+        for counts in exports {
+            f.sample(&[("signal", counts.signal.name())], field(counts).load(Relaxed));
+        }
     }
-    let mark = counts.mark_unix_ms.load(Relaxed);
-    if mark > 0 {
-        let behind = (sqlbee_vocabulary::clock::now_unix_ms() - mark).max(0) as f64 / 1000.0;
-        enc.family(
-            "sqlbee_collector_otlp_behind_seconds",
-            "How long ago the oldest step not yet exported began.",
-            MetricType::Gauge,
-        )
-        .sample(&[], behind);
+    let mut f = enc.family(
+        "sqlbee_collector_otlp_behind_seconds",
+        "How long ago the oldest step not yet exported began.",
+        MetricType::Gauge,
+    );
+    for counts in exports {
+        let mark = counts.mark_unix_ms.load(Relaxed);
+        if mark > 0 {
+            let behind = (sqlbee_vocabulary::clock::now_unix_ms() - mark).max(0) as f64 / 1000.0;
+            f.sample(&[("signal", counts.signal.name())], behind);
+        }
     }
 }
 
@@ -121,9 +128,9 @@ mod tests {
     #[test]
     fn the_page_names_open_events_by_kind_and_instance() {
         let open = OpenEvents::default();
-        assert!(!page(&open, None).contains("sqlbee_collector_open_events"), "nothing before the first round");
+        assert!(!page(&open, &[]).contains("sqlbee_collector_open_events"), "nothing before the first round");
         open.set(std::collections::BTreeMap::from([(("regressed".to_string(), "db:3306".to_string()), 2)]));
-        let text = page(&open, None);
+        let text = page(&open, &[]);
         assert!(text.contains("sqlbee_collector_open_events{kind=\"regressed\",instance=\"db:3306\"} 2"), "{text}");
         assert!(text.contains("sqlbee_collector_open_events{kind=\"new\",instance=\"\"} 0"), "{text}");
     }
@@ -131,12 +138,28 @@ mod tests {
     /// 2,000 instances an agent invented make a bounded page, the largest
     /// named and the rest added up, every event still counted.
     #[test]
+    fn the_export_counts_each_signal() {
+        use std::sync::atomic::Ordering::Relaxed;
+
+        use crate::otlp::{Counts, config::Signal};
+        let (metrics, logs) = (Arc::new(Counts::new(Signal::Metrics)), Arc::new(Counts::new(Signal::Logs)));
+        metrics.items.store(303, Relaxed);
+        logs.dropped_items.store(2, Relaxed);
+        logs.mark_unix_ms.store(sqlbee_vocabulary::clock::now_unix_ms() - 90_000, Relaxed);
+        let text = page(&OpenEvents::default(), &[metrics, logs]);
+        assert!(text.contains("sqlbee_collector_otlp_items_total{signal=\"metrics\"} 303"), "{text}");
+        assert!(text.contains("sqlbee_collector_otlp_dropped_items_total{signal=\"logs\"} 2"), "{text}");
+        assert!(text.contains("sqlbee_collector_otlp_behind_seconds{signal=\"logs\"} 9"), "{text}");
+        assert!(!text.contains("sqlbee_collector_otlp_behind_seconds{signal=\"metrics\"}"), "no mark read yet: {text}");
+    }
+
+    #[test]
     fn invented_instances_make_a_bounded_page() {
         let open = OpenEvents::default();
         let counts: BTreeMap<(String, String), u64> =
             (0..2_000u64).map(|i| (("new".to_string(), format!("invented-{i}:1")), 1 + i / 1_000)).collect();
         open.set(counts);
-        let text = page(&open, None);
+        let text = page(&open, &[]);
         let series = text.lines().filter(|l| l.starts_with("sqlbee_collector_open_events{")).count();
         assert!(series <= MAX_INSTANCE_SERIES + 1 + EVENT_KINDS.len(), "{series}");
         let total: u64 = text

@@ -1,16 +1,42 @@
-//! Where and how the export sends: the collector's `--otlp-*` flags over
-//! the standard `OTEL_EXPORTER_OTLP_*` variables (the metrics-specific one
-//! before the general one, as the OTLP exporter specification orders them),
-//! validated once at start.
+//! Where and how each signal is sent: the collector's `--otlp-*` flags
+//! over the standard `OTEL_EXPORTER_OTLP_*` variables (the signal's own,
+//! such as `OTEL_EXPORTER_OTLP_LOGS_HEADERS`, before the general one, as
+//! the OTLP exporter specification orders them), validated once at start.
 use std::{path::PathBuf, time::Duration};
+
+/// What is sent: each signal has its own target and its own mark.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Signal {
+    Metrics,
+    Logs,
+}
+
+impl Signal {
+    pub const ALL: [Signal; 2] = [Signal::Metrics, Signal::Logs];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Signal::Metrics => "metrics",
+            Signal::Logs => "logs",
+        }
+    }
+
+    /// The variables' infix (`OTEL_EXPORTER_OTLP_<infix>_ENDPOINT`).
+    fn infix(self) -> &'static str {
+        match self {
+            Signal::Metrics => "METRICS",
+            Signal::Logs => "LOGS",
+        }
+    }
+}
 
 /// How requests travel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Protocol {
-    /// Protobuf bodies POSTed to `/v1/metrics` under the endpoint: the
-    /// specification's default.
+    /// Protobuf bodies POSTed to `/v1/metrics` and `/v1/logs` under the
+    /// endpoint: the specification's default.
     HttpProtobuf,
-    /// The `MetricsService/Export` call over gRPC.
+    /// The services' `Export` calls over gRPC.
     Grpc,
 }
 
@@ -24,12 +50,13 @@ impl Protocol {
     }
 }
 
-/// Where the export sends, resolved.
+/// Where one signal is sent, resolved.
 #[derive(Clone, Debug)]
 pub struct Target {
+    pub signal: Signal,
     pub protocol: Protocol,
-    /// The URL requests go to: for HTTP the metrics URL itself, for gRPC
-    /// the server's.
+    /// The URL requests go to: for HTTP the signal's URL itself
+    /// (`/v1/metrics` or `/v1/logs` under a base), for gRPC the server's.
     pub url: String,
     /// Sent with every request (authentication, tenants).
     pub headers: Vec<(String, String)>,
@@ -58,32 +85,38 @@ pub enum ConfigError {
     #[error("OTLP header {entry:?}: expected KEY=VALUE")]
     Header { entry: String },
     #[error("{variable}={value:?}: expected a whole number of milliseconds")]
-    Timeout { variable: &'static str, value: String },
+    Timeout { variable: String, value: String },
 }
 
-/// The first of these variables that is set and not empty.
-fn env(names: &[&'static str], lookup: &dyn Fn(&str) -> Option<String>) -> Option<(&'static str, String)> {
-    names.iter().find_map(|&n| lookup(n).filter(|v| !v.trim().is_empty()).map(|v| (n, v)))
+/// The signal's variable `what`, else the general one, when set and not
+/// empty: (its name, its value).
+fn env(signal: Signal, what: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Option<(String, String)> {
+    [format!("OTEL_EXPORTER_OTLP_{}_{what}", signal.infix()), format!("OTEL_EXPORTER_OTLP_{what}")]
+        .into_iter()
+        .find_map(|name| lookup(&name).filter(|v| !v.trim().is_empty()).map(|v| (name, v)))
 }
 
-/// The target, or None when neither a flag nor the environment names an
-/// endpoint (no export). `lookup` reads the environment (tests pass their
-/// own).
-pub fn resolve(flags: &Flags, lookup: &dyn Fn(&str) -> Option<String>) -> Result<Option<Target>, ConfigError> {
-    let protocol =
-        match (&flags.protocol, env(&["OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"], lookup)) {
-            (Some(p), _) => Protocol::parse(p)?,
-            (None, Some((_, p))) => Protocol::parse(&p)?,
-            (None, None) => Protocol::HttpProtobuf,
-        };
-    // A signal-specific endpoint is the URL itself; the general one is a
+/// The signal's target, or None when neither a flag nor the environment
+/// names an endpoint for it (not sent). `lookup` reads the environment
+/// (tests pass their own).
+pub fn resolve(
+    flags: &Flags,
+    signal: Signal,
+    lookup: &dyn Fn(&str) -> Option<String>,
+) -> Result<Option<Target>, ConfigError> {
+    let protocol = match (&flags.protocol, env(signal, "PROTOCOL", lookup)) {
+        (Some(p), _) => Protocol::parse(p)?,
+        (None, Some((_, p))) => Protocol::parse(&p)?,
+        (None, None) => Protocol::HttpProtobuf,
+    };
+    // A signal's own endpoint is the URL itself; the general one is a
     // base that HTTP appends the signal's path to.
-    let (base, whole) = match (&flags.endpoint, lookup("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT").filter(|v| !v.is_empty()))
-    {
+    let own = lookup(&format!("OTEL_EXPORTER_OTLP_{}_ENDPOINT", signal.infix())).filter(|v| !v.trim().is_empty());
+    let (base, whole) = match (&flags.endpoint, own) {
         (Some(url), _) => (url.clone(), false),
         (None, Some(url)) => (url, true),
-        (None, None) => match env(&["OTEL_EXPORTER_OTLP_ENDPOINT"], lookup) {
-            Some((_, url)) => (url, false),
+        (None, None) => match lookup("OTEL_EXPORTER_OTLP_ENDPOINT").filter(|v| !v.trim().is_empty()) {
+            Some(url) => (url, false),
             None => return Ok(None),
         },
     };
@@ -92,11 +125,11 @@ pub fn resolve(flags: &Flags, lookup: &dyn Fn(&str) -> Option<String>) -> Result
         return Err(ConfigError::Scheme { url: base });
     }
     let url = match protocol {
-        Protocol::HttpProtobuf if !whole => format!("{}/v1/metrics", base.trim_end_matches('/')),
+        Protocol::HttpProtobuf if !whole => format!("{}/v1/{}", base.trim_end_matches('/'), signal.name()),
         _ => base,
     };
     let mut headers = Vec::new();
-    if let Some((_, list)) = env(&["OTEL_EXPORTER_OTLP_METRICS_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS"], lookup) {
+    if let Some((_, list)) = env(signal, "HEADERS", lookup) {
         for entry in list.split(',').filter(|e| !e.trim().is_empty()) {
             headers.push(header(entry, true)?);
         }
@@ -106,19 +139,15 @@ pub fn resolve(flags: &Flags, lookup: &dyn Fn(&str) -> Option<String>) -> Result
         headers.retain(|(k, _)| !k.eq_ignore_ascii_case(&key));
         headers.push((key, value));
     }
-    let timeout =
-        match (flags.timeout, env(&["OTEL_EXPORTER_OTLP_METRICS_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT"], lookup)) {
-            (Some(t), _) => t,
-            (None, Some((variable, value))) => Duration::from_millis(
-                value.trim().parse().map_err(|_| ConfigError::Timeout { variable, value: value.clone() })?,
-            ),
-            (None, None) => Duration::from_secs(10),
-        };
-    let ca = flags.ca.clone().or_else(|| {
-        env(&["OTEL_EXPORTER_OTLP_METRICS_CERTIFICATE", "OTEL_EXPORTER_OTLP_CERTIFICATE"], lookup)
-            .map(|(_, p)| PathBuf::from(p))
-    });
-    Ok(Some(Target { protocol, url, headers, timeout, ca }))
+    let timeout = match (flags.timeout, env(signal, "TIMEOUT", lookup)) {
+        (Some(t), _) => t,
+        (None, Some((variable, value))) => Duration::from_millis(
+            value.trim().parse().map_err(|_| ConfigError::Timeout { variable, value: value.clone() })?,
+        ),
+        (None, None) => Duration::from_secs(10),
+    };
+    let ca = flags.ca.clone().or_else(|| env(signal, "CERTIFICATE", lookup).map(|(_, p)| PathBuf::from(p)));
+    Ok(Some(Target { signal, protocol, url, headers, timeout, ca }))
 }
 
 /// `KEY=VALUE`; the variables' values are percent-encoded (W3C baggage's
@@ -161,8 +190,29 @@ mod tests {
     use super::*;
 
     fn resolve_with(flags: &Flags, vars: &[(&str, &str)]) -> Result<Option<Target>, ConfigError> {
+        resolve_signal(flags, Signal::Metrics, vars)
+    }
+
+    fn resolve_signal(flags: &Flags, signal: Signal, vars: &[(&str, &str)]) -> Result<Option<Target>, ConfigError> {
         let vars: HashMap<String, String> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        resolve(flags, &|name| vars.get(name).cloned())
+        resolve(flags, signal, &|name| vars.get(name).cloned())
+    }
+
+    #[test]
+    fn each_signal_has_its_own_path_and_variables() {
+        let vars = [
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://otel:4318"),
+            ("OTEL_EXPORTER_OTLP_LOGS_HEADERS", "tenant=logs"),
+            ("OTEL_EXPORTER_OTLP_HEADERS", "tenant=all"),
+        ];
+        let logs = resolve_signal(&Flags::default(), Signal::Logs, &vars).unwrap().unwrap();
+        assert_eq!(logs.url, "http://otel:4318/v1/logs");
+        assert_eq!(logs.headers, vec![("tenant".into(), "logs".into())]);
+        let metrics = resolve_signal(&Flags::default(), Signal::Metrics, &vars).unwrap().unwrap();
+        assert_eq!(metrics.headers, vec![("tenant".into(), "all".into())]);
+        // A metrics-only endpoint sends no logs.
+        let only = [("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "http://otel:4318/v1/metrics")];
+        assert!(resolve_signal(&Flags::default(), Signal::Logs, &only).unwrap().is_none());
     }
 
     #[test]
@@ -222,7 +272,7 @@ mod tests {
         let flags = Flags { endpoint: Some("http://otel".into()), ..Flags::default() };
         assert!(matches!(
             resolve_with(&flags, &[("OTEL_EXPORTER_OTLP_TIMEOUT", "10s")]),
-            Err(ConfigError::Timeout { variable: "OTEL_EXPORTER_OTLP_TIMEOUT", .. })
+            Err(ConfigError::Timeout { variable, .. }) if variable == "OTEL_EXPORTER_OTLP_TIMEOUT"
         ));
         assert!(matches!(
             resolve_with(&flags, &[("OTEL_EXPORTER_OTLP_HEADERS", "a=%zz")]),

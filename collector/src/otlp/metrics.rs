@@ -18,27 +18,17 @@ use std::collections::{BTreeMap, HashMap};
 use sqlbee_figures::histogram::bucket_high;
 use sqlbee_proto::v1::TopDigest;
 
-use super::wire::{
-    DELTA, Histogram, HistogramDataPoint, InstrumentationScope, KeyValue, Metric, MetricData, NumberDataPoint,
-    NumberValue, Resource, ResourceMetrics, ScopeMetrics, Sum,
+use super::{
+    resource::{Instance, resource, scope},
+    wire::{
+        DELTA, Histogram, HistogramDataPoint, KeyValue, Metric, MetricData, NumberDataPoint, NumberValue,
+        ResourceMetrics, ScopeMetrics, Sum,
+    },
 };
 use crate::store::DigestTables;
 
 /// The digest of the point that holds the digests past the limit.
 pub const OTHER: &str = "other";
-
-/// What one resource (an instance) is.
-pub struct Instance<'a> {
-    pub name: &'a str,
-    /// `mariadb` or `mysql`, from the server's version string.
-    pub system: &'static str,
-    pub host: &'a str,
-}
-
-/// `db.system.name` for a server's version string.
-pub fn system_of(server_version: &str) -> &'static str {
-    if server_version.to_ascii_lowercase().contains("mariadb") { "mariadb" } else { "mysql" }
-}
 
 pub struct Step {
     pub since_unix_ms: i64,
@@ -166,21 +156,9 @@ pub fn instance_metrics(
         .into_iter()
         .flatten(),
     );
-    let mut resource = vec![
-        KeyValue::string("service.name", "sqlbee"),
-        KeyValue::string("sqlbee.instance", instance.name),
-        KeyValue::string("db.system.name", instance.system),
-    ];
-    if !instance.host.is_empty() {
-        resource.push(KeyValue::string("host.name", instance.host));
-    }
     Some(ResourceMetrics {
-        resource: Some(Resource { attributes: resource }),
-        scope_metrics: vec![ScopeMetrics {
-            scope: Some(InstrumentationScope { name: "sqlbee".into(), version: env!("CARGO_PKG_VERSION").into() }),
-            metrics,
-            schema_url: String::new(),
-        }],
+        resource: Some(resource(instance)),
+        scope_metrics: vec![ScopeMetrics { scope: Some(scope()), metrics, schema_url: String::new() }],
         schema_url: String::new(),
     })
 }
@@ -244,6 +222,20 @@ fn add(row: &mut Row, d: &TopDigest) {
 /// lowest and highest that hold a value): a bucket below `lo` when `lo`
 /// is not the first, then one per sqlbee bucket; OTLP's last bucket, open
 /// above, is sqlbee's `hi`.
+/// The data points of every metric of a resource.
+pub fn point_count(resource: &ResourceMetrics) -> u64 {
+    resource
+        .scope_metrics
+        .iter()
+        .flat_map(|s| &s.metrics)
+        .map(|m| match &m.data {
+            Some(MetricData::Histogram(h)) => h.data_points.len() as u64,
+            Some(MetricData::Sum(s)) => s.data_points.len() as u64,
+            None => 0,
+        })
+        .sum()
+}
+
 fn bounds_and_counts(buckets: &BTreeMap<u32, u64>) -> (Vec<f64>, Vec<u64>) {
     let (Some((&lo, _)), Some((&hi, _))) = (buckets.first_key_value(), buckets.last_key_value()) else {
         return (Vec::new(), Vec::new());
@@ -271,7 +263,7 @@ fn seconds(ns: u64) -> f64 {
     ns as f64 / 1e9
 }
 
-fn nanos(unix_ms: i64) -> u64 {
+pub(super) fn nanos(unix_ms: i64) -> u64 {
     u64::try_from(unix_ms).unwrap_or(0).saturating_mul(1_000_000)
 }
 

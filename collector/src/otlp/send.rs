@@ -10,16 +10,45 @@ use tonic::codegen::http::uri::PathAndQuery;
 
 use super::{
     config::{Protocol, Target},
-    wire::{ExportMetricsServiceRequest, ExportMetricsServiceResponse},
+    wire::{
+        ExportLogsServiceRequest, ExportLogsServiceResponse, ExportMetricsServiceRequest, ExportMetricsServiceResponse,
+    },
 };
 
 const GRPC_METRICS_EXPORT: &str = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export";
+const GRPC_LOGS_EXPORT: &str = "/opentelemetry.proto.collector.logs.v1.LogsService/Export";
 
-/// The receiver took the request; it may have refused some points.
+/// One export request, of either signal.
+#[derive(Clone, Debug)]
+pub enum Request {
+    Metrics(ExportMetricsServiceRequest),
+    Logs(ExportLogsServiceRequest),
+}
+
+/// The receiver took the request; it may have refused some of its items
+/// (data points, log records).
 #[derive(Debug, Default)]
 pub struct Accepted {
-    pub rejected_points: u64,
+    pub rejected: u64,
     pub message: String,
+}
+
+impl From<ExportMetricsServiceResponse> for Accepted {
+    fn from(answer: ExportMetricsServiceResponse) -> Accepted {
+        answer
+            .partial_success
+            .map(|p| Accepted { rejected: p.rejected_data_points.max(0) as u64, message: p.error_message })
+            .unwrap_or_default()
+    }
+}
+
+impl From<ExportLogsServiceResponse> for Accepted {
+    fn from(answer: ExportLogsServiceResponse) -> Accepted {
+        answer
+            .partial_success
+            .map(|p| Accepted { rejected: p.rejected_log_records.max(0) as u64, message: p.error_message })
+            .unwrap_or_default()
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -92,42 +121,57 @@ impl Transport {
         }
     }
 
-    pub async fn export(&self, request: ExportMetricsServiceRequest) -> Result<Accepted, SendError> {
+    pub fn url(&self) -> &str {
+        match self {
+            Transport::Http { target, .. } | Transport::Grpc { target, .. } => &target.url,
+        }
+    }
+
+    pub async fn export(&self, request: Request) -> Result<Accepted, SendError> {
         match self {
             Transport::Http { agent, target } => {
                 let (agent, target) = (agent.clone(), target.clone());
-                tokio::task::spawn_blocking(move || post(&agent, &target, &request.encode_to_vec()))
+                tokio::task::spawn_blocking(move || post(&agent, &target, &request))
                     .await
                     .map_err(|e| SendError { retryable: true, reason: format!("export task failed: {e}") })?
             }
-            Transport::Grpc { channel, target } => call(channel.clone(), target, request).await,
+            Transport::Grpc { channel, target } => match request {
+                Request::Metrics(r) => {
+                    call::<_, ExportMetricsServiceResponse>(channel.clone(), target, r, GRPC_METRICS_EXPORT).await
+                }
+                Request::Logs(r) => {
+                    call::<_, ExportLogsServiceResponse>(channel.clone(), target, r, GRPC_LOGS_EXPORT).await
+                }
+            },
         }
     }
 }
 
-fn post(agent: &ureq::Agent, target: &Target, body: &[u8]) -> Result<Accepted, SendError> {
-    let mut request = agent.post(&target.url).header("content-type", "application/x-protobuf");
+fn post(agent: &ureq::Agent, target: &Target, request: &Request) -> Result<Accepted, SendError> {
+    let body = match request {
+        Request::Metrics(r) => r.encode_to_vec(),
+        Request::Logs(r) => r.encode_to_vec(),
+    };
+    let mut http = agent.post(&target.url).header("content-type", "application/x-protobuf");
     for (key, value) in &target.headers {
-        request = request.header(key, value);
+        http = http.header(key, value);
     }
     let mut answer =
-        request.send(body).map_err(|e| SendError { retryable: true, reason: format!("POST {}: {e}", target.url) })?;
+        http.send(&body).map_err(|e| SendError { retryable: true, reason: format!("POST {}: {e}", target.url) })?;
     let status = answer.status().as_u16();
     let bytes = answer.body_mut().with_config().limit(1 << 20).read_to_vec().unwrap_or_default();
     if (200..300).contains(&status) {
-        return Ok(accepted(&bytes));
+        // An empty or unreadable answer is a whole success.
+        return Ok(match request {
+            Request::Metrics(_) => ExportMetricsServiceResponse::decode(bytes.as_slice()).map(Accepted::from),
+            Request::Logs(_) => ExportLogsServiceResponse::decode(bytes.as_slice()).map(Accepted::from),
+        }
+        .unwrap_or_default());
     }
     // The receiver's reason is a google.rpc.Status: its message (field 2)
     // is what a person reads; the status alone says enough otherwise.
     let reason = format!("POST {} answered {status}{}", target.url, status_message(&bytes));
     Err(SendError { retryable: matches!(status, 429 | 502 | 503 | 504), reason })
-}
-
-fn accepted(bytes: &[u8]) -> Accepted {
-    match ExportMetricsServiceResponse::decode(bytes).ok().and_then(|r| r.partial_success) {
-        Some(p) => Accepted { rejected_points: p.rejected_data_points.max(0) as u64, message: p.error_message },
-        None => Accepted::default(),
-    }
 }
 
 fn status_message(bytes: &[u8]) -> String {
@@ -142,11 +186,16 @@ fn status_message(bytes: &[u8]) -> String {
     }
 }
 
-async fn call(
+async fn call<Req, Resp>(
     channel: tonic::transport::Channel,
     target: &Target,
-    request: ExportMetricsServiceRequest,
-) -> Result<Accepted, SendError> {
+    request: Req,
+    path: &'static str,
+) -> Result<Accepted, SendError>
+where
+    Req: prost::Message + Send + Sync + 'static,
+    Resp: prost::Message + Default + Send + Sync + 'static + Into<Accepted>,
+{
     let mut grpc = tonic::client::Grpc::new(channel);
     grpc.ready().await.map_err(|e| SendError {
         retryable: true,
@@ -159,15 +208,9 @@ async fn call(
             request.metadata_mut().insert(k, v);
         }
     }
-    let codec = tonic_prost::ProstCodec::<ExportMetricsServiceRequest, ExportMetricsServiceResponse>::default();
-    match grpc.unary(request, PathAndQuery::from_static(GRPC_METRICS_EXPORT), codec).await {
-        Ok(answer) => {
-            let answer = answer.into_inner();
-            Ok(match answer.partial_success {
-                Some(p) => Accepted { rejected_points: p.rejected_data_points.max(0) as u64, message: p.error_message },
-                None => Accepted::default(),
-            })
-        }
+    let codec = tonic_prost::ProstCodec::<Req, Resp>::default();
+    match grpc.unary(request, PathAndQuery::from_static(path), codec).await {
+        Ok(answer) => Ok(answer.into_inner().into()),
         Err(status) => {
             use tonic::Code::*;
             let retryable = matches!(

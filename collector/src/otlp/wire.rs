@@ -1,6 +1,6 @@
 //! The part of OTLP (`opentelemetry.proto.*.v1`) the export sends: metrics
-//! (sums and explicit-bound histograms) and their export service's request
-//! and answer. Field numbers are OTLP's, which is stable; what sqlbee never
+//! (sums and explicit-bound histograms), log records, and their export
+//! services' requests and answers. Field numbers are OTLP's, which is stable; what sqlbee never
 //! sends (exemplars, gauges, exponential histograms, entity refs) is left
 //! out, and a receiver reads the absence as empty.
 
@@ -151,7 +151,7 @@ pub struct KeyValue {
 
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct AnyValue {
-    #[prost(oneof = "Value", tags = "1, 3")]
+    #[prost(oneof = "Value", tags = "1, 3, 4")]
     pub value: Option<Value>,
 }
 
@@ -161,10 +161,82 @@ pub enum Value {
     String(String),
     #[prost(int64, tag = "3")]
     Int(i64),
+    #[prost(double, tag = "4")]
+    Double(f64),
 }
 
 impl KeyValue {
     pub fn string(key: &str, value: impl Into<String>) -> KeyValue {
         KeyValue { key: key.to_string(), value: Some(AnyValue { value: Some(Value::String(value.into())) }) }
     }
+
+    pub fn int(key: &str, value: i64) -> KeyValue {
+        KeyValue { key: key.to_string(), value: Some(AnyValue { value: Some(Value::Int(value)) }) }
+    }
+
+    pub fn double(key: &str, value: f64) -> KeyValue {
+        KeyValue { key: key.to_string(), value: Some(AnyValue { value: Some(Value::Double(value)) }) }
+    }
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ExportLogsServiceRequest {
+    #[prost(message, repeated, tag = "1")]
+    pub resource_logs: Vec<ResourceLogs>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ExportLogsServiceResponse {
+    #[prost(message, optional, tag = "1")]
+    pub partial_success: Option<ExportLogsPartialSuccess>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ExportLogsPartialSuccess {
+    #[prost(int64, tag = "1")]
+    pub rejected_log_records: i64,
+    #[prost(string, tag = "2")]
+    pub error_message: String,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ResourceLogs {
+    #[prost(message, optional, tag = "1")]
+    pub resource: Option<Resource>,
+    #[prost(message, repeated, tag = "2")]
+    pub scope_logs: Vec<ScopeLogs>,
+    #[prost(string, tag = "3")]
+    pub schema_url: String,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ScopeLogs {
+    #[prost(message, optional, tag = "1")]
+    pub scope: Option<InstrumentationScope>,
+    #[prost(message, repeated, tag = "2")]
+    pub log_records: Vec<LogRecord>,
+    #[prost(string, tag = "3")]
+    pub schema_url: String,
+}
+
+/// `SeverityNumber`s the export uses.
+pub const INFO: i32 = 9;
+pub const WARN: i32 = 13;
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct LogRecord {
+    #[prost(fixed64, tag = "1")]
+    pub time_unix_nano: u64,
+    #[prost(fixed64, tag = "11")]
+    pub observed_time_unix_nano: u64,
+    #[prost(int32, tag = "2")]
+    pub severity_number: i32,
+    #[prost(string, tag = "3")]
+    pub severity_text: String,
+    #[prost(message, optional, tag = "5")]
+    pub body: Option<AnyValue>,
+    #[prost(message, repeated, tag = "6")]
+    pub attributes: Vec<KeyValue>,
+    #[prost(string, tag = "12")]
+    pub event_name: String,
 }
