@@ -218,7 +218,14 @@ impl Run {
                 self.long.push(900 + n);
             }
             self.sequence += 1;
-            push(&mut ingest, batch("otlp-agent", self.sequence, windows)).await.expect("the batch is stored");
+            let batch = batch("otlp-agent", self.sequence, windows);
+            push(&mut ingest, batch.clone()).await.expect("the batch is stored");
+            if self.sequence % 5 == 0 {
+                // An agent that lost the answer sends the batch again: the
+                // store keeps it once, and the export counts it once.
+                let again = push(&mut ingest, batch).await.expect("the batch is answered again");
+                assert!(again.duplicate, "a batch sent twice is a duplicate");
+            }
             self.pushes.extend(INSTANCES.iter().map(|i| (i.to_string(), end)));
             tokio::time::sleep(Duration::from_millis(250)).await;
         }

@@ -245,15 +245,16 @@ fn test(args: &[String]) -> anyhow::Result<()> {
     // The collector suite once more against ClickHouse, with the same
     // assertions (a fresh database per collector): on a private server, and
     // on a cluster of two shards of two replicas and a ZooKeeper
-    // (xtask::clickhouse_cluster).
-    for store in ["clickhouse", "clickhouse-cluster"] {
-        println!("==> cargo test --test collector with SQLBEE_TEST_STORE={store}");
+    // (xtask::clickhouse_cluster). The OTLP export's too on the server:
+    // it reads what ClickHouse keeps of retried batches as top does.
+    for (store, suites) in [("clickhouse", &["collector", "otlp"][..]), ("clickhouse-cluster", &["collector"][..])] {
+        println!("==> cargo test --test {} with SQLBEE_TEST_STORE={store}", suites.join(" --test "));
         let mut suite = cargo();
-        suite
-            .args(["test", "--no-fail-fast", "-p", "sqlbee", "--test", "collector", "--"])
-            .args(args)
-            .env("SQLBEE_REQUIRE_PRIVILEGED", "1")
-            .env("SQLBEE_TEST_STORE", store);
+        suite.args(["test", "--no-fail-fast", "-p", "sqlbee"]);
+        for name in suites {
+            suite.args(["--test", name]);
+        }
+        suite.arg("--").args(args).env("SQLBEE_REQUIRE_PRIVILEGED", "1").env("SQLBEE_TEST_STORE", store);
         let outcome = counted(&mut suite, &mut totals)?;
         if !outcome.success() {
             status = outcome;
