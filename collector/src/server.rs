@@ -201,6 +201,16 @@ pub async fn serve(
         tracing::warn!(%local, "listening beyond this host without authentication: anyone who reaches it can \
             send batches and read every agent's data (give --tokens)");
     }
+    let mut otlp_counts = Vec::new();
+    let mut exporters = Vec::new();
+    if let Some((otlp, transports)) = settings.otlp {
+        let otlp = Arc::new(otlp);
+        for (target, transport) in otlp.targets.iter().zip(transports) {
+            let counts = Arc::new(otlp::Counts::new(target.signal));
+            otlp_counts.push(counts.clone());
+            exporters.push(tokio::spawn(otlp::run(store.clone(), otlp.clone(), transport, counts)));
+        }
+    }
     let (stop_ui, mut ui_stopping) = tokio::sync::watch::channel(false);
     let ui = match settings.http {
         Some(http) => {
@@ -216,7 +226,8 @@ pub async fn serve(
                     settings.auth.clone(),
                     http.is_tls(),
                 )
-                .answering(http.hosts()),
+                .answering(http.hosts())
+                .exporting(otlp_counts.clone()),
             );
             let task = tokio::spawn(http.serve(pages, async move {
                 let _ = ui_stopping.wait_for(|stop| *stop).await;
@@ -234,16 +245,6 @@ pub async fn serve(
 
     let open_events = Arc::new(detect::OpenEvents::default());
     let detector = tokio::spawn(detect::run(store.clone(), settings.detection, open_events.clone(), settings.webhook));
-    let mut otlp_counts = Vec::new();
-    let mut exporters = Vec::new();
-    if let Some((otlp, transports)) = settings.otlp {
-        let otlp = Arc::new(otlp);
-        for (target, transport) in otlp.targets.iter().zip(transports) {
-            let counts = Arc::new(otlp::Counts::new(target.signal));
-            otlp_counts.push(counts.clone());
-            exporters.push(tokio::spawn(otlp::run(store.clone(), otlp.clone(), transport, counts)));
-        }
-    }
     let (stop_metrics, mut metrics_stopping) = tokio::sync::watch::channel(false);
     let metrics = settings.metrics.map(|server| {
         tracing::info!(addr = %server.local_addr(), "collector metrics at /metrics");

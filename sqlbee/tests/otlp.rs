@@ -423,6 +423,17 @@ async fn every_step_arrives_once_as_top_says_through_receiver_and_collector_rest
     eprintln!("{checked} steps compared");
     check_logs(&collector, &otel, &run);
 
+    // The cost page says what the export sent, per signal.
+    let page = ureq::get(&format!("{}cost", collector.ui)).call().unwrap().body_mut().read_to_string().unwrap();
+    for signal in ["metrics", "logs"] {
+        let row = page
+            .split(&format!("data-signal=\"{signal}\" data-items=\""))
+            .nth(1)
+            .unwrap_or_else(|| panic!("no {signal} row: {page}"));
+        let items: u64 = row.split('"').next().unwrap().parse().unwrap();
+        assert!(items > 0, "{signal}: nothing counted as sent");
+    }
+
     let metrics_text = collector.stderr_text();
     assert!(metrics_text.contains("OTLP export on"), "{metrics_text}");
     assert!(metrics_text.contains("OTLP export: will retry"), "the receiver's absence was noticed: {metrics_text}");

@@ -81,6 +81,8 @@ pub struct Ui {
     turns: turns::Turns,
     /// Host names answered besides IP addresses and `localhost`.
     hosts: Vec<String>,
+    /// What the OTLP export did, per signal (none: no export).
+    exports: Vec<Arc<crate::otlp::Counts>>,
 }
 
 impl Ui {
@@ -94,7 +96,18 @@ impl Ui {
             gate: Arc::new(Semaphore::new(UI_QUERIES_IN_FLIGHT)),
             turns: turns::Turns::default(),
             hosts: Vec::new(),
+            exports: Vec::new(),
         }
+    }
+
+    /// Shows what the OTLP export did on the cost page.
+    pub fn exporting(mut self, exports: Vec<Arc<crate::otlp::Counts>>) -> Ui {
+        self.exports = exports;
+        self
+    }
+
+    pub(crate) fn exports(&self) -> &[Arc<crate::otlp::Counts>] {
+        &self.exports
     }
 
     /// Answers these host names too (`--http-host`).

@@ -47,6 +47,40 @@ fn quotas(body: &mut String, quotas: &[AgentQuota]) {
     body.push_str("</tbody></table>");
 }
 
+/// What the OTLP export did since the collector started, per signal.
+fn exports(body: &mut String, exports: &[std::sync::Arc<crate::otlp::Counts>]) {
+    use std::sync::atomic::Ordering::Relaxed;
+    if exports.is_empty() {
+        return;
+    }
+    body.push_str(
+        "<h2>OTLP export</h2><p>What this collector sent to its OpenTelemetry receiver (<code>--otlp-endpoint</code>) \
+         since it started. Behind: how long ago the oldest step not yet sent began.</p><table class=\"data\" \
+         id=\"otlp-export\"><thead><tr><th>Signal</th><th>Requests</th><th>Items taken</th><th>Retries</th>\
+         <th>Items dropped</th><th>Steps skipped</th><th>Behind</th></tr></thead><tbody>",
+    );
+    let now = sqlbee_vocabulary::clock::now_unix_ms();
+    for e in exports {
+        let mark = e.mark_unix_ms.load(Relaxed);
+        let behind = if mark > 0 { format!("{:.0} s", (now - mark).max(0) as f64 / 1000.0) } else { "-".into() };
+        let _ = write!(
+            body,
+            "<tr data-signal=\"{signal}\" data-items=\"{items}\" data-dropped=\"{dropped}\"><td>{signal}</td>\
+             <td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>\
+             <td class=\"num\">{}</td><td class=\"num\">{behind}</td></tr>",
+            html::count(e.requests.load(Relaxed)),
+            html::count(e.items.load(Relaxed)),
+            html::count(e.retries.load(Relaxed)),
+            html::count(e.dropped_items.load(Relaxed)),
+            html::count(e.skipped_steps.load(Relaxed)),
+            signal = e.signal.name(),
+            items = e.items.load(Relaxed),
+            dropped = e.dropped_items.load(Relaxed),
+        );
+    }
+    body.push_str("</tbody></table>");
+}
+
 pub async fn render(ui: &Ui, view: &View) -> Rendered {
     let series = ui.series(series_request(view, "cost", 0, "")).await?;
     let marks = super::marks(ui, view).await?;
@@ -96,6 +130,7 @@ pub async fn render(ui: &Ui, view: &View) -> Rendered {
         body.push_str("<p>No agent reported its cost in this range.</p>");
     }
     quotas(&mut body, &top.quotas);
+    exports(&mut body, ui.exports());
     Ok((
         PageHead { title: "Agent cost".into(), nav: Nav::Cost, instances: instance_names(ui).await?, keep: Vec::new() },
         body,
