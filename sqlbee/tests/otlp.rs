@@ -454,3 +454,50 @@ async fn grpc_sends_the_same_points() {
     assert!(checked >= 2 * 2, "only {checked} steps held statements");
     check_logs(&collector, &otel, &run);
 }
+
+/// A CA and a certificate for `localhost` it signed, written into `dir`:
+/// (CA, certificate, key).
+fn certificates(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
+    let mut params = CertificateParams::new(Vec::new()).unwrap();
+    params.distinguished_name.push(DnType::CommonName, "sqlbee OTLP test CA");
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let authority = CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let leaf = CertificateParams::new(vec!["localhost".to_string()]).unwrap().signed_by(&key, &authority).unwrap();
+    let paths = (dir.join("ca.crt"), dir.join("receiver.crt"), dir.join("receiver.key"));
+    std::fs::write(&paths.0, authority.pem()).unwrap();
+    std::fs::write(&paths.1, leaf.pem()).unwrap();
+    std::fs::write(&paths.2, key.serialize_pem()).unwrap();
+    paths
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_needs_the_receivers_ca_and_then_sends_the_same_points() {
+    if xtask::otelcol::for_test("otlp").is_none() {
+        return;
+    }
+    let dir = TempDir::new("otlp-tls");
+    let (ca, cert, key) = certificates(dir.path());
+    let otel =
+        OtelCollector::start_tls(&dir.path().join("otelcol"), &cert, &key).expect("the OpenTelemetry Collector starts");
+    // Without the CA, the receiver's certificate is not trusted: nothing
+    // is sent, nothing is dropped, and the log says why.
+    let untrusting = Collector::start(&collector_args(&otel.http_endpoint(), "http/protobuf"));
+    let mut run = Run { pushes: Vec::new(), sequence: 0, changes: Vec::new(), long: Vec::new() };
+    run.push_for(&untrusting, Duration::from_secs(5)).await;
+    let log = untrusting.stderr_text();
+    assert!(log.contains("OTLP export: will retry") && log.to_lowercase().contains("certificate"), "{log}");
+    assert!(received(&otel).is_empty(), "nothing reached the receiver");
+    drop(untrusting);
+
+    let mut args = collector_args(&otel.http_endpoint(), "http/protobuf");
+    args.extend(["--otlp-ca".to_string(), ca.display().to_string()]);
+    let collector = Collector::start(&args);
+    let mut run = Run { pushes: Vec::new(), sequence: 0, changes: Vec::new(), long: Vec::new() };
+    run.push_for(&collector, Duration::from_secs(5)).await;
+    let got = wait_for_last_step(&otel, &run.pushes);
+    let checked = check_every_step(&collector, &got, &run.pushes);
+    assert!(checked >= 2 * 2, "only {checked} steps held statements");
+    check_logs(&collector, &otel, &run);
+}

@@ -143,6 +143,8 @@ pub struct OtelCollector {
     binary: PathBuf,
     pub http_port: u16,
     pub grpc_port: u16,
+    /// Certificate and key (PEM) both receivers serve TLS with.
+    tls: Option<(PathBuf, PathBuf)>,
     child: Option<Child>,
 }
 
@@ -150,6 +152,15 @@ impl OtelCollector {
     /// Starts one in `dir` (made if missing), with the file exporter's
     /// output and the collector's own log there.
     pub fn start(dir: &Path) -> anyhow::Result<OtelCollector> {
+        Self::start_with(dir, None)
+    }
+
+    /// As `start`, both receivers over TLS with this certificate and key.
+    pub fn start_tls(dir: &Path, cert: &Path, key: &Path) -> anyhow::Result<OtelCollector> {
+        Self::start_with(dir, Some((cert.to_path_buf(), key.to_path_buf())))
+    }
+
+    fn start_with(dir: &Path, tls: Option<(PathBuf, PathBuf)>) -> anyhow::Result<OtelCollector> {
         let binary = installed()?;
         fs::create_dir_all(dir)?;
         let mut collector = OtelCollector {
@@ -157,6 +168,7 @@ impl OtelCollector {
             binary,
             http_port: free_port()?,
             grpc_port: free_port()?,
+            tls,
             child: None,
         };
         collector.write_config()?;
@@ -164,12 +176,16 @@ impl OtelCollector {
         Ok(collector)
     }
 
+    fn scheme(&self) -> &'static str {
+        if self.tls.is_some() { "https://localhost" } else { "http://127.0.0.1" }
+    }
+
     pub fn http_endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.http_port)
+        format!("{}:{}", self.scheme(), self.http_port)
     }
 
     pub fn grpc_endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.grpc_port)
+        format!("{}:{}", self.scheme(), self.grpc_port)
     }
 
     fn received_path(&self) -> PathBuf {
@@ -177,9 +193,19 @@ impl OtelCollector {
     }
 
     fn write_config(&self) -> anyhow::Result<()> {
+        let tls = match &self.tls {
+            Some((cert, key)) => {
+                format!(
+                    "\n        tls:\n          cert_file: {}\n          key_file: {}",
+                    cert.display(),
+                    key.display()
+                )
+            }
+            None => String::new(),
+        };
         let config = format!(
-            "receivers:\n  otlp:\n    protocols:\n      http:\n        endpoint: 127.0.0.1:{http}\n      grpc:\n        \
-             endpoint: 127.0.0.1:{grpc}\nexporters:\n  file:\n    path: {out}\n    flush_interval: 100ms\n    append: true\nservice:\n  \
+            "receivers:\n  otlp:\n    protocols:\n      http:\n        endpoint: 127.0.0.1:{http}{tls}\n      grpc:\n        \
+             endpoint: 127.0.0.1:{grpc}{tls}\nexporters:\n  file:\n    path: {out}\n    flush_interval: 100ms\n    append: true\nservice:\n  \
              telemetry:\n    metrics:\n      level: none\n  pipelines:\n    metrics:\n      receivers: [otlp]\n      \
              exporters: [file]\n    logs:\n      receivers: [otlp]\n      exporters: [file]\n",
             http = self.http_port,
