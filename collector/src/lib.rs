@@ -6,6 +6,7 @@
 mod admission;
 pub mod annotate;
 mod auth;
+mod ca_file;
 mod decode_status;
 pub(crate) mod detect;
 pub mod holds;

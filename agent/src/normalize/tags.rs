@@ -232,7 +232,7 @@ fn sqlcommenter(comment: &str) -> Option<Vec<(String, String)>> {
     let mut i = 0;
     loop {
         let eq = i + comment[i..].find('=')?;
-        let key = percent_decode(comment[i..eq].trim())?;
+        let key = sqlbee_vocabulary::percent::decode(comment[i..eq].trim())?;
         if !is_key(&key) {
             return None;
         }
@@ -259,7 +259,7 @@ fn sqlcommenter(comment: &str) -> Option<Vec<(String, String)>> {
                 }
             }
         }
-        out.push((key, percent_decode(&value)?));
+        out.push((key, sqlbee_vocabulary::percent::decode(&value)?));
         j += 1;
         while bytes.get(j) == Some(&b' ') {
             j += 1;
@@ -306,28 +306,6 @@ fn is_key(key: &str) -> bool {
     !key.is_empty()
         && key.len() <= MAX_KEY_LEN
         && key.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
-}
-
-/// `%XX` escapes decoded; None for a broken escape or bytes that are not
-/// UTF-8 once decoded.
-fn percent_decode(text: &str) -> Option<String> {
-    if !text.contains('%') {
-        return Some(text.to_string());
-    }
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
 }
 
 /// `00-<trace id>-<span id>-<flags>`; None for any other form or an

@@ -159,28 +159,15 @@ fn header(entry: &str, encoded: bool) -> Result<(String, String), ConfigError> {
     if key.is_empty() || !key.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b)) {
         return Err(bad());
     }
-    let value = if encoded { percent_decode(value.trim()).ok_or_else(bad)? } else { value.trim().to_string() };
+    let value = if encoded {
+        sqlbee_vocabulary::percent::decode(value.trim()).ok_or_else(bad)?
+    } else {
+        value.trim().to_string()
+    };
     if value.bytes().any(|b| b < 0x20 || b == 0x7f) {
         return Err(bad());
     }
     Ok((key.to_ascii_lowercase(), value))
-}
-
-fn percent_decode(text: &str) -> Option<String> {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
 }
 
 #[cfg(test)]

@@ -54,6 +54,22 @@ struct Row {
     cpu_ns: Option<u64>,
 }
 
+impl Row {
+    fn empty(attributes: Vec<KeyValue>) -> Row {
+        Row {
+            attributes,
+            count: 0,
+            errors: 0,
+            sum_ns: 0,
+            min_ns: u64::MAX,
+            max_ns: 0,
+            buckets: BTreeMap::new(),
+            rows_examined: None,
+            cpu_ns: None,
+        }
+    }
+}
+
 /// The instance's resource with its points, or None when the step holds
 /// no statement of it. `digests` come busiest first (`OrderBy::Total`).
 pub fn instance_metrics(
@@ -73,20 +89,12 @@ pub fn instance_metrics(
             rows.push(own_row(instance, d, tables.get(&(d.digest, d.schema.clone())), shape));
             continue;
         }
-        let o = other.get_or_insert_with(|| Row {
-            attributes: vec![
+        let o = other.get_or_insert_with(|| {
+            Row::empty(vec![
                 KeyValue::string("db.system.name", instance.system),
                 KeyValue::string("db.query.summary", OTHER),
                 KeyValue::string("sqlbee.digest", OTHER),
-            ],
-            count: 0,
-            errors: 0,
-            sum_ns: 0,
-            min_ns: u64::MAX,
-            max_ns: 0,
-            buckets: BTreeMap::new(),
-            rows_examined: None,
-            cpu_ns: None,
+            ])
         });
         add(o, d);
     }
@@ -183,17 +191,7 @@ fn own_row(instance: &Instance<'_>, d: &TopDigest, tables: Option<&DigestTables>
     if shape.query_text {
         attributes.push(KeyValue::string("db.query.text", d.digest_text.clone()));
     }
-    let mut row = Row {
-        attributes,
-        count: 0,
-        errors: 0,
-        sum_ns: 0,
-        min_ns: u64::MAX,
-        max_ns: 0,
-        buckets: BTreeMap::new(),
-        rows_examined: None,
-        cpu_ns: None,
-    };
+    let mut row = Row::empty(attributes);
     add(&mut row, d);
     row
 }

@@ -61,8 +61,8 @@ pub struct SendError {
 
 #[derive(Debug, thiserror::Error)]
 pub enum TransportError {
-    #[error("OTLP CA {path}: {reason}")]
-    Ca { path: String, reason: String },
+    #[error("OTLP: {0}")]
+    Ca(#[from] crate::ca_file::CaFileError),
     #[error("OTLP endpoint: {0}")]
     Grpc(#[from] sqlbee_proto::client::ClientError),
     #[error("OTLP header {key:?}: not a valid header")]
@@ -81,19 +81,7 @@ impl Transport {
             Protocol::HttpProtobuf => {
                 let mut tls = ureq::tls::TlsConfig::builder();
                 if let Some(path) = &target.ca {
-                    let shown = path.display().to_string();
-                    let pem = std::fs::read(path)
-                        .map_err(|e| TransportError::Ca { path: shown.clone(), reason: e.to_string() })?;
-                    let certs: Vec<ureq::tls::Certificate<'static>> = ureq::tls::parse_pem(&pem)
-                        .filter_map(|item| match item {
-                            Ok(ureq::tls::PemItem::Certificate(cert)) => Some(cert),
-                            _ => None,
-                        })
-                        .collect();
-                    if certs.is_empty() {
-                        return Err(TransportError::Ca { path: shown, reason: "holds no certificate".into() });
-                    }
-                    tls = tls.root_certs(ureq::tls::RootCerts::Specific(Arc::new(certs)));
+                    tls = tls.root_certs(crate::ca_file::roots(path)?);
                 }
                 let agent = ureq::Agent::config_builder()
                     .http_status_as_error(false)

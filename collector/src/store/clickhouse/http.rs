@@ -27,14 +27,8 @@ pub enum HttpError {
     },
     #[error("ClickHouse at {url} answered {status}: {message}")]
     Server { url: String, status: u16, message: String },
-    #[error("cannot read the CA file {path}: {source}")]
-    Ca {
-        path: String,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("the CA file {path} holds no PEM certificate")]
-    NoCa { path: String },
+    #[error(transparent)]
+    Ca(#[from] crate::ca_file::CaFileError),
     #[error("the request this read served was cancelled")]
     Cancelled,
     #[error("the rows for {table} do not name the same columns: {problem} (a bug in the collector)")]
@@ -148,18 +142,7 @@ impl Client {
     pub fn new(endpoint: Endpoint, database: Option<String>) -> Result<Client, HttpError> {
         let mut tls = ureq::tls::TlsConfig::builder();
         if let Some(path) = &endpoint.ca {
-            let shown = path.display().to_string();
-            let pem = std::fs::read(path).map_err(|source| HttpError::Ca { path: shown.clone(), source })?;
-            let certs: Vec<ureq::tls::Certificate<'static>> = ureq::tls::parse_pem(&pem)
-                .filter_map(|item| match item {
-                    Ok(ureq::tls::PemItem::Certificate(cert)) => Some(cert),
-                    _ => None,
-                })
-                .collect();
-            if certs.is_empty() {
-                return Err(HttpError::NoCa { path: shown });
-            }
-            tls = tls.root_certs(ureq::tls::RootCerts::Specific(Arc::new(certs)));
+            tls = tls.root_certs(crate::ca_file::roots(path)?);
         }
         let agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
