@@ -66,6 +66,19 @@ pub struct Target {
     pub ca: Option<PathBuf>,
 }
 
+impl Target {
+    /// The URL without a password it may carry (`https://user:pass@host`),
+    /// for logs and errors.
+    pub fn shown_url(&self) -> String {
+        let Some((scheme, rest)) = self.url.split_once("://") else { return self.url.clone() };
+        let authority_end = rest.find('/').unwrap_or(rest.len());
+        match rest[..authority_end].rfind('@') {
+            Some(at) => format!("{scheme}://{}", &rest[at + 1..]),
+            None => self.url.clone(),
+        }
+    }
+}
+
 /// The flags, before the environment fills what they leave out.
 #[derive(Clone, Debug, Default)]
 pub struct Flags {
@@ -200,6 +213,14 @@ mod tests {
         // A metrics-only endpoint sends no logs.
         let only = [("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "http://otel:4318/v1/metrics")];
         assert!(resolve_signal(&Flags::default(), Signal::Logs, &only).unwrap().is_none());
+    }
+
+    #[test]
+    fn a_password_in_the_url_is_not_shown() {
+        let flags = Flags { endpoint: Some("https://u:secret@otel:4318/base".into()), ..Flags::default() };
+        let target = resolve_with(&flags, &[]).unwrap().unwrap();
+        assert_eq!(target.shown_url(), "https://otel:4318/base/v1/metrics");
+        assert_eq!(target.url, "https://u:secret@otel:4318/base/v1/metrics");
     }
 
     #[test]

@@ -109,9 +109,10 @@ impl Transport {
         }
     }
 
-    pub fn url(&self) -> &str {
+    /// Where it sends, without a password the URL may carry.
+    pub fn url(&self) -> String {
         match self {
-            Transport::Http { target, .. } | Transport::Grpc { target, .. } => &target.url,
+            Transport::Http { target, .. } | Transport::Grpc { target, .. } => target.shown_url(),
         }
     }
 
@@ -144,8 +145,9 @@ fn post(agent: &ureq::Agent, target: &Target, request: &Request) -> Result<Accep
     for (key, value) in &target.headers {
         http = http.header(key, value);
     }
-    let mut answer =
-        http.send(&body).map_err(|e| SendError { retryable: true, reason: format!("POST {}: {e}", target.url) })?;
+    let mut answer = http
+        .send(&body)
+        .map_err(|e| SendError { retryable: true, reason: format!("POST {}: {e}", target.shown_url()) })?;
     let status = answer.status().as_u16();
     let bytes = answer.body_mut().with_config().limit(1 << 20).read_to_vec().unwrap_or_default();
     if (200..300).contains(&status) {
@@ -158,7 +160,7 @@ fn post(agent: &ureq::Agent, target: &Target, request: &Request) -> Result<Accep
     }
     // The receiver's reason is a google.rpc.Status: its message (field 2)
     // is what a person reads; the status alone says enough otherwise.
-    let reason = format!("POST {} answered {status}{}", target.url, status_message(&bytes));
+    let reason = format!("POST {} answered {status}{}", target.shown_url(), status_message(&bytes));
     Err(SendError { retryable: matches!(status, 429 | 502 | 503 | 504), reason })
 }
 
@@ -187,7 +189,7 @@ where
     let mut grpc = tonic::client::Grpc::new(channel);
     grpc.ready().await.map_err(|e| SendError {
         retryable: true,
-        reason: format!("{}: {}", target.url, sqlbee_vocabulary::error_chain(&e)),
+        reason: format!("{}: {}", target.shown_url(), sqlbee_vocabulary::error_chain(&e)),
     })?;
     let mut request = tonic::Request::new(request);
     for (key, value) in &target.headers {
@@ -209,7 +211,7 @@ where
                 retryable,
                 reason: format!(
                     "{}: {:?}: {}",
-                    target.url,
+                    target.shown_url(),
                     status.code(),
                     status.message().chars().take(300).collect::<String>()
                 ),
