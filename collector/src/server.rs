@@ -227,7 +227,7 @@ pub async fn serve(
                     http.is_tls(),
                 )
                 .answering(http.hosts())
-                .exporting(otlp_counts.clone()),
+                .exporting(export_status(otlp_counts.clone())),
             );
             let task = tokio::spawn(http.serve(pages, async move {
                 let _ = ui_stopping.wait_for(|stop| *stop).await;
@@ -284,6 +284,26 @@ pub async fn serve(
         }
     }
     result
+}
+
+/// What the cost page shows of the OTLP export: a snapshot of its counts
+/// per signal, read when the page is.
+fn export_status(counts: Vec<Arc<otlp::Counts>>) -> crate::http::ExportStatusFn {
+    use std::sync::atomic::Ordering::Relaxed;
+    Arc::new(move || {
+        counts
+            .iter()
+            .map(|c| crate::http::ExportStatus {
+                signal: c.signal.name(),
+                requests: c.requests.load(Relaxed),
+                items: c.items.load(Relaxed),
+                retries: c.retries.load(Relaxed),
+                dropped_items: c.dropped_items.load(Relaxed),
+                skipped_steps: c.skipped_steps.load(Relaxed),
+                mark_unix_ms: c.mark_unix_ms.load(Relaxed),
+            })
+            .collect()
+    })
 }
 
 /// Written whole (temp file, then rename) so a reader never sees half an

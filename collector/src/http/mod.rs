@@ -81,9 +81,27 @@ pub struct Ui {
     turns: turns::Turns,
     /// Host names answered besides IP addresses and `localhost`.
     hosts: Vec<String>,
-    /// What the OTLP export did, per signal (none: no export).
-    exports: Vec<Arc<crate::otlp::Counts>>,
+    /// What the OTLP export did, per signal (None: no export).
+    exports: Option<ExportStatusFn>,
 }
+
+/// What the OTLP export did for one signal since the collector started,
+/// as the cost page shows it. The server reads it from the export, so no
+/// page reaches past the query API into the export itself.
+#[derive(Clone, Debug, Default)]
+pub struct ExportStatus {
+    pub signal: &'static str,
+    pub requests: u64,
+    pub items: u64,
+    pub retries: u64,
+    pub dropped_items: u64,
+    pub skipped_steps: u64,
+    /// The oldest step not yet sent begins here (ms since epoch); 0: not
+    /// known yet.
+    pub mark_unix_ms: i64,
+}
+
+pub type ExportStatusFn = Arc<dyn Fn() -> Vec<ExportStatus> + Send + Sync>;
 
 impl Ui {
     pub fn new(query: QueryService, annotate: AnnotateService, auth: Auth, secure: bool) -> Ui {
@@ -96,18 +114,18 @@ impl Ui {
             gate: Arc::new(Semaphore::new(UI_QUERIES_IN_FLIGHT)),
             turns: turns::Turns::default(),
             hosts: Vec::new(),
-            exports: Vec::new(),
+            exports: None,
         }
     }
 
     /// Shows what the OTLP export did on the cost page.
-    pub fn exporting(mut self, exports: Vec<Arc<crate::otlp::Counts>>) -> Ui {
-        self.exports = exports;
+    pub fn exporting(mut self, exports: ExportStatusFn) -> Ui {
+        self.exports = Some(exports);
         self
     }
 
-    pub(crate) fn exports(&self) -> &[Arc<crate::otlp::Counts>] {
-        &self.exports
+    pub(crate) fn exports(&self) -> Vec<ExportStatus> {
+        self.exports.as_ref().map(|f| f()).unwrap_or_default()
     }
 
     /// Answers these host names too (`--http-host`).

@@ -48,8 +48,7 @@ fn quotas(body: &mut String, quotas: &[AgentQuota]) {
 }
 
 /// What the OTLP export did since the collector started, per signal.
-fn exports(body: &mut String, exports: &[std::sync::Arc<crate::otlp::Counts>]) {
-    use std::sync::atomic::Ordering::Relaxed;
+fn exports(body: &mut String, exports: &[crate::http::ExportStatus]) {
     if exports.is_empty() {
         return;
     }
@@ -61,21 +60,21 @@ fn exports(body: &mut String, exports: &[std::sync::Arc<crate::otlp::Counts>]) {
     );
     let now = sqlbee_vocabulary::clock::now_unix_ms();
     for e in exports {
-        let mark = e.mark_unix_ms.load(Relaxed);
+        let mark = e.mark_unix_ms;
         let behind = if mark > 0 { format!("{:.0} s", (now - mark).max(0) as f64 / 1000.0) } else { "-".into() };
         let _ = write!(
             body,
             "<tr data-signal=\"{signal}\" data-items=\"{items}\" data-dropped=\"{dropped}\"><td>{signal}</td>\
              <td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>\
              <td class=\"num\">{}</td><td class=\"num\">{behind}</td></tr>",
-            html::count(e.requests.load(Relaxed)),
-            html::count(e.items.load(Relaxed)),
-            html::count(e.retries.load(Relaxed)),
-            html::count(e.dropped_items.load(Relaxed)),
-            html::count(e.skipped_steps.load(Relaxed)),
-            signal = e.signal.name(),
-            items = e.items.load(Relaxed),
-            dropped = e.dropped_items.load(Relaxed),
+            html::count(e.requests),
+            html::count(e.items),
+            html::count(e.retries),
+            html::count(e.dropped_items),
+            html::count(e.skipped_steps),
+            signal = e.signal,
+            items = e.items,
+            dropped = e.dropped_items,
         );
     }
     body.push_str("</tbody></table>");
@@ -130,7 +129,7 @@ pub async fn render(ui: &Ui, view: &View) -> Rendered {
         body.push_str("<p>No agent reported its cost in this range.</p>");
     }
     quotas(&mut body, &top.quotas);
-    exports(&mut body, ui.exports());
+    exports(&mut body, &ui.exports());
     Ok((
         PageHead { title: "Agent cost".into(), nav: Nav::Cost, instances: instance_names(ui).await?, keep: Vec::new() },
         body,
