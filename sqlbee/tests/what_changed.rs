@@ -597,6 +597,12 @@ fn events_and_markers() {
         let digest_page = common::browser::load(&format!("{}digest?id={digest}&since=10m", open.ui));
         let digest_changes: Vec<&str> = digest_page.dom.split("<li class=\"digest-change\"").skip(1).collect();
         assert_eq!(digest_changes.iter().filter(|li| li.contains("app.items")).count(), 2, "{}", digest_page.dom);
+        // The instance's page lists every change of the instance under its
+        // plots: the index's drop and re-add, the SET GLOBAL, the starts.
+        let instance = regressed["instance"].as_str().unwrap();
+        let instance_page = common::browser::load(&format!("{}?since=10m&instance={instance}", open.ui));
+        let listed = instance_page.dom.matches("<li class=\"instance-change\"").count();
+        assert_eq!(listed, changes.len(), "{}", instance_page.dom);
         let shots = common::browser::screenshot_dir();
         assert!(common::browser::screenshot(&format!("{}?since=10m", open.ui), &shots.join("markers.png")).is_empty());
     }

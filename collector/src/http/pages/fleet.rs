@@ -1,15 +1,21 @@
 //! The fleet overview: every instance with its rate, p99 and errors over
 //! the range, what watching it costs, when it was last heard from, and
 //! its gaps; above them the fleet's rate and latency over time. A large
-//! fleet's table is paged (`page`, `PAGE_ROWS` instances a page).
+//! fleet's table is paged (`page`, `PAGE_ROWS` instances a page). With
+//! one instance chosen, its changes are listed under the table: what the
+//! plots' markers point at, written out.
 use std::{collections::HashMap, fmt::Write};
 
-use sqlbee_proto::v1::{InstanceInfo, SeriesRequest, SeriesResponse};
+use sqlbee_proto::v1::{EventsRequest, InstanceInfo, SeriesRequest, SeriesResponse};
 
-use super::{PageHead, Rendered, merged, plot_range, seconds, series_request, sparkline_request, statement_plots};
+use super::{
+    PageHead, Rendered, change_item, merged, plot_range, seconds, series_request, sparkline_request, statement_plots,
+    tables::MAX_CHANGES,
+};
 use crate::http::{
     Ui,
     html::{self, Nav, esc},
+    page_error::PageError,
     params::{Params, View},
     svg,
 };
@@ -75,7 +81,36 @@ pub async fn render(ui: &Ui, view: &View, params: &Params, now: i64) -> Rendered
         row(view, info, &own, now, &mut body);
     }
     body.push_str("</tbody></table>");
+    if let Some(instance) = &view.instance {
+        changes(&mut body, ui, view, instance).await?;
+    }
     Ok((PageHead { title: "Fleet".into(), nav: Nav::Fleet, instances: names, keep: Vec::new() }, body))
+}
+
+/// The instance's changes over the range (schema, settings, grants, its
+/// server's starts and stops), newest first.
+async fn changes(body: &mut String, ui: &Ui, view: &View, instance: &str) -> Result<(), PageError> {
+    let events = ui
+        .events(EventsRequest {
+            instance: instance.to_string(),
+            since_unix_ms: view.range.since_unix_ms,
+            until_unix_ms: view.range.until_unix_ms,
+            kind: sqlbee_proto::query_client::CHANGE_EVENT_KIND.into(),
+            limit: MAX_CHANGES,
+            ..Default::default()
+        })
+        .await?;
+    body.push_str("<h2>Changes</h2>");
+    if events.is_empty() {
+        body.push_str("<p>No change to this instance in this range.</p>");
+        return Ok(());
+    }
+    let _ = write!(body, "<p>What changed on {} in this range, newest first.</p><ul id=\"changes\">", esc(instance));
+    for e in &events {
+        change_item(body, "instance-change", e);
+    }
+    body.push_str("</ul>");
+    Ok(())
 }
 
 /// One instance's row; `series` is its statements over the range.
