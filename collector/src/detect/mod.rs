@@ -204,7 +204,12 @@ pub fn round(store: &dyn Store, settings: &Settings, at: i64) -> Result<Outcome,
             before = top(store, instance, baseline, None)?;
         }
         let mut changes = diff::compare(&before, &after, (length(baseline), length(recent)), settings.thresholds);
-        blame::name_changes(store, Some(instance), (baseline.1, recent.1), &mut changes)?;
+        // A regression opens on the first round that shows it, and the
+        // round before may have seen its first slow statements without
+        // enough of them: a change up to one window before the recent range
+        // (the tail of an adjacent baseline) can be behind it.
+        let blamed_since = baseline.1.min(recent.0 - window);
+        blame::name_changes(store, Some(instance), (blamed_since, recent.1), &mut changes)?;
         let open: Vec<Event> = all_open.iter().filter(|e| e.instance == *instance).cloned().collect();
         let mut rechecks: HashMap<u64, Option<DigestChange>> = HashMap::new();
         for event in open.iter().filter(|e| e.kind == "regressed") {

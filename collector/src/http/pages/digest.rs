@@ -8,11 +8,10 @@
 use std::{collections::BTreeMap, fmt::Write};
 
 use sqlbee_figures::Unit;
-use sqlbee_proto::v1::{EventsRequest, QueryStats, TablesRequest, TopDigest, TopRequest};
+use sqlbee_proto::v1::{QueryStats, TablesRequest, TopDigest, TopRequest};
 
 use super::{
-    PageHead, Rendered, change_item, instance_names, plans, series_request, statement_plots,
-    tables::{MAX_CHANGES, MAX_TABLES},
+    PageHead, Rendered, change_item, instance_names, plans, series_request, statement_plots, tables::MAX_TABLES,
     top_request,
 };
 use crate::{
@@ -89,25 +88,14 @@ pub async fn render(ui: &Ui, view: &View, params: &Params) -> Rendered {
 async fn changes(body: &mut String, ui: &Ui, view: &View, id: u64) -> Result<(), PageError> {
     let instance = view.instance.clone().unwrap_or_default();
     let (since_unix_ms, until_unix_ms) = (view.range.since_unix_ms, view.range.until_unix_ms);
-    let tables = ui
-        .tables(TablesRequest { instance: instance.clone(), since_unix_ms, until_unix_ms, limit: MAX_TABLES })
-        .await?;
+    let tables = ui.tables(TablesRequest { instance, since_unix_ms, until_unix_ms, limit: MAX_TABLES }).await?;
     let mine: Vec<(&str, &str)> = tables
         .tables
         .iter()
         .filter(|t| t.digests.iter().any(|d| d.digest == id))
         .map(|t| (t.schema.as_str(), t.table.as_str()))
         .collect();
-    let events = ui
-        .events(EventsRequest {
-            instance,
-            since_unix_ms,
-            until_unix_ms,
-            kind: sqlbee_proto::query_client::CHANGE_EVENT_KIND.into(),
-            limit: MAX_CHANGES,
-            ..Default::default()
-        })
-        .await?;
+    let events = super::changes_in_view(ui, view).await?;
     let touching: Vec<_> = events.iter().filter(|e| blame::touches_tables(e, mine.iter().copied())).collect();
     body.push_str("<h2>Changes</h2>");
     if touching.is_empty() {

@@ -6,11 +6,11 @@
 //! plots' markers point at, written out.
 use std::{collections::HashMap, fmt::Write};
 
-use sqlbee_proto::v1::{EventsRequest, InstanceInfo, SeriesRequest, SeriesResponse};
+use sqlbee_proto::v1::{InstanceInfo, SeriesRequest, SeriesResponse};
 
 use super::{
-    PageHead, Rendered, change_item, merged, plot_range, seconds, series_request, sparkline_request, statement_plots,
-    tables::MAX_CHANGES,
+    PageHead, Rendered, change_item, changes_in_view, merged, plot_range, seconds, series_request, sparkline_request,
+    statement_plots,
 };
 use crate::http::{
     Ui,
@@ -90,16 +90,7 @@ pub async fn render(ui: &Ui, view: &View, params: &Params, now: i64) -> Rendered
 /// The instance's changes over the range (schema, settings, grants, its
 /// server's starts and stops), newest first.
 async fn changes(body: &mut String, ui: &Ui, view: &View, instance: &str) -> Result<(), PageError> {
-    let events = ui
-        .events(EventsRequest {
-            instance: instance.to_string(),
-            since_unix_ms: view.range.since_unix_ms,
-            until_unix_ms: view.range.until_unix_ms,
-            kind: sqlbee_proto::query_client::CHANGE_EVENT_KIND.into(),
-            limit: MAX_CHANGES,
-            ..Default::default()
-        })
-        .await?;
+    let events = changes_in_view(ui, view).await?;
     body.push_str("<h2>Changes</h2>");
     if events.is_empty() {
         body.push_str("<p>No change to this instance in this range.</p>");

@@ -207,6 +207,22 @@ fn plot_range(view: &View, series: &SeriesResponse) -> (i64, i64) {
 /// view's range.
 /// A change event as a list item of class `class`: what it did and who,
 /// when, and where.
+/// The changes (events of kind `change`) of the view's instance, or of
+/// every instance, over the view's range, newest first: what the tables,
+/// digest and instance pages list.
+async fn changes_in_view(ui: &Ui, view: &View) -> Result<Vec<sqlbee_proto::v1::Event>, PageError> {
+    Ok(ui
+        .events(EventsRequest {
+            instance: view.instance.clone().unwrap_or_default(),
+            since_unix_ms: view.range.since_unix_ms,
+            until_unix_ms: view.range.until_unix_ms,
+            kind: sqlbee_proto::query_client::CHANGE_EVENT_KIND.into(),
+            limit: tables::MAX_CHANGES,
+            ..Default::default()
+        })
+        .await?)
+}
+
 fn change_item(body: &mut String, class: &str, e: &sqlbee_proto::v1::Event) {
     let _ = write!(
         body,

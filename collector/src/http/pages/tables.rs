@@ -4,7 +4,7 @@
 //! table its digest touches, as the page says.
 use std::fmt::Write;
 
-use sqlbee_proto::v1::{EventsRequest, TablesRequest};
+use sqlbee_proto::v1::TablesRequest;
 
 use super::{PageHead, Rendered, digest_href, instance_names};
 use crate::http::{
@@ -27,16 +27,7 @@ pub async fn render(ui: &Ui, view: &View) -> Rendered {
             limit: MAX_TABLES,
         })
         .await?;
-    let changes = ui
-        .events(EventsRequest {
-            instance: view.instance.clone().unwrap_or_default(),
-            since_unix_ms: view.range.since_unix_ms,
-            until_unix_ms: view.range.until_unix_ms,
-            kind: sqlbee_proto::query_client::CHANGE_EVENT_KIND.into(),
-            limit: MAX_CHANGES,
-            ..Default::default()
-        })
-        .await?;
+    let changes = super::changes_in_view(ui, view).await?;
     let instances = instance_names(ui).await?;
     let head = PageHead { title: "Tables".into(), nav: Nav::Tables, instances, keep: Vec::new() };
     let mut body = String::from(
