@@ -4,8 +4,8 @@
 //! value.
 use crate::v1::{
     ActivityResponse, AgentQuota, AgentWindowRow, Annotation, Change, ClientCount, CostSummary, DiffSide, DigestChange,
-    Event, InstanceCost, InstanceInfo, LiveConnection, LockWaitRow, LongStatementRow, PlansResponse, ProcessMetrics,
-    QueryStats, SeriesResponse, TablesResponse, TagCount, TopDigest, TopResponse, TotalsResponse,
+    Event, Finding, InstanceCost, InstanceInfo, LiveConnection, LockWaitRow, LongStatementRow, PlansResponse,
+    ProcessMetrics, QueryStats, SeriesResponse, TablesResponse, TagCount, TopDigest, TopResponse, TotalsResponse,
 };
 use serde_json::{Map, Value, json};
 use sqlbee_vocabulary::clock;
@@ -376,14 +376,7 @@ pub fn plans_json(answer: &PlansResponse) -> Value {
                 })).collect::<Vec<_>>(),
                 "filesort": p.filesort,
                 "temporary": p.temporary,
-                "findings": row.findings.iter().map(|f| json!({
-                    "kind": f.kind,
-                    "table": f.table,
-                    "plan_line": f.plan_line,
-                    "detail": f.detail,
-                    "suggestion": (!f.suggestion.is_empty()).then_some(&f.suggestion),
-                    "check_first": (!f.check_first.is_empty()).then_some(&f.check_first),
-                })).collect::<Vec<_>>(),
+                "findings": row.findings.iter().map(finding_json).collect::<Vec<_>>(),
                 "plan": (!p.plan_json.is_empty()).then_some(&p.plan_json),
                 "not_explained": (!p.not_explained.is_empty()).then_some(&p.not_explained),
             })
@@ -409,6 +402,20 @@ pub fn plans_json(answer: &PlansResponse) -> Value {
 }
 
 /// `{"tables": [...], "unknown_statements", "undescribed_statements"}`.
+/// A finding of a plan or of a table; `digests` names those a table's
+/// finding rests on.
+fn finding_json(f: &Finding) -> Value {
+    json!({
+        "kind": f.kind,
+        "table": f.table,
+        "plan_line": f.plan_line,
+        "detail": f.detail,
+        "suggestion": (!f.suggestion.is_empty()).then_some(&f.suggestion),
+        "check_first": (!f.check_first.is_empty()).then_some(&f.check_first),
+        "digests": f.digests.iter().map(|d| format!("{d:016x}")).collect::<Vec<_>>(),
+    })
+}
+
 pub fn tables_json(answer: &TablesResponse) -> Value {
     let tables: Vec<Value> = answer
         .tables
@@ -431,6 +438,20 @@ pub fn tables_json(answer: &TablesResponse) -> Value {
                     "sum_ns": d.sum_ns,
                     "write": d.write,
                 })).collect::<Vec<_>>(),
+                "indexes": t.indexes.iter().map(|i| json!({
+                    "name": i.name,
+                    "columns": i.columns,
+                    "unique": i.unique,
+                    "type": i.r#type,
+                    "ignored": i.ignored,
+                    "digests": i.digests,
+                    "statements": i.statements,
+                })).collect::<Vec<_>>(),
+                "indexes_instance": (!t.indexes_instance.is_empty()).then_some(&t.indexes_instance),
+                "indexes_read_unix_ms": (t.indexes_read_unix_ms > 0).then_some(t.indexes_read_unix_ms),
+                "plannable_statements": t.plannable_statements,
+                "planned_statements": t.planned_statements,
+                "findings": t.findings.iter().map(finding_json).collect::<Vec<_>>(),
             })
         })
         .collect();

@@ -51,6 +51,11 @@ pub const COUNT_LIMITS: &[(&str, u64)] = &[
     ("Change.values", 4_096),
     ("InstanceActivity.blocker_sources", 8),
     ("AnnotateRequest.instances", 256),
+    // The agent follows at most 2,000 tables per server; a table has at
+    // most 64 indexes of at most 16 parts (the agent keeps 128 and 64).
+    ("InstanceWindow.table_indexes", 2_000),
+    ("TableIndexes.indexes", 128),
+    ("IndexDefinition.columns", 64),
 ];
 
 /// Bytes a string may hold, by `Message.field`.
@@ -108,6 +113,11 @@ pub const LENGTH_LIMITS: &[(&str, u64)] = &[
     // The agent sends no plan longer than 256 KiB.
     ("Plan.plan_json", 262_144),
     ("Plan.not_explained", 4_096),
+    ("TableIndexes.schema", 1_024),
+    ("TableIndexes.table", 1_024),
+    ("IndexDefinition.name", 1_024),
+    ("IndexDefinition.type", 64),
+    ("IndexColumn.name", 1_024),
     ("TableAccess.table", 1_024),
     ("TableAccess.type", 64),
     ("TableAccess.key", 1_024),

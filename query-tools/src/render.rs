@@ -293,6 +293,17 @@ pub fn write_tables_table(out: &mut impl Write, answer: &TablesResponse) -> std:
     if answer.tables.is_empty() {
         writeln!(out, "(no statement touched a table in this range)")?;
     }
+    let findings: Vec<(String, &sqlbee_proto::v1::Finding)> = answer
+        .tables
+        .iter()
+        .flat_map(|t| t.findings.iter().map(move |f| (format!("{}.{}", t.schema, t.table), f)))
+        .collect();
+    if !findings.is_empty() {
+        writeln!(out, "# indexes to look at (`--format json` has the evidence and what to check first)")?;
+        for (table, f) in findings {
+            writeln!(out, "{:<40} {:<16} {:<32} {}", cut(&table, 40), f.kind, cut(&f.plan_line, 32), f.suggestion)?;
+        }
+    }
     if answer.unknown_statements + answer.undescribed_statements > 0 {
         writeln!(
             out,

@@ -9,7 +9,7 @@
 //! Where the schema holds a `sqlbee_explain(statement)` procedure (the
 //! least-privilege set-up the manual shows) the agent calls that instead.
 use std::{
-    collections::{HashMap, VecDeque, hash_map::Entry},
+    collections::{BTreeSet, HashMap, VecDeque, hash_map::Entry},
     sync::{
         Arc, Mutex,
         atomic::{AtomicBool, Ordering},
@@ -22,10 +22,15 @@ use std::{
 use mysql::prelude::Queryable;
 use tracing::{debug, info, warn};
 
-use super::{Explained, LoginState, PlanConfig, PlanRecord, ValueWants, plan, settings::Settings};
+use super::{
+    Explained, LoginState, PlanConfig, PlanRecord, ValueWants,
+    indexes::{IndexReading, Indexes},
+    plan,
+    settings::Settings,
+};
 use crate::{
     aggregate::{ChangeRecord, OVERFLOW_DIGEST, RawSample, WindowReport},
-    normalize::{ChangeKind, Samples, redact},
+    normalize::{ChangeKind, Samples, Tables, redact},
     server_login::{ServerLogin, describe},
 };
 
@@ -69,8 +74,11 @@ struct Offer {
     instance: String,
     pid: u32,
     digests: Vec<Candidate>,
-    /// The window's changes of settings, to pair with their values.
+    /// The window's changes of settings, to pair with their values, and
+    /// of schemas, whose tables' indexes are read again.
     changes: Vec<ChangeRecord>,
+    /// The tables its digests touch (schema, table).
+    tables: BTreeSet<(String, String)>,
 }
 
 struct Candidate {
@@ -125,7 +133,13 @@ impl Explainer {
                         })
                     })
                     .collect(),
-                changes: report.changes.iter().filter(|c| c.kind == ChangeKind::Setting).cloned().collect(),
+                changes: report
+                    .changes
+                    .iter()
+                    .filter(|c| matches!(c.kind, ChangeKind::Setting | ChangeKind::Schema))
+                    .cloned()
+                    .collect(),
+                tables: tables_touched(report),
             })
             .collect();
         match self.offers.try_send(offers) {
@@ -143,6 +157,7 @@ impl Explainer {
             explains: std::mem::take(&mut done.explains),
             explain_ns: std::mem::take(&mut done.explain_ns),
             changes: std::mem::take(&mut done.changes),
+            indexes: std::mem::take(&mut done.indexes),
         }
     }
 
@@ -214,6 +229,7 @@ struct Server {
     /// without asking cost nothing and do not count against the rate).
     asked: u64,
     settings: Settings,
+    indexes: Indexes,
 }
 
 impl Server {
@@ -232,6 +248,7 @@ impl Server {
             procedures: HashMap::new(),
             asked: 0,
             settings: Settings::default(),
+            indexes: Indexes::default(),
         }
     }
 
@@ -260,9 +277,11 @@ impl Server {
             self.backoff = FIRST_RETRY;
             self.procedures.clear();
             self.settings.forget();
+            self.indexes.forget();
         }
         self.last_offered = now;
         self.settings.offer(&offer.changes, now);
+        self.indexes.offer(&offer.tables, &offer.changes, now);
         let mut by_time: Vec<(u64, DigestKey)> = Vec::new();
         for candidate in offer.digests {
             let key = (candidate.schema.clone(), candidate.digest);
@@ -336,6 +355,22 @@ impl Server {
     }
 }
 
+/// The tables a window's digests read or write, with the digest's schema
+/// where the statement named none.
+fn tables_touched(report: &WindowReport) -> BTreeSet<(String, String)> {
+    let mut out = BTreeSet::new();
+    for row in &report.digests {
+        let Some(Tables::Known { tables, .. }) = row.tables.as_deref() else { continue };
+        for t in tables {
+            let schema = if t.schema.is_empty() { row.schema.as_deref().unwrap_or_default() } else { &t.schema };
+            if !schema.is_empty() {
+                out.insert((schema.to_string(), t.table.clone()));
+            }
+        }
+    }
+    out
+}
+
 /// Whether a figure moved by `CHANGE_FACTOR` either way.
 fn moved(now: f64, before: f64) -> bool {
     let (low, high) = if now < before { (now, before) } else { (before, now) };
@@ -390,6 +425,12 @@ impl Worker {
                     // the instance's, as after an EXPLAIN.
                     let state = server.warning.clone().map_or(LoginState::Ok, LoginState::Warning);
                     done.logins.insert(instance.clone(), state);
+                }
+                let Some(server) = self.servers.get_mut(instance) else { continue };
+                if server.indexes.due(now) && now >= server.retry_at {
+                    let readings = read_indexes(instance, server, &self.config, now);
+                    let mut done = self.done.lock().unwrap_or_else(|e| e.into_inner());
+                    done.indexes.extend(readings.into_iter().map(|r| (instance.clone(), r)));
                 }
             }
             for instance in instances {
@@ -593,7 +634,7 @@ fn explain(
 }
 
 /// `name` as a quoted identifier.
-fn quoted(name: &str) -> String {
+pub(super) fn quoted(name: &str) -> String {
     format!("`{}`", name.replace('`', "``"))
 }
 
@@ -617,7 +658,19 @@ fn read_settings(instance: &str, server: &mut Server, config: &PlanConfig, now: 
     server.settings = settings;
     match outcome {
         Ok(changes) => changes,
-        Err(Failure::Login(warning)) => {
+        Err(failure) => {
+            login_failed(instance, server, failure, now);
+            Vec::new()
+        }
+    }
+}
+
+/// A read over the login (settings, indexes) failed: a lost connection is
+/// the instance's warning and waits for the back-off; a refused statement
+/// is only logged.
+fn login_failed(instance: &str, server: &mut Server, failure: Failure, now: Instant) {
+    match failure {
+        Failure::Login(warning) => {
             if server.warning.as_ref() != Some(&warning) {
                 warn!(instance, %warning, retry_in = ?server.backoff, "no plans or settings from this server for now");
             }
@@ -625,13 +678,27 @@ fn read_settings(instance: &str, server: &mut Server, config: &PlanConfig, now: 
             server.conn = None;
             server.retry_at = now + server.backoff;
             server.backoff = (server.backoff * 2).min(LAST_RETRY);
+        }
+        Failure::Statement { reason, .. } => debug!(pid = server.pid, %reason, "a read over the login failed"),
+        Failure::NeedsValues => {}
+    }
+}
+
+/// The indexes of the tables due for a read; nothing when the login
+/// fails (read again with the retry).
+fn read_indexes(instance: &str, server: &mut Server, config: &PlanConfig, now: Instant) -> Vec<IndexReading> {
+    let mut indexes = std::mem::take(&mut server.indexes);
+    let outcome = match connection(server, &config.login) {
+        Ok(conn) => indexes.read(conn, now).map_err(|e| classify(e, "SHOW INDEX")),
+        Err(failure) => Err(failure),
+    };
+    server.indexes = indexes;
+    match outcome {
+        Ok(readings) => readings,
+        Err(failure) => {
+            login_failed(instance, server, failure, now);
             Vec::new()
         }
-        Err(Failure::Statement { reason, .. }) => {
-            debug!(pid = server.pid, %reason, "reading the settings failed");
-            Vec::new()
-        }
-        Err(Failure::NeedsValues) => Vec::new(),
     }
 }
 
@@ -711,6 +778,7 @@ mod tests {
                 })
                 .collect(),
             changes: Vec::new(),
+            tables: BTreeSet::new(),
         }
     }
 

@@ -8,6 +8,7 @@
 //! window (`take`). Counting never depends on any of it: a login that
 //! fails is a warning on the instance, retried with back-off.
 mod explainer;
+mod indexes;
 mod plan;
 mod settings;
 
@@ -18,6 +19,7 @@ use std::{
 };
 
 pub use explainer::Explainer;
+pub use indexes::{IndexDefinition, IndexReading, TableIndexes};
 pub use plan::{Plan, PlanError, TableAccess};
 
 use crate::{normalize::Samples, server_login::ServerLogin};
@@ -126,6 +128,8 @@ pub struct Explained {
     /// Settings changed, by instance: `SET GLOBAL` statements seen before,
     /// again with their values, and values that changed with none seen.
     pub changes: Vec<(String, crate::aggregate::ChangeRecord)>,
+    /// Tables' indexes read (new or changed, or due again), by instance.
+    pub indexes: Vec<(String, IndexReading)>,
 }
 
 impl Explained {

@@ -6,11 +6,11 @@ use sqlbee_kernel_abi::wait_class;
 use sqlbee_proto::v1::{
     AccountCount, ActivityReport, AgentCost, AgentWindow, Blocker as WireBlocker, Bucket, Change as WireChange,
     ClientCount, CommandCount, CpuModes as WireCpuModes, DigestStats as WireDigest, DiskIo as WireDiskIo, ErrorCount,
-    Histogram as WireHistogram, HostMetrics as WireHostMetrics, InstanceActivity, InstanceWindow, LiveConnection,
-    LockWait, LongStatement as WireLongStatement, NetIo as WireNetIo, Plan as WirePlan, ProbeCost as WireProbeCost,
-    ProcessMetrics as WireProcess, QueryStats as WireQueryStats, ServerInstance, SettingValue as WireSettingValue,
-    TableAccess as WireTableAccess, TableUse as WireTableUse, TagCount, TagValue, TraceExemplar,
-    UntracedServer as WireUntraced, WaitStats,
+    Histogram as WireHistogram, HostMetrics as WireHostMetrics, IndexColumn, IndexDefinition, InstanceActivity,
+    InstanceWindow, LiveConnection, LockWait, LongStatement as WireLongStatement, NetIo as WireNetIo, Plan as WirePlan,
+    ProbeCost as WireProbeCost, ProcessMetrics as WireProcess, QueryStats as WireQueryStats, ServerInstance,
+    SettingValue as WireSettingValue, TableAccess as WireTableAccess, TableIndexes as WireTableIndexes,
+    TableUse as WireTableUse, TagCount, TagValue, TraceExemplar, UntracedServer as WireUntraced, WaitStats,
 };
 use sqlbee_vocabulary::{clock::unix_ms, histogram};
 
@@ -22,7 +22,7 @@ use crate::{
     discover::Client,
     host::{HostMetrics, ProcessMetrics, ProcessStatus},
     normalize::Tables,
-    plans::{Explained, PlanRecord},
+    plans::{Explained, IndexReading, PlanRecord},
     probe::{Readable, UntracedServer},
 };
 
@@ -112,6 +112,32 @@ pub fn attach_plans(windows: &mut [InstanceWindow], explained: &Explained) {
             window.server_login = state.describe().to_string();
         }
         window.plans = explained.plans.iter().filter(|p| p.instance == name).map(plan).collect();
+        window.table_indexes = explained.indexes.iter().filter(|(i, _)| *i == name).map(|(_, r)| indexes(r)).collect();
+    }
+}
+
+fn indexes(reading: &IndexReading) -> WireTableIndexes {
+    let t = &reading.table;
+    WireTableIndexes {
+        schema: t.schema.clone(),
+        table: t.table.clone(),
+        read_unix_ms: unix_ms(reading.read_at),
+        missing: t.missing,
+        indexes: t
+            .indexes
+            .iter()
+            .map(|i| IndexDefinition {
+                name: i.name.clone(),
+                columns: i
+                    .columns
+                    .iter()
+                    .map(|(name, prefix)| IndexColumn { name: name.clone(), prefix: *prefix })
+                    .collect(),
+                unique: i.unique,
+                r#type: i.kind.clone(),
+                ignored: i.ignored,
+            })
+            .collect(),
     }
 }
 
@@ -359,6 +385,7 @@ pub fn instance_window(report: &WindowReport, host: Option<&HostMetrics>) -> Ins
         // Filled by `attach_plans`.
         plans: Vec::new(),
         server_login: String::new(),
+        table_indexes: Vec::new(),
     }
 }
 

@@ -38,6 +38,7 @@ fn finding(kind: &str, access: &TableAccess, detail: String, suggestion: Option<
         detail,
         suggestion: suggestion.unwrap_or_default(),
         check_first,
+        digests: Vec::new(),
     }
 }
 
@@ -207,7 +208,7 @@ pub fn findings(plan: &Plan, count: u64, stats: Option<&QueryStats>) -> Vec<Find
     out
 }
 
-fn quoted(name: &str) -> String {
+pub(super) fn quoted(name: &str) -> String {
     format!("`{}`", name.replace('`', "``"))
 }
 

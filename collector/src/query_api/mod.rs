@@ -4,6 +4,7 @@
 pub mod blame;
 pub(crate) mod diff;
 mod findings;
+mod index_advice;
 mod tables;
 
 use std::sync::Arc;
@@ -453,7 +454,23 @@ impl Query for QueryService {
             digests.sort_unstable();
             digests.dedup();
             let described = store.digest_tables(&digests)?;
-            Ok(tables::totals(&rows, &described, limit))
+            let mut answer = tables::totals(&rows, &described, limit);
+            // Indexes and what to do about them: from the definitions
+            // agents read and the plans in force over the range.
+            let instance = query.instance.as_deref();
+            let indexes = store.table_indexes(instance)?;
+            if !indexes.is_empty() {
+                let plans = store.plans_of(&digests, instance, query.until_unix_ms)?;
+                let evidence = index_advice::Evidence {
+                    rows: &rows,
+                    described: &described,
+                    indexes: &indexes,
+                    plans: &plans,
+                    since_unix_ms: query.since_unix_ms,
+                };
+                index_advice::advise(&mut answer.tables, &evidence);
+            }
+            Ok(answer)
         })
         .await?;
         Ok(Response::new(answer))

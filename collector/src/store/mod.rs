@@ -19,7 +19,7 @@ pub mod sqlite;
 
 use sqlbee_proto::v1::{
     AgentWindowRow, Annotation, Batch, CostSummary, DigestSeries, Event, InstanceInfo, InstanceSeries, LockWaitRow,
-    LongStatementRow, PlansResponse, SeriesPoint, TopDigest, TotalsResponse,
+    LongStatementRow, PlanRow, PlansResponse, SeriesPoint, TopDigest, TotalsResponse,
 };
 
 pub use answer_budget::{Page, TopPage};
@@ -268,6 +268,13 @@ pub struct DigestTables {
     pub unknown: bool,
 }
 
+/// A table's indexes as an agent last read them on an instance.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StoredIndexes {
+    pub instance: String,
+    pub table: sqlbee_proto::v1::TableIndexes,
+}
+
 /// Agents' own windows, newest first.
 #[derive(Clone, Debug)]
 pub struct HostsQuery {
@@ -496,6 +503,13 @@ pub trait Store: Send + Sync {
     /// The newest description of each (digest, schema) of `digests` the
     /// store holds.
     fn digest_tables(&self, digests: &[u64]) -> Result<Vec<DigestTables>, StoreError>;
+    /// The newest reading of each table's indexes, on `instance` or on
+    /// every instance.
+    fn table_indexes(&self, instance: Option<&str>) -> Result<Vec<StoredIndexes>, StoreError>;
+    /// Every plan (with a hash) of `digests` first seen before `until`, on
+    /// `instance` or on every instance: which indexes they chose.
+    fn plans_of(&self, digests: &[u64], instance: Option<&str>, until_unix_ms: i64)
+    -> Result<Vec<PlanRow>, StoreError>;
     /// Stores a marker (its id chosen by the caller).
     fn annotate(&self, annotation: &Annotation) -> Result<(), StoreError>;
     fn annotations(&self, query: &AnnotationsQuery) -> Result<Vec<Annotation>, StoreError>;

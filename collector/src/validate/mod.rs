@@ -282,11 +282,63 @@ fn window(at: &Path<'_>, w: &InstanceWindow, range: TimeRange) -> Result<(), Inv
     for (i, p) in w.plans.iter().enumerate() {
         plan(&at.field("plans").index(i), p, w)?;
     }
+    let most = count_limit("InstanceWindow.table_indexes");
+    if w.table_indexes.len() > most {
+        return Err(invalid(
+            at.field("table_indexes"),
+            format!("{} tables' indexes in one window, at most {most}", w.table_indexes.len()),
+        ));
+    }
+    for (i, t) in w.table_indexes.iter().enumerate() {
+        table_indexes(&at.field("table_indexes").index(i), t, w)?;
+    }
     if let Some(c) = &w.probes {
         measures::probe_cost(&at.field("probes"), c, w.statements)?;
     }
     if let Some(p) = &w.process {
         measures::process(&at.field("process"), p)?;
+    }
+    Ok(())
+}
+
+/// A table's indexes: dated as a plan may be (a reading dated ahead would
+/// stay the newest for ever), named, and within the decode bounds.
+fn table_indexes(at: &Path<'_>, t: &sqlbee_proto::v1::TableIndexes, w: &InstanceWindow) -> Result<(), Invalid> {
+    let low = w.window_start_unix_ms.saturating_sub(PLAN_MAX_AGE_MS);
+    let high = w.window_end_unix_ms.saturating_add(PLAN_SLACK_MS);
+    if t.read_unix_ms < low || t.read_unix_ms > high {
+        return Err(invalid(
+            at.field("read_unix_ms"),
+            format!(
+                "{} ({}) is outside its window's range {} .. {} (a day before the window to a minute after it)",
+                t.read_unix_ms,
+                time(t.read_unix_ms),
+                time(low),
+                time(high)
+            ),
+        ));
+    }
+    if t.table.is_empty() {
+        return Err(invalid(at.field("table"), "empty; a reading names its table"));
+    }
+    let limited = |at: Path<'_>, value: &str, name: &str| -> Result<(), Invalid> {
+        let most = length_limit(name);
+        if value.len() > most {
+            return Err(invalid(at, format!("{} bytes, at most {most}", value.len())));
+        }
+        Ok(())
+    };
+    limited(at.field("schema"), &t.schema, "TableIndexes.schema")?;
+    limited(at.field("table"), &t.table, "TableIndexes.table")?;
+    for (i, index) in t.indexes.iter().enumerate() {
+        let indexes = at.field("indexes");
+        let at = indexes.index(i);
+        limited(at.field("name"), &index.name, "IndexDefinition.name")?;
+        limited(at.field("type"), &index.r#type, "IndexDefinition.type")?;
+        let columns = at.field("columns");
+        for (j, c) in index.columns.iter().enumerate() {
+            limited(columns.index(j).field("name"), &c.name, "IndexColumn.name")?;
+        }
     }
     Ok(())
 }

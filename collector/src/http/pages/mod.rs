@@ -328,3 +328,27 @@ fn statement_plots(view: &View, series: &SeriesResponse, markers: &[svg::Marker]
     out.push_str("</section>");
     out
 }
+
+/// Findings as a list opened by `open` (a `<ul>` with its class and id):
+/// what was seen, where, the suggestion and what to check first.
+pub(super) fn finding_list(body: &mut String, open: &str, findings: &[sqlbee_proto::v1::Finding]) {
+    body.push_str(open);
+    for f in findings {
+        let _ = write!(
+            body,
+            "<li data-kind=\"{}\"><strong>{}</strong> at <code>{}</code>: {}",
+            html::esc(&f.kind),
+            html::esc(&f.kind.replace('_', " ")),
+            html::esc(&f.plan_line),
+            html::esc(&f.detail)
+        );
+        if !f.suggestion.is_empty() {
+            let _ = write!(body, "<br><code class=\"suggestion\">{}</code>", html::esc(&f.suggestion));
+            if !f.check_first.is_empty() {
+                let _ = write!(body, "<br><small class=\"check-first\">Check first: {}</small>", html::esc(&f.check_first));
+            }
+        }
+        body.push_str("</li>");
+    }
+    body.push_str("</ul>");
+}

@@ -95,25 +95,7 @@ fn findings(body: &mut String, newest: &PlanRow) {
         body.push_str("<p id=\"findings-none\">No findings for the newest plan.</p>");
         return;
     }
-    body.push_str("<ul class=\"findings\" id=\"findings\">");
-    for f in &newest.findings {
-        let _ = write!(
-            body,
-            "<li data-kind=\"{}\"><strong>{}</strong> at <code>{}</code>: {}",
-            esc(&f.kind),
-            esc(&f.kind.replace('_', " ")),
-            esc(&f.plan_line),
-            esc(&f.detail)
-        );
-        if !f.suggestion.is_empty() {
-            let _ = write!(body, "<br><code class=\"suggestion\">{}</code>", esc(&f.suggestion));
-            if !f.check_first.is_empty() {
-                let _ = write!(body, "<br><small class=\"check-first\">Check first: {}</small>", esc(&f.check_first));
-            }
-        }
-        body.push_str("</li>");
-    }
-    body.push_str("</ul>");
+    super::finding_list(body, "<ul class=\"findings\" id=\"findings\">", &newest.findings);
 }
 
 /// A JSON value as a nested list; a table's object leads with what the

@@ -4,7 +4,7 @@
 //! table its digest touches, as the page says.
 use std::fmt::Write;
 
-use sqlbee_proto::v1::TablesRequest;
+use sqlbee_proto::v1::{TableTotals, TablesRequest};
 
 use super::{PageHead, Rendered, digest_href, instance_names};
 use crate::http::{
@@ -75,7 +75,9 @@ pub async fn render(ui: &Ui, view: &View) -> Rendered {
             for e in changes.iter().filter(|e| e.change.as_ref().is_some_and(|c| c.objects.contains(&name))) {
                 super::change_item(&mut body, "table-change", e);
             }
-            body.push_str("</ul></td></tr>");
+            body.push_str("</ul>");
+            indexes(&mut body, t);
+            body.push_str("</td></tr>");
         }
         body.push_str("</tbody></table>");
     }
@@ -89,4 +91,48 @@ pub async fn render(ui: &Ui, view: &View) -> Rendered {
         );
     }
     Ok((head, body))
+}
+
+/// A table's indexes with the digests whose plans chose each, and what to
+/// do about them; nothing when no agent read them (no --server-login).
+fn indexes(body: &mut String, t: &TableTotals) {
+    if t.indexes.is_empty() {
+        return;
+    }
+    let coverage = if t.plannable_statements == 0 {
+        "no statement in this range may choose an index".to_string()
+    } else {
+        format!(
+            "plans cover {} of the {} statements that may choose an index ({:.0}%)",
+            html::count(t.planned_statements),
+            html::count(t.plannable_statements),
+            100.0 * t.planned_statements as f64 / t.plannable_statements as f64
+        )
+    };
+    let _ = write!(
+        body,
+        "<p class=\"label\">Indexes, as {} read them {}; {}.</p><ul class=\"table-indexes\">",
+        esc(&t.indexes_instance),
+        esc(&html::time(t.indexes_read_unix_ms)),
+        coverage
+    );
+    for i in &t.indexes {
+        let _ = write!(
+            body,
+            "<li class=\"table-index\" data-index=\"{}\" data-digests=\"{}\"><code>{}</code> ({}){}{} · chosen by {} \
+             digests, {} statements</li>",
+            esc(&i.name),
+            i.digests,
+            esc(&i.name),
+            esc(&i.columns.join(", ")),
+            if i.unique { " unique" } else { "" },
+            if i.ignored { " ignored" } else { "" },
+            html::count(i.digests),
+            html::count(i.statements)
+        );
+    }
+    body.push_str("</ul>");
+    if !t.findings.is_empty() {
+        super::finding_list(body, "<ul class=\"findings table-findings\">", &t.findings);
+    }
 }

@@ -56,6 +56,7 @@ mod events;
 mod export_marks;
 mod group_commit;
 mod http;
+mod indexes;
 mod plans;
 mod read;
 mod rollups;
@@ -70,12 +71,12 @@ use std::path::PathBuf;
 
 use sqlbee_proto::v1::{
     AgentWindowRow, Annotation, Batch, CostSummary, DigestSeries, Event, InstanceInfo, InstanceSeries, LockWaitRow,
-    LongStatementRow, PlansResponse, SeriesPoint, TopDigest, TotalsResponse,
+    LongStatementRow, PlanRow, PlansResponse, SeriesPoint, TopDigest, TotalsResponse,
 };
 
 use super::{
     AnnotationsQuery, DigestTables, EventsQuery, ExportMark, HostsQuery, IngestOutcome, LocksQuery, Page, PlansQuery,
-    PruneCutoffs, PruneOutcome, SeriesQuery, Store, StoreError, TopPage, TopQuery, TotalsQuery,
+    PruneCutoffs, PruneOutcome, SeriesQuery, Store, StoreError, StoredIndexes, TopPage, TopQuery, TotalsQuery,
 };
 pub use cluster::shard_of;
 pub use schema::SCHEMA_VERSION;
@@ -395,6 +396,19 @@ impl Store for ClickHouseStore {
 
     fn digest_tables(&self, digests: &[u64]) -> Result<Vec<DigestTables>, StoreError> {
         tables::read(&self.db, digests)
+    }
+
+    fn table_indexes(&self, instance: Option<&str>) -> Result<Vec<StoredIndexes>, StoreError> {
+        indexes::read(&self.db, instance)
+    }
+
+    fn plans_of(
+        &self,
+        digests: &[u64],
+        instance: Option<&str>,
+        until_unix_ms: i64,
+    ) -> Result<Vec<PlanRow>, StoreError> {
+        indexes::plans_of(&self.db, digests, instance, until_unix_ms)
     }
 
     fn long_statements_page(&self, query: &LocksQuery) -> Result<Page<LongStatementRow>, StoreError> {

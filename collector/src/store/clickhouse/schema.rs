@@ -27,7 +27,8 @@ use crate::store::{rank_columns, rollup};
 /// 6: `long_statements` (a new table).
 /// 7: `annotations` and `events` (new tables).
 /// 8: `export_marks` (a new table).
-pub const SCHEMA_VERSION: u32 = 8;
+/// 9: `table_indexes` (a new table).
+pub const SCHEMA_VERSION: u32 = 9;
 
 const SERVER_LOGIN: &str = "server_login String DEFAULT ''";
 
@@ -246,6 +247,14 @@ pub(super) fn tables_for(layout: Layout<'_>) -> Vec<(&'static str, String)> {
             None,
             "at_unix_ms, digest",
         ),
+        // Tables' indexes (`indexes`, an encoded sqlbee.v1.TableIndexes),
+        // one row per reading an agent sent; no identity, aging with plans.
+        table(
+            "table_indexes",
+            "instance String, schema String, table_name String, read_unix_ms Int64, indexes String",
+            None,
+            "instance, schema, table_name",
+        ),
         // Markers and detected events (`events`): no batch identity, no
         // partition (few rows); they age with the hour rollups.
         table("annotations", "id UInt64, at_unix_ms Int64, annotation String", None, "at_unix_ms, id"),
@@ -345,14 +354,15 @@ pub(super) const ROLLUP_AGING: [(&str, &str); 4] = [
     ("rollup_marks", "bucket"),
 ];
 
-/// Plans, plan changes, digest descriptions, markers, events and export
-/// marks, pruned by the hour rollups' retention (unpartitioned: small, and
+/// Plans, plan changes, digest descriptions, tables' indexes, markers,
+/// events and export marks, pruned by the hour rollups' retention (unpartitioned: small, and
 /// they go by mutation). An event goes by its opening, which all its
 /// versions share; an export's newest mark outlives its older ones.
-pub(super) const PLAN_AGING: [(&str, &str); 6] = [
+pub(super) const PLAN_AGING: [(&str, &str); 7] = [
     ("plans", "seen_unix_ms"),
     ("plan_changes", "at_unix_ms"),
     ("digest_tables", "seen_unix_ms"),
+    ("table_indexes", "read_unix_ms"),
     ("annotations", "at_unix_ms"),
     ("events", "opened_unix_ms"),
     ("export_marks", "until_unix_ms"),

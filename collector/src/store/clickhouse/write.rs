@@ -269,6 +269,7 @@ pub(super) struct DataRows {
     /// Plan changes are written from these at insert (see `plans::changes`).
     plan_sightings: Vec<super::plans::Sighting>,
     digest_tables: RowWriter,
+    table_indexes: RowWriter,
     /// A digest's text is written once per group: any copy will do.
     text_seen: std::collections::HashSet<u64>,
 }
@@ -293,6 +294,7 @@ impl DataRows {
             plan_changes,
             plan_sightings,
             digest_tables,
+            table_indexes,
             text_seen,
         } = self;
         plan_sightings.clear();
@@ -309,6 +311,7 @@ impl DataRows {
             plans,
             plan_changes,
             digest_tables,
+            table_indexes,
         ] {
             w.clear(KEEP_BYTES);
         }
@@ -330,6 +333,7 @@ impl DataRows {
             plan_changes: _,
             plan_sightings,
             digest_tables,
+            table_indexes,
             text_seen,
         } = self;
         let agent = batch.agent.clone().unwrap_or_default();
@@ -413,6 +417,12 @@ impl DataRows {
                     });
                 }
             }
+            for t in &w.table_indexes {
+                table_indexes.col("instance").str(&server.name).col("schema").str(&t.schema);
+                table_indexes.col("table_name").str(&t.table).col("read_unix_ms").i64(t.read_unix_ms);
+                table_indexes.col("indexes").message(Some(t));
+                table_indexes.end_row();
+            }
             for d in &w.digests {
                 if !d.statement_kind.is_empty() || d.tables_unknown {
                     let tables = sqlbee_proto::v1::DigestStats { tables: d.tables.clone(), ..Default::default() };
@@ -494,7 +504,7 @@ impl DataRows {
 
     pub(super) fn insert(&mut self, db: &Client) -> Result<(), StoreError> {
         super::plans::changes(db, &self.plan_sightings, &mut self.plan_changes)?;
-        let inserts: [(&str, &RowWriter); 12] = [
+        let inserts: [(&str, &RowWriter); 13] = [
             ("instance_windows", &self.windows),
             ("digest_windows", &self.digests),
             ("digest_texts", &self.texts),
@@ -507,6 +517,7 @@ impl DataRows {
             ("plans", &self.plans),
             ("plan_changes", &self.plan_changes),
             ("digest_tables", &self.digest_tables),
+            ("table_indexes", &self.table_indexes),
         ];
         for (table, rows) in inserts {
             db.insert(table, rows).map_err(|e| error("ingest", e))?;
@@ -626,7 +637,7 @@ pub(super) fn prune(db: &Client, cutoffs: &PruneCutoffs) -> Result<PruneOutcome,
             "error_samples" => outcome.error_samples = deleted,
             "batches" => outcome.batches = deleted,
             "digest_rollups" | "instance_rollups" | "agent_rollups" => outcome.rollup_rows += deleted,
-            "plans" | "plan_changes" | "digest_tables" => outcome.plan_rows += deleted,
+            "plans" | "plan_changes" | "digest_tables" | "table_indexes" => outcome.plan_rows += deleted,
             "annotations" | "events" => outcome.event_rows += deleted,
             _ => {}
         }

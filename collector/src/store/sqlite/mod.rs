@@ -13,6 +13,7 @@ mod costs;
 mod digest_rows;
 mod events;
 mod export_marks;
+mod indexes;
 mod long;
 mod plans;
 mod read;
@@ -35,12 +36,12 @@ use std::{
 use rusqlite::{Connection, TransactionBehavior};
 use sqlbee_proto::v1::{
     AgentWindowRow, Annotation, Batch, CostSummary, DigestSeries, Event, InstanceInfo, InstanceSeries, LockWaitRow,
-    LongStatementRow, PlansResponse, SeriesPoint, TopDigest, TotalsResponse,
+    LongStatementRow, PlanRow, PlansResponse, SeriesPoint, TopDigest, TotalsResponse,
 };
 
 use super::{
     AnnotationsQuery, DigestTables, EventsQuery, ExportMark, HostsQuery, IngestOutcome, LocksQuery, Page, PlansQuery,
-    PruneCutoffs, PruneOutcome, SeriesQuery, Store, StoreError, TopPage, TopQuery, TotalsQuery, cancel,
+    PruneCutoffs, PruneOutcome, SeriesQuery, Store, StoreError, StoredIndexes, TopPage, TopQuery, TotalsQuery, cancel,
 };
 
 pub use schema::{Durability, SCHEMA_VERSION};
@@ -287,6 +288,23 @@ impl Store for SqliteStore {
         let mut conn = self.read()?;
         let tx = conn.transaction().map_err(|e| error("tables", e))?;
         tables::read(&tx, digests)
+    }
+
+    fn table_indexes(&self, instance: Option<&str>) -> Result<Vec<StoredIndexes>, StoreError> {
+        let mut conn = self.read()?;
+        let tx = conn.transaction().map_err(|e| error("table_indexes", e))?;
+        indexes::read(&tx, instance)
+    }
+
+    fn plans_of(
+        &self,
+        digests: &[u64],
+        instance: Option<&str>,
+        until_unix_ms: i64,
+    ) -> Result<Vec<PlanRow>, StoreError> {
+        let mut conn = self.read()?;
+        let tx = conn.transaction().map_err(|e| error("plans", e))?;
+        indexes::plans_of(&tx, digests, instance, until_unix_ms)
     }
 
     fn annotate(&self, annotation: &Annotation) -> Result<(), StoreError> {

@@ -44,7 +44,8 @@ use crate::store::rank_columns;
 /// - 14: `long_statements` (a new table: older files simply get it, empty).
 /// - 15: `annotations` and `events` (new tables, likewise).
 /// - 16: `export_marks` (a new table, likewise).
-pub const SCHEMA_VERSION: i64 = 16;
+/// - 17: `table_indexes` (a new table, likewise).
+pub const SCHEMA_VERSION: i64 = 17;
 
 /// The tables, with the rank columns in their place.
 pub(super) fn schema() -> String {
@@ -336,6 +337,7 @@ pub(super) fn migrate(conn: &mut Connection) -> rusqlite::Result<Result<i64, i64
     tx.execute_batch(super::long::TABLES)?;
     tx.execute_batch(super::events::TABLES)?;
     tx.execute_batch(super::export_marks::TABLES)?;
+    tx.execute_batch(super::indexes::TABLES)?;
     // Version 1 -> 2: CREATE TABLE IF NOT EXISTS left digest_windows as it was.
     let has_waits = has_column(&tx, "digest_windows", "waits")?;
     if !has_waits {

@@ -157,6 +157,7 @@ pub(super) fn batch(
         super::plans::write(tx, &server.name, &w.plans)?;
         super::long::write(tx, &agent.agent_id, &server.name, &w.long_statements)?;
         super::tables::write(tx, w.window_end_unix_ms, &w.digests)?;
+        super::indexes::write(tx, &server.name, &w.table_indexes)?;
         for d in &w.digests {
             insert_text.execute(params![i(d.digest), d.digest_text])?;
             for e in &d.error_codes {
@@ -414,6 +415,8 @@ pub(super) fn prune(writer: &Mutex<Connection>, cutoffs: &PruneCutoffs) -> Resul
             (SELECT at_unix_ms, digest, instance, schema, to_hash FROM plan_changes WHERE at_unix_ms < ?1 LIMIT ?2)",
         "DELETE FROM digest_tables WHERE (digest, schema) IN
             (SELECT digest, schema FROM digest_tables WHERE seen_unix_ms < ?1 LIMIT ?2)",
+        "DELETE FROM table_indexes WHERE (instance, schema, table_name) IN
+            (SELECT instance, schema, table_name FROM table_indexes WHERE read_unix_ms < ?1 LIMIT ?2)",
     ] {
         outcome.plan_rows += chunked_before(sql, cutoffs.hour)?;
     }

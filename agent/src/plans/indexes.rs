@@ -1,0 +1,219 @@
+//! The indexes of the tables a server's digests touch, read over the login
+//! (`SHOW INDEX`, which needs only a grant on the table, as EXPLAIN does),
+//! so the collector can say which indexes no plan chooses and which
+//! repeat another. A table is read when its digests first name it, soon
+//! after a statement the agent saw change it, and every `READ_EVERY`; its
+//! indexes go out when they changed, and every `SEND_EVERY` anyway, so a
+//! collector that lost one reading gets the next.
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    hash::{DefaultHasher, Hash, Hasher},
+    time::{Duration, Instant, SystemTime},
+};
+
+use mysql::prelude::Queryable;
+
+use super::explainer::quoted;
+use crate::{aggregate::ChangeRecord, normalize::ChangeKind};
+
+/// How often a table's indexes are read when nothing asks sooner.
+const READ_EVERY: Duration = Duration::from_secs(600);
+/// A reading that did not change goes out again after this long.
+const SEND_EVERY: Duration = Duration::from_secs(3_600);
+/// A change to a table is read this long after the agent saw it (its
+/// statement may still be running when its window closes).
+const AFTER_CHANGE: Duration = Duration::from_secs(1);
+/// Tables followed per server, at most; past it, new ones wait.
+const MAX_TABLES: usize = 2_000;
+/// Tables read per pass of the explain thread, at most.
+const MAX_PER_PASS: usize = 20;
+/// Indexes and parts kept per table, at most (a table has at most 64).
+const MAX_INDEXES: usize = 128;
+const MAX_PARTS: usize = 64;
+/// Server errors that say the table (or its schema) is not there.
+const NO_SUCH_TABLE: &[u16] = &[1146, 1049, 1109];
+
+/// One table's indexes, as `SHOW INDEX` listed them.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct TableIndexes {
+    pub schema: String,
+    pub table: String,
+    pub indexes: Vec<IndexDefinition>,
+    /// The server says the table does not exist.
+    pub missing: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct IndexDefinition {
+    pub name: String,
+    /// (column, prefix length or 0); an empty name is an expression.
+    pub columns: Vec<(String, u32)>,
+    pub unique: bool,
+    pub kind: String,
+    pub ignored: bool,
+}
+
+/// A reading to send, with when it was read.
+#[derive(Clone, Debug)]
+pub struct IndexReading {
+    pub read_at: SystemTime,
+    pub table: TableIndexes,
+}
+
+struct Followed {
+    next_read: Instant,
+    /// The hash of the reading last sent, and when.
+    sent: Option<(u64, Instant)>,
+}
+
+/// One server's followed tables.
+#[derive(Default)]
+pub struct Indexes {
+    tables: BTreeMap<(String, String), Followed>,
+}
+
+impl Indexes {
+    /// Tables the window's digests touch (schema, table), and the window's
+    /// changes: a table a statement changed is read again soon.
+    pub fn offer(&mut self, tables: &BTreeSet<(String, String)>, changes: &[ChangeRecord], now: Instant) {
+        for key in tables {
+            if self.tables.len() >= MAX_TABLES {
+                break;
+            }
+            if !self.tables.contains_key(key) {
+                self.tables.insert(key.clone(), Followed { next_read: now, sent: None });
+            }
+        }
+        for change in changes.iter().filter(|c| c.kind == ChangeKind::Schema) {
+            for object in &change.objects {
+                let Some((schema, table)) = object.split_once('.') else { continue };
+                if let Some(followed) = self.tables.get_mut(&(schema.to_string(), table.to_string())) {
+                    followed.next_read = followed.next_read.min(now + AFTER_CHANGE);
+                }
+            }
+        }
+    }
+
+    /// A restarted server: everything is read and sent again.
+    pub fn forget(&mut self) {
+        for followed in self.tables.values_mut() {
+            followed.sent = None;
+        }
+    }
+
+    pub fn due(&self, now: Instant) -> bool {
+        self.tables.values().any(|f| now >= f.next_read)
+    }
+
+    /// Reads the tables that are due (at most `MAX_PER_PASS`) and returns
+    /// the readings to send. A table the login may not see is left for
+    /// `READ_EVERY` and says nothing; a failing connection stops the pass
+    /// with its error.
+    pub fn read(&mut self, conn: &mut mysql::Conn, now: Instant) -> Result<Vec<IndexReading>, mysql::Error> {
+        let due: Vec<(String, String)> =
+            self.tables.iter().filter(|(_, f)| now >= f.next_read).map(|(k, _)| k.clone()).take(MAX_PER_PASS).collect();
+        let mut out = Vec::new();
+        for key in due {
+            let reading = match show_index(conn, &key.0, &key.1) {
+                Ok(indexes) => {
+                    Some(TableIndexes { schema: key.0.clone(), table: key.1.clone(), indexes, missing: false })
+                }
+                Err(mysql::Error::MySqlError(e)) if NO_SUCH_TABLE.contains(&e.code) => Some(TableIndexes {
+                    schema: key.0.clone(),
+                    table: key.1.clone(),
+                    indexes: Vec::new(),
+                    missing: true,
+                }),
+                Err(mysql::Error::MySqlError(_)) => None,
+                Err(other) => return Err(other),
+            };
+            let followed = self.tables.get_mut(&key).expect("due tables are followed");
+            followed.next_read = now + READ_EVERY;
+            let Some(table) = reading else { continue };
+            let hash = {
+                let mut h = DefaultHasher::new();
+                table.hash(&mut h);
+                h.finish()
+            };
+            let unchanged = followed.sent.is_some_and(|(h, at)| h == hash && now.duration_since(at) < SEND_EVERY);
+            if !unchanged {
+                followed.sent = Some((hash, now));
+                out.push(IndexReading { read_at: SystemTime::now(), table });
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// `SHOW INDEX FROM schema.table`, its rows grouped into indexes. Columns
+/// are read by name: MariaDB and MySQL list different ones (`Ignored`,
+/// `Visible`, `Expression`).
+fn show_index(conn: &mut mysql::Conn, schema: &str, table: &str) -> Result<Vec<IndexDefinition>, mysql::Error> {
+    let rows: Vec<mysql::Row> = conn.query(format!("SHOW INDEX FROM {}.{}", quoted(schema), quoted(table)))?;
+    let mut indexes: Vec<IndexDefinition> = Vec::new();
+    for row in &rows {
+        let text = |column: &str| -> Option<String> { row.get_opt::<Option<String>, _>(column)?.ok().flatten() };
+        let number = |column: &str| -> Option<u64> { row.get_opt::<Option<u64>, _>(column)?.ok().flatten() };
+        let Some(name) = text("Key_name") else { continue };
+        let position = match indexes.iter().position(|i| i.name == name) {
+            Some(p) => p,
+            None if indexes.len() < MAX_INDEXES => {
+                let ignored = text("Ignored").is_some_and(|v| v.eq_ignore_ascii_case("YES"))
+                    || text("Visible").is_some_and(|v| v.eq_ignore_ascii_case("NO"));
+                indexes.push(IndexDefinition {
+                    name,
+                    columns: Vec::new(),
+                    unique: number("Non_unique") == Some(0),
+                    kind: text("Index_type").unwrap_or_default(),
+                    ignored,
+                });
+                indexes.len() - 1
+            }
+            None => continue,
+        };
+        let index = &mut indexes[position];
+        if index.columns.len() < MAX_PARTS {
+            let prefix = number("Sub_part").unwrap_or(0).min(u64::from(u32::MAX)) as u32;
+            index.columns.push((text("Column_name").unwrap_or_default(), prefix));
+        }
+    }
+    Ok(indexes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn alter(objects: &[&str]) -> ChangeRecord {
+        ChangeRecord::unattributed(
+            ChangeKind::Schema,
+            "ALTER TABLE",
+            objects.iter().map(|o| o.to_string()).collect(),
+            SystemTime::now(),
+        )
+    }
+
+    #[test]
+    fn new_tables_are_due_at_once_and_a_changed_one_soon_after_its_change() {
+        let mut indexes = Indexes::default();
+        let now = Instant::now();
+        let tables: BTreeSet<(String, String)> = [("app".to_string(), "items".to_string())].into();
+        indexes.offer(&tables, &[], now);
+        assert!(indexes.due(now));
+        indexes.tables.get_mut(&("app".into(), "items".into())).unwrap().next_read = now + READ_EVERY;
+        assert!(!indexes.due(now));
+        indexes.offer(&tables, &[alter(&["app.items", "index k_idx"])], now);
+        assert!(!indexes.due(now) && indexes.due(now + AFTER_CHANGE));
+        indexes.offer(&tables, &[alter(&["app.other"])], now);
+        assert_eq!(indexes.tables.len(), 1, "a change does not follow a table no digest touches");
+    }
+
+    #[test]
+    fn followed_tables_are_bounded() {
+        let mut indexes = Indexes::default();
+        let tables: BTreeSet<(String, String)> =
+            (0..MAX_TABLES + 10).map(|n| ("app".to_string(), format!("t{n}"))).collect();
+        indexes.offer(&tables, &[], Instant::now());
+        assert_eq!(indexes.tables.len(), MAX_TABLES);
+    }
+}
