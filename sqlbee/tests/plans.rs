@@ -377,9 +377,11 @@ fn a_login_that_may_only_run_the_procedure_gets_plans() {
         .unwrap();
     root.query_drop("INSERT INTO shop.items SELECT seq, CONCAT('sku-', seq), seq FROM shop.seq_1_to_500").unwrap();
     root.query_drop(include_str!("../../docs/src/using/sqlbee_explain.sql").replace("APP_SCHEMA", "shop")).unwrap();
+    root.query_drop(include_str!("../../docs/src/using/sqlbee_indexes.sql").replace("APP_SCHEMA", "shop")).unwrap();
     root.query_drop(
         "CREATE USER 'sqlbee'@'localhost' IDENTIFIED BY 'least-pw'; \
-         GRANT EXECUTE ON PROCEDURE shop.sqlbee_explain TO 'sqlbee'@'localhost'",
+         GRANT EXECUTE ON PROCEDURE shop.sqlbee_explain TO 'sqlbee'@'localhost'; \
+         GRANT EXECUTE ON PROCEDURE shop.sqlbee_indexes TO 'sqlbee'@'localhost'",
     )
     .unwrap();
     let login = login_file(server.dir(), "sqlbee", "least-pw");
@@ -398,6 +400,26 @@ fn a_login_that_may_only_run_the_procedure_gets_plans() {
     app.query_drop("USE shop").unwrap();
     let plan = plan_after(&agent, &mut app, "SELECT n FROM items WHERE sku = 'sku-42'", 10, |p| scans(p, "items"));
     assert_eq!(plan["schema"], "shop");
+    // The indexes come through the schema's sqlbee_indexes, and the full
+    // scan's plan chose none of them.
+    let url = collector.http_url();
+    let started = Instant::now();
+    let items = loop {
+        let answer = sqlbee_query(&["tables", "--format", "json", "--since", "all", "--collector", &url]);
+        let answer: Value = serde_json::from_slice(&answer.stdout).unwrap();
+        let items = answer["tables"].as_array().unwrap().iter().find(|t| t["table"] == "items").cloned();
+        if let Some(items) = items.filter(|t| !t["indexes"].as_array().unwrap().is_empty()) {
+            break items;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "no indexes: {answer:#}");
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    let names: Vec<&str> = items["indexes"].as_array().unwrap().iter().map(|i| i["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["PRIMARY"], "{items:#}");
+    assert_eq!(
+        (items["indexes"][0]["unique"].as_bool(), items["indexes"][0]["digests"].as_u64()),
+        (Some(true), Some(0))
+    );
     let out = agent.stop();
     assert!(out.success, "{}", out.stderr);
     let login_states: Vec<&Value> = out.lines.iter().filter(|l| l["type"] == "server_login").collect();
@@ -614,4 +636,161 @@ fn prepared_statements_are_explained_with_the_values_they_ran_with() {
     let answer =
         sqlbee_query(&["plans", &digest, "--format", "json", "--since", "all", "--collector", &collector.http_url()]);
     assert!(!String::from_utf8_lossy(&answer.stdout).contains(EMAIL), "a value reached the store");
+}
+
+/// Index advice from what the server holds and what its plans chose: with
+/// a login that may only read the tables, the agent reads each table's
+/// indexes; the collector names the index that is a left prefix of
+/// another (redundant), the one that repeats a unique one (duplicate) and
+/// the one no plan chose (unused), each once and with the digests behind
+/// it, and counts each index's statements exactly. A dropped index is
+/// read again soon after the agent saw its ALTER, and goes from the
+/// answer with its finding.
+#[test]
+fn indexes_nobody_needs_are_named_once_with_the_statements_behind_them() {
+    if !privileged("indexes_nobody_needs_are_named_once_with_the_statements_behind_them") {
+        return;
+    }
+    let _serial = common::one_at_a_time();
+    let server = PrivateServer::start("indexes", &[]).unwrap();
+    let mut root = root_conn(&server);
+    root.query_drop(
+        "CREATE DATABASE app; \
+         CREATE TABLE app.items (id INT PRIMARY KEY, k INT, c INT, pad VARCHAR(32), \
+             KEY k_idx (k), KEY k_pad (k, pad), KEY c_idx (c)) ENGINE=InnoDB; \
+         CREATE TABLE app.tags (id INT PRIMARY KEY, name VARCHAR(32), UNIQUE KEY name_u (name), KEY name_i (name)); \
+         INSERT INTO app.items SELECT seq, seq % 50, seq % 7, CONCAT('pad-', seq) FROM app.seq_1_to_2000; \
+         INSERT INTO app.tags SELECT seq, CONCAT('tag-', seq) FROM app.seq_1_to_200",
+    )
+    .unwrap();
+    root.query_drop(
+        "CREATE USER 'sqlbee_plans'@'localhost' IDENTIFIED BY 'plans-pw'; \
+         GRANT SELECT ON app.* TO 'sqlbee_plans'@'localhost'",
+    )
+    .unwrap();
+    let rows: Vec<u64> = root.query("SELECT COUNT(*) FROM app.items UNION ALL SELECT COUNT(*) FROM app.tags").unwrap();
+    assert_eq!(rows, [2000, 200]);
+    let login = login_file(server.dir(), "sqlbee_plans", "plans-pw");
+    let collector = Collector::start(&[]);
+    let agent = Agent::start(server.dir(), &agent_args(&server, &login, &collector));
+    let mut app = root_conn(&server);
+    app.query_drop("USE app").unwrap();
+    let url = collector.http_url();
+    // Rounds run: each runs each of the four statements once.
+    let mut executed = 0u64;
+    let work = |app: &mut mysql::Conn, rounds: u64, executed: &mut u64| {
+        for i in 0..rounds {
+            let _: Vec<String> =
+                app.query(format!("SELECT pad FROM items WHERE k = {} AND pad = 'pad-{}'", i % 50, i)).unwrap();
+            let _: Vec<u32> = app.query(format!("SELECT id FROM items WHERE id = {}", 1 + i % 2000)).unwrap();
+            let _: Vec<u32> = app.query(format!("SELECT id FROM tags WHERE name = 'tag-{}'", 1 + i % 200)).unwrap();
+            app.query_drop(format!("INSERT INTO items VALUES ({}, 1, 1, 'new')", 100_000 + *executed)).unwrap();
+            *executed += 1;
+        }
+    };
+    let tables = || -> Value {
+        let answer = sqlbee_query(&["tables", "--format", "json", "--since", "all", "--collector", &url]);
+        assert!(answer.status.success(), "{}", String::from_utf8_lossy(&answer.stderr));
+        serde_json::from_slice(&answer.stdout).unwrap()
+    };
+    let table = |answer: &Value, name: &str| -> Value {
+        answer["tables"].as_array().unwrap().iter().find(|t| t["table"] == name).cloned().unwrap_or(Value::Null)
+    };
+    let index = |t: &Value, name: &str| -> Value {
+        t["indexes"].as_array().and_then(|a| a.iter().find(|i| i["name"] == name).cloned()).unwrap_or(Value::Null)
+    };
+    // Until every digest that may choose an index has a plan, and the
+    // definitions are in.
+    let started = Instant::now();
+    loop {
+        work(&mut app, 20, &mut executed);
+        let answer = tables();
+        let (items, tags) = (table(&answer, "items"), table(&answer, "tags"));
+        let planned =
+            |t: &Value| t["planned_statements"].as_u64().is_some_and(|p| p > 0 && t["plannable_statements"] == p);
+        if planned(&items) && planned(&tags) && !index(&items, "c_idx").is_null() {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no indexes or plans: {answer:#}\n{}",
+            agent.stderr_text()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    // Every window in: the counts settle.
+    std::thread::sleep(Duration::from_millis(2500));
+    let answer = tables();
+    let (items, tags) = (table(&answer, "items"), table(&answer, "tags"));
+    assert!(!items["indexes_instance"].as_str().unwrap().is_empty(), "{items:#}");
+    assert_eq!(items["plannable_statements"], 2 * executed, "neither INSERTs nor EXPLAINs choose one: {items:#}");
+    let explains: u64 = items["digests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["digest_text"].as_str().unwrap().starts_with("EXPLAIN"))
+        .map(|d| d["count"].as_u64().unwrap())
+        .sum();
+    assert_eq!(items["statements"], 3 * executed + explains, "the agent's own EXPLAINs read it too");
+    let names: Vec<&str> = items["indexes"].as_array().unwrap().iter().map(|i| i["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["PRIMARY", "k_idx", "k_pad", "c_idx"], "as SHOW INDEX lists them");
+    assert_eq!(index(&items, "k_pad")["columns"], serde_json::json!(["k", "pad"]));
+    assert_eq!(
+        (index(&items, "k_pad")["digests"].as_u64(), index(&items, "k_pad")["statements"].as_u64()),
+        (Some(1), Some(executed)),
+        "{items:#}"
+    );
+    assert_eq!(index(&items, "PRIMARY")["statements"], executed, "{items:#}");
+    let found = |t: &Value| -> Vec<(String, String)> {
+        t["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| (f["kind"].as_str().unwrap().to_string(), f["plan_line"].as_str().unwrap().to_string()))
+            .collect()
+    };
+    assert_eq!(
+        found(&items),
+        [
+            ("redundant_index".to_string(), "index k_idx (k)".to_string()),
+            ("unused_index".to_string(), "index c_idx (c)".to_string())
+        ],
+        "{items:#}"
+    );
+    let unused = &items["findings"][1];
+    assert_eq!(unused["suggestion"], "suggestion: ALTER TABLE `app`.`items` DROP INDEX `c_idx`");
+    assert!(unused["detail"].as_str().unwrap().contains("100%"), "{unused:#}");
+    assert_eq!(unused["digests"].as_array().unwrap().len(), 2, "the two digests whose plans read items: {unused:#}");
+    assert!(!unused["check_first"].as_str().unwrap().is_empty());
+    assert_eq!(found(&tags), [("duplicate_index".to_string(), "index name_i (name)".to_string())], "{tags:#}");
+    let text = answer.to_string();
+    assert!(!text.contains("pad-1") && !text.contains("tag-1"), "no literal in the answer");
+
+    // The page shows the same.
+    if browser::available("indexes_nobody_needs_are_named_once_with_the_statements_behind_them") {
+        let page = format!("{}tables?since=all", collector.ui);
+        let loaded = browser::load(&page);
+        assert!(loaded.console.is_empty(), "{:#?}", loaded.console);
+        assert_eq!(loaded.dom.matches("class=\"table-index\"").count(), 4 + 3, "{}", loaded.dom);
+        for kind in ["redundant_index", "unused_index", "duplicate_index"] {
+            assert_eq!(loaded.dom.matches(&format!("data-kind=\"{kind}\"")).count(), 1, "{kind}");
+        }
+        assert!(browser::screenshot(&page, &browser::screenshot_dir().join("table-indexes.png")).is_empty());
+    }
+
+    // The DBA drops it: the agent reads the table again after its ALTER.
+    root.query_drop("ALTER TABLE app.items DROP INDEX c_idx").unwrap();
+    let started = Instant::now();
+    loop {
+        work(&mut app, 5, &mut executed);
+        let items = table(&tables(), "items");
+        if index(&items, "c_idx").is_null() {
+            assert_eq!(found(&items), [("redundant_index".to_string(), "index k_idx (k)".to_string())]);
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "c_idx is still listed: {items:#}");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let out = agent.stop();
+    assert!(out.success, "{}", out.stderr);
 }

@@ -355,6 +355,10 @@ impl Server {
     }
 }
 
+/// Schemas whose tables are the server's own: their indexes are no
+/// DBA's to change.
+const SYSTEM_SCHEMAS: &[&str] = &["information_schema", "performance_schema", "mysql", "sys"];
+
 /// The tables a window's digests read or write, with the digest's schema
 /// where the statement named none.
 fn tables_touched(report: &WindowReport) -> BTreeSet<(String, String)> {
@@ -363,7 +367,7 @@ fn tables_touched(report: &WindowReport) -> BTreeSet<(String, String)> {
         let Some(Tables::Known { tables, .. }) = row.tables.as_deref() else { continue };
         for t in tables {
             let schema = if t.schema.is_empty() { row.schema.as_deref().unwrap_or_default() } else { &t.schema };
-            if !schema.is_empty() {
+            if !schema.is_empty() && !SYSTEM_SCHEMAS.iter().any(|s| schema.eq_ignore_ascii_case(s)) {
                 out.insert((schema.to_string(), t.table.clone()));
             }
         }

@@ -1,12 +1,13 @@
 //! The indexes of the tables a server's digests touch, read over the login
-//! (`SHOW INDEX`, which needs only a grant on the table, as EXPLAIN does),
+//! (`SHOW INDEX`, which needs a grant on the table, as EXPLAIN does; or a
+//! schema's `sqlbee_indexes` procedure, for a login that may read nothing),
 //! so the collector can say which indexes no plan chooses and which
 //! repeat another. A table is read when its digests first name it, soon
 //! after a statement the agent saw change it, and every `READ_EVERY`; its
 //! indexes go out when they changed, and every `SEND_EVERY` anyway, so a
 //! collector that lost one reading gets the next.
 use std::{
-    collections::{BTreeMap, BTreeSet},
+    collections::{BTreeMap, BTreeSet, HashMap},
     hash::{DefaultHasher, Hash, Hasher},
     time::{Duration, Instant, SystemTime},
 };
@@ -70,6 +71,9 @@ struct Followed {
 #[derive(Default)]
 pub struct Indexes {
     tables: BTreeMap<(String, String), Followed>,
+    /// Whether each schema holds a `sqlbee_indexes` procedure the login
+    /// may run (the least-privilege set-up), else `SHOW INDEX` is used.
+    procedures: HashMap<String, bool>,
 }
 
 impl Indexes {
@@ -99,6 +103,7 @@ impl Indexes {
         for followed in self.tables.values_mut() {
             followed.sent = None;
         }
+        self.procedures.clear();
     }
 
     pub fn due(&self, now: Instant) -> bool {
@@ -114,7 +119,7 @@ impl Indexes {
             self.tables.iter().filter(|(_, f)| now >= f.next_read).map(|(k, _)| k.clone()).take(MAX_PER_PASS).collect();
         let mut out = Vec::new();
         for key in due {
-            let reading = match show_index(conn, &key.0, &key.1) {
+            let reading = match self.show_index(conn, &key.0, &key.1) {
                 Ok(indexes) => {
                     Some(TableIndexes { schema: key.0.clone(), table: key.1.clone(), indexes, missing: false })
                 }
@@ -145,13 +150,42 @@ impl Indexes {
     }
 }
 
-/// `SHOW INDEX FROM schema.table`, its rows grouped into indexes. Columns
-/// are read by name: MariaDB and MySQL list different ones (`Ignored`,
-/// `Visible`, `Expression`).
-fn show_index(conn: &mut mysql::Conn, schema: &str, table: &str) -> Result<Vec<IndexDefinition>, mysql::Error> {
-    let rows: Vec<mysql::Row> = conn.query(format!("SHOW INDEX FROM {}.{}", quoted(schema), quoted(table)))?;
+impl Indexes {
+    /// The table's index rows: from the schema's `sqlbee_indexes(table)`
+    /// where the login may call one (it answers with `SHOW INDEX`'s column
+    /// names), else from `SHOW INDEX` with the login's own rights.
+    fn show_index(
+        &mut self,
+        conn: &mut mysql::Conn,
+        schema: &str,
+        table: &str,
+    ) -> Result<Vec<IndexDefinition>, mysql::Error> {
+        let procedure = match self.procedures.get(schema) {
+            Some(known) => *known,
+            None => {
+                let found: Option<u8> = conn.exec_first(
+                    "SELECT 1 FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = ? AND ROUTINE_NAME = 'sqlbee_indexes'",
+                    (schema,),
+                )?;
+                self.procedures.insert(schema.to_string(), found.is_some());
+                found.is_some()
+            }
+        };
+        let rows: Vec<mysql::Row> = if procedure {
+            conn.exec(format!("CALL {}.sqlbee_indexes(?)", quoted(schema)), (table,))?
+        } else {
+            conn.query(format!("SHOW INDEX FROM {}.{}", quoted(schema), quoted(table)))?
+        };
+        Ok(grouped(&rows))
+    }
+}
+
+/// Index rows grouped into indexes, in the order the server lists them.
+/// Columns are read by name: MariaDB and MySQL list different ones
+/// (`Ignored`, `Visible`, `Expression`), and the procedure fewer.
+fn grouped(rows: &[mysql::Row]) -> Vec<IndexDefinition> {
     let mut indexes: Vec<IndexDefinition> = Vec::new();
-    for row in &rows {
+    for row in rows {
         let text = |column: &str| -> Option<String> { row.get_opt::<Option<String>, _>(column)?.ok().flatten() };
         let number = |column: &str| -> Option<u64> { row.get_opt::<Option<u64>, _>(column)?.ok().flatten() };
         let Some(name) = text("Key_name") else { continue };
@@ -177,7 +211,7 @@ fn show_index(conn: &mut mysql::Conn, schema: &str, table: &str) -> Result<Vec<I
             index.columns.push((text("Column_name").unwrap_or_default(), prefix));
         }
     }
-    Ok(indexes)
+    indexes
 }
 
 #[cfg(test)]

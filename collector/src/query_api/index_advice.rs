@@ -61,8 +61,10 @@ pub fn advise(tables: &mut [TableTotals], evidence: &Evidence<'_>) {
                 schema == t.schema && u.table == t.table
             };
             let Some(table_use) = d.tables.iter().find(own) else { continue };
-            // The table a plain INSERT writes chooses no index.
-            if table_use.write && matches!(d.kind.as_str(), "INSERT" | "REPLACE") {
+            // The table a plain INSERT writes chooses no index, and an
+            // EXPLAIN (the agent's own, or anyone's) reads no row.
+            let inserted = table_use.write && matches!(d.kind.as_str(), "INSERT" | "REPLACE");
+            if inserted || matches!(d.kind.as_str(), "EXPLAIN" | "DESCRIBE" | "DESC") {
                 continue;
             }
             t.plannable_statements += count;

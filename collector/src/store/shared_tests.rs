@@ -272,6 +272,20 @@ pub(super) fn plans_merge_sightings_and_list_changes(store: &dyn Store, batch: M
     let fleet = store.plans(&PlansQuery { digest: None, since_unix_ms: 3000, ..query.clone() }).unwrap();
     assert!(fleet.plans.is_empty(), "no digest: changes only");
     assert_eq!(fleet.changes.len(), 1);
+    // The plans index advice reads: every hash first seen before the end.
+    let hashes = |until: i64, instance: Option<&str>| -> Vec<(u64, i64, i64)> {
+        let mut rows: Vec<(u64, i64, i64)> = store
+            .plans_of(&[u64::MAX - 1, 5], instance, until)
+            .unwrap()
+            .iter()
+            .map(|r| (r.plan.as_ref().unwrap().plan_hash, r.first_seen_unix_ms, r.last_seen_unix_ms))
+            .collect();
+        rows.sort_unstable();
+        rows
+    };
+    assert_eq!(hashes(i64::MAX, None), [(11, 1200, 3400), (22, 2400, 2400)]);
+    assert_eq!(hashes(2000, None), [(11, 1200, 3400)]);
+    assert!(hashes(i64::MAX, Some("elsewhere:1")).is_empty());
 
     // A restarted agent knows no previous plan: the stored one stands for
     // it, whether the plan changed (33 after 11) or not (33 again, from
@@ -420,6 +434,55 @@ pub(super) fn tags_and_exemplars_merge_over_windows(store: &dyn Store, batch: Ma
 /// Markers read by range, instance and id; events read as their newest
 /// version, open or overlapping the range; both pruned by the hour
 /// retention.
+/// A table's indexes read back as the newest reading per instance and
+/// table, whatever order the batches came in; a replayed batch changes
+/// nothing.
+pub(super) fn table_indexes_keep_the_newest_reading(store: &dyn Store, batch: MakeBatch) {
+    use sqlbee_proto::v1::{IndexColumn, IndexDefinition, TableIndexes};
+    let reading = |table: &str, at: i64, index: &str| TableIndexes {
+        schema: "app".into(),
+        table: table.into(),
+        read_unix_ms: at,
+        indexes: vec![IndexDefinition {
+            name: index.into(),
+            columns: vec![IndexColumn { name: "k".into(), prefix: 0 }],
+            unique: false,
+            r#type: "BTREE".into(),
+            ignored: false,
+        }],
+        missing: false,
+    };
+    let put = |sequence: u64, end: i64, readings: Vec<TableIndexes>| {
+        let mut b = batch(sequence, end, &[(10, 1)]);
+        b.windows[0].table_indexes = readings;
+        store.ingest(b.clone(), end, content_hash(&b)).unwrap();
+        b
+    };
+    put(1, 1500, vec![reading("items", 1400, "k_idx"), reading("tags", 1400, "t_idx")]);
+    let late = put(3, 3500, vec![reading("items", 3400, "k_new")]);
+    // Arrives late: older than the newest reading of items.
+    put(2, 2500, vec![reading("items", 2400, "k_old")]);
+    store.ingest(late.clone(), 9000, content_hash(&late)).unwrap();
+    let read = |instance: Option<&str>| -> Vec<(String, String, i64, String)> {
+        let mut rows: Vec<_> = store
+            .table_indexes(instance)
+            .unwrap()
+            .into_iter()
+            .map(|s| (s.instance, s.table.table.clone(), s.table.read_unix_ms, s.table.indexes[0].name.clone()))
+            .collect();
+        rows.sort();
+        rows
+    };
+    let instance = batch(1, 1500, &[(10, 1)]).windows[0].instance.as_ref().unwrap().name.clone();
+    let expected = vec![
+        (instance.clone(), "items".to_string(), 3400, "k_new".to_string()),
+        (instance.clone(), "tags".to_string(), 1400, "t_idx".to_string()),
+    ];
+    assert_eq!(read(None), expected);
+    assert_eq!(read(Some(&instance)), expected);
+    assert!(read(Some("elsewhere:1")).is_empty());
+}
+
 /// An export's mark reads as the furthest written, per export name.
 pub(super) fn export_marks_read_back_the_furthest(store: &dyn Store) {
     assert_eq!(store.export_mark("otlp-metrics").unwrap(), None);

@@ -345,7 +345,8 @@ pub(super) fn finding_list(body: &mut String, open: &str, findings: &[sqlbee_pro
         if !f.suggestion.is_empty() {
             let _ = write!(body, "<br><code class=\"suggestion\">{}</code>", html::esc(&f.suggestion));
             if !f.check_first.is_empty() {
-                let _ = write!(body, "<br><small class=\"check-first\">Check first: {}</small>", html::esc(&f.check_first));
+                let _ =
+                    write!(body, "<br><small class=\"check-first\">Check first: {}</small>", html::esc(&f.check_first));
             }
         }
         body.push_str("</li>");

@@ -542,6 +542,12 @@ fn long_statements_newest_first_once_and_pruned() {
 }
 
 #[test]
+fn table_indexes_keep_the_newest_reading() {
+    let Some((store, _)) = store("table_indexes") else { return };
+    shared_tests::table_indexes_keep_the_newest_reading(&store, batch);
+}
+
+#[test]
 fn export_marks_read_back_the_furthest() {
     let Some((store, _)) = store("export_marks") else { return };
     shared_tests::export_marks_read_back_the_furthest(&store);

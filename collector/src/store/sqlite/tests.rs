@@ -951,6 +951,14 @@ fn long_statements_newest_first_once_and_pruned() {
 }
 
 #[test]
+fn table_indexes_keep_the_newest_reading() {
+    let (store, dir) = temp_store("table_indexes");
+    shared_tests::table_indexes_keep_the_newest_reading(&store, batch);
+    drop(store);
+    std::fs::remove_dir_all(dir).ok();
+}
+
+#[test]
 fn export_marks_read_back_the_furthest() {
     let (store, dir) = temp_store("export_marks");
     shared_tests::export_marks_read_back_the_furthest(&store);
