@@ -25,7 +25,7 @@ use tracing::{debug, info, warn};
 use super::{
     Explained, LoginState, PlanConfig, PlanRecord, ValueWants,
     indexes::{IndexReading, Indexes},
-    plan,
+    plan, quoted,
     settings::Settings,
 };
 use crate::{
@@ -635,11 +635,6 @@ fn explain(
     let answer = answer?;
     let answer = answer.ok_or_else(|| not("EXPLAIN answered no rows".into()))?;
     plan::from_explain(&answer, &redact_plan).map_err(|e| not(e.to_string()))
-}
-
-/// `name` as a quoted identifier.
-pub(super) fn quoted(name: &str) -> String {
-    format!("`{}`", name.replace('`', "``"))
 }
 
 /// EXPLAIN in the statement's schema, with the login's own rights.

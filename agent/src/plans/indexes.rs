@@ -14,7 +14,7 @@ use std::{
 
 use mysql::prelude::Queryable;
 
-use super::explainer::quoted;
+use super::quoted;
 use crate::{aggregate::ChangeRecord, normalize::ChangeKind};
 
 /// How often a table's indexes are read when nothing asks sooner.

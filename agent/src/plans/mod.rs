@@ -113,6 +113,11 @@ impl ValueWants {
     }
 }
 
+/// `name` as a quoted identifier.
+fn quoted(name: &str) -> String {
+    format!("`{}`", name.replace('`', "``"))
+}
+
 /// Plans per instance per window the agent sends; the rest wait.
 pub const MAX_PLANS_PER_WINDOW: usize = 1_000;
 
