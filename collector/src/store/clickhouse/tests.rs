@@ -669,6 +669,19 @@ pub(super) fn every_kind_of_row(sequence: u64, end: i64) -> Batch {
         ..Default::default()
     }];
     w.server_login = "ok".into();
+    w.table_indexes = vec![sqlbee_proto::v1::TableIndexes {
+        schema: "app".into(),
+        table: "t".into(),
+        read_unix_ms: end - 3,
+        indexes: vec![sqlbee_proto::v1::IndexDefinition {
+            name: "k'idx".into(),
+            columns: vec![sqlbee_proto::v1::IndexColumn { name: "k".into(), prefix: 8 }],
+            unique: false,
+            r#type: "BTREE".into(),
+            ignored: false,
+        }],
+        missing: false,
+    }];
     let mut nested = d.clone();
     nested.digest = 11;
     nested.digest_text = "UPDATE t SET a = ?".into();
@@ -1070,6 +1083,10 @@ fn every_statement_the_store_sends_runs_on_current_clickhouse() {
         store.plans(&plans).unwrap();
         store.plans(&PlansQuery { digest: None, schema: Some("app".into()), ..plans }).unwrap();
         store.digest_tables(&[u64::MAX - 1, 11]).unwrap();
+        for instance in [None, Some("h'1")] {
+            store.table_indexes(instance).unwrap();
+            store.plans_of(&[u64::MAX - 1, 11], instance, late).unwrap();
+        }
         store.export_mark("otlp'metrics").unwrap();
         for instance in [None, Some("h'1".to_string())] {
             let marks = AnnotationsQuery {
