@@ -642,8 +642,9 @@ fn prepared_statements_are_explained_with_the_values_they_ran_with() {
 /// a login that may only read the tables, the agent reads each table's
 /// indexes; the collector names the index that is a left prefix of
 /// another (redundant), the one that repeats a unique one (duplicate) and
-/// the one no plan chose (unused), each once and with the digests behind
-/// it, and counts each index's statements exactly. A dropped index is
+/// the one no plan chose (unused), and the one a range that sorts asks
+/// for (missing), each once and with the digests behind it, and counts
+/// each index's statements exactly. A dropped index is
 /// read again soon after the agent saw its ALTER, and goes from the
 /// answer with its finding.
 #[test]
@@ -658,9 +659,9 @@ fn indexes_nobody_needs_are_named_once_with_the_statements_behind_them() {
         "CREATE DATABASE app; \
          CREATE TABLE app.items (id INT PRIMARY KEY, k INT, c INT, pad VARCHAR(32), \
              KEY k_idx (k), KEY k_pad (k, pad), KEY c_idx (c)) ENGINE=InnoDB; \
-         CREATE TABLE app.tags (id INT PRIMARY KEY, name VARCHAR(32), UNIQUE KEY name_u (name), KEY name_i (name)); \
+         CREATE TABLE app.tags (id INT PRIMARY KEY, name VARCHAR(32), n INT, UNIQUE KEY name_u (name), KEY name_i (name)); \
          INSERT INTO app.items SELECT seq, seq % 50, seq % 7, CONCAT('pad-', seq) FROM app.seq_1_to_2000; \
-         INSERT INTO app.tags SELECT seq, CONCAT('tag-', seq) FROM app.seq_1_to_200",
+         INSERT INTO app.tags SELECT seq, CONCAT('tag-', seq), seq FROM app.seq_1_to_200",
     )
     .unwrap();
     root.query_drop(
@@ -684,6 +685,8 @@ fn indexes_nobody_needs_are_named_once_with_the_statements_behind_them() {
                 app.query(format!("SELECT pad FROM items WHERE k = {} AND pad = 'pad-{}'", i % 50, i)).unwrap();
             let _: Vec<u32> = app.query(format!("SELECT id FROM items WHERE id = {}", 1 + i % 2000)).unwrap();
             let _: Vec<u32> = app.query(format!("SELECT id FROM tags WHERE name = 'tag-{}'", 1 + i % 200)).unwrap();
+            let _: Vec<String> =
+                app.query(format!("SELECT name FROM tags WHERE n > {} ORDER BY n LIMIT 5", i % 100)).unwrap();
             app.query_drop(format!("INSERT INTO items VALUES ({}, 1, 1, 'new')", 100_000 + *executed)).unwrap();
             *executed += 1;
         }
@@ -762,7 +765,22 @@ fn indexes_nobody_needs_are_named_once_with_the_statements_behind_them() {
     assert!(unused["detail"].as_str().unwrap().contains("100%"), "{unused:#}");
     assert_eq!(unused["digests"].as_array().unwrap().len(), 2, "the two digests whose plans read items: {unused:#}");
     assert!(!unused["check_first"].as_str().unwrap().is_empty());
-    assert_eq!(found(&tags), [("duplicate_index".to_string(), "index name_i (name)".to_string())], "{tags:#}");
+    // A range that sorts, with no index to read it by: the candidate.
+    assert_eq!(
+        found(&tags),
+        [
+            ("duplicate_index".to_string(), "index name_i (name)".to_string()),
+            ("missing_index".to_string(), "tags (access ALL)".to_string())
+        ],
+        "{tags:#}"
+    );
+    let missing = &tags["findings"][1];
+    assert_eq!(missing["suggestion"], "suggestion: ALTER TABLE `app`.`tags` ADD INDEX (`n`)", "{missing:#}");
+    assert_eq!(missing["digests"].as_array().unwrap().len(), 1);
+    assert!(
+        missing["detail"].as_str().unwrap().starts_with(&format!("1 digests ({executed} statements")),
+        "{missing:#}"
+    );
     let text = answer.to_string();
     assert!(!text.contains("pad-1") && !text.contains("tag-1"), "no literal in the answer");
 
@@ -772,7 +790,7 @@ fn indexes_nobody_needs_are_named_once_with_the_statements_behind_them() {
         let loaded = browser::load(&page);
         assert!(loaded.console.is_empty(), "{:#?}", loaded.console);
         assert_eq!(loaded.dom.matches("class=\"table-index\"").count(), 4 + 3, "{}", loaded.dom);
-        for kind in ["redundant_index", "unused_index", "duplicate_index"] {
+        for kind in ["redundant_index", "unused_index", "duplicate_index", "missing_index"] {
             assert_eq!(loaded.dom.matches(&format!("data-kind=\"{kind}\"")).count(), 1, "{kind}");
         }
         assert!(browser::screenshot(&page, &browser::screenshot_dir().join("table-indexes.png")).is_empty());

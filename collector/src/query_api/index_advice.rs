@@ -1,7 +1,9 @@
 //! Each table's indexes, with the digests whose plans chose each over the
 //! range, and what to do about them: an index that repeats another
 //! (`duplicate_index`), one that is a left prefix of another
-//! (`redundant_index`), and one no plan chose (`unused_index`). Pure: the
+//! (`redundant_index`), one no plan chose (`unused_index`), and one its
+//! digests' plans ask for (`missing_index`: the candidates their own
+//! findings suggest, gathered over every digest they would serve). Pure: the
 //! definitions are what agents read over their login (`SHOW INDEX`), the
 //! use is what the stored plans say.
 //!
@@ -20,6 +22,8 @@ use crate::store::{DigestTables, StoredIndexes};
 
 /// Digests a finding names at most.
 const MAX_NAMED_DIGESTS: usize = 20;
+/// Digests whose figures are read to judge their plans' candidate indexes.
+pub const MAX_CANDIDATES: usize = 50;
 
 /// What the store holds for the range: definitions, plans, and which
 /// tables each digest touches.
@@ -171,6 +175,75 @@ fn plans_in_force(plans: &[PlanRow], since: i64) -> HashMap<DigestKey<'_>, Vec<(
         accesses.extend(plan.access.iter().map(|a| (a.table.as_str(), a.key.as_str())));
     }
     out
+}
+
+/// The newest plan of each digest (run in a schema) whose plan may ask for
+/// an index: a table read whole, or one
+/// table read and then sorted. At most `MAX_CANDIDATES`, costliest first
+/// by `rows`' time: each costs a read of the digest's figures.
+pub fn candidate_plans<'a>(plans: &'a [PlanRow], rows: &[TopDigest]) -> Vec<&'a sqlbee_proto::v1::Plan> {
+    let mut newest: HashMap<DigestKey<'_>, &PlanRow> = HashMap::new();
+    for p in plans {
+        let Some(plan) = &p.plan else { continue };
+        let key = (plan.digest, plan.schema.as_str());
+        if newest.get(&key).is_none_or(|n| p.last_seen_unix_ms > n.last_seen_unix_ms) {
+            newest.insert(key, p);
+        }
+    }
+    let time: HashMap<DigestKey<'_>, u64> = rows.iter().map(|r| ((r.digest, r.schema.as_str()), r.sum_ns)).collect();
+    let mut out: Vec<(u64, &sqlbee_proto::v1::Plan)> = newest
+        .into_values()
+        .filter_map(|p| p.plan.as_ref())
+        .filter(|plan| plan.access.iter().any(|a| a.r#type == "ALL") || (plan.filesort && plan.access.len() == 1))
+        .filter_map(|plan| time.get(&(plan.digest, plan.schema.as_str())).map(|t| (*t, plan)))
+        .collect();
+    out.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.digest.cmp(&b.1.digest)));
+    out.into_iter().take(MAX_CANDIDATES).map(|(_, p)| p).collect()
+}
+
+/// The candidate indexes the digests' own findings suggest, gathered per
+/// table: one `missing_index` finding per suggestion, naming every digest
+/// it would serve and what they cost over the range. `judged` holds each
+/// candidate plan with its digest's figures over the range.
+pub fn gather_candidates(tables: &mut [TableTotals], judged: &[(&sqlbee_proto::v1::Plan, TopDigest)]) {
+    // (schema, table) -> suggestion -> (first finding, digests, statements, time)
+    type Gathered = BTreeMap<String, (Finding, Vec<u64>, u64, u64)>;
+    let mut by_table: HashMap<(String, String), Gathered> = HashMap::new();
+    for (plan, row) in judged {
+        for f in super::findings::findings(plan, row.count, row.stats.as_ref()) {
+            if f.suggestion.is_empty() {
+                continue;
+            }
+            let table = by_table.entry((plan.schema.clone(), f.table.clone())).or_default();
+            let entry = table.entry(f.suggestion.clone()).or_insert_with(|| (f.clone(), Vec::new(), 0, 0));
+            if !entry.1.contains(&plan.digest) {
+                entry.1.push(plan.digest);
+                entry.2 += row.count;
+                entry.3 = entry.3.saturating_add(row.sum_ns);
+            }
+        }
+    }
+    for t in tables.iter_mut() {
+        let Some(gathered) = by_table.remove(&(t.schema.clone(), t.table.clone())) else { continue };
+        for (suggestion, (first, digests, statements, sum_ns)) in gathered {
+            t.findings.push(Finding {
+                kind: "missing_index".into(),
+                table: t.table.clone(),
+                plan_line: first.plan_line.clone(),
+                detail: format!(
+                    "{} digests ({statements} statements, {:.1} ms in this range) would use it; the costliest's \
+                     plan: {} ({})",
+                    digests.len(),
+                    sum_ns as f64 / 1e6,
+                    first.detail,
+                    first.kind
+                ),
+                suggestion,
+                check_first: first.check_first.clone(),
+                digests: digests.into_iter().take(MAX_NAMED_DIGESTS).collect(),
+            });
+        }
+    }
 }
 
 /// Same type and the same parts (names and prefixes) in the same order.
@@ -417,6 +490,58 @@ mod tests {
         assert_eq!(t.findings[3].digests, [1, 2], "the unused verdict rests on the planned digests");
         assert!(t.findings[0].suggestion.contains("DROP INDEX `k_pad`"), "{}", t.findings[0].suggestion);
         assert!(t.findings[3].detail.contains("96%"), "{}", t.findings[3].detail);
+    }
+
+    #[test]
+    fn digests_that_ask_for_one_index_make_one_finding() {
+        let scan = |digest: u64, condition: &str, last_seen: i64| {
+            let mut row = plan(digest, last_seen, &[("orders", "")]);
+            let p = row.plan.as_mut().unwrap();
+            p.access[0].r#type = "ALL".into();
+            p.access[0].rows = Some(5_000);
+            p.plan_json = serde_json::json!({"query_block": {"table": {"table_name": "orders", "access_type": "ALL",
+                "attached_condition": condition}}})
+            .to_string();
+            row
+        };
+        let plans = [
+            scan(1, "orders.email = ?", 10),
+            scan(2, "orders.email = ? and orders.total > ?", 10),
+            // Digest 3's newer plan uses an index: no candidate from it.
+            scan(3, "orders.email = ?", 10),
+            plan(3, 20, &[("orders", "by_email")]),
+            scan(4, "orders.`status` = ?", 10),
+        ];
+        let rows = [
+            TopDigest { sum_ns: 9_000_000, ..row(1, 30) },
+            TopDigest { sum_ns: 1_000_000, ..row(2, 10) },
+            row(3, 5),
+            TopDigest { sum_ns: 500_000, ..row(4, 3) },
+        ];
+        let chosen = candidate_plans(&plans, &rows);
+        assert_eq!(chosen.iter().map(|p| p.digest).collect::<Vec<_>>(), [1, 2, 4], "costliest first, no digest 3");
+        let judged: Vec<_> =
+            chosen.into_iter().map(|p| (p, rows.iter().find(|r| r.digest == p.digest).unwrap().clone())).collect();
+        let mut tables = [TableTotals { schema: "app".into(), table: "orders".into(), ..Default::default() }];
+        gather_candidates(&mut tables, &judged);
+        let found: Vec<(&str, &[u64])> =
+            tables[0].findings.iter().map(|f| (f.suggestion.as_str(), f.digests.as_slice())).collect();
+        assert_eq!(
+            found,
+            [
+                ("suggestion: ALTER TABLE `app`.`orders` ADD INDEX (`email`)", &[1][..]),
+                ("suggestion: ALTER TABLE `app`.`orders` ADD INDEX (`email`, `total`)", &[2][..]),
+                ("suggestion: ALTER TABLE `app`.`orders` ADD INDEX (`status`)", &[4][..]),
+            ],
+            "{:#?}",
+            tables[0].findings
+        );
+        assert!(tables[0].findings.iter().all(|f| f.kind == "missing_index"));
+        assert!(
+            tables[0].findings[0].detail.starts_with("1 digests (30 statements, 9.0 ms"),
+            "{}",
+            tables[0].findings[0].detail
+        );
     }
 
     #[test]

@@ -469,6 +469,21 @@ impl Query for QueryService {
                     since_unix_ms: query.since_unix_ms,
                 };
                 index_advice::advise(&mut answer.tables, &evidence);
+                // The digests' candidate indexes, judged with their full
+                // figures (the lean rows lack rows sent).
+                let mut judged = Vec::new();
+                for plan in index_advice::candidate_plans(&plans, &rows) {
+                    let one = TopQuery {
+                        digest: Some(plan.digest),
+                        schema: Some(plan.schema.clone()),
+                        limit: 1,
+                        ..query.clone()
+                    };
+                    if let Some(row) = store.top(&one)?.into_iter().next() {
+                        judged.push((plan, row));
+                    }
+                }
+                index_advice::gather_candidates(&mut answer.tables, &judged);
             }
             Ok(answer)
         })
