@@ -446,6 +446,7 @@ pub fn tables_json(answer: &TablesResponse) -> Value {
                     "ignored": i.ignored,
                     "digests": i.digests,
                     "statements": i.statements,
+                    "rows_read": i.rows_read,
                 })).collect::<Vec<_>>(),
                 "indexes_instance": (!t.indexes_instance.is_empty()).then_some(&t.indexes_instance),
                 "indexes_read_unix_ms": (t.indexes_read_unix_ms > 0).then_some(t.indexes_read_unix_ms),

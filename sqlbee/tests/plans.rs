@@ -653,7 +653,8 @@ fn indexes_nobody_needs_are_named_once_with_the_statements_behind_them() {
         return;
     }
     let _serial = common::one_at_a_time();
-    let server = PrivateServer::start("indexes", &[]).unwrap();
+    // userstat: MariaDB's own count of rows read per index, a second opinion.
+    let server = PrivateServer::start("indexes", &["--userstat=1"]).unwrap();
     let mut root = root_conn(&server);
     root.query_drop(
         "CREATE DATABASE app; \
@@ -744,6 +745,8 @@ fn indexes_nobody_needs_are_named_once_with_the_statements_behind_them() {
         "{items:#}"
     );
     assert_eq!(index(&items, "PRIMARY")["statements"], executed, "{items:#}");
+    assert!(index(&items, "k_pad")["rows_read"].as_u64().is_some_and(|n| n > 0), "{items:#}");
+    assert_eq!(index(&items, "c_idx")["rows_read"], 0, "{items:#}");
     let found = |t: &Value| -> Vec<(String, String)> {
         t["findings"]
             .as_array()
@@ -763,6 +766,7 @@ fn indexes_nobody_needs_are_named_once_with_the_statements_behind_them() {
     let unused = &items["findings"][1];
     assert_eq!(unused["suggestion"], "suggestion: ALTER TABLE `app`.`items` DROP INDEX `c_idx`");
     assert!(unused["detail"].as_str().unwrap().contains("100%"), "{unused:#}");
+    assert!(unused["detail"].as_str().unwrap().contains("INDEX_STATISTICS counts no row read"), "{unused:#}");
     assert_eq!(unused["digests"].as_array().unwrap().len(), 2, "the two digests whose plans read items: {unused:#}");
     assert!(!unused["check_first"].as_str().unwrap().is_empty());
     // A range that sorts, with no index to read it by: the candidate.

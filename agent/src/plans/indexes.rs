@@ -52,6 +52,10 @@ pub struct IndexDefinition {
     pub unique: bool,
     pub kind: String,
     pub ignored: bool,
+    /// Rows read through it since the server started (or the last `FLUSH
+    /// INDEX_STATISTICS`), from MariaDB's `INDEX_STATISTICS` with
+    /// `userstat` on; None where unknown.
+    pub rows_read: Option<u64>,
 }
 
 /// A reading to send, with when it was read.
@@ -117,9 +121,14 @@ impl Indexes {
     pub fn read(&mut self, conn: &mut mysql::Conn, now: Instant) -> Result<Vec<IndexReading>, mysql::Error> {
         let due: Vec<(String, String)> =
             self.tables.iter().filter(|(_, f)| now >= f.next_read).map(|(k, _)| k.clone()).take(MAX_PER_PASS).collect();
+        if due.is_empty() {
+            return Ok(Vec::new());
+        }
+        // MySQL has no such variable: an error is "off".
+        let userstat = conn.query_first::<u8, _>("SELECT @@global.userstat").ok().flatten() == Some(1);
         let mut out = Vec::new();
         for key in due {
-            let reading = match self.show_index(conn, &key.0, &key.1) {
+            let reading = match self.show_index(conn, &key.0, &key.1, userstat) {
                 Ok(indexes) => {
                     Some(TableIndexes { schema: key.0.clone(), table: key.1.clone(), indexes, missing: false })
                 }
@@ -159,6 +168,7 @@ impl Indexes {
         conn: &mut mysql::Conn,
         schema: &str,
         table: &str,
+        userstat: bool,
     ) -> Result<Vec<IndexDefinition>, mysql::Error> {
         let procedure = match self.procedures.get(schema) {
             Some(known) => *known,
@@ -171,12 +181,26 @@ impl Indexes {
                 found.is_some()
             }
         };
-        let rows: Vec<mysql::Row> = if procedure {
-            conn.exec(format!("CALL {}.sqlbee_indexes(?)", quoted(schema)), (table,))?
-        } else {
-            conn.query(format!("SHOW INDEX FROM {}.{}", quoted(schema), quoted(table)))?
-        };
-        Ok(grouped(&rows))
+        if procedure {
+            let rows: Vec<mysql::Row> = conn.exec(format!("CALL {}.sqlbee_indexes(?)", quoted(schema)), (table,))?;
+            // INDEX_STATISTICS lists only what the login may see, which
+            // through the procedure is nothing: rows read stay unknown.
+            return Ok(grouped(&rows));
+        }
+        let rows: Vec<mysql::Row> = conn.query(format!("SHOW INDEX FROM {}.{}", quoted(schema), quoted(table)))?;
+        let mut indexes = grouped(&rows);
+        if userstat {
+            let read: Vec<(String, u64)> = conn.exec(
+                "SELECT INDEX_NAME, ROWS_READ FROM information_schema.INDEX_STATISTICS \
+                 WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
+                (schema, table),
+            )?;
+            for index in &mut indexes {
+                // Not listed: no row read through it yet.
+                index.rows_read = Some(read.iter().find(|(name, _)| *name == index.name).map_or(0, |(_, n)| *n));
+            }
+        }
+        Ok(indexes)
     }
 }
 
@@ -200,6 +224,7 @@ fn grouped(rows: &[mysql::Row]) -> Vec<IndexDefinition> {
                     unique: number("Non_unique") == Some(0),
                     kind: text("Index_type").unwrap_or_default(),
                     ignored,
+                    rows_read: None,
                 });
                 indexes.len() - 1
             }

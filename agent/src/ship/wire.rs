@@ -136,6 +136,7 @@ fn indexes(reading: &IndexReading) -> WireTableIndexes {
                 unique: i.unique,
                 r#type: i.kind.clone(),
                 ignored: i.ignored,
+                rows_read: i.rows_read,
             })
             .collect(),
     }

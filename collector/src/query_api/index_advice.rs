@@ -102,6 +102,7 @@ pub fn advise(tables: &mut [TableTotals], evidence: &Evidence<'_>) {
                     ignored: i.ignored,
                     digests,
                     statements,
+                    rows_read: i.rows_read,
                 }
             })
             .collect();
@@ -356,6 +357,15 @@ fn qualified(schema: &str, table: &str) -> String {
 /// An index no plan in force in the range chose, with how sure that is.
 fn unused(t: &TableTotals, index: &IndexDefinition, planned: &[(u64, u64)]) -> Finding {
     let share = 100.0 * t.planned_statements as f64 / t.plannable_statements.max(1) as f64;
+    // The server's own count, where it keeps one: a second opinion.
+    let counted = match index.rows_read {
+        Some(0) => "; INDEX_STATISTICS counts no row read through it since the server started".to_string(),
+        Some(n) => format!(
+            "; but INDEX_STATISTICS counts {n} rows read through it since the server started: statements outside \
+             this range or without a plan use it"
+        ),
+        None => String::new(),
+    };
     drop_finding(
         "unused_index",
         &t.schema,
@@ -363,7 +373,7 @@ fn unused(t: &TableTotals, index: &IndexDefinition, planned: &[(u64, u64)]) -> F
         index,
         format!(
             "no plan chose {} in this range: the plans of {} digests ({} statements, {share:.0}% of the statements \
-             on {} that may use an index) read the table by other means; every write still updates it",
+             on {} that may use an index) read the table by other means; every write still updates it{counted}",
             index.name,
             planned.len(),
             t.planned_statements,
@@ -393,6 +403,7 @@ mod tests {
             unique,
             r#type: "BTREE".into(),
             ignored: false,
+            rows_read: None,
         }
     }
 

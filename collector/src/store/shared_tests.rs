@@ -449,6 +449,7 @@ pub(super) fn table_indexes_keep_the_newest_reading(store: &dyn Store, batch: Ma
             unique: false,
             r#type: "BTREE".into(),
             ignored: false,
+            rows_read: None,
         }],
         missing: false,
     };

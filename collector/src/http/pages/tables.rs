@@ -120,7 +120,7 @@ fn indexes(body: &mut String, t: &TableTotals) {
         let _ = write!(
             body,
             "<li class=\"table-index\" data-index=\"{}\" data-digests=\"{}\"><code>{}</code> ({}){}{} · chosen by {} \
-             digests, {} statements</li>",
+             digests, {} statements{}</li>",
             esc(&i.name),
             i.digests,
             esc(&i.name),
@@ -128,7 +128,10 @@ fn indexes(body: &mut String, t: &TableTotals) {
             if i.unique { " unique" } else { "" },
             if i.ignored { " ignored" } else { "" },
             html::count(i.digests),
-            html::count(i.statements)
+            html::count(i.statements),
+            i.rows_read
+                .map(|n| format!(" · {} rows read since the server started", html::count(n)))
+                .unwrap_or_default()
         );
     }
     body.push_str("</ul>");

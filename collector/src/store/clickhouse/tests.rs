@@ -679,6 +679,7 @@ pub(super) fn every_kind_of_row(sequence: u64, end: i64) -> Batch {
             unique: false,
             r#type: "BTREE".into(),
             ignored: false,
+            rows_read: None,
         }],
         missing: false,
     }];
