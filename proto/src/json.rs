@@ -447,6 +447,7 @@ pub fn tables_json(answer: &TablesResponse) -> Value {
                     "digests": i.digests,
                     "statements": i.statements,
                     "rows_read": i.rows_read,
+                    "digest_ids": i.digest_ids.iter().map(|d| format!("{d:016x}")).collect::<Vec<_>>(),
                 })).collect::<Vec<_>>(),
                 "indexes_instance": (!t.indexes_instance.is_empty()).then_some(&t.indexes_instance),
                 "indexes_read_unix_ms": (t.indexes_read_unix_ms > 0).then_some(t.indexes_read_unix_ms),

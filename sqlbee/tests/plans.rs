@@ -746,6 +746,14 @@ fn indexes_nobody_needs_are_named_once_with_the_statements_behind_them() {
     );
     assert_eq!(index(&items, "PRIMARY")["statements"], executed, "{items:#}");
     assert!(index(&items, "k_pad")["rows_read"].as_u64().is_some_and(|n| n > 0), "{items:#}");
+    let k_lookup = items["digests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["digest_text"] == "SELECT `pad` FROM `items` WHERE `k` = ? AND `pad` = ?")
+        .unwrap()["digest"]
+        .clone();
+    assert_eq!(index(&items, "k_pad")["digest_ids"], serde_json::json!([k_lookup]), "the digest that chose it");
     assert_eq!(index(&items, "c_idx")["rows_read"], 0, "{items:#}");
     let found = |t: &Value| -> Vec<(String, String)> {
         t["findings"]
@@ -794,6 +802,9 @@ fn indexes_nobody_needs_are_named_once_with_the_statements_behind_them() {
         let loaded = browser::load(&page);
         assert!(loaded.console.is_empty(), "{:#?}", loaded.console);
         assert_eq!(loaded.dom.matches("class=\"table-index\"").count(), 4 + 3, "{}", loaded.dom);
+        // Each index lists the digests that chose it: k_pad its lookup,
+        // PRIMARY the id lookup, name_u the name lookup.
+        assert_eq!(loaded.dom.matches("class=\"index-digest\"").count(), 3, "{}", loaded.dom);
         for kind in ["redundant_index", "unused_index", "duplicate_index", "missing_index"] {
             assert_eq!(loaded.dom.matches(&format!("data-kind=\"{kind}\"")).count(), 1, "{kind}");
         }

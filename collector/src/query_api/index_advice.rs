@@ -57,6 +57,7 @@ pub fn advise(tables: &mut [TableTotals], evidence: &Evidence<'_>) {
         t.indexes_read_unix_ms = definition.read_unix_ms;
         // Per index: the digests that chose it and their statements.
         let mut used: BTreeMap<&str, (BTreeSet<u64>, u64)> = BTreeMap::new();
+        let mut statements_of: HashMap<u64, u64> = HashMap::new();
         let mut planned: Vec<(u64, u64)> = Vec::new();
         for d in evidence.described.iter().filter(|d| !d.unknown) {
             let Some(count) = counts.get(&(d.digest, d.schema.as_str())).copied() else { continue };
@@ -81,6 +82,7 @@ pub fn advise(tables: &mut [TableTotals], evidence: &Evidence<'_>) {
             }
             t.planned_statements += count;
             planned.push((d.digest, count));
+            *statements_of.entry(d.digest).or_default() += count;
             for key in mine.iter().flat_map(|k| k.split(',')).map(str::trim).filter(|k| !k.is_empty()) {
                 let entry = used.entry(key).or_default();
                 if entry.0.insert(d.digest) {
@@ -94,7 +96,12 @@ pub fn advise(tables: &mut [TableTotals], evidence: &Evidence<'_>) {
             .iter()
             .map(|i| {
                 let (digests, statements) = used.get(i.name.as_str()).map_or((0, 0), |(d, n)| (d.len() as u64, *n));
+                let mut digest_ids: Vec<u64> =
+                    used.get(i.name.as_str()).map(|(d, _)| d.iter().copied().collect()).unwrap_or_default();
+                digest_ids.sort_by_key(|d| (std::cmp::Reverse(statements_of.get(d).copied().unwrap_or(0)), *d));
+                digest_ids.truncate(MAX_NAMED_DIGESTS);
                 TableIndex {
+                    digest_ids,
                     name: i.name.clone(),
                     columns: i.columns.iter().map(column).collect(),
                     unique: i.unique,

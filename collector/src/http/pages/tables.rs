@@ -76,7 +76,7 @@ pub async fn render(ui: &Ui, view: &View) -> Rendered {
                 super::change_item(&mut body, "table-change", e);
             }
             body.push_str("</ul>");
-            indexes(&mut body, t);
+            indexes(&mut body, view, t);
             body.push_str("</td></tr>");
         }
         body.push_str("</tbody></table>");
@@ -95,7 +95,7 @@ pub async fn render(ui: &Ui, view: &View) -> Rendered {
 
 /// A table's indexes with the digests whose plans chose each, and what to
 /// do about them; nothing when no agent read them (no --server-login).
-fn indexes(body: &mut String, t: &TableTotals) {
+fn indexes(body: &mut String, view: &View, t: &TableTotals) {
     if t.indexes.is_empty() {
         return;
     }
@@ -133,6 +133,24 @@ fn indexes(body: &mut String, t: &TableTotals) {
                 .map(|n| format!(" · {} rows read since the server started", html::count(n)))
                 .unwrap_or_default()
         );
+        // Its digests, linked: named by their text where the table lists
+        // them.
+        if !i.digest_ids.is_empty() {
+            body.push_str("<ul>");
+            for id in &i.digest_ids {
+                let listed = t.digests.iter().find(|d| d.digest == *id);
+                let schema = listed.map_or(t.schema.as_str(), |d| d.schema.as_str());
+                let text = listed.map_or_else(|| html::digest_hex(*id), |d| html::cut(&d.digest_text, 90));
+                let _ = write!(
+                    body,
+                    "<li><a class=\"index-digest\" data-digest=\"{}\" href=\"{}\">{}</a></li>",
+                    html::digest_hex(*id),
+                    esc(&digest_href(view, *id, schema)),
+                    esc(&text)
+                );
+            }
+            body.push_str("</ul>");
+        }
     }
     body.push_str("</ul>");
     if !t.findings.is_empty() {
