@@ -649,19 +649,44 @@ fn explain_directly(conn: &mut mysql::Conn, schema: &Option<Arc<str>>, text: &st
 /// when the login fails (the read comes again with the next EXPLAIN's
 /// retry) or the read does.
 fn read_settings(instance: &str, server: &mut Server, config: &PlanConfig, now: Instant) -> Vec<ChangeRecord> {
-    let mut settings = std::mem::take(&mut server.settings);
+    over_login(
+        instance,
+        server,
+        config,
+        now,
+        |s| &mut s.settings,
+        "SHOW GLOBAL VARIABLES",
+        |settings, conn| settings.read(conn, now),
+    )
+}
+
+/// The indexes of the tables due for a read; nothing when the login
+/// fails (read again with the retry).
+fn read_indexes(instance: &str, server: &mut Server, config: &PlanConfig, now: Instant) -> Vec<IndexReading> {
+    over_login(instance, server, config, now, |s| &mut s.indexes, "SHOW INDEX", |indexes, conn| indexes.read(conn, now))
+}
+
+/// One read over the login with the state `part` of the server keeps for
+/// it; nothing when the login or the read fails (`login_failed`).
+fn over_login<S: Default, T>(
+    instance: &str,
+    server: &mut Server,
+    config: &PlanConfig,
+    now: Instant,
+    part: fn(&mut Server) -> &mut S,
+    what: &str,
+    read: impl FnOnce(&mut S, &mut mysql::Conn) -> Result<Vec<T>, mysql::Error>,
+) -> Vec<T> {
+    let mut state = std::mem::take(part(server));
     let outcome = match connection(server, &config.login) {
-        Ok(conn) => settings.read(conn, now).map_err(|e| classify(e, "SHOW GLOBAL VARIABLES")),
+        Ok(conn) => read(&mut state, conn).map_err(|e| classify(e, what)),
         Err(failure) => Err(failure),
     };
-    server.settings = settings;
-    match outcome {
-        Ok(changes) => changes,
-        Err(failure) => {
-            login_failed(instance, server, failure, now);
-            Vec::new()
-        }
-    }
+    *part(server) = state;
+    outcome.unwrap_or_else(|failure| {
+        login_failed(instance, server, failure, now);
+        Vec::new()
+    })
 }
 
 /// A read over the login (settings, indexes) failed: a lost connection is
@@ -680,24 +705,6 @@ fn login_failed(instance: &str, server: &mut Server, failure: Failure, now: Inst
         }
         Failure::Statement { reason, .. } => debug!(pid = server.pid, %reason, "a read over the login failed"),
         Failure::NeedsValues => {}
-    }
-}
-
-/// The indexes of the tables due for a read; nothing when the login
-/// fails (read again with the retry).
-fn read_indexes(instance: &str, server: &mut Server, config: &PlanConfig, now: Instant) -> Vec<IndexReading> {
-    let mut indexes = std::mem::take(&mut server.indexes);
-    let outcome = match connection(server, &config.login) {
-        Ok(conn) => indexes.read(conn, now).map_err(|e| classify(e, "SHOW INDEX")),
-        Err(failure) => Err(failure),
-    };
-    server.indexes = indexes;
-    match outcome {
-        Ok(readings) => readings,
-        Err(failure) => {
-            login_failed(instance, server, failure, now);
-            Vec::new()
-        }
     }
 }
 

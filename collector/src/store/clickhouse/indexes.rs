@@ -2,7 +2,7 @@
 //! reading; reads take the newest per (instance, schema, table). A
 //! replayed batch's copy is the same reading.
 use prost::Message;
-use sqlbee_proto::v1::{Plan, PlanRow, TableIndexes};
+use sqlbee_proto::v1::{PlanRow, TableIndexes};
 
 use super::{
     error,
@@ -37,7 +37,6 @@ pub(super) fn plans_of(
     instance: Option<&str>,
     until: i64,
 ) -> Result<Vec<PlanRow>, StoreError> {
-    let bad = malformed("plans");
     let filter = instance.map(|i| format!(" AND instance = {}", quote(i))).unwrap_or_default();
     let mut out = Vec::new();
     for chunk in digests.chunks(5000) {
@@ -51,18 +50,7 @@ pub(super) fn plans_of(
             ))
             .map_err(|e| error("plans", e))?;
         while !rows.done() {
-            let instance = rows.string().map_err(&bad)?;
-            let first_seen_unix_ms = rows.i64().map_err(&bad)?;
-            let last_seen_unix_ms = rows.i64().map_err(&bad)?;
-            let plan = Plan::decode(rows.bytes().map_err(&bad)?.as_slice())
-                .map_err(|_| StoreError::Corrupt { what: "plans.plan" })?;
-            out.push(PlanRow {
-                instance,
-                first_seen_unix_ms,
-                last_seen_unix_ms,
-                plan: Some(plan),
-                ..Default::default()
-            });
+            out.push(super::plans::plan_row(&mut rows)?);
         }
     }
     Ok(out)

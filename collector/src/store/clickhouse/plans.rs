@@ -8,7 +8,7 @@ use sqlbee_proto::v1::{Plan, PlanChange, PlanRow, PlansResponse};
 
 use super::{
     equals, error,
-    http::{Client, RowWriter, quote},
+    http::{Client, RowWriter, Rows, quote},
     malformed,
 };
 use crate::store::{PlansQuery, StoreError};
@@ -119,6 +119,18 @@ fn newest_stored(
     Ok(())
 }
 
+/// A plan read as (instance, first sighting, last sighting, the newest
+/// sighting's plan).
+pub(super) fn plan_row(rows: &mut Rows) -> Result<PlanRow, StoreError> {
+    let bad = malformed("plans");
+    let instance = rows.string().map_err(&bad)?;
+    let first_seen_unix_ms = rows.i64().map_err(&bad)?;
+    let last_seen_unix_ms = rows.i64().map_err(&bad)?;
+    let plan =
+        Plan::decode(rows.bytes().map_err(&bad)?.as_slice()).map_err(|_| StoreError::Corrupt { what: "plans.plan" })?;
+    Ok(PlanRow { instance, first_seen_unix_ms, last_seen_unix_ms, plan: Some(plan), ..Default::default() })
+}
+
 pub(super) fn read(db: &Client, query: &PlansQuery) -> Result<PlansResponse, StoreError> {
     let bad = malformed("plans");
     let err = |e| error("plans", e);
@@ -146,19 +158,7 @@ pub(super) fn read(db: &Client, query: &PlansQuery) -> Result<PlansResponse, Sto
             ))
             .map_err(err)?;
         while !rows.done() {
-            let instance = rows.string().map_err(&bad)?;
-            let first_seen_unix_ms = rows.i64().map_err(&bad)?;
-            let last_seen_unix_ms = rows.i64().map_err(&bad)?;
-            let plan = Plan::decode(rows.bytes().map_err(&bad)?.as_slice())
-                .map_err(|_| StoreError::Corrupt { what: "plans.plan" })?;
-            out.plans.push(PlanRow {
-                instance,
-                first_seen_unix_ms,
-                last_seen_unix_ms,
-                plan: Some(plan),
-                digest_text: digest_text.clone(),
-                findings: Vec::new(),
-            });
+            out.plans.push(PlanRow { digest_text: digest_text.clone(), ..plan_row(&mut rows)? });
         }
     }
     let digest_filter = query.digest.map(|d| format!(" AND digest = {d}")).unwrap_or_default();
