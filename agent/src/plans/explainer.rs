@@ -360,10 +360,13 @@ impl Server {
 const SYSTEM_SCHEMAS: &[&str] = &["information_schema", "performance_schema", "mysql", "sys"];
 
 /// The tables a window's digests read or write, with the digest's schema
-/// where the statement named none.
+/// where the statement named none, of digests with a statement that
+/// succeeded.
 fn tables_touched(report: &WindowReport) -> BTreeSet<(String, String)> {
     let mut out = BTreeSet::new();
-    for row in &report.digests {
+    // A digest whose every statement failed may name a table that is not
+    // there: asking for its indexes would only add errors.
+    for row in report.digests.iter().filter(|row| row.errors < row.count) {
         let Some(Tables::Known { tables, .. }) = row.tables.as_deref() else { continue };
         for t in tables {
             let schema = if t.schema.is_empty() { row.schema.as_deref().unwrap_or_default() } else { &t.schema };

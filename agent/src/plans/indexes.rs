@@ -24,8 +24,10 @@ const SEND_EVERY: Duration = Duration::from_secs(3_600);
 /// A change to a table is read this long after the agent saw it (its
 /// statement may still be running when its window closes).
 const AFTER_CHANGE: Duration = Duration::from_secs(1);
-/// Tables followed per server, at most; past it, new ones wait.
+/// Tables followed per server, at most; past it, new ones wait until a
+/// table no digest named for `FORGET_AFTER` makes room.
 const MAX_TABLES: usize = 2_000;
+const FORGET_AFTER: Duration = Duration::from_secs(86_400);
 /// Tables read per pass of the explain thread, at most.
 const MAX_PER_PASS: usize = 20;
 /// Indexes and parts kept per table, at most (a table has at most 64).
@@ -67,6 +69,8 @@ pub struct IndexReading {
 
 struct Followed {
     next_read: Instant,
+    /// When a window's digests last named it.
+    named: Instant,
     /// The hash of the reading last sent, and when.
     sent: Option<(u64, Instant)>,
 }
@@ -84,12 +88,17 @@ impl Indexes {
     /// Tables the window's digests touch (schema, table), and the window's
     /// changes: a table a statement changed is read again soon.
     pub fn offer(&mut self, tables: &BTreeSet<(String, String)>, changes: &[ChangeRecord], now: Instant) {
+        if self.tables.len() + tables.len() > MAX_TABLES {
+            self.tables.retain(|key, f| tables.contains(key) || now.duration_since(f.named) < FORGET_AFTER);
+        }
         for key in tables {
-            if self.tables.len() >= MAX_TABLES {
-                break;
-            }
-            if !self.tables.contains_key(key) {
-                self.tables.insert(key.clone(), Followed { next_read: now, sent: None });
+            let room = self.tables.len() < MAX_TABLES;
+            match self.tables.get_mut(key) {
+                Some(followed) => followed.named = now,
+                None if room => {
+                    self.tables.insert(key.clone(), Followed { next_read: now, named: now, sent: None });
+                }
+                None => {}
             }
         }
         for change in changes.iter().filter(|c| c.kind == ChangeKind::Schema) {
@@ -115,9 +124,9 @@ impl Indexes {
     }
 
     /// Reads the tables that are due (at most `MAX_PER_PASS`) and returns
-    /// the readings to send. A table the login may not see is left for
-    /// `READ_EVERY` and says nothing; a failing connection stops the pass
-    /// with its error.
+    /// the readings to send. A table the login may not see says nothing and
+    /// is asked for again a day later; one that is gone is said to be, and
+    /// forgotten; a failing connection stops the pass with its error.
     pub fn read(&mut self, conn: &mut mysql::Conn, now: Instant) -> Result<Vec<IndexReading>, mysql::Error> {
         let due: Vec<(String, String)> =
             self.tables.iter().filter(|(_, f)| now >= f.next_read).map(|(k, _)| k.clone()).take(MAX_PER_PASS).collect();
@@ -142,8 +151,22 @@ impl Indexes {
                 Err(other) => return Err(other),
             };
             let followed = self.tables.get_mut(&key).expect("due tables are followed");
+            let Some(table) = reading else {
+                // Refused (a grant the login lacks): each ask is an error
+                // on the server under the login's name, so asked again
+                // only a day later.
+                followed.next_read = now + FORGET_AFTER;
+                continue;
+            };
             followed.next_read = now + READ_EVERY;
-            let Some(table) = reading else { continue };
+            if table.missing {
+                // Said once, then no longer asked for (each ask is an
+                // error on the server): a digest that names it again
+                // follows it again.
+                self.tables.remove(&key);
+                out.push(IndexReading { read_at: SystemTime::now(), table });
+                continue;
+            }
             let hash = {
                 let mut h = DefaultHasher::new();
                 table.hash(&mut h);
@@ -272,7 +295,14 @@ mod tests {
         let mut indexes = Indexes::default();
         let tables: BTreeSet<(String, String)> =
             (0..MAX_TABLES + 10).map(|n| ("app".to_string(), format!("t{n}"))).collect();
-        indexes.offer(&tables, &[], Instant::now());
+        let now = Instant::now();
+        indexes.offer(&tables, &[], now);
         assert_eq!(indexes.tables.len(), MAX_TABLES);
+        // A day on, the tables no digest names any more make room.
+        let later = now + FORGET_AFTER;
+        let new: BTreeSet<(String, String)> = [("app".to_string(), "fresh".to_string())].into();
+        indexes.offer(&new, &[], later);
+        assert_eq!(indexes.tables.len(), 1);
+        assert!(indexes.due(later));
     }
 }
