@@ -55,6 +55,7 @@ impl Cost {
                     + w.commands.len() as u64
                     + w.long_statements.len() as u64
                     + w.changes.len() as u64
+                    + w.table_indexes.len() as u64
                     + plans
             })
             .sum();

@@ -301,33 +301,43 @@ fn window(at: &Path<'_>, w: &InstanceWindow, range: TimeRange) -> Result<(), Inv
     Ok(())
 }
 
-/// A table's indexes: dated as a plan may be (a reading dated ahead would
-/// stay the newest for ever), named, and within the decode bounds.
-fn table_indexes(at: &Path<'_>, t: &sqlbee_proto::v1::TableIndexes, w: &InstanceWindow) -> Result<(), Invalid> {
+/// A time an agent's login read something at (a plan, a table's indexes):
+/// no later than a minute after its window's end (one dated ahead would
+/// stay the newest for ever, and never be pruned), and no earlier than a
+/// day before its start.
+fn near_window(field: impl Display, at_ms: i64, w: &InstanceWindow) -> Result<(), Invalid> {
     let low = w.window_start_unix_ms.saturating_sub(PLAN_MAX_AGE_MS);
     let high = w.window_end_unix_ms.saturating_add(PLAN_SLACK_MS);
-    if t.read_unix_ms < low || t.read_unix_ms > high {
+    if at_ms < low || at_ms > high {
         return Err(invalid(
-            at.field("read_unix_ms"),
+            field,
             format!(
-                "{} ({}) is outside its window's range {} .. {} (a day before the window to a minute after it)",
-                t.read_unix_ms,
-                time(t.read_unix_ms),
+                "{at_ms} ({}) is outside its window's range {} .. {} (a day before the window to a minute after it)",
+                time(at_ms),
                 time(low),
                 time(high)
             ),
         ));
     }
+    Ok(())
+}
+
+/// `value` within the decode bound `name` (`Message.field`).
+fn limited(field: impl Display, value: &str, name: &str) -> Result<(), Invalid> {
+    let most = length_limit(name);
+    if value.len() > most {
+        return Err(invalid(field, format!("{} bytes, at most {most}", value.len())));
+    }
+    Ok(())
+}
+
+/// A table's indexes: dated as a plan may be (a reading dated ahead would
+/// stay the newest for ever), named, and within the decode bounds.
+fn table_indexes(at: &Path<'_>, t: &sqlbee_proto::v1::TableIndexes, w: &InstanceWindow) -> Result<(), Invalid> {
+    near_window(at.field("read_unix_ms"), t.read_unix_ms, w)?;
     if t.table.is_empty() {
         return Err(invalid(at.field("table"), "empty; a reading names its table"));
     }
-    let limited = |at: Path<'_>, value: &str, name: &str| -> Result<(), Invalid> {
-        let most = length_limit(name);
-        if value.len() > most {
-            return Err(invalid(at, format!("{} bytes, at most {most}", value.len())));
-        }
-        Ok(())
-    };
     limited(at.field("schema"), &t.schema, "TableIndexes.schema")?;
     limited(at.field("table"), &t.table, "TableIndexes.table")?;
     for (i, index) in t.indexes.iter().enumerate() {
@@ -354,33 +364,13 @@ pub const PLAN_SLACK_MS: i64 = 60_000;
 /// window's end (a plan dated ahead would stay a digest's newest plan for
 /// ever, and never be pruned), and no earlier than a day before its start.
 fn plan(at: &Path<'_>, p: &sqlbee_proto::v1::Plan, w: &InstanceWindow) -> Result<(), Invalid> {
-    let low = w.window_start_unix_ms.saturating_sub(PLAN_MAX_AGE_MS);
-    let high = w.window_end_unix_ms.saturating_add(PLAN_SLACK_MS);
-    if p.explained_unix_ms < low || p.explained_unix_ms > high {
-        return Err(invalid(
-            at.field("explained_unix_ms"),
-            format!(
-                "{} ({}) is outside its window's range {} .. {} (a day before the window to a minute after it)",
-                p.explained_unix_ms,
-                time(p.explained_unix_ms),
-                time(low),
-                time(high)
-            ),
-        ));
-    }
+    near_window(at.field("explained_unix_ms"), p.explained_unix_ms, w)?;
     if p.digest == 0 {
         return Err(invalid(at.field("digest"), "0; a plan names the digest it explains"));
     }
-    let limited = |field: &'static str, value: &str, name: &str| -> Result<(), Invalid> {
-        let most = length_limit(name);
-        if value.len() > most {
-            return Err(invalid(at.field(field), format!("{} bytes, at most {most}", value.len())));
-        }
-        Ok(())
-    };
-    limited("schema", &p.schema, "Plan.schema")?;
-    limited("plan_json", &p.plan_json, "Plan.plan_json")?;
-    limited("not_explained", &p.not_explained, "Plan.not_explained")?;
+    limited(at.field("schema"), &p.schema, "Plan.schema")?;
+    limited(at.field("plan_json"), &p.plan_json, "Plan.plan_json")?;
+    limited(at.field("not_explained"), &p.not_explained, "Plan.not_explained")?;
     let most = count_limit("Plan.access");
     if p.access.len() > most {
         return Err(invalid(at.field("access"), format!("{} tables, at most {most}", p.access.len())));
@@ -754,6 +744,34 @@ mod tests {
                 untraced: Vec::new(),
             }],
         }
+    }
+
+    #[test]
+    fn a_reading_of_indexes_is_dated_near_its_window_named_and_bounded() {
+        use sqlbee_proto::v1::{IndexColumn, IndexDefinition, TableIndexes};
+        let mut b = good();
+        b.windows[0].table_indexes = vec![TableIndexes {
+            schema: "app".into(),
+            table: "items".into(),
+            read_unix_ms: NOW - 5_000,
+            indexes: vec![IndexDefinition {
+                name: "k_idx".into(),
+                columns: vec![IndexColumn { name: "k".into(), prefix: 0 }],
+                r#type: "BTREE".into(),
+                ..Default::default()
+            }],
+            missing: false,
+        }];
+        batch(&b, NOW).unwrap();
+        let mut ahead = b.clone();
+        ahead.windows[0].table_indexes[0].read_unix_ms = NOW + PLAN_SLACK_MS + 1;
+        assert_eq!(field_of(&ahead), "windows[0].table_indexes[0].read_unix_ms");
+        let mut unnamed = b.clone();
+        unnamed.windows[0].table_indexes[0].table.clear();
+        assert_eq!(field_of(&unnamed), "windows[0].table_indexes[0].table");
+        let mut long = b.clone();
+        long.windows[0].table_indexes[0].indexes[0].columns[0].name = "c".repeat(2_000);
+        assert_eq!(field_of(&long), "windows[0].table_indexes[0].indexes[0].columns[0].name");
     }
 
     #[test]
