@@ -43,6 +43,15 @@ static LAYOUT: ServerLayout = ServerLayout {
     handler_trigger: 0,
     long_statement_ms: 0,
     vio_offset: sqlbee_kernel_abi::UNKNOWN,
+    apply_probes: 0,
+    event_when_offset: 0,
+    rows_type_offset: 0,
+    rows_table_offset: 0,
+    table_share_offset: 0,
+    share_db_offset: 0,
+    event_thd_offset: sqlbee_kernel_abi::UNKNOWN,
+    row_counter_offsets: [0; 3],
+    rows_vtables: [0; sqlbee_kernel_abi::ROWS_VTABLES],
 };
 
 /// The layout, read where each field is used. Through a pointer the

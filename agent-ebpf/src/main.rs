@@ -36,6 +36,7 @@ mod layout;
 mod maps;
 mod names;
 mod query_stats;
+mod replication;
 mod statements;
 mod stored_programs;
 mod values;

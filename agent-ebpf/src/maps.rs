@@ -3,7 +3,7 @@ use aya_ebpf::{
     macros::map,
     maps::{Array, PerCpuArray, RingBuf},
 };
-use sqlbee_kernel_abi::{COMMAND_SLOTS, EventBuffer, INFLIGHT_SLOTS, Inflight, StatBlock, stat};
+use sqlbee_kernel_abi::{APPLY_SLOTS, Applying, COMMAND_SLOTS, EventBuffer, INFLIGHT_SLOTS, Inflight, StatBlock, stat};
 
 /// Statement records for the agent. Its size is set at load time.
 #[map]
@@ -80,3 +80,14 @@ pub fn bump(map: &PerCpuArray<u64>, index: u32) {
         unsafe { *slot += 1 };
     }
 }
+
+/// The event each applier thread is applying, in slot `tid % APPLY_SLOTS`.
+#[map]
+pub static APPLYING: Array<Applying> = Array::with_max_entries(APPLY_SLOTS, 0);
+
+/// Events the replica applied, one record each (200 bytes). Only the
+/// applier's threads write here, a few records per transaction: 2 MiB
+/// holds about 10,000, what 100,000 events a second leave between two
+/// drains (a row-based applier catching up here applied 35,000).
+#[map]
+pub static APPLIED: RingBuf = RingBuf::with_byte_size(2 * 1024 * 1024, 0);

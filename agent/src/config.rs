@@ -245,6 +245,12 @@ pub struct AgentOptions {
     /// reads of /proc once per connection, none per statement.
     #[arg(long, env = "SQLBEE_NO_CLIENTS")]
     pub no_clients: bool,
+    /// Do not time what a replica applies. Its probes fire only on the
+    /// replica's applier, twice per replicated event: catching up on a
+    /// row-based stream they added about a fifth to the apply time here
+    /// (see the manual's Replicas page).
+    #[arg(long, env = "SQLBEE_NO_REPLICA_PROBES")]
+    pub no_replica_probes: bool,
 }
 
 /// Validated agent configuration: the options as given, and what the

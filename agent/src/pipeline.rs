@@ -133,6 +133,7 @@ pub fn run_agent(config: AgentConfig, signalled: &'static AtomicBool) -> Result<
             task_runtime_offset,
             task_btf: discover::has_current_task_btf(),
             clients: !config.options.no_clients,
+            replica: !config.options.no_replica_probes,
             client_login: config.plans.as_ref().map(|p| p.login.clone()),
             values: config.plans.is_some(),
         },

@@ -290,6 +290,82 @@ pub struct ServerLayout {
     /// statements reach it as records until its key is there, so each is
     /// counted by its client. `UNKNOWN`: clients are not named.
     pub vio_offset: u32,
+    /// Non-zero when the replica-apply probes are attached (see
+    /// [`AppliedEvent`]).
+    pub apply_probes: u32,
+    /// `Log_event::when`: the second the primary wrote the event.
+    pub event_when_offset: u32,
+    /// `Rows_log_event::m_type` (u32, the event's type code) and
+    /// `m_table` (`TABLE*`), `TABLE::s` (`TABLE_SHARE*`), and in the share
+    /// `db` (`{char*, size_t}`, `table_name` right after it).
+    pub rows_type_offset: u32,
+    pub rows_table_offset: u32,
+    pub table_share_offset: u32,
+    pub share_db_offset: u32,
+    /// `Log_event::thd` (`UNKNOWN`: rows changed are not read), and in the
+    /// THD the rows written, updated and deleted (`status_var.ha_*_count`,
+    /// u64 each).
+    pub event_thd_offset: u32,
+    pub row_counter_offsets: [u32; 3],
+    /// Where the rows events' classes keep their virtual tables in this
+    /// process (the value of such an event's first word); 0: none.
+    pub rows_vtables: [u64; ROWS_VTABLES],
+}
+
+/// Classes of rows events told apart by their virtual table: write,
+/// update, delete, each plain and compressed.
+pub const ROWS_VTABLES: usize = 6;
+
+/// Slots of the replica-apply probes' in-flight map, `tid % APPLY_SLOTS`:
+/// a server has one applier thread, or as many as its parallel workers.
+pub const APPLY_SLOTS: u32 = 1024;
+
+/// An event the replica's applier is applying, in its thread's slot.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Applying {
+    pub tid: u32,
+    pub reserved: u32,
+    /// The `Log_event*`; 0 once its end was seen.
+    pub event: u64,
+    /// CLOCK_MONOTONIC ns.
+    pub start_ns: u64,
+    /// The event's first word (its class), read once at its start.
+    pub vtable: u64,
+    /// For a rows event, the applier's THD and its rows changed so far
+    /// (`ROWS_UNKNOWN`: not read; other events never read them).
+    pub thd: u64,
+    pub rows_before: u64,
+}
+
+/// Rows changed that could not be read.
+pub const ROWS_UNKNOWN: u64 = u64::MAX;
+
+/// Bytes of a schema or table name in an [`AppliedEvent`] (with its NUL).
+pub const APPLIED_NAME: usize = 72;
+
+/// One replication event the replica applied (`Log_event::apply_event`),
+/// timed from its entry to its return. Row events carry no SQL text: the
+/// record names their table and kind, never their values.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct AppliedEvent {
+    pub tid: u32,
+    /// A rows event's type code (`Log_event_type`); 0 for other events.
+    pub rows_type: u32,
+    /// The event's first word: its class's virtual table in this process.
+    pub vtable: u64,
+    /// When the primary wrote it (seconds since the epoch, its clock).
+    pub when: u64,
+    /// CLOCK_MONOTONIC ns.
+    pub start_ns: u64,
+    pub end_ns: u64,
+    /// Rows the applier wrote, updated and deleted while applying it (its
+    /// handler's counters, triggers included); `ROWS_UNKNOWN`: not read.
+    pub rows: u64,
+    /// A rows event's table, NUL-terminated; empty for other events.
+    pub schema: [u8; APPLIED_NAME],
+    pub table: [u8; APPLIED_NAME],
 }
 
 /// A layout offset the agent could not learn for this build.
@@ -789,4 +865,6 @@ mod pod {
     unsafe impl aya::Pod for super::NameRecord {}
     unsafe impl aya::Pod for super::FrameStack {}
     unsafe impl aya::Pod for super::Frame {}
+    unsafe impl aya::Pod for super::Applying {}
+    unsafe impl aya::Pod for super::AppliedEvent {}
 }

@@ -5,7 +5,8 @@
 use crate::v1::{
     ActivityResponse, AgentQuota, AgentWindowRow, Annotation, Change, ClientCount, CostSummary, DiffSide, DigestChange,
     Event, Finding, InstanceCost, InstanceInfo, LiveConnection, LockWaitRow, LongStatementRow, PlansResponse,
-    ProcessMetrics, QueryStats, SeriesResponse, TablesResponse, TagCount, TopDigest, TopResponse, TotalsResponse,
+    ProcessMetrics, QueryStats, ReplicationResponse, SeriesResponse, TablesResponse, TagCount, TopDigest, TopResponse,
+    TotalsResponse,
 };
 use serde_json::{Map, Value, json};
 use sqlbee_vocabulary::clock;
@@ -787,4 +788,73 @@ mod tests {
             assert_eq!(rows[1][figure.name], Value::Null, "{} of a row without figures", figure.name);
         }
     }
+}
+
+/// `sqlbee replication` and `/api/replication`: per replica, its
+/// transactions, lag at commit, the tables and event classes that took the
+/// apply time, and window by window the lag's highest point.
+pub fn replication_json(answer: &ReplicationResponse) -> Value {
+    let ms = |ns: u64| ns / 1_000_000;
+    let replicas: Vec<Value> = answer
+        .replicas
+        .iter()
+        .map(|r| {
+            let t = r.totals.clone().unwrap_or_default();
+            let mut lag = sqlbee_vocabulary::histogram::Histogram::default();
+            for b in t.lag.iter().flat_map(|h| &h.buckets) {
+                lag.add_bucket(b.index as usize, b.count);
+            }
+            let measured = lag.total();
+            let quantile = |q: f64| (measured > 0).then(|| ms(lag.percentile(q, 0, t.lag_max_ns)));
+            json!({
+                "instance": r.instance,
+                // Channels are not told apart yet: the default one.
+                "channel": "",
+                "transactions": t.transactions,
+                "lag": {
+                    "samples": measured,
+                    "p50_ms": quantile(0.5),
+                    "p99_ms": quantile(0.99),
+                    "max_ms": (measured > 0).then(|| ms(t.lag_max_ns)),
+                },
+                "tables": t.tables.iter().map(|a| json!({
+                    "schema": a.schema,
+                    "table": a.table,
+                    "kind": a.kind,
+                    "events": a.events,
+                    "rows": a.rows,
+                    "apply_ns": a.apply_ns,
+                })).collect::<Vec<_>>(),
+                "events": t.classes.iter().map(|c| json!({
+                    "class": c.class, "events": c.events, "rows": c.rows, "apply_ns": c.apply_ns,
+                })).collect::<Vec<_>>(),
+                "digests": r.digests.iter().map(|d| {
+                    let side = |t: &crate::v1::TopDigest| json!({
+                        "instances": t.instances,
+                        "count": t.count,
+                        "sum_ns": t.sum_ns,
+                        "mean_ms": if t.count == 0 { 0.0 } else { t.sum_ns as f64 / t.count as f64 / 1e6 },
+                        "p99_ms": t.p99_ns as f64 / 1e6,
+                    });
+                    let applied = d.applied.clone().unwrap_or_default();
+                    json!({
+                        "digest": format!("{:016x}", applied.digest),
+                        "digest_text": applied.digest_text,
+                        "schema": (!applied.schema.is_empty()).then(|| applied.schema.clone()),
+                        "applied": side(&applied),
+                        "primary": d.primary.as_ref().map(side),
+                    })
+                }).collect::<Vec<_>>(),
+                "timeline": r.timeline.iter().map(|w| json!({
+                    "start": time(w.window_start_unix_ms),
+                    "start_unix_ms": w.window_start_unix_ms,
+                    "end_unix_ms": w.window_end_unix_ms,
+                    "transactions": w.transactions,
+                    "lag_max_ms": ms(w.lag_max_ns),
+                    "apply_ns": w.apply_ns,
+                })).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    json!({ "replicas": replicas })
 }

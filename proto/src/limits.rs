@@ -56,6 +56,10 @@ pub const COUNT_LIMITS: &[(&str, u64)] = &[
     ("InstanceWindow.table_indexes", 2_000),
     ("TableIndexes.indexes", 128),
     ("IndexDefinition.columns", 64),
+    // Six classes of event; the agent names at most 2,000 tables per
+    // window and counts the rest in one row.
+    ("Replication.classes", 16),
+    ("Replication.tables", 2_001),
 ];
 
 /// Bytes a string may hold, by `Message.field`.
@@ -115,6 +119,11 @@ pub const LENGTH_LIMITS: &[(&str, u64)] = &[
     ("Plan.not_explained", 4_096),
     ("TableIndexes.schema", 1_024),
     ("TableIndexes.table", 1_024),
+    ("AppliedClass.class", 32),
+    // The agent copies at most 71 bytes of each name.
+    ("AppliedTable.schema", 1_024),
+    ("AppliedTable.table", 1_024),
+    ("AppliedTable.kind", 32),
     ("IndexDefinition.name", 1_024),
     ("IndexDefinition.type", 64),
     ("IndexColumn.name", 1_024),

@@ -19,7 +19,7 @@ use std::{io::Write, path::PathBuf, time::Duration};
 use clap::builder::PossibleValuesParser;
 use sqlbee_proto::v1::{
     ActivityRequest, AnnotateRequest, AnnotationsRequest, DiffRequest, EventsRequest, HostsRequest, InstancesRequest,
-    LocksRequest, LongStatementsRequest, PlansRequest, SeriesRequest, TablesRequest, TopRequest,
+    LocksRequest, LongStatementsRequest, PlansRequest, ReplicationRequest, SeriesRequest, TablesRequest, TopRequest,
 };
 use tonic::{Code, Status};
 
@@ -310,6 +310,21 @@ pub struct LongArgs {
     /// Statements to show, newest first (1..=10000).
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub limit: u32,
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct ReplicationArgs {
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+    /// Only this replica (host:port); default every instance that applied
+    /// events as a replica.
+    #[arg(long)]
+    pub instance: Option<String>,
+    /// Windows that ended within this long ago (10s, 5m, 2h, 7d), or `all`.
+    #[arg(long, default_value = "1h")]
+    pub since: String,
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
 }
@@ -785,6 +800,25 @@ pub fn long_to(args: LongArgs, mut out: &mut dyn Write) -> Result<(), QueryError
     match args.format {
         Format::Json => render::write_json(&mut out, &json::long_statements_json(&answer.statements)),
         Format::Table => render::write_long_table(&mut out, &answer.statements),
+    }
+    .map_err(|source| QueryError::Output { source })
+}
+
+pub fn replication(args: ReplicationArgs) -> Result<(), QueryError> {
+    replication_to(args, &mut std::io::stdout().lock())
+}
+
+/// `replication`, its answer written to `out`.
+pub fn replication_to(args: ReplicationArgs, mut out: &mut dyn Write) -> Result<(), QueryError> {
+    let request = ReplicationRequest {
+        instance: args.instance.clone().unwrap_or_default(),
+        since_unix_ms: since_unix_ms(&args.since)?,
+        until_unix_ms: 0,
+    };
+    let answer = call(&args.connect, "Replication", |mut client| async move { client.replication(request).await })?;
+    match args.format {
+        Format::Json => render::write_json(&mut out, &json::replication_json(&answer)),
+        Format::Table => render::write_replication_table(&mut out, &answer),
     }
     .map_err(|source| QueryError::Output { source })
 }

@@ -454,6 +454,96 @@ pub fn write_long_table(out: &mut impl Write, rows: &[sqlbee_proto::v1::LongStat
     out.flush()
 }
 
+/// Per replica: its transactions and lag, then the tables and event
+/// classes that took its apply time, most first.
+pub fn write_replication_table(
+    out: &mut impl Write,
+    answer: &sqlbee_proto::v1::ReplicationResponse,
+) -> std::io::Result<()> {
+    let shaped = sqlbee_proto::json::replication_json(answer);
+    for r in shaped["replicas"].as_array().into_iter().flatten() {
+        let lag = |key: &str| r["lag"][key].as_u64().map_or("-".to_string(), |v| format!("{v} ms"));
+        writeln!(
+            out,
+            "{}: {} transactions, lag p50 {}, p99 {}, max {}",
+            r["instance"].as_str().unwrap_or_default(),
+            r["transactions"],
+            lag("p50_ms"),
+            lag("p99_ms"),
+            lag("max_ms")
+        )?;
+        let tables = r["tables"].as_array().cloned().unwrap_or_default();
+        let events = r["events"].as_array().cloned().unwrap_or_default();
+        let total: u64 = events.iter().filter_map(|e| e["apply_ns"].as_u64()).sum();
+        let share = |ns: u64| if total == 0 { 0.0 } else { ns as f64 * 100.0 / total as f64 };
+        writeln!(
+            out,
+            "  {:<40} {:<12} {:>10} {:>10} {:>12} {:>7}",
+            "table", "kind", "events", "rows", "apply", "share"
+        )?;
+        for t in &tables {
+            let ns = t["apply_ns"].as_u64().unwrap_or(0);
+            let name = match (t["schema"].as_str().unwrap_or_default(), t["table"].as_str().unwrap_or_default()) {
+                ("", "") => "(other tables)".to_string(),
+                (schema, table) => format!("{schema}.{table}"),
+            };
+            writeln!(
+                out,
+                "  {:<40} {:<12} {:>10} {:>10} {:>12} {:>6.1}%",
+                cut(&name, 40),
+                t["kind"].as_str().unwrap_or_default(),
+                t["events"],
+                t["rows"].as_u64().map_or("-".to_string(), |r| r.to_string()),
+                ms(ns),
+                share(ns)
+            )?;
+        }
+        for e in &events {
+            let ns = e["apply_ns"].as_u64().unwrap_or(0);
+            writeln!(
+                out,
+                "  {:<40} {:<12} {:>10} {:>10} {:>12} {:>6.1}%",
+                format!("({} events)", e["class"].as_str().unwrap_or_default()),
+                "",
+                e["events"],
+                e["rows"].as_u64().map_or("-".to_string(), |r| r.to_string()),
+                ms(ns),
+                share(ns)
+            )?;
+        }
+    }
+    for r in shaped["replicas"].as_array().into_iter().flatten() {
+        let digests = r["digests"].as_array().cloned().unwrap_or_default();
+        if digests.is_empty() {
+            continue;
+        }
+        writeln!(out, "{}: statements it applied, beside its primary's", r["instance"].as_str().unwrap_or_default())?;
+        writeln!(out, "  {:>10} {:>12}  {:<20} {:>10} {:>12}  statement", "applied", "mean", "primary", "ran", "mean")?;
+        for d in &digests {
+            let mean =
+                |side: &serde_json::Value| side["mean_ms"].as_f64().map_or("-".to_string(), |m| format!("{m:.3} ms"));
+            let primary = &d["primary"];
+            writeln!(
+                out,
+                "  {:>10} {:>12}  {:<20} {:>10} {:>12}  {}",
+                d["applied"]["count"],
+                mean(&d["applied"]),
+                cut(
+                    primary["instances"].as_array().and_then(|i| i.first()).and_then(|i| i.as_str()).unwrap_or("-"),
+                    20
+                ),
+                primary["count"].as_u64().map_or("-".to_string(), |c| c.to_string()),
+                mean(primary),
+                cut(d["digest_text"].as_str().unwrap_or_default(), 80)
+            )?;
+        }
+    }
+    if answer.replicas.is_empty() {
+        writeln!(out, "(no instance applied events as a replica in this range)")?;
+    }
+    out.flush()
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;

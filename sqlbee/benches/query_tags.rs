@@ -76,6 +76,7 @@ fn benches(c: &mut Criterion) {
         server: server.clone(),
         statements,
         long_waits: Vec::new(),
+        applied: Vec::new(),
         counters: None,
         kernel: Vec::new(),
         forgotten: Vec::new(),

@@ -56,6 +56,7 @@ fn main() -> anyhow::Result<()> {
         Role::Activity(args) => query::activity(args).context("activity failed")?,
         #[cfg(feature = "collector")]
         Role::Long(args) => query::long(args).context("long failed")?,
+        Role::Replication(args) => query::replication(args).context("replication failed")?,
         #[cfg(feature = "collector")]
         Role::Hosts(args) => query::hosts(args).context("hosts failed")?,
         #[cfg(feature = "collector")]

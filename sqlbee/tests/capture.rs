@@ -255,11 +255,22 @@ fn statement_running_at_attach_is_timed_from_its_real_start() {
     programs.sort();
     // account_change traps only when a connection logs in or changes
     // user, schema_change only on USE and its kin, nested_start and
-    // nested_end only in stored programs.
+    // nested_end only in stored programs, apply_start and apply_end only
+    // on a replica's applier.
     assert_eq!(
         programs,
-        ["account_change", "error_raised", "nested_end", "nested_start", "schema_change", "statement_end"],
-        "only the statement end, the error funnel, logins, schema changes and stored programs by default"
+        [
+            "account_change",
+            "apply_end",
+            "apply_start",
+            "error_raised",
+            "nested_end",
+            "nested_start",
+            "schema_change",
+            "statement_end"
+        ],
+        "only the statement end, the error funnel, logins, schema changes, stored programs and a replica's \
+         applier by default"
     );
     sleeper.join().unwrap();
     let out = agent.stop();

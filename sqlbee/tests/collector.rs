@@ -1244,6 +1244,7 @@ async fn agent_histograms_keep_their_percentiles_through_the_wire_and_the_merge(
             long_statements_dropped: 0,
             changes: vec![],
             changes_dropped: 0,
+            replication: Default::default(),
         }
     };
     for (sequence, (durations, end)) in [(&first, now - 10_000), (&second, now)].into_iter().enumerate() {

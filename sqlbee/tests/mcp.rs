@@ -55,7 +55,17 @@ async fn an_assistant_reads_what_the_query_commands_say_and_can_write_nothing() 
     // Seven point reads and three updates, a change to the table and a
     // plan that scans it.
     let now = now_ms();
-    let w = rich_window(INSTANCE, now);
+    let mut w = rich_window(INSTANCE, now);
+    // And what it applied as a replica of another server.
+    w.replication = Some(sqlbee_proto::v1::Replication {
+        transactions: 4,
+        lag: Some(sqlbee_proto::v1::Histogram {
+            scheme: sqlbee_vocabulary::histogram::SCHEME,
+            buckets: vec![sqlbee_proto::v1::Bucket { index: 200, count: 4 }],
+        }),
+        lag_max_ns: 2_000_000,
+        ..Default::default()
+    });
     let ingest = ClientOptions { token: Some(INGEST_TOKEN.into()), ..plain(&url) };
     push(&mut ingest_client(&ingest).await, batch("mcp-agent", 1, vec![w])).await.expect("the batch is stored");
 
@@ -72,6 +82,7 @@ async fn an_assistant_reads_what_the_query_commands_say_and_can_write_nothing() 
         ["annotate", {"text": "deploy"}],
         ["run_sql", {"sql": "DROP TABLE `app`.`orders`"}],
         ["tables", {"since": "all"}],
+        ["replication", {"since": "all"}],
     ]);
     let report = ask(&python, &url, &read_token, &calls);
 
@@ -90,6 +101,7 @@ async fn an_assistant_reads_what_the_query_commands_say_and_can_write_nothing() 
             "tables",
             "activity",
             "long_statements",
+            "replication",
             "locks",
             "events",
             "series"
@@ -168,6 +180,12 @@ async fn an_assistant_reads_what_the_query_commands_say_and_can_write_nothing() 
         .unwrap()
         .into_inner();
     assert!(annotations.annotations.is_empty(), "nothing was written: {:?}", annotations.annotations);
+    // What the server applied as a replica, as `sqlbee replication` says.
+    let replication = json_of(answer_of(&report, 10));
+    let args = ["replication", "--collector", &url, "--token-file", read_token.to_str().unwrap(), "--since", "all"];
+    let out = sqlbee_query(&[&args[..], &["--format", "json"]].concat());
+    assert_eq!(replication, serde_json::from_slice::<Value>(&out.stdout).unwrap());
+    assert_eq!(replication["replicas"][0]["transactions"], 4, "{replication}");
 
     // A token that may not read, then the collector gone: each call says
     // why, and the session answers the next one.

@@ -293,31 +293,11 @@ fn a_replicas_applier_is_kept_apart() {
         return;
     }
     let _serial = common::one_at_a_time();
-    let primary =
-        PrivateServer::start("primary", &["--log-bin=primary-bin", "--binlog-format=STATEMENT", "--server-id=1"])
-            .unwrap();
-    let replica = PrivateServer::start("replica", &["--server-id=2", "--relay-log=replica-relay"]).unwrap();
-    primary
-        .sql("CREATE USER repl@'127.0.0.1' IDENTIFIED BY 'repl'; GRANT REPLICATION SLAVE ON *.* TO repl@'127.0.0.1';")
-        .unwrap();
-    replica
-        .sql(&format!(
-            "CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT={}, MASTER_USER='repl', MASTER_PASSWORD='repl',
-             MASTER_USE_GTID=no; START SLAVE;",
-            primary.port
-        ))
-        .unwrap();
-    primary.sql("CREATE DATABASE rep; CREATE TABLE rep.t (id INT PRIMARY KEY, v INT)").unwrap();
+    let (primary, replica) = common::replication::pair("STATEMENT", 0);
     let caught_up = |expected: u64| {
-        let started = Instant::now();
-        loop {
-            let n: u64 = replica.sql("SELECT COUNT(*) FROM rep.t").map(|r| r.trim().parse().unwrap_or(0)).unwrap_or(0);
-            if n == expected {
-                return;
-            }
-            assert!(started.elapsed() < Duration::from_secs(60), "the replica has {n} rows of {expected}");
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        common::replication::caught_up(&primary, &replica);
+        let n: u64 = replica.sql("SELECT COUNT(*) FROM rep.t").map(|r| r.trim().parse().unwrap_or(0)).unwrap_or(0);
+        assert_eq!(n, expected, "the replica's rows");
     };
     caught_up(0);
     let agent = Agent::start(replica.dir(), &[format!("--pid={}", replica.pid()), "--window=500ms".into()]);

@@ -98,6 +98,7 @@ pub fn probe_batch(instance: &str, readable: Readable, statements: Vec<Statement
         },
         statements,
         long_waits: Vec::new(),
+        applied: Vec::new(),
         counters: None,
         kernel: Vec::new(),
         forgotten: Vec::new(),

@@ -342,6 +342,7 @@ mod tests {
         use crate::{aggregate::Aggregator, probe::ProbeBatch};
         let batch = |instance: &str, long_waits: Vec<LongWait>, statements: Vec<Statement>| ProbeBatch {
             long_waits,
+            applied: Vec::new(),
             ..crate::aggregate::fixtures::probe_batch(instance, Default::default(), statements)
         };
         let wait = LongWait {

@@ -10,6 +10,7 @@ mod commands;
 pub mod fixtures;
 mod locks;
 mod long;
+pub mod replication;
 mod tags;
 #[cfg(test)]
 mod tests;
@@ -352,6 +353,8 @@ pub struct WindowReport {
     /// Statements that changed the server (DDL, settings, privileges...).
     pub changes: Vec<ChangeRecord>,
     pub changes_dropped: u64,
+    /// What the server applied as a replica (empty on a primary).
+    pub replication: replication::ReplicationWindow,
 }
 
 #[derive(Default)]
@@ -432,6 +435,8 @@ pub struct Aggregator {
     long: HashMap<String, LongStatements>,
     /// Per instance, this window's changes.
     changes: HashMap<String, changes::Changes>,
+    /// Per instance, what it applied as a replica.
+    replication: HashMap<String, replication::Replication>,
     /// `--long-statement` (0: only killed and disconnected ones).
     long_ns: u64,
     /// `--query-tags` (None: off).
@@ -475,6 +480,7 @@ impl Aggregator {
             pending: HashMap::new(),
             long: HashMap::new(),
             changes: HashMap::new(),
+            replication: HashMap::new(),
             long_ns: 0,
             tag_reader: None,
         }
@@ -521,6 +527,12 @@ impl Aggregator {
         let locks = self.locks.entry(instance.clone()).or_default();
         for wait in &batch.long_waits {
             locks.wait(*wait);
+        }
+        if !batch.applied.is_empty() {
+            let replication = self.replication.entry(instance.clone()).or_default();
+            for applied in &batch.applied {
+                replication.apply(applied);
+            }
         }
         let instance_name = instance.clone();
         let key = (instance, batch.server.pid, batch.server.start_ticks);
@@ -680,6 +692,8 @@ impl Aggregator {
             let lock_waits = self.locks.get_mut(&instance).map(LockTracker::take_records).unwrap_or_default();
             let long = self.long.remove(&instance).unwrap_or_default();
             let changes = self.changes.remove(&instance).unwrap_or_default();
+            let replication =
+                self.replication.get_mut(&instance).map(replication::Replication::take).unwrap_or_default();
             reports.push(WindowReport {
                 instance,
                 window_start: start,
@@ -691,6 +705,7 @@ impl Aggregator {
                 long_statements_dropped: long.dropped,
                 changes: changes.kept,
                 changes_dropped: changes.dropped,
+                replication,
             });
         }
         reports

@@ -94,6 +94,9 @@ pub struct ProbePoints {
     /// Where the server decodes a prepared statement's values, one
     /// function per wire type; empty when the build has none of them.
     pub values: Vec<ValueDecoder>,
+    /// `Log_event::apply_event`: each event a replica applies (entry and
+    /// return).
+    pub apply: Option<ProbePoint>,
 }
 
 /// The wire type a value decoder reads (MariaDB's
@@ -204,6 +207,8 @@ pub struct BinaryInfo {
     /// Where the connections are, for activity; or why the agent cannot
     /// read them in this build.
     pub activity: Result<super::ActivityLayout, String>,
+    /// How a replica's applied events are read; or why they cannot be.
+    pub apply: Result<super::ApplyLayout, String>,
 }
 
 /// An 8-byte variable of the binary, by link-time address.
@@ -309,6 +314,7 @@ pub fn inspect_binary(exe: &Path) -> Result<BinaryInfo, DiscoverError> {
         schema_change: lookup(THD_SET_DB).is_some().then(|| point(THD_SET_DB)),
         nested: None,
         values: value_decoders(&elf),
+        apply: lookup(super::apply_layout::APPLY_EVENT).is_some().then(|| point(super::apply_layout::APPLY_EVENT)),
     };
     let mut points = points;
     let mut missing_nested = None;
@@ -359,6 +365,7 @@ pub fn inspect_binary(exe: &Path) -> Result<BinaryInfo, DiscoverError> {
         missing_fields: fields.missing,
         programs,
         activity: super::activity_layout::activity_layout(&elf),
+        apply: super::apply_layout::apply_layout(&elf),
     })
 }
 

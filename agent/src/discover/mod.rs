@@ -5,6 +5,7 @@
 //! container (mount namespace) is read from its own filesystem. Nothing here
 //! touches the server; it only reads procfs and ELF files.
 mod activity_layout;
+mod apply_layout;
 mod binary;
 mod clients;
 mod connect_attrs;
@@ -17,6 +18,7 @@ mod uprobe_links;
 mod x86;
 
 pub use activity_layout::ActivityLayout;
+pub use apply_layout::{ApplyLayout, EventClass};
 pub use binary::{
     BinaryIdentity, BinaryInfo, Flavor, ProbePoint, ProbePoints, ProgramLayout, StaticVariable, ValueDecoder,
     ValueType, identify_binary, inspect_binary,

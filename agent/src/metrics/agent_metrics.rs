@@ -52,6 +52,26 @@ const NOMINAL_BOUNDS_NS: [u64; 16] = [
     10_000_000_000,
 ];
 
+/// The replica lag histogram's `le` bounds, as asked for (ns): 100 ms to
+/// 10 min.
+const NOMINAL_LAG_BOUNDS_NS: [u64; 12] = [
+    100_000_000,
+    250_000_000,
+    500_000_000,
+    1_000_000_000,
+    2_500_000_000,
+    5_000_000_000,
+    10_000_000_000,
+    30_000_000_000,
+    60_000_000_000,
+    120_000_000_000,
+    300_000_000_000,
+    600_000_000_000,
+];
+
+/// The lag's `le` bounds as scheme bucket edges (see `LATENCY_BOUNDS`).
+const LAG_BOUNDS: [usize; NOMINAL_LAG_BOUNDS_NS.len()] = nearest_edges(NOMINAL_LAG_BOUNDS_NS);
+
 /// The `le` bounds actually exported, as scheme bucket indices: each is the
 /// scheme bucket edge nearest its nominal bound, and the label says that
 /// edge exactly (`bucket_high` of the index, in seconds), never the round
@@ -60,15 +80,18 @@ const NOMINAL_BOUNDS_NS: [u64; 16] = [
 /// bucket; at an edge it is exact. The price is bounds like
 /// `0.000098303` for 100 us and `1.006632959` for 1 s: within 6.25% of the nominal value (half a
 /// bucket, which is an eighth of its power of two).
-pub const LATENCY_BOUNDS: [usize; NOMINAL_BOUNDS_NS.len()] = {
-    let mut bounds = [0; NOMINAL_BOUNDS_NS.len()];
+pub const LATENCY_BOUNDS: [usize; NOMINAL_BOUNDS_NS.len()] = nearest_edges(NOMINAL_BOUNDS_NS);
+
+/// Each nominal bound's nearest scheme bucket edge.
+const fn nearest_edges<const N: usize>(nominal_ns: [u64; N]) -> [usize; N] {
+    let mut bounds = [0; N];
     let mut i = 0;
-    while i < bounds.len() {
-        bounds[i] = nearest_edge(NOMINAL_BOUNDS_NS[i]);
+    while i < N {
+        bounds[i] = nearest_edge(nominal_ns[i]);
         i += 1;
     }
     bounds
-};
+}
 
 /// The bucket whose upper edge is nearest to `ns`: the one holding it, or
 /// the one before when `ns` is nearer that bucket's low end.
@@ -113,6 +136,17 @@ struct InstanceTotals {
     /// None until the probes' cost was first measured (not in every mode).
     probe_cpu_s: Option<f64>,
     digests: HashMap<DigestKey, DigestTotals>,
+    /// What it applied as a replica; None until it applied something.
+    replica: Option<ReplicaTotals>,
+}
+
+#[derive(Default)]
+struct ReplicaTotals {
+    transactions: u64,
+    lag: Histogram,
+    lag_sum_ns: u128,
+    /// By event class: events applied and their apply time.
+    classes: BTreeMap<&'static str, (u64, u128)>,
 }
 
 /// A digest row's identity on the page: schema and digest id.
@@ -151,6 +185,17 @@ impl AgentMetrics {
             t.shed_statements += s.shed_statements;
             if let Some(c) = &s.probe_cost {
                 *t.probe_cpu_s.get_or_insert(0.0) += c.probe_cpu_s();
+            }
+            if !r.replication.is_empty() {
+                let replica = t.replica.get_or_insert_with(ReplicaTotals::default);
+                replica.transactions += r.replication.transactions;
+                replica.lag.merge(&r.replication.lag);
+                replica.lag_sum_ns += r.replication.lag_sum_ns;
+                for (class, applied) in &r.replication.classes {
+                    let total = replica.classes.entry(class).or_default();
+                    total.0 += applied.events;
+                    total.1 += u128::from(applied.apply_ns);
+                }
             }
             let mut window_digests: HashMap<DigestKey, (u64, u64, u64, &str)> = HashMap::new();
             for d in r.digests.iter().filter(|d| client_top_level(d)) {
@@ -216,6 +261,54 @@ impl AgentMetrics {
         enc.finish()
     }
 
+    /// Replicas' transactions, lag at commit and apply time; no family on
+    /// an agent that watches no replica.
+    fn encode_replicas(&self, enc: &mut Encoder) {
+        let replicas: Vec<(&String, &ReplicaTotals)> =
+            self.instances.iter().filter_map(|(i, t)| Some((i, t.replica.as_ref()?))).collect();
+        if replicas.is_empty() {
+            return;
+        }
+        let mut f = enc.family(
+            "sqlbee_replica_transactions_total",
+            "Transactions the replica applied (one GTID event each), exact.",
+            MetricType::Counter,
+        );
+        for (instance, r) in &replicas {
+            f.sample(&[("instance", instance)], r.transactions);
+        }
+        let mut f = enc.family(
+            "sqlbee_replica_lag_seconds",
+            "Each applied transaction's lag at its commit: the replica's clock less the second the primary wrote it. \
+             Each le is a bucket edge of the agent's histogram scheme, near 0.1s..10min, so every count is exact.",
+            MetricType::Histogram,
+        );
+        for (instance, r) in &replicas {
+            let buckets = cumulative(&r.lag, &LAG_BOUNDS);
+            f.histogram(&[("instance", instance)], &buckets, r.lag_sum_ns as f64 / 1e9, r.lag.total());
+        }
+        let mut f = enc.family(
+            "sqlbee_replica_events_total",
+            "Replication events the replica applied, by class (gtid, xid, query, table_map, rows, other).",
+            MetricType::Counter,
+        );
+        for (instance, r) in &replicas {
+            for (class, (events, _)) in &r.classes {
+                f.sample(&[("instance", instance), ("class", class)], *events);
+            }
+        }
+        let mut f = enc.family(
+            "sqlbee_replica_apply_seconds_total",
+            "Time the replica spent applying events, by class.",
+            MetricType::Counter,
+        );
+        for (instance, r) in &replicas {
+            for (class, (_, ns)) in &r.classes {
+                f.sample(&[("instance", instance), ("class", class)], *ns as f64 / 1e9);
+            }
+        }
+    }
+
     fn encode_totals(&self, enc: &mut Encoder, cost: &CostSample, ship: Option<ShipTotals>) {
         enc.family(
             "sqlbee_agent_windows_total",
@@ -271,20 +364,12 @@ impl AgentMetrics {
                  bucket edge of the agent's histogram scheme, near 100us..10s, so every count is exact.",
                 MetricType::Histogram,
             );
-            let mut buckets = Vec::with_capacity(LATENCY_BOUNDS.len());
             for (instance, t) in &self.instances {
-                buckets.clear();
-                let mut scheme = t.latency.buckets().peekable();
-                let mut cumulative = 0u64;
-                for &bound in &LATENCY_BOUNDS {
-                    while let Some((_, count)) = scheme.next_if(|(index, _)| *index <= bound) {
-                        cumulative = cumulative.saturating_add(count);
-                    }
-                    buckets.push((latency_bound_seconds(bound), cumulative));
-                }
+                let buckets = cumulative(&t.latency, &LATENCY_BOUNDS);
                 f.histogram(&[("instance", instance)], &buckets, t.latency_sum_ns as f64 / 1e9, t.latency.total());
             }
         }
+        self.encode_replicas(enc);
         if self.wait_probes {
             let mut f = enc.family(
                 "sqlbee_wait_seconds_total",
@@ -631,6 +716,22 @@ const DIGEST_FIGURE_METRICS: [(&str, &str, &str, f64); 4] = [
     ),
 ];
 
+/// A histogram's cumulative counts at `bounds` (scheme bucket indices),
+/// each with its edge in seconds: Prometheus's `le` buckets, exact.
+fn cumulative(histogram: &Histogram, bounds: &[usize]) -> Vec<(f64, u64)> {
+    let mut scheme = histogram.buckets().peekable();
+    let mut total = 0u64;
+    bounds
+        .iter()
+        .map(|&bound| {
+            while let Some((_, count)) = scheme.next_if(|(index, _)| *index <= bound) {
+                total = total.saturating_add(count);
+            }
+            (latency_bound_seconds(bound), total)
+        })
+        .collect()
+}
+
 /// A figure's place in `sqlbee_figures::FIGURES`.
 fn figure_index(name: &str) -> Option<usize> {
     sqlbee_figures::FIGURES.iter().position(|f| f.name == name)
@@ -691,6 +792,7 @@ mod tests {
             long_statements_dropped: 0,
             changes: Vec::new(),
             changes_dropped: 0,
+            replication: Default::default(),
         }
     }
 
@@ -701,6 +803,35 @@ mod tests {
             page.lines().filter_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok()).collect();
         assert_eq!(values.len(), 1, "{series} in:\n{page}");
         values[0]
+    }
+
+    #[test]
+    fn a_replicas_transactions_lag_and_apply_time_add_up_across_windows() {
+        use crate::aggregate::replication::{ApplyTotals, ReplicationWindow};
+        let mut metrics = AgentMetrics::new(false);
+        let window = |lags_ns: &[u64]| {
+            let mut replication = ReplicationWindow { transactions: lags_ns.len() as u64, ..Default::default() };
+            for ns in lags_ns {
+                replication.lag.record(*ns);
+                replication.lag_sum_ns += u128::from(*ns);
+            }
+            replication
+                .classes
+                .insert("xid", ApplyTotals { events: lags_ns.len() as u64, apply_ns: 500_000_000, rows: None });
+            [WindowReport { replication, ..report("db2:3306", 0, Vec::new()) }, report("db1:3306", 1, Vec::new())]
+        };
+        metrics.render(&CostSample::default(), None, &window(&[200_000_000, 4_000_000_000]), &[], None);
+        let page = metrics.render(&CostSample::default(), None, &window(&[900_000_000_000]), &[], None);
+        assert_eq!(value(&page, "sqlbee_replica_transactions_total{instance=\"db2:3306\"}"), 3.0);
+        assert_eq!(value(&page, "sqlbee_replica_lag_seconds_count{instance=\"db2:3306\"}"), 3.0);
+        assert_eq!(value(&page, "sqlbee_replica_lag_seconds_sum{instance=\"db2:3306\"}"), 904.2);
+        // 0.2 s and 4 s are at or below the 5 s bound; 15 min is past 10.
+        let le = |bound: usize| latency_bound_seconds(LAG_BOUNDS[bound]);
+        let bucket =
+            |i| value(&page, &format!("sqlbee_replica_lag_seconds_bucket{{instance=\"db2:3306\",le=\"{}\"}}", le(i)));
+        assert_eq!((bucket(1), bucket(5), bucket(11)), (1.0, 2.0, 2.0));
+        assert_eq!(value(&page, "sqlbee_replica_apply_seconds_total{instance=\"db2:3306\",class=\"xid\"}"), 1.0);
+        assert!(!page.contains("sqlbee_replica_transactions_total{instance=\"db1:3306\"}"), "a primary has none");
     }
 
     #[test]

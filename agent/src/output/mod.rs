@@ -164,6 +164,9 @@ pub fn window_to_json(report: &WindowReport) -> Vec<Value> {
             "count": report.long_statements_dropped,
         }));
     }
+    if !report.replication.is_empty() {
+        lines.push(replication_json(&report.instance, &report.replication));
+    }
     let s = &report.summary;
     lines.push(json!({
         "type": "summary",
@@ -525,6 +528,29 @@ pub fn write_untraced_table(out: &mut impl Write, untraced: &[UntracedServer]) -
         )?;
     }
     Ok(())
+}
+
+/// A replica's window (`"type": "replication"`): transactions, lag at
+/// commit, and apply time by event class and by table.
+fn replication_json(instance: &str, r: &crate::aggregate::replication::ReplicationWindow) -> Value {
+    json!({
+        "type": "replication",
+        "instance": instance,
+        "transactions": r.transactions,
+        "lag": {
+            "samples": r.lag.total(),
+            "p50_ms": r.lag_quantile(0.5).map(|ns| ns / 1_000_000),
+            "p99_ms": r.lag_quantile(0.99).map(|ns| ns / 1_000_000),
+            "max_ms": (r.lag.total() > 0).then_some(r.lag_max_ns / 1_000_000),
+        },
+        "events": r.classes.iter().map(|(class, t)| json!({
+            "class": class, "events": t.events, "apply_ns": t.apply_ns, "rows": t.rows,
+        })).collect::<Vec<_>>(),
+        "tables": r.tables.iter().map(|((schema, table, kind), t)| json!({
+            "schema": schema, "table": table, "kind": kind.name(), "events": t.events, "apply_ns": t.apply_ns,
+            "rows": t.rows,
+        })).collect::<Vec<_>>(),
+    })
 }
 
 #[cfg(test)]

@@ -19,7 +19,7 @@ use aya::{
 };
 use sqlbee_kernel_abi::{COMMAND_SLOTS, LongWait, MAX_TEXT, ServerLayout, StatBlock, kernel_digests::known_sets};
 
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use super::{
     Counters, ErrorMessage, ProbeError, Statement,
@@ -67,6 +67,9 @@ pub struct ProbeConfig {
     pub task_btf: bool,
     /// Name each connection's client (see `clients`).
     pub clients: bool,
+    /// Time what a replica applies (see `replication` in the kernel
+    /// programs).
+    pub replica: bool,
     /// With it, a client's connection attributes are read too.
     pub client_login: Option<crate::server_login::ServerLogin>,
     /// Load the value probes, attached while `capture_values` asks: the
@@ -87,6 +90,10 @@ pub struct AttachedServer {
     long_waits: RingBuf<MapData>,
     names_ring: RingBuf<MapData>,
     values_ring: RingBuf<MapData>,
+    applied: RingBuf<MapData>,
+    /// The event classes' virtual tables in this process, to name what
+    /// the replica-apply probes report.
+    event_classes: Vec<(u64, crate::discover::EventClass)>,
     /// Where the values a prepared statement ran with are decoded, when the
     /// value probes are loaded; else why not.
     value_decoders: Result<Vec<crate::discover::ValueDecoder>, &'static str>,
@@ -123,6 +130,24 @@ impl AttachedServer {
     pub fn attach(server: ServerProcess, binary: BinaryInfo, config: ProbeConfig) -> Result<Self, ProbeError> {
         let pid = server.pid;
         let base = binary.programs.and_then(|p| with_programs(pid, binary.layout, &p)).unwrap_or(binary.layout);
+        let event_classes = match &binary.apply {
+            Ok(apply) => {
+                if apply.rows_changed.is_none() {
+                    info!(pid, "the rows a replica's events change cannot be read in this build; they are left out");
+                }
+                apply_classes(pid, apply)
+            }
+            Err(why) => {
+                info!(pid, why = %why, "what this server applies as a replica cannot be read in its build");
+                Vec::new()
+            }
+        };
+        let base = match &binary.apply {
+            Ok(apply) if config.replica && binary.points.apply.is_some() && !event_classes.is_empty() => {
+                with_apply(base, apply, &event_classes)
+            }
+            _ => base,
+        };
         let layout = ServerLayout { nested_probes: u32::from(binary.points.nested.is_some()), ..base };
         let layout = ServerLayout {
             text_limit: config.text_limit.min(MAX_TEXT as u32),
@@ -185,6 +210,11 @@ impl AttachedServer {
             ebpf.take_map("VALUES").ok_or_else(|| ProbeError::Map { map: "VALUES", detail: "not in object".into() })?;
         let values_ring =
             RingBuf::try_from(values_ring).map_err(|e| ProbeError::Map { map: "VALUES", detail: e.to_string() })?;
+        let applied = ebpf
+            .take_map("APPLIED")
+            .ok_or_else(|| ProbeError::Map { map: "APPLIED", detail: "not in object".into() })?;
+        let applied =
+            RingBuf::try_from(applied).map_err(|e| ProbeError::Map { map: "APPLIED", detail: e.to_string() })?;
         let gate =
             ebpf.take_map("GATE").ok_or_else(|| ProbeError::Map { map: "GATE", detail: "not in object".into() })?;
         let gate = Array::try_from(gate).map_err(|e| ProbeError::Map { map: "GATE", detail: e.to_string() })?;
@@ -198,6 +228,8 @@ impl AttachedServer {
             long_waits,
             names_ring,
             values_ring,
+            applied,
+            event_classes,
             value_decoders,
             values,
             value_link: None,
@@ -309,6 +341,19 @@ impl AttachedServer {
         }
         self.values.pair(&mut out[first..]);
         self.name_late_clients(out, first);
+        bad
+    }
+
+    /// Moves every event the replica applied into `out`; returns how many
+    /// records could not be decoded.
+    pub fn drain_applied(&mut self, out: &mut Vec<super::Applied>) -> u64 {
+        let mut bad = 0;
+        while let Some(record) = self.applied.next() {
+            match super::decode_applied(&record, &self.event_classes) {
+                Some(applied) => out.push(applied),
+                None => bad += 1,
+            }
+        }
         bad
     }
 
@@ -729,6 +774,11 @@ fn probe_points(binary: &BinaryInfo, config: &ProbeConfig, layout: &ServerLayout
     if let Some(point) = binary.points.account_change.filter(|_| layout.sctx_offset != sqlbee_kernel_abi::UNKNOWN) {
         points.push(("account_change", point));
     }
+    // Events a replica applies: a client's statement never passes there,
+    // so a primary pays nothing for them.
+    if let Some(point) = binary.points.apply.filter(|_| layout.apply_probes != 0) {
+        points.extend([("apply_start", point), ("apply_end", point)]);
+    }
     points
 }
 
@@ -761,6 +811,43 @@ fn try_load(ebpf: &mut Ebpf, program: &'static str, pid: u32) -> Result<Result<L
             };
             Ok(Err(Refusal { reason, source: Some(source) }))
         }
+    }
+}
+
+/// The event classes' virtual tables located in this process; empty when
+/// they cannot be.
+fn apply_classes(pid: u32, apply: &crate::discover::ApplyLayout) -> Vec<(u64, crate::discover::EventClass)> {
+    apply
+        .classes
+        .iter()
+        .map(|(table, class)| Some((crate::discover::runtime_address(pid, *table)?, *class)))
+        .collect::<Option<Vec<_>>>()
+        .unwrap_or_default()
+}
+
+/// The layout with how the replica-apply probes read an event.
+fn with_apply(
+    layout: ServerLayout,
+    apply: &crate::discover::ApplyLayout,
+    classes: &[(u64, crate::discover::EventClass)],
+) -> ServerLayout {
+    let mut rows_vtables = [0; sqlbee_kernel_abi::ROWS_VTABLES];
+    let rows = classes.iter().filter(|(_, class)| *class == crate::discover::EventClass::Rows);
+    for (slot, (table, _)) in rows_vtables.iter_mut().zip(rows) {
+        *slot = *table;
+    }
+    let (event_thd_offset, row_counter_offsets) = apply.rows_changed.unwrap_or((sqlbee_kernel_abi::UNKNOWN, [0; 3]));
+    ServerLayout {
+        apply_probes: 1,
+        event_thd_offset,
+        row_counter_offsets,
+        event_when_offset: apply.when,
+        rows_type_offset: apply.rows_type,
+        rows_table_offset: apply.rows_table,
+        table_share_offset: apply.table_share,
+        share_db_offset: apply.share_db,
+        rows_vtables,
+        ..layout
     }
 }
 

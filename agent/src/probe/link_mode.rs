@@ -17,7 +17,7 @@ pub fn object_name(program: &'static str) -> &'static str {
 
 /// Every program of the object and its classic copy (`None`: it attaches
 /// only through a multi link, and is left out on kernels without them).
-pub const PROGRAMS: [(&str, Option<&str>); 11] = [
+pub const PROGRAMS: [(&str, Option<&str>); 13] = [
     ("statement_end", Some("statement_end_perf")),
     ("command_start", Some("command_start_perf")),
     ("error_raised", Some("error_raised_perf")),
@@ -29,6 +29,8 @@ pub const PROGRAMS: [(&str, Option<&str>); 11] = [
     ("nested_end", Some("nested_end_perf")),
     ("calibrate", Some("calibrate_perf")),
     ("value_set", None),
+    ("apply_start", Some("apply_start_perf")),
+    ("apply_end", Some("apply_end_perf")),
 ];
 
 fn perf_name(program: &'static str) -> &'static str {
@@ -46,6 +48,9 @@ mod tests {
 
     use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
 
+    /// The programs that run when the probed function returns.
+    const RETURN_PROBES: [&str; 1] = ["apply_end"];
+
     #[test]
     fn every_program_has_its_classic_copy_in_the_object() {
         let object = object::File::parse(super::super::attach::EBPF_OBJECT).expect("the embedded object parses");
@@ -55,9 +60,11 @@ mod tests {
             object.section_by_index(index).expect("its section exists").name().expect("named").to_owned()
         };
         for (program, perf) in PROGRAMS {
-            assert_eq!(section_of(program), "uprobe.multi", "{program}");
+            // A return probe's sections say so.
+            let kind = if RETURN_PROBES.contains(&program) { "uretprobe" } else { "uprobe" };
+            assert_eq!(section_of(program), format!("{kind}.multi"), "{program}");
             if let Some(perf) = perf {
-                assert_eq!(section_of(perf), "uprobe", "{perf}");
+                assert_eq!(section_of(perf), kind, "{perf}");
             }
         }
         // And every multi program of the object is listed.
@@ -65,7 +72,8 @@ mod tests {
             .symbols()
             .filter(|s| s.kind() == object::SymbolKind::Text && s.size() > 0)
             .filter(|s| {
-                s.section_index().and_then(|i| object.section_by_index(i).ok()?.name().ok()) == Some("uprobe.multi")
+                let section = s.section_index().and_then(|i| object.section_by_index(i).ok()?.name().ok());
+                matches!(section, Some("uprobe.multi" | "uretprobe.multi"))
             })
             .map(|s| s.name().expect("named").to_owned())
             .collect();

@@ -4,6 +4,7 @@
 //! One program set per server process (its own maps, its own ring buffer),
 //! scoped to that pid so other servers on the host are never trapped.
 //! Reading never blocks the kernel side: records are drained on a timer.
+mod applied;
 mod attach;
 mod calibrate;
 mod clients;
@@ -18,6 +19,7 @@ mod values;
 mod verifier_budget;
 
 pub use crate::discover::Client;
+pub use applied::{Applied, RowsKind, decode_applied};
 pub use attach::{AttachedServer, ProbeConfig};
 pub use calibrate::hold_task_events_on;
 pub use event::{ErrorMessage, Statement, decode_error, decode_statement};
@@ -271,6 +273,8 @@ pub struct ProbeBatch {
     pub statements: Vec<Statement>,
     /// Waits longer than the threshold, in the order they ended.
     pub long_waits: Vec<sqlbee_kernel_abi::LongWait>,
+    /// Events a replica applied, in the order they ended.
+    pub applied: Vec<Applied>,
     /// Cumulative counters, read at window ends and at detach.
     pub counters: Option<Counters>,
     /// Statements counted in the kernel, read at window ends and at detach.

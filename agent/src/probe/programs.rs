@@ -50,6 +50,7 @@ pub fn lost_without(program: &str) -> &'static str {
         "account_change" => "each statement's account and client",
         "nested_start" | "nested_end" => "the statements procedures, functions, triggers and events run",
         "value_set" => "plans of prepared statements with the values they ran with",
+        "apply_start" | "apply_end" => "what a replica applies: its events, tables and lag",
         _ => "what this program adds",
     }
 }
@@ -59,6 +60,7 @@ pub fn partners(program: &'static str) -> &'static [&'static str] {
     match program {
         "wait_begin" | "wait_end" => &["wait_begin", "wait_end"],
         "nested_start" | "nested_end" => &["nested_start", "nested_end"],
+        "apply_start" | "apply_end" => &["apply_start", "apply_end"],
         _ => &[],
     }
 }
@@ -80,6 +82,7 @@ pub fn without(layout: ServerLayout, left_out: &[LeftOut]) -> ServerLayout {
                 layout.vio_offset = UNKNOWN;
             }
             "nested_start" | "nested_end" => layout.nested_probes = 0,
+            "apply_start" | "apply_end" => layout.apply_probes = 0,
             _ => {}
         }
     }

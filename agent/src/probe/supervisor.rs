@@ -333,7 +333,8 @@ impl Supervisor {
                 warn!(pid = attached.server.pid, error = %e, "reading kernel digests failed");
             }
             let (mut statements, mut long_waits) = (Vec::new(), Vec::new());
-            let bad = attached.drain(&mut statements, &mut long_waits);
+            let mut applied = Vec::new();
+            let bad = attached.drain(&mut statements, &mut long_waits) + attached.drain_applied(&mut applied);
             if bad > 0 {
                 warn!(pid = attached.server.pid, bad, "undecodable ring buffer records");
             }
@@ -346,7 +347,12 @@ impl Supervisor {
             let cost = counters.as_ref().and_then(|c| {
                 Some(self.overheads.get_mut(pid)?.close_window(program_totals(attached), c.statements, now))
             });
-            if statements.is_empty() && long_waits.is_empty() && counters.is_none() && kernel.is_empty() {
+            if statements.is_empty()
+                && long_waits.is_empty()
+                && applied.is_empty()
+                && counters.is_none()
+                && kernel.is_empty()
+            {
                 continue;
             }
             out.push(ProbeBatch {
@@ -356,6 +362,7 @@ impl Supervisor {
                 programs: attached.programs.clone(),
                 statements,
                 long_waits,
+                applied,
                 counters,
                 kernel,
                 forgotten,
@@ -457,6 +464,8 @@ fn final_batch(attached: &mut AttachedServer, overhead: Option<Overhead>) -> Pro
     attached.detach_programs();
     let (mut statements, mut long_waits) = (Vec::new(), Vec::new());
     attached.drain(&mut statements, &mut long_waits);
+    let mut applied = Vec::new();
+    attached.drain_applied(&mut applied);
     attached.release_all_held(&mut statements);
     let counters = read_counters(attached);
     let mut kernel = Vec::new();
@@ -472,6 +481,7 @@ fn final_batch(attached: &mut AttachedServer, overhead: Option<Overhead>) -> Pro
         programs: attached.programs.clone(),
         statements,
         long_waits,
+        applied,
         counters,
         kernel,
         forgotten: Vec::new(),

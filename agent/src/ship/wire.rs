@@ -4,13 +4,14 @@ use std::time::SystemTime;
 
 use sqlbee_kernel_abi::wait_class;
 use sqlbee_proto::v1::{
-    AccountCount, ActivityReport, AgentCost, AgentWindow, Blocker as WireBlocker, Bucket, Change as WireChange,
-    ClientCount, CommandCount, CpuModes as WireCpuModes, DigestStats as WireDigest, DiskIo as WireDiskIo, ErrorCount,
-    Histogram as WireHistogram, HostMetrics as WireHostMetrics, IndexColumn, IndexDefinition, InstanceActivity,
-    InstanceWindow, LiveConnection, LockWait, LongStatement as WireLongStatement, NetIo as WireNetIo, Plan as WirePlan,
-    ProbeCost as WireProbeCost, ProcessMetrics as WireProcess, QueryStats as WireQueryStats, ServerInstance,
-    SettingValue as WireSettingValue, TableAccess as WireTableAccess, TableIndexes as WireTableIndexes,
-    TableUse as WireTableUse, TagCount, TagValue, TraceExemplar, UntracedServer as WireUntraced, WaitStats,
+    AccountCount, ActivityReport, AgentCost, AgentWindow, AppliedClass, AppliedTable, Blocker as WireBlocker, Bucket,
+    Change as WireChange, ClientCount, CommandCount, CpuModes as WireCpuModes, DigestStats as WireDigest,
+    DiskIo as WireDiskIo, ErrorCount, Histogram as WireHistogram, HostMetrics as WireHostMetrics, IndexColumn,
+    IndexDefinition, InstanceActivity, InstanceWindow, LiveConnection, LockWait, LongStatement as WireLongStatement,
+    NetIo as WireNetIo, Plan as WirePlan, ProbeCost as WireProbeCost, ProcessMetrics as WireProcess,
+    QueryStats as WireQueryStats, Replication as WireReplication, ServerInstance, SettingValue as WireSettingValue,
+    TableAccess as WireTableAccess, TableIndexes as WireTableIndexes, TableUse as WireTableUse, TagCount, TagValue,
+    TraceExemplar, UntracedServer as WireUntraced, WaitStats,
 };
 use sqlbee_vocabulary::{clock::unix_ms, histogram};
 
@@ -387,6 +388,40 @@ pub fn instance_window(report: &WindowReport, host: Option<&HostMetrics>) -> Ins
         plans: Vec::new(),
         server_login: String::new(),
         table_indexes: Vec::new(),
+        replication: (!report.replication.is_empty()).then(|| replication(&report.replication)),
+    }
+}
+
+fn replication(r: &crate::aggregate::replication::ReplicationWindow) -> WireReplication {
+    WireReplication {
+        transactions: r.transactions,
+        lag: Some(WireHistogram {
+            scheme: histogram::SCHEME,
+            buckets: r.lag.buckets().map(|(index, count)| Bucket { index: index as u32, count }).collect(),
+        }),
+        lag_max_ns: r.lag_max_ns,
+        classes: r
+            .classes
+            .iter()
+            .map(|(class, t)| AppliedClass {
+                class: class.to_string(),
+                events: t.events,
+                apply_ns: t.apply_ns,
+                rows: t.rows,
+            })
+            .collect(),
+        tables: r
+            .tables
+            .iter()
+            .map(|((schema, table, kind), t)| AppliedTable {
+                schema: schema.clone(),
+                table: table.clone(),
+                kind: kind.name().into(),
+                events: t.events,
+                apply_ns: t.apply_ns,
+                rows: t.rows,
+            })
+            .collect(),
     }
 }
 

@@ -6,7 +6,7 @@
 use serde_json::Value;
 use sqlbee_proto::v1::{
     ActivityRequest, AnnotateRequest, AnnotationsRequest, EventsRequest, HostsRequest, LocksRequest,
-    LongStatementsRequest, PlansRequest, SeriesRequest, TablesRequest, TopRequest, TotalsRequest,
+    LongStatementsRequest, PlansRequest, ReplicationRequest, SeriesRequest, TablesRequest, TopRequest, TotalsRequest,
 };
 use sqlbee_vocabulary::duration;
 
@@ -182,6 +182,16 @@ pub async fn answer(ui: &Ui, path: &str, params: &Params, now: i64) -> Option<Re
                     })
                     .await?;
                 shape::long_statements_json(&answer.statements)
+            }
+            "/api/replication" => {
+                let answer = ui
+                    .replication(ReplicationRequest {
+                        instance,
+                        since_unix_ms: range.since_unix_ms,
+                        until_unix_ms: range.until_unix_ms,
+                    })
+                    .await?;
+                shape::replication_json(&answer)
             }
             "/api/diff" => {
                 let view = super::params::View { range, instance: (!instance.is_empty()).then_some(instance) };

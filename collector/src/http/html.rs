@@ -141,6 +141,7 @@ pub enum Nav {
     Top,
     Digest,
     Locks,
+    Replication,
     Plans,
     Tables,
     Compare,
@@ -152,11 +153,12 @@ pub enum Nav {
     Login,
 }
 
-const NAV: [(Nav, &str, &str); 11] = [
+const NAV: [(Nav, &str, &str); 12] = [
     (Nav::Fleet, "/", "Fleet"),
     (Nav::Activity, "/activity", "Activity"),
     (Nav::Top, "/top", "Top digests"),
     (Nav::Locks, "/locks", "Lock waits"),
+    (Nav::Replication, "/replication", "Replication"),
     (Nav::Compare, "/compare", "Compare"),
     (Nav::Events, "/events", "Events"),
     (Nav::Clients, "/clients", "Clients"),

@@ -26,8 +26,9 @@ use std::sync::Arc;
 use sqlbee_proto::v1::{
     ActivityRequest, ActivityResponse, Annotation, AnnotationsRequest, DiffRequest, DiffResponse, Event, EventsRequest,
     HostsRequest, HostsResponse, InstanceInfo, InstancesRequest, LocksRequest, LocksResponse, LongStatementsRequest,
-    LongStatementsResponse, PlansRequest, PlansResponse, SeriesRequest, SeriesResponse, TablesRequest, TablesResponse,
-    TopRequest, TopResponse, TotalsRequest, TotalsResponse, query_server::Query,
+    LongStatementsResponse, PlansRequest, PlansResponse, ReplicationRequest, ReplicationResponse, SeriesRequest,
+    SeriesResponse, TablesRequest, TablesResponse, TopRequest, TopResponse, TotalsRequest, TotalsResponse,
+    query_server::Query,
 };
 use tokio::sync::Semaphore;
 use tonic::{Request, Status};
@@ -188,6 +189,10 @@ impl Ui {
 
     async fn long_statements(&self, request: LongStatementsRequest) -> Result<LongStatementsResponse, Status> {
         self.ask(self.query.long_statements(Request::new(request))).await
+    }
+
+    async fn replication(&self, request: ReplicationRequest) -> Result<ReplicationResponse, Status> {
+        self.ask(self.query.replication(Request::new(request))).await
     }
 
     async fn activity(&self, request: ActivityRequest) -> Result<ActivityResponse, Status> {

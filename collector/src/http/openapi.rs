@@ -13,8 +13,8 @@ use sqlbee_proto::{
     query_client::{EVENT_KINDS, ORDER_KEYS},
     v1::{
         ActivityResponse, Annotation, AnnotationsResponse, DiffResponse, EventsResponse, HostsResponse,
-        InstancesResponse, LocksResponse, LongStatementsResponse, PlansResponse, SeriesResponse, TablesResponse,
-        TopResponse, TotalsResponse,
+        InstancesResponse, LocksResponse, LongStatementsResponse, PlansResponse, ReplicationResponse, SeriesResponse,
+        TablesResponse, TopResponse, TotalsResponse,
     },
 };
 
@@ -94,6 +94,12 @@ pub const ENDPOINTS: &[Endpoint] = &[
                 &example::<LongStatementsResponse>("LongStatementsResponse", e).statements,
             )
         },
+    },
+    Endpoint {
+        path: "/api/replication",
+        summary: "What replicas applied: transactions, lag at commit, tables and event classes (`sqlbee replication`)",
+        params: &[],
+        answer: |e| sqlbee_proto::json::replication_json(&example::<ReplicationResponse>("ReplicationResponse", e)),
     },
     Endpoint {
         path: "/api/diff",

@@ -5,6 +5,7 @@ pub mod blame;
 pub(crate) mod diff;
 mod findings;
 mod index_advice;
+mod replication;
 mod tables;
 
 use std::sync::Arc;
@@ -12,9 +13,9 @@ use std::sync::Arc;
 use sqlbee_proto::v1::{
     ActivityRequest, ActivityResponse, AnnotationsRequest, AnnotationsResponse, DiffRequest, DiffResponse,
     EventsRequest, EventsResponse, HostsRequest, HostsResponse, InstancesRequest, InstancesResponse, LocksRequest,
-    LocksResponse, LongStatementsRequest, LongStatementsResponse, PlansRequest, PlansResponse, SeriesRequest,
-    SeriesResponse, TablesRequest, TablesResponse, TopRequest, TopResponse, TotalsRequest, TotalsResponse,
-    query_server::Query,
+    LocksResponse, LongStatementsRequest, LongStatementsResponse, PlansRequest, PlansResponse, ReplicationRequest,
+    ReplicationResponse, SeriesRequest, SeriesResponse, TablesRequest, TablesResponse, TopRequest, TopResponse,
+    TotalsRequest, TotalsResponse, query_server::Query,
 };
 use sqlbee_vocabulary::clock::now_unix_ms;
 use tonic::{Request, Response, Status};
@@ -335,6 +336,25 @@ impl Query for QueryService {
         let query = annotations_query(request.into_inner())?;
         let store = self.store.clone();
         Ok(Response::new(AnnotationsResponse { annotations: blocking(move || store.annotations(&query)).await? }))
+    }
+
+    async fn replication(&self, request: Request<ReplicationRequest>) -> Result<Response<ReplicationResponse>, Status> {
+        let request = request.into_inner();
+        let since_unix_ms = since(request.since_unix_ms)?;
+        let until_unix_ms = until(request.until_unix_ms, since_unix_ms)?;
+        let instance = non_empty(request.instance);
+        let store = self.store.clone();
+        let replicas = blocking(move || {
+            let windows = store.replication(instance.as_deref(), since_unix_ms, until_unix_ms)?;
+            let mut replicas = replication::answers(windows);
+            for replica in &mut replicas {
+                replica.digests =
+                    replication::digests(store.as_ref(), &replica.instance, since_unix_ms, until_unix_ms)?;
+            }
+            Ok(replicas)
+        })
+        .await?;
+        Ok(Response::new(ReplicationResponse { replicas }))
     }
 
     async fn instances(&self, _request: Request<InstancesRequest>) -> Result<Response<InstancesResponse>, Status> {

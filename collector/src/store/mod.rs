@@ -275,6 +275,15 @@ pub struct StoredIndexes {
     pub table: sqlbee_proto::v1::TableIndexes,
 }
 
+/// One window of what a replica applied, as its agent sent it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StoredReplication {
+    pub instance: String,
+    pub window_start_unix_ms: i64,
+    pub window_end_unix_ms: i64,
+    pub replication: sqlbee_proto::v1::Replication,
+}
+
 /// Agents' own windows, newest first.
 #[derive(Clone, Debug)]
 pub struct HostsQuery {
@@ -506,6 +515,14 @@ pub trait Store: Send + Sync {
     /// The newest reading of each table's indexes, on `instance` or on
     /// every instance.
     fn table_indexes(&self, instance: Option<&str>) -> Result<Vec<StoredIndexes>, StoreError>;
+    /// What replicas applied, window by window (oldest first), for windows
+    /// that ended in `since..until` on `instance` or on every instance.
+    fn replication(
+        &self,
+        instance: Option<&str>,
+        since_unix_ms: i64,
+        until_unix_ms: i64,
+    ) -> Result<Vec<StoredReplication>, StoreError>;
     /// Every plan (with a hash) of `digests` first seen before `until`, on
     /// `instance` or on every instance: which indexes they chose.
     fn plans_of(&self, digests: &[u64], instance: Option<&str>, until_unix_ms: i64)

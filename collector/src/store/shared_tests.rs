@@ -484,6 +484,63 @@ pub(super) fn table_indexes_keep_the_newest_reading(store: &dyn Store, batch: Ma
     assert!(read(Some("elsewhere:1")).is_empty());
 }
 
+/// What a replica applied: one row per window, read once for a range
+/// whatever the replays, filtered by instance, and aged with the plans.
+pub(super) fn replication_windows_read_once_per_window(store: &dyn Store, batch: MakeBatch) {
+    use sqlbee_proto::v1::{AppliedClass, AppliedTable, Bucket, Histogram, Replication};
+    let applied = |transactions: u64| Replication {
+        transactions,
+        lag: Some(Histogram { scheme: 1, buckets: vec![Bucket { index: 200, count: transactions }] }),
+        lag_max_ns: 1_000_000 * transactions,
+        classes: vec![AppliedClass {
+            class: "xid".into(),
+            events: transactions,
+            apply_ns: 10 * transactions,
+            rows: Some(transactions),
+        }],
+        tables: vec![AppliedTable {
+            schema: "shop".into(),
+            table: "orders".into(),
+            kind: "update_rows".into(),
+            events: transactions,
+            apply_ns: 7 * transactions,
+            rows: None,
+        }],
+    };
+    let put = |sequence: u64, end: i64, transactions: u64| {
+        let mut b = batch(sequence, end, &[(10, 1)]);
+        b.windows[0].replication = Some(applied(transactions));
+        store.ingest(b.clone(), end, content_hash(&b)).unwrap();
+        b
+    };
+    put(1, 1500, 2);
+    let replayed = put(2, 2500, 3);
+    put(3, 3500, 5);
+    // A window without replication writes no row.
+    let primary = batch(4, 4500, &[(10, 1)]);
+    store.ingest(primary.clone(), 4500, content_hash(&primary)).unwrap();
+    store.ingest(replayed.clone(), 9000, content_hash(&replayed)).unwrap();
+    let instance = replayed.windows[0].instance.as_ref().unwrap().name.clone();
+    let read = |instance: Option<&str>, since: i64, until: i64| -> Vec<(String, i64, u64)> {
+        store
+            .replication(instance, since, until)
+            .unwrap()
+            .into_iter()
+            .map(|w| (w.instance, w.window_end_unix_ms, w.replication.transactions))
+            .collect()
+    };
+    assert_eq!(
+        read(None, 0, 10_000),
+        vec![(instance.clone(), 1500, 2), (instance.clone(), 2500, 3), (instance.clone(), 3500, 5)]
+    );
+    assert_eq!(read(Some(&instance), 1500, 3500), vec![(instance.clone(), 2500, 3), (instance.clone(), 3500, 5)]);
+    assert!(read(Some("elsewhere:1"), 0, 10_000).is_empty());
+    let stored = store.replication(None, 2000, 3000).unwrap();
+    assert_eq!(stored[0].replication, applied(3), "stored as sent");
+    store.prune(&PruneCutoffs { raw: 0, minute: 0, hour: 3000 }).unwrap();
+    assert_eq!(read(None, 0, 10_000), vec![(instance, 3500, 5)]);
+}
+
 /// An export's mark reads as the furthest written, per export name.
 pub(super) fn export_marks_read_back_the_furthest(store: &dyn Store) {
     assert_eq!(store.export_mark("otlp-metrics").unwrap(), None);

@@ -292,6 +292,9 @@ fn window(at: &Path<'_>, w: &InstanceWindow, range: TimeRange) -> Result<(), Inv
     for (i, t) in w.table_indexes.iter().enumerate() {
         table_indexes(&at.field("table_indexes").index(i), t, w)?;
     }
+    if let Some(r) = &w.replication {
+        replication(&at.field("replication"), r)?;
+    }
     if let Some(c) = &w.probes {
         measures::probe_cost(&at.field("probes"), c, w.statements)?;
     }
@@ -352,6 +355,39 @@ fn table_indexes(at: &Path<'_>, t: &sqlbee_proto::v1::TableIndexes, w: &Instance
     }
     Ok(())
 }
+
+/// What a replica applied: its lag histogram well formed, its classes
+/// and kinds the ones agents name, its tables within the decode bounds.
+fn replication(at: &Path<'_>, r: &sqlbee_proto::v1::Replication) -> Result<(), Invalid> {
+    if let Some(lag) = &r.lag {
+        let samples = lag.buckets.iter().try_fold(0u64, |sum, b| sum.checked_add(b.count));
+        let samples = samples.ok_or_else(|| invalid(at.field("lag").field("buckets"), "counts overflow 64 bits"))?;
+        histogram_of(&at.field("lag"), lag, samples)?;
+    }
+    for (i, c) in r.classes.iter().enumerate() {
+        if !REPLICATION_CLASSES.contains(&c.class.as_str()) {
+            return Err(invalid(
+                at.field("classes").index(i).field("class"),
+                format!("{:?} is not one of {}", c.class, REPLICATION_CLASSES.join(", ")),
+            ));
+        }
+    }
+    let tables = at.field("tables");
+    for (i, t) in r.tables.iter().enumerate() {
+        let at = tables.index(i);
+        if !ROWS_KINDS.contains(&t.kind.as_str()) {
+            return Err(invalid(at.field("kind"), format!("{:?} is not one of {}", t.kind, ROWS_KINDS.join(", "))));
+        }
+        limited(at.field("schema"), &t.schema, "AppliedTable.schema")?;
+        limited(at.field("table"), &t.table, "AppliedTable.table")?;
+    }
+    Ok(())
+}
+
+/// The classes of replicated events agents name.
+pub const REPLICATION_CLASSES: [&str; 6] = ["gtid", "xid", "query", "table_map", "rows", "other"];
+/// The kinds of rows events agents name.
+pub const ROWS_KINDS: [&str; 3] = ["write_rows", "update_rows", "delete_rows"];
 
 /// How far a plan may be dated before its window began: the explainer
 /// works through a backlog, and a prepared statement's plan waits for its
@@ -772,6 +808,40 @@ mod tests {
         let mut long = b.clone();
         long.windows[0].table_indexes[0].indexes[0].columns[0].name = "c".repeat(2_000);
         assert_eq!(field_of(&long), "windows[0].table_indexes[0].indexes[0].columns[0].name");
+    }
+
+    #[test]
+    fn a_replicas_window_names_known_classes_and_kinds_with_a_sound_histogram() {
+        use sqlbee_proto::v1::{AppliedClass, AppliedTable, Replication};
+        let mut b = good();
+        b.windows[0].replication = Some(Replication {
+            transactions: 2,
+            lag: Some(Histogram { scheme: 1, buckets: vec![Bucket { index: 10, count: 2 }] }),
+            lag_max_ns: 900,
+            classes: vec![AppliedClass { class: "xid".into(), events: 2, apply_ns: 5, rows: None }],
+            tables: vec![AppliedTable {
+                schema: "shop".into(),
+                table: "orders".into(),
+                kind: "update_rows".into(),
+                events: 2,
+                apply_ns: 3,
+                rows: None,
+            }],
+        });
+        batch(&b, NOW).unwrap();
+        let mut class = b.clone();
+        class.windows[0].replication.as_mut().unwrap().classes[0].class = "mystery".into();
+        assert_eq!(field_of(&class), "windows[0].replication.classes[0].class");
+        let mut kind = b.clone();
+        kind.windows[0].replication.as_mut().unwrap().tables[0].kind = "truncate".into();
+        assert_eq!(field_of(&kind), "windows[0].replication.tables[0].kind");
+        let mut long = b.clone();
+        long.windows[0].replication.as_mut().unwrap().tables[0].table = "t".repeat(2_000);
+        assert_eq!(field_of(&long), "windows[0].replication.tables[0].table");
+        let mut unordered = b;
+        unordered.windows[0].replication.as_mut().unwrap().lag.as_mut().unwrap().buckets =
+            vec![Bucket { index: 10, count: 1 }, Bucket { index: 9, count: 1 }];
+        assert_eq!(field_of(&unordered), "windows[0].replication.lag.buckets[1].index");
     }
 
     #[test]

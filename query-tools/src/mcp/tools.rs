@@ -115,6 +115,13 @@ pub fn all() -> Vec<Tool> {
              its duration, waits and blocker."
         ),
         tool!(
+            "replication",
+            crate::ReplicationArgs,
+            crate::replication_to,
+            "What replicas applied: per replica, its transactions, lag at commit, the tables and event classes \
+             that took its apply time, and the statements it applied beside its primary's."
+        ),
+        tool!(
             "locks",
             crate::LocksArgs,
             crate::locks_to,

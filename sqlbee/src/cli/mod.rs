@@ -70,6 +70,10 @@ pub enum Role {
     /// killed, or lost their client: each with its duration, waits and blocker.
     #[cfg(feature = "collector")]
     Long(sqlbee_query_tools::LongArgs),
+    /// What replicas applied: transactions, lag at commit, and the tables
+    /// and event classes that took the apply time.
+    #[cfg(feature = "collector")]
+    Replication(sqlbee_query_tools::ReplicationArgs),
     /// Serves the collector's read side (top, diff, plans, findings,
     /// activity, events, ...) as Model Context Protocol tools on stdin and
     /// stdout, for an assistant; no tool writes or runs SQL.

@@ -6,6 +6,7 @@
 pub mod browser;
 pub mod collector;
 pub mod prometheus;
+pub mod replication;
 
 use std::{
     collections::HashMap,

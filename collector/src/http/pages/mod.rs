@@ -11,6 +11,7 @@ mod hosts;
 mod locks;
 pub mod login;
 mod plans;
+mod replication;
 mod tables;
 mod top;
 
@@ -50,6 +51,7 @@ pub async fn render(
         "/top" => top::render(ui, view, params).await,
         "/digest" => digest::render(ui, view, params).await,
         "/locks" => locks::render(ui, view).await,
+        "/replication" => replication::render(ui, view).await,
         "/plans" => plans::render(ui, view).await,
         "/tables" => tables::render(ui, view).await,
         "/compare" => compare::render(ui, view, params).await,

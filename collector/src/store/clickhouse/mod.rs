@@ -59,6 +59,7 @@ mod http;
 mod indexes;
 mod plans;
 mod read;
+mod replication;
 mod rollups;
 mod schema;
 mod series;
@@ -76,7 +77,8 @@ use sqlbee_proto::v1::{
 
 use super::{
     AnnotationsQuery, DigestTables, EventsQuery, ExportMark, HostsQuery, IngestOutcome, LocksQuery, Page, PlansQuery,
-    PruneCutoffs, PruneOutcome, SeriesQuery, Store, StoreError, StoredIndexes, TopPage, TopQuery, TotalsQuery,
+    PruneCutoffs, PruneOutcome, SeriesQuery, Store, StoreError, StoredIndexes, StoredReplication, TopPage, TopQuery,
+    TotalsQuery,
 };
 pub use cluster::shard_of;
 pub use schema::SCHEMA_VERSION;
@@ -400,6 +402,15 @@ impl Store for ClickHouseStore {
 
     fn table_indexes(&self, instance: Option<&str>) -> Result<Vec<StoredIndexes>, StoreError> {
         indexes::read(&self.db, instance)
+    }
+
+    fn replication(
+        &self,
+        instance: Option<&str>,
+        since_unix_ms: i64,
+        until_unix_ms: i64,
+    ) -> Result<Vec<StoredReplication>, StoreError> {
+        replication::read(&self.db, instance, since_unix_ms, until_unix_ms)
     }
 
     fn plans_of(

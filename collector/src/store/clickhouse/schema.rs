@@ -28,7 +28,8 @@ use crate::store::{rank_columns, rollup};
 /// 7: `annotations` and `events` (new tables).
 /// 8: `export_marks` (a new table).
 /// 9: `table_indexes` (a new table).
-pub const SCHEMA_VERSION: u32 = 9;
+/// 10: `replication_windows` (a new table).
+pub const SCHEMA_VERSION: u32 = 10;
 
 const SERVER_LOGIN: &str = "server_login String DEFAULT ''";
 
@@ -255,6 +256,15 @@ pub(super) fn tables_for(layout: Layout<'_>) -> Vec<(&'static str, String)> {
             None,
             "instance, schema, table_name",
         ),
+        // What replicas applied (`replication`, an encoded
+        // sqlbee.v1.Replication), one row per instance and window; a
+        // replayed batch's copy is the same window. Ages with plans.
+        table(
+            "replication_windows",
+            "instance String, window_start_unix_ms Int64, window_end_unix_ms Int64, replication String",
+            None,
+            "instance, window_start_unix_ms",
+        ),
         // Markers and detected events (`events`): no batch identity, no
         // partition (few rows); they age with the hour rollups.
         table("annotations", "id UInt64, at_unix_ms Int64, annotation String", None, "at_unix_ms, id"),
@@ -358,11 +368,12 @@ pub(super) const ROLLUP_AGING: [(&str, &str); 4] = [
 /// events and export marks, pruned by the hour rollups' retention (unpartitioned: small, and
 /// they go by mutation). An event goes by its opening, which all its
 /// versions share; an export's newest mark outlives its older ones.
-pub(super) const PLAN_AGING: [(&str, &str); 7] = [
+pub(super) const PLAN_AGING: [(&str, &str); 8] = [
     ("plans", "seen_unix_ms"),
     ("plan_changes", "at_unix_ms"),
     ("digest_tables", "seen_unix_ms"),
     ("table_indexes", "read_unix_ms"),
+    ("replication_windows", "window_end_unix_ms"),
     ("annotations", "at_unix_ms"),
     ("events", "opened_unix_ms"),
     ("export_marks", "until_unix_ms"),

@@ -542,6 +542,12 @@ fn long_statements_newest_first_once_and_pruned() {
 }
 
 #[test]
+fn replication_windows_read_once_per_window() {
+    let Some((store, _)) = store("replication") else { return };
+    shared_tests::replication_windows_read_once_per_window(&store, batch);
+}
+
+#[test]
 fn table_indexes_keep_the_newest_reading() {
     let Some((store, _)) = store("table_indexes") else { return };
     shared_tests::table_indexes_keep_the_newest_reading(&store, batch);
@@ -698,6 +704,20 @@ pub(super) fn every_kind_of_row(sequence: u64, end: i64) -> Batch {
         statements: vec!["UPDATE t SET b = ?".into()],
     };
     w.lock_waits = vec![lock_wait(end - 2, 1, vec![blocker])];
+    w.replication = Some(sqlbee_proto::v1::Replication {
+        transactions: 1,
+        lag: Some(Histogram { scheme: 1, buckets: vec![Bucket { index: 3, count: 1 }] }),
+        lag_max_ns: 5,
+        classes: vec![sqlbee_proto::v1::AppliedClass { class: "xid".into(), events: 1, apply_ns: 2, rows: Some(1) }],
+        tables: vec![sqlbee_proto::v1::AppliedTable {
+            schema: "app".into(),
+            table: "t'x".into(),
+            kind: "write_rows".into(),
+            events: 1,
+            apply_ns: 1,
+            rows: None,
+        }],
+    });
     w.long_statements = vec![sqlbee_proto::v1::LongStatement {
         connection_id: 3,
         digest: sqlbee_vocabulary::digest_id::of("SELECT ?"),
@@ -1087,6 +1107,7 @@ fn every_statement_the_store_sends_runs_on_current_clickhouse() {
         for instance in [None, Some("h'1")] {
             store.table_indexes(instance).unwrap();
             store.plans_of(&[u64::MAX - 1, 11], instance, late).unwrap();
+            store.replication(instance, 0, late).unwrap();
         }
         store.export_mark("otlp'metrics").unwrap();
         for instance in [None, Some("h'1".to_string())] {

@@ -270,6 +270,7 @@ pub(super) struct DataRows {
     plan_sightings: Vec<super::plans::Sighting>,
     digest_tables: RowWriter,
     table_indexes: RowWriter,
+    replication: RowWriter,
     /// A digest's text is written once per group: any copy will do.
     text_seen: std::collections::HashSet<u64>,
 }
@@ -295,6 +296,7 @@ impl DataRows {
             plan_sightings,
             digest_tables,
             table_indexes,
+            replication,
             text_seen,
         } = self;
         plan_sightings.clear();
@@ -312,6 +314,7 @@ impl DataRows {
             plan_changes,
             digest_tables,
             table_indexes,
+            replication,
         ] {
             w.clear(KEEP_BYTES);
         }
@@ -334,6 +337,7 @@ impl DataRows {
             plan_sightings,
             digest_tables,
             table_indexes,
+            replication,
             text_seen,
         } = self;
         let agent = batch.agent.clone().unwrap_or_default();
@@ -423,6 +427,11 @@ impl DataRows {
                 table_indexes.col("indexes").message(Some(t));
                 table_indexes.end_row();
             }
+            if let Some(r) = &w.replication {
+                replication.col("instance").str(&server.name).col("window_start_unix_ms").i64(w.window_start_unix_ms);
+                replication.col("window_end_unix_ms").i64(w.window_end_unix_ms).col("replication").message(Some(r));
+                replication.end_row();
+            }
             for d in &w.digests {
                 if !d.statement_kind.is_empty() || d.tables_unknown {
                     let tables = sqlbee_proto::v1::DigestStats { tables: d.tables.clone(), ..Default::default() };
@@ -504,7 +513,7 @@ impl DataRows {
 
     pub(super) fn insert(&mut self, db: &Client) -> Result<(), StoreError> {
         super::plans::changes(db, &self.plan_sightings, &mut self.plan_changes)?;
-        let inserts: [(&str, &RowWriter); 13] = [
+        let inserts: [(&str, &RowWriter); 14] = [
             ("instance_windows", &self.windows),
             ("digest_windows", &self.digests),
             ("digest_texts", &self.texts),
@@ -518,6 +527,7 @@ impl DataRows {
             ("plan_changes", &self.plan_changes),
             ("digest_tables", &self.digest_tables),
             ("table_indexes", &self.table_indexes),
+            ("replication_windows", &self.replication),
         ];
         for (table, rows) in inserts {
             db.insert(table, rows).map_err(|e| error("ingest", e))?;
@@ -637,7 +647,9 @@ pub(super) fn prune(db: &Client, cutoffs: &PruneCutoffs) -> Result<PruneOutcome,
             "error_samples" => outcome.error_samples = deleted,
             "batches" => outcome.batches = deleted,
             "digest_rollups" | "instance_rollups" | "agent_rollups" => outcome.rollup_rows += deleted,
-            "plans" | "plan_changes" | "digest_tables" | "table_indexes" => outcome.plan_rows += deleted,
+            "plans" | "plan_changes" | "digest_tables" | "table_indexes" | "replication_windows" => {
+                outcome.plan_rows += deleted
+            }
             "annotations" | "events" => outcome.event_rows += deleted,
             _ => {}
         }

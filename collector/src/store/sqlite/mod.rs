@@ -17,6 +17,7 @@ mod indexes;
 mod long;
 mod plans;
 mod read;
+mod replication;
 mod rollups;
 mod row;
 mod schema;
@@ -41,7 +42,8 @@ use sqlbee_proto::v1::{
 
 use super::{
     AnnotationsQuery, DigestTables, EventsQuery, ExportMark, HostsQuery, IngestOutcome, LocksQuery, Page, PlansQuery,
-    PruneCutoffs, PruneOutcome, SeriesQuery, Store, StoreError, StoredIndexes, TopPage, TopQuery, TotalsQuery, cancel,
+    PruneCutoffs, PruneOutcome, SeriesQuery, Store, StoreError, StoredIndexes, StoredReplication, TopPage, TopQuery,
+    TotalsQuery, cancel,
 };
 
 pub use schema::{Durability, SCHEMA_VERSION};
@@ -294,6 +296,17 @@ impl Store for SqliteStore {
         let mut conn = self.read()?;
         let tx = conn.transaction().map_err(|e| error("table_indexes", e))?;
         indexes::read(&tx, instance)
+    }
+
+    fn replication(
+        &self,
+        instance: Option<&str>,
+        since_unix_ms: i64,
+        until_unix_ms: i64,
+    ) -> Result<Vec<StoredReplication>, StoreError> {
+        let mut conn = self.read()?;
+        let tx = conn.transaction().map_err(|e| error("replication_windows", e))?;
+        replication::read(&tx, instance, since_unix_ms, until_unix_ms)
     }
 
     fn plans_of(

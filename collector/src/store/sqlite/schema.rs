@@ -45,7 +45,8 @@ use crate::store::rank_columns;
 /// - 15: `annotations` and `events` (new tables, likewise).
 /// - 16: `export_marks` (a new table, likewise).
 /// - 17: `table_indexes` (a new table, likewise).
-pub const SCHEMA_VERSION: i64 = 17;
+/// - 18: `replication_windows` (a new table, likewise).
+pub const SCHEMA_VERSION: i64 = 18;
 
 /// The tables, with the rank columns in their place.
 pub(super) fn schema() -> String {
@@ -338,6 +339,7 @@ pub(super) fn migrate(conn: &mut Connection) -> rusqlite::Result<Result<i64, i64
     tx.execute_batch(super::events::TABLES)?;
     tx.execute_batch(super::export_marks::TABLES)?;
     tx.execute_batch(super::indexes::TABLES)?;
+    tx.execute_batch(super::replication::TABLES)?;
     // Version 1 -> 2: CREATE TABLE IF NOT EXISTS left digest_windows as it was.
     let has_waits = has_column(&tx, "digest_windows", "waits")?;
     if !has_waits {

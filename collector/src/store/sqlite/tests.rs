@@ -951,6 +951,14 @@ fn long_statements_newest_first_once_and_pruned() {
 }
 
 #[test]
+fn replication_windows_read_once_per_window() {
+    let (store, dir) = temp_store("replication");
+    shared_tests::replication_windows_read_once_per_window(&store, batch);
+    drop(store);
+    std::fs::remove_dir_all(dir).ok();
+}
+
+#[test]
 fn table_indexes_keep_the_newest_reading() {
     let (store, dir) = temp_store("table_indexes");
     shared_tests::table_indexes_keep_the_newest_reading(&store, batch);

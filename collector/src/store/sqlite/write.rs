@@ -158,6 +158,8 @@ pub(super) fn batch(
         super::long::write(tx, &agent.agent_id, &server.name, &w.long_statements)?;
         super::tables::write(tx, w.window_end_unix_ms, &w.digests)?;
         super::indexes::write(tx, &server.name, &w.table_indexes)?;
+        let window = (w.window_start_unix_ms, w.window_end_unix_ms);
+        super::replication::write(tx, &server.name, window, w.replication.as_ref())?;
         for d in &w.digests {
             insert_text.execute(params![i(d.digest), d.digest_text])?;
             for e in &d.error_codes {
@@ -417,6 +419,7 @@ pub(super) fn prune(writer: &Mutex<Connection>, cutoffs: &PruneCutoffs) -> Resul
             (SELECT digest, schema FROM digest_tables WHERE seen_unix_ms < ?1 LIMIT ?2)",
         "DELETE FROM table_indexes WHERE (instance, schema, table_name) IN
             (SELECT instance, schema, table_name FROM table_indexes WHERE read_unix_ms < ?1 LIMIT ?2)",
+        super::replication::AGING,
     ] {
         outcome.plan_rows += chunked_before(sql, cutoffs.hour)?;
     }
