@@ -9,11 +9,11 @@ use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user, bpf_probe_read_user_str_bytes},
     programs::{ProbeContext, RetProbeContext},
 };
-use sqlbee_kernel_abi::{APPLY_SLOTS, AppliedEvent, ROWS_UNKNOWN, ROWS_VTABLES, ServerLayout, UNKNOWN};
+use sqlbee_kernel_abi::{APPLY_SLOTS, AppliedEvent, ROWS_UNKNOWN, ROWS_VTABLES, ServerLayout, UNKNOWN, stat};
 
 use crate::{
     layout::layout,
-    maps::{APPLIED, APPLYING, gate_closed},
+    maps::{APPLIED, APPLYING, bump_stat, gate_closed},
 };
 
 uprobe_pair! {
@@ -40,6 +40,11 @@ fn on_apply_start(ctx: ProbeContext) -> u32 {
     if let Some(slot) = APPLYING.get_ptr_mut(tid & (APPLY_SLOTS - 1)) {
         // SAFETY: this thread's slot of the array map.
         let slot = unsafe { &mut *slot };
+        // Another applier's event still in this slot: its end will find
+        // the slot taken, so it is counted lost here, once.
+        if slot.event != 0 && slot.tid != tid {
+            bump_stat(stat::APPLIED_LOST);
+        }
         let layout = layout();
         // The class decides what else is read: only a rows event's table
         // and rows, so the events around it cost one read at each end.
@@ -69,7 +74,10 @@ fn on_apply_end() -> u32 {
     let event = slot.event;
     slot.event = 0;
     let layout = layout();
-    let Some(mut entry) = APPLIED.reserve::<AppliedEvent>(0) else { return 0 };
+    let Some(mut entry) = APPLIED.reserve::<AppliedEvent>(0) else {
+        bump_stat(stat::APPLIED_LOST);
+        return 0;
+    };
     let record = entry.as_mut_ptr();
     // SAFETY: the reservation is sized for one AppliedEvent; every field
     // is written before it is submitted.

@@ -172,7 +172,10 @@ pub mod stat {
     /// Second statement-end hits of one statement (`EXECUTE IMMEDIATE`
     /// reaches the end twice with one query id): not counted again.
     pub const DUPLICATE_HITS: u32 = 15;
-    pub const SLOTS: u32 = 16;
+    /// Events a replica applied that the agent could not time: their ring
+    /// was full, or two applier threads shared one slot of `APPLYING`.
+    pub const APPLIED_LOST: u32 = 16;
+    pub const SLOTS: u32 = 17;
 }
 
 /// One CPU's health counters, indexed by [`stat`].

@@ -455,6 +455,8 @@ pub fn tables_json(answer: &TablesResponse) -> Value {
                 "plannable_statements": t.plannable_statements,
                 "planned_statements": t.planned_statements,
                 "findings": t.findings.iter().map(finding_json).collect::<Vec<_>>(),
+                "apply_ns": t.apply_ns,
+                "applied": t.applied.iter().map(applied_table_json).collect::<Vec<_>>(),
             })
         })
         .collect();
@@ -790,6 +792,18 @@ mod tests {
     }
 }
 
+/// One table's rows events of one kind, as a replica applied them.
+fn applied_table_json(a: &crate::v1::AppliedTable) -> Value {
+    json!({
+        "schema": a.schema,
+        "table": a.table,
+        "kind": a.kind,
+        "events": a.events,
+        "rows": a.rows,
+        "apply_ns": a.apply_ns,
+    })
+}
+
 /// `sqlbee replication` and `/api/replication`: per replica, its
 /// transactions, lag at commit, the tables and event classes that took the
 /// apply time, and window by window the lag's highest point.
@@ -817,14 +831,8 @@ pub fn replication_json(answer: &ReplicationResponse) -> Value {
                     "p99_ms": quantile(0.99),
                     "max_ms": (measured > 0).then(|| ms(t.lag_max_ns)),
                 },
-                "tables": t.tables.iter().map(|a| json!({
-                    "schema": a.schema,
-                    "table": a.table,
-                    "kind": a.kind,
-                    "events": a.events,
-                    "rows": a.rows,
-                    "apply_ns": a.apply_ns,
-                })).collect::<Vec<_>>(),
+                "lost_events": t.lost_events,
+                "tables": t.tables.iter().map(applied_table_json).collect::<Vec<_>>(),
                 "events": t.classes.iter().map(|c| json!({
                     "class": c.class, "events": c.events, "rows": c.rows, "apply_ns": c.apply_ns,
                 })).collect::<Vec<_>>(),

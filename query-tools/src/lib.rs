@@ -94,8 +94,10 @@ pub struct TopArgs {
     /// Group the top digests' statements by a query tag's values
     /// (`tag:controller`), or by who sent them: `client`, `program` (the
     /// name it gave at connect), `process`, `address`, `container` or
-    /// `pod`. Per value: its statements and digests.
-    #[arg(long, value_name = "tag:KEY|client|program|process|address|container|pod", value_parser = render_by::By::parse)]
+    /// `pod`. Per value: its statements and digests. `table` ranks tables
+    /// instead: the time of the statements that touch each and of the rows
+    /// events replicas applied to it (`--schema`: that schema's tables).
+    #[arg(long, value_name = "tag:KEY|client|program|process|address|container|pod|table", value_parser = render_by::By::parse)]
     pub by: Option<render_by::By>,
     /// Only digests this client sent statements of: a program, a process
     /// name, an address, a container, or a client as `--by client` prints it. Each
@@ -377,6 +379,8 @@ pub enum QueryError {
     Client(#[from] ClientError),
     #[error("--since, --until or --step: {0}")]
     Since(#[from] duration::DurationError),
+    #[error("--by table ranks tables, not digests: {flag} does not apply to it")]
+    ByTable { flag: &'static str },
     #[error("--digest: {0:?} is not a digest id (16 hex digits, as `sqlbee top` prints it)")]
     Digest(String),
     #[error("{what} {value:?}: expected FROM..TO, as `--after 1h..now` or `--before 25h..24h`")]
@@ -485,6 +489,9 @@ pub fn top(args: TopArgs) -> Result<(), QueryError> {
 
 /// `top`, its answer written to `out`.
 pub fn top_to(args: TopArgs, mut out: &mut dyn Write) -> Result<(), QueryError> {
+    if args.by == Some(render_by::By::Table) {
+        return top_tables(&args, out);
+    }
     let digest = digest_id(args.digest.as_deref())?;
     let request = TopRequest {
         instance: args.instance.clone().unwrap_or_default(),
@@ -543,6 +550,45 @@ pub fn top_to(args: TopArgs, mut out: &mut dyn Write) -> Result<(), QueryError> 
             })
             .and_then(|()| render_cost::write_costs(&mut out, &answer.costs))
             .and_then(|()| render_cost::write_quotas(&mut out, &answer.quotas)),
+    }
+    .map_err(|source| QueryError::Output { source })
+}
+
+/// `top --by table`: the collector's tables, which count a replica's
+/// rows events beside the statements, ranked by both.
+fn top_tables(args: &TopArgs, mut out: &mut dyn Write) -> Result<(), QueryError> {
+    let digest_only = [
+        ("--digest", args.digest.is_some()),
+        ("--program", args.program.is_some()),
+        ("--client", args.client.is_some()),
+        ("--pod", args.pod.is_some()),
+        ("--tag", args.tag.is_some()),
+    ];
+    if let Some((flag, _)) = digest_only.iter().find(|(_, given)| *given) {
+        return Err(QueryError::ByTable { flag });
+    }
+    let request = TablesRequest {
+        instance: args.instance.clone().unwrap_or_default(),
+        since_unix_ms: since_unix_ms(&args.since)?,
+        until_unix_ms: until_unix_ms(&args.until)?,
+        // A schema's tables are picked from all of them.
+        limit: if args.schema.is_some() { MAX_TOP_LIMIT } else { args.limit },
+    };
+    let mut answer = call(&args.connect, "Tables", |mut client| async move { client.tables(request).await })?;
+    if let Some(schema) = &args.schema {
+        answer.tables.retain(|t| &t.schema == schema);
+        answer.tables.truncate(args.limit as usize);
+    }
+    match args.format {
+        Format::Json => {
+            let mut whole = json::tables_json(&answer);
+            for (row, t) in whole["tables"].as_array_mut().into_iter().flatten().zip(&answer.tables) {
+                row["total_ns"] = t.sum_ns.saturating_add(t.apply_ns).into();
+            }
+            whole["by"] = "table".into();
+            render::write_json(&mut out, &whole)
+        }
+        Format::Table => render::write_top_tables(&mut out, &answer),
     }
     .map_err(|source| QueryError::Output { source })
 }

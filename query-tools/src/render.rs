@@ -4,7 +4,9 @@ use std::io::Write;
 
 use serde_json::Value;
 use sqlbee_figures::{FIGURES, RANK_FIGURES, Unit};
-use sqlbee_proto::v1::{Blocker, InstanceInfo, LockWaitRow, PlansResponse, TablesResponse, TopDigest, WaitStats};
+use sqlbee_proto::v1::{
+    Blocker, InstanceInfo, LockWaitRow, PlansResponse, TableTotals, TablesResponse, TopDigest, WaitStats,
+};
 
 use super::cells::{cut, time};
 use sqlbee_proto::json::lag_ms;
@@ -269,26 +271,70 @@ pub fn write_instances_table(
     out.flush()
 }
 
+fn table_name(t: &TableTotals) -> String {
+    if t.schema.is_empty() { t.table.clone() } else { format!("{}.{}", t.schema, t.table) }
+}
+
+/// `sqlbee top --by table`: tables by all the time spent on them, the
+/// statements that touch them and the rows events replicas applied to
+/// them, each with its share of the whole.
+pub fn write_top_tables(out: &mut impl Write, answer: &TablesResponse) -> std::io::Result<()> {
+    let total = |t: &TableTotals| t.sum_ns.saturating_add(t.apply_ns);
+    let all: u64 = answer.tables.iter().map(total).sum();
+    writeln!(
+        out,
+        "{:<40} {:>12} {:>7} {:>12} {:>12} {:>10} {:>12} {:>12}  {}",
+        "table", "total_ms", "share", "statements", "stmt_ms", "applied", "rows", "apply_ms", "kinds"
+    )?;
+    for t in &answer.tables {
+        let events: u64 = t.applied.iter().map(|a| a.events).sum();
+        let rows: Option<u64> = t.applied.iter().try_fold(0u64, |sum, a| a.rows.map(|r| sum + r));
+        writeln!(
+            out,
+            "{:<40} {:>12} {:>6.1}% {:>12} {:>12} {:>10} {:>12} {:>12}  {}",
+            cut(&table_name(t), 40),
+            ms(total(t)),
+            if all == 0 { 0.0 } else { 100.0 * total(t) as f64 / all as f64 },
+            t.statements,
+            ms(t.sum_ns),
+            events,
+            if t.applied.is_empty() { "-".to_string() } else { rows.map_or_else(|| "?".to_string(), |r| r.to_string()) },
+            ms(t.apply_ns),
+            t.applied.iter().map(|a| a.kind.as_str()).collect::<Vec<_>>().join(",")
+        )?;
+    }
+    if answer.tables.is_empty() {
+        writeln!(out, "(no statement touched a table and no replica applied rows in this range)")?;
+    }
+    writeln!(
+        out,
+        "# a statement counts in full for every table its digest touches; applied: rows events a replica applied"
+    )
+}
+
 pub fn write_tables_table(out: &mut impl Write, answer: &TablesResponse) -> std::io::Result<()> {
     writeln!(out, "# each statement counts in full for every table its digest touches")?;
     writeln!(
         out,
-        "{:<40} {:>12} {:>12} {:>14} {:>10} {:>10} {:>8}",
-        "table", "statements", "total_ms", "rows_examined", "writing", "reading", "digests"
+        "{:<40} {:>12} {:>12} {:>14} {:>10} {:>10} {:>8} {:>12}",
+        "table", "statements", "total_ms", "rows_examined", "writing", "reading", "digests", "applied_ms"
     )?;
     for t in &answer.tables {
-        let name = if t.schema.is_empty() { t.table.clone() } else { format!("{}.{}", t.schema, t.table) };
         writeln!(
             out,
-            "{:<40} {:>12} {:>12} {:>14} {:>10} {:>10} {:>8}",
-            cut(&name, 40),
+            "{:<40} {:>12} {:>12} {:>14} {:>10} {:>10} {:>8} {:>12}",
+            cut(&table_name(t), 40),
             t.statements,
             ms(t.sum_ns),
             t.rows_examined.map_or_else(|| "-".to_string(), |r| r.to_string()),
             t.writing_statements,
             t.reading_statements,
-            t.digest_count
+            t.digest_count,
+            if t.applied.is_empty() { "-".to_string() } else { ms(t.apply_ns) }
         )?;
+    }
+    if answer.tables.iter().any(|t| !t.applied.is_empty()) {
+        writeln!(out, "# applied_ms: the rows events replicas applied to the table (`sqlbee replication` has more)")?;
     }
     if answer.tables.is_empty() {
         writeln!(out, "(no statement touched a table in this range)")?;
@@ -472,6 +518,9 @@ pub fn write_replication_table(
             lag("p99_ms"),
             lag("max_ms")
         )?;
+        if let Some(lost) = r["lost_events"].as_u64().filter(|n| *n > 0) {
+            writeln!(out, "  # {lost} events applied could not be timed: the counts below are short by that many")?;
+        }
         let tables = r["tables"].as_array().cloned().unwrap_or_default();
         let events = r["events"].as_array().cloned().unwrap_or_default();
         let total: u64 = events.iter().filter_map(|e| e["apply_ns"].as_u64()).sum();

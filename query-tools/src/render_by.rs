@@ -24,6 +24,10 @@ pub enum By {
     Address,
     Container,
     Pod,
+    /// Not a grouping of digests: `top --by table` ranks tables, the time
+    /// of the statements that touch each and of the rows events replicas
+    /// applied to it (`lib::top_tables`).
+    Table,
 }
 
 impl By {
@@ -35,11 +39,12 @@ impl By {
             "address" => By::Address,
             "container" => By::Container,
             "pod" => By::Pod,
+            "table" => By::Table,
             _ => match value.strip_prefix("tag:") {
                 Some(key) if !key.is_empty() => By::Tag(key.to_string()),
                 _ => {
                     return Err(format!(
-                        "{value:?}: expected tag:KEY, client, program, process, address, container or pod \
+                        "{value:?}: expected tag:KEY, client, program, process, address, container, pod or table \
                          (as `--by tag:controller` or `--by pod`)"
                     ));
                 }
@@ -56,6 +61,7 @@ impl By {
             By::Address => "address".into(),
             By::Container => "container".into(),
             By::Pod => "pod".into(),
+            By::Table => "table".into(),
         }
     }
 
@@ -80,7 +86,7 @@ impl By {
     fn of_client(&self, c: &ClientCount) -> Option<String> {
         let text = |s: &str| (!s.is_empty()).then(|| s.to_string());
         match self {
-            By::Tag(_) => None,
+            By::Tag(_) | By::Table => None,
             By::Client => Some(client_label(c)).filter(|l| !l.is_empty()),
             By::Program => text(&c.program),
             By::Process => text(&c.process),

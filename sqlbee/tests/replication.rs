@@ -123,6 +123,7 @@ fn a_row_based_replica_counts_each_transaction_and_table_once() {
     // this clock, and the primary's time has whole seconds.
     let samples = total(&|w| w["lag"]["samples"].as_u64().unwrap());
     assert_eq!(samples, transactions);
+    assert_eq!(total(&|w| w["lost_events"].as_u64().unwrap()), 0, "no event went untimed");
     let max = windows.iter().filter_map(|w| w["lag"]["max_ms"].as_u64()).max().unwrap();
     assert!(max < 5_000, "lag up to {max} ms on an idle pair");
     // Tables and counts only: no line of the replication carries a value.
@@ -159,6 +160,35 @@ fn a_row_based_replica_counts_each_transaction_and_table_once() {
     let stored_apply: u64 = stored["tables"].as_array().unwrap().iter().map(|t| t["apply_ns"].as_u64().unwrap()).sum();
     let agent_apply = total(&|w| w["tables"].as_array().unwrap().iter().map(|t| t["apply_ns"].as_u64().unwrap()).sum());
     assert_eq!(stored_apply, agent_apply, "apply time stored as measured");
+    assert_eq!(stored["lost_events"], 0);
+    // `top --by table` ranks the replica's tables with the rows events
+    // applied to them (rep.u's DDL is a statement of its own).
+    let instance = common::instance_of(&replica);
+    let by_table =
+        sqlbee_query(&["top", "--collector", &url, "--since", "all", "--instance", &instance, "--by", "table", "--format", "json"]);
+    assert!(by_table.status.success(), "{}", String::from_utf8_lossy(&by_table.stderr));
+    let by_table: Value = serde_json::from_slice(&by_table.stdout).unwrap();
+    let first = by_table["tables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["schema"] == "rep" && t["table"] == "t")
+        .unwrap_or_else(|| panic!("{by_table:#}"));
+    let applied = first["applied"].as_array().unwrap();
+    let sum = |key: &str| applied.iter().map(|a| a[key].as_u64().unwrap()).sum::<u64>();
+    assert_eq!(sum("events"), INSERTS + 2 + DELETES);
+    assert_eq!(sum("rows"), INSERTS + INSERTS + DELETES);
+    assert_eq!(first["apply_ns"].as_u64().unwrap(), sum("apply_ns"));
+    assert_eq!(first["total_ns"].as_u64().unwrap(), first["sum_ns"].as_u64().unwrap() + sum("apply_ns"));
+    let shown = sqlbee_query(&["top", "--collector", &url, "--since", "all", "--instance", &instance, "--by", "table"]);
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    assert!(shown.lines().any(|l| l.starts_with("rep.t ") && l.contains("update_rows")), "{shown}");
+    let refused = sqlbee_query(&["top", "--collector", &url, "--by", "table", "--digest", "0123456789abcdef"]);
+    assert!(
+        !refused.status.success() && String::from_utf8_lossy(&refused.stderr).contains("--digest does not apply"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
     let table = sqlbee_query(&["replication", "--collector", &url, "--since", "all"]);
     let table = String::from_utf8_lossy(&table.stdout);
     assert!(
@@ -185,6 +215,10 @@ fn a_row_based_replica_counts_each_transaction_and_table_once() {
             "{dom}"
         );
         assert!(browser::screenshot(&page, &browser::screenshot_dir().join("replication.png")).is_empty());
+        // The Tables page counts the rows events beside the statements.
+        let tables = browser::load(&format!("{}tables?since=all", collector.ui));
+        assert!(tables.console.is_empty(), "{:#?}", tables.console);
+        assert!(tables.dom.contains("<li class=\"table-applied\" data-kind=\"update_rows\" data-events=\"2\">"), "{}", tables.dom);
     }
 }
 

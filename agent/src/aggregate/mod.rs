@@ -650,6 +650,9 @@ impl Aggregator {
             window.summary.nested_unmatched += delta.nested_unmatched;
             window.summary.replica_statements += delta.replica;
             window.summary.duplicate_hits += delta.duplicate_hits;
+            if delta.applied_lost > 0 {
+                self.replication.entry(instance_name.clone()).or_default().lost(delta.applied_lost);
+            }
             if batch.detached {
                 self.last_counters.remove(&key);
             } else {

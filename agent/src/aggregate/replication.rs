@@ -56,11 +56,15 @@ pub struct ReplicationWindow {
     pub lag: Histogram,
     pub lag_max_ns: u64,
     pub lag_sum_ns: u128,
+    /// Events applied that the kernel side could not time (their ring was
+    /// full, or two appliers shared a slot): the counts above are short by
+    /// this many.
+    pub lost_events: u64,
 }
 
 impl ReplicationWindow {
     pub fn is_empty(&self) -> bool {
-        self.classes.is_empty()
+        self.classes.is_empty() && self.lost_events == 0
     }
 
     /// The lag's quantile `q` (0.0..=1.0) in ns, within its bucket and
@@ -117,6 +121,10 @@ impl Replication {
             }
             _ => {}
         }
+    }
+
+    pub fn lost(&mut self, events: u64) {
+        self.window.lost_events += events;
     }
 
     /// The window's totals. Transactions still open without an XID are

@@ -147,6 +147,7 @@ struct ReplicaTotals {
     lag_sum_ns: u128,
     /// By event class: events applied and their apply time.
     classes: BTreeMap<&'static str, (u64, u128)>,
+    lost_events: u64,
 }
 
 /// A digest row's identity on the page: schema and digest id.
@@ -191,6 +192,7 @@ impl AgentMetrics {
                 replica.transactions += r.replication.transactions;
                 replica.lag.merge(&r.replication.lag);
                 replica.lag_sum_ns += r.replication.lag_sum_ns;
+                replica.lost_events += r.replication.lost_events;
                 for (class, applied) in &r.replication.classes {
                     let total = replica.classes.entry(class).or_default();
                     total.0 += applied.events;
@@ -306,6 +308,15 @@ impl AgentMetrics {
             for (class, (_, ns)) in &r.classes {
                 f.sample(&[("instance", instance), ("class", class)], *ns as f64 / 1e9);
             }
+        }
+        let mut f = enc.family(
+            "sqlbee_replica_events_lost_total",
+            "Events the replica applied that the agent could not time (its ring was full, or two appliers shared a \
+             slot): the counts above are short by this many.",
+            MetricType::Counter,
+        );
+        for (instance, r) in &replicas {
+            f.sample(&[("instance", instance)], r.lost_events);
         }
     }
 

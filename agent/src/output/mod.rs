@@ -550,6 +550,7 @@ fn replication_json(instance: &str, r: &crate::aggregate::replication::Replicati
             "schema": schema, "table": table, "kind": kind.name(), "events": t.events, "apply_ns": t.apply_ns,
             "rows": t.rows,
         })).collect::<Vec<_>>(),
+        "lost_events": r.lost_events,
     })
 }
 

@@ -148,6 +148,8 @@ pub struct Counters {
     pub nested_unmatched: u64,
     pub replica: u64,
     pub duplicate_hits: u64,
+    /// Events the replica applied that could not be timed (`stat::APPLIED_LOST`).
+    pub applied_lost: u64,
 }
 
 impl Default for Counters {
@@ -165,6 +167,7 @@ impl Default for Counters {
             nested_unmatched: 0,
             replica: 0,
             duplicate_hits: 0,
+            applied_lost: 0,
         }
     }
 }
@@ -195,6 +198,7 @@ impl Counters {
             nested_unmatched: at(stat::NESTED_UNMATCHED),
             replica: at(stat::REPLICA),
             duplicate_hits: at(stat::DUPLICATE_HITS),
+            applied_lost: at(stat::APPLIED_LOST),
         }
     }
 
@@ -219,6 +223,7 @@ impl Counters {
             nested_unmatched: self.nested_unmatched.saturating_sub(earlier.nested_unmatched),
             replica: self.replica.saturating_sub(earlier.replica),
             duplicate_hits: self.duplicate_hits.saturating_sub(earlier.duplicate_hits),
+            applied_lost: self.applied_lost.saturating_sub(earlier.applied_lost),
         }
     }
 }

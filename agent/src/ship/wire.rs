@@ -400,6 +400,7 @@ fn replication(r: &crate::aggregate::replication::ReplicationWindow) -> WireRepl
             buckets: r.lag.buckets().map(|(index, count)| Bucket { index: index as u32, count }).collect(),
         }),
         lag_max_ns: r.lag_max_ns,
+        lost_events: r.lost_events,
         classes: r
             .classes
             .iter()

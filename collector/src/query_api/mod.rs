@@ -345,8 +345,9 @@ impl Query for QueryService {
         let instance = non_empty(request.instance);
         let store = self.store.clone();
         let replicas = blocking(move || {
-            let windows = store.replication(instance.as_deref(), since_unix_ms, until_unix_ms)?;
-            let mut replicas = replication::answers(windows);
+            let mut answers = replication::Answers::default();
+            store.replication_each(instance.as_deref(), since_unix_ms, until_unix_ms, &mut |w| answers.add(w))?;
+            let mut replicas = answers.finish();
             for replica in &mut replicas {
                 replica.digests =
                     replication::digests(store.as_ref(), &replica.instance, since_unix_ms, until_unix_ms)?;
@@ -474,7 +475,13 @@ impl Query for QueryService {
             digests.sort_unstable();
             digests.dedup();
             let described = store.digest_tables(&digests)?;
-            let mut answer = tables::totals(&rows, &described, limit);
+            // What replicas applied, merged over every instance asked.
+            let mut applied = replication::Merged::default();
+            store.replication_each(query.instance.as_deref(), query.since_unix_ms, query.until_unix_ms, &mut |w| {
+                applied.add(&w.replication)
+            })?;
+            let applied = applied.finish().tables;
+            let mut answer = tables::totals(&rows, &described, &applied, limit);
             // Indexes and what to do about them: from the definitions
             // agents read and the plans in force over the range.
             let instance = query.instance.as_deref();

@@ -1,6 +1,6 @@
-//! A replica's windows merged over a range: counts and apply times added,
-//! the lag's histogram merged bucket by bucket (exact counts), and one
-//! point per window for the timeline.
+//! A replica's windows merged over a range as the store reads them:
+//! counts and apply times added, the lag's histogram merged bucket by
+//! bucket (exact counts), and a timeline of at most 720 points.
 use std::collections::BTreeMap;
 
 use sqlbee_proto::v1::{
@@ -62,30 +62,104 @@ pub fn digests(
     Ok(out)
 }
 
-/// One answer per instance (by name), each with its windows oldest first.
-pub fn answers(windows: Vec<StoredReplication>) -> Vec<ReplicaAnswer> {
-    let mut by_instance: BTreeMap<String, Vec<StoredReplication>> = BTreeMap::new();
-    for w in windows {
-        by_instance.entry(w.instance.clone()).or_default().push(w);
+/// Timeline points per replica: past this, neighbouring windows merge
+/// into one point, so a range of any length answers in a bounded size.
+pub const MAX_TIMELINE: usize = 720;
+/// (table, kind) pairs one merge names; the rest count under empty names,
+/// as an agent's own overflow does.
+pub const MAX_TABLES: usize = 10_000;
+
+/// One answer per instance (by name), each merged window by window as the
+/// store hands them over, oldest first.
+#[derive(Default)]
+pub struct Answers {
+    by_instance: BTreeMap<String, (Merged, Timeline)>,
+}
+
+impl Answers {
+    pub fn add(&mut self, w: StoredReplication) {
+        let (merged, timeline) = self.by_instance.entry(w.instance).or_default();
+        merged.add(&w.replication);
+        timeline.add(ReplicaWindow {
+            window_start_unix_ms: w.window_start_unix_ms,
+            window_end_unix_ms: w.window_end_unix_ms,
+            transactions: w.replication.transactions,
+            lag_max_ns: w.replication.lag_max_ns,
+            apply_ns: w.replication.classes.iter().map(|c| c.apply_ns).sum(),
+        });
     }
-    by_instance
-        .into_iter()
-        .map(|(instance, mut windows)| {
-            windows.sort_by_key(|w| w.window_start_unix_ms);
-            let timeline = windows
-                .iter()
-                .map(|w| ReplicaWindow {
-                    window_start_unix_ms: w.window_start_unix_ms,
-                    window_end_unix_ms: w.window_end_unix_ms,
-                    transactions: w.replication.transactions,
-                    lag_max_ns: w.replication.lag_max_ns,
-                    apply_ns: w.replication.classes.iter().map(|c| c.apply_ns).sum(),
-                })
-                .collect();
-            let totals = merged(windows.iter().map(|w| &w.replication));
-            ReplicaAnswer { instance, totals: Some(totals), timeline, digests: Vec::new() }
-        })
-        .collect()
+
+    pub fn finish(self) -> Vec<ReplicaAnswer> {
+        self.by_instance
+            .into_iter()
+            .map(|(instance, (merged, timeline))| ReplicaAnswer {
+                instance,
+                totals: Some(merged.finish()),
+                timeline: timeline.finish(),
+                digests: Vec::new(),
+            })
+            .collect()
+    }
+}
+
+/// A replica's timeline, at most [`MAX_TIMELINE`] points of equally many
+/// windows each (the last may hold fewer). Windows come oldest first.
+struct Timeline {
+    points: Vec<ReplicaWindow>,
+    /// Windows per point, doubled each time the points are halved.
+    width: usize,
+    /// The point being filled, and how many windows it holds.
+    filling: Option<(ReplicaWindow, usize)>,
+}
+
+impl Default for Timeline {
+    fn default() -> Self {
+        Timeline { points: Vec::new(), width: 1, filling: None }
+    }
+}
+
+impl Timeline {
+    fn add(&mut self, w: ReplicaWindow) {
+        let (point, held) = match self.filling.take() {
+            Some((point, held)) => (joined(point, &w), held + 1),
+            None => (w, 1),
+        };
+        if held < self.width {
+            self.filling = Some((point, held));
+            return;
+        }
+        self.points.push(point);
+        if self.points.len() == 2 * MAX_TIMELINE {
+            self.halve();
+        }
+    }
+
+    fn halve(&mut self) {
+        self.points = std::mem::take(&mut self.points)
+            .chunks(2)
+            .map(|pair| pair[1..].iter().fold(pair[0].clone(), joined))
+            .collect();
+        self.width *= 2;
+    }
+
+    fn finish(mut self) -> Vec<ReplicaWindow> {
+        self.points.extend(self.filling.take().map(|(point, _)| point));
+        while self.points.len() > MAX_TIMELINE {
+            self.halve();
+        }
+        self.points
+    }
+}
+
+/// Two neighbouring points as one: `b` follows `a`.
+fn joined(a: ReplicaWindow, b: &ReplicaWindow) -> ReplicaWindow {
+    ReplicaWindow {
+        window_start_unix_ms: a.window_start_unix_ms.min(b.window_start_unix_ms),
+        window_end_unix_ms: a.window_end_unix_ms.max(b.window_end_unix_ms),
+        transactions: a.transactions + b.transactions,
+        lag_max_ns: a.lag_max_ns.max(b.lag_max_ns),
+        apply_ns: a.apply_ns.saturating_add(b.apply_ns),
+    }
 }
 
 /// Events, apply time and rows added up; rows stay known only while every
@@ -109,50 +183,72 @@ impl Totals {
     }
 }
 
-fn merged<'a>(windows: impl Iterator<Item = &'a Replication>) -> Replication {
-    let mut lag = histogram::Histogram::default();
-    let mut out = Replication::default();
-    let mut classes: BTreeMap<String, Totals> = BTreeMap::new();
-    let mut tables: BTreeMap<(String, String, String), Totals> = BTreeMap::new();
-    for r in windows {
-        out.transactions += r.transactions;
-        out.lag_max_ns = out.lag_max_ns.max(r.lag_max_ns);
+/// Windows' replication merged: exact counts, the lag's histogram merged
+/// bucket by bucket. Over several instances for a table's total.
+#[derive(Default)]
+pub struct Merged {
+    transactions: u64,
+    lost_events: u64,
+    lag_max_ns: u64,
+    lag: histogram::Histogram,
+    classes: BTreeMap<String, Totals>,
+    tables: BTreeMap<(String, String, String), Totals>,
+}
+
+impl Merged {
+    pub fn add(&mut self, r: &Replication) {
+        self.transactions += r.transactions;
+        self.lost_events += r.lost_events;
+        self.lag_max_ns = self.lag_max_ns.max(r.lag_max_ns);
         for b in r.lag.iter().flat_map(|h| &h.buckets) {
-            lag.add_bucket(b.index as usize, b.count);
+            self.lag.add_bucket(b.index as usize, b.count);
         }
         for c in &r.classes {
-            classes.entry(c.class.clone()).or_default().add(c.events, c.apply_ns, c.rows);
+            self.classes.entry(c.class.clone()).or_default().add(c.events, c.apply_ns, c.rows);
         }
         for t in &r.tables {
-            tables
-                .entry((t.schema.clone(), t.table.clone(), t.kind.clone()))
-                .or_default()
-                .add(t.events, t.apply_ns, t.rows);
+            let mut key = (t.schema.clone(), t.table.clone(), t.kind.clone());
+            if self.tables.len() >= MAX_TABLES && !self.tables.contains_key(&key) {
+                key = (String::new(), String::new(), t.kind.clone());
+            }
+            self.tables.entry(key).or_default().add(t.events, t.apply_ns, t.rows);
         }
     }
-    out.lag = Some(Histogram {
-        scheme: histogram::SCHEME,
-        buckets: lag.buckets().map(|(index, count)| Bucket { index: index as u32, count }).collect(),
-    });
-    out.classes = classes
-        .into_iter()
-        .map(|(class, t)| AppliedClass { class, events: t.events, apply_ns: t.apply_ns, rows: t.rows })
-        .collect();
-    // The tables that took the most apply time first.
-    let mut tables: Vec<AppliedTable> = tables
-        .into_iter()
-        .map(|((schema, table, kind), t)| AppliedTable {
-            schema,
-            table,
-            kind,
-            events: t.events,
-            apply_ns: t.apply_ns,
-            rows: t.rows,
-        })
-        .collect();
-    tables.sort_by(|a, b| b.apply_ns.cmp(&a.apply_ns).then_with(|| (&a.schema, &a.table).cmp(&(&b.schema, &b.table))));
-    out.tables = tables;
-    out
+
+    pub fn finish(self) -> Replication {
+        let classes = self
+            .classes
+            .into_iter()
+            .map(|(class, t)| AppliedClass { class, events: t.events, apply_ns: t.apply_ns, rows: t.rows })
+            .collect();
+        // The tables that took the most apply time first.
+        let mut tables: Vec<AppliedTable> = self
+            .tables
+            .into_iter()
+            .map(|((schema, table, kind), t)| AppliedTable {
+                schema,
+                table,
+                kind,
+                events: t.events,
+                apply_ns: t.apply_ns,
+                rows: t.rows,
+            })
+            .collect();
+        tables.sort_by(|a, b| {
+            b.apply_ns.cmp(&a.apply_ns).then_with(|| (&a.schema, &a.table).cmp(&(&b.schema, &b.table)))
+        });
+        Replication {
+            transactions: self.transactions,
+            lag: Some(Histogram {
+                scheme: histogram::SCHEME,
+                buckets: self.lag.buckets().map(|(index, count)| Bucket { index: index as u32, count }).collect(),
+            }),
+            lag_max_ns: self.lag_max_ns,
+            classes,
+            tables,
+            lost_events: self.lost_events,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -184,16 +280,25 @@ mod tests {
                     apply_ns: table_ns,
                     rows: Some(3),
                 }],
+                lost_events: 1,
             },
         }
+    }
+
+    fn answers(windows: Vec<StoredReplication>) -> Vec<ReplicaAnswer> {
+        let mut answers = Answers::default();
+        for w in windows {
+            answers.add(w);
+        }
+        answers.finish()
     }
 
     #[test]
     fn windows_merge_per_instance_with_a_timeline() {
         let answers = answers(vec![
-            window("b", 2000, 1, &[5_000_000], 10),
-            window("a", 2000, 3, &[1_000_000, 2_000_000, 48_000_000_000], 700),
             window("a", 1000, 2, &[1_000_000, 1_000_000], 300),
+            window("a", 2000, 3, &[1_000_000, 2_000_000, 48_000_000_000], 700),
+            window("b", 2000, 1, &[5_000_000], 10),
         ]);
         assert_eq!(answers.iter().map(|a| a.instance.as_str()).collect::<Vec<_>>(), ["a", "b"]);
         let a = &answers[0];
@@ -204,5 +309,27 @@ mod tests {
         assert_eq!((totals.tables[0].events, totals.tables[0].apply_ns, totals.tables[0].rows), (4, 1000, Some(6)));
         assert_eq!(a.timeline.iter().map(|w| w.window_start_unix_ms).collect::<Vec<_>>(), [1000, 2000]);
         assert_eq!(a.timeline[1].lag_max_ns, 48_000_000_000);
+        assert_eq!(totals.lost_events, 2);
+    }
+
+    #[test]
+    fn a_long_range_answers_a_bounded_timeline_that_keeps_every_count() {
+        let windows = 3 * MAX_TIMELINE as i64 + 5;
+        let answers = answers(
+            (0..windows)
+                .map(|i| window("a", 1000 * i, 1, &[if i == 1234 { 60_000_000_000 } else { 1_000_000 }], 10))
+                .collect(),
+        );
+        let timeline = &answers[0].timeline;
+        assert!(timeline.len() <= MAX_TIMELINE && timeline.len() > MAX_TIMELINE / 2, "{}", timeline.len());
+        assert_eq!(timeline.iter().map(|w| w.transactions).sum::<u64>(), windows as u64);
+        assert_eq!(timeline.iter().map(|w| w.apply_ns).sum::<u64>(), 10 * windows as u64);
+        // Points cover the range in order, without a gap or an overlap.
+        assert_eq!((timeline[0].window_start_unix_ms, timeline.last().unwrap().window_end_unix_ms), (0, 1000 * windows));
+        assert!(timeline.windows(2).all(|p| p[0].window_end_unix_ms == p[1].window_start_unix_ms));
+        // The peak survives, in the point that holds its window.
+        let peak = timeline.iter().find(|w| w.lag_max_ns == 60_000_000_000).unwrap();
+        assert!(peak.window_start_unix_ms <= 1_234_000 && peak.window_end_unix_ms > 1_234_000);
+        assert_eq!(answers[0].totals.as_ref().unwrap().transactions, windows as u64);
     }
 }

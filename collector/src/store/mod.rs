@@ -515,14 +515,28 @@ pub trait Store: Send + Sync {
     /// The newest reading of each table's indexes, on `instance` or on
     /// every instance.
     fn table_indexes(&self, instance: Option<&str>) -> Result<Vec<StoredIndexes>, StoreError>;
-    /// What replicas applied, window by window (oldest first), for windows
-    /// that ended in `since..until` on `instance` or on every instance.
+    /// What replicas applied, window by window (oldest first, each window
+    /// once), for windows that ended in `since..until` on `instance` or on
+    /// every instance: each handed to `visit` as it is read, so a reader
+    /// that merges them holds one at a time, whatever the range.
+    fn replication_each(
+        &self,
+        instance: Option<&str>,
+        since_unix_ms: i64,
+        until_unix_ms: i64,
+        visit: &mut dyn FnMut(StoredReplication),
+    ) -> Result<(), StoreError>;
+    /// `replication_each`, collected.
     fn replication(
         &self,
         instance: Option<&str>,
         since_unix_ms: i64,
         until_unix_ms: i64,
-    ) -> Result<Vec<StoredReplication>, StoreError>;
+    ) -> Result<Vec<StoredReplication>, StoreError> {
+        let mut out = Vec::new();
+        self.replication_each(instance, since_unix_ms, until_unix_ms, &mut |w| out.push(w))?;
+        Ok(out)
+    }
     /// Every plan (with a hash) of `digests` first seen before `until`, on
     /// `instance` or on every instance: which indexes they chose.
     fn plans_of(&self, digests: &[u64], instance: Option<&str>, until_unix_ms: i64)

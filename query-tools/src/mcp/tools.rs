@@ -98,7 +98,7 @@ pub fn all() -> Vec<Tool> {
             crate::TablesArgs,
             crate::tables_to,
             "Per-table totals: statements, time and rows examined of the digests that read or write each table, \
-             and the changes made to it."
+             the rows events replicas applied to it, and the changes made to it."
         ),
         tool!(
             "activity",

@@ -61,6 +61,14 @@ fn section(body: &mut String, replica: &ReplicaAnswer, shaped: &serde_json::Valu
         lag("p99_ms"),
         lag("max_ms"),
     );
+    if let Some(lost) = shaped["lost_events"].as_u64().filter(|n| *n > 0) {
+        let _ = write!(
+            body,
+            "<p class=\"label lost\">{} events applied could not be timed (the agent's ring was full or two appliers \
+             shared a slot): the counts are short by that many.</p>",
+            html::count(lost)
+        );
+    }
     // In a sentence: when the lag peaked, and where the apply time went.
     if let Some(peak) = replica.timeline.iter().filter(|w| w.lag_max_ns > 0).max_by_key(|w| w.lag_max_ns) {
         let _ = write!(

@@ -1,7 +1,8 @@
 //! Tables: per-table totals over the range, each with the digests that
 //! touch it (linked to their pages) and the changes made to it (the
 //! `change` events that name it). A statement counts in full for every
-//! table its digest touches, as the page says.
+//! table its digest touches, as the page says; the rows events a replica
+//! applied to a table count beside its statements.
 use std::fmt::Write;
 
 use sqlbee_proto::v1::{TableTotals, TablesRequest};
@@ -39,27 +40,43 @@ pub async fn render(ui: &Ui, view: &View) -> Rendered {
     } else {
         body.push_str(
             "<table class=\"data\" id=\"tables\"><thead><tr><th>Table</th><th>Statements</th><th>Total</th>\
-             <th>Rows examined</th><th>Writing</th><th>Reading</th><th>Digests</th></tr></thead><tbody>",
+             <th>Rows examined</th><th>Writing</th><th>Reading</th><th>Digests</th><th>Applied</th></tr></thead>\
+             <tbody>",
         );
         for t in &answer.tables {
             let name = if t.schema.is_empty() { t.table.clone() } else { format!("{}.{}", t.schema, t.table) };
             let _ = write!(
                 body,
-                "<tr data-table=\"{}\" data-statements=\"{}\" data-sum-ns=\"{}\"><td><strong>{}</strong></td>\
-                 <td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>\
-                 <td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
+                "<tr data-table=\"{}\" data-statements=\"{}\" data-sum-ns=\"{}\" data-apply-ns=\"{}\">\
+                 <td><strong>{}</strong></td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>\
+                 <td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
                 esc(&name),
                 t.statements,
                 t.sum_ns,
+                t.apply_ns,
                 esc(&name),
                 html::count(t.statements),
                 html::duration_ns(t.sum_ns as f64),
                 t.rows_examined.map_or_else(|| "-".to_string(), html::count),
                 html::count(t.writing_statements),
                 html::count(t.reading_statements),
-                html::count(t.digest_count)
+                html::count(t.digest_count),
+                if t.applied.is_empty() { "-".to_string() } else { html::duration_ns(t.apply_ns as f64) }
             );
-            body.push_str("<tr class=\"table-digests\"><td colspan=\"7\"><ul>");
+            body.push_str("<tr class=\"table-digests\"><td colspan=\"8\"><ul>");
+            for a in &t.applied {
+                let _ = write!(
+                    body,
+                    "<li class=\"table-applied\" data-kind=\"{}\" data-events=\"{}\">{} applied by a replica: {} events \
+                     · {} rows · {}</li>",
+                    esc(&a.kind),
+                    a.events,
+                    esc(&a.kind),
+                    html::count(a.events),
+                    a.rows.map_or_else(|| "?".to_string(), html::count),
+                    html::duration_ns(a.apply_ns as f64)
+                );
+            }
             for d in &t.digests {
                 let _ = write!(
                     body,

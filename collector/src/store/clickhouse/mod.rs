@@ -404,13 +404,14 @@ impl Store for ClickHouseStore {
         indexes::read(&self.db, instance)
     }
 
-    fn replication(
+    fn replication_each(
         &self,
         instance: Option<&str>,
         since_unix_ms: i64,
         until_unix_ms: i64,
-    ) -> Result<Vec<StoredReplication>, StoreError> {
-        replication::read(&self.db, instance, since_unix_ms, until_unix_ms)
+        visit: &mut dyn FnMut(StoredReplication),
+    ) -> Result<(), StoreError> {
+        replication::read(&self.db, instance, since_unix_ms, until_unix_ms, visit)
     }
 
     fn plans_of(

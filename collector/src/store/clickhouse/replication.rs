@@ -16,7 +16,8 @@ pub(super) fn read(
     instance: Option<&str>,
     since_unix_ms: i64,
     until_unix_ms: i64,
-) -> Result<Vec<StoredReplication>, StoreError> {
+    visit: &mut dyn FnMut(StoredReplication),
+) -> Result<(), StoreError> {
     let bad = malformed("replication_windows");
     let filter = instance.map(|i| format!(" AND instance = {}", quote(i))).unwrap_or_default();
     let mut rows = db
@@ -28,14 +29,13 @@ pub(super) fn read(
              ORDER BY window_start_unix_ms, instance"
         ))
         .map_err(|e| error("replication_windows", e))?;
-    let mut out = Vec::new();
     while !rows.done() {
         let instance = rows.string().map_err(&bad)?;
         let window_start_unix_ms = rows.i64().map_err(&bad)?;
         let window_end_unix_ms = rows.i64().map_err(&bad)?;
         let replication = Replication::decode(rows.bytes().map_err(&bad)?.as_slice())
             .map_err(|_| StoreError::Corrupt { what: "replication_windows.replication" })?;
-        out.push(StoredReplication { instance, window_start_unix_ms, window_end_unix_ms, replication });
+        visit(StoredReplication { instance, window_start_unix_ms, window_end_unix_ms, replication });
     }
-    Ok(out)
+    Ok(())
 }

@@ -298,15 +298,16 @@ impl Store for SqliteStore {
         indexes::read(&tx, instance)
     }
 
-    fn replication(
+    fn replication_each(
         &self,
         instance: Option<&str>,
         since_unix_ms: i64,
         until_unix_ms: i64,
-    ) -> Result<Vec<StoredReplication>, StoreError> {
+        visit: &mut dyn FnMut(StoredReplication),
+    ) -> Result<(), StoreError> {
         let mut conn = self.read()?;
         let tx = conn.transaction().map_err(|e| error("replication_windows", e))?;
-        replication::read(&tx, instance, since_unix_ms, until_unix_ms)
+        replication::read(&tx, instance, since_unix_ms, until_unix_ms, visit)
     }
 
     fn plans_of(

@@ -44,7 +44,8 @@ pub(super) fn read(
     instance: Option<&str>,
     since_unix_ms: i64,
     until_unix_ms: i64,
-) -> Result<Vec<StoredReplication>, StoreError> {
+    visit: &mut dyn FnMut(StoredReplication),
+) -> Result<(), StoreError> {
     let failed = |e| error("replication_windows", e);
     let mut statement = tx
         .prepare(
@@ -58,12 +59,11 @@ pub(super) fn read(
             Ok((r.get::<_, String>(0)?, r.get(1)?, r.get(2)?, r.get::<_, Vec<u8>>(3)?))
         })
         .map_err(failed)?;
-    let mut out = Vec::new();
     for row in rows {
         let (instance, window_start_unix_ms, window_end_unix_ms, blob) = row.map_err(failed)?;
         let replication =
             Replication::decode(blob.as_slice()).map_err(|_| StoreError::Corrupt { what: "replication_windows" })?;
-        out.push(StoredReplication { instance, window_start_unix_ms, window_end_unix_ms, replication });
+        visit(StoredReplication { instance, window_start_unix_ms, window_end_unix_ms, replication });
     }
-    Ok(out)
+    Ok(())
 }
