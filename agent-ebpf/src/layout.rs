@@ -52,6 +52,11 @@ static LAYOUT: ServerLayout = ServerLayout {
     event_thd_offset: sqlbee_kernel_abi::UNKNOWN,
     row_counter_offsets: [0; 3],
     rows_vtables: [0; sqlbee_kernel_abi::ROWS_VTABLES],
+    gtid_vtable: 0,
+    rgi_rli_offset: sqlbee_kernel_abi::UNKNOWN,
+    rli_mi_offset: sqlbee_kernel_abi::UNKNOWN,
+    mi_channel_offset: sqlbee_kernel_abi::UNKNOWN,
+    reserved_channel: 0,
 };
 
 /// The layout, read where each field is used. Through a pointer the

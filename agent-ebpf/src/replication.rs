@@ -36,6 +36,7 @@ fn on_apply_start(ctx: ProbeContext) -> u32 {
         return 0;
     }
     let event: u64 = ctx.arg(0).unwrap_or(0);
+    let rgi: u64 = ctx.arg(1).unwrap_or(0);
     let tid = bpf_get_current_pid_tgid() as u32;
     if let Some(slot) = APPLYING.get_ptr_mut(tid & (APPLY_SLOTS - 1)) {
         // SAFETY: this thread's slot of the array map.
@@ -55,6 +56,7 @@ fn on_apply_start(ctx: ProbeContext) -> u32 {
         slot.vtable = vtable;
         slot.thd = thd;
         slot.rows_before = rows_changed(thd, layout);
+        slot.rgi = if vtable != 0 && vtable == layout.gtid_vtable { rgi } else { 0 };
         slot.start_ns = unsafe { bpf_ktime_get_ns() };
     }
     0
@@ -72,6 +74,7 @@ fn on_apply_end() -> u32 {
         return 0;
     }
     let event = slot.event;
+    let rgi = slot.rgi;
     slot.event = 0;
     let layout = layout();
     let Some(mut entry) = APPLIED.reserve::<AppliedEvent>(0) else {
@@ -97,6 +100,9 @@ fn on_apply_end() -> u32 {
         let vtable = slot.vtable;
         (*record).vtable = vtable;
         (*record).when = bpf_probe_read_user((event + layout.event_when_offset as u64) as *const u64).unwrap_or(0);
+        if rgi != 0 {
+            read_channel(rgi, layout, &mut (*record).table);
+        }
         if is_rows(vtable, layout) {
             (*record).rows_type =
                 bpf_probe_read_user((event + layout.rows_type_offset as u64) as *const u32).unwrap_or(0);
@@ -119,6 +125,33 @@ fn on_apply_end() -> u32 {
     }
     entry.submit(BPF_RB_NO_WAKEUP as u64);
     0
+}
+
+/// The connection name of the channel a GTID event's transaction came
+/// through (`rgi->rli->mi->connection_name`): once per transaction, so the
+/// events between cost nothing more. Left empty when unknown, when the
+/// event is not a channel's (`BINLOG` statements, Galera: `mi` null or
+/// not a channel), and for the default channel, whose name is empty.
+#[inline(always)]
+fn read_channel(rgi: u64, layout: &ServerLayout, out: &mut [u8; sqlbee_kernel_abi::APPLIED_NAME]) {
+    if layout.rgi_rli_offset == UNKNOWN || layout.rli_mi_offset == UNKNOWN || layout.mi_channel_offset == UNKNOWN {
+        return;
+    }
+    // SAFETY: reads of the server's memory; a failed one leaves it empty.
+    unsafe {
+        let rli = bpf_probe_read_user((rgi + layout.rgi_rli_offset as u64) as *const u64).unwrap_or(0);
+        if rli == 0 {
+            return;
+        }
+        let mi = bpf_probe_read_user((rli + layout.rli_mi_offset as u64) as *const u64).unwrap_or(0);
+        if mi == 0 {
+            return;
+        }
+        let name = bpf_probe_read_user((mi + layout.mi_channel_offset as u64) as *const [u64; 2]).unwrap_or([0; 2]);
+        if name[0] != 0 && name[1] != 0 {
+            let _ = bpf_probe_read_user_str_bytes(name[0] as *const u8, out);
+        }
+    }
 }
 
 /// Whether the event's class is one of the rows events'.

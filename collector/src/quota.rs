@@ -56,7 +56,7 @@ impl Cost {
                     + w.long_statements.len() as u64
                     + w.changes.len() as u64
                     + w.table_indexes.len() as u64
-                    + u64::from(w.replication.is_some())
+                    + w.replication.len() as u64
                     + plans
             })
             .sum();

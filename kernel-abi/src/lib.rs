@@ -313,6 +313,17 @@ pub struct ServerLayout {
     /// Where the rows events' classes keep their virtual tables in this
     /// process (the value of such an event's first word); 0: none.
     pub rows_vtables: [u64; ROWS_VTABLES],
+    /// The GTID event's virtual table: the event that begins a
+    /// transaction, where its replication channel is read; 0: none.
+    pub gtid_vtable: u64,
+    /// `rpl_group_info::rli` (`Relay_log_info*`), `Relay_log_info::mi`
+    /// (`Master_info*`, null outside a channel) and
+    /// `Master_info::connection_name` (`{char*, size_t}`). `UNKNOWN`:
+    /// channels are not told apart.
+    pub rgi_rli_offset: u32,
+    pub rli_mi_offset: u32,
+    pub mi_channel_offset: u32,
+    pub reserved_channel: u32,
 }
 
 /// Classes of rows events told apart by their virtual table: write,
@@ -339,6 +350,9 @@ pub struct Applying {
     /// (`ROWS_UNKNOWN`: not read; other events never read them).
     pub thd: u64,
     pub rows_before: u64,
+    /// For a GTID event, its `rpl_group_info*` (the channel is read from it
+    /// at the return).
+    pub rgi: u64,
 }
 
 /// Rows changed that could not be read.
@@ -366,7 +380,9 @@ pub struct AppliedEvent {
     /// Rows the applier wrote, updated and deleted while applying it (its
     /// handler's counters, triggers included); `ROWS_UNKNOWN`: not read.
     pub rows: u64,
-    /// A rows event's table, NUL-terminated; empty for other events.
+    /// A rows event's table, NUL-terminated; empty for other events. A
+    /// GTID event's `table` is instead its channel's connection name
+    /// (empty: the default channel, or channels not told apart).
     pub schema: [u8; APPLIED_NAME],
     pub table: [u8; APPLIED_NAME],
 }

@@ -822,8 +822,7 @@ pub fn replication_json(answer: &ReplicationResponse) -> Value {
             let quantile = |q: f64| (measured > 0).then(|| ms(lag.percentile(q, 0, t.lag_max_ns)));
             json!({
                 "instance": r.instance,
-                // Channels are not told apart yet: the default one.
-                "channel": "",
+                "channel": r.channel,
                 "transactions": t.transactions,
                 "lag": {
                     "samples": measured,

@@ -58,6 +58,8 @@ pub const COUNT_LIMITS: &[(&str, u64)] = &[
     ("IndexDefinition.columns", 64),
     // Six classes of event; the agent names at most 2,000 tables per
     // window and counts the rest in one row.
+    // MariaDB replicates from at most 64 primaries (channels) at once.
+    ("InstanceWindow.replication", 64),
     ("Replication.classes", 16),
     ("Replication.tables", 2_001),
 ];
@@ -121,6 +123,7 @@ pub const LENGTH_LIMITS: &[(&str, u64)] = &[
     ("TableIndexes.table", 1_024),
     ("AppliedClass.class", 32),
     // The agent copies at most 71 bytes of each name.
+    ("Replication.channel", 1_024),
     ("AppliedTable.schema", 1_024),
     ("AppliedTable.table", 1_024),
     ("AppliedTable.kind", 32),

@@ -283,8 +283,8 @@ pub fn write_top_tables(out: &mut impl Write, answer: &TablesResponse) -> std::i
     let all: u64 = answer.tables.iter().map(total).sum();
     writeln!(
         out,
-        "{:<40} {:>12} {:>7} {:>12} {:>12} {:>10} {:>12} {:>12}  {}",
-        "table", "total_ms", "share", "statements", "stmt_ms", "applied", "rows", "apply_ms", "kinds"
+        "{:<40} {:>12} {:>7} {:>12} {:>12} {:>10} {:>12} {:>12}  kinds",
+        "table", "total_ms", "share", "statements", "stmt_ms", "applied", "rows", "apply_ms"
     )?;
     for t in &answer.tables {
         let events: u64 = t.applied.iter().map(|a| a.events).sum();
@@ -298,7 +298,11 @@ pub fn write_top_tables(out: &mut impl Write, answer: &TablesResponse) -> std::i
             t.statements,
             ms(t.sum_ns),
             events,
-            if t.applied.is_empty() { "-".to_string() } else { rows.map_or_else(|| "?".to_string(), |r| r.to_string()) },
+            if t.applied.is_empty() {
+                "-".to_string()
+            } else {
+                rows.map_or_else(|| "?".to_string(), |r| r.to_string())
+            },
             ms(t.apply_ns),
             t.applied.iter().map(|a| a.kind.as_str()).collect::<Vec<_>>().join(",")
         )?;
@@ -509,9 +513,13 @@ pub fn write_replication_table(
     let shaped = sqlbee_proto::json::replication_json(answer);
     for r in shaped["replicas"].as_array().into_iter().flatten() {
         let lag = |key: &str| r["lag"][key].as_u64().map_or("-".to_string(), |v| format!("{v} ms"));
+        let channel = match r["channel"].as_str().unwrap_or_default() {
+            "" => String::new(),
+            channel => format!(" (channel {channel})"),
+        };
         writeln!(
             out,
-            "{}: {} transactions, lag p50 {}, p99 {}, max {}",
+            "{}{channel}: {} transactions, lag p50 {}, p99 {}, max {}",
             r["instance"].as_str().unwrap_or_default(),
             r["transactions"],
             lag("p50_ms"),

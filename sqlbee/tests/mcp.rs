@@ -57,7 +57,7 @@ async fn an_assistant_reads_what_the_query_commands_say_and_can_write_nothing() 
     let now = now_ms();
     let mut w = rich_window(INSTANCE, now);
     // And what it applied as a replica of another server.
-    w.replication = Some(sqlbee_proto::v1::Replication {
+    w.replication = vec![sqlbee_proto::v1::Replication {
         transactions: 4,
         lag: Some(sqlbee_proto::v1::Histogram {
             scheme: sqlbee_vocabulary::histogram::SCHEME,
@@ -65,7 +65,7 @@ async fn an_assistant_reads_what_the_query_commands_say_and_can_write_nothing() 
         }),
         lag_max_ns: 2_000_000,
         ..Default::default()
-    });
+    }];
     let ingest = ClientOptions { token: Some(INGEST_TOKEN.into()), ..plain(&url) };
     push(&mut ingest_client(&ingest).await, batch("mcp-agent", 1, vec![w])).await.expect("the batch is stored");
 

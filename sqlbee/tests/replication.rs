@@ -11,7 +11,7 @@ use common::{
     Agent, PrivateServer, browser,
     collector::{Collector, sqlbee_query},
     privileged,
-    replication::{caught_up, pair},
+    replication::{SOURCES, caught_up, caught_up_in, multi_source, pair},
 };
 use serde_json::Value;
 
@@ -77,7 +77,7 @@ fn a_row_based_replica_counts_each_transaction_and_table_once() {
     let line = |series: &str| -> u64 {
         page.lines().find_map(|l| l.strip_prefix(series)?.trim().parse::<f64>().ok()).map_or(0, |v| v as u64)
     };
-    let instance = format!("{{instance=\"{}\"}}", common::instance_of(&replica));
+    let instance = format!("{{instance=\"{}\",channel=\"\"}}", common::instance_of(&replica));
     assert_eq!(line(&format!("sqlbee_replica_transactions_total{instance}")), after - before, "{page}");
     assert_eq!(line(&format!("sqlbee_replica_lag_seconds_count{instance}")), after - before);
     let out = agent.stop();
@@ -164,8 +164,19 @@ fn a_row_based_replica_counts_each_transaction_and_table_once() {
     // `top --by table` ranks the replica's tables with the rows events
     // applied to them (rep.u's DDL is a statement of its own).
     let instance = common::instance_of(&replica);
-    let by_table =
-        sqlbee_query(&["top", "--collector", &url, "--since", "all", "--instance", &instance, "--by", "table", "--format", "json"]);
+    let by_table = sqlbee_query(&[
+        "top",
+        "--collector",
+        &url,
+        "--since",
+        "all",
+        "--instance",
+        &instance,
+        "--by",
+        "table",
+        "--format",
+        "json",
+    ]);
     assert!(by_table.status.success(), "{}", String::from_utf8_lossy(&by_table.stderr));
     let by_table: Value = serde_json::from_slice(&by_table.stdout).unwrap();
     let first = by_table["tables"]
@@ -218,8 +229,91 @@ fn a_row_based_replica_counts_each_transaction_and_table_once() {
         // The Tables page counts the rows events beside the statements.
         let tables = browser::load(&format!("{}tables?since=all", collector.ui));
         assert!(tables.console.is_empty(), "{:#?}", tables.console);
-        assert!(tables.dom.contains("<li class=\"table-applied\" data-kind=\"update_rows\" data-events=\"2\">"), "{}", tables.dom);
+        assert!(
+            tables.dom.contains("<li class=\"table-applied\" data-kind=\"update_rows\" data-events=\"2\">"),
+            "{}",
+            tables.dom
+        );
     }
+}
+
+/// A replica of two primaries (multi-source, two parallel workers shared
+/// by both channels): each channel's transactions and tables are its own,
+/// counted exactly against the replica's position in its GTID domain.
+#[test]
+fn a_multi_source_replica_tells_its_channels_apart() {
+    if !privileged("a_multi_source_replica_tells_its_channels_apart") {
+        return;
+    }
+    let _serial = common::one_at_a_time();
+    let (primaries, replica) = multi_source(2);
+    let position = |i: usize| caught_up_in(&primaries[i], &replica, SOURCES[i].1);
+    let before: Vec<u64> = (0..2).map(position).collect();
+    let collector = Collector::start(&[]);
+    let metrics_port = common::free_port();
+    let agent = agent_on(&replica, &collector, metrics_port);
+    // eu: 12 single-row inserts; us: 7, then one transaction of two updates.
+    let inserts = [12u64, 7];
+    for (primary, ((channel, _), n)) in primaries.iter().zip(SOURCES.iter().zip(inserts)) {
+        for i in 0..n {
+            primary.sql(&format!("INSERT INTO {channel}.t VALUES ({i}, {i})")).unwrap();
+        }
+    }
+    primaries[1].sql("BEGIN; UPDATE us.t SET v = 0 WHERE id < 3; UPDATE us.t SET v = 1 WHERE id >= 3; COMMIT").unwrap();
+    let after: Vec<u64> = (0..2).map(position).collect();
+    let applied = [after[0] - before[0], after[1] - before[1]];
+    assert_eq!(applied, [12, 8]);
+    std::thread::sleep(Duration::from_millis(800));
+    let page = common::http_get(metrics_port, "/metrics");
+    let out = agent.stop();
+    assert!(out.success, "{}", out.stderr);
+    let windows: Vec<&Value> = out.of_type("replication").collect();
+    for (i, (channel, _)) in SOURCES.iter().enumerate() {
+        let mine: Vec<&&Value> = windows.iter().filter(|w| w["channel"] == *channel).collect();
+        let transactions: u64 = mine.iter().map(|w| w["transactions"].as_u64().unwrap()).sum();
+        assert_eq!(transactions, applied[i], "channel {channel}: {windows:#?}");
+        let samples: u64 = mine.iter().map(|w| w["lag"]["samples"].as_u64().unwrap()).sum();
+        assert_eq!(samples, applied[i], "one lag per transaction on {channel}");
+        // Its rows events name only its own schema's table.
+        let tables: Vec<(String, String, u64)> = mine
+            .iter()
+            .flat_map(|w| w["tables"].as_array().unwrap())
+            .map(|t| {
+                (
+                    t["schema"].as_str().unwrap().into(),
+                    t["kind"].as_str().unwrap().into(),
+                    t["events"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        assert!(tables.iter().all(|(schema, _, _)| schema == channel), "{channel}: {tables:?}");
+        let of_kind = |kind: &str| tables.iter().filter(|t| t.1 == kind).map(|t| t.2).sum::<u64>();
+        assert_eq!((of_kind("write_rows"), of_kind("update_rows")), (inserts[i], if i == 1 { 2 } else { 0 }));
+        let series = format!(
+            "sqlbee_replica_transactions_total{{instance=\"{}\",channel=\"{channel}\"}} ",
+            common::instance_of(&replica)
+        );
+        assert!(page.contains(&format!("{series}{}", applied[i])), "{series} in {page}");
+    }
+    assert!(windows.iter().all(|w| w["channel"] != ""), "no event fell to the default channel: {windows:#?}");
+    // The collector keeps each channel apart.
+    let answer =
+        sqlbee_query(&["replication", "--collector", &collector.http_url(), "--since", "all", "--format", "json"]);
+    assert!(answer.status.success(), "{}", String::from_utf8_lossy(&answer.stderr));
+    let answer: Value = serde_json::from_slice(&answer.stdout).unwrap();
+    let channels: Vec<(&str, u64)> = answer["replicas"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["channel"].as_str().unwrap(), r["transactions"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(channels, [("eu", applied[0]), ("us", applied[1])], "{answer:#}");
+    let shown = sqlbee_query(&["replication", "--collector", &collector.http_url(), "--since", "all"]);
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    assert!(
+        shown.contains("(channel eu): 12 transactions") && shown.contains("(channel us): 8 transactions"),
+        "{shown}"
+    );
 }
 
 /// A statement-based replica with one applier thread, made late on

@@ -353,8 +353,9 @@ pub struct WindowReport {
     /// Statements that changed the server (DDL, settings, privileges...).
     pub changes: Vec<ChangeRecord>,
     pub changes_dropped: u64,
-    /// What the server applied as a replica (empty on a primary).
-    pub replication: replication::ReplicationWindow,
+    /// What the server applied as a replica, by replication channel
+    /// (empty on a primary).
+    pub replication: std::collections::BTreeMap<String, replication::ReplicationWindow>,
 }
 
 #[derive(Default)]

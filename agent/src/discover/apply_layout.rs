@@ -1,9 +1,10 @@
 //! Where a build lets the replica-apply probes read an event: the second
 //! the primary wrote it (`Log_event::when`), and for a rows event its type
 //! code and table (`Rows_log_event::m_type`, `m_table->s->db` and
-//! `table_name`). Each offset is decoded from a small exported function
-//! that touches it; the event classes are told apart by their virtual
-//! tables, which the binary exports by name.
+//! `table_name`), and for a GTID event the name of the channel it came
+//! through. Each offset is decoded from a small exported function that
+//! touches it; the event classes are told apart by their virtual tables,
+//! which the binary exports by name.
 use super::{
     StaticVariable,
     elf::{find_symbol, function_bytes},
@@ -27,6 +28,16 @@ const HANDLER_ROW_COUNTERS: [&str; 3] =
 /// The counters are neighbours in `system_status_var` (136 bytes apart at
 /// most in 10.11 and 11.8): three found further apart are not them.
 const ROW_COUNTERS_SPAN: u32 = 1024;
+/// Begins with `this->rli = rli`.
+const GROUP_REINIT: &str = "_ZN14rpl_group_info6reinitEP14Relay_log_info";
+/// Sets `mi->rli.mi = mi` just before it calls `mi->rli.init(...)`.
+const INIT_MASTER_INFO: &str = "_Z16init_master_infoP11Master_infoPKcS2_bi";
+const RELAY_LOG_INIT: &str = "_ZN14Relay_log_info4initEPKc";
+/// Returns `Master_info::cmp_connection_name` (the lowercase copy, right
+/// after `connection_name`) as a hash key.
+const MASTER_INFO_KEY: &str = "_Z19get_key_master_infoPKvPmc";
+/// Bytes of code searched for the functions above.
+const MAX_FUNCTION: u64 = 16 * 1024;
 
 /// What an applied event is, by its class.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -74,6 +85,18 @@ pub struct ApplyLayout {
     /// (`status_var.ha_*_count`): the rows an event changed are their
     /// growth while it applies. None: this build's code did not match.
     pub rows_changed: Option<(u32, [u32; 3])>,
+    /// Where a GTID event's `rpl_group_info` leads to its channel's name.
+    /// None: channels are not told apart in this build.
+    pub channel: Option<ChannelPath>,
+}
+
+/// `rpl_group_info::rli`, `Relay_log_info::mi` and
+/// `Master_info::connection_name`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChannelPath {
+    pub rgi_rli: u32,
+    pub rli_mi: u32,
+    pub mi_name: u32,
 }
 
 /// The layout, or why this build has none.
@@ -107,7 +130,71 @@ pub fn apply_layout(elf: &object::File<'_>) -> Result<ApplyLayout, String> {
         return Err("no rows event class is exported".into());
     }
     let rows_changed = event_thd(&code(LOG_EVENT_FOR_THD, 128)).zip(row_counters(&|s| code(s, 256)));
-    Ok(ApplyLayout { when, rows_type, rows_table, table_share, share_db, classes, rows_changed })
+    let channel = channel_path(elf);
+    Ok(ApplyLayout { when, rows_type, rows_table, table_share, share_db, classes, rows_changed, channel })
+}
+
+/// The channel's path, each step from the one function that shows it.
+fn channel_path(elf: &object::File<'_>) -> Option<ChannelPath> {
+    use object::ObjectSymbol;
+    let whole = |name: &str| {
+        let symbol = find_symbol(elf, name)?;
+        let code = function_bytes(elf, name, symbol.size().clamp(1, MAX_FUNCTION))?;
+        Some((symbol.address(), code))
+    };
+    let rgi_rli = first_store_of_second_argument(&whole(GROUP_REINIT)?.1)?;
+    let (at, code) = whole(INIT_MASTER_INFO)?;
+    let init = find_symbol(elf, RELAY_LOG_INIT)?.address();
+    let rli_mi = back_pointer(&code, at, init)?;
+    let mi_name = key_field(&whole(MASTER_INFO_KEY)?.1)?.checked_sub(16)?;
+    Some(ChannelPath { rgi_rli, rli_mi, mi_name })
+}
+
+/// `mov %rsi,disp(%rdi)` as the first instruction.
+fn first_store_of_second_argument(code: &[u8]) -> Option<u32> {
+    match strip_endbr(code) {
+        [0x48, 0x89, 0x77, d, ..] => Some(u32::from(*d)),
+        [0x48, 0x89, 0xb7, a, b, c, d, ..] => u32::try_from(i32::from_le_bytes([*a, *b, *c, *d])).ok(),
+        _ => None,
+    }
+}
+
+/// In `init_master_info`, `mi->rli.mi = mi; mi->rli.init(...)`: a register
+/// stored into itself at `back` (`mov %R,back(%R)`), then `lea
+/// embedded(%R),%rdi` and the call of `Relay_log_info::init` at `init`
+/// (`code` starts at `at`). `Relay_log_info::mi` is `back - embedded`.
+fn back_pointer(code: &[u8], at: u64, init: u64) -> Option<u32> {
+    let disp = |d: &[u8]| -> Option<u32> { u32::try_from(i32::from_le_bytes(<[u8; 4]>::try_from(d).ok()?)).ok() };
+    let call = (0..code.len().saturating_sub(4)).find(|&i| {
+        let Ok(rel) = <[u8; 4]>::try_from(&code[i + 1..i + 5]) else { return false };
+        code[i] == 0xe8 && (at + i as u64 + 5).wrapping_add_signed(i64::from(i32::from_le_bytes(rel))) == init
+    })?;
+    // `lea disp32(%R),%rdi` within the 24 bytes before the call.
+    let (lea, base, embedded) = (call.saturating_sub(24)..call.saturating_sub(6)).rev().find_map(|i| {
+        let &[rex @ (0x48 | 0x49), 0x8d, modrm, ..] = &code[i..] else { return None };
+        let base = (modrm & 7) | if rex == 0x49 { 8 } else { 0 };
+        (modrm & 0xf8 == 0xb8 && modrm & 7 != 4).then(|| (i, base, disp(&code[i + 3..i + 7])))
+    })?;
+    let embedded = embedded?;
+    // The last `mov %R,disp32(%R)` before it.
+    let rex = if base >= 8 { 0x4d } else { 0x48 };
+    let modrm = 0x80 | ((base & 7) << 3) | (base & 7);
+    let back = (0..lea.saturating_sub(6))
+        .rev()
+        .find(|&i| code[i] == rex && code[i + 1] == 0x89 && code[i + 2] == modrm)
+        .and_then(|i| disp(&code[i + 3..i + 7]))?;
+    back.checked_sub(embedded).filter(|mi| mi % 8 == 0)
+}
+
+/// `mov L(%rdi),%rax; mov %rax,(%rsi); mov S(%rdi),%rax; ret`: a hash key
+/// function returning the `{str, length}` at S.
+fn key_field(code: &[u8]) -> Option<u32> {
+    match strip_endbr(code) {
+        [0x48, 0x8b, 0x87, _, _, _, _, 0x48, 0x89, 0x06, 0x48, 0x8b, 0x87, a, b, c, d, 0xc3, ..] => {
+            u32::try_from(i32::from_le_bytes([*a, *b, *c, *d])).ok().filter(|s| s % 8 == 0)
+        }
+        _ => None,
+    }
 }
 
 /// `mov %rsi,disp(%rdi)` or, through a copy of `this` in `%rax`,
@@ -278,6 +365,30 @@ mod tests {
         assert_eq!(pointer_chain(&[0x48, 0x8b, 0x40, 0x70, 0xc3]), Vec::<u32>::new());
     }
 
+    #[test]
+    fn the_channel_path_is_where_the_server_code_follows_it() {
+        // MariaDB 10.11.19 and 11.8.9: `mov %rsi,0x8(%rdi)` first.
+        assert_eq!(first_store_of_second_argument(&[0x48, 0x89, 0x77, 0x08, 0xc3]), Some(8));
+        assert_eq!(first_store_of_second_argument(&[0xf3, 0x0f, 0x1e, 0xfa, 0x48, 0x89, 0x77, 0x08]), Some(8));
+        assert_eq!(first_store_of_second_argument(&[0x48, 0x89, 0x7e, 0x08]), None);
+        // `mov %rbx,0x37e0(%rbx); mov -0x440(%rbp),%rsi; lea 0x1cc0(%rbx),%rdi;
+        // call Relay_log_info::init` (10.11.19): mi at 0x1b20.
+        let mut code = vec![0x90; 16];
+        code.extend([0x48, 0x89, 0x9b, 0xe0, 0x37, 0, 0]);
+        code.extend([0x48, 0x8b, 0xb5, 0xc0, 0xfb, 0xff, 0xff]);
+        code.extend([0x48, 0x8d, 0xbb, 0xc0, 0x1c, 0, 0]);
+        let call_at = code.len() as u64;
+        code.push(0xe8);
+        code.extend(0x100i32.to_le_bytes());
+        let at = 0x40_0000;
+        assert_eq!(back_pointer(&code, at, at + call_at + 5 + 0x100), Some(0x1b20));
+        // A call of something else is not it.
+        assert_eq!(back_pointer(&code, at, at + 0x9999), None);
+        // `mov 0xb98(%rdi),%rax; mov %rax,(%rsi); mov 0xb90(%rdi),%rax; ret`
+        let key = [0x48, 0x8b, 0x87, 0x98, 0x0b, 0, 0, 0x48, 0x89, 0x06, 0x48, 0x8b, 0x87, 0x90, 0x0b, 0, 0, 0xc3];
+        assert_eq!(key_field(&key), Some(0xb90));
+    }
+
     /// The build on this machine (Debian's MariaDB 10.11), when it is there.
     #[test]
     fn the_installed_build_has_a_layout() {
@@ -290,5 +401,7 @@ mod tests {
         assert!(layout.when % 8 == 0 && layout.rows_table % 8 == 0 && layout.share_db % 8 == 0, "{layout:?}");
         assert!(layout.classes.iter().filter(|(_, c)| *c == EventClass::Rows).count() >= 3, "{layout:?}");
         assert!(layout.rows_changed.is_some(), "{layout:?}");
+        let channel = layout.channel.expect("the channel's path");
+        assert!(channel.rgi_rli % 8 == 0 && channel.rli_mi % 8 == 0 && channel.mi_name % 8 == 0, "{channel:?}");
     }
 }

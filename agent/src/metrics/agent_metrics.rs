@@ -137,7 +137,8 @@ struct InstanceTotals {
     probe_cpu_s: Option<f64>,
     digests: HashMap<DigestKey, DigestTotals>,
     /// What it applied as a replica; None until it applied something.
-    replica: Option<ReplicaTotals>,
+    /// By replication channel; empty on a primary.
+    replica: BTreeMap<String, ReplicaTotals>,
 }
 
 #[derive(Default)]
@@ -187,13 +188,13 @@ impl AgentMetrics {
             if let Some(c) = &s.probe_cost {
                 *t.probe_cpu_s.get_or_insert(0.0) += c.probe_cpu_s();
             }
-            if !r.replication.is_empty() {
-                let replica = t.replica.get_or_insert_with(ReplicaTotals::default);
-                replica.transactions += r.replication.transactions;
-                replica.lag.merge(&r.replication.lag);
-                replica.lag_sum_ns += r.replication.lag_sum_ns;
-                replica.lost_events += r.replication.lost_events;
-                for (class, applied) in &r.replication.classes {
+            for (channel, window) in &r.replication {
+                let replica = t.replica.entry(channel.clone()).or_default();
+                replica.transactions += window.transactions;
+                replica.lag.merge(&window.lag);
+                replica.lag_sum_ns += window.lag_sum_ns;
+                replica.lost_events += window.lost_events;
+                for (class, applied) in &window.classes {
                     let total = replica.classes.entry(class).or_default();
                     total.0 += applied.events;
                     total.1 += u128::from(applied.apply_ns);
@@ -266,8 +267,8 @@ impl AgentMetrics {
     /// Replicas' transactions, lag at commit and apply time; no family on
     /// an agent that watches no replica.
     fn encode_replicas(&self, enc: &mut Encoder) {
-        let replicas: Vec<(&String, &ReplicaTotals)> =
-            self.instances.iter().filter_map(|(i, t)| Some((i, t.replica.as_ref()?))).collect();
+        let replicas: Vec<(&String, &String, &ReplicaTotals)> =
+            self.instances.iter().flat_map(|(i, t)| t.replica.iter().map(move |(c, r)| (i, c, r))).collect();
         if replicas.is_empty() {
             return;
         }
@@ -276,8 +277,8 @@ impl AgentMetrics {
             "Transactions the replica applied (one GTID event each), exact.",
             MetricType::Counter,
         );
-        for (instance, r) in &replicas {
-            f.sample(&[("instance", instance)], r.transactions);
+        for (instance, channel, r) in &replicas {
+            f.sample(&[("instance", instance), ("channel", channel)], r.transactions);
         }
         let mut f = enc.family(
             "sqlbee_replica_lag_seconds",
@@ -285,18 +286,23 @@ impl AgentMetrics {
              Each le is a bucket edge of the agent's histogram scheme, near 0.1s..10min, so every count is exact.",
             MetricType::Histogram,
         );
-        for (instance, r) in &replicas {
+        for (instance, channel, r) in &replicas {
             let buckets = cumulative(&r.lag, &LAG_BOUNDS);
-            f.histogram(&[("instance", instance)], &buckets, r.lag_sum_ns as f64 / 1e9, r.lag.total());
+            f.histogram(
+                &[("instance", instance), ("channel", channel)],
+                &buckets,
+                r.lag_sum_ns as f64 / 1e9,
+                r.lag.total(),
+            );
         }
         let mut f = enc.family(
             "sqlbee_replica_events_total",
             "Replication events the replica applied, by class (gtid, xid, query, table_map, rows, other).",
             MetricType::Counter,
         );
-        for (instance, r) in &replicas {
+        for (instance, channel, r) in &replicas {
             for (class, (events, _)) in &r.classes {
-                f.sample(&[("instance", instance), ("class", class)], *events);
+                f.sample(&[("instance", instance), ("channel", channel), ("class", class)], *events);
             }
         }
         let mut f = enc.family(
@@ -304,9 +310,9 @@ impl AgentMetrics {
             "Time the replica spent applying events, by class.",
             MetricType::Counter,
         );
-        for (instance, r) in &replicas {
+        for (instance, channel, r) in &replicas {
             for (class, (_, ns)) in &r.classes {
-                f.sample(&[("instance", instance), ("class", class)], *ns as f64 / 1e9);
+                f.sample(&[("instance", instance), ("channel", channel), ("class", class)], *ns as f64 / 1e9);
             }
         }
         let mut f = enc.family(
@@ -315,8 +321,8 @@ impl AgentMetrics {
              slot): the counts above are short by this many.",
             MetricType::Counter,
         );
-        for (instance, r) in &replicas {
-            f.sample(&[("instance", instance)], r.lost_events);
+        for (instance, channel, r) in &replicas {
+            f.sample(&[("instance", instance), ("channel", channel)], r.lost_events);
         }
     }
 
@@ -829,20 +835,28 @@ mod tests {
             replication
                 .classes
                 .insert("xid", ApplyTotals { events: lags_ns.len() as u64, apply_ns: 500_000_000, rows: None });
+            let replication = [(String::new(), replication)].into();
             [WindowReport { replication, ..report("db2:3306", 0, Vec::new()) }, report("db1:3306", 1, Vec::new())]
         };
         metrics.render(&CostSample::default(), None, &window(&[200_000_000, 4_000_000_000]), &[], None);
         let page = metrics.render(&CostSample::default(), None, &window(&[900_000_000_000]), &[], None);
-        assert_eq!(value(&page, "sqlbee_replica_transactions_total{instance=\"db2:3306\"}"), 3.0);
-        assert_eq!(value(&page, "sqlbee_replica_lag_seconds_count{instance=\"db2:3306\"}"), 3.0);
-        assert_eq!(value(&page, "sqlbee_replica_lag_seconds_sum{instance=\"db2:3306\"}"), 904.2);
+        assert_eq!(value(&page, "sqlbee_replica_transactions_total{instance=\"db2:3306\",channel=\"\"}"), 3.0);
+        assert_eq!(value(&page, "sqlbee_replica_lag_seconds_count{instance=\"db2:3306\",channel=\"\"}"), 3.0);
+        assert_eq!(value(&page, "sqlbee_replica_lag_seconds_sum{instance=\"db2:3306\",channel=\"\"}"), 904.2);
         // 0.2 s and 4 s are at or below the 5 s bound; 15 min is past 10.
         let le = |bound: usize| latency_bound_seconds(LAG_BOUNDS[bound]);
-        let bucket =
-            |i| value(&page, &format!("sqlbee_replica_lag_seconds_bucket{{instance=\"db2:3306\",le=\"{}\"}}", le(i)));
+        let bucket = |i| {
+            value(
+                &page,
+                &format!("sqlbee_replica_lag_seconds_bucket{{instance=\"db2:3306\",channel=\"\",le=\"{}\"}}", le(i)),
+            )
+        };
         assert_eq!((bucket(1), bucket(5), bucket(11)), (1.0, 2.0, 2.0));
-        assert_eq!(value(&page, "sqlbee_replica_apply_seconds_total{instance=\"db2:3306\",class=\"xid\"}"), 1.0);
-        assert!(!page.contains("sqlbee_replica_transactions_total{instance=\"db1:3306\"}"), "a primary has none");
+        assert_eq!(
+            value(&page, "sqlbee_replica_apply_seconds_total{instance=\"db2:3306\",channel=\"\",class=\"xid\"}"),
+            1.0
+        );
+        assert!(!page.contains("sqlbee_replica_transactions_total{instance=\"db1:3306\""), "a primary has none");
     }
 
     #[test]

@@ -164,8 +164,8 @@ pub fn window_to_json(report: &WindowReport) -> Vec<Value> {
             "count": report.long_statements_dropped,
         }));
     }
-    if !report.replication.is_empty() {
-        lines.push(replication_json(&report.instance, &report.replication));
+    for (channel, replication) in &report.replication {
+        lines.push(replication_json(&report.instance, channel, replication));
     }
     let s = &report.summary;
     lines.push(json!({
@@ -530,12 +530,13 @@ pub fn write_untraced_table(out: &mut impl Write, untraced: &[UntracedServer]) -
     Ok(())
 }
 
-/// A replica's window (`"type": "replication"`): transactions, lag at
-/// commit, and apply time by event class and by table.
-fn replication_json(instance: &str, r: &crate::aggregate::replication::ReplicationWindow) -> Value {
+/// A replica's window of one channel (`"type": "replication"`):
+/// transactions, lag at commit, and apply time by event class and by table.
+fn replication_json(instance: &str, channel: &str, r: &crate::aggregate::replication::ReplicationWindow) -> Value {
     json!({
         "type": "replication",
         "instance": instance,
+        "channel": channel,
         "transactions": r.transactions,
         "lag": {
             "samples": r.lag.total(),

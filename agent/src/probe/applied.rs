@@ -50,6 +50,10 @@ pub struct Applied {
     pub end_ns: u64,
     /// Rows the applier changed while applying it (None: not read).
     pub rows_changed: Option<u64>,
+    /// A GTID event's replication channel (its connection name; empty:
+    /// the default channel, or channels not told apart); None for other
+    /// events, which belong to their thread's transaction's channel.
+    pub channel: Option<String>,
 }
 
 /// The record, with its class looked up among this process's classes;
@@ -76,6 +80,7 @@ pub fn decode_applied(record: &[u8], classes: &[(u64, EventClass)]) -> Option<Ap
         start_ns: event.start_ns,
         end_ns: event.end_ns.max(event.start_ns),
         rows_changed: (event.rows != ROWS_UNKNOWN).then_some(event.rows),
+        channel: (class == EventClass::Gtid).then(|| name(&event.table)),
     })
 }
 
@@ -120,5 +125,12 @@ mod tests {
         assert_eq!(decode_applied(&record(0x3000, 0, "", ""), &classes).unwrap().class, EventClass::Other);
         assert_eq!(decode_applied(&record(0x1000, 99, "shop", "orders"), &classes).unwrap().rows, None);
         assert_eq!(decode_applied(&[0; 8], &classes), None);
+        // A GTID event names its channel where a rows event names its table.
+        let classes = [(0x4000, EventClass::Gtid)];
+        assert_eq!(
+            decode_applied(&record(0x4000, 0, "", "shop_eu"), &classes).unwrap().channel,
+            Some("shop_eu".into())
+        );
+        assert_eq!(xid.channel, None);
     }
 }

@@ -135,6 +135,9 @@ impl AttachedServer {
                 if apply.rows_changed.is_none() {
                     info!(pid, "the rows a replica's events change cannot be read in this build; they are left out");
                 }
+                if apply.channel.is_none() {
+                    info!(pid, "a replica's channels cannot be told apart in this build; they count as one");
+                }
                 apply_classes(pid, apply)
             }
             Err(why) => {
@@ -837,7 +840,15 @@ fn with_apply(
         *slot = *table;
     }
     let (event_thd_offset, row_counter_offsets) = apply.rows_changed.unwrap_or((sqlbee_kernel_abi::UNKNOWN, [0; 3]));
+    let unknown = sqlbee_kernel_abi::UNKNOWN;
+    let (rgi_rli_offset, rli_mi_offset, mi_channel_offset) =
+        apply.channel.map_or((unknown, unknown, unknown), |c| (c.rgi_rli, c.rli_mi, c.mi_name));
+    let gtid_vtable = classes.iter().find(|(_, class)| *class == crate::discover::EventClass::Gtid).map_or(0, |c| c.0);
     ServerLayout {
+        gtid_vtable,
+        rgi_rli_offset,
+        rli_mi_offset,
+        mi_channel_offset,
         apply_probes: 1,
         event_thd_offset,
         row_counter_offsets,

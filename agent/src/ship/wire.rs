@@ -388,12 +388,13 @@ pub fn instance_window(report: &WindowReport, host: Option<&HostMetrics>) -> Ins
         plans: Vec::new(),
         server_login: String::new(),
         table_indexes: Vec::new(),
-        replication: (!report.replication.is_empty()).then(|| replication(&report.replication)),
+        replication: report.replication.iter().map(|(channel, r)| replication(channel, r)).collect(),
     }
 }
 
-fn replication(r: &crate::aggregate::replication::ReplicationWindow) -> WireReplication {
+fn replication(channel: &str, r: &crate::aggregate::replication::ReplicationWindow) -> WireReplication {
     WireReplication {
+        channel: channel.to_string(),
         transactions: r.transactions,
         lag: Some(WireHistogram {
             scheme: histogram::SCHEME,

@@ -348,9 +348,16 @@ impl Query for QueryService {
             let mut answers = replication::Answers::default();
             store.replication_each(instance.as_deref(), since_unix_ms, until_unix_ms, &mut |w| answers.add(w))?;
             let mut replicas = answers.finish();
+            // Applied statements are the instance's, whatever their
+            // channel: they go with its first answer.
+            let mut instance_done: Option<String> = None;
             for replica in &mut replicas {
+                if instance_done.as_ref() == Some(&replica.instance) {
+                    continue;
+                }
                 replica.digests =
                     replication::digests(store.as_ref(), &replica.instance, since_unix_ms, until_unix_ms)?;
+                instance_done = Some(replica.instance.clone());
             }
             Ok(replicas)
         })

@@ -69,16 +69,16 @@ pub const MAX_TIMELINE: usize = 720;
 /// as an agent's own overflow does.
 pub const MAX_TABLES: usize = 10_000;
 
-/// One answer per instance (by name), each merged window by window as the
-/// store hands them over, oldest first.
+/// One answer per instance and channel (by name), each merged window by
+/// window as the store hands them over, oldest first.
 #[derive(Default)]
 pub struct Answers {
-    by_instance: BTreeMap<String, (Merged, Timeline)>,
+    by_channel: BTreeMap<(String, String), (Merged, Timeline)>,
 }
 
 impl Answers {
     pub fn add(&mut self, w: StoredReplication) {
-        let (merged, timeline) = self.by_instance.entry(w.instance).or_default();
+        let (merged, timeline) = self.by_channel.entry((w.instance, w.replication.channel.clone())).or_default();
         merged.add(&w.replication);
         timeline.add(ReplicaWindow {
             window_start_unix_ms: w.window_start_unix_ms,
@@ -90,13 +90,14 @@ impl Answers {
     }
 
     pub fn finish(self) -> Vec<ReplicaAnswer> {
-        self.by_instance
+        self.by_channel
             .into_iter()
-            .map(|(instance, (merged, timeline))| ReplicaAnswer {
+            .map(|((instance, channel), (merged, timeline))| ReplicaAnswer {
                 instance,
                 totals: Some(merged.finish()),
                 timeline: timeline.finish(),
                 digests: Vec::new(),
+                channel,
             })
             .collect()
     }
@@ -137,7 +138,7 @@ impl Timeline {
     fn halve(&mut self) {
         self.points = std::mem::take(&mut self.points)
             .chunks(2)
-            .map(|pair| pair[1..].iter().fold(pair[0].clone(), joined))
+            .map(|pair| pair[1..].iter().fold(pair[0], joined))
             .collect();
         self.width *= 2;
     }
@@ -238,6 +239,7 @@ impl Merged {
             b.apply_ns.cmp(&a.apply_ns).then_with(|| (&a.schema, &a.table).cmp(&(&b.schema, &b.table)))
         });
         Replication {
+            channel: String::new(),
             transactions: self.transactions,
             lag: Some(Histogram {
                 scheme: histogram::SCHEME,
@@ -281,6 +283,7 @@ mod tests {
                     rows: Some(3),
                 }],
                 lost_events: 1,
+                channel: String::new(),
             },
         }
     }
@@ -313,6 +316,19 @@ mod tests {
     }
 
     #[test]
+    fn each_channel_is_an_answer_of_its_own() {
+        let on = |channel: &str, transactions| {
+            let mut w = window("a", 1000, transactions, &[1_000_000], 10);
+            w.replication.channel = channel.into();
+            w
+        };
+        let answers = answers(vec![on("", 1), on("eu", 2), on("us", 4), window("a", 2000, 8, &[], 0)]);
+        let by_channel: Vec<(&str, u64)> =
+            answers.iter().map(|a| (a.channel.as_str(), a.totals.as_ref().unwrap().transactions)).collect();
+        assert_eq!(by_channel, [("", 9), ("eu", 2), ("us", 4)]);
+    }
+
+    #[test]
     fn a_long_range_answers_a_bounded_timeline_that_keeps_every_count() {
         let windows = 3 * MAX_TIMELINE as i64 + 5;
         let answers = answers(
@@ -325,7 +341,10 @@ mod tests {
         assert_eq!(timeline.iter().map(|w| w.transactions).sum::<u64>(), windows as u64);
         assert_eq!(timeline.iter().map(|w| w.apply_ns).sum::<u64>(), 10 * windows as u64);
         // Points cover the range in order, without a gap or an overlap.
-        assert_eq!((timeline[0].window_start_unix_ms, timeline.last().unwrap().window_end_unix_ms), (0, 1000 * windows));
+        assert_eq!(
+            (timeline[0].window_start_unix_ms, timeline.last().unwrap().window_end_unix_ms),
+            (0, 1000 * windows)
+        );
         assert!(timeline.windows(2).all(|p| p[0].window_end_unix_ms == p[1].window_start_unix_ms));
         // The peak survives, in the point that holds its window.
         let peak = timeline.iter().find(|w| w.lag_max_ns == 60_000_000_000).unwrap();

@@ -15,7 +15,12 @@ const DIGESTS_PER_TABLE: usize = 10;
 
 /// `applied`: rows events merged over the range, one per table and kind
 /// (`replication::Merged`).
-pub fn totals(rows: &[TopDigest], described: &[DigestTables], applied: &[AppliedTable], limit: usize) -> TablesResponse {
+pub fn totals(
+    rows: &[TopDigest],
+    described: &[DigestTables],
+    applied: &[AppliedTable],
+    limit: usize,
+) -> TablesResponse {
     let by_key: HashMap<(u64, &str), &DigestTables> =
         described.iter().map(|d| ((d.digest, d.schema.as_str()), d)).collect();
     let mut out = TablesResponse::default();
@@ -134,7 +139,11 @@ mod tests {
         let answer = totals(
             &rows,
             &described,
-            &[applied("orders", "write_rows", 300), applied("orders", "update_rows", 500), applied("audit", "write_rows", 5000)],
+            &[
+                applied("orders", "write_rows", 300),
+                applied("orders", "update_rows", 500),
+                applied("audit", "write_rows", 5000),
+            ],
             100,
         );
         // Applied alone, audit outranks orders: 5,000 ns against 1,800.

@@ -489,6 +489,8 @@ pub(super) fn table_indexes_keep_the_newest_reading(store: &dyn Store, batch: Ma
 pub(super) fn replication_windows_read_once_per_window(store: &dyn Store, batch: MakeBatch) {
     use sqlbee_proto::v1::{AppliedClass, AppliedTable, Bucket, Histogram, Replication};
     let applied = |transactions: u64| Replication {
+        channel: String::new(),
+        lost_events: 0,
         transactions,
         lag: Some(Histogram { scheme: 1, buckets: vec![Bucket { index: 200, count: transactions }] }),
         lag_max_ns: 1_000_000 * transactions,
@@ -509,7 +511,9 @@ pub(super) fn replication_windows_read_once_per_window(store: &dyn Store, batch:
     };
     let put = |sequence: u64, end: i64, transactions: u64| {
         let mut b = batch(sequence, end, &[(10, 1)]);
-        b.windows[0].replication = Some(applied(transactions));
+        // Two channels: one row each.
+        let other = sqlbee_proto::v1::Replication { channel: "eu".into(), ..applied(1) };
+        b.windows[0].replication = vec![applied(transactions), other];
         store.ingest(b.clone(), end, content_hash(&b)).unwrap();
         b
     };
@@ -526,9 +530,13 @@ pub(super) fn replication_windows_read_once_per_window(store: &dyn Store, batch:
             .replication(instance, since, until)
             .unwrap()
             .into_iter()
+            .filter(|w| w.replication.channel.is_empty())
             .map(|w| (w.instance, w.window_end_unix_ms, w.replication.transactions))
             .collect()
     };
+    let channels: Vec<String> =
+        store.replication(None, 2000, 3000).unwrap().into_iter().map(|w| w.replication.channel).collect();
+    assert_eq!(channels, ["", "eu"], "each channel once, the replay's included");
     assert_eq!(
         read(None, 0, 10_000),
         vec![(instance.clone(), 1500, 2), (instance.clone(), 2500, 3), (instance.clone(), 3500, 5)]

@@ -292,8 +292,14 @@ fn window(at: &Path<'_>, w: &InstanceWindow, range: TimeRange) -> Result<(), Inv
     for (i, t) in w.table_indexes.iter().enumerate() {
         table_indexes(&at.field("table_indexes").index(i), t, w)?;
     }
-    if let Some(r) = &w.replication {
-        replication(&at.field("replication"), r)?;
+    let channels = at.field("replication");
+    for (i, r) in w.replication.iter().enumerate() {
+        let at = channels.index(i);
+        if w.replication[..i].iter().any(|earlier| earlier.channel == r.channel) {
+            return Err(invalid(at.field("channel"), format!("channel {:?} twice in one window", r.channel)));
+        }
+        limited(at.field("channel"), &r.channel, "Replication.channel")?;
+        replication(&at, r)?;
     }
     if let Some(c) = &w.probes {
         measures::probe_cost(&at.field("probes"), c, w.statements)?;
@@ -814,7 +820,7 @@ mod tests {
     fn a_replicas_window_names_known_classes_and_kinds_with_a_sound_histogram() {
         use sqlbee_proto::v1::{AppliedClass, AppliedTable, Replication};
         let mut b = good();
-        b.windows[0].replication = Some(Replication {
+        b.windows[0].replication = vec![Replication {
             transactions: 2,
             lag: Some(Histogram { scheme: 1, buckets: vec![Bucket { index: 10, count: 2 }] }),
             lag_max_ns: 900,
@@ -827,21 +833,27 @@ mod tests {
                 apply_ns: 3,
                 rows: None,
             }],
-        });
+            lost_events: 0,
+            channel: String::new(),
+        }];
         batch(&b, NOW).unwrap();
         let mut class = b.clone();
-        class.windows[0].replication.as_mut().unwrap().classes[0].class = "mystery".into();
-        assert_eq!(field_of(&class), "windows[0].replication.classes[0].class");
+        class.windows[0].replication[0].classes[0].class = "mystery".into();
+        assert_eq!(field_of(&class), "windows[0].replication[0].classes[0].class");
         let mut kind = b.clone();
-        kind.windows[0].replication.as_mut().unwrap().tables[0].kind = "truncate".into();
-        assert_eq!(field_of(&kind), "windows[0].replication.tables[0].kind");
+        kind.windows[0].replication[0].tables[0].kind = "truncate".into();
+        assert_eq!(field_of(&kind), "windows[0].replication[0].tables[0].kind");
         let mut long = b.clone();
-        long.windows[0].replication.as_mut().unwrap().tables[0].table = "t".repeat(2_000);
-        assert_eq!(field_of(&long), "windows[0].replication.tables[0].table");
-        let mut unordered = b;
-        unordered.windows[0].replication.as_mut().unwrap().lag.as_mut().unwrap().buckets =
+        long.windows[0].replication[0].tables[0].table = "t".repeat(2_000);
+        assert_eq!(field_of(&long), "windows[0].replication[0].tables[0].table");
+        let mut unordered = b.clone();
+        unordered.windows[0].replication[0].lag.as_mut().unwrap().buckets =
             vec![Bucket { index: 10, count: 1 }, Bucket { index: 9, count: 1 }];
-        assert_eq!(field_of(&unordered), "windows[0].replication.lag.buckets[1].index");
+        assert_eq!(field_of(&unordered), "windows[0].replication[0].lag.buckets[1].index");
+        let mut twice = b.clone();
+        let again = twice.windows[0].replication[0].clone();
+        twice.windows[0].replication.push(again);
+        assert_eq!(field_of(&twice), "windows[0].replication[1].channel");
     }
 
     #[test]

@@ -48,14 +48,23 @@ pub async fn render(ui: &Ui, view: &View) -> Rendered {
     ))
 }
 
+/// The instance, and its channel when it is not the default one.
+fn replica_name(replica: &ReplicaAnswer) -> String {
+    match replica.channel.as_str() {
+        "" => replica.instance.clone(),
+        channel => format!("{} · channel {channel}", replica.instance),
+    }
+}
+
 fn section(body: &mut String, replica: &ReplicaAnswer, shaped: &serde_json::Value, marks: &[svg::Marker], view: &View) {
     let lag = |key: &str| shaped["lag"][key].as_u64().map_or("-".into(), |ms| html::duration_ns(ms as f64 * 1e6));
     let _ = write!(
         body,
-        "<section class=\"replica\" data-instance=\"{}\"><h2>{}</h2><p class=\"summary\">\
+        "<section class=\"replica\" data-instance=\"{}\" data-channel=\"{}\"><h2>{}</h2><p class=\"summary\">\
          <span class=\"transactions\">{}</span> transactions; lag at commit p50 {}, p99 {}, max <span class=\"lag-max\">{}</span></p>",
         esc(&replica.instance),
-        esc(&replica.instance),
+        esc(&replica.channel),
+        esc(&replica_name(replica)),
         shaped["transactions"],
         lag("p50_ms"),
         lag("p99_ms"),

@@ -1,4 +1,4 @@
-//! What replicas applied, one row per instance and window. ClickHouse
+//! What replicas applied, one row per instance, channel and window. ClickHouse
 //! keeps both copies of a replayed batch; they are the same window, so a
 //! read takes either.
 use prost::Message;
@@ -25,8 +25,8 @@ pub(super) fn read(
             "SELECT instance, window_start_unix_ms, any(window_end_unix_ms) AS end, any(replication)
              FROM replication_windows
              WHERE window_end_unix_ms > {since_unix_ms} AND window_end_unix_ms <= {until_unix_ms}{filter}
-             GROUP BY instance, window_start_unix_ms
-             ORDER BY window_start_unix_ms, instance"
+             GROUP BY instance, channel, window_start_unix_ms
+             ORDER BY window_start_unix_ms, instance, channel"
         ))
         .map_err(|e| error("replication_windows", e))?;
     while !rows.done() {

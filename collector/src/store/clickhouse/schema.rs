@@ -257,13 +257,15 @@ pub(super) fn tables_for(layout: Layout<'_>) -> Vec<(&'static str, String)> {
             "instance, schema, table_name",
         ),
         // What replicas applied (`replication`, an encoded
-        // sqlbee.v1.Replication), one row per instance and window; a
-        // replayed batch's copy is the same window. Ages with plans.
+        // sqlbee.v1.Replication), one row per instance, channel and
+        // window; a replayed batch's copy is the same window. Ages with
+        // plans.
         table(
             "replication_windows",
-            "instance String, window_start_unix_ms Int64, window_end_unix_ms Int64, replication String",
+            "instance String, channel String, window_start_unix_ms Int64, window_end_unix_ms Int64, \
+             replication String",
             None,
-            "instance, window_start_unix_ms",
+            "instance, channel, window_start_unix_ms",
         ),
         // Markers and detected events (`events`): no batch identity, no
         // partition (few rows); they age with the hour rollups.

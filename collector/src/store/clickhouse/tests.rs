@@ -704,7 +704,8 @@ pub(super) fn every_kind_of_row(sequence: u64, end: i64) -> Batch {
         statements: vec!["UPDATE t SET b = ?".into()],
     };
     w.lock_waits = vec![lock_wait(end - 2, 1, vec![blocker])];
-    w.replication = Some(sqlbee_proto::v1::Replication {
+    w.replication = vec![sqlbee_proto::v1::Replication {
+        channel: "eu".into(),
         transactions: 1,
         lag: Some(Histogram { scheme: 1, buckets: vec![Bucket { index: 3, count: 1 }] }),
         lag_max_ns: 5,
@@ -717,7 +718,8 @@ pub(super) fn every_kind_of_row(sequence: u64, end: i64) -> Batch {
             apply_ns: 1,
             rows: None,
         }],
-    });
+        lost_events: 0,
+    }];
     w.long_statements = vec![sqlbee_proto::v1::LongStatement {
         connection_id: 3,
         digest: sqlbee_vocabulary::digest_id::of("SELECT ?"),

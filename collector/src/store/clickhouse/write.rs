@@ -427,8 +427,9 @@ impl DataRows {
                 table_indexes.col("indexes").message(Some(t));
                 table_indexes.end_row();
             }
-            if let Some(r) = &w.replication {
-                replication.col("instance").str(&server.name).col("window_start_unix_ms").i64(w.window_start_unix_ms);
+            for r in &w.replication {
+                replication.col("instance").str(&server.name).col("channel").str(&r.channel);
+                replication.col("window_start_unix_ms").i64(w.window_start_unix_ms);
                 replication.col("window_end_unix_ms").i64(w.window_end_unix_ms).col("replication").message(Some(r));
                 replication.end_row();
             }

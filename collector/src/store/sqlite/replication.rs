@@ -1,5 +1,5 @@
-//! What replicas applied, one row per instance and window, as the agent
-//! sent it. A replayed batch writes the same row again. Rows age with the
+//! What replicas applied, one row per instance, channel and window, as
+//! the agent sent it. A replayed batch writes the same row again. Rows age with the
 //! plans (hour rollups' retention): a replica's lag history is small.
 use prost::Message;
 use rusqlite::{Transaction, params};
@@ -9,33 +9,36 @@ use super::error;
 use crate::store::{StoreError, StoredReplication};
 
 pub(super) const TABLES: &str = "
--- replication is an encoded sqlbee.v1.Replication.
+-- replication is an encoded sqlbee.v1.Replication of one channel.
 CREATE TABLE IF NOT EXISTS replication_windows (
     instance             TEXT NOT NULL,
+    channel              TEXT NOT NULL,
     window_start_unix_ms INTEGER NOT NULL,
     window_end_unix_ms   INTEGER NOT NULL,
     replication          BLOB NOT NULL,
-    PRIMARY KEY (instance, window_start_unix_ms)
+    PRIMARY KEY (instance, channel, window_start_unix_ms)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS replication_windows_by_end ON replication_windows (window_end_unix_ms);
 ";
 
 /// Aging, in the writer's chunked form (cutoff, limit).
-pub(super) const AGING: &str = "DELETE FROM replication_windows WHERE (instance, window_start_unix_ms) IN
-    (SELECT instance, window_start_unix_ms FROM replication_windows WHERE window_end_unix_ms < ?1 LIMIT ?2)";
+pub(super) const AGING: &str = "DELETE FROM replication_windows WHERE (instance, channel, window_start_unix_ms) IN
+    (SELECT instance, channel, window_start_unix_ms FROM replication_windows WHERE window_end_unix_ms < ?1 LIMIT ?2)";
 
 pub(super) fn write(
     tx: &Transaction<'_>,
     instance: &str,
     window: (i64, i64),
-    replication: Option<&Replication>,
+    channels: &[Replication],
 ) -> rusqlite::Result<()> {
-    let Some(r) = replication else { return Ok(()) };
-    tx.prepare_cached(
-        "INSERT OR REPLACE INTO replication_windows (instance, window_start_unix_ms, window_end_unix_ms, replication)
-         VALUES (?1, ?2, ?3, ?4)",
-    )?
-    .execute(params![instance, window.0, window.1, r.encode_to_vec()])?;
+    for r in channels {
+        tx.prepare_cached(
+            "INSERT OR REPLACE INTO replication_windows
+               (instance, channel, window_start_unix_ms, window_end_unix_ms, replication)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+        )?
+        .execute(params![instance, r.channel, window.0, window.1, r.encode_to_vec()])?;
+    }
     Ok(())
 }
 
@@ -51,7 +54,7 @@ pub(super) fn read(
         .prepare(
             "SELECT instance, window_start_unix_ms, window_end_unix_ms, replication FROM replication_windows
              WHERE window_end_unix_ms > ?1 AND window_end_unix_ms <= ?2 AND (?3 IS NULL OR instance = ?3)
-             ORDER BY window_start_unix_ms, instance",
+             ORDER BY window_start_unix_ms, instance, channel",
         )
         .map_err(failed)?;
     let rows = statement

@@ -159,7 +159,7 @@ pub(super) fn batch(
         super::tables::write(tx, w.window_end_unix_ms, &w.digests)?;
         super::indexes::write(tx, &server.name, &w.table_indexes)?;
         let window = (w.window_start_unix_ms, w.window_end_unix_ms);
-        super::replication::write(tx, &server.name, window, w.replication.as_ref())?;
+        super::replication::write(tx, &server.name, window, &w.replication)?;
         for d in &w.digests {
             insert_text.execute(params![i(d.digest), d.digest_text])?;
             for e in &d.error_codes {
