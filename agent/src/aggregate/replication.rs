@@ -1,7 +1,7 @@
 //! What a replica applied in a window, per replication channel: its
 //! transactions and their lag at commit, and where the apply time went,
-//! per event class and per table and kind of rows event. Row events carry no text: tables and counts
-//! only, never values.
+//! per event class and per table and kind of rows event. Row events carry
+//! no text: tables and counts only, never values.
 use std::collections::{BTreeMap, HashMap};
 
 use sqlbee_vocabulary::histogram::Histogram;

@@ -136,10 +136,8 @@ impl Timeline {
     }
 
     fn halve(&mut self) {
-        self.points = std::mem::take(&mut self.points)
-            .chunks(2)
-            .map(|pair| pair[1..].iter().fold(pair[0], joined))
-            .collect();
+        self.points =
+            std::mem::take(&mut self.points).chunks(2).map(|pair| pair[1..].iter().fold(pair[0], joined)).collect();
         self.width *= 2;
     }
 
