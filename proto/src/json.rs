@@ -801,7 +801,20 @@ fn applied_table_json(a: &crate::v1::AppliedTable) -> Value {
         "events": a.events,
         "rows": a.rows,
         "apply_ns": a.apply_ns,
+        "p50_ms": apply_quantile_ms(a.latency.as_ref(), a.apply_ns, 0.5),
+        "p99_ms": apply_quantile_ms(a.latency.as_ref(), a.apply_ns, 0.99),
     })
+}
+
+/// One event's apply time at quantile `q`, in ms, within its bucket and
+/// never above the time of all of them (`apply_ns`); null without a
+/// histogram (an agent before 0.9).
+fn apply_quantile_ms(latency: Option<&crate::v1::Histogram>, apply_ns: u64, q: f64) -> Option<f64> {
+    let mut h = sqlbee_vocabulary::histogram::Histogram::default();
+    for b in latency.iter().flat_map(|h| &h.buckets) {
+        h.add_bucket(b.index as usize, b.count);
+    }
+    (h.total() > 0).then(|| h.percentile(q, 0, apply_ns) as f64 / 1e6)
 }
 
 /// `sqlbee replication` and `/api/replication`: per replica, its
@@ -834,6 +847,8 @@ pub fn replication_json(answer: &ReplicationResponse) -> Value {
                 "tables": t.tables.iter().map(applied_table_json).collect::<Vec<_>>(),
                 "events": t.classes.iter().map(|c| json!({
                     "class": c.class, "events": c.events, "rows": c.rows, "apply_ns": c.apply_ns,
+                    "p50_ms": apply_quantile_ms(c.latency.as_ref(), c.apply_ns, 0.5),
+                    "p99_ms": apply_quantile_ms(c.latency.as_ref(), c.apply_ns, 0.99),
                 })).collect::<Vec<_>>(),
                 "digests": r.digests.iter().map(|d| {
                     let side = |t: &crate::v1::TopDigest| json!({

@@ -535,9 +535,10 @@ pub fn write_replication_table(
         let share = |ns: u64| if total == 0 { 0.0 } else { ns as f64 * 100.0 / total as f64 };
         writeln!(
             out,
-            "  {:<40} {:<12} {:>10} {:>10} {:>12} {:>7}",
-            "table", "kind", "events", "rows", "apply", "share"
+            "  {:<40} {:<12} {:>10} {:>10} {:>12} {:>7} {:>10}",
+            "table", "kind", "events", "rows", "apply", "share", "p99"
         )?;
+        let p99 = |row: &Value| row["p99_ms"].as_f64().map_or("-".to_string(), |ms| format!("{ms:.3}"));
         for t in &tables {
             let ns = t["apply_ns"].as_u64().unwrap_or(0);
             let name = match (t["schema"].as_str().unwrap_or_default(), t["table"].as_str().unwrap_or_default()) {
@@ -546,26 +547,28 @@ pub fn write_replication_table(
             };
             writeln!(
                 out,
-                "  {:<40} {:<12} {:>10} {:>10} {:>12} {:>6.1}%",
+                "  {:<40} {:<12} {:>10} {:>10} {:>12} {:>6.1}% {:>10}",
                 cut(&name, 40),
                 t["kind"].as_str().unwrap_or_default(),
                 t["events"],
                 t["rows"].as_u64().map_or("-".to_string(), |r| r.to_string()),
                 ms(ns),
-                share(ns)
+                share(ns),
+                p99(t)
             )?;
         }
         for e in &events {
             let ns = e["apply_ns"].as_u64().unwrap_or(0);
             writeln!(
                 out,
-                "  {:<40} {:<12} {:>10} {:>10} {:>12} {:>6.1}%",
+                "  {:<40} {:<12} {:>10} {:>10} {:>12} {:>6.1}% {:>10}",
                 format!("({} events)", e["class"].as_str().unwrap_or_default()),
                 "",
                 e["events"],
                 e["rows"].as_u64().map_or("-".to_string(), |r| r.to_string()),
                 ms(ns),
-                share(ns)
+                share(ns),
+                p99(e)
             )?;
         }
     }

@@ -117,8 +117,13 @@ fn a_row_based_replica_counts_each_transaction_and_table_once() {
     assert_eq!(class("gtid"), transactions);
     assert_eq!(class("xid"), transactions - 1, "every transaction but the DDL commits with an XID");
     assert_eq!(class("rows"), INSERTS + 2 + DELETES);
-    // Apply time is positive wherever events were applied.
-    assert!(windows.iter().flat_map(|w| w["tables"].as_array().unwrap()).all(|t| t["apply_ns"].as_u64().unwrap() > 0));
+    // Apply time is positive wherever events were applied, and each
+    // event's, from its histogram, lies within it.
+    for t in windows.iter().flat_map(|w| w["tables"].as_array().unwrap()) {
+        let (p50, p99, all) =
+            (t["p50_ms"].as_f64().unwrap(), t["p99_ms"].as_f64().unwrap(), t["apply_ns"].as_u64().unwrap());
+        assert!(all > 0 && 0.0 < p50 && p50 <= p99 && p99 * 1e6 <= all as f64 + 1.0, "{t}");
+    }
     // One lag sample per transaction, and near zero: both servers share
     // this clock, and the primary's time has whole seconds.
     let samples = total(&|w| w["lag"]["samples"].as_u64().unwrap());
@@ -157,6 +162,7 @@ fn a_row_based_replica_counts_each_transaction_and_table_once() {
     );
     let update = stored["tables"].as_array().unwrap().iter().find(|t| t["kind"] == "update_rows").unwrap();
     assert_eq!(update["rows"], INSERTS, "rows survive the store");
+    assert!(update["p99_ms"].as_f64().unwrap() * 1e6 <= update["apply_ns"].as_u64().unwrap() as f64 + 1.0, "{update}");
     let stored_apply: u64 = stored["tables"].as_array().unwrap().iter().map(|t| t["apply_ns"].as_u64().unwrap()).sum();
     let agent_apply = total(&|w| w["tables"].as_array().unwrap().iter().map(|t| t["apply_ns"].as_u64().unwrap()).sum());
     assert_eq!(stored_apply, agent_apply, "apply time stored as measured");

@@ -24,12 +24,15 @@ pub const MAX_CHANNELS: usize = 64;
 const MAX_OPEN: usize = 4096;
 
 /// Apply time of one class of events or one table's rows events.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ApplyTotals {
     pub events: u64,
     pub apply_ns: u64,
     /// Rows they changed; None once one event's could not be read.
     pub rows: Option<u64>,
+    /// Each event's apply time, exactly counted in the latency
+    /// histograms' buckets.
+    pub latency: Histogram,
 }
 
 impl ApplyTotals {
@@ -41,6 +44,13 @@ impl ApplyTotals {
         };
         self.events += 1;
         self.apply_ns += event.end_ns - event.start_ns;
+        self.latency.record(event.end_ns - event.start_ns);
+    }
+
+    /// An event's apply time at quantile `q`, in ms, within its bucket
+    /// and never above the time of all of them.
+    pub fn quantile_ms(&self, q: f64) -> f64 {
+        self.latency.percentile(q, 0, self.apply_ns) as f64 / 1e6
     }
 }
 
@@ -253,9 +263,11 @@ mod tests {
         assert_eq!(channels.keys().collect::<Vec<_>>(), [""], "the default channel");
         let window = &channels[""];
         assert_eq!(window.transactions, 3);
-        let orders = window.tables[&("shop".into(), "orders".into(), RowsKind::Update)];
+        let orders = &window.tables[&("shop".into(), "orders".into(), RowsKind::Update)];
         assert_eq!((orders.events, orders.apply_ns, orders.rows), (2, 500, Some(6)));
-        assert_eq!(window.classes["query"], ApplyTotals { events: 2, apply_ns: 1700, rows: Some(6) });
+        assert_eq!(orders.latency.total(), 2, "each event's apply time");
+        let query = &window.classes["query"];
+        assert_eq!((query.events, query.apply_ns, query.rows, query.latency.total()), (2, 1700, Some(6), 2));
         // One per transaction: the XID, the DDL measured at the next GTID,
         // and the last DDL at the window's end.
         assert_eq!(window.lag.total(), 3);

@@ -832,9 +832,10 @@ mod tests {
                 replication.lag.record(*ns);
                 replication.lag_sum_ns += u128::from(*ns);
             }
-            replication
-                .classes
-                .insert("xid", ApplyTotals { events: lags_ns.len() as u64, apply_ns: 500_000_000, rows: None });
+            replication.classes.insert(
+                "xid",
+                ApplyTotals { events: lags_ns.len() as u64, apply_ns: 500_000_000, rows: None, ..Default::default() },
+            );
             let replication = [(String::new(), replication)].into();
             [WindowReport { replication, ..report("db2:3306", 0, Vec::new()) }, report("db1:3306", 1, Vec::new())]
         };

@@ -546,10 +546,11 @@ fn replication_json(instance: &str, channel: &str, r: &crate::aggregate::replica
         },
         "events": r.classes.iter().map(|(class, t)| json!({
             "class": class, "events": t.events, "apply_ns": t.apply_ns, "rows": t.rows,
+            "p50_ms": t.quantile_ms(0.5), "p99_ms": t.quantile_ms(0.99),
         })).collect::<Vec<_>>(),
         "tables": r.tables.iter().map(|((schema, table, kind), t)| json!({
             "schema": schema, "table": table, "kind": kind.name(), "events": t.events, "apply_ns": t.apply_ns,
-            "rows": t.rows,
+            "rows": t.rows, "p50_ms": t.quantile_ms(0.5), "p99_ms": t.quantile_ms(0.99),
         })).collect::<Vec<_>>(),
         "lost_events": r.lost_events,
     })

@@ -256,10 +256,7 @@ fn digest(d: &DigestRow, cost: Option<&ProbeCost>, readable: Readable) -> WireDi
         sum_ns: d.sum_ns,
         min_ns: if d.count == 0 { 0 } else { d.min_ns },
         max_ns: d.max_ns,
-        histogram: Some(WireHistogram {
-            scheme: histogram::SCHEME,
-            buckets: d.histogram.buckets().map(|(index, count)| Bucket { index: index as u32, count }).collect(),
-        }),
+        histogram: Some(wire_histogram(&d.histogram)),
         sample: d.sample.clone(),
         truncated: d.truncated,
         error_codes: d
@@ -396,10 +393,7 @@ fn replication(channel: &str, r: &crate::aggregate::replication::ReplicationWind
     WireReplication {
         channel: channel.to_string(),
         transactions: r.transactions,
-        lag: Some(WireHistogram {
-            scheme: histogram::SCHEME,
-            buckets: r.lag.buckets().map(|(index, count)| Bucket { index: index as u32, count }).collect(),
-        }),
+        lag: Some(wire_histogram(&r.lag)),
         lag_max_ns: r.lag_max_ns,
         lost_events: r.lost_events,
         classes: r
@@ -410,6 +404,7 @@ fn replication(channel: &str, r: &crate::aggregate::replication::ReplicationWind
                 events: t.events,
                 apply_ns: t.apply_ns,
                 rows: t.rows,
+                latency: Some(wire_histogram(&t.latency)),
             })
             .collect(),
         tables: r
@@ -422,8 +417,16 @@ fn replication(channel: &str, r: &crate::aggregate::replication::ReplicationWind
                 events: t.events,
                 apply_ns: t.apply_ns,
                 rows: t.rows,
+                latency: Some(wire_histogram(&t.latency)),
             })
             .collect(),
+    }
+}
+
+fn wire_histogram(h: &histogram::Histogram) -> WireHistogram {
+    WireHistogram {
+        scheme: histogram::SCHEME,
+        buckets: h.buckets().map(|(index, count)| Bucket { index: index as u32, count }).collect(),
     }
 }
 

@@ -168,10 +168,11 @@ struct Totals {
     events: u64,
     apply_ns: u64,
     rows: Option<u64>,
+    latency: histogram::Histogram,
 }
 
 impl Totals {
-    fn add(&mut self, events: u64, apply_ns: u64, rows: Option<u64>) {
+    fn add(&mut self, events: u64, apply_ns: u64, rows: Option<u64>, latency: Option<&Histogram>) {
         self.rows = match (self.events, self.rows, rows) {
             (0, _, rows) => rows,
             (_, Some(sum), Some(rows)) => Some(sum + rows),
@@ -179,6 +180,20 @@ impl Totals {
         };
         self.events += events;
         self.apply_ns += apply_ns;
+        for b in latency.iter().flat_map(|h| &h.buckets) {
+            self.latency.add_bucket(b.index as usize, b.count);
+        }
+    }
+
+    fn latency(&self) -> Option<Histogram> {
+        Some(wire_histogram(&self.latency))
+    }
+}
+
+fn wire_histogram(h: &histogram::Histogram) -> Histogram {
+    Histogram {
+        scheme: histogram::SCHEME,
+        buckets: h.buckets().map(|(index, count)| Bucket { index: index as u32, count }).collect(),
     }
 }
 
@@ -203,14 +218,14 @@ impl Merged {
             self.lag.add_bucket(b.index as usize, b.count);
         }
         for c in &r.classes {
-            self.classes.entry(c.class.clone()).or_default().add(c.events, c.apply_ns, c.rows);
+            self.classes.entry(c.class.clone()).or_default().add(c.events, c.apply_ns, c.rows, c.latency.as_ref());
         }
         for t in &r.tables {
             let mut key = (t.schema.clone(), t.table.clone(), t.kind.clone());
             if self.tables.len() >= MAX_TABLES && !self.tables.contains_key(&key) {
                 key = (String::new(), String::new(), t.kind.clone());
             }
-            self.tables.entry(key).or_default().add(t.events, t.apply_ns, t.rows);
+            self.tables.entry(key).or_default().add(t.events, t.apply_ns, t.rows, t.latency.as_ref());
         }
     }
 
@@ -218,13 +233,20 @@ impl Merged {
         let classes = self
             .classes
             .into_iter()
-            .map(|(class, t)| AppliedClass { class, events: t.events, apply_ns: t.apply_ns, rows: t.rows })
+            .map(|(class, t)| AppliedClass {
+                latency: t.latency(),
+                class,
+                events: t.events,
+                apply_ns: t.apply_ns,
+                rows: t.rows,
+            })
             .collect();
         // The tables that took the most apply time first.
         let mut tables: Vec<AppliedTable> = self
             .tables
             .into_iter()
             .map(|((schema, table, kind), t)| AppliedTable {
+                latency: t.latency(),
                 schema,
                 table,
                 kind,
@@ -239,10 +261,7 @@ impl Merged {
         Replication {
             channel: String::new(),
             transactions: self.transactions,
-            lag: Some(Histogram {
-                scheme: histogram::SCHEME,
-                buckets: self.lag.buckets().map(|(index, count)| Bucket { index: index as u32, count }).collect(),
-            }),
+            lag: Some(wire_histogram(&self.lag)),
             lag_max_ns: self.lag_max_ns,
             classes,
             tables,
@@ -271,7 +290,13 @@ mod tests {
                     buckets: lag.buckets().map(|(index, count)| Bucket { index: index as u32, count }).collect(),
                 }),
                 lag_max_ns: lag_ns.iter().copied().max().unwrap_or(0),
-                classes: vec![AppliedClass { class: "rows".into(), events: 2, apply_ns: table_ns, rows: Some(2) }],
+                classes: vec![AppliedClass {
+                    class: "rows".into(),
+                    events: 2,
+                    apply_ns: table_ns,
+                    rows: Some(2),
+                    latency: None,
+                }],
                 tables: vec![AppliedTable {
                     schema: "shop".into(),
                     table: "orders".into(),
@@ -279,6 +304,12 @@ mod tests {
                     events: 2,
                     apply_ns: table_ns,
                     rows: Some(3),
+                    latency: Some(wire_histogram(&{
+                        let mut h = histogram::Histogram::default();
+                        h.record(table_ns / 2);
+                        h.record(table_ns / 2);
+                        h
+                    })),
                 }],
                 lost_events: 1,
                 channel: String::new(),
@@ -308,6 +339,8 @@ mod tests {
         assert_eq!(totals.lag.as_ref().unwrap().buckets.iter().map(|b| b.count).sum::<u64>(), 5);
         assert_eq!(totals.lag_max_ns, 48_000_000_000);
         assert_eq!((totals.tables[0].events, totals.tables[0].apply_ns, totals.tables[0].rows), (4, 1000, Some(6)));
+        let samples: u64 = totals.tables[0].latency.iter().flat_map(|h| &h.buckets).map(|b| b.count).sum();
+        assert_eq!(samples, 4, "each event's apply time, merged");
         assert_eq!(a.timeline.iter().map(|w| w.window_start_unix_ms).collect::<Vec<_>>(), [1000, 2000]);
         assert_eq!(a.timeline[1].lag_max_ns, 48_000_000_000);
         assert_eq!(totals.lost_events, 2);

@@ -135,6 +135,7 @@ mod tests {
             events: 2,
             apply_ns,
             rows: Some(7),
+            latency: None,
         };
         let answer = totals(
             &rows,

@@ -499,6 +499,7 @@ pub(super) fn replication_windows_read_once_per_window(store: &dyn Store, batch:
             events: transactions,
             apply_ns: 10 * transactions,
             rows: Some(transactions),
+            latency: Some(Histogram { scheme: 1, buckets: vec![Bucket { index: 100, count: transactions }] }),
         }],
         tables: vec![AppliedTable {
             schema: "shop".into(),
@@ -507,6 +508,7 @@ pub(super) fn replication_windows_read_once_per_window(store: &dyn Store, batch:
             events: transactions,
             apply_ns: 7 * transactions,
             rows: None,
+            latency: None,
         }],
     };
     let put = |sequence: u64, end: i64, transactions: u64| {

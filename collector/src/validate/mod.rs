@@ -370,12 +370,17 @@ fn replication(at: &Path<'_>, r: &sqlbee_proto::v1::Replication) -> Result<(), I
         let samples = samples.ok_or_else(|| invalid(at.field("lag").field("buckets"), "counts overflow 64 bits"))?;
         histogram_of(&at.field("lag"), lag, samples)?;
     }
+    let classes = at.field("classes");
     for (i, c) in r.classes.iter().enumerate() {
+        let at = classes.index(i);
         if !REPLICATION_CLASSES.contains(&c.class.as_str()) {
             return Err(invalid(
-                at.field("classes").index(i).field("class"),
+                at.field("class"),
                 format!("{:?} is not one of {}", c.class, REPLICATION_CLASSES.join(", ")),
             ));
+        }
+        if let Some(latency) = &c.latency {
+            histogram_of(&at.field("latency"), latency, c.events)?;
         }
     }
     let tables = at.field("tables");
@@ -383,6 +388,9 @@ fn replication(at: &Path<'_>, r: &sqlbee_proto::v1::Replication) -> Result<(), I
         let at = tables.index(i);
         if !ROWS_KINDS.contains(&t.kind.as_str()) {
             return Err(invalid(at.field("kind"), format!("{:?} is not one of {}", t.kind, ROWS_KINDS.join(", "))));
+        }
+        if let Some(latency) = &t.latency {
+            histogram_of(&at.field("latency"), latency, t.events)?;
         }
         limited(at.field("schema"), &t.schema, "AppliedTable.schema")?;
         limited(at.field("table"), &t.table, "AppliedTable.table")?;
@@ -824,7 +832,7 @@ mod tests {
             transactions: 2,
             lag: Some(Histogram { scheme: 1, buckets: vec![Bucket { index: 10, count: 2 }] }),
             lag_max_ns: 900,
-            classes: vec![AppliedClass { class: "xid".into(), events: 2, apply_ns: 5, rows: None }],
+            classes: vec![AppliedClass { class: "xid".into(), events: 2, apply_ns: 5, rows: None, latency: None }],
             tables: vec![AppliedTable {
                 schema: "shop".into(),
                 table: "orders".into(),
@@ -832,6 +840,7 @@ mod tests {
                 events: 2,
                 apply_ns: 3,
                 rows: None,
+                latency: Some(Histogram { scheme: 1, buckets: vec![Bucket { index: 1, count: 2 }] }),
             }],
             lost_events: 0,
             channel: String::new(),
@@ -850,6 +859,9 @@ mod tests {
         unordered.windows[0].replication[0].lag.as_mut().unwrap().buckets =
             vec![Bucket { index: 10, count: 1 }, Bucket { index: 9, count: 1 }];
         assert_eq!(field_of(&unordered), "windows[0].replication[0].lag.buckets[1].index");
+        let mut short = b.clone();
+        short.windows[0].replication[0].tables[0].latency.as_mut().unwrap().buckets[0].count = 1;
+        assert_eq!(field_of(&short), "windows[0].replication[0].tables[0].latency.buckets");
         let mut twice = b.clone();
         let again = twice.windows[0].replication[0].clone();
         twice.windows[0].replication.push(again);

@@ -48,6 +48,14 @@ pub async fn render(ui: &Ui, view: &View) -> Rendered {
     ))
 }
 
+/// An event's apply time at p50 and p99 (`-` from an agent before 0.9).
+fn per_event(row: &serde_json::Value) -> String {
+    match (row["p50_ms"].as_f64(), row["p99_ms"].as_f64()) {
+        (Some(p50), Some(p99)) => format!("{} / {}", html::duration_ns(p50 * 1e6), html::duration_ns(p99 * 1e6)),
+        _ => "-".into(),
+    }
+}
+
 /// The instance, and its channel when it is not the default one.
 fn replica_name(replica: &ReplicaAnswer) -> String {
     match replica.channel.as_str() {
@@ -119,11 +127,11 @@ fn section(body: &mut String, replica: &ReplicaAnswer, shaped: &serde_json::Valu
     let share = |ns: u64| if total == 0 { 0.0 } else { ns as f64 * 100.0 / total as f64 };
     body.push_str(
         "<table class=\"data replica-tables\"><thead><tr><th>Table</th><th>Kind</th><th>Events</th><th>Rows</th>\
-         <th>Apply time</th><th>Share</th></tr></thead><tbody>",
+         <th>Apply time</th><th>Share</th><th>p50 / p99 per event</th></tr></thead><tbody>",
     );
     let tables = shaped["tables"].as_array().cloned().unwrap_or_default();
     if tables.is_empty() {
-        body.push_str("<tr><td colspan=\"6\">No rows events (statement-based changes are digests).</td></tr>");
+        body.push_str("<tr><td colspan=\"7\">No rows events (statement-based changes are digests).</td></tr>");
     }
     for t in tables.iter().take(TABLES) {
         let ns = t["apply_ns"].as_u64().unwrap_or(0);
@@ -134,13 +142,14 @@ fn section(body: &mut String, replica: &ReplicaAnswer, shaped: &serde_json::Valu
         let _ = write!(
             body,
             "<tr><td>{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>\
-             <td class=\"num\">{:.1}%</td></tr>",
+             <td class=\"num\">{:.1}%</td><td class=\"num\">{}</td></tr>",
             esc(&name),
             esc(t["kind"].as_str().unwrap_or_default()),
             t["events"],
             t["rows"].as_u64().map_or("-".to_string(), |r| r.to_string()),
             html::duration_ns(ns as f64),
-            share(ns)
+            share(ns),
+            per_event(t)
         );
     }
     body.push_str("</tbody></table>");

@@ -709,7 +709,13 @@ pub(super) fn every_kind_of_row(sequence: u64, end: i64) -> Batch {
         transactions: 1,
         lag: Some(Histogram { scheme: 1, buckets: vec![Bucket { index: 3, count: 1 }] }),
         lag_max_ns: 5,
-        classes: vec![sqlbee_proto::v1::AppliedClass { class: "xid".into(), events: 1, apply_ns: 2, rows: Some(1) }],
+        classes: vec![sqlbee_proto::v1::AppliedClass {
+            class: "xid".into(),
+            events: 1,
+            apply_ns: 2,
+            rows: Some(1),
+            latency: Some(Histogram { scheme: 1, buckets: vec![Bucket { index: 2, count: 1 }] }),
+        }],
         tables: vec![sqlbee_proto::v1::AppliedTable {
             schema: "app".into(),
             table: "t'x".into(),
@@ -717,6 +723,7 @@ pub(super) fn every_kind_of_row(sequence: u64, end: i64) -> Batch {
             events: 1,
             apply_ns: 1,
             rows: None,
+            latency: None,
         }],
         lost_events: 0,
     }];
