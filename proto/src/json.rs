@@ -810,11 +810,17 @@ fn applied_table_json(a: &crate::v1::AppliedTable) -> Value {
 /// never above the time of all of them (`apply_ns`); null without a
 /// histogram (an agent before 0.9).
 fn apply_quantile_ms(latency: Option<&crate::v1::Histogram>, apply_ns: u64, q: f64) -> Option<f64> {
+    let h = counted(latency);
+    (h.total() > 0).then(|| h.percentile(q, 0, apply_ns) as f64 / 1e6)
+}
+
+/// A wire histogram's buckets, counted again (empty when absent).
+fn counted(wire: Option<&crate::v1::Histogram>) -> sqlbee_vocabulary::histogram::Histogram {
     let mut h = sqlbee_vocabulary::histogram::Histogram::default();
-    for b in latency.iter().flat_map(|h| &h.buckets) {
+    for b in wire.iter().flat_map(|w| &w.buckets) {
         h.add_bucket(b.index as usize, b.count);
     }
-    (h.total() > 0).then(|| h.percentile(q, 0, apply_ns) as f64 / 1e6)
+    h
 }
 
 /// `sqlbee replication` and `/api/replication`: per replica, its
@@ -827,10 +833,7 @@ pub fn replication_json(answer: &ReplicationResponse) -> Value {
         .iter()
         .map(|r| {
             let t = r.totals.clone().unwrap_or_default();
-            let mut lag = sqlbee_vocabulary::histogram::Histogram::default();
-            for b in t.lag.iter().flat_map(|h| &h.buckets) {
-                lag.add_bucket(b.index as usize, b.count);
-            }
+            let lag = counted(t.lag.as_ref());
             let measured = lag.total();
             let quantile = |q: f64| (measured > 0).then(|| ms(lag.percentile(q, 0, t.lag_max_ns)));
             json!({

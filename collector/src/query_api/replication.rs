@@ -4,11 +4,11 @@
 use std::collections::BTreeMap;
 
 use sqlbee_proto::v1::{
-    AppliedClass, AppliedTable, Bucket, Histogram, ReplicaAnswer, ReplicaDigest, ReplicaWindow, Replication, TopDigest,
+    AppliedClass, AppliedTable, Histogram, ReplicaAnswer, ReplicaDigest, ReplicaWindow, Replication, TopDigest,
 };
 use sqlbee_vocabulary::histogram;
 
-use crate::store::{OrderBy, Store, StoreError, StoredReplication, TopQuery};
+use crate::store::{OrderBy, Store, StoreError, StoredReplication, TopQuery, merge::wire_histogram};
 
 /// Applied digests a replica's answer lists.
 pub const DIGESTS: usize = 20;
@@ -190,13 +190,6 @@ impl Totals {
     }
 }
 
-fn wire_histogram(h: &histogram::Histogram) -> Histogram {
-    Histogram {
-        scheme: histogram::SCHEME,
-        buckets: h.buckets().map(|(index, count)| Bucket { index: index as u32, count }).collect(),
-    }
-}
-
 /// Windows' replication merged: exact counts, the lag's histogram merged
 /// bucket by bucket. Over several instances for a table's total.
 #[derive(Default)]
@@ -285,10 +278,7 @@ mod tests {
             window_end_unix_ms: start + 1000,
             replication: Replication {
                 transactions,
-                lag: Some(Histogram {
-                    scheme: histogram::SCHEME,
-                    buckets: lag.buckets().map(|(index, count)| Bucket { index: index as u32, count }).collect(),
-                }),
+                lag: Some(wire_histogram(&lag)),
                 lag_max_ns: lag_ns.iter().copied().max().unwrap_or(0),
                 classes: vec![AppliedClass {
                     class: "rows".into(),
