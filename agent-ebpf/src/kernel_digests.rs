@@ -197,6 +197,7 @@ pub fn record(
     slots: u32,
     sets: u32,
     query: &StatementStats,
+    known: u32,
     account: u64,
 ) -> Option<bool> {
     let set = KNOWN.get(known_set(hash, sets))?;
@@ -228,7 +229,7 @@ pub fn record(
     stats.count += 1;
     stats.sum_ns += duration_ns;
     stats.buckets[bucket] += 1;
-    stats.stats.add_statement(query);
+    stats.stats.add_known(query, known);
     // The agent zeroes a slot when it reads it: the ways start free.
     if account != 0 {
         for way in 0..SLOT_ACCOUNTS {

@@ -48,6 +48,8 @@ pub enum ConfigError {
     ExplainRate(f64),
     #[error("`query_tags`: {0}")]
     QueryTags(String),
+    #[error("`figures`: {0}")]
+    Figures(String),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Deserialize)]
@@ -251,6 +253,13 @@ pub struct AgentOptions {
     /// (see the manual's Replicas page).
     #[arg(long, env = "SQLBEE_NO_REPLICA_PROBES")]
     pub no_replica_probes: bool,
+    /// Which of the server's own figures to read per statement: `all`,
+    /// `lean` (none: every statement is still counted and timed, with its
+    /// digest, lock time, errors, schema and account), or `lean` plus
+    /// figure names (`lean,rows_examined,cpu_ns`). A figure not read costs
+    /// mysqld nothing and is absent from every output, never 0.
+    #[arg(long, env = "SQLBEE_FIGURES", value_delimiter = ',', default_value = "all")]
+    pub figures: Vec<String>,
 }
 
 /// Validated agent configuration: the options as given, and what the
@@ -276,6 +285,8 @@ pub struct AgentConfig {
     pub plans: Option<crate::plans::PlanConfig>,
     /// None: `--activity-interval 0`, or nothing to send it to.
     pub activity: Option<crate::activity::ActivityConfig>,
+    /// The server's figures the programs read (`--figures`).
+    pub figures: crate::probe::FigureChoice,
 }
 
 impl AgentConfig {
@@ -430,6 +441,7 @@ impl AgentOptions {
                 }),
             },
             activity: None,
+            figures: crate::probe::FigureChoice::parse(&self.figures).map_err(ConfigError::Figures)?,
             options: self,
         };
         if !config.options.activity_interval.is_zero() && config.ship.is_some() {

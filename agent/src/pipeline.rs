@@ -136,6 +136,7 @@ pub fn run_agent(config: AgentConfig, signalled: &'static AtomicBool) -> Result<
             replica: !config.options.no_replica_probes,
             client_login: config.plans.as_ref().map(|p| p.login.clone()),
             values: config.plans.is_some(),
+            figures: config.figures,
         },
         prepared.stats,
     );

@@ -13,7 +13,7 @@ mod thd_fields;
 
 pub use figure_sums::FigureSums;
 /// The histogram scheme the kernel counts into.
-pub use sqlbee_figures::histogram;
+pub use sqlbee_figures::{histogram, needs};
 pub use thd_fields::{AloneCopy, Identity, MAX_ALONE, alone_copy, decode, stats_field, thd_field};
 
 /// Largest statement text the kernel can copy. The configured limit

@@ -402,6 +402,94 @@ fn figures_equal_performance_schema_without_kernel_digests() {
     figures_equal_performance_schema(false);
 }
 
+/// `--figures lean,rows_examined`: every statement still counted in its
+/// digest and schema, through the kernel digests too, with the one server
+/// figure asked for exact against performance_schema, and every other one
+/// absent (never 0) from the agent's lines and the collector's answer.
+#[test]
+fn a_lean_agent_counts_every_statement_and_reads_only_the_figures_asked_for() {
+    if !privileged("a_lean_agent_counts_every_statement_and_reads_only_the_figures_asked_for") {
+        return;
+    }
+    let _serial = common::one_at_a_time();
+    let server = server();
+    let collector = Collector::start(&[]);
+    let state = server.dir().join("agent-state");
+    server.sql("TRUNCATE performance_schema.events_statements_summary_by_digest").unwrap();
+    let agent = Agent::start(
+        server.dir(),
+        &[
+            format!("--pid={}", server.pid()),
+            "--window=500ms".into(),
+            format!("--collector={}", collector.http_url()),
+            format!("--state-dir={}", state.display()),
+            "--figures=lean,rows_examined".into(),
+        ],
+    );
+    let mut sessions = workload(&server);
+    std::thread::sleep(Duration::from_millis(700));
+    let out = agent.stop();
+    assert!(out.success, "{}", out.stderr);
+    assert!(out.stderr.contains("figures not read"), "{}", out.stderr);
+    let expected = server_figures(&server, &mut sessions);
+    let asked = ["count", "rows_examined"];
+    let left_out: Vec<&str> = sqlbee_figures::FIGURES
+        .iter()
+        .filter(|f| f.needs != sqlbee_figures::needs::ALWAYS && f.name != "rows_examined")
+        .map(|f| f.name)
+        .collect();
+    assert!(left_out.contains(&"cpu_ns") && left_out.contains(&"tmp_tables"), "{left_out:?}");
+    for ((schema, marker), figures) in &expected {
+        let rows: Vec<&Value> = out
+            .of_type("digest")
+            .filter(|d| d["schema"] == schema.as_str() && d["digest_text"].as_str().is_some_and(|t| t.contains(marker)))
+            .collect();
+        for field in asked {
+            let got: u64 = rows.iter().map(|r| r[field].as_u64().unwrap_or_else(|| panic!("{field}: {r:#}"))).sum();
+            assert_eq!(got, figures[field], "{schema} {marker}: {field}, agent against performance_schema");
+        }
+        for row in &rows {
+            assert!(row["lock_ns"].is_u64(), "lock time is always read: {row:#}");
+            for field in &left_out {
+                assert!(row[field].is_null(), "{field} was not asked for: {row:#}");
+            }
+        }
+    }
+    assert!(expected.values().any(|f| f["rows_examined"] > 0));
+    assert!(out.summary_total(None, "aggregated_in_kernel") > 0, "no statement was counted in the kernel");
+    for session in sessions {
+        let mut conn = session.conn;
+        for stmt in session.prepared {
+            conn.close(stmt).unwrap();
+        }
+    }
+    // The collector keeps the absence: its answer has the asked figure and
+    // no other.
+    for schema in SCHEMAS {
+        let rows = top_json(&collector.http_url(), &["--schema", schema, "--limit", "1000"]);
+        for shape in SHAPES {
+            let rows: Vec<&Value> = rows
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|r| r["digest_text"].as_str().is_some_and(|t| t.contains(shape.marker)))
+                .collect();
+            let stored: u64 = rows.iter().map(|r| r["rows_examined"].as_u64().unwrap()).sum();
+            assert_eq!(
+                stored,
+                expected[&(schema.to_string(), shape.marker)]["rows_examined"],
+                "{schema} {}",
+                shape.marker
+            );
+            for row in rows {
+                for field in &left_out {
+                    assert!(row.get(*field).is_none_or(Value::is_null), "{field} stored: {row:#}");
+                }
+            }
+        }
+    }
+}
+
 /// A statement that computes for its whole run reports most of its
 /// latency as CPU time; one that sleeps reports almost none.
 #[test]

@@ -473,10 +473,7 @@ fn statement_fields(code: &dyn Fn(&'static str) -> Vec<u8>, connection_id_offset
         vio_offset: UNKNOWN,
         ..ServerLayout::default()
     };
-    // A test hook, not an option: the kernel tests have the programs copy
-    // every field on its own, the path a build with fields far apart takes.
-    let shared = std::env::var_os("SQLBEE_TEST_FIELDS_ALONE").is_none_or(|v| v != "1");
-    thd_fields::place(&found, &mut layout, shared);
+    thd_fields::place(&found, &mut layout, thd_fields::shared_copies());
     match decode_lea_rdi(&body(THD_CURRENT_DB)) {
         Some(at) => layout.db_offset = at,
         None => missing.push(("schema", format!("`{THD_CURRENT_DB}` is missing or does not match a known pattern"))),

@@ -29,6 +29,7 @@ pub use kernel_btf::{BtfError, has_current_task_btf, task_runtime_offset};
 pub use process::{
     Container, ServerProcess, cpu_seconds, find_servers, runtime_address, server_by_pid, threads_cpu_ns,
 };
+pub use thd_fields::keep_only as keep_statement_fields;
 pub use uprobe_links::multi_links;
 
 use std::path::PathBuf;

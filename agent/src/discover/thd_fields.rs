@@ -149,9 +149,7 @@ fn alone_len(field: usize, at: u32) -> u32 {
 /// cut them, the one with the fewest copies on their own wins (each is a
 /// read of the server's memory), then the one that copies fewest bytes.
 /// `shared: false` copies every field on its own, as a build whose fields
-/// lie far apart would: the tests that run the real programs set
-/// `SQLBEE_TEST_FIELDS_ALONE=1` (see `binary`) to have the kernels they run
-/// on verify and run that path too.
+/// lie far apart would (see [`shared_copies`]).
 pub fn place(found: &[(usize, u32)], layout: &mut ServerLayout, shared: bool) {
     let mut sorted: Vec<(usize, u32)> = found.to_vec();
     sorted.sort_by_key(|&(field, at)| (at, field));
@@ -197,6 +195,31 @@ pub fn place(found: &[(usize, u32)], layout: &mut ServerLayout, shared: bool) {
             next += alone_len(field, at);
         }
     }
+}
+
+/// Whether fields close together share one copy. A test hook, not an
+/// option: the tests that run the real programs set
+/// `SQLBEE_TEST_FIELDS_ALONE=1` to have the kernels they run on verify and
+/// run the path a build with fields far apart takes.
+pub fn shared_copies() -> bool {
+    std::env::var_os("SQLBEE_TEST_FIELDS_ALONE").is_none_or(|v| v != "1")
+}
+
+/// Narrows a layout's fields (`stats_fields`, at `field_at`) to those in
+/// `keep` (`stats_field` bits) and places them again: a field left out is
+/// never copied, and a window that only the left-out fields needed is not
+/// read at all.
+pub fn keep_only(layout: &mut ServerLayout, keep: u32) {
+    let kept = layout.stats_fields & keep;
+    let found: Vec<(usize, u32)> =
+        (0..thd_field::COUNT).filter(|field| kept & (1 << field) != 0).map(|f| (f, layout.field_at[f])).collect();
+    layout.stats_base = 0;
+    layout.stats_len = 0;
+    layout.stats_fields = 0;
+    layout.stats_alone = 0;
+    layout.field_at = [0; thd_field::COUNT];
+    layout.field_rel = [0; thd_field::COUNT];
+    place(&found, layout, shared_copies());
 }
 
 #[cfg(test)]

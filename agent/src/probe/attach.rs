@@ -75,6 +75,8 @@ pub struct ProbeConfig {
     /// Load the value probes, attached while `capture_values` asks: the
     /// values prepared statements ran with, for their plans.
     pub values: bool,
+    /// Which of the server's figures the programs read (`--figures`).
+    pub figures: super::FigureChoice,
 }
 
 pub struct AttachedServer {
@@ -177,6 +179,10 @@ impl AttachedServer {
             },
             ..layout
         };
+        let layout = config.figures.narrow(layout);
+        if config.figures != super::FigureChoice::ALL {
+            info!(pid, left_out = ?config.figures.left_out(), "figures not read (--figures)");
+        }
         let (mut ebpf, layout, points, programs) = load_programs(pid, layout, &binary, &config)?;
         // Before any program runs (none is attached yet): they set the maps up.
         let kernel_digests = (config.digest_slots > 0)

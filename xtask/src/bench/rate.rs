@@ -48,7 +48,7 @@ pub struct RateArgs {
     pub servers: Vec<String>,
     /// Arms run in every round: `control` (nothing attached) and
     /// treatments of `cargo xtask bench` (sqlbee, sqlbee-all, sqlbee-waits,
-    /// sqlbee-events, sqlbee-plans, sqlbee-budget, slow-log, general-log, bpftrace-pair,
+    /// sqlbee-events, sqlbee-lean, sqlbee-plans, sqlbee-budget, slow-log, general-log, bpftrace-pair,
     /// bpftrace-count = the one-trap floor, performance-schema,
     /// performance-schema-statements). Only the host's server runs the
     /// performance_schema arms: each of their runs restarts the
@@ -156,8 +156,9 @@ pub struct SeedsArgs {
 
 /// The arms of the seeds' experiment: the floor (one bare counting uprobe
 /// where sqlbee's one trap per statement sits, `log_slow_statement`'s
-/// entry) shows what sqlbee costs above what any uprobe agent must.
-const SEEDS_ARMS: [&str; 4] = ["control", "bpftrace-count", "sqlbee", "performance-schema-statements"];
+/// entry) shows what sqlbee costs above what any uprobe agent must, and
+/// the lean tier what the server's own figures cost.
+const SEEDS_ARMS: [&str; 5] = ["control", "bpftrace-count", "sqlbee", "sqlbee-lean", "performance-schema-statements"];
 
 /// Runs the seeds' experiment: the saturated part, then the fixed-rate one.
 pub fn seeds(args: &SeedsArgs) -> anyhow::Result<Vec<RateOutcome>> {

@@ -64,6 +64,13 @@ pub const TREATMENTS: &[Treatment] = &[
         about: "sqlbee agent, default probes plus the wait probes (no kernel digests)",
         setup: Setup::Agent { flags: &["--wait-probes"], if_known: &[] },
     },
+    // The lean tier: every statement counted and timed with its digest,
+    // errors, schema and account, none of the server's own figures read.
+    Treatment {
+        name: "sqlbee-lean",
+        about: "sqlbee agent, default probes, --figures lean (none of the server's own figures, no CPU time)",
+        setup: Setup::Agent { flags: &["--figures=lean"], if_known: &[] },
+    },
     // The design before kernel digests, for the side-by-side cost.
     Treatment {
         name: "sqlbee-events",
