@@ -609,6 +609,22 @@ mod tests {
         assert!(err.contains("http://"), "{err}");
         let err = resolve(&["--mysqld-overhead-budget", "200%"]).unwrap_err().to_string();
         assert!(err.contains("1%"), "{err}");
+        let err = resolve(&["--figures", "lean,rows_scanned"]).unwrap_err().to_string();
+        assert!(err.contains("figures") && err.contains("rows_scanned") && err.contains("rows_examined"), "{err}");
+    }
+
+    /// `--figures` from a flag and from the file's list.
+    #[test]
+    fn figures_are_chosen_by_flag_or_file() {
+        use crate::probe::FigureChoice;
+        use sqlbee_figures::needs;
+        let _env = ENV.lock().unwrap_or_else(|e| e.into_inner());
+        assert_eq!(resolve(&[]).unwrap().figures, FigureChoice::ALL);
+        assert_eq!(resolve(&["--figures", "lean"]).unwrap().figures, FigureChoice::LEAN);
+        let (dir, path) = temp_file("figures", "figures = [\"lean\", \"cpu_ns\"]\n");
+        let chosen = resolve(&["--config", path.to_str().unwrap()]).unwrap().figures;
+        assert!(chosen.wants(needs::CPU) && !chosen.wants(needs::ROWS_EXAMINED), "{chosen:?}");
+        std::fs::remove_dir_all(dir).unwrap();
     }
 
     /// defaults < file < environment < flags, each option on its own.

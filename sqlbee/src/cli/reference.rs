@@ -100,8 +100,8 @@ pub fn figures_page() -> String {
          memory at each statement's end. Each is a field of every `digest` line of the agent's \
          [jsonl output](jsonl.md), of `sqlbee.v1.QueryStats` on the [wire](wire-protocol.md), of every \
          digest in `sqlbee top --format json` and `/api/top`, and a row of *What the server did* on the \
-         web UI's digest page. A figure the agent cannot read on a server's build is absent (`null`), \
-         never 0; over many windows, a figure sums the windows that carried it. A figure with an order key \
+         web UI's digest page. A figure the agent cannot read on a server's build, or one its \
+         `--figures` leaves out, is absent (`null`), never 0; over many windows, a figure sums the windows that carried it. A figure with an order key \
          also ranks the top list: `sqlbee top --order-by KEY`, the web UI's top page (its column) and \
          `order_by` on the wire.\n\n\
          | field | what it counts | unit | combined | known | order key |\n|---|---|---|---|---|---|\n",
