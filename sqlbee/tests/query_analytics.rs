@@ -295,10 +295,9 @@ fn agent_figures(out: &AgentOutput) -> BTreeMap<(String, &'static str), BTreeMap
     sums
 }
 
-fn figures_equal_performance_schema(kernel_digests: bool) {
-    let _serial = common::one_at_a_time();
-    let server = server();
-    let collector = Collector::start(&[]);
+/// An agent on `server` with short windows, shipping to `collector`, with
+/// `extra` flags, after performance_schema's digest table was emptied.
+fn start_agent(server: &PrivateServer, collector: &Collector, extra: &[&str]) -> Agent {
     let state = server.dir().join("agent-state");
     let mut args = vec![
         format!("--pid={}", server.pid()),
@@ -306,11 +305,17 @@ fn figures_equal_performance_schema(kernel_digests: bool) {
         format!("--collector={}", collector.http_url()),
         format!("--state-dir={}", state.display()),
     ];
-    if !kernel_digests {
-        args.push("--kernel-digests=0".into());
-    }
+    args.extend(extra.iter().map(|a| a.to_string()));
     server.sql("TRUNCATE performance_schema.events_statements_summary_by_digest").unwrap();
-    let agent = Agent::start(server.dir(), &args);
+    Agent::start(server.dir(), &args)
+}
+
+fn figures_equal_performance_schema(kernel_digests: bool) {
+    let _serial = common::one_at_a_time();
+    let server = server();
+    let collector = Collector::start(&[]);
+    let extra: &[&str] = if kernel_digests { &[] } else { &["--kernel-digests=0"] };
+    let agent = start_agent(&server, &collector, extra);
     let mut sessions = workload(&server);
     std::thread::sleep(Duration::from_millis(700));
     let out = agent.stop();
@@ -414,18 +419,7 @@ fn a_lean_agent_counts_every_statement_and_reads_only_the_figures_asked_for() {
     let _serial = common::one_at_a_time();
     let server = server();
     let collector = Collector::start(&[]);
-    let state = server.dir().join("agent-state");
-    server.sql("TRUNCATE performance_schema.events_statements_summary_by_digest").unwrap();
-    let agent = Agent::start(
-        server.dir(),
-        &[
-            format!("--pid={}", server.pid()),
-            "--window=500ms".into(),
-            format!("--collector={}", collector.http_url()),
-            format!("--state-dir={}", state.display()),
-            "--figures=lean,rows_examined".into(),
-        ],
-    );
+    let agent = start_agent(&server, &collector, &["--figures=lean,rows_examined"]);
     let mut sessions = workload(&server);
     std::thread::sleep(Duration::from_millis(700));
     let out = agent.stop();
