@@ -90,15 +90,6 @@ fn copy_alone(thd: u64, layout: &ServerLayout, buffer: &mut EventBuffer, fields:
     }
 }
 
-/// The figures' `needs` bits this layout lets the programs read: its
-/// fields, and CPU time when the task's runtime offset is known.
-#[inline(always)]
-pub fn known(layout: &ServerLayout) -> u32 {
-    let offset = layout.task_runtime_offset;
-    let cpu = if offset != 0 && offset != UNKNOWN { sqlbee_kernel_abi::needs::CPU } else { 0 };
-    layout.stats_fields | cpu
-}
-
 /// The current thread's on-CPU time so far (ns), 0 when unknown. Through
 /// the task's BTF pointer it is one load; through `bpf_probe_read_kernel`
 /// (kernels before 5.11) a helper call, about 0.1 us dearer per statement

@@ -343,7 +343,7 @@ fn try_statement_end(ctx: &ProbeContext) -> Result<(), i64> {
             digest_slots,
             layout.known_sets,
             &buffer.header.stats,
-            query_stats::known(layout),
+            layout.known_needs(),
             buffer.header.account_hash,
         )
     {

@@ -326,6 +326,17 @@ pub struct ServerLayout {
     pub reserved_channel: u32,
 }
 
+impl ServerLayout {
+    /// The figures' `needs` bits this layout lets the programs read: its
+    /// fields, and CPU time when the task's runtime offset is known.
+    #[inline(always)]
+    pub fn known_needs(&self) -> u32 {
+        let offset = self.task_runtime_offset;
+        let cpu = if offset != 0 && offset != UNKNOWN { needs::CPU } else { 0 };
+        self.stats_fields | cpu
+    }
+}
+
 /// Classes of rows events told apart by their virtual table: write,
 /// update, delete, each plain and compressed.
 pub const ROWS_VTABLES: usize = 6;

@@ -243,10 +243,7 @@ impl Readable {
     pub const ACCOUNT: u32 = 1 << 18;
 
     pub fn of(layout: &sqlbee_kernel_abi::ServerLayout) -> Readable {
-        let mut bits = layout.stats_fields;
-        if layout.task_runtime_offset != 0 && layout.task_runtime_offset != sqlbee_kernel_abi::UNKNOWN {
-            bits |= Self::CPU;
-        }
+        let mut bits = layout.known_needs();
         if layout.db_offset != sqlbee_kernel_abi::UNKNOWN {
             bits |= Self::SCHEMA;
         }
