@@ -21,7 +21,7 @@ use sqlbee_kernel_abi::{
 };
 
 use crate::{
-    kernel_digests,
+    identity, kernel_digests,
     layout::layout,
     maps::{COMMANDS, EVENTS, SCRATCH, bump, gate_closed, inflight_slot, stats},
     names, query_stats,
@@ -182,6 +182,54 @@ pub fn read_thd_u64(thd: u64, offset: u32) -> u64 {
     unsafe { bpf_probe_read_user((thd + offset as u64) as *const u64) }.unwrap_or(0)
 }
 
+/// Whether this end is a second one of the statement that ended last on
+/// this thread (`EXECUTE IMMEDIATE` ends inside the prepared statement and
+/// again in `dispatch_command`; a bulk execute or a reprepare ends several
+/// times inside), which is counted once. The query id tells it where it is
+/// read. Where it is not (`ServerLayout::identity_apart`), the start time
+/// does, with two checks: the server keeps one `start_utime` for all the
+/// statements of a Galera multi-statement packet and of an event's body,
+/// which differ in their text, while a second end has the same text or
+/// comes from a shallower frame than the first (the outer end of an
+/// `EXECUTE IMMEDIATE`). The statements of stored programs share their
+/// caller's start time too, and end deeper than it with other texts: the
+/// nested probes take them before this, and without those probes the query
+/// id is read after all.
+#[inline(always)]
+fn ends_again(
+    ctx: &ProbeContext,
+    thd: u64,
+    start_us: u64,
+    text_ptr: u64,
+    layout: &ServerLayout,
+    query_id: u64,
+    inflight: &mut Inflight,
+) -> bool {
+    let query_id = if layout.identity_apart != 0 && layout.nested_probes == 0 && layout.query_id_offset != UNKNOWN {
+        read_thd_u64(thd, layout.query_id_offset)
+    } else {
+        query_id
+    };
+    if layout.identity_apart == 0 || layout.nested_probes == 0 {
+        if query_id == 0 {
+            return false;
+        }
+        let again = inflight.last_end_key == query_id && inflight.thd == thd;
+        inflight.last_end_key = query_id;
+        return again;
+    }
+    // SAFETY: a read of the probe context at a fixed offset.
+    let sp = unsafe { (*ctx.regs).rsp };
+    let again = start_us != 0
+        && inflight.last_end_key == start_us
+        && inflight.thd == thd
+        && (text_ptr == inflight.last_end_text || sp > inflight.last_end_sp);
+    inflight.last_end_key = start_us;
+    inflight.last_end_text = text_ptr;
+    inflight.last_end_sp = sp;
+    again
+}
+
 fn try_statement_end(ctx: &ProbeContext) -> Result<(), i64> {
     if gate_closed() {
         return Ok(());
@@ -221,14 +269,10 @@ fn try_statement_end(ctx: &ProbeContext) -> Result<(), i64> {
     // through them merge again instead of multiplying the paths after.
     buffer.header.stats = StatementStats::default();
     query_stats::read(thd, layout, buffer);
-    // One statement reaching its end twice (EXECUTE IMMEDIATE) keeps its
-    // query id: counted once.
-    if buffer.query_id != 0 {
-        if inflight.last_query_id == buffer.query_id && inflight.thd == thd {
-            stats[stat::DUPLICATE_HITS as usize] += 1;
-            return Ok(());
-        }
-        inflight.last_query_id = buffer.query_id;
+    identity::read(thd, layout, inflight, buffer);
+    if ends_again(ctx, thd, start_us, text_ptr, layout, buffer.query_id, inflight) {
+        stats[stat::DUPLICATE_HITS as usize] += 1;
+        return Ok(());
     }
     // The replica's applier is counted apart from what clients sent.
     if buffer.header.source == source::REPLICA {

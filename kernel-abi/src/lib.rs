@@ -115,6 +115,16 @@ pub mod source {
     /// `THD::system_thread` values (MariaDB `enum_thread_type`).
     pub const SYSTEM_THREAD_SLAVE_SQL: u32 = 4;
     pub const SYSTEM_THREAD_EVENT_WORKER: u32 = 16;
+
+    /// The source of a statement its THD's `system_thread` ran.
+    #[inline(always)]
+    pub fn of_system_thread(system_thread: u32) -> u32 {
+        match system_thread {
+            SYSTEM_THREAD_SLAVE_SQL => REPLICA,
+            SYSTEM_THREAD_EVENT_WORKER => EVENT,
+            _ => CLIENT,
+        }
+    }
 }
 
 /// The kind of stored program a nested statement ran in
@@ -324,6 +334,24 @@ pub struct ServerLayout {
     pub rli_mi_offset: u32,
     pub mi_channel_offset: u32,
     pub reserved_channel: u32,
+    /// 1: the connection id and `system_thread` are not in the counters'
+    /// window (the lean tier leaves the window out), so the statement
+    /// program reads them apart, at `connection_id_offset` and
+    /// `system_thread_offset` (`UNKNOWN`: every statement is a client's),
+    /// and tells a statement that ends twice by its start time instead of
+    /// its query id.
+    pub identity_apart: u32,
+    pub system_thread_offset: u32,
+    /// Offset of `start_time` (u64, when the task was created) in this
+    /// kernel's `task_struct`. Non-zero with `identity_apart`: a thread
+    /// reads the identity once per THD it serves, and again after any
+    /// login on the server (`acl_authenticate`, whose probe must be
+    /// attached) or when its thread id belongs to a new thread.
+    pub task_start_offset: u32,
+    /// `THD::query_id` with `identity_apart`, read only where the nested
+    /// probes are not attached (see the statement program's `ends_again`);
+    /// `UNKNOWN`: not read.
+    pub query_id_offset: u32,
 }
 
 impl ServerLayout {
@@ -697,7 +725,12 @@ pub const CONTROL_OPAQUE_ONES: u32 = 1;
 /// The agent's shedding step: 1 and up sends no per-window samples, 2 and
 /// up sends statements it has not registered without their text.
 pub const CONTROL_SHEDDING: u32 = 2;
-pub const CONTROL_SLOTS: u32 = 3;
+/// Bumped by the kernel at every login (`acl_authenticate`): a thread's
+/// cached identity (see `ServerLayout::task_start_offset`) read under
+/// another value is read again, as a new connection may have a THD at a
+/// freed one's address, on any thread of a thread pool.
+pub const CONTROL_LOGINS: u32 = 3;
+pub const CONTROL_SLOTS: u32 = 4;
 
 /// One wait longer than `ServerLayout::long_wait_us`.
 #[repr(C)]
@@ -816,9 +849,21 @@ pub struct Inflight {
     /// `start_utime` of the client statement whose programs ran nested
     /// statements: its end goes out as a record, so they find their parent.
     pub nested_parent_us: u64,
-    /// The last statement's query id and the last program named here.
-    pub last_query_id: u64,
+    /// What tells the last statement's end from the next one's: its query
+    /// id, or where that is not read its `start_utime`, text pointer and
+    /// stack pointer. And the last program named here.
+    pub last_end_key: u64,
+    pub last_end_text: u64,
+    pub last_end_sp: u64,
     pub program_hash: u64,
+    /// The identity read apart (`ServerLayout::identity_apart`): the THD,
+    /// the task's start time and the login count it was read under, and
+    /// what was read (the connection id and a `source` value).
+    pub identity_thd: u64,
+    pub identity_task_start: u64,
+    pub identity_logins: u32,
+    pub identity_source: u32,
+    pub identity_connection: u64,
 }
 
 /// Fixed head of every ring-buffer record; `captured_len` text bytes follow.

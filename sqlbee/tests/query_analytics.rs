@@ -484,6 +484,84 @@ fn a_lean_agent_counts_every_statement_and_reads_only_the_figures_asked_for() {
     }
 }
 
+/// `--figures lean` reads no counter, so the counters' page of the THD is
+/// not read at all: each thread keeps the connection id and applier flag
+/// of the THD it serves. Connections of two accounts come and go one after
+/// the other (a new one can get the last one's THD address and thread),
+/// with one thread per connection and with a one-thread pool, and every
+/// statement still lands on its own account, an `EXECUTE IMMEDIATE` is
+/// counted once and each statement of a multi-statement packet once.
+#[test]
+fn a_lean_agent_keeps_connections_and_statement_ends_apart() {
+    if !privileged("a_lean_agent_keeps_connections_and_statement_ends_apart") {
+        return;
+    }
+    let _serial = common::one_at_a_time();
+    const ROUNDS: u64 = 8;
+    const REPEATS: u64 = 5;
+    for (name, handling) in [
+        ("lean-threads", &["--thread-handling=one-thread-per-connection"][..]),
+        ("lean-pool", &["--thread-handling=pool-of-threads", "--thread-pool-size=1"][..]),
+    ] {
+        let server = PrivateServer::start(name, handling).unwrap();
+        for user in ["lean_a", "lean_b"] {
+            server.sql(&format!("CREATE USER {user}@localhost IDENTIFIED BY 'lean-pw'")).unwrap();
+            server.sql(&format!("GRANT SELECT ON *.* TO {user}@localhost")).unwrap();
+        }
+        let agent = Agent::start(
+            server.dir(),
+            &[format!("--pid={}", server.pid()), "--window=500ms".into(), "--figures=lean".into()],
+        );
+        for round in 0..ROUNDS {
+            let user = if round % 2 == 0 { "lean_a" } else { "lean_b" };
+            let opts = mysql::OptsBuilder::new()
+                .socket(Some(server.socket.to_str().unwrap()))
+                .user(Some(user))
+                .pass(Some("lean-pw"))
+                .prefer_socket(true);
+            let mut conn = mysql::Conn::new(opts).unwrap();
+            for i in 0..REPEATS {
+                conn.query_drop(format!("SELECT {i} AS q_{user}")).unwrap();
+            }
+            conn.query_drop("EXECUTE IMMEDIATE 'SELECT 7 AS q_lean_immediate'").unwrap();
+            let mut results = conn.query_iter("SELECT 1 AS q_lean_multi_one; SELECT 2 AS q_lean_multi_two").unwrap();
+            while let Some(set) = results.iter() {
+                set.for_each(drop);
+            }
+            drop(results);
+            drop(conn);
+        }
+        std::thread::sleep(Duration::from_millis(700));
+        let out = agent.stop();
+        assert!(out.success, "{handling:?}: {}", out.stderr);
+        let rows = |marker: &str| -> Vec<Value> {
+            out.of_type("digest")
+                .filter(|d| d["digest_text"].as_str().is_some_and(|t| t.contains(marker)))
+                .cloned()
+                .collect()
+        };
+        let count = |marker: &str| -> u64 { rows(marker).iter().map(|r| r["count"].as_u64().unwrap()).sum() };
+        for user in ["lean_a", "lean_b"] {
+            let mut accounts = BTreeMap::new();
+            for row in rows(&format!("q_{user}")) {
+                for (account, n) in row["accounts"].as_object().unwrap_or_else(|| panic!("no accounts: {row:#}")) {
+                    *accounts.entry(account.clone()).or_insert(0) += n.as_u64().unwrap();
+                }
+            }
+            let expected = BTreeMap::from([(format!("{user}@localhost"), ROUNDS / 2 * REPEATS)]);
+            assert_eq!(accounts, expected, "{handling:?}: statements of {user}, by account");
+        }
+        assert_eq!(count("q_lean_immediate"), ROUNDS, "{handling:?}: EXECUTE IMMEDIATE counted once each");
+        assert_eq!(out.summary_total(None, "duplicate_hits"), ROUNDS, "{handling:?}: its second ends");
+        assert_eq!(count("q_lean_multi_one"), ROUNDS, "{handling:?}");
+        assert_eq!(count("q_lean_multi_two"), ROUNDS, "{handling:?}");
+        // Nothing the lean tier leaves out is there.
+        for row in rows("q_lean_") {
+            assert!(row["rows_examined"].is_null() && row["cpu_ns"].is_null(), "{row:#}");
+        }
+    }
+}
+
 /// A statement that computes for its whole run reports most of its
 /// latency as CPU time; one that sleeps reports almost none.
 #[test]
