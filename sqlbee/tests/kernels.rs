@@ -285,6 +285,26 @@ fn judge(run: &xtask::kernel_matrix::Run) -> Result<String, String> {
     if let Err(e) = loaded_within_budget(&last["programs"], &["statement_end", "wait_begin", "wait_end"]) {
         return fail(e);
     }
+    // The third run, lean: no counter read, the identity kept per thread.
+    if run.section("lean-exit") != "0" {
+        return fail(format!("the lean agent exited with {:?}", run.section("lean-exit")));
+    }
+    let lean: Vec<serde_json::Value> =
+        run.section("lean-jsonl").lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let lean_rows = || lean.iter().filter(|l| l["type"] == "digest" && l["digest_text"] == "SELECT ?");
+    let counted: u64 = lean_rows().map(|l| l["count"].as_u64().unwrap()).sum();
+    if counted != 10 {
+        return fail(format!("lean: {counted} statements counted of 10"));
+    }
+    if let Some(row) = lean_rows().find(|l| !l["rows_sent"].is_null()) {
+        return fail(format!("lean: a figure not asked for was read: {row}"));
+    }
+    let Some(last) = lean.iter().rfind(|l| l["type"] == "summary") else {
+        return fail("no summary from the lean agent".into());
+    };
+    if let Err(e) = loaded_within_budget(&last["programs"], &["statement_end"]) {
+        return fail(e);
+    }
     let log = common::strip_ansi(run.section("agent-log"));
     let mode = if log.contains("multi_links=true") { "multi-uprobe links" } else { "classic uprobes" };
     let statement_end = &loaded["statement_end"];

@@ -192,6 +192,27 @@ say waits-jsonl
 cat "$RUN/waits.jsonl"
 say waits-log
 cat "$RUN/waits.log"
+# The lean tier reads no counter: its identity path, verified on every
+# kernel, with a new connection (a login) per statement.
+"$SQLBEE" agent --pid $MPID --figures lean --window 1s --no-cgroup --output jsonl \
+  --ready-file "$RUN/lean.ready" >"$RUN/lean.jsonl" 2>"$RUN/lean.log" &
+AG=$!
+i=0
+while [ ! -e "$RUN/lean.ready" ] && kill -0 $AG 2>/dev/null; do
+  sleep 0.5; i=$((i + 1))
+  [ $i -gt 600 ] && break
+done
+if [ -e "$RUN/lean.ready" ]; then
+  for n in 1 2 3 4 5 6 7 8 9 10; do sql "SELECT 'lean'" >/dev/null; done
+  sleep 0.5
+  kill -INT $AG
+fi
+wait $AG
+say "lean-exit $?"
+say lean-jsonl
+cat "$RUN/lean.jsonl"
+say lean-log
+cat "$RUN/lean.log"
 kill $MPID
 wait $MPID 2>/dev/null
 "#;
@@ -232,7 +253,7 @@ impl Run {
                 let (name, rest) = marker.split_once(' ').unwrap_or((marker, ""));
                 match name {
                     "kernel" => run.kernel = rest.trim().to_owned(),
-                    "agent-exit" | "waits-exit" => {
+                    "agent-exit" | "waits-exit" | "lean-exit" => {
                         run.sections.insert(name.to_owned(), rest.trim().to_owned());
                     }
                     _ => {
@@ -243,7 +264,7 @@ impl Run {
                 continue;
             }
             if let Some(section) = current.as_ref().and_then(|c| run.sections.get_mut(c))
-                && !matches!(current.as_deref(), Some("agent-exit" | "waits-exit"))
+                && !matches!(current.as_deref(), Some("agent-exit" | "waits-exit" | "lean-exit"))
             {
                 section.push_str(line);
                 section.push('\n');
