@@ -8,7 +8,7 @@
 //! but logs in first (on any thread, hence a count for the whole server),
 //! and a thread id can come back for a new thread.
 use aya_ebpf::helpers::bpf_probe_read_user;
-use sqlbee_kernel_abi::{CONTROL_LOGINS, EventBuffer, Inflight, ServerLayout, UNKNOWN, source};
+use sqlbee_kernel_abi::{CONTROL_LOGINS, EventBuffer, Inflight, ServerLayout, UNKNOWN, identity::IN_WINDOW, source};
 
 use crate::{kernel_digests::CONTROL, query_stats::task_u64, statements::read_thd_u64};
 
@@ -16,7 +16,7 @@ use crate::{kernel_digests::CONTROL, query_stats::task_u64, statements::read_thd
 /// thread's cache or read apart. Nothing to do where the window has them.
 #[inline(always)]
 pub fn read(thd: u64, layout: &ServerLayout, inflight: &mut Inflight, buffer: &mut EventBuffer) {
-    if layout.identity_apart == 0 {
+    if layout.identity_apart == IN_WINDOW {
         return;
     }
     let cached = layout.task_start_offset != 0;

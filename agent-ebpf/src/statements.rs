@@ -17,7 +17,8 @@ use aya_ebpf::{
 };
 use sqlbee_kernel_abi::{
     EVENT_HEADER_LEN, EventBuffer, Inflight, MAX_TEXT, STATS_WINDOW, ServerLayout, StatementStats, UNKNOWN, command,
-    flags, kernel_digests::with_schema, record_pending, source, stat, statement_flag, wait_class,
+    flags, identity as identity_kind, kernel_digests::with_schema, record_pending, source, stat, statement_flag,
+    wait_class,
 };
 
 use crate::{
@@ -183,50 +184,31 @@ pub fn read_thd_u64(thd: u64, offset: u32) -> u64 {
 }
 
 /// Whether this end is a second one of the statement that ended last on
-/// this thread (`EXECUTE IMMEDIATE` ends inside the prepared statement and
-/// again in `dispatch_command`; a bulk execute or a reprepare ends several
-/// times inside), which is counted once. The query id tells it where it is
-/// read. Where it is not (`ServerLayout::identity_apart`), the start time
-/// does, with two checks: the server keeps one `start_utime` for all the
-/// statements of a Galera multi-statement packet and of an event's body,
-/// which differ in their text, while a second end has the same text or
-/// comes from a shallower frame than the first (the outer end of an
-/// `EXECUTE IMMEDIATE`). The statements of stored programs share their
-/// caller's start time too, and end deeper than it with other texts: the
-/// nested probes take them before this, and without those probes the query
-/// id is read after all.
+/// this thread, which is counted once: `EXECUTE IMMEDIATE` ends inside the
+/// prepared statement and again in `dispatch_command`, a bulk execute or a
+/// reprepare ends several times inside. The query id tells it where it is
+/// read. Where it is not (the lean tier), the start time does: the server
+/// sets `start_utime` anew for every statement a client sends, and keeps it
+/// for all the ends of one. The exceptions read the query id after all:
+/// statements of stored programs and events share their caller's start
+/// time, so without the nested probes that take them before this; and a
+/// Galera node keeps one start time for a multi-statement packet
+/// (`identity::QUERY_ID`).
 #[inline(always)]
-fn ends_again(
-    ctx: &ProbeContext,
-    thd: u64,
-    start_us: u64,
-    text_ptr: u64,
-    layout: &ServerLayout,
-    query_id: u64,
-    inflight: &mut Inflight,
-) -> bool {
-    let query_id = if layout.identity_apart != 0 && layout.nested_probes == 0 && layout.query_id_offset != UNKNOWN {
+fn ends_again(thd: u64, start_us: u64, layout: &ServerLayout, query_id: u64, inflight: &mut Inflight) -> bool {
+    let by_start = layout.identity_apart == identity_kind::START_TIME && layout.nested_probes != 0;
+    let key = if by_start {
+        start_us
+    } else if layout.identity_apart != identity_kind::IN_WINDOW && layout.query_id_offset != UNKNOWN {
         read_thd_u64(thd, layout.query_id_offset)
     } else {
         query_id
     };
-    if layout.identity_apart == 0 || layout.nested_probes == 0 {
-        if query_id == 0 {
-            return false;
-        }
-        let again = inflight.last_end_key == query_id && inflight.thd == thd;
-        inflight.last_end_key = query_id;
-        return again;
+    if key == 0 {
+        return false;
     }
-    // SAFETY: a read of the probe context at a fixed offset.
-    let sp = unsafe { (*ctx.regs).rsp };
-    let again = start_us != 0
-        && inflight.last_end_key == start_us
-        && inflight.thd == thd
-        && (text_ptr == inflight.last_end_text || sp > inflight.last_end_sp);
-    inflight.last_end_key = start_us;
-    inflight.last_end_text = text_ptr;
-    inflight.last_end_sp = sp;
+    let again = inflight.last_end_key == key && inflight.thd == thd;
+    inflight.last_end_key = key;
     again
 }
 
@@ -270,7 +252,7 @@ fn try_statement_end(ctx: &ProbeContext) -> Result<(), i64> {
     buffer.header.stats = StatementStats::default();
     query_stats::read(thd, layout, buffer);
     identity::read(thd, layout, inflight, buffer);
-    if ends_again(ctx, thd, start_us, text_ptr, layout, buffer.query_id, inflight) {
+    if ends_again(thd, start_us, layout, buffer.query_id, inflight) {
         stats[stat::DUPLICATE_HITS as usize] += 1;
         return Ok(());
     }

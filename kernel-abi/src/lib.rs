@@ -334,12 +334,14 @@ pub struct ServerLayout {
     pub rli_mi_offset: u32,
     pub mi_channel_offset: u32,
     pub reserved_channel: u32,
-    /// 1: the connection id and `system_thread` are not in the counters'
-    /// window (the lean tier leaves the window out), so the statement
+    /// Where the connection id and `system_thread` come from: 0
+    /// (`identity::IN_WINDOW`) the counters' window; otherwise they are not
+    /// in it (the lean tier leaves the window out) and the statement
     /// program reads them apart, at `connection_id_offset` and
-    /// `system_thread_offset` (`UNKNOWN`: every statement is a client's),
-    /// and tells a statement that ends twice by its start time instead of
-    /// its query id.
+    /// `system_thread_offset` (`UNKNOWN`: every statement is a client's).
+    /// Then `identity::START_TIME` tells a statement that ends twice by its
+    /// start time, and `identity::QUERY_ID` by its query id, read apart
+    /// (a Galera node, where one packet's statements share a start time).
     pub identity_apart: u32,
     pub system_thread_offset: u32,
     /// Offset of `start_time` (u64, when the task was created) in this
@@ -348,9 +350,9 @@ pub struct ServerLayout {
     /// login on the server (`acl_authenticate`, whose probe must be
     /// attached) or when its thread id belongs to a new thread.
     pub task_start_offset: u32,
-    /// `THD::query_id` with `identity_apart`, read only where the nested
-    /// probes are not attached (see the statement program's `ends_again`);
-    /// `UNKNOWN`: not read.
+    /// `THD::query_id` with `identity::QUERY_ID`, or without the nested
+    /// probes (see the statement program's `ends_again`); `UNKNOWN`: not
+    /// read.
     pub query_id_offset: u32,
 }
 
@@ -363,6 +365,13 @@ impl ServerLayout {
         let cpu = if offset != 0 && offset != UNKNOWN { needs::CPU } else { 0 };
         self.stats_fields | cpu
     }
+}
+
+/// `ServerLayout::identity_apart` values.
+pub mod identity {
+    pub const IN_WINDOW: u32 = 0;
+    pub const START_TIME: u32 = 1;
+    pub const QUERY_ID: u32 = 2;
 }
 
 /// Classes of rows events told apart by their virtual table: write,
@@ -850,11 +859,9 @@ pub struct Inflight {
     /// statements: its end goes out as a record, so they find their parent.
     pub nested_parent_us: u64,
     /// What tells the last statement's end from the next one's: its query
-    /// id, or where that is not read its `start_utime`, text pointer and
-    /// stack pointer. And the last program named here.
+    /// id, or where that is not read its `start_utime`. And the last
+    /// program named here.
     pub last_end_key: u64,
-    pub last_end_text: u64,
-    pub last_end_sp: u64,
     pub program_hash: u64,
     /// The identity read apart (`ServerLayout::identity_apart`): the THD,
     /// the task's start time and the login count it was read under, and

@@ -27,7 +27,7 @@ pub use clients::{Client, Connection as ClientConnection, Resolver as ClientReso
 pub use connect_attrs::{AttrAsker, AttrReader, ConnectAttrs};
 pub use kernel_btf::{BtfError, has_current_task_btf, task_runtime_offset, task_start_offset};
 pub use process::{
-    Container, ServerProcess, cpu_seconds, find_servers, runtime_address, server_by_pid, threads_cpu_ns,
+    Container, ServerProcess, cpu_seconds, find_servers, maps_galera, runtime_address, server_by_pid, threads_cpu_ns,
 };
 pub use thd_fields::keep_only as keep_statement_fields;
 pub use uprobe_links::multi_links;

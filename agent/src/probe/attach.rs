@@ -191,7 +191,11 @@ impl AttachedServer {
             },
             ..layout
         };
-        let layout = config.figures.narrow(layout);
+        let mut layout = config.figures.narrow(layout);
+        if layout.identity_apart == sqlbee_kernel_abi::identity::START_TIME && crate::discover::maps_galera(pid) {
+            layout.identity_apart = sqlbee_kernel_abi::identity::QUERY_ID;
+            info!(pid, "a Galera node: the lean tier reads each statement's query id");
+        }
         if config.figures != super::FigureChoice::ALL {
             info!(pid, left_out = ?config.figures.left_out(), "figures not read (--figures)");
         }

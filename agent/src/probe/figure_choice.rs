@@ -4,7 +4,7 @@
 //! mysqld nothing, and it is absent from every output (never 0), as a
 //! figure the build does not let the agent read is.
 use sqlbee_figures::{FIGURES, needs};
-use sqlbee_kernel_abi::{ServerLayout, stats_field, thd_field};
+use sqlbee_kernel_abi::{ServerLayout, identity, stats_field, thd_field};
 
 /// The `needs` bits (`sqlbee_figures::needs`) of the figures asked for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -83,7 +83,7 @@ impl FigureChoice {
             };
             layout.system_thread_offset = offset(thd_field::SYSTEM_THREAD);
             layout.query_id_offset = offset(thd_field::QUERY_ID);
-            layout.identity_apart = 1;
+            layout.identity_apart = identity::START_TIME;
             crate::discover::keep_statement_fields(&mut layout, 0);
         } else {
             crate::discover::keep_statement_fields(&mut layout, IDENTITY | counters);
@@ -160,18 +160,18 @@ mod tests {
         }
         // No counter: the window is not read, and the identity is read
         // apart, from the offsets discovery found.
-        assert_eq!(lean.identity_apart, 1);
+        assert_eq!(lean.identity_apart, identity::START_TIME);
         assert_eq!(lean.system_thread_offset, all.field_at[thd_field::SYSTEM_THREAD]);
         assert_eq!(lean.query_id_offset, all.field_at[thd_field::QUERY_ID]);
         assert_eq!(lean.connection_id_offset, 0x1000);
         let lean_cpu = FigureChoice::parse(&words("lean,cpu_ns")).unwrap().narrow(all);
-        assert_eq!((lean_cpu.identity_apart, lean_cpu.stats_len), (1, 0));
+        assert_eq!((lean_cpu.identity_apart, lean_cpu.stats_len), (identity::START_TIME, 0));
         assert_eq!(lean_cpu.task_runtime_offset, 0x90);
 
         // A counter brings the window's page in: the identity comes with it.
         let rows = FigureChoice::parse(&words("rows_examined")).unwrap().narrow(all);
         assert_eq!(rows.stats_fields, IDENTITY | stats_field::ROWS_EXAMINED);
-        assert_eq!(rows.identity_apart, 0);
+        assert_eq!(rows.identity_apart, identity::IN_WINDOW);
         for field in [thd_field::QUERY_ID, thd_field::SYSTEM_THREAD, thd_field::CONNECTION_ID] {
             assert_eq!(rows.field_at[field], all.field_at[field]);
         }
