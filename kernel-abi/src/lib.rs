@@ -801,6 +801,9 @@ pub struct ValueEvent {
 /// Each piece carries the time it belongs to, so the statement end takes
 /// only what happened after the statement's own start; nothing stale from
 /// a command that never reached a statement end leaks into the next one.
+/// What every statement end touches comes first, in as few cache lines as
+/// it takes; the CPU mark and the waits, touched only with their options,
+/// last.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Inflight {
@@ -818,21 +821,19 @@ pub struct Inflight {
     pub command_ns: u64,
     /// Last THD seen on this thread.
     pub thd: u64,
-    /// Nesting depth of the wait in progress (0: not waiting).
-    pub wait_depth: u32,
-    pub wait_class: u32,
-    pub wait_start_ns: u64,
-    /// `start_utime` of the statement the waits below belong to.
-    pub waits_epoch_us: u64,
-    /// `start_utime` of the last statement that ended on this thread: a
-    /// network wait still showing it is the connection idling between
-    /// commands, not a statement's wait.
-    pub ended_epoch_us: u64,
-    /// Time waited so far in that statement, per wait class.
-    pub waits: [u64; wait_class::COUNT],
-    /// The thread's `se.sum_exec_runtime` at its last statement end (0:
-    /// none seen yet).
-    pub cpu_mark_ns: u64,
+    /// What tells the last statement's end from the next one's: its query
+    /// id, or where that is not read its `start_utime`. And the last
+    /// program named here.
+    pub last_end_key: u64,
+    pub program_hash: u64,
+    /// The identity read apart (`ServerLayout::identity_apart`): the THD,
+    /// the task's start time and the login count it was read under, and
+    /// what was read (the connection id and a `source` value).
+    pub identity_thd: u64,
+    pub identity_task_start: u64,
+    pub identity_logins: u32,
+    pub identity_source: u32,
+    pub identity_connection: u64,
     /// The connection (id) whose account and schema were last named on
     /// this thread, and their hashes; 0: name them at the next statement.
     pub named_connection: u64,
@@ -858,19 +859,21 @@ pub struct Inflight {
     /// `start_utime` of the client statement whose programs ran nested
     /// statements: its end goes out as a record, so they find their parent.
     pub nested_parent_us: u64,
-    /// What tells the last statement's end from the next one's: its query
-    /// id, or where that is not read its `start_utime`. And the last
-    /// program named here.
-    pub last_end_key: u64,
-    pub program_hash: u64,
-    /// The identity read apart (`ServerLayout::identity_apart`): the THD,
-    /// the task's start time and the login count it was read under, and
-    /// what was read (the connection id and a `source` value).
-    pub identity_thd: u64,
-    pub identity_task_start: u64,
-    pub identity_logins: u32,
-    pub identity_source: u32,
-    pub identity_connection: u64,
+    /// The thread's `se.sum_exec_runtime` at its last statement end (0:
+    /// none seen yet).
+    pub cpu_mark_ns: u64,
+    /// Nesting depth of the wait in progress (0: not waiting).
+    pub wait_depth: u32,
+    pub wait_class: u32,
+    pub wait_start_ns: u64,
+    /// `start_utime` of the statement the waits below belong to.
+    pub waits_epoch_us: u64,
+    /// `start_utime` of the last statement that ended on this thread: a
+    /// network wait still showing it is the connection idling between
+    /// commands, not a statement's wait.
+    pub ended_epoch_us: u64,
+    /// Time waited so far in that statement, per wait class.
+    pub waits: [u64; wait_class::COUNT],
 }
 
 /// Fixed head of every ring-buffer record; `captured_len` text bytes follow.
