@@ -57,10 +57,6 @@ static LAYOUT: ServerLayout = ServerLayout {
     rli_mi_offset: sqlbee_kernel_abi::UNKNOWN,
     mi_channel_offset: sqlbee_kernel_abi::UNKNOWN,
     reserved_channel: 0,
-    identity_apart: 0,
-    system_thread_offset: sqlbee_kernel_abi::UNKNOWN,
-    task_start_offset: 0,
-    query_id_offset: sqlbee_kernel_abi::UNKNOWN,
 };
 
 /// The layout, read where each field is used. Through a pointer the

@@ -4,8 +4,6 @@
 //! the agent drains them on a timer.
 #![no_std]
 #![no_main]
-#![feature(core_intrinsics)]
-#![allow(internal_features)]
 
 /// Defines each program twice from one body: `$multi` in a `uprobe.multi`
 /// section, attached through one BPF link that filters on the process, and
@@ -33,7 +31,6 @@ macro_rules! uprobe_pair {
 mod bounds;
 mod calibrate;
 mod errors;
-mod identity;
 mod kernel_digests;
 mod layout;
 mod maps;

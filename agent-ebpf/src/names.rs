@@ -52,11 +52,9 @@ fn on_schema_change(_ctx: ProbeContext) -> u32 {
 }
 
 /// `acl_authenticate(THD*, uint)`: a connection logs in, or changes user.
-/// Its thread names the account again at its next statement end, and every
-/// thread reads a cached identity again (see `crate::identity`).
+/// Its thread names the account again at its next statement end.
 #[inline(always)]
 fn on_account_change(_ctx: ProbeContext) -> u32 {
-    crate::identity::count_login();
     let tid = bpf_get_current_pid_tgid() as u32;
     if let Some(inflight) = owned_slot(tid) {
         inflight.named_connection = 0;

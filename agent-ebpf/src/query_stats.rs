@@ -90,18 +90,13 @@ fn copy_alone(thd: u64, layout: &ServerLayout, buffer: &mut EventBuffer, fields:
     }
 }
 
-/// The current thread's on-CPU time so far (ns), 0 when unknown.
+/// The current thread's on-CPU time so far (ns), 0 when unknown. Through
+/// the task's BTF pointer it is one load; through `bpf_probe_read_kernel`
+/// (kernels before 5.11) a helper call, about 0.1 us dearer per statement
+/// on the VM of `benches/results`.
 #[inline(always)]
 pub fn runtime(layout: &ServerLayout) -> u64 {
-    task_u64(layout, layout.task_runtime_offset)
-}
-
-/// The u64 at `offset` in the current task (its runtime, its start time),
-/// 0 when the offset is unknown. Through the task's BTF pointer it is one
-/// load; through `bpf_probe_read_kernel` (kernels before 5.11) a helper
-/// call, about 0.1 us dearer per statement on the VM of `benches/results`.
-#[inline(always)]
-pub fn task_u64(layout: &ServerLayout, offset: u32) -> u64 {
+    let offset = layout.task_runtime_offset;
     if offset == 0 || offset == UNKNOWN {
         return 0;
     }

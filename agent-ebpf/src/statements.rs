@@ -17,12 +17,11 @@ use aya_ebpf::{
 };
 use sqlbee_kernel_abi::{
     EVENT_HEADER_LEN, EventBuffer, Inflight, MAX_TEXT, STATS_WINDOW, ServerLayout, StatementStats, UNKNOWN, command,
-    flags, identity as identity_kind, kernel_digests::with_schema, record_pending, source, stat, statement_flag,
-    wait_class,
+    flags, kernel_digests::with_schema, record_pending, source, stat, statement_flag, wait_class,
 };
 
 use crate::{
-    identity, kernel_digests,
+    kernel_digests,
     layout::layout,
     maps::{COMMANDS, EVENTS, SCRATCH, bump, gate_closed, inflight_slot, stats},
     names, query_stats,
@@ -183,35 +182,6 @@ pub fn read_thd_u64(thd: u64, offset: u32) -> u64 {
     unsafe { bpf_probe_read_user((thd + offset as u64) as *const u64) }.unwrap_or(0)
 }
 
-/// Whether this end is a second one of the statement that ended last on
-/// this thread, which is counted once: `EXECUTE IMMEDIATE` ends inside the
-/// prepared statement and again in `dispatch_command`, a bulk execute or a
-/// reprepare ends several times inside. The query id tells it where it is
-/// read. Where it is not (the lean tier), the start time does: the server
-/// sets `start_utime` anew for every statement a client sends, and keeps it
-/// for all the ends of one. The exceptions read the query id after all:
-/// statements of stored programs and events share their caller's start
-/// time, so without the nested probes that take them before this; and a
-/// Galera node keeps one start time for a multi-statement packet
-/// (`identity::QUERY_ID`).
-#[inline(always)]
-fn ends_again(thd: u64, start_us: u64, layout: &ServerLayout, query_id: u64, inflight: &mut Inflight) -> bool {
-    let by_start = layout.identity_apart == identity_kind::START_TIME && layout.nested_probes != 0;
-    let key = if by_start {
-        start_us
-    } else if layout.identity_apart != identity_kind::IN_WINDOW && layout.query_id_offset != UNKNOWN {
-        read_thd_u64(thd, layout.query_id_offset)
-    } else {
-        query_id
-    };
-    if key == 0 {
-        return false;
-    }
-    let again = inflight.last_end_key == key && inflight.thd == thd;
-    inflight.last_end_key = key;
-    again
-}
-
 fn try_statement_end(ctx: &ProbeContext) -> Result<(), i64> {
     if gate_closed() {
         return Ok(());
@@ -251,10 +221,14 @@ fn try_statement_end(ctx: &ProbeContext) -> Result<(), i64> {
     // through them merge again instead of multiplying the paths after.
     buffer.header.stats = StatementStats::default();
     query_stats::read(thd, layout, buffer);
-    identity::read(thd, layout, inflight, buffer);
-    if ends_again(thd, start_us, layout, buffer.query_id, inflight) {
-        stats[stat::DUPLICATE_HITS as usize] += 1;
-        return Ok(());
+    // One statement reaching its end twice (EXECUTE IMMEDIATE) keeps its
+    // query id: counted once.
+    if buffer.query_id != 0 {
+        if inflight.last_query_id == buffer.query_id && inflight.thd == thd {
+            stats[stat::DUPLICATE_HITS as usize] += 1;
+            return Ok(());
+        }
+        inflight.last_query_id = buffer.query_id;
     }
     // The replica's applier is counted apart from what clients sent.
     if buffer.header.source == source::REPLICA {

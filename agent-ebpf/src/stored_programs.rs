@@ -155,7 +155,6 @@ fn try_nested_end(ctx: &ProbeContext) -> Result<(), i64> {
     let ([text_ptr, text_len], db) = read_text_and_schema(thd, layout, &mut buffer.window);
     buffer.header.stats = StatementStats::default();
     query_stats::read(thd, layout, buffer);
-    crate::identity::read(thd, layout, inflight, buffer);
     let runtime = query_stats::runtime(layout);
     if frame.cpu_ns != 0 && runtime >= frame.cpu_ns {
         buffer.header.stats.cpu_ns = runtime - frame.cpu_ns;

@@ -119,13 +119,6 @@ pub fn run_agent(config: AgentConfig, signalled: &'static AtomicBool) -> Result<
             0
         }
     };
-    // The lean tier keeps a connection's identity per thread, told from an
-    // earlier thread with the same id by its start time.
-    let task_start_offset = discover::task_start_offset(std::path::Path::new("/sys/kernel/btf/vmlinux"))
-        .unwrap_or_else(|e| {
-            debug!(error = %e, "connection identity read at every statement");
-            0
-        });
     let mut supervisor = Supervisor::new(
         ProbeConfig {
             text_limit: config.options.text_limit,
@@ -138,7 +131,6 @@ pub fn run_agent(config: AgentConfig, signalled: &'static AtomicBool) -> Result<
             overhead_budget: config.options.mysqld_overhead_budget,
             duty_period: config.options.duty_period,
             task_runtime_offset,
-            task_start_offset,
             task_btf: discover::has_current_task_btf(),
             clients: !config.options.no_clients,
             replica: !config.options.no_replica_probes,

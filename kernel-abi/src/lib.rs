@@ -115,16 +115,6 @@ pub mod source {
     /// `THD::system_thread` values (MariaDB `enum_thread_type`).
     pub const SYSTEM_THREAD_SLAVE_SQL: u32 = 4;
     pub const SYSTEM_THREAD_EVENT_WORKER: u32 = 16;
-
-    /// The source of a statement its THD's `system_thread` ran.
-    #[inline(always)]
-    pub fn of_system_thread(system_thread: u32) -> u32 {
-        match system_thread {
-            SYSTEM_THREAD_SLAVE_SQL => REPLICA,
-            SYSTEM_THREAD_EVENT_WORKER => EVENT,
-            _ => CLIENT,
-        }
-    }
 }
 
 /// The kind of stored program a nested statement ran in
@@ -334,26 +324,6 @@ pub struct ServerLayout {
     pub rli_mi_offset: u32,
     pub mi_channel_offset: u32,
     pub reserved_channel: u32,
-    /// Where the connection id and `system_thread` come from: 0
-    /// (`identity::IN_WINDOW`) the counters' window; otherwise they are not
-    /// in it (the lean tier leaves the window out) and the statement
-    /// program reads them apart, at `connection_id_offset` and
-    /// `system_thread_offset` (`UNKNOWN`: every statement is a client's).
-    /// Then `identity::START_TIME` tells a statement that ends twice by its
-    /// start time, and `identity::QUERY_ID` by its query id, read apart
-    /// (a Galera node, where one packet's statements share a start time).
-    pub identity_apart: u32,
-    pub system_thread_offset: u32,
-    /// Offset of `start_time` (u64, when the task was created) in this
-    /// kernel's `task_struct`. Non-zero with `identity_apart`: a thread
-    /// reads the identity once per THD it serves, and again after any
-    /// login on the server (`acl_authenticate`, whose probe must be
-    /// attached) or when its thread id belongs to a new thread.
-    pub task_start_offset: u32,
-    /// `THD::query_id` with `identity::QUERY_ID`, or without the nested
-    /// probes (see the statement program's `ends_again`); `UNKNOWN`: not
-    /// read.
-    pub query_id_offset: u32,
 }
 
 impl ServerLayout {
@@ -365,13 +335,6 @@ impl ServerLayout {
         let cpu = if offset != 0 && offset != UNKNOWN { needs::CPU } else { 0 };
         self.stats_fields | cpu
     }
-}
-
-/// `ServerLayout::identity_apart` values.
-pub mod identity {
-    pub const IN_WINDOW: u32 = 0;
-    pub const START_TIME: u32 = 1;
-    pub const QUERY_ID: u32 = 2;
 }
 
 /// Classes of rows events told apart by their virtual table: write,
@@ -734,12 +697,7 @@ pub const CONTROL_OPAQUE_ONES: u32 = 1;
 /// The agent's shedding step: 1 and up sends no per-window samples, 2 and
 /// up sends statements it has not registered without their text.
 pub const CONTROL_SHEDDING: u32 = 2;
-/// Bumped by the kernel at every login (`acl_authenticate`): a thread's
-/// cached identity (see `ServerLayout::task_start_offset`) read under
-/// another value is read again, as a new connection may have a THD at a
-/// freed one's address, on any thread of a thread pool.
-pub const CONTROL_LOGINS: u32 = 3;
-pub const CONTROL_SLOTS: u32 = 4;
+pub const CONTROL_SLOTS: u32 = 3;
 
 /// One wait longer than `ServerLayout::long_wait_us`.
 #[repr(C)]
@@ -801,9 +759,6 @@ pub struct ValueEvent {
 /// Each piece carries the time it belongs to, so the statement end takes
 /// only what happened after the statement's own start; nothing stale from
 /// a command that never reached a statement end leaks into the next one.
-/// What every statement end touches comes first, in as few cache lines as
-/// it takes; the CPU mark and the waits, touched only with their options,
-/// last.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Inflight {
@@ -821,19 +776,21 @@ pub struct Inflight {
     pub command_ns: u64,
     /// Last THD seen on this thread.
     pub thd: u64,
-    /// What tells the last statement's end from the next one's: its query
-    /// id, or where that is not read its `start_utime`. And the last
-    /// program named here.
-    pub last_end_key: u64,
-    pub program_hash: u64,
-    /// The identity read apart (`ServerLayout::identity_apart`): the THD,
-    /// the task's start time and the login count it was read under, and
-    /// what was read (the connection id and a `source` value).
-    pub identity_thd: u64,
-    pub identity_task_start: u64,
-    pub identity_logins: u32,
-    pub identity_source: u32,
-    pub identity_connection: u64,
+    /// Nesting depth of the wait in progress (0: not waiting).
+    pub wait_depth: u32,
+    pub wait_class: u32,
+    pub wait_start_ns: u64,
+    /// `start_utime` of the statement the waits below belong to.
+    pub waits_epoch_us: u64,
+    /// `start_utime` of the last statement that ended on this thread: a
+    /// network wait still showing it is the connection idling between
+    /// commands, not a statement's wait.
+    pub ended_epoch_us: u64,
+    /// Time waited so far in that statement, per wait class.
+    pub waits: [u64; wait_class::COUNT],
+    /// The thread's `se.sum_exec_runtime` at its last statement end (0:
+    /// none seen yet).
+    pub cpu_mark_ns: u64,
     /// The connection (id) whose account and schema were last named on
     /// this thread, and their hashes; 0: name them at the next statement.
     pub named_connection: u64,
@@ -859,21 +816,9 @@ pub struct Inflight {
     /// `start_utime` of the client statement whose programs ran nested
     /// statements: its end goes out as a record, so they find their parent.
     pub nested_parent_us: u64,
-    /// The thread's `se.sum_exec_runtime` at its last statement end (0:
-    /// none seen yet).
-    pub cpu_mark_ns: u64,
-    /// Nesting depth of the wait in progress (0: not waiting).
-    pub wait_depth: u32,
-    pub wait_class: u32,
-    pub wait_start_ns: u64,
-    /// `start_utime` of the statement the waits below belong to.
-    pub waits_epoch_us: u64,
-    /// `start_utime` of the last statement that ended on this thread: a
-    /// network wait still showing it is the connection idling between
-    /// commands, not a statement's wait.
-    pub ended_epoch_us: u64,
-    /// Time waited so far in that statement, per wait class.
-    pub waits: [u64; wait_class::COUNT],
+    /// The last statement's query id and the last program named here.
+    pub last_query_id: u64,
+    pub program_hash: u64,
 }
 
 /// Fixed head of every ring-buffer record; `captured_len` text bytes follow.

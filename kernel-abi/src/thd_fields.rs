@@ -150,7 +150,11 @@ pub fn decode(window: &[u64; WORDS], layout: &ServerLayout, fields: u32, stats: 
     let system_thread = if has(thd_field::SYSTEM_THREAD) { half(thd_field::SYSTEM_THREAD) } else { 0 };
     Identity {
         connection_id: if has(thd_field::CONNECTION_ID) { word(thd_field::CONNECTION_ID) } else { 0 },
-        source: source::of_system_thread(system_thread),
+        source: match system_thread {
+            source::SYSTEM_THREAD_SLAVE_SQL => source::REPLICA,
+            source::SYSTEM_THREAD_EVENT_WORKER => source::EVENT,
+            _ => source::CLIENT,
+        },
         query_id: if has(thd_field::QUERY_ID) { word(thd_field::QUERY_ID) } else { 0 },
     }
 }

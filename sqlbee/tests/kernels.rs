@@ -285,7 +285,7 @@ fn judge(run: &xtask::kernel_matrix::Run) -> Result<String, String> {
     if let Err(e) = loaded_within_budget(&last["programs"], &["statement_end", "wait_begin", "wait_end"]) {
         return fail(e);
     }
-    // The third run, lean: no counter read, the identity kept per thread.
+    // The third run, lean: the narrowed window, a login per statement.
     if run.section("lean-exit") != "0" {
         return fail(format!("the lean agent exited with {:?}", run.section("lean-exit")));
     }

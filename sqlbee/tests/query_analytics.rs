@@ -484,10 +484,10 @@ fn a_lean_agent_counts_every_statement_and_reads_only_the_figures_asked_for() {
     }
 }
 
-/// `--figures lean` reads no counter, so the counters' page of the THD is
-/// not read at all: each thread keeps the connection id and applier flag
-/// of the THD it serves. Connections of two accounts come and go one after
-/// the other (a new one can get the last one's THD address and thread),
+/// `--figures lean` keeps of the counters' window only what tells
+/// connections and statement ends apart (connection id, applier flag,
+/// query id). Connections of two accounts come and go one after the other
+/// (a new one can get the last one's THD address and thread),
 /// with one thread per connection and with a one-thread pool, and every
 /// statement still lands on its own account, an `EXECUTE IMMEDIATE` and a
 /// prepared statement the server prepares again after an `ALTER TABLE`

@@ -329,9 +329,9 @@ fn a_multi_source_replica_tells_its_channels_apart() {
 /// purpose: its SQL thread stopped while the primary writes, then started.
 /// Every transaction is counted once, the lag at commit shows how long
 /// they waited (on the timeline too), and the statements it applied are
-/// the replica's digests. The replica's agent runs the lean tier, which
-/// tells the applier apart without the counters' window (the default's
-/// window is tested with the applier in `stored_programs`).
+/// the replica's digests. The replica's agent runs the lean tier, whose
+/// narrowed window still tells the applier apart (the default's window is
+/// tested with the applier in `stored_programs`).
 #[test]
 fn lag_made_on_purpose_is_measured_per_transaction() {
     if !privileged("lag_made_on_purpose_is_measured_per_transaction") {

@@ -170,49 +170,37 @@ cat "$RUN/agent.jsonl"
 say agent-log
 cat "$RUN/agent.log"
 kill -9 $SB 2>/dev/null
-# The wait probes turn the kernel's aggregation off: a second, short run
-# loads them and counts a few statements, with every THD field copied on
-# its own (the path of a build that keeps them far apart).
-SQLBEE_TEST_FIELDS_ALONE=1 "$SQLBEE" agent --pid $MPID --wait-probes --window 1s --no-cgroup --output jsonl \
-  --ready-file "$RUN/waits.ready" >"$RUN/waits.jsonl" 2>"$RUN/waits.log" &
-AG=$!
-i=0
-while [ ! -e "$RUN/waits.ready" ] && kill -0 $AG 2>/dev/null; do
-  sleep 0.5; i=$((i + 1))
-  [ $i -gt 600 ] && break
-done
-if [ -e "$RUN/waits.ready" ]; then
-  for n in 1 2 3 4 5 6 7 8 9 10; do sql "SELECT 'with the wait probes'" >/dev/null; done
-  sleep 0.5
-  kill -INT $AG
-fi
-wait $AG
-say "waits-exit $?"
-say waits-jsonl
-cat "$RUN/waits.jsonl"
-say waits-log
-cat "$RUN/waits.log"
-# The lean tier reads no counter: its identity path, verified on every
-# kernel, with a new connection (a login) per statement.
-"$SQLBEE" agent --pid $MPID --figures lean --window 1s --no-cgroup --output jsonl \
-  --ready-file "$RUN/lean.ready" >"$RUN/lean.jsonl" 2>"$RUN/lean.log" &
-AG=$!
-i=0
-while [ ! -e "$RUN/lean.ready" ] && kill -0 $AG 2>/dev/null; do
-  sleep 0.5; i=$((i + 1))
-  [ $i -gt 600 ] && break
-done
-if [ -e "$RUN/lean.ready" ]; then
-  for n in 1 2 3 4 5 6 7 8 9 10; do sql "SELECT 'lean'" >/dev/null; done
-  sleep 0.5
-  kill -INT $AG
-fi
-wait $AG
-say "lean-exit $?"
-say lean-jsonl
-cat "$RUN/lean.jsonl"
-say lean-log
-cat "$RUN/lean.log"
+# A short agent run: NAME, a statement sent ten times (each over a new
+# connection, so a login each), then the agent's command line, to which
+# the server and the output are added. Prints NAME-exit, -jsonl and -log.
+short_run() {
+  name=$1; statement=$2; shift 2
+  "$@" --pid $MPID --window 1s --no-cgroup --output jsonl \
+    --ready-file "$RUN/$name.ready" >"$RUN/$name.jsonl" 2>"$RUN/$name.log" &
+  AG=$!
+  i=0
+  while [ ! -e "$RUN/$name.ready" ] && kill -0 $AG 2>/dev/null; do
+    sleep 0.5; i=$((i + 1))
+    [ $i -gt 600 ] && break
+  done
+  if [ -e "$RUN/$name.ready" ]; then
+    for n in 1 2 3 4 5 6 7 8 9 10; do sql "$statement" >/dev/null; done
+    sleep 0.5
+    kill -INT $AG
+  fi
+  wait $AG
+  say "$name-exit $?"
+  say "$name-jsonl"
+  cat "$RUN/$name.jsonl"
+  say "$name-log"
+  cat "$RUN/$name.log"
+}
+# The wait probes turn the kernel's aggregation off: a second run loads
+# them, with every THD field copied on its own (the path of a build that
+# keeps them far apart).
+short_run waits "SELECT 'with the wait probes'" env SQLBEE_TEST_FIELDS_ALONE=1 "$SQLBEE" agent --wait-probes
+# The lean tier: its narrowed layout, verified on every kernel.
+short_run lean "SELECT 'lean'" "$SQLBEE" agent --figures lean
 kill $MPID
 wait $MPID 2>/dev/null
 "#;

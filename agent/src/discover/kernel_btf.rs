@@ -22,37 +22,21 @@ pub enum BtfError {
     #[error("the kernel's BTF is malformed: {0}")]
     Malformed(&'static str),
     #[error("the kernel's BTF has no {0}")]
-    Missing(String),
+    Missing(&'static str),
 }
 
 /// Offset of `task_struct.se.sum_exec_runtime` in bytes.
 pub fn task_runtime_offset(path: &Path) -> Result<u32, BtfError> {
-    task_member_offset(path, &["se", "sum_exec_runtime"])
-}
-
-/// Offset of `task_struct.start_time` (u64, when the task was created) in
-/// bytes: with the thread id, it tells a thread from an earlier one that
-/// had the same id.
-pub fn task_start_offset(path: &Path) -> Result<u32, BtfError> {
-    task_member_offset(path, &["start_time"])
-}
-
-/// Offset in bytes of the aligned 64-bit field `task_struct.<path>`.
-fn task_member_offset(path: &Path, members: &[&str]) -> Result<u32, BtfError> {
     let data = std::fs::read(path).map_err(|source| BtfError::Read { path: path.display().to_string(), source })?;
     let btf = Btf::parse(&data)?;
-    let missing = |upto: usize| BtfError::Missing(format!("task_struct.{}", members[..upto].join(".")));
-    let mut within = btf.struct_named("task_struct").ok_or_else(|| BtfError::Missing("struct task_struct".into()))?;
-    let mut bits = 0;
-    for (at, name) in members.iter().enumerate() {
-        let (offset, member_type) = btf.member(within, name).ok_or_else(|| missing(at + 1))?;
-        bits += offset;
-        if at + 1 < members.len() {
-            within = btf.resolve(member_type).ok_or_else(|| missing(at + 1))?;
-        }
-    }
+    let task = btf.struct_named("task_struct").ok_or(BtfError::Missing("struct task_struct"))?;
+    let (se_bits, se_type) = btf.member(task, "se").ok_or(BtfError::Missing("task_struct.se"))?;
+    let entity = btf.resolve(se_type).ok_or(BtfError::Missing("the type of task_struct.se"))?;
+    let (runtime_bits, _) =
+        btf.member(entity, "sum_exec_runtime").ok_or(BtfError::Missing("sched_entity.sum_exec_runtime"))?;
+    let bits = se_bits + runtime_bits;
     if bits % 64 != 0 {
-        return Err(BtfError::Malformed("the field is not an aligned 64-bit field"));
+        return Err(BtfError::Malformed("sum_exec_runtime is not an aligned 64-bit field"));
     }
     u32::try_from(bits / 8).map_err(|_| BtfError::Malformed("offset out of range"))
 }
@@ -272,7 +256,5 @@ mod tests {
         }
         let offset = task_runtime_offset(path).unwrap();
         assert!(offset % 8 == 0 && offset > 0 && offset < 64 * 1024, "{offset}");
-        let start = task_start_offset(path).unwrap();
-        assert!(start % 8 == 0 && start > 0 && start < 64 * 1024 && start != offset, "{start}");
     }
 }

@@ -25,9 +25,9 @@ pub use binary::{
 };
 pub use clients::{Client, Connection as ClientConnection, Resolver as ClientResolver, resolve as resolve_clients};
 pub use connect_attrs::{AttrAsker, AttrReader, ConnectAttrs};
-pub use kernel_btf::{BtfError, has_current_task_btf, task_runtime_offset, task_start_offset};
+pub use kernel_btf::{BtfError, has_current_task_btf, task_runtime_offset};
 pub use process::{
-    Container, ServerProcess, cpu_seconds, find_servers, maps_galera, runtime_address, server_by_pid, threads_cpu_ns,
+    Container, ServerProcess, cpu_seconds, find_servers, runtime_address, server_by_pid, threads_cpu_ns,
 };
 pub use thd_fields::keep_only as keep_statement_fields;
 pub use uprobe_links::multi_links;

@@ -274,19 +274,6 @@ pub fn runtime_address(pid: u32, variable: super::StaticVariable) -> Option<u64>
     start.checked_sub(variable.first_segment)?.checked_add(variable.address)
 }
 
-/// Whether the server has a Galera (wsrep) provider mapped: on a Galera
-/// node the statements of one multi-statement packet share their start
-/// time. True when the mappings cannot be read, which assumes the worse.
-pub fn maps_galera(pid: u32) -> bool {
-    fs::read_to_string(format!("/proc/{pid}/maps")).map_or(true, |maps| has_galera(&maps))
-}
-
-fn has_galera(maps: &str) -> bool {
-    maps.lines()
-        .filter_map(|line| line.split_ascii_whitespace().nth(5))
-        .any(|path| path.rsplit('/').next().is_some_and(|file| file.starts_with("libgalera")))
-}
-
 /// Start of the mapping of file offset 0 of the file with this inode.
 fn image_start(maps: &str, inode: u64) -> Option<u64> {
     maps.lines()
@@ -306,17 +293,6 @@ fn image_start(maps: &str, inode: u64) -> Option<u64> {
 #[cfg(test)]
 mod image_tests {
     use super::*;
-
-    #[test]
-    fn a_galera_provider_is_found_by_its_library() {
-        let plain = "55d1c8a00000-55d1c8c00000 r--p 00000000 fe:01 1234 /usr/sbin/mariadbd\n\
-                     7f0000000000-7f0000001000 r-xp 00000000 fe:01 99 /usr/lib/x86_64-linux-gnu/libc.so.6\n";
-        assert!(!has_galera(plain));
-        let galera =
-            format!("{plain}7f1000000000-7f1000100000 r-xp 00000000 fe:01 77 /usr/lib/galera/libgalera_smm.so\n");
-        assert!(has_galera(&galera));
-        assert!(!maps_galera(std::process::id()), "this test's own process has no Galera");
-    }
 
     #[test]
     fn finds_the_image_by_inode_and_offset() {

@@ -63,9 +63,6 @@ pub struct ProbeConfig {
     /// Offset of `se.sum_exec_runtime` in this kernel's `task_struct` (0:
     /// unknown, CPU time left out).
     pub task_runtime_offset: u32,
-    /// Offset of `start_time` in this kernel's `task_struct` (0: unknown;
-    /// see `ServerLayout::task_start_offset`).
-    pub task_start_offset: u32,
     /// The kernel has `bpf_get_current_task_btf` (see `ServerLayout::task_btf`).
     pub task_btf: bool,
     /// Name each connection's client (see `clients`).
@@ -167,15 +164,6 @@ impl AttachedServer {
             known_sets: known_sets(config.digest_slots.max(1)),
             task_runtime_offset: config.task_runtime_offset,
             task_btf: u32::from(config.task_btf),
-            // A cached identity is read again after a login, which only the
-            // login's probe sees.
-            task_start_offset: if binary.points.account_change.is_some()
-                && layout.sctx_offset != sqlbee_kernel_abi::UNKNOWN
-            {
-                config.task_start_offset
-            } else {
-                0
-            },
             // The name is cached on the probe of THD::set_db: without it,
             // no schema.
             db_offset: if binary.points.schema_change.is_some() {
@@ -191,11 +179,7 @@ impl AttachedServer {
             },
             ..layout
         };
-        let mut layout = config.figures.narrow(layout);
-        if layout.identity_apart == sqlbee_kernel_abi::identity::START_TIME && crate::discover::maps_galera(pid) {
-            layout.identity_apart = sqlbee_kernel_abi::identity::QUERY_ID;
-            info!(pid, "a Galera node: the lean tier reads each statement's query id");
-        }
+        let layout = config.figures.narrow(layout);
         if config.figures != super::FigureChoice::ALL {
             info!(pid, left_out = ?config.figures.left_out(), "figures not read (--figures)");
         }

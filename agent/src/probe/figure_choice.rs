@@ -4,7 +4,7 @@
 //! mysqld nothing, and it is absent from every output (never 0), as a
 //! figure the build does not let the agent read is.
 use sqlbee_figures::{FIGURES, needs};
-use sqlbee_kernel_abi::{ServerLayout, identity, stats_field, thd_field};
+use sqlbee_kernel_abi::{ServerLayout, stats_field};
 
 /// The `needs` bits (`sqlbee_figures::needs`) of the figures asked for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -64,30 +64,12 @@ impl FigureChoice {
     }
 
     /// `layout` with only the chosen figures read: their fields placed
-    /// again without the others, and no CPU time unless asked for. With no
-    /// counter at all, the counters' window is not read: the identity
-    /// fields are read apart (once per connection and thread where the
-    /// layout allows, see `ServerLayout::task_start_offset`).
+    /// again without the others, and no CPU time unless asked for.
     pub fn narrow(self, mut layout: ServerLayout) -> ServerLayout {
         if self == FigureChoice::ALL {
             return layout;
         }
-        let counters = self.0 & !needs::CPU & layout.stats_fields;
-        if counters == 0 && layout.connection_id_offset != 0 {
-            let offset = |field: usize| {
-                if layout.stats_fields & (1 << field) != 0 {
-                    layout.field_at[field]
-                } else {
-                    sqlbee_kernel_abi::UNKNOWN
-                }
-            };
-            layout.system_thread_offset = offset(thd_field::SYSTEM_THREAD);
-            layout.query_id_offset = offset(thd_field::QUERY_ID);
-            layout.identity_apart = identity::START_TIME;
-            crate::discover::keep_statement_fields(&mut layout, 0);
-        } else {
-            crate::discover::keep_statement_fields(&mut layout, IDENTITY | counters);
-        }
+        crate::discover::keep_statement_fields(&mut layout, IDENTITY | (self.0 & !needs::CPU));
         if !self.wants(needs::CPU) {
             layout.task_runtime_offset = 0;
         }
@@ -97,6 +79,8 @@ impl FigureChoice {
 
 #[cfg(test)]
 mod tests {
+    use sqlbee_kernel_abi::thd_field;
+
     use super::*;
     use crate::probe::Readable;
 
@@ -107,8 +91,7 @@ mod tests {
     /// A layout as discovery places MariaDB 10.11's fields: the counters
     /// in one window, the connection id far from them.
     fn placed() -> ServerLayout {
-        let mut layout =
-            ServerLayout { task_runtime_offset: 0x90, connection_id_offset: 0x1000, ..ServerLayout::default() };
+        let mut layout = ServerLayout { task_runtime_offset: 0x90, ..ServerLayout::default() };
         let found = [
             (thd_field::ROWS_SENT, 0x3b98),
             (thd_field::ROWS_EXAMINED, 0x3ba0),
@@ -152,30 +135,21 @@ mod tests {
         assert!(everything.knows(needs::ROWS_EXAMINED) && everything.knows(needs::CPU));
 
         let lean = FigureChoice::LEAN.narrow(all);
-        assert_eq!(lean.stats_fields, 0);
-        assert_eq!((lean.stats_len, lean.task_runtime_offset), (0, 0));
+        assert_eq!(lean.stats_fields, IDENTITY);
+        assert_eq!(lean.task_runtime_offset, 0);
         let readable = Readable::of(&lean);
         for figure in FIGURES {
             assert_eq!(readable.knows(figure.needs), figure.needs == needs::ALWAYS, "{}", figure.name);
         }
-        // No counter: the window is not read, and the identity is read
-        // apart, from the offsets discovery found.
-        assert_eq!(lean.identity_apart, identity::START_TIME);
-        assert_eq!(lean.system_thread_offset, all.field_at[thd_field::SYSTEM_THREAD]);
-        assert_eq!(lean.query_id_offset, all.field_at[thd_field::QUERY_ID]);
-        assert_eq!(lean.connection_id_offset, 0x1000);
-        let lean_cpu = FigureChoice::parse(&words("lean,cpu_ns")).unwrap().narrow(all);
-        assert_eq!((lean_cpu.identity_apart, lean_cpu.stats_len), (identity::START_TIME, 0));
-        assert_eq!(lean_cpu.task_runtime_offset, 0x90);
+        // The identity fields keep their offsets, and the window holds
+        // only them: the counters' lines are not read.
+        for field in [thd_field::QUERY_ID, thd_field::SYSTEM_THREAD, thd_field::CONNECTION_ID] {
+            assert_eq!(lean.field_at[field], all.field_at[field]);
+        }
+        assert!(lean.stats_len < all.stats_len, "{} !< {}", lean.stats_len, all.stats_len);
 
-        // A counter brings the window's page in: the identity comes with it.
         let rows = FigureChoice::parse(&words("rows_examined")).unwrap().narrow(all);
         assert_eq!(rows.stats_fields, IDENTITY | stats_field::ROWS_EXAMINED);
-        assert_eq!(rows.identity_apart, identity::IN_WINDOW);
-        for field in [thd_field::QUERY_ID, thd_field::SYSTEM_THREAD, thd_field::CONNECTION_ID] {
-            assert_eq!(rows.field_at[field], all.field_at[field]);
-        }
-        assert!(rows.stats_len < all.stats_len, "{} !< {}", rows.stats_len, all.stats_len);
         assert!(Readable::of(&rows).knows(needs::ROWS_EXAMINED));
         assert!(!Readable::of(&rows).knows(needs::ROWS_SENT));
     }

@@ -80,8 +80,6 @@ pub fn without(layout: ServerLayout, left_out: &[LeftOut]) -> ServerLayout {
             "account_change" => {
                 layout.sctx_offset = UNKNOWN;
                 layout.vio_offset = UNKNOWN;
-                // Logins unseen: a cached identity could outlive its THD.
-                layout.task_start_offset = 0;
             }
             "nested_start" | "nested_end" => layout.nested_probes = 0,
             "apply_start" | "apply_end" => layout.apply_probes = 0,
