@@ -114,6 +114,13 @@ pub struct RateArgs {
     /// no interval: the VM spreads them by 10-30%).
     #[arg(long, default_value_t = 0)]
     pub saturation_seconds: u32,
+    /// Attach every sqlbee arm at the same time as its baseline twin
+    /// (needs --baseline-bin), in one run per round: both programs time
+    /// the very same statements, so their program times compare without
+    /// the rounds' noise. Which of the two attaches first alternates by
+    /// round. mysqld's CPU is then the pair's and tells them apart no more.
+    #[arg(long)]
+    pub together: bool,
 }
 
 /// The experiment this project started from, rerun here: sysbench
@@ -180,6 +187,7 @@ pub fn seeds(args: &SeedsArgs) -> anyhow::Result<Vec<RateOutcome>> {
         saturation_seconds: 0,
         server_flags: Vec::new(),
         profile: false,
+        together: false,
     };
     let mut parts = vec![part("saturation", 0, args.saturated_seconds)];
     if args.rate > 0 {
@@ -261,6 +269,24 @@ pub fn order(n: usize, round: u32) -> Vec<usize> {
     order
 }
 
+/// What each round runs at once, as indices into `arms`: every arm on its
+/// own, or with `together` each baseline twin beside its arm.
+fn units(arms: &[Arm], together: bool) -> Vec<Vec<usize>> {
+    let mut units: Vec<Vec<usize>> = Vec::new();
+    for (i, arm) in arms.iter().enumerate() {
+        let twin_of = arm.name.strip_suffix(BASELINE_SUFFIX);
+        if together
+            && arm.baseline
+            && let Some(unit) = units.iter_mut().find(|u| Some(arms[u[0]].name.as_str()) == twin_of)
+        {
+            unit.push(i);
+            continue;
+        }
+        units.push(vec![i]);
+    }
+    units
+}
+
 /// The binaries under test: the agent and, if given, the baseline.
 struct Agents {
     current: Option<AgentBinary>,
@@ -280,6 +306,8 @@ pub struct ArmRun {
     pub server: &'static str,
     pub round: Option<u32>,
     pub position: u32,
+    /// With --together: 0 for the arm attached first, 1 for its twin.
+    pub attach_order: Option<u32>,
     pub arm: String,
     pub seconds: f64,
     /// What sysbench reported.
@@ -379,6 +407,7 @@ pub struct Plan {
     pub server_flags: Vec<String>,
     pub out_dir: PathBuf,
     pub profile: bool,
+    pub together: bool,
 }
 
 impl Plan {
@@ -403,6 +432,9 @@ impl Plan {
                 "--script: no sysbench script {lua}.lua in /usr/share/sysbench (e.g. oltp_point_select, oltp_read_only-text)"
             );
         }
+        if args.together && args.baseline_bin.is_none() {
+            bail!("--together attaches each sqlbee arm beside its baseline twin: give --baseline-bin");
+        }
         if args.threads == 0 || args.round_seconds == 0 || args.rounds == 0 || args.tables == 0 || args.table_size == 0
         {
             bail!("--threads, --round-seconds, --rounds, --tables and --table-size must be at least 1");
@@ -424,6 +456,7 @@ impl Plan {
             server_flags: args.server_flags.clone(),
             out_dir: args.out_dir.clone().unwrap_or_else(|| workspace_root().join("benches/results")),
             profile: args.profile,
+            together: args.together,
         })
     }
 
@@ -582,20 +615,31 @@ fn one_server(
         ServerInfo { name: kind.name(), version, origin: server.origin(), status_cost, skipped_arms, skipped: None };
 
     let bench = plan.sysbench(plan.round_seconds, plan.rate);
+    let units = units(&arms, plan.together);
     for round in 0..plan.rounds {
-        for (position, &i) in order(arms.len(), round).iter().enumerate() {
-            let arm = &arms[i];
-            progress.announce(&format!("{} round {}/{} {}", kind.name(), round + 1, plan.rounds, arm.name));
-            let mut run = ArmRun {
-                server: kind.name(),
-                round: Some(round),
-                position: position as u32,
-                arm: arm.name.clone(),
-                ..Default::default()
-            };
-            one_arm_run(plan, &mut server, agents, arm, &bench, status_cost, &mut run)?;
-            runs.push(run);
-            progress.done += 1;
+        for (position, &u) in order(units.len(), round).iter().enumerate() {
+            let mut unit: Vec<&Arm> = units[u].iter().map(|&i| &arms[i]).collect();
+            // Side by side, each binary attaches first in every second round.
+            if round % 2 == 1 {
+                unit.reverse();
+            }
+            let names: Vec<&str> = unit.iter().map(|a| a.name.as_str()).collect();
+            progress.announce(&format!("{} round {}/{} {}", kind.name(), round + 1, plan.rounds, names.join(" + ")));
+            let mut unit_runs: Vec<ArmRun> = unit
+                .iter()
+                .enumerate()
+                .map(|(k, arm)| ArmRun {
+                    server: kind.name(),
+                    round: Some(round),
+                    position: position as u32,
+                    attach_order: (unit.len() > 1).then_some(k as u32),
+                    arm: arm.name.clone(),
+                    ..Default::default()
+                })
+                .collect();
+            one_arm_run(plan, &mut server, agents, &unit, &bench, status_cost, &mut unit_runs)?;
+            progress.done += unit_runs.len();
+            runs.extend(unit_runs);
         }
     }
     if plan.saturation_seconds > 0 {
@@ -609,7 +653,7 @@ fn one_server(
                 arm: arm.name.clone(),
                 ..Default::default()
             };
-            one_arm_run(plan, &mut server, agents, arm, &flat_out, status_cost, &mut run)?;
+            one_arm_run(plan, &mut server, agents, &[arm], &flat_out, status_cost, std::slice::from_mut(&mut run))?;
             runs.push(run);
             progress.done += 1;
         }
@@ -617,28 +661,33 @@ fn one_server(
     Ok(info)
 }
 
-/// One arm-run around its server settings. A failure of the run itself is
-/// recorded in `run`; only a server that cannot be put back is an error.
+/// One arm-run (or, with --together, one run of an arm and its twin side
+/// by side) around its server settings. A failure of the run itself is
+/// recorded in `runs`; only a server that cannot be put back is an error.
 fn one_arm_run(
     plan: &Plan,
     server: &mut Server,
     agents: &Agents,
-    arm: &Arm,
+    arms: &[&Arm],
     bench: &Sysbench,
     status_cost: u64,
-    run: &mut ArmRun,
+    runs: &mut [ArmRun],
 ) -> anyhow::Result<()> {
-    let restart = arm.server_flags();
+    // Twins side by side share their treatment, so its server settings too.
+    let Some(&first) = arms.first() else { return Ok(()) };
+    let restart = first.server_flags();
     let mut result = Ok(());
     if !restart.is_empty() {
         result = server.restart_with(restart).and_then(|()| warm(server, plan));
     }
     if result.is_ok() {
-        result = measured(server, agents, arm, bench, status_cost, plan.profile, run);
+        result = measured(server, agents, arms, bench, status_cost, plan.profile, runs);
     }
     if let Err(e) = result {
         eprintln!("    failed: {e:#}");
-        run.error = Some(format!("{e:#}"));
+        for run in runs.iter_mut() {
+            run.error = Some(format!("{e:#}"));
+        }
     }
     // Put the server back as the other arms expect it.
     if !restart.is_empty() {
@@ -647,7 +696,7 @@ fn one_arm_run(
             .and_then(|()| warm(server, plan))
             .context("restarting the server without the arm's flags")?;
     }
-    if let Some(Setup::ServerSql { off, .. }) = arm.treatment.map(|t| &t.setup)
+    if let Some(Setup::ServerSql { off, .. }) = first.treatment.map(|t| &t.setup)
         && let Err(e) = server.sql(off)
     {
         // Global variables do not survive a restart: the sure way to keep
@@ -655,67 +704,86 @@ fn one_arm_run(
         server
             .restart_with(&[])
             .and_then(|()| warm(server, plan))
-            .with_context(|| format!("turning {} off failed ({e:#})", arm.name))?;
+            .with_context(|| format!("turning {} off failed ({e:#})", first.name))?;
     }
     Ok(())
 }
 
-/// Attach, read, run at the rate, read again, detach.
+/// Attach (each of `arms`, in order), read, run at the rate, read again,
+/// detach. The server's figures are the run's, in every one of `runs`;
+/// each tracer's own CPU and program time are its own.
 fn measured(
     server: &Server,
     agents: &Agents,
-    arm: &Arm,
+    arms: &[&Arm],
     bench: &Sysbench,
     status_cost: u64,
     profiled: bool,
-    run: &mut ArmRun,
+    runs: &mut [ArmRun],
 ) -> anyhow::Result<()> {
-    let tag = format!("rate-{}-{}", run.round.map_or("sat".into(), |r| r.to_string()), arm.name.replace('@', "-"));
+    let Some(first) = runs.first() else { return Ok(()) };
+    let round = first.round.map_or("sat".into(), |r| r.to_string());
     let watched = Watched { pid: server.pid(), dir: server.dir() };
-    let tracer = match arm.treatment.map(|t| &t.setup) {
-        Some(Setup::Agent { .. }) => {
-            let agent = agents.of(arm)?;
-            Some(Tracer::agent(&agent.path, &agent.flags(arm.treatment.unwrap()), "1h", watched, &tag)?)
+    let mut tracers = Vec::new();
+    for arm in arms {
+        let tag = format!("rate-{round}-{}", arm.name.replace('@', "-"));
+        let tracer = match arm.treatment.map(|t| &t.setup) {
+            Some(Setup::Agent { .. }) => {
+                let agent = agents.of(arm)?;
+                Some(Tracer::agent(&agent.path, &agent.flags(arm.treatment.unwrap()), "1h", watched, &tag)?)
+            }
+            Some(Setup::Bpftrace { symbols, program }) => Some(Tracer::bpftrace(symbols, program, watched, &tag)?),
+            _ => None,
+        };
+        if let Some(Setup::ServerSql { on, .. }) = arm.treatment.map(|t| &t.setup) {
+            server.sql(on)?;
         }
-        Some(Setup::Bpftrace { symbols, program }) => Some(Tracer::bpftrace(symbols, program, watched, &tag)?),
-        _ => None,
-    };
-    if let Some(Setup::ServerSql { on, .. }) = arm.treatment.map(|t| &t.setup) {
-        server.sql(on)?;
+        tracers.push(tracer);
     }
     let questions0 = questions(server)?;
-    let tracer0 = tracer.as_ref().map(|t| (cpu_ticks(t.pid()), programs_of(t.pid())));
+    let tracers0: Vec<_> =
+        tracers.iter().map(|t| t.as_ref().map(|t| (cpu_ticks(t.pid()), programs_of(t.pid())))).collect();
     let cpu0 = CpuReading::of(server.pid());
     let recording = if profiled {
+        let tag =
+            format!("rate-{round}-{}", arms.iter().map(|a| a.name.replace('@', "-")).collect::<Vec<_>>().join("+"));
         Some(profile::start(server.pid(), &server.dir().join(format!("{tag}.perf.data")))?)
     } else {
         None
     };
     let started = Instant::now();
     let report = bench.run(server.target());
-    run.seconds = started.elapsed().as_secs_f64();
+    let seconds = started.elapsed().as_secs_f64();
     let cpu1 = CpuReading::of(server.pid());
-    if let Some(recording) = recording {
-        run.profile = recording.finish()?;
-    }
-    if let (Some(tracer), Some((ticks0, programs0))) = (&tracer, &tracer0) {
-        run.agent_cpu_s = cpu_ticks(tracer.pid()).saturating_sub(*ticks0) as f64 / clock_ticks();
-        (run.bpf_runs, run.bpf_ns) = bpf_since(&programs_of(tracer.pid()), programs0);
+    let profile = match recording {
+        Some(recording) => recording.finish()?,
+        None => Default::default(),
+    };
+    for ((tracer, before), run) in tracers.iter().zip(&tracers0).zip(runs.iter_mut()) {
+        if let (Some(tracer), Some((ticks0, programs0))) = (tracer, before) {
+            run.agent_cpu_s = cpu_ticks(tracer.pid()).saturating_sub(*ticks0) as f64 / clock_ticks();
+            (run.bpf_runs, run.bpf_ns) = bpf_since(&programs_of(tracer.pid()), programs0);
+        }
     }
     let questions1 = questions(server)?;
-    run.mysqld_cpu_ns = cpu1.ns_since(&cpu0);
-    run.mysqld_cpu_ticks = cpu1.ticks.saturating_sub(cpu0.ticks);
-    run.mysqld_system_ticks = cpu1.system_ticks.saturating_sub(cpu0.system_ticks);
-    run.questions = questions1.saturating_sub(questions0).saturating_sub(status_cost);
-    if let Some(tracer) = tracer {
+    for tracer in tracers.into_iter().flatten() {
         tracer.stop()?;
     }
     let report = parse_sysbench(&report?);
-    run.statements = report.queries;
-    run.tps = report.tps;
-    run.latency_avg_ms = report.avg_ms;
-    run.latency_p95_ms = report.p95_ms;
-    if run.questions == 0 {
+    let questions = questions1.saturating_sub(questions0).saturating_sub(status_cost);
+    for run in runs.iter_mut() {
+        run.seconds = seconds;
+        run.profile = profile.clone();
+        run.mysqld_cpu_ns = cpu1.ns_since(&cpu0);
+        run.mysqld_cpu_ticks = cpu1.ticks.saturating_sub(cpu0.ticks);
+        run.mysqld_system_ticks = cpu1.system_ticks.saturating_sub(cpu0.system_ticks);
+        run.questions = questions;
+        run.statements = report.queries;
+        run.tps = report.tps;
+        run.latency_avg_ms = report.avg_ms;
+        run.latency_p95_ms = report.p95_ms;
+    }
+    if questions == 0 {
         bail!("the server counted no statements");
     }
     Ok(())
@@ -856,6 +924,14 @@ mod tests {
         );
         assert!(arms(&["nope".to_string()], false).is_err());
         assert!(arms(&["sqlbee".to_string(), "sqlbee".to_string()], false).is_err());
+    }
+
+    #[test]
+    fn side_by_side_twins_share_a_unit_and_the_rest_stay_alone() {
+        let names: Vec<String> = ["control", "sqlbee", "sqlbee-waits"].map(String::from).to_vec();
+        let with = arms(&names, true).unwrap();
+        assert_eq!(units(&with, true), vec![vec![0], vec![1, 2], vec![3, 4]]);
+        assert_eq!(units(&with, false), vec![vec![0], vec![1], vec![2], vec![3], vec![4]]);
     }
 
     #[test]

@@ -66,6 +66,41 @@ impl<'a> Rounds<'a> {
         bootstrap(&paired(&self.bpf_ns(arm), &self.bpf_ns(other)))
     }
 
+    /// Side by side (`--together`) the program that runs second finds the
+    /// server's lines the other one just read, and which runs second flips
+    /// every round: each pair of rounds (2k, 2k+1) gives one difference,
+    /// the mean of its two rounds', in which that advantage cancels.
+    fn bpf_versus_side_by_side(&self, arm: &str, other: &str) -> Option<Estimate> {
+        let theirs = self.bpf_ns(other);
+        let mut by_pair: BTreeMap<u32, Vec<f64>> = BTreeMap::new();
+        for (round, ns) in self.bpf_ns(arm) {
+            if let Some((_, other_ns)) = theirs.iter().find(|(r, _)| *r == round) {
+                by_pair.entry(round / 2).or_default().push(ns - other_ns);
+            }
+        }
+        let means: Vec<f64> = by_pair.values().filter(|d| d.len() == 2).map(|d| (d[0] + d[1]) / 2.0).collect();
+        bootstrap(&means)
+    }
+
+    /// Side by side: per round, the program time of the one attached
+    /// second less the one attached first's, over every pair.
+    fn attach_order_effect(&self) -> Option<Estimate> {
+        let mut by_round: BTreeMap<u32, [Option<f64>; 2]> = BTreeMap::new();
+        for run in self.runs.iter().filter(|r| r.ok()) {
+            if let (Some(round), Some(order @ 0..=1)) = (run.round, run.attach_order) {
+                by_round.entry(round).or_default()[order as usize] = Some(run.bpf_ns_per_statement());
+            }
+        }
+        let differences: Vec<f64> = by_round
+            .values()
+            .filter_map(|pair| match pair {
+                [Some(first), Some(second)] => Some(second - first),
+                _ => None,
+            })
+            .collect();
+        bootstrap(&differences)
+    }
+
     fn median_of(&self, arm: &str, value: impl Fn(&ArmRun) -> f64) -> Option<f64> {
         median(&self.by_round(arm, value).into_iter().map(|(_, v)| v).collect::<Vec<_>>())
     }
@@ -200,7 +235,11 @@ fn rows(plan: &Plan, server: &ServerInfo, rounds: &Rounds) -> Vec<Row> {
                     None
                 },
                 bpf_vs_floor: if arm.is_agent() { rounds.bpf_versus(name, FLOOR) } else { None },
-                bpf_vs_baseline: if compared { rounds.bpf_versus(name, &baseline) } else { None },
+                bpf_vs_baseline: match (compared, plan.together) {
+                    (false, _) => None,
+                    (true, false) => rounds.bpf_versus(name, &baseline),
+                    (true, true) => rounds.bpf_versus_side_by_side(name, &baseline),
+                },
                 ok: rounds.ok(name).count(),
                 total: rounds.runs.iter().filter(|r| r.arm == name).count(),
                 tps: rounds.estimate_of(name, |r| r.tps),
@@ -268,6 +307,15 @@ pub(super) fn markdown(plan: &Plan, binaries: &[(&str, String)], servers: &[Serv
         std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim(),
         std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
     );
+    if plan.together {
+        let _ = writeln!(
+            md,
+            "**Side by side** (`--together`): each sqlbee arm ran attached at the same time as its baseline twin, in \
+             one run per round, so both programs timed the very same statements; which of the two attached first \
+             alternates by round (CSV column `attach_order`). Their program times pair without the rounds' noise; \
+             the mysqld CPU, throughput and latency of a twin are the pair's, and tell the two apart no more.\n"
+        );
+    }
     if !plan.server_flags.is_empty() {
         let _ = writeln!(md, "- extra mariadbd flags: `{}`", plan.server_flags.join(" "));
     }
@@ -342,6 +390,17 @@ fn server_section(md: &mut String, plan: &Plan, server: &ServerInfo, runs: &[Arm
         throughput_table(md, &rows);
     }
     program_time_table(md, &rows);
+    if plan.together
+        && let Some(effect) = rounds.attach_order_effect()
+    {
+        let _ = writeln!(
+            md,
+            "Side by side, the program attached second less the one attached first, round by round: {} ns per \
+             statement. The differences to the baseline above are means over pairs of rounds, in which each binary \
+             attached first once, so this cancels in them.\n",
+            show(Some(effect), 0, true)
+        );
+    }
     where_the_time_goes_table(md, &rows, &rounds);
     profile_table(md, &rows, &rounds);
     let ok: Vec<&&ArmRun> = rounds.runs.iter().filter(|r| r.ok()).collect();
@@ -701,15 +760,16 @@ fn half_reading(plan: &Plan, rows: &[Row], rounds: &Rounds) -> Vec<String> {
 
 pub(super) fn csv(runs: &[ArmRun]) -> String {
     let mut csv = String::from(
-        "server,round,position,arm,seconds,statements,questions,mysqld_cpu_ns_schedstat,mysqld_cpu_ticks,mysqld_system_ticks,agent_cpu_s,bpf_runs,bpf_ns,tps,latency_avg_ms,latency_p95_ms,perf_programs,perf_uprobe_path,perf_other_kernel,perf_mysqld,perf_libraries,error\n",
+        "server,round,position,attach_order,arm,seconds,statements,questions,mysqld_cpu_ns_schedstat,mysqld_cpu_ticks,mysqld_system_ticks,agent_cpu_s,bpf_runs,bpf_ns,tps,latency_avg_ms,latency_p95_ms,perf_programs,perf_uprobe_path,perf_other_kernel,perf_mysqld,perf_libraries,error\n",
     );
     for r in runs {
         let _ = writeln!(
             csv,
-            "{},{},{},{},{:.3},{},{},{},{},{},{:.3},{},{},{:.2},{:.3},{:.3},{},{}",
+            "{},{},{},{},{},{:.3},{},{},{},{},{},{:.3},{},{},{:.2},{:.3},{:.3},{},{}",
             r.server,
             r.round.map_or("saturation".into(), |n| n.to_string()),
             r.position,
+            r.attach_order.map_or(String::new(), |n| n.to_string()),
             r.arm,
             r.seconds,
             r.statements,
@@ -777,6 +837,36 @@ mod tests {
         let d = rounds.bpf_versus("sqlbee", "sqlbee@baseline").unwrap();
         assert_eq!((d.median, d.lo, d.hi, d.n), (300.0, 300.0, 300.0, 6));
         assert!(rounds.bpf_versus("sqlbee", "bpftrace-count").is_none());
+    }
+
+    #[test]
+    fn side_by_side_pairs_of_rounds_cancel_what_attaching_second_costs() {
+        let mut runs = Vec::new();
+        for round in 0..8u32 {
+            // The program attached second pays 500 ns more; the new binary's
+            // programs run 100 ns longer; a drift of 20 ns per round.
+            let drift = u64::from(round) * 20_000;
+            let (new_order, old_order) = if round % 2 == 0 { (0, 1) } else { (1, 0) };
+            let ns = |order: u32| 2_000_000 + drift + u64::from(order) * 500_000;
+            runs.push(ArmRun {
+                bpf_ns: ns(old_order),
+                attach_order: Some(old_order),
+                ..run(round, "sqlbee@baseline", 1)
+            });
+            runs.push(ArmRun {
+                bpf_ns: ns(new_order) + 100_000,
+                attach_order: Some(new_order),
+                ..run(round, "sqlbee", 1)
+            });
+        }
+        let rounds = Rounds::of(&runs, "10.11");
+        let d = rounds.bpf_versus_side_by_side("sqlbee", "sqlbee@baseline").unwrap();
+        assert_eq!((d.median, d.lo, d.hi, d.n), (100.0, 100.0, 100.0, 4));
+        // Round by round the order's effect swamps it.
+        let plain = rounds.bpf_versus("sqlbee", "sqlbee@baseline").unwrap();
+        assert!(plain.lo < 0.0 && plain.hi > 200.0, "{plain:?}");
+        let order = rounds.attach_order_effect().unwrap();
+        assert_eq!((order.lo, order.hi), (400.0, 600.0));
     }
 
     #[test]
@@ -850,7 +940,7 @@ mod tests {
         let text = csv(&[r, ArmRun { round: None, ..run(0, "control", 7) }]);
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 3);
-        assert!(lines.iter().all(|l| l.split(',').count() == 22), "{text}");
+        assert!(lines.iter().all(|l| l.split(',').count() == 23), "{text}");
         assert!(lines[2].starts_with("10.11,saturation,"));
     }
 }
