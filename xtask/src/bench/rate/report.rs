@@ -224,7 +224,8 @@ fn rows(plan: &Plan, server: &ServerInfo, rounds: &Rounds) -> Vec<Row> {
                 ns: bootstrap(&rounds.ns(name).into_iter().map(|(_, v)| v).collect::<Vec<_>>()),
                 vs_control: rounds.versus(name, CONTROL),
                 vs_floor: if arm.is_agent() { rounds.versus(name, FLOOR) } else { None },
-                vs_baseline: if compared { rounds.versus(name, &baseline) } else { None },
+                // Side by side, the twins' mysqld figures are the same run's.
+                vs_baseline: if compared && !plan.together { rounds.versus(name, &baseline) } else { None },
                 qps: rounds.median_of(name, ArmRun::qps),
                 agent_cores_per_10k: per_statement(|r| r.agent_cpu_s * 10_000.0 / r.questions as f64),
                 bpf_runs: per_statement(|r| r.bpf_runs as f64 / r.questions as f64),
