@@ -10,6 +10,8 @@
 //! arm sits in every position (given twice as many rounds as arms) and a
 //! drift that is linear in time cancels within each pair of rounds. An
 //! arm's cost is its paired difference to the control of the same round.
+//! With `--together` a sqlbee arm and its baseline twin run attached at
+//! once instead, for program time measured on the very same statements.
 //!
 //! Servers: MariaDB 10.11 on the host (Debian's mariadbd, a private server
 //! over its socket) and MariaDB 11.8 in a container from the test image
