@@ -219,11 +219,21 @@ struct Plan {
 impl Plan {
     fn new(args: &BenchArgs) -> anyhow::Result<Plan> {
         let quick = args.quick;
-        let treatments = if args.treatments.iter().any(|t| t == "all") {
-            TREATMENTS.iter().collect()
+        // This bench's pairs share one server with performance_schema off:
+        // a treatment that needs other start-up flags on every arm's server
+        // runs under bench-rate, which starts its servers with them.
+        let treatments: Vec<&'static Treatment> = if args.treatments.iter().any(|t| t == "all") {
+            TREATMENTS.iter().filter(|t| t.base_flags().is_empty()).collect()
         } else {
             args.treatments.iter().map(|t| treatment::treatment(t)).collect::<anyhow::Result<Vec<_>>>()?
         };
+        if let Some(t) = treatments.iter().find(|t| !t.base_flags().is_empty()) {
+            bail!(
+                "--treatments: {} needs every arm's server started with {}; run it with `cargo xtask bench-rate`",
+                t.name,
+                t.base_flags().join(" ")
+            );
+        }
         let threads = if !args.threads.is_empty() {
             args.threads.clone()
         } else if quick {
@@ -427,7 +437,7 @@ fn one_run(
     let tag = format!("{}-{}-{}-{}", run.script, run.threads, run.pair, treatment.name);
     let tracer = if treated { Tracer::start(treatment, sqlbee, &server.server, &tag)? } else { None };
     let sql_off = match (&treatment.setup, treated) {
-        (Setup::ServerSql { on, off }, true) => {
+        (Setup::ServerSql { on, off, .. }, true) => {
             server.server.sql(on)?;
             Some(*off)
         }

@@ -158,6 +158,11 @@ pub struct SeedsArgs {
     /// Results are <date>-<name>-saturation and <date>-<name>-rate.
     #[arg(long, default_value = "seeds")]
     pub name: String,
+    /// Measure performance_schema turned on and off at run time
+    /// (`performance-schema-live`: every arm's server starts with it on and
+    /// all of it off) instead of restarting the server for its runs.
+    #[arg(long)]
+    pub live_performance_schema: bool,
     /// Where the reports and CSVs go (default benches/results in the workspace).
     #[arg(long)]
     pub out_dir: Option<PathBuf>,
@@ -171,9 +176,17 @@ const SEEDS_ARMS: [&str; 5] = ["control", "bpftrace-count", "sqlbee", "sqlbee-le
 
 /// Runs the seeds' experiment: the saturated part, then the fixed-rate one.
 pub fn seeds(args: &SeedsArgs) -> anyhow::Result<Vec<RateOutcome>> {
+    let arms: Vec<String> = SEEDS_ARMS
+        .iter()
+        .map(|&a| match a {
+            "performance-schema-statements" if args.live_performance_schema => "performance-schema-live",
+            a => a,
+        })
+        .map(String::from)
+        .collect();
     let part = |suffix: &str, rate: u32, round_seconds: u32| RateArgs {
         servers: vec!["10.11".into()],
-        arms: SEEDS_ARMS.map(String::from).to_vec(),
+        arms: arms.clone(),
         agent_bin: args.agent_bin.clone(),
         baseline_bin: None,
         script: "oltp_read_write".into(),
@@ -287,6 +300,25 @@ fn units(arms: &[Arm], together: bool) -> Vec<Vec<usize>> {
         units.push(vec![i]);
     }
     units
+}
+
+/// What settings turned on at run time need of every server: the start-up
+/// flags (each once) and the SQL that turns each setting off.
+fn run_time_settings(arms: &[Arm]) -> (Vec<&'static str>, Vec<&'static str>) {
+    let (mut flags, mut offs): (Vec<&'static str>, Vec<&'static str>) = (Vec::new(), Vec::new());
+    for t in arms.iter().filter_map(|a| a.treatment) {
+        if let Setup::ServerSql { base, off, .. } = t.setup {
+            for &flag in base {
+                if !flags.contains(&flag) {
+                    flags.push(flag);
+                }
+            }
+            if !offs.contains(&off) {
+                offs.push(off);
+            }
+        }
+    }
+    (flags, offs)
 }
 
 /// The binaries under test: the agent and, if given, the baseline.
@@ -410,6 +442,10 @@ pub struct Plan {
     pub out_dir: PathBuf,
     pub profile: bool,
     pub together: bool,
+    /// Start-up flags the arms need on every server (see `base_flags`).
+    pub arm_base_flags: Vec<&'static str>,
+    /// SQL that turns each run-time setting off, applied after each start.
+    pub settings_off: Vec<&'static str>,
 }
 
 impl Plan {
@@ -441,10 +477,12 @@ impl Plan {
         {
             bail!("--threads, --round-seconds, --rounds, --tables and --table-size must be at least 1");
         }
+        let arms = arms(&args.arms, args.baseline_bin.is_some())?;
+        let (arm_base_flags, settings_off) = run_time_settings(&arms);
         Ok(Plan {
             name: args.name.clone(),
             servers,
-            arms: arms(&args.arms, args.baseline_bin.is_some())?,
+            arms,
             script: lua.to_string(),
             ps_mode,
             threads: args.threads,
@@ -459,6 +497,8 @@ impl Plan {
             out_dir: args.out_dir.clone().unwrap_or_else(|| workspace_root().join("benches/results")),
             profile: args.profile,
             together: args.together,
+            arm_base_flags,
+            settings_off,
         })
     }
 
@@ -591,7 +631,12 @@ fn one_server(
     for (arm, why) in &skipped_arms {
         eprintln!("    {arm} left out on {}: {why}", kind.name());
     }
-    let flags: Vec<&str> = BASE_FLAGS.iter().copied().chain(plan.server_flags.iter().map(String::as_str)).collect();
+    let flags: Vec<&str> = BASE_FLAGS
+        .iter()
+        .copied()
+        .chain(plan.arm_base_flags.iter().copied())
+        .chain(plan.server_flags.iter().map(String::as_str))
+        .collect();
     let Some(mut server) = Server::start(kind, &flags)? else {
         return Ok(ServerInfo {
             name: kind.name(),
@@ -609,6 +654,7 @@ fn one_server(
         plan.tables,
         plan.table_size
     );
+    settings_off(&server, plan)?;
     plan.sysbench(1, 0).prepare(server.target())?;
     write_plans_login(server.dir(), |sql| server.sql(sql)).context("creating the plans arm's login")?;
     warm(&server, plan).context("warming the server")?;
@@ -693,20 +739,14 @@ fn one_arm_run(
     }
     // Put the server back as the other arms expect it.
     if !restart.is_empty() {
-        server
-            .restart_with(&[])
-            .and_then(|()| warm(server, plan))
-            .context("restarting the server without the arm's flags")?;
+        back_to_base(server, plan).context("restarting the server without the arm's flags")?;
     }
     if let Some(Setup::ServerSql { off, .. }) = first.treatment.map(|t| &t.setup)
         && let Err(e) = server.sql(off)
     {
         // Global variables do not survive a restart: the sure way to keep
         // the setting out of the next arms, where the server allows it.
-        server
-            .restart_with(&[])
-            .and_then(|()| warm(server, plan))
-            .with_context(|| format!("turning {} off failed ({e:#})", first.name))?;
+        back_to_base(server, plan).with_context(|| format!("turning {} off failed ({e:#})", first.name))?;
     }
     Ok(())
 }
@@ -813,6 +853,23 @@ fn status_cost(server: &Server) -> anyhow::Result<u64> {
     let a = questions(server)?;
     let b = questions(server)?;
     Ok(b.saturating_sub(a))
+}
+
+/// Restarts the server with its base flags only, its run-time settings
+/// off, and warms it.
+fn back_to_base(server: &mut Server, plan: &Plan) -> anyhow::Result<()> {
+    server.restart_with(&[])?;
+    settings_off(server, plan)?;
+    warm(server, plan)
+}
+
+/// Turns every arm's run-time setting off: after a start, what the arms
+/// that do not turn it on expect.
+fn settings_off(server: &Server, plan: &Plan) -> anyhow::Result<()> {
+    for off in &plan.settings_off {
+        server.sql(off).context("turning the arms' run-time settings off")?;
+    }
+    Ok(())
 }
 
 /// Reads every row once so the buffer pool holds the whole data set, then
@@ -934,6 +991,21 @@ mod tests {
         let with = arms(&names, true).unwrap();
         assert_eq!(units(&with, true), vec![vec![0], vec![1, 2], vec![3, 4]]);
         assert_eq!(units(&with, false), vec![vec![0], vec![1], vec![2], vec![3], vec![4]]);
+    }
+
+    #[test]
+    fn run_time_settings_start_every_server_with_their_flags_and_turned_off() {
+        let names: Vec<String> =
+            ["control", "sqlbee", "performance-schema-live", "slow-log", "performance-schema-statements"]
+                .map(String::from)
+                .to_vec();
+        let (flags, offs) = run_time_settings(&arms(&names, false).unwrap());
+        assert_eq!(flags, ["--performance-schema=ON"]);
+        assert_eq!(offs.len(), 2, "{offs:?}");
+        assert!(offs[0].contains("performance_schema.setup_consumers SET ENABLED = 'NO'"));
+        assert!(offs[1].contains("slow_query_log = 0"));
+        let (flags, offs) = run_time_settings(&arms(&["control".into(), "sqlbee".into()], false).unwrap());
+        assert!(flags.is_empty() && offs.is_empty());
     }
 
     #[test]

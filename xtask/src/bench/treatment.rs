@@ -28,9 +28,11 @@ pub enum Setup {
     /// run), plus each of `if_known` that this build lists in its `--help`:
     /// for settings that are flags in one build and the default in another.
     Agent { flags: &'static [&'static str], if_known: &'static [&'static str] },
-    /// Global variables: SQL that turns the setting on before the run and
-    /// SQL that turns it off after it.
-    ServerSql { on: &'static str, off: &'static str },
+    /// Global settings: SQL that turns the setting on before the run and
+    /// SQL that turns it off after it. `base`: start-up flags the SQL
+    /// needs, which every arm's server then starts with; `off` is applied
+    /// right after each start, so the other arms run with it off too.
+    ServerSql { base: &'static [&'static str], on: &'static str, off: &'static str },
     /// mariadbd flags that only take effect at start-up. The treatment run
     /// gets a restarted server, so its control run gets one too.
     ServerFlags(&'static [&'static str]),
@@ -110,10 +112,24 @@ pub const TREATMENTS: &[Treatment] = &[
             "--performance-schema-consumer-events-statements-history-long=ON",
         ]),
     },
+    // The same configuration turned on and off at run time, so its rounds
+    // need no restarts: every arm's server starts with performance_schema
+    // on and everything in it turned off. The control then pays
+    // performance_schema's fixed cost too, so this arm's cost is, if
+    // anything, understated.
+    Treatment {
+        name: "performance-schema-live",
+        about: "performance_schema turned on at run time as performance-schema-statements starts it (MariaDB's \
+                default instruments and consumers, every statement instrument, the statement consumers current, \
+                history, history_long), on a server every arm shares that starts with performance_schema ON and \
+                runs the other arms with all of it turned off",
+        setup: Setup::ServerSql { base: &["--performance-schema=ON"], on: PS_LIVE_ON, off: PS_LIVE_OFF },
+    },
     Treatment {
         name: "slow-log",
         about: "slow query log to a file with long_query_time=0 (every statement)",
         setup: Setup::ServerSql {
+            base: &[],
             on: "SET GLOBAL log_output = 'FILE', long_query_time = 0, slow_query_log = 1",
             off: "SET GLOBAL slow_query_log = 0, long_query_time = 10",
         },
@@ -122,6 +138,7 @@ pub const TREATMENTS: &[Treatment] = &[
         name: "general-log",
         about: "general query log to a file",
         setup: Setup::ServerSql {
+            base: &[],
             on: "SET GLOBAL log_output = 'FILE', general_log = 1",
             off: "SET GLOBAL general_log = 0",
         },
@@ -145,6 +162,29 @@ pub const TREATMENTS: &[Treatment] = &[
         },
     },
 ];
+
+/// Turns every instrument and consumer off. Its first run after a start
+/// keeps what the server started with (its defaults) for `PS_LIVE_ON`:
+/// INSERT IGNORE leaves the rows of the first run in place. The memory
+/// instruments stay as they are, as they count allocations only.
+const PS_LIVE_OFF: &str = "CREATE DATABASE IF NOT EXISTS sqlbee_bench; \
+    CREATE TABLE IF NOT EXISTS sqlbee_bench.ps_instruments \
+      (NAME VARCHAR(128) PRIMARY KEY, ENABLED VARCHAR(3), TIMED VARCHAR(3)) ENGINE=Aria; \
+    CREATE TABLE IF NOT EXISTS sqlbee_bench.ps_consumers (NAME VARCHAR(64) PRIMARY KEY, ENABLED VARCHAR(3)) ENGINE=Aria; \
+    INSERT IGNORE INTO sqlbee_bench.ps_instruments SELECT NAME, ENABLED, TIMED FROM performance_schema.setup_instruments; \
+    INSERT IGNORE INTO sqlbee_bench.ps_consumers SELECT NAME, ENABLED FROM performance_schema.setup_consumers; \
+    UPDATE performance_schema.setup_instruments SET ENABLED = 'NO', TIMED = 'NO' WHERE NAME NOT LIKE 'memory/%'; \
+    UPDATE performance_schema.setup_consumers SET ENABLED = 'NO'";
+
+/// Back to the defaults `PS_LIVE_OFF` kept, then what
+/// `performance-schema-statements` adds to them at start-up.
+const PS_LIVE_ON: &str = "UPDATE performance_schema.setup_instruments i JOIN sqlbee_bench.ps_instruments d \
+      ON d.NAME = i.NAME SET i.ENABLED = d.ENABLED, i.TIMED = d.TIMED; \
+    UPDATE performance_schema.setup_consumers c JOIN sqlbee_bench.ps_consumers d \
+      ON d.NAME = c.NAME SET c.ENABLED = d.ENABLED; \
+    UPDATE performance_schema.setup_instruments SET ENABLED = 'YES', TIMED = 'YES' WHERE NAME LIKE 'statement/%'; \
+    UPDATE performance_schema.setup_consumers SET ENABLED = 'YES' \
+      WHERE NAME IN ('events_statements_current', 'events_statements_history', 'events_statements_history_long')";
 
 /// The login the `sqlbee-plans` arm's agent uses: one that may explain
 /// sysbench's statements, created with `sql` on the server, in a file in
@@ -177,6 +217,15 @@ impl Treatment {
     pub fn server_flags(&self) -> &'static [&'static str] {
         match self.setup {
             Setup::ServerFlags(flags) => flags,
+            _ => &[],
+        }
+    }
+
+    /// Start-up flags every arm's server needs for this treatment to be
+    /// turned on and off at run time.
+    pub fn base_flags(&self) -> &'static [&'static str] {
+        match self.setup {
+            Setup::ServerSql { base, .. } => base,
             _ => &[],
         }
     }

@@ -320,6 +320,13 @@ pub(super) fn markdown(plan: &Plan, binaries: &[(&str, String)], servers: &[Serv
     if !plan.server_flags.is_empty() {
         let _ = writeln!(md, "- extra mariadbd flags: `{}`", plan.server_flags.join(" "));
     }
+    if !plan.arm_base_flags.is_empty() {
+        let _ = writeln!(
+            md,
+            "- every arm's server started with `{}` (an arm turns its setting on at run time; the others run with it off)",
+            plan.arm_base_flags.join(" ")
+        );
+    }
     for (role, binary) in binaries {
         let _ = writeln!(md, "- {role}: {binary}");
     }
