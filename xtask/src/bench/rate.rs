@@ -36,7 +36,7 @@ use super::{
     TEXT_SUFFIX,
     measure::{CpuReading, ProgramStats, RunTimeStats, clock_ticks, cpu_ticks, parse_sysbench, programs_of},
     release_agent,
-    treatment::{AgentBinary, Setup, TREATMENTS, Tracer, Treatment, Watched, write_plans_login},
+    treatment::{AgentBinary, CONTROL_ELSEWHERE, Setup, TREATMENTS, Tracer, Treatment, Watched, write_plans_login},
 };
 use crate::{paths::workspace_root, sysbench::Sysbench};
 
@@ -52,10 +52,12 @@ pub struct RateArgs {
     /// treatments of `cargo xtask bench` (sqlbee, sqlbee-all, sqlbee-waits,
     /// sqlbee-events, sqlbee-lean, sqlbee-plans, sqlbee-budget, slow-log, general-log, bpftrace-pair,
     /// bpftrace-count = the one-trap floor, performance-schema,
-    /// performance-schema-statements). Only the host's server runs the
-    /// performance_schema arms: each of their runs restarts the
-    /// server with it on, warms, measures, then restarts and warms again, so
-    /// its rounds take longer.
+    /// performance-schema-statements, performance-schema-live,
+    /// control-elsewhere). Only the host's server runs the arms that need
+    /// start-up flags (performance-schema, performance-schema-statements,
+    /// control-elsewhere): each of their runs restarts the server with
+    /// them, warms, measures, then restarts and warms again, so its rounds
+    /// take longer, unless --sibling-servers.
     #[arg(long, value_delimiter = ',', default_value = "control,bpftrace-count,sqlbee,sqlbee-waits")]
     pub arms: Vec<String>,
     /// The sqlbee binary to measure (default: a release build made first).
@@ -123,6 +125,13 @@ pub struct RateArgs {
     /// round. mysqld's CPU is then the pair's and tells them apart no more.
     #[arg(long)]
     pub together: bool,
+    /// Run each arm that needs start-up flags on a server of its own,
+    /// started once with them beside the main one (prepared and warmed
+    /// alike) and idle while the other arms run, instead of restarting the
+    /// main server around each of its runs. Add `control-elsewhere` to see
+    /// what another server alone changes.
+    #[arg(long)]
+    pub sibling_servers: bool,
 }
 
 /// The experiment this project started from, rerun here: sysbench
@@ -163,6 +172,12 @@ pub struct SeedsArgs {
     /// all of it off) instead of restarting the server for its runs.
     #[arg(long)]
     pub live_performance_schema: bool,
+    /// Run performance_schema on a second server started with it, beside
+    /// the one the other arms run on, instead of restarting (see
+    /// `bench-rate --sibling-servers`); adds the `control-elsewhere` arm,
+    /// which tells what the other server alone changes.
+    #[arg(long, conflicts_with = "live_performance_schema")]
+    pub sibling_servers: bool,
     /// Where the reports and CSVs go (default benches/results in the workspace).
     #[arg(long)]
     pub out_dir: Option<PathBuf>,
@@ -176,7 +191,7 @@ const SEEDS_ARMS: [&str; 5] = ["control", "bpftrace-count", "sqlbee", "sqlbee-le
 
 /// Runs the seeds' experiment: the saturated part, then the fixed-rate one.
 pub fn seeds(args: &SeedsArgs) -> anyhow::Result<Vec<RateOutcome>> {
-    let arms: Vec<String> = SEEDS_ARMS
+    let mut arms: Vec<String> = SEEDS_ARMS
         .iter()
         .map(|&a| match a {
             "performance-schema-statements" if args.live_performance_schema => "performance-schema-live",
@@ -184,6 +199,9 @@ pub fn seeds(args: &SeedsArgs) -> anyhow::Result<Vec<RateOutcome>> {
         })
         .map(String::from)
         .collect();
+    if args.sibling_servers {
+        arms.insert(1, CONTROL_ELSEWHERE.into());
+    }
     let part = |suffix: &str, rate: u32, round_seconds: u32| RateArgs {
         servers: vec!["10.11".into()],
         arms: arms.clone(),
@@ -203,6 +221,7 @@ pub fn seeds(args: &SeedsArgs) -> anyhow::Result<Vec<RateOutcome>> {
         server_flags: Vec::new(),
         profile: false,
         together: false,
+        sibling_servers: args.sibling_servers,
     };
     let mut parts = vec![part("saturation", 0, args.saturated_seconds)];
     if args.rate > 0 {
@@ -228,7 +247,7 @@ impl Arm {
         self.treatment.is_some_and(|t| matches!(t.setup, Setup::Agent { .. }))
     }
 
-    fn server_flags(&self) -> &'static [&'static str] {
+    pub fn server_flags(&self) -> &'static [&'static str] {
         self.treatment.map_or(&[], |t| t.server_flags())
     }
 
@@ -319,6 +338,18 @@ fn run_time_settings(arms: &[Arm]) -> (Vec<&'static str>, Vec<&'static str>) {
         }
     }
     (flags, offs)
+}
+
+/// The start-up flag sets `arms` need, each once: with --sibling-servers
+/// every one gets a server of its own.
+fn sibling_flag_sets(arms: &[Arm]) -> Vec<&'static [&'static str]> {
+    let mut sets: Vec<&'static [&'static str]> = Vec::new();
+    for flags in arms.iter().map(Arm::server_flags).filter(|f| !f.is_empty()) {
+        if !sets.contains(&flags) {
+            sets.push(flags);
+        }
+    }
+    sets
 }
 
 /// The binaries under test: the agent and, if given, the baseline.
@@ -419,6 +450,8 @@ pub struct ServerInfo {
     pub status_cost: u64,
     /// Arms this server does not run, with why.
     pub skipped_arms: Vec<(String, String)>,
+    /// With --sibling-servers: each sibling's start-up flags and pid.
+    pub siblings: Vec<(String, u32)>,
     /// The server was not measured at all, and why.
     pub skipped: Option<String>,
 }
@@ -446,6 +479,8 @@ pub struct Plan {
     pub arm_base_flags: Vec<&'static str>,
     /// SQL that turns each run-time setting off, applied after each start.
     pub settings_off: Vec<&'static str>,
+    /// Arms that need start-up flags run on servers of their own.
+    pub siblings: bool,
 }
 
 impl Plan {
@@ -499,6 +534,7 @@ impl Plan {
             together: args.together,
             arm_base_flags,
             settings_off,
+            siblings: args.sibling_servers,
         })
     }
 
@@ -617,8 +653,51 @@ const BASE_FLAGS: &[&str] = &[
     "--innodb-buffer-pool-load-at-startup=OFF",
 ];
 
-/// Starts one server, prepares and warms it, runs every round on it and
-/// its saturation runs, then stops it (also on error: the server's Drop).
+/// A server ready for the rounds: its run-time settings off, the data
+/// set prepared and warm, and how many Questions one status read adds.
+struct Ready {
+    server: Server,
+    status_cost: u64,
+}
+
+/// Starts a server of `kind` with the bench's flags and `extra` on top,
+/// and readies it. Ok(None): the container image is missing.
+fn ready_server(plan: &Plan, kind: Kind, extra: &[&str]) -> anyhow::Result<Option<Ready>> {
+    let flags: Vec<&str> = BASE_FLAGS
+        .iter()
+        .copied()
+        .chain(plan.arm_base_flags.iter().copied())
+        .chain(plan.server_flags.iter().map(String::as_str))
+        .chain(extra.iter().copied())
+        .collect();
+    let Some(server) = Server::start(kind, &flags)? else { return Ok(None) };
+    let with = if extra.is_empty() { String::new() } else { format!(" (beside it, with `{}`)", extra.join(" ")) };
+    eprintln!("    pid {}{with}: sysbench prepare ({} tables x {} rows)", server.pid(), plan.tables, plan.table_size);
+    settings_off(&server, plan)?;
+    plan.sysbench(1, 0).prepare(server.target())?;
+    write_plans_login(server.dir(), |sql| server.sql(sql)).context("creating the plans arm's login")?;
+    warm(&server, plan).context("warming the server")?;
+    let status_cost = status_cost(&server)?;
+    Ok(Some(Ready { server, status_cost }))
+}
+
+/// Where a unit of arms with start-up `flags` runs: on its sibling server
+/// as it is, or on the main one restarted with the flags (none: as it is).
+fn server_for<'a>(
+    main: &'a mut Ready,
+    siblings: &'a mut [(&'static [&'static str], Ready)],
+    flags: &'static [&'static str],
+) -> (&'a mut Ready, &'static [&'static str]) {
+    match siblings.iter_mut().find(|(f, _)| *f == flags) {
+        Some((_, sibling)) => (sibling, &[]),
+        None => (main, flags),
+    }
+}
+
+/// Starts one server (and with --sibling-servers one beside it for each
+/// set of start-up flags the arms need), prepares and warms it, runs every
+/// round and its saturation runs, then stops them (also on error: the
+/// servers' Drop).
 fn one_server(
     plan: &Plan,
     kind: Kind,
@@ -631,36 +710,37 @@ fn one_server(
     for (arm, why) in &skipped_arms {
         eprintln!("    {arm} left out on {}: {why}", kind.name());
     }
-    let flags: Vec<&str> = BASE_FLAGS
-        .iter()
-        .copied()
-        .chain(plan.arm_base_flags.iter().copied())
-        .chain(plan.server_flags.iter().map(String::as_str))
-        .collect();
-    let Some(mut server) = Server::start(kind, &flags)? else {
+    let Some(mut main) = ready_server(plan, kind, &[])? else {
         return Ok(ServerInfo {
             name: kind.name(),
             version: "-".into(),
             origin: "-".into(),
             status_cost: 0,
             skipped_arms,
+            siblings: Vec::new(),
             skipped: Some(format!("the image {} is missing; `./x image` builds it", crate::image::MARIADB_11_8_IMAGE)),
         });
     };
-    let version = server.sql("SELECT VERSION()")?.trim().to_string();
-    eprintln!(
-        "    {version}, pid {}; sysbench prepare ({} tables x {} rows)",
-        server.pid(),
-        plan.tables,
-        plan.table_size
-    );
-    settings_off(&server, plan)?;
-    plan.sysbench(1, 0).prepare(server.target())?;
-    write_plans_login(server.dir(), |sql| server.sql(sql)).context("creating the plans arm's login")?;
-    warm(&server, plan).context("warming the server")?;
-    let status_cost = status_cost(&server)?;
-    let info =
-        ServerInfo { name: kind.name(), version, origin: server.origin(), status_cost, skipped_arms, skipped: None };
+    let mut siblings: Vec<(&'static [&'static str], Ready)> = Vec::new();
+    if plan.siblings {
+        for flags in sibling_flag_sets(&arms) {
+            let sibling = ready_server(plan, kind, flags)
+                .with_context(|| format!("starting a server beside it with {}", flags.join(" ")))?
+                .context("the sibling server did not start")?;
+            siblings.push((flags, sibling));
+        }
+    }
+    let version = main.server.sql("SELECT VERSION()")?.trim().to_string();
+    eprintln!("    {version}");
+    let info = ServerInfo {
+        name: kind.name(),
+        version,
+        origin: main.server.origin(),
+        status_cost: main.status_cost,
+        skipped_arms,
+        siblings: siblings.iter().map(|(flags, s)| (flags.join(" "), s.server.pid())).collect(),
+        skipped: None,
+    };
 
     let bench = plan.sysbench(plan.round_seconds, plan.rate);
     let units = units(&arms, plan.together);
@@ -685,7 +765,9 @@ fn one_server(
                     ..Default::default()
                 })
                 .collect();
-            one_arm_run(plan, &mut server, agents, &unit, &bench, status_cost, &mut unit_runs)?;
+            // Twins side by side share their treatment, so its server too.
+            let (at, restart) = server_for(&mut main, &mut siblings, unit[0].server_flags());
+            one_arm_run(plan, at, restart, agents, &unit, &bench, &mut unit_runs)?;
             progress.done += unit_runs.len();
             runs.extend(unit_runs);
         }
@@ -701,7 +783,8 @@ fn one_server(
                 arm: arm.name.clone(),
                 ..Default::default()
             };
-            one_arm_run(plan, &mut server, agents, &[arm], &flat_out, status_cost, std::slice::from_mut(&mut run))?;
+            let (at, restart) = server_for(&mut main, &mut siblings, arm.server_flags());
+            one_arm_run(plan, at, restart, agents, &[arm], &flat_out, std::slice::from_mut(&mut run))?;
             runs.push(run);
             progress.done += 1;
         }
@@ -710,26 +793,26 @@ fn one_server(
 }
 
 /// One arm-run (or, with --together, one run of an arm and its twin side
-/// by side) around its server settings. A failure of the run itself is
+/// by side) around its server settings: `restart` are the start-up flags
+/// the server restarts with for it. A failure of the run itself is
 /// recorded in `runs`; only a server that cannot be put back is an error.
 fn one_arm_run(
     plan: &Plan,
-    server: &mut Server,
+    at: &mut Ready,
+    restart: &[&str],
     agents: &Agents,
     arms: &[&Arm],
     bench: &Sysbench,
-    status_cost: u64,
     runs: &mut [ArmRun],
 ) -> anyhow::Result<()> {
-    // Twins side by side share their treatment, so its server settings too.
     let Some(&first) = arms.first() else { return Ok(()) };
-    let restart = first.server_flags();
+    let server = &mut at.server;
     let mut result = Ok(());
     if !restart.is_empty() {
         result = server.restart_with(restart).and_then(|()| warm(server, plan));
     }
     if result.is_ok() {
-        result = measured(server, agents, arms, bench, status_cost, plan.profile, runs);
+        result = measured(server, agents, arms, bench, at.status_cost, plan.profile, runs);
     }
     if let Err(e) = result {
         eprintln!("    failed: {e:#}");
@@ -1006,6 +1089,30 @@ mod tests {
         assert!(offs[1].contains("slow_query_log = 0"));
         let (flags, offs) = run_time_settings(&arms(&["control".into(), "sqlbee".into()], false).unwrap());
         assert!(flags.is_empty() && offs.is_empty());
+    }
+
+    #[test]
+    fn sibling_servers_are_one_per_set_of_start_up_flags() {
+        let names: Vec<String> = [
+            "control",
+            "control-elsewhere",
+            "sqlbee",
+            "performance-schema-statements",
+            "performance-schema-live",
+            "performance-schema",
+        ]
+        .map(String::from)
+        .to_vec();
+        let with = arms(&names, true).unwrap();
+        let sets = sibling_flag_sets(&with);
+        assert_eq!(sets.len(), 3, "{sets:?}");
+        assert_eq!(sets[0], ["--performance-schema=OFF"]);
+        assert_eq!(sets[1].len(), 5);
+        assert_eq!(sets[2], ["--performance-schema=ON"]);
+        // Arms turned on at run time, tracers and control stay on the main one.
+        assert!(
+            sibling_flag_sets(&arms(&["control".into(), "performance-schema-live".into()], false).unwrap()).is_empty()
+        );
     }
 
     #[test]

@@ -92,6 +92,16 @@ pub const TREATMENTS: &[Treatment] = &[
         about: "sqlbee agent held to 1% of mysqld's CPU",
         setup: Setup::Agent { flags: &["--mysqld-overhead-budget", "1%"], if_known: &[] },
     },
+    // An A/A arm for arms that need start-up flags: what restarting the
+    // server, or (with `bench-rate --sibling-servers`) running on a second
+    // server started like the first, changes by itself. The flag repeats
+    // the base's, so only the server differs.
+    Treatment {
+        name: CONTROL_ELSEWHERE,
+        about: "nothing attached, on mariadbd restarted with control's own flags (with --sibling-servers: on a second \
+                server started with them): what the other server alone changes",
+        setup: Setup::ServerFlags(&["--performance-schema=OFF"]),
+    },
     Treatment {
         name: "performance-schema",
         about: "mariadbd restarted with --performance-schema=ON (its control restarted with it OFF)",
@@ -162,6 +172,9 @@ pub const TREATMENTS: &[Treatment] = &[
         },
     },
 ];
+
+/// The A/A arm of server-flag arms; `cargo xtask bench all` leaves it out.
+pub const CONTROL_ELSEWHERE: &str = "control-elsewhere";
 
 /// Turns every instrument and consumer off. Its first run after a start
 /// keeps what the server started with (its defaults) for `PS_LIVE_ON`:

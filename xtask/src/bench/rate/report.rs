@@ -339,10 +339,23 @@ pub(super) fn markdown(plan: &Plan, binaries: &[(&str, String)], servers: &[Serv
                 let _ = writeln!(md, "- MariaDB {}: `{}`, {}", server.name, server.version, server.origin);
             }
         }
+        for (flags, pid) in &server.siblings {
+            let _ = writeln!(
+                md,
+                "  - beside it, a server of the same binary started with the same flags and `{flags}` (pid {pid}), \
+                 prepared and warmed alike, idle while the other arms ran and never restarted (`--sibling-servers`)"
+            );
+        }
     }
     let _ = writeln!(md, "\nArms:\n");
     for arm in &plan.arms {
-        let _ = writeln!(md, "- `{}`: {}", arm.name, arm.about());
+        let flags = arm.server_flags();
+        let elsewhere = if plan.siblings && !flags.is_empty() {
+            format!("; here not restarted but run on the server started with `{}`", flags.join(" "))
+        } else {
+            String::new()
+        };
+        let _ = writeln!(md, "- `{}`: {}{elsewhere}", arm.name, arm.about());
     }
     let _ = writeln!(
         md,
