@@ -28,7 +28,7 @@ use anyhow::{Context as _, bail};
 pub use measure::ProgramStats;
 use measure::{RunTimeStats, cpu_seconds, parse_sysbench, peak_rss_kib, programs_of};
 use treatment::{AgentBinary, Tracer};
-pub use treatment::{CONTROL_ELSEWHERE, Setup, TREATMENTS, Treatment};
+pub use treatment::{Setup, TREATMENTS, Treatment, all_for_bench};
 
 use crate::{cargo, mariadb::PrivateServer, paths::workspace_root, sysbench::Sysbench};
 
@@ -77,7 +77,7 @@ pub struct BenchArgs {
     /// (the same with the statement consumers on), slow-log (long_query_time=0),
     /// general-log, bpftrace-pair (uprobe + uretprobe on dispatch_command
     /// with a latency histogram), bpftrace-count (one counting uprobe),
-    /// control-elsewhere (a restart alone; not in `all`).
+    /// control-elsewhere (a restart alone).
     #[arg(long, value_delimiter = ',', default_value = "sqlbee")]
     pub treatments: Vec<String>,
     /// Where the report, CSV and plots go (default benches/results in the
@@ -224,7 +224,7 @@ impl Plan {
         // a treatment that needs other start-up flags on every arm's server
         // runs under bench-rate, which starts its servers with them.
         let treatments: Vec<&'static Treatment> = if args.treatments.iter().any(|t| t == "all") {
-            TREATMENTS.iter().filter(|t| t.base_flags().is_empty() && t.name != CONTROL_ELSEWHERE).collect()
+            all_for_bench().collect()
         } else {
             args.treatments.iter().map(|t| treatment::treatment(t)).collect::<anyhow::Result<Vec<_>>>()?
         };

@@ -173,7 +173,7 @@ pub const TREATMENTS: &[Treatment] = &[
     },
 ];
 
-/// The A/A arm of server-flag arms; `cargo xtask bench all` leaves it out.
+/// The A/A arm of server-flag arms.
 pub const CONTROL_ELSEWHERE: &str = "control-elsewhere";
 
 /// Turns every instrument and consumer off. Its first run after a start
@@ -210,6 +210,12 @@ pub fn write_plans_login(dir: &Path, sql: impl Fn(&str) -> anyhow::Result<String
     fs::write(&path, "user = \"sqlbee_bench\"\npassword = \"sqlbee-bench\"\n")?;
     fs::set_permissions(&path, fs::Permissions::from_mode(0o600))?;
     Ok(())
+}
+
+/// What `cargo xtask bench --treatments all` runs: every treatment but
+/// those that need start-up flags on every arm's server (`bench-rate`'s).
+pub fn all_for_bench() -> impl Iterator<Item = &'static Treatment> {
+    TREATMENTS.iter().filter(|t| t.base_flags().is_empty())
 }
 
 pub fn treatment(name: &str) -> anyhow::Result<&'static Treatment> {
