@@ -247,7 +247,7 @@ impl Arm {
         self.treatment.is_some_and(|t| matches!(t.setup, Setup::Agent { .. }))
     }
 
-    pub fn server_flags(&self) -> &'static [&'static str] {
+    fn server_flags(&self) -> &'static [&'static str] {
         self.treatment.map_or(&[], |t| t.server_flags())
     }
 
