@@ -77,7 +77,8 @@ pub struct BenchArgs {
     /// (the same with the statement consumers on), slow-log (long_query_time=0),
     /// general-log, bpftrace-pair (uprobe + uretprobe on dispatch_command
     /// with a latency histogram), bpftrace-count (one counting uprobe),
-    /// control-elsewhere (a restart alone).
+    /// bpftrace-sendto (one counting syscall tracepoint), control-elsewhere
+    /// (a restart alone).
     #[arg(long, value_delimiter = ',', default_value = "sqlbee")]
     pub treatments: Vec<String>,
     /// Where the report, CSV and plots go (default benches/results in the

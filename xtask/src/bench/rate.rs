@@ -51,7 +51,8 @@ pub struct RateArgs {
     /// Arms run in every round: `control` (nothing attached) and
     /// treatments of `cargo xtask bench` (sqlbee, sqlbee-all, sqlbee-waits,
     /// sqlbee-events, sqlbee-lean, sqlbee-plans, sqlbee-budget, slow-log, general-log, bpftrace-pair,
-    /// bpftrace-count = the one-trap floor, performance-schema,
+    /// bpftrace-count = the one-trap floor, bpftrace-sendto = the floor of
+    /// a design without a trap (a syscall tracepoint), performance-schema,
     /// performance-schema-statements, performance-schema-live,
     /// control-elsewhere). Only the host's server runs the arms that need
     /// start-up flags (performance-schema, performance-schema-statements,

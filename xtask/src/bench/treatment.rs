@@ -171,6 +171,18 @@ pub const TREATMENTS: &[Treatment] = &[
             program: "uprobe:{binary}:{log_slow_statement} /pid == {pid}/ { @ = count(); }\n",
         },
     },
+    // What a design that never traps the server would pay at the least: a
+    // syscall tracepoint turned on sends every syscall of every task
+    // through the kernel's tracing path, and mysqld answers each statement
+    // with one `sendto`.
+    Treatment {
+        name: "bpftrace-sendto",
+        about: "bpftrace: one counting syscall tracepoint at sendto's entry (the floor of a design without a trap)",
+        setup: Setup::Bpftrace {
+            symbols: &[],
+            program: "tracepoint:syscalls:sys_enter_sendto /pid == {pid}/ { @ = count(); }\n",
+        },
+    },
 ];
 
 /// The A/A arm of server-flag arms.
@@ -396,6 +408,9 @@ impl Tracer {
         for name in symbols {
             text = text.replace(&format!("{{{name}}}"), &mangled_symbol(&binary, name)?);
         }
+        if text.contains("tracepoint:") {
+            mount_tracefs()?;
+        }
         let script = server.dir.join(format!("{tag}.bt"));
         fs::write(&script, text)?;
         let (stdout, stderr) = (server.dir.join(format!("{tag}.out")), server.dir.join(format!("{tag}.err")));
@@ -492,6 +507,21 @@ impl Drop for Tracer {
             let _ = self.child.wait();
         }
     }
+}
+
+const TRACEFS: &str = "/sys/kernel/tracing";
+
+/// bpftrace finds a tracepoint's id in tracefs, which a fresh machine of
+/// ours does not mount.
+fn mount_tracefs() -> anyhow::Result<()> {
+    if Path::new(TRACEFS).join("events").exists() {
+        return Ok(());
+    }
+    let status = Command::new("mount").args(["-t", "tracefs", "nodev", TRACEFS]).status().context("running mount")?;
+    if !status.success() {
+        bail!("mounting tracefs at {TRACEFS} failed ({status}); bpftrace needs it for tracepoints");
+    }
+    Ok(())
 }
 
 /// A path on this host to the file process `pid` runs, and whether it is
