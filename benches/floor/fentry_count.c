@@ -106,6 +106,7 @@ int main(int argc, char **argv) {
         return 2;
     }
 
+    // Another pid jumps to `r0 = 0; exit`; offsets count the map load as two.
     struct bpf_insn prog[] = {
         INSN(BPF_JMP | BPF_CALL, 0, 0, 0, BPF_FUNC_get_current_pid_tgid),
         INSN(BPF_ALU64 | BPF_RSH | BPF_K, BPF_REG_0, 0, 0, 32),
