@@ -81,7 +81,7 @@ static int vmlinux_func_id(const char *name) {
 
 int main(int argc, char **argv) {
     if (argc != 3) {
-        fprintf(stderr, "usage: %s FUNCTION PID\n", argv[0]);
+        fprintf(stderr, "usage: %s FUNCTION|raw:TRACEPOINT PID\n", argv[0]);
         return 1;
     }
     const char *function = argv[1];
