@@ -73,14 +73,30 @@ extern "C" fn hash_chunk(_index: u64, ctx: *mut core::ffi::c_void) -> i64 {
     0
 }
 
-/// Hash of the first `len` bytes of `text` (the text in `SCRATCH`). A prepared
-/// statement's text has placeholders, not values, so it is hashed whole, a
-/// word at a time (several times cheaper); it then hashes apart from the
-/// same text sent as a query, which only costs a second slot.
-#[inline(always)]
-pub fn text_hash(text: &[u8; MAX_TEXT], len: u64, prepared: bool) -> u64 {
-    if prepared {
-        return word_hash(text, len);
+/// Hash of the first `len` bytes of the text in `SCRATCH`; 0 when there
+/// is none. A prepared statement's text has placeholders, not values, so
+/// it is hashed whole, a word at a time (several times cheaper); it then
+/// hashes apart from the same text sent as a query, which only costs a
+/// second slot.
+///
+/// A global function, never inlined: the verifier checks a global
+/// function once, on its own, for any argument, where it checks an inlined
+/// or static one again in every state its caller reaches it in. The
+/// statement program reached the lexer's `bpf_loop` in about 300 states,
+/// each walking the callback again: 90% of the 530,519 instructions one
+/// 6.18 build verified for it. Its arguments are plain numbers (every
+/// kernel since 5.6 takes those), and it reads the text from `SCRATCH`
+/// itself.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn sqlbee_text_hash(len: u64, prepared: u64) -> u64 {
+    // Not a bound the callers need (they pass at most `MAX_TEXT`); the
+    // verifier knows nothing of `len` here.
+    let len = len.min(MAX_TEXT as u64);
+    if prepared != 0 {
+        let Some(buffer) = SCRATCH.get_ptr(0) else { return 0 };
+        // SAFETY: a valid map value, read only.
+        return word_hash(unsafe { &(*buffer).text }, len);
     }
     let ones = CONTROL.get(CONTROL_OPAQUE_ONES).copied().unwrap_or(0);
     // The agent writes it before it attaches; unwritten, the position
@@ -90,6 +106,18 @@ pub fn text_hash(text: &[u8; MAX_TEXT], len: u64, prepared: bool) -> u64 {
         return 0;
     }
     let mut job = HashJob { state: HashState::new(), len, at: 0, ones };
+    // Every field starts opaque, XORed with a zero the verifier cannot see.
+    // It walks the callback again until the state it starts from holds
+    // every state a step leaves; from known first values (the seed, byte
+    // 0, mode code) each step widened them a little, and it walked the
+    // callback 261 times (179,000 instructions on one 6.18 build).
+    let zero32 = !ones;
+    let zero = u64::from(zero32) | (u64::from(zero32) << 32);
+    job.state.hash ^= zero;
+    job.state.number ^= zero;
+    job.state.mode ^= zero32;
+    job.state.prev ^= zero32;
+    job.at ^= u64::from(zero32);
     // At most one call per byte; runs end the loop sooner.
     let steps = len as u32;
     // SAFETY: the callback is a static function; the context outlives it.

@@ -298,7 +298,7 @@ fn try_statement_end(ctx: &ProbeContext) -> Result<(), i64> {
     let digest_slots = layout.digest_slots;
     let text_hash = if digest_slots != 0 && event_flags & (flags::TRUNCATED | flags::NO_TEXT) == 0 {
         with_schema(
-            kernel_digests::text_hash(&buffer.text, captured, command == command::STMT_EXECUTE),
+            kernel_digests::sqlbee_text_hash(captured, (command == command::STMT_EXECUTE) as u64),
             buffer.header.schema_hash,
         )
     } else {

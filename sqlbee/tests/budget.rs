@@ -63,9 +63,9 @@ fn agent_runs_in_its_own_limited_cgroup_and_reports_its_cost() {
             "--window=1s".into(),
             "--cpu-limit=0.5".into(),
             // Loading the programs charges the verifier's transient memory
-            // to this group: 440 MiB at its peak on one kernel build of our
-            // machines (2026-12-04), which killed the agent under 256 MiB.
-            "--memory-limit-mib=768".into(),
+            // to this group (about 80 MiB at its peak; 440 MiB on one kernel
+            // build before the text hash became a global function).
+            "--memory-limit-mib=256".into(),
             format!("--metrics-listen=127.0.0.1:{port}"),
         ],
     );
@@ -76,7 +76,7 @@ fn agent_runs_in_its_own_limited_cgroup_and_reports_its_cost() {
     let read = |dir: &std::path::Path, file: &str| std::fs::read_to_string(dir.join(file)).unwrap().trim().to_string();
     assert_eq!(read(&cpu_dir, "cpu.cfs_quota_us"), "50000");
     assert_eq!(read(&cpu_dir, "cpu.cfs_period_us"), "100000");
-    assert_eq!(read(&memory_dir, "memory.limit_in_bytes"), (768u64 << 20).to_string());
+    assert_eq!(read(&memory_dir, "memory.limit_in_bytes"), (256u64 << 20).to_string());
     for dir in &stale {
         assert!(!dir.exists(), "{dir:?}: a dead agent's empty cgroup must be removed");
     }

@@ -170,9 +170,10 @@ fn a_kernel_refusing_the_statement_program_is_a_clear_error() {
 /// Instructions the verifier may walk per program, on any kernel of the
 /// matrix: well under its limit of 1,000,000 for the statement program
 /// (verifying it is what a restarted server waits for), and far less for
-/// the small ones. One 6.18 build of our machines walks 530,519 for
-/// `statement_end` where others stayed under 500,000 (2026-12-04).
-const MAX_VERIFIED_STATEMENT_END: u64 = 650_000;
+/// the small ones. Since the text hash is a global function the kernels
+/// of 2026-12-04 walk 53,556-149,246 for `statement_end` (one 6.18 build
+/// walked 530,519 before).
+const MAX_VERIFIED_STATEMENT_END: u64 = 300_000;
 const MAX_VERIFIED_OTHER: u64 = 100_000;
 
 /// The `programs` of a summary: `expected` all loaded, none left out,
