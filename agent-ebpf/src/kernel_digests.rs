@@ -30,14 +30,15 @@ pub static DIGEST_SLOTS: PerCpuArray<SlotStats> = PerCpuArray::with_max_entries(
 #[map]
 pub static CONTROL: Array<u32> = Array::with_max_entries(CONTROL_SLOTS, 0);
 
+/// The loop's state, on the stack of [`sqlbee_text_hash`] (`bpf_loop`
+/// takes no other memory). Kept at 32 bytes, the frame the strictest
+/// kernels round up to: the text's length and the opaque ones wait in
+/// `SCRATCH` (`hash_len`, `hash_ones`) instead.
 #[repr(C)]
 struct HashJob {
     state: HashState,
-    len: u64,
     /// The next byte to feed.
     at: u64,
-    /// `CONTROL_OPAQUE_ONES`.
-    ones: u32,
 }
 
 /// One `bpf_loop` step: the text in `SCRATCH` from byte `at`, eight bytes
@@ -51,15 +52,17 @@ extern "C" fn hash_chunk(_index: u64, ctx: *mut core::ffi::c_void) -> i64 {
     // whole loop.
     let job = unsafe { &mut *(ctx as *mut HashJob) };
     let Some(buffer) = SCRATCH.get_ptr(0) else { return 1 };
+    // SAFETY: a valid map value, read only.
+    let buffer = unsafe { &*buffer };
+    let (len, ones) = (buffer.hash_len as u64, buffer.hash_ones);
     let at = job.at;
-    if at >= job.len {
+    if at >= len {
         return 1;
     }
     let i = at as usize & (MAX_TEXT - 1);
-    // SAFETY: a valid map value; the mask and the compare keep the bytes
-    // in bounds.
-    let text = unsafe { &(*buffer).text };
-    let fed = if i + 8 <= MAX_TEXT { run(&mut job.state, word_at(text, i), job.len - at) } else { 0 };
+    // The mask and the compare keep the bytes in bounds.
+    let text = &buffer.text;
+    let fed = if i + 8 <= MAX_TEXT { run(&mut job.state, word_at(text, i), len - at) } else { 0 };
     if fed == 0 {
         step(&mut job.state, text[i]);
     }
@@ -67,9 +70,9 @@ extern "C" fn hash_chunk(_index: u64, ctx: *mut core::ffi::c_void) -> i64 {
     // position is XORed with zero, not ANDed with ones: its upper bound
     // must not grow from one call to the next, or the verifier never meets
     // a call it has seen before (it gave up, too complex, when it did).
-    job.at = (at + fed.max(1)) ^ !job.ones as u64;
-    job.state.mode &= job.ones;
-    job.state.prev &= job.ones;
+    job.at = (at + fed.max(1)) ^ !ones as u64;
+    job.state.mode &= ones;
+    job.state.prev &= ones;
     0
 }
 
@@ -93,10 +96,12 @@ pub extern "C" fn sqlbee_text_hash(len: u64, prepared: u64) -> u64 {
     // Not a bound the callers need (they pass at most `MAX_TEXT`); the
     // verifier knows nothing of `len` here.
     let len = len.min(MAX_TEXT as u64);
+    let Some(buffer) = SCRATCH.get_ptr_mut(0) else { return 0 };
+    // SAFETY: a valid map value; this CPU's, and no other program runs on
+    // it while this one does.
+    let buffer = unsafe { &mut *buffer };
     if prepared != 0 {
-        let Some(buffer) = SCRATCH.get_ptr(0) else { return 0 };
-        // SAFETY: a valid map value, read only.
-        return word_hash(unsafe { &(*buffer).text }, len);
+        return word_hash(&buffer.text, len);
     }
     let ones = CONTROL.get(CONTROL_OPAQUE_ONES).copied().unwrap_or(0);
     // The agent writes it before it attaches; unwritten, the position
@@ -105,7 +110,9 @@ pub extern "C" fn sqlbee_text_hash(len: u64, prepared: u64) -> u64 {
     if ones & (1 << 31) == 0 {
         return 0;
     }
-    let mut job = HashJob { state: HashState::new(), len, at: 0, ones };
+    buffer.hash_len = len as u32;
+    buffer.hash_ones = ones;
+    let mut job = HashJob { state: HashState::new(), at: 0 };
     // Every field starts opaque, XORed with a zero the verifier cannot see.
     // It walks the callback again until the state it starts from holds
     // every state a step leaves; from known first values (the seed, byte

@@ -879,6 +879,11 @@ pub struct EventBuffer {
     pub name: NameRecord,
     /// The statement's query id, from the counters' window (not sent).
     pub query_id: u64,
+    /// The text hash's length and `CONTROL_OPAQUE_ONES`, for its
+    /// `bpf_loop` steps: their context lives on the stack, where every
+    /// byte counts against the 512 every kernel allows (not sent).
+    pub hash_len: u32,
+    pub hash_ones: u32,
 }
 
 #[cfg(feature = "user")]
