@@ -639,6 +639,9 @@ pub(super) fn prune(db: &Client, cutoffs: &PruneCutoffs) -> Result<PruneOutcome,
             db.execute(&format!("ALTER TABLE {table} DELETE WHERE {column} < {cut}")).map_err(err)?;
             wait_for_mutations(db, table)?;
         }
+        if deleted > 0 {
+            wait_on_replicas(db, table, &format!("{column} < {cut}"))?;
+        }
         match table {
             "digest_windows" => outcome.digest_windows = deleted,
             "instance_windows" => outcome.instance_windows = deleted,
@@ -684,8 +687,42 @@ fn prune_ten_minutes(db: &Client, table: &str, column: &str, cutoffs: &PruneCuto
     if deleted > 0 {
         db.execute(&format!("ALTER TABLE {table} DELETE WHERE {old}")).map_err(|e| error("prune", e))?;
         wait_for_mutations(db, table)?;
+        wait_on_replicas(db, table, &old)?;
     }
     Ok(deleted)
+}
+
+/// Waits until no replica `db` writes through holds a row of `table`
+/// matching `condition`. A dropped partition or a finished mutation is
+/// gone from the replica that ran it when the ALTER returns, and from the
+/// shard's other replicas a moment later (they replay it from ZooKeeper),
+/// while a read through the cluster may ask any of them: a CI run read a
+/// pruned event back that way. A replica that cannot be reached is not
+/// waited for; it replays the change when it is back. One server is its
+/// own only replica.
+fn wait_on_replicas(db: &Client, table: &str, condition: &str) -> Result<(), StoreError> {
+    let started = std::time::Instant::now();
+    for base in db.bases() {
+        let replica = db.with_bases(vec![base]);
+        loop {
+            let left = match replica.select(&format!("SELECT count() FROM {table} WHERE {condition}")) {
+                Ok(mut rows) => rows.u64().map_err(malformed("prune"))?,
+                Err(e) if e.is_unreachable() => break,
+                Err(e) => return Err(error("prune", e)),
+            };
+            if left == 0 {
+                break;
+            }
+            if started.elapsed() > std::time::Duration::from_secs(600) {
+                return Err(StoreError::Backend {
+                    action: "prune",
+                    source: format!("a replica still holds pruned rows of {table} after 10 minutes").into(),
+                });
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+    Ok(())
 }
 
 /// An agent stays listed while it has batch records (as in the SQLite
