@@ -57,6 +57,12 @@ static LAYOUT: ServerLayout = ServerLayout {
     rli_mi_offset: sqlbee_kernel_abi::UNKNOWN,
     mi_channel_offset: sqlbee_kernel_abi::UNKNOWN,
     reserved_channel: 0,
+    send_tgid: 0,
+    task_fsbase_offset: 0,
+    thd_tls_offset: 0,
+    stmt_da_offset: 0,
+    da_status_offset: 0,
+    send_vio_offset: sqlbee_kernel_abi::UNKNOWN,
 };
 
 /// The layout, read where each field is used. Through a pointer the

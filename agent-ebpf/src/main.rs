@@ -37,6 +37,7 @@ mod maps;
 mod names;
 mod query_stats;
 mod replication;
+mod send;
 mod statements;
 mod stored_programs;
 mod values;

@@ -96,7 +96,13 @@ fn copy_alone(thd: u64, layout: &ServerLayout, buffer: &mut EventBuffer, fields:
 /// on the VM of `benches/results`.
 #[inline(always)]
 pub fn runtime(layout: &ServerLayout) -> u64 {
-    let offset = layout.task_runtime_offset;
+    task_u64(layout, layout.task_runtime_offset)
+}
+
+/// A u64 field of the current task at `offset` (from the kernel's BTF); 0
+/// when the offset is not known or the read fails.
+#[inline(always)]
+pub fn task_u64(layout: &ServerLayout, offset: u32) -> u64 {
     if offset == 0 || offset == UNKNOWN {
         return 0;
     }

@@ -186,9 +186,20 @@ fn try_statement_end(ctx: &ProbeContext) -> Result<(), i64> {
     if gate_closed() {
         return Ok(());
     }
+    let thd: u64 = ctx.arg(0).ok_or(0i64)?;
+    // SAFETY: a read of the probe context at a fixed offset.
+    end_statement::<false>(thd, || unsafe { (*ctx.regs).rsp })
+}
+
+/// Counts, times and records the statement `thd` has just finished.
+/// `user_sp` gives the server thread's stack pointer, asked only inside a
+/// stored program. `AT_SEND`: called at a send (`crate::send`), where only
+/// the answers to `COM_QUERY` and `COM_STMT_EXECUTE` are statements; the
+/// uprobe also counts the other commands that reach it.
+#[inline(always)]
+pub fn end_statement<const AT_SEND: bool>(thd: u64, user_sp: impl FnOnce() -> u64) -> Result<(), i64> {
     let now = unsafe { bpf_ktime_get_ns() };
     let layout = layout();
-    let thd: u64 = ctx.arg(0).ok_or(0i64)?;
     let pid_tgid = bpf_get_current_pid_tgid();
     let tid = pid_tgid as u32;
     // Every count below goes into this one block: each further map value
@@ -200,8 +211,7 @@ fn try_statement_end(ctx: &ProbeContext) -> Result<(), i64> {
     // it on its own; here it is not a client's statement. Its end is
     // deeper in the stack than the start of the nested statement running.
     if inflight.nested_sp != 0 {
-        // SAFETY: a read of the probe context at a fixed offset.
-        let sp = unsafe { (*ctx.regs).rsp };
+        let sp = user_sp();
         if inflight.nested_sp > sp {
             stats[stat::NESTED_LOG_HITS as usize] += 1;
             return Ok(());
@@ -214,6 +224,9 @@ fn try_statement_end(ctx: &ProbeContext) -> Result<(), i64> {
     let buffer = unsafe { &mut *buffer };
     let [command, start_us, lock_utime] = read_command_and_times(thd, layout, &mut buffer.window);
     let command = command as u32 & 0xff;
+    if AT_SEND && command != command::QUERY && command != command::STMT_EXECUTE {
+        return Ok(());
+    }
     let ([text_ptr, text_len], db) = read_text_and_schema(thd, layout, &mut buffer.window);
     // Built in place: the BPF stack (512 bytes) has no room for copies.
     // These steps leave what they learn in the record, not in registers:

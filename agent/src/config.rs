@@ -260,6 +260,12 @@ pub struct AgentOptions {
     /// mysqld nothing and is absent from every output, never 0.
     #[arg(long, env = "SQLBEE_FIGURES", value_delimiter = ',', default_value = "all")]
     pub figures: Vec<String>,
+    /// Where a statement's end is seen: `uprobe` (one trap per statement in
+    /// the server, every statement) or, experimental, `send` (the answer's
+    /// syscall, no trap: only clients' statements over a socket, and a
+    /// program at every syscall on the host; see the manual's Probes page).
+    #[arg(long, env = "SQLBEE_STATEMENT_HOOK", value_enum, default_value_t = crate::probe::StatementHook::Uprobe)]
+    pub statement_hook: crate::probe::StatementHook,
 }
 
 /// Validated agent configuration: the options as given, and what the

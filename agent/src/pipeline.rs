@@ -53,6 +53,10 @@ pub enum PipelineError {
     Budget(#[from] BudgetError),
     #[error(transparent)]
     Metrics(#[from] MetricsError),
+    #[error(
+        "--statement-hook send finds each thread's THD through the task's thread pointer, whose place the kernel's BTF gives: {0}"
+    )]
+    SendHook(#[source] discover::BtfError),
 }
 
 enum Message {
@@ -119,6 +123,14 @@ pub fn run_agent(config: AgentConfig, signalled: &'static AtomicBool) -> Result<
             0
         }
     };
+    // The send hook finds the server's THD below each thread's pointer.
+    let task_fsbase_offset = match config.options.statement_hook {
+        crate::probe::StatementHook::Uprobe => 0,
+        crate::probe::StatementHook::Send => {
+            discover::task_fsbase_offset(std::path::Path::new("/sys/kernel/btf/vmlinux"))
+                .map_err(PipelineError::SendHook)?
+        }
+    };
     let mut supervisor = Supervisor::new(
         ProbeConfig {
             text_limit: config.options.text_limit,
@@ -137,6 +149,8 @@ pub fn run_agent(config: AgentConfig, signalled: &'static AtomicBool) -> Result<
             client_login: config.plans.as_ref().map(|p| p.login.clone()),
             values: config.plans.is_some(),
             figures: config.figures,
+            statement_hook: config.options.statement_hook,
+            task_fsbase_offset,
         },
         prepared.stats,
     );

@@ -324,6 +324,24 @@ pub struct ServerLayout {
     pub rli_mi_offset: u32,
     pub mi_channel_offset: u32,
     pub reserved_channel: u32,
+    /// The send hook (`--statement-hook send`): the process whose sends
+    /// end statements, 0 when statements end at the uprobe. Its programs
+    /// run at every syscall on the host, so this is their first test.
+    pub send_tgid: u32,
+    /// `task_struct.thread.fsbase` in the running kernel (from its BTF):
+    /// the thread pointer, below which the server's thread-locals lie.
+    pub task_fsbase_offset: u32,
+    /// `THR_THD` lies this many bytes below the thread pointer (the
+    /// executable's own TLS block ends there).
+    pub thd_tls_offset: u32,
+    /// `THD::m_stmt_da` (a `Diagnostics_area*`), and in it `m_status`: final
+    /// (OK, EOF or error) only at the send that answers a statement.
+    pub stmt_da_offset: u32,
+    pub da_status_offset: u32,
+    /// `THD::net.vio` for the send hook, whatever the clients option says: a
+    /// `write` (TLS answers leave that way) ends a statement only on the
+    /// client's socket. `UNKNOWN`: only `sendto` ends statements.
+    pub send_vio_offset: u32,
 }
 
 impl ServerLayout {

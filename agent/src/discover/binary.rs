@@ -209,6 +209,9 @@ pub struct BinaryInfo {
     pub activity: Result<super::ActivityLayout, String>,
     /// How a replica's applied events are read; or why they cannot be.
     pub apply: Result<super::ApplyLayout, String>,
+    /// Where the send hook finds a thread's THD and its answer's status;
+    /// or why this build leaves statements on the uprobe.
+    pub send: Result<super::SendLayout, String>,
 }
 
 /// An 8-byte variable of the binary, by link-time address.
@@ -366,6 +369,7 @@ pub fn inspect_binary(exe: &Path) -> Result<BinaryInfo, DiscoverError> {
         programs,
         activity: super::activity_layout::activity_layout(&elf),
         apply: super::apply_layout::apply_layout(&elf),
+        send: super::send_layout::send_layout(&|symbol| function_bytes(&elf, symbol, 32).unwrap_or_default()),
     })
 }
 

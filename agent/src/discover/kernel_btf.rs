@@ -27,16 +27,27 @@ pub enum BtfError {
 
 /// Offset of `task_struct.se.sum_exec_runtime` in bytes.
 pub fn task_runtime_offset(path: &Path) -> Result<u32, BtfError> {
+    task_field_offset(path, ("se", "sum_exec_runtime"), "task_struct.se.sum_exec_runtime")
+}
+
+/// Offset of `task_struct.thread.fsbase` in bytes: the x86-64 thread
+/// pointer of the task's user space, below which a program's thread-locals
+/// lie (the send hook reads the server's THD there).
+pub fn task_fsbase_offset(path: &Path) -> Result<u32, BtfError> {
+    task_field_offset(path, ("thread", "fsbase"), "task_struct.thread.fsbase")
+}
+
+/// Offset of the aligned u64 `task_struct.OUTER.INNER` in bytes.
+fn task_field_offset(path: &Path, (outer, inner): (&str, &str), what: &'static str) -> Result<u32, BtfError> {
     let data = std::fs::read(path).map_err(|source| BtfError::Read { path: path.display().to_string(), source })?;
     let btf = Btf::parse(&data)?;
     let task = btf.struct_named("task_struct").ok_or(BtfError::Missing("struct task_struct"))?;
-    let (se_bits, se_type) = btf.member(task, "se").ok_or(BtfError::Missing("task_struct.se"))?;
-    let entity = btf.resolve(se_type).ok_or(BtfError::Missing("the type of task_struct.se"))?;
-    let (runtime_bits, _) =
-        btf.member(entity, "sum_exec_runtime").ok_or(BtfError::Missing("sched_entity.sum_exec_runtime"))?;
-    let bits = se_bits + runtime_bits;
+    let (outer_bits, outer_type) = btf.member(task, outer).ok_or(BtfError::Missing(what))?;
+    let outer_struct = btf.resolve(outer_type).ok_or(BtfError::Missing(what))?;
+    let (inner_bits, _) = btf.member(outer_struct, inner).ok_or(BtfError::Missing(what))?;
+    let bits = outer_bits + inner_bits;
     if bits % 64 != 0 {
-        return Err(BtfError::Malformed("sum_exec_runtime is not an aligned 64-bit field"));
+        return Err(BtfError::Malformed("the task's field is not an aligned 64-bit field"));
     }
     u32::try_from(bits / 8).map_err(|_| BtfError::Malformed("offset out of range"))
 }
@@ -256,5 +267,7 @@ mod tests {
         }
         let offset = task_runtime_offset(path).unwrap();
         assert!(offset % 8 == 0 && offset > 0 && offset < 64 * 1024, "{offset}");
+        let fsbase = task_fsbase_offset(path).unwrap();
+        assert!(fsbase % 8 == 0 && fsbase > 0 && fsbase < 64 * 1024 && fsbase != offset, "{fsbase}");
     }
 }

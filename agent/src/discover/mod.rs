@@ -12,6 +12,7 @@ mod connect_attrs;
 mod elf;
 mod kernel_btf;
 mod process;
+mod send_layout;
 mod sock_diag;
 mod thd_fields;
 mod uprobe_links;
@@ -25,10 +26,11 @@ pub use binary::{
 };
 pub use clients::{Client, Connection as ClientConnection, Resolver as ClientResolver, resolve as resolve_clients};
 pub use connect_attrs::{AttrAsker, AttrReader, ConnectAttrs};
-pub use kernel_btf::{BtfError, has_current_task_btf, task_runtime_offset};
+pub use kernel_btf::{BtfError, has_current_task_btf, task_fsbase_offset, task_runtime_offset};
 pub use process::{
     Container, ServerProcess, cpu_seconds, find_servers, runtime_address, server_by_pid, threads_cpu_ns,
 };
+pub use send_layout::SendLayout;
 pub use thd_fields::keep_only as keep_statement_fields;
 pub use uprobe_links::multi_links;
 

@@ -13,7 +13,8 @@ use aya::{
     Ebpf, EbpfLoader,
     maps::{Array, MapData, PerCpuArray, PerCpuValues, RingBuf},
     programs::{
-        UProbe,
+        RawTracePoint, UProbe,
+        raw_trace_point::RawTracePointLinkId,
         uprobe::{UProbeAttachLocation, UProbeLinkId, UProbeScope},
     },
 };
@@ -77,6 +78,11 @@ pub struct ProbeConfig {
     pub values: bool,
     /// Which of the server's figures the programs read (`--figures`).
     pub figures: super::FigureChoice,
+    /// Where statements end (`--statement-hook`).
+    pub statement_hook: super::StatementHook,
+    /// Offset of `thread.fsbase` in this kernel's `task_struct` (0:
+    /// unknown, so no send hook).
+    pub task_fsbase_offset: u32,
 }
 
 pub struct AttachedServer {
@@ -111,6 +117,10 @@ pub struct AttachedServer {
     /// Where each loaded program goes, and its link while attached.
     points: Vec<(&'static str, ProbePoint)>,
     links: Vec<(&'static str, UProbeLinkId)>,
+    /// `--statement-hook send`: statements end at `SEND_PROGRAM`, attached
+    /// to the syscall-entry tracepoint, instead of at the uprobe.
+    send_hook: bool,
+    send_link: Option<RawTracePointLinkId>,
     /// Links handed to the detach thread and not closed yet.
     detaching: Arc<AtomicUsize>,
     /// Error messages waiting for their statement, by (thread, time
@@ -180,6 +190,10 @@ impl AttachedServer {
             ..layout
         };
         let layout = config.figures.narrow(layout);
+        let layout = match config.statement_hook {
+            super::StatementHook::Uprobe => layout,
+            super::StatementHook::Send => with_send_hook(pid, layout, &binary, &config)?,
+        };
         if config.figures != super::FigureChoice::ALL {
             info!(pid, left_out = ?config.figures.left_out(), "figures not read (--figures)");
         }
@@ -248,6 +262,8 @@ impl AttachedServer {
             kernel_digests,
             points,
             links: Vec::new(),
+            send_hook: layout.send_tgid != 0,
+            send_link: None,
             detaching: Arc::new(AtomicUsize::new(0)),
             messages: Default::default(),
             held: Vec::new(),
@@ -545,6 +561,13 @@ impl AttachedServer {
                     source,
                 })?;
             }
+            if let Some(link) = self.send_link.take() {
+                send_program(&mut self.ebpf, pid)?.detach(link).map_err(|source| ProbeError::Program {
+                    pid,
+                    program: SEND_PROGRAM,
+                    source,
+                })?;
+            }
             return Ok(());
         }
         self.attach_links()
@@ -570,12 +593,22 @@ impl AttachedServer {
             })?;
             release_later(Box::new(link), self.detaching.clone());
         }
+        if let Some(link) = self.send_link.take() {
+            let link = send_program(&mut self.ebpf, pid)?.take_link(link).map_err(|source| ProbeError::Program {
+                pid,
+                program: SEND_PROGRAM,
+                source,
+            })?;
+            release_later(Box::new(link), self.detaching.clone());
+        }
         Ok(())
     }
 
     /// Detached, and the kernel has let go of every probe.
     pub fn detach_settled(&self) -> bool {
-        self.links.is_empty() && self.detaching.load(std::sync::atomic::Ordering::Acquire) == 0
+        self.links.is_empty()
+            && self.send_link.is_none()
+            && self.detaching.load(std::sync::atomic::Ordering::Acquire) == 0
     }
 
     /// Attaches again unless a background detach is still running: the
@@ -592,7 +625,7 @@ impl AttachedServer {
 
     fn attach_links(&mut self) -> Result<(), ProbeError> {
         let pid = self.server.pid;
-        if !self.links.is_empty() {
+        if !self.links.is_empty() || self.send_link.is_some() {
             return Ok(());
         }
         let scope = UProbeScope::OneProcess(NonZeroU32::new(pid).expect("pids are positive"));
@@ -604,6 +637,17 @@ impl AttachedServer {
                 ProbeError::Attach { pid, program, symbol, binary: target.display().to_string(), source }
             })?;
             self.links.push((program, link));
+        }
+        if self.send_hook {
+            let link =
+                send_program(&mut self.ebpf, pid)?.attach(SYSCALL_ENTRY).map_err(|source| ProbeError::Attach {
+                    pid,
+                    program: SEND_PROGRAM,
+                    symbol: SYSCALL_ENTRY,
+                    binary: "the kernel".into(),
+                    source,
+                })?;
+            self.send_link = Some(link);
         }
         Ok(())
     }
@@ -628,10 +672,12 @@ impl AttachedServer {
     /// statistics; zero unless they are enabled).
     pub fn program_stats(&self) -> Vec<(&'static str, Duration, u64)> {
         let values = self.value_decoders.is_ok().then_some("value_set");
+        let send = self.send_hook.then_some(SEND_PROGRAM);
         self.points
             .iter()
             .map(|(name, _)| *name)
             .chain(values)
+            .chain(send)
             .filter_map(|name| {
                 let info = self.ebpf.program(object_name(name))?.info().ok()?;
                 Some((name, info.run_time(), info.run_count()))
@@ -738,6 +784,9 @@ fn load_programs(
             }
         }
         let Some((program, refusal)) = refused else {
+            if layout.send_tgid != 0 {
+                loaded.push(load_send_program(&mut ebpf, pid)?);
+            }
             return Ok((ebpf, layout, points, ProgramSet { loaded, left_out }));
         };
         warn!(pid, program, kernel = kernel_release(), reason = %refusal.reason, lost = lost_without(program),
@@ -759,7 +808,11 @@ fn load_programs(
 /// The programs a server gets and where each attaches, as this build,
 /// the options and `layout` allow.
 fn probe_points(binary: &BinaryInfo, config: &ProbeConfig, layout: &ServerLayout) -> Vec<(&'static str, ProbePoint)> {
-    let mut points = vec![(REQUIRED, binary.points.statement_end), ("error_raised", binary.points.error_raised)];
+    let mut points = vec![("error_raised", binary.points.error_raised)];
+    // With the send hook, statements end at the answer's syscall instead.
+    if layout.send_tgid == 0 {
+        points.insert(0, (REQUIRED, binary.points.statement_end));
+    }
     if config.commands {
         points.push(("command_start", binary.points.command_start));
     }
@@ -811,15 +864,17 @@ fn try_load(ebpf: &mut Ebpf, program: &'static str, pid: u32) -> Result<Result<L
             let verified_insns = probe.info().ok().and_then(|info| info.verified_instruction_count());
             Ok(Ok(Loaded { program, verified_insns, load_time }))
         }
-        Err(source) => {
-            let reason = match &source {
-                aya::programs::ProgramError::LoadError { io_error, verifier_log } => {
-                    verifier_reason(&verifier_log.to_string()).unwrap_or_else(|| io_error.to_string())
-                }
-                other => other.to_string(),
-            };
-            Ok(Err(Refusal { reason, source: Some(source) }))
+        Err(source) => Ok(Err(Refusal { reason: refusal_reason(&source), source: Some(source) })),
+    }
+}
+
+/// The verifier's reason for refusing a program, or the load's error.
+fn refusal_reason(source: &aya::programs::ProgramError) -> String {
+    match source {
+        aya::programs::ProgramError::LoadError { io_error, verifier_log } => {
+            verifier_reason(&verifier_log.to_string()).unwrap_or_else(|| io_error.to_string())
         }
+        other => other.to_string(),
     }
 }
 
@@ -914,6 +969,76 @@ fn release_later(item: Box<dyn Send>, pending: Arc<AtomicUsize>) {
     {
         drop(item);
         pending.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// The statement program of the send hook, and where it attaches.
+const SEND_PROGRAM: &str = "statement_send";
+const SYSCALL_ENTRY: &str = "sys_enter";
+
+/// The layout with what the send hook reads, or why this server cannot
+/// have it.
+fn with_send_hook(
+    pid: u32,
+    layout: ServerLayout,
+    binary: &BinaryInfo,
+    config: &ProbeConfig,
+) -> Result<ServerLayout, ProbeError> {
+    let refuse = |why: String| ProbeError::NoSendHook { pid, why };
+    let send = binary.send.as_ref().map_err(|why| refuse(why.clone()))?;
+    if config.task_fsbase_offset == 0 {
+        return Err(refuse("the kernel's BTF gave no place for a task's thread pointer".into()));
+    }
+    // The program compares the kernel's own process id, which is the
+    // agent's only in the host's pid namespace.
+    if !in_host_pid_namespace() {
+        return Err(refuse(
+            "the agent runs in a pid namespace of its own (a container without the host's pids)".into(),
+        ));
+    }
+    Ok(ServerLayout {
+        send_tgid: pid,
+        task_fsbase_offset: config.task_fsbase_offset,
+        thd_tls_offset: send.thd_tls_offset,
+        stmt_da_offset: send.stmt_da_offset,
+        da_status_offset: send.da_status_offset,
+        send_vio_offset: binary.layout.vio_offset,
+        ..layout
+    })
+}
+
+/// Whether this process sees the host's process ids: its `NSpid` line has
+/// one id, not one per nested namespace.
+fn in_host_pid_namespace() -> bool {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status.lines().find_map(|line| line.strip_prefix("NSpid:")).is_some_and(|ids| ids.split_whitespace().count() == 1)
+}
+
+fn send_program(ebpf: &mut Ebpf, pid: u32) -> Result<&mut RawTracePoint, ProbeError> {
+    ebpf.program_mut(SEND_PROGRAM)
+        .ok_or_else(|| ProbeError::Map { map: SEND_PROGRAM, detail: "program not in object".into() })?
+        .try_into()
+        .map_err(|source| ProbeError::Program { pid, program: SEND_PROGRAM, source })
+}
+
+/// Loads the send hook's statement program, which the server then needs
+/// as it needs the uprobe's otherwise: a refusal is the error.
+fn load_send_program(ebpf: &mut Ebpf, pid: u32) -> Result<Loaded, ProbeError> {
+    let started = std::time::Instant::now();
+    let program = send_program(ebpf, pid)?;
+    match program.load() {
+        Ok(()) => Ok(Loaded {
+            program: SEND_PROGRAM,
+            verified_insns: program.info().ok().and_then(|info| info.verified_instruction_count()),
+            load_time: started.elapsed(),
+        }),
+        Err(source) => Err(ProbeError::Refused {
+            pid,
+            program: SEND_PROGRAM,
+            kernel: kernel_release(),
+            reason: refusal_reason(&source),
+            source: Some(source),
+        }),
     }
 }
 

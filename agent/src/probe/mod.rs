@@ -14,6 +14,7 @@ mod kernel_digests;
 mod link_mode;
 mod names;
 mod programs;
+mod statement_hook;
 mod supervisor;
 mod values;
 #[cfg(test)]
@@ -29,6 +30,7 @@ pub use kernel_digests::KernelDigest;
 pub use link_mode::multi_links;
 pub use names::{Account, Program, UNKNOWN_SCHEMA};
 pub use programs::{LeftOut, Loaded, ProgramSet};
+pub use statement_hook::StatementHook;
 pub use supervisor::Supervisor;
 pub use values::BoundValues;
 
@@ -60,6 +62,11 @@ pub enum ProbeError {
         #[source]
         source: Option<aya::programs::ProgramError>,
     },
+    #[error(
+        "--statement-hook send cannot end statements of pid {pid} at its answers: {why}; \
+         run the agent with --statement-hook uprobe for this server"
+    )]
+    NoSendHook { pid: u32, why: String },
     #[error("eBPF program `{program}` for pid {pid}: {source}")]
     Program {
         pid: u32,
@@ -102,6 +109,7 @@ impl ProbeError {
         match self {
             ProbeError::Load { .. } | ProbeError::Program { .. } | ProbeError::Map { .. } => "load_failed",
             ProbeError::Refused { .. } => "kernel_refused",
+            ProbeError::NoSendHook { .. } => "unsupported_build",
             ProbeError::Attach { .. } => "attach_failed",
             ProbeError::Discover(e) => match e {
                 DiscoverError::NoSuchProcess { .. } => "gone",

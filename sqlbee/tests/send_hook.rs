@@ -1,0 +1,146 @@
+//! `--statement-hook send` end to end: statements end at the server's
+//! answer (the raw tracepoint at syscall entry), with no trap in mysqld.
+//! Real mariadbd, real programs, the real `sqlbee agent`; every count is
+//! compared with what the workload ran and with the server's own counters.
+mod common;
+
+use std::time::Duration;
+
+use common::{Agent, PrivateServer, delta, privileged};
+use mysql::prelude::Queryable;
+
+fn send_hook_args(server: &PrivateServer) -> Vec<String> {
+    vec![format!("--pid={}", server.pid()), "--statement-hook=send".into()]
+}
+
+fn connect(server: &PrivateServer) -> mysql::Conn {
+    let socket = server.socket.to_str().unwrap();
+    let opts = mysql::OptsBuilder::new().socket(Some(socket)).user(Some("root")).prefer_socket(true);
+    mysql::Conn::new(opts).expect("connecting to the private server")
+}
+
+/// sysbench connected and prepared before the agent, paused around the
+/// status reads: each answer the server sent is one statement, and the
+/// digests' counts are the server's `Com_*` counters.
+fn sysbench_through_the_send_hook(ps_mode: &'static str) {
+    let _serial = common::one_at_a_time();
+    let server = PrivateServer::start(&format!("send-{ps_mode}"), &[]).unwrap();
+    let run = common::Workload::sysbench(&server, "oltp_read_only", 4, 30, ps_mode);
+    std::thread::sleep(Duration::from_millis(1500));
+    run.pause();
+    let before = common::status_before_agent(&server);
+    let agent = Agent::start(server.dir(), &send_hook_args(&server));
+    let programs = agent.programs();
+    run.resume();
+    std::thread::sleep(Duration::from_secs(3));
+    run.pause();
+    // The answers to the statements sent just before the pause.
+    std::thread::sleep(Duration::from_millis(300));
+    let out = agent.stop();
+    let after = server.global_status().unwrap();
+    drop(run);
+    assert!(out.success, "{}", out.stderr);
+    assert!(programs.iter().any(|p| p == "statement_send"), "{programs:?}");
+    assert!(!programs.iter().any(|p| p == "statement_end"), "the uprobe stays off: {programs:?}");
+
+    let counts = out.digest_counts(None);
+    let total: u64 = counts.values().sum();
+    assert!(total > 1000, "too little traffic to judge: {counts:#?}");
+    assert!(!counts.keys().any(|k| k.contains("text unknown")), "{counts:#?}");
+    assert_eq!(counts["COMMIT"], delta(&before, &after, "Com_commit"), "{counts:#?}");
+    assert_eq!(counts["BEGIN"], delta(&before, &after, "Com_begin"), "{counts:#?}");
+    let selects: u64 = counts.iter().filter(|(text, _)| text.starts_with("SELECT ")).map(|(_, n)| n).sum();
+    assert_eq!(selects, delta(&before, &after, "Com_select"), "{counts:#?}");
+    let commands = out.commands(None);
+    let executes = commands.get("COM_STMT_EXECUTE").copied().unwrap_or(0);
+    assert_eq!(executes, delta(&before, &after, "Com_stmt_execute"), "{commands:?}");
+    if ps_mode == "auto" {
+        assert!(executes > 1000, "{commands:?}");
+    }
+    // And nothing else: no status read of the harness falls inside the
+    // agent's life.
+    let server_total: u64 = ["Com_select", "Com_begin", "Com_commit"].iter().map(|c| delta(&before, &after, c)).sum();
+    assert_eq!(total, server_total, "{counts:#?}");
+    assert_eq!(out.summary_total(None, "statements") - out.summary_total(None, "unmatched"), total);
+    assert_eq!(out.summary_total(None, "dropped_events"), 0);
+}
+
+#[test]
+fn prepared_statements_end_at_their_answers() {
+    if privileged("prepared_statements_end_at_their_answers") {
+        sysbench_through_the_send_hook("auto");
+    }
+}
+
+#[test]
+fn text_statements_end_at_their_answers() {
+    if privileged("text_statements_end_at_their_answers") {
+        sysbench_through_the_send_hook("disable");
+    }
+}
+
+/// The answers a send cannot tell apart by itself: a result larger than
+/// the network buffer (many sends, one statement), each statement of a
+/// multi-statement packet, errors, statement preparations (answered,
+/// not statements), a ping and a slow statement's time.
+#[test]
+fn each_answer_is_one_statement() {
+    if !privileged("each_answer_is_one_statement") {
+        return;
+    }
+    let server = PrivateServer::start("send-answers", &["--slow-query-log=1", "--long-query-time=0"]).unwrap();
+    let rows: Vec<String> = (1..=5000).map(|i| format!("({i}, REPEAT('x', 200))")).collect();
+    server
+        .sql(&format!(
+            "CREATE DATABASE app; CREATE TABLE app.t (id INT PRIMARY KEY, v TEXT); INSERT INTO app.t VALUES {}",
+            rows.join(",")
+        ))
+        .unwrap();
+    let agent = Agent::start(server.dir(), &send_hook_args(&server));
+    let mut multi = connect(&server);
+    let mut conn = connect(&server);
+    const BIG: u64 = 3;
+    for _ in 0..BIG {
+        let rows: Vec<(u32, String)> = conn.query("SELECT id, v FROM app.t").unwrap();
+        assert_eq!(rows.len(), 5000);
+    }
+    // Each statement of the packet answers on its own.
+    multi.query_iter("SELECT 1; SELECT 2 FROM DUAL; DO 3").unwrap().for_each(drop);
+    for i in 0..4 {
+        assert!(conn.query_drop(format!("SELEC {i} FROM nowhere")).is_err());
+    }
+    let stmt = conn.prep("SELECT v FROM app.t WHERE id = ?").unwrap();
+    for i in 1..=20u32 {
+        let _: Option<String> = conn.exec_first(&stmt, (i,)).unwrap();
+    }
+    conn.close(stmt).unwrap();
+    assert!(conn.ping().is_ok());
+    conn.query_drop("DO SLEEP(0.3)").unwrap();
+    drop((conn, multi));
+    std::thread::sleep(Duration::from_millis(300));
+    let out = agent.stop();
+    assert!(out.success, "{}", out.stderr);
+
+    let counts = out.digest_counts(None);
+    assert_eq!(counts.get("SELECT ID, `v` FROM `app`.`t`"), Some(&BIG), "{counts:#?}");
+    assert_eq!(counts.get("SELECT ?"), Some(&1), "{counts:#?}");
+    assert_eq!(counts.get("SELECT ? FROM DUAL"), Some(&1), "{counts:#?}");
+    assert_eq!(counts.get("DO ?"), Some(&1), "{counts:#?}");
+    assert_eq!(counts.get("SELECT `v` FROM `app`.`t` WHERE ID = ?"), Some(&20), "{counts:#?}");
+    let syntax: u64 = out
+        .of_type("digest")
+        .filter(|r| r["digest_text"].as_str().unwrap().starts_with("`SELEC` ? FROM"))
+        .map(|r| r["error_codes"]["1064"].as_u64().unwrap_or(0))
+        .sum();
+    assert_eq!(syntax, 4, "{counts:#?}");
+    let sleep: Vec<_> = out.digest_rows("DO `SLEEP` (?)").collect();
+    assert_eq!(sleep.len(), 1, "{counts:#?}");
+    let ns = sleep[0]["max_ns"].as_u64().unwrap_or(0);
+    assert!((300_000_000..=360_000_000).contains(&ns), "{:#?}", sleep[0]);
+    // The client asks two variables when it connects, twice.
+    assert_eq!(counts.get("SELECT @@SOCKET"), Some(&2), "{counts:#?}");
+    assert_eq!(counts.get("SELECT @@`max_allowed_packet`"), Some(&2), "{counts:#?}");
+    // Nothing else: the ping, the preparation, the close, the logins and
+    // the slow log's writes after each answer are not statements.
+    assert_eq!(counts.values().sum::<u64>(), BIG + 3 + 4 + 20 + 1 + 4, "{counts:#?}");
+}
