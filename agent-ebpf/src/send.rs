@@ -10,8 +10,9 @@
 //! and an answer to a statement preparation finds it disabled. The THD is
 //! the thread's `THR_THD`, a thread-local read through the task's thread
 //! pointer, which the thread pool's workers set as connection threads do.
-//! The program runs at every syscall of every process on the host, so the
-//! process test comes first and costs one helper call.
+//! The program runs at every syscall of every process on the host, so its
+//! first two tests (the syscall, then the process) turn nearly every run
+//! away at the price of a load and one helper call.
 use aya_ebpf::{
     bindings::pt_regs,
     helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel, bpf_probe_read_user},
@@ -40,11 +41,13 @@ pub fn statement_send(ctx: RawTracePointContext) -> i32 {
 
 fn try_statement_send(ctx: &RawTracePointContext) -> Result<(), i64> {
     let layout = layout();
-    if (bpf_get_current_pid_tgid() >> 32) as u32 != layout.send_tgid || layout.send_tgid == 0 {
-        return Ok(());
-    }
+    // The syscall first: a load from the context, where the process test
+    // is a helper call, and most syscalls of every process are neither.
     let syscall: u64 = ctx.arg(1);
     if syscall != SYS_SENDTO && (syscall != SYS_WRITE || layout.send_vio_offset == UNKNOWN) {
+        return Ok(());
+    }
+    if (bpf_get_current_pid_tgid() >> 32) as u32 != layout.send_tgid || layout.send_tgid == 0 {
         return Ok(());
     }
     if gate_closed() {

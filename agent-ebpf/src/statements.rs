@@ -197,7 +197,7 @@ fn try_statement_end(ctx: &ProbeContext) -> Result<(), i64> {
 /// the answers to `COM_QUERY` and `COM_STMT_EXECUTE` are statements; the
 /// uprobe also counts the other commands that reach it.
 #[inline(always)]
-pub fn end_statement<const AT_SEND: bool>(thd: u64, user_sp: impl FnOnce() -> u64) -> Result<(), i64> {
+pub fn end_statement<const AT_SEND: bool>(thd: u64, user_sp: impl Fn() -> u64) -> Result<(), i64> {
     let now = unsafe { bpf_ktime_get_ns() };
     let layout = layout();
     let pid_tgid = bpf_get_current_pid_tgid();
@@ -207,25 +207,38 @@ pub fn end_statement<const AT_SEND: bool>(thd: u64, user_sp: impl FnOnce() -> u6
     let stats = stats().ok_or(0i64)?;
     let inflight = owned_slot(tid).ok_or(0i64)?;
     // Inside a stored program (the statement-end path of a statement a
-    // procedure, function, trigger or event ran): the nested probes count
-    // it on its own; here it is not a client's statement. Its end is
-    // deeper in the stack than the start of the nested statement running.
-    if inflight.nested_sp != 0 {
-        let sp = user_sp();
-        if inflight.nested_sp > sp {
-            stats[stat::NESTED_LOG_HITS as usize] += 1;
-            return Ok(());
+    // procedure, function, trigger or event ran, or a result set it sent):
+    // the nested probes count it on its own; here it is not a client's
+    // statement. Its end is deeper in the stack than the start of the
+    // nested statement running.
+    let mut nested = |stats: &mut sqlbee_kernel_abi::StatBlock, inflight: &mut Inflight| {
+        if inflight.nested_sp != 0 {
+            if inflight.nested_sp > user_sp() {
+                stats[stat::NESTED_LOG_HITS as usize] += 1;
+                return true;
+            }
+            // That nested statement is over (its end was not seen).
+            inflight.nested_sp = 0;
         }
-        // That nested statement is over (its end was not seen).
-        inflight.nested_sp = 0;
+        false
+    };
+    if !AT_SEND && nested(stats, inflight) {
+        return Ok(());
     }
 
     let buffer = SCRATCH.get_ptr_mut(0).ok_or(0i64)?;
     let buffer = unsafe { &mut *buffer };
     let [command, start_us, lock_utime] = read_command_and_times(thd, layout, &mut buffer.window);
     let command = command as u32 & 0xff;
-    if AT_SEND && command != command::QUERY && command != command::STMT_EXECUTE {
-        return Ok(());
+    // At a send, only an answer to a statement is one (the others answer
+    // logins, pings, preparations); the command is tested first, as it is
+    // cheaper than the stack.
+    if AT_SEND {
+        let statement =
+            command == command::QUERY || command == command::STMT_EXECUTE || command == command::STMT_BULK_EXECUTE;
+        if !statement || nested(stats, inflight) {
+            return Ok(());
+        }
     }
     let ([text_ptr, text_len], db) = read_text_and_schema(thd, layout, &mut buffer.window);
     // Built in place: the BPF stack (512 bytes) has no room for copies.
@@ -242,6 +255,11 @@ pub fn end_statement<const AT_SEND: bool>(thd: u64, user_sp: impl FnOnce() -> u6
             return Ok(());
         }
         inflight.last_query_id = buffer.query_id;
+        // With its connection: a thread-pool worker takes others' too, and
+        // the id alone would not hold across a return below.
+        if inflight.thd != thd {
+            inflight.thd = thd;
+        }
     }
     // The replica's applier is counted apart from what clients sent.
     if buffer.header.source == source::REPLICA {

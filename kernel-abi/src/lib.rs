@@ -185,6 +185,8 @@ pub type StatBlock = [u64; stat::SLOTS as usize];
 pub mod command {
     pub const QUERY: u32 = 3;
     pub const STMT_EXECUTE: u32 = 23;
+    /// MariaDB's array binding (Connector/J's batches).
+    pub const STMT_BULK_EXECUTE: u32 = 250;
 }
 
 /// Where the server keeps what the kernel side reads. Learned per binary

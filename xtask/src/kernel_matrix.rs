@@ -211,6 +211,8 @@ short_run() {
 short_run waits "SELECT 'with the wait probes'" env SQLBEE_TEST_FIELDS_ALONE=1 "$SQLBEE" agent --wait-probes
 # The lean tier: its narrowed layout, verified on every kernel.
 short_run lean "SELECT 'lean'" "$SQLBEE" agent --figures lean
+# The send hook: its raw tracepoint, the task's thread pointer from BTF.
+short_run send "SELECT 'sent'" "$SQLBEE" agent --statement-hook send
 kill $MPID
 wait $MPID 2>/dev/null
 "#;
@@ -251,7 +253,7 @@ impl Run {
                 let (name, rest) = marker.split_once(' ').unwrap_or((marker, ""));
                 match name {
                     "kernel" => run.kernel = rest.trim().to_owned(),
-                    "agent-exit" | "waits-exit" | "lean-exit" => {
+                    "agent-exit" | "waits-exit" | "lean-exit" | "send-exit" => {
                         run.sections.insert(name.to_owned(), rest.trim().to_owned());
                     }
                     _ => {
@@ -262,7 +264,7 @@ impl Run {
                 continue;
             }
             if let Some(section) = current.as_ref().and_then(|c| run.sections.get_mut(c))
-                && !matches!(current.as_deref(), Some("agent-exit" | "waits-exit" | "lean-exit"))
+                && !matches!(current.as_deref(), Some("agent-exit" | "waits-exit" | "lean-exit" | "send-exit"))
             {
                 section.push_str(line);
                 section.push('\n');

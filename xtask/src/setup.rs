@@ -16,7 +16,7 @@ const MDBOOK_VERSION: &str = "0.5.4";
 /// registry is reachable), podman-compose for the compose file.
 /// mariadb-test: MariaDB's own test suite, the statements the digest
 /// agreement test samples.
-const DEBIAN_PACKAGES: [&str; 27] = [
+const DEBIAN_PACKAGES: [&str; 28] = [
     "mariadb-server",
     "mariadb-client",
     "sysbench",
@@ -53,6 +53,8 @@ const DEBIAN_PACKAGES: [&str; 27] = [
     // A Python client program, one of those the client attribution test
     // tells apart.
     "python3-pymysql",
+    // The send hook's TLS test makes its server a throwaway certificate.
+    "openssl",
     // `ip netns` and veth pairs: the client attribution test's client in a
     // network namespace of its own.
     "iproute2",

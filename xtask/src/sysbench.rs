@@ -1,7 +1,7 @@
 //! sysbench runs against a server: a private one over its socket, or any
 //! server over TCP (one in a container, published on a host port).
 use std::{
-    path::PathBuf,
+    path::{Path, PathBuf},
     process::{Child, Command, Stdio},
 };
 
@@ -76,7 +76,7 @@ pub struct Sysbench {
 }
 
 impl Sysbench {
-    fn command(&self, target: &Target, action: &str) -> Command {
+    fn command(&self, target: &Target, action: &str, extra: &[&str]) -> Command {
         let mut cmd = Command::new("sysbench");
         cmd.arg(&self.script)
             .arg("--db-driver=mysql")
@@ -89,6 +89,7 @@ impl Sysbench {
             .arg(format!("--db-ps-mode={}", self.ps_mode))
             .arg("--report-interval=0")
             .arg(format!("--rate={}", self.rate))
+            .args(extra)
             .arg(action);
         cmd
     }
@@ -98,7 +99,7 @@ impl Sysbench {
     pub fn prepare(&self, target: impl Into<Target>) -> anyhow::Result<()> {
         let target = target.into();
         target.sql("CREATE DATABASE IF NOT EXISTS sbtest")?;
-        let out = self.command(&target, "prepare").output().context("running sysbench (run `./x setup`)")?;
+        let out = self.command(&target, "prepare", &[]).output().context("running sysbench (run `./x setup`)")?;
         if !out.status.success() {
             bail!("sysbench prepare failed: {}", String::from_utf8_lossy(&out.stderr));
         }
@@ -107,11 +108,18 @@ impl Sysbench {
 
     /// Starts `run` in the background; its stdout is the report.
     pub fn spawn(&self, target: impl Into<Target>) -> anyhow::Result<Child> {
-        self.command(&target.into(), "run")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .context("starting sysbench")
+        self.spawn_with(target, &[], None)
+    }
+
+    /// `spawn` with more of sysbench's options, run in `dir` if given:
+    /// `--mysql-ssl=on` reads the client's `client-key.pem`,
+    /// `client-cert.pem` and `cacert.pem` from the working directory.
+    pub fn spawn_with(&self, target: impl Into<Target>, extra: &[&str], dir: Option<&Path>) -> anyhow::Result<Child> {
+        let mut cmd = self.command(&target.into(), "run", extra);
+        if let Some(dir) = dir {
+            cmd.current_dir(dir);
+        }
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().context("starting sysbench")
     }
 
     pub fn run(&self, target: impl Into<Target>) -> anyhow::Result<String> {

@@ -1,8 +1,8 @@
 //! What the send hook (`--statement-hook send`) reads of a build: where
 //! a thread keeps its THD, and where the THD says whether the statement is
 //! answered. Each is decoded from the server's own exported code, as the
-//! THD's other fields are, and a build whose code does not match is left
-//! on the uprobe with the reason.
+//! THD's other fields are, and a build whose code does not match is
+//! refused with the function that did not (the uprobe still traces it).
 use super::x86::strip_endbr;
 
 /// `THD *_current_thd()`: loads the thread pointer (`%fs:0`) and reads

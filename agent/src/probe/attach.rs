@@ -30,8 +30,8 @@ use super::{
     link_mode::object_name,
     names::Names,
     programs::{
-        LeftOut, Loaded, ProgramSet, REQUIRED, kernel_release, lost_without, partners, refused_on_purpose,
-        verifier_reason, without,
+        LeftOut, Loaded, ProgramSet, REQUIRED, SEND_PROGRAM, kernel_release, lost_without, partners,
+        refused_on_purpose, verifier_reason, without,
     },
     values::Values,
 };
@@ -625,11 +625,11 @@ impl AttachedServer {
 
     fn attach_links(&mut self) -> Result<(), ProbeError> {
         let pid = self.server.pid;
-        if !self.links.is_empty() || self.send_link.is_some() {
-            return Ok(());
-        }
+        // Each half on its own: a failed attach of one leaves the other
+        // attached, and the next attempt completes the set.
         let scope = UProbeScope::OneProcess(NonZeroU32::new(pid).expect("pids are positive"));
-        for (program, point) in self.points.clone() {
+        let uprobes_attached = !self.links.is_empty();
+        for (program, point) in self.points.clone().into_iter().filter(|_| !uprobes_attached) {
             let symbol = point.symbol;
             let target = &self.server.binary;
             let location = UProbeAttachLocation::SymbolOffset(symbol, point.offset);
@@ -638,7 +638,7 @@ impl AttachedServer {
             })?;
             self.links.push((program, link));
         }
-        if self.send_hook {
+        if self.send_hook && self.send_link.is_none() {
             let link =
                 send_program(&mut self.ebpf, pid)?.attach(SYSCALL_ENTRY).map_err(|source| ProbeError::Attach {
                     pid,
@@ -972,8 +972,7 @@ fn release_later(item: Box<dyn Send>, pending: Arc<AtomicUsize>) {
     }
 }
 
-/// The statement program of the send hook, and where it attaches.
-const SEND_PROGRAM: &str = "statement_send";
+/// Where the send hook's statement program attaches.
 const SYSCALL_ENTRY: &str = "sys_enter";
 
 /// The layout with what the send hook reads, or why this server cannot
@@ -996,6 +995,19 @@ fn with_send_hook(
             "the agent runs in a pid namespace of its own (a container without the host's pids)".into(),
         ));
     }
+    // A statement may reach more than one send with its answer final: its
+    // query id is what counts it once.
+    if layout.stats_fields & sqlbee_kernel_abi::stats_field::QUERY_ID == 0 {
+        return Err(refuse("this build's query id cannot be read, and it is what counts each answer once".into()));
+    }
+    // A procedure's result sets are sent while it runs; only the nested
+    // probes tell them from a client's statement.
+    if binary.points.nested.is_none() {
+        return Err(refuse("this build's stored-program statements cannot be told apart from a client's".into()));
+    }
+    if binary.layout.vio_offset == sqlbee_kernel_abi::UNKNOWN {
+        warn!(pid, "the client's socket cannot be found in this build: answers over TLS (by write) are not counted");
+    }
     Ok(ServerLayout {
         send_tgid: pid,
         task_fsbase_offset: config.task_fsbase_offset,
@@ -1007,11 +1019,13 @@ fn with_send_hook(
     })
 }
 
-/// Whether this process sees the host's process ids: its `NSpid` line has
-/// one id, not one per nested namespace.
+/// Whether this process is in the host's (the initial) pid namespace,
+/// whose inode number the kernel fixes (`PROC_PID_INIT_INO`). A container's
+/// own `/proc` shows one id in `NSpid` too, so that line cannot tell.
 fn in_host_pid_namespace() -> bool {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status.lines().find_map(|line| line.strip_prefix("NSpid:")).is_some_and(|ids| ids.split_whitespace().count() == 1)
+    const PROC_PID_INIT_INO: u64 = 0xEFFF_FFFC;
+    std::fs::read_link("/proc/self/ns/pid")
+        .is_ok_and(|target| target.to_string_lossy() == format!("pid:[{PROC_PID_INIT_INO}]"))
 }
 
 fn send_program(ebpf: &mut Ebpf, pid: u32) -> Result<&mut RawTracePoint, ProbeError> {

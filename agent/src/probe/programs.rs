@@ -14,6 +14,17 @@ use sqlbee_kernel_abi::{ServerLayout, UNKNOWN};
 /// The program every traced server needs.
 pub const REQUIRED: &str = "statement_end";
 
+/// The send hook's statement program (`--statement-hook send`), in place
+/// of `REQUIRED`'s uprobe.
+pub const SEND_PROGRAM: &str = "statement_send";
+
+/// Whether each run of `program` is a trap in the server. The send hook's
+/// program runs in the kernel's syscall path, at every syscall on the
+/// host, and costs its run time only.
+pub fn traps(program: &str) -> bool {
+    program != SEND_PROGRAM
+}
+
 /// A program the kernel accepted, and what verifying it took.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Loaded {

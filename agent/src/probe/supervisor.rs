@@ -452,9 +452,12 @@ fn identity(attached: &AttachedServer) -> BinaryIdentity {
     BinaryIdentity { build_id: attached.binary.build_id.clone(), version: attached.binary.version.clone() }
 }
 
-/// Run time and runs of all of a server's programs so far.
+/// Run time of all of a server's programs so far, and their runs that
+/// trapped in the server (what the cost adds a trap's price for).
 fn program_totals(attached: &AttachedServer) -> (Duration, u64) {
-    attached.program_stats().iter().fold((Duration::ZERO, 0), |(t, n), (_, time, runs)| (t + *time, n + runs))
+    attached.program_stats().iter().fold((Duration::ZERO, 0), |(t, n), (name, time, runs)| {
+        (t + *time, n + if super::programs::traps(name) { *runs } else { 0 })
+    })
 }
 
 /// Everything left, read after the programs are gone so that counters,

@@ -302,6 +302,20 @@ impl Workload {
         seconds: u32,
         ps_mode: &'static str,
     ) -> Workload {
+        Workload::sysbench_with(server, script, threads, seconds, ps_mode, &[], None)
+    }
+
+    /// `sysbench` with more of sysbench's options for its run, in `dir`
+    /// (see `Sysbench::spawn_with`).
+    pub fn sysbench_with(
+        server: &PrivateServer,
+        script: &str,
+        threads: u32,
+        seconds: u32,
+        ps_mode: &'static str,
+        extra: &[&str],
+        dir: Option<&std::path::Path>,
+    ) -> Workload {
         let bench = xtask::sysbench::Sysbench {
             script: script.into(),
             tables: 2,
@@ -312,7 +326,7 @@ impl Workload {
             rate: 0,
         };
         bench.prepare(server).unwrap();
-        Workload::new(bench.spawn(server).unwrap())
+        Workload::new(bench.spawn_with(server, extra, dir).unwrap())
     }
 
     fn signal(&self, sig: libc::c_int) {

@@ -72,6 +72,7 @@ pub struct BenchArgs {
     /// sqlbee, sqlbee-all (every optional probe), sqlbee-waits (the wait
     /// probes only), sqlbee-events (every statement sent to user space),
     /// sqlbee-lean (--figures lean: none of the server's own figures),
+    /// sqlbee-send (--statement-hook send: statements end at the answer),
     /// sqlbee-budget (--mysqld-overhead-budget 1%), performance-schema
     /// (server restarted, its control too), performance-schema-statements
     /// (the same with the statement consumers on), slow-log (long_query_time=0),

@@ -50,7 +50,7 @@ pub struct RateArgs {
     pub servers: Vec<String>,
     /// Arms run in every round: `control` (nothing attached) and
     /// treatments of `cargo xtask bench` (sqlbee, sqlbee-all, sqlbee-waits,
-    /// sqlbee-events, sqlbee-lean, sqlbee-plans, sqlbee-budget, slow-log, general-log, bpftrace-pair,
+    /// sqlbee-events, sqlbee-lean, sqlbee-send, sqlbee-plans, sqlbee-budget, slow-log, general-log, bpftrace-pair,
     /// bpftrace-count = the one-trap floor, bpftrace-sendto = the floor of
     /// a design without a trap (a syscall tracepoint), performance-schema,
     /// performance-schema-statements, performance-schema-live,

@@ -73,6 +73,13 @@ pub const TREATMENTS: &[Treatment] = &[
         about: "sqlbee agent, default probes, --figures lean (none of the server's own figures, no CPU time)",
         setup: Setup::Agent { flags: &["--figures=lean"], if_known: &[] },
     },
+    // Statements ended at the server's answer: no trap in mysqld, a raw
+    // tracepoint at every syscall on the host instead.
+    Treatment {
+        name: "sqlbee-send",
+        about: "sqlbee agent, default probes, --statement-hook send (statements end at the answer's syscall, no trap)",
+        setup: Setup::Agent { flags: &["--statement-hook=send"], if_known: &[] },
+    },
     // The design before kernel digests, for the side-by-side cost.
     Treatment {
         name: "sqlbee-events",
