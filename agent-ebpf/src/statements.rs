@@ -194,8 +194,9 @@ fn try_statement_end(ctx: &ProbeContext) -> Result<(), i64> {
 /// Counts, times and records the statement `thd` has just finished.
 /// `user_sp` gives the server thread's stack pointer, asked only inside a
 /// stored program. `AT_SEND`: called at a send (`crate::send`), where only
-/// the answers to `COM_QUERY` and `COM_STMT_EXECUTE` are statements; the
-/// uprobe also counts the other commands that reach it.
+/// the answers to `COM_QUERY`, `COM_STMT_EXECUTE` and
+/// `COM_STMT_BULK_EXECUTE` are statements; the uprobe also counts the
+/// other commands that reach it.
 #[inline(always)]
 pub fn end_statement<const AT_SEND: bool>(thd: u64, user_sp: impl Fn() -> u64) -> Result<(), i64> {
     let now = unsafe { bpf_ktime_get_ns() };
