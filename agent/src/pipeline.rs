@@ -95,7 +95,9 @@ pub fn run_agent(config: AgentConfig, signalled: &'static AtomicBool) -> Result<
     let budget = config.budget.map(SelfLimit::apply).transpose()?;
     // Still before the first thread: each thread holds its own
     // capabilities, and threads inherit them from the one that starts them.
-    let prepared = privileges::prepare(config.options.keep_privileges)?;
+    // The send hook's tracepoints are perf events, as classic uprobes are.
+    let perf_events = config.options.statement_hook == crate::probe::StatementHook::Send;
+    let prepared = privileges::prepare(config.options.keep_privileges, perf_events)?;
     let stop = Arc::new(AtomicBool::new(false));
     let watcher_stop = stop.clone();
     thread::Builder::new().name("signals".into()).spawn(move || {
@@ -124,12 +126,11 @@ pub fn run_agent(config: AgentConfig, signalled: &'static AtomicBool) -> Result<
         }
     };
     // The send hook finds the server's THD below each thread's pointer.
-    let task_fsbase_offset = match config.options.statement_hook {
-        crate::probe::StatementHook::Uprobe => 0,
-        crate::probe::StatementHook::Send => {
-            discover::task_fsbase_offset(std::path::Path::new("/sys/kernel/btf/vmlinux"))
-                .map_err(PipelineError::SendHook)?
-        }
+    let task_fsbase_offset = if config.options.statement_hook.at_send() {
+        discover::task_fsbase_offset(std::path::Path::new("/sys/kernel/btf/vmlinux"))
+            .map_err(PipelineError::SendHook)?
+    } else {
+        0
     };
     let mut supervisor = Supervisor::new(
         ProbeConfig {

@@ -17,16 +17,24 @@ pub struct Prepared {
 }
 
 /// The steps that need more than `KEPT`, then the drop (unless `keep_all`).
+/// `perf_events`: the agent will open perf events even on a kernel with
+/// multi-uprobe links (the send hook's tracepoints).
 /// Call before the agent starts any thread: capabilities belong to each
 /// thread, and threads inherit them from the thread that starts them.
-pub fn prepare(keep_all: bool) -> Result<Prepared, PrivilegeError> {
+pub fn prepare(keep_all: bool, perf_events: bool) -> Result<Prepared, PrivilegeError> {
     let stats = aya::sys::enable_stats(aya::sys::Stats::RunTime)
         .map_err(|e| tracing::warn!(error = %e, "BPF run-time statistics unavailable; probe run time reads as 0"))
         .ok();
     if keep_all {
         tracing::warn!("--keep-privileges: the agent keeps every capability it was started with");
     } else {
-        let extra = if crate::discover::multi_links() { 0 } else { perf_events_need_sys_admin()? };
+        let extra = match (crate::discover::multi_links(), perf_events) {
+            (true, false) => 0,
+            (false, _) => {
+                perf_events_need_sys_admin("this kernel has no multi-uprobe links, so every probe is a perf event")?
+            }
+            (true, true) => perf_events_need_sys_admin("the send hook's syscall tracepoints are perf events")?,
+        };
         drop_to_needed(extra)?;
     }
     Ok(Prepared { stats })
@@ -34,13 +42,14 @@ pub fn prepare(keep_all: bool) -> Result<Prepared, PrivilegeError> {
 
 /// Whether opening a perf event takes CAP_SYS_ADMIN here: the bit to keep
 /// beside `KEPT`, or 0. Classic uprobes are perf events, and a kernel
-/// without multi-uprobe links (before 6.6) attaches every probe as one.
+/// without multi-uprobe links (before 6.6) attaches every probe as one;
+/// the send hook's tracepoints are perf events on every kernel.
 /// Debian's and Ubuntu's kernels refuse every `perf_event_open` without
 /// CAP_SYS_ADMIN while `kernel.perf_event_paranoid` is above 2, their
 /// default (CAP_PERFMON is not enough there). Tried, not guessed: with
 /// only `KEPT` effective (CAP_SYS_ADMIN still permitted, so it comes
 /// back), one software event is opened.
-fn perf_events_need_sys_admin() -> Result<u64, PrivilegeError> {
+fn perf_events_need_sys_admin(why: &str) -> Result<u64, PrivilegeError> {
     let (effective, permitted) = capget()?;
     if permitted & 1 << CAP_SYS_ADMIN == 0 {
         return Ok(0);
@@ -54,8 +63,8 @@ fn perf_events_need_sys_admin() -> Result<u64, PrivilegeError> {
     let paranoid = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid").unwrap_or_default();
     tracing::info!(
         perf_event_paranoid = paranoid.trim(),
-        "keeping CAP_SYS_ADMIN: this kernel has no multi-uprobe links, so every probe is a perf event, and it \
-         opens perf events only for CAP_SYS_ADMIN (see the manual's page \"Privileges the agent keeps\")"
+        "keeping CAP_SYS_ADMIN: {why}, and this kernel opens perf events only for CAP_SYS_ADMIN (see the \
+         manual's page \"Privileges the agent keeps\")"
     );
     Ok(1 << CAP_SYS_ADMIN)
 }

@@ -196,7 +196,7 @@ fn loaded_within_budget(
         let insns = figures["verified_insns"].as_u64().unwrap_or(0);
         let bound = match *program {
             "statement_end" => MAX_VERIFIED_STATEMENT_END,
-            "statement_send" => MAX_VERIFIED_STATEMENT_SEND,
+            "statement_send" | "sendto_or_write" => MAX_VERIFIED_STATEMENT_SEND,
             _ => MAX_VERIFIED_OTHER,
         };
         if insns > bound {
@@ -228,6 +228,12 @@ fn short_run(run: &xtask::kernel_matrix::Run, name: &str, programs: &[&str]) -> 
     };
     loaded_within_budget(&last["programs"], programs).map_err(|e| format!("{name}: {e}"))?;
     Ok(lines)
+}
+
+/// What the verifier walked for `program` in a short run's last summary.
+fn verified_insns(lines: &[serde_json::Value], program: &str) -> serde_json::Value {
+    let last = lines.iter().rfind(|l| l["type"] == "summary");
+    last.map_or(serde_json::Value::Null, |l| l["programs"]["loaded"][program]["verified_insns"].clone())
 }
 
 /// One row of the matrix, judged: what it says, or what went wrong.
@@ -315,20 +321,28 @@ fn judge(run: &xtask::kernel_matrix::Run) -> Result<String, String> {
     if let Some(row) = lean_rows().find(|l| !l["rows_sent"].is_null()) {
         return fail(format!("lean: a figure not asked for was read: {row}"));
     }
-    // The fourth, the send hook: statements end at the answers.
-    if let Err(e) = short_run(run, "send", &["statement_send"]) {
-        return fail(e);
+    // The fourth and fifth, the send hook: statements end at the answers,
+    // seen at the syscall tracepoints, then at the raw one.
+    let mut send_insns = Vec::new();
+    for (name, program) in [("send", "sendto_or_write"), ("rawsend", "statement_send")] {
+        match short_run(run, name, &[program]) {
+            Ok(lines) => send_insns.push(verified_insns(&lines, program)),
+            Err(e) => return fail(e),
+        }
     }
     let log = common::strip_ansi(run.section("agent-log"));
     let mode = if log.contains("multi_links=true") { "multi-uprobe links" } else { "classic uprobes" };
     let statement_end = &loaded["statement_end"];
     Ok(format!(
-        "{:<34} {:<19} {:>7} statements  statement_end verified {:>7} insns in {:>5} ms",
+        "{:<34} {:<19} {:>7} statements  statement_end verified {:>7} insns in {:>5} ms, the send hook's {:>7} \
+         and raw {:>7}",
         run.kernel,
         mode,
         total("statements"),
         statement_end["verified_insns"],
-        statement_end["load_ms"]
+        statement_end["load_ms"],
+        send_insns[0],
+        send_insns[1],
     ))
 }
 

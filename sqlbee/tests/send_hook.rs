@@ -1,5 +1,6 @@
 //! `--statement-hook send` end to end: statements end at the server's
-//! answer (the raw tracepoint at syscall entry), with no trap in mysqld.
+//! answer (the `sendto` and `write` tracepoints, or with `send-raw` the raw
+//! tracepoint at every syscall's entry), with no trap in mysqld.
 //! Real mariadbd, real programs, the real `sqlbee agent`; every count is
 //! compared with what the workload ran and with the server's own counters.
 mod common;
@@ -9,8 +10,33 @@ use std::time::Duration;
 use common::{Agent, PrivateServer, delta, privileged};
 use mysql::prelude::Queryable;
 
-fn send_hook_args(server: &PrivateServer) -> Vec<String> {
-    vec![format!("--pid={}", server.pid()), "--statement-hook=send".into()]
+fn send_hook_args(server: &PrivateServer, hook: Hook) -> Vec<String> {
+    vec![format!("--pid={}", server.pid()), format!("--statement-hook={}", hook.option())]
+}
+
+/// Which of the send hook's programs the agent is asked for.
+#[derive(Clone, Copy)]
+enum Hook {
+    /// `send`: the syscall tracepoints (tracefs is mounted here).
+    Tracepoints,
+    /// `send-raw`: the raw `sys_enter` tracepoint.
+    Raw,
+}
+
+impl Hook {
+    fn option(self) -> &'static str {
+        match self {
+            Hook::Tracepoints => "send",
+            Hook::Raw => "send-raw",
+        }
+    }
+
+    fn program(self) -> &'static str {
+        match self {
+            Hook::Tracepoints => "sendto_or_write",
+            Hook::Raw => "statement_send",
+        }
+    }
 }
 
 fn connect(server: &PrivateServer) -> mysql::Conn {
@@ -32,7 +58,7 @@ enum Connections {
 /// sysbench connected and prepared before the agent, paused around the
 /// status reads: each answer the server sent is one statement, and the
 /// digests' counts are the server's `Com_*` counters.
-fn sysbench_through_the_send_hook(ps_mode: &'static str, connections: Connections) {
+fn sysbench_through_the_send_hook(ps_mode: &'static str, connections: Connections, hook: Hook) {
     let _serial = common::one_at_a_time();
     let certs = tempfile_dir(&format!("send-certs-{ps_mode}"));
     let server_flags = match connections {
@@ -54,7 +80,7 @@ fn sysbench_through_the_send_hook(ps_mode: &'static str, connections: Connection
     std::thread::sleep(Duration::from_millis(1500));
     run.pause();
     let before = common::status_before_agent(&server);
-    let agent = Agent::start(server.dir(), &send_hook_args(&server));
+    let agent = Agent::start(server.dir(), &send_hook_args(&server, hook));
     let programs = agent.programs();
     run.resume();
     std::thread::sleep(Duration::from_secs(3));
@@ -69,7 +95,7 @@ fn sysbench_through_the_send_hook(ps_mode: &'static str, connections: Connection
         assert!(tls >= 4, "{tls} TLS connections");
     }
     assert!(out.success, "{}", out.stderr);
-    assert!(programs.iter().any(|p| p == "statement_send"), "{programs:?}");
+    assert!(programs.iter().any(|p| p == hook.program()), "{programs:?}");
     assert!(!programs.iter().any(|p| p == "statement_end"), "the uprobe stays off: {programs:?}");
 
     let counts = out.digest_counts(None);
@@ -97,21 +123,28 @@ fn sysbench_through_the_send_hook(ps_mode: &'static str, connections: Connection
 #[test]
 fn prepared_statements_end_at_their_answers() {
     if privileged("prepared_statements_end_at_their_answers") {
-        sysbench_through_the_send_hook("auto", Connections::Plain);
+        sysbench_through_the_send_hook("auto", Connections::Plain, Hook::Tracepoints);
     }
 }
 
 #[test]
 fn text_statements_end_at_their_answers() {
     if privileged("text_statements_end_at_their_answers") {
-        sysbench_through_the_send_hook("disable", Connections::Plain);
+        sysbench_through_the_send_hook("disable", Connections::Plain, Hook::Raw);
     }
 }
 
 #[test]
 fn answers_over_tls_on_the_thread_pool_are_statements_too() {
     if privileged("answers_over_tls_on_the_thread_pool_are_statements_too") {
-        sysbench_through_the_send_hook("auto", Connections::TlsOnThreadPool);
+        sysbench_through_the_send_hook("auto", Connections::TlsOnThreadPool, Hook::Tracepoints);
+    }
+}
+
+#[test]
+fn answers_over_tls_reach_the_raw_tracepoint_too() {
+    if privileged("answers_over_tls_reach_the_raw_tracepoint_too") {
+        sysbench_through_the_send_hook("disable", Connections::TlsOnThreadPool, Hook::Raw);
     }
 }
 
@@ -160,7 +193,7 @@ fn each_answer_is_one_statement() {
             rows.join(",")
         ))
         .unwrap();
-    let agent = Agent::start(server.dir(), &send_hook_args(&server));
+    let agent = Agent::start(server.dir(), &send_hook_args(&server, Hook::Tracepoints));
     let mut multi = connect(&server);
     let mut conn = connect(&server);
     const BIG: u64 = 3;

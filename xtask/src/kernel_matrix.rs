@@ -211,8 +211,10 @@ short_run() {
 short_run waits "SELECT 'with the wait probes'" env SQLBEE_TEST_FIELDS_ALONE=1 "$SQLBEE" agent --wait-probes
 # The lean tier: its narrowed layout, verified on every kernel.
 short_run lean "SELECT 'lean'" "$SQLBEE" agent --figures lean
-# The send hook: its raw tracepoint, the task's thread pointer from BTF.
+# The send hook: its syscall tracepoints (perf events), the task's thread
+# pointer from BTF; then its raw tracepoint, the fallback without tracefs.
 short_run send "SELECT 'sent'" "$SQLBEE" agent --statement-hook send
+short_run rawsend "SELECT 'sent raw'" "$SQLBEE" agent --statement-hook send-raw
 kill $MPID
 wait $MPID 2>/dev/null
 "#;
@@ -225,6 +227,7 @@ mount -t sysfs sys /sys
 mount -t devtmpfs dev /dev
 mount -t tmpfs tmp /tmp
 mount -t tmpfs run /run
+mount -t tracefs tracefs /sys/kernel/tracing
 echo "@@kernel $(uname -r)"
 DATA=/data RUN=/run SQLBEE=/bin/sqlbee SECONDS_RUN=5 sh /workload.sh
 echo "@@end"
@@ -253,7 +256,7 @@ impl Run {
                 let (name, rest) = marker.split_once(' ').unwrap_or((marker, ""));
                 match name {
                     "kernel" => run.kernel = rest.trim().to_owned(),
-                    "agent-exit" | "waits-exit" | "lean-exit" | "send-exit" => {
+                    "agent-exit" | "waits-exit" | "lean-exit" | "send-exit" | "rawsend-exit" => {
                         run.sections.insert(name.to_owned(), rest.trim().to_owned());
                     }
                     _ => {
@@ -264,7 +267,10 @@ impl Run {
                 continue;
             }
             if let Some(section) = current.as_ref().and_then(|c| run.sections.get_mut(c))
-                && !matches!(current.as_deref(), Some("agent-exit" | "waits-exit" | "lean-exit" | "send-exit"))
+                && !matches!(
+                    current.as_deref(),
+                    Some("agent-exit" | "waits-exit" | "lean-exit" | "send-exit" | "rawsend-exit")
+                )
             {
                 section.push_str(line);
                 section.push('\n');

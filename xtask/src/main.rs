@@ -37,6 +37,10 @@ enum Task {
     /// The agent's own CPU and memory at fixed statement rates (10k, 20k,
     /// the maximum) in each shedding step; report in benches/results/.
     BenchCost(bench::cost::CostArgs),
+    /// What a tracer of one server costs every other process on the host,
+    /// per syscall (getppid, and a write), arms interleaved over rounds
+    /// beside control; report and CSV in benches/results/.
+    BenchBystanders(bench::bystanders::BystanderArgs),
     /// mysqld CPU per statement at a fixed sysbench rate, arms interleaved
     /// over many short rounds, on MariaDB 10.11 (host) and 11.8
     /// (container): medians, bootstrap intervals and paired differences to
@@ -105,6 +109,12 @@ fn main() -> anyhow::Result<()> {
             setup::run()?;
             let outcome = bench::cost::run(&args)?;
             println!("{}", std::fs::read_to_string(outcome.report)?);
+            Ok(())
+        }
+        Task::BenchBystanders(args) => {
+            setup::run()?;
+            let report = bench::bystanders::run(&args)?;
+            println!("{}", std::fs::read_to_string(report)?);
             Ok(())
         }
         Task::BenchRate(args) => {

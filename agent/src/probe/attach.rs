@@ -13,8 +13,7 @@ use aya::{
     Ebpf, EbpfLoader,
     maps::{Array, MapData, PerCpuArray, PerCpuValues, RingBuf},
     programs::{
-        RawTracePoint, UProbe,
-        raw_trace_point::RawTracePointLinkId,
+        UProbe,
         uprobe::{UProbeAttachLocation, UProbeLinkId, UProbeScope},
     },
 };
@@ -30,9 +29,10 @@ use super::{
     link_mode::object_name,
     names::Names,
     programs::{
-        LeftOut, Loaded, ProgramSet, REQUIRED, SEND_PROGRAM, kernel_release, lost_without, partners,
-        refused_on_purpose, verifier_reason, without,
+        LeftOut, Loaded, ProgramSet, REQUIRED, kernel_release, lost_without, partners, refused_on_purpose,
+        verifier_reason, without,
     },
+    send_hook::{SendHook, with_send_hook},
     values::Values,
 };
 use crate::discover::{BinaryInfo, ProbePoint, ServerProcess};
@@ -117,10 +117,9 @@ pub struct AttachedServer {
     /// Where each loaded program goes, and its link while attached.
     points: Vec<(&'static str, ProbePoint)>,
     links: Vec<(&'static str, UProbeLinkId)>,
-    /// `--statement-hook send`: statements end at `SEND_PROGRAM`, attached
-    /// to the syscall-entry tracepoint, instead of at the uprobe.
-    send_hook: bool,
-    send_link: Option<RawTracePointLinkId>,
+    /// `--statement-hook send`: statements end at a syscall tracepoint's
+    /// program instead of at the uprobe.
+    send_hook: Option<SendHook>,
     /// Links handed to the detach thread and not closed yet.
     detaching: Arc<AtomicUsize>,
     /// Error messages waiting for their statement, by (thread, time
@@ -190,14 +189,12 @@ impl AttachedServer {
             ..layout
         };
         let layout = config.figures.narrow(layout);
-        let layout = match config.statement_hook {
-            super::StatementHook::Uprobe => layout,
-            super::StatementHook::Send => with_send_hook(pid, layout, &binary, &config)?,
-        };
+        let layout =
+            if config.statement_hook.at_send() { with_send_hook(pid, layout, &binary, &config)? } else { layout };
         if config.figures != super::FigureChoice::ALL {
             info!(pid, left_out = ?config.figures.left_out(), "figures not read (--figures)");
         }
-        let (mut ebpf, layout, points, programs) = load_programs(pid, layout, &binary, &config)?;
+        let (mut ebpf, layout, points, programs, send_hook) = load_programs(pid, layout, &binary, &config)?;
         // Before any program runs (none is attached yet): they set the maps up.
         let kernel_digests = (config.digest_slots > 0)
             .then(|| KernelDigests::new(&mut ebpf, config.digest_slots, layout.known_sets))
@@ -262,8 +259,7 @@ impl AttachedServer {
             kernel_digests,
             points,
             links: Vec::new(),
-            send_hook: layout.send_tgid != 0,
-            send_link: None,
+            send_hook,
             detaching: Arc::new(AtomicUsize::new(0)),
             messages: Default::default(),
             held: Vec::new(),
@@ -561,12 +557,8 @@ impl AttachedServer {
                     source,
                 })?;
             }
-            if let Some(link) = self.send_link.take() {
-                send_program(&mut self.ebpf, pid)?.detach(link).map_err(|source| ProbeError::Program {
-                    pid,
-                    program: SEND_PROGRAM,
-                    source,
-                })?;
+            if let Some(send_hook) = &mut self.send_hook {
+                send_hook.detach(&mut self.ebpf, pid)?;
             }
             return Ok(());
         }
@@ -593,13 +585,10 @@ impl AttachedServer {
             })?;
             release_later(Box::new(link), self.detaching.clone());
         }
-        if let Some(link) = self.send_link.take() {
-            let link = send_program(&mut self.ebpf, pid)?.take_link(link).map_err(|source| ProbeError::Program {
-                pid,
-                program: SEND_PROGRAM,
-                source,
-            })?;
-            release_later(Box::new(link), self.detaching.clone());
+        if let Some(send_hook) = &mut self.send_hook {
+            for link in send_hook.take_links(&mut self.ebpf, pid)? {
+                release_later(link, self.detaching.clone());
+            }
         }
         Ok(())
     }
@@ -607,7 +596,7 @@ impl AttachedServer {
     /// Detached, and the kernel has let go of every probe.
     pub fn detach_settled(&self) -> bool {
         self.links.is_empty()
-            && self.send_link.is_none()
+            && !self.send_hook.as_ref().is_some_and(SendHook::attached)
             && self.detaching.load(std::sync::atomic::Ordering::Acquire) == 0
     }
 
@@ -638,16 +627,8 @@ impl AttachedServer {
             })?;
             self.links.push((program, link));
         }
-        if self.send_hook && self.send_link.is_none() {
-            let link =
-                send_program(&mut self.ebpf, pid)?.attach(SYSCALL_ENTRY).map_err(|source| ProbeError::Attach {
-                    pid,
-                    program: SEND_PROGRAM,
-                    symbol: SYSCALL_ENTRY,
-                    binary: "the kernel".into(),
-                    source,
-                })?;
-            self.send_link = Some(link);
+        if let Some(send_hook) = &mut self.send_hook {
+            send_hook.attach(&mut self.ebpf, pid)?;
         }
         Ok(())
     }
@@ -672,7 +653,7 @@ impl AttachedServer {
     /// statistics; zero unless they are enabled).
     pub fn program_stats(&self) -> Vec<(&'static str, Duration, u64)> {
         let values = self.value_decoders.is_ok().then_some("value_set");
-        let send = self.send_hook.then_some(SEND_PROGRAM);
+        let send = self.send_hook.as_ref().map(SendHook::program);
         self.points
             .iter()
             .map(|(name, _)| *name)
@@ -740,13 +721,13 @@ fn value_decoders(
 /// refused optional program is left out (with its partner) and the set
 /// loaded again without it; a refused statement program is the error.
 /// Returns the loaded object, the layout it was loaded with, the points to
-/// attach and what was loaded and left out.
+/// attach, what was loaded and left out, and the send hook's program.
 fn load_programs(
     pid: u32,
     full: ServerLayout,
     binary: &BinaryInfo,
     config: &ProbeConfig,
-) -> Result<(Ebpf, ServerLayout, Vec<(&'static str, ProbePoint)>, ProgramSet), ProbeError> {
+) -> Result<(Ebpf, ServerLayout, Vec<(&'static str, ProbePoint)>, ProgramSet, Option<SendHook>), ProbeError> {
     let mut left_out: Vec<LeftOut> = Vec::new();
     loop {
         let layout = without(full, &left_out);
@@ -784,10 +765,14 @@ fn load_programs(
             }
         }
         let Some((program, refusal)) = refused else {
-            if layout.send_tgid != 0 {
-                loaded.push(load_send_program(&mut ebpf, pid)?);
-            }
-            return Ok((ebpf, layout, points, ProgramSet { loaded, left_out }));
+            let send_hook = if layout.send_tgid != 0 {
+                let (send_hook, done) = SendHook::load(&mut ebpf, pid, config.statement_hook, &layout)?;
+                loaded.push(done);
+                Some(send_hook)
+            } else {
+                None
+            };
+            return Ok((ebpf, layout, points, ProgramSet { loaded, left_out }, send_hook));
         };
         warn!(pid, program, kernel = kernel_release(), reason = %refusal.reason, lost = lost_without(program),
             "the kernel refused an optional program; going on without it");
@@ -869,7 +854,7 @@ fn try_load(ebpf: &mut Ebpf, program: &'static str, pid: u32) -> Result<Result<L
 }
 
 /// The verifier's reason for refusing a program, or the load's error.
-fn refusal_reason(source: &aya::programs::ProgramError) -> String {
+pub(super) fn refusal_reason(source: &aya::programs::ProgramError) -> String {
     match source {
         aya::programs::ProgramError::LoadError { io_error, verifier_log } => {
             verifier_reason(&verifier_log.to_string()).unwrap_or_else(|| io_error.to_string())
@@ -969,90 +954,6 @@ fn release_later(item: Box<dyn Send>, pending: Arc<AtomicUsize>) {
     {
         drop(item);
         pending.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
-/// Where the send hook's statement program attaches.
-const SYSCALL_ENTRY: &str = "sys_enter";
-
-/// The layout with what the send hook reads, or why this server cannot
-/// have it.
-fn with_send_hook(
-    pid: u32,
-    layout: ServerLayout,
-    binary: &BinaryInfo,
-    config: &ProbeConfig,
-) -> Result<ServerLayout, ProbeError> {
-    let refuse = |why: String| ProbeError::NoSendHook { pid, why };
-    let send = binary.send.as_ref().map_err(|why| refuse(why.clone()))?;
-    if config.task_fsbase_offset == 0 {
-        return Err(refuse("the kernel's BTF gave no place for a task's thread pointer".into()));
-    }
-    // The program compares the kernel's own process id, which is the
-    // agent's only in the host's pid namespace.
-    if !in_host_pid_namespace() {
-        return Err(refuse(
-            "the agent runs in a pid namespace of its own (a container without the host's pids)".into(),
-        ));
-    }
-    // A statement may reach more than one send with its answer final: its
-    // query id is what counts it once.
-    if layout.stats_fields & sqlbee_kernel_abi::stats_field::QUERY_ID == 0 {
-        return Err(refuse("this build's query id cannot be read, and it is what counts each answer once".into()));
-    }
-    // A procedure's result sets are sent while it runs; only the nested
-    // probes tell them from a client's statement.
-    if binary.points.nested.is_none() {
-        return Err(refuse("this build's stored-program statements cannot be told apart from a client's".into()));
-    }
-    if binary.layout.vio_offset == sqlbee_kernel_abi::UNKNOWN {
-        warn!(pid, "the client's socket cannot be found in this build: answers over TLS (by write) are not counted");
-    }
-    Ok(ServerLayout {
-        send_tgid: pid,
-        task_fsbase_offset: config.task_fsbase_offset,
-        thd_tls_offset: send.thd_tls_offset,
-        stmt_da_offset: send.stmt_da_offset,
-        da_status_offset: send.da_status_offset,
-        send_vio_offset: binary.layout.vio_offset,
-        ..layout
-    })
-}
-
-/// Whether this process is in the host's (the initial) pid namespace,
-/// whose inode number the kernel fixes (`PROC_PID_INIT_INO`). A container's
-/// own `/proc` shows one id in `NSpid` too, so that line cannot tell.
-fn in_host_pid_namespace() -> bool {
-    const PROC_PID_INIT_INO: u64 = 0xEFFF_FFFC;
-    std::fs::read_link("/proc/self/ns/pid")
-        .is_ok_and(|target| target.to_string_lossy() == format!("pid:[{PROC_PID_INIT_INO}]"))
-}
-
-fn send_program(ebpf: &mut Ebpf, pid: u32) -> Result<&mut RawTracePoint, ProbeError> {
-    ebpf.program_mut(SEND_PROGRAM)
-        .ok_or_else(|| ProbeError::Map { map: SEND_PROGRAM, detail: "program not in object".into() })?
-        .try_into()
-        .map_err(|source| ProbeError::Program { pid, program: SEND_PROGRAM, source })
-}
-
-/// Loads the send hook's statement program, which the server then needs
-/// as it needs the uprobe's otherwise: a refusal is the error.
-fn load_send_program(ebpf: &mut Ebpf, pid: u32) -> Result<Loaded, ProbeError> {
-    let started = std::time::Instant::now();
-    let program = send_program(ebpf, pid)?;
-    match program.load() {
-        Ok(()) => Ok(Loaded {
-            program: SEND_PROGRAM,
-            verified_insns: program.info().ok().and_then(|info| info.verified_instruction_count()),
-            load_time: started.elapsed(),
-        }),
-        Err(source) => Err(ProbeError::Refused {
-            pid,
-            program: SEND_PROGRAM,
-            kernel: kernel_release(),
-            reason: refusal_reason(&source),
-            source: Some(source),
-        }),
     }
 }
 

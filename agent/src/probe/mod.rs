@@ -14,6 +14,7 @@ mod kernel_digests;
 mod link_mode;
 mod names;
 mod programs;
+mod send_hook;
 mod statement_hook;
 mod supervisor;
 mod values;

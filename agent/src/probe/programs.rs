@@ -14,15 +14,19 @@ use sqlbee_kernel_abi::{ServerLayout, UNKNOWN};
 /// The program every traced server needs.
 pub const REQUIRED: &str = "statement_end";
 
-/// The send hook's statement program (`--statement-hook send`), in place
-/// of `REQUIRED`'s uprobe.
+/// The send hook's statement program (`--statement-hook send`) at the raw
+/// syscall-entry tracepoint, in place of `REQUIRED`'s uprobe.
 pub const SEND_PROGRAM: &str = "statement_send";
 
+/// The same at the `sendto` and `write` tracepoints, where it runs only at
+/// those two syscalls.
+pub const SEND_TRACEPOINT_PROGRAM: &str = "sendto_or_write";
+
 /// Whether each run of `program` is a trap in the server. The send hook's
-/// program runs in the kernel's syscall path, at every syscall on the
-/// host, and costs its run time only.
+/// programs run in the kernel's syscall path, of every process on the
+/// host, and cost their run time only.
 pub fn traps(program: &str) -> bool {
-    program != SEND_PROGRAM
+    program != SEND_PROGRAM && program != SEND_TRACEPOINT_PROGRAM
 }
 
 /// A program the kernel accepted, and what verifying it took.

@@ -10,6 +10,7 @@
 //! will not attach, an agent that rejects a flag) is recorded with its
 //! reason and the bench goes on; only a server or data set that cannot be
 //! set up at all stops it.
+pub mod bystanders;
 pub mod cost;
 mod measure;
 pub mod rate;

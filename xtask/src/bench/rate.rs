@@ -21,7 +21,7 @@
 mod profile;
 mod report;
 mod servers;
-mod stats;
+pub(super) mod stats;
 
 use std::{
     fs,

@@ -73,12 +73,20 @@ pub const TREATMENTS: &[Treatment] = &[
         about: "sqlbee agent, default probes, --figures lean (none of the server's own figures, no CPU time)",
         setup: Setup::Agent { flags: &["--figures=lean"], if_known: &[] },
     },
-    // Statements ended at the server's answer: no trap in mysqld, a raw
-    // tracepoint at every syscall on the host instead.
+    // Statements ended at the server's answer: no trap in mysqld, the
+    // sendto and write tracepoints instead (every syscall on the host takes
+    // the kernel's tracing path).
     Treatment {
         name: "sqlbee-send",
         about: "sqlbee agent, default probes, --statement-hook send (statements end at the answer's syscall, no trap)",
         setup: Setup::Agent { flags: &["--statement-hook=send"], if_known: &[] },
+    },
+    // The same on the raw sys_enter tracepoint: a program run at every
+    // syscall on the host.
+    Treatment {
+        name: "sqlbee-send-raw",
+        about: "sqlbee agent, default probes, --statement-hook send-raw (the raw sys_enter tracepoint, every syscall)",
+        setup: Setup::Agent { flags: &["--statement-hook=send-raw"], if_known: &[] },
     },
     // The design before kernel digests, for the side-by-side cost.
     Treatment {
