@@ -212,7 +212,7 @@ pub fn end_statement<const AT_SEND: bool>(thd: u64, user_sp: impl Fn() -> u64) -
     // the nested probes count it on its own; here it is not a client's
     // statement. Its end is deeper in the stack than the start of the
     // nested statement running.
-    let mut nested = |stats: &mut sqlbee_kernel_abi::StatBlock, inflight: &mut Inflight| {
+    let nested = |stats: &mut sqlbee_kernel_abi::StatBlock, inflight: &mut Inflight| {
         if inflight.nested_sp != 0 {
             if inflight.nested_sp > user_sp() {
                 stats[stat::NESTED_LOG_HITS as usize] += 1;

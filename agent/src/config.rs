@@ -264,8 +264,9 @@ pub struct AgentOptions {
     /// the server, every statement) or, experimental, `send` (the answer's
     /// syscall, no trap: only clients' statements over a socket, at the
     /// `sendto` and `write` tracepoints, which put every syscall on the host
-    /// through the kernel's tracing path; without tracefs it falls back to
-    /// `send-raw`, a program at every syscall; see the manual's Probes page).
+    /// through the kernel's tracing path; without tracefs, or where the
+    /// kernel refuses them, it falls back to `send-raw`, a program at every
+    /// syscall; see the manual's Probes page).
     #[arg(long, env = "SQLBEE_STATEMENT_HOOK", value_enum, default_value_t = crate::probe::StatementHook::Uprobe)]
     pub statement_hook: crate::probe::StatementHook,
 }

@@ -95,8 +95,10 @@ pub fn run_agent(config: AgentConfig, signalled: &'static AtomicBool) -> Result<
     let budget = config.budget.map(SelfLimit::apply).transpose()?;
     // Still before the first thread: each thread holds its own
     // capabilities, and threads inherit them from the one that starts them.
-    // The send hook's tracepoints are perf events, as classic uprobes are.
-    let perf_events = config.options.statement_hook == crate::probe::StatementHook::Send;
+    // The send hook's tracepoints are perf events, as classic uprobes are
+    // (without tracefs it takes the raw tracepoint, which is not one).
+    let perf_events = config.options.statement_hook == crate::probe::StatementHook::Send
+        && crate::probe::syscall_tracepoints_available();
     let prepared = privileges::prepare(config.options.keep_privileges, perf_events)?;
     let stop = Arc::new(AtomicBool::new(false));
     let watcher_stop = stop.clone();

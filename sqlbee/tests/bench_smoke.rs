@@ -6,7 +6,7 @@
 mod common;
 
 use clap::Parser as _;
-use xtask::bench::{Arm, BenchArgs, all_for_bench, cost::CostArgs};
+use xtask::bench::{Arm, BenchArgs, all_for_bench, bystanders::BystanderArgs, cost::CostArgs};
 
 #[test]
 fn every_treatment_runs_and_the_report_is_written() {
@@ -141,6 +141,46 @@ fn cost_bench_runs_every_step() {
     );
     let csv = std::fs::read_to_string(&outcome.csv).unwrap();
     assert_eq!(csv.lines().count(), outcome.runs.len() + 1);
+    let _ = std::fs::remove_dir_all(&out_dir);
+}
+
+#[test]
+fn bystanders_bench_measures_every_arm_in_every_round() {
+    if !common::privileged("bystanders_bench_measures_every_arm_in_every_round") {
+        return;
+    }
+    let _serial = common::one_at_a_time();
+    let out_dir = std::env::temp_dir().join(format!("sqlbee-bystanders-smoke-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out_dir);
+    let args = BystanderArgs::try_parse_from([
+        "bench-bystanders",
+        "--arms",
+        "control,sqlbee-send",
+        "--rounds",
+        "2",
+        "--calls",
+        "20000",
+        "--name",
+        "smoke",
+        "--agent-bin",
+        env!("CARGO_BIN_EXE_sqlbee"),
+        "--out-dir",
+        out_dir.to_str().unwrap(),
+    ])
+    .expect("bench-bystanders arguments");
+    let report = xtask::bench::bystanders::run(&args).expect("the bystanders bench itself");
+    let markdown = std::fs::read_to_string(&report).unwrap();
+    for arm in ["control", "sqlbee-send"] {
+        assert!(markdown.lines().any(|l| l.starts_with(&format!("| {arm} |"))), "{markdown}");
+    }
+    let csv = std::fs::read_to_string(report.with_extension("csv")).unwrap();
+    let rows: Vec<&str> = csv.lines().skip(1).collect();
+    assert_eq!(rows.len(), 4, "{csv}");
+    // Every measurement is a time per call, not a placeholder.
+    for row in rows {
+        let ns: Vec<f64> = row.split(',').skip(2).map(|v| v.parse().unwrap()).collect();
+        assert!(ns.iter().all(|&v| v > 10.0 && v < 1_000_000.0), "{row}");
+    }
     let _ = std::fs::remove_dir_all(&out_dir);
 }
 

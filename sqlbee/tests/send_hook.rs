@@ -21,12 +21,15 @@ enum Hook {
     Tracepoints,
     /// `send-raw`: the raw `sys_enter` tracepoint.
     Raw,
+    /// `send` with the tracepoint program refused as a kernel would: the
+    /// agent falls back to the raw one.
+    RefusedTracepoints,
 }
 
 impl Hook {
     fn option(self) -> &'static str {
         match self {
-            Hook::Tracepoints => "send",
+            Hook::Tracepoints | Hook::RefusedTracepoints => "send",
             Hook::Raw => "send-raw",
         }
     }
@@ -34,7 +37,14 @@ impl Hook {
     fn program(self) -> &'static str {
         match self {
             Hook::Tracepoints => "sendto_or_write",
-            Hook::Raw => "statement_send",
+            Hook::Raw | Hook::RefusedTracepoints => "statement_send",
+        }
+    }
+
+    fn env(self) -> &'static [(&'static str, &'static str)] {
+        match self {
+            Hook::RefusedTracepoints => &[("SQLBEE_TEST_REFUSE_PROGRAMS", "sendto_or_write")],
+            Hook::Tracepoints | Hook::Raw => &[],
         }
     }
 }
@@ -80,7 +90,7 @@ fn sysbench_through_the_send_hook(ps_mode: &'static str, connections: Connection
     std::thread::sleep(Duration::from_millis(1500));
     run.pause();
     let before = common::status_before_agent(&server);
-    let agent = Agent::start(server.dir(), &send_hook_args(&server, hook));
+    let agent = Agent::start_with_env(server.dir(), &send_hook_args(&server, hook), hook.env());
     let programs = agent.programs();
     run.resume();
     std::thread::sleep(Duration::from_secs(3));
@@ -88,6 +98,9 @@ fn sysbench_through_the_send_hook(ps_mode: &'static str, connections: Connection
     let out = agent.stop();
     let after = server.global_status().unwrap();
     drop(run);
+    if matches!(hook, Hook::RefusedTracepoints) {
+        assert!(out.stderr.contains("falling back to the raw sys_enter tracepoint"), "{}", out.stderr);
+    }
     std::fs::remove_dir_all(&certs).ok();
     if connections == Connections::TlsOnThreadPool {
         // The four sysbench connections spoke TLS.
@@ -130,7 +143,7 @@ fn prepared_statements_end_at_their_answers() {
 #[test]
 fn text_statements_end_at_their_answers() {
     if privileged("text_statements_end_at_their_answers") {
-        sysbench_through_the_send_hook("disable", Connections::Plain, Hook::Raw);
+        sysbench_through_the_send_hook("disable", Connections::Plain, Hook::RefusedTracepoints);
     }
 }
 
@@ -193,6 +206,13 @@ fn each_answer_is_one_statement() {
             rows.join(",")
         ))
         .unwrap();
+    // One statement for the server, not split at its semicolons as the
+    // command-line client would.
+    connect(&server)
+        .query_drop(
+            "CREATE PROCEDURE app.two() BEGIN SELECT COUNT(*) FROM app.t; SELECT id FROM app.t WHERE id < 3; END",
+        )
+        .unwrap();
     let agent = Agent::start(server.dir(), &send_hook_args(&server, Hook::Tracepoints));
     let mut multi = connect(&server);
     let mut conn = connect(&server);
@@ -213,11 +233,26 @@ fn each_answer_is_one_statement() {
     conn.close(stmt).unwrap();
     assert!(conn.ping().is_ok());
     conn.query_drop("DO SLEEP(0.3)").unwrap();
+    // A procedure's result sets leave while it runs, each with a final
+    // status: the stack tells them from the CALL's own answer.
+    const CALLS: u64 = 3;
+    for _ in 0..CALLS {
+        conn.query_iter("CALL app.two()").unwrap().for_each(drop);
+    }
     drop((conn, multi));
     std::thread::sleep(Duration::from_millis(300));
     let out = agent.stop();
     assert!(out.success, "{}", out.stderr);
 
+    let nested = |want: bool| out.of_type("digest").filter(move |r| (r["nested"] == true) == want);
+    let calls: u64 = nested(false)
+        .filter(|r| r["digest_text"].as_str().unwrap().starts_with("CALL"))
+        .map(|r| r["count"].as_u64().unwrap())
+        .sum();
+    assert_eq!(calls, CALLS, "{:#?}", nested(false).collect::<Vec<_>>());
+    let inside: u64 = nested(true).filter(|r| r["program"] == "app.two").map(|r| r["count"].as_u64().unwrap()).sum();
+    assert_eq!(inside, 2 * CALLS, "{:#?}", nested(true).collect::<Vec<_>>());
+    let client_total: u64 = nested(false).map(|r| r["count"].as_u64().unwrap()).sum();
     let counts = out.digest_counts(None);
     assert_eq!(counts.get("SELECT ID, `v` FROM `app`.`t`"), Some(&BIG), "{counts:#?}");
     assert_eq!(counts.get("SELECT ?"), Some(&1), "{counts:#?}");
@@ -237,7 +272,8 @@ fn each_answer_is_one_statement() {
     // The client asks two variables when it connects, twice.
     assert_eq!(counts.get("SELECT @@SOCKET"), Some(&2), "{counts:#?}");
     assert_eq!(counts.get("SELECT @@`max_allowed_packet`"), Some(&2), "{counts:#?}");
-    // Nothing else: the ping, the preparation, the close, the logins and
-    // the slow log's writes after each answer are not statements.
-    assert_eq!(counts.values().sum::<u64>(), BIG + 3 + 4 + 20 + 1 + 4, "{counts:#?}");
+    // Nothing else: the ping, the preparation, the close, the logins, the
+    // slow log's writes after each answer and the procedure's result sets
+    // are not clients' statements.
+    assert_eq!(client_total, BIG + 3 + 4 + 20 + 1 + 4 + CALLS, "{counts:#?}");
 }

@@ -213,8 +213,9 @@ short_run waits "SELECT 'with the wait probes'" env SQLBEE_TEST_FIELDS_ALONE=1 "
 short_run lean "SELECT 'lean'" "$SQLBEE" agent --figures lean
 # The send hook: its syscall tracepoints (perf events), the task's thread
 # pointer from BTF; then its raw tracepoint, the fallback without tracefs.
-short_run send "SELECT 'sent'" "$SQLBEE" agent --statement-hook send
-short_run rawsend "SELECT 'sent raw'" "$SQLBEE" agent --statement-hook send-raw
+# The procedure's result set leaves while it runs: the stack check.
+short_run send "SELECT 'sent'; CALL sbtest.touch()" "$SQLBEE" agent --statement-hook send
+short_run rawsend "SELECT 'sent raw'; CALL sbtest.touch()" "$SQLBEE" agent --statement-hook send-raw
 kill $MPID
 wait $MPID 2>/dev/null
 "#;

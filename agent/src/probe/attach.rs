@@ -29,8 +29,8 @@ use super::{
     link_mode::object_name,
     names::Names,
     programs::{
-        LeftOut, Loaded, ProgramSet, REQUIRED, kernel_release, lost_without, partners, refused_on_purpose,
-        verifier_reason, without,
+        LeftOut, Loaded, ProgramSet, REQUIRED, Refusal, SEND_TRACEPOINT_PROGRAM, kernel_release, lost_without,
+        partners, refusal_reason, refused_on_purpose, without,
     },
     send_hook::{SendHook, with_send_hook},
     values::Values,
@@ -586,8 +586,12 @@ impl AttachedServer {
             release_later(Box::new(link), self.detaching.clone());
         }
         if let Some(send_hook) = &mut self.send_hook {
-            for link in send_hook.take_links(&mut self.ebpf, pid)? {
+            let (taken, error) = send_hook.take_links(&mut self.ebpf, pid);
+            for link in taken {
                 release_later(link, self.detaching.clone());
+            }
+            if let Some(e) = error {
+                return Err(e);
             }
         }
         Ok(())
@@ -627,8 +631,14 @@ impl AttachedServer {
             })?;
             self.links.push((program, link));
         }
-        if let Some(send_hook) = &mut self.send_hook {
-            send_hook.attach(&mut self.ebpf, pid)?;
+        if let Some(send_hook) = &mut self.send_hook
+            && let Some(fallback) = send_hook.attach(&mut self.ebpf, pid)?
+        {
+            let mut programs = (*self.programs).clone();
+            // The tracepoint program stays loaded, unused: it is not listed.
+            programs.loaded.retain(|l| l.program != SEND_TRACEPOINT_PROGRAM);
+            programs.loaded.push(fallback);
+            self.programs = Arc::new(programs);
         }
         Ok(())
     }
@@ -829,12 +839,6 @@ fn probe_points(binary: &BinaryInfo, config: &ProbeConfig, layout: &ServerLayout
     points
 }
 
-/// Why a kernel refused a program.
-struct Refusal {
-    reason: String,
-    source: Option<aya::programs::ProgramError>,
-}
-
 /// Loads one program, timing the verifier. `Err(Refusal)` when the kernel
 /// (or a test build, on purpose) refused it; other failures are errors.
 fn try_load(ebpf: &mut Ebpf, program: &'static str, pid: u32) -> Result<Result<Loaded, Refusal>, ProbeError> {
@@ -850,16 +854,6 @@ fn try_load(ebpf: &mut Ebpf, program: &'static str, pid: u32) -> Result<Result<L
             Ok(Ok(Loaded { program, verified_insns, load_time }))
         }
         Err(source) => Ok(Err(Refusal { reason: refusal_reason(&source), source: Some(source) })),
-    }
-}
-
-/// The verifier's reason for refusing a program, or the load's error.
-pub(super) fn refusal_reason(source: &aya::programs::ProgramError) -> String {
-    match source {
-        aya::programs::ProgramError::LoadError { io_error, verifier_log } => {
-            verifier_reason(&verifier_log.to_string()).unwrap_or_else(|| io_error.to_string())
-        }
-        other => other.to_string(),
     }
 }
 

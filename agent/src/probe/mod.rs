@@ -31,6 +31,7 @@ pub use kernel_digests::KernelDigest;
 pub use link_mode::multi_links;
 pub use names::{Account, Program, UNKNOWN_SCHEMA};
 pub use programs::{LeftOut, Loaded, ProgramSet};
+pub use send_hook::syscall_tracepoints_available;
 pub use statement_hook::StatementHook;
 pub use supervisor::Supervisor;
 pub use values::BoundValues;

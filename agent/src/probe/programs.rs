@@ -134,6 +134,22 @@ pub fn verifier_reason(log: &str) -> Option<String> {
     log.lines().rev().find(|l| !is_noise(l)).map(|l| l.trim().to_owned())
 }
 
+/// Why a kernel refused a program.
+pub struct Refusal {
+    pub reason: String,
+    pub source: Option<aya::programs::ProgramError>,
+}
+
+/// The verifier's reason for refusing a program, or the load's error.
+pub fn refusal_reason(source: &aya::programs::ProgramError) -> String {
+    match source {
+        aya::programs::ProgramError::LoadError { io_error, verifier_log } => {
+            verifier_reason(&verifier_log.to_string()).unwrap_or_else(|| io_error.to_string())
+        }
+        other => other.to_string(),
+    }
+}
+
 /// Programs a test build refuses as a kernel would, named in
 /// `SQLBEE_TEST_REFUSE_PROGRAMS` (comma-separated): how the tests make
 /// each optional program fail to load. Release builds never read it.

@@ -4,24 +4,26 @@
 //!
 //! Two programs share one body (`agent-ebpf/src/send.rs`). The one on the
 //! `syscalls` tracepoints of `sendto` and `write` runs only at those two
-//! calls: the kernel tests the syscall's number before any program runs.
-//! The one on the raw `sys_enter` tracepoint needs no tracefs and runs at
-//! every syscall of every process on the host (about 150 ns each on the VMs
-//! of `benches/results`), so it is the fallback.
+//! calls: the kernel tests the syscall's number before any program runs,
+//! and an unrelated syscall on the host pays only the tracing path (81 ns
+//! on the 6.18 of `benches/results/2026-12-05-bystanders.md`). The one on
+//! the raw `sys_enter` tracepoint needs neither tracefs nor a perf event,
+//! and runs at every syscall of every process on the host (228 ns each
+//! there), so it is the fallback.
 use std::path::Path;
 
 use aya::{
     Ebpf,
-    programs::{
-        ProgramError, RawTracePoint, TracePoint, raw_trace_point::RawTracePointLinkId, trace_point::TracePointLinkId,
-    },
+    programs::{Program, ProgramError, RawTracePoint, TracePoint},
 };
 use sqlbee_kernel_abi::{ServerLayout, UNKNOWN};
 use tracing::{info, warn};
 
 use super::{
     ProbeConfig, ProbeError, StatementHook,
-    programs::{Loaded, SEND_PROGRAM, SEND_TRACEPOINT_PROGRAM, kernel_release},
+    programs::{
+        Loaded, Refusal, SEND_PROGRAM, SEND_TRACEPOINT_PROGRAM, kernel_release, refusal_reason, refused_on_purpose,
+    },
 };
 use crate::discover::BinaryInfo;
 
@@ -33,17 +35,33 @@ const SYSCALLS: &str = "syscalls";
 const SENDTO: &str = "sys_enter_sendto";
 const WRITE: &str = "sys_enter_write";
 
+/// Which of the two programs a server got.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Via {
+    Tracepoints,
+    Raw,
+}
+
+impl Via {
+    fn program(self) -> &'static str {
+        match self {
+            Via::Tracepoints => SEND_TRACEPOINT_PROGRAM,
+            Via::Raw => SEND_PROGRAM,
+        }
+    }
+}
+
 /// The loaded send program of one server, and its links while attached.
 pub(super) struct SendHook {
-    program: &'static str,
+    via: Via,
     /// Also at `write` (TLS answers), with the tracepoint program.
     write: bool,
     links: Vec<SendLink>,
 }
 
 enum SendLink {
-    Raw(RawTracePointLinkId),
-    Tracepoint(TracePointLinkId),
+    Raw(aya::programs::raw_trace_point::RawTracePointLinkId),
+    Tracepoint(aya::programs::trace_point::TracePointLinkId),
 }
 
 impl SendHook {
@@ -59,98 +77,161 @@ impl SendHook {
         let write = layout.send_vio_offset != UNKNOWN;
         if hook == StatementHook::Send {
             match syscall_events() {
-                Some(tracefs) => match load_one(ebpf, pid, SEND_TRACEPOINT_PROGRAM)? {
+                Some(tracefs) => match load_one(ebpf, pid, Via::Tracepoints)? {
                     Ok(loaded) => {
                         info!(pid, tracefs = %tracefs.display(), write, "send hook at the sendto and write tracepoints");
-                        return Ok((Self { program: SEND_TRACEPOINT_PROGRAM, write, links: Vec::new() }, loaded));
+                        return Ok((Self { via: Via::Tracepoints, write, links: Vec::new() }, loaded));
                     }
-                    Err(refusal) => warn!(pid, kernel = kernel_release(), error = %refusal,
-                        "the kernel refused the send hook's tracepoint program; falling back to the raw sys_enter \
-                         tracepoint, which runs at every syscall on the host"),
+                    Err(refusal) => warn!(
+                        pid,
+                        kernel = kernel_release(),
+                        reason = refusal.reason,
+                        "the kernel refused the send hook's tracepoint program (it needs bpf_task_pt_regs, from \
+                         5.15); falling back to the raw sys_enter tracepoint, which runs at every syscall on the host"
+                    ),
                 },
                 None => warn!(
                     pid,
-                    "tracefs has no syscall events here (not mounted, or a kernel without \
-                    CONFIG_FTRACE_SYSCALLS): the send hook falls back to the raw sys_enter tracepoint, which runs \
-                    at every syscall on the host"
+                    "no tracefs with syscall events here (not mounted, not readable, or a kernel \
+                    without CONFIG_FTRACE_SYSCALLS): the send hook falls back to the raw sys_enter tracepoint, \
+                    which runs at every syscall on the host"
                 ),
             }
         }
-        let loaded = load_one(ebpf, pid, SEND_PROGRAM)?.map_err(|source| ProbeError::Refused {
-            pid,
-            program: SEND_PROGRAM,
-            kernel: kernel_release(),
-            reason: super::attach::refusal_reason(&source),
-            source: Some(source),
-        })?;
-        Ok((Self { program: SEND_PROGRAM, write, links: Vec::new() }, loaded))
+        Ok((Self { via: Via::Raw, write, links: Vec::new() }, load_raw(ebpf, pid)?))
     }
 
     /// The loaded program's name.
     pub(super) fn program(&self) -> &'static str {
-        self.program
+        self.via.program()
     }
 
     pub(super) fn attached(&self) -> bool {
         !self.links.is_empty()
     }
 
-    /// Attaches unless attached.
-    pub(super) fn attach(&mut self, ebpf: &mut Ebpf, pid: u32) -> Result<(), ProbeError> {
+    /// Attaches unless attached. A tracepoint the kernel will not attach
+    /// (a perf event it opens only for CAP_SYS_ADMIN, which the agent was
+    /// not given) falls back to the raw program, loaded now: its record is
+    /// returned, to replace the tracepoint program's among the loaded.
+    pub(super) fn attach(&mut self, ebpf: &mut Ebpf, pid: u32) -> Result<Option<Loaded>, ProbeError> {
         if self.attached() {
-            return Ok(());
+            return Ok(None);
         }
-        let program = self.program;
-        let failed = |symbol: &'static str| {
-            move |source| ProbeError::Attach { pid, program, symbol, binary: "the kernel".into(), source }
-        };
-        if program == SEND_PROGRAM {
-            let link = raw(ebpf, pid)?.attach(SYSCALL_ENTRY).map_err(failed(SYSCALL_ENTRY))?;
-            self.links.push(SendLink::Raw(link));
-            return Ok(());
-        }
-        let events = [SENDTO, WRITE];
-        for event in events.into_iter().take(if self.write { 2 } else { 1 }) {
-            match tracepoint(ebpf, pid)?.attach(SYSCALLS, event).map_err(failed(event)) {
-                Ok(link) => self.links.push(SendLink::Tracepoint(link)),
+        if self.via == Via::Tracepoints {
+            match self.attach_tracepoints(ebpf, pid) {
+                Ok(()) => return Ok(None),
                 Err(e) => {
-                    // Both or neither: half would count plain answers only.
-                    self.detach(ebpf, pid)?;
-                    return Err(e);
+                    warn!(pid, error = %e, "the send hook's tracepoints did not attach; falling back to the raw \
+                        sys_enter tracepoint, which runs at every syscall on the host");
+                    let loaded = load_raw(ebpf, pid)?;
+                    self.via = Via::Raw;
+                    self.attach_raw(ebpf, pid)?;
+                    return Ok(Some(loaded));
+                }
+            }
+        }
+        self.attach_raw(ebpf, pid)?;
+        Ok(None)
+    }
+
+    fn attach_raw(&mut self, ebpf: &mut Ebpf, pid: u32) -> Result<(), ProbeError> {
+        let link = program_as::<RawTracePoint>(ebpf, pid, SEND_PROGRAM)?.attach(SYSCALL_ENTRY).map_err(|source| {
+            ProbeError::Attach {
+                pid,
+                program: SEND_PROGRAM,
+                symbol: SYSCALL_ENTRY,
+                binary: "the kernel".into(),
+                source,
+            }
+        })?;
+        self.links.push(SendLink::Raw(link));
+        Ok(())
+    }
+
+    /// Both events or neither: `sendto` alone would count plain answers
+    /// only.
+    fn attach_tracepoints(&mut self, ebpf: &mut Ebpf, pid: u32) -> Result<(), ProbeError> {
+        let program = SEND_TRACEPOINT_PROGRAM;
+        for event in [SENDTO, WRITE].into_iter().take(if self.write { 2 } else { 1 }) {
+            let attached = program_as::<TracePoint>(ebpf, pid, program)?.attach(SYSCALLS, event);
+            match attached {
+                Ok(link) => self.links.push(SendLink::Tracepoint(link)),
+                Err(source) => {
+                    if let Err(e) = self.detach(ebpf, pid) {
+                        warn!(pid, error = %e, "detaching the send hook's first tracepoint failed");
+                    }
+                    return Err(ProbeError::Attach {
+                        pid,
+                        program,
+                        symbol: event,
+                        binary: "the kernel".into(),
+                        source,
+                    });
                 }
             }
         }
         Ok(())
     }
 
-    /// Detaches, waiting for the kernel to let go.
+    /// Detaches, waiting for the kernel to let go. Every link is tried;
+    /// the first error is returned.
     pub(super) fn detach(&mut self, ebpf: &mut Ebpf, pid: u32) -> Result<(), ProbeError> {
-        let program = self.program;
-        let failed = |source| ProbeError::Program { pid, program, source };
-        for link in self.links.drain(..) {
-            match link {
-                SendLink::Raw(link) => raw(ebpf, pid)?.detach(link).map_err(failed)?,
-                SendLink::Tracepoint(link) => tracepoint(ebpf, pid)?.detach(link).map_err(failed)?,
+        let program = self.program();
+        let mut first_error = None;
+        for link in std::mem::take(&mut self.links) {
+            let detached = match link {
+                SendLink::Raw(link) => program_as::<RawTracePoint>(ebpf, pid, program)
+                    .and_then(|p| p.detach(link).map_err(|source| ProbeError::Program { pid, program, source })),
+                SendLink::Tracepoint(link) => program_as::<TracePoint>(ebpf, pid, program)
+                    .and_then(|p| p.detach(link).map_err(|source| ProbeError::Program { pid, program, source })),
+            };
+            if let Err(e) = detached {
+                first_error.get_or_insert(e);
             }
         }
-        Ok(())
+        first_error.map_or(Ok(()), Err)
     }
 
-    /// The links, to be closed elsewhere (see `AttachedServer::detach_in_background`).
-    pub(super) fn take_links(&mut self, ebpf: &mut Ebpf, pid: u32) -> Result<Vec<Box<dyn Send>>, ProbeError> {
-        let program = self.program;
-        let failed = |source| ProbeError::Program { pid, program, source };
+    /// The links, to be closed elsewhere (see
+    /// `AttachedServer::detach_in_background`). Every link is tried; the
+    /// first error is returned with what was taken.
+    pub(super) fn take_links(&mut self, ebpf: &mut Ebpf, pid: u32) -> (Vec<Box<dyn Send>>, Option<ProbeError>) {
+        let program = self.program();
         let mut taken: Vec<Box<dyn Send>> = Vec::new();
-        for link in self.links.drain(..) {
+        let mut first_error = None;
+        for link in std::mem::take(&mut self.links) {
+            let link: Result<Box<dyn Send>, ProbeError> = match link {
+                SendLink::Raw(link) => program_as::<RawTracePoint>(ebpf, pid, program).and_then(|p| {
+                    p.take_link(link).map(|l| Box::new(l) as Box<dyn Send>).map_err(|source| ProbeError::Program {
+                        pid,
+                        program,
+                        source,
+                    })
+                }),
+                SendLink::Tracepoint(link) => program_as::<TracePoint>(ebpf, pid, program).and_then(|p| {
+                    p.take_link(link).map(|l| Box::new(l) as Box<dyn Send>).map_err(|source| ProbeError::Program {
+                        pid,
+                        program,
+                        source,
+                    })
+                }),
+            };
             match link {
-                SendLink::Raw(link) => taken.push(Box::new(raw(ebpf, pid)?.take_link(link).map_err(failed)?)),
-                SendLink::Tracepoint(link) => {
-                    taken.push(Box::new(tracepoint(ebpf, pid)?.take_link(link).map_err(failed)?))
+                Ok(link) => taken.push(link),
+                Err(e) => {
+                    first_error.get_or_insert(e);
                 }
             }
         }
-        Ok(taken)
+        (taken, first_error)
     }
+}
+
+/// Whether the send hook can use the syscall tracepoints here (tracefs
+/// with their events, readable), so that it will open perf events.
+pub fn syscall_tracepoints_available() -> bool {
+    syscall_events().is_some()
 }
 
 /// The tracefs that has the syscall events, if one is mounted where the
@@ -158,37 +239,56 @@ impl SendHook {
 fn syscall_events() -> Option<&'static Path> {
     [Path::new("/sys/kernel/tracing"), Path::new("/sys/kernel/debug/tracing")]
         .into_iter()
-        .find(|tracefs| tracefs.join("events").join(SYSCALLS).join(SENDTO).join("id").is_file())
+        .find(|tracefs| std::fs::read_to_string(tracefs.join("events").join(SYSCALLS).join(SENDTO).join("id")).is_ok())
 }
 
-/// Loads `program`, timing the verifier; the inner error is the kernel's
-/// refusal.
-fn load_one(ebpf: &mut Ebpf, pid: u32, program: &'static str) -> Result<Result<Loaded, ProgramError>, ProbeError> {
-    let started = std::time::Instant::now();
-    let outcome = if program == SEND_PROGRAM { raw(ebpf, pid)?.load() } else { tracepoint(ebpf, pid)?.load() };
-    if let Err(source) = outcome {
-        return Ok(Err(source));
+/// Loads `via`'s program, timing the verifier; the inner error is the
+/// kernel's refusal.
+fn load_one(ebpf: &mut Ebpf, pid: u32, via: Via) -> Result<Result<Loaded, Refusal>, ProbeError> {
+    let program = via.program();
+    // The tracepoint program has a fallback, so the tests can refuse it.
+    if via == Via::Tracepoints && refused_on_purpose(program) {
+        return Ok(Err(Refusal { reason: "refused on purpose (SQLBEE_TEST_REFUSE_PROGRAMS)".into(), source: None }));
     }
-    let info = ebpf.program(program).and_then(|p| p.info().ok());
-    Ok(Ok(Loaded {
-        program,
-        verified_insns: info.and_then(|info| info.verified_instruction_count()),
-        load_time: started.elapsed(),
-    }))
+    let started = std::time::Instant::now();
+    let outcome = match via {
+        Via::Raw => program_as::<RawTracePoint>(ebpf, pid, program)?.load(),
+        Via::Tracepoints => program_as::<TracePoint>(ebpf, pid, program)?.load(),
+    };
+    match outcome {
+        Ok(()) => {
+            let info = ebpf.program(program).and_then(|p| p.info().ok());
+            Ok(Ok(Loaded {
+                program,
+                verified_insns: info.and_then(|info| info.verified_instruction_count()),
+                load_time: started.elapsed(),
+            }))
+        }
+        Err(source) => Ok(Err(Refusal { reason: refusal_reason(&source), source: Some(source) })),
+    }
 }
 
-fn raw(ebpf: &mut Ebpf, pid: u32) -> Result<&mut RawTracePoint, ProbeError> {
-    ebpf.program_mut(SEND_PROGRAM)
-        .ok_or_else(|| ProbeError::Map { map: SEND_PROGRAM, detail: "program not in object".into() })?
-        .try_into()
-        .map_err(|source| ProbeError::Program { pid, program: SEND_PROGRAM, source })
+/// Loads the raw program, which the server then needs as it needs the
+/// uprobe's otherwise: a refusal is the error.
+fn load_raw(ebpf: &mut Ebpf, pid: u32) -> Result<Loaded, ProbeError> {
+    load_one(ebpf, pid, Via::Raw)?.map_err(|refusal| ProbeError::Refused {
+        pid,
+        program: SEND_PROGRAM,
+        kernel: kernel_release(),
+        reason: refusal.reason,
+        source: refusal.source,
+    })
 }
 
-fn tracepoint(ebpf: &mut Ebpf, pid: u32) -> Result<&mut TracePoint, ProbeError> {
-    ebpf.program_mut(SEND_TRACEPOINT_PROGRAM)
-        .ok_or_else(|| ProbeError::Map { map: SEND_TRACEPOINT_PROGRAM, detail: "program not in object".into() })?
+/// The object's program `name` as its type `T`.
+fn program_as<'a, T>(ebpf: &'a mut Ebpf, pid: u32, name: &'static str) -> Result<&'a mut T, ProbeError>
+where
+    &'a mut T: TryFrom<&'a mut Program, Error = ProgramError>,
+{
+    ebpf.program_mut(name)
+        .ok_or_else(|| ProbeError::Map { map: name, detail: "program not in object".into() })?
         .try_into()
-        .map_err(|source| ProbeError::Program { pid, program: SEND_TRACEPOINT_PROGRAM, source })
+        .map_err(|source| ProbeError::Program { pid, program: name, source })
 }
 
 /// The layout with what the send hook reads, or why this server cannot
