@@ -19,10 +19,10 @@
 //! syscall, then the process) turn nearly every run away.
 //!
 //! One gap the raw program does not have: the kernel skips a tracepoint's
-//! programs on a CPU where another BPF program, or a map update through
-//! the `bpf` call, is in progress (`bpf_prog_active`), and a statement
-//! answered there is not seen. The kernel counts such skips in the
-//! program's `recursion_misses`.
+//! programs on a CPU where another BPF program, or a map read or update
+//! through the `bpf` call, is in progress (`bpf_prog_active`), and a
+//! statement answered there is not seen. From 6.7 the kernel counts such
+//! skips in the program's `recursion_misses`.
 use aya_ebpf::{
     EbpfContext,
     bindings::pt_regs,

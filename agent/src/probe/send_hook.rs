@@ -174,23 +174,13 @@ impl SendHook {
         Ok(())
     }
 
-    /// Detaches, waiting for the kernel to let go. Every link is tried;
-    /// the first error is returned.
+    /// Detaches, waiting for the kernel to let go: each link taken is
+    /// closed here, as a detach closes it. Every link is tried; the first
+    /// error is returned.
     pub(super) fn detach(&mut self, ebpf: &mut Ebpf, pid: u32) -> Result<(), ProbeError> {
-        let program = self.program();
-        let mut first_error = None;
-        for link in std::mem::take(&mut self.links) {
-            let detached = match link {
-                SendLink::Raw(link) => program_as::<RawTracePoint>(ebpf, pid, program)
-                    .and_then(|p| p.detach(link).map_err(|source| ProbeError::Program { pid, program, source })),
-                SendLink::Tracepoint(link) => program_as::<TracePoint>(ebpf, pid, program)
-                    .and_then(|p| p.detach(link).map_err(|source| ProbeError::Program { pid, program, source })),
-            };
-            if let Err(e) = detached {
-                first_error.get_or_insert(e);
-            }
-        }
-        first_error.map_or(Ok(()), Err)
+        let (taken, error) = self.take_links(ebpf, pid);
+        drop(taken);
+        error.map_or(Ok(()), Err)
     }
 
     /// The links, to be closed elsewhere (see
