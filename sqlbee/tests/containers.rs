@@ -142,11 +142,29 @@ fn wait_for_file(path: &Path, agent: &Container) {
     }
 }
 
-fn state_dir(name: &str) -> PathBuf {
+/// A directory the containers share with the test, removed once the test
+/// is done with it (declared before the containers that mount it, it is
+/// dropped after them).
+struct StateDir(PathBuf);
+
+impl std::ops::Deref for StateDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for StateDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn state_dir(name: &str) -> StateDir {
     let dir = std::env::temp_dir().join(format!("sqlbee-containers-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    dir
+    StateDir(dir)
 }
 
 /// MariaDB in one container, the agent in another that shares only its pid

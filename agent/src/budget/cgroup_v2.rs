@@ -143,7 +143,23 @@ impl Drop for CurrentLimit {
 mod tests {
     use super::*;
 
-    fn tree(name: &str, files: &[(&str, &str)]) -> PathBuf {
+    /// A made-up cgroup tree, removed when the test is done with it.
+    struct Tree(PathBuf);
+
+    impl std::ops::Deref for Tree {
+        type Target = Path;
+        fn deref(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    impl Drop for Tree {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn tree(name: &str, files: &[(&str, &str)]) -> Tree {
         let root = std::env::temp_dir().join(format!("sqlbee-cgv2-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
         let dir = root.join("system.slice/sqlbee.service");
@@ -151,7 +167,7 @@ mod tests {
         for (file, text) in files {
             std::fs::write(dir.join(file), text).unwrap();
         }
-        root
+        Tree(root)
     }
 
     const UNIT: &str = "/system.slice/sqlbee.service";
@@ -217,6 +233,5 @@ mod tests {
         drop(limit);
         assert_eq!(std::fs::read_to_string(dir.join("cpu.max")).unwrap(), "max 100000");
         assert_eq!(std::fs::read_to_string(dir.join("memory.max")).unwrap(), "max");
-        let _ = std::fs::remove_dir_all(root);
     }
 }

@@ -213,6 +213,7 @@ mod tests {
         s.auth.reload().unwrap();
         assert_eq!(s.admit(None, Some(&cookie), PEER), Err(Refusal::SignIn));
         s.sign_out(Some(&cookie));
+        let _ = std::fs::remove_dir_all(path.parent().unwrap());
     }
 
     #[test]
