@@ -237,6 +237,34 @@ fn verified_insns(lines: &[serde_json::Value], program: &str) -> serde_json::Val
     last.map_or(serde_json::Value::Null, |l| l["programs"]["loaded"][program]["verified_insns"].clone())
 }
 
+/// What the kernel said of the runs it skipped (`skipped_runs`): it must
+/// answer where it counts them (uprobes from 6.0, which skip nothing, and
+/// tracepoints from 6.7), stay silent where it would undercount, and have
+/// skipped none of the runs counted exactly here.
+fn skipped_runs_as_the_kernel_counts(
+    lines: &[serde_json::Value],
+    kernel: &str,
+    counted_from: (u32, u32),
+    name: &str,
+) -> Result<(), String> {
+    let mut numbers = kernel.split(|c: char| !c.is_ascii_digit()).map(|p| p.parse::<u32>().unwrap_or(0));
+    let release = (numbers.next().unwrap_or(0), numbers.next().unwrap_or(0));
+    let said: Vec<&serde_json::Value> =
+        lines.iter().filter(|l| l["type"] == "summary").map(|l| &l["skipped_runs"]).collect();
+    let counted = release >= counted_from;
+    if counted && !said.iter().any(|v| v.is_u64()) {
+        return Err(format!("{name}: no skipped_runs on {kernel}, which counts them: {said:?}"));
+    }
+    if !counted && said.iter().any(|v| !v.is_null()) {
+        return Err(format!("{name}: skipped_runs on {kernel}, which skips runs uncounted: {said:?}"));
+    }
+    let skipped: u64 = said.iter().filter_map(|v| v.as_u64()).sum();
+    if skipped != 0 {
+        return Err(format!("{name}: the kernel skipped {skipped} runs"));
+    }
+    Ok(())
+}
+
 /// One row of the matrix, judged: what it says, or what went wrong.
 fn judge(run: &xtask::kernel_matrix::Run) -> Result<String, String> {
     let fail = |what: String| Err(format!("{what}\n--- what it printed ---\n{}", run.raw));
@@ -283,6 +311,9 @@ fn judge(run: &xtask::kernel_matrix::Run) -> Result<String, String> {
             return fail(format!("{what}: agent {agent}, expected {server} (commands {commands:?})"));
         }
     }
+    if let Err(e) = skipped_runs_as_the_kernel_counts(&lines, &run.kernel, (6, 0), "uprobes") {
+        return fail(e);
+    }
     let errors: u64 = of_type("digest")
         .filter(|d| d["digest_text"] == "SELECT * FROM `sbtest`.`no_such_table`")
         .map(|d| d["errors"].as_u64().unwrap_or(0))
@@ -325,11 +356,14 @@ fn judge(run: &xtask::kernel_matrix::Run) -> Result<String, String> {
     // The fourth and fifth, the send hook: statements end at the answers,
     // seen at the syscall tracepoints, then at the raw one.
     let mut send_insns = Vec::new();
-    for (name, program) in [("send", "sendto_or_write"), ("rawsend", "statement_send")] {
+    for (name, program, counted_from) in [("send", "sendto_or_write", (6, 7)), ("rawsend", "statement_send", (6, 0))] {
         let lines = match short_run(run, name, &[program]) {
             Ok(lines) => lines,
             Err(e) => return fail(e),
         };
+        if let Err(e) = skipped_runs_as_the_kernel_counts(&lines, &run.kernel, counted_from, name) {
+            return fail(e);
+        }
         // Each run also called the procedure ten times: its result set,
         // sent while it runs, is its own statement, not a client's.
         let count = |text: &str, nested: bool| -> u64 {

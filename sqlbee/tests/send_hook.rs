@@ -131,6 +131,12 @@ fn sysbench_through_the_send_hook(ps_mode: &'static str, connections: Connection
     assert_eq!(total, server_total, "{counts:#?}");
     assert_eq!(out.summary_total(None, "statements") - out.summary_total(None, "unmatched"), total);
     assert_eq!(out.summary_total(None, "dropped_events"), 0);
+    // The kernel skips a tracepoint's programs on a CPU busy with another
+    // BPF program or a bpf() call, and says how often (6.7 and later): it
+    // answered, and skipped none of the runs counted exactly above.
+    let skipped: Vec<u64> = out.of_type("summary").filter_map(|l| l["skipped_runs"].as_u64()).collect();
+    assert!(!skipped.is_empty(), "no window said how many runs the kernel skipped:\n{}", out.stderr);
+    assert_eq!(skipped.iter().sum::<u64>(), 0, "{}", out.stderr);
 }
 
 #[test]

@@ -330,6 +330,10 @@ pub struct Summary {
     pub replica_statements: u64,
     /// Second ends of one statement, not counted again.
     pub duplicate_hits: u64,
+    /// Runs of the programs the kernel skipped because another BPF program
+    /// or a `bpf` call was in progress on that CPU: `statements` may be
+    /// short by up to this many. None when the kernel does not count them.
+    pub skipped_runs: Option<u64>,
     /// Statement records the kernel sent without their text because the
     /// agent was shedding (counted under a placeholder digest).
     pub shed_statements: u64,
@@ -651,6 +655,9 @@ impl Aggregator {
             window.summary.nested_unmatched += delta.nested_unmatched;
             window.summary.replica_statements += delta.replica;
             window.summary.duplicate_hits += delta.duplicate_hits;
+            if let Some(skipped) = delta.skipped_runs {
+                *window.summary.skipped_runs.get_or_insert(0) += skipped;
+            }
             if delta.applied_lost > 0 {
                 self.replication.entry(instance_name.clone()).or_default().lost(delta.applied_lost);
             }

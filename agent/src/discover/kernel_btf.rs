@@ -58,7 +58,13 @@ fn task_field_offset(path: &Path, (outer, inner): (&str, &str), what: &'static s
 /// on the 2-vCPU VM of `benches/results`. An unreadable release counts as
 /// without.
 pub fn has_current_task_btf() -> bool {
-    std::fs::read_to_string("/proc/sys/kernel/osrelease").is_ok_and(|release| release_at_least(&release, (5, 11)))
+    running_kernel_at_least((5, 11))
+}
+
+/// Whether the running kernel's release is `wanted` (major, minor) or
+/// later; an unreadable release counts as older.
+pub fn running_kernel_at_least(wanted: (u32, u32)) -> bool {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease").is_ok_and(|release| release_at_least(&release, wanted))
 }
 
 /// `6.18.44-fc` >= (5, 11): the leading major.minor of a kernel release.

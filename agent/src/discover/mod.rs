@@ -26,7 +26,9 @@ pub use binary::{
 };
 pub use clients::{Client, Connection as ClientConnection, Resolver as ClientResolver, resolve as resolve_clients};
 pub use connect_attrs::{AttrAsker, AttrReader, ConnectAttrs};
-pub use kernel_btf::{BtfError, has_current_task_btf, task_fsbase_offset, task_runtime_offset};
+pub use kernel_btf::{
+    BtfError, has_current_task_btf, running_kernel_at_least, task_fsbase_offset, task_runtime_offset,
+};
 pub use process::{
     Container, ServerProcess, cpu_seconds, find_servers, runtime_address, server_by_pid, threads_cpu_ns,
 };

@@ -133,6 +133,8 @@ struct InstanceTotals {
     read_failures: u64,
     overflow_statements: u64,
     shed_statements: u64,
+    /// None until a kernel that counts them was read.
+    skipped_runs: Option<u64>,
     /// None until the probes' cost was first measured (not in every mode).
     probe_cpu_s: Option<f64>,
     digests: HashMap<DigestKey, DigestTotals>,
@@ -185,6 +187,9 @@ impl AgentMetrics {
             t.read_failures += s.read_failures;
             t.overflow_statements += s.overflow_statements;
             t.shed_statements += s.shed_statements;
+            if let Some(skipped) = s.skipped_runs {
+                *t.skipped_runs.get_or_insert(0) += skipped;
+            }
             if let Some(c) = &s.probe_cost {
                 *t.probe_cpu_s.get_or_insert(0.0) += c.probe_cpu_s();
             }
@@ -372,6 +377,20 @@ impl AgentMetrics {
             let mut f = enc.family(name, help, MetricType::Counter);
             for (instance, t) in &self.instances {
                 f.sample(&[("instance", instance)], value(t));
+            }
+        }
+        {
+            let mut f = enc.family(
+                "sqlbee_skipped_program_runs_total",
+                "Runs of the agent's kernel programs that the kernel skipped because another BPF program or a bpf() \
+                 call was in progress on that CPU: statements_total may be short by up to this many (absent where \
+                 the kernel does not count skips, before 5.12).",
+                MetricType::Counter,
+            );
+            for (instance, t) in &self.instances {
+                if let Some(skipped) = t.skipped_runs {
+                    f.sample(&[("instance", instance)], skipped);
+                }
             }
         }
         {

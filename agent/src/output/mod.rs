@@ -190,6 +190,7 @@ pub fn window_to_json(report: &WindowReport) -> Vec<Value> {
         "nested_unmatched": s.nested_unmatched,
         "replica_statements": s.replica_statements,
         "duplicate_hits": s.duplicate_hits,
+        "skipped_runs": s.skipped_runs,
         "probes": s.probe_cost.as_ref().map(|c| json!({
             "attached_fraction": c.attached_fraction,
             "program_ns": c.program_ns,

@@ -1,7 +1,9 @@
 //! One server process: its own copy of the kernel programs and maps,
 //! attached with per-process scope. Dropping it detaches every probe.
 use std::{
+    io,
     num::NonZeroU32,
+    os::fd::AsFd as _,
     sync::{
         Arc,
         atomic::{AtomicUsize, Ordering},
@@ -33,6 +35,7 @@ use super::{
         partners, refusal_reason, refused_on_purpose, without,
     },
     send_hook::{SendHook, with_send_hook},
+    skipped_runs,
     values::Values,
 };
 use crate::discover::{BinaryInfo, ProbePoint, ServerProcess};
@@ -662,18 +665,44 @@ impl AttachedServer {
     /// Run time and runs of each loaded program so far (BPF run-time
     /// statistics; zero unless they are enabled).
     pub fn program_stats(&self) -> Vec<(&'static str, Duration, u64)> {
-        let values = self.value_decoders.is_ok().then_some("value_set");
-        let send = self.send_hook.as_ref().map(SendHook::program);
-        self.points
-            .iter()
-            .map(|(name, _)| *name)
-            .chain(values)
-            .chain(send)
+        self.program_names()
             .filter_map(|name| {
                 let info = self.ebpf.program(object_name(name))?.info().ok()?;
                 Some((name, info.run_time(), info.run_count()))
             })
             .collect()
+    }
+
+    /// The names of the loaded programs.
+    fn program_names(&self) -> impl Iterator<Item = &'static str> + '_ {
+        let values = self.value_decoders.is_ok().then_some("value_set");
+        let send = self.send_hook.as_ref().map(SendHook::program);
+        self.points.iter().map(|(name, _)| *name).chain(values).chain(send)
+    }
+
+    /// Runs of this server's programs the kernel skipped so far (see
+    /// `skipped_runs`); None when the kernel does not count them.
+    fn skipped_runs(&self) -> Option<u64> {
+        // Uprobes test `bpf_prog_active` only before 6.0, and tracepoints
+        // always; kernels before 6.7 skip either's runs uncounted.
+        let counted =
+            (6, if self.send_hook.as_ref().is_some_and(|h| h.program() == SEND_TRACEPOINT_PROGRAM) { 7 } else { 0 });
+        if !crate::discover::running_kernel_at_least(counted) {
+            return None;
+        }
+        let mut total = Some(0u64);
+        for name in self.program_names() {
+            let Some(program) = self.ebpf.program(object_name(name)) else { continue };
+            let info = program.fd().map_err(io::Error::other).and_then(|fd| skipped_runs::run_info(fd.as_fd()));
+            match info {
+                Ok(info) => total = total.zip(info.skipped).map(|(a, b)| a + b),
+                Err(e) => {
+                    debug!(pid = self.server.pid, program = name, error = %e, "could not read a program's skipped runs");
+                    return None;
+                }
+            }
+        }
+        total
     }
 
     /// Both epochs of the kernel digests, after `detach_programs`.
@@ -689,7 +718,9 @@ impl AttachedServer {
 
     pub fn counters(&self) -> Result<Counters, ProbeError> {
         let commands = sum_per_cpu(&self.ebpf, "COMMANDS", COMMAND_SLOTS)?;
-        Ok(Counters::from_stats(commands, &sum_stats(&self.ebpf)?))
+        let mut counters = Counters::from_stats(commands, &sum_stats(&self.ebpf)?);
+        counters.skipped_runs = self.skipped_runs();
+        Ok(counters)
     }
 }
 

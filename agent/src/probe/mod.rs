@@ -15,6 +15,7 @@ mod link_mode;
 mod names;
 mod programs;
 mod send_hook;
+mod skipped_runs;
 mod statement_hook;
 mod supervisor;
 mod values;
@@ -162,6 +163,10 @@ pub struct Counters {
     pub duplicate_hits: u64,
     /// Events the replica applied that could not be timed (`stat::APPLIED_LOST`).
     pub applied_lost: u64,
+    /// Runs of the programs the kernel skipped (`skipped_runs`): a
+    /// statement whose end fell in one is not counted. None when the
+    /// kernel does not count them.
+    pub skipped_runs: Option<u64>,
 }
 
 impl Default for Counters {
@@ -180,6 +185,7 @@ impl Default for Counters {
             replica: 0,
             duplicate_hits: 0,
             applied_lost: 0,
+            skipped_runs: None,
         }
     }
 }
@@ -211,6 +217,7 @@ impl Counters {
             replica: at(stat::REPLICA),
             duplicate_hits: at(stat::DUPLICATE_HITS),
             applied_lost: at(stat::APPLIED_LOST),
+            skipped_runs: None,
         }
     }
 
@@ -236,6 +243,8 @@ impl Counters {
             replica: self.replica.saturating_sub(earlier.replica),
             duplicate_hits: self.duplicate_hits.saturating_sub(earlier.duplicate_hits),
             applied_lost: self.applied_lost.saturating_sub(earlier.applied_lost),
+            // A first reading counts from 0, as the kernel's own counters do.
+            skipped_runs: self.skipped_runs.map(|now| now.saturating_sub(earlier.skipped_runs.unwrap_or(0))),
         }
     }
 }

@@ -80,6 +80,8 @@ pub struct Supervisor {
     /// Ring-buffer drops seen at the last window end, per server.
     dropped: HashMap<u32, u64>,
     dropped_since_check: bool,
+    /// Program runs the kernel skipped, as of the last window end, per server.
+    skipped: HashMap<u32, u64>,
     /// Each server's last value capture.
     value_captures: HashMap<u32, ValueCapture>,
     /// When the running servers were last listed (`reconcile`).
@@ -130,6 +132,7 @@ impl Supervisor {
             shedding: 0,
             dropped: HashMap::new(),
             dropped_since_check: false,
+            skipped: HashMap::new(),
             value_captures: HashMap::new(),
             last_scan: SystemTime::now(),
         }
@@ -249,6 +252,7 @@ impl Supervisor {
         for pid in gone {
             if let Some(mut attached) = self.attached.remove(&pid) {
                 self.dropped.remove(&pid);
+                self.skipped.remove(&pid);
                 let mut last = final_batch(&mut attached, self.overheads.remove(&pid));
                 // Every attached server was running at the rescan before.
                 last.stopped = Some(Stopped { last_seen: self.last_scan, noticed });
@@ -343,6 +347,17 @@ impl Supervisor {
                 && self.dropped.insert(*pid, c.dropped).is_some_and(|before| c.dropped > before)
             {
                 self.dropped_since_check = true;
+            }
+            if let Some(now) = counters.as_ref().and_then(|c| c.skipped_runs) {
+                let before = self.skipped.insert(*pid, now).unwrap_or(0);
+                if now > before {
+                    warn!(
+                        pid = *pid,
+                        skipped = now - before,
+                        "the kernel skipped runs of the programs (another BPF program or a bpf() call was in progress \
+                         on that CPU): the statement counts may be short by up to this many"
+                    );
+                }
             }
             let cost = counters.as_ref().and_then(|c| {
                 Some(self.overheads.get_mut(pid)?.close_window(program_totals(attached), c.statements, now))
