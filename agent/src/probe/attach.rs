@@ -693,9 +693,8 @@ impl AttachedServer {
         let mut total = Some(0u64);
         for name in self.program_names() {
             let Some(program) = self.ebpf.program(object_name(name)) else { continue };
-            let info = program.fd().map_err(io::Error::other).and_then(|fd| skipped_runs::run_info(fd.as_fd()));
-            match info {
-                Ok(info) => total = total.zip(info.skipped).map(|(a, b)| a + b),
+            match program.fd().map_err(io::Error::other).and_then(|fd| skipped_runs::of_program(fd.as_fd())) {
+                Ok(skipped) => total = total.zip(skipped).map(|(a, b)| a + b),
                 Err(e) => {
                     debug!(pid = self.server.pid, program = name, error = %e, "could not read a program's skipped runs");
                     return None;

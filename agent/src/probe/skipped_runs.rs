@@ -17,16 +17,7 @@ const OBJ_GET_INFO_BY_FD: libc::c_long = 15;
 /// after `recursion_misses`, rounded up to its 8-byte alignment. The kernel
 /// fills what it knows and says how much that was.
 const INFO_LEN: usize = 232;
-const RUN_COUNT_AT: usize = 200;
 const RECURSION_MISSES_AT: usize = 208;
-
-/// What the kernel says of one program's runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RunInfo {
-    pub runs: u64,
-    /// None on kernels before 5.12, which do not count skips.
-    pub skipped: Option<u64>,
-}
 
 /// `bpf_attr` for `BPF_OBJ_GET_INFO_BY_FD`.
 #[repr(C)]
@@ -36,7 +27,9 @@ struct InfoByFd {
     info: u64,
 }
 
-pub fn run_info(program: BorrowedFd<'_>) -> io::Result<RunInfo> {
+/// The program's skipped runs so far; None on kernels before 5.12, whose
+/// program info has no such field.
+pub fn of_program(program: BorrowedFd<'_>) -> io::Result<Option<u64>> {
     use std::os::fd::AsRawFd as _;
     #[repr(C, align(8))]
     struct Info([u8; INFO_LEN]);
@@ -52,10 +45,7 @@ pub fn run_info(program: BorrowedFd<'_>) -> io::Result<RunInfo> {
     if rc < 0 {
         return Err(io::Error::last_os_error());
     }
-    let word = |at: usize| u64::from_ne_bytes(info.0[at..at + 8].try_into().expect("8 bytes"));
-    let filled = attr.info_len as usize;
-    Ok(RunInfo {
-        runs: word(RUN_COUNT_AT),
-        skipped: (filled >= RECURSION_MISSES_AT + 8).then(|| word(RECURSION_MISSES_AT)),
-    })
+    let field = &info.0[RECURSION_MISSES_AT..RECURSION_MISSES_AT + 8];
+    let filled = attr.info_len as usize >= RECURSION_MISSES_AT + 8;
+    Ok(filled.then(|| u64::from_ne_bytes(field.try_into().expect("8 bytes"))))
 }
