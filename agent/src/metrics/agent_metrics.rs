@@ -384,7 +384,7 @@ impl AgentMetrics {
                 "sqlbee_skipped_program_runs_total",
                 "Runs of the agent's kernel programs that the kernel skipped because another BPF program or a bpf() \
                  call was in progress on that CPU: statements_total may be short by up to this many (absent where \
-                 the kernel does not count skips, before 5.12).",
+                 the kernel would skip uncounted: the send hook's tracepoints before 6.7, uprobes before 6.0).",
                 MetricType::Counter,
             );
             for (instance, t) in &self.instances {

@@ -685,9 +685,9 @@ impl AttachedServer {
     fn skipped_runs(&self) -> Option<u64> {
         // Uprobes test `bpf_prog_active` only before 6.0, and tracepoints
         // always; kernels before 6.7 skip either's runs uncounted.
-        let counted =
-            (6, if self.send_hook.as_ref().is_some_and(|h| h.program() == SEND_TRACEPOINT_PROGRAM) { 7 } else { 0 });
-        if !crate::discover::running_kernel_at_least(counted) {
+        let tracepoint = self.send_hook.as_ref().is_some_and(|h| h.program() == SEND_TRACEPOINT_PROGRAM);
+        let counted_from = if tracepoint { (6, 7) } else { (6, 0) };
+        if !crate::discover::running_kernel_at_least(counted_from) {
             return None;
         }
         let mut total = Some(0u64);

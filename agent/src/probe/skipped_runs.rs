@@ -34,8 +34,8 @@ pub fn of_program(program: BorrowedFd<'_>) -> io::Result<Option<u64>> {
     #[repr(C, align(8))]
     struct Info([u8; INFO_LEN]);
     let mut info = Info([0; INFO_LEN]);
-    let mut attr = InfoByFd { bpf_fd: program.as_raw_fd() as u32, info_len: INFO_LEN as u32, info: 0 };
-    attr.info = info.0.as_mut_ptr() as u64;
+    let mut attr =
+        InfoByFd { bpf_fd: program.as_raw_fd() as u32, info_len: INFO_LEN as u32, info: info.0.as_mut_ptr() as u64 };
     // SAFETY: `attr` is a valid `bpf_attr` prefix for this command, its
     // size passed with it; the kernel writes at most `info_len` bytes to
     // `info`, which outlives the call.
