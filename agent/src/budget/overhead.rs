@@ -37,7 +37,10 @@ pub struct ProbeCost {
     /// Statements the probes counted (while attached).
     pub statements: u64,
     /// Queries the server itself counted over the whole window, when its
-    /// counter could be read.
+    /// counter could be read. Its counter also counts what the probes do
+    /// not take for statements (a prepared statement's preparation and
+    /// close), so it is a clock of the server's work, not a statement
+    /// count.
     pub server_statements: Option<u64>,
     /// Of those, the ones that ran while the probes were attached (budget
     /// mode).
@@ -90,7 +93,8 @@ impl ProbeCost {
 
     /// A count over the attached share, scaled to the whole window: by the
     /// share of the server's own queries that ran attached when known
-    /// (exact whatever the rate did), else by the share of time.
+    /// (right whatever the rate did, and whatever share of those queries
+    /// are statements), else by the share of time.
     pub fn estimate(&self, counted: u64) -> u64 {
         if !self.sampled() {
             return counted;
@@ -99,11 +103,14 @@ impl ProbeCost {
         if share > 0.0 { (counted as f64 / share).round() as u64 } else { counted }
     }
 
-    /// The window's statements: the server's own count when the probes saw
-    /// only a sample and it could be read, else `counted` scaled.
+    /// The window's statements, scaled as each digest's count is, so the
+    /// digests' estimates add up to it. Not the server's own count: a
+    /// driver that prepares and closes every statement makes that three
+    /// times the statements. Only a window without an attached phase, with
+    /// no sample to scale, takes the server's count.
     pub fn estimate_total(&self, counted: u64) -> u64 {
-        match self.server_statements {
-            Some(server) if self.sampled() => server.max(counted),
+        match (self.statement_share(), self.server_statements) {
+            (Some(share), Some(server)) if self.sampled() && share == 0.0 => server.max(counted),
             _ => self.estimate(counted),
         }
     }
@@ -222,7 +229,7 @@ impl Overhead {
         let floor_ns = if seen > 0 { (program_ns + program_runs * trap_ns) as f64 / seen as f64 } else { 0.0 };
         let (phases, learned) = match &mut self.phases {
             Some(p) => {
-                let (totals, learned) = p.close_window(floor_ns);
+                let (totals, learned) = p.close_window(floor_ns, seen);
                 (Some(totals), learned)
             }
             None => (None, None),
@@ -243,12 +250,8 @@ impl Overhead {
             && seen > 0
             && attached_fraction > 0.0
         {
-            // The server's own count gives the rate of the whole window;
-            // without it, the rate seen while attached stands in.
-            let per_s = match cost.server_statements {
-                Some(queries) if queries > 0 => queries as f64 / window_s.max(1e-9),
-                _ => seen as f64 / (window_s * attached_fraction),
-            };
+            // Statements over the whole window, scaled as the output's are.
+            let per_s = cost.estimate_total(seen) as f64 / window_s.max(1e-9);
             let per_statement = cost.probe_cpu_s() / seen as f64;
             duty.rebudget(per_s, per_statement, mysqld_cpu_s / window_s.max(1e-9));
         }
@@ -273,6 +276,21 @@ mod tests {
         // time did: the rate moved.
         assert_eq!(cost.estimate(30), 300);
         assert_eq!(cost.estimate_total(100), 1000);
+        // A driver that prepares, executes and closes every statement: the
+        // server counts three queries for each, the probes one statement.
+        let prepared_each_time =
+            ProbeCost { server_statements: Some(3000), server_statements_attached: Some(300), ..cost.clone() };
+        assert_eq!(prepared_each_time.estimate_total(100), 1000);
+        assert_eq!(prepared_each_time.estimate(30), 300);
+        // Detached for the whole window: nothing to scale but the server's
+        // count.
+        let never_attached = ProbeCost {
+            attached_fraction: 0.0,
+            statements: 0,
+            server_statements_attached: Some(0),
+            ..prepared_each_time.clone()
+        };
+        assert_eq!(never_attached.estimate_total(0), 3000);
         let by_time = ProbeCost { server_statements: None, server_statements_attached: None, ..cost.clone() };
         assert_eq!(by_time.estimate(30), 60);
         assert_eq!(by_time.estimate_total(100), 200);

@@ -56,6 +56,17 @@ impl PhaseTotals {
         let off = self.off_cpu_ns as f64 / self.off_queries as f64;
         Some(on - off)
     }
+
+    /// Extra server CPU per statement the probes counted while attached,
+    /// ns. The server's counter also counts queries that are not
+    /// statements (a driver that prepares and closes every statement sends
+    /// three for one), and the probes' cost spreads over all of them.
+    pub fn extra_per_statement_ns(&self, statements: u64) -> Option<f64> {
+        if statements == 0 {
+            return None;
+        }
+        Some(self.extra_per_query_ns()? * self.on_queries as f64 / statements as f64)
+    }
 }
 
 pub struct Phases {
@@ -103,13 +114,14 @@ impl Phases {
         self.current = next;
     }
 
-    /// Closes a window: its totals, and the price learned so far (never
-    /// below `floor_ns`, what the program and the calibrated trap alone
-    /// cost).
-    pub fn close_window(&mut self, floor_ns: f64) -> (PhaseTotals, Option<f64>) {
+    /// Closes a window: its totals, and the price of one statement learned
+    /// so far (never below `floor_ns`, what the program and the calibrated
+    /// trap alone cost). `statements` are those the probes counted in the
+    /// window, all while attached.
+    pub fn close_window(&mut self, floor_ns: f64, statements: u64) -> (PhaseTotals, Option<f64>) {
         self.enter(self.current);
         let window = std::mem::take(&mut self.window);
-        if let Some(measured) = window.extra_per_query_ns() {
+        if let Some(measured) = window.extra_per_statement_ns(statements) {
             let learned = match self.learned_ns {
                 Some(before) => before + LEARN_RATE * (measured - before),
                 None => measured,
@@ -134,6 +146,11 @@ mod tests {
             switching_queries: 7,
         };
         assert_eq!(t.extra_per_query_ns(), Some(10_000.0));
+        assert_eq!(t.extra_per_statement_ns(1000), Some(10_000.0));
+        // Three queries for each statement counted: the price of one
+        // statement is that of three queries.
+        assert_eq!(t.extra_per_statement_ns(333), Some(10_000.0 * 1000.0 / 333.0));
+        assert_eq!(t.extra_per_statement_ns(0), None);
         assert_eq!(t.queries(), 10_007);
         let few = PhaseTotals { on_queries: MIN_QUERIES - 1, ..t };
         assert_eq!(few.extra_per_query_ns(), None, "too few attached queries");
