@@ -91,6 +91,12 @@ pub struct RateArgs {
     /// Seconds of sysbench at the rate that warm a (re)started server.
     #[arg(long, default_value_t = 5)]
     pub warm_seconds: u32,
+    /// Seconds of sysbench at the run's pace between attaching an arm's
+    /// tracer and the measured run, every arm alike (control too): for a
+    /// tracer whose cost changes over its first windows, such as budget
+    /// mode, which learns its duty from them. 0 measures from the attach.
+    #[arg(long, default_value_t = 0)]
+    pub settle_seconds: u32,
     #[arg(long, default_value_t = 4)]
     pub tables: u32,
     #[arg(long, default_value_t = 10_000)]
@@ -214,6 +220,7 @@ pub fn seeds(args: &SeedsArgs) -> anyhow::Result<Vec<RateOutcome>> {
         round_seconds,
         rounds: args.rounds,
         warm_seconds: 5,
+        settle_seconds: 0,
         tables: args.tables,
         table_size: args.table_size,
         name: format!("{}-{suffix}", args.name),
@@ -469,6 +476,7 @@ pub struct Plan {
     pub round_seconds: u32,
     pub rounds: u32,
     pub warm_seconds: u32,
+    pub settle_seconds: u32,
     pub tables: u32,
     pub table_size: u32,
     pub saturation_seconds: u32,
@@ -526,6 +534,7 @@ impl Plan {
             round_seconds: args.round_seconds,
             rounds: args.rounds,
             warm_seconds: args.warm_seconds,
+            settle_seconds: args.settle_seconds,
             tables: args.tables,
             table_size: args.table_size,
             saturation_seconds: args.saturation_seconds,
@@ -813,7 +822,7 @@ fn one_arm_run(
         result = server.restart_with(restart).and_then(|()| warm(server, plan));
     }
     if result.is_ok() {
-        result = measured(server, agents, arms, bench, at.status_cost, plan.profile, runs);
+        result = measured(server, agents, arms, bench, plan, at.status_cost, runs);
     }
     if let Err(e) = result {
         eprintln!("    failed: {e:#}");
@@ -835,16 +844,17 @@ fn one_arm_run(
     Ok(())
 }
 
-/// Attach (each of `arms`, in order), read, run at the rate, read again,
-/// detach. The server's figures are the run's, in every one of `runs`;
-/// each tracer's own CPU and program time are its own.
+/// Attach (each of `arms`, in order), settle (the plan's seconds of the
+/// same load), read, run `bench`, read again, detach. The server's figures
+/// are the run's, in every one of `runs`; each tracer's own CPU and program
+/// time are its own.
 fn measured(
     server: &Server,
     agents: &Agents,
     arms: &[&Arm],
     bench: &Sysbench,
+    plan: &Plan,
     status_cost: u64,
-    profiled: bool,
     runs: &mut [ArmRun],
 ) -> anyhow::Result<()> {
     let Some(first) = runs.first() else { return Ok(()) };
@@ -866,11 +876,14 @@ fn measured(
         }
         tracers.push(tracer);
     }
+    if plan.settle_seconds > 0 {
+        Sysbench { seconds: plan.settle_seconds, ..bench.clone() }.run(server.target()).context("the settling run")?;
+    }
     let questions0 = questions(server)?;
     let tracers0: Vec<_> =
         tracers.iter().map(|t| t.as_ref().map(|t| (cpu_ticks(t.pid()), programs_of(t.pid())))).collect();
     let cpu0 = CpuReading::of(server.pid());
-    let recording = if profiled {
+    let recording = if plan.profile {
         let tag =
             format!("rate-{round}-{}", arms.iter().map(|a| a.name.replace('@', "-")).collect::<Vec<_>>().join("+"));
         Some(profile::start(server.pid(), &server.dir().join(format!("{tag}.perf.data")))?)

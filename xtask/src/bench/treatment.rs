@@ -104,8 +104,8 @@ pub const TREATMENTS: &[Treatment] = &[
     },
     Treatment {
         name: "sqlbee-budget",
-        about: "sqlbee agent held to 1% of mysqld's CPU",
-        setup: Setup::Agent { flags: &["--mysqld-overhead-budget", "1%"], if_known: &[] },
+        about: "sqlbee agent held to 1% of mysqld's CPU, 10 s windows (the default: the duty is learned window by window)",
+        setup: Setup::Agent { flags: &["--mysqld-overhead-budget", "1%", "--window=10s"], if_known: &[] },
     },
     // An A/A arm for arms that need start-up flags: what restarting the
     // server, or (with `bench-rate --sibling-servers`) running on a second
@@ -638,7 +638,10 @@ mod tests {
         let newer = AgentBinary { path: PathBuf::new(), help: "      --kernel-digests <KERNEL_DIGESTS>\n".into() };
         assert_eq!(newer.flags(treatment("sqlbee-events").unwrap()), ["--kernel-digests=0"]);
         assert!(agent.flags(treatment("sqlbee-all").unwrap()).is_empty());
-        assert_eq!(agent.flags(treatment("sqlbee-budget").unwrap()), ["--mysqld-overhead-budget", "1%"]);
+        assert_eq!(
+            agent.flags(treatment("sqlbee-budget").unwrap()),
+            ["--mysqld-overhead-budget", "1%", "--window=10s"]
+        );
         assert_eq!(agent.flags(treatment("sqlbee-waits").unwrap()), ["--wait-probes"]);
         assert_eq!(newer.flags(treatment("sqlbee-waits").unwrap()), ["--wait-probes"]);
     }

@@ -296,7 +296,7 @@ pub(super) fn markdown(plan: &Plan, binaries: &[(&str, String)], servers: &[Serv
         md,
         "`cargo xtask bench-rate`: sysbench `{}` ({}), {} threads {pace}, {} rounds of {} s; every round \
          runs every arm once, in an order that rotates and reverses so each arm sits in every position and linear drift \
-         cancels over each pair of rounds. {} tables x {} rows, {} s warm-up at the same pace. Kernel {}, {} cores.\n",
+         cancels over each pair of rounds. {} tables x {} rows, {} s warm-up at the same pace{}. Kernel {}, {} cores.\n",
         plan.script,
         if plan.ps_mode == "disable" { "text protocol" } else { "prepared statements" },
         plan.threads,
@@ -305,6 +305,12 @@ pub(super) fn markdown(plan: &Plan, binaries: &[(&str, String)], servers: &[Serv
         plan.tables,
         plan.table_size,
         plan.warm_seconds,
+        match plan.settle_seconds {
+            0 => String::new(),
+            s => format!(
+                "; each run measured after {s} s of the same load with its tracer attached (`--settle-seconds`)"
+            ),
+        },
         std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim(),
         std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
     );
